@@ -1,0 +1,30 @@
+/*
+ * config.h - every tunable of hk, in one table (common/config.c): its
+ * HK_* environment variable, default, unit and valid range. hkrun flags
+ * override them by setting the variable for the workers.
+ */
+#ifndef HK_COMMON_CONFIG_H
+#define HK_COMMON_CONFIG_H
+
+#include <stddef.h>
+
+#include "hk/hk.h"
+
+typedef struct hk_config {
+  double cycle_time_ms;    /* HK_CYCLE_TIME_MS: negotiation cycle, ms */
+  double timeout_s;        /* HK_TIMEOUT_S: a stuck transfer fails, s */
+  double start_timeout_s;  /* HK_START_TIMEOUT_S: rendezvous + connect, s */
+  size_t ring_chunk_bytes; /* HK_RING_CHUNK_BYTES: ring pipeline chunk */
+  int log_level;           /* HK_LOG_LEVEL: hk_log_level */
+} hk_config;
+
+/**
+ * Fills *cfg from the environment, defaults where a variable is unset.
+ * Errors: HK_ERR_CONFIG naming the variable, its value and the valid range.
+ */
+hk_status hk_config_load(hk_config *cfg);
+
+/** Prints the table (variable, default, range, meaning) to stdout. */
+void hk_config_print_table(void);
+
+#endif

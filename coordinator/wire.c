@@ -1,0 +1,401 @@
+/*
+ * wire.c - encoder and the one bounds-checking decoder for hk's messages.
+ * Layout: see wire.h.
+ */
+#include "coordinator/wire.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/status.h"
+
+/* ---------- encoding ---------- */
+
+typedef struct writer {
+  hk_buf *out;
+  hk_status st;
+} writer;
+
+static void put(writer *w, const void *p, size_t n) {
+  if (w->st == HK_OK)
+    w->st = hk_buf_append(w->out, p, n);
+}
+
+static void put_u8(writer *w, uint8_t v) { put(w, &v, 1); }
+
+static void put_u16(writer *w, uint16_t v) {
+  uint8_t b[2] = {(uint8_t)v, (uint8_t)(v >> 8)};
+  put(w, b, 2);
+}
+
+static void put_u32(writer *w, uint32_t v) {
+  uint8_t b[4];
+  for (int i = 0; i < 4; i++)
+    b[i] = (uint8_t)(v >> (8 * i));
+  put(w, b, 4);
+}
+
+static void put_u64(writer *w, uint64_t v) {
+  uint8_t b[8];
+  for (int i = 0; i < 8; i++)
+    b[i] = (uint8_t)(v >> (8 * i));
+  put(w, b, 8);
+}
+
+static void put_i32(writer *w, int32_t v) { put_u32(w, (uint32_t)v); }
+
+static void put_str(writer *w, const char *s, size_t max, const char *what) {
+  size_t n = s ? strlen(s) : 0;
+  if (n > max) {
+    if (w->st == HK_OK)
+      w->st = hk_fail(HK_ERR_PROTOCOL, "%s is %zu bytes, over the limit %zu",
+                      what, n, max);
+    return;
+  }
+  put_u16(w, (uint16_t)n);
+  put(w, s, n);
+}
+
+hk_status hk_wire_encode(const hk_msg *m, hk_buf *out) {
+  size_t start = out->len;
+  writer w = {out, HK_OK};
+  uint8_t hdr[HK_WIRE_HEADER_LEN] = {'H', 'K', HK_WIRE_VERSION, m->type};
+  put(&w, hdr, sizeof hdr); /* length patched below */
+  switch (m->type) {
+  case HK_MSG_REGISTER:
+    put_i32(&w, m->u.reg.rank);
+    put_i32(&w, m->u.reg.size);
+    put_i32(&w, m->u.reg.pid);
+    put_u16(&w, m->u.reg.port);
+    put_str(&w, m->u.reg.host, HK_WIRE_MAX_HOST_LEN, "host name");
+    break;
+  case HK_MSG_PEERS:
+    put_u32(&w, m->u.peers.n);
+    for (uint32_t i = 0; i < m->u.peers.n; i++) {
+      put_str(&w, m->u.peers.peers[i].host, HK_WIRE_MAX_HOST_LEN, "host name");
+      put_u16(&w, m->u.peers.peers[i].port);
+    }
+    break;
+  case HK_MSG_ABORT:
+    put_i32(&w, m->u.abort.rank);
+    put_i32(&w, m->u.abort.exit_code);
+    put_i32(&w, m->u.abort.signal);
+    put_str(&w, m->u.abort.reason, HK_WIRE_MAX_REASON_LEN, "abort reason");
+    break;
+  case HK_MSG_HELLO:
+    put_i32(&w, m->u.hello.rank);
+    put_u8(&w, m->u.hello.channel);
+    break;
+  case HK_MSG_REQUESTS:
+    put_u8(&w, m->u.requests.shutdown);
+    put_u32(&w, m->u.requests.n);
+    for (uint32_t i = 0; i < m->u.requests.n; i++) {
+      const hk_wire_request *r = &m->u.requests.reqs[i];
+      put_u8(&w, r->coll);
+      put_u8(&w, r->dtype);
+      put_u8(&w, r->op);
+      put_i32(&w, r->root);
+      put_u64(&w, r->count);
+      put_str(&w, r->name, HK_MAX_NAME_LEN, "tensor name");
+    }
+    break;
+  case HK_MSG_RESPONSES:
+    put_i32(&w, m->u.responses.shutdown_rank);
+    put_u32(&w, m->u.responses.n);
+    for (uint32_t i = 0; i < m->u.responses.n; i++) {
+      const hk_wire_response *r = &m->u.responses.resps[i];
+      put_u16(&w, r->status);
+      put_str(&w, r->name, HK_MAX_NAME_LEN, "tensor name");
+      put_str(&w, r->reason, HK_WIRE_MAX_REASON_LEN, "error reason");
+    }
+    break;
+  default:
+    w.st = hk_fail(HK_ERR_PROTOCOL, "cannot encode message type %u",
+                   (unsigned)m->type);
+  }
+  size_t payload = out->len - start - HK_WIRE_HEADER_LEN;
+  if (w.st == HK_OK && payload > HK_WIRE_MAX_PAYLOAD)
+    w.st = hk_fail(HK_ERR_PROTOCOL,
+                   "message of %zu bytes exceeds the %u-byte "
+                   "limit",
+                   payload, HK_WIRE_MAX_PAYLOAD);
+  if (w.st != HK_OK) {
+    out->len = start;
+    return w.st;
+  }
+  for (int i = 0; i < 4; i++)
+    out->data[start + 4 + i] = (uint8_t)(payload >> (8 * i));
+  return HK_OK;
+}
+
+/* ---------- decoding ---------- */
+
+typedef struct reader {
+  const uint8_t *p;
+  size_t left;
+  hk_status st;
+} reader;
+
+/* Every read goes through take(): it checks the remaining length first. */
+static const uint8_t *take(reader *r, size_t n, const char *what) {
+  if (r->st != HK_OK)
+    return NULL;
+  if (n > r->left) {
+    r->st = hk_fail(HK_ERR_PROTOCOL,
+                    "truncated message: %s needs %zu bytes, %zu left", what, n,
+                    r->left);
+    return NULL;
+  }
+  const uint8_t *p = r->p;
+  r->p += n;
+  r->left -= n;
+  return p;
+}
+
+static uint8_t get_u8(reader *r, const char *what) {
+  const uint8_t *p = take(r, 1, what);
+  return p ? p[0] : 0;
+}
+
+static uint16_t get_u16(reader *r, const char *what) {
+  const uint8_t *p = take(r, 2, what);
+  return p ? (uint16_t)(p[0] | p[1] << 8) : 0;
+}
+
+static uint32_t get_u32(reader *r, const char *what) {
+  const uint8_t *p = take(r, 4, what);
+  if (!p)
+    return 0;
+  uint32_t v = 0;
+  for (int i = 0; i < 4; i++)
+    v |= (uint32_t)p[i] << (8 * i);
+  return v;
+}
+
+static uint64_t get_u64(reader *r, const char *what) {
+  const uint8_t *p = take(r, 8, what);
+  if (!p)
+    return 0;
+  uint64_t v = 0;
+  for (int i = 0; i < 8; i++)
+    v |= (uint64_t)p[i] << (8 * i);
+  return v;
+}
+
+static int32_t get_i32(reader *r, const char *what) {
+  return (int32_t)get_u32(r, what);
+}
+
+/* Reads a string into dst (capacity max+1), NUL-terminated. */
+static void get_str(reader *r, char *dst, size_t max, const char *what) {
+  dst[0] = '\0';
+  uint16_t n = get_u16(r, what);
+  if (r->st != HK_OK)
+    return;
+  if (n > max) {
+    r->st = hk_fail(HK_ERR_PROTOCOL, "%s of %u bytes exceeds the limit %zu",
+                    what, (unsigned)n, max);
+    return;
+  }
+  const uint8_t *p = take(r, n, what);
+  if (!p)
+    return;
+  if (memchr(p, '\0', n)) {
+    r->st = hk_fail(HK_ERR_PROTOCOL, "%s contains a NUL byte", what);
+    return;
+  }
+  memcpy(dst, p, n);
+  dst[n] = '\0';
+}
+
+static void check(reader *r, int ok, const char *fmt, long long v) {
+  if (r->st == HK_OK && !ok)
+    r->st = hk_fail(HK_ERR_PROTOCOL, fmt, v);
+}
+
+/* Refuses an array count that cannot fit in what is left, so a forged
+ * count never makes us allocate more than the frame could describe. */
+static void *alloc_array(reader *r, uint32_t n, size_t elem, size_t min_wire,
+                         const char *what) {
+  if (r->st != HK_OK)
+    return NULL;
+  if ((size_t)n > r->left / min_wire) {
+    r->st = hk_fail(HK_ERR_PROTOCOL,
+                    "truncated message: %u %s cannot fit in %zu bytes", n, what,
+                    r->left);
+    return NULL;
+  }
+  if (n == 0)
+    return NULL;
+  void *p = calloc(n, elem);
+  if (!p)
+    r->st = hk_fail(HK_ERR_NOMEM, "cannot allocate %u %s", n, what);
+  return p;
+}
+
+hk_status hk_wire_header(const uint8_t hdr[HK_WIRE_HEADER_LEN], uint8_t *type,
+                         uint32_t *payload_len) {
+  if (hdr[0] != 'H' || hdr[1] != 'K')
+    return hk_fail(HK_ERR_PROTOCOL, "bad magic 0x%02x%02x (not an hk peer?)",
+                   hdr[0], hdr[1]);
+  if (hdr[2] != HK_WIRE_VERSION)
+    return hk_fail(HK_ERR_PROTOCOL,
+                   "wire version %u, this build speaks version %u", hdr[2],
+                   HK_WIRE_VERSION);
+  if (hdr[3] < HK_MSG_REGISTER || hdr[3] > HK_MSG_RESPONSES)
+    return hk_fail(HK_ERR_PROTOCOL, "unknown message type %u", hdr[3]);
+  uint32_t len = 0;
+  for (int i = 0; i < 4; i++)
+    len |= (uint32_t)hdr[4 + i] << (8 * i);
+  if (len > HK_WIRE_MAX_PAYLOAD)
+    return hk_fail(HK_ERR_PROTOCOL,
+                   "message of %u bytes exceeds the %u-byte limit", len,
+                   HK_WIRE_MAX_PAYLOAD);
+  *type = hdr[3];
+  *payload_len = len;
+  return HK_OK;
+}
+
+static void decode_payload(reader *r, hk_msg *m) {
+  switch (m->type) {
+  case HK_MSG_REGISTER:
+    m->u.reg.rank = get_i32(r, "rank");
+    m->u.reg.size = get_i32(r, "size");
+    m->u.reg.pid = get_i32(r, "pid");
+    m->u.reg.port = get_u16(r, "port");
+    get_str(r, m->u.reg.host, HK_WIRE_MAX_HOST_LEN, "host name");
+    check(r, m->u.reg.size >= 1 && m->u.reg.size <= HK_WIRE_MAX_RANKS,
+          "size %lld out of range", m->u.reg.size);
+    check(r, m->u.reg.rank >= 0 && m->u.reg.rank < m->u.reg.size,
+          "rank %lld out of range", m->u.reg.rank);
+    break;
+  case HK_MSG_PEERS: {
+    uint32_t n = get_u32(r, "peer count");
+    check(r, n >= 1 && n <= HK_WIRE_MAX_RANKS, "peer count %lld out of range",
+          n);
+    m->u.peers.peers = alloc_array(r, n, sizeof(hk_wire_peer), 4, "peers");
+    for (uint32_t i = 0; i < n && r->st == HK_OK; i++) {
+      get_str(r, m->u.peers.peers[i].host, HK_WIRE_MAX_HOST_LEN, "host name");
+      m->u.peers.peers[i].port = get_u16(r, "port");
+    }
+    m->u.peers.n = n;
+    break;
+  }
+  case HK_MSG_ABORT:
+    m->u.abort.rank = get_i32(r, "rank");
+    m->u.abort.exit_code = get_i32(r, "exit code");
+    m->u.abort.signal = get_i32(r, "signal");
+    get_str(r, m->u.abort.reason, HK_WIRE_MAX_REASON_LEN, "abort reason");
+    break;
+  case HK_MSG_HELLO:
+    m->u.hello.rank = get_i32(r, "rank");
+    m->u.hello.channel = get_u8(r, "channel");
+    check(r, m->u.hello.rank >= 0 && m->u.hello.rank < HK_WIRE_MAX_RANKS,
+          "rank %lld out of range", m->u.hello.rank);
+    check(r,
+          m->u.hello.channel == HK_CHANNEL_CONTROL ||
+              m->u.hello.channel == HK_CHANNEL_DATA,
+          "unknown channel %lld", m->u.hello.channel);
+    break;
+  case HK_MSG_REQUESTS: {
+    m->u.requests.shutdown = get_u8(r, "shutdown flag");
+    check(r, m->u.requests.shutdown <= 1, "shutdown flag %lld is not 0 or 1",
+          m->u.requests.shutdown);
+    uint32_t n = get_u32(r, "request count");
+    /* smallest request on the wire: 3 + 4 + 8 + 2 bytes */
+    m->u.requests.reqs =
+        alloc_array(r, n, sizeof(hk_wire_request), 17, "requests");
+    for (uint32_t i = 0; i < n && r->st == HK_OK; i++) {
+      hk_wire_request *q = &m->u.requests.reqs[i];
+      q->coll = get_u8(r, "collective");
+      q->dtype = get_u8(r, "dtype");
+      q->op = get_u8(r, "op");
+      q->root = get_i32(r, "root");
+      q->count = get_u64(r, "count");
+      get_str(r, q->name, HK_MAX_NAME_LEN, "tensor name");
+      check(r, q->coll >= HK_COLL_ALLREDUCE && q->coll <= HK_COLL_BARRIER,
+            "unknown collective %lld", q->coll);
+      check(r, q->dtype <= HK_INT64, "unknown dtype %lld", q->dtype);
+      check(r, q->op <= HK_PRODUCT, "unknown op %lld", q->op);
+      check(r, q->root >= 0 && q->root < HK_WIRE_MAX_RANKS,
+            "root %lld out of range", q->root);
+      check(r, q->name[0] != '\0', "empty tensor name%.0lld", 0);
+    }
+    m->u.requests.n = n;
+    break;
+  }
+  case HK_MSG_RESPONSES: {
+    m->u.responses.shutdown_rank = get_i32(r, "shutdown rank");
+    check(r,
+          m->u.responses.shutdown_rank >= -1 &&
+              m->u.responses.shutdown_rank < HK_WIRE_MAX_RANKS,
+          "shutdown rank %lld out of range", m->u.responses.shutdown_rank);
+    uint32_t n = get_u32(r, "response count");
+    m->u.responses.resps =
+        alloc_array(r, n, sizeof(hk_wire_response), 6, "responses");
+    m->u.responses.n = n;
+    for (uint32_t i = 0; i < n && r->st == HK_OK; i++) {
+      hk_wire_response *s = &m->u.responses.resps[i];
+      s->status = get_u16(r, "status");
+      get_str(r, s->name, HK_MAX_NAME_LEN, "tensor name");
+      check(r, s->status <= HK_ERR_CONFIG, "unknown status %lld", s->status);
+      check(r, s->name[0] != '\0', "empty tensor name%.0lld", 0);
+      char reason[HK_WIRE_MAX_REASON_LEN + 1];
+      get_str(r, reason, HK_WIRE_MAX_REASON_LEN, "error reason");
+      if (r->st == HK_OK && reason[0]) {
+        s->reason = strdup(reason);
+        if (!s->reason)
+          r->st = hk_fail(HK_ERR_NOMEM, "cannot allocate an error reason");
+      }
+    }
+    break;
+  }
+  }
+}
+
+hk_status hk_wire_decode(const uint8_t *frame, size_t len, hk_msg *out) {
+  memset(out, 0, sizeof *out);
+  if (len < HK_WIRE_HEADER_LEN)
+    return hk_fail(HK_ERR_PROTOCOL,
+                   "truncated message: %zu bytes, header needs %d", len,
+                   HK_WIRE_HEADER_LEN);
+  uint8_t type;
+  uint32_t payload;
+  hk_status st = hk_wire_header(frame, &type, &payload);
+  if (st != HK_OK)
+    return st;
+  if ((size_t)payload != len - HK_WIRE_HEADER_LEN)
+    return hk_fail(HK_ERR_PROTOCOL,
+                   "header announces %u payload bytes, frame has %zu", payload,
+                   len - HK_WIRE_HEADER_LEN);
+  reader r = {frame + HK_WIRE_HEADER_LEN, payload, HK_OK};
+  out->type = type;
+  decode_payload(&r, out);
+  if (r.st == HK_OK && r.left != 0)
+    r.st = hk_fail(HK_ERR_PROTOCOL, "%zu trailing bytes after message type %u",
+                   r.left, type);
+  if (r.st != HK_OK) {
+    hk_msg_free(out);
+    return r.st;
+  }
+  return HK_OK;
+}
+
+void hk_msg_free(hk_msg *m) {
+  switch (m->type) {
+  case HK_MSG_PEERS:
+    free(m->u.peers.peers);
+    break;
+  case HK_MSG_REQUESTS:
+    free(m->u.requests.reqs);
+    break;
+  case HK_MSG_RESPONSES:
+    for (uint32_t i = 0; i < m->u.responses.n && m->u.responses.resps; i++)
+      free(m->u.responses.resps[i].reason);
+    free(m->u.responses.resps);
+    break;
+  default:
+    break;
+  }
+  memset(m, 0, sizeof *m);
+}

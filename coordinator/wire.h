@@ -1,0 +1,141 @@
+/*
+ * wire.h - every message hk sends between processes, and its codec.
+ *
+ * Frame = header (HK_WIRE_HEADER_LEN = 8 bytes) + payload:
+ *   byte 0-1  magic 'H' 'K'
+ *   byte 2    version (HK_WIRE_VERSION)
+ *   byte 3    type (hk_msg_type)
+ *   byte 4-7  payload length in bytes, little-endian u32, at most
+ *             HK_WIRE_MAX_PAYLOAD
+ * Payload fields are little-endian; integers are fixed width; a string is a
+ * u16 byte length followed by that many bytes (no NUL, none allowed inside).
+ * A frame is decoded by one function, hk_wire_decode(), which checks every
+ * length against what remains before reading it, rejects trailing bytes,
+ * unknown types/versions, and out-of-range values. It is the fuzz target
+ * (tests/fuzz/fuzz_wire.c).
+ */
+#ifndef HK_COORDINATOR_WIRE_H
+#define HK_COORDINATOR_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/buf.h"
+#include "hk/hk.h"
+
+#define HK_WIRE_VERSION 1
+#define HK_WIRE_HEADER_LEN 8
+#define HK_WIRE_MAX_PAYLOAD (64u << 20) /* bytes */
+#define HK_WIRE_MAX_HOST_LEN 255        /* bytes, excluding NUL */
+#define HK_WIRE_MAX_REASON_LEN 1023     /* bytes, excluding NUL */
+#define HK_WIRE_MAX_RANKS 65536
+
+typedef enum hk_msg_type {
+  HK_MSG_REGISTER = 1,  /* worker -> hkrun: here I am, this is my address */
+  HK_MSG_PEERS = 2,     /* hkrun -> worker: the address of every rank */
+  HK_MSG_ABORT = 3,     /* hkrun or a worker -> worker: the job failed */
+  HK_MSG_HELLO = 4,     /* worker -> worker after auth: who and which channel */
+  HK_MSG_REQUESTS = 5,  /* worker -> rank 0 each cycle: newly ready tensors */
+  HK_MSG_RESPONSES = 6, /* rank 0 -> every worker each cycle: what to run */
+} hk_msg_type;
+
+/** Which collective a request asks for. */
+typedef enum hk_coll {
+  HK_COLL_ALLREDUCE = 1,
+  HK_COLL_BROADCAST = 2,
+  HK_COLL_BARRIER = 3,
+} hk_coll;
+
+/** Channels between workers, named in HELLO. */
+typedef enum hk_channel {
+  HK_CHANNEL_CONTROL = 1, /* rank r -> rank 0: negotiation */
+  HK_CHANNEL_DATA = 2,    /* rank r -> rank r+1: the ring */
+} hk_channel;
+
+/** One tensor a rank has ready. count in elements. */
+typedef struct hk_wire_request {
+  uint8_t coll;  /* hk_coll */
+  uint8_t dtype; /* hk_dtype */
+  uint8_t op;    /* hk_op (allreduce only; 0 otherwise) */
+  int32_t root;  /* broadcast root; 0 otherwise */
+  uint64_t count;
+  char name[HK_MAX_NAME_LEN + 1];
+} hk_wire_request;
+
+/** One tensor to run (status HK_OK) or to fail on every rank. */
+typedef struct hk_wire_response {
+  uint16_t status; /* hk_status */
+  char name[HK_MAX_NAME_LEN + 1];
+  char *reason; /* NULL when status is HK_OK; owned by the message */
+} hk_wire_response;
+
+typedef struct hk_wire_peer {
+  char host[HK_WIRE_MAX_HOST_LEN + 1];
+  uint16_t port;
+} hk_wire_peer;
+
+/** A decoded message. Arrays and reasons are owned by it: hk_msg_free. */
+typedef struct hk_msg {
+  uint8_t type; /* hk_msg_type */
+  union {
+    struct {
+      int32_t rank, size, pid;
+      uint16_t port;
+      char host[HK_WIRE_MAX_HOST_LEN + 1];
+    } reg;
+    struct {
+      uint32_t n;
+      hk_wire_peer *peers; /* n entries, index = rank */
+    } peers;
+    struct {
+      int32_t rank;      /* the rank that failed first, or -1 */
+      int32_t exit_code; /* its exit status, or -1 */
+      int32_t signal;    /* the signal that killed it, or 0 */
+      char reason[HK_WIRE_MAX_REASON_LEN + 1];
+    } abort;
+    struct {
+      int32_t rank;
+      uint8_t channel; /* hk_channel */
+    } hello;
+    struct {
+      uint8_t shutdown; /* 1: this rank called hk_shutdown */
+      uint32_t n;
+      hk_wire_request *reqs;
+    } requests;
+    struct {
+      int32_t shutdown_rank; /* >= 0: that rank shut down; everyone stops */
+      uint32_t n;
+      hk_wire_response *resps;
+    } responses;
+  } u;
+} hk_msg;
+
+/**
+ * Checks an 8-byte header (magic, version, known type, payload length at
+ * most HK_WIRE_MAX_PAYLOAD) and returns the payload length in bytes.
+ * Errors: HK_ERR_PROTOCOL naming the bad field.
+ */
+hk_status hk_wire_header(const uint8_t hdr[HK_WIRE_HEADER_LEN], uint8_t *type,
+                         uint32_t *payload_len);
+
+/**
+ * Decodes exactly one frame of `len` bytes (header + payload) into *out.
+ * On HK_OK the caller owns *out and must call hk_msg_free. On error *out
+ * holds nothing to free (it is zeroed).
+ * Errors: HK_ERR_PROTOCOL (truncated, oversized, trailing bytes, bad magic,
+ * version or type, a string too long or holding NUL, a value out of range),
+ * HK_ERR_NOMEM. Thread-safety: reentrant.
+ */
+hk_status hk_wire_decode(const uint8_t *frame, size_t len, hk_msg *out);
+
+/**
+ * Appends the frame for *msg to out.
+ * Errors: HK_ERR_PROTOCOL (a string over its limit, payload over
+ * HK_WIRE_MAX_PAYLOAD), HK_ERR_NOMEM. On error out->len is unchanged.
+ */
+hk_status hk_wire_encode(const hk_msg *msg, hk_buf *out);
+
+/** Frees what a decoded (or caller-built, malloc-backed) message owns. */
+void hk_msg_free(hk_msg *msg);
+
+#endif

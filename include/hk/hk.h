@@ -1,0 +1,243 @@
+/*
+ * hk.h - the public C API of hk, a distributed training coordinator.
+ *
+ * This is the only header a trainer includes. A job is N worker processes
+ * started by `hkrun -np N ./prog`; each calls hk_init(), hands named tensors
+ * to hk_allreduce_async()/hk_broadcast_async(), waits on the handles, and
+ * calls hk_shutdown(). A program started without hkrun is a world of size 1.
+ *
+ * Conventions used by every function below
+ * - Counts are in ELEMENTS of the given dtype, never bytes, and are size_t:
+ *   tensors over 2^31 elements or bytes are supported.
+ * - Every fallible function returns hk_status; HK_OK is 0. On failure a
+ *   detailed message (naming the tensor, ranks and values involved) is
+ *   available from hk_last_error() on the calling thread.
+ * - Thread-safety: after hk_init() returns, every function may be called from
+ *   any thread concurrently, except hk_init/hk_shutdown themselves, which must
+ *   not race with any other hk call. Calls only enqueue work; a background
+ *   thread (one per process) does all communication.
+ * - Names identify a tensor across ranks: every rank must submit a tensor
+ *   under the same name, and the name must not be reused while a previous
+ *   operation with that name is still in flight on this rank. Names are at
+ *   most HK_MAX_NAME_LEN bytes, NUL-terminated, any bytes but NUL.
+ * - Ordering: ranks may submit tensors in any order, from any number of
+ *   threads. hk negotiates (rank 0 coordinates) so that every rank executes
+ *   the ready tensors in the same order.
+ */
+#ifndef HK_HK_H
+#define HK_HK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define HK_VERSION_MAJOR 0
+#define HK_VERSION_MINOR 1
+
+/** Longest tensor name accepted, in bytes, excluding the terminating NUL. */
+#define HK_MAX_NAME_LEN 511
+
+/** Result of every fallible hk call. HK_OK is 0; the others are errors. */
+typedef enum hk_status {
+  HK_OK = 0,
+  /** An argument was invalid (NULL pointer, unknown dtype/op, bad root,
+   *  empty or over-long name, buffers that overlap partially). */
+  HK_ERR_INVALID_ARG = 1,
+  /** hk_init() was not called, or hk_shutdown() already was. */
+  HK_ERR_NOT_INITIALIZED = 2,
+  /** hk_init() was called twice without hk_shutdown() in between. */
+  HK_ERR_ALREADY_INITIALIZED = 3,
+  /** Ranks disagree on a tensor's count, dtype, op, root or collective. The
+   *  tensor completes with this status on EVERY rank; the job continues. */
+  HK_ERR_MISMATCH = 4,
+  /** The name is already in flight on this rank (returned at submit time,
+   *  on this rank only; the first operation is unaffected). */
+  HK_ERR_DUPLICATE_NAME = 5,
+  /** Another rank (or hkrun) died, exited early or became unreachable. The
+   *  job cannot continue; every later call returns this status too. */
+  HK_ERR_PEER_LOST = 6,
+  /** hk_shutdown() was called (on this or another rank) while the
+   *  operation was pending. */
+  HK_ERR_SHUTDOWN = 7,
+  /** A network operation did not complete within HK_TIMEOUT_S (or the
+   *  start-up rendezvous within HK_START_TIMEOUT_S). */
+  HK_ERR_TIMEOUT = 8,
+  /** A peer failed to prove it knows the job's secret. */
+  HK_ERR_AUTH = 9,
+  /** A malformed or unexpected message arrived (version, length, type). */
+  HK_ERR_PROTOCOL = 10,
+  /** An operating-system call failed; the message names it and errno. */
+  HK_ERR_SYSTEM = 11,
+  /** Memory could not be allocated. */
+  HK_ERR_NOMEM = 12,
+  /** An HK_* environment variable is malformed or out of range. */
+  HK_ERR_CONFIG = 13,
+} hk_status;
+
+/** Element types. Sizes in bytes: 2, 2, 4, 8, 1, 1, 4, 8. */
+typedef enum hk_dtype {
+  HK_FLOAT16 = 0,  /**< IEEE 754 binary16 */
+  HK_BFLOAT16 = 1, /**< bfloat16: the top 16 bits of a binary32 */
+  HK_FLOAT32 = 2,
+  HK_FLOAT64 = 3,
+  HK_INT8 = 4,
+  HK_UINT8 = 5,
+  HK_INT32 = 6,
+  HK_INT64 = 7,
+} hk_dtype;
+
+/**
+ * Reduction operations.
+ *
+ * Arithmetic, exactly as implemented (all ranks get bitwise identical
+ * results):
+ * - float16/bfloat16: each pairwise step converts both operands to binary32,
+ *   applies the op in binary32, and rounds the result back to 16 bits with
+ *   round-to-nearest-even (the IEEE default; what a user gets from
+ *   `(__half)((float)a + (float)b)`). A sum over N ranks is therefore N-1
+ *   such rounded additions, as in NCCL.
+ * - float32/float64: IEEE arithmetic in the type itself.
+ * - Integers: sum and product wrap modulo 2^bits (two's complement), as in
+ *   NCCL and MPI; no undefined behaviour.
+ * - HK_AVERAGE: the sum as above, then divided by the world size once, at
+ *   the end: floats `x / size` in the type (binary32 for 16-bit types, then
+ *   rounded to nearest even); integers truncate toward zero (C division) of
+ *   the wrapped sum.
+ * - HK_MIN/HK_MAX on floats: if either operand is NaN, the result is NaN.
+ * Summation order: the ring reduces segment s starting from rank s+1 in ring
+ * order, so floating-point sums may differ in the last bits from a serial
+ * left-to-right sum, but never between ranks.
+ */
+typedef enum hk_op {
+  HK_SUM = 0,
+  HK_AVERAGE = 1,
+  HK_MIN = 2,
+  HK_MAX = 3,
+  HK_PRODUCT = 4,
+} hk_op;
+
+/** An operation in flight. Returned by the *_async calls; must be passed
+ *  exactly once to hk_wait(), which releases it. Opaque. */
+typedef struct hk_handle_s *hk_handle;
+
+/**
+ * Joins the job. Reads the environment hkrun sets (HK_RANK, HK_SIZE,
+ * HK_LOCAL_RANK, HK_LOCAL_SIZE, HK_RENDEZVOUS, HK_SECRET); without HK_RANK
+ * the process is a world of size 1 and no network is used. Registers with
+ * hkrun's rendezvous, connects to the peers (every connection proves it
+ * knows the job's secret), and starts the background thread.
+ * Blocks until every rank has joined or HK_START_TIMEOUT_S (default 60 s)
+ * passes.
+ * Thread-safety: call once, from one thread, before any other hk call.
+ * Errors: HK_ERR_ALREADY_INITIALIZED, HK_ERR_CONFIG (a malformed HK_*
+ * variable, named in the message), HK_ERR_TIMEOUT, HK_ERR_AUTH,
+ * HK_ERR_PROTOCOL, HK_ERR_SYSTEM, HK_ERR_NOMEM, HK_ERR_PEER_LOST.
+ */
+hk_status hk_init(void);
+
+/**
+ * Leaves the job: tells every rank this one is done, stops the background
+ * thread, closes connections and frees everything hk_init allocated.
+ * Operations still pending on any rank complete with HK_ERR_SHUTDOWN (their
+ * handles must still be waited). Safe to call after a failure.
+ * Thread-safety: call once, from one thread, with no other hk call running.
+ * Errors: HK_ERR_NOT_INITIALIZED; otherwise HK_OK (a job that had already
+ * failed returns its failure status, e.g. HK_ERR_PEER_LOST).
+ */
+hk_status hk_shutdown(void);
+
+/** This process's rank in [0, size), or -1 before hk_init. Thread-safe. */
+int hk_rank(void);
+/** The world size (number of ranks), or -1 before hk_init. Thread-safe. */
+int hk_size(void);
+/** The rank among the processes on this host, or -1 before hk_init. */
+int hk_local_rank(void);
+/** The number of ranks on this host, or -1 before hk_init. */
+int hk_local_size(void);
+
+/**
+ * Starts an allreduce of `count` elements of `dtype` under `name`: when it
+ * completes, recvbuf on every rank holds op(sendbuf of all ranks), bitwise
+ * identical on every rank (see hk_op for the arithmetic).
+ * sendbuf == recvbuf is allowed (in place); otherwise the two must not
+ * overlap. count may be 0 (completes when all ranks submitted it).
+ * Ownership: the caller owns both buffers and must keep them valid and not
+ * modify sendbuf (nor touch recvbuf) until hk_wait returns. `name` is copied.
+ * On HK_OK, *handle receives a handle to pass to hk_wait exactly once.
+ * Errors (returned at once, on this rank only): HK_ERR_INVALID_ARG,
+ * HK_ERR_DUPLICATE_NAME, HK_ERR_NOT_INITIALIZED, and the job's failure
+ * status if it already failed. Errors found by negotiation
+ * (HK_ERR_MISMATCH) or during the transfer arrive through hk_wait.
+ */
+hk_status hk_allreduce_async(const char *name, const void *sendbuf,
+                             void *recvbuf, size_t count, hk_dtype dtype,
+                             hk_op op, hk_handle *handle);
+
+/**
+ * Starts a broadcast of `count` elements of `dtype` from rank `root` under
+ * `name`: when it completes, buf on every rank equals buf on root.
+ * Ownership and errors as hk_allreduce_async; root outside [0, size) is
+ * HK_ERR_INVALID_ARG; ranks naming different roots get HK_ERR_MISMATCH.
+ */
+hk_status hk_broadcast_async(const char *name, void *buf, size_t count,
+                             hk_dtype dtype, int root, hk_handle *handle);
+
+/**
+ * Blocks until the operation completes, releases the handle, and returns
+ * its status (HK_OK, HK_ERR_MISMATCH, HK_ERR_PEER_LOST, HK_ERR_SHUTDOWN,
+ * HK_ERR_TIMEOUT, ...). On error hk_last_error() on this thread gives the
+ * detailed message. The handle must not be used afterwards.
+ * Thread-safety: any thread, but each handle is waited exactly once.
+ * Errors: HK_ERR_INVALID_ARG for a NULL handle.
+ */
+hk_status hk_wait(hk_handle handle);
+
+/**
+ * Tests, without blocking, whether the operation completed: *done is set to
+ * 1 if it did (then call hk_wait to get its status and release it), 0 if
+ * not. Does not release the handle.
+ * Errors: HK_ERR_INVALID_ARG for a NULL handle or NULL done.
+ */
+hk_status hk_poll(hk_handle handle, int *done);
+
+/** Blocking allreduce: hk_allreduce_async followed by hk_wait. */
+hk_status hk_allreduce(const char *name, const void *sendbuf, void *recvbuf,
+                       size_t count, hk_dtype dtype, hk_op op);
+
+/** Blocking broadcast: hk_broadcast_async followed by hk_wait. */
+hk_status hk_broadcast(const char *name, void *buf, size_t count,
+                       hk_dtype dtype, int root);
+
+/**
+ * Blocks until every rank has called hk_barrier (the n-th call on one rank
+ * pairs with the n-th call on every other). Errors as hk_wait.
+ */
+hk_status hk_barrier(void);
+
+/** Size in bytes of one element of dtype, or 0 for an unknown dtype. */
+size_t hk_dtype_size(hk_dtype dtype);
+
+/** Lower-case name of a dtype ("float32"), or "unknown". Static storage. */
+const char *hk_dtype_name(hk_dtype dtype);
+
+/** Lower-case name of an op ("sum"), or "unknown". Static storage. */
+const char *hk_op_name(hk_op op);
+
+/** A short static description of a status code ("peer lost"). */
+const char *hk_strerror(hk_status status);
+
+/**
+ * The detailed message of the last failed hk call on the calling thread
+ * (the string is empty if none failed). Thread-local storage, valid until
+ * the next hk call on this thread; copy it to keep it.
+ */
+const char *hk_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* HK_HK_H */

@@ -1,0 +1,237 @@
+/* Unit tests of the wire codec: every message type round-trips, and the
+ * decoder rejects truncated, oversized and malformed frames. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "common/buf.h"
+#include "coordinator/wire.h"
+
+static void encode(const hk_msg *m, hk_buf *b) {
+  hk_buf_clear(b);
+  assert_int_equal(hk_wire_encode(m, b), HK_OK);
+}
+
+static void test_requests_roundtrip(void **state) {
+  (void)state;
+  hk_wire_request reqs[3] = {0};
+  for (int i = 0; i < 3; i++) {
+    reqs[i].coll = HK_COLL_ALLREDUCE;
+    reqs[i].dtype = (uint8_t)(HK_FLOAT16 + i);
+    reqs[i].op = HK_MAX;
+    reqs[i].count = ((uint64_t)1 << 33) + (uint64_t)i;
+    snprintf(reqs[i].name, sizeof reqs[i].name, "layer%d/grad", i);
+  }
+  reqs[2].coll = HK_COLL_BROADCAST;
+  reqs[2].root = 7;
+  hk_msg m = {.type = HK_MSG_REQUESTS};
+  m.u.requests.shutdown = 1;
+  m.u.requests.n = 3;
+  m.u.requests.reqs = reqs;
+  hk_buf b = {0};
+  encode(&m, &b);
+  hk_msg d;
+  assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_OK);
+  assert_int_equal(d.type, HK_MSG_REQUESTS);
+  assert_int_equal(d.u.requests.shutdown, 1);
+  assert_int_equal(d.u.requests.n, 3);
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(d.u.requests.reqs[i].coll, reqs[i].coll);
+    assert_int_equal(d.u.requests.reqs[i].dtype, reqs[i].dtype);
+    assert_int_equal(d.u.requests.reqs[i].op, reqs[i].op);
+    assert_int_equal(d.u.requests.reqs[i].root, reqs[i].root);
+    assert_true(d.u.requests.reqs[i].count == reqs[i].count);
+    assert_string_equal(d.u.requests.reqs[i].name, reqs[i].name);
+  }
+  hk_msg_free(&d);
+  hk_buf_free(&b);
+}
+
+static void test_responses_roundtrip(void **state) {
+  (void)state;
+  hk_wire_response rs[2] = {{.status = HK_OK}, {.status = HK_ERR_MISMATCH}};
+  strcpy(rs[0].name, "a");
+  strcpy(rs[1].name, "grad.w");
+  rs[1].reason = "tensor 'grad.w': count 16 on rank 0, 12 on rank 1";
+  hk_msg m = {.type = HK_MSG_RESPONSES};
+  m.u.responses.shutdown_rank = -1;
+  m.u.responses.n = 2;
+  m.u.responses.resps = rs;
+  hk_buf b = {0};
+  encode(&m, &b);
+  hk_msg d;
+  assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_OK);
+  assert_int_equal(d.u.responses.shutdown_rank, -1);
+  assert_int_equal(d.u.responses.n, 2);
+  assert_null(d.u.responses.resps[0].reason);
+  assert_string_equal(d.u.responses.resps[1].name, "grad.w");
+  assert_string_equal(d.u.responses.resps[1].reason, rs[1].reason);
+  assert_int_equal(d.u.responses.resps[1].status, HK_ERR_MISMATCH);
+  hk_msg_free(&d);
+  hk_buf_free(&b);
+}
+
+static void test_small_messages_roundtrip(void **state) {
+  (void)state;
+  hk_buf b = {0};
+  hk_msg d;
+  hk_msg reg = {.type = HK_MSG_REGISTER};
+  reg.u.reg.rank = 3;
+  reg.u.reg.size = 4;
+  reg.u.reg.pid = 4242;
+  reg.u.reg.port = 51234;
+  strcpy(reg.u.reg.host, "127.0.0.1");
+  encode(&reg, &b);
+  assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_OK);
+  assert_int_equal(d.u.reg.rank, 3);
+  assert_int_equal(d.u.reg.port, 51234);
+  assert_string_equal(d.u.reg.host, "127.0.0.1");
+  hk_msg_free(&d);
+
+  hk_wire_peer peers[2] = {{"127.0.0.1", 1000}, {"hk2", 65535}};
+  hk_msg pm = {.type = HK_MSG_PEERS};
+  pm.u.peers.n = 2;
+  pm.u.peers.peers = peers;
+  encode(&pm, &b);
+  assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_OK);
+  assert_int_equal(d.u.peers.n, 2);
+  assert_string_equal(d.u.peers.peers[1].host, "hk2");
+  assert_int_equal(d.u.peers.peers[1].port, 65535);
+  hk_msg_free(&d);
+
+  hk_msg ab = {.type = HK_MSG_ABORT};
+  ab.u.abort.rank = 2;
+  ab.u.abort.exit_code = -1;
+  ab.u.abort.signal = 9;
+  strcpy(ab.u.abort.reason, "rank 2 was killed by signal 9");
+  encode(&ab, &b);
+  assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_OK);
+  assert_int_equal(d.u.abort.signal, 9);
+  assert_string_equal(d.u.abort.reason, "rank 2 was killed by signal 9");
+  hk_msg_free(&d);
+  hk_buf_free(&b);
+}
+
+/* Every strict prefix of a valid frame is rejected as truncated. */
+static void test_truncated_rejected(void **state) {
+  (void)state;
+  hk_wire_request req = {.coll = HK_COLL_ALLREDUCE, .count = 5};
+  strcpy(req.name, "w");
+  hk_msg m = {.type = HK_MSG_REQUESTS};
+  m.u.requests.n = 1;
+  m.u.requests.reqs = &req;
+  hk_buf b = {0};
+  encode(&m, &b);
+  for (size_t cut = 0; cut < b.len; cut++) {
+    hk_msg d;
+    assert_int_equal(hk_wire_decode(b.data, cut, &d), HK_ERR_PROTOCOL);
+  }
+  /* A frame whose header claims fewer bytes than the payload holds. */
+  uint8_t *copy = malloc(b.len);
+  memcpy(copy, b.data, b.len);
+  copy[4]--;
+  hk_msg d;
+  assert_int_equal(hk_wire_decode(copy, b.len - 1, &d), HK_ERR_PROTOCOL);
+  assert_non_null(strstr(hk_last_error(), "truncated"));
+  /* Trailing garbage after a complete message. */
+  assert_int_equal(hk_buf_append(&b, "x", 1), HK_OK);
+  b.data[4]++;
+  assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_ERR_PROTOCOL);
+  assert_non_null(strstr(hk_last_error(), "trailing"));
+  free(copy);
+  hk_buf_free(&b);
+}
+
+static void test_oversized_rejected(void **state) {
+  (void)state;
+  uint8_t hdr[HK_WIRE_HEADER_LEN] = {'H', 'K', HK_WIRE_VERSION,
+                                     HK_MSG_REQUESTS};
+  uint32_t len = HK_WIRE_MAX_PAYLOAD + 1;
+  for (int i = 0; i < 4; i++)
+    hdr[4 + i] = (uint8_t)(len >> (8 * i));
+  uint8_t type;
+  uint32_t payload;
+  assert_int_equal(hk_wire_header(hdr, &type, &payload), HK_ERR_PROTOCOL);
+  assert_non_null(strstr(hk_last_error(), "exceeds"));
+  /* A request count far larger than the bytes that follow: no huge
+   * allocation, a clean error. */
+  uint8_t frame[HK_WIRE_HEADER_LEN + 5] = {
+      'H',  'K', HK_WIRE_VERSION, HK_MSG_REQUESTS, 5, 0, 0, 0, 0, 0xff, 0xff,
+      0xff, 0xff};
+  hk_msg d;
+  assert_int_equal(hk_wire_decode(frame, sizeof frame, &d), HK_ERR_PROTOCOL);
+  assert_non_null(strstr(hk_last_error(), "cannot fit"));
+  /* A tensor name longer than HK_MAX_NAME_LEN cannot be encoded. */
+  hk_wire_request req = {.coll = HK_COLL_ALLREDUCE};
+  memset(req.name, 'a', sizeof req.name);
+  req.name[sizeof req.name - 1] = '\0';
+  hk_msg m = {.type = HK_MSG_REQUESTS};
+  m.u.requests.n = 1;
+  m.u.requests.reqs = &req;
+  hk_buf b = {0};
+  assert_int_equal(hk_wire_encode(&m, &b), HK_OK); /* exactly the limit */
+  /* Patch the name length on the wire to one over the limit. */
+  size_t name_len_at = HK_WIRE_HEADER_LEN + 1 + 4 + 3 + 4 + 8;
+  uint16_t over = HK_MAX_NAME_LEN + 1;
+  b.data[name_len_at] = (uint8_t)over;
+  b.data[name_len_at + 1] = (uint8_t)(over >> 8);
+  assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_ERR_PROTOCOL);
+  assert_non_null(strstr(hk_last_error(), "tensor name"));
+  hk_buf_free(&b);
+}
+
+static void test_bad_fields_rejected(void **state) {
+  (void)state;
+  hk_buf b = {0};
+  hk_msg d;
+  hk_wire_request req = {.coll = HK_COLL_ALLREDUCE, .dtype = HK_FLOAT32};
+  strcpy(req.name, "t");
+  hk_msg m = {.type = HK_MSG_REQUESTS};
+  m.u.requests.n = 1;
+  m.u.requests.reqs = &req;
+  encode(&m, &b);
+  /* magic, version, type */
+  const struct {
+    size_t at;
+    uint8_t value;
+    const char *needle;
+  } cases[] = {
+      {0, 'X', "magic"},
+      {2, HK_WIRE_VERSION + 1, "version"},
+      {3, 99, "type"},
+      {HK_WIRE_HEADER_LEN + 5, 9, "collective"},
+      {HK_WIRE_HEADER_LEN + 6, 200, "dtype"},
+      {HK_WIRE_HEADER_LEN + 7, 77, "op"},
+      {HK_WIRE_HEADER_LEN + 0, 2, "shutdown"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    uint8_t saved = b.data[cases[i].at];
+    b.data[cases[i].at] = cases[i].value;
+    assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_ERR_PROTOCOL);
+    assert_non_null(strstr(hk_last_error(), cases[i].needle));
+    b.data[cases[i].at] = saved;
+  }
+  /* a NUL inside a string */
+  b.data[b.len - 1] = '\0';
+  assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_ERR_PROTOCOL);
+  assert_non_null(strstr(hk_last_error(), "NUL"));
+  hk_buf_free(&b);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_requests_roundtrip),
+      cmocka_unit_test(test_responses_roundtrip),
+      cmocka_unit_test(test_small_messages_roundtrip),
+      cmocka_unit_test(test_truncated_rejected),
+      cmocka_unit_test(test_oversized_rejected),
+      cmocka_unit_test(test_bad_fields_rejected),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
