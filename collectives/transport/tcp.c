@@ -1,0 +1,400 @@
+#include "collectives/transport/tcp.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/status.h"
+
+double hk_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void hk_tcp_close(int *fd) {
+  if (*fd >= 0)
+    close(*fd);
+  *fd = -1;
+}
+
+void hk_tcp_shutdown(int fd) {
+  if (fd >= 0)
+    shutdown(fd, SHUT_RDWR);
+}
+
+static void tune(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+static hk_status resolve(const char *host, uint16_t port,
+                         struct sockaddr_in *sa) {
+  memset(sa, 0, sizeof *sa);
+  sa->sin_family = AF_INET;
+  sa->sin_port = htons(port);
+  if (inet_pton(AF_INET, host, &sa->sin_addr) == 1)
+    return HK_OK;
+  struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM};
+  struct addrinfo *res = NULL;
+  int rc = getaddrinfo(host, NULL, &hints, &res);
+  if (rc != 0 || !res)
+    return hk_fail(HK_ERR_SYSTEM, "cannot resolve host '%s': %s", host,
+                   gai_strerror(rc));
+  sa->sin_addr = ((struct sockaddr_in *)res->ai_addr)->sin_addr;
+  freeaddrinfo(res);
+  return HK_OK;
+}
+
+hk_status hk_tcp_listen(const char *host, int *fd, uint16_t *port) {
+  struct sockaddr_in sa;
+  hk_status st = resolve(host, 0, &sa);
+  if (st != HK_OK)
+    return st;
+  int s = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (s < 0)
+    return hk_fail_errno(HK_ERR_SYSTEM, errno, "socket");
+  if (bind(s, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(s, 128) < 0) {
+    int e = errno;
+    close(s);
+    return hk_fail_errno(HK_ERR_SYSTEM, e, "cannot listen on %s", host);
+  }
+  socklen_t len = sizeof sa;
+  getsockname(s, (struct sockaddr *)&sa, &len);
+  *port = ntohs(sa.sin_port);
+  *fd = s;
+  return HK_OK;
+}
+
+/* poll() on up to 3 fds plus the abort fd, with a timeout in seconds. */
+static hk_status wait_fds(struct pollfd *p, int n, const hk_io *io,
+                          double timeout_s, const char *what) {
+  struct pollfd all[8];
+  memcpy(all, p, (size_t)n * sizeof *p);
+  int nall = n;
+  if (io && io->abort_fd >= 0) {
+    all[nall].fd = io->abort_fd;
+    all[nall].events = POLLIN;
+    nall++;
+  }
+  double end = hk_now() + timeout_s;
+  for (;;) {
+    double left = end - hk_now();
+    if (left <= 0)
+      return hk_fail(HK_ERR_TIMEOUT, "timed out after %.1f s %s", timeout_s,
+                     what);
+    int ms = left > 1e6 ? 1000000000 : (int)(left * 1000) + 1;
+    int rc = poll(all, (nfds_t)nall, ms);
+    if (rc < 0) {
+      if (errno == EINTR)
+        continue;
+      return hk_fail_errno(HK_ERR_SYSTEM, errno, "poll %s", what);
+    }
+    if (rc == 0)
+      continue;
+    if (nall > n && all[n].revents)
+      return hk_fail(HK_ERR_PEER_LOST,
+                     "the launcher aborted the job (or died) %s", what);
+    for (int i = 0; i < n; i++)
+      p[i].revents = all[i].revents;
+    return HK_OK;
+  }
+}
+
+/* Client half of the handshake (common/auth.h). */
+static hk_status auth_client(int fd, const hk_secret *secret, const hk_io *io,
+                             const char *who) {
+  uint8_t ns[HK_NONCE_LEN], nc[HK_NONCE_LEN], msg[HK_AUTH_CLIENT_MSG_LEN],
+      proof[HK_PROOF_LEN];
+  hk_status st = hk_tcp_recv_all(fd, ns, sizeof ns, io, who);
+  if (st == HK_OK)
+    st = hk_random_bytes(nc, sizeof nc);
+  if (st != HK_OK)
+    return st;
+  hk_auth_client_msg(secret, ns, nc, msg);
+  st = hk_tcp_send_all(fd, msg, sizeof msg, io, who);
+  if (st == HK_OK)
+    st = hk_tcp_recv_all(fd, proof, sizeof proof, io, who);
+  if (st == HK_ERR_PEER_LOST)
+    return hk_fail(HK_ERR_AUTH,
+                   "%s refused our proof of the job's secret "
+                   "(is HK_SECRET the job's?)",
+                   who);
+  if (st != HK_OK)
+    return st;
+  if (!hk_auth_client_check(secret, ns, nc, proof))
+    return hk_fail(HK_ERR_AUTH, "%s does not know the job's secret", who);
+  return HK_OK;
+}
+
+hk_status hk_tcp_connect(const char *host, uint16_t port,
+                         const hk_secret *secret, double deadline,
+                         const hk_io *io, const char *who, int *fd) {
+  struct sockaddr_in sa;
+  hk_status st = resolve(host, port, &sa);
+  if (st != HK_OK)
+    return st;
+  for (;;) {
+    int s = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (s < 0)
+      return hk_fail_errno(HK_ERR_SYSTEM, errno, "socket");
+    int err = 0;
+    if (connect(s, (struct sockaddr *)&sa, sizeof sa) < 0) {
+      err = errno;
+      if (err == EINPROGRESS) {
+        struct pollfd p = {.fd = s, .events = POLLOUT};
+        double left = deadline - hk_now();
+        st = wait_fds(&p, 1, io, left > 0 ? left : 0.001, "connecting");
+        if (st != HK_OK) {
+          close(s);
+          return st == HK_ERR_TIMEOUT
+                     ? hk_fail(HK_ERR_TIMEOUT,
+                               "timed out connecting to %s at %s:%u", who, host,
+                               port)
+                     : st;
+        }
+        socklen_t len = sizeof err;
+        getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &len);
+      }
+    }
+    if (err == 0) {
+      tune(s);
+      hk_io hio = {io ? io->abort_fd : -1, deadline - hk_now()};
+      if (hio.timeout_s < 1)
+        hio.timeout_s = 1;
+      st = auth_client(s, secret, &hio, who);
+      if (st != HK_OK) {
+        close(s);
+        return st;
+      }
+      *fd = s;
+      return HK_OK;
+    }
+    close(s);
+    if (err != ECONNREFUSED && err != ETIMEDOUT && err != EHOSTUNREACH &&
+        err != ENETUNREACH)
+      return hk_fail_errno(HK_ERR_SYSTEM, err, "cannot connect to %s at %s:%u",
+                           who, host, port);
+    if (hk_now() >= deadline)
+      return hk_fail_errno(HK_ERR_TIMEOUT, err,
+                           "timed out connecting to %s at %s:%u", who, host,
+                           port);
+    /* Refused: the peer is not listening yet. Wait for the abort fd or a
+     * short back-off, whichever comes first. */
+    struct pollfd none = {.fd = -1};
+    st = wait_fds(&none, 1, io, 0.01, "connecting");
+    if (st == HK_ERR_PEER_LOST)
+      return st;
+  }
+}
+
+/* Server half of the handshake: read only the fixed-size proof first. */
+static int auth_server(int fd, const hk_secret *secret, double timeout_s) {
+  uint8_t ns[HK_NONCE_LEN], msg[HK_AUTH_CLIENT_MSG_LEN], proof[HK_PROOF_LEN];
+  hk_io io = {-1, timeout_s};
+  if (hk_random_bytes(ns, sizeof ns) != HK_OK ||
+      hk_tcp_send_all(fd, ns, sizeof ns, &io, "a connecting peer") != HK_OK ||
+      hk_tcp_recv_all(fd, msg, sizeof msg, &io, "a connecting peer") != HK_OK)
+    return 0;
+  if (!hk_auth_server_check(secret, ns, msg, proof))
+    return 0;
+  return hk_tcp_send_all(fd, proof, sizeof proof, &io, "a connecting peer") ==
+         HK_OK;
+}
+
+hk_status hk_tcp_accept(int listen_fd, const hk_secret *secret, double deadline,
+                        const hk_io *io, int *fd, int *refused) {
+  for (;;) {
+    double left = deadline - hk_now();
+    if (left <= 0)
+      return hk_fail(HK_ERR_TIMEOUT, "timed out waiting for peers to connect");
+    struct pollfd p = {.fd = listen_fd, .events = POLLIN};
+    hk_status st = wait_fds(&p, 1, io, left, "waiting for peers to connect");
+    if (st != HK_OK)
+      return st;
+    struct sockaddr_in sa;
+    socklen_t len = sizeof sa;
+    int s = accept4(listen_fd, (struct sockaddr *)&sa, &len,
+                    SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (s < 0) {
+      if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED)
+        continue;
+      return hk_fail_errno(HK_ERR_SYSTEM, errno, "accepting peers stopped");
+    }
+    tune(s);
+    /* An unauthenticated client gets at most 5 s of our attention. */
+    if (auth_server(s, secret, left < 5 ? left : 5)) {
+      *fd = s;
+      return HK_OK;
+    }
+    char addr[INET_ADDRSTRLEN] = "?";
+    inet_ntop(AF_INET, &sa.sin_addr, addr, sizeof addr);
+    hk_log(HK_LOG_WARNING, "refused a connection from %s:%u: bad secret", addr,
+           ntohs(sa.sin_port));
+    close(s);
+    if (refused)
+      (*refused)++;
+  }
+}
+
+hk_status hk_tcp_send_some(int fd, const void *p, size_t n, size_t *done,
+                           const char *who) {
+  *done = 0;
+  for (;;) {
+    ssize_t w = send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w >= 0) {
+      *done = (size_t)w;
+      return HK_OK;
+    }
+    if (errno == EINTR)
+      continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK)
+      return HK_OK;
+    return hk_fail_errno(HK_ERR_PEER_LOST, errno, "lost connection to %s", who);
+  }
+}
+
+hk_status hk_tcp_recv_some(int fd, void *p, size_t n, size_t *done,
+                           const char *who) {
+  *done = 0;
+  for (;;) {
+    ssize_t r = recv(fd, p, n, MSG_DONTWAIT);
+    if (r > 0) {
+      *done = (size_t)r;
+      return HK_OK;
+    }
+    if (r == 0)
+      return hk_fail(HK_ERR_PEER_LOST, "%s closed the connection", who);
+    if (errno == EINTR)
+      continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK)
+      return HK_OK;
+    return hk_fail_errno(HK_ERR_PEER_LOST, errno, "lost connection to %s", who);
+  }
+}
+
+hk_status hk_tcp_wait(int send_fd, int want_send, int recv_fd, int want_recv,
+                      const hk_io *io, const char *what) {
+  struct pollfd p[2];
+  int n = 0;
+  if (want_send)
+    p[n++] = (struct pollfd){.fd = send_fd, .events = POLLOUT};
+  if (want_recv)
+    p[n++] = (struct pollfd){.fd = recv_fd, .events = POLLIN};
+  return wait_fds(p, n, io, io->timeout_s, what);
+}
+
+hk_status hk_tcp_wait_any(const int *fds, int n, const hk_io *io,
+                          const char *what, int *ready) {
+  struct pollfd stack[8], *p = stack;
+  if (n > 7)
+    return hk_fail(HK_ERR_INVALID_ARG, "hk_tcp_wait_any: %d fds", n);
+  for (int i = 0; i < n; i++)
+    p[i] = (struct pollfd){.fd = fds[i], .events = POLLIN};
+  hk_status st = wait_fds(p, n, io, io->timeout_s, what);
+  if (st != HK_OK)
+    return st;
+  for (int i = 0; i < n; i++)
+    if (p[i].revents) {
+      *ready = i;
+      return HK_OK;
+    }
+  *ready = -1;
+  return HK_OK;
+}
+
+hk_status hk_tcp_send_all(int fd, const void *p, size_t n, const hk_io *io,
+                          const char *who) {
+  const uint8_t *b = p;
+  while (n > 0) {
+    size_t done;
+    hk_status st = hk_tcp_send_some(fd, b, n, &done, who);
+    if (st != HK_OK)
+      return st;
+    b += done;
+    n -= done;
+    if (n > 0 && done == 0) {
+      char what[96];
+      snprintf(what, sizeof what, "sending to %s", who);
+      st = hk_tcp_wait(fd, 1, -1, 0, io, what);
+      if (st != HK_OK)
+        return st;
+    }
+  }
+  return HK_OK;
+}
+
+hk_status hk_tcp_recv_all(int fd, void *p, size_t n, const hk_io *io,
+                          const char *who) {
+  uint8_t *b = p;
+  while (n > 0) {
+    size_t done;
+    hk_status st = hk_tcp_recv_some(fd, b, n, &done, who);
+    if (st != HK_OK)
+      return st;
+    b += done;
+    n -= done;
+    if (n > 0 && done == 0) {
+      char what[96];
+      snprintf(what, sizeof what, "receiving from %s", who);
+      st = hk_tcp_wait(-1, 0, fd, 1, io, what);
+      if (st != HK_OK)
+        return st;
+    }
+  }
+  return HK_OK;
+}
+
+hk_status hk_tcp_send_msg(int fd, const hk_msg *msg, hk_buf *scratch,
+                          const hk_io *io, const char *who) {
+  hk_buf_clear(scratch);
+  hk_status st = hk_wire_encode(msg, scratch);
+  if (st != HK_OK)
+    return st;
+  return hk_tcp_send_all(fd, scratch->data, scratch->len, io, who);
+}
+
+hk_status hk_tcp_recv_msg(int fd, hk_msg *out, hk_buf *scratch, const hk_io *io,
+                          const char *who) {
+  hk_buf_clear(scratch);
+  hk_status st = hk_buf_reserve(scratch, HK_WIRE_HEADER_LEN);
+  if (st != HK_OK)
+    return st;
+  st = hk_tcp_recv_all(fd, scratch->data, HK_WIRE_HEADER_LEN, io, who);
+  if (st != HK_OK)
+    return st;
+  uint8_t type;
+  uint32_t payload;
+  st = hk_wire_header(scratch->data, &type, &payload);
+  if (st != HK_OK) {
+    char msg[HK_ERROR_MSG_CAP];
+    snprintf(msg, sizeof msg, "%s", hk_last_error());
+    return hk_fail(st, "from %s: %s", who, msg);
+  }
+  scratch->len = HK_WIRE_HEADER_LEN;
+  st = hk_buf_reserve(scratch, payload);
+  if (st != HK_OK)
+    return st;
+  st =
+      hk_tcp_recv_all(fd, scratch->data + HK_WIRE_HEADER_LEN, payload, io, who);
+  if (st != HK_OK)
+    return st;
+  scratch->len += payload;
+  st = hk_wire_decode(scratch->data, scratch->len, out);
+  if (st != HK_OK) {
+    char msg[HK_ERROR_MSG_CAP];
+    snprintf(msg, sizeof msg, "%s", hk_last_error());
+    return hk_fail(st, "from %s: %s", who, msg);
+  }
+  return HK_OK;
+}

@@ -1,0 +1,114 @@
+/*
+ * tcp.h - hk's TCP transport: listening, connecting with the secret
+ * handshake (common/auth.h), framed control messages, and the non-blocking
+ * primitives the ring uses to keep a send to the right neighbour and a
+ * receive from the left neighbour in flight together.
+ *
+ * Every wait here also watches the launcher connection (hk_io.abort_fd):
+ * when it becomes readable (hkrun sent ABORT, or hkrun died) the wait
+ * returns HK_ERR_PEER_LOST at once, so no rank blocks on a dead job.
+ * Timeouts count from the last progress, in seconds (HK_TIMEOUT_S).
+ * Thread-safety: a file descriptor is used by one thread at a time (the
+ * background thread, or hk_init's bootstrap before it starts).
+ */
+#ifndef HK_TRANSPORT_TCP_H
+#define HK_TRANSPORT_TCP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/auth.h"
+#include "common/buf.h"
+#include "coordinator/wire.h"
+#include "hk/hk.h"
+
+/** How waits behave: which fd aborts them, how long without progress. */
+typedef struct hk_io {
+  int abort_fd;     /* launcher connection, or -1 */
+  double timeout_s; /* seconds without progress before HK_ERR_TIMEOUT */
+} hk_io;
+
+/** Seconds on CLOCK_MONOTONIC. */
+double hk_now(void);
+
+/**
+ * Listens on host (numeric IPv4, e.g. "127.0.0.1") at an ephemeral port.
+ * *fd is non-blocking and close-on-exec; *port is in host order.
+ * Errors: HK_ERR_SYSTEM naming the call.
+ */
+hk_status hk_tcp_listen(const char *host, int *fd, uint16_t *port);
+
+/**
+ * Connects to host:port, retrying refused connections until `deadline`
+ * (hk_now() seconds), then runs the client half of the secret handshake.
+ * `who` names the peer in messages ("rank 0", "hkrun").
+ * Errors: HK_ERR_TIMEOUT, HK_ERR_AUTH (the peer failed to prove the
+ * secret), HK_ERR_SYSTEM, HK_ERR_PEER_LOST.
+ */
+hk_status hk_tcp_connect(const char *host, uint16_t port,
+                         const hk_secret *secret, double deadline,
+                         const hk_io *io, const char *who, int *fd);
+
+/**
+ * Accepts one connection on listen_fd before `deadline` and runs the server
+ * half of the handshake. A connection that fails the handshake is closed
+ * (counted in *refused if not NULL, logged) and accepting continues.
+ * Errors: HK_ERR_TIMEOUT, HK_ERR_SYSTEM, HK_ERR_PEER_LOST.
+ */
+hk_status hk_tcp_accept(int listen_fd, const hk_secret *secret, double deadline,
+                        const hk_io *io, int *fd, int *refused);
+
+/** Sends all n bytes. Errors: HK_ERR_PEER_LOST, HK_ERR_TIMEOUT. */
+hk_status hk_tcp_send_all(int fd, const void *p, size_t n, const hk_io *io,
+                          const char *who);
+
+/** Receives exactly n bytes. Errors as hk_tcp_send_all. */
+hk_status hk_tcp_recv_all(int fd, void *p, size_t n, const hk_io *io,
+                          const char *who);
+
+/** Encodes msg and sends it as one frame (scratch is reused). */
+hk_status hk_tcp_send_msg(int fd, const hk_msg *msg, hk_buf *scratch,
+                          const hk_io *io, const char *who);
+
+/**
+ * Receives one frame and decodes it into *out (caller frees with
+ * hk_msg_free). Errors: those of hk_tcp_recv_all, HK_ERR_PROTOCOL.
+ */
+hk_status hk_tcp_recv_msg(int fd, hk_msg *out, hk_buf *scratch, const hk_io *io,
+                          const char *who);
+
+/**
+ * Non-blocking send of up to n bytes; *done gets the count (0 if the
+ * socket is full). Errors: HK_ERR_PEER_LOST (reset/closed).
+ */
+hk_status hk_tcp_send_some(int fd, const void *p, size_t n, size_t *done,
+                           const char *who);
+
+/**
+ * Non-blocking receive of up to n bytes; *done gets the count (0 if none
+ * is waiting). EOF is HK_ERR_PEER_LOST ("<who> closed the connection").
+ */
+hk_status hk_tcp_recv_some(int fd, void *p, size_t n, size_t *done,
+                           const char *who);
+
+/**
+ * Waits until send_fd is writable (if want_send) or recv_fd is readable
+ * (if want_recv), or abort_fd fires, or io->timeout_s passes.
+ * Errors: HK_ERR_PEER_LOST, HK_ERR_TIMEOUT, HK_ERR_SYSTEM.
+ */
+hk_status hk_tcp_wait(int send_fd, int want_send, int recv_fd, int want_recv,
+                      const hk_io *io, const char *what);
+
+/** Waits for any of fds[0..n) to be readable; *ready gets its index.
+ *  Errors as hk_tcp_wait. */
+hk_status hk_tcp_wait_any(const int *fds, int n, const hk_io *io,
+                          const char *what, int *ready);
+
+/** shutdown(2) both directions: a blocked peer read sees EOF, a thread
+ *  waiting to accept on a listening fd wakes with an error. */
+void hk_tcp_shutdown(int fd);
+
+/** Closes *fd if >= 0 and sets it to -1. */
+void hk_tcp_close(int *fd);
+
+#endif

@@ -1,0 +1,250 @@
+#include "coordinator/negotiate.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/status.h"
+#include "common/strmap.h"
+
+/* What one rank said about one tensor. */
+typedef struct slot {
+  uint8_t present, coll, dtype, op;
+  int32_t root;
+  uint64_t count;
+} slot;
+
+typedef struct entry {
+  char name[HK_MAX_NAME_LEN + 1];
+  int submitted;      /* ranks that have submitted it */
+  struct entry *next; /* in the ready list, once complete */
+  slot slots[];       /* one per rank */
+} entry;
+
+struct hk_negotiator {
+  int size;
+  hk_strmap *table; /* name -> entry, while incomplete */
+  entry *ready_head, *ready_tail;
+  uint32_t nready;
+};
+
+hk_status hk_negotiator_create(int size, hk_negotiator **out) {
+  hk_negotiator *n = calloc(1, sizeof *n);
+  if (!n)
+    return hk_fail(HK_ERR_NOMEM, "cannot allocate the negotiator");
+  n->size = size;
+  hk_status st = hk_strmap_create(&n->table);
+  if (st != HK_OK) {
+    free(n);
+    return st;
+  }
+  *out = n;
+  return HK_OK;
+}
+
+static void free_entry(const char *key, void *value, void *arg) {
+  (void)key;
+  (void)arg;
+  free(value);
+}
+
+void hk_negotiator_destroy(hk_negotiator *n) {
+  if (!n)
+    return;
+  hk_strmap_each(n->table, free_entry, NULL);
+  hk_strmap_destroy(n->table);
+  for (entry *e = n->ready_head, *next; e; e = next) {
+    next = e->next;
+    free(e);
+  }
+  free(n);
+}
+
+uint32_t hk_negotiator_pending(const hk_negotiator *n) {
+  return (uint32_t)hk_strmap_size(n->table);
+}
+
+hk_status hk_negotiator_add(hk_negotiator *n, int rank,
+                            const hk_wire_request *reqs, uint32_t count) {
+  if (rank < 0 || rank >= n->size)
+    return hk_fail(HK_ERR_INVALID_ARG, "rank %d out of range [0, %d)", rank,
+                   n->size);
+  for (uint32_t i = 0; i < count; i++) {
+    const hk_wire_request *q = &reqs[i];
+    entry *e = hk_strmap_get(n->table, q->name);
+    if (!e) {
+      e = calloc(1, sizeof *e + (size_t)n->size * sizeof(slot));
+      if (!e)
+        return hk_fail(HK_ERR_NOMEM, "cannot allocate a table entry");
+      snprintf(e->name, sizeof e->name, "%s", q->name);
+      hk_status st = hk_strmap_put(n->table, q->name, e);
+      if (st != HK_OK) {
+        free(e);
+        return st;
+      }
+    }
+    slot *s = &e->slots[rank];
+    if (s->present)
+      return hk_fail(HK_ERR_PROTOCOL,
+                     "rank %d submitted tensor '%s' twice while in flight",
+                     rank, q->name);
+    *s = (slot){1, q->coll, q->dtype, q->op, q->root, q->count};
+    if (++e->submitted == n->size) {
+      hk_strmap_remove(n->table, q->name);
+      if (n->ready_tail)
+        n->ready_tail->next = e;
+      else
+        n->ready_head = e;
+      n->ready_tail = e;
+      n->nready++;
+    }
+  }
+  return HK_OK;
+}
+
+static const char *coll_name(unsigned c) {
+  switch (c) {
+  case HK_COLL_ALLREDUCE:
+    return "allreduce";
+  case HK_COLL_BROADCAST:
+    return "broadcast";
+  case HK_COLL_BARRIER:
+    return "barrier";
+  }
+  return "unknown";
+}
+
+/* A field of a slot rendered as text, for grouping ranks by value. */
+typedef void (*field_fmt)(const slot *s, char *out, size_t cap);
+
+static void fmt_coll(const slot *s, char *o, size_t c) {
+  snprintf(o, c, "%s", coll_name(s->coll));
+}
+static void fmt_dtype(const slot *s, char *o, size_t c) {
+  snprintf(o, c, "%s", hk_dtype_name((hk_dtype)s->dtype));
+}
+static void fmt_op(const slot *s, char *o, size_t c) {
+  snprintf(o, c, "%s", hk_op_name((hk_op)s->op));
+}
+static void fmt_root(const slot *s, char *o, size_t c) {
+  snprintf(o, c, "%d", (int)s->root);
+}
+static void fmt_count(const slot *s, char *o, size_t c) {
+  snprintf(o, c, "%llu", (unsigned long long)s->count);
+}
+
+/* Appends to a bounded buffer; marks truncation with "...". */
+static void append(char *buf, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void append(char *buf, size_t cap, const char *fmt, ...) {
+  size_t len = strlen(buf);
+  if (len + 1 >= cap)
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(buf + len, cap - len, fmt, ap);
+  va_end(ap);
+  if (n < 0 || (size_t)n >= cap - len)
+    memcpy(buf + cap - 4, "...", 4);
+}
+
+/* If the field differs across ranks, describes it as
+ * "count 16 on ranks 0, 2, 3; 12 on rank 1" and returns 1. */
+static int describe_field(const entry *e, int size, const char *label,
+                          field_fmt fmt, char *out, size_t cap) {
+  char first[64], v[64], w[64];
+  fmt(&e->slots[0], first, sizeof first);
+  int differs = 0;
+  for (int r = 1; r < size && !differs; r++) {
+    fmt(&e->slots[r], v, sizeof v);
+    differs = strcmp(v, first) != 0;
+  }
+  if (!differs)
+    return 0;
+  append(out, cap, "%s differs:", label);
+  /* Group ranks by value, in order of each value's first rank. */
+  for (int r = 0; r < size; r++) {
+    fmt(&e->slots[r], v, sizeof v);
+    int seen = 0;
+    for (int q = 0; q < r && !seen; q++) {
+      fmt(&e->slots[q], w, sizeof w);
+      seen = strcmp(v, w) == 0;
+    }
+    if (seen)
+      continue;
+    int nranks = 0;
+    for (int q = r; q < size; q++) {
+      fmt(&e->slots[q], w, sizeof w);
+      nranks += strcmp(v, w) == 0;
+    }
+    append(out, cap, "%s %s %s on rank%s", r ? ";" : "", label, v,
+           nranks > 1 ? "s" : "");
+    int k = 0;
+    for (int q = r; q < size; q++) {
+      fmt(&e->slots[q], w, sizeof w);
+      if (strcmp(v, w) == 0)
+        append(out, cap, "%s %d", k++ ? "," : "", q);
+    }
+  }
+  append(out, cap, ". ");
+  return 1;
+}
+
+/* Fills the reason for a mismatch, or leaves it empty if all agree. */
+static void check_agreement(const entry *e, int size, char *out, size_t cap) {
+  out[0] = '\0';
+  char detail[HK_WIRE_MAX_REASON_LEN + 1] = "";
+  int bad =
+      describe_field(e, size, "collective", fmt_coll, detail, sizeof detail);
+  bad |= describe_field(e, size, "dtype", fmt_dtype, detail, sizeof detail);
+  bad |= describe_field(e, size, "count", fmt_count, detail, sizeof detail);
+  if (e->slots[0].coll == HK_COLL_ALLREDUCE)
+    bad |= describe_field(e, size, "op", fmt_op, detail, sizeof detail);
+  if (e->slots[0].coll == HK_COLL_BROADCAST)
+    bad |= describe_field(e, size, "root", fmt_root, detail, sizeof detail);
+  if (!bad)
+    return;
+  size_t dl = strlen(detail);
+  if (dl >= 2 && detail[dl - 2] == '.')
+    detail[dl - 1] = '\0'; /* drop the trailing space */
+  snprintf(out, cap, "tensor '%s': ranks disagree: %s", e->name, detail);
+}
+
+hk_status hk_negotiator_take_ready(hk_negotiator *n, hk_wire_response **out,
+                                   uint32_t *count) {
+  *out = NULL;
+  *count = 0;
+  if (n->nready == 0)
+    return HK_OK;
+  hk_wire_response *r = calloc(n->nready, sizeof *r);
+  if (!r)
+    return hk_fail(HK_ERR_NOMEM, "cannot allocate %u responses", n->nready);
+  uint32_t i = 0;
+  char reason[HK_WIRE_MAX_REASON_LEN + 1];
+  for (entry *e = n->ready_head, *next; e; e = next, i++) {
+    next = e->next;
+    snprintf(r[i].name, sizeof r[i].name, "%s", e->name);
+    check_agreement(e, n->size, reason, sizeof reason);
+    if (reason[0]) {
+      r[i].status = HK_ERR_MISMATCH;
+      r[i].reason = strdup(reason);
+      if (!r[i].reason) {
+        hk_negotiator_free_responses(r, i);
+        return hk_fail(HK_ERR_NOMEM, "cannot allocate a mismatch reason");
+      }
+    }
+    free(e);
+  }
+  *out = r;
+  *count = n->nready;
+  n->ready_head = n->ready_tail = NULL;
+  n->nready = 0;
+  return HK_OK;
+}
+
+void hk_negotiator_free_responses(hk_wire_response *r, uint32_t count) {
+  for (uint32_t i = 0; i < count && r; i++)
+    free(r[i].reason);
+  free(r);
+}

@@ -1,0 +1,232 @@
+#include "worker/bootstrap.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "collectives/transport/tcp.h"
+#include "common/log.h"
+#include "common/status.h"
+
+void hk_mesh_close(hk_mesh *m, int size) {
+  hk_tcp_close(&m->listen_fd);
+  hk_tcp_close(&m->launcher_fd);
+  hk_tcp_close(&m->left_fd);
+  hk_tcp_close(&m->right_fd);
+  hk_tcp_close(&m->ctrl_fd);
+  if (m->ctrl_fds) {
+    for (int r = 0; r < size; r++)
+      hk_tcp_close(&m->ctrl_fds[r]);
+    free(m->ctrl_fds);
+    m->ctrl_fds = NULL;
+  }
+}
+
+static hk_status parse_hostport(const char *s, char *host, size_t cap,
+                                uint16_t *port) {
+  const char *colon = strrchr(s, ':');
+  char *end;
+  long p = colon ? strtol(colon + 1, &end, 10) : -1;
+  if (!colon || colon == s || (size_t)(colon - s) >= cap || *end ||
+      colon[1] == '\0' || p < 1 || p > 65535)
+    return hk_fail(HK_ERR_CONFIG,
+                   "HK_RENDEZVOUS='%s' is not host:port (set by hkrun)", s);
+  memcpy(host, s, (size_t)(colon - s));
+  host[colon - s] = '\0';
+  *port = (uint16_t)p;
+  return HK_OK;
+}
+
+/* ---- accepting side: run on its own thread while we connect ---- */
+
+typedef struct acceptor {
+  hk_ctx *ctx;
+  double deadline;
+  hk_status status;
+  char error[HK_ERROR_MSG_CAP];
+} acceptor;
+
+static hk_status accept_one(hk_ctx *ctx, double deadline, int *expected_left) {
+  int fd;
+  hk_status st = hk_tcp_accept(ctx->mesh.listen_fd, &ctx->secret, deadline,
+                               &ctx->io, &fd, NULL);
+  if (st != HK_OK)
+    return st;
+  hk_msg m;
+  hk_buf scratch = {0};
+  hk_io io = {ctx->io.abort_fd, deadline - hk_now()};
+  st = hk_tcp_recv_msg(fd, &m, &scratch, &io, "a connecting peer");
+  hk_buf_free(&scratch);
+  if (st != HK_OK) {
+    close(fd);
+    return st;
+  }
+  int r = m.u.hello.rank;
+  int left = (ctx->rank + ctx->size - 1) % ctx->size;
+  int ok = m.type == HK_MSG_HELLO;
+  if (ok && m.u.hello.channel == HK_CHANNEL_DATA) {
+    ok = r == left && *expected_left;
+    if (ok) {
+      ctx->mesh.left_fd = fd;
+      *expected_left = 0;
+    }
+  } else if (ok) {
+    ok = ctx->rank == 0 && r > 0 && r < ctx->size && ctx->mesh.ctrl_fds[r] < 0;
+    if (ok)
+      ctx->mesh.ctrl_fds[r] = fd;
+  }
+  if (!ok) {
+    close(fd);
+    st = hk_fail(HK_ERR_PROTOCOL,
+                 "unexpected connection during start-up: message type %u, "
+                 "rank %d, channel %u",
+                 m.type, r, m.u.hello.channel);
+  }
+  hk_msg_free(&m);
+  return st;
+}
+
+static void *accept_main(void *arg) {
+  acceptor *a = arg;
+  hk_ctx *ctx = a->ctx;
+  int expected_left = 1;
+  int count = 1 + (ctx->rank == 0 ? ctx->size - 1 : 0);
+  a->status = HK_OK;
+  for (int i = 0; i < count && a->status == HK_OK; i++)
+    a->status = accept_one(ctx, a->deadline, &expected_left);
+  if (a->status != HK_OK)
+    snprintf(a->error, sizeof a->error, "%s", hk_last_error());
+  return NULL;
+}
+
+/* ---- connecting side ---- */
+
+static hk_status connect_peer(hk_ctx *ctx, const hk_wire_peer *peer, int rank,
+                              hk_channel channel, double deadline, int *fd) {
+  char who[32];
+  snprintf(who, sizeof who, "rank %d", rank);
+  hk_status st = hk_tcp_connect(peer->host, peer->port, &ctx->secret, deadline,
+                                &ctx->io, who, fd);
+  if (st != HK_OK)
+    return st;
+  hk_msg hello = {.type = HK_MSG_HELLO};
+  hello.u.hello.rank = ctx->rank;
+  hello.u.hello.channel = (uint8_t)channel;
+  hk_buf scratch = {0};
+  st = hk_tcp_send_msg(*fd, &hello, &scratch, &ctx->io, who);
+  hk_buf_free(&scratch);
+  return st;
+}
+
+/* Waits for PEERS from hkrun; an ABORT instead means the job is over. */
+static hk_status rendezvous(hk_ctx *ctx, const char *host, uint16_t port,
+                            uint16_t my_port, double deadline, hk_msg *peers) {
+  hk_io io = {-1, deadline - hk_now()};
+  hk_status st = hk_tcp_connect(host, port, &ctx->secret, deadline, &io,
+                                "hkrun", &ctx->mesh.launcher_fd);
+  if (st != HK_OK)
+    return st;
+  hk_msg reg = {.type = HK_MSG_REGISTER};
+  reg.u.reg.rank = ctx->rank;
+  reg.u.reg.size = ctx->size;
+  reg.u.reg.pid = (int32_t)getpid();
+  reg.u.reg.port = my_port;
+  snprintf(reg.u.reg.host, sizeof reg.u.reg.host, "127.0.0.1");
+  hk_buf scratch = {0};
+  st = hk_tcp_send_msg(ctx->mesh.launcher_fd, &reg, &scratch, &io, "hkrun");
+  if (st == HK_OK)
+    st = hk_tcp_recv_msg(ctx->mesh.launcher_fd, peers, &scratch, &io, "hkrun");
+  hk_buf_free(&scratch);
+  if (st == HK_ERR_TIMEOUT)
+    return hk_fail(HK_ERR_TIMEOUT,
+                   "not every rank joined within HK_START_TIMEOUT_S=%g s "
+                   "(rank %d of %d waited for hkrun's peer list)",
+                   ctx->cfg.start_timeout_s, ctx->rank, ctx->size);
+  if (st != HK_OK)
+    return st;
+  if (peers->type == HK_MSG_ABORT) {
+    st = hk_fail(HK_ERR_PEER_LOST, "the job was aborted during start-up: %s",
+                 peers->u.abort.reason);
+    hk_msg_free(peers);
+    return st;
+  }
+  if (peers->type != HK_MSG_PEERS || (int)peers->u.peers.n != ctx->size) {
+    st = hk_fail(HK_ERR_PROTOCOL,
+                 "hkrun answered with message type %u and %u peers, expected "
+                 "a peer list of %d",
+                 peers->type, peers->u.peers.n, ctx->size);
+    hk_msg_free(peers);
+    return st;
+  }
+  return HK_OK;
+}
+
+hk_status hk_bootstrap(hk_ctx *ctx) {
+  hk_mesh *m = &ctx->mesh;
+  *m = (hk_mesh){-1, -1, -1, -1, -1, NULL};
+  const char *rdv = getenv("HK_RENDEZVOUS");
+  if (!rdv || !*rdv) {
+    if (ctx->size > 1)
+      return hk_fail(HK_ERR_CONFIG,
+                     "HK_SIZE=%d but HK_RENDEZVOUS is not set: start the job "
+                     "with hkrun",
+                     ctx->size);
+    return HK_OK;
+  }
+  char host[HK_WIRE_MAX_HOST_LEN + 1];
+  uint16_t port = 0, my_port = 0;
+  hk_status st = parse_hostport(rdv, host, sizeof host, &port);
+  if (st != HK_OK)
+    return st;
+  const double deadline = hk_now() + ctx->cfg.start_timeout_s;
+  st = hk_tcp_listen("127.0.0.1", &m->listen_fd, &my_port);
+  if (st != HK_OK)
+    return st;
+  hk_msg peers;
+  st = rendezvous(ctx, host, port, my_port, deadline, &peers);
+  if (st != HK_OK)
+    return st;
+  ctx->io.abort_fd = m->launcher_fd;
+  if (ctx->size > 1) {
+    if (ctx->rank == 0) {
+      m->ctrl_fds = malloc((size_t)ctx->size * sizeof(int));
+      if (!m->ctrl_fds) {
+        hk_msg_free(&peers);
+        return hk_fail(HK_ERR_NOMEM, "cannot allocate control connections");
+      }
+      for (int r = 0; r < ctx->size; r++)
+        m->ctrl_fds[r] = -1;
+    }
+    acceptor a = {.ctx = ctx, .deadline = deadline};
+    pthread_t t;
+    if (pthread_create(&t, NULL, accept_main, &a) != 0) {
+      hk_msg_free(&peers);
+      return hk_fail(HK_ERR_SYSTEM, "cannot start the accept thread");
+    }
+    int right = (ctx->rank + 1) % ctx->size;
+    st = connect_peer(ctx, &peers.u.peers.peers[right], right, HK_CHANNEL_DATA,
+                      deadline, &m->right_fd);
+    if (st == HK_OK && ctx->rank != 0)
+      st = connect_peer(ctx, &peers.u.peers.peers[0], 0, HK_CHANNEL_CONTROL,
+                        deadline, &m->ctrl_fd);
+    char error[HK_ERROR_MSG_CAP];
+    snprintf(error, sizeof error, "%s", hk_last_error());
+    if (st != HK_OK)
+      hk_tcp_shutdown(m->listen_fd); /* wakes the accept thread */
+    pthread_join(t, NULL);
+    if (st == HK_OK && a.status != HK_OK) {
+      st = a.status;
+      snprintf(error, sizeof error, "%s", a.error);
+    }
+    if (st != HK_OK) {
+      hk_msg_free(&peers);
+      return hk_fail(st, "rank %d could not connect to its peers: %s",
+                     ctx->rank, error);
+    }
+  }
+  hk_msg_free(&peers);
+  hk_tcp_close(&m->listen_fd);
+  return HK_OK;
+}

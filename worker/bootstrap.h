@@ -1,0 +1,28 @@
+/*
+ * bootstrap.h - joining the job at hk_init: register with hkrun's
+ * rendezvous, learn every rank's address, and build the mesh: a data
+ * connection to the right neighbour (rank+1) and from the left one, and a
+ * control connection from every rank > 0 to rank 0. Every connection runs
+ * the secret handshake (common/auth.h) and then a HELLO naming the rank and
+ * channel, which the accepting side checks against what it expects.
+ * All socket work goes through collectives/transport/tcp.h.
+ */
+#ifndef HK_WORKER_BOOTSTRAP_H
+#define HK_WORKER_BOOTSTRAP_H
+
+#include "worker/context.h"
+
+/**
+ * Builds ctx->mesh for ctx->rank/size from HK_RENDEZVOUS (host:port) and
+ * ctx->secret, within ctx->cfg.start_timeout_s. Without HK_RENDEZVOUS (a
+ * world of size 1 started by hand) it opens nothing.
+ * Errors: HK_ERR_CONFIG (malformed HK_RENDEZVOUS), HK_ERR_TIMEOUT,
+ * HK_ERR_AUTH, HK_ERR_PROTOCOL, HK_ERR_SYSTEM, HK_ERR_PEER_LOST (hkrun
+ * aborted the job while we waited; the message says why).
+ */
+hk_status hk_bootstrap(hk_ctx *ctx);
+
+/** Closes every fd of the mesh (safe on a partly built one). */
+void hk_mesh_close(hk_mesh *mesh, int size);
+
+#endif

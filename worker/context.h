@@ -1,0 +1,73 @@
+/*
+ * context.h - the one runtime context of a worker process (DESIGN.md: "one
+ * runtime context struct holds a worker's state"). hk_init creates it;
+ * every worker module takes it as an argument.
+ *
+ * Locking: `mu` guards the fields marked [mu]; the background thread owns
+ * the fields marked [bg] (no lock); the rest is set by hk_init before the
+ * background thread starts and is read-only afterwards.
+ */
+#ifndef HK_WORKER_CONTEXT_H
+#define HK_WORKER_CONTEXT_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "collectives/ring.h"
+#include "common/auth.h"
+#include "common/buf.h"
+#include "common/config.h"
+#include "common/strmap.h"
+#include "coordinator/negotiate.h"
+#include "coordinator/wire.h"
+#include "hk/hk.h"
+
+/* An operation in flight: what the trainer submitted, and its outcome. */
+struct hk_handle_s {
+  hk_wire_request req; /* name, collective, dtype, op, root, count */
+  const void *sendbuf;
+  void *recvbuf;
+  int done;                 /* [mu] 1 once completed */
+  hk_status status;         /* [mu] valid once done */
+  char *reason;             /* [mu] malloc'd message when status != HK_OK */
+  struct hk_handle_s *next; /* [mu] in the submit queue */
+};
+
+/* The connections of one worker (see worker/bootstrap.c). */
+typedef struct hk_mesh {
+  int listen_fd;   /* closed once the mesh is built */
+  int launcher_fd; /* to hkrun's rendezvous; -1 without hkrun */
+  int left_fd;     /* data ring: from rank-1 */
+  int right_fd;    /* data ring: to rank+1 */
+  int ctrl_fd;     /* rank > 0: to rank 0 */
+  int *ctrl_fds;   /* rank 0: ctrl_fds[r] from rank r (index 0 unused) */
+} hk_mesh;
+
+typedef struct hk_ctx {
+  int rank, size, local_rank, local_size;
+  hk_config cfg;
+  hk_secret secret;
+  hk_mesh mesh;
+  hk_io io;     /* abort_fd = launcher_fd, timeout = HK_TIMEOUT_S */
+  hk_ring ring; /* [bg] */
+
+  pthread_t thread;
+  int thread_started;
+  int wake_fd; /* eventfd: a trainer thread submitted or shut down */
+
+  pthread_mutex_t mu;
+  pthread_cond_t done_cv; /* [mu] broadcast when any handle completes */
+  hk_strmap *inflight;    /* [mu] name -> handle, until completed */
+  hk_handle queue_head;   /* [mu] submitted, not yet sent to rank 0 */
+  hk_handle queue_tail;   /* [mu] */
+  int shutdown_requested; /* [mu] hk_shutdown was called here */
+  int stopped;            /* [mu] background loop has ended */
+  hk_status failure;      /* [mu] HK_OK, or why the job failed/stopped */
+  char failure_reason[HK_WIRE_MAX_REASON_LEN + 1]; /* [mu] */
+  uint64_t barrier_seq; /* [mu] names barriers hk.barrier.<n> */
+
+  hk_negotiator *negotiator; /* [bg] rank 0 only */
+  hk_buf scratch;            /* [bg] message encoding/decoding */
+} hk_ctx;
+
+#endif

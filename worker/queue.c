@@ -1,0 +1,136 @@
+#include "worker/queue.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/status.h"
+
+static void wake(hk_ctx *ctx) {
+  uint64_t one = 1;
+  ssize_t w = write(ctx->wake_fd, &one, sizeof one);
+  (void)w; /* an eventfd write only fails when the counter saturates */
+}
+
+hk_status hk_queue_submit(hk_ctx *ctx, const hk_wire_request *req,
+                          const void *sendbuf, void *recvbuf, hk_handle *out) {
+  hk_handle h = calloc(1, sizeof *h);
+  if (!h)
+    return hk_fail(HK_ERR_NOMEM, "cannot allocate a handle");
+  h->req = *req;
+  h->sendbuf = sendbuf;
+  h->recvbuf = recvbuf;
+  hk_status st = HK_OK;
+  pthread_mutex_lock(&ctx->mu);
+  if (ctx->failure != HK_OK) {
+    st = hk_fail(ctx->failure, "cannot submit '%s': %s", req->name,
+                 ctx->failure_reason);
+  } else if (hk_strmap_get(ctx->inflight, req->name)) {
+    st = hk_fail(HK_ERR_DUPLICATE_NAME,
+                 "tensor '%s' is already in flight on rank %d: wait for it "
+                 "before submitting the name again",
+                 req->name, ctx->rank);
+  } else if ((st = hk_strmap_put(ctx->inflight, req->name, h)) == HK_OK) {
+    if (ctx->queue_tail)
+      ctx->queue_tail->next = h;
+    else
+      ctx->queue_head = h;
+    ctx->queue_tail = h;
+  }
+  pthread_mutex_unlock(&ctx->mu);
+  if (st != HK_OK) {
+    free(h);
+    return st;
+  }
+  wake(ctx);
+  *out = h;
+  return HK_OK;
+}
+
+hk_handle hk_queue_take(hk_ctx *ctx) {
+  pthread_mutex_lock(&ctx->mu);
+  hk_handle list = ctx->queue_head;
+  ctx->queue_head = ctx->queue_tail = NULL;
+  pthread_mutex_unlock(&ctx->mu);
+  return list;
+}
+
+hk_handle hk_queue_find(hk_ctx *ctx, const char *name) {
+  pthread_mutex_lock(&ctx->mu);
+  hk_handle h = hk_strmap_get(ctx->inflight, name);
+  pthread_mutex_unlock(&ctx->mu);
+  return h;
+}
+
+/* Requires ctx->mu held. */
+static void complete_locked(hk_ctx *ctx, hk_handle h, hk_status status,
+                            const char *reason) {
+  hk_strmap_remove(ctx->inflight, h->req.name);
+  h->status = status;
+  if (status != HK_OK && reason)
+    h->reason = strdup(reason);
+  h->done = 1;
+}
+
+void hk_queue_complete(hk_ctx *ctx, hk_handle h, hk_status status,
+                       const char *reason) {
+  pthread_mutex_lock(&ctx->mu);
+  complete_locked(ctx, h, status, reason);
+  pthread_cond_broadcast(&ctx->done_cv);
+  pthread_mutex_unlock(&ctx->mu);
+}
+
+typedef struct fail_args {
+  hk_handle list;
+} fail_args;
+
+static void collect(const char *key, void *value, void *arg) {
+  (void)key;
+  fail_args *a = arg;
+  hk_handle h = value;
+  h->next = a->list;
+  a->list = h;
+}
+
+void hk_queue_fail_all(hk_ctx *ctx, hk_status status, const char *reason) {
+  pthread_mutex_lock(&ctx->mu);
+  if (ctx->failure == HK_OK) {
+    ctx->failure = status;
+    snprintf(ctx->failure_reason, sizeof ctx->failure_reason, "%s", reason);
+  }
+  ctx->queue_head = ctx->queue_tail = NULL;
+  fail_args a = {NULL};
+  hk_strmap_each(ctx->inflight, collect, &a);
+  for (hk_handle h = a.list, next; h; h = next) {
+    next = h->next;
+    char msg[HK_WIRE_MAX_REASON_LEN + HK_MAX_NAME_LEN + 32];
+    snprintf(msg, sizeof msg, "tensor '%s': %s", h->req.name,
+             ctx->failure_reason);
+    complete_locked(ctx, h, ctx->failure, msg);
+  }
+  pthread_cond_broadcast(&ctx->done_cv);
+  pthread_mutex_unlock(&ctx->mu);
+}
+
+hk_status hk_queue_wait(hk_ctx *ctx, hk_handle h) {
+  pthread_mutex_lock(&ctx->mu);
+  while (!h->done)
+    pthread_cond_wait(&ctx->done_cv, &ctx->mu);
+  pthread_mutex_unlock(&ctx->mu);
+  hk_status st = h->status;
+  if (st != HK_OK)
+    hk_set_last_error(h->reason ? h->reason : hk_strerror(st));
+  else
+    hk_clear_error();
+  free(h->reason);
+  free(h);
+  return st;
+}
+
+void hk_queue_poll(hk_ctx *ctx, hk_handle h, int *done) {
+  pthread_mutex_lock(&ctx->mu);
+  *done = h->done;
+  pthread_mutex_unlock(&ctx->mu);
+}

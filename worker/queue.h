@@ -1,0 +1,47 @@
+/*
+ * queue.h - the tensor queue: how trainer threads hand operations to the
+ * background thread, and how the background thread completes them.
+ * All functions lock ctx->mu; the trainer-side ones may be called from any
+ * thread concurrently.
+ */
+#ifndef HK_WORKER_QUEUE_H
+#define HK_WORKER_QUEUE_H
+
+#include "worker/context.h"
+
+/**
+ * Validates and enqueues one operation (request fields already filled in
+ * `req`), then wakes the background thread. On HK_OK *out is the handle.
+ * Errors: HK_ERR_DUPLICATE_NAME (name in flight on this rank),
+ * HK_ERR_NOMEM, or the job's failure status once it failed/shut down.
+ */
+hk_status hk_queue_submit(hk_ctx *ctx, const hk_wire_request *req,
+                          const void *sendbuf, void *recvbuf, hk_handle *out);
+
+/** Background thread: takes every queued handle (a list linked by next). */
+hk_handle hk_queue_take(hk_ctx *ctx);
+
+/** Background thread: the in-flight handle named `name`, or NULL. */
+hk_handle hk_queue_find(hk_ctx *ctx, const char *name);
+
+/**
+ * Completes a handle with status (and reason, copied, when not HK_OK),
+ * removes its name from the in-flight table and wakes waiters.
+ */
+void hk_queue_complete(hk_ctx *ctx, hk_handle h, hk_status status,
+                       const char *reason);
+
+/**
+ * Marks the job failed (first caller wins) and completes every in-flight
+ * handle with that status and reason; later submits fail at once.
+ */
+void hk_queue_fail_all(hk_ctx *ctx, hk_status status, const char *reason);
+
+/** Blocks until h completes; returns its status, sets this thread's last
+ *  error to its reason, and frees h. */
+hk_status hk_queue_wait(hk_ctx *ctx, hk_handle h);
+
+/** Sets *done to whether h has completed, without blocking. */
+void hk_queue_poll(hk_ctx *ctx, hk_handle h, int *done);
+
+#endif

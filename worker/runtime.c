@@ -1,0 +1,289 @@
+/*
+ * runtime.c - the public API (include/hk/hk.h): hk_init/hk_shutdown, the
+ * rank queries, argument checking, and the submit/wait wrappers over the
+ * tensor queue. The one process-wide pointer to the runtime context lives
+ * here.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include "collectives/reduce.h"
+#include "common/log.h"
+#include "common/status.h"
+#include "worker/background.h"
+#include "worker/bootstrap.h"
+#include "worker/context.h"
+#include "worker/queue.h"
+
+/* The runtime context; set by hk_init before any other thread may use it,
+ * cleared by hk_shutdown after the background thread has stopped. */
+static hk_ctx *g_ctx;
+
+static hk_status env_int(const char *var, int def, int min, int max, int *out) {
+  const char *s = getenv(var);
+  if (!s || !*s) {
+    *out = def;
+    return HK_OK;
+  }
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || *end || v < min || v > max)
+    return hk_fail(HK_ERR_CONFIG, "%s='%s' is not an integer in [%d, %d]", var,
+                   s, min, max);
+  *out = (int)v;
+  return HK_OK;
+}
+
+/* Reads rank, size and local placement from what hkrun set. */
+static hk_status read_placement(hk_ctx *ctx) {
+  const char *rank = getenv("HK_RANK");
+  if (!rank || !*rank) { /* not started by hkrun: a world of one */
+    ctx->rank = ctx->local_rank = 0;
+    ctx->size = ctx->local_size = 1;
+    return HK_OK;
+  }
+  hk_status st = env_int("HK_SIZE", -1, 1, HK_WIRE_MAX_RANKS, &ctx->size);
+  if (st == HK_OK && ctx->size < 0)
+    st = hk_fail(HK_ERR_CONFIG, "HK_RANK is set but HK_SIZE is not");
+  if (st == HK_OK)
+    st = env_int("HK_RANK", 0, 0, ctx->size - 1, &ctx->rank);
+  if (st == HK_OK)
+    st = env_int("HK_LOCAL_SIZE", ctx->size, 1, ctx->size, &ctx->local_size);
+  if (st == HK_OK)
+    st = env_int("HK_LOCAL_RANK", ctx->rank, 0, ctx->local_size - 1,
+                 &ctx->local_rank);
+  if (st == HK_OK && getenv("HK_RENDEZVOUS"))
+    st = hk_secret_parse(getenv("HK_SECRET"), &ctx->secret);
+  return st;
+}
+
+/* If hkrun started us, die with it: no worker outlives its launcher. */
+static void die_with_launcher(void) {
+  const char *s = getenv("HK_LAUNCHER_PID");
+  if (s && atol(s) == (long)getppid())
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+}
+
+static void destroy(hk_ctx *ctx) {
+  hk_mesh_close(&ctx->mesh, ctx->size);
+  hk_ring_destroy(&ctx->ring);
+  hk_negotiator_destroy(ctx->negotiator);
+  hk_strmap_destroy(ctx->inflight);
+  hk_buf_free(&ctx->scratch);
+  if (ctx->wake_fd >= 0)
+    close(ctx->wake_fd);
+  pthread_mutex_destroy(&ctx->mu);
+  pthread_cond_destroy(&ctx->done_cv);
+  free(ctx);
+}
+
+hk_status hk_init(void) {
+  if (g_ctx)
+    return hk_fail(HK_ERR_ALREADY_INITIALIZED,
+                   "hk_init called twice without hk_shutdown");
+  hk_ctx *ctx = calloc(1, sizeof *ctx);
+  if (!ctx)
+    return hk_fail(HK_ERR_NOMEM, "cannot allocate the runtime context");
+  ctx->mesh = (hk_mesh){-1, -1, -1, -1, -1, NULL};
+  ctx->wake_fd = -1;
+  pthread_mutex_init(&ctx->mu, NULL);
+  pthread_cond_init(&ctx->done_cv, NULL);
+  hk_status st = hk_config_load(&ctx->cfg);
+  if (st == HK_OK)
+    st = read_placement(ctx);
+  if (st != HK_OK) {
+    destroy(ctx);
+    return st;
+  }
+  char prefix[32];
+  snprintf(prefix, sizeof prefix, "hk[%d]", ctx->rank);
+  hk_log_setup(prefix, (hk_log_level)ctx->cfg.log_level);
+  die_with_launcher();
+  ctx->io = (hk_io){-1, ctx->cfg.timeout_s};
+  ctx->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (ctx->wake_fd < 0)
+    st = hk_fail_errno(HK_ERR_SYSTEM, errno, "eventfd");
+  if (st == HK_OK)
+    st = hk_strmap_create(&ctx->inflight);
+  if (st == HK_OK && ctx->rank == 0)
+    st = hk_negotiator_create(ctx->size, &ctx->negotiator);
+  if (st == HK_OK)
+    st = hk_bootstrap(ctx);
+  if (st == HK_OK) {
+    ctx->io.abort_fd = ctx->mesh.launcher_fd;
+    st = hk_ring_init(&ctx->ring, ctx->rank, ctx->size, ctx->mesh.left_fd,
+                      ctx->mesh.right_fd, &ctx->io, ctx->cfg.ring_chunk_bytes);
+  }
+  if (st == HK_OK) {
+    if (pthread_create(&ctx->thread, NULL, hk_background_main, ctx) != 0)
+      st = hk_fail(HK_ERR_SYSTEM, "cannot start the background thread");
+    else
+      ctx->thread_started = 1;
+  }
+  if (st != HK_OK) {
+    char msg[HK_ERROR_MSG_CAP];
+    snprintf(msg, sizeof msg, "%s", hk_last_error());
+    destroy(ctx);
+    return hk_fail(st, "hk_init: %s", msg);
+  }
+  g_ctx = ctx;
+  hk_log(HK_LOG_INFO, "rank %d of %d joined (local %d of %d)", ctx->rank,
+         ctx->size, ctx->local_rank, ctx->local_size);
+  return HK_OK;
+}
+
+hk_status hk_shutdown(void) {
+  hk_ctx *ctx = g_ctx;
+  if (!ctx)
+    return hk_fail(HK_ERR_NOT_INITIALIZED, "hk_shutdown before hk_init");
+  pthread_mutex_lock(&ctx->mu);
+  ctx->shutdown_requested = 1;
+  pthread_mutex_unlock(&ctx->mu);
+  uint64_t one = 1;
+  ssize_t w = write(ctx->wake_fd, &one, sizeof one);
+  (void)w;
+  if (ctx->thread_started)
+    pthread_join(ctx->thread, NULL);
+  hk_status st = ctx->failure;
+  char reason[sizeof ctx->failure_reason];
+  snprintf(reason, sizeof reason, "%s", ctx->failure_reason);
+  g_ctx = NULL;
+  destroy(ctx);
+  if (st == HK_OK || st == HK_ERR_SHUTDOWN)
+    return HK_OK;
+  return hk_fail(st, "%s", reason);
+}
+
+int hk_rank(void) { return g_ctx ? g_ctx->rank : -1; }
+int hk_size(void) { return g_ctx ? g_ctx->size : -1; }
+int hk_local_rank(void) { return g_ctx ? g_ctx->local_rank : -1; }
+int hk_local_size(void) { return g_ctx ? g_ctx->local_size : -1; }
+
+/* Checks what every collective shares and fills the request's name. */
+static hk_status check_common(const char *fn, const char *name, size_t count,
+                              hk_dtype dtype, hk_wire_request *req) {
+  if (!g_ctx)
+    return hk_fail(HK_ERR_NOT_INITIALIZED, "%s called before hk_init", fn);
+  if (!name || !*name)
+    return hk_fail(HK_ERR_INVALID_ARG, "%s: the tensor name is empty", fn);
+  size_t len = strlen(name);
+  if (len > HK_MAX_NAME_LEN)
+    return hk_fail(HK_ERR_INVALID_ARG,
+                   "%s: tensor name '%.40s...' is %zu bytes, over the limit "
+                   "of %d",
+                   fn, name, len, HK_MAX_NAME_LEN);
+  if ((unsigned)dtype > HK_INT64)
+    return hk_fail(HK_ERR_INVALID_ARG, "%s: tensor '%s': unknown dtype %d", fn,
+                   name, (int)dtype);
+  if (count > SIZE_MAX / 8)
+    return hk_fail(HK_ERR_INVALID_ARG,
+                   "%s: tensor '%s': count %zu elements is too large", fn, name,
+                   count);
+  memset(req, 0, sizeof *req);
+  memcpy(req->name, name, len + 1);
+  req->dtype = (uint8_t)dtype;
+  req->count = count;
+  return HK_OK;
+}
+
+hk_status hk_allreduce_async(const char *name, const void *sendbuf,
+                             void *recvbuf, size_t count, hk_dtype dtype,
+                             hk_op op, hk_handle *handle) {
+  hk_wire_request req;
+  hk_status st = check_common("hk_allreduce_async", name, count, dtype, &req);
+  if (st != HK_OK)
+    return st;
+  if ((unsigned)op > HK_PRODUCT)
+    return hk_fail(HK_ERR_INVALID_ARG,
+                   "hk_allreduce_async: tensor '%s': unknown op %d", name,
+                   (int)op);
+  if (!handle || (count > 0 && (!sendbuf || !recvbuf)))
+    return hk_fail(HK_ERR_INVALID_ARG,
+                   "hk_allreduce_async: tensor '%s': NULL %s", name,
+                   !handle ? "handle pointer" : "buffer");
+  size_t bytes = count * hk_dtype_size(dtype);
+  const char *s = sendbuf, *r = recvbuf;
+  if (s != r && count > 0 && s < r + bytes && r < s + bytes)
+    return hk_fail(HK_ERR_INVALID_ARG,
+                   "hk_allreduce_async: tensor '%s': sendbuf and recvbuf "
+                   "overlap without being equal",
+                   name);
+  req.coll = HK_COLL_ALLREDUCE;
+  req.op = (uint8_t)op;
+  return hk_queue_submit(g_ctx, &req, sendbuf, recvbuf, handle);
+}
+
+hk_status hk_broadcast_async(const char *name, void *buf, size_t count,
+                             hk_dtype dtype, int root, hk_handle *handle) {
+  hk_wire_request req;
+  hk_status st = check_common("hk_broadcast_async", name, count, dtype, &req);
+  if (st != HK_OK)
+    return st;
+  if (root < 0 || root >= g_ctx->size)
+    return hk_fail(HK_ERR_INVALID_ARG,
+                   "hk_broadcast_async: tensor '%s': root %d is not a rank "
+                   "in [0, %d)",
+                   name, root, g_ctx->size);
+  if (!handle || (count > 0 && !buf))
+    return hk_fail(HK_ERR_INVALID_ARG,
+                   "hk_broadcast_async: tensor '%s': NULL %s", name,
+                   !handle ? "handle pointer" : "buffer");
+  req.coll = HK_COLL_BROADCAST;
+  req.root = root;
+  return hk_queue_submit(g_ctx, &req, buf, buf, handle);
+}
+
+hk_status hk_wait(hk_handle handle) {
+  if (!handle)
+    return hk_fail(HK_ERR_INVALID_ARG, "hk_wait: NULL handle");
+  if (!g_ctx)
+    return hk_fail(HK_ERR_NOT_INITIALIZED, "hk_wait after hk_shutdown");
+  return hk_queue_wait(g_ctx, handle);
+}
+
+hk_status hk_poll(hk_handle handle, int *done) {
+  if (!handle || !done)
+    return hk_fail(HK_ERR_INVALID_ARG, "hk_poll: NULL %s",
+                   !handle ? "handle" : "done pointer");
+  if (!g_ctx)
+    return hk_fail(HK_ERR_NOT_INITIALIZED, "hk_poll after hk_shutdown");
+  hk_queue_poll(g_ctx, handle, done);
+  return HK_OK;
+}
+
+hk_status hk_allreduce(const char *name, const void *sendbuf, void *recvbuf,
+                       size_t count, hk_dtype dtype, hk_op op) {
+  hk_handle h;
+  hk_status st =
+      hk_allreduce_async(name, sendbuf, recvbuf, count, dtype, op, &h);
+  return st != HK_OK ? st : hk_wait(h);
+}
+
+hk_status hk_broadcast(const char *name, void *buf, size_t count,
+                       hk_dtype dtype, int root) {
+  hk_handle h;
+  hk_status st = hk_broadcast_async(name, buf, count, dtype, root, &h);
+  return st != HK_OK ? st : hk_wait(h);
+}
+
+hk_status hk_barrier(void) {
+  if (!g_ctx)
+    return hk_fail(HK_ERR_NOT_INITIALIZED, "hk_barrier called before hk_init");
+  hk_wire_request req = {.coll = HK_COLL_BARRIER};
+  pthread_mutex_lock(&g_ctx->mu);
+  uint64_t seq = g_ctx->barrier_seq++;
+  pthread_mutex_unlock(&g_ctx->mu);
+  snprintf(req.name, sizeof req.name, "hk.barrier.%llu",
+           (unsigned long long)seq);
+  hk_handle h;
+  hk_status st = hk_queue_submit(g_ctx, &req, NULL, NULL, &h);
+  return st != HK_OK ? st : hk_wait(h);
+}
