@@ -1,0 +1,112 @@
+/*
+ * w_errors - negotiation errors complete on every rank and lose nothing:
+ *  1. 'grad.w' has 16 elements on every rank but rank 1 (12), submitted in
+ *     the same cycle as a healthy 'grad.ok': grad.w fails with
+ *     HK_ERR_MISMATCH on EVERY rank, naming the tensor, both counts and
+ *     the ranks; grad.ok has the right sum; a later grad.w that agrees
+ *     works (cases C2, and the issue's mismatch test).
+ *  2. dtype, op and broadcast-root mismatches name the field and values.
+ *  3. A name submitted twice while in flight fails at once with
+ *     HK_ERR_DUPLICATE_NAME on that rank only; the first completes (C3).
+ * Prints "errors ok" when every check passed.
+ */
+#include <string.h>
+
+#include "wcommon.h"
+
+static void expect_mismatch(hk_status st, const char *const needles[]) {
+  HKT_CHECK(st == HK_ERR_MISMATCH, "expected a mismatch, got %s: %s",
+            hk_strerror(st), hk_last_error());
+  for (int i = 0; needles[i]; i++)
+    HKT_CHECK(strstr(hk_last_error(), needles[i]),
+              "mismatch message '%s' lacks '%s'", hk_last_error(), needles[i]);
+}
+
+int main(void) {
+  HKT_OK(hk_init());
+  const int rank = hk_rank(), np = hk_size();
+  HKT_CHECK(np >= 2, "run with at least 2 ranks");
+
+  /* 1. count mismatch beside a healthy tensor */
+  float w[16], ok[8];
+  for (int i = 0; i < 16; i++)
+    w[i] = 1.0f;
+  for (int i = 0; i < 8; i++)
+    ok[i] = (float)(rank + i);
+  hk_handle hw, hok;
+  HKT_OK(hk_allreduce_async("grad.w", w, w, rank == 1 ? 12 : 16, HK_FLOAT32,
+                            HK_SUM, &hw));
+  HKT_OK(hk_allreduce_async("grad.ok", ok, ok, 8, HK_FLOAT32, HK_SUM, &hok));
+  const char *const count_needles[] = {"grad.w", "count",  "16",
+                                       "12",     "rank 1", NULL};
+  expect_mismatch(hk_wait(hw), count_needles);
+  if (rank == 0)
+    printf("mismatch message: %s\n", hk_last_error());
+  HKT_OK(hk_wait(hok));
+  for (int i = 0; i < 8; i++) {
+    float expect = 0;
+    for (int r = 0; r < np; r++)
+      expect += (float)(r + i);
+    HKT_CHECK(ok[i] == expect, "grad.ok[%d] = %g, expected %g", i, ok[i],
+              expect);
+  }
+  for (int i = 0; i < 16; i++)
+    w[i] = (float)rank;
+  HKT_OK(hk_allreduce("grad.w", w, w, 16, HK_FLOAT32, HK_MAX));
+  HKT_CHECK(w[15] == (float)(np - 1), "grad.w after the mismatch: %g", w[15]);
+
+  /* 2. dtype, op, root */
+  int32_t x[4] = {1, 2, 3, 4};
+  const char *const dtype_needles[] = {"t.dtype", "dtype", "int32", "int64",
+                                       NULL};
+  expect_mismatch(hk_allreduce("t.dtype", x, x, 2,
+                               rank == np - 1 ? HK_INT64 : HK_INT32, HK_SUM),
+                  dtype_needles);
+  const char *const op_needles[] = {"t.op", "op", "sum", "max", NULL};
+  expect_mismatch(
+      hk_allreduce("t.op", x, x, 4, HK_INT32, rank == 0 ? HK_MAX : HK_SUM),
+      op_needles);
+  const char *const root_needles[] = {"t.root", "root", NULL};
+  expect_mismatch(hk_broadcast("t.root", x, 4, HK_INT32, rank == 0 ? 1 : 0),
+                  root_needles);
+
+  /* 3. duplicate name while in flight (on rank 0 only) */
+  int64_t d[3] = {rank, rank, rank}, d2[3];
+  hk_handle hd, hd2;
+  HKT_OK(hk_allreduce_async("dup", d, d, 3, HK_INT64, HK_SUM, &hd));
+  if (rank == 0) {
+    hk_status st = hk_allreduce_async("dup", d2, d2, 3, HK_INT64, HK_SUM, &hd2);
+    HKT_CHECK(st == HK_ERR_DUPLICATE_NAME, "second 'dup' gave %s",
+              hk_strerror(st));
+    HKT_CHECK(strstr(hk_last_error(), "'dup'") &&
+                  strstr(hk_last_error(), "in flight"),
+              "duplicate message: %s", hk_last_error());
+  }
+  HKT_OK(hk_wait(hd));
+  HKT_CHECK(d[2] == (int64_t)np * (np - 1) / 2, "dup sum %lld",
+            (long long)d[2]);
+
+  /* 4. bad arguments are refused at once with a message naming them */
+  hk_handle hb;
+  HKT_CHECK(hk_allreduce_async("", x, x, 1, HK_INT32, HK_SUM, &hb) ==
+                    HK_ERR_INVALID_ARG &&
+                strstr(hk_last_error(), "name is empty"),
+            "empty name: %s", hk_last_error());
+  HKT_CHECK(hk_allreduce_async("bad.op", x, x, 1, HK_INT32, (hk_op)42, &hb) ==
+                    HK_ERR_INVALID_ARG &&
+                strstr(hk_last_error(), "unknown op 42"),
+            "bad op: %s", hk_last_error());
+  HKT_CHECK(hk_broadcast_async("bad.root", x, 1, HK_INT32, np, &hb) ==
+                    HK_ERR_INVALID_ARG &&
+                strstr(hk_last_error(), "root"),
+            "bad root: %s", hk_last_error());
+  HKT_CHECK(hk_allreduce_async("overlap", x, x + 1, 2, HK_INT32, HK_SUM, &hb) ==
+                    HK_ERR_INVALID_ARG &&
+                strstr(hk_last_error(), "overlap"),
+            "overlap: %s", hk_last_error());
+
+  HKT_OK(hk_barrier());
+  HKT_OK(hk_shutdown());
+  printf("errors ok\n");
+  return 0;
+}

@@ -1,0 +1,93 @@
+/*
+ * w_fail MODE - failure scenarios driven by the tests:
+ *   kill   : every rank allreduces 16 MiB in a loop and prints
+ *            "ready pid=<pid>" after the first one; the test kills one rank
+ *            with SIGKILL. Survivors print the error they got and exit 1.
+ *   early  : rank 0 exits with status 3 right after hk_init; the others
+ *            allreduce and must get HK_ERR_PEER_LOST naming rank 0 (C6).
+ *   rogue  : rank 1 connects to hkrun's rendezvous without the secret and
+ *            checks it is refused (the connection is closed), then every
+ *            rank allreduces and checks the result.
+ */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "wcommon.h"
+
+static int mode_kill(int rank) {
+  size_t n = 4u << 20;
+  float *g = malloc(n * sizeof *g);
+  for (size_t i = 0; i < n; i++)
+    g[i] = 1.0f;
+  for (long it = 0;; it++) {
+    hk_status st = hk_allreduce("big", g, g, n, HK_FLOAT32, HK_AVERAGE);
+    if (st != HK_OK) {
+      fprintf(stderr, "rank %d: allreduce failed: %s: %s\n", rank,
+              hk_strerror(st), hk_last_error());
+      return 1;
+    }
+    if (it == 0) {
+      printf("ready pid=%d\n", (int)getpid());
+      fflush(stdout);
+    }
+  }
+}
+
+static int mode_early(int rank) {
+  if (rank == 0)
+    exit(3);
+  int32_t v = rank;
+  hk_status st = hk_allreduce("x", &v, &v, 1, HK_INT32, HK_SUM);
+  fprintf(stderr, "rank %d: allreduce gave %s: %s\n", rank, hk_strerror(st),
+          hk_last_error());
+  HKT_CHECK(st == HK_ERR_PEER_LOST, "expected peer lost");
+  HKT_CHECK(strstr(hk_last_error(), "rank 0"), "message does not name rank 0");
+  return 1;
+}
+
+static int mode_rogue(int rank, int np) {
+  if (rank == 1) {
+    const char *rdv = getenv("HK_RENDEZVOUS");
+    const char *colon = rdv ? strrchr(rdv, ':') : NULL;
+    HKT_CHECK(colon, "HK_RENDEZVOUS not set");
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)atoi(colon + 1))};
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    HKT_CHECK(connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0,
+              "connect to the rendezvous");
+    char nonce[32], junk[64];
+    memset(junk, 0x5a, sizeof junk);
+    HKT_CHECK(recv(fd, nonce, sizeof nonce, MSG_WAITALL) == 32, "no nonce");
+    HKT_CHECK(send(fd, junk, sizeof junk, MSG_NOSIGNAL) == 64, "send");
+    char c;
+    ssize_t r = recv(fd, &c, 1, 0);
+    HKT_CHECK(r <= 0, "the rendezvous answered a connection without the "
+                      "secret");
+    close(fd);
+    printf("rogue connection refused\n");
+  }
+  int64_t v[3] = {rank, 1, -rank};
+  HKT_OK(hk_allreduce("after.rogue", v, v, 3, HK_INT64, HK_SUM));
+  HKT_CHECK(v[0] == (int64_t)np * (np - 1) / 2 && v[1] == np && v[2] == -v[0],
+            "wrong sum after the rogue connection");
+  HKT_OK(hk_shutdown());
+  printf("rogue ok\n");
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  HKT_CHECK(argc == 2, "usage: w_fail kill|early|rogue");
+  HKT_OK(hk_init());
+  int rank = hk_rank();
+  if (!strcmp(argv[1], "kill"))
+    return mode_kill(rank);
+  if (!strcmp(argv[1], "early"))
+    return mode_early(rank);
+  if (!strcmp(argv[1], "rogue"))
+    return mode_rogue(rank, hk_size());
+  HKT_CHECK(0, "unknown mode %s", argv[1]);
+}
