@@ -193,22 +193,21 @@ static int describe_field(const entry *e, int size, const char *label,
 
 /* Fills the reason for a mismatch, or leaves it empty if all agree. */
 static void check_agreement(const entry *e, int size, char *out, size_t cap) {
-  out[0] = '\0';
-  char detail[HK_WIRE_MAX_REASON_LEN + 1] = "";
-  int bad =
-      describe_field(e, size, "collective", fmt_coll, detail, sizeof detail);
-  bad |= describe_field(e, size, "dtype", fmt_dtype, detail, sizeof detail);
-  bad |= describe_field(e, size, "count", fmt_count, detail, sizeof detail);
+  snprintf(out, cap, "tensor '%s': ranks disagree: ", e->name);
+  int bad = describe_field(e, size, "collective", fmt_coll, out, cap);
+  bad |= describe_field(e, size, "dtype", fmt_dtype, out, cap);
+  bad |= describe_field(e, size, "count", fmt_count, out, cap);
   if (e->slots[0].coll == HK_COLL_ALLREDUCE)
-    bad |= describe_field(e, size, "op", fmt_op, detail, sizeof detail);
+    bad |= describe_field(e, size, "op", fmt_op, out, cap);
   if (e->slots[0].coll == HK_COLL_BROADCAST)
-    bad |= describe_field(e, size, "root", fmt_root, detail, sizeof detail);
-  if (!bad)
+    bad |= describe_field(e, size, "root", fmt_root, out, cap);
+  if (!bad) {
+    out[0] = '\0';
     return;
-  size_t dl = strlen(detail);
-  if (dl >= 2 && detail[dl - 2] == '.')
-    detail[dl - 1] = '\0'; /* drop the trailing space */
-  snprintf(out, cap, "tensor '%s': ranks disagree: %s", e->name, detail);
+  }
+  size_t len = strlen(out);
+  if (len >= 2 && out[len - 2] == '.' && out[len - 1] == ' ')
+    out[len - 1] = '\0'; /* drop the trailing space */
 }
 
 hk_status hk_negotiator_take_ready(hk_negotiator *n, hk_wire_response **out,

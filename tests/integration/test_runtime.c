@@ -1,0 +1,189 @@
+/*
+ * test_runtime - the worker runtime end to end: real worker processes
+ * (tests/integration/workers) started by hkrun, checked for their results,
+ * their exit statuses, hkrun's exit status and timing, and for processes
+ * left behind.
+ */
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "harness.h"
+
+#define W(name) WORKER_DIR "/" name
+
+static void run_ok(char *const argv[], const char *ok_line, int n_ok,
+                   double timeout) {
+  hkt_result r;
+  int rc = hkt_run(argv, NULL, timeout, &r);
+  if (rc != 0 || !r.exited || r.exit_code != 0 ||
+      hkt_count_lines(r.out, ok_line) != n_ok)
+    fail_msg("%s: rc=%d exit=%d signal=%d timed_out=%d, %d x '%s' "
+             "(expected %d)\nstdout:\n%.4000s\nstderr:\n%.4000s",
+             argv[0], rc, r.exit_code, r.signal, r.timed_out,
+             hkt_count_lines(r.out, ok_line), ok_line, n_ok, r.out, r.err);
+  hkt_result_free(&r);
+  assert_int_equal(hkt_orphans(NULL, 0), 0);
+}
+
+static void allreduce_np(const char *np) {
+  char ok[64];
+  snprintf(ok, sizeof ok, "allreduce ok: np=%s cases=200", np);
+  char *argv[] = {HKRUN_PATH, "-np", (char *)np, W("w_allreduce"), NULL};
+  run_ok(argv, ok, atoi(np), 280);
+}
+
+static void test_allreduce_np1(void **s) {
+  (void)s;
+  allreduce_np("1");
+}
+static void test_allreduce_np2(void **s) {
+  (void)s;
+  allreduce_np("2");
+}
+static void test_allreduce_np3(void **s) {
+  (void)s;
+  allreduce_np("3");
+}
+static void test_allreduce_np4(void **s) {
+  (void)s;
+  allreduce_np("4");
+}
+static void test_allreduce_np5(void **s) {
+  (void)s;
+  allreduce_np("5");
+}
+static void test_allreduce_np8(void **s) {
+  (void)s;
+  allreduce_np("8");
+}
+
+/* A program started without hkrun is a world of size 1. */
+static void test_without_hkrun(void **s) {
+  (void)s;
+  char *argv[] = {W("w_allreduce"), "0", "1", "1000", NULL};
+  hkt_result r;
+  /* clear anything an outer hkrun may have set */
+  unsetenv("HK_RANK");
+  unsetenv("HK_SIZE");
+  unsetenv("HK_RENDEZVOUS");
+  assert_int_equal(hkt_run(argv, NULL, 120, &r), 0);
+  assert_int_equal(r.exit_code, 0);
+  assert_int_equal(hkt_count_lines(r.out, "allreduce ok: np=1 cases=120"), 1);
+  hkt_result_free(&r);
+}
+
+static void test_threads_random_order(void **s) {
+  (void)s;
+  char *argv[] = {HKRUN_PATH, "-np", "4", W("w_threads"), NULL};
+  run_ok(argv, "threads ok: 200 tensors x 3 steps from 2 threads", 4, 280);
+}
+
+static void test_negotiation_errors(void **s) {
+  (void)s;
+  char *argv2[] = {HKRUN_PATH, "-np", "2", W("w_errors"), NULL};
+  run_ok(argv2, "errors ok", 2, 120);
+  char *argv4[] = {HKRUN_PATH, "-np", "4", W("w_errors"), NULL};
+  run_ok(argv4, "errors ok", 4, 120);
+}
+
+/* Parses "[r] ready pid=P" lines into pids[r]. */
+static void ready_pids(const char *out, int n, long *pids) {
+  for (int r = 0; r < n; r++) {
+    char key[32];
+    snprintf(key, sizeof key, "[%d] ready pid=", r);
+    const char *p = strstr(out, key);
+    assert_non_null(p);
+    pids[r] = atol(p + strlen(key));
+    assert_true(pids[r] > 1);
+  }
+}
+
+/* Case C5: kill -9 of one worker in the middle of allreduces. */
+static void test_kill9_mid_allreduce(void **s) {
+  (void)s;
+  char *argv[] = {HKRUN_PATH, "-np", "4", W("w_fail"), "kill", NULL};
+  hkt_proc p;
+  assert_int_equal(hkt_start(argv, NULL, &p), 0);
+  assert_int_equal(hkt_wait_lines(&p, "ready pid=", 4, 120), 0);
+  long pids[4];
+  ready_pids(p.out.data, 4, pids);
+  assert_int_equal(kill((pid_t)pids[2], SIGKILL), 0);
+  double killed = hkt_now();
+  hkt_result r;
+  int rc = hkt_finish(&p, 10, &r);
+  double took = hkt_now() - killed;
+  if (rc != 0 || !r.exited || r.exit_code != 128 + 9)
+    fail_msg("hkrun: rc=%d exit=%d signal=%d after %.1f s\nstderr:\n%s", rc,
+             r.exit_code, r.signal, took, r.err);
+  assert_true(took < 10);
+  char who[64];
+  snprintf(who, sizeof who, "rank 2 (pid %ld) was killed by signal 9", pids[2]);
+  assert_non_null(strstr(r.err, who));
+  /* the survivors learnt why (they print hk's message and exit 1) */
+  assert_true(hkt_count_lines(r.err, "allreduce failed: peer lost") >= 1);
+  assert_true(hkt_count_lines(r.err, who) >= 2);
+  for (int i = 0; i < 4; i++)
+    assert_int_equal(hkt_pid_alive((pid_t)pids[i]), 0);
+  assert_int_equal(hkt_orphans(NULL, 0), 0);
+  hkt_result_free(&r);
+}
+
+/* Case C6: rank 0 exits with status 3 before the others' collective. */
+static void test_rank_exits_early(void **s) {
+  (void)s;
+  char *argv[] = {HKRUN_PATH, "-np", "2", W("w_fail"), "early", NULL};
+  hkt_result r;
+  assert_int_equal(hkt_run(argv, NULL, 60, &r), 0);
+  assert_int_equal(r.exit_code, 3);
+  assert_non_null(strstr(r.err, "exited with status 3"));
+  char *line = strstr(r.err, "[1] rank 1: allreduce gave peer lost");
+  if (!line)
+    fail_msg("rank 1 did not report the lost peer:\n%s", r.err);
+  char *eol = strchr(line, '\n');
+  if (eol)
+    *eol = '\0';
+  assert_non_null(strstr(line, "rank 0 (pid"));
+  assert_int_equal(hkt_orphans(NULL, 0), 0);
+  hkt_result_free(&r);
+}
+
+/* A connection to the rendezvous without the secret is refused; the job
+ * still finishes correctly. */
+static void test_rogue_connection(void **s) {
+  (void)s;
+  char *argv[] = {HKRUN_PATH, "-np", "3", W("w_fail"), "rogue", NULL};
+  hkt_result r;
+  assert_int_equal(hkt_run(argv, NULL, 60, &r), 0);
+  if (r.exit_code != 0 || hkt_count_lines(r.out, "rogue ok") != 3)
+    fail_msg("exit %d\nstdout:\n%s\nstderr:\n%s", r.exit_code, r.out, r.err);
+  assert_int_equal(hkt_count_lines(r.out, "[1] rogue connection refused"), 1);
+  assert_non_null(strstr(r.err, "bad secret"));
+  hkt_result_free(&r);
+}
+
+int main(void) {
+  hkt_setup();
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_allreduce_np1),
+      cmocka_unit_test(test_allreduce_np2),
+      cmocka_unit_test(test_allreduce_np3),
+      cmocka_unit_test(test_allreduce_np4),
+      cmocka_unit_test(test_allreduce_np5),
+      cmocka_unit_test(test_allreduce_np8),
+      cmocka_unit_test(test_without_hkrun),
+      cmocka_unit_test(test_threads_random_order),
+      cmocka_unit_test(test_negotiation_errors),
+      cmocka_unit_test(test_kill9_mid_allreduce),
+      cmocka_unit_test(test_rank_exits_early),
+      cmocka_unit_test(test_rogue_connection),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

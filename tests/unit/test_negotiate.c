@@ -1,0 +1,148 @@
+/* Unit tests of rank 0's readiness table: order, readiness, mismatch
+ * reasons naming tensor, field, values and ranks. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "coordinator/negotiate.h"
+
+static hk_wire_request req(const char *name, uint64_t count) {
+  hk_wire_request q = {.coll = HK_COLL_ALLREDUCE,
+                       .dtype = HK_FLOAT32,
+                       .op = HK_SUM,
+                       .count = count};
+  snprintf(q.name, sizeof q.name, "%s", name);
+  return q;
+}
+
+static void test_ready_only_when_all_submitted(void **state) {
+  (void)state;
+  hk_negotiator *n;
+  assert_int_equal(hk_negotiator_create(3, &n), HK_OK);
+  hk_wire_request a = req("a", 4), b = req("b", 4);
+  hk_wire_response *rs;
+  uint32_t cnt;
+  assert_int_equal(hk_negotiator_add(n, 0, &a, 1), HK_OK);
+  assert_int_equal(hk_negotiator_add(n, 1, &b, 1), HK_OK);
+  assert_int_equal(hk_negotiator_take_ready(n, &rs, &cnt), HK_OK);
+  assert_int_equal(cnt, 0);
+  assert_int_equal(hk_negotiator_pending(n), 2);
+  /* b completes before a: order follows completion, not first sight */
+  hk_wire_request ba[2] = {b, a};
+  assert_int_equal(hk_negotiator_add(n, 2, ba, 2), HK_OK);
+  assert_int_equal(hk_negotiator_take_ready(n, &rs, &cnt), HK_OK);
+  assert_int_equal(cnt, 0); /* a still lacks rank 1, b lacks rank 0 */
+  assert_int_equal(hk_negotiator_add(n, 0, &b, 1), HK_OK);
+  assert_int_equal(hk_negotiator_add(n, 1, &a, 1), HK_OK);
+  assert_int_equal(hk_negotiator_take_ready(n, &rs, &cnt), HK_OK);
+  assert_int_equal(cnt, 2);
+  assert_string_equal(rs[0].name, "b");
+  assert_string_equal(rs[1].name, "a");
+  assert_int_equal(rs[0].status, HK_OK);
+  assert_null(rs[0].reason);
+  hk_negotiator_free_responses(rs, cnt);
+  assert_int_equal(hk_negotiator_pending(n), 0);
+  /* the same name can be negotiated again once done */
+  for (int r = 0; r < 3; r++)
+    assert_int_equal(hk_negotiator_add(n, r, &a, 1), HK_OK);
+  assert_int_equal(hk_negotiator_take_ready(n, &rs, &cnt), HK_OK);
+  assert_int_equal(cnt, 1);
+  hk_negotiator_free_responses(rs, cnt);
+  hk_negotiator_destroy(n);
+}
+
+static void test_count_mismatch_reason(void **state) {
+  (void)state;
+  hk_negotiator *n;
+  assert_int_equal(hk_negotiator_create(4, &n), HK_OK);
+  for (int r = 0; r < 4; r++) {
+    hk_wire_request q = req("grad.w", r == 1 ? 12 : 16);
+    assert_int_equal(hk_negotiator_add(n, r, &q, 1), HK_OK);
+  }
+  hk_wire_response *rs;
+  uint32_t cnt;
+  assert_int_equal(hk_negotiator_take_ready(n, &rs, &cnt), HK_OK);
+  assert_int_equal(cnt, 1);
+  assert_int_equal(rs[0].status, HK_ERR_MISMATCH);
+  assert_string_equal(rs[0].reason,
+                      "tensor 'grad.w': ranks disagree: count differs: count "
+                      "16 on ranks 0, 2, 3; count 12 on rank 1.");
+  hk_negotiator_free_responses(rs, cnt);
+  hk_negotiator_destroy(n);
+}
+
+static void test_several_fields_and_root(void **state) {
+  (void)state;
+  hk_negotiator *n;
+  assert_int_equal(hk_negotiator_create(2, &n), HK_OK);
+  hk_wire_request a = req("t", 8), b = req("t", 8);
+  b.dtype = HK_INT64;
+  b.op = HK_MAX;
+  assert_int_equal(hk_negotiator_add(n, 0, &a, 1), HK_OK);
+  assert_int_equal(hk_negotiator_add(n, 1, &b, 1), HK_OK);
+  hk_wire_request c = req("bc", 8), d = req("bc", 8);
+  c.coll = d.coll = HK_COLL_BROADCAST;
+  c.root = 0;
+  d.root = 1;
+  assert_int_equal(hk_negotiator_add(n, 0, &c, 1), HK_OK);
+  assert_int_equal(hk_negotiator_add(n, 1, &d, 1), HK_OK);
+  hk_wire_response *rs;
+  uint32_t cnt;
+  assert_int_equal(hk_negotiator_take_ready(n, &rs, &cnt), HK_OK);
+  assert_int_equal(cnt, 2);
+  assert_non_null(strstr(rs[0].reason, "dtype float32 on rank 0; dtype "
+                                       "int64 on rank 1"));
+  assert_non_null(strstr(rs[0].reason, "op sum on rank 0; op max on rank 1"));
+  assert_null(strstr(rs[0].reason, "count"));
+  assert_non_null(strstr(rs[1].reason, "root 0 on rank 0; root 1 on rank 1"));
+  hk_negotiator_free_responses(rs, cnt);
+  hk_negotiator_destroy(n);
+}
+
+static void test_duplicate_and_bad_rank(void **state) {
+  (void)state;
+  hk_negotiator *n;
+  assert_int_equal(hk_negotiator_create(2, &n), HK_OK);
+  hk_wire_request a = req("a", 1);
+  assert_int_equal(hk_negotiator_add(n, 1, &a, 1), HK_OK);
+  assert_int_equal(hk_negotiator_add(n, 1, &a, 1), HK_ERR_PROTOCOL);
+  assert_non_null(strstr(hk_last_error(), "rank 1 submitted tensor 'a' twice"));
+  assert_int_equal(hk_negotiator_add(n, 2, &a, 1), HK_ERR_INVALID_ARG);
+  hk_negotiator_destroy(n); /* frees the pending entry (ASan checks) */
+}
+
+/* A reason that would exceed the wire limit is cut, never overflowing. */
+static void test_long_reason_truncated(void **state) {
+  (void)state;
+  int size = 600;
+  hk_negotiator *n;
+  assert_int_equal(hk_negotiator_create(size, &n), HK_OK);
+  for (int r = 0; r < size; r++) {
+    hk_wire_request q = req("wide", (uint64_t)r);
+    assert_int_equal(hk_negotiator_add(n, r, &q, 1), HK_OK);
+  }
+  hk_wire_response *rs;
+  uint32_t cnt;
+  assert_int_equal(hk_negotiator_take_ready(n, &rs, &cnt), HK_OK);
+  assert_int_equal(cnt, 1);
+  assert_true(strlen(rs[0].reason) <= HK_WIRE_MAX_REASON_LEN);
+  assert_non_null(strstr(rs[0].reason, "..."));
+  hk_negotiator_free_responses(rs, cnt);
+  hk_negotiator_destroy(n);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_ready_only_when_all_submitted),
+      cmocka_unit_test(test_count_mismatch_reason),
+      cmocka_unit_test(test_several_fields_and_root),
+      cmocka_unit_test(test_duplicate_and_bad_rank),
+      cmocka_unit_test(test_long_reason_truncated),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

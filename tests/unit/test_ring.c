@@ -1,0 +1,231 @@
+/* Unit tests of the ring collectives: N threads, each a rank, joined into
+ * a ring by socket pairs. Results against a serial computation, bitwise
+ * equality across ranks, a tiny pipeline chunk (many partial elements per
+ * receive), a lost neighbour and a stuck neighbour. Runs under TSan too. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "collectives/ring.h"
+
+#define MAXN 6
+
+typedef struct rank_arg {
+  hk_ring ring;
+  int rank, n, root;
+  size_t count;
+  hk_dtype dtype;
+  hk_op op;
+  int broadcast, in_place;
+  void *send, *recv;
+  hk_status st;
+  char err[512];
+} rank_arg;
+
+static void *rank_main(void *p) {
+  rank_arg *a = p;
+  if (a->broadcast)
+    a->st = hk_ring_broadcast(&a->ring, a->recv, a->count, a->dtype, a->root);
+  else
+    a->st = hk_ring_allreduce(&a->ring, a->send, a->recv, a->count, a->dtype,
+                              a->op);
+  snprintf(a->err, sizeof a->err, "%s", hk_last_error());
+  return NULL;
+}
+
+/* fds[r][0] = rank r's right (send) end, fds[r][1] = rank r+1's left end */
+static void make_ring(rank_arg *a, int n, size_t chunk, double timeout) {
+  int fds[MAXN][2];
+  for (int r = 0; r < n && n > 1; r++) {
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, fds[r]), 0);
+    for (int k = 0; k < 2; k++)
+      fcntl(fds[r][k], F_SETFL, fcntl(fds[r][k], F_GETFL) | O_NONBLOCK);
+  }
+  hk_io io = {-1, timeout};
+  for (int r = 0; r < n; r++) {
+    int right = n > 1 ? fds[r][0] : -1;
+    int left = n > 1 ? fds[(r + n - 1) % n][1] : -1;
+    assert_int_equal(hk_ring_init(&a[r].ring, r, n, left, right, &io, chunk),
+                     HK_OK);
+    a[r].rank = r;
+    a[r].n = n;
+  }
+}
+
+static void close_ring(rank_arg *a, int n) {
+  for (int r = 0; r < n; r++) {
+    if (a[r].ring.right_fd >= 0)
+      close(a[r].ring.right_fd);
+    if (a[r].ring.left_fd >= 0)
+      close(a[r].ring.left_fd);
+    hk_ring_destroy(&a[r].ring);
+  }
+}
+
+static void run_all(rank_arg *a, int n) {
+  pthread_t t[MAXN];
+  for (int r = 0; r < n; r++)
+    pthread_create(&t[r], NULL, rank_main, &a[r]);
+  for (int r = 0; r < n; r++)
+    pthread_join(t[r], NULL);
+}
+
+static double in(int r, size_t i) {
+  return (double)((i * 5 + (size_t)r * 3) % 11) - 5;
+}
+
+static void check_allreduce(int n, size_t count, hk_dtype dtype, hk_op op,
+                            int in_place, size_t chunk) {
+  rank_arg a[MAXN];
+  memset(a, 0, sizeof a);
+  make_ring(a, n, chunk, 10);
+  size_t esz = hk_dtype_size(dtype);
+  for (int r = 0; r < n; r++) {
+    a[r].count = count;
+    a[r].dtype = dtype;
+    a[r].op = op;
+    a[r].send = malloc(count * esz + 1);
+    a[r].recv = in_place ? a[r].send : malloc(count * esz + 1);
+    for (size_t i = 0; i < count; i++) {
+      if (dtype == HK_FLOAT64)
+        ((double *)a[r].send)[i] = in(r, i);
+      else if (dtype == HK_INT32)
+        ((int32_t *)a[r].send)[i] = (int32_t)in(r, i);
+      else
+        ((float *)a[r].send)[i] = (float)in(r, i);
+    }
+  }
+  run_all(a, n);
+  for (int r = 0; r < n; r++) {
+    if (a[r].st != HK_OK)
+      fail_msg("rank %d: %s", r, a[r].err);
+  }
+  for (size_t i = 0; i < count; i++) {
+    double acc = in(0, i);
+    for (int r = 1; r < n; r++)
+      acc = op == HK_MAX ? (in(r, i) > acc ? in(r, i) : acc) : acc + in(r, i);
+    double got = dtype == HK_FLOAT64 ? ((double *)a[0].recv)[i]
+                 : dtype == HK_INT32 ? ((int32_t *)a[0].recv)[i]
+                                     : ((float *)a[0].recv)[i];
+    if (op == HK_AVERAGE)
+      acc = dtype == HK_FLOAT32 ? (double)((float)acc / (float)n) : acc / n;
+    if (got != acc)
+      fail_msg("n=%d count=%zu chunk=%zu element %zu: %g != serial %g", n,
+               count, chunk, i, got, acc);
+  }
+  for (int r = 1; r < n; r++)
+    assert_memory_equal(a[0].recv, a[r].recv, count * esz);
+  for (int r = 0; r < n; r++) {
+    if (a[r].recv != a[r].send)
+      free(a[r].recv);
+    free(a[r].send);
+  }
+  close_ring(a, n);
+}
+
+static void test_allreduce_sizes(void **state) {
+  (void)state;
+  for (int n = 1; n <= MAXN; n++) {
+    size_t counts[] = {0, 1, (size_t)n - 1, (size_t)n, 1000, 100003};
+    for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+      check_allreduce(n, counts[c], HK_FLOAT32, HK_SUM, (int)c % 2, 1 << 16);
+      check_allreduce(n, counts[c], HK_INT32, HK_MAX, 1, 1 << 16);
+    }
+  }
+}
+
+/* A 4 KiB+3 stage cut across element boundaries of 8-byte doubles. */
+static void test_small_chunks(void **state) {
+  (void)state;
+  check_allreduce(3, 50001, HK_FLOAT64, HK_SUM, 0, 4096 + 3);
+  check_allreduce(4, 50001, HK_FLOAT32, HK_AVERAGE, 1, 4096);
+  check_allreduce(5, 7, HK_FLOAT64, HK_AVERAGE, 1, 4096);
+}
+
+static void test_broadcast_every_root(void **state) {
+  (void)state;
+  for (int n = 1; n <= 5; n++)
+    for (int root = 0; root < n; root++) {
+      rank_arg a[MAXN];
+      memset(a, 0, sizeof a);
+      make_ring(a, n, 4096, 10);
+      size_t count = 30011;
+      for (int r = 0; r < n; r++) {
+        a[r].broadcast = 1;
+        a[r].root = root;
+        a[r].count = count;
+        a[r].dtype = HK_INT32;
+        int32_t *b = malloc(count * 4);
+        for (size_t i = 0; i < count; i++)
+          b[i] = r == root ? (int32_t)(i * 3 + (size_t)root) : -1;
+        a[r].recv = b;
+      }
+      run_all(a, n);
+      for (int r = 0; r < n; r++) {
+        assert_int_equal(a[r].st, HK_OK);
+        for (size_t i = 0; i < count; i++)
+          assert_int_equal(((int32_t *)a[r].recv)[i],
+                           (int32_t)(i * 3 + (size_t)root));
+        free(a[r].recv);
+      }
+      close_ring(a, n);
+    }
+}
+
+/* A neighbour whose connection is closed: PEER_LOST naming it. */
+static void test_lost_neighbour(void **state) {
+  (void)state;
+  rank_arg a[2];
+  memset(a, 0, sizeof a);
+  make_ring(a, 2, 4096, 10);
+  close(a[1].ring.right_fd); /* rank 1 -> rank 0 */
+  close(a[1].ring.left_fd);
+  a[1].ring.right_fd = a[1].ring.left_fd = -1;
+  float buf[64] = {0};
+  a[0].count = 64;
+  a[0].dtype = HK_FLOAT32;
+  a[0].op = HK_SUM;
+  a[0].send = a[0].recv = buf;
+  rank_main(&a[0]);
+  assert_int_equal(a[0].st, HK_ERR_PEER_LOST);
+  assert_non_null(strstr(a[0].err, "rank 1"));
+  close_ring(a, 2);
+}
+
+/* A neighbour that never sends: HK_ERR_TIMEOUT after the io timeout. */
+static void test_stuck_neighbour(void **state) {
+  (void)state;
+  rank_arg a[2];
+  memset(a, 0, sizeof a);
+  make_ring(a, 2, 4096, 0.2);
+  float buf[64] = {0};
+  a[0].count = 64;
+  a[0].dtype = HK_FLOAT32;
+  a[0].op = HK_SUM;
+  a[0].send = a[0].recv = buf;
+  rank_main(&a[0]); /* rank 1 never runs */
+  assert_int_equal(a[0].st, HK_ERR_TIMEOUT);
+  assert_non_null(strstr(a[0].err, "timed out after 0.2 s in ring allreduce"));
+  close_ring(a, 2);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_allreduce_sizes),
+      cmocka_unit_test(test_small_chunks),
+      cmocka_unit_test(test_broadcast_every_root),
+      cmocka_unit_test(test_lost_neighbour),
+      cmocka_unit_test(test_stuck_neighbour),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,156 @@
+/* Unit tests of the TCP transport's handshake: a connection without the
+ * secret is refused and accepting continues; a server without the secret
+ * is detected by the client; framed messages round-trip. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "collectives/transport/tcp.h"
+
+typedef struct client {
+  uint16_t port;
+  hk_secret secret;
+  hk_status st;
+  int fd;
+  char err[512];
+} client;
+
+static void *client_main(void *p) {
+  client *c = p;
+  hk_io io = {-1, 5};
+  c->st = hk_tcp_connect("127.0.0.1", c->port, &c->secret, hk_now() + 5, &io,
+                         "the server", &c->fd);
+  snprintf(c->err, sizeof c->err, "%s", hk_last_error());
+  if (c->st == HK_OK) {
+    hk_msg hello = {.type = HK_MSG_HELLO};
+    hello.u.hello.rank = 7;
+    hello.u.hello.channel = HK_CHANNEL_DATA;
+    hk_buf scratch = {0};
+    c->st = hk_tcp_send_msg(c->fd, &hello, &scratch, &io, "the server");
+    hk_buf_free(&scratch);
+  }
+  return NULL;
+}
+
+typedef struct acceptor {
+  int lfd, fd, refused;
+  hk_secret secret;
+  hk_status st;
+} acceptor;
+
+static void *accept_main(void *p) {
+  acceptor *a = p;
+  hk_io io = {-1, 5};
+  a->st =
+      hk_tcp_accept(a->lfd, &a->secret, hk_now() + 5, &io, &a->fd, &a->refused);
+  return NULL;
+}
+
+static void test_bad_secret_refused_good_accepted(void **state) {
+  (void)state;
+  acceptor acc = {.fd = -1};
+  hk_secret bad;
+  assert_int_equal(hk_secret_generate(&acc.secret), HK_OK);
+  assert_int_equal(hk_secret_generate(&bad), HK_OK);
+  uint16_t port;
+  assert_int_equal(hk_tcp_listen("127.0.0.1", &acc.lfd, &port), HK_OK);
+  pthread_t ta;
+  pthread_create(&ta, NULL, accept_main, &acc);
+  /* the intruder is refused, and accepting goes on */
+  client intruder = {.port = port, .secret = bad, .fd = -1};
+  client_main(&intruder);
+  assert_int_equal(intruder.st, HK_ERR_AUTH);
+  assert_non_null(strstr(intruder.err, "refused our proof"));
+  client friend = {.port = port, .secret = acc.secret, .fd = -1};
+  client_main(&friend);
+  pthread_join(ta, NULL);
+  assert_int_equal(friend.st, HK_OK);
+  assert_int_equal(acc.st, HK_OK);
+  assert_int_equal(acc.refused, 1);
+  hk_io io = {-1, 5};
+  hk_msg m;
+  hk_buf scratch = {0};
+  assert_int_equal(hk_tcp_recv_msg(acc.fd, &m, &scratch, &io, "friend"), HK_OK);
+  assert_int_equal(m.type, HK_MSG_HELLO);
+  assert_int_equal(m.u.hello.rank, 7);
+  hk_msg_free(&m);
+  hk_buf_free(&scratch);
+  close(acc.fd);
+  close(friend.fd);
+  if (intruder.fd >= 0)
+    close(intruder.fd);
+  close(acc.lfd);
+}
+
+/* A "server" that sends a nonce and then answers with garbage. */
+typedef struct fake_server {
+  int lfd;
+} fake_server;
+
+static void *fake_main(void *p) {
+  fake_server *f = p;
+  hk_io io = {-1, 5};
+  int fd = -1;
+  /* accept without the handshake: poll via hk_tcp_wait_any */
+  int ready;
+  if (hk_tcp_wait_any(&f->lfd, 1, &io, "fake accept", &ready) == HK_OK)
+    fd = accept(f->lfd, NULL, NULL);
+  if (fd < 0)
+    return NULL;
+  uint8_t nonce[HK_NONCE_LEN] = {1}, msg[HK_AUTH_CLIENT_MSG_LEN],
+          proof[HK_PROOF_LEN] = {2};
+  hk_tcp_send_all(fd, nonce, sizeof nonce, &io, "client");
+  hk_tcp_recv_all(fd, msg, sizeof msg, &io, "client");
+  hk_tcp_send_all(fd, proof, sizeof proof, &io, "client");
+  close(fd);
+  return NULL;
+}
+
+static void test_server_without_secret_detected(void **state) {
+  (void)state;
+  fake_server f;
+  uint16_t port;
+  assert_int_equal(hk_tcp_listen("127.0.0.1", &f.lfd, &port), HK_OK);
+  pthread_t t;
+  pthread_create(&t, NULL, fake_main, &f);
+  client c = {.port = port, .fd = -1};
+  assert_int_equal(hk_secret_generate(&c.secret), HK_OK);
+  client_main(&c);
+  pthread_join(t, NULL);
+  assert_int_equal(c.st, HK_ERR_AUTH);
+  assert_non_null(strstr(c.err, "does not know the job's secret"));
+  close(f.lfd);
+}
+
+static void test_connect_timeout_when_nobody_listens(void **state) {
+  (void)state;
+  int lfd;
+  uint16_t port;
+  assert_int_equal(hk_tcp_listen("127.0.0.1", &lfd, &port), HK_OK);
+  close(lfd); /* the port is now (almost certainly) refused */
+  hk_secret s;
+  assert_int_equal(hk_secret_generate(&s), HK_OK);
+  hk_io io = {-1, 1};
+  int fd;
+  assert_int_equal(
+      hk_tcp_connect("127.0.0.1", port, &s, hk_now() + 0.3, &io, "rank 5", &fd),
+      HK_ERR_TIMEOUT);
+  assert_non_null(strstr(hk_last_error(), "connecting to rank 5"));
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_bad_secret_refused_good_accepted),
+      cmocka_unit_test(test_server_without_secret_detected),
+      cmocka_unit_test(test_connect_timeout_when_nobody_listens),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
