@@ -1,0 +1,79 @@
+/*
+ * reduce.h - CPU reduction kernels: the elementwise arithmetic of allreduce
+ * (dst = a op b), run in the ring's inner loop, and the final division of
+ * HK_AVERAGE.
+ *
+ * Arithmetic: exactly the contract in include/hk/hk.h (see hk_op):
+ * - float16/bfloat16: both operands widened to binary32, the op applied in
+ *   binary32, the result rounded back to 16 bits, nearest-even, once per
+ *   call. Any NaN result is stored as the canonical quiet NaN
+ *   (HK_F16_CANONICAL_NAN 0x7E00 / HK_BF16_CANONICAL_NAN 0x7FC0 from
+ *   common/half.h), so the bits do not depend on the CPU or the code path.
+ * - float32/float64: IEEE arithmetic in the type (current rounding mode; a
+ *   NaN result carries whatever sign/payload the hardware gives).
+ * - Integers: sum and product wrap modulo 2^bits; no undefined behaviour.
+ * - min/max on floats: NaN if either operand is NaN; otherwise
+ *   min = (a < b ? a : b), max = (a > b ? a : b), so min(+0, -0) is -0 and
+ *   min(-0, +0) is +0 (b wins ties).
+ * - HK_AVERAGE reduces exactly like HK_SUM; the division by the world size
+ *   happens once at the end, in hk_reduce_finish_average.
+ *
+ * Speed: float32/float64/integer loops are written for the compiler's
+ * auto-vectoriser (built at -O3). float16/bfloat16 use AVX2+F16C kernels
+ * when the CPU has them (checked at run time on each call; the check is a
+ * load and a bit test), otherwise the portable scalar path. The two paths
+ * give bit-identical results, NaNs included (tests/unit/test_reduce.c).
+ *
+ * Thread-safety: all functions are pure apart from writing their output
+ * buffer; concurrent calls on disjoint buffers are safe.
+ */
+#ifndef HK_COLLECTIVES_REDUCE_H
+#define HK_COLLECTIVES_REDUCE_H
+
+#include <stddef.h>
+
+#include "hk/hk.h"
+
+/**
+ * dst[i] = a[i] op b[i] for i in [0, count). count is in ELEMENTS of dtype
+ * (the buffers hold count * hk_dtype_size(dtype) bytes, each aligned to
+ * the element size, as any array of the type is; no vector alignment is
+ * needed). dst may be exactly a or exactly b (in place); any other overlap
+ * is undefined. count 0 does nothing and the pointers may then be NULL.
+ * HK_AVERAGE reduces as HK_SUM.
+ * Precondition: hk_reduce_supported(dtype, op); an unsupported pair does
+ * nothing.
+ */
+void hk_reduce(void *dst, const void *a, const void *b, size_t count,
+               hk_dtype dtype, hk_op op);
+
+/**
+ * buf[i] = buf[i] / size for i in [0, count): the end of an HK_AVERAGE.
+ * count is in ELEMENTS; buf is aligned to the element size. float32/float64
+ * divide in the type; float16/bfloat16 divide in binary32 and round back to
+ * nearest even (a NaN result is stored canonical, as in hk_reduce);
+ * integers divide truncating toward zero (C division) the already-wrapped
+ * sum, so -7 / 2 = -3.
+ * size == 1 returns at once, leaving buf untouched (x / 1 == x).
+ * Precondition: size >= 1 and a valid dtype; otherwise nothing is done.
+ */
+void hk_reduce_finish_average(void *buf, size_t count, hk_dtype dtype,
+                              int size);
+
+/** 1 if (dtype, op) is a valid pair (all 8 dtypes x 5 ops are), 0 if either
+ *  enum value is out of range. */
+int hk_reduce_supported(hk_dtype dtype, hk_op op);
+
+/** 1 if this CPU runs the AVX2+F16C float16/bfloat16 kernels, 0 if it runs
+ *  the portable scalar ones. */
+int hk_reduce_has_simd16(void);
+
+/** hk_reduce / hk_reduce_finish_average forced onto the portable scalar
+ *  path for float16/bfloat16 (other dtypes have only one path). Same
+ *  contract and bit-identical results; for tests and cross-checks. */
+void hk_reduce_portable(void *dst, const void *a, const void *b, size_t count,
+                        hk_dtype dtype, hk_op op);
+void hk_reduce_finish_average_portable(void *buf, size_t count, hk_dtype dtype,
+                                       int size);
+
+#endif
