@@ -1,0 +1,193 @@
+/*
+ * args.c - hkrun's command-line parser (see args.h). Pure: it only reads
+ * argv and writes *out and the error buffer.
+ */
+#include "launcher/args.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int fail(char *err, size_t err_cap, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int fail(char *err, size_t err_cap, const char *fmt, ...) {
+  if (err && err_cap > 0) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, err_cap, fmt, ap);
+    va_end(ap);
+  }
+  return -1;
+}
+
+/* Parses a whole decimal token as an integer in [1, HKRUN_MAX_NP]. */
+static int parse_np(const char *opt, const char *s, int *out, char *err,
+                    size_t err_cap) {
+  const char *p = s;
+  if (*p == '+')
+    p++;
+  if (*p < '0' || *p > '9')
+    return fail(err, err_cap, "%s: '%s' is not a positive integer", opt, s);
+  errno = 0;
+  char *end;
+  long v = strtol(p, &end, 10);
+  if (*end != '\0')
+    return fail(err, err_cap, "%s: '%s' is not a positive integer", opt, s);
+  if (v == 0)
+    return fail(err, err_cap, "%s: '%s' is not a positive integer", opt, s);
+  if (errno == ERANGE || v > HKRUN_MAX_NP)
+    return fail(err, err_cap, "%s: '%s' is too large (at most %d)", opt, s,
+                HKRUN_MAX_NP);
+  *out = (int)v;
+  return 0;
+}
+
+/* Parses a whole token as seconds in [0, HKRUN_MAX_GRACE_S]. */
+static int parse_seconds(const char *opt, const char *s, double *out, char *err,
+                         size_t err_cap) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  /* strtod also accepts "inf", "nan" and hex floats; require plain digits. */
+  int plain = *s != '\0' && strspn(s, "0123456789.") == strlen(s);
+  if (!plain || end == s || *end != '\0' || errno == ERANGE || !isfinite(v))
+    return fail(err, err_cap, "%s: '%s' is not a number of seconds", opt, s);
+  if (v > HKRUN_MAX_GRACE_S)
+    return fail(err, err_cap, "%s: '%s' is too large (at most %.0f seconds)",
+                opt, s, HKRUN_MAX_GRACE_S);
+  *out = v;
+  return 0;
+}
+
+/* Options that take a value, in every spelling hkrun accepts. */
+enum { OPT_NP, OPT_GRACE, OPT_NONE };
+
+static int value_option(const char *name) {
+  if (strcmp(name, "-np") == 0 || strcmp(name, "-n") == 0 ||
+      strcmp(name, "--np") == 0)
+    return OPT_NP;
+  if (strcmp(name, "--grace-period") == 0)
+    return OPT_GRACE;
+  return OPT_NONE;
+}
+
+int hkrun_args_parse(int argc, char **argv, hkrun_args *out, char *err,
+                     size_t err_cap) {
+  memset(out, 0, sizeof *out);
+  out->action = HKRUN_RUN;
+  out->tag_output = 1;
+  out->grace_period_s = HKRUN_DEFAULT_GRACE_S;
+  if (err && err_cap > 0)
+    err[0] = '\0';
+
+  int i = 1;
+  while (i < argc) {
+    const char *tok = argv[i];
+    if (strcmp(tok, "--") == 0) {
+      i++;
+      break;
+    }
+    if (tok[0] != '-' || tok[1] == '\0')
+      break; /* the program ("-" alone is a program name too) */
+
+    /* --opt=value for long options */
+    char name[64];
+    const char *inline_value = NULL;
+    const char *eq = strchr(tok, '=');
+    if (tok[1] == '-' && eq) {
+      size_t n = (size_t)(eq - tok);
+      if (n >= sizeof name)
+        return fail(err, err_cap, "unknown option '%s'", tok);
+      memcpy(name, tok, n);
+      name[n] = '\0';
+      inline_value = eq + 1;
+    } else {
+      if (strlen(tok) >= sizeof name)
+        return fail(err, err_cap, "unknown option '%s'", tok);
+      memcpy(name, tok, strlen(tok) + 1);
+    }
+
+    int vopt = value_option(name);
+    if (vopt != OPT_NONE) {
+      const char *value = inline_value;
+      if (!value) {
+        if (i + 1 >= argc)
+          return fail(err, err_cap, "%s: missing value", name);
+        value = argv[++i];
+      }
+      int rc = vopt == OPT_NP ? parse_np(name, value, &out->np, err, err_cap)
+                              : parse_seconds(name, value, &out->grace_period_s,
+                                              err, err_cap);
+      if (rc != 0)
+        return rc;
+      i++;
+      continue;
+    }
+    int *flag = NULL, flag_value = 1;
+    if (strcmp(name, "--tag-output") == 0) {
+      flag = &out->tag_output;
+    } else if (strcmp(name, "--no-tag-output") == 0) {
+      flag = &out->tag_output;
+      flag_value = 0;
+    } else if (strcmp(name, "-v") == 0 || strcmp(name, "--verbose") == 0) {
+      flag = &out->verbose;
+    } else if (strcmp(name, "-h") == 0 || strcmp(name, "--help") == 0) {
+      out->action = HKRUN_HELP;
+    } else if (strcmp(name, "--version") == 0) {
+      out->action = HKRUN_VERSION;
+    } else {
+      return fail(err, err_cap, "unknown option '%s'", tok);
+    }
+    if (inline_value)
+      return fail(err, err_cap, "%s: takes no value (in '%s')", name, tok);
+    if (out->action != HKRUN_RUN)
+      return 0; /* --help/--version: the rest does not matter */
+    *flag = flag_value;
+    i++;
+  }
+
+  if (i >= argc)
+    return fail(err, err_cap, "no program given");
+  if (out->np == 0)
+    return fail(err, err_cap, "-np N is required");
+  out->prog_argc = argc - i;
+  out->prog_argv = argv + i;
+  return 0;
+}
+
+const char *hkrun_usage(void) {
+  return "usage: hkrun -np N [options] [--] program [args...]\n"
+         "\n"
+         "Starts N copies of program on this host, one per rank, and\n"
+         "coordinates them (rendezvous, output, failure handling).\n"
+         "\n"
+         "options:\n"
+         "  -np N, -n N, --np N  number of workers (1..65536)\n"
+         "  --tag-output         prefix each output line with \"[rank] \" "
+         "(default)\n"
+         "  --no-tag-output      pass worker output through unprefixed\n"
+         "  --grace-period S     seconds between a failure and SIGTERM to\n"
+         "                       the other workers (default 2); SIGKILL\n"
+         "                       follows 2 s after SIGTERM\n"
+         "  -v, --verbose        report the rendezvous address and each\n"
+         "                       worker's pid on stderr\n"
+         "  -h, --help           print this help and exit\n"
+         "  --version            print the version and exit\n"
+         "  --                   end of options\n"
+         "\n"
+         "Each worker gets HK_RANK, HK_SIZE, HK_LOCAL_RANK, HK_LOCAL_SIZE,\n"
+         "HK_RENDEZVOUS, HK_SECRET and HK_LAUNCHER_PID in its environment.\n"
+         "SIGINT, SIGTERM and SIGHUP are forwarded to every worker.\n"
+         "hkrun exits with the status of the first worker that failed\n"
+         "(128+signal if it was killed), 0 if all exited 0, 2 on a bad\n"
+         "command line, 127 if the program cannot be started.\n";
+}
+
+const char *hkrun_usage_hint(void) {
+  return "usage: hkrun -np N [options] [--] program [args...] "
+         "(see hkrun --help)\n";
+}

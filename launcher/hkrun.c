@@ -1,0 +1,277 @@
+/*
+ * hkrun.c - the local launcher: `hkrun -np N [options] [--] prog args...`.
+ *
+ * This file is the job's policy; the mechanisms live beside it:
+ *   args.c        the command line
+ *   spawn.c       the worker processes and their output
+ *   output.c      splitting output into prefixed lines
+ *   rendezvous.c  the TCP server workers register with
+ *
+ * Policy:
+ * - The first worker that exits non-zero or is killed by a signal fails
+ *   the job: hkrun reports it at once, sends HK_MSG_ABORT to every other
+ *   registered worker, waits --grace-period seconds, SIGTERMs the process
+ *   groups of the workers still running and SIGKILLs them 2 s later.
+ * - SIGINT/SIGTERM/SIGHUP to hkrun are forwarded to every worker's process
+ *   group;
+ *   SIGKILL follows after the grace period + 2 s (a second signal sends
+ *   SIGKILL at once).
+ * - The exit status is decided by the first of those events: the failed
+ *   worker's exit status (128+signal if it was killed), or 128+signo if
+ *   hkrun was signalled; 0 if every worker exited 0. 2 for a bad command
+ *   line, 127 if the program cannot be started, 1 for hkrun's own errors.
+ * - hkrun returns only after every worker it started was reaped.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "common/auth.h"
+#include "common/log.h"
+#include "common/status.h"
+#include "launcher/args.h"
+#include "launcher/output.h"
+#include "launcher/rendezvous.h"
+#include "launcher/spawn.h"
+
+/* Between SIGTERM and SIGKILL, in milliseconds. */
+#define KILL_AFTER_TERM_MS 2000
+
+typedef struct job {
+  uv_loop_t loop;
+  const hkrun_args *args;
+  hk_workers workers;
+  hk_rdv *rdv;
+  uv_signal_t sig[3]; /* SIGINT, SIGTERM, SIGHUP */
+  uv_timer_t term_timer, kill_timer;
+  int failing;   /* a failure or a signal has started the teardown */
+  int exit_code; /* decided by the first such event */
+  int signals_received;
+  int closed; /* close_job ran */
+} job;
+
+/* Prints "hkrun: <message>\n" to stderr in one write. */
+static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static void say(const char *fmt, ...) {
+  char line[1024];
+  int n = snprintf(line, sizeof line, "hkrun: ");
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
+  va_end(ap);
+  size_t len = strlen(line);
+  line[len++] = '\n';
+  (void)hk_out_write_all(STDERR_FILENO, line, len);
+}
+
+static uint64_t grace_ms(const job *j) {
+  return (uint64_t)(j->args->grace_period_s * 1000.0 + 0.5);
+}
+
+/* Every worker has exited: close our own handles so uv_run can return
+ * (the worker set closes its own). */
+static void close_job(job *j) {
+  if (j->closed)
+    return;
+  j->closed = 1;
+  uv_close((uv_handle_t *)&j->term_timer, NULL);
+  uv_close((uv_handle_t *)&j->kill_timer, NULL);
+  for (int i = 0; i < 3; i++)
+    uv_close((uv_handle_t *)&j->sig[i], NULL);
+  hk_rdv_close(j->rdv);
+  j->rdv = NULL;
+}
+
+static void kill_timeout(uv_timer_t *t) {
+  job *j = t->data;
+  int n = hk_workers_signal(&j->workers, SIGKILL);
+  if (n > 0 && j->args->verbose)
+    say("sent SIGKILL to %d worker(s)", n);
+}
+
+static void term_timeout(uv_timer_t *t) {
+  job *j = t->data;
+  int n = hk_workers_signal(&j->workers, SIGTERM);
+  if (n > 0 && j->args->verbose)
+    say("sent SIGTERM to %d worker(s)", n);
+  if (!uv_is_active((uv_handle_t *)&j->kill_timer))
+    uv_timer_start(&j->kill_timer, kill_timeout, KILL_AFTER_TERM_MS, 0);
+}
+
+static void on_worker_exit(hk_worker *w, void *ctx) {
+  job *j = ctx;
+  int failed = w->term_signal != 0 || w->exit_status != 0;
+  char what[128];
+  if (w->term_signal)
+    snprintf(what, sizeof what, "was killed by signal %d", w->term_signal);
+  else
+    snprintf(what, sizeof what, "exited with status %lld",
+             (long long)w->exit_status);
+
+  if (failed && !j->failing) {
+    j->failing = 1;
+    j->exit_code =
+        w->term_signal ? 128 + w->term_signal : (int)(w->exit_status & 0xff);
+    if (w->term_signal)
+      say("rank %d (pid %d) %s (%s)", w->rank, w->pid, what,
+          strsignal(w->term_signal));
+    else
+      say("rank %d (pid %d) %s", w->rank, w->pid, what);
+    char reason[256];
+    snprintf(reason, sizeof reason, "rank %d (pid %d) %s", w->rank, w->pid,
+             what);
+    hk_rdv_abort(j->rdv, w->rank, w->term_signal ? -1 : (int)w->exit_status,
+                 w->term_signal, reason);
+    if (j->workers.running > 0)
+      uv_timer_start(&j->term_timer, term_timeout, grace_ms(j), 0);
+  } else if (j->args->verbose) {
+    say("rank %d (pid %d) %s", w->rank, w->pid, what);
+  }
+  if (j->workers.running == 0)
+    close_job(j);
+}
+
+static void on_signal(uv_signal_t *h, int signum) {
+  job *j = h->data;
+  if (++j->signals_received > 1) {
+    say("received %s again; killing the workers", strsignal(signum));
+    hk_workers_signal(&j->workers, SIGKILL);
+    return;
+  }
+  if (!j->failing) {
+    j->failing = 1;
+    j->exit_code = 128 + signum;
+  }
+  say("received signal %d (%s); forwarding it to the workers", signum,
+      strsignal(signum));
+  char reason[128];
+  snprintf(reason, sizeof reason, "hkrun received signal %d (%s)", signum,
+           strsignal(signum));
+  hk_rdv_abort(j->rdv, -1, -1, signum, reason);
+  hk_workers_signal(&j->workers, signum);
+  if (!uv_is_active((uv_handle_t *)&j->kill_timer))
+    uv_timer_start(&j->kill_timer, kill_timeout,
+                   grace_ms(j) + KILL_AFTER_TERM_MS, 0);
+}
+
+/* Sets up the loop-owned parts of the job. Returns 0, or 1 after saying
+ * why not (nothing was started then). */
+static int setup(job *j, hk_secret *secret, uint16_t *port) {
+  int rc = uv_loop_init(&j->loop);
+  if (rc != 0) {
+    say("uv_loop_init: %s", uv_strerror(rc));
+    return 1;
+  }
+  if (hk_secret_generate(secret) != HK_OK ||
+      hk_rdv_start(&j->loop, j->args->np, secret, &j->rdv, port) != HK_OK) {
+    say("%s", hk_last_error());
+    return 1;
+  }
+  /* SIGHUP too: the workers lead their own sessions, so a closed terminal
+   * would otherwise leave them running without hkrun. */
+  static const int signums[3] = {SIGINT, SIGTERM, SIGHUP};
+  for (int i = 0; i < 3; i++) {
+    uv_signal_init(&j->loop, &j->sig[i]);
+    j->sig[i].data = j;
+    uv_signal_start(&j->sig[i], on_signal, signums[i]);
+  }
+  uv_timer_init(&j->loop, &j->term_timer);
+  uv_timer_init(&j->loop, &j->kill_timer);
+  j->term_timer.data = j->kill_timer.data = j;
+  return 0;
+}
+
+static int run_job(const hkrun_args *args) {
+  job j;
+  memset(&j, 0, sizeof j);
+  j.args = args;
+  hk_secret secret;
+  uint16_t port = 0;
+  if (setup(&j, &secret, &port) != 0) {
+    hk_rdv_close(j.rdv);
+    uv_run(&j.loop, UV_RUN_DEFAULT); /* lets the server close */
+    uv_loop_close(&j.loop);
+    return 1;
+  }
+
+  char rendezvous[32], secret_hex[2 * HK_SECRET_LEN + 1];
+  snprintf(rendezvous, sizeof rendezvous, "127.0.0.1:%u", (unsigned)port);
+  hk_secret_format(&secret, secret_hex);
+  if (args->verbose)
+    say("rendezvous listening on %s", rendezvous);
+
+  hk_spawn_opts so = {
+      .argv = args->prog_argv,
+      .size = args->np,
+      .rendezvous = rendezvous,
+      .secret_hex = secret_hex,
+      .launcher_pid = (int)getpid(),
+      .tag_output = args->tag_output,
+      .out_fd = STDOUT_FILENO,
+      .err_fd = STDERR_FILENO,
+      .on_exit = on_worker_exit,
+      .ctx = &j,
+  };
+  if (hk_workers_init(&j.workers, &j.loop, &so) != HK_OK) {
+    say("%s", hk_last_error());
+    close_job(&j);
+    uv_run(&j.loop, UV_RUN_DEFAULT);
+    uv_loop_close(&j.loop);
+    return 1;
+  }
+  if (hk_workers_start(&j.workers) != HK_OK) {
+    say("%s", hk_last_error());
+    j.failing = 1;
+    j.exit_code = 127;
+    hk_workers_signal(&j.workers, SIGKILL);
+    if (j.workers.running == 0)
+      close_job(&j);
+  } else if (args->verbose) {
+    for (int r = 0; r < args->np; r++)
+      say("started rank %d as pid %d", r, j.workers.w[r].pid);
+  }
+
+  /* Runs until every worker has exited and every handle is closed. */
+  uv_run(&j.loop, UV_RUN_DEFAULT);
+  memset(secret.bytes, 0, sizeof secret.bytes);
+  if (uv_loop_close(&j.loop) != 0)
+    hk_log(HK_LOG_WARNING, "the event loop still had open handles");
+  hk_workers_free(&j.workers);
+  return j.exit_code;
+}
+
+int main(int argc, char **argv) {
+  /* A closed stdout must give EPIPE, not kill hkrun. */
+  signal(SIGPIPE, SIG_IGN);
+
+  hkrun_args args;
+  char err[HKRUN_ARGS_ERR_CAP];
+  if (hkrun_args_parse(argc, argv, &args, err, sizeof err) != 0) {
+    say("%s", err);
+    fputs(hkrun_usage_hint(), stderr);
+    return 2;
+  }
+  if (args.action == HKRUN_HELP) {
+    fputs(hkrun_usage(), stdout);
+    return 0;
+  }
+  if (args.action == HKRUN_VERSION) {
+    printf("hkrun (hk) %d.%d\n", HK_VERSION_MAJOR, HK_VERSION_MINOR);
+    return 0;
+  }
+
+  int level = HK_LOG_WARNING;
+  const char *env_level = getenv("HK_LOG_LEVEL");
+  if (env_level && hk_log_level_parse(env_level) >= 0)
+    level = hk_log_level_parse(env_level);
+  if (args.verbose && level < HK_LOG_INFO)
+    level = HK_LOG_INFO;
+  hk_log_setup("hkrun", (hk_log_level)level);
+  return run_job(&args);
+}

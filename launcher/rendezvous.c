@@ -1,0 +1,487 @@
+/*
+ * rendezvous.c - hkrun's rendezvous server (see rendezvous.h).
+ *
+ * Reading is driven by exact-size buffers: alloc_cb always offers exactly
+ * the bytes still missing from the current unit (the 64-byte client auth
+ * message, an 8-byte frame header, or a payload), so the server never
+ * reads a byte beyond what the current phase allows.
+ */
+#include "launcher/rendezvous.h"
+
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/buf.h"
+#include "common/log.h"
+#include "common/status.h"
+#include "coordinator/wire.h"
+
+typedef enum conn_state {
+  CONN_AUTH,    /* reading the client's auth message */
+  CONN_HEADER,  /* reading a frame header */
+  CONN_PAYLOAD, /* reading a frame payload */
+  CONN_CLOSING,
+} conn_state;
+
+typedef struct conn {
+  hk_rdv *r;
+  struct conn *prev, *next;
+  uv_tcp_t tcp;
+  uv_timer_t auth_timer;
+  int open_handles; /* tcp + timer; freed at 0 */
+  conn_state state;
+  int rank; /* registered rank, or -1 */
+  char addr[64];
+  uint8_t nonce_s[HK_NONCE_LEN];
+  uint8_t auth_msg[HK_AUTH_CLIENT_MSG_LEN];
+  hk_buf frame; /* header + payload being read */
+  size_t need;  /* bytes the current unit needs in total */
+  size_t got;   /* bytes of it read so far */
+} conn;
+
+struct hk_rdv {
+  uv_loop_t *loop;
+  uv_tcp_t server;
+  int open_handles; /* server + live conns; freed at 0 once closing */
+  int closing;
+  int size;
+  hk_secret secret;
+  conn *conns;         /* every live connection */
+  conn **by_rank;      /* size entries: the registered connection or NULL */
+  hk_wire_peer *peers; /* size entries, filled by REGISTER */
+  int registered;      /* ranks registered */
+  int complete;        /* PEERS was sent */
+  int aborted;         /* hk_rdv_abort was called */
+  hk_buf abort_frame;  /* the encoded ABORT, for late registrants */
+};
+
+static void maybe_free(hk_rdv *r) {
+  if (!r->closing || r->open_handles > 0)
+    return;
+  hk_buf_free(&r->abort_frame);
+  free(r->by_rank);
+  free(r->peers);
+  free(r);
+}
+
+/* ---- connections: writing and closing ---- */
+
+typedef struct write_req {
+  uv_write_t req;
+  conn *c;
+  uint8_t data[];
+} write_req;
+
+static void conn_close(conn *c);
+
+static void on_written(uv_write_t *req, int status) {
+  write_req *w = (write_req *)req;
+  if (status < 0 && status != UV_ECANCELED && w->c->state != CONN_CLOSING) {
+    hk_log(HK_LOG_INFO, "writing to %s (rank %d): %s", w->c->addr, w->c->rank,
+           uv_strerror(status));
+    conn_close(w->c);
+  }
+  free(w);
+}
+
+/* Queues a copy of data for sending; closes the connection on failure. */
+static void conn_send(conn *c, const void *data, size_t len) {
+  if (c->state == CONN_CLOSING)
+    return;
+  write_req *w = malloc(sizeof *w + len);
+  if (!w) {
+    hk_log(HK_LOG_ERROR, "out of memory writing to %s", c->addr);
+    conn_close(c);
+    return;
+  }
+  w->c = c;
+  memcpy(w->data, data, len);
+  uv_buf_t buf = uv_buf_init((char *)w->data, (unsigned)len);
+  int rc = uv_write(&w->req, (uv_stream_t *)&c->tcp, &buf, 1, on_written);
+  if (rc != 0) {
+    free(w);
+    hk_log(HK_LOG_INFO, "writing to %s: %s", c->addr, uv_strerror(rc));
+    conn_close(c);
+  }
+}
+
+static void on_conn_handle_closed(uv_handle_t *h) {
+  conn *c = h->data;
+  if (--c->open_handles > 0)
+    return;
+  hk_rdv *r = c->r;
+  if (c->prev)
+    c->prev->next = c->next;
+  else
+    r->conns = c->next;
+  if (c->next)
+    c->next->prev = c->prev;
+  hk_buf_free(&c->frame);
+  free(c);
+  r->open_handles--;
+  maybe_free(r);
+}
+
+/* Closes both handles; c is freed once libuv is done with them. */
+static void conn_close(conn *c) {
+  if (c->state == CONN_CLOSING)
+    return;
+  c->state = CONN_CLOSING;
+  hk_rdv *r = c->r;
+  if (c->rank >= 0 && r->by_rank[c->rank] == c) {
+    r->by_rank[c->rank] = NULL;
+    if (!r->complete) { /* forget it: the worker may register again */
+      r->registered--;
+      if (!r->closing)
+        hk_log(HK_LOG_INFO, "rank %d left the rendezvous before it completed",
+               c->rank);
+    }
+  }
+  uv_close((uv_handle_t *)&c->tcp, on_conn_handle_closed);
+  uv_close((uv_handle_t *)&c->auth_timer, on_conn_handle_closed);
+}
+
+/* ---- the protocol ---- */
+
+/* Every rank is registered: tell each of them where everyone is. */
+static void send_peers(hk_rdv *r) {
+  hk_msg m;
+  memset(&m, 0, sizeof m);
+  m.type = HK_MSG_PEERS;
+  m.u.peers.n = (uint32_t)r->size;
+  m.u.peers.peers = r->peers; /* borrowed: not freed with hk_msg_free */
+  hk_buf b = {0};
+  if (hk_wire_encode(&m, &b) != HK_OK) {
+    hk_log(HK_LOG_ERROR, "cannot encode the peer list: %s", hk_last_error());
+    hk_buf_free(&b);
+    return;
+  }
+  r->complete = 1;
+  for (int i = 0; i < r->size; i++)
+    if (r->by_rank[i])
+      conn_send(r->by_rank[i], b.data, b.len);
+  hk_buf_free(&b);
+  hk_log(HK_LOG_INFO, "rendezvous complete: %d ranks", r->size);
+}
+
+static void refuse(conn *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Logs why a REGISTER is refused and closes the connection. */
+static void refuse(conn *c, const char *fmt, ...) {
+  char why[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(why, sizeof why, fmt, ap);
+  va_end(ap);
+  hk_log(HK_LOG_WARNING, "refused a registration from %s: %s", c->addr, why);
+  conn_close(c);
+}
+
+static void on_register(conn *c, const hk_msg *m) {
+  hk_rdv *r = c->r;
+  int rank = m->u.reg.rank, size = m->u.reg.size;
+  if (c->rank >= 0) {
+    refuse(c, "rank %d registered twice on one connection (as %d)", c->rank,
+           rank);
+    return;
+  }
+  if (size != r->size) {
+    refuse(c, "size %d, but the job has %d ranks", size, r->size);
+    return;
+  }
+  if (rank < 0 || rank >= r->size) {
+    refuse(c, "rank %d is out of range [0, %d)", rank, r->size);
+    return;
+  }
+  if (r->by_rank[rank] || r->complete) {
+    refuse(c, "rank %d is already registered", rank);
+    return;
+  }
+  c->rank = rank;
+  r->by_rank[rank] = c;
+  r->registered++;
+  snprintf(r->peers[rank].host, sizeof r->peers[rank].host, "%s",
+           m->u.reg.host);
+  r->peers[rank].port = m->u.reg.port;
+  hk_log(HK_LOG_INFO, "rank %d (pid %d) registered %s:%u (%d of %d)", rank,
+         m->u.reg.pid, m->u.reg.host, (unsigned)m->u.reg.port, r->registered,
+         r->size);
+  if (r->aborted)
+    conn_send(c, r->abort_frame.data, r->abort_frame.len);
+  else if (r->registered == r->size)
+    send_peers(r);
+}
+
+/* A whole frame is in c->frame: decode and act on it. */
+static void on_frame(conn *c) {
+  hk_msg m;
+  if (hk_wire_decode(c->frame.data, c->got, &m) != HK_OK) {
+    hk_log(HK_LOG_WARNING, "closing the connection from %s: %s", c->addr,
+           hk_last_error());
+    conn_close(c);
+    return;
+  }
+  if (m.type == HK_MSG_REGISTER)
+    on_register(c, &m);
+  else
+    hk_log(HK_LOG_WARNING,
+           "ignoring an unexpected message (type %d) from %s (rank %d)", m.type,
+           c->addr, c->rank);
+  hk_msg_free(&m);
+}
+
+static void expect(conn *c, conn_state state, size_t need) {
+  c->state = state;
+  c->need = need;
+  if (state == CONN_HEADER)
+    c->got = 0;
+}
+
+/* The current unit is complete: move to the next phase. */
+static void on_unit(conn *c) {
+  hk_rdv *r = c->r;
+  switch (c->state) {
+  case CONN_AUTH: {
+    uint8_t proof_s[HK_PROOF_LEN];
+    if (!hk_auth_server_check(&r->secret, c->nonce_s, c->auth_msg, proof_s)) {
+      hk_log(HK_LOG_WARNING, "refused a connection from %s: bad secret",
+             c->addr);
+      conn_close(c);
+      return;
+    }
+    uv_timer_stop(&c->auth_timer);
+    conn_send(c, proof_s, sizeof proof_s);
+    expect(c, CONN_HEADER, HK_WIRE_HEADER_LEN);
+    return;
+  }
+  case CONN_HEADER: {
+    uint8_t type;
+    uint32_t len;
+    if (hk_wire_header(c->frame.data, &type, &len) != HK_OK) {
+      hk_log(HK_LOG_WARNING, "closing the connection from %s: %s", c->addr,
+             hk_last_error());
+      conn_close(c);
+      return;
+    }
+    if (len > HK_RDV_MAX_PAYLOAD) {
+      hk_log(HK_LOG_WARNING,
+             "closing the connection from %s: a %u-byte message is too "
+             "large for the rendezvous (at most %u)",
+             c->addr, len, HK_RDV_MAX_PAYLOAD);
+      conn_close(c);
+      return;
+    }
+    if (len == 0) {
+      on_frame(c);
+      if (c->state != CONN_CLOSING)
+        expect(c, CONN_HEADER, HK_WIRE_HEADER_LEN);
+      return;
+    }
+    expect(c, CONN_PAYLOAD, HK_WIRE_HEADER_LEN + (size_t)len);
+    return;
+  }
+  case CONN_PAYLOAD:
+    on_frame(c);
+    if (c->state != CONN_CLOSING)
+      expect(c, CONN_HEADER, HK_WIRE_HEADER_LEN);
+    return;
+  case CONN_CLOSING:
+    return;
+  }
+}
+
+static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  (void)suggested;
+  conn *c = h->data;
+  *buf = uv_buf_init(NULL, 0);
+  if (c->state == CONN_AUTH) {
+    *buf =
+        uv_buf_init((char *)c->auth_msg + c->got, (unsigned)(c->need - c->got));
+  } else if (c->state == CONN_HEADER || c->state == CONN_PAYLOAD) {
+    if (hk_buf_reserve(&c->frame, c->need) != HK_OK)
+      return; /* libuv reports UV_ENOBUFS to read_cb */
+    *buf = uv_buf_init((char *)c->frame.data + c->got,
+                       (unsigned)(c->need - c->got));
+  }
+}
+
+static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+  (void)buf;
+  conn *c = s->data;
+  if (nread < 0) {
+    if (nread != UV_EOF)
+      hk_log(HK_LOG_INFO, "connection from %s (rank %d): %s", c->addr, c->rank,
+             uv_strerror((int)nread));
+    else if (c->rank >= 0)
+      hk_log(HK_LOG_INFO, "rank %d closed its rendezvous connection", c->rank);
+    conn_close(c);
+    return;
+  }
+  c->got += (size_t)nread;
+  if (nread > 0 && c->got == c->need)
+    on_unit(c);
+}
+
+static void auth_timeout(uv_timer_t *t) {
+  conn *c = t->data;
+  hk_log(HK_LOG_WARNING,
+         "refused a connection from %s: no authentication within %d s", c->addr,
+         HK_RDV_AUTH_TIMEOUT_MS / 1000);
+  conn_close(c);
+}
+
+static void format_peer(uv_tcp_t *tcp, char *out, size_t cap) {
+  struct sockaddr_storage ss;
+  int len = sizeof ss;
+  char ip[64] = "?";
+  unsigned port = 0;
+  if (uv_tcp_getpeername(tcp, (struct sockaddr *)&ss, &len) == 0) {
+    if (ss.ss_family == AF_INET) {
+      struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+      uv_ip4_name(a, ip, sizeof ip);
+      port = ntohs(a->sin_port);
+    } else if (ss.ss_family == AF_INET6) {
+      struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+      uv_ip6_name(a, ip, sizeof ip);
+      port = ntohs(a->sin6_port);
+    }
+  }
+  snprintf(out, cap, "%s:%u", ip, port);
+}
+
+static void on_connection(uv_stream_t *server, int status) {
+  hk_rdv *r = server->data;
+  if (status < 0) {
+    hk_log(HK_LOG_WARNING, "rendezvous accept: %s", uv_strerror(status));
+    return;
+  }
+  conn *c = calloc(1, sizeof *c);
+  if (!c) {
+    hk_log(HK_LOG_ERROR, "out of memory accepting a connection");
+    return; /* the pending connection stays in the backlog */
+  }
+  c->r = r;
+  c->rank = -1;
+  uv_tcp_init(r->loop, &c->tcp);
+  uv_timer_init(r->loop, &c->auth_timer);
+  c->tcp.data = c->auth_timer.data = c;
+  c->open_handles = 2;
+  c->next = r->conns;
+  if (r->conns)
+    r->conns->prev = c;
+  r->conns = c;
+  r->open_handles++;
+  expect(c, CONN_AUTH, HK_AUTH_CLIENT_MSG_LEN);
+
+  int rc = uv_accept(server, (uv_stream_t *)&c->tcp);
+  if (rc != 0) {
+    hk_log(HK_LOG_WARNING, "rendezvous accept: %s", uv_strerror(rc));
+    conn_close(c);
+    return;
+  }
+  format_peer(&c->tcp, c->addr, sizeof c->addr);
+  uv_tcp_nodelay(&c->tcp, 1);
+  if (hk_random_bytes(c->nonce_s, sizeof c->nonce_s) != HK_OK) {
+    hk_log(HK_LOG_ERROR, "refused a connection from %s: %s", c->addr,
+           hk_last_error());
+    conn_close(c);
+    return;
+  }
+  uv_timer_start(&c->auth_timer, auth_timeout, HK_RDV_AUTH_TIMEOUT_MS, 0);
+  conn_send(c, c->nonce_s, sizeof c->nonce_s);
+  if (c->state != CONN_CLOSING) {
+    rc = uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
+    if (rc != 0) {
+      hk_log(HK_LOG_WARNING, "reading from %s: %s", c->addr, uv_strerror(rc));
+      conn_close(c);
+    }
+  }
+}
+
+/* ---- public ---- */
+
+static void on_server_closed(uv_handle_t *h) {
+  hk_rdv *r = h->data;
+  r->open_handles--;
+  maybe_free(r);
+}
+
+hk_status hk_rdv_start(uv_loop_t *loop, int size, const hk_secret *secret,
+                       hk_rdv **out, uint16_t *port) {
+  *out = NULL;
+  hk_rdv *r = calloc(1, sizeof *r);
+  if (!r)
+    return hk_fail(HK_ERR_NOMEM, "out of memory for the rendezvous");
+  r->by_rank = calloc((size_t)size, sizeof *r->by_rank);
+  r->peers = calloc((size_t)size, sizeof *r->peers);
+  if (!r->by_rank || !r->peers) {
+    free(r->by_rank);
+    free(r->peers);
+    free(r);
+    return hk_fail(HK_ERR_NOMEM, "out of memory for %d ranks", size);
+  }
+  r->loop = loop;
+  r->size = size;
+  r->secret = *secret;
+  uv_tcp_init(loop, &r->server);
+  r->server.data = r;
+  r->open_handles = 1;
+
+  struct sockaddr_in addr;
+  uv_ip4_addr("127.0.0.1", 0, &addr);
+  const char *call = "bind";
+  int rc = uv_tcp_bind(&r->server, (const struct sockaddr *)&addr, 0);
+  if (rc == 0) {
+    call = "listen";
+    rc = uv_listen((uv_stream_t *)&r->server, 1024, on_connection);
+  }
+  struct sockaddr_in bound;
+  int len = sizeof bound;
+  if (rc == 0) {
+    call = "getsockname";
+    rc = uv_tcp_getsockname(&r->server, (struct sockaddr *)&bound, &len);
+  }
+  if (rc != 0) {
+    hk_rdv_close(r);
+    return hk_fail(HK_ERR_SYSTEM, "rendezvous %s on 127.0.0.1: %s", call,
+                   uv_strerror(rc));
+  }
+  *port = ntohs(bound.sin_port);
+  *out = r;
+  return HK_OK;
+}
+
+void hk_rdv_abort(hk_rdv *r, int failed_rank, int exit_code, int signal,
+                  const char *reason) {
+  if (!r || r->aborted || r->closing)
+    return;
+  r->aborted = 1;
+  hk_msg m;
+  memset(&m, 0, sizeof m);
+  m.type = HK_MSG_ABORT;
+  m.u.abort.rank = failed_rank;
+  m.u.abort.exit_code = exit_code;
+  m.u.abort.signal = signal;
+  snprintf(m.u.abort.reason, sizeof m.u.abort.reason, "%s", reason);
+  if (hk_wire_encode(&m, &r->abort_frame) != HK_OK) {
+    hk_log(HK_LOG_ERROR, "cannot encode the abort message: %s",
+           hk_last_error());
+    return;
+  }
+  for (int i = 0; i < r->size; i++)
+    if (i != failed_rank && r->by_rank[i])
+      conn_send(r->by_rank[i], r->abort_frame.data, r->abort_frame.len);
+}
+
+void hk_rdv_close(hk_rdv *r) {
+  if (!r || r->closing)
+    return;
+  r->closing = 1;
+  for (conn *c = r->conns; c; c = c->next)
+    conn_close(c); /* unlinks itself later, in the close callback */
+  uv_close((uv_handle_t *)&r->server, on_server_closed);
+}

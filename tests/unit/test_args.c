@@ -1,0 +1,276 @@
+/*
+ * test_args.c - hkrun's command-line parser, table-driven.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "launcher/args.h"
+
+#define MAX_TOKENS 12
+
+/* Parses {"hkrun", tokens..., NULL}. */
+static int parse(const char *const *tokens, hkrun_args *out, char *err,
+                 size_t cap, char **argv) {
+  int argc = 0;
+  argv[argc++] = "hkrun";
+  for (int i = 0; tokens[i]; i++)
+    argv[argc++] = (char *)tokens[i];
+  argv[argc] = NULL;
+  return hkrun_args_parse(argc, argv, out, err, cap);
+}
+
+/* ---- accepted command lines ---- */
+
+typedef struct good_case {
+  const char *tokens[MAX_TOKENS];
+  hkrun_action action;
+  int np, tag_output, verbose;
+  double grace;
+  int prog_argc;
+  const char *prog;      /* prog_argv[0] */
+  const char *last_prog; /* prog_argv[prog_argc-1] */
+} good_case;
+
+static const good_case good[] = {
+    {{"-np", "4", "prog", NULL}, HKRUN_RUN, 4, 1, 0, 2.0, 1, "prog", "prog"},
+    {{"-n", "2", "--", "prog", "-np", "9", NULL},
+     HKRUN_RUN,
+     2,
+     1,
+     0,
+     2.0,
+     3,
+     "prog",
+     "9"},
+    /* options after the program belong to the program */
+    {{"--np", "3", "prog", "--no-tag-output", NULL},
+     HKRUN_RUN,
+     3,
+     1,
+     0,
+     2.0,
+     2,
+     "prog",
+     "--no-tag-output"},
+    {{"--np=5", "--no-tag-output", "-v", "prog", NULL},
+     HKRUN_RUN,
+     5,
+     0,
+     1,
+     2.0,
+     1,
+     "prog",
+     "prog"},
+    {{"--verbose", "-np", "1", "sh", "-c", "echo hi", NULL},
+     HKRUN_RUN,
+     1,
+     1,
+     1,
+     2.0,
+     3,
+     "sh",
+     "echo hi"},
+    {{"--grace-period", "0.5", "-np", "1", "prog", NULL},
+     HKRUN_RUN,
+     1,
+     1,
+     0,
+     0.5,
+     1,
+     "prog",
+     "prog"},
+    {{"--grace-period=0", "-np", "1", "prog", NULL},
+     HKRUN_RUN,
+     1,
+     1,
+     0,
+     0.0,
+     1,
+     "prog",
+     "prog"},
+    {{"-np", "1", "--no-tag-output", "--tag-output", "prog", NULL},
+     HKRUN_RUN,
+     1,
+     1,
+     0,
+     2.0,
+     1,
+     "prog",
+     "prog"},
+    {{"-np", "65536", "prog", NULL},
+     HKRUN_RUN,
+     65536,
+     1,
+     0,
+     2.0,
+     1,
+     "prog",
+     "prog"},
+    {{"-np", "2", "-np", "7", "prog", NULL}, /* the last one wins */
+     HKRUN_RUN,
+     7,
+     1,
+     0,
+     2.0,
+     1,
+     "prog",
+     "prog"},
+    {{"-np", "1", "-", NULL}, HKRUN_RUN, 1, 1, 0, 2.0, 1, "-", "-"},
+    {{"-np", "1", "--", "--weird-name", NULL},
+     HKRUN_RUN,
+     1,
+     1,
+     0,
+     2.0,
+     1,
+     "--weird-name",
+     "--weird-name"},
+    {{"-h", NULL}, HKRUN_HELP, 0, 1, 0, 2.0, 0, NULL, NULL},
+    {{"--help", "-np", "abc", NULL}, HKRUN_HELP, 0, 1, 0, 2.0, 0, NULL, NULL},
+    {{"--version", NULL}, HKRUN_VERSION, 0, 1, 0, 2.0, 0, NULL, NULL},
+};
+
+static void test_accepted(void **state) {
+  (void)state;
+  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+    const good_case *c = &good[i];
+    char *argv[MAX_TOKENS + 2];
+    char err[HKRUN_ARGS_ERR_CAP];
+    hkrun_args a;
+    int rc = parse(c->tokens, &a, err, sizeof err, argv);
+    if (rc != 0)
+      fail_msg("case %zu rejected: %s", i, err);
+    assert_int_equal(a.action, c->action);
+    assert_string_equal(err, "");
+    if (c->action != HKRUN_RUN)
+      continue;
+    assert_int_equal(a.np, c->np);
+    assert_int_equal(a.tag_output, c->tag_output);
+    assert_int_equal(a.verbose, c->verbose);
+    assert_true(a.grace_period_s == c->grace);
+    assert_int_equal(a.prog_argc, c->prog_argc);
+    assert_string_equal(a.prog_argv[0], c->prog);
+    assert_string_equal(a.prog_argv[a.prog_argc - 1], c->last_prog);
+    assert_null(a.prog_argv[a.prog_argc]); /* NULL-terminated for exec */
+  }
+}
+
+/* ---- rejected command lines: one message naming the bad token ---- */
+
+typedef struct bad_case {
+  const char *tokens[MAX_TOKENS];
+  const char *error;
+} bad_case;
+
+static const bad_case bad[] = {
+    {{"-np", "0", "p", NULL}, "-np: '0' is not a positive integer"},
+    {{"-np", "abc", "p", NULL}, "-np: 'abc' is not a positive integer"},
+    {{"-np", "-1", "p", NULL}, "-np: '-1' is not a positive integer"},
+    {{"-np", "3x", "p", NULL}, "-np: '3x' is not a positive integer"},
+    {{"-np", " 3", "p", NULL}, "-np: ' 3' is not a positive integer"},
+    {{"-n", "", "p", NULL}, "-n: '' is not a positive integer"},
+    {{"--np=", "p", NULL}, "--np: '' is not a positive integer"},
+    {{"-np", "65537", "p", NULL}, "-np: '65537' is too large (at most 65536)"},
+    {{"-np", "99999999999999999999999", "p", NULL},
+     "-np: '99999999999999999999999' is too large (at most 65536)"},
+    {{"-np", NULL}, "-np: missing value"},
+    {{"-v", "--grace-period", NULL}, "--grace-period: missing value"},
+    {{"--frobnicate", "-np", "2", "p", NULL}, "unknown option '--frobnicate'"},
+    {{"-x", "p", NULL}, "unknown option '-x'"},
+    {{"-np=2", "p", NULL}, "unknown option '-np=2'"},
+    {{"--frob=1", "p", NULL}, "unknown option '--frob=1'"},
+    {{"-np", "2", NULL}, "no program given"},
+    {{"-np", "2", "--", NULL}, "no program given"},
+    {{NULL}, "no program given"},
+    {{"prog", NULL}, "-np N is required"},
+    {{"--grace-period", "-1", "-np", "1", "p", NULL},
+     "--grace-period: '-1' is not a number of seconds"},
+    {{"--grace-period", "inf", "-np", "1", "p", NULL},
+     "--grace-period: 'inf' is not a number of seconds"},
+    {{"--grace-period", "1e3", "-np", "1", "p", NULL},
+     "--grace-period: '1e3' is not a number of seconds"},
+    {{"--grace-period", "1.2.3", "-np", "1", "p", NULL},
+     "--grace-period: '1.2.3' is not a number of seconds"},
+    {{"--grace-period", ".", "-np", "1", "p", NULL},
+     "--grace-period: '.' is not a number of seconds"},
+    {{"--grace-period", "86401", "-np", "1", "p", NULL},
+     "--grace-period: '86401' is too large (at most 86400 seconds)"},
+    {{"--verbose=1", "-np", "1", "p", NULL},
+     "--verbose: takes no value (in '--verbose=1')"},
+};
+
+static void test_rejected(void **state) {
+  (void)state;
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char *argv[MAX_TOKENS + 2];
+    char err[HKRUN_ARGS_ERR_CAP];
+    hkrun_args a;
+    int rc = parse(bad[i].tokens, &a, err, sizeof err, argv);
+    if (rc != -1)
+      fail_msg("case %zu ('%s') was accepted", i, bad[i].error);
+    assert_string_equal(err, bad[i].error);
+  }
+}
+
+/* An over-long option is reported whole, not cut at an internal limit. */
+static void test_long_unknown_option(void **state) {
+  (void)state;
+  char opt[200];
+  memset(opt, 'z', sizeof opt - 1);
+  opt[0] = opt[1] = '-';
+  opt[sizeof opt - 1] = '\0';
+  const char *tokens[] = {opt, "p", NULL};
+  char *argv[4];
+  char err[HKRUN_ARGS_ERR_CAP], expect[HKRUN_ARGS_ERR_CAP];
+  hkrun_args a;
+  assert_int_equal(parse(tokens, &a, err, sizeof err, argv), -1);
+  snprintf(expect, sizeof expect, "unknown option '%s'", opt);
+  assert_string_equal(err, expect);
+}
+
+/* A small error buffer gets a truncated, NUL-terminated message. */
+static void test_small_error_buffer(void **state) {
+  (void)state;
+  const char *tokens[] = {"-np", "abc", "p", NULL};
+  char *argv[5];
+  char err[9];
+  memset(err, 'Q', sizeof err);
+  hkrun_args a;
+  assert_int_equal(parse(tokens, &a, err, sizeof err, argv), -1);
+  assert_string_equal(err, "-np: 'ab");
+  /* and none at all is allowed */
+  assert_int_equal(parse(tokens, &a, NULL, 0, argv), -1);
+}
+
+static void test_usage_texts(void **state) {
+  (void)state;
+  const char *u = hkrun_usage();
+  assert_non_null(strstr(u, "usage: hkrun -np N"));
+  const char *opts[] = {"-np N",          "--tag-output", "--no-tag-output",
+                        "--grace-period", "--verbose",    "--help",
+                        "--version"};
+  for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++)
+    if (!strstr(u, opts[i]))
+      fail_msg("usage does not mention %s", opts[i]);
+  assert_int_equal(u[strlen(u) - 1], '\n');
+  const char *h = hkrun_usage_hint();
+  assert_non_null(strstr(h, "hkrun --help"));
+  assert_int_equal(h[strlen(h) - 1], '\n');
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_accepted),
+      cmocka_unit_test(test_rejected),
+      cmocka_unit_test(test_long_unknown_option),
+      cmocka_unit_test(test_small_error_buffer),
+      cmocka_unit_test(test_usage_texts),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
