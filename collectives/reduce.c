@@ -19,6 +19,7 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define HK_X86_SIMD 1
+#include <cpuid.h>
 #include <immintrin.h>
 #define HK_AVX2 __attribute__((target("avx2,f16c")))
 #else
@@ -312,7 +313,9 @@ int hk_reduce_has_simd16(void) {
 #if HK_X86_SIMD
   /* libgcc/compiler-rt fill the CPU model in a constructor; the avx2 bit
    * already includes the OS (XGETBV) check for YMM state. */
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  unsigned a, b, c, d;
+  int f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+  return f16c && __builtin_cpu_supports("avx2");
 #else
   return 0;
 #endif

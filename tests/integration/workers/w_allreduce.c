@@ -9,8 +9,8 @@
  * and products are exact in every type and the serial result is exactly
  * what the documented arithmetic must give (hk.h, hk_op): an exact
  * comparison, no tolerance. 16-bit floats are rounded by the compiler's
- * _Float16 (IEEE round-to-nearest-even) for float16 and by truncation with
- * rounding written out here for bfloat16, independently of hk's code.
+ * converters written out here with nearbyint (the default IEEE rounding,
+ * to nearest even), independently of hk's code.
  */
 #include <math.h>
 #include <string.h>
@@ -31,6 +31,32 @@ static double input(int rank, size_t i, int dtype, int op) {
   return (double)(int)(h % 17) - 8;
 }
 
+/* Round-to-nearest-even float -> float16 for finite values, written
+ * independently of common/half.c: scale to the binary16 quantum of the
+ * value's binade, round with nearbyint, then encode. */
+static uint16_t ref_f16(float f) {
+  uint16_t sign = signbit(f) ? 0x8000 : 0;
+  double a = fabs((double)f);
+  if (a == 0)
+    return sign;
+  int e;
+  frexp(a, &e);                  /* a = m * 2^e, m in [0.5, 1) */
+  int q = e - 11 < -24 ? -24 : e - 11; /* 11 significant bits, min 2^-24 */
+  double v = ldexp(nearbyint(ldexp(a, -q)), q);
+  if (v >= 65520.0)
+    return sign | 0x7c00;
+  if (v < 0x1p-14)
+    return sign | (uint16_t)(v * 0x1p24);
+  frexp(v, &e);
+  return sign | (uint16_t)((e - 1 + 15) << 10) |
+         (uint16_t)((ldexp(v, 1 - e) - 1.0) * 1024.0);
+}
+static double ref_f16_to_double(uint16_t h) {
+  int exp = (h >> 10) & 31, man = h & 1023;
+  double v = exp ? ldexp(1024 + man, exp - 25) : ldexp(man, -24);
+  return (h & 0x8000) ? -v : v;
+}
+
 /* Round-to-nearest-even float -> bfloat16, written independently. */
 static uint16_t ref_bf16(float f) {
   uint32_t u;
@@ -48,7 +74,7 @@ static float ref_bf16_to_f32(uint16_t b) {
 static void store(void *buf, size_t i, int dtype, double v) {
   switch (dtype) {
   case HK_FLOAT16:
-    ((_Float16 *)buf)[i] = (_Float16)(float)v;
+    ((uint16_t *)buf)[i] = ref_f16((float)v);
     break;
   case HK_BFLOAT16:
     ((uint16_t *)buf)[i] = ref_bf16((float)v);
@@ -127,7 +153,7 @@ static void serial(void *ref, size_t i, int dtype, int op, int np) {
   else if (dtype == HK_FLOAT32)
     ((float *)ref)[i] = (float)acc / (float)np;
   else if (dtype == HK_FLOAT16)
-    ((_Float16 *)ref)[i] = (_Float16)((float)acc / (float)np);
+    ((uint16_t *)ref)[i] = ref_f16((float)acc / (float)np);
   else
     ((uint16_t *)ref)[i] = ref_bf16((float)acc / (float)np);
 }
@@ -135,7 +161,7 @@ static void serial(void *ref, size_t i, int dtype, int op, int np) {
 static double as_double(const void *buf, size_t i, int dtype) {
   switch (dtype) {
   case HK_FLOAT16:
-    return (double)((const _Float16 *)buf)[i];
+    return ref_f16_to_double(((const uint16_t *)buf)[i]);
   case HK_BFLOAT16:
     return ref_bf16_to_f32(((const uint16_t *)buf)[i]);
   case HK_FLOAT32:
