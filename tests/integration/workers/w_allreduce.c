@@ -40,7 +40,7 @@ static uint16_t ref_f16(float f) {
   if (a == 0)
     return sign;
   int e;
-  frexp(a, &e);                  /* a = m * 2^e, m in [0.5, 1) */
+  frexp(a, &e);                        /* a = m * 2^e, m in [0.5, 1) */
   int q = e - 11 < -24 ? -24 : e - 11; /* 11 significant bits, min 2^-24 */
   double v = ldexp(nearbyint(ldexp(a, -q)), q);
   if (v >= 65520.0)
