@@ -115,10 +115,12 @@ void hk_queue_fail_all(hk_ctx *ctx, hk_status status, const char *reason) {
 }
 
 hk_status hk_queue_wait(hk_ctx *ctx, hk_handle h) {
-  pthread_mutex_lock(&ctx->mu);
-  while (!h->done)
-    pthread_cond_wait(&ctx->done_cv, &ctx->mu);
-  pthread_mutex_unlock(&ctx->mu);
+  if (ctx) {
+    pthread_mutex_lock(&ctx->mu);
+    while (!h->done)
+      pthread_cond_wait(&ctx->done_cv, &ctx->mu);
+    pthread_mutex_unlock(&ctx->mu);
+  }
   hk_status st = h->status;
   if (st != HK_OK)
     hk_set_last_error(h->reason ? h->reason : hk_strerror(st));

@@ -38,7 +38,8 @@ void hk_queue_complete(hk_ctx *ctx, hk_handle h, hk_status status,
 void hk_queue_fail_all(hk_ctx *ctx, hk_status status, const char *reason);
 
 /** Blocks until h completes; returns its status, sets this thread's last
- *  error to its reason, and frees h. */
+ *  error to its reason, and frees h. ctx NULL (after hk_shutdown, when
+ *  every handle has completed) only collects the outcome. */
 hk_status hk_queue_wait(hk_ctx *ctx, hk_handle h);
 
 /** Sets *done to whether h has completed, without blocking. */

@@ -20,11 +20,15 @@
 #include "worker/background.h"
 #include "worker/bootstrap.h"
 #include "worker/context.h"
+#include "worker/introspect.h"
 #include "worker/queue.h"
 
 /* The runtime context; set by hk_init before any other thread may use it,
  * cleared by hk_shutdown after the background thread has stopped. */
 static hk_ctx *g_ctx;
+
+/* Declared in worker/introspect.h (internal; not part of hk.h). */
+hk_ctx *hk_runtime_context(void) { return g_ctx; }
 
 static hk_status env_int(const char *var, int def, int min, int max, int *out) {
   const char *s = getenv(var);
@@ -244,8 +248,10 @@ hk_status hk_broadcast_async(const char *name, void *buf, size_t count,
 hk_status hk_wait(hk_handle handle) {
   if (!handle)
     return hk_fail(HK_ERR_INVALID_ARG, "hk_wait: NULL handle");
-  if (!g_ctx)
-    return hk_fail(HK_ERR_NOT_INITIALIZED, "hk_wait after hk_shutdown");
+  /* After hk_shutdown every handle has completed (with HK_ERR_SHUTDOWN if
+   * it was still pending); waiting then collects it without the context. */
+  if (!g_ctx && !handle->done)
+    return hk_fail(HK_ERR_NOT_INITIALIZED, "hk_wait before hk_init");
   return hk_queue_wait(g_ctx, handle);
 }
 
@@ -253,8 +259,10 @@ hk_status hk_poll(hk_handle handle, int *done) {
   if (!handle || !done)
     return hk_fail(HK_ERR_INVALID_ARG, "hk_poll: NULL %s",
                    !handle ? "handle" : "done pointer");
-  if (!g_ctx)
-    return hk_fail(HK_ERR_NOT_INITIALIZED, "hk_poll after hk_shutdown");
+  if (!g_ctx) { /* after hk_shutdown every handle has completed */
+    *done = handle->done;
+    return HK_OK;
+  }
   hk_queue_poll(g_ctx, handle, done);
   return HK_OK;
 }

@@ -169,6 +169,17 @@ static void test_rogue_connection(void **s) {
   hkt_result_free(&r);
 }
 
+/* hk_shutdown on one rank ends the others' pending operations with
+ * HK_ERR_SHUTDOWN naming that rank; a handle pending at shutdown can still
+ * be waited afterwards. */
+static void test_shutdown_semantics(void **s) {
+  (void)s;
+  char *argv[] = {HKRUN_PATH, "-np", "2", W("w_fail"), "shutdown", NULL};
+  run_ok(argv, "shutdown ok", 2, 60);
+  char *argv2[] = {HKRUN_PATH, "-np", "2", W("w_fail"), "leave", NULL};
+  run_ok(argv2, "leave ok", 2, 60);
+}
+
 int main(void) {
   hkt_setup();
   const struct CMUnitTest tests[] = {
@@ -184,6 +195,7 @@ int main(void) {
       cmocka_unit_test(test_kill9_mid_allreduce),
       cmocka_unit_test(test_rank_exits_early),
       cmocka_unit_test(test_rogue_connection),
+      cmocka_unit_test(test_shutdown_semantics),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

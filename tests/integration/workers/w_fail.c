@@ -5,6 +5,11 @@
  *            with SIGKILL. Survivors print the error they got and exit 1.
  *   early  : rank 0 exits with status 3 right after hk_init; the others
  *            allreduce and must get HK_ERR_PEER_LOST naming rank 0 (C6).
+ *   shutdown: rank 1 calls hk_shutdown while rank 0 waits on a tensor rank 1
+ *            never submits: rank 0's wait ends with HK_ERR_SHUTDOWN naming
+ *            rank 1, later submits fail at once, both exit 0.
+ *   leave  : rank 0 calls hk_shutdown with a tensor still pending and waits
+ *            on its handle afterwards: HK_ERR_SHUTDOWN, no leak.
  *   rogue  : rank 1 connects to hkrun's rendezvous without the secret and
  *            checks it is refused (the connection is closed), then every
  *            rank allreduces and checks the result.
@@ -48,6 +53,44 @@ static int mode_early(int rank) {
   return 1;
 }
 
+static int mode_shutdown(int rank) {
+  if (rank == 1) {
+    HKT_OK(hk_shutdown());
+    printf("shutdown ok\n");
+    return 0;
+  }
+  float x[4] = {0};
+  hk_status st = hk_allreduce("only.on.rank0", x, x, 4, HK_FLOAT32, HK_SUM);
+  HKT_CHECK(st == HK_ERR_SHUTDOWN, "expected shutdown, got %s: %s",
+            hk_strerror(st), hk_last_error());
+  HKT_CHECK(strstr(hk_last_error(), "rank 1 called hk_shutdown") &&
+                strstr(hk_last_error(), "only.on.rank0"),
+            "message: %s", hk_last_error());
+  hk_handle h;
+  st = hk_allreduce_async("later", x, x, 4, HK_FLOAT32, HK_SUM, &h);
+  HKT_CHECK(st == HK_ERR_SHUTDOWN, "submit after shutdown gave %s",
+            hk_strerror(st));
+  HKT_OK(hk_shutdown());
+  printf("shutdown ok\n");
+  return 0;
+}
+
+static int mode_leave(int rank) {
+  float x[4] = {0};
+  hk_handle h = NULL;
+  if (rank == 0)
+    HKT_OK(hk_allreduce_async("left.pending", x, x, 4, HK_FLOAT32, HK_SUM, &h));
+  HKT_OK(hk_shutdown());
+  if (rank == 0) {
+    hk_status st = hk_wait(h);
+    HKT_CHECK(st == HK_ERR_SHUTDOWN && strstr(hk_last_error(), "left.pending"),
+              "wait after shutdown gave %s: %s", hk_strerror(st),
+              hk_last_error());
+  }
+  printf("leave ok\n");
+  return 0;
+}
+
 static int mode_rogue(int rank, int np) {
   if (rank == 1) {
     const char *rdv = getenv("HK_RENDEZVOUS");
@@ -80,13 +123,17 @@ static int mode_rogue(int rank, int np) {
 }
 
 int main(int argc, char **argv) {
-  HKT_CHECK(argc == 2, "usage: w_fail kill|early|rogue");
+  HKT_CHECK(argc == 2, "usage: w_fail kill|early|shutdown|leave|rogue");
   HKT_OK(hk_init());
   int rank = hk_rank();
   if (!strcmp(argv[1], "kill"))
     return mode_kill(rank);
   if (!strcmp(argv[1], "early"))
     return mode_early(rank);
+  if (!strcmp(argv[1], "shutdown"))
+    return mode_shutdown(rank);
+  if (!strcmp(argv[1], "leave"))
+    return mode_leave(rank);
   if (!strcmp(argv[1], "rogue"))
     return mode_rogue(rank, hk_size());
   HKT_CHECK(0, "unknown mode %s", argv[1]);
