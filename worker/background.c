@@ -11,6 +11,7 @@
 #include "collectives/transport/tcp.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "worker/introspect.h"
 #include "worker/queue.h"
 
 /* What one pass of the loop decided. */
@@ -74,12 +75,15 @@ static hk_status run_responses(hk_ctx *ctx, const hk_wire_response *rs,
       hk_queue_complete(ctx, h, (hk_status)rs[i].status, rs[i].reason);
       continue;
     }
+    double start = hk_now();
     hk_status st = execute(ctx, h);
     if (st != HK_OK) {
       char msg[HK_ERROR_MSG_CAP];
       snprintf(msg, sizeof msg, "%s", hk_last_error());
       return hk_fail(st, "tensor '%s': %s", rs[i].name, msg);
     }
+    if (h->req.coll != HK_COLL_BARRIER) /* before waiters can wake */
+      hk_introspect_record(ctx, h->req.name, start, hk_now());
     hk_queue_complete(ctx, h, HK_OK, NULL);
   }
   return HK_OK;

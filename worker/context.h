@@ -33,6 +33,14 @@ struct hk_handle_s {
   struct hk_handle_s *next; /* [mu] in the submit queue */
 };
 
+/* Timing of the ring collectives this worker ran (worker/introspect.h). */
+typedef struct hk_collective_timing {
+  uint64_t seq;                   /* ring collectives run so far; 0: none */
+  double start_s, end_s;          /* the last one, hk_now() seconds */
+  double busy_s;                  /* sum of end_s - start_s over all */
+  char name[HK_MAX_NAME_LEN + 1]; /* the last one's tensor */
+} hk_collective_timing;
+
 /* The connections of one worker (see worker/bootstrap.c). */
 typedef struct hk_mesh {
   int listen_fd;   /* closed once the mesh is built */
@@ -64,7 +72,8 @@ typedef struct hk_ctx {
   int stopped;            /* [mu] background loop has ended */
   hk_status failure;      /* [mu] HK_OK, or why the job failed/stopped */
   char failure_reason[HK_WIRE_MAX_REASON_LEN + 1]; /* [mu] */
-  uint64_t barrier_seq; /* [mu] names barriers hk.barrier.<n> */
+  uint64_t barrier_seq;        /* [mu] names barriers hk.barrier.<n> */
+  hk_collective_timing timing; /* [mu] written by the background thread */
 
   hk_negotiator *negotiator; /* [bg] rank 0 only */
   hk_buf scratch;            /* [bg] message encoding/decoding */
