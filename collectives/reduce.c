@@ -14,6 +14,7 @@
 #include "collectives/reduce.h"
 
 #include <stdint.h>
+#include <string.h>
 
 #include "common/half.h"
 
@@ -392,4 +393,49 @@ void hk_reduce_finish_average(void *buf, size_t count, hk_dtype dtype,
 void hk_reduce_finish_average_portable(void *buf, size_t count, hk_dtype dtype,
                                        int size) {
   finish_average(buf, count, dtype, size, 0);
+}
+
+void hk_scale_copy(void *dst, const void *src, size_t count, hk_dtype dtype,
+                   double factor) {
+  if (count == 0)
+    return;
+  int is_float = dtype == HK_FLOAT16 || dtype == HK_BFLOAT16 ||
+                 dtype == HK_FLOAT32 || dtype == HK_FLOAT64;
+  if (factor == 1.0 || !is_float) {
+    if (dst != src)
+      memcpy(dst, src, count * hk_dtype_size(dtype));
+    return;
+  }
+  switch (dtype) {
+  case HK_FLOAT32: {
+    float *d = dst, f = (float)factor;
+    const float *s = src;
+    for (size_t i = 0; i < count; i++)
+      d[i] = s[i] * f;
+    break;
+  }
+  case HK_FLOAT64: {
+    double *d = dst;
+    const double *s = src;
+    for (size_t i = 0; i < count; i++)
+      d[i] = s[i] * factor;
+    break;
+  }
+  case HK_FLOAT16: {
+    uint16_t *d = dst;
+    const uint16_t *s = src;
+    float f = (float)factor;
+    for (size_t i = 0; i < count; i++)
+      d[i] = hk_f32_to_f16(hk_f16_to_f32(s[i]) * f);
+    break;
+  }
+  default: {
+    uint16_t *d = dst;
+    const uint16_t *s = src;
+    float f = (float)factor;
+    for (size_t i = 0; i < count; i++)
+      d[i] = hk_f32_to_bf16(hk_bf16_to_f32(s[i]) * f);
+    break;
+  }
+  }
 }

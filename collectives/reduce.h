@@ -60,6 +60,18 @@ void hk_reduce(void *dst, const void *a, const void *b, size_t count,
 void hk_reduce_finish_average(void *buf, size_t count, hk_dtype dtype,
                               int size);
 
+/**
+ * dst[i] = src[i] * factor for i in [0, count) (ELEMENTS): Horovod's
+ * prescale/postscale factors, applied while data is copied anyway (into or
+ * out of the fusion buffer) or to the values a ring step just finished.
+ * Floating dtypes only: float32 multiplies by (float)factor, float64 by
+ * factor, float16/bfloat16 in binary32 then round to nearest even.
+ * dst may equal src. factor == 1 with dst != src is a plain copy; integer
+ * dtypes are copied unscaled (the API rejects factors for them).
+ */
+void hk_scale_copy(void *dst, const void *src, size_t count, hk_dtype dtype,
+                   double factor);
+
 /** 1 if (dtype, op) is a valid pair (all 8 dtypes x 5 ops are), 0 if either
  *  enum value is out of range. */
 int hk_reduce_supported(hk_dtype dtype, hk_op op);

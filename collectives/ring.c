@@ -1,12 +1,30 @@
+/*
+ * ring.c - the ring collectives (see ring.h). Every ring collective is a
+ * schedule of steps run by one pipelined engine, run_steps(): at each
+ * step a rank sends a region to its right neighbour and receives a region
+ * from its left one, either reducing it into a destination (reduce-scatter
+ * steps) or landing it there (allgather steps).
+ */
 #include "collectives/ring.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "collectives/reduce.h"
 #include "common/status.h"
+
+/* One step of a schedule. The engine requires that step k sends exactly
+ * the region step k-1 received (true of every ring algorithm here), so a
+ * byte may be forwarded as soon as it has arrived and been reduced. */
+typedef struct hk_ring_step {
+  const uint8_t *send;
+  uint8_t *recv;
+  const uint8_t *mine; /* reduce steps: recv = mine op incoming; else NULL */
+  size_t send_len;     /* bytes sent (= recv_len of the step before) */
+  size_t recv_len;     /* bytes received */
+  int finish;          /* apply the finish to what this step reduces */
+} hk_ring_step;
 
 hk_status hk_ring_init(hk_ring *ring, int rank, int size, int left_fd,
                        int right_fd, const hk_io *io, size_t chunk_bytes) {
@@ -21,97 +39,93 @@ hk_status hk_ring_init(hk_ring *ring, int rank, int size, int left_fd,
   snprintf(ring->right_name, sizeof ring->right_name, "rank %d",
            (rank + 1) % size);
   ring->stage_bytes = chunk_bytes;
-  if (size > 1) {
+  ring->steps = calloc(2 * (size_t)size, sizeof *ring->steps);
+  ring->segs = calloc((size_t)size + 1, sizeof *ring->segs);
+  if (size > 1)
     ring->stage = malloc(chunk_bytes);
-    if (!ring->stage)
-      return hk_fail(HK_ERR_NOMEM, "cannot allocate a %zu-byte ring stage",
-                     chunk_bytes);
-    memset(ring->stage, 0, chunk_bytes); /* fault it in now, not per call */
+  if (!ring->steps || !ring->segs || (size > 1 && !ring->stage)) {
+    hk_ring_destroy(ring);
+    return hk_fail(HK_ERR_NOMEM, "cannot allocate the ring's buffers");
   }
+  if (ring->stage)
+    memset(ring->stage, 0, chunk_bytes); /* fault it in now, not per call */
   return HK_OK;
 }
 
 void hk_ring_destroy(hk_ring *ring) {
   free(ring->stage);
-  ring->stage = NULL;
+  free(ring->scratch);
+  free(ring->steps);
+  free(ring->segs);
+  ring->stage = ring->scratch = NULL;
+  ring->steps = NULL;
+  ring->segs = NULL;
 }
 
-/* Segment j of N over count elements: [seg_off, seg_off + seg_len). */
-static size_t seg_off(size_t count, int n, int j) {
+void hk_ring_default_segments(size_t count, int n, size_t *seg) {
   size_t base = count / (size_t)n, rem = count % (size_t)n;
-  return (size_t)j * base + ((size_t)j < rem ? (size_t)j : rem);
+  for (int j = 0; j <= n; j++)
+    seg[j] = (size_t)j * base + ((size_t)j < rem ? (size_t)j : rem);
 }
-static size_t seg_len(size_t count, int n, int j) {
-  return count / (size_t)n + ((size_t)j < count % (size_t)n ? 1 : 0);
-}
+
 static int mod(int a, int n) { return ((a % n) + n) % n; }
 
-/* Which segment step k sends / receives (see ring.h). */
-static int send_seg(int r, int n, int k) {
-  return k < n - 1 ? mod(r - k, n) : mod(r + 1 - (k - (n - 1)), n);
-}
-static int recv_seg(int r, int n, int k) {
-  return k < n - 1 ? mod(r - k - 1, n) : mod(r - (k - (n - 1)), n);
+/* Adjusts ne elements a reduce-scatter has just finished. */
+static void finish(void *p, size_t ne, hk_dtype dtype, hk_op op,
+                   const hk_ring_finish *fin, int size) {
+  int divisor = fin && fin->divisor > 0 ? fin->divisor : size;
+  if (op == HK_AVERAGE)
+    hk_reduce_finish_average(p, ne, dtype, divisor);
+  if (fin && fin->postscale != 1.0)
+    hk_scale_copy(p, p, ne, dtype, fin->postscale);
 }
 
-hk_status hk_ring_allreduce(hk_ring *ring, const void *sendbuf, void *recvbuf,
-                            size_t count, hk_dtype dtype, hk_op op) {
-  const int n = ring->size, r = ring->rank;
+/* The pipelined engine: runs nsteps steps of the schedule. */
+static hk_status run_steps(hk_ring *ring, const hk_ring_step *steps, int nsteps,
+                           hk_dtype dtype, hk_op op, const hk_ring_finish *fin,
+                           const char *what) {
   const size_t esz = hk_dtype_size(dtype);
-  const uint8_t *src = sendbuf;
-  uint8_t *dst = recvbuf;
-  if (n == 1 || count == 0) {
-    if (count && src != dst)
-      memcpy(dst, src, count * esz);
-    return HK_OK;
-  }
-  const int steps = 2 * (n - 1), rs_steps = n - 1;
+  const size_t cap = ring->stage_bytes - ring->stage_bytes % esz;
   int ks = 0, kr = 0; /* current send / receive step */
   size_t soff = 0;    /* bytes of step ks sent */
   size_t roff = 0;    /* bytes of step kr received */
-  size_t rdone = 0;   /* bytes of step kr reduced/landed (<= roff) */
-  size_t fill = 0;    /* bytes waiting in the stage (reduce-scatter) */
-  const size_t cap = ring->stage_bytes - ring->stage_bytes % esz;
-  hk_status st = HK_OK;
-
-  while (ks < steps || kr < steps) {
+  size_t rdone = 0;   /* bytes of step kr reduced or landed (<= roff) */
+  size_t fill = 0;    /* bytes waiting in the stage (reduce steps) */
+  hk_status st;
+  while (ks < nsteps || kr < nsteps) {
     int progress = 0;
-    /* ---- send side ---- */
-    size_t savail = 0, slen = 0;
-    if (ks < steps) {
-      int j = send_seg(r, n, ks);
-      slen = seg_len(count, n, j) * esz;
+    /* ---- send side: step ks may send what step ks-1 has finished ---- */
+    size_t savail = 0;
+    if (ks < nsteps) {
+      const hk_ring_step *s = &steps[ks];
       if (ks == 0 || kr > ks - 1)
-        savail = slen;
+        savail = s->send_len;
       else if (kr == ks - 1)
         savail = rdone;
       if (soff < savail) {
-        const uint8_t *base =
-            (ks == 0 ? src : dst) + seg_off(count, n, j) * esz;
         size_t want = savail - soff, done;
         if (want > ring->stage_bytes)
           want = ring->stage_bytes;
-        st = hk_tcp_send_some(ring->right_fd, base + soff, want, &done,
+        st = hk_tcp_send_some(ring->right_fd, s->send + soff, want, &done,
                               ring->right_name);
         if (st != HK_OK)
           return st;
         soff += done;
         progress |= done > 0;
       }
-      if (soff == slen) {
+      if (soff == s->send_len) {
         ks++;
         soff = 0;
         progress = 1;
+        continue; /* the next step may be sendable at once */
       }
     }
     /* ---- receive side ---- */
-    if (kr < steps) {
-      int j = recv_seg(r, n, kr);
-      size_t rlen = seg_len(count, n, j) * esz;
-      uint8_t *seg = dst + seg_off(count, n, j) * esz;
+    if (kr < nsteps) {
+      const hk_ring_step *s = &steps[kr];
       size_t done = 0;
-      if (roff < rlen && kr < rs_steps) {
-        size_t want = rlen - roff;
+      if (roff < s->recv_len && s->mine) {
+        size_t want = s->recv_len - roff;
         if (want > cap - fill)
           want = cap - fill;
         st = hk_tcp_recv_some(ring->left_fd, ring->stage + fill, want, &done,
@@ -122,41 +136,141 @@ hk_status hk_ring_allreduce(hk_ring *ring, const void *sendbuf, void *recvbuf,
         fill += done;
         size_t whole = fill - fill % esz;
         if (whole) {
-          size_t e0 = rdone / esz, ne = whole / esz;
-          const uint8_t *mine = src + seg_off(count, n, j) * esz;
-          hk_reduce(seg + rdone, mine + rdone, ring->stage, ne, dtype, op);
-          if (op == HK_AVERAGE && kr == rs_steps - 1)
-            hk_reduce_finish_average(seg + e0 * esz, ne, dtype, n);
+          size_t ne = whole / esz;
+          hk_reduce(s->recv + rdone, s->mine + rdone, ring->stage, ne, dtype,
+                    op);
+          if (s->finish)
+            finish(s->recv + rdone, ne, dtype, op, fin, ring->size);
           rdone += whole;
           fill -= whole;
           if (fill)
             memmove(ring->stage, ring->stage + whole, fill);
         }
-      } else if (roff < rlen) {
-        st = hk_tcp_recv_some(ring->left_fd, seg + roff, rlen - roff, &done,
-                              ring->left_name);
+      } else if (roff < s->recv_len) {
+        st = hk_tcp_recv_some(ring->left_fd, s->recv + roff, s->recv_len - roff,
+                              &done, ring->left_name);
         if (st != HK_OK)
           return st;
         roff += done;
         rdone = roff;
       }
       progress |= done > 0;
-      if (rdone == rlen) {
+      if (rdone == s->recv_len) {
         kr++;
         roff = rdone = 0;
         progress = 1;
       }
     }
     if (!progress) {
-      int want_send = ks < steps && soff < savail;
-      int want_recv = kr < steps;
-      st = hk_tcp_wait(ring->right_fd, want_send, ring->left_fd, want_recv,
-                       &ring->io, "in ring allreduce");
+      int want_send = ks < nsteps && soff < savail;
+      st = hk_tcp_wait(ring->right_fd, want_send, ring->left_fd, kr < nsteps,
+                       &ring->io, what);
       if (st != HK_OK)
         return st;
     }
   }
   return HK_OK;
+}
+
+hk_status hk_ring_allreduce_segmented(hk_ring *ring, const void *sendbuf,
+                                      void *recvbuf, const size_t *seg,
+                                      hk_dtype dtype, hk_op op,
+                                      const hk_ring_finish *fin) {
+  const int n = ring->size, r = ring->rank;
+  const size_t esz = hk_dtype_size(dtype), count = seg[n];
+  const uint8_t *src = sendbuf;
+  uint8_t *dst = recvbuf;
+  if (n == 1 || count == 0) {
+    if (count && src != dst)
+      memcpy(dst, src, count * esz);
+    if (count)
+      finish(dst, count, dtype, op, fin, n);
+    return HK_OK;
+  }
+  hk_ring_step *s = ring->steps;
+#define SEG_AT(base, j) ((base) + seg[(j)] * esz)
+#define SEG_LEN(j) ((seg[(j) + 1] - seg[(j)]) * esz)
+  for (int k = 0; k < n - 1; k++) { /* reduce-scatter */
+    int js = mod(r - k, n), jr = mod(r - k - 1, n);
+    s[k] = (hk_ring_step){k == 0 ? SEG_AT(src, js) : SEG_AT(dst, js),
+                          SEG_AT(dst, jr),
+                          SEG_AT(src, jr),
+                          SEG_LEN(js),
+                          SEG_LEN(jr),
+                          k == n - 2};
+  }
+  for (int k = 0; k < n - 1; k++) { /* allgather */
+    int jr = mod(r - k, n), js = mod(r + 1 - k, n);
+    s[n - 1 + k] = (hk_ring_step){SEG_AT(dst, js), SEG_AT(dst, jr), NULL,
+                                  SEG_LEN(js),     SEG_LEN(jr),     0};
+  }
+  return run_steps(ring, s, 2 * (n - 1), dtype, op, fin, "in ring allreduce");
+}
+
+hk_status hk_ring_allreduce(hk_ring *ring, const void *sendbuf, void *recvbuf,
+                            size_t count, hk_dtype dtype, hk_op op,
+                            const hk_ring_finish *fin) {
+  hk_ring_default_segments(count, ring->size, ring->segs);
+  return hk_ring_allreduce_segmented(ring, sendbuf, recvbuf, ring->segs, dtype,
+                                     op, fin);
+}
+
+hk_status hk_ring_reducescatter(hk_ring *ring, const void *sendbuf,
+                                void *recvbuf, const size_t *seg,
+                                hk_dtype dtype, hk_op op,
+                                const hk_ring_finish *fin) {
+  const int n = ring->size, r = ring->rank;
+  const size_t esz = hk_dtype_size(dtype), count = seg[n];
+  const uint8_t *src = sendbuf;
+  uint8_t *out = recvbuf;
+  if (n == 1) {
+    if (count) {
+      memcpy(out, src, count * esz);
+      finish(out, count, dtype, op, fin, 1);
+    }
+    return HK_OK;
+  }
+  if (ring->scratch_bytes < count * esz) {
+    uint8_t *p = realloc(ring->scratch, count * esz);
+    if (!p)
+      return hk_fail(HK_ERR_NOMEM, "cannot allocate a %zu-byte work buffer",
+                     count * esz);
+    ring->scratch = p;
+    ring->scratch_bytes = count * esz;
+  }
+  uint8_t *w = ring->scratch;
+  hk_ring_step *s = ring->steps;
+  for (int k = 0; k < n - 1; k++) {
+    int js = mod(r - k - 1, n), jr = mod(r - k - 2, n);
+    int last = k == n - 2; /* jr == r: lands in the output */
+    s[k] = (hk_ring_step){k == 0 ? SEG_AT(src, js) : SEG_AT(w, js),
+                          last ? out : SEG_AT(w, jr),
+                          SEG_AT(src, jr),
+                          SEG_LEN(js),
+                          SEG_LEN(jr),
+                          last};
+  }
+  return run_steps(ring, s, n - 1, dtype, op, fin, "in ring reducescatter");
+}
+
+hk_status hk_ring_allgatherv(hk_ring *ring, const void *sendbuf, void *recvbuf,
+                             const size_t *seg, hk_dtype dtype) {
+  const int n = ring->size, r = ring->rank;
+  const size_t esz = hk_dtype_size(dtype);
+  uint8_t *dst = recvbuf;
+  if (seg[r + 1] > seg[r] && SEG_AT(dst, r) != (const uint8_t *)sendbuf)
+    memcpy(SEG_AT(dst, r), sendbuf, SEG_LEN(r));
+  if (n == 1)
+    return HK_OK;
+  hk_ring_step *s = ring->steps;
+  for (int k = 0; k < n - 1; k++) {
+    int js = mod(r - k, n), jr = mod(r - k - 1, n);
+    s[k] = (hk_ring_step){SEG_AT(dst, js), SEG_AT(dst, jr), NULL,
+                          SEG_LEN(js),     SEG_LEN(jr),     0};
+  }
+  return run_steps(ring, s, n - 1, dtype, HK_SUM, NULL, "in ring allgather");
+#undef SEG_AT
+#undef SEG_LEN
 }
 
 hk_status hk_ring_broadcast(hk_ring *ring, void *buf, size_t count,

@@ -34,33 +34,84 @@
 
 typedef struct hk_ring {
   int rank, size;
-  int left_fd, right_fd;              /* -1 when size == 1 */
+  int left_fd, right_fd;              /* -1 when size == 1; may be equal */
   char left_name[32], right_name[32]; /* "rank 3", for messages */
   hk_io io;
   uint8_t *stage;     /* receive staging buffer, stage_bytes long */
   size_t stage_bytes; /* HK_RING_CHUNK_BYTES */
+  uint8_t *scratch;   /* reduce-scatter work buffer, grown on demand */
+  size_t scratch_bytes;
+  struct hk_ring_step *steps; /* the schedule of the call in progress */
+  size_t *segs;               /* n+1 segment offsets for the default split */
 } hk_ring;
+
+/** How the values a reduction finishes are adjusted, once, by the rank
+ *  that finishes them (so every rank gets the same bits). */
+typedef struct hk_ring_finish {
+  int divisor;      /* HK_AVERAGE divides by this; 0 means the ring size */
+  double postscale; /* then multiply by this (floating dtypes); 1: none */
+} hk_ring_finish;
 
 /**
  * Sets up a ring (allocates the staging buffer, chunk_bytes bytes, pre-
- * faulted). The fds stay owned by the caller. Errors: HK_ERR_NOMEM.
+ * faulted). The fds stay owned by the caller; left_fd == right_fd is fine
+ * (2 ranks over one full-duplex connection). Errors: HK_ERR_NOMEM.
  */
 hk_status hk_ring_init(hk_ring *ring, int rank, int size, int left_fd,
                        int right_fd, const hk_io *io, size_t chunk_bytes);
 
-/** Frees the staging buffer (not the fds). */
+/** Frees the ring's buffers (not the fds). */
 void hk_ring_destroy(hk_ring *ring);
 
+/** The default split of count elements into n segments: seg[j] =
+ *  j*floor(count/n) + min(j, count mod n), seg[n] = count. */
+void hk_ring_default_segments(size_t count, int n, size_t *seg);
+
 /**
- * Allreduce of count ELEMENTS: recvbuf = op over all ranks' sendbuf.
- * sendbuf == recvbuf is in place; otherwise they must not overlap.
- * Every rank must call it with the same count, dtype and op, in the same
- * order relative to other ring calls (the coordinator guarantees this).
- * Errors: HK_ERR_PEER_LOST, HK_ERR_TIMEOUT (naming the neighbour); the
- * contents of recvbuf are then unspecified.
+ * Allreduce of count ELEMENTS: recvbuf = op over all ranks' sendbuf, with
+ * the default segments. sendbuf == recvbuf is in place; otherwise they must
+ * not overlap. fin may be NULL (divide by the ring size for HK_AVERAGE, no
+ * postscale). Every rank must call it with the same count, dtype, op and
+ * fin, in the same order relative to other ring calls (the coordinator
+ * guarantees this). Errors: HK_ERR_PEER_LOST, HK_ERR_TIMEOUT, naming the
+ * neighbour; HK_ERR_NOMEM. recvbuf is then unspecified.
  */
 hk_status hk_ring_allreduce(hk_ring *ring, const void *sendbuf, void *recvbuf,
-                            size_t count, hk_dtype dtype, hk_op op);
+                            size_t count, hk_dtype dtype, hk_op op,
+                            const hk_ring_finish *fin);
+
+/**
+ * Allreduce with explicit segments: segment j is elements
+ * [seg[j], seg[j+1]) (n+1 offsets, seg[0] = 0, non-decreasing). Each
+ * element's reduction order depends only on its segment index, so a
+ * fusion buffer laid out segment by segment (segment j of the buffer =
+ * segment j of every tensor in it) reduces every element exactly as the
+ * tensor alone would: fusion never changes a bit. Errors as above.
+ */
+hk_status hk_ring_allreduce_segmented(hk_ring *ring, const void *sendbuf,
+                                      void *recvbuf, const size_t *seg,
+                                      hk_dtype dtype, hk_op op,
+                                      const hk_ring_finish *fin);
+
+/**
+ * Reduce-scatter: every rank passes the whole input (seg[n] elements,
+ * split by seg); rank r's recvbuf receives the reduction of segment r
+ * (seg[r+1]-seg[r] elements). N-1 steps; uses a work buffer of seg[n]
+ * elements owned by the ring. Errors as hk_ring_allreduce.
+ */
+hk_status hk_ring_reducescatter(hk_ring *ring, const void *sendbuf,
+                                void *recvbuf, const size_t *seg,
+                                hk_dtype dtype, hk_op op,
+                                const hk_ring_finish *fin);
+
+/**
+ * Allgather with a block per rank of any size (allgatherv): rank r
+ * contributes seg[r+1]-seg[r] elements from sendbuf; recvbuf (seg[n]
+ * elements) receives every block at its offset. N-1 steps, each block
+ * forwarded around the ring, pipelined. Errors as hk_ring_allreduce.
+ */
+hk_status hk_ring_allgatherv(hk_ring *ring, const void *sendbuf, void *recvbuf,
+                             const size_t *seg, hk_dtype dtype);
 
 /**
  * Broadcast of count ELEMENTS from `root`: a pipelined chain along the
