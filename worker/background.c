@@ -52,7 +52,7 @@ static hk_status execute(hk_ctx *ctx, hk_handle h) {
   switch (q->coll) {
   case HK_COLL_ALLREDUCE:
     return hk_ring_allreduce(&ctx->ring, h->sendbuf, h->recvbuf, q->count,
-                             (hk_dtype)q->dtype, (hk_op)q->op);
+                             (hk_dtype)q->dtype, (hk_op)q->op, NULL);
   case HK_COLL_BROADCAST:
     return hk_ring_broadcast(&ctx->ring, h->recvbuf, q->count,
                              (hk_dtype)q->dtype, q->root);

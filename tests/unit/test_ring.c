@@ -38,7 +38,7 @@ static void *rank_main(void *p) {
     a->st = hk_ring_broadcast(&a->ring, a->recv, a->count, a->dtype, a->root);
   else
     a->st = hk_ring_allreduce(&a->ring, a->send, a->recv, a->count, a->dtype,
-                              a->op);
+                              a->op, NULL);
   snprintf(a->err, sizeof a->err, "%s", hk_last_error());
   return NULL;
 }
