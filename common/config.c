@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/log.h"
 #include "common/status.h"
@@ -33,6 +34,22 @@ static const tunable table[] = {
     {"HK_RING_CHUNK_BYTES", 1 << 20, 4096, 1 << 30, "bytes",
      "pipeline chunk of the ring (receive staging buffer)",
      OFF(ring_chunk_bytes), 1},
+    /* Horovod's HOROVOD_FUSION_THRESHOLD default (128 MiB since v0.21) */
+    {"HK_FUSION_THRESHOLD", 128 << 20, 0, 1ull << 36, "bytes",
+     "tensors reduced together in one fusion buffer, at most this many "
+     "bytes; 0 disables fusion",
+     OFF(fusion_threshold), 1},
+    /* Horovod's HOROVOD_CACHE_CAPACITY default */
+    {"HK_CACHE_CAPACITY", 1024, 0, 262144, "tensors",
+     "response cache entries; 0 disables the cache", OFF(cache_capacity), 1},
+    /* Horovod's HOROVOD_STALL_CHECK_TIME_SECONDS default */
+    {"HK_STALL_CHECK_TIME_S", 60, 0, 86400, "s",
+     "rank 0 warns about tensors some ranks did not submit for this long; 0 "
+     "disables",
+     OFF(stall_check_s), 0},
+    {"HK_STALL_SHUTDOWN_TIME_S", 0, 0, 86400, "s",
+     "the job stops on every rank when a tensor stalls this long; 0: never",
+     OFF(stall_shutdown_s), 0},
 };
 
 hk_status hk_config_load(hk_config *cfg) {
@@ -57,6 +74,11 @@ hk_status hk_config_load(hk_config *cfg) {
     else
       *(double *)field = v;
   }
+  const char *tl = getenv("HK_TIMELINE");
+  if (tl && strlen(tl) >= sizeof cfg->timeline)
+    return hk_fail(HK_ERR_CONFIG, "HK_TIMELINE is longer than %zu bytes",
+                   sizeof cfg->timeline - 1);
+  snprintf(cfg->timeline, sizeof cfg->timeline, "%s", tl ? tl : "");
   cfg->log_level = HK_LOG_WARNING;
   const char *lvl = getenv("HK_LOG_LEVEL");
   if (lvl && *lvl) {
@@ -79,6 +101,8 @@ void hk_config_print_table(void) {
     snprintf(range, sizeof range, "[%g, %g] %s", t->min, t->max, t->unit);
     printf("%-22s %12g  %-24s %s\n", t->var, t->def, range, t->meaning);
   }
+  printf("%-22s %12s  %-24s %s\n", "HK_TIMELINE", "\"\"", "a file path",
+         "rank 0 writes a Chrome trace of every tensor's phases");
   printf("%-22s %12s  %-24s %s\n", "HK_LOG_LEVEL", "warning",
          "error|warning|info|debug", "diagnostics written to stderr");
 }

@@ -15,7 +15,12 @@ typedef struct hk_config {
   double timeout_s;        /* HK_TIMEOUT_S: a stuck transfer fails, s */
   double start_timeout_s;  /* HK_START_TIMEOUT_S: rendezvous + connect, s */
   size_t ring_chunk_bytes; /* HK_RING_CHUNK_BYTES: ring pipeline chunk */
+  size_t fusion_threshold; /* HK_FUSION_THRESHOLD: bytes, 0 = no fusion */
+  size_t cache_capacity;   /* HK_CACHE_CAPACITY: tensors, 0 = no cache */
+  double stall_check_s;    /* HK_STALL_CHECK_TIME_S: warn after, 0 = off */
+  double stall_shutdown_s; /* HK_STALL_SHUTDOWN_TIME_S: abort after; 0 no */
   int log_level;           /* HK_LOG_LEVEL: hk_log_level */
+  char timeline[4096];     /* HK_TIMELINE: rank 0's trace file, or "" */
 } hk_config;
 
 /**

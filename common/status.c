@@ -68,6 +68,8 @@ const char *hk_strerror(hk_status status) {
     return "out of memory";
   case HK_ERR_CONFIG:
     return "bad configuration";
+  case HK_ERR_STALLED:
+    return "stalled: ranks did not submit the same tensors";
   }
   return "unknown status";
 }

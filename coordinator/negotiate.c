@@ -13,11 +13,14 @@ typedef struct slot {
   uint8_t present, coll, dtype, op;
   int32_t root;
   uint64_t count;
+  double prescale, postscale;
 } slot;
 
 typedef struct entry {
   char name[HK_MAX_NAME_LEN + 1];
   int submitted;      /* ranks that have submitted it */
+  uint32_t bit;       /* the cache bit every submission came by, or none */
+  double first_seen;  /* when the first rank submitted it */
   struct entry *next; /* in the ready list, once complete */
   slot slots[];       /* one per rank */
 } entry;
@@ -66,7 +69,8 @@ uint32_t hk_negotiator_pending(const hk_negotiator *n) {
 }
 
 hk_status hk_negotiator_add(hk_negotiator *n, int rank,
-                            const hk_wire_request *reqs, uint32_t count) {
+                            const hk_wire_request *reqs, uint32_t count,
+                            uint32_t via_bit, double now) {
   if (rank < 0 || rank >= n->size)
     return hk_fail(HK_ERR_INVALID_ARG, "rank %d out of range [0, %d)", rank,
                    n->size);
@@ -78,6 +82,8 @@ hk_status hk_negotiator_add(hk_negotiator *n, int rank,
       if (!e)
         return hk_fail(HK_ERR_NOMEM, "cannot allocate a table entry");
       snprintf(e->name, sizeof e->name, "%s", q->name);
+      e->bit = via_bit;
+      e->first_seen = now;
       hk_status st = hk_strmap_put(n->table, q->name, e);
       if (st != HK_OK) {
         free(e);
@@ -89,7 +95,10 @@ hk_status hk_negotiator_add(hk_negotiator *n, int rank,
       return hk_fail(HK_ERR_PROTOCOL,
                      "rank %d submitted tensor '%s' twice while in flight",
                      rank, q->name);
-    *s = (slot){1, q->coll, q->dtype, q->op, q->root, q->count};
+    *s = (slot){1,       q->coll,  q->dtype,    q->op,
+                q->root, q->count, q->prescale, q->postscale};
+    if (e->bit != via_bit)
+      e->bit = HK_WIRE_NO_BIT; /* not every rank used the same bit */
     if (++e->submitted == n->size) {
       hk_strmap_remove(n->table, q->name);
       if (n->ready_tail)
@@ -132,6 +141,12 @@ static void fmt_root(const slot *s, char *o, size_t c) {
 }
 static void fmt_count(const slot *s, char *o, size_t c) {
   snprintf(o, c, "%llu", (unsigned long long)s->count);
+}
+static void fmt_prescale(const slot *s, char *o, size_t c) {
+  snprintf(o, c, "%.17g", s->prescale);
+}
+static void fmt_postscale(const slot *s, char *o, size_t c) {
+  snprintf(o, c, "%.17g", s->postscale);
 }
 
 /* Appends to a bounded buffer; marks truncation with "...". */
@@ -197,8 +212,11 @@ static void check_agreement(const entry *e, int size, char *out, size_t cap) {
   int bad = describe_field(e, size, "collective", fmt_coll, out, cap);
   bad |= describe_field(e, size, "dtype", fmt_dtype, out, cap);
   bad |= describe_field(e, size, "count", fmt_count, out, cap);
-  if (e->slots[0].coll == HK_COLL_ALLREDUCE)
+  if (e->slots[0].coll == HK_COLL_ALLREDUCE) {
     bad |= describe_field(e, size, "op", fmt_op, out, cap);
+    bad |= describe_field(e, size, "prescale", fmt_prescale, out, cap);
+    bad |= describe_field(e, size, "postscale", fmt_postscale, out, cap);
+  }
   if (e->slots[0].coll == HK_COLL_BROADCAST)
     bad |= describe_field(e, size, "root", fmt_root, out, cap);
   if (!bad) {
@@ -224,7 +242,14 @@ hk_status hk_negotiator_take_ready(hk_negotiator *n, hk_wire_response **out,
   for (entry *e = n->ready_head, *next; e; e = next, i++) {
     next = e->next;
     snprintf(r[i].name, sizeof r[i].name, "%s", e->name);
+    r[i].cache_bit = HK_WIRE_NO_BIT;
+    r[i].first_seen = e->first_seen;
     check_agreement(e, n->size, reason, sizeof reason);
+    if (!reason[0] && e->bit != HK_WIRE_NO_BIT) {
+      r[i].flags = HK_RESP_CACHED;
+      r[i].cache_bit = e->bit;
+      r[i].name[0] = '\0';
+    }
     if (reason[0]) {
       r[i].status = HK_ERR_MISMATCH;
       r[i].reason = strdup(reason);
@@ -246,4 +271,52 @@ void hk_negotiator_free_responses(hk_wire_response *r, uint32_t count) {
   for (uint32_t i = 0; i < count && r; i++)
     free(r[i].reason);
   free(r);
+}
+
+typedef struct stall_args {
+  const hk_negotiator *n;
+  double now, min_age, oldest;
+  char *out;
+  size_t cap;
+  uint32_t count;
+} stall_args;
+
+/* Appends "rank 2" / "ranks 0, 1, 3" for the ranks whose presence is
+ * `present`. */
+static void append_ranks(char *out, size_t cap, const entry *e, int size,
+                         int present) {
+  int k = 0, total = 0;
+  for (int r = 0; r < size; r++)
+    total += e->slots[r].present == present;
+  append(out, cap, "rank%s", total > 1 ? "s" : "");
+  for (int r = 0; r < size; r++)
+    if (e->slots[r].present == present)
+      append(out, cap, "%s %d", k++ ? "," : "", r);
+}
+
+static void stall_one(const char *key, void *value, void *arg) {
+  (void)key;
+  stall_args *a = arg;
+  const entry *e = value;
+  double age = a->now - e->first_seen;
+  if (age > a->oldest)
+    a->oldest = age;
+  if (age < a->min_age)
+    return;
+  append(a->out, a->cap, "%stensor '%s' (waiting %.0f s): missing on ",
+         a->count++ ? "; " : "", e->name, age);
+  append_ranks(a->out, a->cap, e, a->n->size, 0);
+  append(a->out, a->cap, ", submitted by ");
+  append_ranks(a->out, a->cap, e, a->n->size, 1);
+}
+
+uint32_t hk_negotiator_stalled(const hk_negotiator *n, double now,
+                               double min_age_s, char *out, size_t cap,
+                               double *oldest_s) {
+  stall_args a = {n, now, min_age_s, 0, out, cap, 0};
+  if (cap)
+    out[0] = '\0';
+  hk_strmap_each(n->table, stall_one, &a);
+  *oldest_s = a.oldest;
+  return a.count;
 }

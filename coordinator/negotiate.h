@@ -27,13 +27,29 @@ hk_status hk_negotiator_create(int size, hk_negotiator **out);
 void hk_negotiator_destroy(hk_negotiator *n);
 
 /**
- * Records that `rank` submitted reqs[0..count). A name that rank already
- * has pending is HK_ERR_PROTOCOL (ranks reject duplicates locally, so this
- * means a broken peer). Errors: HK_ERR_PROTOCOL, HK_ERR_NOMEM,
- * HK_ERR_INVALID_ARG (rank out of range).
+ * Records that `rank` submitted reqs[0..count) at time `now` (seconds, any
+ * monotonic clock; used by the stall inspector). `via_bit` is the
+ * response-cache bit the rank announced them by (one request then), or
+ * HK_WIRE_NO_BIT for requests sent by name: a tensor every rank announced
+ * by the same bit is answered by that bit (HK_RESP_CACHED). A name that
+ * rank already has pending is HK_ERR_PROTOCOL (ranks reject duplicates
+ * locally, so this means a broken peer). Errors: HK_ERR_PROTOCOL,
+ * HK_ERR_NOMEM, HK_ERR_INVALID_ARG (rank out of range).
  */
 hk_status hk_negotiator_add(hk_negotiator *n, int rank,
-                            const hk_wire_request *reqs, uint32_t count);
+                            const hk_wire_request *reqs, uint32_t count,
+                            uint32_t via_bit, double now);
+
+/**
+ * The stall inspector's view: describes, into out[cap], every tensor that
+ * some ranks submitted and others did not for at least min_age_s
+ * ("tensor 'w' (waiting 61 s): missing on rank 2, submitted by ranks 0, 1,
+ * 3; ..."), and returns how many there are; *oldest_s gets the age of the
+ * oldest pending tensor (0 if none). `now` as in hk_negotiator_add.
+ */
+uint32_t hk_negotiator_stalled(const hk_negotiator *n, double now,
+                               double min_age_s, char *out, size_t cap,
+                               double *oldest_s);
 
 /**
  * Hands over every tensor now submitted by all ranks, oldest completion

@@ -44,6 +44,12 @@ static void put_u64(writer *w, uint64_t v) {
 
 static void put_i32(writer *w, int32_t v) { put_u32(w, (uint32_t)v); }
 
+static void put_f64(writer *w, double v) {
+  uint64_t u;
+  memcpy(&u, &v, sizeof u);
+  put_u64(w, u);
+}
+
 static void put_str(writer *w, const char *s, size_t max, const char *what) {
   size_t n = s ? strlen(s) : 0;
   if (n > max) {
@@ -96,15 +102,28 @@ hk_status hk_wire_encode(const hk_msg *m, hk_buf *out) {
       put_u8(&w, r->op);
       put_i32(&w, r->root);
       put_u64(&w, r->count);
+      put_f64(&w, r->prescale);
+      put_f64(&w, r->postscale);
       put_str(&w, r->name, HK_MAX_NAME_LEN, "tensor name");
     }
+    put_u32(&w, m->u.requests.nbits);
+    for (uint32_t i = 0; i < m->u.requests.nbits; i++)
+      put_u32(&w, m->u.requests.bits[i]);
     break;
   case HK_MSG_RESPONSES:
     put_i32(&w, m->u.responses.shutdown_rank);
+    put_u16(&w, m->u.responses.abort_status);
+    put_str(&w, m->u.responses.abort_reason, HK_WIRE_MAX_REASON_LEN,
+            "abort reason");
+    put_u32(&w, m->u.responses.ninval);
+    for (uint32_t i = 0; i < m->u.responses.ninval; i++)
+      put_u32(&w, m->u.responses.inval[i]);
     put_u32(&w, m->u.responses.n);
     for (uint32_t i = 0; i < m->u.responses.n; i++) {
       const hk_wire_response *r = &m->u.responses.resps[i];
       put_u16(&w, r->status);
+      put_u8(&w, r->flags);
+      put_u32(&w, r->cache_bit);
       put_str(&w, r->name, HK_MAX_NAME_LEN, "tensor name");
       put_str(&w, r->reason, HK_WIRE_MAX_REASON_LEN, "error reason");
     }
@@ -152,6 +171,9 @@ static const uint8_t *take(reader *r, size_t n, const char *what) {
   return p;
 }
 
+static void *alloc_array(reader *r, uint32_t n, size_t elem, size_t min_wire,
+                         const char *what);
+
 static uint8_t get_u8(reader *r, const char *what) {
   const uint8_t *p = take(r, 1, what);
   return p ? p[0] : 0;
@@ -184,6 +206,28 @@ static uint64_t get_u64(reader *r, const char *what) {
 
 static int32_t get_i32(reader *r, const char *what) {
   return (int32_t)get_u32(r, what);
+}
+
+static double get_f64(reader *r, const char *what) {
+  uint64_t u = get_u64(r, what);
+  double v;
+  memcpy(&v, &u, sizeof v);
+  return v;
+}
+
+/* Reads a u32 count and that many u32 values below `limit`, ascending. */
+static uint32_t *get_u32_list(reader *r, uint32_t *n_out, uint32_t limit,
+                              const char *what) {
+  uint32_t n = get_u32(r, what);
+  uint32_t *v = alloc_array(r, n, sizeof(uint32_t), 4, what);
+  for (uint32_t i = 0; i < n && r->st == HK_OK; i++) {
+    v[i] = get_u32(r, what);
+    if (r->st == HK_OK && (v[i] >= limit || (i > 0 && v[i] <= v[i - 1])))
+      r->st = hk_fail(HK_ERR_PROTOCOL,
+                      "%s: value %u out of range or not ascending", what, v[i]);
+  }
+  *n_out = n;
+  return v;
 }
 
 /* Reads a string into dst (capacity max+1), NUL-terminated. */
@@ -312,6 +356,8 @@ static void decode_payload(reader *r, hk_msg *m) {
       q->op = get_u8(r, "op");
       q->root = get_i32(r, "root");
       q->count = get_u64(r, "count");
+      q->prescale = get_f64(r, "prescale");
+      q->postscale = get_f64(r, "postscale");
       get_str(r, q->name, HK_MAX_NAME_LEN, "tensor name");
       check(r, q->coll >= HK_COLL_ALLREDUCE && q->coll <= HK_COLL_BARRIER,
             "unknown collective %lld", q->coll);
@@ -322,6 +368,8 @@ static void decode_payload(reader *r, hk_msg *m) {
       check(r, q->name[0] != '\0', "empty tensor name%.0lld", 0);
     }
     m->u.requests.n = n;
+    m->u.requests.bits = get_u32_list(r, &m->u.requests.nbits,
+                                      HK_WIRE_MAX_CACHE_BITS, "cache bits");
     break;
   }
   case HK_MSG_RESPONSES: {
@@ -330,16 +378,43 @@ static void decode_payload(reader *r, hk_msg *m) {
           m->u.responses.shutdown_rank >= -1 &&
               m->u.responses.shutdown_rank < HK_WIRE_MAX_RANKS,
           "shutdown rank %lld out of range", m->u.responses.shutdown_rank);
+    m->u.responses.abort_status = get_u16(r, "abort status");
+    check(r, m->u.responses.abort_status <= HK_ERR_STALLED,
+          "unknown abort status %lld", m->u.responses.abort_status);
+    {
+      char reason[HK_WIRE_MAX_REASON_LEN + 1];
+      get_str(r, reason, HK_WIRE_MAX_REASON_LEN, "abort reason");
+      if (r->st == HK_OK && reason[0] &&
+          !(m->u.responses.abort_reason = strdup(reason)))
+        r->st = hk_fail(HK_ERR_NOMEM, "cannot allocate an abort reason");
+    }
+    m->u.responses.inval =
+        get_u32_list(r, &m->u.responses.ninval, HK_WIRE_MAX_CACHE_BITS,
+                     "invalidated cache bits");
     uint32_t n = get_u32(r, "response count");
+    /* smallest response on the wire: 2 + 1 + 4 + 2 + 2 bytes */
     m->u.responses.resps =
-        alloc_array(r, n, sizeof(hk_wire_response), 6, "responses");
+        alloc_array(r, n, sizeof(hk_wire_response), 11, "responses");
     m->u.responses.n = n;
     for (uint32_t i = 0; i < n && r->st == HK_OK; i++) {
       hk_wire_response *s = &m->u.responses.resps[i];
       s->status = get_u16(r, "status");
+      s->flags = get_u8(r, "response flags");
+      s->cache_bit = get_u32(r, "cache bit");
       get_str(r, s->name, HK_MAX_NAME_LEN, "tensor name");
-      check(r, s->status <= HK_ERR_CONFIG, "unknown status %lld", s->status);
-      check(r, s->name[0] != '\0', "empty tensor name%.0lld", 0);
+      check(r, s->status <= HK_ERR_STALLED, "unknown status %lld", s->status);
+      check(r, (s->flags & ~HK_RESP_CACHED) == 0, "unknown flags %lld",
+            s->flags);
+      if (s->flags & HK_RESP_CACHED) {
+        check(r, s->cache_bit < HK_WIRE_MAX_CACHE_BITS,
+              "cache bit %lld out of range", s->cache_bit);
+        check(r, s->name[0] == '\0', "a cached response names a tensor%.0lld",
+              0);
+      } else {
+        check(r, s->cache_bit == HK_WIRE_NO_BIT,
+              "an uncached response has cache bit %lld", s->cache_bit);
+        check(r, s->name[0] != '\0', "empty tensor name%.0lld", 0);
+      }
       char reason[HK_WIRE_MAX_REASON_LEN + 1];
       get_str(r, reason, HK_WIRE_MAX_REASON_LEN, "error reason");
       if (r->st == HK_OK && reason[0]) {
@@ -388,8 +463,11 @@ void hk_msg_free(hk_msg *m) {
     break;
   case HK_MSG_REQUESTS:
     free(m->u.requests.reqs);
+    free(m->u.requests.bits);
     break;
   case HK_MSG_RESPONSES:
+    free(m->u.responses.abort_reason);
+    free(m->u.responses.inval);
     for (uint32_t i = 0; i < m->u.responses.n && m->u.responses.resps; i++)
       free(m->u.responses.resps[i].reason);
     free(m->u.responses.resps);

@@ -23,12 +23,14 @@
 #include "common/buf.h"
 #include "hk/hk.h"
 
-#define HK_WIRE_VERSION 1
+#define HK_WIRE_VERSION 2
 #define HK_WIRE_HEADER_LEN 8
 #define HK_WIRE_MAX_PAYLOAD (64u << 20) /* bytes */
 #define HK_WIRE_MAX_HOST_LEN 255        /* bytes, excluding NUL */
 #define HK_WIRE_MAX_REASON_LEN 1023     /* bytes, excluding NUL */
 #define HK_WIRE_MAX_RANKS 65536
+#define HK_WIRE_MAX_CACHE_BITS (1u << 20) /* response-cache bit indices */
+#define HK_WIRE_NO_BIT 0xffffffffu
 
 typedef enum hk_msg_type {
   HK_MSG_REGISTER = 1,  /* worker -> hkrun: here I am, this is my address */
@@ -59,14 +61,22 @@ typedef struct hk_wire_request {
   uint8_t op;    /* hk_op (allreduce only; 0 otherwise) */
   int32_t root;  /* broadcast root; 0 otherwise */
   uint64_t count;
+  double prescale, postscale; /* allreduce factors (1.0: none) */
   char name[HK_MAX_NAME_LEN + 1];
 } hk_wire_request;
 
+/** Response flags. */
+#define HK_RESP_CACHED 1u /* identified by cache_bit; name is empty */
+
 /** One tensor to run (status HK_OK) or to fail on every rank. */
 typedef struct hk_wire_response {
-  uint16_t status; /* hk_status */
-  char name[HK_MAX_NAME_LEN + 1];
-  char *reason; /* NULL when status is HK_OK; owned by the message */
+  uint16_t status;                /* hk_status */
+  uint8_t flags;                  /* HK_RESP_* */
+  uint32_t cache_bit;             /* with HK_RESP_CACHED; else HK_WIRE_NO_BIT */
+  char name[HK_MAX_NAME_LEN + 1]; /* empty with HK_RESP_CACHED */
+  char *reason;      /* NULL when status is HK_OK; owned by the message */
+  double first_seen; /* rank 0 only, never on the wire: when the first
+                        rank submitted it (for the timeline) */
 } hk_wire_response;
 
 typedef struct hk_wire_peer {
@@ -101,9 +111,15 @@ typedef struct hk_msg {
       uint8_t shutdown; /* 1: this rank called hk_shutdown */
       uint32_t n;
       hk_wire_request *reqs;
+      uint32_t nbits; /* response-cache bits this rank has ready */
+      uint32_t *bits; /* nbits indices, ascending */
     } requests;
     struct {
       int32_t shutdown_rank; /* >= 0: that rank shut down; everyone stops */
+      uint16_t abort_status; /* != 0: the job fails with this hk_status */
+      char *abort_reason;    /* with abort_status; owned by the message */
+      uint32_t ninval;       /* cache bits to retire before running these */
+      uint32_t *inval;
       uint32_t n;
       hk_wire_response *resps;
     } responses;

@@ -7,18 +7,20 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "collectives/ring.h"
 #include "collectives/transport/tcp.h"
 #include "common/log.h"
 #include "common/status.h"
-#include "worker/introspect.h"
+#include "worker/execute.h"
 #include "worker/queue.h"
+#include "worker/timeline.h"
 
-/* What one pass of the loop decided. */
+/* What the loop has decided so far. */
 typedef struct cycle_state {
-  int shutdown_sent; /* rank > 0: our shutdown request went out */
-  int shutdown_rank; /* >= 0: everyone stops after this cycle */
-  double next_cycle; /* hk_now() before which we do not send again */
+  int shutdown_sent;      /* rank > 0: our shutdown request went out */
+  int shutdown_rank;      /* >= 0: everyone stops after this cycle */
+  double next_cycle;      /* hk_now() before which we do not send again */
+  hk_status abort_status; /* rank 0: the job must stop (stall) */
+  char abort_reason[HK_WIRE_MAX_REASON_LEN + 1];
 } cycle_state;
 
 /*
@@ -46,68 +48,43 @@ static void fail_job(hk_ctx *ctx, hk_status st, const char *what) {
   hk_queue_fail_all(ctx, st, reason);
 }
 
-/* Runs one collective that every rank agreed on. */
-static hk_status execute(hk_ctx *ctx, hk_handle h) {
-  const hk_wire_request *q = &h->req;
-  switch (q->coll) {
-  case HK_COLL_ALLREDUCE:
-    return hk_ring_allreduce(&ctx->ring, h->sendbuf, h->recvbuf, q->count,
-                             (hk_dtype)q->dtype, (hk_op)q->op, NULL);
-  case HK_COLL_BROADCAST:
-    return hk_ring_broadcast(&ctx->ring, h->recvbuf, q->count,
-                             (hk_dtype)q->dtype, q->root);
-  default: /* a barrier: agreement itself was the synchronisation */
-    return HK_OK;
-  }
-}
-
-/* Runs rank 0's ordered responses. Returns non-OK if the job failed. */
-static hk_status run_responses(hk_ctx *ctx, const hk_wire_response *rs,
-                               uint32_t n) {
-  for (uint32_t i = 0; i < n; i++) {
-    hk_handle h = hk_queue_find(ctx, rs[i].name);
-    if (!h)
-      return hk_fail(HK_ERR_PROTOCOL,
-                     "rank 0 scheduled tensor '%s', which rank %d never "
-                     "submitted",
-                     rs[i].name, ctx->rank);
-    if (rs[i].status != HK_OK) {
-      hk_queue_complete(ctx, h, (hk_status)rs[i].status, rs[i].reason);
-      continue;
-    }
-    double start = hk_now();
-    hk_status st = execute(ctx, h);
-    if (st != HK_OK) {
-      char msg[HK_ERROR_MSG_CAP];
-      snprintf(msg, sizeof msg, "%s", hk_last_error());
-      return hk_fail(st, "tensor '%s': %s", rs[i].name, msg);
-    }
-    if (h->req.coll != HK_COLL_BARRIER) /* before waiters can wake */
-      hk_introspect_record(ctx, h->req.name, start, hk_now());
-    hk_queue_complete(ctx, h, HK_OK, NULL);
-  }
-  return HK_OK;
-}
-
-/* Moves the trainer's queued handles into a request list. */
-static hk_status take_requests(hk_ctx *ctx, hk_wire_request **out,
-                               uint32_t *n) {
-  *out = NULL;
-  *n = 0;
+/* Splits the trainer's queued handles into requests by name and the
+ * response-cache bits of those the cache knows. */
+static hk_status take_requests(hk_ctx *ctx, hk_wire_request **reqs,
+                               uint32_t *nreqs, uint32_t **bits,
+                               uint32_t *nbits) {
+  *reqs = NULL;
+  *bits = NULL;
+  *nreqs = *nbits = 0;
   hk_handle list = hk_queue_take(ctx);
   uint32_t count = 0;
   for (hk_handle h = list; h; h = h->next)
     count++;
   if (!count)
     return HK_OK;
-  hk_wire_request *reqs = malloc(count * sizeof *reqs);
-  if (!reqs)
+  *reqs = malloc(count * sizeof **reqs);
+  *bits = malloc(count * sizeof **bits);
+  if (!*reqs || !*bits) {
+    free(*reqs);
+    free(*bits);
+    *reqs = NULL;
+    *bits = NULL;
     return hk_fail(HK_ERR_NOMEM, "cannot allocate %u requests", count);
-  uint32_t i = 0;
-  for (hk_handle h = list; h; h = h->next)
-    reqs[i++] = h->req;
-  *out = reqs;
-  *n = count;
+  }
+  for (hk_handle h = list; h; h = h->next) {
+    uint32_t bit = hk_cache_lookup(ctx->cache, &h->req);
+    if (bit != HK_WIRE_NO_BIT)
+      (*bits)[(*nbits)++] = bit;
+    else
+      (*reqs)[(*nreqs)++] = h->req;
+  }
+  /* the wire wants bits ascending */
+  for (uint32_t i = 1; i < *nbits; i++)
+    for (uint32_t j = i; j > 0 && (*bits)[j - 1] > (*bits)[j]; j--) {
+      uint32_t t = (*bits)[j];
+      (*bits)[j] = (*bits)[j - 1];
+      (*bits)[j - 1] = t;
+    }
   return HK_OK;
 }
 
@@ -118,25 +95,45 @@ static int shutdown_requested(hk_ctx *ctx) {
   return s;
 }
 
+/* Applies a RESPONSES message on this rank: retire, then run. */
+static hk_status apply_responses(hk_ctx *ctx, cycle_state *cs, const hk_msg *m,
+                                 double t_ready) {
+  for (uint32_t i = 0; i < m->u.responses.ninval; i++)
+    hk_cache_retire(ctx->cache, m->u.responses.inval[i]);
+  hk_status st = hk_execute_responses(ctx, m->u.responses.resps,
+                                      m->u.responses.n, t_ready);
+  cs->shutdown_rank = m->u.responses.shutdown_rank;
+  if (st == HK_OK && m->u.responses.abort_status) {
+    cs->abort_status = (hk_status)m->u.responses.abort_status;
+    snprintf(cs->abort_reason, sizeof cs->abort_reason, "%s",
+             m->u.responses.abort_reason ? m->u.responses.abort_reason
+                                         : "rank 0 stopped the job");
+  }
+  return st;
+}
+
 /* Rank > 0: send what is new; run whatever rank 0 answered. */
 static hk_status worker_cycle(hk_ctx *ctx, cycle_state *cs, int send_now,
                               int ctrl_readable) {
   hk_status st = HK_OK;
   if (send_now) {
     hk_wire_request *reqs;
-    uint32_t n;
-    st = take_requests(ctx, &reqs, &n);
+    uint32_t *bits, n, nbits;
+    st = take_requests(ctx, &reqs, &n, &bits, &nbits);
     int shut = !cs->shutdown_sent && shutdown_requested(ctx);
-    if (st == HK_OK && (n > 0 || shut)) {
+    if (st == HK_OK && (n > 0 || nbits > 0 || shut)) {
       hk_msg m = {.type = HK_MSG_REQUESTS};
       m.u.requests.shutdown = (uint8_t)shut;
       m.u.requests.n = n;
       m.u.requests.reqs = reqs;
+      m.u.requests.nbits = nbits;
+      m.u.requests.bits = bits;
       st = hk_tcp_send_msg(ctx->mesh.ctrl_fd, &m, &ctx->scratch, &ctx->io,
                            "rank 0");
       cs->shutdown_sent |= shut;
     }
     free(reqs);
+    free(bits);
     if (st != HK_OK)
       return st;
   }
@@ -154,10 +151,84 @@ static hk_status worker_cycle(hk_ctx *ctx, cycle_state *cs, int send_now,
                    "responses",
                    m.type);
   }
-  st = run_responses(ctx, m.u.responses.resps, m.u.responses.n);
-  cs->shutdown_rank = m.u.responses.shutdown_rank;
+  st = apply_responses(ctx, cs, &m, hk_now());
   hk_msg_free(&m);
   return st;
+}
+
+/* Rank 0: records a retired bit, to be told to everyone. */
+static hk_status note_invalidation(hk_ctx *ctx, uint32_t bit) {
+  if (ctx->ninval == ctx->cap_inval) {
+    uint32_t cap = ctx->cap_inval ? 2 * ctx->cap_inval : 16;
+    uint32_t *p = realloc(ctx->inval, cap * sizeof *p);
+    if (!p)
+      return hk_fail(HK_ERR_NOMEM, "cannot grow the invalidation list");
+    ctx->inval = p;
+    ctx->cap_inval = cap;
+  }
+  uint32_t i = ctx->ninval++;
+  for (; i > 0 && ctx->inval[i - 1] > bit; i--) /* keep ascending */
+    ctx->inval[i] = ctx->inval[i - 1];
+  ctx->inval[i] = bit;
+  hk_cache_retire(ctx->cache, bit);
+  return HK_OK;
+}
+
+/*
+ * Rank 0: feeds one rank's requests to the negotiator. Bits are looked up
+ * in rank 0's cache (a retired bit still names what the rank meant, and is
+ * negotiated by name); a request by name for a tensor the cache holds means
+ * that rank changed its shape, dtype or op: the entry is retired everywhere.
+ */
+static hk_status feed(hk_ctx *ctx, int rank, const hk_wire_request *reqs,
+                      uint32_t n, const uint32_t *bits, uint32_t nbits) {
+  double now = hk_now();
+  hk_status st = HK_OK;
+  for (uint32_t i = 0; i < n && st == HK_OK; i++) {
+    uint32_t bit = hk_cache_bit_of(ctx->cache, reqs[i].name);
+    if (bit != HK_WIRE_NO_BIT)
+      st = note_invalidation(ctx, bit);
+    if (st == HK_OK)
+      st = hk_negotiator_add(ctx->negotiator, rank, &reqs[i], 1, HK_WIRE_NO_BIT,
+                             now);
+  }
+  for (uint32_t i = 0; i < nbits && st == HK_OK; i++) {
+    const hk_wire_request *q = hk_cache_get(ctx->cache, bits[i]);
+    if (!q)
+      return hk_fail(HK_ERR_PROTOCOL, "rank %d sent unknown cache bit %u", rank,
+                     bits[i]);
+    uint32_t via =
+        hk_cache_is_live(ctx->cache, bits[i]) ? bits[i] : HK_WIRE_NO_BIT;
+    st = hk_negotiator_add(ctx->negotiator, rank, q, 1, via, now);
+  }
+  return st;
+}
+
+/* Rank 0: the stall inspector (Horovod's StallInspector, reimplemented). */
+static void inspect_stalls(hk_ctx *ctx, cycle_state *cs) {
+  double now = hk_now();
+  if (ctx->cfg.stall_check_s <= 0 || now < ctx->next_stall_check)
+    return;
+  char what[HK_WIRE_MAX_REASON_LEN + 1];
+  double oldest;
+  uint32_t n = hk_negotiator_stalled(
+      ctx->negotiator, now, ctx->cfg.stall_check_s, what, sizeof what, &oldest);
+  if (n == 0) {
+    /* next look: when the oldest pending tensor reaches the check time */
+    ctx->next_stall_check = now + ctx->cfg.stall_check_s - oldest;
+    return;
+  }
+  hk_log(HK_LOG_WARNING,
+         "stall: %u tensor(s) submitted by some ranks but not others: %s", n,
+         what);
+  ctx->next_stall_check = now + ctx->cfg.stall_check_s;
+  if (ctx->cfg.stall_shutdown_s > 0 && oldest >= ctx->cfg.stall_shutdown_s &&
+      !cs->abort_status) {
+    cs->abort_status = HK_ERR_STALLED;
+    snprintf(cs->abort_reason, sizeof cs->abort_reason,
+             "stalled for more than HK_STALL_SHUTDOWN_TIME_S=%g s: %.900s",
+             ctx->cfg.stall_shutdown_s, what);
+  }
 }
 
 /* Rank 0: gather requests (its own and those that arrived), answer. */
@@ -166,11 +237,12 @@ static hk_status coordinator_cycle(hk_ctx *ctx, cycle_state *cs, int send_now,
   hk_status st = HK_OK;
   if (send_now) {
     hk_wire_request *reqs;
-    uint32_t n;
-    st = take_requests(ctx, &reqs, &n);
+    uint32_t *bits, n, nbits;
+    st = take_requests(ctx, &reqs, &n, &bits, &nbits);
     if (st == HK_OK)
-      st = hk_negotiator_add(ctx->negotiator, 0, reqs, n);
+      st = feed(ctx, 0, reqs, n, bits, nbits);
     free(reqs);
+    free(bits);
     if (st != HK_OK)
       return st;
     if (cs->shutdown_rank < 0 && shutdown_requested(ctx))
@@ -193,21 +265,27 @@ static hk_status coordinator_cycle(hk_ctx *ctx, cycle_state *cs, int send_now,
                      "requests",
                      r, m.type);
     }
-    st = hk_negotiator_add(ctx->negotiator, r, m.u.requests.reqs,
-                           m.u.requests.n);
+    st = feed(ctx, r, m.u.requests.reqs, m.u.requests.n, m.u.requests.bits,
+              m.u.requests.nbits);
     if (m.u.requests.shutdown && cs->shutdown_rank < 0)
       cs->shutdown_rank = r;
     hk_msg_free(&m);
     if (st != HK_OK)
       return st;
   }
+  inspect_stalls(ctx, cs);
   hk_wire_response *rs;
   uint32_t n;
+  double t_ready = hk_now();
   st = hk_negotiator_take_ready(ctx->negotiator, &rs, &n);
-  if (st != HK_OK || (n == 0 && cs->shutdown_rank < 0))
+  if (st != HK_OK || (n == 0 && cs->shutdown_rank < 0 && !cs->abort_status))
     return st;
   hk_msg m = {.type = HK_MSG_RESPONSES};
   m.u.responses.shutdown_rank = cs->shutdown_rank;
+  m.u.responses.abort_status = (uint16_t)cs->abort_status;
+  m.u.responses.abort_reason = cs->abort_status ? cs->abort_reason : NULL;
+  m.u.responses.ninval = ctx->ninval;
+  m.u.responses.inval = ctx->inval;
   m.u.responses.n = n;
   m.u.responses.resps = rs;
   for (int r = 1; r < ctx->size && st == HK_OK; r++) {
@@ -216,8 +294,11 @@ static hk_status coordinator_cycle(hk_ctx *ctx, cycle_state *cs, int send_now,
     st = hk_tcp_send_msg(ctx->mesh.ctrl_fds[r], &m, &ctx->scratch, &ctx->io,
                          who);
   }
+  ctx->ninval = 0; /* rank 0 retired them when it decided */
+  if (ctx->timeline && n)
+    hk_timeline_mark(ctx->timeline, "CYCLE", t_ready);
   if (st == HK_OK)
-    st = run_responses(ctx, rs, n);
+    st = hk_execute_responses(ctx, rs, n, t_ready);
   hk_negotiator_free_responses(rs, n);
   return st;
 }
@@ -249,10 +330,28 @@ static void linger(hk_ctx *ctx) {
   }
 }
 
+/* How long the loop may sleep: until the next cycle if work waits, until
+ * the next stall check on rank 0 if tensors are pending, else forever. */
+static int poll_timeout_ms(hk_ctx *ctx, const cycle_state *cs,
+                           int pending_wake) {
+  double until = -1;
+  if (pending_wake)
+    until = cs->next_cycle;
+  if (ctx->rank == 0 && ctx->cfg.stall_check_s > 0 &&
+      hk_negotiator_pending(ctx->negotiator) > 0 &&
+      (until < 0 || ctx->next_stall_check < until))
+    until = ctx->next_stall_check;
+  if (until < 0)
+    return -1;
+  double left = until - hk_now();
+  return left > 0 ? (int)(left * 1000) + 1 : 0;
+}
+
 void *hk_background_main(void *arg) {
   hk_ctx *ctx = arg;
-  cycle_state cs = {0, -1, 0};
+  cycle_state cs = {0, -1, 0, HK_OK, ""};
   const double cycle_s = ctx->cfg.cycle_time_ms / 1000.0;
+  ctx->next_stall_check = hk_now() + ctx->cfg.stall_check_s;
   /* poll set: wake fd, launcher fd, then control fd(s) */
   struct pollfd *pfds = calloc((size_t)ctx->size + 2, sizeof *pfds);
   if (!pfds) {
@@ -278,12 +377,7 @@ void *hk_background_main(void *arg) {
   }
   int pending_wake = 0;
   for (;;) {
-    int timeout_ms = -1;
-    if (pending_wake) {
-      double left = cs.next_cycle - hk_now();
-      timeout_ms = left > 0 ? (int)(left * 1000) + 1 : 0;
-    }
-    int rc = poll(pfds, (nfds_t)npfd, timeout_ms);
+    int rc = poll(pfds, (nfds_t)npfd, poll_timeout_ms(ctx, &cs, pending_wake));
     if (rc < 0)
       continue; /* EINTR */
     if (launcher_i >= 0 && pfds[launcher_i].revents) {
@@ -302,15 +396,18 @@ void *hk_background_main(void *arg) {
       cs.next_cycle = hk_now() + cycle_s;
     }
     hk_status st;
-    if (ctx->rank == 0) {
+    if (ctx->rank == 0)
       st = coordinator_cycle(ctx, &cs, send_now, pfds, first_ctrl);
-    } else {
+    else
       st = worker_cycle(ctx, &cs, send_now, pfds[first_ctrl].revents != 0);
-    }
     if (st != HK_OK) {
       char what[HK_ERROR_MSG_CAP];
       snprintf(what, sizeof what, "%s", hk_last_error());
       fail_job(ctx, st, what);
+      break;
+    }
+    if (cs.abort_status) {
+      fail_job(ctx, cs.abort_status, cs.abort_reason);
       break;
     }
     if (cs.shutdown_rank >= 0) {

@@ -18,13 +18,15 @@
 #include "common/buf.h"
 #include "common/config.h"
 #include "common/strmap.h"
+#include "coordinator/cache.h"
 #include "coordinator/negotiate.h"
 #include "coordinator/wire.h"
 #include "hk/hk.h"
 
 /* An operation in flight: what the trainer submitted, and its outcome. */
 struct hk_handle_s {
-  hk_wire_request req; /* name, collective, dtype, op, root, count */
+  hk_wire_request req; /* name, collective, dtype, op, root, count, scales */
+  double t_submit;     /* hk_now() at submit, when the timeline is on */
   const void *sendbuf;
   void *recvbuf;
   int done;                 /* [mu] 1 once completed */
@@ -77,6 +79,13 @@ typedef struct hk_ctx {
 
   hk_negotiator *negotiator; /* [bg] rank 0 only */
   hk_buf scratch;            /* [bg] message encoding/decoding */
+  hk_cache *cache;           /* [bg] the response cache (same on all ranks) */
+  uint32_t *inval;           /* [bg] rank 0: bits retired, not yet told */
+  uint32_t ninval, cap_inval;
+  struct hk_timeline *timeline; /* [bg] rank 0 with HK_TIMELINE; else NULL */
+  uint8_t *fusion;              /* [bg] the fusion buffer, cfg.fusion_threshold
+                                   bytes, mapped on first use and reused */
+  double next_stall_check;      /* [bg] rank 0: hk_now() of the next check */
 } hk_ctx;
 
 #endif

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "collectives/transport/tcp.h"
 #include "common/status.h"
 
 static void wake(hk_ctx *ctx) {
@@ -20,6 +21,8 @@ hk_status hk_queue_submit(hk_ctx *ctx, const hk_wire_request *req,
   if (!h)
     return hk_fail(HK_ERR_NOMEM, "cannot allocate a handle");
   h->req = *req;
+  if (ctx->timeline) /* read-only after hk_init: the cost when off */
+    h->t_submit = hk_now();
   h->sendbuf = sendbuf;
   h->recvbuf = recvbuf;
   hk_status st = HK_OK;

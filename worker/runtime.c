@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,8 +21,10 @@
 #include "worker/background.h"
 #include "worker/bootstrap.h"
 #include "worker/context.h"
+#include "worker/execute.h"
 #include "worker/introspect.h"
 #include "worker/queue.h"
+#include "worker/timeline.h"
 
 /* The runtime context; set by hk_init before any other thread may use it,
  * cleared by hk_shutdown after the background thread has stopped. */
@@ -78,6 +81,10 @@ static void die_with_launcher(void) {
 
 static void destroy(hk_ctx *ctx) {
   hk_mesh_close(&ctx->mesh, ctx->size);
+  hk_execute_release(ctx);
+  hk_timeline_close(ctx->timeline);
+  hk_cache_destroy(ctx->cache);
+  free(ctx->inval);
   hk_ring_destroy(&ctx->ring);
   hk_negotiator_destroy(ctx->negotiator);
   hk_strmap_destroy(ctx->inflight);
@@ -119,6 +126,10 @@ hk_status hk_init(void) {
     st = hk_strmap_create(&ctx->inflight);
   if (st == HK_OK && ctx->rank == 0)
     st = hk_negotiator_create(ctx->size, &ctx->negotiator);
+  if (st == HK_OK)
+    st = hk_cache_create((uint32_t)ctx->cfg.cache_capacity, &ctx->cache);
+  if (st == HK_OK && ctx->rank == 0 && ctx->cfg.timeline[0])
+    st = hk_timeline_open(ctx->cfg.timeline, &ctx->timeline);
   if (st == HK_OK)
     st = hk_bootstrap(ctx);
   if (st == HK_OK) {
@@ -193,6 +204,7 @@ static hk_status check_common(const char *fn, const char *name, size_t count,
                    count);
   memset(req, 0, sizeof *req);
   memcpy(req->name, name, len + 1);
+  req->prescale = req->postscale = 1.0;
   req->dtype = (uint8_t)dtype;
   req->count = count;
   return HK_OK;
@@ -201,6 +213,14 @@ static hk_status check_common(const char *fn, const char *name, size_t count,
 hk_status hk_allreduce_async(const char *name, const void *sendbuf,
                              void *recvbuf, size_t count, hk_dtype dtype,
                              hk_op op, hk_handle *handle) {
+  return hk_allreduce_scaled_async(name, sendbuf, recvbuf, count, dtype, op,
+                                   1.0, 1.0, handle);
+}
+
+hk_status hk_allreduce_scaled_async(const char *name, const void *sendbuf,
+                                    void *recvbuf, size_t count, hk_dtype dtype,
+                                    hk_op op, double prescale, double postscale,
+                                    hk_handle *handle) {
   hk_wire_request req;
   hk_status st = check_common("hk_allreduce_async", name, count, dtype, &req);
   if (st != HK_OK)
@@ -220,8 +240,18 @@ hk_status hk_allreduce_async(const char *name, const void *sendbuf,
                    "hk_allreduce_async: tensor '%s': sendbuf and recvbuf "
                    "overlap without being equal",
                    name);
+  int is_float = dtype <= HK_FLOAT64;
+  if ((prescale != 1.0 || postscale != 1.0) &&
+      (!is_float || !isfinite(prescale) || !isfinite(postscale)))
+    return hk_fail(HK_ERR_INVALID_ARG,
+                   "hk_allreduce_async: tensor '%s': prescale %g / postscale "
+                   "%g: factors other than 1 need a floating dtype and "
+                   "finite values (dtype is %s)",
+                   name, prescale, postscale, hk_dtype_name(dtype));
   req.coll = HK_COLL_ALLREDUCE;
   req.op = (uint8_t)op;
+  req.prescale = prescale;
+  req.postscale = postscale;
   return hk_queue_submit(g_ctx, &req, sendbuf, recvbuf, handle);
 }
 

@@ -75,6 +75,9 @@ typedef enum hk_status {
   HK_ERR_NOMEM = 12,
   /** An HK_* environment variable is malformed or out of range. */
   HK_ERR_CONFIG = 13,
+  /** Some ranks submitted a tensor and others did not for longer than
+   *  HK_STALL_SHUTDOWN_TIME_S: the job was stopped on every rank. */
+  HK_ERR_STALLED = 14,
 } hk_status;
 
 /** Element types. Sizes in bytes: 2, 2, 4, 8, 1, 1, 4, 8. */
@@ -175,6 +178,21 @@ int hk_local_size(void);
 hk_status hk_allreduce_async(const char *name, const void *sendbuf,
                              void *recvbuf, size_t count, hk_dtype dtype,
                              hk_op op, hk_handle *handle);
+
+/**
+ * hk_allreduce_async with Horovod's scale factors: every rank's input is
+ * multiplied by `prescale` before the reduction (while it is copied into
+ * the fusion buffer, or into recvbuf for a tensor that runs alone) and the
+ * result by `postscale` after it (after the division of HK_AVERAGE), in
+ * the tensor's type (binary32 for 16-bit types). Both must be finite and
+ * equal on every rank (else HK_ERR_MISMATCH); factors other than 1 need a
+ * floating dtype (else HK_ERR_INVALID_ARG). Otherwise as
+ * hk_allreduce_async, which is this call with 1.0 and 1.0.
+ */
+hk_status hk_allreduce_scaled_async(const char *name, const void *sendbuf,
+                                    void *recvbuf, size_t count, hk_dtype dtype,
+                                    hk_op op, double prescale, double postscale,
+                                    hk_handle *handle);
 
 /**
  * Starts a broadcast of `count` elements of `dtype` from rank `root` under

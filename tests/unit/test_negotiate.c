@@ -27,18 +27,18 @@ static void test_ready_only_when_all_submitted(void **state) {
   hk_wire_request a = req("a", 4), b = req("b", 4);
   hk_wire_response *rs;
   uint32_t cnt;
-  assert_int_equal(hk_negotiator_add(n, 0, &a, 1), HK_OK);
-  assert_int_equal(hk_negotiator_add(n, 1, &b, 1), HK_OK);
+  assert_int_equal(hk_negotiator_add(n, 0, &a, 1, HK_WIRE_NO_BIT, 0), HK_OK);
+  assert_int_equal(hk_negotiator_add(n, 1, &b, 1, HK_WIRE_NO_BIT, 0), HK_OK);
   assert_int_equal(hk_negotiator_take_ready(n, &rs, &cnt), HK_OK);
   assert_int_equal(cnt, 0);
   assert_int_equal(hk_negotiator_pending(n), 2);
   /* b completes before a: order follows completion, not first sight */
   hk_wire_request ba[2] = {b, a};
-  assert_int_equal(hk_negotiator_add(n, 2, ba, 2), HK_OK);
+  assert_int_equal(hk_negotiator_add(n, 2, ba, 2, HK_WIRE_NO_BIT, 0), HK_OK);
   assert_int_equal(hk_negotiator_take_ready(n, &rs, &cnt), HK_OK);
   assert_int_equal(cnt, 0); /* a still lacks rank 1, b lacks rank 0 */
-  assert_int_equal(hk_negotiator_add(n, 0, &b, 1), HK_OK);
-  assert_int_equal(hk_negotiator_add(n, 1, &a, 1), HK_OK);
+  assert_int_equal(hk_negotiator_add(n, 0, &b, 1, HK_WIRE_NO_BIT, 0), HK_OK);
+  assert_int_equal(hk_negotiator_add(n, 1, &a, 1, HK_WIRE_NO_BIT, 0), HK_OK);
   assert_int_equal(hk_negotiator_take_ready(n, &rs, &cnt), HK_OK);
   assert_int_equal(cnt, 2);
   assert_string_equal(rs[0].name, "b");
@@ -49,7 +49,7 @@ static void test_ready_only_when_all_submitted(void **state) {
   assert_int_equal(hk_negotiator_pending(n), 0);
   /* the same name can be negotiated again once done */
   for (int r = 0; r < 3; r++)
-    assert_int_equal(hk_negotiator_add(n, r, &a, 1), HK_OK);
+    assert_int_equal(hk_negotiator_add(n, r, &a, 1, HK_WIRE_NO_BIT, 0), HK_OK);
   assert_int_equal(hk_negotiator_take_ready(n, &rs, &cnt), HK_OK);
   assert_int_equal(cnt, 1);
   hk_negotiator_free_responses(rs, cnt);
@@ -62,7 +62,7 @@ static void test_count_mismatch_reason(void **state) {
   assert_int_equal(hk_negotiator_create(4, &n), HK_OK);
   for (int r = 0; r < 4; r++) {
     hk_wire_request q = req("grad.w", r == 1 ? 12 : 16);
-    assert_int_equal(hk_negotiator_add(n, r, &q, 1), HK_OK);
+    assert_int_equal(hk_negotiator_add(n, r, &q, 1, HK_WIRE_NO_BIT, 0), HK_OK);
   }
   hk_wire_response *rs;
   uint32_t cnt;
@@ -83,14 +83,14 @@ static void test_several_fields_and_root(void **state) {
   hk_wire_request a = req("t", 8), b = req("t", 8);
   b.dtype = HK_INT64;
   b.op = HK_MAX;
-  assert_int_equal(hk_negotiator_add(n, 0, &a, 1), HK_OK);
-  assert_int_equal(hk_negotiator_add(n, 1, &b, 1), HK_OK);
+  assert_int_equal(hk_negotiator_add(n, 0, &a, 1, HK_WIRE_NO_BIT, 0), HK_OK);
+  assert_int_equal(hk_negotiator_add(n, 1, &b, 1, HK_WIRE_NO_BIT, 0), HK_OK);
   hk_wire_request c = req("bc", 8), d = req("bc", 8);
   c.coll = d.coll = HK_COLL_BROADCAST;
   c.root = 0;
   d.root = 1;
-  assert_int_equal(hk_negotiator_add(n, 0, &c, 1), HK_OK);
-  assert_int_equal(hk_negotiator_add(n, 1, &d, 1), HK_OK);
+  assert_int_equal(hk_negotiator_add(n, 0, &c, 1, HK_WIRE_NO_BIT, 0), HK_OK);
+  assert_int_equal(hk_negotiator_add(n, 1, &d, 1, HK_WIRE_NO_BIT, 0), HK_OK);
   hk_wire_response *rs;
   uint32_t cnt;
   assert_int_equal(hk_negotiator_take_ready(n, &rs, &cnt), HK_OK);
@@ -109,10 +109,10 @@ static void test_duplicate_and_bad_rank(void **state) {
   hk_negotiator *n;
   assert_int_equal(hk_negotiator_create(2, &n), HK_OK);
   hk_wire_request a = req("a", 1);
-  assert_int_equal(hk_negotiator_add(n, 1, &a, 1), HK_OK);
-  assert_int_equal(hk_negotiator_add(n, 1, &a, 1), HK_ERR_PROTOCOL);
+  assert_int_equal(hk_negotiator_add(n, 1, &a, 1, HK_WIRE_NO_BIT, 0), HK_OK);
+  assert_int_equal(hk_negotiator_add(n, 1, &a, 1, HK_WIRE_NO_BIT, 0), HK_ERR_PROTOCOL);
   assert_non_null(strstr(hk_last_error(), "rank 1 submitted tensor 'a' twice"));
-  assert_int_equal(hk_negotiator_add(n, 2, &a, 1), HK_ERR_INVALID_ARG);
+  assert_int_equal(hk_negotiator_add(n, 2, &a, 1, HK_WIRE_NO_BIT, 0), HK_ERR_INVALID_ARG);
   hk_negotiator_destroy(n); /* frees the pending entry (ASan checks) */
 }
 
@@ -124,7 +124,7 @@ static void test_long_reason_truncated(void **state) {
   assert_int_equal(hk_negotiator_create(size, &n), HK_OK);
   for (int r = 0; r < size; r++) {
     hk_wire_request q = req("wide", (uint64_t)r);
-    assert_int_equal(hk_negotiator_add(n, r, &q, 1), HK_OK);
+    assert_int_equal(hk_negotiator_add(n, r, &q, 1, HK_WIRE_NO_BIT, 0), HK_OK);
   }
   hk_wire_response *rs;
   uint32_t cnt;

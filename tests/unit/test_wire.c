@@ -30,10 +30,15 @@ static void test_requests_roundtrip(void **state) {
   }
   reqs[2].coll = HK_COLL_BROADCAST;
   reqs[2].root = 7;
+  reqs[1].prescale = 0.5;
+  reqs[1].postscale = -3.25;
+  uint32_t bits[3] = {0, 7, 1000};
   hk_msg m = {.type = HK_MSG_REQUESTS};
   m.u.requests.shutdown = 1;
   m.u.requests.n = 3;
   m.u.requests.reqs = reqs;
+  m.u.requests.nbits = 3;
+  m.u.requests.bits = bits;
   hk_buf b = {0};
   encode(&m, &b);
   hk_msg d;
@@ -48,32 +53,62 @@ static void test_requests_roundtrip(void **state) {
     assert_int_equal(d.u.requests.reqs[i].root, reqs[i].root);
     assert_true(d.u.requests.reqs[i].count == reqs[i].count);
     assert_string_equal(d.u.requests.reqs[i].name, reqs[i].name);
+    assert_true(d.u.requests.reqs[i].prescale == reqs[i].prescale);
+    assert_true(d.u.requests.reqs[i].postscale == reqs[i].postscale);
   }
+  assert_int_equal(d.u.requests.nbits, 3);
+  assert_int_equal(d.u.requests.bits[2], 1000);
   hk_msg_free(&d);
   hk_buf_free(&b);
 }
 
 static void test_responses_roundtrip(void **state) {
   (void)state;
-  hk_wire_response rs[2] = {{.status = HK_OK}, {.status = HK_ERR_MISMATCH}};
+  hk_wire_response rs[3] = {
+      {.status = HK_OK, .cache_bit = HK_WIRE_NO_BIT},
+      {.status = HK_ERR_MISMATCH, .cache_bit = HK_WIRE_NO_BIT},
+      {.status = HK_OK, .flags = HK_RESP_CACHED, .cache_bit = 41}};
   strcpy(rs[0].name, "a");
   strcpy(rs[1].name, "grad.w");
   rs[1].reason = "tensor 'grad.w': count 16 on rank 0, 12 on rank 1";
+  uint32_t inval[2] = {3, 9};
   hk_msg m = {.type = HK_MSG_RESPONSES};
   m.u.responses.shutdown_rank = -1;
-  m.u.responses.n = 2;
+  m.u.responses.abort_status = HK_ERR_STALLED;
+  m.u.responses.abort_reason = "tensor 'w' stalled";
+  m.u.responses.ninval = 2;
+  m.u.responses.inval = inval;
+  m.u.responses.n = 3;
   m.u.responses.resps = rs;
   hk_buf b = {0};
   encode(&m, &b);
   hk_msg d;
   assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_OK);
   assert_int_equal(d.u.responses.shutdown_rank, -1);
-  assert_int_equal(d.u.responses.n, 2);
+  assert_int_equal(d.u.responses.abort_status, HK_ERR_STALLED);
+  assert_string_equal(d.u.responses.abort_reason, "tensor 'w' stalled");
+  assert_int_equal(d.u.responses.ninval, 2);
+  assert_int_equal(d.u.responses.inval[1], 9);
+  assert_int_equal(d.u.responses.n, 3);
   assert_null(d.u.responses.resps[0].reason);
   assert_string_equal(d.u.responses.resps[1].name, "grad.w");
   assert_string_equal(d.u.responses.resps[1].reason, rs[1].reason);
   assert_int_equal(d.u.responses.resps[1].status, HK_ERR_MISMATCH);
+  assert_int_equal(d.u.responses.resps[2].flags, HK_RESP_CACHED);
+  assert_int_equal(d.u.responses.resps[2].cache_bit, 41);
+  assert_string_equal(d.u.responses.resps[2].name, "");
   hk_msg_free(&d);
+  /* a cached response that also names a tensor is malformed */
+  strcpy(rs[2].name, "x");
+  encode(&m, &b);
+  assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_ERR_PROTOCOL);
+  assert_non_null(strstr(hk_last_error(), "cached response names"));
+  /* invalidated bits must ascend */
+  inval[1] = 3;
+  rs[2].name[0] = '\0';
+  encode(&m, &b);
+  assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_ERR_PROTOCOL);
+  assert_non_null(strstr(hk_last_error(), "not ascending"));
   hk_buf_free(&b);
 }
 
@@ -177,7 +212,7 @@ static void test_oversized_rejected(void **state) {
   hk_buf b = {0};
   assert_int_equal(hk_wire_encode(&m, &b), HK_OK); /* exactly the limit */
   /* Patch the name length on the wire to one over the limit. */
-  size_t name_len_at = HK_WIRE_HEADER_LEN + 1 + 4 + 3 + 4 + 8;
+  size_t name_len_at = HK_WIRE_HEADER_LEN + 1 + 4 + 3 + 4 + 8 + 16;
   uint16_t over = HK_MAX_NAME_LEN + 1;
   b.data[name_len_at] = (uint8_t)over;
   b.data[name_len_at + 1] = (uint8_t)(over >> 8);
@@ -217,8 +252,9 @@ static void test_bad_fields_rejected(void **state) {
     assert_non_null(strstr(hk_last_error(), cases[i].needle));
     b.data[cases[i].at] = saved;
   }
-  /* a NUL inside a string */
-  b.data[b.len - 1] = '\0';
+  /* a NUL inside a string (the name "t" is the byte before the 4-byte
+   * bit count at the end) */
+  b.data[b.len - 5] = '\0';
   assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_ERR_PROTOCOL);
   assert_non_null(strstr(hk_last_error(), "NUL"));
   hk_buf_free(&b);

@@ -1,0 +1,59 @@
+/*
+ * fusion.h - the fusion plan: which of a cycle's ready tensors are reduced
+ * together in one fusion buffer, and where each lands in it.
+ *
+ * Plan (as Horovod's fusion buffer manager does): walk the responses in the
+ * order rank 0 sent them; each allreduce that completed OK and fits opens a
+ * group, which takes every later unplanned allreduce with the same dtype
+ * and op while the group's bytes stay within the threshold
+ * (HK_FUSION_THRESHOLD, Horovod's default 128 MiB; 0 disables fusion).
+ * Anything else, and any tensor larger than the threshold, runs alone and
+ * without a copy. Every rank computes the same plan from the same
+ * responses, so no plan crosses the network.
+ *
+ * Layout (hk's own, so that fusion never changes a result): the buffer is
+ * laid out segment by segment. Each tensor is split into the ring's N
+ * segments as it would be alone (hk_ring_default_segments), and segment j
+ * of the buffer is segment j of every tensor of the group, in group order.
+ * The ring reduces element e of a tensor starting from the rank after its
+ * segment's index; since e keeps its segment index inside the buffer, it
+ * is reduced in exactly the order, and so to exactly the bits, it would be
+ * alone. Pure functions; thread-safety: reentrant.
+ */
+#ifndef HK_COORDINATOR_FUSION_H
+#define HK_COORDINATOR_FUSION_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hk/hk.h"
+
+/** What the plan needs to know of one response. */
+typedef struct hk_fusion_item {
+  int fusable; /* an allreduce that completed negotiation OK */
+  uint8_t dtype, op;
+  size_t bytes; /* count * element size */
+} hk_fusion_item;
+
+/**
+ * Plans items[0..n) (taken[] is n bytes of scratch): order[] (n entries)
+ * receives the execution order (a permutation of 0..n-1) and starts[] (n+1
+ * entries) the boundaries of the groups in it: group g is order[starts[g] ..
+ * starts[g+1]). Returns the number of groups.
+ */
+uint32_t hk_fusion_plan(const hk_fusion_item *items, uint32_t n,
+                        size_t threshold_bytes, uint8_t *taken, uint32_t *order,
+                        uint32_t *starts);
+
+/**
+ * The segment-major layout of a group of `ntensors` tensors of counts[]
+ * ELEMENTS over `nranks` ring segments: seg[0..nranks] receives the
+ * buffer's segment offsets (elements; seg[nranks] = total), and
+ * where[t * nranks + j] the element offset in the buffer of tensor t's
+ * segment j (which starts at element first_of(t, j) of the tensor, see
+ * hk_ring_default_segments).
+ */
+void hk_fusion_layout(const size_t *counts, uint32_t ntensors, int nranks,
+                      size_t *seg, size_t *where);
+
+#endif

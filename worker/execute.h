@@ -1,0 +1,29 @@
+/*
+ * execute.h - running what rank 0 scheduled: the responses of one cycle,
+ * identical on every rank. Failed negotiations complete at once; the rest
+ * are grouped by the fusion plan (coordinator/fusion.h) and run on the
+ * ring: a group of several allreduces is packed into the fusion buffer
+ * (segment by segment, applying each tensor's prescale), reduced once, and
+ * unpacked (applying each postscale); a lone tensor runs straight on its
+ * own buffers. Uncached tensors that ran OK enter the response cache, in
+ * response order, as on every other rank. Rank 0 writes the timeline.
+ * Background thread only.
+ */
+#ifndef HK_WORKER_EXECUTE_H
+#define HK_WORKER_EXECUTE_H
+
+#include "worker/context.h"
+
+/**
+ * Runs rs[0..n) (t_ready: when rank 0 made them ready, for the timeline).
+ * Errors: HK_ERR_PROTOCOL (a response names a tensor this rank does not
+ * have in flight, or an unknown cache bit), and what the ring returns
+ * (HK_ERR_PEER_LOST, HK_ERR_TIMEOUT, HK_ERR_NOMEM): the job then fails.
+ */
+hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
+                               uint32_t n, double t_ready);
+
+/** Unmaps the fusion buffer, if it was mapped. */
+void hk_execute_release(hk_ctx *ctx);
+
+#endif

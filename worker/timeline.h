@@ -1,0 +1,39 @@
+/*
+ * timeline.h - HK_TIMELINE=file.json: a Chrome trace-event file (the JSON
+ * array format that chrome://tracing and Perfetto open) of what rank 0's
+ * background thread did: per tensor, one row ("thread") with its phases
+ * NEGOTIATE, WAIT_FOR_DATA, QUEUE, MEMCPY_IN_FUSION_BUFFER, ALLREDUCE (args:
+ * algorithm, transport, fused tensors, bytes), MEMCPY_OUT; and an instant
+ * CYCLE marker per negotiation cycle that ran something.
+ *
+ * The file is valid JSON after every event: each event is written with
+ * the closing bracket behind it, in one pwrite(2) that overwrites the
+ * previous closing bracket, so a job killed by an error or a signal (even
+ * SIGKILL) leaves a file that parses. When HK_TIMELINE is unset the
+ * runtime holds NULL and every call site is one branch.
+ * Times: seconds on hk_now()'s clock in, microseconds since open out.
+ * Thread-safety: the background thread only.
+ */
+#ifndef HK_WORKER_TIMELINE_H
+#define HK_WORKER_TIMELINE_H
+
+#include "hk/hk.h"
+
+typedef struct hk_timeline hk_timeline;
+
+/** Creates (truncates) path and writes the empty array "[]".
+ *  Errors: HK_ERR_SYSTEM naming the file. */
+hk_status hk_timeline_open(const char *path, hk_timeline **out);
+
+/** Closes the file (already valid JSON) and frees. NULL is fine. */
+void hk_timeline_close(hk_timeline *tl);
+
+/** One phase of one tensor, [start_s, end_s]. args_json is NULL or the
+ *  inside of a JSON object ("\"algorithm\":\"ring\""). */
+void hk_timeline_span(hk_timeline *tl, const char *tensor, const char *phase,
+                      double start_s, double end_s, const char *args_json);
+
+/** An instant marker on the cycle row. */
+void hk_timeline_mark(hk_timeline *tl, const char *name, double t_s);
+
+#endif
