@@ -10,6 +10,7 @@ packages=(
   zlib1g-dev libopenblas-dev          # examples/train
   dataset-fashion-mnist               # examples/train's data
   iproute2                            # multi-host test bed (network namespaces)
+  libjansson-dev                      # tests: reading the timeline back
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -204,31 +204,51 @@ static hk_status feed(hk_ctx *ctx, int rank, const hk_wire_request *reqs,
   return st;
 }
 
-/* Rank 0: the stall inspector (Horovod's StallInspector, reimplemented). */
+/*
+ * Rank 0: the stall inspector (Horovod's StallInspector, reimplemented):
+ * a tensor some ranks submitted and others did not is named, with the
+ * missing ranks, every HK_STALL_CHECK_TIME_S; once the oldest such tensor
+ * has waited HK_STALL_SHUTDOWN_TIME_S (> 0) the job stops on every rank.
+ * ctx->next_stall_check is when anything can next change.
+ */
 static void inspect_stalls(hk_ctx *ctx, cycle_state *cs) {
+  const double check = ctx->cfg.stall_check_s, stop = ctx->cfg.stall_shutdown_s;
   double now = hk_now();
-  if (ctx->cfg.stall_check_s <= 0 || now < ctx->next_stall_check)
+  if ((check <= 0 && stop <= 0) || now < ctx->next_stall_check)
     return;
   char what[HK_WIRE_MAX_REASON_LEN + 1];
   double oldest;
-  uint32_t n = hk_negotiator_stalled(
-      ctx->negotiator, now, ctx->cfg.stall_check_s, what, sizeof what, &oldest);
-  if (n == 0) {
-    /* next look: when the oldest pending tensor reaches the check time */
-    ctx->next_stall_check = now + ctx->cfg.stall_check_s - oldest;
-    return;
+  double min_age = check > 0 ? check : stop;
+  uint32_t n = hk_negotiator_stalled(ctx->negotiator, now, min_age, what,
+                                     sizeof what, &oldest);
+  double next = now + (check > 0 ? check : stop);
+  if (n > 0 && check > 0 && now >= ctx->next_stall_warning) {
+    /* name every tensor still waiting, not only those past the limit */
+    n = hk_negotiator_stalled(ctx->negotiator, now, 0, what, sizeof what,
+                              &oldest);
+    hk_log(HK_LOG_WARNING,
+           "stall: %u tensor(s) submitted by some ranks but not others: %s", n,
+           what);
+    ctx->next_stall_warning = now + check;
   }
-  hk_log(HK_LOG_WARNING,
-         "stall: %u tensor(s) submitted by some ranks but not others: %s", n,
-         what);
-  ctx->next_stall_check = now + ctx->cfg.stall_check_s;
-  if (ctx->cfg.stall_shutdown_s > 0 && oldest >= ctx->cfg.stall_shutdown_s &&
-      !cs->abort_status) {
-    cs->abort_status = HK_ERR_STALLED;
-    snprintf(cs->abort_reason, sizeof cs->abort_reason,
-             "stalled for more than HK_STALL_SHUTDOWN_TIME_S=%g s: %.900s",
-             ctx->cfg.stall_shutdown_s, what);
+  if (check > 0 && ctx->next_stall_warning > now &&
+      ctx->next_stall_warning < next)
+    next = ctx->next_stall_warning;
+  if (n == 0 && oldest > 0 && now + min_age - oldest < next)
+    next = now + min_age - oldest; /* when the oldest one turns stalled */
+  if (stop > 0 && oldest > 0) {
+    if (oldest >= stop && !cs->abort_status) {
+      hk_negotiator_stalled(ctx->negotiator, now, stop, what, sizeof what,
+                            &oldest);
+      cs->abort_status = HK_ERR_STALLED;
+      snprintf(cs->abort_reason, sizeof cs->abort_reason,
+               "stalled for more than HK_STALL_SHUTDOWN_TIME_S=%g s: %.900s",
+               stop, what);
+    } else if (now + stop - oldest < next) {
+      next = now + stop - oldest;
+    }
   }
+  ctx->next_stall_check = next;
 }
 
 /* Rank 0: gather requests (its own and those that arrived), answer. */
@@ -337,7 +357,8 @@ static int poll_timeout_ms(hk_ctx *ctx, const cycle_state *cs,
   double until = -1;
   if (pending_wake)
     until = cs->next_cycle;
-  if (ctx->rank == 0 && ctx->cfg.stall_check_s > 0 &&
+  if (ctx->rank == 0 &&
+      (ctx->cfg.stall_check_s > 0 || ctx->cfg.stall_shutdown_s > 0) &&
       hk_negotiator_pending(ctx->negotiator) > 0 &&
       (until < 0 || ctx->next_stall_check < until))
     until = ctx->next_stall_check;
@@ -351,7 +372,7 @@ void *hk_background_main(void *arg) {
   hk_ctx *ctx = arg;
   cycle_state cs = {0, -1, 0, HK_OK, ""};
   const double cycle_s = ctx->cfg.cycle_time_ms / 1000.0;
-  ctx->next_stall_check = hk_now() + ctx->cfg.stall_check_s;
+  ctx->next_stall_check = ctx->next_stall_warning = hk_now();
   /* poll set: wake fd, launcher fd, then control fd(s) */
   struct pollfd *pfds = calloc((size_t)ctx->size + 2, sizeof *pfds);
   if (!pfds) {
@@ -380,10 +401,6 @@ void *hk_background_main(void *arg) {
     int rc = poll(pfds, (nfds_t)npfd, poll_timeout_ms(ctx, &cs, pending_wake));
     if (rc < 0)
       continue; /* EINTR */
-    if (launcher_i >= 0 && pfds[launcher_i].revents) {
-      fail_job(ctx, HK_ERR_PEER_LOST, "lost connection to hkrun (did it die?)");
-      break;
-    }
     if (pfds[wake_i].revents) {
       uint64_t v;
       ssize_t rd = read(ctx->wake_fd, &v, sizeof v);
@@ -404,6 +421,13 @@ void *hk_background_main(void *arg) {
       char what[HK_ERROR_MSG_CAP];
       snprintf(what, sizeof what, "%s", hk_last_error());
       fail_job(ctx, st, what);
+      break;
+    }
+    /* hkrun speaks only to abort (or by closing, when it died); what rank 0
+     * said in the same wake-up was handled first, so its reason wins */
+    if (launcher_i >= 0 && pfds[launcher_i].revents && !cs.abort_status &&
+        cs.shutdown_rank < 0) {
+      fail_job(ctx, HK_ERR_PEER_LOST, "lost connection to hkrun (did it die?)");
       break;
     }
     if (cs.abort_status) {

@@ -86,6 +86,7 @@ typedef struct hk_ctx {
   uint8_t *fusion;              /* [bg] the fusion buffer, cfg.fusion_threshold
                                    bytes, mapped on first use and reused */
   double next_stall_check;      /* [bg] rank 0: hk_now() of the next check */
+  double next_stall_warning;    /* [bg] rank 0: no warning before this */
 } hk_ctx;
 
 #endif

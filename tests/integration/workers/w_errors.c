@@ -105,6 +105,27 @@ int main(void) {
                 strstr(hk_last_error(), "overlap"),
             "overlap: %s", hk_last_error());
 
+  /* 5. a cached tensor whose count changes on one rank only: the cache
+   * entry is invalidated and the mismatch reported on every rank; the
+   * next agreeing step works (and is cached again). */
+  int32_t c[16];
+  for (int step = 0; step < 7; step++) {
+    size_t n = step == 3 && rank == 1 ? 12 : 16;
+    for (int i = 0; i < 16; i++)
+      c[i] = rank + i + step;
+    hk_status st = hk_allreduce("cached.t", c, c, n, HK_INT32, HK_SUM);
+    if (step == 3) {
+      const char *const needles[] = {"cached.t", "count 16", "count 12",
+                                     "rank 1", NULL};
+      expect_mismatch(st, needles);
+      continue;
+    }
+    HKT_OK(st);
+    for (int i = 0; i < 16; i++)
+      HKT_CHECK(c[i] == np * (i + step) + np * (np - 1) / 2,
+                "cached.t step %d [%d] = %d", step, i, c[i]);
+  }
+
   HKT_OK(hk_barrier());
   HKT_OK(hk_shutdown());
   printf("errors ok\n");

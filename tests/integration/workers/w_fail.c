@@ -10,6 +10,9 @@
  *            rank 1, later submits fail at once, both exit 0.
  *   leave  : rank 0 calls hk_shutdown with a tensor still pending and waits
  *            on its handle afterwards: HK_ERR_SHUTDOWN, no leak.
+ *   stall  : case C1: rank 1 submits 'grad.B' where the others submit
+ *            'grad.b'; each rank prints what its wait returned and exits 1
+ *            if it was an error (the stall shutdown), 0 otherwise.
  *   rogue  : rank 1 connects to hkrun's rendezvous without the secret and
  *            checks it is refused (the connection is closed), then every
  *            rank allreduces and checks the result.
@@ -91,6 +94,17 @@ static int mode_leave(int rank) {
   return 0;
 }
 
+static int mode_stall(int rank) {
+  float x[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  printf("submitting pid=%d\n", (int)getpid());
+  fflush(stdout);
+  hk_status st = hk_allreduce(rank == 1 ? "grad.B" : "grad.b", x, x, 8,
+                              HK_FLOAT32, HK_SUM);
+  fprintf(stderr, "rank %d: wait gave %s: %s\n", rank, hk_strerror(st),
+          hk_last_error());
+  return st == HK_OK ? 0 : 1;
+}
+
 static int mode_rogue(int rank, int np) {
   if (rank == 1) {
     const char *rdv = getenv("HK_RENDEZVOUS");
@@ -123,7 +137,7 @@ static int mode_rogue(int rank, int np) {
 }
 
 int main(int argc, char **argv) {
-  HKT_CHECK(argc == 2, "usage: w_fail kill|early|shutdown|leave|rogue");
+  HKT_CHECK(argc == 2, "usage: w_fail kill|early|shutdown|leave|stall|rogue");
   HKT_OK(hk_init());
   int rank = hk_rank();
   if (!strcmp(argv[1], "kill"))
@@ -134,6 +148,8 @@ int main(int argc, char **argv) {
     return mode_shutdown(rank);
   if (!strcmp(argv[1], "leave"))
     return mode_leave(rank);
+  if (!strcmp(argv[1], "stall"))
+    return mode_stall(rank);
   if (!strcmp(argv[1], "rogue"))
     return mode_rogue(rank, hk_size());
   HKT_CHECK(0, "unknown mode %s", argv[1]);

@@ -1,0 +1,243 @@
+/*
+ * test_coordination - issue 4's behaviours end to end, through hkrun:
+ * fusion and the response cache never change a result bit; the timeline
+ * parses as JSON with every tensor's phases in order, also after the job
+ * was killed; the stall inspector names the stalled tensors and missing
+ * ranks, and with a shutdown time stops every rank (case C1).
+ */
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define W(name) WORKER_DIR "/" name
+
+/* Steps of the fusion run: 500 by default (the issue's figure); the
+ * sanitizer stages of scripts/test.sh lower it with HKT_FUSION_STEPS. */
+static const char *fusion_steps(void) {
+  const char *s = getenv("HKT_FUSION_STEPS");
+  return s && *s ? s : "500";
+}
+
+/* Runs w_fusion under one configuration; returns the hash all 3 ranks
+ * agree on (malloc'd). */
+static char *fusion_hash(char *const env[]) {
+  char *argv[] = {HKRUN_PATH, "-np", "3", W("w_fusion"), (char *)fusion_steps(),
+                  NULL};
+  hkt_result r;
+  int rc = hkt_run(argv, env, 280, &r);
+  if (rc != 0 || r.exit_code != 0 || hkt_count_lines(r.out, "fusion hash") != 3)
+    fail_msg("w_fusion: rc=%d exit=%d\nstdout:\n%.3000s\nstderr:\n%.3000s", rc,
+             r.exit_code, r.out, r.err);
+  char *h = strstr(r.out, "fusion hash ");
+  char *hash = strndup(h + 12, 16);
+  for (char *p = r.out; (p = strstr(p, "fusion hash ")); p += 12)
+    if (strncmp(p + 12, hash, 16) != 0)
+      fail_msg("ranks disagree bitwise:\n%s", r.out);
+  hkt_result_free(&r);
+  return hash;
+}
+
+static void test_fusion_and_cache_are_invisible(void **s) {
+  (void)s;
+  char *on_env[] = {NULL};
+  char *off_env[] = {"HK_FUSION_THRESHOLD=0", "HK_CACHE_CAPACITY=0", NULL};
+  char *small_env[] = {"HK_FUSION_THRESHOLD=1048576", NULL};
+  char *on = fusion_hash(on_env), *off = fusion_hash(off_env),
+       *small = fusion_hash(small_env);
+  assert_string_equal(on, off);
+  assert_string_equal(on, small);
+  free(on);
+  free(off);
+  free(small);
+}
+
+/* Every tensor row's phases, from a parsed timeline. */
+typedef struct phases {
+  double ts[6], dur[6];
+  int seen[6];
+  int fused;
+} phases;
+
+static const char *phase_names[6] = {"NEGOTIATE", "WAIT_FOR_DATA",
+                                     "QUEUE",     "MEMCPY_IN_FUSION_BUFFER",
+                                     "ALLREDUCE", "MEMCPY_OUT"};
+
+static json_t *load_timeline(const char *path) {
+  json_error_t err;
+  json_t *root = json_load_file(path, 0, &err);
+  if (!root)
+    fail_msg("%s does not parse as JSON: line %d: %s", path, err.line,
+             err.text);
+  assert_true(json_is_array(root));
+  return root;
+}
+
+static void test_timeline_phases(void **s) {
+  (void)s;
+  char path[] = "/tmp/hk_timeline_XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  close(fd);
+  char env_tl[128];
+  snprintf(env_tl, sizeof env_tl, "HK_TIMELINE=%s", path);
+  char *env[] = {env_tl, NULL};
+  char *argv[] = {HKRUN_PATH, "-np", "2", W("w_fusion"), "5", NULL};
+  hkt_result r;
+  assert_int_equal(hkt_run(argv, env, 120, &r), 0);
+  assert_int_equal(r.exit_code, 0);
+  hkt_result_free(&r);
+  json_t *root = load_timeline(path);
+  /* rows: tid -> tensor name (metadata), then phases per (tid) */
+  phases ph[64];
+  memset(ph, 0, sizeof ph);
+  int cycles = 0;
+  size_t i;
+  json_t *ev;
+  json_array_foreach(root, i, ev) {
+    const char *name = json_string_value(json_object_get(ev, "name"));
+    const char *type = json_string_value(json_object_get(ev, "ph"));
+    int tid = (int)json_integer_value(json_object_get(ev, "tid"));
+    assert_non_null(name);
+    assert_non_null(type);
+    if (!strcmp(type, "i") && !strcmp(name, "CYCLE"))
+      cycles++;
+    if (strcmp(type, "X") || tid <= 0 || tid >= 64)
+      continue;
+    for (int k = 0; k < 6; k++)
+      if (!strcmp(name, phase_names[k])) {
+        /* the last step's occurrence wins: all steps have the same shape */
+        ph[tid].seen[k] = 1;
+        ph[tid].ts[k] = json_number_value(json_object_get(ev, "ts"));
+        ph[tid].dur[k] = json_number_value(json_object_get(ev, "dur"));
+        if (k == 4) {
+          json_t *args = json_object_get(ev, "args");
+          assert_string_equal(
+              json_string_value(json_object_get(args, "algorithm")), "ring");
+          assert_string_equal(
+              json_string_value(json_object_get(args, "transport")), "tcp");
+          ph[tid].fused =
+              json_integer_value(json_object_get(args, "fused_tensors")) > 1;
+        }
+      }
+  }
+  int rows = 0, fused_rows = 0;
+  for (int t = 1; t < 64; t++) {
+    if (!ph[t].seen[4])
+      continue;
+    rows++;
+    for (int k = 0; k < 6; k++)
+      if ((k != 3 && k != 5) || ph[t].fused)
+        assert_true(ph[t].seen[k]);
+    /* NEGOTIATE ends where QUEUE starts; then copy in, reduce, copy out */
+    double end_neg = ph[t].ts[0] + ph[t].dur[0];
+    assert_true(end_neg <= ph[t].ts[2] + 1);
+    double t_q = ph[t].ts[2] + ph[t].dur[2];
+    if (ph[t].fused) {
+      fused_rows++;
+      assert_true(t_q <= ph[t].ts[3] + 1);
+      assert_true(ph[t].ts[3] + ph[t].dur[3] <= ph[t].ts[4] + 1);
+      assert_true(ph[t].ts[4] + ph[t].dur[4] <= ph[t].ts[5] + 1);
+    } else {
+      assert_true(t_q <= ph[t].ts[4] + 1);
+    }
+  }
+  assert_int_equal(rows, 41); /* 40 grad tensors + grad.shape */
+  assert_true(fused_rows > 0);
+  assert_true(cycles >= 5);
+  json_decref(root);
+  unlink(path);
+}
+
+/* A job killed mid-run (hkrun SIGKILLed: its workers die with it) leaves a
+ * timeline that still parses. */
+static void test_timeline_survives_kill(void **s) {
+  (void)s;
+  char path[] = "/tmp/hk_timeline_XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  close(fd);
+  char env_tl[128];
+  snprintf(env_tl, sizeof env_tl, "HK_TIMELINE=%s", path);
+  char *env[] = {env_tl, NULL};
+  char *argv[] = {HKRUN_PATH, "-np", "2", W("w_fail"), "kill", NULL};
+  hkt_proc p;
+  assert_int_equal(hkt_start(argv, env, &p), 0);
+  assert_int_equal(hkt_wait_lines(&p, "ready pid=", 2, 120), 0);
+  assert_int_equal(kill(p.pid, SIGKILL), 0);
+  hkt_result r;
+  hkt_finish(&p, 20, &r);
+  assert_int_equal(r.signal, SIGKILL);
+  hkt_result_free(&r);
+  /* its workers die with it (PR_SET_PDEATHSIG); reap them before reading */
+  for (int i = 0; i < 100 && hkt_orphans(NULL, 0) > 0; i++) {
+    hkt_kill_orphans();
+  }
+  json_t *root = load_timeline(path);
+  assert_true(json_array_size(root) > 3);
+  json_decref(root);
+  unlink(path);
+}
+
+/* Case C1 with a shutdown time: warnings name both tensors and the
+ * missing ranks; every rank's wait fails; hkrun exits non-zero; ~6 s. */
+static void test_stall_shutdown(void **s) {
+  (void)s;
+  char *env[] = {"HK_STALL_CHECK_TIME_S=2", "HK_STALL_SHUTDOWN_TIME_S=5", NULL};
+  char *argv[] = {HKRUN_PATH, "-np", "4", W("w_fail"), "stall", NULL};
+  hkt_result r;
+  assert_int_equal(hkt_run(argv, env, 60, &r), 0);
+  assert_int_not_equal(r.exit_code, 0);
+  assert_true(r.elapsed_s < 15);
+  const char *warn = strstr(r.err, "warning: stall:");
+  if (!warn)
+    fail_msg("no stall warning:\n%s", r.err);
+  assert_non_null(
+      strstr(warn, "tensor 'grad.b' (waiting 2 s): missing on rank 1,"));
+  assert_non_null(strstr(warn, "'grad.B' (waiting"));
+  assert_non_null(
+      strstr(warn, "missing on ranks 0, 2, 3, submitted by rank 1"));
+  /* every rank's wait ended with the stall error */
+  assert_int_equal(hkt_count_lines(r.err, "wait gave stalled"), 4);
+  assert_int_equal(hkt_orphans(NULL, 0), 0);
+  hkt_result_free(&r);
+}
+
+/* Without a shutdown time the warning repeats and the job waits. */
+static void test_stall_warning_repeats(void **s) {
+  (void)s;
+  char *env[] = {"HK_STALL_CHECK_TIME_S=1", NULL};
+  char *argv[] = {HKRUN_PATH, "-np", "4", W("w_fail"), "stall", NULL};
+  hkt_proc p;
+  assert_int_equal(hkt_start(argv, env, &p), 0);
+  assert_int_equal(hkt_wait_lines(&p, "warning: stall:", 3, 30), 0);
+  assert_int_equal(kill(p.pid, SIGTERM), 0);
+  hkt_result r;
+  hkt_finish(&p, 20, &r);
+  assert_int_equal(r.exit_code, 128 + SIGTERM);
+  assert_int_equal(hkt_count_lines(r.err, "wait gave stalled"), 0);
+  hkt_result_free(&r);
+  assert_int_equal(hkt_orphans(NULL, 0), 0);
+}
+
+int main(void) {
+  hkt_setup();
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_fusion_and_cache_are_invisible),
+      cmocka_unit_test(test_timeline_phases),
+      cmocka_unit_test(test_timeline_survives_kill),
+      cmocka_unit_test(test_stall_shutdown),
+      cmocka_unit_test(test_stall_warning_repeats),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
