@@ -11,6 +11,7 @@ packages=(
   dataset-fashion-mnist               # examples/train's data
   iproute2                            # multi-host test bed (network namespaces)
   libjansson-dev                      # tests: reading the timeline back
+  gnuplot-nox                         # bench/plot.sh
 )
 missing=()
 for p in "${packages[@]}"; do

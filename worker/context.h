@@ -39,7 +39,7 @@ struct hk_handle_s {
 typedef struct hk_collective_timing {
   uint64_t seq;                   /* ring collectives run so far; 0: none */
   double start_s, end_s;          /* the last one, hk_now() seconds */
-  double busy_s;                  /* sum of end_s - start_s over all */
+  double busy_s;                  /* seconds inside any of them */
   char name[HK_MAX_NAME_LEN + 1]; /* the last one's tensor */
 } hk_collective_timing;
 

@@ -12,10 +12,15 @@ void hk_introspect_record(hk_ctx *ctx, const char *name, double start_s,
                           double end_s) {
   pthread_mutex_lock(&ctx->mu);
   hk_collective_timing *t = &ctx->timing;
+  /* busy_s counts time, not records: the tensors of one fused batch all
+   * record the batch's interval, which must count once. Collectives run
+   * one after another, so only an overlap with the last one is possible. */
+  double from = t->seq && start_s < t->end_s ? t->end_s : start_s;
+  if (end_s > from)
+    t->busy_s += end_s - from;
   t->seq++;
   t->start_s = start_s;
   t->end_s = end_s;
-  t->busy_s += end_s - start_s;
   snprintf(t->name, sizeof t->name, "%s", name);
   pthread_mutex_unlock(&ctx->mu);
 }

@@ -10,6 +10,8 @@
  * completes the handle, so a trainer thread whose hk_wait has returned
  * reads that collective's record (or a later one's). Times are seconds on
  * CLOCK_MONOTONIC (hk_now()), the clock a bench's clock_gettime reads.
+ * A fused batch records its one ring interval for each of its tensors;
+ * busy_s counts that interval once.
  */
 #ifndef HK_WORKER_INTROSPECT_H
 #define HK_WORKER_INTROSPECT_H

@@ -1,0 +1,176 @@
+/*
+ * model.c - replaying a model's gradient set (see model.h).
+ */
+#include "model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data.h"
+#include "stats.h"
+
+/* Tensor slices start on 64-byte boundaries (a cache line; what
+ * framework allocators guarantee at least). */
+#define ALIGN 64
+
+typedef struct replay {
+  const hkb_model *m;
+  hk_dtype dtype;
+  hk_op op;
+  size_t esize;
+  unsigned char *tensors; /* one mapping; tensor i at off[i] */
+  size_t *off, tensors_bytes;
+  unsigned char *fused; /* total elements */
+  size_t fused_bytes;
+  hk_handle *h;
+  hkb_pattern pat;
+} replay;
+
+/* One backward pass's worth of allreduces; returns its time (s) and adds
+ * the ring seconds spent to *ring. */
+static double step(replay *r, double *ring) {
+  const hkb_model *m = r->m;
+  for (size_t i = 0; i < m->ntensors; i++)
+    hkb_fill(&r->pat, r->tensors + r->off[i], m->tensors[i].count);
+  hkb_ok(hk_barrier(), "hk_barrier");
+  double busy0 = hkb_ring_busy();
+  double t0 = hkb_now();
+  for (size_t k = m->ntensors; k-- > 0;) {
+    void *p = r->tensors + r->off[k];
+    hk_status st =
+        hk_allreduce_async(m->tensors[k].name, p, p, m->tensors[k].count,
+                           r->dtype, r->op, &r->h[k]);
+    if (st != HK_OK)
+      hkb_die(st, m->tensors[k].name);
+  }
+  for (size_t k = m->ntensors; k-- > 0;) {
+    hk_status st = hk_wait(r->h[k]);
+    if (st != HK_OK)
+      hkb_die(st, m->tensors[k].name);
+  }
+  double dt = hkb_now() - t0;
+  *ring = hkb_ring_busy() - busy0;
+  return dt;
+}
+
+/* One allreduce of the whole gradient set as a single buffer. */
+static double fused(replay *r, double *ring) {
+  hkb_fill(&r->pat, r->fused, r->m->total);
+  hkb_ok(hk_barrier(), "hk_barrier");
+  double t0 = hkb_now();
+  hkb_ok(hk_allreduce("hkbench.fused", r->fused, r->fused, r->m->total,
+                      r->dtype, r->op),
+         "hk_allreduce(fused)");
+  double dt = hkb_now() - t0;
+  *ring = hkb_ring_last("hkbench.fused");
+  return dt;
+}
+
+static long long check_all(const replay *r, int check) {
+  if (!check)
+    return 0;
+  long long wrong = 0;
+  for (size_t i = 0; i < r->m->ntensors; i++)
+    wrong += (long long)hkb_check(&r->pat, r->tensors + r->off[i],
+                                  r->m->tensors[i].count);
+  return wrong;
+}
+
+/* Median, min and max (ms) of v[0..n) after the max over ranks. */
+typedef struct summary {
+  double med, min, max;
+} summary;
+
+static summary summarize(double *v, int n, const char *what) {
+  hkb_max_over_ranks(v, n, what);
+  summary s = {0, hkb_min(v, n) * 1e3, hkb_max(v, n) * 1e3};
+  s.med = hkb_median(v, n) * 1e3;
+  return s;
+}
+
+static void setup(replay *r, const hkb_opts *o, const hkb_model *m) {
+  memset(r, 0, sizeof *r);
+  r->m = m;
+  r->dtype = o->types[0]; /* options.c: one of each with --model */
+  r->op = o->ops[0];
+  r->esize = hk_dtype_size(r->dtype);
+  r->off = malloc(m->ntensors * sizeof *r->off);
+  r->h = malloc(m->ntensors * sizeof *r->h);
+  if (!r->off || !r->h) {
+    fprintf(stderr, "hkbench: out of memory\n");
+    exit(1);
+  }
+  size_t at = 0;
+  for (size_t i = 0; i < m->ntensors; i++) {
+    r->off[i] = at;
+    at += (m->tensors[i].count * r->esize + ALIGN - 1) / ALIGN * ALIGN;
+  }
+  r->tensors_bytes = at;
+  r->fused_bytes = m->total * r->esize;
+  r->tensors = hkb_buffer_alloc(r->tensors_bytes);
+  r->fused = hkb_buffer_alloc(r->fused_bytes);
+  if (!r->tensors || !r->fused) {
+    fprintf(stderr, "hkbench: cannot map %zu + %zu bytes for %s\n",
+            r->tensors_bytes, r->fused_bytes, m->label);
+    exit(1);
+  }
+  hkb_pattern_init(&r->pat, r->dtype, r->op, hk_rank(), hk_size());
+}
+
+void hkb_model_run(const hkb_opts *o, const hkb_model *m) {
+  const int steps = o->iters > 0 ? o->iters : 10;
+  const int warm = o->warmup >= 0 ? o->warmup : 2;
+  replay r;
+  setup(&r, o, m);
+  double *ts = malloc(4 * sizeof(double) * (size_t)steps);
+  if (!ts) {
+    fprintf(stderr, "hkbench: out of memory\n");
+    exit(1);
+  }
+  double *ring = ts + steps, *tf = ts + 2 * steps, *ringf = ts + 3 * steps;
+  for (int s = -warm; s < steps; s++) {
+    double step_ring, fused_ring;
+    double step_s = step(&r, &step_ring);
+    double fused_s = fused(&r, &fused_ring);
+    if (s >= 0) {
+      ts[s] = step_s;
+      ring[s] = step_ring;
+      tf[s] = fused_s;
+      ringf[s] = fused_ring;
+    }
+  }
+  long long wrong = hkb_sum_over_ranks(check_all(&r, o->check), "wrong");
+  long long wrongf = hkb_sum_over_ranks(
+      o->check ? (long long)hkb_check(&r.pat, r.fused, m->total) : 0,
+      "wrong.fused");
+  summary st = summarize(ts, steps, "step"),
+          sr = summarize(ring, steps, "ring");
+  summary ft = summarize(tf, steps, "fused"),
+          fr = summarize(ringf, steps, "ring.fused");
+  if (hk_rank() == 0) {
+    printf("# model=%s file=%s nranks=%d type=%s redop=%s steps=%d "
+           "warmup=%d\n",
+           m->label, m->path, hk_size(), hkb_type_name(r.dtype),
+           hkb_op_name(r.op), steps, warm);
+    printf("# step: %zu hk_allreduce_async in reverse file order, then "
+           "hk_wait each; fused: one hk_allreduce of %zu elements\n",
+           m->ntensors, m->total);
+    printf("#%9s %12s %12s %12s %12s %8s\n", "what", "median(ms)", "min(ms)",
+           "max(ms)", "ring(ms)", "#wrong");
+    printf(" %9s %12.2f %12.2f %12.2f %12.2f %8lld\n", "step", st.med, st.min,
+           st.max, sr.med, wrong);
+    printf(" %9s %12.2f %12.2f %12.2f %12.2f %8lld\n", "fused", ft.med, ft.min,
+           ft.max, fr.med, wrongf);
+    printf("%s: %zu tensors, %zu params, %zu bytes, step %.1f ms, one fused "
+           "buffer %.1f ms, ratio %.2f\n",
+           m->label, m->ntensors, m->total, r.fused_bytes, st.med, ft.med,
+           st.med / ft.med);
+    fflush(stdout);
+  }
+  free(ts);
+  free(r.off);
+  free(r.h);
+  hkb_buffer_free(r.tensors, r.tensors_bytes);
+  hkb_buffer_free(r.fused, r.fused_bytes);
+}

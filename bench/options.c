@@ -1,0 +1,209 @@
+/*
+ * options.c - parsing hkbench's command line (see options.h).
+ */
+#include "options.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef HKB_MODEL_DIR
+#define HKB_MODEL_DIR "bench/models"
+#endif
+
+/* Indexed by hk_dtype: nccl-tests' type names, printed in the type column
+ * (float32 prints "float", as ../shared/peers does). */
+static const char *const type_names[] = {"half", "bfloat16", "float", "double",
+                                         "int8", "uint8",    "int32", "int64"};
+/* Indexed by hk_op: nccl-tests' names (ncclSum, ncclProd, ..., ncclAvg). */
+static const char *const op_names[] = {"sum", "avg", "min", "max", "prod"};
+
+const char *hkb_type_name(hk_dtype t) {
+  return (unsigned)t <= HK_INT64 ? type_names[t] : "unknown";
+}
+
+const char *hkb_op_name(hk_op op) {
+  return (unsigned)op <= HK_PRODUCT ? op_names[op] : "unknown";
+}
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: hkrun -np N hkbench [sweep options] [--raw] [--csv FILE]\n"
+          "       hkrun -np N hkbench --model NAME|FILE.tsv [-n steps] [-w "
+          "warmup]\n"
+          "       hkbench --model list\n"
+          "sweep: -b min -e max (bytes; K/M/G suffixes; default 8 .. 256M)\n"
+          "       -f factor (4)  -n iters (50)  -w warmup (5)  -B budget "
+          "bytes per size (1G)\n"
+          "       -c 0|1 check results (1)\n"
+          "       -d float32|float16|bfloat16|float64|int8|uint8|int32|int64|"
+          "all (float32;\n"
+          "          nccl-tests' float, half, double, int are accepted too)\n"
+          "       -o sum|average|min|max|prod|all (sum; avg, product too)\n"
+          "       --raw  also print raw(us): the ring collective alone, as "
+          "timed by the\n"
+          "              background thread (no enqueue, negotiation, "
+          "completion)\n"
+          "model: --model replays a gradient set (default -n 10 -w 2, "
+          "float32 average);\n"
+          "       --model-dir DIR (default %s)\n",
+          HKB_MODEL_DIR);
+}
+
+/* Size in bytes from "64", "64K", "1.5M", "1G". Returns 0 if malformed. */
+static int parse_size(const char *s, size_t *out) {
+  char *end;
+  double v = strtod(s, &end);
+  if (end == s || v < 0)
+    return 0;
+  if (*end == 'k' || *end == 'K')
+    v *= 1024.0, end++;
+  else if (*end == 'm' || *end == 'M')
+    v *= 1024.0 * 1024.0, end++;
+  else if (*end == 'g' || *end == 'G')
+    v *= 1024.0 * 1024.0 * 1024.0, end++;
+  if (*end || v > 1e18)
+    return 0;
+  *out = (size_t)v;
+  return 1;
+}
+
+static int parse_int(const char *s, int min, int *out) {
+  char *end;
+  long v = strtol(s, &end, 10);
+  if (end == s || *end || v < min || v > 1000000000L)
+    return 0;
+  *out = (int)v;
+  return 1;
+}
+
+static int parse_types(const char *s, hkb_opts *o) {
+  static const struct {
+    const char *name;
+    hk_dtype t;
+  } alias[] = {{"float", HK_FLOAT32},
+               {"half", HK_FLOAT16},
+               {"double", HK_FLOAT64},
+               {"int", HK_INT32}};
+  o->ntypes = 0;
+  if (!strcmp(s, "all")) {
+    for (int t = HK_FLOAT16; t <= HK_INT64; t++)
+      o->types[o->ntypes++] = (hk_dtype)t;
+    return 1;
+  }
+  for (int t = HK_FLOAT16; t <= HK_INT64; t++)
+    if (!strcmp(s, hk_dtype_name((hk_dtype)t)))
+      o->types[o->ntypes++] = (hk_dtype)t;
+  for (size_t i = 0; i < sizeof alias / sizeof alias[0]; i++)
+    if (!strcmp(s, alias[i].name))
+      o->types[o->ntypes++] = alias[i].t;
+  return o->ntypes == 1;
+}
+
+static int parse_ops(const char *s, hkb_opts *o) {
+  o->nops = 0;
+  if (!strcmp(s, "all")) {
+    for (int p = HK_SUM; p <= HK_PRODUCT; p++)
+      o->ops[o->nops++] = (hk_op)p;
+    return 1;
+  }
+  for (int p = HK_SUM; p <= HK_PRODUCT; p++)
+    if (!strcmp(s, hk_op_name((hk_op)p)) || !strcmp(s, op_names[p]))
+      o->ops[o->nops++] = (hk_op)p;
+  return o->nops == 1;
+}
+
+int hkb_parse_options(int argc, char **argv, hkb_opts *o) {
+  *o = (hkb_opts){.min_bytes = 8,
+                  .max_bytes = (size_t)256 << 20,
+                  .budget_bytes = (size_t)1 << 30,
+                  .factor = 4,
+                  .iters = -1,
+                  .warmup = -1,
+                  .check = 1,
+                  .model_dir = HKB_MODEL_DIR};
+  enum { OPT_CSV = 256, OPT_RAW, OPT_MODEL, OPT_MODEL_DIR };
+  static const struct option longopts[] = {
+      {"csv", required_argument, 0, OPT_CSV},
+      {"raw", no_argument, 0, OPT_RAW},
+      {"model", required_argument, 0, OPT_MODEL},
+      {"model-dir", required_argument, 0, OPT_MODEL_DIR},
+      {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
+  int opt, ok = 1;
+  while (ok && (opt = getopt_long(argc, argv, "b:e:f:n:w:B:c:d:o:h", longopts,
+                                  NULL)) != -1) {
+    switch (opt) {
+    case 'b':
+      ok = parse_size(optarg, &o->min_bytes);
+      break;
+    case 'e':
+      ok = parse_size(optarg, &o->max_bytes);
+      break;
+    case 'B':
+      ok = parse_size(optarg, &o->budget_bytes);
+      break;
+    case 'f':
+      ok = parse_int(optarg, 2, &o->factor);
+      break;
+    case 'n':
+      ok = parse_int(optarg, 1, &o->iters);
+      break;
+    case 'w':
+      ok = parse_int(optarg, 0, &o->warmup);
+      break;
+    case 'c':
+      ok = parse_int(optarg, 0, &o->check);
+      break;
+    case 'd':
+      ok = parse_types(optarg, o);
+      break;
+    case 'o':
+      ok = parse_ops(optarg, o);
+      break;
+    case OPT_CSV:
+      o->csv_path = optarg;
+      break;
+    case OPT_RAW:
+      o->raw = 1;
+      break;
+    case OPT_MODEL:
+      o->model = optarg;
+      break;
+    case OPT_MODEL_DIR:
+      o->model_dir = optarg;
+      break;
+    case 'h':
+      usage(stdout);
+      return 1;
+    default:
+      usage(stderr);
+      return 2;
+    }
+    if (!ok)
+      fprintf(stderr, "hkbench: bad value '%s' for -%c\n", optarg, opt);
+  }
+  if (!ok)
+    return 2;
+  if (optind < argc) {
+    fprintf(stderr, "hkbench: unexpected argument '%s'\n", argv[optind]);
+    usage(stderr);
+    return 2;
+  }
+  if (o->model && (o->ntypes > 1 || o->nops > 1)) {
+    fprintf(stderr, "hkbench: --model takes one -d type and one -o op\n");
+    return 2;
+  }
+  if (o->ntypes == 0) /* the defaults: the peers' float32 */
+    o->types[o->ntypes++] = HK_FLOAT32;
+  if (o->nops == 0) /* sum for the sweep, as the peers; average for a model,
+                       as a trainer */
+    o->ops[o->nops++] = o->model ? HK_AVERAGE : HK_SUM;
+  if (o->min_bytes > o->max_bytes) {
+    fprintf(stderr, "hkbench: -b %zu is above -e %zu\n", o->min_bytes,
+            o->max_bytes);
+    return 2;
+  }
+  return 0;
+}
