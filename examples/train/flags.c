@@ -1,0 +1,173 @@
+/*
+ * flags.c - the trainer's command-line parser (see flags.h).
+ */
+#include "flags.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data.h"
+
+static const char usage[] =
+    "usage: train [options]   (data-parallel: hkrun -np N train ...)\n"
+    "  --epochs N          passes over the training set (default 5)\n"
+    "  --batch-size N      GLOBAL batch per step, split evenly over the\n"
+    "                      ranks; must be divisible by their number "
+    "(default 128)\n"
+    "  --lr X              peak learning rate (default 2e-3 adamw, "
+    "0.05 sgd)\n"
+    "  --optimizer NAME    adamw (default) or sgd (momentum 0.9)\n"
+    "  --weight-decay X    adamw: decoupled; sgd: L2 (default 0.01 adamw,\n"
+    "                      0 sgd); never applied to biases\n"
+    "  --warmup-steps N    linear warm-up steps, then cosine decay to 0\n"
+    "                      (default 5% of all steps)\n"
+    "  --nesterov          Nesterov momentum (sgd)\n"
+    "  --seed N            initialisation and shuffling seed (default 42)\n"
+    "  --data DIR          Fashion-MNIST directory (default " DATA_DEFAULT_DIR
+    ")\n"
+    "  --save FILE         rank 0 writes the final weights (HKMLP1 format)\n"
+    "  --save-all PREFIX   every rank writes its weights to PREFIX.<rank>\n"
+    "  --limit-train N     use only the first N training samples\n"
+    "  --limit-test N      use only the first N test samples\n"
+    "  --progress          show progress of each epoch on stderr\n"
+    "  -h, --help          this text\n";
+
+const char *flags_usage(void) { return usage; }
+
+static int parse_long(const char *opt, const char *s, long lo, long hi,
+                      long *out, char *err, size_t cap) {
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || end == s || *end || v < lo || v > hi) {
+    snprintf(err, cap, "%s: '%s' is not an integer in %ld..%ld", opt, s, lo,
+             hi);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+static int parse_float(const char *opt, const char *s, double lo, double hi,
+                       float *out, char *err, size_t cap) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno || end == s || *end || !isfinite(v) || v < lo || v > hi) {
+    snprintf(err, cap, "%s: '%s' is not a number in [%g, %g]", opt, s, lo, hi);
+    return -1;
+  }
+  *out = (float)v;
+  return 0;
+}
+
+int flags_parse(int argc, char **argv, train_flags *out, char *err,
+                size_t err_cap) {
+  memset(out, 0, sizeof *out);
+  out->epochs = 5;
+  out->batch_size = 128;
+  out->lr = -1.0f;
+  out->optimizer = OPTIM_ADAMW;
+  out->weight_decay = -1.0f;
+  out->warmup_steps = -1;
+  out->seed = 42;
+  out->data_dir = DATA_DEFAULT_DIR;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "-h") || !strcmp(a, "--help"))
+      return 1;
+    if (!strcmp(a, "--nesterov")) {
+      out->nesterov = 1;
+      continue;
+    }
+    if (!strcmp(a, "--progress")) {
+      out->progress = 1;
+      continue;
+    }
+    /* Everything else takes a value: --opt VALUE or --opt=VALUE. */
+    char opt[32];
+    const char *val = NULL, *eq = strchr(a, '=');
+    size_t optlen = eq ? (size_t)(eq - a) : strlen(a);
+    if (strncmp(a, "--", 2) != 0 || optlen >= sizeof opt) {
+      snprintf(err, err_cap, "unknown argument '%s'", a);
+      return -1;
+    }
+    memcpy(opt, a, optlen);
+    opt[optlen] = '\0';
+    static const char *const valued[] = {
+        "--epochs",       "--batch-size",   "--lr",          "--optimizer",
+        "--weight-decay", "--warmup-steps", "--seed",        "--data",
+        "--save",         "--save-all",     "--limit-train", "--limit-test"};
+    int known = 0;
+    for (size_t k = 0; k < sizeof valued / sizeof *valued; k++)
+      known |= !strcmp(opt, valued[k]);
+    if (!known) {
+      snprintf(err, err_cap, "unknown option '%s'", opt);
+      return -1;
+    }
+    if (eq)
+      val = eq + 1;
+    else if (i + 1 < argc)
+      val = argv[++i];
+    else {
+      snprintf(err, err_cap, "%s: missing value", opt);
+      return -1;
+    }
+    long v = 0;
+    int rc = 0;
+    if (!strcmp(opt, "--epochs")) {
+      rc = parse_long(opt, val, 1, 100000, &v, err, err_cap);
+      out->epochs = (int)v;
+    } else if (!strcmp(opt, "--batch-size")) {
+      rc = parse_long(opt, val, 1, 1 << 20, &v, err, err_cap);
+      out->batch_size = (int)v;
+    } else if (!strcmp(opt, "--lr")) {
+      rc = parse_float(opt, val, 1e-12, 100.0, &out->lr, err, err_cap);
+    } else if (!strcmp(opt, "--weight-decay")) {
+      rc = parse_float(opt, val, 0.0, 10.0, &out->weight_decay, err, err_cap);
+    } else if (!strcmp(opt, "--warmup-steps")) {
+      rc = parse_long(opt, val, 0, 1000000000L, &out->warmup_steps, err,
+                      err_cap);
+    } else if (!strcmp(opt, "--seed")) {
+      rc = parse_long(opt, val, 0, 0x7fffffffL, &v, err, err_cap);
+      out->seed = (uint64_t)v;
+    } else if (!strcmp(opt, "--limit-train") || !strcmp(opt, "--limit-test")) {
+      rc = parse_long(opt, val, 1, 1000000000L, &v, err, err_cap);
+      *(strcmp(opt, "--limit-train") ? &out->limit_test : &out->limit_train) =
+          (size_t)v;
+    } else if (!strcmp(opt, "--optimizer")) {
+      if (!strcmp(val, "sgd"))
+        out->optimizer = OPTIM_SGD;
+      else if (!strcmp(val, "adamw"))
+        out->optimizer = OPTIM_ADAMW;
+      else {
+        snprintf(err, err_cap, "--optimizer: '%s' is not sgd or adamw", val);
+        rc = -1;
+      }
+    } else if (!*val) {
+      snprintf(err, err_cap, "%s: empty value", opt);
+      rc = -1;
+    } else if (!strcmp(opt, "--data")) {
+      out->data_dir = val;
+    } else if (!strcmp(opt, "--save")) {
+      out->save = val;
+    } else {
+      out->save_all = val;
+    }
+    if (rc)
+      return -1;
+  }
+  if (out->nesterov && out->optimizer != OPTIM_SGD) {
+    snprintf(err, err_cap, "--nesterov: only with --optimizer sgd");
+    return -1;
+  }
+  if (out->lr < 0)
+    out->lr = out->optimizer == OPTIM_ADAMW ? TRAIN_DEFAULT_LR_ADAMW
+                                            : TRAIN_DEFAULT_LR_SGD;
+  if (out->weight_decay < 0)
+    out->weight_decay = optim_defaults(out->optimizer).weight_decay;
+  return 0;
+}

@@ -1,0 +1,54 @@
+/*
+ * flags.h - the trainer's command line, parsed by one pure function.
+ *
+ *   train [--epochs N] [--batch-size N] [--lr X] [--optimizer sgd|adamw]
+ *         [--weight-decay X] [--warmup-steps N] [--nesterov] [--seed N]
+ *         [--data DIR] [--save FILE] [--save-all PREFIX]
+ *         [--limit-train N] [--limit-test N] [--progress] [-h|--help]
+ *
+ * Options taking a value accept `--opt VALUE` and `--opt=VALUE`.
+ */
+#ifndef HK_TRAIN_FLAGS_H
+#define HK_TRAIN_FLAGS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "optim.h"
+
+typedef struct train_flags {
+  int epochs;           /* >= 1; default 5 */
+  int batch_size;       /* GLOBAL samples per step, >= 1; default 128 */
+  float lr;             /* peak learning rate; default 2e-3 adamw, 0.05 sgd */
+  optim_kind optimizer; /* default adamw */
+  float weight_decay;   /* default 0.01 adamw, 0 sgd */
+  long warmup_steps;    /* -1 (default): 5% of all steps, at least 1 */
+  int nesterov;         /* sgd only */
+  uint64_t seed;        /* init and shuffling; default 42 */
+  const char *data_dir; /* default DATA_DEFAULT_DIR; points into argv */
+  const char *save;     /* rank 0 writes the weights here, or NULL */
+  const char *save_all; /* every rank writes <save_all>.<rank>, or NULL */
+  size_t limit_train;   /* 0 = all */
+  size_t limit_test;    /* 0 = all */
+  int progress;         /* show progress on rank 0 */
+} train_flags;
+
+/** Default peak learning rates (measured; see the README section). */
+#define TRAIN_DEFAULT_LR_ADAMW 2e-3f
+#define TRAIN_DEFAULT_LR_SGD 0.05f
+/** Default warm-up share of all steps when --warmup-steps is not given. */
+#define TRAIN_DEFAULT_WARMUP_SHARE 0.05
+
+/**
+ * Parses argv[1..argc) into *out (defaults for what is not given).
+ * Returns 0 to train, 1 for -h/--help, -1 on a bad command line with one
+ * line (no newline) in err[err_cap] naming the offending option, e.g.
+ * "--epochs: 'x' is not an integer in 1..100000". Pure; reentrant.
+ */
+int flags_parse(int argc, char **argv, train_flags *out, char *err,
+                size_t err_cap);
+
+/** The usage text (static storage, ends in a newline). */
+const char *flags_usage(void);
+
+#endif

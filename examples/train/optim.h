@@ -1,0 +1,82 @@
+/*
+ * optim.h - the optimisers and the learning-rate schedule.
+ *
+ * SGD with momentum (PyTorch's formulation, Sutskever et al. ICML 2013):
+ *   g' = g + wd * p            (coupled L2 decay; wd defaults to 0 for sgd)
+ *   v  = mu * v + g'
+ *   p -= lr * v                       (classic), or
+ *   p -= lr * (g' + mu * v)           (Nesterov)
+ * AdamW (Loshchilov & Hutter, "Decoupled Weight Decay Regularization",
+ * ICLR 2019, Algorithm 2, in PyTorch's parameterisation where the decay is
+ * scaled by the scheduled learning rate):
+ *   p -= lr * wd * p                  (decoupled decay)
+ *   m  = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
+ *   p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
+ * with b1 0.9, b2 0.999, eps 1e-8 (Kingma & Ba, ICLR 2015). Weight decay
+ * applies to weight matrices only, never to biases (common practice,
+ * e.g. Goyal et al. 2017 section 5.1 "no weight decay on bias").
+ *
+ * Schedule: linear warm-up from lr/W to lr over the first W steps (Goyal et
+ * al., "Accurate, Large Minibatch SGD", 2017, section 2.2 "gradual
+ * warmup"), then cosine decay to 0 at the last step (Loshchilov & Hutter,
+ * "SGDR", ICLR 2017, eq. 5 with one cycle and eta_min = 0).
+ *
+ * All arithmetic is elementwise and deterministic: equal inputs give
+ * bitwise equal results on every rank.
+ */
+#ifndef HK_TRAIN_OPTIM_H
+#define HK_TRAIN_OPTIM_H
+
+#include <stddef.h>
+
+typedef enum optim_kind { OPTIM_SGD = 0, OPTIM_ADAMW = 1 } optim_kind;
+
+typedef struct optim_config {
+  optim_kind kind;
+  float weight_decay; /* >= 0; see above for how each kind applies it */
+  float momentum;     /* sgd: mu, default 0.9 */
+  int nesterov;       /* sgd: 1 for Nesterov momentum */
+  float beta1, beta2; /* adamw: 0.9, 0.999 */
+  float eps;          /* adamw: 1e-8 */
+} optim_config;
+
+/** Optimiser state for n parameters. Owns its buffers. */
+typedef struct optim {
+  optim_config cfg;
+  size_t n;
+  long step;   /* completed steps (t - 1 during optim_update) */
+  float *m;    /* sgd: velocity; adamw: first moment. n floats, owned */
+  float *v;    /* adamw: second moment, n floats, owned; NULL for sgd */
+  double b1_t; /* adamw: beta1^t and beta2^t for the bias corrections */
+  double b2_t;
+} optim;
+
+/** cfg filled with the defaults above for kind (wd: 0 sgd, 0.01 adamw). */
+optim_config optim_defaults(optim_kind kind);
+
+/** Zeroed state for n parameters. Returns 0, or -1 (out of memory). */
+int optim_init(optim *o, const optim_config *cfg, size_t n);
+void optim_free(optim *o);
+
+/** Starts step t = o->step + 1 (updates the bias corrections). Call once
+ *  per step before the optim_update calls of that step. */
+void optim_begin_step(optim *o);
+
+/**
+ * Updates params p[0..count) from gradients g[0..count) at learning rate
+ * lr; `offset` locates them in the flat parameter vector (for the state),
+ * offset + count <= n. decay: 1 to apply weight decay (weights), 0 not
+ * (biases).
+ */
+void optim_update(optim *o, float *p, const float *g, size_t offset,
+                  size_t count, float lr, int decay);
+
+/**
+ * The learning rate of step `step` (0-based) of `total`, peaking at
+ * `peak` after `warmup` steps (warmup may be 0; warmup >= total means
+ * warm-up only). Step warmup-1 has exactly peak; the last step's rate is
+ * small but not 0 (the cosine reaches 0 one step past the end).
+ */
+float lr_at(float peak, long step, long total, long warmup);
+
+#endif

@@ -1,0 +1,214 @@
+/*
+ * train.c - the data-parallel loop (see train.h for the scheme).
+ */
+#include "train.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Records the first hk failure with its detailed message. */
+static hk_status check(trainer *t, hk_status st, const char *what,
+                       const char *name) {
+  if (st != HK_OK && t->failed == HK_OK) {
+    t->failed = st;
+    snprintf(t->err, sizeof t->err, "%s%s%s: %s: %s", what, name ? " " : "",
+             name ? name : "", hk_strerror(st), hk_last_error());
+  }
+  return st;
+}
+
+int trainer_init(trainer *t, const train_flags *f, const data_set *d, int rank,
+                 int size, char *err, size_t err_cap) {
+  memset(t, 0, sizeof *t);
+  if (f->batch_size % size != 0) {
+    snprintf(err, err_cap,
+             "--batch-size %d is not divisible by the %d ranks (each rank "
+             "takes an equal shard of the global batch)",
+             f->batch_size, size);
+    return 2;
+  }
+  if (d->train.n < (size_t)f->batch_size) {
+    snprintf(err, err_cap,
+             "the %zu training samples do not fill one global batch of %d",
+             d->train.n, f->batch_size);
+    return 2;
+  }
+  t->rank = rank;
+  t->size = size;
+  t->data = d;
+  t->global_batch = f->batch_size;
+  t->shard = f->batch_size / size;
+  t->steps_per_epoch = (long)(d->train.n / (size_t)f->batch_size);
+  t->total_steps = t->steps_per_epoch * f->epochs;
+  t->warmup_steps = f->warmup_steps;
+  if (t->warmup_steps < 0) {
+    t->warmup_steps =
+        (long)((double)t->total_steps * TRAIN_DEFAULT_WARMUP_SHARE);
+    if (t->warmup_steps < 1)
+      t->warmup_steps = 1;
+  }
+  t->peak_lr = f->lr;
+  t->show_progress = f->progress && rank == 0;
+  rng_seed(&t->shuffle, f->seed ^ 0x53485546464C45ull); /* "SHUFFLE" */
+
+  const int dims[] = {DATA_PIXELS, TRAIN_HIDDEN1, TRAIN_HIDDEN2, DATA_CLASSES};
+  int rows = t->shard > TRAIN_EVAL_CHUNK ? t->shard : TRAIN_EVAL_CHUNK;
+  optim_config oc = optim_defaults(f->optimizer);
+  oc.weight_decay = f->weight_decay;
+  oc.nesterov = f->nesterov;
+  if (mlp_init(&t->model, 3, dims) != 0 ||
+      mlp_work_init(&t->work, &t->model, rows) != 0 ||
+      optim_init(&t->opt, &oc, t->model.n_params) != 0 ||
+      !(t->grads = calloc(t->model.n_params, sizeof *t->grads)) ||
+      !(t->x = malloc((size_t)rows * DATA_PIXELS * sizeof *t->x)) ||
+      !(t->y = malloc((size_t)rows)) ||
+      !(t->perm = malloc(d->train.n * sizeof *t->perm))) {
+    trainer_free(t);
+    snprintf(err, err_cap, "out of memory");
+    return 1;
+  }
+  return 0;
+}
+
+void trainer_free(trainer *t) {
+  mlp_free(&t->model);
+  mlp_work_free(&t->work);
+  optim_free(&t->opt);
+  free(t->grads);
+  free(t->x);
+  free(t->y);
+  free(t->perm);
+  memset(t, 0, sizeof *t);
+}
+
+hk_status trainer_broadcast_init(trainer *t, uint64_t seed) {
+  if (t->rank == 0) {
+    rng r;
+    rng_seed(&r, seed);
+    mlp_init_he(&t->model, &r);
+  }
+  int n = mlp_n_tensors(&t->model), started = 0;
+  for (int i = 0; i < n; i++) {
+    mlp_tensor d = mlp_tensor_at(&t->model, i);
+    char name[MLP_NAME_CAP + 8];
+    snprintf(name, sizeof name, "init.%s", d.name);
+    if (check(t,
+              hk_broadcast_async(name, t->model.params + d.offset, d.count,
+                                 HK_FLOAT32, 0, &t->handles[i]),
+              "hk_broadcast_async", name) != HK_OK)
+      break;
+    started++;
+  }
+  for (int i = 0; i < started; i++)
+    check(t, hk_wait(t->handles[i]), "broadcast of the initial weights", NULL);
+  return t->failed;
+}
+
+/* Converts samples idx[0..n) of split s (or first..first+n when idx is
+ * NULL) into t->x and t->y: pixels scaled to [0, 1], then standardised
+ * with the training set's statistics (data.h). */
+static void gather(trainer *t, const data_split *s, const uint32_t *idx,
+                   size_t first, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    size_t k = idx ? idx[i] : first + i;
+    const uint8_t *px = s->images + k * DATA_PIXELS;
+    float *x = t->x + i * DATA_PIXELS;
+    for (int p = 0; p < DATA_PIXELS; p++)
+      x[p] = ((float)px[p] * (1.0f / 255.0f) - DATA_MEAN) * (1.0f / DATA_STD);
+    t->y[i] = s->labels[k];
+  }
+}
+
+/* mlp_backward's callback: launch the allreduce of a finished gradient. */
+static int launch(void *ctx, int tensor, float *grad, size_t count) {
+  trainer *t = ctx;
+  mlp_tensor d = mlp_tensor_at(&t->model, tensor);
+  if (check(t,
+            hk_allreduce_async(d.name, grad, grad, count, HK_FLOAT32,
+                               HK_AVERAGE, &t->handles[t->launched]),
+            "hk_allreduce_async", d.name) != HK_OK)
+    return 1;
+  t->launched++;
+  return 0;
+}
+
+/* One step on the shard perm[first .. first + shard); adds the shard's
+ * mean loss to *loss and the time waited in hk_wait to *wait_s. */
+static hk_status step(trainer *t, size_t first, double *loss, double *wait_s) {
+  gather(t, &t->data->train, t->perm + first, 0, (size_t)t->shard);
+  mlp_forward(&t->model, &t->work, t->x, t->shard);
+  *loss += mlp_loss(&t->model, &t->work, t->y, t->shard, NULL);
+  t->launched = 0;
+  mlp_backward(&t->model, &t->work, t->shard, t->grads, launch, t);
+  double w0 = progress_now();
+  for (int i = 0; i < t->launched; i++)
+    check(t, hk_wait(t->handles[i]), "gradient allreduce", NULL);
+  *wait_s += progress_now() - w0;
+  if (t->failed)
+    return t->failed;
+  optim_begin_step(&t->opt);
+  float lr = lr_at(t->peak_lr, t->step, t->total_steps, t->warmup_steps);
+  for (int i = 0; i < mlp_n_tensors(&t->model); i++) {
+    mlp_tensor d = mlp_tensor_at(&t->model, i);
+    optim_update(&t->opt, t->model.params + d.offset, t->grads + d.offset,
+                 d.offset, d.count, lr, !d.is_bias);
+  }
+  t->step++;
+  return HK_OK;
+}
+
+/* Accuracy on the test set: rank r evaluates the r-th contiguous slice,
+ * then the correct counts are summed over the ranks. */
+static hk_status evaluate(trainer *t, double *acc) {
+  size_t n = t->data->test.n;
+  size_t lo = n * (size_t)t->rank / (size_t)t->size;
+  size_t hi = n * (size_t)(t->rank + 1) / (size_t)t->size;
+  long correct = 0;
+  for (size_t i = lo; i < hi; i += TRAIN_EVAL_CHUNK) {
+    size_t k = hi - i < TRAIN_EVAL_CHUNK ? hi - i : TRAIN_EVAL_CHUNK;
+    gather(t, &t->data->test, NULL, i, k);
+    mlp_count_correct(&t->model, &t->work, t->x, t->y, (int)k, &correct);
+  }
+  int64_t total = correct;
+  if (check(t,
+            hk_allreduce("eval.correct", &total, &total, 1, HK_INT64, HK_SUM),
+            "hk_allreduce", "eval.correct") != HK_OK)
+    return t->failed;
+  *acc = n ? (double)total / (double)n : 0.0;
+  return HK_OK;
+}
+
+hk_status trainer_epoch(trainer *t, int epoch, progress *p, epoch_stats *s) {
+  memset(s, 0, sizeof *s);
+  size_t n = t->data->train.n;
+  for (size_t i = 0; i < n; i++)
+    t->perm[i] = (uint32_t)i;
+  rng_shuffle(&t->shuffle, t->perm, n);
+
+  progress_start(p, t->show_progress, epoch, t->steps_per_epoch);
+  double loss = 0.0, wait_s = 0.0, t0 = progress_now();
+  for (long k = 0; k < t->steps_per_epoch; k++) {
+    size_t first = (size_t)k * (size_t)t->global_batch +
+                   (size_t)t->rank * (size_t)t->shard;
+    if (step(t, first, &loss, &wait_s) != HK_OK) {
+      progress_end(p);
+      return t->failed;
+    }
+    progress_update(p, k + 1, loss / (double)(k + 1));
+  }
+  s->train_s = progress_now() - t0;
+  progress_end(p);
+
+  /* Mean over ranks of the per-rank mean shard loss = mean over samples. */
+  double mean = loss / (double)t->steps_per_epoch;
+  if (check(t,
+            hk_allreduce("epoch.loss", &mean, &mean, 1, HK_FLOAT64, HK_AVERAGE),
+            "hk_allreduce", "epoch.loss") != HK_OK)
+    return t->failed;
+  s->loss = mean;
+  s->samples_per_s = (double)t->steps_per_epoch * t->global_batch /
+                     (s->train_s > 0 ? s->train_s : 1e-9);
+  s->wait_share = s->train_s > 0 ? wait_s / s->train_s : 0.0;
+  return evaluate(t, &s->test_acc);
+}

@@ -1,0 +1,96 @@
+/*
+ * train.h - data-parallel training of the MLP the Horovod way, through hk's
+ * public API only.
+ *
+ * Every rank holds the whole data set and a full model replica. Per epoch
+ * every rank shuffles the training indices with the same SplitMix64 stream
+ * (identical permutation everywhere, no communication); step s takes the
+ * global batch perm[s*G .. (s+1)*G) and rank r trains on its contiguous
+ * shard of G/size samples, r-th in rank order. The loss is the mean over
+ * the shard; during backward each gradient tensor is handed to
+ * hk_allreduce_async(HK_AVERAGE) under its own name ("fc3.bias",
+ * "fc3.weight", "fc2.bias", ...) the moment it is complete, last layer
+ * first, so communication overlaps the rest of backward. All handles are
+ * waited before the optimiser step; hk's results are bitwise identical on
+ * every rank and the update is elementwise, so replicas stay bitwise equal.
+ * The average of the equal-sized shards' mean gradients is the gradient of
+ * the mean over the global batch: any world size dividing G trains the
+ * same model up to float rounding. The last n mod G samples of each epoch
+ * (after shuffling) are dropped, as PyTorch's drop_last=True does.
+ *
+ * Errors: functions returning hk_status fail with the first hk error met,
+ * after waiting every handle they launched; t->err then holds
+ * "<what>: <hk_strerror>: <hk_last_error>".
+ */
+#ifndef HK_TRAIN_TRAIN_H
+#define HK_TRAIN_TRAIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "data.h"
+#include "flags.h"
+#include "hk/hk.h"
+#include "mlp.h"
+#include "optim.h"
+#include "progress.h"
+#include "rng.h"
+
+/** Hidden widths of the model: 784-256-128-10. */
+#define TRAIN_HIDDEN1 256
+#define TRAIN_HIDDEN2 128
+/** Test samples evaluated per forward pass. */
+#define TRAIN_EVAL_CHUNK 500
+
+typedef struct trainer {
+  int rank, size;
+  int global_batch, shard; /* samples per step: all ranks, this rank */
+  long steps_per_epoch, total_steps, warmup_steps;
+  long step; /* steps done so far (schedule position) */
+  float peak_lr;
+  int show_progress;    /* --progress: rank 0 reports each epoch's progress */
+  const data_set *data; /* not owned */
+  mlp model;
+  mlp_work work;
+  optim opt;
+  float *grads;   /* model.n_params floats, same layout as the params */
+  float *x;       /* input batch: max(shard, eval chunk) x 784 floats */
+  uint8_t *y;     /* its labels */
+  uint32_t *perm; /* training order of the current epoch */
+  rng shuffle;    /* same seed on every rank */
+  hk_handle handles[2 * MLP_MAX_LAYERS];
+  int launched; /* tensors handed to hk this step */
+  hk_status failed;
+  char err[1024];
+} trainer;
+
+/** One epoch's numbers, identical on every rank except the timings. */
+typedef struct epoch_stats {
+  double loss;          /* mean training loss over all ranks' samples */
+  double test_acc;      /* correct / test samples, all ranks together */
+  double samples_per_s; /* global training samples / this rank's wall s */
+  double wait_share;    /* time in hk_wait for gradients / step time */
+  double train_s;       /* wall seconds of the epoch's steps */
+} epoch_stats;
+
+/**
+ * Sets up everything for flags f on rank `rank` of `size`: checks that the
+ * global batch divides by size and that the training set holds at least
+ * one global batch. Returns 0; or, with a message in err, 2 for a
+ * batch/world-size/data-size combination that cannot train (a usage error,
+ * the same on every rank: nothing here communicates) or 1 when out of
+ * memory. Free with trainer_free (also after a failure).
+ */
+int trainer_init(trainer *t, const train_flags *f, const data_set *d, int rank,
+                 int size, char *err, size_t err_cap);
+void trainer_free(trainer *t);
+
+/** He-initialises the model on rank 0 (from f->seed) and broadcasts every
+ *  tensor to the others; waits for all of them. */
+hk_status trainer_broadcast_init(trainer *t, uint64_t seed);
+
+/** Trains one epoch (epoch is 1-based), then evaluates the test set split
+ *  across the ranks; fills *s. */
+hk_status trainer_epoch(trainer *t, int epoch, progress *p, epoch_stats *s);
+
+#endif

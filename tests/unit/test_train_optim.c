@@ -1,0 +1,214 @@
+/*
+ * test_train_optim.c - the trainer's optimisers against the textbook
+ * formulas computed in double (optim.h cites them), the warm-up + cosine
+ * schedule at its landmarks, and the command-line parser.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "flags.h"
+#include "optim.h"
+
+#define N 4
+
+static void test_sgd_momentum(void **state) {
+  (void)state;
+  for (int nesterov = 0; nesterov <= 1; nesterov++) {
+    optim_config c = optim_defaults(OPTIM_SGD);
+    assert_true(c.weight_decay == 0.0f && c.momentum == 0.9f);
+    c.nesterov = nesterov;
+    c.weight_decay = 0.1f;
+    optim o;
+    assert_int_equal(optim_init(&o, &c, N), 0);
+    float p[N] = {1, -2, 0.5f, 3};
+    double rp[N] = {1, -2, 0.5, 3}, rv[N] = {0};
+    for (int step = 0; step < 5; step++) {
+      float g[N];
+      for (int i = 0; i < N; i++)
+        g[i] = (float)(0.3 * (i + 1) * (step % 2 ? -1 : 1));
+      optim_begin_step(&o);
+      /* weights: decay on; the last element as a "bias": decay off */
+      optim_update(&o, p, g, 0, N - 1, 0.1f, 1);
+      optim_update(&o, p + N - 1, g + N - 1, N - 1, 1, 0.1f, 0);
+      for (int i = 0; i < N; i++) {
+        double gi = g[i] + (i < N - 1 ? 0.1 * rp[i] : 0.0);
+        rv[i] = 0.9 * rv[i] + gi;
+        rp[i] -= 0.1 * (nesterov ? gi + 0.9 * rv[i] : rv[i]);
+      }
+    }
+    for (int i = 0; i < N; i++)
+      assert_true(fabs(p[i] - rp[i]) < 1e-5);
+    optim_free(&o);
+  }
+  /* One hand-computed case: p 1, g 0.5, lr 0.1, two steps: 0.95, 0.855. */
+  optim_config c = optim_defaults(OPTIM_SGD);
+  optim o;
+  assert_int_equal(optim_init(&o, &c, 1), 0);
+  float p = 1.0f, g = 0.5f;
+  optim_begin_step(&o);
+  optim_update(&o, &p, &g, 0, 1, 0.1f, 1);
+  assert_true(fabsf(p - 0.95f) < 1e-6f);
+  optim_begin_step(&o);
+  optim_update(&o, &p, &g, 0, 1, 0.1f, 1);
+  assert_true(fabsf(p - 0.855f) < 1e-6f);
+  optim_free(&o);
+}
+
+static void test_adamw(void **state) {
+  (void)state;
+  optim_config c = optim_defaults(OPTIM_ADAMW);
+  assert_true(c.beta1 == 0.9f && c.beta2 == 0.999f && c.eps == 1e-8f);
+  assert_true(c.weight_decay == 0.01f);
+  c.weight_decay = 0.1f;
+  optim o;
+  assert_int_equal(optim_init(&o, &c, N), 0);
+  float p[N] = {2, -1, 0.25f, 4};
+  double rp[N] = {2, -1, 0.25, 4}, rm[N] = {0}, rv[N] = {0};
+  for (int t = 1; t <= 20; t++) {
+    float g[N], lr = 0.01f * (float)t / 20.0f; /* a changing rate */
+    for (int i = 0; i < N; i++)
+      g[i] = (float)(sin(t * (i + 1)) * (i + 1));
+    optim_begin_step(&o);
+    optim_update(&o, p, g, 0, N - 1, lr, 1);
+    optim_update(&o, p + N - 1, g + N - 1, N - 1, 1, lr, 0);
+    /* Loshchilov & Hutter 2019, Algorithm 2 (lr-scaled decay). */
+    for (int i = 0; i < N; i++) {
+      if (i < N - 1)
+        rp[i] -= (double)lr * 0.1 * rp[i];
+      rm[i] = 0.9 * rm[i] + 0.1 * g[i];
+      rv[i] = 0.999 * rv[i] + 0.001 * (double)g[i] * g[i];
+      double mh = rm[i] / (1 - pow(0.9, t)), vh = rv[i] / (1 - pow(0.999, t));
+      rp[i] -= (double)lr * mh / (sqrt(vh) + 1e-8);
+    }
+  }
+  for (int i = 0; i < N; i++)
+    if (fabs(p[i] - rp[i]) > 1e-5)
+      fail_msg("p[%d] = %.8f, reference %.8f", i, p[i], rp[i]);
+  optim_free(&o);
+
+  /* First step moves by lr * sign(g) (m_hat / sqrt(v_hat) = g / |g|),
+   * after the decoupled decay: 2 * (1 - 0.01 * 0.1) + 0.01 = 2.008. */
+  assert_int_equal(optim_init(&o, &c, 1), 0);
+  float q = 2.0f, g = -3.0f;
+  optim_begin_step(&o);
+  optim_update(&o, &q, &g, 0, 1, 0.01f, 1);
+  assert_true(fabsf(q - 2.008f) < 1e-6f);
+  optim_free(&o);
+}
+
+static void test_schedule(void **state) {
+  (void)state;
+  /* 100 steps, 10 of warm-up, peak 1. */
+  assert_true(fabsf(lr_at(1.0f, 0, 100, 10) - 0.1f) < 1e-7f);
+  assert_true(fabsf(lr_at(1.0f, 4, 100, 10) - 0.5f) < 1e-7f);
+  assert_true(lr_at(1.0f, 9, 100, 10) == 1.0f);
+  assert_true(lr_at(1.0f, 10, 100, 10) == 1.0f);
+  assert_true(fabsf(lr_at(1.0f, 55, 100, 10) - 0.5f) < 1e-6f); /* midway */
+  float last = lr_at(1.0f, 99, 100, 10);
+  assert_true(last > 0.0f && last < 1e-3f);
+  for (long s = 10; s < 99; s++) /* decreasing after the warm-up */
+    assert_true(lr_at(2.0f, s + 1, 100, 10) <= lr_at(2.0f, s, 100, 10));
+  assert_true(lr_at(0.5f, 0, 100, 0) == 0.5f);
+  assert_true(fabsf(lr_at(1.0f, 1, 4, 4) - 0.5f) < 1e-7f); /* warm-up only */
+}
+
+/* ---- flags ---- */
+
+static int parse(train_flags *f, char *err, int argc, ...) {
+  char *argv[32] = {"train"};
+  va_list ap;
+  va_start(ap, argc);
+  for (int i = 1; i <= argc; i++)
+    argv[i] = va_arg(ap, char *);
+  va_end(ap);
+  return flags_parse(argc + 1, argv, f, err, 256);
+}
+
+static void test_flags_defaults_and_values(void **state) {
+  (void)state;
+  train_flags f;
+  char err[256];
+  assert_int_equal(parse(&f, err, 0), 0);
+  assert_int_equal(f.epochs, 5);
+  assert_int_equal(f.batch_size, 128);
+  assert_int_equal(f.optimizer, OPTIM_ADAMW);
+  assert_true(f.lr == TRAIN_DEFAULT_LR_ADAMW && f.weight_decay == 0.01f);
+  assert_int_equal(f.warmup_steps, -1);
+  assert_string_equal(f.data_dir, "/usr/share/datasets/fashion-mnist");
+  assert_null(f.save);
+  assert_null(f.save_all);
+  assert_int_equal(f.limit_train, 0);
+  assert_int_equal(f.progress, 0);
+
+  assert_int_equal(parse(&f, err, 18, "--epochs", "3", "--batch-size=64",
+                         "--lr", "0.1", "--optimizer", "sgd", "--nesterov",
+                         "--seed=7", "--data", "/d", "--save", "w.bin",
+                         "--save-all=p", "--limit-train", "600",
+                         "--limit-test=50", "--progress"),
+                   0);
+  assert_int_equal(f.epochs, 3);
+  assert_int_equal(f.batch_size, 64);
+  assert_true(f.lr == 0.1f);
+  assert_int_equal(f.optimizer, OPTIM_SGD);
+  assert_int_equal(f.nesterov, 1);
+  assert_true(f.weight_decay == 0.0f); /* sgd's default */
+  assert_int_equal(f.seed, 7);
+  assert_string_equal(f.data_dir, "/d");
+  assert_string_equal(f.save, "w.bin");
+  assert_string_equal(f.save_all, "p");
+  assert_int_equal(f.limit_train, 600);
+  assert_int_equal(f.limit_test, 50);
+  assert_int_equal(f.progress, 1);
+
+  assert_int_equal(
+      parse(&f, err, 4, "--optimizer", "sgd", "--weight-decay", "0.5"), 0);
+  assert_true(f.lr == TRAIN_DEFAULT_LR_SGD && f.weight_decay == 0.5f);
+  assert_int_equal(parse(&f, err, 2, "--warmup-steps", "0"), 0);
+  assert_int_equal(f.warmup_steps, 0);
+  assert_int_equal(parse(&f, err, 1, "-h"), 1);
+  assert_int_equal(parse(&f, err, 2, "--epochs", "--help"), -1);
+}
+
+static void expect_error(const char *want, int argc, char *a, char *b) {
+  train_flags f;
+  char err[256] = "";
+  assert_int_equal(parse(&f, err, argc, a, b), -1);
+  if (!strstr(err, want))
+    fail_msg("message '%s' should contain '%s'", err, want);
+}
+
+static void test_flags_errors(void **state) {
+  (void)state;
+  expect_error("unknown option '--epoch'", 2, "--epoch", "3");
+  expect_error("unknown argument 'foo'", 1, "foo", NULL);
+  expect_error("unknown argument '-x'", 1, "-x", NULL);
+  expect_error("--epochs: 'x' is not an integer in 1..100000", 2, "--epochs",
+               "x");
+  expect_error("--epochs: '0' is not an integer", 2, "--epochs", "0");
+  expect_error("--batch-size: '12abc' is not an integer", 2, "--batch-size",
+               "12abc");
+  expect_error("--lr: '-1' is not a number", 2, "--lr", "-1");
+  expect_error("--lr: 'nan' is not a number", 2, "--lr", "nan");
+  expect_error("--limit-train: missing value", 1, "--limit-train", NULL);
+  expect_error("--optimizer: 'adam' is not sgd or adamw", 2, "--optimizer",
+               "adam");
+  expect_error("--nesterov: only with --optimizer sgd", 1, "--nesterov", NULL);
+  expect_error("--data: empty value", 1, "--data=", NULL);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_sgd_momentum),
+      cmocka_unit_test(test_adamw),
+      cmocka_unit_test(test_schedule),
+      cmocka_unit_test(test_flags_defaults_and_values),
+      cmocka_unit_test(test_flags_errors),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
