@@ -20,7 +20,7 @@ uint32_t hk_fusion_plan(const hk_fusion_item *items, uint32_t n,
     for (uint32_t j = i + 1; j < n; j++) {
       const hk_fusion_item *b = &items[j];
       if (taken[j] || !b->fusable || b->dtype != a->dtype || b->op != a->op ||
-          bytes + b->bytes > threshold_bytes)
+          b->divisor != a->divisor || bytes + b->bytes > threshold_bytes)
         continue;
       order[placed++] = j;
       taken[j] = 1;

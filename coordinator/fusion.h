@@ -4,8 +4,8 @@
  *
  * Plan (as Horovod's fusion buffer manager does): walk the responses in the
  * order rank 0 sent them; each allreduce that completed OK and fits opens a
- * group, which takes every later unplanned allreduce with the same dtype
- * and op while the group's bytes stay within the threshold
+ * group, which takes every later unplanned allreduce with the same dtype,
+ * op and divisor while the group's bytes stay within the threshold
  * (HK_FUSION_THRESHOLD, Horovod's default 128 MiB; 0 disables fusion).
  * Anything else, and any tensor larger than the threshold, runs alone and
  * without a copy. Every rank computes the same plan from the same
@@ -32,7 +32,8 @@
 typedef struct hk_fusion_item {
   int fusable; /* an allreduce that completed negotiation OK */
   uint8_t dtype, op;
-  size_t bytes; /* count * element size */
+  int32_t divisor; /* HK_AVERAGE's divisor (ranks that took part) */
+  size_t bytes;    /* count * element size */
 } hk_fusion_item;
 
 /**

@@ -12,24 +12,35 @@
 typedef struct slot {
   uint8_t present, coll, dtype, op;
   int32_t root;
-  uint64_t count;
+  uint64_t count, row_elems;
   double prescale, postscale;
+  uint32_t group_size;
 } slot;
 
 typedef struct entry {
   char name[HK_MAX_NAME_LEN + 1];
-  int submitted;      /* ranks that have submitted it */
-  uint32_t bit;       /* the cache bit every submission came by, or none */
-  double first_seen;  /* when the first rank submitted it */
-  struct entry *next; /* in the ready list, once complete */
-  slot slots[];       /* one per rank */
+  int submitted;         /* ranks that have submitted it */
+  uint32_t bit;          /* the cache bit every submission came by, or none */
+  double first_seen;     /* when the first rank submitted it */
+  hk_wire_request first; /* the first submitter's request (its params) */
+  struct entry *next;    /* in the ready list, once complete */
+  slot slots[];          /* one per rank */
 } entry;
+
+/* A grouped allreduce: members are held until all are complete. */
+typedef struct group {
+  uint32_t size, held;
+  entry *members[]; /* by group_index */
+} group;
 
 struct hk_negotiator {
   int size;
-  hk_strmap *table; /* name -> entry, while incomplete */
+  hk_strmap *table;  /* name -> entry, while incomplete */
+  hk_strmap *groups; /* group name -> group, while some member is held */
   entry *ready_head, *ready_tail;
   uint32_t nready;
+  uint8_t *joined; /* joined[r]: rank r called hk_join (this round) */
+  int njoined, last_joined;
 };
 
 hk_status hk_negotiator_create(int size, hk_negotiator **out) {
@@ -37,8 +48,14 @@ hk_status hk_negotiator_create(int size, hk_negotiator **out) {
   if (!n)
     return hk_fail(HK_ERR_NOMEM, "cannot allocate the negotiator");
   n->size = size;
-  hk_status st = hk_strmap_create(&n->table);
+  n->joined = calloc((size_t)size, 1);
+  hk_status st = n->joined ? hk_strmap_create(&n->table)
+                           : hk_fail(HK_ERR_NOMEM, "cannot allocate");
+  if (st == HK_OK)
+    st = hk_strmap_create(&n->groups);
   if (st != HK_OK) {
+    hk_strmap_destroy(n->table);
+    free(n->joined);
     free(n);
     return st;
   }
@@ -52,11 +69,23 @@ static void free_entry(const char *key, void *value, void *arg) {
   free(value);
 }
 
+static void free_group(const char *key, void *value, void *arg) {
+  (void)key;
+  (void)arg;
+  group *g = value;
+  for (uint32_t i = 0; i < g->size; i++)
+    free(g->members[i]);
+  free(g);
+}
+
 void hk_negotiator_destroy(hk_negotiator *n) {
   if (!n)
     return;
   hk_strmap_each(n->table, free_entry, NULL);
   hk_strmap_destroy(n->table);
+  hk_strmap_each(n->groups, free_group, NULL);
+  hk_strmap_destroy(n->groups);
+  free(n->joined);
   for (entry *e = n->ready_head, *next; e; e = next) {
     next = e->next;
     free(e);
@@ -66,6 +95,79 @@ void hk_negotiator_destroy(hk_negotiator *n) {
 
 uint32_t hk_negotiator_pending(const hk_negotiator *n) {
   return (uint32_t)hk_strmap_size(n->table);
+}
+
+static void push_ready(hk_negotiator *n, entry *e) {
+  e->next = NULL;
+  if (n->ready_tail)
+    n->ready_tail->next = e;
+  else
+    n->ready_head = e;
+  n->ready_tail = e;
+  n->nready++;
+}
+
+/* An entry every rank has submitted (or joined past) leaves the table; a
+ * group member waits for its group. */
+static hk_status complete(hk_negotiator *n, entry *e) {
+  hk_strmap_remove(n->table, e->name);
+  const hk_wire_request *q = &e->first;
+  if (q->coll == HK_COLL_JOIN) { /* every rank joined: a new round */
+    e->first.root = n->last_joined;
+    memset(n->joined, 0, (size_t)n->size);
+    n->njoined = 0;
+  }
+  if (q->group_size == 0) {
+    push_ready(n, e);
+    return HK_OK;
+  }
+  group *g = hk_strmap_get(n->groups, q->group);
+  if (!g) {
+    g = calloc(1, sizeof *g + q->group_size * sizeof(entry *));
+    if (!g || hk_strmap_put(n->groups, q->group, g) != HK_OK) {
+      free(g);
+      free(e);
+      return hk_fail(HK_ERR_NOMEM, "cannot allocate a group");
+    }
+    g->size = q->group_size;
+  }
+  uint32_t i = q->group_index < g->size ? q->group_index : 0;
+  if (g->members[i]) { /* a duplicate index: fail it alone */
+    push_ready(n, e);
+    return HK_OK;
+  }
+  g->members[i] = e;
+  if (++g->held == g->size) {
+    hk_strmap_remove(n->groups, q->group);
+    for (uint32_t k = 0; k < g->size; k++)
+      push_ready(n, g->members[k]);
+    free(g);
+  }
+  return HK_OK;
+}
+
+/* Ranks that submitted it, plus joined ranks that did not. */
+static int accounted(const hk_negotiator *n, const entry *e) {
+  int c = e->submitted;
+  if (e->first.coll == HK_COLL_JOIN)
+    return c; /* a join completes only when every rank joined */
+  for (int r = 0; r < n->size; r++)
+    c += n->joined[r] && !e->slots[r].present;
+  return c;
+}
+
+typedef struct sweep_args {
+  hk_negotiator *n;
+  entry **done;
+  uint32_t ndone;
+} sweep_args;
+
+static void find_done(const char *key, void *value, void *arg) {
+  (void)key;
+  sweep_args *a = arg;
+  entry *e = value;
+  if (accounted(a->n, e) == a->n->size)
+    a->done[a->ndone++] = e;
 }
 
 hk_status hk_negotiator_add(hk_negotiator *n, int rank,
@@ -84,6 +186,7 @@ hk_status hk_negotiator_add(hk_negotiator *n, int rank,
       snprintf(e->name, sizeof e->name, "%s", q->name);
       e->bit = via_bit;
       e->first_seen = now;
+      e->first = *q;
       hk_status st = hk_strmap_put(n->table, q->name, e);
       if (st != HK_OK) {
         free(e);
@@ -95,18 +198,33 @@ hk_status hk_negotiator_add(hk_negotiator *n, int rank,
       return hk_fail(HK_ERR_PROTOCOL,
                      "rank %d submitted tensor '%s' twice while in flight",
                      rank, q->name);
-    *s = (slot){1,       q->coll,  q->dtype,    q->op,
-                q->root, q->count, q->prescale, q->postscale};
+    *s = (slot){
+        1,        q->coll,      q->dtype,    q->op,        q->root,
+        q->count, q->row_elems, q->prescale, q->postscale, q->group_size};
     if (e->bit != via_bit)
       e->bit = HK_WIRE_NO_BIT; /* not every rank used the same bit */
-    if (++e->submitted == n->size) {
-      hk_strmap_remove(n->table, q->name);
-      if (n->ready_tail)
-        n->ready_tail->next = e;
-      else
-        n->ready_head = e;
-      n->ready_tail = e;
-      n->nready++;
+    e->submitted++;
+    if (q->coll == HK_COLL_JOIN && !n->joined[rank]) {
+      n->joined[rank] = 1;
+      n->njoined++;
+      n->last_joined = rank;
+      /* entries that waited only for this rank are complete now */
+      sweep_args a = {n, malloc(hk_strmap_size(n->table) * sizeof(entry *)), 0};
+      if (!a.done)
+        return hk_fail(HK_ERR_NOMEM, "cannot sweep the table");
+      hk_strmap_each(n->table, find_done, &a);
+      hk_status st = HK_OK;
+      for (uint32_t k = 0; k < a.ndone && st == HK_OK; k++)
+        if (a.done[k] != e)
+          st = complete(n, a.done[k]);
+      free(a.done);
+      if (st != HK_OK)
+        return st;
+    }
+    if (accounted(n, e) == n->size) {
+      hk_status st = complete(n, e);
+      if (st != HK_OK)
+        return st;
     }
   }
   return HK_OK;
@@ -120,6 +238,14 @@ static const char *coll_name(unsigned c) {
     return "broadcast";
   case HK_COLL_BARRIER:
     return "barrier";
+  case HK_COLL_ALLGATHER:
+    return "allgather";
+  case HK_COLL_REDUCESCATTER:
+    return "reducescatter";
+  case HK_COLL_ALLTOALL:
+    return "alltoall";
+  case HK_COLL_JOIN:
+    return "join";
   }
   return "unknown";
 }
@@ -141,6 +267,12 @@ static void fmt_root(const slot *s, char *o, size_t c) {
 }
 static void fmt_count(const slot *s, char *o, size_t c) {
   snprintf(o, c, "%llu", (unsigned long long)s->count);
+}
+static void fmt_row_elems(const slot *s, char *o, size_t c) {
+  snprintf(o, c, "%llu", (unsigned long long)s->row_elems);
+}
+static void fmt_group(const slot *s, char *o, size_t c) {
+  snprintf(o, c, "%u", (unsigned)s->group_size);
 }
 static void fmt_prescale(const slot *s, char *o, size_t c) {
   snprintf(o, c, "%.17g", s->prescale);
@@ -164,25 +296,36 @@ static void append(char *buf, size_t cap, const char *fmt, ...) {
     memcpy(buf + cap - 4, "...", 4);
 }
 
-/* If the field differs across ranks, describes it as
- * "count 16 on ranks 0, 2, 3; 12 on rank 1" and returns 1. */
+/* If the field differs across the ranks that submitted the tensor,
+ * describes it as "count 16 on ranks 0, 2, 3; 12 on rank 1" and returns 1.
+ * (Ranks that joined and did not submit it have no say.) */
 static int describe_field(const entry *e, int size, const char *label,
                           field_fmt fmt, char *out, size_t cap) {
-  char first[64], v[64], w[64];
-  fmt(&e->slots[0], first, sizeof first);
-  int differs = 0;
-  for (int r = 1; r < size && !differs; r++) {
+  char first[64] = "", v[64], w[64];
+  int have = 0, differs = 0;
+  for (int r = 0; r < size && !differs; r++) {
+    if (!e->slots[r].present)
+      continue;
     fmt(&e->slots[r], v, sizeof v);
+    if (!have) {
+      memcpy(first, v, sizeof first);
+      have = 1;
+    }
     differs = strcmp(v, first) != 0;
   }
   if (!differs)
     return 0;
   append(out, cap, "%s differs:", label);
   /* Group ranks by value, in order of each value's first rank. */
+  int groups = 0;
   for (int r = 0; r < size; r++) {
+    if (!e->slots[r].present)
+      continue;
     fmt(&e->slots[r], v, sizeof v);
     int seen = 0;
     for (int q = 0; q < r && !seen; q++) {
+      if (!e->slots[q].present)
+        continue;
       fmt(&e->slots[q], w, sizeof w);
       seen = strcmp(v, w) == 0;
     }
@@ -190,13 +333,17 @@ static int describe_field(const entry *e, int size, const char *label,
       continue;
     int nranks = 0;
     for (int q = r; q < size; q++) {
+      if (!e->slots[q].present)
+        continue;
       fmt(&e->slots[q], w, sizeof w);
       nranks += strcmp(v, w) == 0;
     }
-    append(out, cap, "%s %s %s on rank%s", r ? ";" : "", label, v,
+    append(out, cap, "%s %s %s on rank%s", groups++ ? ";" : "", label, v,
            nranks > 1 ? "s" : "");
     int k = 0;
     for (int q = r; q < size; q++) {
+      if (!e->slots[q].present)
+        continue;
       fmt(&e->slots[q], w, sizeof w);
       if (strcmp(v, w) == 0)
         append(out, cap, "%s %d", k++ ? "," : "", q);
@@ -206,19 +353,43 @@ static int describe_field(const entry *e, int size, const char *label,
   return 1;
 }
 
-/* Fills the reason for a mismatch, or leaves it empty if all agree. */
-static void check_agreement(const entry *e, int size, char *out, size_t cap) {
+/* Fills the reason for a mismatch, or leaves it empty if all agree. What
+ * must agree depends on the collective (hk.h). */
+static void check_agreement(const hk_negotiator *n, const entry *e, char *out,
+                            size_t cap) {
+  const int size = n->size;
   snprintf(out, cap, "tensor '%s': ranks disagree: ", e->name);
   int bad = describe_field(e, size, "collective", fmt_coll, out, cap);
-  bad |= describe_field(e, size, "dtype", fmt_dtype, out, cap);
-  bad |= describe_field(e, size, "count", fmt_count, out, cap);
-  if (e->slots[0].coll == HK_COLL_ALLREDUCE) {
-    bad |= describe_field(e, size, "op", fmt_op, out, cap);
-    bad |= describe_field(e, size, "prescale", fmt_prescale, out, cap);
-    bad |= describe_field(e, size, "postscale", fmt_postscale, out, cap);
+  if (!bad) {
+    unsigned c = e->first.coll;
+    bad |= describe_field(e, size, "dtype", fmt_dtype, out, cap);
+    if (c == HK_COLL_ALLREDUCE || c == HK_COLL_BROADCAST ||
+        c == HK_COLL_REDUCESCATTER)
+      bad |=
+          describe_field(e, size, c == HK_COLL_REDUCESCATTER ? "rows" : "count",
+                         fmt_count, out, cap);
+    if (c == HK_COLL_ALLGATHER || c == HK_COLL_REDUCESCATTER ||
+        c == HK_COLL_ALLTOALL)
+      bad |= describe_field(e, size, "row size", fmt_row_elems, out, cap);
+    if (c == HK_COLL_ALLREDUCE || c == HK_COLL_REDUCESCATTER)
+      bad |= describe_field(e, size, "op", fmt_op, out, cap);
+    if (c == HK_COLL_ALLREDUCE) {
+      bad |= describe_field(e, size, "prescale", fmt_prescale, out, cap);
+      bad |= describe_field(e, size, "postscale", fmt_postscale, out, cap);
+      bad |= describe_field(e, size, "group size", fmt_group, out, cap);
+    }
+    if (c == HK_COLL_BROADCAST) {
+      bad |= describe_field(e, size, "root", fmt_root, out, cap);
+      int root = e->first.root;
+      if (!bad && root < size && !e->slots[root].present) {
+        snprintf(out, cap,
+                 "tensor '%s': the broadcast's root, rank %d, has joined "
+                 "(hk_join) and has no data to send",
+                 e->name, root);
+        return;
+      }
+    }
   }
-  if (e->slots[0].coll == HK_COLL_BROADCAST)
-    bad |= describe_field(e, size, "root", fmt_root, out, cap);
   if (!bad) {
     out[0] = '\0';
     return;
@@ -244,8 +415,24 @@ hk_status hk_negotiator_take_ready(hk_negotiator *n, hk_wire_response **out,
     snprintf(r[i].name, sizeof r[i].name, "%s", e->name);
     r[i].cache_bit = HK_WIRE_NO_BIT;
     r[i].first_seen = e->first_seen;
-    check_agreement(e, n->size, reason, sizeof reason);
-    if (!reason[0] && e->bit != HK_WIRE_NO_BIT) {
+    r[i].divisor = e->first.coll == HK_COLL_JOIN ? e->first.root : e->submitted;
+    if (e->submitted < n->size) { /* joined ranks run it from the response */
+      r[i].flags |= HK_RESP_PARAMS;
+      r[i].params = e->first;
+    }
+    check_agreement(n, e, reason, sizeof reason);
+    if (!reason[0] && e->first.coll == HK_COLL_ALLGATHER) {
+      r[i].counts = malloc((size_t)n->size * sizeof(uint64_t));
+      if (!r[i].counts) {
+        hk_negotiator_free_responses(r, i + 1);
+        return hk_fail(HK_ERR_NOMEM, "cannot allocate row counts");
+      }
+      r[i].ncounts = (uint32_t)n->size;
+      for (int k = 0; k < n->size; k++)
+        r[i].counts[k] = e->slots[k].present ? e->slots[k].count : 0;
+    }
+    if (!reason[0] && e->bit != HK_WIRE_NO_BIT &&
+        !(r[i].flags & HK_RESP_PARAMS)) {
       r[i].flags = HK_RESP_CACHED;
       r[i].cache_bit = e->bit;
       r[i].name[0] = '\0';
@@ -268,8 +455,10 @@ hk_status hk_negotiator_take_ready(hk_negotiator *n, hk_wire_response **out,
 }
 
 void hk_negotiator_free_responses(hk_wire_response *r, uint32_t count) {
-  for (uint32_t i = 0; i < count && r; i++)
+  for (uint32_t i = 0; i < count && r; i++) {
     free(r[i].reason);
+    free(r[i].counts);
+  }
   free(r);
 }
 

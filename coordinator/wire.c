@@ -62,6 +62,21 @@ static void put_str(writer *w, const char *s, size_t max, const char *what) {
   put(w, s, n);
 }
 
+static void put_request(writer *w, const hk_wire_request *r) {
+  put_u8(w, r->coll);
+  put_u8(w, r->dtype);
+  put_u8(w, r->op);
+  put_i32(w, r->root);
+  put_u64(w, r->count);
+  put_u64(w, r->row_elems);
+  put_f64(w, r->prescale);
+  put_f64(w, r->postscale);
+  put_u32(w, r->group_size);
+  put_u32(w, r->group_index);
+  put_str(w, r->name, HK_MAX_NAME_LEN, "tensor name");
+  put_str(w, r->group, HK_MAX_NAME_LEN, "group name");
+}
+
 hk_status hk_wire_encode(const hk_msg *m, hk_buf *out) {
   size_t start = out->len;
   writer w = {out, HK_OK};
@@ -97,14 +112,7 @@ hk_status hk_wire_encode(const hk_msg *m, hk_buf *out) {
     put_u32(&w, m->u.requests.n);
     for (uint32_t i = 0; i < m->u.requests.n; i++) {
       const hk_wire_request *r = &m->u.requests.reqs[i];
-      put_u8(&w, r->coll);
-      put_u8(&w, r->dtype);
-      put_u8(&w, r->op);
-      put_i32(&w, r->root);
-      put_u64(&w, r->count);
-      put_f64(&w, r->prescale);
-      put_f64(&w, r->postscale);
-      put_str(&w, r->name, HK_MAX_NAME_LEN, "tensor name");
+      put_request(&w, r);
     }
     put_u32(&w, m->u.requests.nbits);
     for (uint32_t i = 0; i < m->u.requests.nbits; i++)
@@ -126,6 +134,12 @@ hk_status hk_wire_encode(const hk_msg *m, hk_buf *out) {
       put_u32(&w, r->cache_bit);
       put_str(&w, r->name, HK_MAX_NAME_LEN, "tensor name");
       put_str(&w, r->reason, HK_WIRE_MAX_REASON_LEN, "error reason");
+      put_i32(&w, r->divisor);
+      if (r->flags & HK_RESP_PARAMS)
+        put_request(&w, &r->params);
+      put_u32(&w, r->ncounts);
+      for (uint32_t k = 0; k < r->ncounts; k++)
+        put_u64(&w, r->counts[k]);
     }
     break;
   default:
@@ -257,6 +271,32 @@ static void check(reader *r, int ok, const char *fmt, long long v) {
     r->st = hk_fail(HK_ERR_PROTOCOL, fmt, v);
 }
 
+static void get_request(reader *r, hk_wire_request *q) {
+  q->coll = get_u8(r, "collective");
+  q->dtype = get_u8(r, "dtype");
+  q->op = get_u8(r, "op");
+  q->root = get_i32(r, "root");
+  q->count = get_u64(r, "count");
+  q->row_elems = get_u64(r, "row size");
+  q->prescale = get_f64(r, "prescale");
+  q->postscale = get_f64(r, "postscale");
+  q->group_size = get_u32(r, "group size");
+  q->group_index = get_u32(r, "group index");
+  get_str(r, q->name, HK_MAX_NAME_LEN, "tensor name");
+  get_str(r, q->group, HK_MAX_NAME_LEN, "group name");
+  check(r, q->coll >= HK_COLL_ALLREDUCE && q->coll <= HK_COLL_JOIN,
+        "unknown collective %lld", q->coll);
+  check(r, q->dtype <= HK_INT64, "unknown dtype %lld", q->dtype);
+  check(r, q->op <= HK_PRODUCT, "unknown op %lld", q->op);
+  check(r, q->root >= 0 && q->root < HK_WIRE_MAX_RANKS,
+        "root %lld out of range", q->root);
+  check(r, q->name[0] != '\0', "empty tensor name%.0lld", 0);
+  check(r, q->group_size == 0 || q->group_index < q->group_size,
+        "group index %lld out of range", q->group_index);
+  check(r, (q->group_size == 0) == (q->group[0] == '\0'),
+        "group name and size disagree%.0lld", 0);
+}
+
 /* Refuses an array count that cannot fit in what is left, so a forged
  * count never makes us allocate more than the frame could describe. */
 static void *alloc_array(reader *r, uint32_t n, size_t elem, size_t min_wire,
@@ -346,26 +386,12 @@ static void decode_payload(reader *r, hk_msg *m) {
     check(r, m->u.requests.shutdown <= 1, "shutdown flag %lld is not 0 or 1",
           m->u.requests.shutdown);
     uint32_t n = get_u32(r, "request count");
-    /* smallest request on the wire: 3 + 4 + 8 + 2 bytes */
+    /* smallest request on the wire: 3 + 4 + 16 + 16 + 8 + 2 + 2 bytes */
     m->u.requests.reqs =
-        alloc_array(r, n, sizeof(hk_wire_request), 17, "requests");
+        alloc_array(r, n, sizeof(hk_wire_request), 51, "requests");
+
     for (uint32_t i = 0; i < n && r->st == HK_OK; i++) {
-      hk_wire_request *q = &m->u.requests.reqs[i];
-      q->coll = get_u8(r, "collective");
-      q->dtype = get_u8(r, "dtype");
-      q->op = get_u8(r, "op");
-      q->root = get_i32(r, "root");
-      q->count = get_u64(r, "count");
-      q->prescale = get_f64(r, "prescale");
-      q->postscale = get_f64(r, "postscale");
-      get_str(r, q->name, HK_MAX_NAME_LEN, "tensor name");
-      check(r, q->coll >= HK_COLL_ALLREDUCE && q->coll <= HK_COLL_BARRIER,
-            "unknown collective %lld", q->coll);
-      check(r, q->dtype <= HK_INT64, "unknown dtype %lld", q->dtype);
-      check(r, q->op <= HK_PRODUCT, "unknown op %lld", q->op);
-      check(r, q->root >= 0 && q->root < HK_WIRE_MAX_RANKS,
-            "root %lld out of range", q->root);
-      check(r, q->name[0] != '\0', "empty tensor name%.0lld", 0);
+      get_request(r, &m->u.requests.reqs[i]);
     }
     m->u.requests.n = n;
     m->u.requests.bits = get_u32_list(r, &m->u.requests.nbits,
@@ -403,8 +429,8 @@ static void decode_payload(reader *r, hk_msg *m) {
       s->cache_bit = get_u32(r, "cache bit");
       get_str(r, s->name, HK_MAX_NAME_LEN, "tensor name");
       check(r, s->status <= HK_ERR_STALLED, "unknown status %lld", s->status);
-      check(r, (s->flags & ~HK_RESP_CACHED) == 0, "unknown flags %lld",
-            s->flags);
+      check(r, (s->flags & ~(HK_RESP_CACHED | HK_RESP_PARAMS)) == 0,
+            "unknown flags %lld", s->flags);
       if (s->flags & HK_RESP_CACHED) {
         check(r, s->cache_bit < HK_WIRE_MAX_CACHE_BITS,
               "cache bit %lld out of range", s->cache_bit);
@@ -422,6 +448,16 @@ static void decode_payload(reader *r, hk_msg *m) {
         if (!s->reason)
           r->st = hk_fail(HK_ERR_NOMEM, "cannot allocate an error reason");
       }
+      s->divisor = get_i32(r, "divisor");
+      check(r, s->divisor >= 0 && s->divisor <= HK_WIRE_MAX_RANKS,
+            "divisor %lld out of range", s->divisor);
+      if (s->flags & HK_RESP_PARAMS)
+        get_request(r, &s->params);
+      uint32_t nc = get_u32(r, "row counts");
+      s->counts = alloc_array(r, nc, sizeof(uint64_t), 8, "row counts");
+      s->ncounts = s->counts ? nc : 0;
+      for (uint32_t k = 0; k < s->ncounts && r->st == HK_OK; k++)
+        s->counts[k] = get_u64(r, "row count");
     }
     break;
   }
@@ -468,8 +504,10 @@ void hk_msg_free(hk_msg *m) {
   case HK_MSG_RESPONSES:
     free(m->u.responses.abort_reason);
     free(m->u.responses.inval);
-    for (uint32_t i = 0; i < m->u.responses.n && m->u.responses.resps; i++)
+    for (uint32_t i = 0; i < m->u.responses.n && m->u.responses.resps; i++) {
       free(m->u.responses.resps[i].reason);
+      free(m->u.responses.resps[i].counts);
+    }
     free(m->u.responses.resps);
     break;
   default:

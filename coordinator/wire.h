@@ -46,6 +46,10 @@ typedef enum hk_coll {
   HK_COLL_ALLREDUCE = 1,
   HK_COLL_BROADCAST = 2,
   HK_COLL_BARRIER = 3,
+  HK_COLL_ALLGATHER = 4,     /* count = this rank's rows */
+  HK_COLL_REDUCESCATTER = 5, /* count = rows (all ranks) */
+  HK_COLL_ALLTOALL = 6,      /* count = rows this rank sends */
+  HK_COLL_JOIN = 7,          /* this rank ran out of data */
 } hk_coll;
 
 /** Channels between workers, named in HELLO. */
@@ -61,12 +65,17 @@ typedef struct hk_wire_request {
   uint8_t op;    /* hk_op (allreduce only; 0 otherwise) */
   int32_t root;  /* broadcast root; 0 otherwise */
   uint64_t count;
+  uint64_t row_elems;         /* elements per row (allgather etc.); 1 */
   double prescale, postscale; /* allreduce factors (1.0: none) */
+  uint32_t group_size;        /* grouped allreduce: members; 0: none */
+  uint32_t group_index;       /* this member's index in its group */
   char name[HK_MAX_NAME_LEN + 1];
+  char group[HK_MAX_NAME_LEN + 1]; /* the group's name, "" when none */
 } hk_wire_request;
 
 /** Response flags. */
 #define HK_RESP_CACHED 1u /* identified by cache_bit; name is empty */
+#define HK_RESP_PARAMS 2u /* carries the request (for ranks that joined) */
 
 /** One tensor to run (status HK_OK) or to fail on every rank. */
 typedef struct hk_wire_response {
@@ -74,9 +83,14 @@ typedef struct hk_wire_response {
   uint8_t flags;                  /* HK_RESP_* */
   uint32_t cache_bit;             /* with HK_RESP_CACHED; else HK_WIRE_NO_BIT */
   char name[HK_MAX_NAME_LEN + 1]; /* empty with HK_RESP_CACHED */
-  char *reason;      /* NULL when status is HK_OK; owned by the message */
-  double first_seen; /* rank 0 only, never on the wire: when the first
-                        rank submitted it (for the timeline) */
+  char *reason;           /* NULL when status is HK_OK; owned by the message */
+  int32_t divisor;        /* HK_AVERAGE divides by this (the ranks that took
+                             part); JOIN: the rank that joined last; else 0 */
+  hk_wire_request params; /* with HK_RESP_PARAMS */
+  uint32_t ncounts;       /* allgather: every rank's rows (size entries) */
+  uint64_t *counts;       /* owned by the message */
+  double first_seen;      /* rank 0 only, never on the wire: when the first
+                             rank submitted it (for the timeline) */
 } hk_wire_response;
 
 typedef struct hk_wire_peer {

@@ -13,9 +13,13 @@
 void hk_mesh_close(hk_mesh *m, int size) {
   hk_tcp_close(&m->listen_fd);
   hk_tcp_close(&m->launcher_fd);
-  hk_tcp_close(&m->left_fd);
-  hk_tcp_close(&m->right_fd);
   hk_tcp_close(&m->ctrl_fd);
+  if (m->peer_fds) {
+    for (int r = 0; r < size; r++)
+      hk_tcp_close(&m->peer_fds[r]);
+    free(m->peer_fds);
+    m->peer_fds = NULL;
+  }
   if (m->ctrl_fds) {
     for (int r = 0; r < size; r++)
       hk_tcp_close(&m->ctrl_fds[r]);
@@ -48,7 +52,9 @@ typedef struct acceptor {
   char error[HK_ERROR_MSG_CAP];
 } acceptor;
 
-static hk_status accept_one(hk_ctx *ctx, double deadline, int *expected_left) {
+/* Accepts one connection and files it where its HELLO says it belongs:
+ * a data connection from a lower rank, or (on rank 0) a control one. */
+static hk_status accept_one(hk_ctx *ctx, double deadline) {
   int fd;
   hk_status st = hk_tcp_accept(ctx->mesh.listen_fd, &ctx->secret, deadline,
                                &ctx->io, &fd, NULL);
@@ -64,16 +70,13 @@ static hk_status accept_one(hk_ctx *ctx, double deadline, int *expected_left) {
     return st;
   }
   int r = m.u.hello.rank;
-  int left = (ctx->rank + ctx->size - 1) % ctx->size;
-  int ok = m.type == HK_MSG_HELLO;
+  int ok = m.type == HK_MSG_HELLO && r >= 0 && r < ctx->size;
   if (ok && m.u.hello.channel == HK_CHANNEL_DATA) {
-    ok = r == left && *expected_left;
-    if (ok) {
-      ctx->mesh.left_fd = fd;
-      *expected_left = 0;
-    }
+    ok = r < ctx->rank && ctx->mesh.peer_fds[r] < 0;
+    if (ok)
+      ctx->mesh.peer_fds[r] = fd;
   } else if (ok) {
-    ok = ctx->rank == 0 && r > 0 && r < ctx->size && ctx->mesh.ctrl_fds[r] < 0;
+    ok = ctx->rank == 0 && r > 0 && ctx->mesh.ctrl_fds[r] < 0;
     if (ok)
       ctx->mesh.ctrl_fds[r] = fd;
   }
@@ -91,11 +94,11 @@ static hk_status accept_one(hk_ctx *ctx, double deadline, int *expected_left) {
 static void *accept_main(void *arg) {
   acceptor *a = arg;
   hk_ctx *ctx = a->ctx;
-  int expected_left = 1;
-  int count = 1 + (ctx->rank == 0 ? ctx->size - 1 : 0);
+  /* data connections from every lower rank; control ones on rank 0 */
+  int count = ctx->rank + (ctx->rank == 0 ? ctx->size - 1 : 0);
   a->status = HK_OK;
   for (int i = 0; i < count && a->status == HK_OK; i++)
-    a->status = accept_one(ctx, a->deadline, &expected_left);
+    a->status = accept_one(ctx, a->deadline);
   if (a->status != HK_OK)
     snprintf(a->error, sizeof a->error, "%s", hk_last_error());
   return NULL;
@@ -165,7 +168,7 @@ static hk_status rendezvous(hk_ctx *ctx, const char *host, uint16_t port,
 
 hk_status hk_bootstrap(hk_ctx *ctx) {
   hk_mesh *m = &ctx->mesh;
-  *m = (hk_mesh){-1, -1, -1, -1, -1, NULL};
+  *m = (hk_mesh){-1, -1, NULL, -1, NULL};
   const char *rdv = getenv("HK_RENDEZVOUS");
   if (!rdv || !*rdv) {
     if (ctx->size > 1)
@@ -190,13 +193,16 @@ hk_status hk_bootstrap(hk_ctx *ctx) {
     return st;
   ctx->io.abort_fd = m->launcher_fd;
   if (ctx->size > 1) {
-    if (ctx->rank == 0) {
+    m->peer_fds = malloc((size_t)ctx->size * sizeof(int));
+    if (ctx->rank == 0)
       m->ctrl_fds = malloc((size_t)ctx->size * sizeof(int));
-      if (!m->ctrl_fds) {
-        hk_msg_free(&peers);
-        return hk_fail(HK_ERR_NOMEM, "cannot allocate control connections");
-      }
-      for (int r = 0; r < ctx->size; r++)
+    if (!m->peer_fds || (ctx->rank == 0 && !m->ctrl_fds)) {
+      hk_msg_free(&peers);
+      return hk_fail(HK_ERR_NOMEM, "cannot allocate the connection table");
+    }
+    for (int r = 0; r < ctx->size; r++) {
+      m->peer_fds[r] = -1;
+      if (m->ctrl_fds)
         m->ctrl_fds[r] = -1;
     }
     acceptor a = {.ctx = ctx, .deadline = deadline};
@@ -205,9 +211,10 @@ hk_status hk_bootstrap(hk_ctx *ctx) {
       hk_msg_free(&peers);
       return hk_fail(HK_ERR_SYSTEM, "cannot start the accept thread");
     }
-    int right = (ctx->rank + 1) % ctx->size;
-    st = connect_peer(ctx, &peers.u.peers.peers[right], right, HK_CHANNEL_DATA,
-                      deadline, &m->right_fd);
+    /* a data connection to every higher rank (the lower ones call us) */
+    for (int r = ctx->rank + 1; r < ctx->size && st == HK_OK; r++)
+      st = connect_peer(ctx, &peers.u.peers.peers[r], r, HK_CHANNEL_DATA,
+                        deadline, &m->peer_fds[r]);
     if (st == HK_OK && ctx->rank != 0)
       st = connect_peer(ctx, &peers.u.peers.peers[0], 0, HK_CHANNEL_CONTROL,
                         deadline, &m->ctrl_fd);

@@ -1,8 +1,9 @@
 /*
  * bootstrap.h - joining the job at hk_init: register with hkrun's
- * rendezvous, learn every rank's address, and build the mesh: a data
- * connection to the right neighbour (rank+1) and from the left one, and a
- * control connection from every rank > 0 to rank 0. Every connection runs
+ * rendezvous, learn every rank's address, and build the mesh: one data
+ * connection between every pair of ranks (the ring uses its neighbours',
+ * alltoall all of them) and a control connection from every rank > 0 to
+ * rank 0. Every connection runs
  * the secret handshake (common/auth.h) and then a HELLO naming the rank and
  * channel, which the accepting side checks against what it expects.
  * All socket work goes through collectives/transport/tcp.h.

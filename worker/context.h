@@ -23,12 +23,23 @@
 #include "coordinator/wire.h"
 #include "hk/hk.h"
 
-/* An operation in flight: what the trainer submitted, and its outcome. */
+/* An operation in flight: what the trainer submitted, and its outcome.
+ * A grouped allreduce is one parent handle (what the trainer waits on)
+ * and one member handle per tensor (in flight under its name); members
+ * are freed by the background thread when they complete. */
 struct hk_handle_s {
   hk_wire_request req; /* name, collective, dtype, op, root, count, scales */
   double t_submit;     /* hk_now() at submit, when the timeline is on */
   const void *sendbuf;
   void *recvbuf;
+  void **out_buf;             /* allgather/alltoall: where hk's buffer goes */
+  size_t *out_counts;         /* rows per rank (allgather, alltoall), or NULL */
+  size_t *out_rows;           /* reducescatter: this rank's rows, or NULL */
+  size_t *splits;             /* alltoall: rows for each rank (owned copy) */
+  int out_int;                /* join: the rank that joined last */
+  struct hk_handle_s *parent; /* a group member's group handle */
+  int phantom;              /* made up for a rank that joined: not in flight */
+  int pending;              /* [mu] a group handle: members not yet complete */
   int done;                 /* [mu] 1 once completed */
   hk_status status;         /* [mu] valid once done */
   char *reason;             /* [mu] malloc'd message when status != HK_OK */
@@ -47,8 +58,8 @@ typedef struct hk_collective_timing {
 typedef struct hk_mesh {
   int listen_fd;   /* closed once the mesh is built */
   int launcher_fd; /* to hkrun's rendezvous; -1 without hkrun */
-  int left_fd;     /* data ring: from rank-1 */
-  int right_fd;    /* data ring: to rank+1 */
+  int *peer_fds;   /* data: peer_fds[r] to rank r (one full-duplex
+                      connection per pair; -1 for this rank) */
   int ctrl_fd;     /* rank > 0: to rank 0 */
   int *ctrl_fds;   /* rank 0: ctrl_fds[r] from rank r (index 0 unused) */
 } hk_mesh;
@@ -75,6 +86,7 @@ typedef struct hk_ctx {
   hk_status failure;      /* [mu] HK_OK, or why the job failed/stopped */
   char failure_reason[HK_WIRE_MAX_REASON_LEN + 1]; /* [mu] */
   uint64_t barrier_seq;        /* [mu] names barriers hk.barrier.<n> */
+  uint64_t join_seq;           /* [mu] names joins hk.join.<n> */
   hk_collective_timing timing; /* [mu] written by the background thread */
 
   hk_negotiator *negotiator; /* [bg] rank 0 only */

@@ -1,10 +1,14 @@
 #include "worker/execute.h"
 
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
+#include "collectives/alltoall.h"
 #include "collectives/reduce.h"
 #include "collectives/ring.h"
 #include "collectives/transport/tcp.h"
@@ -96,24 +100,92 @@ static void trace(hk_ctx *ctx, const hk_wire_response *r, hk_handle h,
     hk_timeline_span(tl, name, "MEMCPY_OUT", t[2], t[3], NULL);
 }
 
-/* Runs one lone tensor on its own buffers. t[0..3] get the phase times. */
-static hk_status run_alone(hk_ctx *ctx, hk_handle h, double *t) {
+/* rows of a reduce-scatter split over n ranks: rank r's first row */
+static size_t rs_first_row(size_t rows, int n, int r) {
+  size_t q = rows / (size_t)n, m = rows % (size_t)n;
+  return (size_t)r * q + ((size_t)r < m ? (size_t)r : m);
+}
+
+/* Runs one lone tensor on its own buffers. t[0..3] get the phase times;
+ * divisor is the response's (ranks that took part). */
+static hk_status run_alone(hk_ctx *ctx, hk_handle h, int32_t divisor,
+                           const hk_wire_response *r, double *t) {
   const hk_wire_request *q = &h->req;
+  const hk_dtype dtype = (hk_dtype)q->dtype;
+  const size_t esz = hk_dtype_size(dtype);
+  const int n = ctx->size;
   hk_status st = HK_OK;
   t[0] = t[1] = hk_now();
-  if (q->coll == HK_COLL_ALLREDUCE) {
+  switch (q->coll) {
+  case HK_COLL_ALLREDUCE: {
     const void *src = h->sendbuf;
     if (q->prescale != 1.0) { /* scale while copying into recvbuf */
-      hk_scale_copy(h->recvbuf, h->sendbuf, q->count, (hk_dtype)q->dtype,
-                    q->prescale);
+      hk_scale_copy(h->recvbuf, h->sendbuf, q->count, dtype, q->prescale);
       src = h->recvbuf;
     }
-    hk_ring_finish fin = {0, q->postscale};
-    st = hk_ring_allreduce(&ctx->ring, src, h->recvbuf, q->count,
-                           (hk_dtype)q->dtype, (hk_op)q->op, &fin);
-  } else if (q->coll == HK_COLL_BROADCAST) {
-    st = hk_ring_broadcast(&ctx->ring, h->recvbuf, q->count, (hk_dtype)q->dtype,
-                           q->root);
+    hk_ring_finish fin = {divisor, q->postscale};
+    st = hk_ring_allreduce(&ctx->ring, src, h->recvbuf, q->count, dtype,
+                           (hk_op)q->op, &fin);
+    break;
+  }
+  case HK_COLL_BROADCAST:
+    st = hk_ring_broadcast(&ctx->ring, h->recvbuf, q->count, dtype, q->root);
+    break;
+  case HK_COLL_ALLGATHER: {
+    size_t *seg = ctx->ring.segs, total = 0;
+    for (int j = 0; j < n; j++) {
+      seg[j] = total;
+      total += (size_t)r->counts[j] * q->row_elems;
+    }
+    seg[n] = total;
+    void *out = total ? malloc(total * esz) : NULL;
+    if (total && !out)
+      return hk_fail(HK_ERR_NOMEM, "cannot allocate %zu bytes", total * esz);
+    st = hk_ring_allgatherv(&ctx->ring, h->sendbuf, out, seg, dtype);
+    if (st != HK_OK || !h->out_buf) {
+      free(out);
+      break;
+    }
+    *h->out_buf = out;
+    if (h->out_counts)
+      for (int j = 0; j < n; j++)
+        h->out_counts[j] = (size_t)r->counts[j];
+    break;
+  }
+  case HK_COLL_REDUCESCATTER: {
+    size_t *seg = ctx->ring.segs;
+    for (int j = 0; j <= n; j++)
+      seg[j] = rs_first_row(q->count, n, j) * q->row_elems;
+    hk_ring_finish fin = {divisor, 1.0};
+    st = hk_ring_reducescatter(&ctx->ring, h->sendbuf, h->recvbuf, seg, dtype,
+                               (hk_op)q->op, &fin);
+    if (st == HK_OK && h->out_rows)
+      *h->out_rows = rs_first_row(q->count, n, ctx->rank + 1) -
+                     rs_first_row(q->count, n, ctx->rank);
+    break;
+  }
+  case HK_COLL_ALLTOALL: {
+    size_t *recv_rows = calloc((size_t)n, sizeof *recv_rows);
+    void *out = NULL;
+    if (!recv_rows)
+      return hk_fail(HK_ERR_NOMEM, "cannot allocate alltoall counts");
+    st = hk_alltoall_pairwise(
+        ctx->rank, n, ctx->mesh.peer_fds ? ctx->mesh.peer_fds : (int[]){-1},
+        &ctx->io, h->sendbuf, h->splits, q->row_elems * esz, &out, recv_rows);
+    if (st == HK_OK && h->out_buf)
+      *h->out_buf = out;
+    else
+      free(out);
+    if (st == HK_OK && h->out_counts)
+      memcpy(h->out_counts, recv_rows, (size_t)n * sizeof *recv_rows);
+    free(recv_rows);
+    break;
+  }
+  case HK_COLL_JOIN:
+    h->out_int = divisor; /* the rank that joined last */
+    break;
+  default: /* a barrier: agreement itself was the synchronisation */
+    break;
   }
   t[2] = t[3] = hk_now();
   return st;
@@ -162,7 +234,102 @@ static hk_status run_fused(hk_ctx *ctx, plan *p, uint32_t a, uint32_t b,
   return HK_OK;
 }
 
-/* Finds the in-flight handle a response is about. */
+/* The identity of op in dtype, count elements, into buf: what a rank
+ * that joined contributes (0 for sum and average, 1 for product, the
+ * largest/smallest value for min/max). */
+static void fill_identity(void *buf, size_t count, hk_dtype d, hk_op op) {
+  const size_t esz = hk_dtype_size(d);
+  uint8_t one[8] = {0};
+  int big = op == HK_MIN, small = op == HK_MAX;
+  switch (d) {
+  case HK_FLOAT32: {
+    float v = op == HK_PRODUCT ? 1.0f : big ? INFINITY : small ? -INFINITY : 0;
+    memcpy(one, &v, 4);
+    break;
+  }
+  case HK_FLOAT64: {
+    double v = op == HK_PRODUCT ? 1.0 : big ? INFINITY : small ? -INFINITY : 0;
+    memcpy(one, &v, 8);
+    break;
+  }
+  case HK_FLOAT16: {
+    uint16_t v = op == HK_PRODUCT ? 0x3c00 : big ? 0x7c00 : small ? 0xfc00 : 0;
+    memcpy(one, &v, 2);
+    break;
+  }
+  case HK_BFLOAT16: {
+    uint16_t v = op == HK_PRODUCT ? 0x3f80 : big ? 0x7f80 : small ? 0xff80 : 0;
+    memcpy(one, &v, 2);
+    break;
+  }
+  case HK_INT8: {
+    int8_t v = op == HK_PRODUCT ? 1 : big ? INT8_MAX : small ? INT8_MIN : 0;
+    memcpy(one, &v, 1);
+    break;
+  }
+  case HK_UINT8: {
+    uint8_t v = op == HK_PRODUCT ? 1 : big ? UINT8_MAX : 0;
+    memcpy(one, &v, 1);
+    break;
+  }
+  case HK_INT32: {
+    int32_t v = op == HK_PRODUCT ? 1 : big ? INT32_MAX : small ? INT32_MIN : 0;
+    memcpy(one, &v, 4);
+    break;
+  }
+  default: {
+    int64_t v = op == HK_PRODUCT ? 1 : big ? INT64_MAX : small ? INT64_MIN : 0;
+    memcpy(one, &v, 8);
+    break;
+  }
+  }
+  uint8_t *p = buf;
+  for (size_t i = 0; i < count; i++)
+    memcpy(p + i * esz, one, esz);
+}
+
+/* A rank that joined takes part in a collective it never submitted: a
+ * handle (not in flight) with buffers holding the identity of the op, no
+ * rows to gather or send, and outputs that are thrown away. */
+static hk_status make_phantom(hk_ctx *ctx, const hk_wire_request *q,
+                              hk_handle *out) {
+  hk_handle h = calloc(1, sizeof *h);
+  if (!h)
+    return hk_fail(HK_ERR_NOMEM, "cannot allocate a handle");
+  h->req = *q;
+  h->phantom = 1;
+  const hk_dtype d = (hk_dtype)q->dtype;
+  const size_t esz = hk_dtype_size(d);
+  size_t elems = 0;
+  if (q->coll == HK_COLL_ALLREDUCE || q->coll == HK_COLL_BROADCAST ||
+      q->coll == HK_COLL_REDUCESCATTER)
+    elems = q->count * (q->coll == HK_COLL_REDUCESCATTER ? q->row_elems : 1);
+  if (q->coll == HK_COLL_ALLGATHER || q->coll == HK_COLL_ALLTOALL)
+    h->req.count = 0;
+  if (q->coll == HK_COLL_ALLTOALL)
+    h->splits = calloc((size_t)ctx->size, sizeof(size_t));
+  void *buf = malloc(elems * esz + 1);
+  if (!buf || (q->coll == HK_COLL_ALLTOALL && !h->splits)) {
+    free(buf);
+    free(h->splits);
+    free(h);
+    return hk_fail(HK_ERR_NOMEM, "cannot allocate a joined rank's buffers");
+  }
+  fill_identity(buf, elems, d, (hk_op)q->op);
+  h->sendbuf = h->recvbuf = buf;
+  h->req.prescale = 1.0; /* identity stays identity */
+  *out = h;
+  return HK_OK;
+}
+
+static void free_phantom(hk_handle h) {
+  free(h->recvbuf);
+  free(h->splits);
+  free(h);
+}
+
+/* Finds the in-flight handle a response is about (or, on a rank that
+ * joined, makes one up from the parameters the response carries). */
 static hk_status resolve(hk_ctx *ctx, const hk_wire_response *r,
                          hk_handle *out) {
   const char *name = r->name;
@@ -175,12 +342,23 @@ static hk_status resolve(hk_ctx *ctx, const hk_wire_response *r,
     name = hk_cache_get(ctx->cache, r->cache_bit)->name;
   }
   *out = hk_queue_find(ctx, name);
+  if (!*out && (r->flags & HK_RESP_PARAMS)) /* this rank joined */
+    return r->status == HK_OK ? make_phantom(ctx, &r->params, out) : HK_OK;
   if (!*out)
     return hk_fail(HK_ERR_PROTOCOL,
                    "rank 0 scheduled tensor '%s', which rank %d never "
                    "submitted",
                    name, ctx->rank);
   return HK_OK;
+}
+
+/* Completes h, or frees it if it was made up for a joined rank. */
+static void finish_handle(hk_ctx *ctx, hk_handle h, hk_status st,
+                          const char *reason) {
+  if (h->phantom)
+    free_phantom(h);
+  else
+    hk_queue_complete(ctx, h, st, reason);
 }
 
 hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
@@ -193,33 +371,46 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
     st = resolve(ctx, &rs[i], &p.h[i]);
     if (st != HK_OK)
       break;
+    if (!p.h[i]) /* a failure this rank (joined) takes no part in */
+      continue;
     const hk_wire_request *q = &p.h[i]->req;
     p.items[i] = (hk_fusion_item){
         rs[i].status == HK_OK && q->coll == HK_COLL_ALLREDUCE, q->dtype, q->op,
-        q->count * hk_dtype_size((hk_dtype)q->dtype)};
+        rs[i].divisor, q->count * hk_dtype_size((hk_dtype)q->dtype)};
   }
   /* The cache learns uncached tensors in response order (as every rank
    * does); reading the requests now, before any handle completes. */
-  for (uint32_t i = 0; i < n && st == HK_OK; i++)
+  for (uint32_t i = 0; i < n && st == HK_OK; i++) {
+    /* per-rank counts (allgather, alltoall) cannot be shared by a bit */
+    if (!p.h[i])
+      continue;
+    unsigned c = p.h[i]->req.coll;
     if (rs[i].status == HK_OK && !(rs[i].flags & HK_RESP_CACHED) &&
-        p.h[i]->req.coll != HK_COLL_BARRIER)
-      hk_cache_insert(ctx->cache, &p.h[i]->req);
+        (c == HK_COLL_ALLREDUCE || c == HK_COLL_BROADCAST ||
+         c == HK_COLL_REDUCESCATTER))
+      hk_cache_insert(ctx->cache, (rs[i].flags & HK_RESP_PARAMS)
+                                      ? &rs[i].params
+                                      : &p.h[i]->req);
+  }
   if (st == HK_OK)
     for (uint32_t i = 0; i < n; i++) /* failed negotiations end at once */
-      if (rs[i].status != HK_OK)
-        hk_queue_complete(ctx, p.h[i], (hk_status)rs[i].status, rs[i].reason);
+      if (rs[i].status != HK_OK && p.h[i]) {
+        finish_handle(ctx, p.h[i], (hk_status)rs[i].status, rs[i].reason);
+        p.h[i] = NULL;
+      }
   uint32_t groups = st == HK_OK
                         ? hk_fusion_plan(p.items, n, ctx->cfg.fusion_threshold,
                                          p.taken, p.order, p.starts)
                         : 0;
   for (uint32_t g = 0; g < groups && st == HK_OK; g++) {
     uint32_t a = p.starts[g], b = p.starts[g + 1];
-    if (rs[p.order[a]].status != HK_OK)
+    if (!p.h[p.order[a]])
       continue; /* completed above */
-    double t[4];
+    double t[4] = {0, 0, 0, 0};
     int fused = b - a > 1;
     st = fused ? run_fused(ctx, &p, a, b, t)
-               : run_alone(ctx, p.h[p.order[a]], t);
+               : run_alone(ctx, p.h[p.order[a]], rs[p.order[a]].divisor,
+                           &rs[p.order[a]], t);
     if (st != HK_OK) {
       char msg[HK_ERROR_MSG_CAP];
       snprintf(msg, sizeof msg, "%s", hk_last_error());
@@ -238,13 +429,20 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
     }
     for (uint32_t i = a; i < b; i++) {
       hk_handle h = p.h[p.order[i]];
-      if (h->req.coll != HK_COLL_BARRIER)
+      unsigned c = h->req.coll;
+      int moves_data = c != HK_COLL_BARRIER && c != HK_COLL_JOIN;
+      if (moves_data)
         hk_introspect_record(ctx, h->req.name, t[1], t[2]);
-      if (ctx->timeline && h->req.coll != HK_COLL_BARRIER)
+      if (ctx->timeline && moves_data && !h->phantom)
         trace(ctx, &rs[p.order[i]], h, t_ready, t, fused, args);
-      hk_queue_complete(ctx, h, HK_OK, NULL);
+      finish_handle(ctx, h, HK_OK, NULL);
+      p.h[p.order[i]] = NULL;
     }
   }
+  if (st != HK_OK) /* made-up handles that did not run */
+    for (uint32_t i = 0; i < n; i++)
+      if (p.h[i] && p.h[i]->phantom)
+        free_phantom(p.h[i]);
   plan_free(&p);
   return st;
 }

@@ -15,40 +15,87 @@ static void wake(hk_ctx *ctx) {
   (void)w; /* an eventfd write only fails when the counter saturates */
 }
 
+/* Requires ctx->mu held: the reason a submit must fail, or HK_OK. */
+static hk_status refuse_locked(hk_ctx *ctx, const char *name) {
+  if (ctx->failure != HK_OK)
+    return hk_fail(ctx->failure, "cannot submit '%s': %s", name,
+                   ctx->failure_reason);
+  if (hk_strmap_get(ctx->inflight, name))
+    return hk_fail(HK_ERR_DUPLICATE_NAME,
+                   "tensor '%s' is already in flight on rank %d: wait for "
+                   "it before submitting the name again",
+                   name, ctx->rank);
+  return HK_OK;
+}
+
+/* Requires ctx->mu held and the name free. */
+static hk_status enqueue_locked(hk_ctx *ctx, hk_handle h) {
+  hk_status st = hk_strmap_put(ctx->inflight, h->req.name, h);
+  if (st != HK_OK)
+    return st;
+  if (ctx->timeline) /* read-only after hk_init: the cost when off */
+    h->t_submit = hk_now();
+  if (ctx->queue_tail)
+    ctx->queue_tail->next = h;
+  else
+    ctx->queue_head = h;
+  ctx->queue_tail = h;
+  return HK_OK;
+}
+
 hk_status hk_queue_submit(hk_ctx *ctx, const hk_wire_request *req,
-                          const void *sendbuf, void *recvbuf, hk_handle *out) {
+                          const void *sendbuf, void *recvbuf,
+                          const struct hk_handle_s *outputs, hk_handle *out) {
   hk_handle h = calloc(1, sizeof *h);
   if (!h)
     return hk_fail(HK_ERR_NOMEM, "cannot allocate a handle");
   h->req = *req;
-  if (ctx->timeline) /* read-only after hk_init: the cost when off */
-    h->t_submit = hk_now();
   h->sendbuf = sendbuf;
   h->recvbuf = recvbuf;
-  hk_status st = HK_OK;
-  pthread_mutex_lock(&ctx->mu);
-  if (ctx->failure != HK_OK) {
-    st = hk_fail(ctx->failure, "cannot submit '%s': %s", req->name,
-                 ctx->failure_reason);
-  } else if (hk_strmap_get(ctx->inflight, req->name)) {
-    st = hk_fail(HK_ERR_DUPLICATE_NAME,
-                 "tensor '%s' is already in flight on rank %d: wait for it "
-                 "before submitting the name again",
-                 req->name, ctx->rank);
-  } else if ((st = hk_strmap_put(ctx->inflight, req->name, h)) == HK_OK) {
-    if (ctx->queue_tail)
-      ctx->queue_tail->next = h;
-    else
-      ctx->queue_head = h;
-    ctx->queue_tail = h;
+  if (outputs) { /* where results go; the splits copy becomes ours */
+    h->out_buf = outputs->out_buf;
+    h->out_counts = outputs->out_counts;
+    h->out_rows = outputs->out_rows;
+    h->splits = outputs->splits;
   }
+  pthread_mutex_lock(&ctx->mu);
+  hk_status st = refuse_locked(ctx, req->name);
+  if (st == HK_OK)
+    st = enqueue_locked(ctx, h);
   pthread_mutex_unlock(&ctx->mu);
   if (st != HK_OK) {
+    free(h->splits);
     free(h);
     return st;
   }
   wake(ctx);
   *out = h;
+  return HK_OK;
+}
+
+hk_status hk_queue_submit_group(hk_ctx *ctx, hk_handle *members, size_t n,
+                                hk_handle *out) {
+  hk_handle parent = calloc(1, sizeof *parent);
+  if (!parent)
+    return hk_fail(HK_ERR_NOMEM, "cannot allocate a handle");
+  parent->pending = (int)n;
+  snprintf(parent->req.name, sizeof parent->req.name, "%s",
+           members[0]->req.group);
+  pthread_mutex_lock(&ctx->mu);
+  hk_status st = HK_OK;
+  for (size_t i = 0; i < n && st == HK_OK; i++)
+    st = refuse_locked(ctx, members[i]->req.name);
+  for (size_t i = 0; i < n && st == HK_OK; i++) {
+    members[i]->parent = parent;
+    st = enqueue_locked(ctx, members[i]);
+  }
+  pthread_mutex_unlock(&ctx->mu);
+  if (st != HK_OK) { /* only an allocation can fail after the checks */
+    free(parent);
+    return st;
+  }
+  wake(ctx);
+  *out = parent;
   return HK_OK;
 }
 
@@ -70,7 +117,20 @@ hk_handle hk_queue_find(hk_ctx *ctx, const char *name) {
 /* Requires ctx->mu held. */
 static void complete_locked(hk_ctx *ctx, hk_handle h, hk_status status,
                             const char *reason) {
-  hk_strmap_remove(ctx->inflight, h->req.name);
+  if (!h->phantom)
+    hk_strmap_remove(ctx->inflight, h->req.name);
+  hk_handle p = h->parent;
+  if (p) { /* a group member: report to the group, then go */
+    if (status != HK_OK && p->status == HK_OK) {
+      p->status = status;
+      p->reason = reason ? strdup(reason) : NULL;
+    }
+    if (--p->pending == 0)
+      p->done = 1;
+    free(h->splits);
+    free(h);
+    return;
+  }
   h->status = status;
   if (status != HK_OK && reason)
     h->reason = strdup(reason);
@@ -130,6 +190,7 @@ hk_status hk_queue_wait(hk_ctx *ctx, hk_handle h) {
   else
     hk_clear_error();
   free(h->reason);
+  free(h->splits);
   free(h);
   return st;
 }

@@ -11,12 +11,24 @@
 
 /**
  * Validates and enqueues one operation (request fields already filled in
- * `req`), then wakes the background thread. On HK_OK *out is the handle.
- * Errors: HK_ERR_DUPLICATE_NAME (name in flight on this rank),
+ * `req`), then wakes the background thread. `outputs`, if not NULL, gives
+ * the output fields (out_buf, out_counts, out_rows) and a malloc'd splits
+ * array, which the handle takes over (also on failure). On HK_OK *out is
+ * the handle. Errors: HK_ERR_DUPLICATE_NAME (name in flight on this rank),
  * HK_ERR_NOMEM, or the job's failure status once it failed/shut down.
  */
 hk_status hk_queue_submit(hk_ctx *ctx, const hk_wire_request *req,
-                          const void *sendbuf, void *recvbuf, hk_handle *out);
+                          const void *sendbuf, void *recvbuf,
+                          const struct hk_handle_s *outputs, hk_handle *out);
+
+/**
+ * Enqueues the members of a grouped allreduce at once: either every member
+ * name is free and all are queued, or none is (HK_ERR_DUPLICATE_NAME).
+ * members[i] are calloc'd handles with req/buffers filled; on HK_OK the
+ * queue owns them and *out is a new parent handle covering them all.
+ */
+hk_status hk_queue_submit_group(hk_ctx *ctx, hk_handle *members, size_t n,
+                                hk_handle *out);
 
 /** Background thread: takes every queued handle (a list linked by next). */
 hk_handle hk_queue_take(hk_ctx *ctx);
@@ -26,7 +38,9 @@ hk_handle hk_queue_find(hk_ctx *ctx, const char *name);
 
 /**
  * Completes a handle with status (and reason, copied, when not HK_OK),
- * removes its name from the in-flight table and wakes waiters.
+ * removes its name from the in-flight table and wakes waiters. A group
+ * member is freed, its parent completing with the last member (with the
+ * first error). The caller must not touch h afterwards.
  */
 void hk_queue_complete(hk_ctx *ctx, hk_handle h, hk_status status,
                        const char *reason);

@@ -103,7 +103,7 @@ hk_status hk_init(void) {
   hk_ctx *ctx = calloc(1, sizeof *ctx);
   if (!ctx)
     return hk_fail(HK_ERR_NOMEM, "cannot allocate the runtime context");
-  ctx->mesh = (hk_mesh){-1, -1, -1, -1, -1, NULL};
+  ctx->mesh = (hk_mesh){-1, -1, NULL, -1, NULL};
   ctx->wake_fd = -1;
   pthread_mutex_init(&ctx->mu, NULL);
   pthread_cond_init(&ctx->done_cv, NULL);
@@ -134,8 +134,13 @@ hk_status hk_init(void) {
     st = hk_bootstrap(ctx);
   if (st == HK_OK) {
     ctx->io.abort_fd = ctx->mesh.launcher_fd;
-    st = hk_ring_init(&ctx->ring, ctx->rank, ctx->size, ctx->mesh.left_fd,
-                      ctx->mesh.right_fd, &ctx->io, ctx->cfg.ring_chunk_bytes);
+    int n = ctx->size, left = -1, right = -1;
+    if (n > 1) {
+      left = ctx->mesh.peer_fds[(ctx->rank + n - 1) % n];
+      right = ctx->mesh.peer_fds[(ctx->rank + 1) % n];
+    }
+    st = hk_ring_init(&ctx->ring, ctx->rank, n, left, right, &ctx->io,
+                      ctx->cfg.ring_chunk_bytes);
   }
   if (st == HK_OK) {
     if (pthread_create(&ctx->thread, NULL, hk_background_main, ctx) != 0)
@@ -207,6 +212,19 @@ static hk_status check_common(const char *fn, const char *name, size_t count,
   req->prescale = req->postscale = 1.0;
   req->dtype = (uint8_t)dtype;
   req->count = count;
+  req->row_elems = 1;
+  return HK_OK;
+}
+
+/* rows x row_elems must fit, in bytes, in a size_t. */
+static hk_status check_rows(const char *fn, const char *name, size_t rows,
+                            size_t row_elems, hk_wire_request *req) {
+  if (row_elems == 0 || (rows && row_elems > SIZE_MAX / 8 / rows))
+    return hk_fail(HK_ERR_INVALID_ARG,
+                   "%s: tensor '%s': %zu rows of %zu elements is not a "
+                   "valid shape",
+                   fn, name, rows, row_elems);
+  req->row_elems = row_elems;
   return HK_OK;
 }
 
@@ -252,7 +270,7 @@ hk_status hk_allreduce_scaled_async(const char *name, const void *sendbuf,
   req.op = (uint8_t)op;
   req.prescale = prescale;
   req.postscale = postscale;
-  return hk_queue_submit(g_ctx, &req, sendbuf, recvbuf, handle);
+  return hk_queue_submit(g_ctx, &req, sendbuf, recvbuf, NULL, handle);
 }
 
 hk_status hk_broadcast_async(const char *name, void *buf, size_t count,
@@ -272,7 +290,205 @@ hk_status hk_broadcast_async(const char *name, void *buf, size_t count,
                    !handle ? "handle pointer" : "buffer");
   req.coll = HK_COLL_BROADCAST;
   req.root = root;
-  return hk_queue_submit(g_ctx, &req, buf, buf, handle);
+  return hk_queue_submit(g_ctx, &req, buf, buf, NULL, handle);
+}
+
+hk_status hk_allgather_async(const char *name, const void *sendbuf, size_t rows,
+                             size_t row_elems, hk_dtype dtype, void **recvbuf,
+                             size_t *rows_per_rank, hk_handle *handle) {
+  const char *fn = "hk_allgather_async";
+  hk_wire_request req;
+  hk_status st = check_common(fn, name, rows, dtype, &req);
+  if (st == HK_OK)
+    st = check_rows(fn, name, rows, row_elems, &req);
+  if (st != HK_OK)
+    return st;
+  if (!handle || !recvbuf || (rows > 0 && !sendbuf))
+    return hk_fail(HK_ERR_INVALID_ARG, "%s: tensor '%s': NULL %s", fn, name,
+                   !handle    ? "handle pointer"
+                   : !recvbuf ? "recvbuf pointer"
+                              : "sendbuf");
+  req.coll = HK_COLL_ALLGATHER;
+  struct hk_handle_s out = {.out_buf = recvbuf, .out_counts = rows_per_rank};
+  return hk_queue_submit(g_ctx, &req, sendbuf, NULL, &out, handle);
+}
+
+hk_status hk_reducescatter_async(const char *name, const void *sendbuf,
+                                 size_t rows, size_t row_elems, hk_dtype dtype,
+                                 hk_op op, void *recvbuf, size_t *rows_out,
+                                 hk_handle *handle) {
+  const char *fn = "hk_reducescatter_async";
+  hk_wire_request req;
+  hk_status st = check_common(fn, name, rows, dtype, &req);
+  if (st == HK_OK)
+    st = check_rows(fn, name, rows, row_elems, &req);
+  if (st != HK_OK)
+    return st;
+  if ((unsigned)op > HK_PRODUCT)
+    return hk_fail(HK_ERR_INVALID_ARG, "%s: tensor '%s': unknown op %d", fn,
+                   name, (int)op);
+  if (!handle || (rows > 0 && (!sendbuf || !recvbuf)))
+    return hk_fail(HK_ERR_INVALID_ARG, "%s: tensor '%s': NULL %s", fn, name,
+                   !handle ? "handle pointer" : "buffer");
+  req.coll = HK_COLL_REDUCESCATTER;
+  req.op = (uint8_t)op;
+  struct hk_handle_s out = {.out_rows = rows_out};
+  return hk_queue_submit(g_ctx, &req, sendbuf, recvbuf, &out, handle);
+}
+
+hk_status hk_alltoall_async(const char *name, const void *sendbuf,
+                            const size_t *splits, size_t row_elems,
+                            hk_dtype dtype, void **recvbuf, size_t *recv_splits,
+                            hk_handle *handle) {
+  const char *fn = "hk_alltoall_async";
+  if (!g_ctx)
+    return hk_fail(HK_ERR_NOT_INITIALIZED, "%s called before hk_init", fn);
+  if (!splits || !handle || !recvbuf)
+    return hk_fail(HK_ERR_INVALID_ARG, "%s: tensor '%s': NULL %s", fn,
+                   name ? name : "(null)",
+                   !splits   ? "splits"
+                   : !handle ? "handle pointer"
+                             : "recvbuf pointer");
+  size_t rows = 0;
+  for (int r = 0; r < g_ctx->size; r++) {
+    if (splits[r] > SIZE_MAX / 16 - rows)
+      return hk_fail(HK_ERR_INVALID_ARG, "%s: splits overflow", fn);
+    rows += splits[r];
+  }
+  hk_wire_request req;
+  hk_status st = check_common(fn, name, rows, dtype, &req);
+  if (st == HK_OK)
+    st = check_rows(fn, name, rows, row_elems, &req);
+  if (st != HK_OK)
+    return st;
+  if (rows > 0 && !sendbuf)
+    return hk_fail(HK_ERR_INVALID_ARG, "%s: tensor '%s': NULL sendbuf", fn,
+                   name);
+  struct hk_handle_s out = {.out_buf = recvbuf, .out_counts = recv_splits};
+  out.splits = malloc((size_t)g_ctx->size * sizeof(size_t));
+  if (!out.splits)
+    return hk_fail(HK_ERR_NOMEM, "cannot copy the splits");
+  memcpy(out.splits, splits, (size_t)g_ctx->size * sizeof(size_t));
+  req.coll = HK_COLL_ALLTOALL;
+  return hk_queue_submit(g_ctx, &req, sendbuf, NULL, &out, handle);
+}
+
+hk_status hk_grouped_allreduce_async(const char *const *names,
+                                     const void *const *sendbufs,
+                                     void *const *recvbufs,
+                                     const size_t *counts, size_t n,
+                                     hk_dtype dtype, hk_op op,
+                                     hk_handle *handle) {
+  const char *fn = "hk_grouped_allreduce_async";
+  if (!g_ctx)
+    return hk_fail(HK_ERR_NOT_INITIALIZED, "%s called before hk_init", fn);
+  if (n == 0 || n > UINT32_MAX || !names || !sendbufs || !recvbufs || !counts ||
+      !handle)
+    return hk_fail(HK_ERR_INVALID_ARG, "%s: %s", fn,
+                   n == 0 ? "the group is empty"
+                          : "a NULL array or handle pointer");
+  if ((unsigned)op > HK_PRODUCT)
+    return hk_fail(HK_ERR_INVALID_ARG, "%s: unknown op %d", fn, (int)op);
+  hk_handle *m = calloc(n, sizeof *m);
+  if (!m)
+    return hk_fail(HK_ERR_NOMEM, "cannot allocate %zu handles", n);
+  hk_status st = HK_OK;
+  for (size_t i = 0; i < n && st == HK_OK; i++) {
+    hk_wire_request req;
+    st = check_common(fn, names[i], counts[i], dtype, &req);
+    for (size_t j = 0; j < i && st == HK_OK; j++)
+      if (!strcmp(names[i], names[j]))
+        st =
+            hk_fail(HK_ERR_DUPLICATE_NAME,
+                    "%s: tensor '%s' appears twice in the group", fn, names[i]);
+    if (st == HK_OK && counts[i] > 0 && (!sendbufs[i] || !recvbufs[i]))
+      st = hk_fail(HK_ERR_INVALID_ARG, "%s: tensor '%s': NULL buffer", fn,
+                   names[i]);
+    if (st != HK_OK)
+      break;
+    req.coll = HK_COLL_ALLREDUCE;
+    req.op = (uint8_t)op;
+    req.group_size = (uint32_t)n;
+    req.group_index = (uint32_t)i;
+    snprintf(req.group, sizeof req.group, "%s", names[0]);
+    m[i] = calloc(1, sizeof **m);
+    if (!m[i]) {
+      st = hk_fail(HK_ERR_NOMEM, "cannot allocate a handle");
+      break;
+    }
+    m[i]->req = req;
+    m[i]->sendbuf = sendbufs[i];
+    m[i]->recvbuf = recvbufs[i];
+  }
+  if (st == HK_OK)
+    st = hk_queue_submit_group(g_ctx, m, n, handle);
+  if (st != HK_OK)
+    for (size_t i = 0; i < n; i++)
+      free(m[i]);
+  free(m);
+  return st;
+}
+
+hk_status hk_join(int *last_rank) {
+  if (!g_ctx)
+    return hk_fail(HK_ERR_NOT_INITIALIZED, "hk_join called before hk_init");
+  hk_wire_request req = {
+      .coll = HK_COLL_JOIN, .row_elems = 1, .prescale = 1.0, .postscale = 1.0};
+  pthread_mutex_lock(&g_ctx->mu);
+  uint64_t seq = g_ctx->join_seq++;
+  pthread_mutex_unlock(&g_ctx->mu);
+  snprintf(req.name, sizeof req.name, "hk.join.%llu", (unsigned long long)seq);
+  hk_handle h;
+  hk_status st = hk_queue_submit(g_ctx, &req, NULL, NULL, NULL, &h);
+  if (st != HK_OK)
+    return st;
+  int last = -1;
+  pthread_mutex_lock(&g_ctx->mu);
+  while (!h->done)
+    pthread_cond_wait(&g_ctx->done_cv, &g_ctx->mu);
+  last = h->out_int;
+  pthread_mutex_unlock(&g_ctx->mu);
+  st = hk_queue_wait(g_ctx, h);
+  if (st == HK_OK && last_rank)
+    *last_rank = last;
+  return st;
+}
+
+hk_status hk_allgather(const char *name, const void *sendbuf, size_t rows,
+                       size_t row_elems, hk_dtype dtype, void **recvbuf,
+                       size_t *rows_per_rank) {
+  hk_handle h;
+  hk_status st = hk_allgather_async(name, sendbuf, rows, row_elems, dtype,
+                                    recvbuf, rows_per_rank, &h);
+  return st != HK_OK ? st : hk_wait(h);
+}
+
+hk_status hk_reducescatter(const char *name, const void *sendbuf, size_t rows,
+                           size_t row_elems, hk_dtype dtype, hk_op op,
+                           void *recvbuf, size_t *rows_out) {
+  hk_handle h;
+  hk_status st = hk_reducescatter_async(name, sendbuf, rows, row_elems, dtype,
+                                        op, recvbuf, rows_out, &h);
+  return st != HK_OK ? st : hk_wait(h);
+}
+
+hk_status hk_alltoall(const char *name, const void *sendbuf,
+                      const size_t *splits, size_t row_elems, hk_dtype dtype,
+                      void **recvbuf, size_t *recv_splits) {
+  hk_handle h;
+  hk_status st = hk_alltoall_async(name, sendbuf, splits, row_elems, dtype,
+                                   recvbuf, recv_splits, &h);
+  return st != HK_OK ? st : hk_wait(h);
+}
+
+hk_status hk_grouped_allreduce(const char *const *names,
+                               const void *const *sendbufs,
+                               void *const *recvbufs, const size_t *counts,
+                               size_t n, hk_dtype dtype, hk_op op) {
+  hk_handle h;
+  hk_status st = hk_grouped_allreduce_async(names, sendbufs, recvbufs, counts,
+                                            n, dtype, op, &h);
+  return st != HK_OK ? st : hk_wait(h);
 }
 
 hk_status hk_wait(hk_handle handle) {
@@ -315,13 +531,16 @@ hk_status hk_broadcast(const char *name, void *buf, size_t count,
 hk_status hk_barrier(void) {
   if (!g_ctx)
     return hk_fail(HK_ERR_NOT_INITIALIZED, "hk_barrier called before hk_init");
-  hk_wire_request req = {.coll = HK_COLL_BARRIER};
+  hk_wire_request req = {.coll = HK_COLL_BARRIER,
+                         .row_elems = 1,
+                         .prescale = 1.0,
+                         .postscale = 1.0};
   pthread_mutex_lock(&g_ctx->mu);
   uint64_t seq = g_ctx->barrier_seq++;
   pthread_mutex_unlock(&g_ctx->mu);
   snprintf(req.name, sizeof req.name, "hk.barrier.%llu",
            (unsigned long long)seq);
   hk_handle h;
-  hk_status st = hk_queue_submit(g_ctx, &req, NULL, NULL, &h);
+  hk_status st = hk_queue_submit(g_ctx, &req, NULL, NULL, NULL, &h);
   return st != HK_OK ? st : hk_wait(h);
 }

@@ -398,3 +398,30 @@ hk_status hk_tcp_recv_msg(int fd, hk_msg *out, hk_buf *scratch, const hk_io *io,
   }
   return HK_OK;
 }
+
+hk_status hk_tcp_exchange(int send_fd, const void *sp, size_t sn, int recv_fd,
+                          void *rp, size_t rn, const hk_io *io,
+                          const char *send_who, const char *recv_who) {
+  const uint8_t *s = sp;
+  uint8_t *r = rp;
+  while (sn > 0 || rn > 0) {
+    size_t ds = 0, dr = 0;
+    hk_status st = HK_OK;
+    if (sn > 0)
+      st = hk_tcp_send_some(send_fd, s, sn, &ds, send_who);
+    if (st == HK_OK && rn > 0)
+      st = hk_tcp_recv_some(recv_fd, r, rn, &dr, recv_who);
+    if (st != HK_OK)
+      return st;
+    s += ds;
+    sn -= ds;
+    r += dr;
+    rn -= dr;
+    if (ds == 0 && dr == 0 && (sn > 0 || rn > 0)) {
+      st = hk_tcp_wait(send_fd, sn > 0, recv_fd, rn > 0, io, "in alltoall");
+      if (st != HK_OK)
+        return st;
+    }
+  }
+  return HK_OK;
+}

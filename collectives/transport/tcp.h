@@ -66,6 +66,15 @@ hk_status hk_tcp_send_all(int fd, const void *p, size_t n, const hk_io *io,
 hk_status hk_tcp_recv_all(int fd, void *p, size_t n, const hk_io *io,
                           const char *who);
 
+/**
+ * Sends sn bytes on send_fd while receiving rn bytes on recv_fd, both in
+ * flight together (the fds may be equal). Errors: HK_ERR_PEER_LOST,
+ * HK_ERR_TIMEOUT naming the peer (send_who / recv_who).
+ */
+hk_status hk_tcp_exchange(int send_fd, const void *sp, size_t sn, int recv_fd,
+                          void *rp, size_t rn, const hk_io *io,
+                          const char *send_who, const char *recv_who);
+
 /** Encodes msg and sends it as one frame (scratch is reused). */
 hk_status hk_tcp_send_msg(int fd, const hk_msg *msg, hk_buf *scratch,
                           const hk_io *io, const char *who);

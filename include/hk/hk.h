@@ -204,6 +204,97 @@ hk_status hk_broadcast_async(const char *name, void *buf, size_t count,
                              hk_dtype dtype, int root, hk_handle *handle);
 
 /**
+ * Starts an allgather (Horovod's allgather; MPI's allgatherv): rank r
+ * contributes `rows` rows of `row_elems` elements (the first dimension may
+ * differ between ranks; the row size must not). When it completes, every
+ * rank holds the concatenation of all contributions in rank order, in a
+ * buffer hk allocated with malloc: *recvbuf receives it (the caller frees
+ * it; NULL when the total is 0), and rows_per_rank (if not NULL, size()
+ * entries) receives each rank's row count. Both are written by the time
+ * hk_wait returns HK_OK. Ranks disagreeing on dtype or row_elems get
+ * HK_ERR_MISMATCH. Algorithm: ring allgather, pipelined. Errors as
+ * hk_allreduce_async; NULL recvbuf is HK_ERR_INVALID_ARG.
+ */
+hk_status hk_allgather_async(const char *name, const void *sendbuf, size_t rows,
+                             size_t row_elems, hk_dtype dtype, void **recvbuf,
+                             size_t *rows_per_rank, hk_handle *handle);
+
+/**
+ * Starts a reduce-scatter: every rank passes `rows` rows of `row_elems`
+ * elements; the rows are reduced across ranks (op as in hk_op) and split
+ * as evenly as possible: rank r receives rows [r*q + min(r, m), ...) where
+ * q = rows / size and m = rows % size (the first m ranks get one extra
+ * row). recvbuf must hold ceil(rows/size) * row_elems elements; *rows_out
+ * (if not NULL) receives this rank's row count. Ranks must agree on rows,
+ * row_elems, dtype and op (else HK_ERR_MISMATCH). Algorithm: ring
+ * reduce-scatter (N-1 steps). Errors as hk_allreduce_async.
+ */
+hk_status hk_reducescatter_async(const char *name, const void *sendbuf,
+                                 size_t rows, size_t row_elems, hk_dtype dtype,
+                                 hk_op op, void *recvbuf, size_t *rows_out,
+                                 hk_handle *handle);
+
+/**
+ * Starts an alltoall with per-rank splits: rank r sends splits[j] rows of
+ * `row_elems` elements to rank j (splits has size() entries; its sum is
+ * the number of rows in sendbuf, taken in rank order). When it completes,
+ * *recvbuf holds (hk malloc'd; the caller frees; NULL when empty) the rows
+ * received from every rank in rank order, and recv_splits (if not NULL,
+ * size() entries) how many came from each. Ranks must agree on dtype and
+ * row_elems. Algorithm: pairwise exchange, step k sending to rank r+k and
+ * receiving from r-k, over direct connections. Errors as
+ * hk_allreduce_async.
+ */
+hk_status hk_alltoall_async(const char *name, const void *sendbuf,
+                            const size_t *splits, size_t row_elems,
+                            hk_dtype dtype, void **recvbuf, size_t *recv_splits,
+                            hk_handle *handle);
+
+/**
+ * Starts a grouped allreduce: n tensors (names[i], sendbufs[i],
+ * recvbufs[i], counts[i] elements; in place allowed per tensor) that are
+ * negotiated as one unit: none of them runs before all of them are ready
+ * on every rank, and they are then fused together (up to the fusion
+ * threshold per fusion buffer). One handle covers the group; it completes
+ * when every member has, with the first error among them. The group is
+ * identified by names[0] and n, which must agree across ranks.
+ * Errors as hk_allreduce_async; n == 0 is HK_ERR_INVALID_ARG.
+ */
+hk_status hk_grouped_allreduce_async(const char *const *names,
+                                     const void *const *sendbufs,
+                                     void *const *recvbufs,
+                                     const size_t *counts, size_t n,
+                                     hk_dtype dtype, hk_op op,
+                                     hk_handle *handle);
+
+/**
+ * Horovod's join, for ranks that run out of data early: blocks until every
+ * rank has called hk_join. Meanwhile the other ranks' collectives do not
+ * wait for this one: it takes part in them with the identity of the op
+ * (0 for sum and average, 1 for product, the largest/smallest value for
+ * min/max) and no rows for allgather and alltoall, and HK_AVERAGE divides
+ * by the number of ranks that contributed. A broadcast whose root has
+ * joined fails with HK_ERR_MISMATCH. *last_rank (if not NULL) receives the
+ * rank that joined last. Errors as hk_wait.
+ */
+hk_status hk_join(int *last_rank);
+
+/** Blocking forms: the *_async call followed by hk_wait. */
+hk_status hk_allgather(const char *name, const void *sendbuf, size_t rows,
+                       size_t row_elems, hk_dtype dtype, void **recvbuf,
+                       size_t *rows_per_rank);
+hk_status hk_reducescatter(const char *name, const void *sendbuf, size_t rows,
+                           size_t row_elems, hk_dtype dtype, hk_op op,
+                           void *recvbuf, size_t *rows_out);
+hk_status hk_alltoall(const char *name, const void *sendbuf,
+                      const size_t *splits, size_t row_elems, hk_dtype dtype,
+                      void **recvbuf, size_t *recv_splits);
+hk_status hk_grouped_allreduce(const char *const *names,
+                               const void *const *sendbufs,
+                               void *const *recvbufs, const size_t *counts,
+                               size_t n, hk_dtype dtype, hk_op op);
+
+/**
  * Blocks until the operation completes, releases the handle, and returns
  * its status (HK_OK, HK_ERR_MISMATCH, HK_ERR_PEER_LOST, HK_ERR_SHUTDOWN,
  * HK_ERR_TIMEOUT, ...). On error hk_last_error() on this thread gives the

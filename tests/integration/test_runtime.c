@@ -65,6 +65,20 @@ static void test_allreduce_np8(void **s) {
   allreduce_np("8");
 }
 
+/* allgather, reducescatter, alltoall, grouped allreduce and join against
+ * serial computations, np in {1, 2, 3, 5, 8}. */
+static void test_collectives(void **s) {
+  (void)s;
+  const char *nps[] = {"1", "2", "3", "5", "8"};
+  for (int i = 0; i < 5; i++) {
+    char ok[64];
+    snprintf(ok, sizeof ok, "collectives ok: np=%s", nps[i]);
+    char *argv[] = {HKRUN_PATH, "-np", (char *)nps[i], W("w_collectives"),
+                    NULL};
+    run_ok(argv, ok, atoi(nps[i]), 120);
+  }
+}
+
 /* A program started without hkrun is a world of size 1. */
 static void test_without_hkrun(void **s) {
   (void)s;
@@ -189,6 +203,7 @@ int main(void) {
       cmocka_unit_test(test_allreduce_np4),
       cmocka_unit_test(test_allreduce_np5),
       cmocka_unit_test(test_allreduce_np8),
+      cmocka_unit_test(test_collectives),
       cmocka_unit_test(test_without_hkrun),
       cmocka_unit_test(test_threads_random_order),
       cmocka_unit_test(test_negotiation_errors),

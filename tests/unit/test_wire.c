@@ -212,7 +212,7 @@ static void test_oversized_rejected(void **state) {
   hk_buf b = {0};
   assert_int_equal(hk_wire_encode(&m, &b), HK_OK); /* exactly the limit */
   /* Patch the name length on the wire to one over the limit. */
-  size_t name_len_at = HK_WIRE_HEADER_LEN + 1 + 4 + 3 + 4 + 8 + 16;
+  size_t name_len_at = HK_WIRE_HEADER_LEN + 1 + 4 + 3 + 4 + 8 + 8 + 16 + 8;
   uint16_t over = HK_MAX_NAME_LEN + 1;
   b.data[name_len_at] = (uint8_t)over;
   b.data[name_len_at + 1] = (uint8_t)(over >> 8);
@@ -252,9 +252,9 @@ static void test_bad_fields_rejected(void **state) {
     assert_non_null(strstr(hk_last_error(), cases[i].needle));
     b.data[cases[i].at] = saved;
   }
-  /* a NUL inside a string (the name "t" is the byte before the 4-byte
+  /* a NUL inside a string (the name "t" is the byte before the empty group name and the 4-byte
    * bit count at the end) */
-  b.data[b.len - 5] = '\0';
+  b.data[b.len - 7] = 0;
   assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_ERR_PROTOCOL);
   assert_non_null(strstr(hk_last_error(), "NUL"));
   hk_buf_free(&b);
