@@ -219,11 +219,164 @@ static void test_stuck_neighbour(void **state) {
   close_ring(a, 2);
 }
 
+/* Generic per-rank job for the tests below. */
+typedef struct job {
+  rank_arg *a;
+  hk_status (*fn)(struct job *j);
+  const size_t *seg;
+  void *send, *recv;
+  hk_status st;
+} job;
+
+static void *job_main(void *p) {
+  job *j = p;
+  j->st = j->fn(j);
+  return NULL;
+}
+
+static void run_jobs(job *jobs, int n) {
+  pthread_t t[MAXN];
+  for (int r = 0; r < n; r++)
+    pthread_create(&t[r], NULL, job_main, &jobs[r]);
+  for (int r = 0; r < n; r++)
+    pthread_join(t[r], NULL);
+  for (int r = 0; r < n; r++)
+    assert_int_equal(jobs[r].st, HK_OK);
+}
+
+static hk_status do_segmented(job *j) {
+  return hk_ring_allreduce_segmented(&j->a->ring, j->send, j->recv, j->seg,
+                                     HK_FLOAT32, HK_AVERAGE, NULL);
+}
+static hk_status do_plain(job *j) {
+  return hk_ring_allreduce(&j->a->ring, j->send, j->recv, j->seg[0], HK_FLOAT32,
+                           HK_AVERAGE, NULL);
+}
+static hk_status do_reducescatter(job *j) {
+  return hk_ring_reducescatter(&j->a->ring, j->send, j->recv, j->seg,
+                               HK_FLOAT64, HK_SUM, NULL);
+}
+static hk_status do_allgatherv(job *j) {
+  size_t r = (size_t)j->a->rank;
+  return hk_ring_allgatherv(&j->a->ring, (const double *)j->send + j->seg[r],
+                            j->recv, j->seg, HK_FLOAT64);
+}
+
+static float real_value(int r, int t, size_t i) {
+  uint32_t h = (uint32_t)(i * 2654435761u) ^ (uint32_t)(r * 40503 + t * 977);
+  h ^= h >> 13;
+  h *= 0x5bd1e995u;
+  h ^= h >> 15;
+  return (float)h / 4294967296.0f - 0.5f;
+}
+
+/* Two tensors laid out segment-major in one buffer reduce to exactly the
+ * bits each gets alone: the fusion guarantee, with real-valued floats. */
+static void test_segmented_equals_separate(void **state) {
+  (void)state;
+  for (int n = 3; n <= 5; n += 2) {
+    size_t counts[2] = {1001, 37};
+    rank_arg a[MAXN];
+    memset(a, 0, sizeof a);
+    make_ring(a, n, 4096 + 4, 10);
+    float *alone[2][MAXN], *fused[MAXN];
+    size_t total = counts[0] + counts[1];
+    /* layout: segment j = tensor 0's segment j then tensor 1's */
+    size_t seg[MAXN + 1], s0[MAXN + 1], s1[MAXN + 1];
+    hk_ring_default_segments(counts[0], n, s0);
+    hk_ring_default_segments(counts[1], n, s1);
+    for (int j = 0; j <= n; j++)
+      seg[j] = s0[j] + s1[j];
+    for (int r = 0; r < n; r++) {
+      fused[r] = malloc(total * sizeof(float));
+      for (int t = 0; t < 2; t++) {
+        alone[t][r] = malloc(counts[t] * sizeof(float));
+        for (size_t i = 0; i < counts[t]; i++)
+          alone[t][r][i] = real_value(r, t, i);
+      }
+      for (int j = 0; j < n; j++) {
+        memcpy(fused[r] + seg[j], alone[0][r] + s0[j],
+               (s0[j + 1] - s0[j]) * sizeof(float));
+        memcpy(fused[r] + seg[j] + (s0[j + 1] - s0[j]), alone[1][r] + s1[j],
+               (s1[j + 1] - s1[j]) * sizeof(float));
+      }
+    }
+    job jobs[MAXN];
+    for (int r = 0; r < n; r++)
+      jobs[r] = (job){&a[r], do_segmented, seg, fused[r], fused[r], 0};
+    run_jobs(jobs, n);
+    for (int t = 0; t < 2; t++) {
+      size_t cnt[1] = {counts[t]};
+      for (int r = 0; r < n; r++)
+        jobs[r] = (job){&a[r], do_plain, cnt, alone[t][r], alone[t][r], 0};
+      run_jobs(jobs, n);
+    }
+    for (int r = 0; r < n; r++) {
+      for (int j = 0; j < n; j++) {
+        assert_memory_equal(fused[r] + seg[j], alone[0][r] + s0[j],
+                            (s0[j + 1] - s0[j]) * sizeof(float));
+        assert_memory_equal(fused[r] + seg[j] + (s0[j + 1] - s0[j]),
+                            alone[1][r] + s1[j],
+                            (s1[j + 1] - s1[j]) * sizeof(float));
+      }
+      free(fused[r]);
+      free(alone[0][r]);
+      free(alone[1][r]);
+    }
+    close_ring(a, n);
+  }
+}
+
+static void test_reducescatter_and_allgatherv(void **state) {
+  (void)state;
+  for (int n = 1; n <= MAXN; n++) {
+    rank_arg a[MAXN];
+    memset(a, 0, sizeof a);
+    make_ring(a, n, 4096, 10);
+    /* uneven segments, one empty */
+    size_t seg[MAXN + 1] = {0};
+    for (int j = 0; j < n; j++)
+      seg[j + 1] = seg[j] + (j == 1 ? 0 : (size_t)(j * 700 + 3));
+    size_t total = seg[n];
+    double *inp[MAXN], *out[MAXN];
+    job jobs[MAXN];
+    for (int r = 0; r < n; r++) {
+      inp[r] = malloc((total + 1) * sizeof(double));
+      out[r] = malloc((total + 1) * sizeof(double));
+      for (size_t i = 0; i < total; i++)
+        inp[r][i] = in(r, i);
+      jobs[r] = (job){&a[r], do_reducescatter, seg, inp[r], out[r], 0};
+    }
+    run_jobs(jobs, n);
+    for (int r = 0; r < n; r++)
+      for (size_t i = seg[r]; i < seg[r + 1]; i++) {
+        double e = 0;
+        for (int q = 0; q < n; q++)
+          e += in(q, i);
+        assert_true(out[r][i - seg[r]] == e);
+      }
+    for (int r = 0; r < n; r++)
+      jobs[r] = (job){&a[r], do_allgatherv, seg, inp[r], out[r], 0};
+    run_jobs(jobs, n);
+    for (int r = 0; r < n; r++)
+      for (int q = 0; q < n; q++)
+        for (size_t i = seg[q]; i < seg[q + 1]; i++)
+          assert_true(out[r][i] == in(q, i));
+    for (int r = 0; r < n; r++) {
+      free(inp[r]);
+      free(out[r]);
+    }
+    close_ring(a, n);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_allreduce_sizes),
       cmocka_unit_test(test_small_chunks),
       cmocka_unit_test(test_broadcast_every_root),
+      cmocka_unit_test(test_segmented_equals_separate),
+      cmocka_unit_test(test_reducescatter_and_allgatherv),
       cmocka_unit_test(test_lost_neighbour),
       cmocka_unit_test(test_stuck_neighbour),
   };
