@@ -5,6 +5,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config clang-format
   libuv1-dev libcmocka-dev libssl-dev
+  libexpat1-dev                       # topology/: NCCL topology XML
   openmpi-bin libopenmpi-dev
   clang libclang-rt-14-dev            # libFuzzer + sanitizer runtimes
   zlib1g-dev libopenblas-dev          # examples/train

@@ -1,0 +1,231 @@
+/* Unit tests of the alpha-beta allreduce model and the algorithm choice:
+ * hand-computed times, NVLink-over-PCIe factors on the real layouts, the
+ * chooser's picks (tree for small messages over many hosts, hierarchical
+ * over a slow network, ring inside a host), HK_ALLREDUCE_ALGO. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <cmocka.h>
+
+#include "topology/cost.h"
+#include "topology/parse.h"
+
+#define GIB ((size_t)1 << 30)
+
+static void assert_close(double got, double want, double rel) {
+  double d = got - want;
+  if (d < 0)
+    d = -d;
+  if (d > rel * (want < 0 ? -want : want))
+    fail_msg("got %.6f, want %.6f (relative tolerance %g)", got, want, rel);
+}
+
+static void test_ring_by_hand(void **state) {
+  (void)state;
+  /* 2 GPUs, 40 GB/s NVLink, 1e9 bytes. Simple: 8.4 us + 2 steps x 3.4 us,
+   * plus 1e9 B / (40 GB/s x N/(2(N-1)) = 1) = 25000 us. LL (3.6 + 2 x 0.47
+   * us, a quarter of the bandwidth: 100000 us) loses. */
+  hk_host_model h = {2, 40.0, 1};
+  hk_cost c;
+  assert_int_equal(hk_cost_allreduce(&h, HK_ALGO_RING, 1000000000u, 1, 0, &c),
+                   HK_OK);
+  assert_close(c.time_us, 25015.2, 1e-9);
+  assert_int_equal(c.proto, 1); /* Simple */
+  assert_close(c.algbw_gbps, 1e9 / 25015.2e3, 1e-9);
+  assert_close(c.busbw_gbps, c.algbw_gbps, 1e-12); /* 2(N-1)/N = 1 */
+  /* 0 bytes: the latency alone, LL's */
+  assert_int_equal(hk_cost_allreduce(&h, HK_ALGO_RING, 0, 1, 0, &c), HK_OK);
+  assert_close(c.time_us, 3.6 + 2 * 0.47, 1e-9);
+  assert_int_equal(c.proto, 0);
+}
+
+static void test_hierarchical_by_hand(void **state) {
+  (void)state;
+  /* 2 hosts x 4 GPUs over PCIe (100 GB/s rings), 100 Gbit/s = 12.5 GB/s.
+   * reduce-scatter = allgather: 8.4 + 3 x 5.7 + 1e9 / (100 x 4/3) / 1e3 =
+   * 7525.5 us; across hosts 4 rings of 2.5e8 B, each 12.5/4 GB/s: 8.4 + 2 x
+   * 9.6 + 2.5e8 / 3.125e3 = 80027.6 us; total 95078.6 us. */
+  hk_host_model h = {4, 100.0, 0};
+  hk_cost c;
+  assert_int_equal(
+      hk_cost_allreduce(&h, HK_ALGO_HIERARCHICAL, 1000000000u, 2, 100.0, &c),
+      HK_OK);
+  assert_close(c.time_us, 95078.6, 1e-9);
+  assert_close(c.busbw_gbps, 1e9 / 95078.6e3 * 2 * 7 / 8, 1e-9);
+  /* on one host it is the ring */
+  hk_cost r;
+  assert_int_equal(
+      hk_cost_allreduce(&h, HK_ALGO_HIERARCHICAL, 1u << 20, 1, 0, &c), HK_OK);
+  assert_int_equal(hk_cost_allreduce(&h, HK_ALGO_RING, 1u << 20, 1, 0, &r),
+                   HK_OK);
+  assert_close(c.time_us, r.time_us, 1e-12);
+}
+
+static void test_tree_by_hand(void **state) {
+  (void)state;
+  /* 16 hosts x 8 GPUs, 8 KiB: tree/LL = 4.4 + 2 (7 x 0.52 + 4 x 5.0) us
+   * + 8192 B / (12.5 x 0.9 / 3.8 x 0.5 GB/s) */
+  hk_host_model h = {8, 120.0, 1};
+  hk_cost c;
+  assert_int_equal(hk_cost_allreduce(&h, HK_ALGO_TREE, 8192, 16, 100.0, &c),
+                   HK_OK);
+  assert_close(c.time_us, 51.68 + 8192 / (12.5 * 0.9 / 3.8 * 0.5 * 1e3), 1e-9);
+  assert_int_equal(c.proto, 0);
+}
+
+static void test_chooser(void **state) {
+  (void)state;
+  hk_host_model v100 = {8, 120.0, 1};
+  hk_cost c;
+  /* small messages over many hosts: the tree's log2 latency wins */
+  assert_int_equal(hk_cost_choose(&v100, 8192, 16, 100.0, HK_ALGO_AUTO, &c),
+                   HK_OK);
+  assert_int_equal(c.algo, HK_ALGO_TREE);
+  /* big messages over a slow network: hierarchical sends (h-1)/h of the
+   * bytes over the NIC instead of (N-1)/N */
+  assert_int_equal(hk_cost_choose(&v100, GIB, 2, 10.0, HK_ALGO_AUTO, &c),
+                   HK_OK);
+  assert_int_equal(c.algo, HK_ALGO_HIERARCHICAL);
+  hk_cost ring;
+  assert_int_equal(hk_cost_allreduce(&v100, HK_ALGO_RING, GIB, 2, 10.0, &ring),
+                   HK_OK);
+  assert_true(c.time_us < 0.6 * ring.time_us);
+  /* inside one host: the ring */
+  assert_int_equal(hk_cost_choose(&v100, GIB, 1, 0, HK_ALGO_AUTO, &c), HK_OK);
+  assert_int_equal(c.algo, HK_ALGO_RING);
+  assert_close(c.busbw_gbps, 120.0, 0.01);
+  /* forced */
+  assert_int_equal(hk_cost_choose(&v100, GIB, 1, 0, HK_ALGO_TREE, &c), HK_OK);
+  assert_int_equal(c.algo, HK_ALGO_TREE);
+  /* more bytes never take less time */
+  double prev = 0;
+  for (size_t b = 1; b <= GIB; b *= 4) {
+    assert_int_equal(hk_cost_choose(&v100, b, 4, 25.0, HK_ALGO_AUTO, &c),
+                     HK_OK);
+    assert_true(c.time_us >= prev);
+    prev = c.time_us;
+  }
+}
+
+static void test_invalid_args(void **state) {
+  (void)state;
+  hk_cost c;
+  hk_host_model h = {8, 100.0, 0}, zero = {0, 100.0, 0}, nobw = {8, 0, 0};
+  assert_int_equal(hk_cost_allreduce(&zero, HK_ALGO_RING, 1, 1, 0, &c),
+                   HK_ERR_INVALID_ARG);
+  assert_int_equal(hk_cost_allreduce(&nobw, HK_ALGO_RING, 1, 1, 0, &c),
+                   HK_ERR_INVALID_ARG);
+  assert_int_equal(hk_cost_allreduce(&h, HK_ALGO_RING, 1, 2, 0, &c),
+                   HK_ERR_INVALID_ARG);
+  assert_int_equal(hk_cost_allreduce(&h, HK_ALGO_AUTO, 1, 1, 0, &c),
+                   HK_ERR_INVALID_ARG);
+  assert_int_equal(hk_cost_allreduce(&h, HK_ALGO_RING, 1, 0, 10, &c),
+                   HK_ERR_INVALID_ARG);
+  hk_host_model one = {1, 0, 0}; /* one GPU per host: no in-host phase */
+  assert_int_equal(hk_cost_allreduce(&one, HK_ALGO_RING, 1u << 20, 1, 0, &c),
+                   HK_OK);
+  assert_true(c.time_us == 0.0 && c.busbw_gbps == 0.0);
+  assert_int_equal(
+      hk_cost_allreduce(&one, HK_ALGO_HIERARCHICAL, 1u << 20, 4, 25, &c),
+      HK_OK);
+  assert_true(c.time_us > 0.0);
+}
+
+static void test_env_override(void **state) {
+  (void)state;
+  hk_algo a;
+  unsetenv("HK_ALLREDUCE_ALGO");
+  assert_int_equal(hk_cost_algo_from_env(&a), HK_OK);
+  assert_int_equal(a, HK_ALGO_AUTO);
+  static const struct {
+    const char *v;
+    hk_algo a;
+  } ok[] = {{"ring", HK_ALGO_RING},
+            {"TREE", HK_ALGO_TREE},
+            {"hierarchical", HK_ALGO_HIERARCHICAL},
+            {"auto", HK_ALGO_AUTO},
+            {"", HK_ALGO_AUTO}};
+  for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+    setenv("HK_ALLREDUCE_ALGO", ok[i].v, 1);
+    assert_int_equal(hk_cost_algo_from_env(&a), HK_OK);
+    assert_int_equal(a, ok[i].a);
+  }
+  setenv("HK_ALLREDUCE_ALGO", "butterfly", 1);
+  assert_int_equal(hk_cost_algo_from_env(&a), HK_ERR_CONFIG);
+  assert_non_null(strstr(hk_last_error(), "HK_ALLREDUCE_ALGO=\"butterfly\": "
+                                          "expected ring, tree, hierarchical "
+                                          "or auto"));
+  unsetenv("HK_ALLREDUCE_ALGO");
+}
+
+static hk_host_model model_of(const char *sub, const char *name) {
+  struct stat sb;
+  if (stat(HK_TOPO_DIR, &sb) != 0) {
+    print_message("skipped: %s is missing (CI puts ../shared beside the "
+                  "repository)\n",
+                  HK_TOPO_DIR);
+    skip();
+  }
+  char path[1024];
+  snprintf(path, sizeof path, "%s/%s/%s", HK_TOPO_DIR, sub, name);
+  hk_topo *t;
+  if (hk_topo_load_file(path, &t) != HK_OK)
+    fail_msg("%s", hk_last_error());
+  hk_host_model h;
+  assert_int_equal(hk_host_model_from_topo(t, t->n_gpus, &h), HK_OK);
+  hk_topo_free(t);
+  return h;
+}
+
+static double busbw(const hk_host_model *h, size_t bytes) {
+  hk_cost c;
+  assert_int_equal(hk_cost_allreduce(h, HK_ALGO_RING, bytes, 1, 0, &c), HK_OK);
+  return c.busbw_gbps;
+}
+
+static void test_nvlink_over_pcie(void **state) {
+  (void)state;
+  hk_host_model a100 = model_of("smi", "a100-sxm4-8gpu-nvswitch-aws-p4d.txt");
+  hk_host_model rtx4090 = model_of("smi", "rtx4090-8gpu-pcie-allsys-2nic.txt");
+  hk_host_model v100 =
+      model_of("smi", "v100-sxm2-8gpu-dgx1-hybrid-cube-mesh-1nic.txt");
+  hk_host_model t4 = model_of("smi", "t4-4gpu-pcie-2socket-sys-node.txt");
+  hk_host_model h100 =
+      model_of("ncclxml", "ibm-vpc-gx3d-h100-sxm-8gpu-nvswitch-8nic.xml");
+  hk_host_model rtx3090 =
+      model_of("ncclxml", "rtx3090-8gpu-pcie-switch-2socket-1ib.xml");
+  assert_true(a100.intra_nvlink && v100.intra_nvlink && h100.intra_nvlink);
+  assert_false(rtx4090.intra_nvlink || t4.intra_nvlink || rtx3090.intra_nvlink);
+  /* At 1 GiB the busbw inside a host is the rings' bandwidth (within 1%),
+   * so the expected factors are the ratios of the ring bottlenecks:
+   *  A100 NVSwitch 12 links x 20 GB/s = 240 over the 4090's SMP link 10:
+   *  24x; DGX-1 V100 6 links x 20 = 120 over the T4's SMP link 10: 12x;
+   *  H100 18 x 20.6 = 370.8 over the 3090 box's UPI 10: 37.08x. */
+  assert_close(busbw(&a100, GIB), 240.0, 0.01);
+  assert_close(busbw(&rtx4090, GIB), 10.0, 0.01);
+  assert_close(busbw(&a100, GIB) / busbw(&rtx4090, GIB), 24.0, 0.02);
+  assert_close(busbw(&v100, GIB) / busbw(&t4, GIB), 12.0, 0.02);
+  assert_close(busbw(&h100, GIB) / busbw(&rtx3090, GIB), 37.08, 0.02);
+  /* at 1 MiB latency matters: the factor shrinks but NVLink still wins */
+  double small = busbw(&a100, 1u << 20) / busbw(&rtx4090, 1u << 20);
+  assert_true(small > 2.0 && small < 24.0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_ring_by_hand),
+      cmocka_unit_test(test_hierarchical_by_hand),
+      cmocka_unit_test(test_tree_by_hand),
+      cmocka_unit_test(test_chooser),
+      cmocka_unit_test(test_invalid_args),
+      cmocka_unit_test(test_env_override),
+      cmocka_unit_test(test_nvlink_over_pcie),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,225 @@
+/* cost.c - the alpha-beta allreduce model and the algorithm choice
+ * (cost.h; figures and their sources in figures.h). */
+#include "topology/cost.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "common/status.h"
+#include "topology/figures.h"
+#include "topology/ring.h"
+
+const char *hk_algo_name(hk_algo a) {
+  switch (a) {
+  case HK_ALGO_RING:
+    return "ring";
+  case HK_ALGO_TREE:
+    return "tree";
+  case HK_ALGO_HIERARCHICAL:
+    return "hierarchical";
+  case HK_ALGO_AUTO:
+    return "auto";
+  }
+  return "?";
+}
+
+static int ceil_log2(int x) {
+  int l = 0;
+  while ((1 << l) < x)
+    l++;
+  return l;
+}
+
+/* One phase: time in µs of `bytes` at `gbps` busbw converted with ratio
+ * (algbw = busbw * ratio), after `lat_us`. GB/s = 1e3 bytes per µs. */
+static double phase_us(double lat_us, double bytes, double gbps, double ratio) {
+  return lat_us + (bytes > 0 ? bytes / (gbps * ratio * 1e3) : 0.0);
+}
+
+static hk_fig_hw intra_hw(const hk_host_model *h) {
+  return h->intra_nvlink ? HK_HW_NVLINK : HK_HW_PCI;
+}
+
+/* Ring allreduce over `hosts` hosts of `g` ranks each, with busbw `bw`.
+ * Returns µs; *proto the faster protocol. */
+static double ring_us(const hk_host_model *h, int g, int hosts, double bw,
+                      double bytes, int *proto) {
+  int n = g * hosts;
+  if (n == 1) {
+    *proto = HK_PROTO_SIMPLE;
+    return 0.0;
+  }
+  int steps = 2 * (n - 1), inter = hosts > 1 ? 2 * (hosts - 1) : 0;
+  double best = INFINITY;
+  for (int p = HK_PROTO_LL; p <= HK_PROTO_SIMPLE; p++) {
+    double lat = hk_fig_base_us(HK_FIG_RING, p) +
+                 (steps - inter) * hk_fig_step_us(HK_FIG_RING, p, intra_hw(h)) +
+                 inter * hk_fig_step_us(HK_FIG_RING, p, HK_HW_NET);
+    double b = bw * hk_fig_proto_bw_factor(HK_FIG_RING, p);
+    double us = phase_us(lat, bytes, b, (double)n / steps);
+    if (us < best) {
+      best = us;
+      *proto = p;
+    }
+  }
+  return best;
+}
+
+static double tree_us(const hk_host_model *h, int hosts, double bw,
+                      double bytes, int *proto) {
+  double best = INFINITY;
+  for (int p = HK_PROTO_LL; p <= HK_PROTO_SIMPLE; p++) {
+    double lat =
+        hk_fig_base_us(HK_FIG_TREE, p) +
+        2.0 * ((h->gpus - 1) * hk_fig_step_us(HK_FIG_TREE, p, intra_hw(h)) +
+               ceil_log2(hosts) * hk_fig_step_us(HK_FIG_TREE, p, HK_HW_NET));
+    double b =
+        bw * HK_FIG_TREE_BW_FACTOR * hk_fig_proto_bw_factor(HK_FIG_TREE, p);
+    double us = phase_us(lat, bytes, b, 0.5);
+    if (us < best) {
+      best = us;
+      *proto = p;
+    }
+  }
+  return best;
+}
+
+/* Reduce-scatter (or allgather) inside a host: g-1 steps, (g-1)/g of the
+ * bytes through each rank. */
+static double half_ring_us(const hk_host_model *h, double bytes, int *proto) {
+  int g = h->gpus;
+  if (g == 1)
+    return 0.0;
+  double best = INFINITY;
+  for (int p = HK_PROTO_LL; p <= HK_PROTO_SIMPLE; p++) {
+    double lat = hk_fig_base_us(HK_FIG_RING, p) +
+                 (g - 1) * hk_fig_step_us(HK_FIG_RING, p, intra_hw(h));
+    double b = h->intra_gbps * hk_fig_proto_bw_factor(HK_FIG_RING, p);
+    double us = phase_us(lat, bytes, b, (double)g / (g - 1));
+    if (us < best) {
+      best = us;
+      *proto = p;
+    }
+  }
+  return best;
+}
+
+hk_status hk_cost_allreduce(const hk_host_model *h, hk_algo algo, size_t bytes,
+                            int hosts, double net_gbit, hk_cost *out) {
+  memset(out, 0, sizeof *out);
+  if (!h || h->gpus < 1 || hosts < 1 ||
+      (double)h->gpus * hosts > (double)(1 << 24) ||
+      (h->gpus > 1 && !(h->intra_gbps > 0)) || (hosts > 1 && !(net_gbit > 0)) ||
+      algo == HK_ALGO_AUTO || (unsigned)algo > HK_ALGO_AUTO)
+    return hk_fail(HK_ERR_INVALID_ARG,
+                   "cost model: %d GPUs/host, %.3g GB/s in host, %d hosts, "
+                   "%.3g Gbit/s, algorithm %s",
+                   h ? h->gpus : 0, h ? h->intra_gbps : 0.0, hosts, net_gbit,
+                   hk_algo_name(algo));
+  int n = h->gpus * hosts;
+  double s = (double)bytes;
+  double net = net_gbit / 8.0; /* GB/s */
+  double intra = h->gpus > 1 ? h->intra_gbps : INFINITY;
+  double flat = hosts > 1 ? fmin(intra, net) : intra;
+  int proto = HK_PROTO_SIMPLE;
+  double us = 0.0;
+  if (n == 1) {
+    us = 0.0;
+  } else if (algo == HK_ALGO_TREE) {
+    us = tree_us(h, hosts, flat, s, &proto);
+  } else if (algo == HK_ALGO_RING || hosts == 1) {
+    us = ring_us(h, h->gpus, hosts, flat, s, &proto);
+  } else {
+    /* hierarchical: each of the g cross-host rings carries bytes/g and
+     * gets net/g of the host's network. */
+    int p1 = HK_PROTO_SIMPLE, p2 = HK_PROTO_SIMPLE;
+    hk_host_model one = {1, INFINITY, 0};
+    double rs = half_ring_us(h, s, &p1);
+    double cross = ring_us(&one, 1, hosts, net / h->gpus, s / h->gpus, &p2);
+    us = 2.0 * rs + cross;
+    proto = p2;
+  }
+  out->algo = algo;
+  out->proto = proto;
+  out->time_us = us;
+  if (us > 0 && bytes > 0) {
+    out->algbw_gbps = s / (us * 1e3);
+    out->busbw_gbps = out->algbw_gbps * 2.0 * (n - 1) / n;
+  }
+  return HK_OK;
+}
+
+hk_status hk_cost_choose(const hk_host_model *h, size_t bytes, int hosts,
+                         double net_gbit, hk_algo forced, hk_cost *out) {
+  if (forced != HK_ALGO_AUTO)
+    return hk_cost_allreduce(h, forced, bytes, hosts, net_gbit, out);
+  static const hk_algo order[] = {HK_ALGO_RING, HK_ALGO_HIERARCHICAL,
+                                  HK_ALGO_TREE};
+  hk_cost best = {0};
+  for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
+    if (order[i] == HK_ALGO_HIERARCHICAL && hosts == 1)
+      continue; /* the same as the ring there */
+    hk_cost c;
+    hk_status st = hk_cost_allreduce(h, order[i], bytes, hosts, net_gbit, &c);
+    if (st != HK_OK)
+      return st;
+    if (i == 0 || c.time_us < best.time_us * (1.0 - 1e-12))
+      best = c;
+  }
+  *out = best;
+  return HK_OK;
+}
+
+hk_status hk_cost_algo_from_env(hk_algo *out) {
+  const char *v = getenv("HK_ALLREDUCE_ALGO");
+  *out = HK_ALGO_AUTO;
+  if (!v || !*v || strcasecmp(v, "auto") == 0)
+    return HK_OK;
+  static const hk_algo all[] = {HK_ALGO_RING, HK_ALGO_TREE,
+                                HK_ALGO_HIERARCHICAL};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    if (strcasecmp(v, hk_algo_name(all[i])) == 0) {
+      *out = all[i];
+      return HK_OK;
+    }
+  return hk_fail(HK_ERR_CONFIG,
+                 "HK_ALLREDUCE_ALGO=\"%.64s\": expected ring, tree, "
+                 "hierarchical or auto",
+                 v);
+}
+
+hk_status hk_host_model_from_topo(const hk_topo *t, int local_size,
+                                  hk_host_model *out) {
+  memset(out, 0, sizeof *out);
+  if (!t || local_size < 1)
+    return hk_fail(HK_ERR_INVALID_ARG, "host model: local_size %d", local_size);
+  if (t->n_gpus == 0)
+    return hk_fail(HK_ERR_CONFIG,
+                   "host model: the layout describes no GPU (a skeleton "
+                   "file?)");
+  if (local_size > t->n_gpus)
+    return hk_fail(HK_ERR_CONFIG,
+                   "host model: %d local ranks but the layout has %d GPUs",
+                   local_size, t->n_gpus);
+  out->gpus = local_size;
+  if (local_size == 1)
+    return HK_OK;
+  int gpus[HK_TOPO_MAX_GPUS];
+  for (int i = 0; i < local_size; i++)
+    gpus[i] = i;
+  hk_topo_rings *rs = malloc(sizeof *rs);
+  if (!rs)
+    return hk_fail(HK_ERR_NOMEM, "host model: out of memory");
+  hk_status st = hk_topo_find_rings(t, gpus, local_size, rs);
+  if (st == HK_OK) {
+    out->intra_gbps = rs->total_gbps;
+    out->intra_nvlink = 1;
+    for (int r = 0; r < rs->n_rings; r++)
+      if (!rs->ring[r].nvlink_only)
+        out->intra_nvlink = 0;
+  }
+  free(rs);
+  return st;
+}

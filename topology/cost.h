@@ -1,0 +1,97 @@
+/*
+ * cost.h - an alpha-beta model of allreduce on one or many hosts, and the
+ * choice of algorithm it implies.
+ *
+ * Model (NCCL's tuning model, with the figures of topology/figures.h):
+ * time(algorithm, protocol) = latency + bytes / algbw, where
+ *  - ring (one ring over all N = hosts*gpus ranks): latency = call latency
+ *    + (2(N-1) - 2(hosts-1)) steps at the in-host step latency + 2(hosts-1)
+ *    steps at the network's; algbw = busbw * N / (2(N-1)) with busbw =
+ *    min(in-host ring bandwidth, the host's network bandwidth);
+ *  - tree (NCCL's: a chain inside each host, a double binary tree across
+ *    hosts): latency = call latency + 2((gpus-1) in-host hops + ceil(log2
+ *    hosts) network hops); algbw = busbw / 2 with busbw = 0.9 * min(in-
+ *    host, network);
+ *  - hierarchical: reduce-scatter inside each host (ring of gpus), then
+ *    `gpus` concurrent ring allreduces of bytes/gpus across hosts sharing
+ *    the host's network bandwidth, then allgather inside each host; its
+ *    time is the sum of the three phases;
+ * each taking the faster of NCCL's two protocols for the size: LL (low
+ * latency, 1/4 of the bandwidth for ring, 1/3.8 for tree) and Simple.
+ * busbw reported = algbw * 2(N-1)/N (nccl-tests' definition).
+ * In-host bandwidth is the sum of the host's rings (ring.h); the network
+ * bandwidth of a host is its rate in Gbit/s / 8 (all its NICs together).
+ * A host of one GPU has no in-host phase.
+ *
+ * Thread-safety: all functions are pure except hk_cost_algo_from_env
+ * (reads the environment).
+ */
+#ifndef HK_TOPOLOGY_COST_H
+#define HK_TOPOLOGY_COST_H
+
+#include <stddef.h>
+
+#include "hk/hk.h"
+#include "topology/graph.h"
+
+typedef enum hk_algo {
+  HK_ALGO_RING = 0,
+  HK_ALGO_TREE = 1,
+  HK_ALGO_HIERARCHICAL = 2,
+  HK_ALGO_AUTO = 3,
+} hk_algo;
+
+/** What the model needs of one host. */
+typedef struct hk_host_model {
+  int gpus;          /* ranks per host, >= 1 */
+  double intra_gbps; /* in-host ring bandwidth, GB/s per direction (sum
+                        over rings); ignored when gpus == 1 */
+  int intra_nvlink;  /* 1: the rings are NVLink only (NVLink latencies) */
+} hk_host_model;
+
+typedef struct hk_cost {
+  hk_algo algo;
+  int proto;         /* hk_fig_proto of the (last) phase: 0 LL, 1 Simple */
+  double time_us;    /* predicted time of one allreduce, µs */
+  double algbw_gbps; /* bytes / time, GB/s */
+  double busbw_gbps; /* algbw * 2(N-1)/N, GB/s; 0 when N == 1 */
+} hk_cost;
+
+/**
+ * Predicts an allreduce of `bytes` bytes over `hosts` hosts shaped like h,
+ * linked at net_gbit Gbit/s per host, with algorithm algo (not AUTO).
+ * Hierarchical on one host is the ring (reduce-scatter + allgather).
+ * Errors: HK_ERR_INVALID_ARG (gpus < 1, hosts < 1, hosts*gpus > 1 << 24,
+ * intra_gbps <= 0 with gpus > 1, net_gbit <= 0 with hosts > 1, algo AUTO).
+ * bytes == 0 gives the latency alone.
+ */
+hk_status hk_cost_allreduce(const hk_host_model *h, hk_algo algo, size_t bytes,
+                            int hosts, double net_gbit, hk_cost *out);
+
+/**
+ * The algorithm to use: `forced` if not HK_ALGO_AUTO, else the one with
+ * the least predicted time (ties: ring, then hierarchical, then tree: the
+ * simpler first). *out gets its prediction. Errors: as hk_cost_allreduce.
+ */
+hk_status hk_cost_choose(const hk_host_model *h, size_t bytes, int hosts,
+                         double net_gbit, hk_algo forced, hk_cost *out);
+
+/**
+ * HK_ALLREDUCE_ALGO: unset or empty or "auto" -> HK_ALGO_AUTO; "ring",
+ * "tree", "hierarchical" (case-insensitive) -> that algorithm.
+ * Errors: HK_ERR_CONFIG naming the value and the accepted ones.
+ */
+hk_status hk_cost_algo_from_env(hk_algo *out);
+
+/** "ring", "tree", "hierarchical", "auto". Never NULL. */
+const char *hk_algo_name(hk_algo a);
+
+/**
+ * The host model of layout t for a job of local_size ranks (GPUs
+ * 0..local_size-1, as hk_topo_ring_order): intra_gbps is the sum of the
+ * rings hk_topo_find_rings finds. Errors: as hk_topo_ring_order.
+ */
+hk_status hk_host_model_from_topo(const hk_topo *t, int local_size,
+                                  hk_host_model *out);
+
+#endif
