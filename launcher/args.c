@@ -63,16 +63,75 @@ static int parse_seconds(const char *opt, const char *s, double *out, char *err,
   return 0;
 }
 
+/* Takes a string value: it must not be empty (a missing value). */
+static int parse_string(const char *opt, const char *s, const char **out,
+                        char *err, size_t err_cap) {
+  if (*s == '\0')
+    return fail(err, err_cap, "%s: empty value", opt);
+  *out = s;
+  return 0;
+}
+
 /* Options that take a value, in every spelling hkrun accepts. */
-enum { OPT_NP, OPT_GRACE, OPT_NONE };
+enum {
+  OPT_NP,
+  OPT_GRACE,
+  OPT_HOSTS,
+  OPT_HOSTFILE,
+  OPT_IFACE,
+  OPT_MPI_ARGS,
+  OPT_BIND_TO,
+  OPT_NONE
+};
 
 static int value_option(const char *name) {
-  if (strcmp(name, "-np") == 0 || strcmp(name, "-n") == 0 ||
-      strcmp(name, "--np") == 0)
-    return OPT_NP;
-  if (strcmp(name, "--grace-period") == 0)
-    return OPT_GRACE;
+  static const struct {
+    const char *name;
+    int opt;
+  } table[] = {
+      {"-np", OPT_NP},
+      {"-n", OPT_NP},
+      {"--np", OPT_NP},
+      {"--grace-period", OPT_GRACE},
+      {"-H", OPT_HOSTS},
+      {"--host", OPT_HOSTS},
+      {"--hostfile", OPT_HOSTFILE},
+      {"-hostfile", OPT_HOSTFILE},
+      {"--network-interface", OPT_IFACE},
+      {"--mpi-args", OPT_MPI_ARGS},
+      {"--bind-to", OPT_BIND_TO},
+  };
+  for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+    if (strcmp(name, table[i].name) == 0)
+      return table[i].opt;
   return OPT_NONE;
+}
+
+static int parse_value(int opt, const char *name, const char *value,
+                       hkrun_args *out, char *err, size_t err_cap) {
+  switch (opt) {
+  case OPT_NP:
+    return parse_np(name, value, &out->np, err, err_cap);
+  case OPT_GRACE:
+    return parse_seconds(name, value, &out->grace_period_s, err, err_cap);
+  case OPT_HOSTS:
+    /* an empty list is the host parser's error, which names it */
+    out->hosts = value;
+    return 0;
+  case OPT_HOSTFILE:
+    return parse_string(name, value, &out->hostfile, err, err_cap);
+  case OPT_IFACE:
+    return parse_string(name, value, &out->network_interface, err, err_cap);
+  case OPT_MPI_ARGS:
+    out->mpi_args = value;
+    return 0;
+  default:
+    if (parse_string(name, value, &out->bind_to, err, err_cap) != 0)
+      return -1;
+    if (strcspn(value, " \t\n") != strlen(value))
+      return fail(err, err_cap, "%s: '%s' is not one word", name, value);
+    return 0;
+  }
 }
 
 int hkrun_args_parse(int argc, char **argv, hkrun_args *out, char *err,
@@ -81,6 +140,7 @@ int hkrun_args_parse(int argc, char **argv, hkrun_args *out, char *err,
   out->action = HKRUN_RUN;
   out->tag_output = 1;
   out->grace_period_s = HKRUN_DEFAULT_GRACE_S;
+  out->bind_to = "none";
   if (err && err_cap > 0)
     err[0] = '\0';
 
@@ -119,9 +179,7 @@ int hkrun_args_parse(int argc, char **argv, hkrun_args *out, char *err,
           return fail(err, err_cap, "%s: missing value", name);
         value = argv[++i];
       }
-      int rc = vopt == OPT_NP ? parse_np(name, value, &out->np, err, err_cap)
-                              : parse_seconds(name, value, &out->grace_period_s,
-                                              err, err_cap);
+      int rc = parse_value(vopt, name, value, out, err, err_cap);
       if (rc != 0)
         return rc;
       i++;
@@ -135,6 +193,8 @@ int hkrun_args_parse(int argc, char **argv, hkrun_args *out, char *err,
       flag_value = 0;
     } else if (strcmp(name, "-v") == 0 || strcmp(name, "--verbose") == 0) {
       flag = &out->verbose;
+    } else if (strcmp(name, "--mpi") == 0) {
+      flag = &out->mpi;
     } else if (strcmp(name, "-h") == 0 || strcmp(name, "--help") == 0) {
       out->action = HKRUN_HELP;
     } else if (strcmp(name, "--version") == 0) {
@@ -152,7 +212,9 @@ int hkrun_args_parse(int argc, char **argv, hkrun_args *out, char *err,
 
   if (i >= argc)
     return fail(err, err_cap, "no program given");
-  if (out->np == 0)
+  if (out->hosts && out->hostfile)
+    return fail(err, err_cap, "give -H or --hostfile, not both");
+  if (out->np == 0 && !out->hosts && !out->hostfile)
     return fail(err, err_cap, "-np N is required");
   out->prog_argc = argc - i;
   out->prog_argv = argv + i;
@@ -161,20 +223,39 @@ int hkrun_args_parse(int argc, char **argv, hkrun_args *out, char *err,
 
 const char *hkrun_usage(void) {
   return "usage: hkrun -np N [options] [--] program [args...]\n"
+         "       hkrun [-np N] -H host:slots,... [options] [--] program "
+         "[args...]\n"
+         "       hkrun [-np N] --hostfile FILE [options] [--] program "
+         "[args...]\n"
          "\n"
          "Starts N copies of program on this host, one per rank, and\n"
-         "coordinates them (rendezvous, output, failure handling).\n"
+         "coordinates them (rendezvous, output, failure handling). With\n"
+         "more than one host (or --mpi) it runs Open MPI's mpirun instead,\n"
+         "which starts the ranks on the hosts.\n"
          "\n"
          "options:\n"
-         "  -np N, -n N, --np N  number of workers (1..65536)\n"
+         "  -np N, -n N, --np N  number of workers (1..65536; with hosts,\n"
+         "                       default: the total of their slots)\n"
+         "  -H, --host LIST      hosts and slots: host1:8,host2:8\n"
+         "  --hostfile FILE      one host per line: 'host slots=8' or\n"
+         "                       'host:8'; '#' starts a comment\n"
+         "  --mpi                start through mpirun even on one host\n"
+         "  --network-interface IF\n"
+         "                       the interface (or CIDR subnet) hk and\n"
+         "                       Open MPI use between hosts; sets\n"
+         "                       HK_SOCKET_IFNAME for the workers\n"
+         "  --mpi-args \"ARGS\"    more mpirun arguments (split like sh)\n"
+         "  --bind-to POLICY     mpirun's --bind-to (default none)\n"
          "  --tag-output         prefix each output line with \"[rank] \" "
-         "(default)\n"
+         "(default;\n"
+         "                       through mpirun: its --tag-output)\n"
          "  --no-tag-output      pass worker output through unprefixed\n"
          "  --grace-period S     seconds between a failure and SIGTERM to\n"
          "                       the other workers (default 2); SIGKILL\n"
          "                       follows 2 s after SIGTERM\n"
          "  -v, --verbose        report the rendezvous address and each\n"
-         "                       worker's pid on stderr\n"
+         "                       worker's pid (or the mpirun command) on\n"
+         "                       stderr\n"
          "  -h, --help           print this help and exit\n"
          "  --version            print the version and exit\n"
          "  --                   end of options\n"
@@ -184,7 +265,10 @@ const char *hkrun_usage(void) {
          "SIGINT, SIGTERM and SIGHUP are forwarded to every worker.\n"
          "hkrun exits with the status of the first worker that failed\n"
          "(128+signal if it was killed), 0 if all exited 0, 2 on a bad\n"
-         "command line, 127 if the program cannot be started.\n";
+         "command line, 127 if the program cannot be started.\n"
+         "Through mpirun, Open MPI sets each rank's place (hk reads\n"
+         "OMPI_COMM_WORLD_*), hkrun forwards HK_SECRET and the other HK_*\n"
+         "variables with -x, and the exit status is mpirun's.\n";
 }
 
 const char *hkrun_usage_hint(void) {

@@ -6,6 +6,12 @@
  * Options end at `--` or at the first token that does not start with '-'
  * (that token is the program; everything after it belongs to the program).
  * Long options taking a value accept both `--opt VALUE` and `--opt=VALUE`.
+ *
+ * Several hosts: `-H host:slots,...` or `--hostfile FILE` name the hosts
+ * (launcher/hosts.h parses them; this parser only keeps the strings), and
+ * -np may then be left out (it defaults to the slot total). With more
+ * than one host, or --mpi, hkrun hands the job to Open MPI's mpirun
+ * (launcher/delegate.h); --mpi-args and --bind-to apply to that path only.
  */
 #ifndef HK_LAUNCHER_ARGS_H
 #define HK_LAUNCHER_ARGS_H
@@ -30,10 +36,18 @@ typedef enum hkrun_action {
 
 typedef struct hkrun_args {
   hkrun_action action;
-  int np;                /* number of workers, 1..HKRUN_MAX_NP */
-  int tag_output;        /* 1 (default): prefix worker lines with "[rank] " */
-  int verbose;           /* 1: report rendezvous address and pids */
+  int np;         /* number of workers, 1..HKRUN_MAX_NP; 0 when not given with
+                     -H/--hostfile (then: the slot total) */
+  int tag_output; /* 1 (default): prefix worker lines with "[rank] " */
+  int verbose;    /* 1: report rendezvous address and pids */
   double grace_period_s; /* seconds from a failure to SIGTERM, >= 0 */
+  /* Several hosts (strings point into argv; NULL when not given): */
+  const char *hosts;             /* -H/--host: "host:slots,..." */
+  const char *hostfile;          /* --hostfile/-hostfile: a file name */
+  int mpi;                       /* --mpi: start through mpirun anyway */
+  const char *network_interface; /* --network-interface: IF name or CIDR */
+  const char *mpi_args;          /* --mpi-args: extra mpirun arguments */
+  const char *bind_to;           /* --bind-to: mpirun's policy, "none" */
   /* The program and its arguments: prog_argc entries followed by the NULL
    * that ends the caller's argv. Points into argv; not owned. */
   int prog_argc;

@@ -3,6 +3,7 @@
  *
  * This file is the job's policy; the mechanisms live beside it:
  *   args.c        the command line
+ *   delegate.c    several hosts (-H, --hostfile, --mpi): exec mpirun
  *   spawn.c       the worker processes and their output
  *   output.c      splitting output into prefixed lines
  *   rendezvous.c  the TCP server workers register with
@@ -35,6 +36,7 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "launcher/args.h"
+#include "launcher/delegate.h"
 #include "launcher/output.h"
 #include "launcher/rendezvous.h"
 #include "launcher/spawn.h"
@@ -273,5 +275,8 @@ int main(int argc, char **argv) {
   if (args.verbose && level < HK_LOG_INFO)
     level = HK_LOG_INFO;
   hk_log_setup("hkrun", (hk_log_level)level);
+  int delegated = hkrun_delegate(&args); /* execs mpirun for several hosts */
+  if (delegated != HKRUN_RUN_LOCALLY)
+    return delegated;
   return run_job(&args);
 }

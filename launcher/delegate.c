@@ -1,0 +1,167 @@
+/*
+ * delegate.c - hands a multi-host job to mpirun (see delegate.h). The
+ * decisions are the pure functions of hosts.c and mpirun.c; this file
+ * only does their I/O: reading the host file, the environment, exec.
+ */
+#include "launcher/delegate.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/auth.h"
+#include "common/status.h"
+#include "launcher/argv.h"
+#include "launcher/hosts.h"
+#include "launcher/mpirun.h"
+#include "launcher/output.h"
+
+extern char **environ;
+
+/* Largest host file read, in bytes. */
+#define HOSTFILE_MAX (1u << 20)
+
+static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* "hkrun: <message>\n" on stderr in one write (long messages truncated). */
+static void say(const char *fmt, ...) {
+  char line[HK_ERROR_MSG_CAP + 64];
+  int n = snprintf(line, sizeof line, "hkrun: ");
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
+  va_end(ap);
+  size_t len = strlen(line);
+  line[len++] = '\n';
+  (void)hk_out_write_all(STDERR_FILENO, line, len);
+}
+
+/* Reads the whole host file into *text (malloc'ed) and parses it. */
+static hk_status load_hostfile(const char *path, hk_hostlist *out) {
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return hk_fail_errno(HK_ERR_INVALID_ARG, errno,
+                         "--hostfile: cannot open '%s'", path);
+  char *text = malloc(HOSTFILE_MAX + 1);
+  if (!text) {
+    fclose(f);
+    return hk_fail(HK_ERR_NOMEM, "cannot allocate for the host file");
+  }
+  size_t len = fread(text, 1, HOSTFILE_MAX + 1, f);
+  int read_error = ferror(f);
+  fclose(f);
+  hk_status st;
+  if (read_error)
+    st = hk_fail(HK_ERR_INVALID_ARG, "--hostfile: cannot read '%s'", path);
+  else if (len > HOSTFILE_MAX)
+    st = hk_fail(HK_ERR_INVALID_ARG, "--hostfile: '%s' is larger than %u bytes",
+                 path, HOSTFILE_MAX);
+  else
+    st = hk_hosts_parse_file(text, len, path, out);
+  free(text);
+  return st;
+}
+
+/* Exit status for a failed step: 1 when out of memory, else 2. */
+static int fail_status(hk_status st) {
+  say("%s", hk_last_error());
+  return st == HK_ERR_NOMEM ? 1 : 2;
+}
+
+/* Sets up the environment, builds the command and execs it. Returns only
+ * on failure, with hkrun's exit status. */
+static int exec_mpirun(const hkrun_args *args, const hk_hostlist *hosts) {
+  hk_secret secret;
+  char hex[2 * HK_SECRET_LEN + 1];
+  if (hk_secret_generate(&secret) != HK_OK) {
+    say("%s", hk_last_error());
+    return 1;
+  }
+  hk_secret_format(&secret, hex);
+  memset(secret.bytes, 0, sizeof secret.bytes);
+  if (setenv("HK_SECRET", hex, 1) != 0 ||
+      (args->network_interface &&
+       setenv("HK_SOCKET_IFNAME", args->network_interface, 1) != 0)) {
+    say("setenv: %s", strerror(errno));
+    return 1;
+  }
+  memset(hex, 0, sizeof hex);
+  /* An enclosing hkrun job's per-process variables would tell every rank
+   * the wrong place (and take priority over Open MPI's). */
+  for (const char *const *v = hk_mpirun_per_process_vars(); *v; v++)
+    unsetenv(*v);
+
+  long ncpus = sysconf(_SC_NPROCESSORS_ONLN);
+  hk_mpirun_spec spec = {
+      .mpirun = "mpirun",
+      .np = args->np,
+      .hosts = hosts,
+      .bind_to = args->bind_to,
+      .network_interface = args->network_interface,
+      .mpi_args = args->mpi_args,
+      .as_root = geteuid() == 0,
+      .tag_output = args->tag_output,
+      .ncpus = ncpus > 0 ? (int)ncpus : 1,
+      .envp = environ,
+      .prog_argv = args->prog_argv,
+      .prog_argc = args->prog_argc,
+  };
+  hk_argv cmd = {0};
+  hk_status st = hk_mpirun_build(&spec, &cmd);
+  if (st != HK_OK) {
+    hk_argv_free(&cmd);
+    return fail_status(st);
+  }
+  if (args->verbose) {
+    char *line = hk_argv_format(&cmd);
+    say("exec: %s", line ? line : "(out of memory)");
+    free(line);
+  }
+  execvp(cmd.v[0], cmd.v);
+  int e = errno;
+  say("cannot run '%s': %s (hk starts jobs on several hosts through Open "
+      "MPI: install openmpi-bin)",
+      cmd.v[0], strerror(e));
+  hk_argv_free(&cmd);
+  return 127;
+}
+
+int hkrun_delegate(hkrun_args *args) {
+  if (!args->hosts && !args->hostfile && !args->mpi)
+    return HKRUN_RUN_LOCALLY;
+  hk_hostlist hosts = {0};
+  hk_status st = HK_OK;
+  if (args->hosts)
+    st = hk_hosts_parse_list(args->hosts, "-H", &hosts);
+  else if (args->hostfile)
+    st = load_hostfile(args->hostfile, &hosts);
+  if (st != HK_OK)
+    return fail_status(st);
+  if (hosts.n > 0 && args->np == 0)
+    args->np = hosts.total_slots > HKRUN_MAX_NP ? HKRUN_MAX_NP
+                                                : (int)hosts.total_slots;
+  if (hosts.n > 0 && (st = hk_hosts_check_np(&hosts, args->np)) != HK_OK) {
+    hk_hosts_free(&hosts);
+    return fail_status(st);
+  }
+  char me[256] = "";
+  if (gethostname(me, sizeof me - 1) != 0)
+    me[0] = '\0';
+  int rc = HKRUN_RUN_LOCALLY;
+  if (hk_mpirun_wanted(args->mpi, &hosts, me)) {
+    rc = exec_mpirun(args, &hosts);
+  } else if (args->mpi_args || strcmp(args->bind_to, "none") != 0) {
+    say("%s applies only when hkrun starts mpirun (several hosts, or --mpi)",
+        args->mpi_args ? "--mpi-args" : "--bind-to");
+    rc = 2;
+  } else if (args->network_interface &&
+             setenv("HK_SOCKET_IFNAME", args->network_interface, 1) != 0) {
+    say("setenv: %s", strerror(errno));
+    rc = 1;
+  }
+  hk_hosts_free(&hosts);
+  return rc;
+}

@@ -1,0 +1,454 @@
+/*
+ * test_netbed.c - `hkrun -H` across "hosts" that are network namespaces
+ * on this machine (tests/netbed/netbed.sh): a bed of 2 hosts linked at
+ * 1 Gbit/s is created once for the group and always removed afterwards.
+ * - a plain program: `hkrun -np 4 -H A:2,B:2 --mpi-args "$NETBED_MPI_ARGS"
+ *   -- /bin/sh -c ...` runs ranks 0,1 in A's namespace and 2,3 in B's;
+ * - hk's own bootstrap pieces across the hosts (workers/w_mpi_exchange.c):
+ *   with --network-interface <the bed's subnet>, every rank finds its own
+ *   address, the MPI exchange carries every rank's record, and host names
+ *   give local 0-1 of 2 and cross 0-1 of 2;
+ * - nothing is left behind: no process in the namespaces after a job, and
+ *   after the group no namespace, link or directory of the bed (checked
+ *   against `ip netns list` before and after);
+ * - `netbed.sh run` removes its own bed after its command fails, and when
+ *   it is signalled while the command runs.
+ * Skips (cmocka skip, with the reason) where namespaces cannot be made:
+ * not root, no CAP_NET_ADMIN, no ip/tc/unshare, or no mpirun.
+ */
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "harness.h"
+
+#ifndef HKRUN_PATH
+#error "HKRUN_PATH must name the hkrun binary"
+#endif
+#ifndef NETBED_SH
+#error "NETBED_SH must name tests/netbed/netbed.sh"
+#endif
+#ifndef W_MPI_EXCHANGE
+#error "W_MPI_EXCHANGE must name the worker"
+#endif
+
+#define BED_S 60.0 /* creating or removing a bed of 2 takes ~1 s */
+#define JOB_S 90.0 /* an Open MPI job across the bed takes ~2 s */
+
+/* The bed, as its env file describes it. */
+static struct bed {
+  int up;
+  char skip_reason[512];
+  char dir[128], id[16], subnet[32];
+  char host[2][32], ns[2][64];
+  char mpi_args[512], agent_args[512];
+  char *netns_before; /* `ip netns list` before the bed was made */
+} bed;
+
+/* Open MPI's own allocations are not ours to report under ASan. */
+static char *const job_env[] = {"ASAN_OPTIONS=detect_leaks=0", NULL};
+
+static void dump(const char *what, const hkt_result *r) {
+  fprintf(stderr,
+          "--- %s: exit %d signal %d timed_out %d\n--- stdout:\n%.4000s\n"
+          "--- stderr:\n%.4000s\n",
+          what, r->exit_code, r->signal, r->timed_out, r->out, r->err);
+}
+
+/* Runs argv; returns its stdout (malloc'ed) if it exited 0, else NULL. */
+static char *output_of(char **argv, double timeout_s) {
+  hkt_result r;
+  hkt_run(argv, NULL, timeout_s, &r);
+  char *out = NULL;
+  if (r.exited && r.exit_code == 0)
+    out = strdup(r.out);
+  else
+    dump(argv[0], &r);
+  hkt_result_free(&r);
+  return out;
+}
+
+/* Copies the value of KEY=VALUE or KEY='VALUE' from env-file text. */
+static int env_value(const char *text, const char *key, char *out, size_t cap) {
+  size_t klen = strlen(key);
+  for (const char *l = text; l && *l;
+       l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+    if (strncmp(l, key, klen) != 0 || l[klen] != '=')
+      continue;
+    const char *v = l + klen + 1;
+    size_t n = strcspn(v, "\n");
+    if (n >= 2 && v[0] == '\'' && v[n - 1] == '\'') {
+      v++;
+      n -= 2;
+    }
+    if (n >= cap)
+      return -1;
+    memcpy(out, v, n);
+    out[n] = '\0';
+    return 0;
+  }
+  return -1;
+}
+
+static int read_env_file(void) {
+  char path[160];
+  snprintf(path, sizeof path, "%s/env", bed.dir);
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return -1;
+  static char text[8192];
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  text[n] = '\0';
+  fclose(f);
+  char hosts[96], nss[160];
+  if (env_value(text, "NETBED_ID", bed.id, sizeof bed.id) ||
+      env_value(text, "NETBED_SUBNET", bed.subnet, sizeof bed.subnet) ||
+      env_value(text, "NETBED_HOSTS", hosts, sizeof hosts) ||
+      env_value(text, "NETBED_NAMESPACES", nss, sizeof nss) ||
+      env_value(text, "NETBED_MPI_ARGS", bed.mpi_args, sizeof bed.mpi_args) ||
+      env_value(text, "NETBED_AGENT_ARGS", bed.agent_args,
+                sizeof bed.agent_args))
+    return -1;
+  if (sscanf(hosts, "%31s %31s", bed.host[0], bed.host[1]) != 2 ||
+      sscanf(nss, "%63s %63s", bed.ns[0], bed.ns[1]) != 2)
+    return -1;
+  return 0;
+}
+
+static int bed_setup(void **state) {
+  (void)state;
+  char *check[] = {NETBED_SH, "check", NULL};
+  hkt_result r;
+  hkt_run(check, NULL, BED_S, &r);
+  int can = r.exited && r.exit_code == 0;
+  if (!can)
+    snprintf(bed.skip_reason, sizeof bed.skip_reason,
+             "no test bed here: %.400s", r.err);
+  hkt_result_free(&r);
+  if (!can)
+    return 0;
+  char *which[] = {"sh", "-c", "command -v mpirun", NULL};
+  char *m = output_of(which, BED_S);
+  if (!m) {
+    snprintf(bed.skip_reason, sizeof bed.skip_reason,
+             "no test bed here: mpirun (openmpi-bin) is not installed");
+    return 0;
+  }
+  free(m);
+  char *list[] = {"ip", "netns", "list", NULL};
+  bed.netns_before = output_of(list, BED_S);
+  char *up[] = {NETBED_SH, "up", "2", "1gbit", "none", NULL};
+  char *dir = output_of(up, BED_S);
+  if (!bed.netns_before || !dir)
+    return -1; /* could check, but not create: a failure, not a skip */
+  snprintf(bed.dir, sizeof bed.dir, "%.*s", (int)strcspn(dir, "\n"), dir);
+  free(dir);
+  if (read_env_file() != 0) {
+    fprintf(stderr, "cannot read %s/env\n", bed.dir);
+    return -1;
+  }
+  bed.up = 1;
+  return 0;
+}
+
+/* Removes the bed and checks that nothing of it is left. */
+static int bed_teardown(void **state) {
+  (void)state;
+  if (!bed.dir[0])
+    return 0;
+  int rc = 0;
+  char *down[] = {NETBED_SH, "down", bed.dir, NULL};
+  char *out = output_of(down, BED_S);
+  if (!out)
+    rc = -1;
+  free(out);
+  char *list[] = {"ip", "netns", "list", NULL};
+  char *after = output_of(list, BED_S);
+  char *links_cmd[] = {"ip", "-o", "link", "show", NULL};
+  char *links = output_of(links_cmd, BED_S);
+  if (!after || !links) {
+    rc = -1;
+  } else {
+    char needle[32];
+    snprintf(needle, sizeof needle, "hkbed-%s-", bed.id);
+    if (strstr(after, needle)) {
+      fprintf(stderr, "namespaces of bed %s left behind:\n%s", bed.id, after);
+      rc = -1;
+    }
+    /* every namespace there now was there before, or belongs to someone
+     * else's bed made meanwhile */
+    for (const char *l = after; *l;) {
+      size_t n = strcspn(l, " \n");
+      char name[128];
+      snprintf(name, sizeof name, "%.*s", (int)n, l);
+      if (!strstr(bed.netns_before, name) && strncmp(name, "hkbed-", 6) != 0) {
+        fprintf(stderr, "namespace '%s' appeared during the test\n", name);
+        rc = -1;
+      }
+      l += strcspn(l, "\n");
+      if (*l)
+        l++;
+    }
+    snprintf(needle, sizeof needle, "%s", bed.id);
+    if (strstr(links, needle)) {
+      fprintf(stderr, "links of bed %s left behind:\n%s", bed.id, links);
+      rc = -1;
+    }
+  }
+  if (access(bed.dir, F_OK) == 0) {
+    fprintf(stderr, "%s left behind\n", bed.dir);
+    rc = -1;
+  }
+  free(after);
+  free(links);
+  free(bed.netns_before);
+  return rc;
+}
+
+static void need_bed(void) {
+  if (!bed.up) {
+    fprintf(stderr, "skipped: %s\n", bed.skip_reason);
+    skip();
+  }
+}
+
+/* Every process still in a bed namespace is gone within 5 s. */
+static void assert_namespaces_empty(void) {
+  for (int h = 0; h < 2; h++) {
+    char *pids_cmd[] = {"ip", "netns", "pids", bed.ns[h], NULL};
+    char *pids = output_of(pids_cmd, BED_S);
+    assert_non_null(pids);
+    for (char *p = pids; *p;) {
+      long pid = strtol(p, &p, 10);
+      if (pid > 0 && hkt_wait_gone((pid_t)pid, 5.0) != 0)
+        fail_msg("pid %ld is still running in %s", pid, bed.ns[h]);
+      while (*p == '\n' || *p == ' ')
+        p++;
+    }
+    free(pids);
+  }
+}
+
+static void test_ranks_in_namespaces(void **state) {
+  (void)state;
+  need_bed();
+  char hosts[96];
+  snprintf(hosts, sizeof hosts, "%s:2,%s:2", bed.host[0], bed.host[1]);
+  char *argv[] = {HKRUN_PATH,
+                  "-np",
+                  "4",
+                  "-H",
+                  hosts,
+                  "--no-tag-output",
+                  "--mpi-args",
+                  bed.mpi_args,
+                  "--",
+                  "/bin/sh",
+                  "-c",
+                  "echo rank=$OMPI_COMM_WORLD_RANK ns=$(ip netns identify) "
+                  "host=$(hostname)",
+                  NULL};
+  hkt_result r;
+  hkt_run(argv, job_env, JOB_S, &r);
+  if (r.timed_out || !r.exited || r.exit_code != 0) {
+    dump("hkrun", &r);
+    fail_msg("hkrun -H %s failed", hosts);
+  }
+  for (int rank = 0; rank < 4; rank++) {
+    char line[256];
+    snprintf(line, sizeof line, "rank=%d ns=%s host=%s", rank, bed.ns[rank / 2],
+             bed.host[rank / 2]);
+    if (hkt_count_lines(r.out, line) != 1) {
+      dump("hkrun", &r);
+      fail_msg("missing line: %s", line);
+    }
+  }
+  assert_int_equal(hkt_count_lines(r.out, "rank="), 4);
+  hkt_result_free(&r);
+  assert_namespaces_empty();
+}
+
+static void test_exchange_across_hosts(void **state) {
+  (void)state;
+  need_bed();
+  char hosts[96];
+  snprintf(hosts, sizeof hosts, "%s:2,%s:2", bed.host[0], bed.host[1]);
+  char *argv[] = {HKRUN_PATH,
+                  "-np",
+                  "4",
+                  "-H",
+                  hosts,
+                  "--no-tag-output",
+                  "--network-interface",
+                  bed.subnet,
+                  "--mpi-args",
+                  bed.agent_args,
+                  "--",
+                  W_MPI_EXCHANGE,
+                  "own",
+                  NULL};
+  hkt_result r;
+  hkt_run(argv, job_env, JOB_S, &r);
+  if (r.timed_out || !r.exited || r.exit_code != 0) {
+    dump("hkrun", &r);
+    fail_msg("hkrun -H %s w_mpi_exchange failed", hosts);
+  }
+  for (int rank = 0; rank < 4; rank++) {
+    const char *h = bed.host[rank / 2];
+    char line[256];
+    snprintf(line, sizeof line,
+             "rank %d of 4 local %d/2 cross %d/2 host %s addr %s owned 1 ok",
+             rank, rank % 2, rank / 2, h, h);
+    if (hkt_count_lines(r.out, line) != 1) {
+      dump("hkrun", &r);
+      fail_msg("missing line: %s", line);
+    }
+  }
+  hkt_result_free(&r);
+  assert_namespaces_empty();
+}
+
+/* A rank that fails on the second host: hkrun exits with its status. */
+static void test_failure_across_hosts(void **state) {
+  (void)state;
+  need_bed();
+  char hosts[96];
+  snprintf(hosts, sizeof hosts, "%s:2,%s:2", bed.host[0], bed.host[1]);
+  char *argv[] = {HKRUN_PATH,
+                  "-np",
+                  "4",
+                  "-H",
+                  hosts,
+                  "--network-interface",
+                  bed.subnet,
+                  "--mpi-args",
+                  bed.agent_args,
+                  "--",
+                  W_MPI_EXCHANGE,
+                  "fail",
+                  "3",
+                  NULL};
+  hkt_result r;
+  hkt_run(argv, job_env, JOB_S, &r);
+  if (r.timed_out || !r.exited || r.exit_code != 3) {
+    dump("hkrun", &r);
+    fail_msg("expected exit status 3 from rank 3 on %s", bed.host[1]);
+  }
+  hkt_result_free(&r);
+  assert_namespaces_empty();
+}
+
+/* Asserts that no namespace, link or directory of bed `id` is left. */
+static void assert_bed_gone(const char *id) {
+  char needle[32];
+  snprintf(needle, sizeof needle, "hkbed-%s-", id);
+  char *list[] = {"ip", "netns", "list", NULL};
+  char *ns = output_of(list, BED_S);
+  assert_non_null(ns);
+  if (strstr(ns, needle))
+    fail_msg("namespaces of bed %s left behind:\n%s", id, ns);
+  free(ns);
+  char *links_cmd[] = {"ip", "-o", "link", "show", NULL};
+  char *links = output_of(links_cmd, BED_S);
+  assert_non_null(links);
+  if (strstr(links, id))
+    fail_msg("links of bed %s left behind", id);
+  free(links);
+  char dir[64];
+  snprintf(dir, sizeof dir, "/tmp/hknetbed-%s", id);
+  assert_int_not_equal(access(dir, F_OK), 0);
+}
+
+/* Reads "id=XXXXXXXX" from text into id[9]. */
+static void bed_id_from(const char *text, char *id) {
+  const char *p = strstr(text, "id=");
+  assert_non_null(p);
+  assert_int_equal(strspn(p + 3, "0123456789abcdef"), 8);
+  memcpy(id, p + 3, 8);
+  id[8] = '\0';
+}
+
+/* `netbed.sh run` removes its bed when the command fails... */
+static void test_run_tears_down_after_failure(void **state) {
+  (void)state;
+  need_bed();
+  /* the command runs on the launcher's side; the agent enters a host */
+  char *argv[] = {NETBED_SH,
+                  "run",
+                  "1",
+                  "none",
+                  "none",
+                  "--",
+                  "sh",
+                  "-c",
+                  "echo id=$NETBED_ID; \"$NETBED_AGENT\" $NETBED_HOSTS "
+                  "'echo in=$(ip netns identify)'; exit 5",
+                  NULL};
+  hkt_result r;
+  hkt_run(argv, NULL, BED_S, &r);
+  if (!r.exited || r.exit_code != 5) {
+    dump("netbed.sh run", &r);
+    fail_msg("expected the command's status, 5");
+  }
+  char id[9];
+  bed_id_from(r.out, id);
+  char ns[32];
+  snprintf(ns, sizeof ns, "in=hkbed-%s-0", id);
+  assert_int_equal(hkt_count_lines(r.out, ns), 1); /* ran inside host 0 */
+  hkt_result_free(&r);
+  assert_bed_gone(id);
+}
+
+/* ...and when it is signalled while the command runs. */
+static void test_run_tears_down_after_signal(void **state) {
+  (void)state;
+  need_bed();
+  char *argv[] = {NETBED_SH, "run",  "1",
+                  "none",    "none", "--",
+                  "sh",      "-c",   "echo id=$NETBED_ID; exec sleep 120",
+                  NULL};
+  hkt_proc p;
+  assert_int_equal(hkt_start(argv, NULL, &p), 0);
+  char *line = NULL;
+  if (hkt_wait_line(&p, "id=", BED_S, &line) != 0) {
+    hkt_result r;
+    hkt_finish(&p, 1, &r);
+    dump("netbed.sh run", &r);
+    fail_msg("the bed did not come up");
+  }
+  char id[9];
+  bed_id_from(line, id);
+  free(line);
+  assert_int_equal(kill(p.pid, SIGTERM), 0); /* the script only */
+  hkt_result r;
+  hkt_finish(&p, BED_S, &r);
+  if (!r.exited || r.exit_code != 143) {
+    dump("netbed.sh run", &r);
+    fail_msg("expected 128+SIGTERM");
+  }
+  hkt_result_free(&r);
+  assert_bed_gone(id);
+}
+
+int main(void) {
+  if (hkt_setup() != 0)
+    return 1;
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_ranks_in_namespaces),
+      cmocka_unit_test(test_exchange_across_hosts),
+      cmocka_unit_test(test_failure_across_hosts),
+      cmocka_unit_test(test_run_tears_down_after_failure),
+      cmocka_unit_test(test_run_tears_down_after_signal),
+  };
+  int failed = cmocka_run_group_tests(tests, bed_setup, bed_teardown);
+  hkt_kill_orphans();
+  return failed;
+}
