@@ -27,17 +27,28 @@ typedef struct hk_ring_step {
 } hk_ring_step;
 
 hk_status hk_ring_init(hk_ring *ring, int rank, int size, int left_fd,
-                       int right_fd, const hk_io *io, size_t chunk_bytes) {
+                       int right_fd, const hk_io *io, size_t chunk_bytes,
+                       const int *order) {
   memset(ring, 0, sizeof *ring);
-  ring->rank = rank;
   ring->size = size;
   ring->left_fd = left_fd;
   ring->right_fd = right_fd;
   ring->io = *io;
+  ring->order = malloc((size_t)size * sizeof(int));
+  ring->pos_of = malloc((size_t)size * sizeof(int));
+  if (!ring->order || !ring->pos_of) {
+    hk_ring_destroy(ring);
+    return hk_fail(HK_ERR_NOMEM, "cannot allocate the ring order");
+  }
+  for (int p = 0; p < size; p++)
+    ring->order[p] = order ? order[p] : p;
+  for (int p = 0; p < size; p++)
+    ring->pos_of[ring->order[p]] = p;
+  ring->rank = ring->pos_of[rank];
   snprintf(ring->left_name, sizeof ring->left_name, "rank %d",
-           (rank + size - 1) % size);
+           ring->order[(ring->rank + size - 1) % size]);
   snprintf(ring->right_name, sizeof ring->right_name, "rank %d",
-           (rank + 1) % size);
+           ring->order[(ring->rank + 1) % size]);
   ring->stage_bytes = chunk_bytes;
   ring->steps = calloc(2 * (size_t)size, sizeof *ring->steps);
   ring->segs = calloc((size_t)size + 1, sizeof *ring->segs);
@@ -53,6 +64,9 @@ hk_status hk_ring_init(hk_ring *ring, int rank, int size, int left_fd,
 }
 
 void hk_ring_destroy(hk_ring *ring) {
+  free(ring->order);
+  free(ring->pos_of);
+  ring->order = ring->pos_of = NULL;
   free(ring->stage);
   free(ring->scratch);
   free(ring->steps);
@@ -240,9 +254,10 @@ hk_status hk_ring_reducescatter(hk_ring *ring, const void *sendbuf,
   }
   uint8_t *w = ring->scratch;
   hk_ring_step *s = ring->steps;
+  const int *ord = ring->order; /* blocks belong to ranks, not positions */
   for (int k = 0; k < n - 1; k++) {
-    int js = mod(r - k - 1, n), jr = mod(r - k - 2, n);
-    int last = k == n - 2; /* jr == r: lands in the output */
+    int js = ord[mod(r - k - 1, n)], jr = ord[mod(r - k - 2, n)];
+    int last = k == n - 2; /* jr is this rank's block: the output */
     s[k] = (hk_ring_step){k == 0 ? SEG_AT(src, js) : SEG_AT(w, js),
                           last ? out : SEG_AT(w, jr),
                           SEG_AT(src, jr),
@@ -255,16 +270,17 @@ hk_status hk_ring_reducescatter(hk_ring *ring, const void *sendbuf,
 
 hk_status hk_ring_allgatherv(hk_ring *ring, const void *sendbuf, void *recvbuf,
                              const size_t *seg, hk_dtype dtype) {
-  const int n = ring->size, r = ring->rank;
+  const int n = ring->size, r = ring->rank, me = ring->order[r];
   const size_t esz = hk_dtype_size(dtype);
   uint8_t *dst = recvbuf;
-  if (seg[r + 1] > seg[r] && SEG_AT(dst, r) != (const uint8_t *)sendbuf)
-    memcpy(SEG_AT(dst, r), sendbuf, SEG_LEN(r));
+  if (seg[me + 1] > seg[me] && SEG_AT(dst, me) != (const uint8_t *)sendbuf)
+    memcpy(SEG_AT(dst, me), sendbuf, SEG_LEN(me));
   if (n == 1)
     return HK_OK;
   hk_ring_step *s = ring->steps;
+  const int *ord = ring->order; /* blocks belong to ranks, not positions */
   for (int k = 0; k < n - 1; k++) {
-    int js = mod(r - k, n), jr = mod(r - k - 1, n);
+    int js = ord[mod(r - k, n)], jr = ord[mod(r - k - 1, n)];
     s[k] = (hk_ring_step){SEG_AT(dst, js), SEG_AT(dst, jr), NULL,
                           SEG_LEN(js),     SEG_LEN(jr),     0};
   }
@@ -279,7 +295,8 @@ hk_status hk_ring_broadcast(hk_ring *ring, void *buf, size_t count,
   const size_t len = count * hk_dtype_size(dtype);
   if (n == 1 || len == 0)
     return HK_OK;
-  const int pos = mod(ring->rank - root, n); /* distance from root */
+  /* distance from the root along the ring */
+  const int pos = mod(ring->rank - ring->pos_of[root], n);
   const int sends = pos<n - 1, recvs = pos> 0;
   uint8_t *p = buf;
   size_t sent = sends ? 0 : len, got = recvs ? 0 : len;

@@ -33,8 +33,10 @@
 #include "hk/hk.h"
 
 typedef struct hk_ring {
-  int rank, size;
-  int left_fd, right_fd;              /* -1 when size == 1; may be equal */
+  int rank, size;        /* rank = this process's POSITION in the ring */
+  int *order;            /* order[pos] = the rank at ring position pos */
+  int *pos_of;           /* pos_of[rank] = its position (order's inverse) */
+  int left_fd, right_fd; /* -1 when size == 1; may be equal */
   char left_name[32], right_name[32]; /* "rank 3", for messages */
   hk_io io;
   uint8_t *stage;     /* receive staging buffer, stage_bytes long */
@@ -55,10 +57,15 @@ typedef struct hk_ring_finish {
 /**
  * Sets up a ring (allocates the staging buffer, chunk_bytes bytes, pre-
  * faulted). The fds stay owned by the caller; left_fd == right_fd is fine
- * (2 ranks over one full-duplex connection). Errors: HK_ERR_NOMEM.
+ * (2 ranks over one full-duplex connection). `order` (size entries, may
+ * be NULL for rank order) gives the rank at each ring position, e.g. the
+ * order topology/ring.h finds for the GPUs; left_fd/right_fd must lead to
+ * the ranks before and after this one in it. Results do not depend on the
+ * order: block and root arguments are ranks. Errors: HK_ERR_NOMEM.
  */
 hk_status hk_ring_init(hk_ring *ring, int rank, int size, int left_fd,
-                       int right_fd, const hk_io *io, size_t chunk_bytes);
+                       int right_fd, const hk_io *io, size_t chunk_bytes,
+                       const int *order);
 
 /** Frees the ring's buffers (not the fds). */
 void hk_ring_destroy(hk_ring *ring);
@@ -95,7 +102,8 @@ hk_status hk_ring_allreduce_segmented(hk_ring *ring, const void *sendbuf,
 
 /**
  * Reduce-scatter: every rank passes the whole input (seg[n] elements,
- * split by seg); rank r's recvbuf receives the reduction of segment r
+ * split by seg, segment j for rank j); rank r's recvbuf receives the
+ * reduction of segment r
  * (seg[r+1]-seg[r] elements). N-1 steps; uses a work buffer of seg[n]
  * elements owned by the ring. Errors as hk_ring_allreduce.
  */

@@ -39,6 +39,15 @@ static const tunable table[] = {
      "tensors reduced together in one fusion buffer, at most this many "
      "bytes; 0 disables fusion",
      OFF(fusion_threshold), 1},
+    /* hk's own: copying a tensor into and out of the fusion buffer costs
+     * 2b / B_mem; running it alone costs one more ring start-up,
+     * ~2(n-1) alpha. With alpha ~16 us (loopback half round trip) and
+     * B_mem ~10 GB/s (../shared/peers/results) they break even near
+     * (n-1) x 160 KB; 256 KiB per extra rank is the default. */
+    {"HK_FUSION_DIRECT_BYTES", 0, 0, 1ull << 36, "bytes",
+     "allreduces larger than this run alone on their own buffers instead "
+     "of being copied into the fusion buffer; 0: (size-1) x 256 KiB",
+     OFF(fusion_direct), 1},
     /* Horovod's HOROVOD_CACHE_CAPACITY default */
     {"HK_CACHE_CAPACITY", 1024, 0, 262144, "tensors",
      "response cache entries; 0 disables the cache", OFF(cache_capacity), 1},

@@ -16,6 +16,8 @@ typedef struct hk_config {
   double start_timeout_s;  /* HK_START_TIMEOUT_S: rendezvous + connect, s */
   size_t ring_chunk_bytes; /* HK_RING_CHUNK_BYTES: ring pipeline chunk */
   size_t fusion_threshold; /* HK_FUSION_THRESHOLD: bytes, 0 = no fusion */
+  size_t fusion_direct;    /* HK_FUSION_DIRECT_BYTES: larger run alone;
+                              0 = auto, (size - 1) x 256 KiB */
   size_t cache_capacity;   /* HK_CACHE_CAPACITY: tensors, 0 = no cache */
   double stall_check_s;    /* HK_STALL_CHECK_TIME_S: warn after, 0 = off */
   double stall_shutdown_s; /* HK_STALL_SHUTDOWN_TIME_S: abort after; 0 no */

@@ -367,6 +367,10 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
   hk_status st = plan_alloc(&p, n, ctx->size);
   if (st != HK_OK)
     return st;
+  /* a tensor this large costs more to copy than to reduce on its own */
+  const size_t direct = ctx->cfg.fusion_direct
+                            ? ctx->cfg.fusion_direct
+                            : (size_t)(ctx->size - 1) * (256u << 10);
   for (uint32_t i = 0; i < n && st == HK_OK; i++) {
     st = resolve(ctx, &rs[i], &p.h[i]);
     if (st != HK_OK)
@@ -374,9 +378,11 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
     if (!p.h[i]) /* a failure this rank (joined) takes no part in */
       continue;
     const hk_wire_request *q = &p.h[i]->req;
-    p.items[i] = (hk_fusion_item){
-        rs[i].status == HK_OK && q->coll == HK_COLL_ALLREDUCE, q->dtype, q->op,
-        rs[i].divisor, q->count * hk_dtype_size((hk_dtype)q->dtype)};
+    size_t bytes = q->count * hk_dtype_size((hk_dtype)q->dtype);
+    p.items[i] =
+        (hk_fusion_item){rs[i].status == HK_OK &&
+                             q->coll == HK_COLL_ALLREDUCE && bytes <= direct,
+                         q->dtype, q->op, rs[i].divisor, bytes};
   }
   /* The cache learns uncached tensors in response order (as every rank
    * does); reading the requests now, before any handle completes. */

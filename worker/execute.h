@@ -4,8 +4,8 @@
  * are grouped by the fusion plan (coordinator/fusion.h) and run on the
  * ring: a group of several allreduces is packed into the fusion buffer
  * (segment by segment, applying each tensor's prescale), reduced once, and
- * unpacked (applying each postscale); a lone tensor runs straight on its
- * own buffers. Uncached tensors that ran OK enter the response cache, in
+ * unpacked (applying each postscale); a lone tensor, and any allreduce
+ * over HK_FUSION_DIRECT_BYTES, runs straight on its own buffers. Uncached tensors that ran OK enter the response cache, in
  * response order, as on every other rank. Rank 0 writes the timeline.
  * Background thread only.
  */

@@ -79,6 +79,51 @@ static void test_collectives(void **s) {
   }
 }
 
+/* HK_TOPO_FILE (like NCCL_TOPO_FILE): a job on a described 8-GPU DGX-1
+ * uses the ring hktopo prints for that layout, and its collectives still
+ * give the serial results (allgather/reducescatter/alltoall included). */
+static void test_topo_file_ring_order(void **s) {
+  (void)s;
+  const char *file = CONFIG_DIR "/v100-sxm2-8gpu-dgx1.xml";
+  char *topo_argv[] = {HKTOPO_PATH, (char *)file, NULL};
+  hkt_result t;
+  assert_int_equal(hkt_run(topo_argv, NULL, 60, &t), 0);
+  assert_int_equal(t.exit_code, 0);
+  /* "  ring 0: GPU0 -> GPU3 -> ... -> GPU0   40.0 GB/s ..." */
+  char *ring = strstr(t.out, "ring 0: ");
+  assert_non_null(ring);
+  char expect[128] = "ring order from HK_TOPO_FILE:";
+  ring += 8;
+  for (int i = 0; i < 8; i++) {
+    char *g = strstr(ring, "GPU");
+    assert_non_null(g);
+    int gpu = atoi(g + 3);
+    snprintf(expect + strlen(expect), sizeof expect - strlen(expect), " %d",
+             gpu);
+    ring = g + 3;
+  }
+  hkt_result_free(&t);
+  char env_file[256];
+  snprintf(env_file, sizeof env_file, "HK_TOPO_FILE=%s", file);
+  char *env[] = {env_file, "HK_LOG_LEVEL=info", NULL};
+  char *argv[] = {HKRUN_PATH, "-np", "8", W("w_collectives"), NULL};
+  hkt_result r;
+  assert_int_equal(hkt_run(argv, env, 120, &r), 0);
+  if (r.exit_code != 0 || hkt_count_lines(r.out, "collectives ok: np=8") != 8)
+    fail_msg("exit %d\nstdout:\n%s\nstderr:\n%s", r.exit_code, r.out,
+             r.err);
+  if (hkt_count_lines(r.err, expect) != 1)
+    fail_msg("expected '%s' in:\n%s", expect, r.err);
+  hkt_result_free(&r);
+  /* an unusable file fails hk_init on every rank with its reason */
+  char *bad_env[] = {"HK_TOPO_FILE=/nonexistent/topo.xml", NULL};
+  char *argv2[] = {HKRUN_PATH, "-np", "2", W("w_collectives"), NULL};
+  assert_int_equal(hkt_run(argv2, bad_env, 60, &r), 0);
+  assert_int_not_equal(r.exit_code, 0);
+  assert_non_null(strstr(r.err, "/nonexistent/topo.xml"));
+  hkt_result_free(&r);
+}
+
 /* A program started without hkrun is a world of size 1. */
 static void test_without_hkrun(void **s) {
   (void)s;
@@ -204,6 +249,7 @@ int main(void) {
       cmocka_unit_test(test_allreduce_np5),
       cmocka_unit_test(test_allreduce_np8),
       cmocka_unit_test(test_collectives),
+      cmocka_unit_test(test_topo_file_ring_order),
       cmocka_unit_test(test_without_hkrun),
       cmocka_unit_test(test_threads_random_order),
       cmocka_unit_test(test_negotiation_errors),

@@ -55,8 +55,8 @@ static void make_ring(rank_arg *a, int n, size_t chunk, double timeout) {
   for (int r = 0; r < n; r++) {
     int right = n > 1 ? fds[r][0] : -1;
     int left = n > 1 ? fds[(r + n - 1) % n][1] : -1;
-    assert_int_equal(hk_ring_init(&a[r].ring, r, n, left, right, &io, chunk),
-                     HK_OK);
+    assert_int_equal(
+        hk_ring_init(&a[r].ring, r, n, left, right, &io, chunk, NULL), HK_OK);
     a[r].rank = r;
     a[r].n = n;
   }
