@@ -81,6 +81,10 @@ enum {
   OPT_IFACE,
   OPT_MPI_ARGS,
   OPT_BIND_TO,
+  OPT_FUSION_MB,
+  OPT_CYCLE_MS,
+  OPT_CACHE,
+  OPT_TIMELINE,
   OPT_NONE
 };
 
@@ -100,6 +104,10 @@ static int value_option(const char *name) {
       {"--network-interface", OPT_IFACE},
       {"--mpi-args", OPT_MPI_ARGS},
       {"--bind-to", OPT_BIND_TO},
+      {"--fusion-threshold-mb", OPT_FUSION_MB},
+      {"--cycle-time-ms", OPT_CYCLE_MS},
+      {"--cache-capacity", OPT_CACHE},
+      {"--timeline-filename", OPT_TIMELINE},
   };
   for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
     if (strcmp(name, table[i].name) == 0)
@@ -125,6 +133,21 @@ static int parse_value(int opt, const char *name, const char *value,
   case OPT_MPI_ARGS:
     out->mpi_args = value;
     return 0;
+  case OPT_FUSION_MB:
+  case OPT_CYCLE_MS:
+  case OPT_CACHE: {
+    double ignored;
+    if (parse_seconds(name, value, &ignored, err, err_cap) != 0)
+      return fail(err, err_cap, "%s: '%s' is not a non-negative number", name,
+                  value);
+    const char **slot = opt == OPT_FUSION_MB  ? &out->fusion_threshold_mb
+                        : opt == OPT_CYCLE_MS ? &out->cycle_time_ms
+                                              : &out->cache_capacity;
+    *slot = value;
+    return 0;
+  }
+  case OPT_TIMELINE:
+    return parse_string(name, value, &out->timeline, err, err_cap);
   default:
     if (parse_string(name, value, &out->bind_to, err, err_cap) != 0)
       return -1;
@@ -195,6 +218,11 @@ int hkrun_args_parse(int argc, char **argv, hkrun_args *out, char *err,
       flag = &out->verbose;
     } else if (strcmp(name, "--mpi") == 0) {
       flag = &out->mpi;
+    } else if (strcmp(name, "--topology") == 0) {
+      out->action = HKRUN_TOPOLOGY; /* an optional FILE may follow */
+      if (i + 1 < argc && argv[i + 1][0] != '-')
+        out->topology = argv[++i];
+      return 0; /* the rest does not matter */
     } else if (strcmp(name, "-h") == 0 || strcmp(name, "--help") == 0) {
       out->action = HKRUN_HELP;
     } else if (strcmp(name, "--version") == 0) {
@@ -256,6 +284,14 @@ const char *hkrun_usage(void) {
          "  -v, --verbose        report the rendezvous address and each\n"
          "                       worker's pid (or the mpirun command) on\n"
          "                       stderr\n"
+         "  --fusion-threshold-mb N   HK_FUSION_THRESHOLD in MiB (default\n"
+         "                       128; 0 disables tensor fusion)\n"
+         "  --cycle-time-ms X    HK_CYCLE_TIME_MS (default 1)\n"
+         "  --cache-capacity N   HK_CACHE_CAPACITY (default 1024; 0: off)\n"
+         "  --timeline-filename F  HK_TIMELINE: rank 0 writes a Chrome\n"
+         "                       trace of every tensor's phases to F\n"
+         "  --topology [FILE]    print a server's GPU layout, rings and\n"
+         "                       predicted busbw (hktopo) and exit\n"
          "  -h, --help           print this help and exit\n"
          "  --version            print the version and exit\n"
          "  --                   end of options\n"
@@ -274,4 +310,35 @@ const char *hkrun_usage(void) {
 const char *hkrun_usage_hint(void) {
   return "usage: hkrun -np N [options] [--] program [args...] "
          "(see hkrun --help)\n";
+}
+
+int hkrun_tunable_env(const hkrun_args *a, char *buf, size_t cap,
+                      const char **vars, int max_vars, int *count) {
+  *count = 0;
+  size_t used = 0;
+  const struct {
+    const char *var, *value;
+    int megabytes;
+  } t[] = {
+      {"HK_FUSION_THRESHOLD", a->fusion_threshold_mb, 1},
+      {"HK_CYCLE_TIME_MS", a->cycle_time_ms, 0},
+      {"HK_CACHE_CAPACITY", a->cache_capacity, 0},
+      {"HK_TIMELINE", a->timeline, 0},
+  };
+  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+    if (!t[i].value)
+      continue;
+    if (*count >= max_vars)
+      return -1;
+    int n =
+        t[i].megabytes
+            ? snprintf(buf + used, cap - used, "%s=%.0f", t[i].var,
+                       strtod(t[i].value, NULL) * 1048576.0)
+            : snprintf(buf + used, cap - used, "%s=%s", t[i].var, t[i].value);
+    if (n < 0 || (size_t)n >= cap - used)
+      return -1;
+    vars[(*count)++] = buf + used;
+    used += (size_t)n + 1;
+  }
+  return 0;
 }

@@ -29,9 +29,10 @@
 
 /** What the command line asks hkrun to do. */
 typedef enum hkrun_action {
-  HKRUN_RUN = 0,     /* start the job described by the other fields */
-  HKRUN_HELP = 1,    /* -h/--help: print the usage text, exit 0 */
-  HKRUN_VERSION = 2, /* --version: print the version, exit 0 */
+  HKRUN_RUN = 0,      /* start the job described by the other fields */
+  HKRUN_HELP = 1,     /* -h/--help: print the usage text, exit 0 */
+  HKRUN_VERSION = 2,  /* --version: print the version, exit 0 */
+  HKRUN_TOPOLOGY = 3, /* --topology [FILE]: run hktopo on FILE, exit */
 } hkrun_action;
 
 typedef struct hkrun_args {
@@ -48,6 +49,15 @@ typedef struct hkrun_args {
   const char *network_interface; /* --network-interface: IF name or CIDR */
   const char *mpi_args;          /* --mpi-args: extra mpirun arguments */
   const char *bind_to;           /* --bind-to: mpirun's policy, "none" */
+  /* Tunables as flags: each sets its HK_* variable for the workers
+   * (hkrun_tunable_env). Checked here to be plain non-negative numbers
+   * (the timeline's a non-empty path); the runtime checks ranges. */
+  const char *fusion_threshold_mb; /* --fusion-threshold-mb -> HK_FUSION_
+                                      THRESHOLD (x 1048576 bytes) */
+  const char *cycle_time_ms;       /* --cycle-time-ms -> HK_CYCLE_TIME_MS */
+  const char *cache_capacity;      /* --cache-capacity -> HK_CACHE_CAPACITY */
+  const char *timeline;            /* --timeline-filename -> HK_TIMELINE */
+  const char *topology; /* --topology FILE (may be NULL: HK_TOPO_FILE) */
   /* The program and its arguments: prog_argc entries followed by the NULL
    * that ends the caller's argv. Points into argv; not owned. */
   int prog_argc;
@@ -64,6 +74,14 @@ typedef struct hkrun_args {
  */
 int hkrun_args_parse(int argc, char **argv, hkrun_args *out, char *err,
                      size_t err_cap);
+
+/**
+ * The HK_* assignments the tunable flags ask for, as "NAME=value" strings
+ * written into buf (cap bytes, one after another, NUL-separated); *count
+ * receives how many. Returns 0, or -1 if buf is too small.
+ */
+int hkrun_tunable_env(const hkrun_args *a, char *buf, size_t cap,
+                      const char **vars, int max_vars, int *count);
 
 /** The usage text printed by --help (static storage, ends in newline). */
 const char *hkrun_usage(void);

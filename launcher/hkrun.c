@@ -248,6 +248,24 @@ static int run_job(const hkrun_args *args) {
   return j.exit_code;
 }
 
+/* hkrun --topology [FILE]: hktopo, which is installed beside hkrun. */
+static int run_hktopo(const char *argv0, const char *file) {
+  char self[4096], path[4200];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) {
+    snprintf(self, sizeof self, "%s", argv0);
+    n = (ssize_t)strlen(self);
+  }
+  self[n] = '\0';
+  char *slash = strrchr(self, '/');
+  snprintf(path, sizeof path, "%.*s/hktopo", slash ? (int)(slash - self) : 1,
+           slash ? self : ".");
+  char *args[] = {path, (char *)file, NULL};
+  execv(path, args);
+  say("cannot start '%s': %s", path, strerror(errno));
+  return 127;
+}
+
 int main(int argc, char **argv) {
   /* A closed stdout must give EPIPE, not kill hkrun. */
   signal(SIGPIPE, SIG_IGN);
@@ -267,6 +285,19 @@ int main(int argc, char **argv) {
     printf("hkrun (hk) %d.%d\n", HK_VERSION_MAJOR, HK_VERSION_MINOR);
     return 0;
   }
+  if (args.action == HKRUN_TOPOLOGY)
+    return run_hktopo(argv[0], args.topology);
+  /* the tunable flags become the workers' HK_* variables (also through
+   * mpirun, which forwards HK_* with -x) */
+  char envbuf[8192];
+  const char *vars[8];
+  int nvars;
+  if (hkrun_tunable_env(&args, envbuf, sizeof envbuf, vars, 8, &nvars) != 0) {
+    say("tunable flags too long");
+    return 2;
+  }
+  for (int i = 0; i < nvars; i++)
+    putenv((char *)vars[i]);
 
   int level = HK_LOG_WARNING;
   const char *env_level = getenv("HK_LOG_LEVEL");

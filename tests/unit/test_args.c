@@ -248,6 +248,47 @@ static void test_small_error_buffer(void **state) {
   assert_int_equal(parse(tokens, &a, NULL, 0, argv), -1);
 }
 
+/* Tunable flags become HK_* assignments for the workers; --topology
+ * takes an optional file and needs no program. */
+static void test_tunable_flags(void **state) {
+  (void)state;
+  const char *tok[] = {"-np",
+                       "2",
+                       "--fusion-threshold-mb",
+                       "0.5",
+                       "--cycle-time-ms=3",
+                       "--cache-capacity",
+                       "0",
+                       "--timeline-filename",
+                       "/tmp/t.json",
+                       "prog",
+                       NULL};
+  hkrun_args a;
+  char *argv[MAX_TOKENS + 2];
+  char err[HKRUN_ARGS_ERR_CAP];
+  assert_int_equal(parse(tok, &a, err, sizeof err, argv), 0);
+  char buf[512];
+  const char *vars[8];
+  int n;
+  assert_int_equal(hkrun_tunable_env(&a, buf, sizeof buf, vars, 8, &n), 0);
+  assert_int_equal(n, 4);
+  assert_string_equal(vars[0], "HK_FUSION_THRESHOLD=524288");
+  assert_string_equal(vars[1], "HK_CYCLE_TIME_MS=3");
+  assert_string_equal(vars[2], "HK_CACHE_CAPACITY=0");
+  assert_string_equal(vars[3], "HK_TIMELINE=/tmp/t.json");
+  const char *bad[] = {"-np", "2", "--cycle-time-ms", "-1", "p", NULL};
+  assert_int_equal(parse(bad, &a, err, sizeof err, argv), -1);
+  assert_string_equal(err, "--cycle-time-ms: '-1' is not a non-negative "
+                           "number");
+  const char *topo[] = {"--topology", "configs/t4.xml", NULL};
+  assert_int_equal(parse(topo, &a, err, sizeof err, argv), 0);
+  assert_int_equal(a.action, HKRUN_TOPOLOGY);
+  assert_string_equal(a.topology, "configs/t4.xml");
+  const char *topo0[] = {"--topology", NULL};
+  assert_int_equal(parse(topo0, &a, err, sizeof err, argv), 0);
+  assert_null(a.topology);
+}
+
 static void test_usage_texts(void **state) {
   (void)state;
   const char *u = hkrun_usage();
@@ -271,6 +312,7 @@ int main(void) {
       cmocka_unit_test(test_long_unknown_option),
       cmocka_unit_test(test_small_error_buffer),
       cmocka_unit_test(test_usage_texts),
+      cmocka_unit_test(test_tunable_flags),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
