@@ -110,8 +110,7 @@ static void test_topo_file_ring_order(void **s) {
   hkt_result r;
   assert_int_equal(hkt_run(argv, env, 120, &r), 0);
   if (r.exit_code != 0 || hkt_count_lines(r.out, "collectives ok: np=8") != 8)
-    fail_msg("exit %d\nstdout:\n%s\nstderr:\n%s", r.exit_code, r.out,
-             r.err);
+    fail_msg("exit %d\nstdout:\n%s\nstderr:\n%s", r.exit_code, r.out, r.err);
   if (hkt_count_lines(r.err, expect) != 1)
     fail_msg("expected '%s' in:\n%s", expect, r.err);
   hkt_result_free(&r);

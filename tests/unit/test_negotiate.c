@@ -110,9 +110,11 @@ static void test_duplicate_and_bad_rank(void **state) {
   assert_int_equal(hk_negotiator_create(2, &n), HK_OK);
   hk_wire_request a = req("a", 1);
   assert_int_equal(hk_negotiator_add(n, 1, &a, 1, HK_WIRE_NO_BIT, 0), HK_OK);
-  assert_int_equal(hk_negotiator_add(n, 1, &a, 1, HK_WIRE_NO_BIT, 0), HK_ERR_PROTOCOL);
+  assert_int_equal(hk_negotiator_add(n, 1, &a, 1, HK_WIRE_NO_BIT, 0),
+                   HK_ERR_PROTOCOL);
   assert_non_null(strstr(hk_last_error(), "rank 1 submitted tensor 'a' twice"));
-  assert_int_equal(hk_negotiator_add(n, 2, &a, 1, HK_WIRE_NO_BIT, 0), HK_ERR_INVALID_ARG);
+  assert_int_equal(hk_negotiator_add(n, 2, &a, 1, HK_WIRE_NO_BIT, 0),
+                   HK_ERR_INVALID_ARG);
   hk_negotiator_destroy(n); /* frees the pending entry (ASan checks) */
 }
 

@@ -252,8 +252,8 @@ static void test_bad_fields_rejected(void **state) {
     assert_non_null(strstr(hk_last_error(), cases[i].needle));
     b.data[cases[i].at] = saved;
   }
-  /* a NUL inside a string (the name "t" is the byte before the empty group name and the 4-byte
-   * bit count at the end) */
+  /* a NUL inside a string (the name "t" is the byte before the empty group name
+   * and the 4-byte bit count at the end) */
   b.data[b.len - 7] = 0;
   assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_ERR_PROTOCOL);
   assert_non_null(strstr(hk_last_error(), "NUL"));
