@@ -31,13 +31,13 @@ stage "ASan+UBSan"
 scripts/build.sh build-asan -DHK_SANITIZE=address
 # (the fusion run checks bits in the normal build; here it hunts memory
 # errors, on fewer steps)
-HKT_FUSION_STEPS=60 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
+HKT_FUSION_STEPS=60 HKT_ALLREDUCE_BIG=200003 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
   UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -LE large
 
 stage "TSan (threaded tests)"
 scripts/build.sh build-tsan -DHK_SANITIZE=thread
-HKT_FUSION_STEPS=30 TSAN_OPTIONS=halt_on_error=1 \
+HKT_FUSION_STEPS=30 HKT_ALLREDUCE_BIG=20011 TSAN_OPTIONS=halt_on_error=1 \
   ctest --test-dir build-tsan --output-on-failure -L threaded
 
 stage "fuzz"

@@ -6,9 +6,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "collectives/transport/iface.h"
 #include "collectives/transport/tcp.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "worker/mpi_exchange.h"
+#include "worker/placement.h"
 
 void hk_mesh_close(hk_mesh *m, int size) {
   hk_tcp_close(&m->listen_fd);
@@ -166,9 +169,148 @@ static hk_status rendezvous(hk_ctx *ctx, const char *host, uint16_t port,
   return HK_OK;
 }
 
+/* Connects this rank to every other (data) and to rank 0 (control),
+ * given every rank's listening address. */
+static hk_status build_mesh(hk_ctx *ctx, const hk_wire_peer *peers,
+                            double deadline) {
+  hk_mesh *m = &ctx->mesh;
+  m->peer_fds = malloc((size_t)ctx->size * sizeof(int));
+  if (ctx->rank == 0)
+    m->ctrl_fds = malloc((size_t)ctx->size * sizeof(int));
+  if (!m->peer_fds || (ctx->rank == 0 && !m->ctrl_fds))
+    return hk_fail(HK_ERR_NOMEM, "cannot allocate the connection table");
+  for (int r = 0; r < ctx->size; r++) {
+    m->peer_fds[r] = -1;
+    if (m->ctrl_fds)
+      m->ctrl_fds[r] = -1;
+  }
+  acceptor a = {.ctx = ctx, .deadline = deadline};
+  pthread_t t;
+  if (pthread_create(&t, NULL, accept_main, &a) != 0)
+    return hk_fail(HK_ERR_SYSTEM, "cannot start the accept thread");
+  hk_status st = HK_OK;
+  /* a data connection to every higher rank (the lower ones call us) */
+  for (int r = ctx->rank + 1; r < ctx->size && st == HK_OK; r++)
+    st = connect_peer(ctx, &peers[r], r, HK_CHANNEL_DATA, deadline,
+                      &m->peer_fds[r]);
+  if (st == HK_OK && ctx->rank != 0)
+    st = connect_peer(ctx, &peers[0], 0, HK_CHANNEL_CONTROL, deadline,
+                      &m->ctrl_fd);
+  char error[HK_ERROR_MSG_CAP];
+  snprintf(error, sizeof error, "%s", hk_last_error());
+  if (st != HK_OK)
+    hk_tcp_shutdown(m->listen_fd); /* wakes the accept thread */
+  pthread_join(t, NULL);
+  if (st == HK_OK && a.status != HK_OK) {
+    st = a.status;
+    snprintf(error, sizeof error, "%s", a.error);
+  }
+  if (st != HK_OK)
+    return hk_fail(st, "rank %d could not connect to its peers: %s", ctx->rank,
+                   error);
+  return HK_OK;
+}
+
+/* What each rank tells the others over MPI when mpirun/srun started the
+ * job (no hkrun rendezvous): where it listens, its host, and rank 0's
+ * secret when the launcher set none. */
+typedef struct mpi_record {
+  hk_wire_peer peer;
+  char host[HK_WIRE_MAX_HOST_LEN + 1];
+  uint8_t secret[HK_SECRET_LEN];
+} mpi_record;
+
+/*
+ * The address this rank listens on: HK_SOCKET_IFNAME's (a name or a
+ * subnet), else loopback when every rank is on this host, else the first
+ * interface that is up and not loopback.
+ */
+static hk_status choose_address(hk_ctx *ctx, char *addr, size_t cap) {
+  const char *ifname = getenv("HK_SOCKET_IFNAME");
+  if (ifname && *ifname) {
+    hk_status st = hk_iface_address(ifname, addr, cap);
+    if (st != HK_OK) {
+      char msg[HK_ERROR_MSG_CAP];
+      snprintf(msg, sizeof msg, "%s", hk_last_error());
+      return hk_fail(HK_ERR_CONFIG, "HK_SOCKET_IFNAME: %s", msg);
+    }
+    return HK_OK;
+  }
+  if (ctx->local_size == ctx->size) {
+    snprintf(addr, cap, "127.0.0.1");
+    return HK_OK;
+  }
+  char name[64];
+  hk_status st = hk_iface_default_address(name, addr, cap);
+  if (st == HK_OK)
+    hk_log(HK_LOG_INFO, "listening on %s (%s); set HK_SOCKET_IFNAME to choose",
+           name, addr);
+  return st;
+}
+
+static hk_status bootstrap_mpi(hk_ctx *ctx, double deadline) {
+  char addr[64];
+  uint16_t port = 0;
+  hk_status st = choose_address(ctx, addr, sizeof addr);
+  if (st == HK_OK)
+    st = hk_tcp_listen(addr, &ctx->mesh.listen_fd, &port);
+  if (st != HK_OK)
+    return st;
+  mpi_record mine;
+  memset(&mine, 0, sizeof mine);
+  snprintf(mine.peer.host, sizeof mine.peer.host, "%s", addr);
+  mine.peer.port = port;
+  if (gethostname(mine.host, sizeof mine.host - 1) != 0)
+    snprintf(mine.host, sizeof mine.host, "%s", addr);
+  if (ctx->secret_from_rank0 && ctx->rank == 0 &&
+      (st = hk_secret_generate(&ctx->secret)) != HK_OK)
+    return st;
+  memcpy(mine.secret, ctx->secret.bytes, HK_SECRET_LEN);
+  mpi_record *all = calloc((size_t)ctx->size, sizeof *all);
+  hk_wire_peer *peers = calloc((size_t)ctx->size, sizeof *peers);
+  const char **hosts = calloc((size_t)ctx->size, sizeof *hosts);
+  hk_rank_layout *layout = calloc((size_t)ctx->size, sizeof *layout);
+  if (!all || !peers || !hosts || !layout)
+    st = hk_fail(HK_ERR_NOMEM, "cannot allocate the peer table");
+  if (st == HK_OK)
+    st = hk_mpi_allgather(&mine, sizeof mine, all, ctx->size);
+  for (int r = 0; r < ctx->size && st == HK_OK; r++) {
+    peers[r] = all[r].peer;
+    all[r].host[HK_WIRE_MAX_HOST_LEN] = '\0';
+    hosts[r] = all[r].host;
+  }
+  if (st == HK_OK)
+    st = hk_layout_from_hosts(hosts, ctx->size, layout);
+  if (st == HK_OK) {
+    if (ctx->secret_from_rank0)
+      memcpy(ctx->secret.bytes, all[0].secret, HK_SECRET_LEN);
+    ctx->local_rank = layout[ctx->rank].local_rank;
+    ctx->local_size = layout[ctx->rank].local_size;
+    ctx->cross_rank = layout[ctx->rank].cross_rank;
+    ctx->cross_size = layout[ctx->rank].cross_size;
+    if (ctx->size > 1)
+      st = build_mesh(ctx, peers, deadline);
+  }
+  free(all);
+  free(peers);
+  free(hosts);
+  free(layout);
+  return st;
+}
+
 hk_status hk_bootstrap(hk_ctx *ctx) {
   hk_mesh *m = &ctx->mesh;
   *m = (hk_mesh){-1, -1, NULL, -1, NULL};
+  ctx->cross_rank = 0;
+  ctx->cross_size = 1;
+  const double deadline = hk_now() + ctx->cfg.start_timeout_s;
+  hk_status st;
+  if (ctx->placement == HK_PLACEMENT_OMPI ||
+      ctx->placement == HK_PLACEMENT_SLURM) {
+    st = bootstrap_mpi(ctx, deadline);
+    hk_tcp_close(&m->listen_fd);
+    return st;
+  }
   const char *rdv = getenv("HK_RENDEZVOUS");
   if (!rdv || !*rdv) {
     if (ctx->size > 1)
@@ -180,10 +322,9 @@ hk_status hk_bootstrap(hk_ctx *ctx) {
   }
   char host[HK_WIRE_MAX_HOST_LEN + 1];
   uint16_t port = 0, my_port = 0;
-  hk_status st = parse_hostport(rdv, host, sizeof host, &port);
+  st = parse_hostport(rdv, host, sizeof host, &port);
   if (st != HK_OK)
     return st;
-  const double deadline = hk_now() + ctx->cfg.start_timeout_s;
   st = hk_tcp_listen("127.0.0.1", &m->listen_fd, &my_port);
   if (st != HK_OK)
     return st;
@@ -192,48 +333,9 @@ hk_status hk_bootstrap(hk_ctx *ctx) {
   if (st != HK_OK)
     return st;
   ctx->io.abort_fd = m->launcher_fd;
-  if (ctx->size > 1) {
-    m->peer_fds = malloc((size_t)ctx->size * sizeof(int));
-    if (ctx->rank == 0)
-      m->ctrl_fds = malloc((size_t)ctx->size * sizeof(int));
-    if (!m->peer_fds || (ctx->rank == 0 && !m->ctrl_fds)) {
-      hk_msg_free(&peers);
-      return hk_fail(HK_ERR_NOMEM, "cannot allocate the connection table");
-    }
-    for (int r = 0; r < ctx->size; r++) {
-      m->peer_fds[r] = -1;
-      if (m->ctrl_fds)
-        m->ctrl_fds[r] = -1;
-    }
-    acceptor a = {.ctx = ctx, .deadline = deadline};
-    pthread_t t;
-    if (pthread_create(&t, NULL, accept_main, &a) != 0) {
-      hk_msg_free(&peers);
-      return hk_fail(HK_ERR_SYSTEM, "cannot start the accept thread");
-    }
-    /* a data connection to every higher rank (the lower ones call us) */
-    for (int r = ctx->rank + 1; r < ctx->size && st == HK_OK; r++)
-      st = connect_peer(ctx, &peers.u.peers.peers[r], r, HK_CHANNEL_DATA,
-                        deadline, &m->peer_fds[r]);
-    if (st == HK_OK && ctx->rank != 0)
-      st = connect_peer(ctx, &peers.u.peers.peers[0], 0, HK_CHANNEL_CONTROL,
-                        deadline, &m->ctrl_fd);
-    char error[HK_ERROR_MSG_CAP];
-    snprintf(error, sizeof error, "%s", hk_last_error());
-    if (st != HK_OK)
-      hk_tcp_shutdown(m->listen_fd); /* wakes the accept thread */
-    pthread_join(t, NULL);
-    if (st == HK_OK && a.status != HK_OK) {
-      st = a.status;
-      snprintf(error, sizeof error, "%s", a.error);
-    }
-    if (st != HK_OK) {
-      hk_msg_free(&peers);
-      return hk_fail(st, "rank %d could not connect to its peers: %s",
-                     ctx->rank, error);
-    }
-  }
+  if (ctx->size > 1)
+    st = build_mesh(ctx, peers.u.peers.peers, deadline);
   hk_msg_free(&peers);
   hk_tcp_close(&m->listen_fd);
-  return HK_OK;
+  return st;
 }

@@ -66,6 +66,9 @@ typedef struct hk_mesh {
 
 typedef struct hk_ctx {
   int rank, size, local_rank, local_size;
+  int cross_rank, cross_size; /* this rank's host among the hosts */
+  int placement;              /* hk_placement_source: who started us */
+  int secret_from_rank0;      /* no HK_SECRET: take rank 0's over MPI */
   hk_config cfg;
   hk_secret secret;
   hk_mesh mesh;

@@ -24,6 +24,8 @@
 #include "worker/context.h"
 #include "worker/execute.h"
 #include "worker/introspect.h"
+#include "worker/mpi_exchange.h"
+#include "worker/placement.h"
 #include "worker/queue.h"
 #include "worker/timeline.h"
 
@@ -34,42 +36,30 @@ static hk_ctx *g_ctx;
 /* Declared in worker/introspect.h (internal; not part of hk.h). */
 hk_ctx *hk_runtime_context(void) { return g_ctx; }
 
-static hk_status env_int(const char *var, int def, int min, int max, int *out) {
-  const char *s = getenv(var);
-  if (!s || !*s) {
-    *out = def;
-    return HK_OK;
-  }
-  char *end;
-  errno = 0;
-  long v = strtol(s, &end, 10);
-  if (errno || *end || v < min || v > max)
-    return hk_fail(HK_ERR_CONFIG, "%s='%s' is not an integer in [%d, %d]", var,
-                   s, min, max);
-  *out = (int)v;
-  return HK_OK;
-}
 
-/* Reads rank, size and local placement from what hkrun set. */
+/* Reads rank, size and local placement from what the launcher set:
+ * hkrun's HK_* variables, else Open MPI's or Slurm's (worker/placement.h);
+ * none: a world of one. */
 static hk_status read_placement(hk_ctx *ctx) {
-  const char *rank = getenv("HK_RANK");
-  if (!rank || !*rank) { /* not started by hkrun: a world of one */
+  hk_placement pl;
+  hk_status st = hk_placement_from_env(&pl);
+  if (st != HK_OK)
+    return st;
+  ctx->placement = (int)pl.source;
+  ctx->rank = pl.rank;
+  ctx->size = pl.size;
+  ctx->local_rank = pl.local_rank;
+  ctx->local_size = pl.local_size; /* -1 (Slurm): from host names later */
+  if (pl.source == HK_PLACEMENT_NONE) {
     ctx->rank = ctx->local_rank = 0;
     ctx->size = ctx->local_size = 1;
     return HK_OK;
   }
-  hk_status st = env_int("HK_SIZE", -1, 1, HK_WIRE_MAX_RANKS, &ctx->size);
-  if (st == HK_OK && ctx->size < 0)
-    st = hk_fail(HK_ERR_CONFIG, "HK_RANK is set but HK_SIZE is not");
-  if (st == HK_OK)
-    st = env_int("HK_RANK", 0, 0, ctx->size - 1, &ctx->rank);
-  if (st == HK_OK)
-    st = env_int("HK_LOCAL_SIZE", ctx->size, 1, ctx->size, &ctx->local_size);
-  if (st == HK_OK)
-    st = env_int("HK_LOCAL_RANK", ctx->rank, 0, ctx->local_size - 1,
-                 &ctx->local_rank);
-  if (st == HK_OK && getenv("HK_RENDEZVOUS"))
-    st = hk_secret_parse(getenv("HK_SECRET"), &ctx->secret);
+  const char *secret = getenv("HK_SECRET");
+  if (pl.source == HK_PLACEMENT_HKRUN || (secret && *secret))
+    st = hk_secret_parse(secret, &ctx->secret);
+  else /* plain mpirun/srun: rank 0's secret is shared over MPI */
+    ctx->secret_from_rank0 = 1;
   return st;
 }
 
@@ -224,6 +214,7 @@ hk_status hk_shutdown(void) {
   snprintf(reason, sizeof reason, "%s", ctx->failure_reason);
   g_ctx = NULL;
   destroy(ctx);
+  hk_mpi_finalize_if_owned(); /* if hk_init started MPI (mpirun, srun) */
   if (st == HK_OK || st == HK_ERR_SHUTDOWN)
     return HK_OK;
   return hk_fail(st, "%s", reason);

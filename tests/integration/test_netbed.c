@@ -316,6 +316,39 @@ static void test_exchange_across_hosts(void **state) {
   assert_namespaces_empty();
 }
 
+/* hk's own runtime across the hosts: hkrun -H execs mpirun, hk_init
+ * bootstraps over MPI on the bed's interface, and every collective
+ * (allreduce, allgather, reducescatter, alltoall, grouped, join) matches
+ * its serial computation on 2 hosts x 2 ranks. */
+static void test_hk_collectives_across_hosts(void **state) {
+  (void)state;
+  need_bed();
+  char hosts[96];
+  snprintf(hosts, sizeof hosts, "%s:2,%s:2", bed.host[0], bed.host[1]);
+  char *argv[] = {HKRUN_PATH,
+                  "-np",
+                  "4",
+                  "-H",
+                  hosts,
+                  "--no-tag-output",
+                  "--network-interface",
+                  bed.subnet,
+                  "--mpi-args",
+                  bed.agent_args,
+                  "--",
+                  W_COLLECTIVES,
+                  NULL};
+  hkt_result r;
+  hkt_run(argv, job_env, JOB_S, &r);
+  if (r.timed_out || !r.exited || r.exit_code != 0 ||
+      hkt_count_lines(r.out, "collectives ok: np=4") != 4) {
+    dump("hkrun", &r);
+    fail_msg("hk collectives across %s failed", hosts);
+  }
+  hkt_result_free(&r);
+  assert_namespaces_empty();
+}
+
 /* A rank that fails on the second host: hkrun exits with its status. */
 static void test_failure_across_hosts(void **state) {
   (void)state;
@@ -444,6 +477,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_ranks_in_namespaces),
       cmocka_unit_test(test_exchange_across_hosts),
+      cmocka_unit_test(test_hk_collectives_across_hosts),
       cmocka_unit_test(test_failure_across_hosts),
       cmocka_unit_test(test_run_tears_down_after_failure),
       cmocka_unit_test(test_run_tears_down_after_signal),
