@@ -59,6 +59,9 @@ hk_status hk_queue_submit(hk_ctx *ctx, const hk_wire_request *req,
     h->splits = outputs->splits;
   }
   pthread_mutex_lock(&ctx->mu);
+  /* one wake-up per batch: the background thread takes the whole queue,
+   * so only the submit that finds it empty needs to write the eventfd */
+  int was_empty = ctx->queue_head == NULL;
   hk_status st = refuse_locked(ctx, req->name);
   if (st == HK_OK)
     st = enqueue_locked(ctx, h);
@@ -68,7 +71,8 @@ hk_status hk_queue_submit(hk_ctx *ctx, const hk_wire_request *req,
     free(h);
     return st;
   }
-  wake(ctx);
+  if (was_empty)
+    wake(ctx);
   *out = h;
   return HK_OK;
 }
