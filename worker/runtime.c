@@ -36,7 +36,6 @@ static hk_ctx *g_ctx;
 /* Declared in worker/introspect.h (internal; not part of hk.h). */
 hk_ctx *hk_runtime_context(void) { return g_ctx; }
 
-
 /* Reads rank, size and local placement from what the launcher set:
  * hkrun's HK_* variables, else Open MPI's or Slurm's (worker/placement.h);
  * none: a world of one. */
