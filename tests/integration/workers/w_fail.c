@@ -79,10 +79,13 @@ static int mode_shutdown(int rank) {
 }
 
 static int mode_leave(int rank) {
-  float x[4] = {0};
+  float x[4] = {0}, y = 1;
   hk_handle h = NULL;
+  /* rank 0's tensor is queued before "sync", so it is in flight (rank 1
+   * never submits it) by the time "sync" completes and anyone shuts down */
   if (rank == 0)
     HKT_OK(hk_allreduce_async("left.pending", x, x, 4, HK_FLOAT32, HK_SUM, &h));
+  HKT_OK(hk_allreduce("sync", &y, &y, 1, HK_FLOAT32, HK_SUM));
   HKT_OK(hk_shutdown());
   if (rank == 0) {
     hk_status st = hk_wait(h);
