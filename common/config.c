@@ -74,7 +74,7 @@ hk_status hk_config_load(hk_config *cfg) {
         return hk_fail(HK_ERR_CONFIG, "%s='%s' is not a number (unit: %s)",
                        t->var, s, t->unit);
       if (v < t->min || v > t->max)
-        return hk_fail(HK_ERR_CONFIG, "%s=%s is out of range [%g, %g] %s",
+        return hk_fail(HK_ERR_CONFIG, "%s=%s is out of range [%.17g, %.17g] %s",
                        t->var, s, t->min, t->max, t->unit);
     }
     char *field = (char *)cfg + t->offset;

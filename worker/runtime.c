@@ -188,7 +188,7 @@ hk_status hk_init(void) {
     char msg[HK_ERROR_MSG_CAP];
     snprintf(msg, sizeof msg, "%s", hk_last_error());
     destroy(ctx);
-    return hk_fail(st, "hk_init: %s", msg);
+    return hk_fail(st, "%s", msg); /* callers name hk_init themselves */
   }
   g_ctx = ctx;
   hk_log(HK_LOG_INFO, "rank %d of %d joined (local %d of %d)", ctx->rank,
@@ -230,7 +230,8 @@ static hk_status check_common(const char *fn, const char *name, size_t count,
   if (!g_ctx)
     return hk_fail(HK_ERR_NOT_INITIALIZED, "%s called before hk_init", fn);
   if (!name || !*name)
-    return hk_fail(HK_ERR_INVALID_ARG, "%s: the tensor name is empty", fn);
+    return hk_fail(HK_ERR_INVALID_ARG, "%s: the tensor name is %s", fn,
+                   name ? "empty" : "NULL");
   size_t len = strlen(name);
   if (len > HK_MAX_NAME_LEN)
     return hk_fail(HK_ERR_INVALID_ARG,
