@@ -421,20 +421,16 @@ void hk_scale_copy(void *dst, const void *src, size_t count, hk_dtype dtype,
       d[i] = s[i] * factor;
     break;
   }
-  case HK_FLOAT16: {
+  default: { /* 16-bit floats: widen, scale in binary32, round back */
+    float (*widen)(uint16_t) =
+        dtype == HK_FLOAT16 ? hk_f16_to_f32 : hk_bf16_to_f32;
+    uint16_t (*narrow)(float) =
+        dtype == HK_FLOAT16 ? hk_f32_to_f16 : hk_f32_to_bf16;
     uint16_t *d = dst;
     const uint16_t *s = src;
     float f = (float)factor;
     for (size_t i = 0; i < count; i++)
-      d[i] = hk_f32_to_f16(hk_f16_to_f32(s[i]) * f);
-    break;
-  }
-  default: {
-    uint16_t *d = dst;
-    const uint16_t *s = src;
-    float f = (float)factor;
-    for (size_t i = 0; i < count; i++)
-      d[i] = hk_f32_to_bf16(hk_bf16_to_f32(s[i]) * f);
+      d[i] = narrow(widen(s[i]) * f);
     break;
   }
   }

@@ -313,46 +313,15 @@ hk_status hk_tcp_wait_any(const int *fds, int n, const hk_io *io,
   return HK_OK;
 }
 
+/* send_all and recv_all are the one-sided cases of hk_tcp_exchange. */
 hk_status hk_tcp_send_all(int fd, const void *p, size_t n, const hk_io *io,
                           const char *who) {
-  const uint8_t *b = p;
-  while (n > 0) {
-    size_t done;
-    hk_status st = hk_tcp_send_some(fd, b, n, &done, who);
-    if (st != HK_OK)
-      return st;
-    b += done;
-    n -= done;
-    if (n > 0 && done == 0) {
-      char what[96];
-      snprintf(what, sizeof what, "sending to %s", who);
-      st = hk_tcp_wait(fd, 1, -1, 0, io, what);
-      if (st != HK_OK)
-        return st;
-    }
-  }
-  return HK_OK;
+  return hk_tcp_exchange(fd, p, n, -1, NULL, 0, io, who, who);
 }
 
 hk_status hk_tcp_recv_all(int fd, void *p, size_t n, const hk_io *io,
                           const char *who) {
-  uint8_t *b = p;
-  while (n > 0) {
-    size_t done;
-    hk_status st = hk_tcp_recv_some(fd, b, n, &done, who);
-    if (st != HK_OK)
-      return st;
-    b += done;
-    n -= done;
-    if (n > 0 && done == 0) {
-      char what[96];
-      snprintf(what, sizeof what, "receiving from %s", who);
-      st = hk_tcp_wait(-1, 0, fd, 1, io, what);
-      if (st != HK_OK)
-        return st;
-    }
-  }
-  return HK_OK;
+  return hk_tcp_exchange(-1, NULL, 0, fd, p, n, io, who, who);
 }
 
 hk_status hk_tcp_send_msg(int fd, const hk_msg *msg, hk_buf *scratch,
@@ -418,7 +387,15 @@ hk_status hk_tcp_exchange(int send_fd, const void *sp, size_t sn, int recv_fd,
     r += dr;
     rn -= dr;
     if (ds == 0 && dr == 0 && (sn > 0 || rn > 0)) {
-      st = hk_tcp_wait(send_fd, sn > 0, recv_fd, rn > 0, io, "in alltoall");
+      char what[160];
+      if (sn > 0 && rn > 0)
+        snprintf(what, sizeof what, "sending to %s and receiving from %s",
+                 send_who, recv_who);
+      else
+        snprintf(what, sizeof what, "%s %s",
+                 sn > 0 ? "sending to" : "receiving from",
+                 sn > 0 ? send_who : recv_who);
+      st = hk_tcp_wait(send_fd, sn > 0, recv_fd, rn > 0, io, what);
       if (st != HK_OK)
         return st;
     }
