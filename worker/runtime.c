@@ -223,6 +223,8 @@ int hk_rank(void) { return g_ctx ? g_ctx->rank : -1; }
 int hk_size(void) { return g_ctx ? g_ctx->size : -1; }
 int hk_local_rank(void) { return g_ctx ? g_ctx->local_rank : -1; }
 int hk_local_size(void) { return g_ctx ? g_ctx->local_size : -1; }
+int hk_cross_rank(void) { return g_ctx ? g_ctx->cross_rank : -1; }
+int hk_cross_size(void) { return g_ctx ? g_ctx->cross_size : -1; }
 
 /* Checks what every collective shares and fills the request's name. */
 static hk_status check_common(const char *fn, const char *name, size_t count,

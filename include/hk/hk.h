@@ -160,6 +160,12 @@ int hk_size(void);
 int hk_local_rank(void);
 /** The number of ranks on this host, or -1 before hk_init. */
 int hk_local_size(void);
+/** The index of this rank's host among the job's hosts (hosts ordered by
+ *  their lowest rank; 0 on a single host), or -1 before hk_init. */
+int hk_cross_rank(void);
+/** The number of hosts in the job (1 on a single host), or -1 before
+ *  hk_init. */
+int hk_cross_size(void);
 
 /**
  * Starts an allreduce of `count` elements of `dtype` under `name`: when it
