@@ -208,7 +208,17 @@ static hk_status build_mesh(hk_ctx *ctx, const hk_wire_peer *peers,
   if (st != HK_OK)
     return hk_fail(st, "rank %d could not connect to its peers: %s", ctx->rank,
                    error);
-  return HK_OK;
+  /* a peer cut off the network fails the job within HK_TIMEOUT_S, even
+   * while every rank waits in negotiation and no transfer is running */
+  for (int r = 0; r < ctx->size && st == HK_OK; r++) {
+    if (r != ctx->rank)
+      st = hk_tcp_set_liveness(m->peer_fds[r], ctx->cfg.timeout_s);
+    if (st == HK_OK && m->ctrl_fds && r > 0)
+      st = hk_tcp_set_liveness(m->ctrl_fds[r], ctx->cfg.timeout_s);
+  }
+  if (st == HK_OK && ctx->rank != 0)
+    st = hk_tcp_set_liveness(m->ctrl_fd, ctx->cfg.timeout_s);
+  return st;
 }
 
 /* What each rank tells the others over MPI when mpirun/srun started the

@@ -33,6 +33,40 @@ void hk_tcp_shutdown(int fd) {
     shutdown(fd, SHUT_RDWR);
 }
 
+hk_status hk_tcp_set_liveness(int fd, double timeout_s) {
+  if (timeout_s < 1)
+    timeout_s = 1;
+  if (timeout_s > 86400)
+    timeout_s = 86400;
+  int one = 1;
+  int idle = (int)(timeout_s / 4), intvl = (int)(timeout_s / 8);
+  if (idle < 1)
+    idle = 1;
+  if (intvl < 1)
+    intvl = 1;
+  int cnt = (int)((timeout_s - idle) / intvl) + 1; /* without USER_TIMEOUT */
+  if (cnt > 127)
+    cnt = 127;
+  unsigned user_ms = (unsigned)(timeout_s * 1000);
+  const struct {
+    int level, name;
+    const void *v;
+    socklen_t len;
+    const char *what;
+  } opt[] = {
+      {SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one, "SO_KEEPALIVE"},
+      {IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle, "TCP_KEEPIDLE"},
+      {IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl, "TCP_KEEPINTVL"},
+      {IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt, "TCP_KEEPCNT"},
+      {IPPROTO_TCP, TCP_USER_TIMEOUT, &user_ms, sizeof user_ms,
+       "TCP_USER_TIMEOUT"},
+  };
+  for (size_t i = 0; i < sizeof opt / sizeof opt[0]; i++)
+    if (setsockopt(fd, opt[i].level, opt[i].name, opt[i].v, opt[i].len) != 0)
+      return hk_fail_errno(HK_ERR_SYSTEM, errno, "setsockopt %s", opt[i].what);
+  return HK_OK;
+}
+
 static void tune(int fd) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);

@@ -58,6 +58,21 @@ hk_status hk_tcp_connect(const char *host, uint16_t port,
 hk_status hk_tcp_accept(int listen_fd, const hk_secret *secret, double deadline,
                         const hk_io *io, int *fd, int *refused);
 
+/**
+ * Makes the kernel notice a peer that stopped answering (its host died,
+ * its link was cut) within about timeout_s seconds (clamped to [1, 86400]),
+ * also on a connection that is idle because this rank waits for the peer
+ * to have something to say: TCP keepalive probes after timeout_s/4 of
+ * silence, every timeout_s/8 (both at least 1 s), and TCP_USER_TIMEOUT so
+ * that probes or data unacknowledged for timeout_s end the connection. A
+ * wait on it then wakes and the read fails with ETIMEDOUT
+ * (HK_ERR_PEER_LOST, "lost connection to rank 4: Connection timed out").
+ * A live peer's kernel answers the probes however busy its process is, so
+ * a slow rank is never mistaken for a dead one.
+ * Errors: HK_ERR_SYSTEM naming the socket option.
+ */
+hk_status hk_tcp_set_liveness(int fd, double timeout_s);
+
 /** Sends all n bytes. Errors: HK_ERR_PEER_LOST, HK_ERR_TIMEOUT. */
 hk_status hk_tcp_send_all(int fd, const void *p, size_t n, const hk_io *io,
                           const char *who);

@@ -1,6 +1,8 @@
 /* Unit tests of the TCP transport's handshake: a connection without the
  * secret is refused and accepting continues; a server without the secret
- * is detected by the client; framed messages round-trip. */
+ * is detected by the client; framed messages round-trip. Liveness: the
+ * keepalive and user-timeout options follow HK_TIMEOUT_S (that a cut link
+ * then fails the job is tested across netns hosts, test_netbed_multihost). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,6 +11,8 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -146,8 +150,43 @@ static void test_connect_timeout_when_nobody_listens(void **state) {
   assert_non_null(strstr(hk_last_error(), "connecting to rank 5"));
 }
 
+static int opt(int fd, int level, int name) {
+  int v = -1;
+  socklen_t len = sizeof v;
+  assert_int_equal(getsockopt(fd, level, name, &v, &len), 0);
+  return v;
+}
+
+static void test_liveness_follows_the_timeout(void **state) {
+  (void)state;
+  static const struct {
+    double timeout_s;
+    int idle, intvl, user_ms;
+  } cases[] = {
+      {5, 1, 1, 5000},               /* the fault tests' HK_TIMEOUT_S */
+      {60, 15, 7, 60000},            /* the default */
+      {0.1, 1, 1, 1000},             /* clamped to 1 s */
+      {1e9, 21600, 10800, 86400000}, /* clamped to a day */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    assert_int_equal(hk_tcp_set_liveness(fd, cases[i].timeout_s), HK_OK);
+    assert_int_equal(opt(fd, SOL_SOCKET, SO_KEEPALIVE), 1);
+    assert_int_equal(opt(fd, IPPROTO_TCP, TCP_KEEPIDLE), cases[i].idle);
+    assert_int_equal(opt(fd, IPPROTO_TCP, TCP_KEEPINTVL), cases[i].intvl);
+    assert_in_range(opt(fd, IPPROTO_TCP, TCP_KEEPCNT), 1, 127);
+    assert_int_equal(opt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT), cases[i].user_ms);
+    close(fd);
+  }
+  /* not a socket: the option is named */
+  assert_int_equal(hk_tcp_set_liveness(999, 5), HK_ERR_SYSTEM);
+  assert_non_null(strstr(hk_last_error(), "SO_KEEPALIVE"));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_liveness_follows_the_timeout),
       cmocka_unit_test(test_bad_secret_refused_good_accepted),
       cmocka_unit_test(test_server_without_secret_detected),
       cmocka_unit_test(test_connect_timeout_when_nobody_listens),
