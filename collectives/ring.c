@@ -94,6 +94,28 @@ static void finish(void *p, size_t ne, hk_dtype dtype, hk_op op,
     hk_scale_copy(p, p, ne, dtype, fin->postscale);
 }
 
+/* Waits until the right neighbour accepts bytes (want_send) or the left
+ * one delivers some (want_recv); a timeout names the neighbours waited
+ * for. */
+static hk_status ring_wait(hk_ring *ring, int want_send, int want_recv,
+                           const char *what) {
+  hk_status st = hk_tcp_wait(ring->right_fd, want_send, ring->left_fd,
+                             want_recv, &ring->io, what);
+  if (st != HK_ERR_TIMEOUT)
+    return st;
+  char waiting[96];
+  if (want_send && want_recv)
+    snprintf(waiting, sizeof waiting, "receiving from %s and sending to %s",
+             ring->left_name, ring->right_name);
+  else
+    snprintf(waiting, sizeof waiting, "%s %s",
+             want_recv ? "receiving from" : "sending to",
+             want_recv ? ring->left_name : ring->right_name);
+  return hk_fail(HK_ERR_TIMEOUT,
+                 "timed out after %.1f s %s: no progress %s (HK_TIMEOUT_S)",
+                 ring->io.timeout_s, what, waiting);
+}
+
 /* The pipelined engine: runs nsteps steps of the schedule. */
 static hk_status run_steps(hk_ring *ring, const hk_ring_step *steps, int nsteps,
                            hk_dtype dtype, hk_op op, const hk_ring_finish *fin,
@@ -177,8 +199,7 @@ static hk_status run_steps(hk_ring *ring, const hk_ring_step *steps, int nsteps,
     }
     if (!progress) {
       int want_send = ks < nsteps && soff < savail;
-      st = hk_tcp_wait(ring->right_fd, want_send, ring->left_fd, kr < nsteps,
-                       &ring->io, what);
+      st = ring_wait(ring, want_send, kr < nsteps, what);
       if (st != HK_OK)
         return st;
     }
@@ -324,8 +345,7 @@ hk_status hk_ring_broadcast(hk_ring *ring, void *buf, size_t count,
       progress |= done > 0;
     }
     if (!progress) {
-      st = hk_tcp_wait(ring->right_fd, sent < got, ring->left_fd, got < len,
-                       &ring->io, "in ring broadcast");
+      st = ring_wait(ring, sent < got, got < len, "in ring broadcast");
       if (st != HK_OK)
         return st;
     }

@@ -173,8 +173,13 @@ void hk_queue_fail_all(hk_ctx *ctx, hk_status status, const char *reason) {
   for (hk_handle h = a.list, next; h; h = next) {
     next = h->next;
     char msg[HK_WIRE_MAX_REASON_LEN + HK_MAX_NAME_LEN + 32];
-    snprintf(msg, sizeof msg, "tensor '%s': %s", h->req.name,
-             ctx->failure_reason);
+    /* the reason may already be about this very tensor */
+    char own[HK_MAX_NAME_LEN + 16];
+    snprintf(own, sizeof own, "tensor '%s': ", h->req.name);
+    if (strncmp(ctx->failure_reason, own, strlen(own)) == 0)
+      snprintf(msg, sizeof msg, "%s", ctx->failure_reason);
+    else
+      snprintf(msg, sizeof msg, "%s%s", own, ctx->failure_reason);
     complete_locked(ctx, h, ctx->failure, msg);
   }
   pthread_cond_broadcast(&ctx->done_cv);
