@@ -42,10 +42,18 @@
 #   agent    the rsh agent for Open MPI (--mca plm_rsh_agent DIR/agent): it
 #            gets "HOST CMD...", and runs CMD with sh -c inside HOST's
 #            namespace, in a fresh UTS namespace whose host name is HOST
-#            (so gethostname() tells the hosts apart, as on real machines)
+#            (so gethostname() tells the hosts apart, as on real machines),
+#            and in a PID namespace of its own that dies with the agent, as
+#            an ssh session would; the agent dies with its parent (mpirun),
+#            and ends the session when the host has not answered over its
+#            link for NETBED_ALIVE_S seconds (default 10; read from the
+#            agent's environment, so mpirun's), like ssh's ServerAlive
+#            options (see rsh_agent.sh)
 # Variables (in env, and exported to CMD by `run`):
 #   NETBED_DIR, NETBED_ID, NETBED_SUBNET (10.214.N.0/24), NETBED_BRIDGE,
 #   NETBED_HOSTS (addresses, space-separated), NETBED_NAMESPACES,
+#   NETBED_LINKS (each host's veth end on the bridge, in host order: `ip
+#   link set WORD down` cuts that host off the network),
 #   NETBED_AGENT, NETBED_MPI_ARGS (--mca arguments that start Open MPI's
 #   daemons through the agent and keep its traffic on the bed's subnet:
 #   for `hkrun --mpi-args`), NETBED_AGENT_ARGS (the same without the
@@ -94,8 +102,9 @@ check() {
 # Validates K, RATE and DELAY.
 check_params() {
   local k=$1 rate=$2 delay=$3
-  [[ $k =~ ^[0-9]+$ ]] && [ "$k" -ge 1 ] && [ "$k" -le 16 ] ||
+  if ! [[ $k =~ ^[0-9]+$ ]] || [ "$k" -lt 1 ] || [ "$k" -gt 16 ]; then
     die "K='$k' is not a number of hosts in 1..16"
+  fi
   [[ $rate == none || $rate =~ ^[0-9]+(\.[0-9]+)?([kmg]?bit|[kmg]?bps)$ ]] ||
     die "RATE='$rate' is not a tc rate such as 1gbit, 100mbit (or none)"
   [[ $delay == none || $delay =~ ^[0-9]+(\.[0-9]+)?(us|ms|s)$ ]] ||
@@ -163,7 +172,7 @@ up() {
       exit 77
     fi
   fi
-  local id dir n i ns addr hosts="" nss=""
+  local id dir n i ns addr hosts="" nss="" links=""
   id=$(od -An -N4 -tx4 /dev/urandom | tr -d ' \n')
   dir=/tmp/hknetbed-$id
   mkdir -m 700 "$dir"
@@ -204,6 +213,7 @@ up() {
     shape "" "hkv${id}h$i" "$rate" none
     hosts="$hosts${hosts:+ }$addr"
     nss="$nss${nss:+ }$ns"
+    links="$links${links:+ }hkv${id}h$i"
   done
   cat >"$dir/agent" <<AGENT
 #!/bin/sh
@@ -214,6 +224,7 @@ AGENT
   {
     echo "NETBED_HOSTS='$hosts'"
     echo "NETBED_NAMESPACES='$nss'"
+    echo "NETBED_LINKS='$links'"
     echo "NETBED_AGENT=$dir/agent"
     echo "NETBED_AGENT_ARGS='--mca plm_rsh_agent $dir/agent --mca btl self,tcp --mca pml ob1'"
     echo "NETBED_MPI_ARGS='--mca plm_rsh_agent $dir/agent --mca btl self,tcp --mca pml ob1 --mca btl_tcp_if_include $subnet --mca oob_tcp_if_include $subnet'"
@@ -285,7 +296,7 @@ run() {
 gc() {
   local ids id owner
   ids=$(
-    ls -d /tmp/hknetbed-* 2>/dev/null | sed 's|^/tmp/hknetbed-||'
+    find /tmp -maxdepth 1 -name 'hknetbed-*' 2>/dev/null | sed 's|^/tmp/hknetbed-||'
     ip netns list 2>/dev/null | awk '{print $1}' | sed -n 's/^hkbed-\([0-9a-f]\{8\}\)-[0-9]*$/\1/p'
     ip -o link show 2>/dev/null | sed -n 's/^[0-9]*: hkb\([0-9a-f]\{8\}\)[:@].*/\1/p'
   )
