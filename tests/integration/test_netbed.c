@@ -28,6 +28,7 @@
 
 #include <cmocka.h>
 
+#include "bed.h"
 #include "harness.h"
 
 #ifndef HKRUN_PATH
@@ -43,15 +44,7 @@
 #define BED_S 60.0 /* creating or removing a bed of 2 takes ~1 s */
 #define JOB_S 90.0 /* an Open MPI job across the bed takes ~2 s */
 
-/* The bed, as its env file describes it. */
-static struct bed {
-  int up;
-  char skip_reason[512];
-  char dir[128], id[16], subnet[32];
-  char host[2][32], ns[2][64];
-  char mpi_args[512], agent_args[512];
-  char *netns_before; /* `ip netns list` before the bed was made */
-} bed;
+static hkt_bed bed;
 
 /* Open MPI's own allocations are not ours to report under ASan. */
 static char *const job_env[] = {"ASAN_OPTIONS=detect_leaks=0", NULL};
@@ -63,162 +56,22 @@ static void dump(const char *what, const hkt_result *r) {
           what, r->exit_code, r->signal, r->timed_out, r->out, r->err);
 }
 
-/* Runs argv; returns its stdout (malloc'ed) if it exited 0, else NULL. */
 static char *output_of(char **argv, double timeout_s) {
-  hkt_result r;
-  hkt_run(argv, NULL, timeout_s, &r);
-  char *out = NULL;
-  if (r.exited && r.exit_code == 0)
-    out = strdup(r.out);
-  else
-    dump(argv[0], &r);
-  hkt_result_free(&r);
-  return out;
-}
-
-/* Copies the value of KEY=VALUE or KEY='VALUE' from env-file text. */
-static int env_value(const char *text, const char *key, char *out, size_t cap) {
-  size_t klen = strlen(key);
-  for (const char *l = text; l && *l;
-       l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
-    if (strncmp(l, key, klen) != 0 || l[klen] != '=')
-      continue;
-    const char *v = l + klen + 1;
-    size_t n = strcspn(v, "\n");
-    if (n >= 2 && v[0] == '\'' && v[n - 1] == '\'') {
-      v++;
-      n -= 2;
-    }
-    if (n >= cap)
-      return -1;
-    memcpy(out, v, n);
-    out[n] = '\0';
-    return 0;
-  }
-  return -1;
-}
-
-static int read_env_file(void) {
-  char path[160];
-  snprintf(path, sizeof path, "%s/env", bed.dir);
-  FILE *f = fopen(path, "r");
-  if (!f)
-    return -1;
-  static char text[8192];
-  size_t n = fread(text, 1, sizeof text - 1, f);
-  text[n] = '\0';
-  fclose(f);
-  char hosts[96], nss[160];
-  if (env_value(text, "NETBED_ID", bed.id, sizeof bed.id) ||
-      env_value(text, "NETBED_SUBNET", bed.subnet, sizeof bed.subnet) ||
-      env_value(text, "NETBED_HOSTS", hosts, sizeof hosts) ||
-      env_value(text, "NETBED_NAMESPACES", nss, sizeof nss) ||
-      env_value(text, "NETBED_MPI_ARGS", bed.mpi_args, sizeof bed.mpi_args) ||
-      env_value(text, "NETBED_AGENT_ARGS", bed.agent_args,
-                sizeof bed.agent_args))
-    return -1;
-  if (sscanf(hosts, "%31s %31s", bed.host[0], bed.host[1]) != 2 ||
-      sscanf(nss, "%63s %63s", bed.ns[0], bed.ns[1]) != 2)
-    return -1;
-  return 0;
+  return hkt_output_of(argv, timeout_s);
 }
 
 static int bed_setup(void **state) {
   (void)state;
-  char *check[] = {NETBED_SH, "check", NULL};
-  hkt_result r;
-  hkt_run(check, NULL, BED_S, &r);
-  int can = r.exited && r.exit_code == 0;
-  if (!can)
-    snprintf(bed.skip_reason, sizeof bed.skip_reason,
-             "no test bed here: %.400s", r.err);
-  hkt_result_free(&r);
-  if (!can)
-    return 0;
-  char *which[] = {"sh", "-c", "command -v mpirun", NULL};
-  char *m = output_of(which, BED_S);
-  if (!m) {
-    snprintf(bed.skip_reason, sizeof bed.skip_reason,
-             "no test bed here: mpirun (openmpi-bin) is not installed");
-    return 0;
-  }
-  free(m);
-  char *list[] = {"ip", "netns", "list", NULL};
-  bed.netns_before = output_of(list, BED_S);
-  char *up[] = {NETBED_SH, "up", "2", "1gbit", "none", NULL};
-  char *dir = output_of(up, BED_S);
-  if (!bed.netns_before || !dir)
-    return -1; /* could check, but not create: a failure, not a skip */
-  snprintf(bed.dir, sizeof bed.dir, "%.*s", (int)strcspn(dir, "\n"), dir);
-  free(dir);
-  if (read_env_file() != 0) {
-    fprintf(stderr, "cannot read %s/env\n", bed.dir);
-    return -1;
-  }
-  bed.up = 1;
-  return 0;
+  return hkt_bed_up(&bed, NETBED_SH, 2, "1gbit");
 }
 
 /* Removes the bed and checks that nothing of it is left. */
 static int bed_teardown(void **state) {
   (void)state;
-  if (!bed.dir[0])
-    return 0;
-  int rc = 0;
-  char *down[] = {NETBED_SH, "down", bed.dir, NULL};
-  char *out = output_of(down, BED_S);
-  if (!out)
-    rc = -1;
-  free(out);
-  char *list[] = {"ip", "netns", "list", NULL};
-  char *after = output_of(list, BED_S);
-  char *links_cmd[] = {"ip", "-o", "link", "show", NULL};
-  char *links = output_of(links_cmd, BED_S);
-  if (!after || !links) {
-    rc = -1;
-  } else {
-    char needle[32];
-    snprintf(needle, sizeof needle, "hkbed-%s-", bed.id);
-    if (strstr(after, needle)) {
-      fprintf(stderr, "namespaces of bed %s left behind:\n%s", bed.id, after);
-      rc = -1;
-    }
-    /* every namespace there now was there before, or belongs to someone
-     * else's bed made meanwhile */
-    for (const char *l = after; *l;) {
-      size_t n = strcspn(l, " \n");
-      char name[128];
-      snprintf(name, sizeof name, "%.*s", (int)n, l);
-      if (!strstr(bed.netns_before, name) && strncmp(name, "hkbed-", 6) != 0) {
-        fprintf(stderr, "namespace '%s' appeared during the test\n", name);
-        rc = -1;
-      }
-      l += strcspn(l, "\n");
-      if (*l)
-        l++;
-    }
-    snprintf(needle, sizeof needle, "%s", bed.id);
-    if (strstr(links, needle)) {
-      fprintf(stderr, "links of bed %s left behind:\n%s", bed.id, links);
-      rc = -1;
-    }
-  }
-  if (access(bed.dir, F_OK) == 0) {
-    fprintf(stderr, "%s left behind\n", bed.dir);
-    rc = -1;
-  }
-  free(after);
-  free(links);
-  free(bed.netns_before);
-  return rc;
+  return hkt_bed_down(&bed, NETBED_SH);
 }
 
-static void need_bed(void) {
-  if (!bed.up) {
-    fprintf(stderr, "skipped: %s\n", bed.skip_reason);
-    skip();
-  }
-}
+static void need_bed(void) { hkt_bed_need(&bed); }
 
 /* Every process still in a bed namespace is gone within 5 s. */
 static void assert_namespaces_empty(void) {
