@@ -183,11 +183,12 @@ started=$(date -u +%FT%TZ)
 pingpong() { # NAME SERVER_NS CLIENT_NS ADDR
   local name=$1 sns=$2 cns=$3 addr=$4 port="" line
   coproc PP { timeout "$LIMIT" ip netns exec "$sns" "$BUILD/hkpingpong" serve "$addr"; }
+  local pid=$PP_PID # (bash unsets PP_PID once the server has exited)
   read -r -t 30 line <&"${PP[0]}" || die "hkpingpong did not start in $sns"
   port=${line#listening }
   bounded "$name" ip netns exec "$cns" "$BUILD/hkpingpong" ping "$addr" "$port" \
     -b 1 -e 16M -f 4
-  wait "$PP_PID" || true
+  wait "$pid" || true
 }
 pingpong pingpong-link "${nss[1]}" "${nss[0]}" "${hosts[1]}"
 pingpong pingpong-loopback "${nss[0]}" "${nss[0]}" "${hosts[0]}"
