@@ -106,6 +106,8 @@ hk_status hk_wire_encode(const hk_msg *m, hk_buf *out) {
   case HK_MSG_HELLO:
     put_i32(&w, m->u.hello.rank);
     put_u8(&w, m->u.hello.channel);
+    put_u8(&w, m->u.hello.stream);
+    put_u8(&w, m->u.hello.streams);
     break;
   case HK_MSG_REQUESTS:
     put_u8(&w, m->u.requests.shutdown);
@@ -380,6 +382,15 @@ static void decode_payload(reader *r, hk_msg *m) {
           m->u.hello.channel == HK_CHANNEL_CONTROL ||
               m->u.hello.channel == HK_CHANNEL_DATA,
           "unknown channel %lld", m->u.hello.channel);
+    m->u.hello.stream = get_u8(r, "stream index");
+    m->u.hello.streams = get_u8(r, "stream count");
+    check(
+        r,
+        m->u.hello.streams >= 1 && m->u.hello.streams <= HK_WIRE_MAX_STREAMS &&
+            (m->u.hello.channel == HK_CHANNEL_DATA || m->u.hello.streams == 1),
+        "stream count %lld out of range", m->u.hello.streams);
+    check(r, m->u.hello.stream < m->u.hello.streams,
+          "stream index %lld is not below the stream count", m->u.hello.stream);
     break;
   case HK_MSG_REQUESTS: {
     m->u.requests.shutdown = get_u8(r, "shutdown flag");

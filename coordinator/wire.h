@@ -29,6 +29,7 @@
 #define HK_WIRE_MAX_HOST_LEN 255        /* bytes, excluding NUL */
 #define HK_WIRE_MAX_REASON_LEN 1023     /* bytes, excluding NUL */
 #define HK_WIRE_MAX_RANKS 65536
+#define HK_WIRE_MAX_STREAMS 8 /* data connections per pair of ranks */
 #define HK_WIRE_MAX_CACHE_BITS (1u << 20) /* response-cache bit indices */
 #define HK_WIRE_NO_BIT 0xffffffffu
 
@@ -120,6 +121,11 @@ typedef struct hk_msg {
     struct {
       int32_t rank;
       uint8_t channel; /* hk_channel */
+      uint8_t stream;  /* DATA: which of the pair's connections this is,
+                          0 <= stream < streams; CONTROL: 0 */
+      uint8_t streams; /* DATA: connections the sender opens to each peer
+                          (its HK_SOCKETS_PER_PEER), 1..HK_WIRE_MAX_STREAMS;
+                          CONTROL: 1 */
     } hello;
     struct {
       uint8_t shutdown; /* 1: this rank called hk_shutdown */

@@ -120,6 +120,7 @@ static hk_status connect_peer(hk_ctx *ctx, const hk_wire_peer *peer, int rank,
   hk_msg hello = {.type = HK_MSG_HELLO};
   hello.u.hello.rank = ctx->rank;
   hello.u.hello.channel = (uint8_t)channel;
+  hello.u.hello.streams = 1;
   hk_buf scratch = {0};
   st = hk_tcp_send_msg(*fd, &hello, &scratch, &ctx->io, who);
   hk_buf_free(&scratch);
