@@ -26,13 +26,13 @@ typedef struct hk_ring_step {
   int finish;          /* apply the finish to what this step reduces */
 } hk_ring_step;
 
-hk_status hk_ring_init(hk_ring *ring, int rank, int size, int left_fd,
-                       int right_fd, const hk_io *io, size_t chunk_bytes,
+hk_status hk_ring_init(hk_ring *ring, int rank, int size, hk_link *left,
+                       hk_link *right, const hk_io *io, size_t chunk_bytes,
                        const int *order) {
   memset(ring, 0, sizeof *ring);
   ring->size = size;
-  ring->left_fd = left_fd;
-  ring->right_fd = right_fd;
+  ring->left = left;
+  ring->right = right;
   ring->io = *io;
   ring->order = malloc((size_t)size * sizeof(int));
   ring->pos_of = malloc((size_t)size * sizeof(int));
@@ -120,8 +120,7 @@ static hk_status run_steps(hk_ring *ring, const hk_ring_step *steps, int nsteps,
         size_t want = savail - soff, done;
         if (want > ring->stage_bytes)
           want = ring->stage_bytes;
-        st = hk_tcp_send_some(ring->right_fd, s->send + soff, want, &done,
-                              ring->right_name);
+        st = hk_link_send_some(ring->right, s->send + soff, want, &done);
         if (st != HK_OK)
           return st;
         soff += done;
@@ -142,8 +141,7 @@ static hk_status run_steps(hk_ring *ring, const hk_ring_step *steps, int nsteps,
         size_t want = s->recv_len - roff;
         if (want > cap - fill)
           want = cap - fill;
-        st = hk_tcp_recv_some(ring->left_fd, ring->stage + fill, want, &done,
-                              ring->left_name);
+        st = hk_link_recv_some(ring->left, ring->stage + fill, want, &done);
         if (st != HK_OK)
           return st;
         roff += done;
@@ -161,8 +159,8 @@ static hk_status run_steps(hk_ring *ring, const hk_ring_step *steps, int nsteps,
             memmove(ring->stage, ring->stage + whole, fill);
         }
       } else if (roff < s->recv_len) {
-        st = hk_tcp_recv_some(ring->left_fd, s->recv + roff, s->recv_len - roff,
-                              &done, ring->left_name);
+        st = hk_link_recv_some(ring->left, s->recv + roff, s->recv_len - roff,
+                               &done);
         if (st != HK_OK)
           return st;
         roff += done;
@@ -177,13 +175,13 @@ static hk_status run_steps(hk_ring *ring, const hk_ring_step *steps, int nsteps,
     }
     if (!progress) {
       int want_send = ks < nsteps && soff < savail;
-      st = hk_tcp_wait(ring->right_fd, want_send, ring->left_fd, kr < nsteps,
-                       &ring->io, what);
+      st = hk_link_wait(ring->right, want_send, ring->left, kr < nsteps,
+                        &ring->io, what);
       if (st != HK_OK)
         return st;
     }
   }
-  return HK_OK;
+  return hk_link_drain(ring->right, &ring->io, what);
 }
 
 hk_status hk_ring_allreduce_segmented(hk_ring *ring, const void *sendbuf,
@@ -305,8 +303,7 @@ hk_status hk_ring_broadcast(hk_ring *ring, void *buf, size_t count,
     hk_status st;
     size_t done;
     if (got < len) {
-      st = hk_tcp_recv_some(ring->left_fd, p + got, len - got, &done,
-                            ring->left_name);
+      st = hk_link_recv_some(ring->left, p + got, len - got, &done);
       if (st != HK_OK)
         return st;
       got += done;
@@ -316,19 +313,18 @@ hk_status hk_ring_broadcast(hk_ring *ring, void *buf, size_t count,
       size_t want = got - sent;
       if (want > ring->stage_bytes)
         want = ring->stage_bytes;
-      st = hk_tcp_send_some(ring->right_fd, p + sent, want, &done,
-                            ring->right_name);
+      st = hk_link_send_some(ring->right, p + sent, want, &done);
       if (st != HK_OK)
         return st;
       sent += done;
       progress |= done > 0;
     }
     if (!progress) {
-      st = hk_tcp_wait(ring->right_fd, sent < got, ring->left_fd, got < len,
-                       &ring->io, "in ring broadcast");
+      st = hk_link_wait(ring->right, sent < got, ring->left, got < len,
+                        &ring->io, "in ring broadcast");
       if (st != HK_OK)
         return st;
     }
   }
-  return HK_OK;
+  return hk_link_drain(ring->right, &ring->io, "in ring broadcast");
 }

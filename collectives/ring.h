@@ -29,14 +29,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "collectives/transport/tcp.h"
+#include "collectives/transport/link.h"
 #include "hk/hk.h"
 
 typedef struct hk_ring {
   int rank, size;        /* rank = this process's POSITION in the ring */
   int *order;            /* order[pos] = the rank at ring position pos */
   int *pos_of;           /* pos_of[rank] = its position (order's inverse) */
-  int left_fd, right_fd; /* -1 when size == 1; may be equal */
+  hk_link *left, *right; /* NULL when size == 1; may be equal */
   char left_name[32], right_name[32]; /* "rank 3", for messages */
   hk_io io;
   uint8_t *stage;     /* receive staging buffer, stage_bytes long */
@@ -56,18 +56,21 @@ typedef struct hk_ring_finish {
 
 /**
  * Sets up a ring (allocates the staging buffer, chunk_bytes bytes, pre-
- * faulted). The fds stay owned by the caller; left_fd == right_fd is fine
- * (2 ranks over one full-duplex connection). `order` (size entries, may
+ * faulted). The links (collectives/transport/link.h: TCP over one or
+ * more sockets, or MPI) stay owned by the caller and must outlive the
+ * ring; left == right is fine (2 ranks over one full-duplex link). Every
+ * collective drains the right link before it returns, so no MPI send
+ * still reads the caller's buffer afterwards. `order` (size entries, may
  * be NULL for rank order) gives the rank at each ring position, e.g. the
- * order topology/ring.h finds for the GPUs; left_fd/right_fd must lead to
- * the ranks before and after this one in it. Results do not depend on the
+ * order topology/ring.h finds for the GPUs; left/right must lead to the
+ * ranks before and after this one in it. Results do not depend on the
  * order: block and root arguments are ranks. Errors: HK_ERR_NOMEM.
  */
-hk_status hk_ring_init(hk_ring *ring, int rank, int size, int left_fd,
-                       int right_fd, const hk_io *io, size_t chunk_bytes,
+hk_status hk_ring_init(hk_ring *ring, int rank, int size, hk_link *left,
+                       hk_link *right, const hk_io *io, size_t chunk_bytes,
                        const int *order);
 
-/** Frees the ring's buffers (not the fds). */
+/** Frees the ring's buffers (not the links). */
 void hk_ring_destroy(hk_ring *ring);
 
 /** The default split of count elements into n segments: seg[j] =

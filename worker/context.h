@@ -58,10 +58,15 @@ typedef struct hk_collective_timing {
 typedef struct hk_mesh {
   int listen_fd;   /* closed once the mesh is built */
   int launcher_fd; /* to hkrun's rendezvous; -1 without hkrun */
-  int *peer_fds;   /* data: peer_fds[r] to rank r (one full-duplex
-                      connection per pair; -1 for this rank) */
+  int *peer_fds;   /* data: peer_fds[r] = the first socket of links[r]
+                      (owned by the link; -1 for an MPI link and for this
+                      rank) */
   int ctrl_fd;     /* rank > 0: to rank 0 */
   int *ctrl_fds;   /* rank 0: ctrl_fds[r] from rank r (index 0 unused) */
+  hk_link *links;  /* data: links[r] to rank r, size entries (links[rank]
+                      unused, kind HK_LINK_NONE): TCP over
+                      HK_SOCKETS_PER_PEER sockets, or MPI to ranks on
+                      other hosts with HK_CROSS_TRANSPORT=mpi */
 } hk_mesh;
 
 typedef struct hk_ctx {

@@ -169,9 +169,9 @@ static hk_status run_alone(hk_ctx *ctx, hk_handle h, int32_t divisor,
     void *out = NULL;
     if (!recv_rows)
       return hk_fail(HK_ERR_NOMEM, "cannot allocate alltoall counts");
-    st = hk_alltoall_pairwise(
-        ctx->rank, n, ctx->mesh.peer_fds ? ctx->mesh.peer_fds : (int[]){-1},
-        &ctx->io, h->sendbuf, h->splits, q->row_elems * esz, &out, recv_rows);
+    st = hk_alltoall_pairwise(ctx->rank, n, ctx->mesh.links, &ctx->io,
+                              h->sendbuf, h->splits, q->row_elems * esz, &out,
+                              recv_rows);
     if (st == HK_OK && h->out_buf)
       *h->out_buf = out;
     else

@@ -129,7 +129,7 @@ hk_status hk_init(void) {
   hk_ctx *ctx = calloc(1, sizeof *ctx);
   if (!ctx)
     return hk_fail(HK_ERR_NOMEM, "cannot allocate the runtime context");
-  ctx->mesh = (hk_mesh){-1, -1, NULL, -1, NULL};
+  ctx->mesh = (hk_mesh){-1, -1, NULL, -1, NULL, NULL};
   ctx->wake_fd = -1;
   pthread_mutex_init(&ctx->mu, NULL);
   pthread_cond_init(&ctx->done_cv, NULL);
@@ -160,7 +160,8 @@ hk_status hk_init(void) {
     st = hk_bootstrap(ctx);
   if (st == HK_OK) {
     ctx->io.abort_fd = ctx->mesh.launcher_fd;
-    int n = ctx->size, left = -1, right = -1;
+    int n = ctx->size;
+    hk_link *left = NULL, *right = NULL;
     int *order = malloc((size_t)n * sizeof *order);
     if (!order)
       st = hk_fail(HK_ERR_NOMEM, "cannot allocate the ring order");
@@ -170,8 +171,8 @@ hk_status hk_init(void) {
       int pos = 0;
       while (order[pos] != ctx->rank)
         pos++;
-      left = ctx->mesh.peer_fds[order[(pos + n - 1) % n]];
-      right = ctx->mesh.peer_fds[order[(pos + 1) % n]];
+      left = &ctx->mesh.links[order[(pos + n - 1) % n]];
+      right = &ctx->mesh.links[order[(pos + 1) % n]];
     }
     if (st == HK_OK)
       st = hk_ring_init(&ctx->ring, ctx->rank, n, left, right, &ctx->io,
