@@ -221,12 +221,12 @@ void hk_link_mpi_close(struct hk_link_mpi *m) {
     for (int i = 0; i < HK_LINK_MPI_DEPTH && m->rbuf; i++) {
       int flag = 0;
       while (m->rreq[i] != MPI_REQUEST_NULL) {
-        if (MPI_Test(&m->rreq[i], &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS ||
-            (!flag && hk_now() > end)) {
-          if (m->rreq[i] != MPI_REQUEST_NULL)
-            MPI_Request_free(&m->rreq[i]);
+        int rc = MPI_Test(&m->rreq[i], &flag, MPI_STATUS_IGNORE);
+        if (m->rreq[i] == MPI_REQUEST_NULL)
+          break; /* complete: cancelled, or arrived (even with an error) */
+        if (rc != MPI_SUCCESS || hk_now() > end) {
+          MPI_Request_free(&m->rreq[i]);
           keep = 1;
-          break;
         }
       }
     }
