@@ -207,6 +207,7 @@ static hk_status rendezvous(hk_ctx *ctx, const char *host, uint16_t port,
  * and MPI links to the ranks on other hosts. */
 static hk_status make_links(hk_ctx *ctx, data_plan *d) {
   hk_mesh *m = &ctx->mesh;
+  int ntcp = 0, nmpi = 0;
   for (int r = 0; r < ctx->size; r++) {
     hk_status st = HK_OK;
     if (r == ctx->rank)
@@ -224,7 +225,11 @@ static hk_status make_links(hk_ctx *ctx, data_plan *d) {
     }
     if (st != HK_OK)
       return st;
+    ntcp += m->links[r].kind == HK_LINK_TCP;
+    nmpi += m->links[r].kind == HK_LINK_MPI;
   }
+  hk_log(HK_LOG_INFO, "data links: %d over TCP (%d sockets each), %d over MPI",
+         ntcp, d->k, nmpi);
   return HK_OK;
 }
 

@@ -138,11 +138,20 @@ static hk_status timed_out(const hk_io *io, const char *what,
                  what, s, *s && *r ? " or " : "", r);
 }
 
+static int is_mpi(const hk_link *link) {
+  return link && link->kind == HK_LINK_MPI;
+}
+
 /*
  * The wait when an MPI link takes part: MPI only progresses inside MPI
  * calls, so test the MPI side, poll(2) the TCP side and the abort fd
- * without blocking, and yield the CPU between rounds. With drain, the
- * send side is ready once it has no send pending.
+ * without blocking, and yield the CPU between rounds. An MPI link is
+ * tested even when this wait is not for it: its posted sends may need
+ * this rank's progress to leave (the rest of a large message once the
+ * peer's socket drains; the reply to the peer's rendezvous), and the
+ * peer's progress may wait on that, while this rank waits on the TCP
+ * side (a ring that crosses hosts: TCP on one side, MPI on the other).
+ * With drain, the send side is ready once it has no send pending.
  */
 static hk_status spin(hk_link *send, int want_send, hk_link *recv,
                       int want_recv, int drain, const hk_io *io,
@@ -152,21 +161,24 @@ static hk_status spin(hk_link *send, int want_send, hk_link *recv,
     struct pollfd p[3];
     int n = 0, ready = 0, cs, cr, dr;
     hk_status st;
-    if (want_send && send->kind == HK_LINK_MPI) {
-      st = hk_link_mpi_progress(send->mpi, 0, &cs, &cr, &dr, send->name);
+    if (is_mpi(send)) {
+      st = hk_link_mpi_progress(send->mpi, want_recv && recv == send, &cs, &cr,
+                                &dr, send->name);
       if (st != HK_OK)
         return st;
-      ready |= drain ? dr : cs;
+      ready |= want_send && (drain ? dr : cs);
+      ready |= want_recv && recv == send && cr;
     } else if (want_send) {
       p[n++] =
           (struct pollfd){.fd = send->fds[send->send_sock], .events = POLLOUT};
     }
-    if (want_recv && recv->kind == HK_LINK_MPI) {
-      st = hk_link_mpi_progress(recv->mpi, 1, &cs, &cr, &dr, recv->name);
+    if (is_mpi(recv) && recv != send) {
+      st =
+          hk_link_mpi_progress(recv->mpi, want_recv, &cs, &cr, &dr, recv->name);
       if (st != HK_OK)
         return st;
-      ready |= cr;
-    } else if (want_recv) {
+      ready |= want_recv && cr;
+    } else if (want_recv && !is_mpi(recv)) {
       p[n++] =
           (struct pollfd){.fd = recv->fds[recv->recv_sock], .events = POLLIN};
     }
@@ -195,8 +207,7 @@ static hk_status spin(hk_link *send, int want_send, hk_link *recv,
 
 hk_status hk_link_wait(hk_link *send, int want_send, hk_link *recv,
                        int want_recv, const hk_io *io, const char *what) {
-  if ((want_send && send->kind == HK_LINK_MPI) ||
-      (want_recv && recv->kind == HK_LINK_MPI))
+  if (is_mpi(send) || is_mpi(recv))
     return spin(send, want_send, recv, want_recv, 0, io, what);
   hk_status st = hk_tcp_wait(
       want_send ? send->fds[send->send_sock] : -1, want_send,

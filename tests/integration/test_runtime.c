@@ -19,10 +19,10 @@
 
 #define W(name) WORKER_DIR "/" name
 
-static void run_ok(char *const argv[], const char *ok_line, int n_ok,
-                   double timeout) {
+static void run_ok_env(char *const argv[], char *const env[],
+                       const char *ok_line, int n_ok, double timeout) {
   hkt_result r;
-  int rc = hkt_run(argv, NULL, timeout, &r);
+  int rc = hkt_run(argv, env, timeout, &r);
   if (rc != 0 || !r.exited || r.exit_code != 0 ||
       hkt_count_lines(r.out, ok_line) != n_ok)
     fail_msg("%s: rc=%d exit=%d signal=%d timed_out=%d, %d x '%s' "
@@ -31,6 +31,11 @@ static void run_ok(char *const argv[], const char *ok_line, int n_ok,
              hkt_count_lines(r.out, ok_line), ok_line, n_ok, r.out, r.err);
   hkt_result_free(&r);
   assert_int_equal(hkt_orphans(NULL, 0), 0);
+}
+
+static void run_ok(char *const argv[], const char *ok_line, int n_ok,
+                   double timeout) {
+  run_ok_env(argv, NULL, ok_line, n_ok, timeout);
 }
 
 /* The issue's counts {0, 1, np-1, np, 1000003}. The sanitizer stages of
@@ -92,6 +97,34 @@ static void test_collectives(void **s) {
     char *argv[] = {HKRUN_PATH, "-np", (char *)nps[i], W("w_collectives"),
                     NULL};
     run_ok(argv, ok, atoi(nps[i]), 120);
+  }
+}
+
+/* HK_SOCKETS_PER_PEER=3: every link stripes over 3 connections (blocks
+ * of HK_LINK_BLOCK_BYTES, so the big allreduce spreads over all 3); the
+ * allreduce cases and every collective still match the serial results. */
+static void test_three_sockets_per_peer(void **s) {
+  (void)s;
+  char *env[] = {"HK_SOCKETS_PER_PEER=3", NULL};
+  const char *big = getenv("HKT_ALLREDUCE_BIG");
+  char *ar[] = {HKRUN_PATH,
+                "-np",
+                "3",
+                W("w_allreduce"),
+                "0",
+                "1",
+                "2",
+                "3",
+                (char *)(big && *big ? big : "1000003"),
+                NULL};
+  run_ok_env(ar, env, "allreduce ok: np=3 cases=200", 3, 280);
+  const char *nps[] = {"2", "3", "5"};
+  for (int i = 0; i < 3; i++) {
+    char ok[64];
+    snprintf(ok, sizeof ok, "collectives ok: np=%s", nps[i]);
+    char *argv[] = {HKRUN_PATH, "-np", (char *)nps[i], W("w_collectives"),
+                    NULL};
+    run_ok_env(argv, env, ok, atoi(nps[i]), 120);
   }
 }
 
@@ -264,6 +297,7 @@ int main(void) {
       cmocka_unit_test(test_allreduce_np5),
       cmocka_unit_test(test_allreduce_np8),
       cmocka_unit_test(test_collectives),
+      cmocka_unit_test(test_three_sockets_per_peer),
       cmocka_unit_test(test_topo_file_ring_order),
       cmocka_unit_test(test_without_hkrun),
       cmocka_unit_test(test_threads_random_order),

@@ -157,7 +157,7 @@ int main(int argc, char **argv) {
   hk_link links[2]; /* to left, to right (one link when they are one rank) */
   memset(links, 0, sizeof links);
   hk_link *l = &links[0], *r = np_ == 2 ? &links[0] : &links[1];
-  hk_io io = {-1, 60};
+  hk_io io = {-1, 20};
 
   if (strcmp(mode, "truncate") == 0) {
     if (rank_ <= 1) {
