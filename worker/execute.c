@@ -27,6 +27,19 @@ typedef struct plan {
   size_t *counts, *seg, *where;
 } plan;
 
+/* The timeline's name for what the ring's links are: "tcp" (over
+ * HK_SOCKETS_PER_PEER sockets), "mpi", or "tcp+mpi" (a ring that crosses
+ * hosts over MPI). */
+static const char *ring_transport(const hk_ring *ring) {
+  int tcp = 0, mpi = 0;
+  const hk_link *l[2] = {ring->left, ring->right};
+  for (int i = 0; i < 2; i++) {
+    tcp |= l[i] && l[i]->kind == HK_LINK_TCP;
+    mpi |= l[i] && l[i]->kind == HK_LINK_MPI;
+  }
+  return tcp && mpi ? "tcp+mpi" : mpi ? "mpi" : "tcp";
+}
+
 static void plan_free(plan *p) {
   free(p->h);
   free(p->items);
@@ -429,9 +442,9 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
       for (uint32_t i = a; i < b; i++)
         bytes += p.items[p.order[i]].bytes;
       snprintf(args, sizeof args,
-               "\"algorithm\":\"ring\",\"transport\":\"tcp\","
+               "\"algorithm\":\"ring\",\"transport\":\"%s\","
                "\"fused_tensors\":%u,\"bytes\":%zu",
-               b - a, bytes);
+               ring_transport(&ctx->ring), b - a, bytes);
     }
     for (uint32_t i = a; i < b; i++) {
       hk_handle h = p.h[p.order[i]];
