@@ -126,6 +126,26 @@ static void test_three_sockets_per_peer(void **s) {
                     NULL};
     run_ok_env(argv, env, ok, atoi(nps[i]), 120);
   }
+  /* ranks that disagree: rank 1 (2 sockets) refuses rank 0's HELLO (1),
+   * saying so, and the job stops at once */
+  char *mixed[] = {HKRUN_PATH,
+                   "-np",
+                   "2",
+                   "sh",
+                   "-c",
+                   "HK_SOCKETS_PER_PEER=$((HK_RANK + 1)) exec \"$0\"",
+                   W("w_collectives"),
+                   NULL};
+  hkt_result r;
+  assert_int_equal(hkt_run(mixed, NULL, 60, &r), 0);
+  assert_int_not_equal(r.exit_code, 0);
+  if (!strstr(r.err, "rank 0 opens 1 data connections to each peer but "
+                     "HK_SOCKETS_PER_PEER=2 here: every rank must use the "
+                     "same value"))
+    fail_msg("stderr:\n%s", r.err);
+  assert_true(r.elapsed_s < 30);
+  hkt_result_free(&r);
+  assert_int_equal(hkt_orphans(NULL, 0), 0);
 }
 
 /* HK_TOPO_FILE (like NCCL_TOPO_FILE): a job on a described 8-GPU DGX-1
