@@ -59,6 +59,10 @@ static const tunable table[] = {
     {"HK_STALL_SHUTDOWN_TIME_S", 0, 0, 86400, "s",
      "the job stops on every rank when a tensor stalls this long; 0: never",
      OFF(stall_shutdown_s), 0},
+    /* the slowest link the seed customers name (10 GbE) */
+    {"HK_NET_GBIT", 10, 0.001, 1e5, "Gbit/s",
+     "each host's network rate, for the cost model's algorithm choice",
+     OFF(net_gbit), 0},
 };
 
 hk_status hk_config_load(hk_config *cfg) {
@@ -88,6 +92,14 @@ hk_status hk_config_load(hk_config *cfg) {
     return hk_fail(HK_ERR_CONFIG, "HK_TIMELINE is longer than %zu bytes",
                    sizeof cfg->timeline - 1);
   snprintf(cfg->timeline, sizeof cfg->timeline, "%s", tl ? tl : "");
+  cfg->hierarchical = -1;
+  const char *hier = getenv("HK_HIERARCHICAL_ALLREDUCE");
+  if (hier && *hier) {
+    if (strcmp(hier, "0") != 0 && strcmp(hier, "1") != 0)
+      return hk_fail(HK_ERR_CONFIG,
+                     "HK_HIERARCHICAL_ALLREDUCE='%s' is not 0 or 1", hier);
+    cfg->hierarchical = hier[0] == '1';
+  }
   cfg->log_level = HK_LOG_WARNING;
   const char *lvl = getenv("HK_LOG_LEVEL");
   if (lvl && *lvl) {
@@ -112,6 +124,13 @@ void hk_config_print_table(void) {
   }
   printf("%-22s %12s  %-24s %s\n", "HK_TIMELINE", "\"\"", "a file path",
          "rank 0 writes a Chrome trace of every tensor's phases");
+  printf("%-22s %12s  %-24s %s\n", "HK_ALLREDUCE_ALGO", "auto",
+         "auto|ring|hierarchical|rd",
+         "allreduce algorithm; auto: the cost model's choice per tensor");
+  printf("%-22s %12s  %-24s %s\n", "HK_HIERARCHICAL_ALLREDUCE", "\"\"", "0|1",
+         "1: hierarchical allreduce; 0: never; unset: auto decides");
+  printf("%-22s %12s  %-24s %s\n", "HK_TOPO_FILE", "\"\"",
+         "nvidia-smi text or XML", "this server's layout: ring order, model");
   printf("%-22s %12s  %-24s %s\n", "HK_LOG_LEVEL", "warning",
          "error|warning|info|debug", "diagnostics written to stderr");
 }

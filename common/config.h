@@ -21,6 +21,8 @@ typedef struct hk_config {
   size_t cache_capacity;   /* HK_CACHE_CAPACITY: tensors, 0 = no cache */
   double stall_check_s;    /* HK_STALL_CHECK_TIME_S: warn after, 0 = off */
   double stall_shutdown_s; /* HK_STALL_SHUTDOWN_TIME_S: abort after; 0 no */
+  double net_gbit;         /* HK_NET_GBIT: each host's network, Gbit/s */
+  int hierarchical;        /* HK_HIERARCHICAL_ALLREDUCE: 1, 0, -1 unset */
   int log_level;           /* HK_LOG_LEVEL: hk_log_level */
   char timeline[4096];     /* HK_TIMELINE: rank 0's trace file, or "" */
 } hk_config;

@@ -288,6 +288,8 @@ static hk_status bootstrap_mpi(hk_ctx *ctx, double deadline) {
     ctx->local_size = layout[ctx->rank].local_size;
     ctx->cross_rank = layout[ctx->rank].cross_rank;
     ctx->cross_size = layout[ctx->rank].cross_size;
+    ctx->layout = layout;
+    layout = NULL;
     if (ctx->size > 1)
       st = build_mesh(ctx, peers, deadline);
   }
@@ -296,6 +298,27 @@ static hk_status bootstrap_mpi(hk_ctx *ctx, double deadline) {
   free(hosts);
   free(layout);
   return st;
+}
+
+/* hkrun's (or no launcher's) layout: hosts are blocks of local_size
+ * consecutive ranks. hkrun runs every rank on one host, but a worker may be
+ * given HK_LOCAL_RANK/HK_LOCAL_SIZE describing smaller blocks (tests run
+ * hierarchical allreduce on one machine this way). */
+static hk_status block_layout(hk_ctx *ctx) {
+  const int n = ctx->size, l = ctx->local_size;
+  if (l < 1 || n % l != 0 || ctx->local_rank != ctx->rank % l)
+    return hk_fail(HK_ERR_CONFIG,
+                   "HK_LOCAL_RANK=%d HK_LOCAL_SIZE=%d do not describe rank "
+                   "%d of %d on hosts of HK_LOCAL_SIZE consecutive ranks",
+                   ctx->local_rank, l, ctx->rank, n);
+  ctx->layout = calloc((size_t)n, sizeof *ctx->layout);
+  if (!ctx->layout)
+    return hk_fail(HK_ERR_NOMEM, "cannot allocate the host layout");
+  for (int r = 0; r < n; r++)
+    ctx->layout[r] = (hk_rank_layout){r % l, l, r / l, n / l};
+  ctx->cross_rank = ctx->rank / l;
+  ctx->cross_size = n / l;
+  return HK_OK;
 }
 
 hk_status hk_bootstrap(hk_ctx *ctx) {
@@ -311,6 +334,9 @@ hk_status hk_bootstrap(hk_ctx *ctx) {
     hk_tcp_close(&m->listen_fd);
     return st;
   }
+  st = block_layout(ctx);
+  if (st != HK_OK)
+    return st;
   const char *rdv = getenv("HK_RENDEZVOUS");
   if (!rdv || !*rdv) {
     if (ctx->size > 1)

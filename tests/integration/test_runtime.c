@@ -95,6 +95,74 @@ static void test_collectives(void **s) {
   }
 }
 
+/* hkrun runs every rank on one host, but a worker given HK_LOCAL_RANK /
+ * HK_LOCAL_SIZE of blocks of `local` ranks sees hosts of that size: how
+ * the hierarchical allreduce runs here without network namespaces. */
+static void run_with_hosts(const char *np, int local, char *const env[],
+                           const char *worker_cmd, const char *ok,
+                           const char *log_line) {
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd,
+           "HK_LOCAL_RANK=$((HK_RANK %% %d)) HK_LOCAL_SIZE=%d exec %s", local,
+           local, worker_cmd);
+  char *argv[] = {HKRUN_PATH, "-np", (char *)np, "sh", "-c", cmd, NULL};
+  hkt_result r;
+  assert_int_equal(hkt_run(argv, env, 280, &r), 0);
+  if (r.exit_code != 0 || hkt_count_lines(r.out, ok) != atoi(np) ||
+      (log_line && hkt_count_lines(r.err, log_line) != 1))
+    fail_msg("%s: exit %d, %d x '%s', want %s; log '%s'\nstdout:\n%.3000s\n"
+             "stderr:\n%.3000s",
+             cmd, r.exit_code, hkt_count_lines(r.out, ok), ok, np,
+             log_line ? log_line : "", r.out, r.err);
+  hkt_result_free(&r);
+  assert_int_equal(hkt_orphans(NULL, 0), 0);
+}
+
+/* Every algorithm gives the serial results (exact inputs: w_allreduce's
+ * check is exact and bitwise across ranks), every dtype x op, counts
+ * around the segment boundaries: hierarchical over 3 hosts of 2 and 2
+ * hosts of 3, recursive doubling over 5 ranks (not a power of two), and
+ * the other collectives (grouped allreduce, join's divisor) hierarchical. */
+static void test_allreduce_algorithms(void **s) {
+  (void)s;
+  const char *big = getenv("HKT_ALLREDUCE_BIG");
+  char args[128];
+  snprintf(args, sizeof args, "%s 0 1 5 6 7 %s", W("w_allreduce"),
+           big && *big ? big : "100003");
+  char *hier[] = {"HK_HIERARCHICAL_ALLREDUCE=1", "HK_LOG_LEVEL=info", NULL};
+  run_with_hosts("6", 2, hier, args, "allreduce ok: np=6",
+                 "allreduce algorithm (hierarchical): 1024 B: hierarchical;");
+  run_with_hosts("6", 3, hier, args, "allreduce ok: np=6", NULL);
+  char *rd[] = {"HK_ALLREDUCE_ALGO=rd", "HK_LOG_LEVEL=info", NULL};
+  run_with_hosts("5", 5, rd, args, "allreduce ok: np=5",
+                 "allreduce algorithm (rd): 1024 B: rd;");
+  /* auto on 2 hosts of 2: the model's choice for each size, logged */
+  char *autoenv[] = {"HK_LOG_LEVEL=info", NULL};
+  run_with_hosts("4", 2, autoenv, args, "allreduce ok: np=4",
+                 "allreduce algorithm (auto): 1024 B: rd;");
+  run_with_hosts("5", 5, hier, W("w_collectives"), "collectives ok: np=5",
+                 NULL);
+  run_with_hosts("6", 2, hier, W("w_collectives"), "collectives ok: np=6",
+                 NULL);
+  /* bad layouts and settings fail hk_init on every rank, saying why */
+  char *bad[] = {"HK_ALLREDUCE_ALGO=tree", NULL};
+  char *argv[] = {HKRUN_PATH, "-np", "2", W("w_collectives"), NULL};
+  hkt_result r;
+  assert_int_equal(hkt_run(argv, bad, 60, &r), 0);
+  assert_int_not_equal(r.exit_code, 0);
+  assert_non_null(strstr(r.err, "HK_ALLREDUCE_ALGO=tree: hk's collectives "
+                                "have no tree"));
+  hkt_result_free(&r);
+  char *argv2[] = {HKRUN_PATH, "-np",
+                   "3",        "sh",
+                   "-c",       "HK_LOCAL_SIZE=2 exec " W("w_collectives"),
+                   NULL};
+  assert_int_equal(hkt_run(argv2, NULL, 60, &r), 0);
+  assert_int_not_equal(r.exit_code, 0);
+  assert_non_null(strstr(r.err, "do not describe rank"));
+  hkt_result_free(&r);
+}
+
 /* HK_TOPO_FILE (like NCCL_TOPO_FILE): a job on a described 8-GPU DGX-1
  * uses the ring hktopo prints for that layout, and its collectives still
  * give the serial results (allgather/reducescatter/alltoall included). */
@@ -264,6 +332,7 @@ int main(void) {
       cmocka_unit_test(test_allreduce_np5),
       cmocka_unit_test(test_allreduce_np8),
       cmocka_unit_test(test_collectives),
+      cmocka_unit_test(test_allreduce_algorithms),
       cmocka_unit_test(test_topo_file_ring_order),
       cmocka_unit_test(test_without_hkrun),
       cmocka_unit_test(test_threads_random_order),
