@@ -171,7 +171,8 @@ static int setup(job *j, hk_secret *secret, uint16_t *port) {
     return 1;
   }
   if (hk_secret_generate(secret) != HK_OK ||
-      hk_rdv_start(&j->loop, j->args->np, secret, &j->rdv, port) != HK_OK) {
+      hk_rdv_start(&j->loop, j->args->np, secret, NULL, NULL, &j->rdv, port) !=
+          HK_OK) {
     say("%s", hk_last_error());
     return 1;
   }
