@@ -241,11 +241,15 @@ static void on_register(conn *c, const hk_msg *m) {
 static void on_goodbye(conn *c, const hk_msg *m) {
   hk_rdv *r = c->r;
   if (c->rank < 0 || m->u.goodbye.rank != c->rank) {
-    hk_log(HK_LOG_WARNING,
-           "refused a goodbye from %s: it names rank %d, the connection "
-           "registered %s%d",
-           c->addr, m->u.goodbye.rank, c->rank < 0 ? "no rank, " : "rank ",
-           c->rank);
+    if (c->rank < 0)
+      hk_log(HK_LOG_WARNING,
+             "refused a goodbye from %s: the connection never registered",
+             c->addr);
+    else
+      hk_log(HK_LOG_WARNING,
+             "refused a goodbye from %s: it names rank %d, but the "
+             "connection registered rank %d",
+             c->addr, m->u.goodbye.rank, c->rank);
     conn_close(c);
     return;
   }
