@@ -255,7 +255,6 @@ static void on_signal(uv_signal_t *h, int signum) {
     j->failing = 1;
     j->exit_code = 128 + signum;
   }
-  stop_waiting(j);
   say("received signal %d (%s); forwarding it to the workers", signum,
       strsignal(signum));
   char reason[128];
@@ -266,6 +265,7 @@ static void on_signal(uv_signal_t *h, int signum) {
   if (!uv_is_active((uv_handle_t *)&j->kill_timer))
     uv_timer_start(&j->kill_timer, kill_timeout,
                    grace_ms(j) + KILL_AFTER_TERM_MS, 0);
+  stop_waiting(j); /* last: with every worker gone it closes the job */
 }
 
 /* Sets up the loop-owned parts of the job. Returns 0, or 1 after saying

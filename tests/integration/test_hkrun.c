@@ -889,6 +889,8 @@ static void test_rendezvous_abort(void **state) {
  *   HELD_OPEN        left open and idle (as if another process held it):
  *                    a failure, GOODBYE_WAIT_MS (2 s) after the exit
  *   WRONG_RANK       GOODBYE naming rank 3: refused, closed: a failure
+ *   SIGNALLED        hkrun gets SIGTERM while it waits: the signal decides
+ *                    (exit 128+15), the wait ends
  * A failure is reported as "rank 0 (pid P) exited with status 0 without
  * calling hk_shutdown", and hkrun exits 1.
  */
@@ -897,7 +899,8 @@ enum goodbye_case {
   EOF_AFTER_EXIT,
   EOF_BEFORE_EXIT,
   HELD_OPEN,
-  WRONG_RANK
+  WRONG_RANK,
+  SIGNALLED
 };
 
 static void run_goodbye_case(enum goodbye_case how) {
@@ -939,7 +942,8 @@ static void run_goodbye_case(enum goodbye_case how) {
                      0);
   }
   hkt_close_stdin(&p); /* the worker exits 0 */
-  if (how == BYE_AFTER_EXIT || how == EOF_AFTER_EXIT || how == HELD_OPEN)
+  if (how == BYE_AFTER_EXIT || how == EOF_AFTER_EXIT || how == HELD_OPEN ||
+      how == SIGNALLED)
     assert_int_equal(hkt_wait_line(&p,
                                    "exited with status 0; waiting for its "
                                    "rendezvous connection to end",
@@ -950,6 +954,8 @@ static void run_goodbye_case(enum goodbye_case how) {
     send_goodbye(fd, 0);
   else if (how == EOF_AFTER_EXIT)
     close(fd);
+  else if (how == SIGNALLED)
+    assert_int_equal(kill(p.pid, SIGTERM), 0);
   hkt_result r;
   hkt_finish(&p, FAST_S, &r);
   char expect[160];
@@ -957,8 +963,8 @@ static void run_goodbye_case(enum goodbye_case how) {
            "hkrun: rank 0 (pid %ld) exited with status 0 without calling "
            "hk_shutdown\n",
            pid);
-  if (how == BYE_AFTER_EXIT) {
-    assert_exit(&r, 0);
+  if (how == BYE_AFTER_EXIT || how == SIGNALLED) {
+    assert_exit(&r, how == SIGNALLED ? 128 + SIGTERM : 0);
     assert_null(strstr(r.err, "without calling hk_shutdown"));
   } else {
     assert_exit(&r, 1);
@@ -969,7 +975,14 @@ static void run_goodbye_case(enum goodbye_case how) {
   }
   if (how == HELD_OPEN)
     assert_true(hkt_now() - exit_seen > 1.5);
-  if (how == BYE_AFTER_EXIT || how == HELD_OPEN || how == WRONG_RANK)
+  if (how == SIGNALLED) { /* told, as every registered rank is */
+    recv_msg(fd, &m);
+    assert_int_equal(m.type, HK_MSG_ABORT);
+    assert_int_equal(m.u.abort.signal, SIGTERM);
+    hk_msg_free(&m);
+  }
+  if (how == BYE_AFTER_EXIT || how == HELD_OPEN || how == WRONG_RANK ||
+      how == SIGNALLED)
     assert_closed_by_server(fd, FAST_S);
   if (how != EOF_BEFORE_EXIT && how != EOF_AFTER_EXIT)
     close(fd);
@@ -1000,6 +1013,11 @@ static void test_connection_held_open(void **state) {
 static void test_goodbye_wrong_rank(void **state) {
   (void)state;
   run_goodbye_case(WRONG_RANK);
+}
+
+static void test_signal_while_waiting(void **state) {
+  (void)state;
+  run_goodbye_case(SIGNALLED);
 }
 
 /* A connection that never authenticates is closed after 10 s. */
@@ -1069,6 +1087,7 @@ int main(void) {
       cmocka_unit_test(test_eof_before_exit),
       cmocka_unit_test(test_connection_held_open),
       cmocka_unit_test(test_goodbye_wrong_rank),
+      cmocka_unit_test(test_signal_while_waiting),
   };
   int failed = cmocka_run_group_tests(tests, NULL, NULL);
   hkt_kill_orphans(); /* after a failed test: leave nothing running */
