@@ -90,6 +90,29 @@ static void destroy(hk_ctx *ctx) {
   free(ctx);
 }
 
+/*
+ * Tells hkrun that this rank leaves the job through the API (hk_shutdown,
+ * or an hk_init that fails after registering): hkrun treats a registered
+ * worker that exits without this as failed, even with status 0. Called on
+ * the one thread left (the background thread has stopped or never ran);
+ * the socket's buffer is empty (a worker sends hkrun nothing else after
+ * REGISTER), so this does not block. Best effort: hkrun may be gone.
+ */
+static void say_goodbye(hk_ctx *ctx) {
+  if (ctx->mesh.launcher_fd < 0)
+    return;
+  hk_msg m = {.type = HK_MSG_GOODBYE};
+  m.u.goodbye.rank = ctx->rank;
+  hk_io io = {-1, 1.0}; /* an ABORT waiting to be read must not stop it */
+  hk_buf b = {0};
+  char saved[HK_ERROR_MSG_CAP];
+  snprintf(saved, sizeof saved, "%s", hk_last_error());
+  if (hk_tcp_send_msg(ctx->mesh.launcher_fd, &m, &b, &io, "hkrun") != HK_OK)
+    hk_log(HK_LOG_INFO, "could not say goodbye to hkrun: %s", hk_last_error());
+  hk_set_last_error(saved);
+  hk_buf_free(&b);
+}
+
 hk_status hk_init(void) {
   if (g_ctx)
     return hk_fail(HK_ERR_ALREADY_INITIALIZED,
@@ -141,6 +164,7 @@ hk_status hk_init(void) {
   if (st != HK_OK) {
     char msg[HK_ERROR_MSG_CAP];
     snprintf(msg, sizeof msg, "%s", hk_last_error());
+    say_goodbye(ctx); /* the caller is told; what it does next is its own */
     destroy(ctx);
     return hk_fail(st, "%s", msg); /* callers name hk_init themselves */
   }
@@ -162,6 +186,7 @@ hk_status hk_shutdown(void) {
   (void)w;
   if (ctx->thread_started)
     pthread_join(ctx->thread, NULL);
+  say_goodbye(ctx);
   hk_status st = ctx->failure;
   char reason[sizeof ctx->failure_reason];
   snprintf(reason, sizeof reason, "%s", ctx->failure_reason);

@@ -322,6 +322,60 @@ static void test_shutdown_semantics(void **s) {
   run_ok(argv2, "leave ok", 2, 60);
 }
 
+/* A rank that returns 0 from main without hk_shutdown while the others
+ * wait in an allreduce (what mpirun reports as "exited without calling
+ * finalize"): hkrun names it at once as the job's failure and exits 1;
+ * every other rank's error names it (not rank 0, the coordinator, which
+ * noticed first); nothing is left running. */
+static void test_exit_without_shutdown(void **s) {
+  (void)s;
+  char *argv[] = {HKRUN_PATH, "-np", "4", W("w_fail"), "vanish", NULL};
+  hkt_result r;
+  assert_int_equal(hkt_run(argv, NULL, 60, &r), 0);
+  const char *v = strstr(r.out, "[2] vanishing pid=");
+  if (!v || r.exit_code != 1)
+    fail_msg("exit %d\nstdout:\n%s\nstderr:\n%s", r.exit_code, r.out, r.err);
+  long pid = atol(v + strlen("[2] vanishing pid="));
+  char why[128], expect[160];
+  snprintf(why, sizeof why,
+           "rank 2 (pid %ld) exited with status 0 without calling hk_shutdown",
+           pid);
+  snprintf(expect, sizeof expect, "hkrun: %s\n", why);
+  /* hkrun's one report (the first failure) is rank 2's */
+  if (!strstr(r.err, expect) || hkt_count_lines(r.err, "hkrun: rank") != 1)
+    fail_msg("expected '%s' as hkrun's only report:\n%s", why, r.err);
+  for (int k = 0; k < 4; k++) {
+    if (k == 2)
+      continue;
+    char key[64];
+    snprintf(key, sizeof key, "[%d] rank %d: allreduce gave peer lost: ", k, k);
+    char *line = strstr(r.err, key);
+    if (!line)
+      fail_msg("rank %d did not report the lost peer:\n%s", k, r.err);
+    char *eol = strchr(line, '\n');
+    if (eol)
+      *eol = '\0';
+    if (!strstr(line, why))
+      fail_msg("rank %d's error does not name rank 2: '%s'", k, line);
+    if (eol)
+      *eol = '\n';
+  }
+  assert_true(r.elapsed_s < 30);
+  assert_int_equal(hkt_orphans(NULL, 0), 0);
+  hkt_result_free(&r);
+}
+
+/* The guard against misjudging a normal exit: whichever hkrun sees first,
+ * a worker's exit or the end of its rendezvous connection, every one of
+ * many quick jobs whose ranks all call hk_shutdown exits 0. */
+static void test_normal_exits_stay_clean(void **s) {
+  (void)s;
+  for (int i = 0; i < 20; i++) {
+    char *argv[] = {HKRUN_PATH, "-np", "4", W("w_fail"), "quick", NULL};
+    run_ok(argv, "quick ok", 4, 60);
+  }
+}
+
 int main(void) {
   hkt_setup();
   const struct CMUnitTest tests[] = {
@@ -341,6 +395,8 @@ int main(void) {
       cmocka_unit_test(test_rank_exits_early),
       cmocka_unit_test(test_rogue_connection),
       cmocka_unit_test(test_shutdown_semantics),
+      cmocka_unit_test(test_exit_without_shutdown),
+      cmocka_unit_test(test_normal_exits_stay_clean),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
