@@ -84,9 +84,8 @@ void hk_ring_default_segments(size_t count, int n, size_t *seg) {
 
 static int mod(int a, int n) { return ((a % n) + n) % n; }
 
-/* Adjusts ne elements a reduce-scatter has just finished. */
-static void finish(void *p, size_t ne, hk_dtype dtype, hk_op op,
-                   const hk_ring_finish *fin, int size) {
+void hk_ring_finish_apply(void *p, size_t ne, hk_dtype dtype, hk_op op,
+                          const hk_ring_finish *fin, int size) {
   int divisor = fin && fin->divisor > 0 ? fin->divisor : size;
   if (op == HK_AVERAGE)
     hk_reduce_finish_average(p, ne, dtype, divisor);
@@ -152,7 +151,8 @@ static hk_status run_steps(hk_ring *ring, const hk_ring_step *steps, int nsteps,
           hk_reduce(s->recv + rdone, s->mine + rdone, ring->stage, ne, dtype,
                     op);
           if (s->finish)
-            finish(s->recv + rdone, ne, dtype, op, fin, ring->size);
+            hk_ring_finish_apply(s->recv + rdone, ne, dtype, op, fin,
+                                 ring->size);
           rdone += whole;
           fill -= whole;
           if (fill)
@@ -184,22 +184,24 @@ static hk_status run_steps(hk_ring *ring, const hk_ring_step *steps, int nsteps,
   return hk_link_drain(ring->right, &ring->io, what);
 }
 
-hk_status hk_ring_allreduce_segmented(hk_ring *ring, const void *sendbuf,
-                                      void *recvbuf, const size_t *seg,
-                                      hk_dtype dtype, hk_op op,
-                                      const hk_ring_finish *fin) {
+hk_status hk_ring_allreduce_part(hk_ring *ring, const void *sendbuf,
+                                 void *recvbuf, const size_t *seg,
+                                 hk_dtype dtype, hk_op op,
+                                 const hk_ring_finish *fin, hk_ring_part part) {
   const int n = ring->size, r = ring->rank;
   const size_t esz = hk_dtype_size(dtype), count = seg[n];
   const uint8_t *src = sendbuf;
   uint8_t *dst = recvbuf;
   if (n == 1 || count == 0) {
-    if (count && src != dst)
+    if ((part & HK_RING_REDUCE_SCATTER) && count && src != dst)
       memcpy(dst, src, count * esz);
-    if (count)
-      finish(dst, count, dtype, op, fin, n);
+    if (part == HK_RING_BOTH && count)
+      hk_ring_finish_apply(dst, count, dtype, op, fin, n);
     return HK_OK;
   }
   hk_ring_step *s = ring->steps;
+  int first = part & HK_RING_REDUCE_SCATTER ? 0 : n - 1;
+  int last = part & HK_RING_ALLGATHER ? 2 * (n - 1) : n - 1;
 #define SEG_AT(base, j) ((base) + seg[(j)] * esz)
 #define SEG_LEN(j) ((seg[(j) + 1] - seg[(j)]) * esz)
   for (int k = 0; k < n - 1; k++) { /* reduce-scatter */
@@ -209,14 +211,24 @@ hk_status hk_ring_allreduce_segmented(hk_ring *ring, const void *sendbuf,
                           SEG_AT(src, jr),
                           SEG_LEN(js),
                           SEG_LEN(jr),
-                          k == n - 2};
+                          k == n - 2 && part == HK_RING_BOTH};
   }
   for (int k = 0; k < n - 1; k++) { /* allgather */
     int jr = mod(r - k, n), js = mod(r + 1 - k, n);
     s[n - 1 + k] = (hk_ring_step){SEG_AT(dst, js), SEG_AT(dst, jr), NULL,
                                   SEG_LEN(js),     SEG_LEN(jr),     0};
   }
-  return run_steps(ring, s, 2 * (n - 1), dtype, op, fin, "in ring allreduce");
+  return run_steps(ring, s + first, last - first, dtype, op, fin,
+                   part == HK_RING_ALLGATHER ? "in ring allgather"
+                                             : "in ring allreduce");
+}
+
+hk_status hk_ring_allreduce_segmented(hk_ring *ring, const void *sendbuf,
+                                      void *recvbuf, const size_t *seg,
+                                      hk_dtype dtype, hk_op op,
+                                      const hk_ring_finish *fin) {
+  return hk_ring_allreduce_part(ring, sendbuf, recvbuf, seg, dtype, op, fin,
+                                HK_RING_BOTH);
 }
 
 hk_status hk_ring_allreduce(hk_ring *ring, const void *sendbuf, void *recvbuf,
@@ -238,7 +250,7 @@ hk_status hk_ring_reducescatter(hk_ring *ring, const void *sendbuf,
   if (n == 1) {
     if (count) {
       memcpy(out, src, count * esz);
-      finish(out, count, dtype, op, fin, 1);
+      hk_ring_finish_apply(out, count, dtype, op, fin, 1);
     }
     return HK_OK;
   }

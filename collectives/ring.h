@@ -55,6 +55,16 @@ typedef struct hk_ring_finish {
 } hk_ring_finish;
 
 /**
+ * Finishes ne ELEMENTS at p that a reduction has just completed: HK_AVERAGE
+ * divides by fin->divisor (by `size` when fin is NULL or its divisor 0),
+ * then a postscale other than 1 multiplies. Every algorithm applies it
+ * once, on the rank that completes the values, so all ranks get the
+ * same bits.
+ */
+void hk_ring_finish_apply(void *p, size_t ne, hk_dtype dtype, hk_op op,
+                          const hk_ring_finish *fin, int size);
+
+/**
  * Sets up a ring (allocates the staging buffer, chunk_bytes bytes, pre-
  * faulted). The links (collectives/transport/link.h: TCP over one or
  * more sockets, or MPI) stay owned by the caller and must outlive the
@@ -102,6 +112,30 @@ hk_status hk_ring_allreduce_segmented(hk_ring *ring, const void *sendbuf,
                                       void *recvbuf, const size_t *seg,
                                       hk_dtype dtype, hk_op op,
                                       const hk_ring_finish *fin);
+
+/** The halves of a ring allreduce (hk_ring_allreduce_part). */
+typedef enum hk_ring_part {
+  HK_RING_REDUCE_SCATTER = 1, /* the first N-1 steps */
+  HK_RING_ALLGATHER = 2,      /* the last N-1 steps */
+  HK_RING_BOTH = 3,           /* hk_ring_allreduce_segmented */
+} hk_ring_part;
+
+/**
+ * One or both halves of hk_ring_allreduce_segmented, for algorithms built
+ * of rings (collectives/hierarchical.h). HK_RING_REDUCE_SCATTER leaves
+ * segment (p+1) mod N (p = this rank's ring position, ring->rank) of
+ * recvbuf reduced over the ring, left unfinished (no average division, no
+ * postscale: fin is ignored; the caller finishes it); the rest of recvbuf
+ * holds partial sums. HK_RING_ALLGATHER starts from that state (segment
+ * (p+1) mod N final at position p; sendbuf is ignored) and leaves every
+ * segment of recvbuf final on every rank. Run in that order, the two give
+ * exactly hk_ring_allreduce_segmented's bits, less the finish. Same
+ * arguments and errors as hk_ring_allreduce_segmented.
+ */
+hk_status hk_ring_allreduce_part(hk_ring *ring, const void *sendbuf,
+                                 void *recvbuf, const size_t *seg,
+                                 hk_dtype dtype, hk_op op,
+                                 const hk_ring_finish *fin, hk_ring_part part);
 
 /**
  * Reduce-scatter: every rank passes the whole input (seg[n] elements,

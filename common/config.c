@@ -69,6 +69,10 @@ static const tunable table[] = {
      "TCP connections between each pair of ranks; a transfer is striped "
      "over them in fixed blocks",
      OFF(sockets_per_peer), 1},
+    /* the slowest link the seed customers name (10 GbE) */
+    {"HK_NET_GBIT", 10, 0.001, 1e5, "Gbit/s",
+     "each host's network rate, for the cost model's algorithm choice",
+     OFF(net_gbit), 0},
 };
 
 hk_status hk_config_load(hk_config *cfg) {
@@ -109,6 +113,14 @@ hk_status hk_config_load(hk_config *cfg) {
       return hk_fail(HK_ERR_CONFIG,
                      "HK_CROSS_TRANSPORT='%s' is not one of tcp, mpi", cross);
   }
+  cfg->hierarchical = -1;
+  const char *hier = getenv("HK_HIERARCHICAL_ALLREDUCE");
+  if (hier && *hier) {
+    if (strcmp(hier, "0") != 0 && strcmp(hier, "1") != 0)
+      return hk_fail(HK_ERR_CONFIG,
+                     "HK_HIERARCHICAL_ALLREDUCE='%s' is not 0 or 1", hier);
+    cfg->hierarchical = hier[0] == '1';
+  }
   cfg->log_level = HK_LOG_WARNING;
   const char *lvl = getenv("HK_LOG_LEVEL");
   if (lvl && *lvl) {
@@ -136,6 +148,13 @@ void hk_config_print_table(void) {
   printf("%-22s %12s  %-24s %s\n", "HK_CROSS_TRANSPORT", "tcp", "tcp|mpi",
          "links to ranks on other hosts: hk's TCP, or MPI point-to-point "
          "(needs mpirun/srun)");
+  printf("%-22s %12s  %-24s %s\n", "HK_ALLREDUCE_ALGO", "auto",
+         "auto|ring|hierarchical|rd",
+         "allreduce algorithm; auto: the cost model's choice per tensor");
+  printf("%-22s %12s  %-24s %s\n", "HK_HIERARCHICAL_ALLREDUCE", "\"\"", "0|1",
+         "1: hierarchical allreduce; 0: never; unset: auto decides");
+  printf("%-22s %12s  %-24s %s\n", "HK_TOPO_FILE", "\"\"",
+         "nvidia-smi text or XML", "this server's layout: ring order, model");
   printf("%-22s %12s  %-24s %s\n", "HK_LOG_LEVEL", "warning",
          "error|warning|info|debug", "diagnostics written to stderr");
 }

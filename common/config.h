@@ -30,6 +30,8 @@ typedef struct hk_config {
   size_t sockets_per_peer; /* HK_SOCKETS_PER_PEER: TCP connections per
                               pair of ranks, 1..8; a link stripes over them */
   int cross_transport;     /* HK_CROSS_TRANSPORT: hk_cross_transport */
+  double net_gbit;         /* HK_NET_GBIT: each host's network, Gbit/s */
+  int hierarchical;        /* HK_HIERARCHICAL_ALLREDUCE: 1, 0, -1 unset */
   int log_level;           /* HK_LOG_LEVEL: hk_log_level */
   char timeline[4096];     /* HK_TIMELINE: rank 0's trace file, or "" */
 } hk_config;

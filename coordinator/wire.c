@@ -109,6 +109,9 @@ hk_status hk_wire_encode(const hk_msg *m, hk_buf *out) {
     put_u8(&w, m->u.hello.stream);
     put_u8(&w, m->u.hello.streams);
     break;
+  case HK_MSG_GOODBYE:
+    put_i32(&w, m->u.goodbye.rank);
+    break;
   case HK_MSG_REQUESTS:
     put_u8(&w, m->u.requests.shutdown);
     put_u32(&w, m->u.requests.n);
@@ -328,7 +331,7 @@ hk_status hk_wire_header(const uint8_t hdr[HK_WIRE_HEADER_LEN], uint8_t *type,
     return hk_fail(HK_ERR_PROTOCOL,
                    "wire version %u, this build speaks version %u", hdr[2],
                    HK_WIRE_VERSION);
-  if (hdr[3] < HK_MSG_REGISTER || hdr[3] > HK_MSG_RESPONSES)
+  if (hdr[3] < HK_MSG_REGISTER || hdr[3] > HK_MSG_GOODBYE)
     return hk_fail(HK_ERR_PROTOCOL, "unknown message type %u", hdr[3]);
   uint32_t len = 0;
   for (int i = 0; i < 4; i++)
@@ -391,6 +394,11 @@ static void decode_payload(reader *r, hk_msg *m) {
         "stream count %lld out of range", m->u.hello.streams);
     check(r, m->u.hello.stream < m->u.hello.streams,
           "stream index %lld is not below the stream count", m->u.hello.stream);
+    break;
+  case HK_MSG_GOODBYE:
+    m->u.goodbye.rank = get_i32(r, "rank");
+    check(r, m->u.goodbye.rank >= 0 && m->u.goodbye.rank < HK_WIRE_MAX_RANKS,
+          "rank %lld out of range", m->u.goodbye.rank);
     break;
   case HK_MSG_REQUESTS: {
     m->u.requests.shutdown = get_u8(r, "shutdown flag");

@@ -414,6 +414,8 @@ static hk_status bootstrap_mpi(hk_ctx *ctx, double deadline) {
     ctx->cross_size = layout[ctx->rank].cross_size;
     for (int r = 0; r < ctx->size; r++)
       host_of[r] = layout[r].cross_rank;
+    ctx->layout = layout;
+    layout = NULL;
   }
   /* MPI links to the ranks on other hosts, if asked for and there are */
   int mpi_links = ctx->cfg.cross_transport == HK_CROSS_MPI &&
@@ -434,6 +436,27 @@ static hk_status bootstrap_mpi(hk_ctx *ctx, double deadline) {
   return st;
 }
 
+/* hkrun's (or no launcher's) layout: hosts are blocks of local_size
+ * consecutive ranks. hkrun runs every rank on one host, but a worker may be
+ * given HK_LOCAL_RANK/HK_LOCAL_SIZE describing smaller blocks (tests run
+ * hierarchical allreduce on one machine this way). */
+static hk_status block_layout(hk_ctx *ctx) {
+  const int n = ctx->size, l = ctx->local_size;
+  if (l < 1 || n % l != 0 || ctx->local_rank != ctx->rank % l)
+    return hk_fail(HK_ERR_CONFIG,
+                   "HK_LOCAL_RANK=%d HK_LOCAL_SIZE=%d do not describe rank "
+                   "%d of %d on hosts of HK_LOCAL_SIZE consecutive ranks",
+                   ctx->local_rank, l, ctx->rank, n);
+  ctx->layout = calloc((size_t)n, sizeof *ctx->layout);
+  if (!ctx->layout)
+    return hk_fail(HK_ERR_NOMEM, "cannot allocate the host layout");
+  for (int r = 0; r < n; r++)
+    ctx->layout[r] = (hk_rank_layout){r % l, l, r / l, n / l};
+  ctx->cross_rank = ctx->rank / l;
+  ctx->cross_size = n / l;
+  return HK_OK;
+}
+
 hk_status hk_bootstrap(hk_ctx *ctx) {
   hk_mesh *m = &ctx->mesh;
   *m = (hk_mesh){-1, -1, NULL, -1, NULL, NULL};
@@ -447,14 +470,17 @@ hk_status hk_bootstrap(hk_ctx *ctx) {
     hk_tcp_close(&m->listen_fd);
     return st;
   }
+  st = block_layout(ctx);
+  if (st != HK_OK)
+    return st;
   if (ctx->cfg.cross_transport == HK_CROSS_MPI) {
-    if (ctx->local_size != ctx->size)
+    if (ctx->cross_size > 1)
       return hk_fail(HK_ERR_CONFIG,
-                     "HK_CROSS_TRANSPORT=mpi: this job spans hosts (%d of "
-                     "its %d ranks are on this one) but was not started by "
-                     "mpirun or srun (hkrun -H starts it through mpirun), so "
-                     "MPI cannot connect them",
-                     ctx->local_size, ctx->size);
+                     "HK_CROSS_TRANSPORT=mpi: this job spans %d hosts (of %d "
+                     "ranks each) but was not started by mpirun or srun "
+                     "(hkrun -H starts it through mpirun), so MPI cannot "
+                     "connect them",
+                     ctx->cross_size, ctx->local_size);
     if (ctx->rank == 0 && ctx->size > 1)
       hk_log(HK_LOG_INFO, "HK_CROSS_TRANSPORT=mpi is unused: every rank is "
                           "on this host, the links are TCP");

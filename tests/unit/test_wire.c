@@ -199,6 +199,47 @@ static void test_hello_streams(void **state) {
   hk_buf_free(&b);
 }
 
+/* GOODBYE {rank}: round-trips; a rank outside [0, HK_WIRE_MAX_RANKS), a
+ * short or long payload, and the next (unknown) type are rejected. */
+static void test_goodbye(void **state) {
+  (void)state;
+  hk_buf b = {0};
+  hk_msg d;
+  hk_msg gb = {.type = HK_MSG_GOODBYE};
+  gb.u.goodbye.rank = 65535;
+  encode(&gb, &b);
+  assert_int_equal(b.len, HK_WIRE_HEADER_LEN + 4);
+  assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_OK);
+  assert_int_equal(d.type, HK_MSG_GOODBYE);
+  assert_int_equal(d.u.goodbye.rank, 65535);
+  hk_msg_free(&d);
+
+  static const int32_t bad[] = {-1, 65536, INT32_MIN, INT32_MAX};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    gb.u.goodbye.rank = bad[i];
+    encode(&gb, &b);
+    assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_ERR_PROTOCOL);
+    assert_non_null(strstr(hk_last_error(), "out of range"));
+  }
+
+  gb.u.goodbye.rank = 1;
+  encode(&gb, &b);
+  for (size_t cut = 0; cut < b.len; cut++)
+    assert_int_equal(hk_wire_decode(b.data, cut, &d), HK_ERR_PROTOCOL);
+  b.data[4] = 3; /* a 3-byte payload: the rank is cut short */
+  assert_int_equal(hk_wire_decode(b.data, b.len - 1, &d), HK_ERR_PROTOCOL);
+  assert_non_null(strstr(hk_last_error(), "truncated"));
+  b.data[4] = 5; /* one byte more than the rank */
+  assert_int_equal(hk_buf_append(&b, "x", 1), HK_OK);
+  assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_ERR_PROTOCOL);
+  assert_non_null(strstr(hk_last_error(), "trailing"));
+  b.data[4] = 4;
+  b.data[3] = HK_MSG_GOODBYE + 1;
+  assert_int_equal(hk_wire_decode(b.data, b.len - 1, &d), HK_ERR_PROTOCOL);
+  assert_non_null(strstr(hk_last_error(), "unknown message type"));
+  hk_buf_free(&b);
+}
+
 /* Every strict prefix of a valid frame is rejected as truncated. */
 static void test_truncated_rejected(void **state) {
   (void)state;
@@ -312,6 +353,7 @@ int main(void) {
       cmocka_unit_test(test_responses_roundtrip),
       cmocka_unit_test(test_small_messages_roundtrip),
       cmocka_unit_test(test_hello_streams),
+      cmocka_unit_test(test_goodbye),
       cmocka_unit_test(test_truncated_rejected),
       cmocka_unit_test(test_oversized_rejected),
       cmocka_unit_test(test_bad_fields_rejected),
