@@ -1,7 +1,7 @@
 /*
  * link.h - hk_link: one full-duplex byte stream to one peer rank, the
- * thing the ring (collectives/ring.h) and alltoall send to their
- * neighbours over. Two kinds:
+ * thing the rings (collectives/ring.h), recursive doubling and alltoall
+ * send to their peers over. Two kinds:
  *
  * TCP, striped over k sockets (k = HK_SOCKETS_PER_PEER, 1..8). With
  *   k = 1 the link is the one connection and every call is the plain
@@ -31,7 +31,18 @@
  *   larger message than the receiver's chunk fails with HK_ERR_PROTOCOL.
  *   MPI only progresses inside MPI calls: waits on an MPI link poll
  *   (MPI_Test, and poll(2) with no timeout for the TCP side and the
- *   abort fd), yielding the CPU between rounds.
+ *   abort fd), yielding the CPU between rounds, and test every MPI link
+ *   they are given, whichever side they wait for (a rank waiting on its
+ *   TCP side must still push out its MPI sends, or a ring that crosses
+ *   hosts deadlocks).
+ *   Acknowledgements: a completed MPI_Isend does not mean the bytes have
+ *   left this process (Open MPI's TCP transport may still hold a queued
+ *   fragment, or the FIN of a large message, and moves it only inside a
+ *   later MPI call). So the receiver answers every message it receives
+ *   with a 0-byte message (tag HK_LINK_MPI_ACK_TAG), and hk_link_drain
+ *   returns only once every message sent was acknowledged and this
+ *   link's own acknowledgements have completed: a rank that leaves a
+ *   collective leaves nothing its peers still wait for.
  *
  * Every wait honours hk_io: abort_fd readable is HK_ERR_PEER_LOST, no
  * progress for io->timeout_s seconds is HK_ERR_TIMEOUT, and the message
@@ -63,8 +74,9 @@
 
 /* The runtime's MPI message size: hk's ring chunk default (1 MiB). */
 #define HK_LINK_MPI_CHUNK_BYTES ((size_t)1 << 20)
-#define HK_LINK_MPI_DEPTH 4    /* messages in flight per direction */
-#define HK_LINK_MPI_TAG 0x484b /* "HK" */
+#define HK_LINK_MPI_DEPTH 4        /* messages in flight per direction */
+#define HK_LINK_MPI_TAG 0x484b     /* "HK": the stream's messages */
+#define HK_LINK_MPI_ACK_TAG 0x484c /* "HL": their acknowledgements */
 
 typedef enum hk_link_kind {
   HK_LINK_NONE = 0, /* not set up (closed, or this rank's own entry) */
@@ -139,8 +151,10 @@ hk_status hk_link_wait(hk_link *send, int want_send, hk_link *recv,
 
 /**
  * Returns once every byte hk_link_send_some took has really left the
- * caller's memory (MPI: every MPI_Isend completed; TCP: at once). Errors
- * as hk_link_wait.
+ * caller's memory: TCP at once (the kernel has them); MPI once every
+ * MPI_Isend has completed and every message has been acknowledged by the
+ * peer (and this side's acknowledgements have completed). Errors as
+ * hk_link_wait ("... no progress completing sends to rank 3 (MPI)").
  */
 hk_status hk_link_drain(hk_link *link, const hk_io *io, const char *what);
 

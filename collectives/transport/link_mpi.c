@@ -20,19 +20,29 @@
 #ifdef HK_HAVE_MPI
 #include <mpi.h>
 
+#define ACK_SLOTS (2 * HK_LINK_MPI_DEPTH) /* acknowledgements in flight */
+
 struct hk_link_mpi {
   MPI_Comm comm;
   int peer;
   size_t chunk;
+  /* sending */
   MPI_Request sreq[HK_LINK_MPI_DEPTH]; /* MPI_REQUEST_NULL: a free slot */
   int spending;                        /* sends not yet complete */
+  uint64_t sent, acked; /* messages sent; acknowledged by the peer */
+  MPI_Request ackrecv;  /* the posted receive of the next acknowledgement */
+  /* receiving */
   uint8_t *rbuf;                       /* DEPTH x chunk; NULL until used */
   MPI_Request rreq[HK_LINK_MPI_DEPTH]; /* receive i lands in rbuf + i*chunk */
   int rhead;   /* the oldest posted receive: the stream's next message */
   int rready;  /* rhead's message has arrived: rlen, roff valid */
   size_t rlen; /* its length */
   size_t roff; /* bytes of it already handed out */
+  MPI_Request acksend[ACK_SLOTS]; /* acknowledgements of messages received */
+  int ackpending;                 /* of those, not yet complete */
 };
+
+static char ack_byte; /* the (unread) buffer of 0-byte acknowledgements */
 
 /* An MPI call with the peer failed: PEER_LOST with MPI's own words. */
 static hk_status mpi_fail(const char *call, int rc, const char *dir,
@@ -67,8 +77,11 @@ hk_status hk_link_mpi_open(struct hk_link_mpi **out, int peer, const void *comm,
   m->comm = *(const MPI_Comm *)comm;
   m->peer = peer;
   m->chunk = chunk;
+  m->ackrecv = MPI_REQUEST_NULL;
   for (int i = 0; i < HK_LINK_MPI_DEPTH; i++)
     m->sreq[i] = m->rreq[i] = MPI_REQUEST_NULL;
+  for (int i = 0; i < ACK_SLOTS; i++)
+    m->acksend[i] = MPI_REQUEST_NULL;
   *out = m;
   return HK_OK;
 }
@@ -97,7 +110,63 @@ static hk_status ensure_recvs(struct hk_link_mpi *m, const char *name) {
   return HK_OK;
 }
 
-/* Has the stream's next message arrived? Sets rready, rlen, roff. */
+/* Completes what acknowledgements it can; frees their slots. */
+static hk_status test_ack_sends(struct hk_link_mpi *m, const char *name) {
+  for (int i = 0; i < ACK_SLOTS && m->ackpending > 0; i++) {
+    if (m->acksend[i] == MPI_REQUEST_NULL)
+      continue;
+    int flag = 0;
+    int rc = MPI_Test(&m->acksend[i], &flag, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS)
+      return mpi_fail("MPI_Test of an acknowledgement", rc, "to", name);
+    if (flag)
+      m->ackpending--;
+  }
+  return HK_OK;
+}
+
+/* Tells the peer that one more of its messages has arrived. */
+static hk_status send_ack(struct hk_link_mpi *m, const char *name) {
+  hk_status st = test_ack_sends(m, name);
+  if (st != HK_OK)
+    return st;
+  int slot = 0;
+  while (slot < ACK_SLOTS && m->acksend[slot] != MPI_REQUEST_NULL)
+    slot++;
+  if (slot == ACK_SLOTS) { /* all in flight (rare): let MPI finish one */
+    MPI_Request_free(&m->acksend[0]);
+    m->ackpending--;
+    slot = 0;
+  }
+  int rc = MPI_Isend(&ack_byte, 0, MPI_BYTE, m->peer, HK_LINK_MPI_ACK_TAG,
+                     m->comm, &m->acksend[slot]);
+  if (rc != MPI_SUCCESS)
+    return mpi_fail("MPI_Isend of an acknowledgement", rc, "to", name);
+  m->ackpending++;
+  return HK_OK;
+}
+
+/* Counts the acknowledgements that have arrived; keeps one receive of
+ * the next posted while any message is unacknowledged. */
+static hk_status test_acks(struct hk_link_mpi *m, const char *name) {
+  while (m->acked < m->sent) {
+    int rc = MPI_SUCCESS, flag = 0;
+    if (m->ackrecv == MPI_REQUEST_NULL)
+      rc = MPI_Irecv(&ack_byte, 0, MPI_BYTE, m->peer, HK_LINK_MPI_ACK_TAG,
+                     m->comm, &m->ackrecv);
+    if (rc == MPI_SUCCESS)
+      rc = MPI_Test(&m->ackrecv, &flag, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS)
+      return mpi_fail("waiting for the acknowledgement", rc, "from", name);
+    if (!flag)
+      break;
+    m->acked++;
+  }
+  return HK_OK;
+}
+
+/* Has the stream's next message arrived? Sets rready, rlen, roff, and
+ * acknowledges it. */
 static hk_status test_head(struct hk_link_mpi *m, const char *name) {
   if (m->rready)
     return HK_OK;
@@ -121,7 +190,7 @@ static hk_status test_head(struct hk_link_mpi *m, const char *name) {
   m->rlen = count > 0 ? (size_t)count : 0;
   m->roff = 0;
   m->rready = 1;
-  return HK_OK;
+  return send_ack(m, name);
 }
 
 /* Frees the slots of completed sends. */
@@ -155,6 +224,7 @@ hk_status hk_link_mpi_send_some(struct hk_link_mpi *m, const void *p, size_t n,
     if (rc != MPI_SUCCESS)
       return mpi_fail("MPI_Isend", rc, "to", name);
     m->spending++;
+    m->sent++;
     src += len;
     n -= len;
     *done += len;
@@ -190,14 +260,43 @@ hk_status hk_link_mpi_progress(struct hk_link_mpi *m, int want_recv,
                                int *can_send, int *can_recv, int *drained,
                                const char *name) {
   hk_status st = test_sends(m, name);
+  if (st == HK_OK)
+    st = test_acks(m, name);
+  if (st == HK_OK)
+    st = test_ack_sends(m, name);
   if (st == HK_OK && want_recv)
     st = ensure_recvs(m, name);
   if (st == HK_OK && m->rbuf)
     st = test_head(m, name);
+  if (st == HK_OK && !m->rbuf && m->spending == 0 && m->acked == m->sent &&
+      m->ackpending == 0) { /* nothing of ours to test: still let MPI move
+                               the other links' bytes */
+    int flag = 0;
+    MPI_Iprobe(m->peer, HK_LINK_MPI_TAG, m->comm, &flag, MPI_STATUS_IGNORE);
+  }
   *can_send = m->spending < HK_LINK_MPI_DEPTH;
   *can_recv = m->rready;
-  *drained = m->spending == 0;
+  *drained = m->spending == 0 && m->acked == m->sent && m->ackpending == 0;
   return st;
+}
+
+/* Cancels a posted receive and waits (a second at most) for it to end;
+ * 0 if it did not (MPI may still write into its buffer). */
+static int cancel_recv(MPI_Request *req, double end) {
+  if (*req == MPI_REQUEST_NULL)
+    return 1;
+  MPI_Cancel(req);
+  while (*req != MPI_REQUEST_NULL) {
+    int flag = 0;
+    int rc = MPI_Test(req, &flag, MPI_STATUS_IGNORE);
+    if (*req == MPI_REQUEST_NULL)
+      break; /* complete: cancelled, or arrived (even with an error) */
+    if (rc != MPI_SUCCESS || hk_now() > end) {
+      MPI_Request_free(req);
+      return 0;
+    }
+  }
+  return 1;
 }
 
 void hk_link_mpi_close(struct hk_link_mpi *m) {
@@ -211,25 +310,16 @@ void hk_link_mpi_close(struct hk_link_mpi *m) {
     for (int i = 0; i < HK_LINK_MPI_DEPTH; i++)
       if (m->sreq[i] != MPI_REQUEST_NULL)
         MPI_Request_free(&m->sreq[i]);
+    for (int i = 0; i < ACK_SLOTS; i++)
+      if (m->acksend[i] != MPI_REQUEST_NULL)
+        MPI_Request_free(&m->acksend[i]);
     /* Posted receives: cancelled; one already matched to a message still
      * arriving completes first (give it a second, then let it go and keep
      * its buffer: MPI may still write there). */
-    for (int i = 0; i < HK_LINK_MPI_DEPTH && m->rbuf; i++)
-      if (m->rreq[i] != MPI_REQUEST_NULL)
-        MPI_Cancel(&m->rreq[i]);
     double end = hk_now() + 1.0;
-    for (int i = 0; i < HK_LINK_MPI_DEPTH && m->rbuf; i++) {
-      int flag = 0;
-      while (m->rreq[i] != MPI_REQUEST_NULL) {
-        int rc = MPI_Test(&m->rreq[i], &flag, MPI_STATUS_IGNORE);
-        if (m->rreq[i] == MPI_REQUEST_NULL)
-          break; /* complete: cancelled, or arrived (even with an error) */
-        if (rc != MPI_SUCCESS || hk_now() > end) {
-          MPI_Request_free(&m->rreq[i]);
-          keep = 1;
-        }
-      }
-    }
+    cancel_recv(&m->ackrecv, end);
+    for (int i = 0; i < HK_LINK_MPI_DEPTH && m->rbuf; i++)
+      keep |= !cancel_recv(&m->rreq[i], end);
     if (keep)
       hk_log(HK_LOG_WARNING,
              "a receive from rank %d did not finish cancelling; its %zu-byte "

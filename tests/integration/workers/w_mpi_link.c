@@ -15,7 +15,9 @@
  *                             fail within HK_TIMEOUT_S-like 1 s, naming the
  *                             peer they waited for
  *   w_mpi_link truncate       rank 0 sends in 8 KiB messages, rank 1 expects
- *                             4 KiB ones: HK_ERR_PROTOCOL naming rank 0
+ *                             4 KiB ones: HK_ERR_PROTOCOL naming rank 0;
+ *                             rank 0 never hears that they arrived, and
+ *                             its drain times out after 2 s
  *
  * Lines: "rank R: mpi ring ok: np=N" on success; "rank R: STATUS: message"
  * for an expected failure; "FAIL ..." on stderr and exit 1 otherwise.
@@ -160,6 +162,7 @@ int main(int argc, char **argv) {
   hk_io io = {-1, 20};
 
   if (strcmp(mode, "truncate") == 0) {
+    io.timeout_s = 2.0;
     if (rank_ <= 1) {
       int peer = 1 - rank_;
       uint8_t buf[20000] = {0};
@@ -169,10 +172,7 @@ int main(int argc, char **argv) {
                                             "in the test")
                          : hk_link_exchange(l, NULL, 0, l, buf, sizeof buf, &io,
                                             "in the test");
-      if (rank_ == 1)
-        printf("rank %d: %s: %s\n", rank_, hk_strerror(st), hk_last_error());
-      else
-        HKT_OK(st);
+      printf("rank %d: %s: %s\n", rank_, hk_strerror(st), hk_last_error());
       hk_link_close(l);
     }
   } else {
