@@ -312,11 +312,21 @@ int hk_reduce_supported(hk_dtype dtype, hk_op op) {
 
 int hk_reduce_has_simd16(void) {
 #if HK_X86_SIMD
-  /* libgcc/compiler-rt fill the CPU model in a constructor; the avx2 bit
-   * already includes the OS (XGETBV) check for YMM state. */
-  unsigned a, b, c, d;
-  int f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
-  return f16c && __builtin_cpu_supports("avx2");
+  /* CPUID traps to the hypervisor on a virtual machine (microseconds), and
+   * the ring calls the kernels once per received chunk: ask once. The
+   * answer is the same for every thread, so a racing first store is
+   * harmless; the atomics keep it defined. 0 unknown, 1 no, 2 yes. */
+  static int known;
+  int k = __atomic_load_n(&known, __ATOMIC_RELAXED);
+  if (k == 0) {
+    /* libgcc/compiler-rt fill the CPU model in a constructor; the avx2 bit
+     * already includes the OS (XGETBV) check for YMM state. */
+    unsigned a, b, c, d;
+    int f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+    k = f16c && __builtin_cpu_supports("avx2") ? 2 : 1;
+    __atomic_store_n(&known, k, __ATOMIC_RELAXED);
+  }
+  return k == 2;
 #else
   return 0;
 #endif

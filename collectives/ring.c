@@ -26,13 +26,13 @@ typedef struct hk_ring_step {
   int finish;          /* apply the finish to what this step reduces */
 } hk_ring_step;
 
-hk_status hk_ring_init(hk_ring *ring, int rank, int size, int left_fd,
-                       int right_fd, const hk_io *io, size_t chunk_bytes,
+hk_status hk_ring_init(hk_ring *ring, int rank, int size, hk_link *left,
+                       hk_link *right, const hk_io *io, size_t chunk_bytes,
                        const int *order) {
   memset(ring, 0, sizeof *ring);
   ring->size = size;
-  ring->left_fd = left_fd;
-  ring->right_fd = right_fd;
+  ring->left = left;
+  ring->right = right;
   ring->io = *io;
   ring->order = malloc((size_t)size * sizeof(int));
   ring->pos_of = malloc((size_t)size * sizeof(int));
@@ -84,36 +84,13 @@ void hk_ring_default_segments(size_t count, int n, size_t *seg) {
 
 static int mod(int a, int n) { return ((a % n) + n) % n; }
 
-/* Adjusts ne elements a reduce-scatter has just finished. */
-static void finish(void *p, size_t ne, hk_dtype dtype, hk_op op,
-                   const hk_ring_finish *fin, int size) {
+void hk_ring_finish_apply(void *p, size_t ne, hk_dtype dtype, hk_op op,
+                          const hk_ring_finish *fin, int size) {
   int divisor = fin && fin->divisor > 0 ? fin->divisor : size;
   if (op == HK_AVERAGE)
     hk_reduce_finish_average(p, ne, dtype, divisor);
   if (fin && fin->postscale != 1.0)
     hk_scale_copy(p, p, ne, dtype, fin->postscale);
-}
-
-/* Waits until the right neighbour accepts bytes (want_send) or the left
- * one delivers some (want_recv); a timeout names the neighbours waited
- * for. */
-static hk_status ring_wait(hk_ring *ring, int want_send, int want_recv,
-                           const char *what) {
-  hk_status st = hk_tcp_wait(ring->right_fd, want_send, ring->left_fd,
-                             want_recv, &ring->io, what);
-  if (st != HK_ERR_TIMEOUT)
-    return st;
-  char waiting[96];
-  if (want_send && want_recv)
-    snprintf(waiting, sizeof waiting, "receiving from %s and sending to %s",
-             ring->left_name, ring->right_name);
-  else
-    snprintf(waiting, sizeof waiting, "%s %s",
-             want_recv ? "receiving from" : "sending to",
-             want_recv ? ring->left_name : ring->right_name);
-  return hk_fail(HK_ERR_TIMEOUT,
-                 "timed out after %.1f s %s: no progress %s (HK_TIMEOUT_S)",
-                 ring->io.timeout_s, what, waiting);
 }
 
 /* The pipelined engine: runs nsteps steps of the schedule. */
@@ -142,8 +119,7 @@ static hk_status run_steps(hk_ring *ring, const hk_ring_step *steps, int nsteps,
         size_t want = savail - soff, done;
         if (want > ring->stage_bytes)
           want = ring->stage_bytes;
-        st = hk_tcp_send_some(ring->right_fd, s->send + soff, want, &done,
-                              ring->right_name);
+        st = hk_link_send_some(ring->right, s->send + soff, want, &done);
         if (st != HK_OK)
           return st;
         soff += done;
@@ -164,8 +140,7 @@ static hk_status run_steps(hk_ring *ring, const hk_ring_step *steps, int nsteps,
         size_t want = s->recv_len - roff;
         if (want > cap - fill)
           want = cap - fill;
-        st = hk_tcp_recv_some(ring->left_fd, ring->stage + fill, want, &done,
-                              ring->left_name);
+        st = hk_link_recv_some(ring->left, ring->stage + fill, want, &done);
         if (st != HK_OK)
           return st;
         roff += done;
@@ -176,15 +151,16 @@ static hk_status run_steps(hk_ring *ring, const hk_ring_step *steps, int nsteps,
           hk_reduce(s->recv + rdone, s->mine + rdone, ring->stage, ne, dtype,
                     op);
           if (s->finish)
-            finish(s->recv + rdone, ne, dtype, op, fin, ring->size);
+            hk_ring_finish_apply(s->recv + rdone, ne, dtype, op, fin,
+                                 ring->size);
           rdone += whole;
           fill -= whole;
           if (fill)
             memmove(ring->stage, ring->stage + whole, fill);
         }
       } else if (roff < s->recv_len) {
-        st = hk_tcp_recv_some(ring->left_fd, s->recv + roff, s->recv_len - roff,
-                              &done, ring->left_name);
+        st = hk_link_recv_some(ring->left, s->recv + roff, s->recv_len - roff,
+                               &done);
         if (st != HK_OK)
           return st;
         roff += done;
@@ -199,30 +175,33 @@ static hk_status run_steps(hk_ring *ring, const hk_ring_step *steps, int nsteps,
     }
     if (!progress) {
       int want_send = ks < nsteps && soff < savail;
-      st = ring_wait(ring, want_send, kr < nsteps, what);
+      st = hk_link_wait(ring->right, want_send, ring->left, kr < nsteps,
+                        &ring->io, what);
       if (st != HK_OK)
         return st;
     }
   }
-  return HK_OK;
+  return hk_link_drain(ring->right, &ring->io, what);
 }
 
-hk_status hk_ring_allreduce_segmented(hk_ring *ring, const void *sendbuf,
-                                      void *recvbuf, const size_t *seg,
-                                      hk_dtype dtype, hk_op op,
-                                      const hk_ring_finish *fin) {
+hk_status hk_ring_allreduce_part(hk_ring *ring, const void *sendbuf,
+                                 void *recvbuf, const size_t *seg,
+                                 hk_dtype dtype, hk_op op,
+                                 const hk_ring_finish *fin, hk_ring_part part) {
   const int n = ring->size, r = ring->rank;
   const size_t esz = hk_dtype_size(dtype), count = seg[n];
   const uint8_t *src = sendbuf;
   uint8_t *dst = recvbuf;
   if (n == 1 || count == 0) {
-    if (count && src != dst)
+    if ((part & HK_RING_REDUCE_SCATTER) && count && src != dst)
       memcpy(dst, src, count * esz);
-    if (count)
-      finish(dst, count, dtype, op, fin, n);
+    if (part == HK_RING_BOTH && count)
+      hk_ring_finish_apply(dst, count, dtype, op, fin, n);
     return HK_OK;
   }
   hk_ring_step *s = ring->steps;
+  int first = part & HK_RING_REDUCE_SCATTER ? 0 : n - 1;
+  int last = part & HK_RING_ALLGATHER ? 2 * (n - 1) : n - 1;
 #define SEG_AT(base, j) ((base) + seg[(j)] * esz)
 #define SEG_LEN(j) ((seg[(j) + 1] - seg[(j)]) * esz)
   for (int k = 0; k < n - 1; k++) { /* reduce-scatter */
@@ -232,14 +211,24 @@ hk_status hk_ring_allreduce_segmented(hk_ring *ring, const void *sendbuf,
                           SEG_AT(src, jr),
                           SEG_LEN(js),
                           SEG_LEN(jr),
-                          k == n - 2};
+                          k == n - 2 && part == HK_RING_BOTH};
   }
   for (int k = 0; k < n - 1; k++) { /* allgather */
     int jr = mod(r - k, n), js = mod(r + 1 - k, n);
     s[n - 1 + k] = (hk_ring_step){SEG_AT(dst, js), SEG_AT(dst, jr), NULL,
                                   SEG_LEN(js),     SEG_LEN(jr),     0};
   }
-  return run_steps(ring, s, 2 * (n - 1), dtype, op, fin, "in ring allreduce");
+  return run_steps(ring, s + first, last - first, dtype, op, fin,
+                   part == HK_RING_ALLGATHER ? "in ring allgather"
+                                             : "in ring allreduce");
+}
+
+hk_status hk_ring_allreduce_segmented(hk_ring *ring, const void *sendbuf,
+                                      void *recvbuf, const size_t *seg,
+                                      hk_dtype dtype, hk_op op,
+                                      const hk_ring_finish *fin) {
+  return hk_ring_allreduce_part(ring, sendbuf, recvbuf, seg, dtype, op, fin,
+                                HK_RING_BOTH);
 }
 
 hk_status hk_ring_allreduce(hk_ring *ring, const void *sendbuf, void *recvbuf,
@@ -261,7 +250,7 @@ hk_status hk_ring_reducescatter(hk_ring *ring, const void *sendbuf,
   if (n == 1) {
     if (count) {
       memcpy(out, src, count * esz);
-      finish(out, count, dtype, op, fin, 1);
+      hk_ring_finish_apply(out, count, dtype, op, fin, 1);
     }
     return HK_OK;
   }
@@ -326,8 +315,7 @@ hk_status hk_ring_broadcast(hk_ring *ring, void *buf, size_t count,
     hk_status st;
     size_t done;
     if (got < len) {
-      st = hk_tcp_recv_some(ring->left_fd, p + got, len - got, &done,
-                            ring->left_name);
+      st = hk_link_recv_some(ring->left, p + got, len - got, &done);
       if (st != HK_OK)
         return st;
       got += done;
@@ -337,18 +325,18 @@ hk_status hk_ring_broadcast(hk_ring *ring, void *buf, size_t count,
       size_t want = got - sent;
       if (want > ring->stage_bytes)
         want = ring->stage_bytes;
-      st = hk_tcp_send_some(ring->right_fd, p + sent, want, &done,
-                            ring->right_name);
+      st = hk_link_send_some(ring->right, p + sent, want, &done);
       if (st != HK_OK)
         return st;
       sent += done;
       progress |= done > 0;
     }
     if (!progress) {
-      st = ring_wait(ring, sent < got, got < len, "in ring broadcast");
+      st = hk_link_wait(ring->right, sent < got, ring->left, got < len,
+                        &ring->io, "in ring broadcast");
       if (st != HK_OK)
         return st;
     }
   }
-  return HK_OK;
+  return hk_link_drain(ring->right, &ring->io, "in ring broadcast");
 }

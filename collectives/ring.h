@@ -29,14 +29,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "collectives/transport/tcp.h"
+#include "collectives/transport/link.h"
 #include "hk/hk.h"
 
 typedef struct hk_ring {
   int rank, size;        /* rank = this process's POSITION in the ring */
   int *order;            /* order[pos] = the rank at ring position pos */
   int *pos_of;           /* pos_of[rank] = its position (order's inverse) */
-  int left_fd, right_fd; /* -1 when size == 1; may be equal */
+  hk_link *left, *right; /* NULL when size == 1; may be equal */
   char left_name[32], right_name[32]; /* "rank 3", for messages */
   hk_io io;
   uint8_t *stage;     /* receive staging buffer, stage_bytes long */
@@ -55,19 +55,32 @@ typedef struct hk_ring_finish {
 } hk_ring_finish;
 
 /**
+ * Finishes ne ELEMENTS at p that a reduction has just completed: HK_AVERAGE
+ * divides by fin->divisor (by `size` when fin is NULL or its divisor 0),
+ * then a postscale other than 1 multiplies. Every algorithm applies it
+ * once, on the rank that completes the values, so all ranks get the
+ * same bits.
+ */
+void hk_ring_finish_apply(void *p, size_t ne, hk_dtype dtype, hk_op op,
+                          const hk_ring_finish *fin, int size);
+
+/**
  * Sets up a ring (allocates the staging buffer, chunk_bytes bytes, pre-
- * faulted). The fds stay owned by the caller; left_fd == right_fd is fine
- * (2 ranks over one full-duplex connection). `order` (size entries, may
+ * faulted). The links (collectives/transport/link.h: TCP over one or
+ * more sockets, or MPI) stay owned by the caller and must outlive the
+ * ring; left == right is fine (2 ranks over one full-duplex link). Every
+ * collective drains the right link before it returns, so no MPI send
+ * still reads the caller's buffer afterwards. `order` (size entries, may
  * be NULL for rank order) gives the rank at each ring position, e.g. the
- * order topology/ring.h finds for the GPUs; left_fd/right_fd must lead to
- * the ranks before and after this one in it. Results do not depend on the
+ * order topology/ring.h finds for the GPUs; left/right must lead to the
+ * ranks before and after this one in it. Results do not depend on the
  * order: block and root arguments are ranks. Errors: HK_ERR_NOMEM.
  */
-hk_status hk_ring_init(hk_ring *ring, int rank, int size, int left_fd,
-                       int right_fd, const hk_io *io, size_t chunk_bytes,
+hk_status hk_ring_init(hk_ring *ring, int rank, int size, hk_link *left,
+                       hk_link *right, const hk_io *io, size_t chunk_bytes,
                        const int *order);
 
-/** Frees the ring's buffers (not the fds). */
+/** Frees the ring's buffers (not the links). */
 void hk_ring_destroy(hk_ring *ring);
 
 /** The default split of count elements into n segments: seg[j] =
@@ -99,6 +112,30 @@ hk_status hk_ring_allreduce_segmented(hk_ring *ring, const void *sendbuf,
                                       void *recvbuf, const size_t *seg,
                                       hk_dtype dtype, hk_op op,
                                       const hk_ring_finish *fin);
+
+/** The halves of a ring allreduce (hk_ring_allreduce_part). */
+typedef enum hk_ring_part {
+  HK_RING_REDUCE_SCATTER = 1, /* the first N-1 steps */
+  HK_RING_ALLGATHER = 2,      /* the last N-1 steps */
+  HK_RING_BOTH = 3,           /* hk_ring_allreduce_segmented */
+} hk_ring_part;
+
+/**
+ * One or both halves of hk_ring_allreduce_segmented, for algorithms built
+ * of rings (collectives/hierarchical.h). HK_RING_REDUCE_SCATTER leaves
+ * segment (p+1) mod N (p = this rank's ring position, ring->rank) of
+ * recvbuf reduced over the ring, left unfinished (no average division, no
+ * postscale: fin is ignored; the caller finishes it); the rest of recvbuf
+ * holds partial sums. HK_RING_ALLGATHER starts from that state (segment
+ * (p+1) mod N final at position p; sendbuf is ignored) and leaves every
+ * segment of recvbuf final on every rank. Run in that order, the two give
+ * exactly hk_ring_allreduce_segmented's bits, less the finish. Same
+ * arguments and errors as hk_ring_allreduce_segmented.
+ */
+hk_status hk_ring_allreduce_part(hk_ring *ring, const void *sendbuf,
+                                 void *recvbuf, const size_t *seg,
+                                 hk_dtype dtype, hk_op op,
+                                 const hk_ring_finish *fin, hk_ring_part part);
 
 /**
  * Reduce-scatter: every rank passes the whole input (seg[n] elements,

@@ -59,6 +59,20 @@ static const tunable table[] = {
     {"HK_STALL_SHUTDOWN_TIME_S", 0, 0, 86400, "s",
      "the job stops on every rank when a tensor stalls this long; 0: never",
      OFF(stall_shutdown_s), 0},
+    /* NCCL_NSOCKS_PERTHREAD's idea: several TCP streams to one peer when
+     * one stream cannot fill the link (per-flow limits, one core per
+     * stream's interrupts, a large bandwidth-delay product). Each link
+     * cuts its byte stream into HK_LINK_BLOCK_BYTES blocks sent round
+     * robin (collectives/transport/link.h). 1: one plain connection, the
+     * fastest on loopback; every rank must use the same value. */
+    {"HK_SOCKETS_PER_PEER", 1, 1, 8, "sockets",
+     "TCP connections between each pair of ranks; a transfer is striped "
+     "over them in fixed blocks",
+     OFF(sockets_per_peer), 1},
+    /* the slowest link the seed customers name (10 GbE) */
+    {"HK_NET_GBIT", 10, 0.001, 1e5, "Gbit/s",
+     "each host's network rate, for the cost model's algorithm choice",
+     OFF(net_gbit), 0},
 };
 
 hk_status hk_config_load(hk_config *cfg) {
@@ -88,6 +102,25 @@ hk_status hk_config_load(hk_config *cfg) {
     return hk_fail(HK_ERR_CONFIG, "HK_TIMELINE is longer than %zu bytes",
                    sizeof cfg->timeline - 1);
   snprintf(cfg->timeline, sizeof cfg->timeline, "%s", tl ? tl : "");
+  cfg->cross_transport = HK_CROSS_TCP;
+  const char *cross = getenv("HK_CROSS_TRANSPORT");
+  if (cross && *cross) {
+    if (strcmp(cross, "tcp") == 0)
+      cfg->cross_transport = HK_CROSS_TCP;
+    else if (strcmp(cross, "mpi") == 0)
+      cfg->cross_transport = HK_CROSS_MPI;
+    else
+      return hk_fail(HK_ERR_CONFIG,
+                     "HK_CROSS_TRANSPORT='%s' is not one of tcp, mpi", cross);
+  }
+  cfg->hierarchical = -1;
+  const char *hier = getenv("HK_HIERARCHICAL_ALLREDUCE");
+  if (hier && *hier) {
+    if (strcmp(hier, "0") != 0 && strcmp(hier, "1") != 0)
+      return hk_fail(HK_ERR_CONFIG,
+                     "HK_HIERARCHICAL_ALLREDUCE='%s' is not 0 or 1", hier);
+    cfg->hierarchical = hier[0] == '1';
+  }
   cfg->log_level = HK_LOG_WARNING;
   const char *lvl = getenv("HK_LOG_LEVEL");
   if (lvl && *lvl) {
@@ -112,6 +145,16 @@ void hk_config_print_table(void) {
   }
   printf("%-22s %12s  %-24s %s\n", "HK_TIMELINE", "\"\"", "a file path",
          "rank 0 writes a Chrome trace of every tensor's phases");
+  printf("%-22s %12s  %-24s %s\n", "HK_CROSS_TRANSPORT", "tcp", "tcp|mpi",
+         "links to ranks on other hosts: hk's TCP, or MPI point-to-point "
+         "(needs mpirun/srun)");
+  printf("%-22s %12s  %-24s %s\n", "HK_ALLREDUCE_ALGO", "auto",
+         "auto|ring|hierarchical|rd",
+         "allreduce algorithm; auto: the cost model's choice per tensor");
+  printf("%-22s %12s  %-24s %s\n", "HK_HIERARCHICAL_ALLREDUCE", "\"\"", "0|1",
+         "1: hierarchical allreduce; 0: never; unset: auto decides");
+  printf("%-22s %12s  %-24s %s\n", "HK_TOPO_FILE", "\"\"",
+         "nvidia-smi text or XML", "this server's layout: ring order, model");
   printf("%-22s %12s  %-24s %s\n", "HK_LOG_LEVEL", "warning",
          "error|warning|info|debug", "diagnostics written to stderr");
 }

@@ -10,6 +10,12 @@
 
 #include "hk/hk.h"
 
+/** HK_CROSS_TRANSPORT: how the ring crosses hosts. */
+typedef enum hk_cross_transport {
+  HK_CROSS_TCP = 0, /* hk's own TCP links (HK_SOCKETS_PER_PEER sockets) */
+  HK_CROSS_MPI = 1, /* MPI point-to-point on hk's communicator */
+} hk_cross_transport;
+
 typedef struct hk_config {
   double cycle_time_ms;    /* HK_CYCLE_TIME_MS: negotiation cycle, ms */
   double timeout_s;        /* HK_TIMEOUT_S: a stuck transfer fails, s */
@@ -21,6 +27,11 @@ typedef struct hk_config {
   size_t cache_capacity;   /* HK_CACHE_CAPACITY: tensors, 0 = no cache */
   double stall_check_s;    /* HK_STALL_CHECK_TIME_S: warn after, 0 = off */
   double stall_shutdown_s; /* HK_STALL_SHUTDOWN_TIME_S: abort after; 0 no */
+  size_t sockets_per_peer; /* HK_SOCKETS_PER_PEER: TCP connections per
+                              pair of ranks, 1..8; a link stripes over them */
+  int cross_transport;     /* HK_CROSS_TRANSPORT: hk_cross_transport */
+  double net_gbit;         /* HK_NET_GBIT: each host's network, Gbit/s */
+  int hierarchical;        /* HK_HIERARCHICAL_ALLREDUCE: 1, 0, -1 unset */
   int log_level;           /* HK_LOG_LEVEL: hk_log_level */
   char timeline[4096];     /* HK_TIMELINE: rank 0's trace file, or "" */
 } hk_config;

@@ -14,13 +14,16 @@ uint32_t hk_fusion_plan(const hk_fusion_item *items, uint32_t n,
     order[placed++] = i;
     taken[i] = 1;
     const hk_fusion_item *a = &items[i];
-    if (!a->fusable || threshold_bytes == 0 || a->bytes > threshold_bytes)
+    size_t cap =
+        a->limit && a->limit < threshold_bytes ? a->limit : threshold_bytes;
+    if (!a->fusable || cap == 0 || a->bytes > cap)
       continue;
     size_t bytes = a->bytes;
     for (uint32_t j = i + 1; j < n; j++) {
       const hk_fusion_item *b = &items[j];
       if (taken[j] || !b->fusable || b->dtype != a->dtype || b->op != a->op ||
-          b->divisor != a->divisor || bytes + b->bytes > threshold_bytes)
+          b->divisor != a->divisor || b->algo != a->algo ||
+          bytes + b->bytes > cap)
         continue;
       order[placed++] = j;
       taken[j] = 1;

@@ -5,8 +5,9 @@
  * Plan (as Horovod's fusion buffer manager does): walk the responses in the
  * order rank 0 sent them; each allreduce that completed OK and fits opens a
  * group, which takes every later unplanned allreduce with the same dtype,
- * op and divisor while the group's bytes stay within the threshold
- * (HK_FUSION_THRESHOLD, Horovod's default 128 MiB; 0 disables fusion).
+ * op, divisor and algorithm while the group's bytes stay within the
+ * threshold (HK_FUSION_THRESHOLD, Horovod's default 128 MiB; 0 disables
+ * fusion) and the opening item's own limit, if it has one.
  * Anything else, and any tensor larger than the threshold, runs alone and
  * without a copy. Every rank computes the same plan from the same
  * responses, so no plan crosses the network.
@@ -33,7 +34,13 @@ typedef struct hk_fusion_item {
   int fusable; /* an allreduce that completed negotiation OK */
   uint8_t dtype, op;
   int32_t divisor; /* HK_AVERAGE's divisor (ranks that took part) */
+  uint8_t algo;    /* the allreduce algorithm (worker/algo.h): only
+                      tensors of one algorithm share a buffer, so a tensor's
+                      bits do not depend on fusion */
   size_t bytes;    /* count * element size */
+  size_t limit;    /* a group it opens holds at most this many bytes (the
+                      size up to which its algorithm is the fast one);
+                      0: the threshold alone */
 } hk_fusion_item;
 
 /**

@@ -106,6 +106,11 @@ hk_status hk_wire_encode(const hk_msg *m, hk_buf *out) {
   case HK_MSG_HELLO:
     put_i32(&w, m->u.hello.rank);
     put_u8(&w, m->u.hello.channel);
+    put_u8(&w, m->u.hello.stream);
+    put_u8(&w, m->u.hello.streams);
+    break;
+  case HK_MSG_GOODBYE:
+    put_i32(&w, m->u.goodbye.rank);
     break;
   case HK_MSG_REQUESTS:
     put_u8(&w, m->u.requests.shutdown);
@@ -326,7 +331,7 @@ hk_status hk_wire_header(const uint8_t hdr[HK_WIRE_HEADER_LEN], uint8_t *type,
     return hk_fail(HK_ERR_PROTOCOL,
                    "wire version %u, this build speaks version %u", hdr[2],
                    HK_WIRE_VERSION);
-  if (hdr[3] < HK_MSG_REGISTER || hdr[3] > HK_MSG_RESPONSES)
+  if (hdr[3] < HK_MSG_REGISTER || hdr[3] > HK_MSG_GOODBYE)
     return hk_fail(HK_ERR_PROTOCOL, "unknown message type %u", hdr[3]);
   uint32_t len = 0;
   for (int i = 0; i < 4; i++)
@@ -380,6 +385,20 @@ static void decode_payload(reader *r, hk_msg *m) {
           m->u.hello.channel == HK_CHANNEL_CONTROL ||
               m->u.hello.channel == HK_CHANNEL_DATA,
           "unknown channel %lld", m->u.hello.channel);
+    m->u.hello.stream = get_u8(r, "stream index");
+    m->u.hello.streams = get_u8(r, "stream count");
+    check(
+        r,
+        m->u.hello.streams >= 1 && m->u.hello.streams <= HK_WIRE_MAX_STREAMS &&
+            (m->u.hello.channel == HK_CHANNEL_DATA || m->u.hello.streams == 1),
+        "stream count %lld out of range", m->u.hello.streams);
+    check(r, m->u.hello.stream < m->u.hello.streams,
+          "stream index %lld is not below the stream count", m->u.hello.stream);
+    break;
+  case HK_MSG_GOODBYE:
+    m->u.goodbye.rank = get_i32(r, "rank");
+    check(r, m->u.goodbye.rank >= 0 && m->u.goodbye.rank < HK_WIRE_MAX_RANKS,
+          "rank %lld out of range", m->u.goodbye.rank);
     break;
   case HK_MSG_REQUESTS: {
     m->u.requests.shutdown = get_u8(r, "shutdown flag");

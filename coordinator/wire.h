@@ -23,12 +23,13 @@
 #include "common/buf.h"
 #include "hk/hk.h"
 
-#define HK_WIRE_VERSION 2
+#define HK_WIRE_VERSION 3 /* 3: HK_MSG_GOODBYE */
 #define HK_WIRE_HEADER_LEN 8
 #define HK_WIRE_MAX_PAYLOAD (64u << 20) /* bytes */
 #define HK_WIRE_MAX_HOST_LEN 255        /* bytes, excluding NUL */
 #define HK_WIRE_MAX_REASON_LEN 1023     /* bytes, excluding NUL */
 #define HK_WIRE_MAX_RANKS 65536
+#define HK_WIRE_MAX_STREAMS 8 /* data connections per pair of ranks */
 #define HK_WIRE_MAX_CACHE_BITS (1u << 20) /* response-cache bit indices */
 #define HK_WIRE_NO_BIT 0xffffffffu
 
@@ -39,6 +40,8 @@ typedef enum hk_msg_type {
   HK_MSG_HELLO = 4,     /* worker -> worker after auth: who and which channel */
   HK_MSG_REQUESTS = 5,  /* worker -> rank 0 each cycle: newly ready tensors */
   HK_MSG_RESPONSES = 6, /* rank 0 -> every worker each cycle: what to run */
+  HK_MSG_GOODBYE = 7,   /* worker -> hkrun: this rank left the job through
+                           the API (hk_shutdown, or a failed hk_init) */
 } hk_msg_type;
 
 /** Which collective a request asks for. */
@@ -120,7 +123,15 @@ typedef struct hk_msg {
     struct {
       int32_t rank;
       uint8_t channel; /* hk_channel */
+      uint8_t stream;  /* DATA: which of the pair's connections this is,
+                          0 <= stream < streams; CONTROL: 0 */
+      uint8_t streams; /* DATA: connections the sender opens to each peer
+                          (its HK_SOCKETS_PER_PEER), 1..HK_WIRE_MAX_STREAMS;
+                          CONTROL: 1 */
     } hello;
+    struct {
+      int32_t rank; /* the rank saying goodbye, in [0, HK_WIRE_MAX_RANKS) */
+    } goodbye;
     struct {
       uint8_t shutdown; /* 1: this rank called hk_shutdown */
       uint32_t n;

@@ -300,8 +300,9 @@ const char *hkrun_usage(void) {
          "HK_RENDEZVOUS, HK_SECRET and HK_LAUNCHER_PID in its environment.\n"
          "SIGINT, SIGTERM and SIGHUP are forwarded to every worker.\n"
          "hkrun exits with the status of the first worker that failed\n"
-         "(128+signal if it was killed), 0 if all exited 0, 2 on a bad\n"
-         "command line, 127 if the program cannot be started.\n"
+         "(128+signal if it was killed; 1 if it called hk_init and exited\n"
+         "0 without hk_shutdown), 0 if all exited 0, 2 on a bad command\n"
+         "line, 127 if the program cannot be started.\n"
          "Through mpirun, Open MPI sets each rank's place (hk reads\n"
          "OMPI_COMM_WORLD_*), hkrun forwards HK_SECRET and the other HK_*\n"
          "variables with -x, and the exit status is mpirun's.\n";

@@ -13,14 +13,24 @@
  *   the job: hkrun reports it at once, sends HK_MSG_ABORT to every other
  *   registered worker, waits --grace-period seconds, SIGTERMs the process
  *   groups of the workers still running and SIGKILLs them 2 s later.
+ * - So does a worker that registered with the rendezvous (called hk_init)
+ *   and exits with status 0 without having said GOODBYE (hk_shutdown):
+ *   "rank N (pid P) exited with status 0 without calling hk_shutdown".
+ *   The exit may be reported before hkrun has read the worker's last
+ *   bytes, so the verdict on an exit 0 waits until that rank's rendezvous
+ *   connection has ended (GOODBYE read, or EOF); if the connection stays
+ *   open with nothing to read for GOODBYE_WAIT_MS after the exit (another
+ *   process holds it), no GOODBYE is coming. A worker that never
+ *   registered (a plain program) is judged by its exit status alone.
  * - SIGINT/SIGTERM/SIGHUP to hkrun are forwarded to every worker's process
  *   group;
  *   SIGKILL follows after the grace period + 2 s (a second signal sends
  *   SIGKILL at once).
  * - The exit status is decided by the first of those events: the failed
- *   worker's exit status (128+signal if it was killed), or 128+signo if
- *   hkrun was signalled; 0 if every worker exited 0. 2 for a bad command
- *   line, 127 if the program cannot be started, 1 for hkrun's own errors.
+ *   worker's exit status (128+signal if it was killed; 1 if it exited 0
+ *   without hk_shutdown), or 128+signo if hkrun was signalled; 0 if every
+ *   worker exited 0 (after hk_shutdown, if it called hk_init). 2 for a bad
+ * command line, 127 if the program cannot be started, 1 for hkrun's own errors.
  * - hkrun returns only after every worker it started was reaped.
  */
 #include <errno.h>
@@ -43,6 +53,12 @@
 
 /* Between SIGTERM and SIGKILL, in milliseconds. */
 #define KILL_AFTER_TERM_MS 2000
+/* How long an exited worker's rendezvous connection may stay open with
+ * nothing to read before hkrun stops waiting for its GOODBYE, ms. Only a
+ * connection some other process holds open lasts that long: a worker's
+ * own socket is closed (after its GOODBYE was written) before its exit is
+ * reported. */
+#define GOODBYE_WAIT_MS 2000
 
 typedef struct job {
   uv_loop_t loop;
@@ -51,6 +67,11 @@ typedef struct job {
   hk_rdv *rdv;
   uv_signal_t sig[3]; /* SIGINT, SIGTERM, SIGHUP */
   uv_timer_t term_timer, kill_timer;
+  uv_timer_t goodbye_timer;
+  uint64_t *goodbye_deadline; /* np entries: uv_now() after which rank r's
+                                 exit 0 is judged without its GOODBYE; 0
+                                 when no verdict waits for rank r */
+  int waiting;                /* verdicts waiting for the rendezvous */
   int failing;   /* a failure or a signal has started the teardown */
   int exit_code; /* decided by the first such event */
   int signals_received;
@@ -84,6 +105,7 @@ static void close_job(job *j) {
   j->closed = 1;
   uv_close((uv_handle_t *)&j->term_timer, NULL);
   uv_close((uv_handle_t *)&j->kill_timer, NULL);
+  uv_close((uv_handle_t *)&j->goodbye_timer, NULL);
   for (int i = 0; i < 3; i++)
     uv_close((uv_handle_t *)&j->sig[i], NULL);
   hk_rdv_close(j->rdv);
@@ -106,20 +128,31 @@ static void term_timeout(uv_timer_t *t) {
     uv_timer_start(&j->kill_timer, kill_timeout, KILL_AFTER_TERM_MS, 0);
 }
 
-static void on_worker_exit(hk_worker *w, void *ctx) {
-  job *j = ctx;
-  int failed = w->term_signal != 0 || w->exit_status != 0;
+static void stop_waiting(job *j);
+
+/* The job is over once every worker has exited and been judged. */
+static void maybe_close_job(job *j) {
+  if (j->workers.running == 0 && j->waiting == 0)
+    close_job(j);
+}
+
+/* Judges an exit (no_goodbye: a registered worker exited 0 without
+ * hk_shutdown). The first failure starts the teardown. */
+static void judge(job *j, hk_worker *w, int no_goodbye) {
+  int failed = w->term_signal != 0 || w->exit_status != 0 || no_goodbye;
   char what[128];
   if (w->term_signal)
     snprintf(what, sizeof what, "was killed by signal %d", w->term_signal);
   else
-    snprintf(what, sizeof what, "exited with status %lld",
-             (long long)w->exit_status);
+    snprintf(what, sizeof what, "exited with status %lld%s",
+             (long long)w->exit_status,
+             no_goodbye ? " without calling hk_shutdown" : "");
 
   if (failed && !j->failing) {
     j->failing = 1;
-    j->exit_code =
-        w->term_signal ? 128 + w->term_signal : (int)(w->exit_status & 0xff);
+    j->exit_code = w->term_signal   ? 128 + w->term_signal
+                   : w->exit_status ? (int)(w->exit_status & 0xff)
+                                    : 1;
     if (w->term_signal)
       say("rank %d (pid %d) %s (%s)", w->rank, w->pid, what,
           strsignal(w->term_signal));
@@ -132,11 +165,83 @@ static void on_worker_exit(hk_worker *w, void *ctx) {
                  w->term_signal, reason);
     if (j->workers.running > 0)
       uv_timer_start(&j->term_timer, term_timeout, grace_ms(j), 0);
+    stop_waiting(j); /* the exit status is decided */
   } else if (j->args->verbose) {
     say("rank %d (pid %d) %s", w->rank, w->pid, what);
   }
-  if (j->workers.running == 0)
-    close_job(j);
+  maybe_close_job(j);
+}
+
+/* The job failed (or hkrun was signalled): verdicts still waiting for a
+ * GOODBYE no longer matter; judge those exits as they are. */
+static void stop_waiting(job *j) {
+  for (int r = 0; r < j->args->np && j->waiting > 0; r++)
+    if (j->goodbye_deadline[r]) {
+      j->goodbye_deadline[r] = 0;
+      j->waiting--;
+      judge(j, &j->workers.w[r], 0);
+    }
+  if (!j->closed)
+    uv_timer_stop(&j->goodbye_timer);
+}
+
+static void goodbye_timeout(uv_timer_t *t) {
+  job *j = t->data;
+  uint64_t now = uv_now(&j->loop), next = 0;
+  for (int r = 0; r < j->args->np && j->waiting > 0 && !j->closed; r++) {
+    uint64_t d = j->goodbye_deadline[r];
+    if (!d)
+      continue;
+    if (d <= now && hk_rdv_rank_idle(j->rdv, r)) {
+      hk_log(HK_LOG_INFO,
+             "rank %d's rendezvous connection is still open %d ms after it "
+             "exited, with nothing to read (another process holds it)",
+             r, GOODBYE_WAIT_MS);
+      j->goodbye_deadline[r] = 0;
+      j->waiting--;
+      judge(j, &j->workers.w[r], 1);
+      continue;
+    }
+    if (d <= now) /* bytes are waiting: the loop reads them next */
+      d = j->goodbye_deadline[r] = now + GOODBYE_WAIT_MS;
+    if (!next || d < next)
+      next = d;
+  }
+  if (next && !j->closed && j->waiting > 0)
+    uv_timer_start(&j->goodbye_timer, goodbye_timeout, next - now, 0);
+}
+
+static void on_worker_exit(hk_worker *w, void *ctx) {
+  job *j = ctx;
+  int no_goodbye = 0;
+  if (w->term_signal == 0 && w->exit_status == 0) {
+    hk_rdv_rank_state st = hk_rdv_rank(j->rdv, w->rank);
+    if (st == HK_RDV_OPEN && !j->failing) {
+      /* its GOODBYE (or EOF) may still be on the way: judge it when its
+       * connection settles (on_rank_settled) */
+      hk_log(HK_LOG_INFO,
+             "rank %d (pid %d) exited with status 0; waiting for its "
+             "rendezvous connection to end",
+             w->rank, w->pid);
+      j->goodbye_deadline[w->rank] = uv_now(&j->loop) + GOODBYE_WAIT_MS;
+      j->waiting++;
+      if (!uv_is_active((uv_handle_t *)&j->goodbye_timer))
+        uv_timer_start(&j->goodbye_timer, goodbye_timeout, GOODBYE_WAIT_MS, 0);
+      return;
+    }
+    no_goodbye = st == HK_RDV_LEFT;
+  }
+  judge(j, w, no_goodbye);
+}
+
+/* The rendezvous saw rank's connection settle (rendezvous.h). */
+static void on_rank_settled(int rank, hk_rdv_rank_state state, void *ctx) {
+  job *j = ctx;
+  if (j->closed || !j->goodbye_deadline[rank])
+    return; /* its worker is running: its exit will look it up */
+  j->goodbye_deadline[rank] = 0;
+  j->waiting--;
+  judge(j, &j->workers.w[rank], state == HK_RDV_LEFT);
 }
 
 static void on_signal(uv_signal_t *h, int signum) {
@@ -160,6 +265,7 @@ static void on_signal(uv_signal_t *h, int signum) {
   if (!uv_is_active((uv_handle_t *)&j->kill_timer))
     uv_timer_start(&j->kill_timer, kill_timeout,
                    grace_ms(j) + KILL_AFTER_TERM_MS, 0);
+  stop_waiting(j); /* last: with every worker gone it closes the job */
 }
 
 /* Sets up the loop-owned parts of the job. Returns 0, or 1 after saying
@@ -170,8 +276,15 @@ static int setup(job *j, hk_secret *secret, uint16_t *port) {
     say("uv_loop_init: %s", uv_strerror(rc));
     return 1;
   }
+  j->goodbye_deadline =
+      calloc((size_t)j->args->np, sizeof *j->goodbye_deadline);
+  if (!j->goodbye_deadline) {
+    say("out of memory for %d ranks", j->args->np);
+    return 1;
+  }
   if (hk_secret_generate(secret) != HK_OK ||
-      hk_rdv_start(&j->loop, j->args->np, secret, &j->rdv, port) != HK_OK) {
+      hk_rdv_start(&j->loop, j->args->np, secret, on_rank_settled, j, &j->rdv,
+                   port) != HK_OK) {
     say("%s", hk_last_error());
     return 1;
   }
@@ -185,7 +298,8 @@ static int setup(job *j, hk_secret *secret, uint16_t *port) {
   }
   uv_timer_init(&j->loop, &j->term_timer);
   uv_timer_init(&j->loop, &j->kill_timer);
-  j->term_timer.data = j->kill_timer.data = j;
+  uv_timer_init(&j->loop, &j->goodbye_timer);
+  j->term_timer.data = j->kill_timer.data = j->goodbye_timer.data = j;
   return 0;
 }
 
@@ -199,6 +313,7 @@ static int run_job(const hkrun_args *args) {
     hk_rdv_close(j.rdv);
     uv_run(&j.loop, UV_RUN_DEFAULT); /* lets the server close */
     uv_loop_close(&j.loop);
+    free(j.goodbye_deadline);
     return 1;
   }
 
@@ -225,6 +340,7 @@ static int run_job(const hkrun_args *args) {
     close_job(&j);
     uv_run(&j.loop, UV_RUN_DEFAULT);
     uv_loop_close(&j.loop);
+    free(j.goodbye_deadline);
     return 1;
   }
   if (hk_workers_start(&j.workers) != HK_OK) {
@@ -245,6 +361,7 @@ static int run_job(const hkrun_args *args) {
   if (uv_loop_close(&j.loop) != 0)
     hk_log(HK_LOG_WARNING, "the event loop still had open handles");
   hk_workers_free(&j.workers);
+  free(j.goodbye_deadline);
   return j.exit_code;
 }
 

@@ -8,11 +8,13 @@
  */
 #include "launcher/rendezvous.h"
 
+#include <errno.h>
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "common/buf.h"
 #include "common/log.h"
@@ -52,10 +54,13 @@ struct hk_rdv {
   conn *conns;         /* every live connection */
   conn **by_rank;      /* size entries: the registered connection or NULL */
   hk_wire_peer *peers; /* size entries, filled by REGISTER */
-  int registered;      /* ranks registered */
-  int complete;        /* PEERS was sent */
-  int aborted;         /* hk_rdv_abort was called */
-  hk_buf abort_frame;  /* the encoded ABORT, for late registrants */
+  uint8_t *state;      /* size entries: hk_rdv_rank_state */
+  hk_rdv_settled_fn on_settled;
+  void *settled_ctx;
+  int registered;     /* ranks registered */
+  int complete;       /* PEERS was sent */
+  int aborted;        /* hk_rdv_abort was called */
+  hk_buf abort_frame; /* the encoded ABORT, for late registrants */
 };
 
 static void maybe_free(hk_rdv *r) {
@@ -64,6 +69,7 @@ static void maybe_free(hk_rdv *r) {
   hk_buf_free(&r->abort_frame);
   free(r->by_rank);
   free(r->peers);
+  free(r->state);
   free(r);
 }
 
@@ -125,23 +131,38 @@ static void on_conn_handle_closed(uv_handle_t *h) {
   maybe_free(r);
 }
 
+/* Records that rank's connection settled and tells the listener. */
+static void settle(hk_rdv *r, int rank, hk_rdv_rank_state state) {
+  r->state[rank] = (uint8_t)state;
+  if (r->on_settled && !r->closing)
+    r->on_settled(rank, state, r->settled_ctx);
+}
+
 /* Closes both handles; c is freed once libuv is done with them. */
 static void conn_close(conn *c) {
   if (c->state == CONN_CLOSING)
     return;
   c->state = CONN_CLOSING;
   hk_rdv *r = c->r;
-  if (c->rank >= 0 && r->by_rank[c->rank] == c) {
-    r->by_rank[c->rank] = NULL;
+  int rank = c->rank, settled = -1;
+  if (rank >= 0 && r->by_rank[rank] == c) {
+    r->by_rank[rank] = NULL;
     if (!r->complete) { /* forget it: the worker may register again */
       r->registered--;
+      settled = r->state[rank] == HK_RDV_OPEN ? HK_RDV_UNREGISTERED : -1;
+      r->state[rank] = HK_RDV_UNREGISTERED;
       if (!r->closing)
         hk_log(HK_LOG_INFO, "rank %d left the rendezvous before it completed",
-               c->rank);
+               rank);
+    } else if (r->state[rank] == HK_RDV_OPEN) {
+      settled = HK_RDV_LEFT;
     }
   }
   uv_close((uv_handle_t *)&c->tcp, on_conn_handle_closed);
   uv_close((uv_handle_t *)&c->auth_timer, on_conn_handle_closed);
+  /* last: the listener may close the whole server */
+  if (settled >= 0)
+    settle(r, rank, (hk_rdv_rank_state)settled);
 }
 
 /* ---- the protocol ---- */
@@ -203,6 +224,7 @@ static void on_register(conn *c, const hk_msg *m) {
   }
   c->rank = rank;
   r->by_rank[rank] = c;
+  r->state[rank] = HK_RDV_OPEN;
   r->registered++;
   snprintf(r->peers[rank].host, sizeof r->peers[rank].host, "%s",
            m->u.reg.host);
@@ -216,6 +238,27 @@ static void on_register(conn *c, const hk_msg *m) {
     send_peers(r);
 }
 
+static void on_goodbye(conn *c, const hk_msg *m) {
+  hk_rdv *r = c->r;
+  if (c->rank < 0 || m->u.goodbye.rank != c->rank) {
+    if (c->rank < 0)
+      hk_log(HK_LOG_WARNING,
+             "refused a goodbye from %s: the connection never registered",
+             c->addr);
+    else
+      hk_log(HK_LOG_WARNING,
+             "refused a goodbye from %s: it names rank %d, but the "
+             "connection registered rank %d",
+             c->addr, m->u.goodbye.rank, c->rank);
+    conn_close(c);
+    return;
+  }
+  if (r->state[c->rank] != HK_RDV_OPEN)
+    return; /* said twice: the first one counts */
+  hk_log(HK_LOG_INFO, "rank %d said goodbye", c->rank);
+  settle(r, c->rank, HK_RDV_GOODBYE);
+}
+
 /* A whole frame is in c->frame: decode and act on it. */
 static void on_frame(conn *c) {
   hk_msg m;
@@ -227,6 +270,8 @@ static void on_frame(conn *c) {
   }
   if (m.type == HK_MSG_REGISTER)
     on_register(c, &m);
+  else if (m.type == HK_MSG_GOODBYE)
+    on_goodbye(c, &m);
   else
     hk_log(HK_LOG_WARNING,
            "ignoring an unexpected message (type %d) from %s (rank %d)", m.type,
@@ -411,21 +456,26 @@ static void on_server_closed(uv_handle_t *h) {
 }
 
 hk_status hk_rdv_start(uv_loop_t *loop, int size, const hk_secret *secret,
-                       hk_rdv **out, uint16_t *port) {
+                       hk_rdv_settled_fn on_settled, void *ctx, hk_rdv **out,
+                       uint16_t *port) {
   *out = NULL;
   hk_rdv *r = calloc(1, sizeof *r);
   if (!r)
     return hk_fail(HK_ERR_NOMEM, "out of memory for the rendezvous");
   r->by_rank = calloc((size_t)size, sizeof *r->by_rank);
   r->peers = calloc((size_t)size, sizeof *r->peers);
-  if (!r->by_rank || !r->peers) {
+  r->state = calloc((size_t)size, sizeof *r->state);
+  if (!r->by_rank || !r->peers || !r->state) {
     free(r->by_rank);
     free(r->peers);
+    free(r->state);
     free(r);
     return hk_fail(HK_ERR_NOMEM, "out of memory for %d ranks", size);
   }
   r->loop = loop;
   r->size = size;
+  r->on_settled = on_settled;
+  r->settled_ctx = ctx;
   r->secret = *secret;
   uv_tcp_init(loop, &r->server);
   r->server.data = r;
@@ -484,4 +534,24 @@ void hk_rdv_close(hk_rdv *r) {
   for (conn *c = r->conns; c; c = c->next)
     conn_close(c); /* unlinks itself later, in the close callback */
   uv_close((uv_handle_t *)&r->server, on_server_closed);
+}
+
+hk_rdv_rank_state hk_rdv_rank(const hk_rdv *r, int rank) {
+  if (!r || rank < 0 || rank >= r->size)
+    return HK_RDV_UNREGISTERED;
+  return (hk_rdv_rank_state)r->state[rank];
+}
+
+int hk_rdv_rank_idle(const hk_rdv *r, int rank) {
+  if (hk_rdv_rank(r, rank) != HK_RDV_OPEN || !r->by_rank[rank])
+    return 0;
+  const conn *c = r->by_rank[rank];
+  if (c->got > 0) /* a frame is partly read: the rest is on its way */
+    return 0;
+  uv_os_fd_t fd;
+  if (uv_fileno((const uv_handle_t *)&c->tcp, &fd) != 0)
+    return 0;
+  char byte;
+  ssize_t n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }

@@ -17,9 +17,20 @@
  *   4. the connection stays open for the whole job; hkrun sends
  *      HK_MSG_ABORT on it when the job fails (hk_rdv_abort). A worker that
  *      registers after the abort gets the abort frame at once.
+ *   5. a worker leaving through the API (hk_shutdown, or an hk_init that
+ *      failed after registering) sends HK_MSG_GOODBYE {rank} and closes.
+ *      GOODBYE on a connection that has not registered, or naming another
+ *      rank, is refused with a warning (the connection is closed).
  * A worker that never connects is fine: the rendezvous simply never
  * completes. A registered worker that disconnects before completion is
  * forgotten, so it may register again.
+ *
+ * Per rank the server knows whether it registered and how its connection
+ * ended (hk_rdv_rank). A worker writes GOODBYE before it exits, and the
+ * kernel closes its socket before its parent learns of the exit, so once
+ * hkrun has seen the connection end (GOODBYE read, or EOF) it knows
+ * whether that rank said goodbye; before that it cannot tell, as a
+ * process's exit may be reported before the last bytes it wrote were read.
  *
  * Thread-safety: every function runs on the loop's thread.
  */
@@ -39,15 +50,49 @@
 
 typedef struct hk_rdv hk_rdv;
 
+/** Where a rank stands with the rendezvous. */
+typedef enum hk_rdv_rank_state {
+  HK_RDV_UNREGISTERED = 0, /* never registered, or its connection ended
+                              before the rendezvous completed */
+  HK_RDV_OPEN = 1,         /* registered; connection open, no GOODBYE yet */
+  HK_RDV_GOODBYE = 2,      /* said GOODBYE (stays so once its connection
+                              closes) */
+  HK_RDV_LEFT = 3,         /* its connection ended after the rendezvous
+                              completed, without GOODBYE */
+} hk_rdv_rank_state;
+
+/**
+ * Called when a rank leaves HK_RDV_OPEN: `state` is HK_RDV_GOODBYE,
+ * HK_RDV_LEFT, or HK_RDV_UNREGISTERED (its connection ended before the
+ * rendezvous completed). Not called while the server closes. Runs on the
+ * loop thread, after the server's own bookkeeping; it may call any hk_rdv
+ * function, hk_rdv_close included.
+ */
+typedef void (*hk_rdv_settled_fn)(int rank, hk_rdv_rank_state state, void *ctx);
+
 /**
  * Starts listening on 127.0.0.1 (ephemeral port) for a job of `size`
- * ranks. *secret is copied. On HK_OK *out is the server (closed and freed
- * by hk_rdv_close) and *port its port (host byte order).
+ * ranks. *secret is copied. on_settled (may be NULL) and ctx are kept. On
+ * HK_OK *out is the server (closed and freed by hk_rdv_close) and *port
+ * its port (host byte order).
  * Errors: HK_ERR_NOMEM, HK_ERR_SYSTEM (bind/listen failed; message names
  * the call and the libuv error).
  */
 hk_status hk_rdv_start(uv_loop_t *loop, int size, const hk_secret *secret,
-                       hk_rdv **out, uint16_t *port);
+                       hk_rdv_settled_fn on_settled, void *ctx, hk_rdv **out,
+                       uint16_t *port);
+
+/** rank's state; HK_RDV_UNREGISTERED for r NULL or rank out of range. */
+hk_rdv_rank_state hk_rdv_rank(const hk_rdv *r, int rank);
+
+/**
+ * For a rank in HK_RDV_OPEN: 1 if nothing is waiting to be read on its
+ * connection right now (no bytes, no EOF, no partly read frame), asked of
+ * the kernel directly; 0 otherwise, or when the rank is not OPEN. A
+ * connection idle after its worker exited is held open by another
+ * process (one the worker forked, say): no GOODBYE is coming.
+ */
+int hk_rdv_rank_idle(const hk_rdv *r, int rank);
 
 /**
  * Tells every registered worker except `failed_rank` that the job failed:

@@ -19,6 +19,8 @@ const char *hk_algo_name(hk_algo a) {
     return "tree";
   case HK_ALGO_HIERARCHICAL:
     return "hierarchical";
+  case HK_ALGO_RD:
+    return "rd";
   case HK_ALGO_AUTO:
     return "auto";
   }
@@ -42,6 +44,23 @@ static hk_fig_hw intra_hw(const hk_host_model *h) {
   return h->intra_nvlink ? HK_HW_NVLINK : HK_HW_PCI;
 }
 
+/* The protocols a host's transport has: NCCL's LL and Simple, or Simple
+ * alone with the host's own figures. */
+static int first_proto(const hk_host_model *h) {
+  return h->fig ? HK_PROTO_SIMPLE : HK_PROTO_LL;
+}
+
+static double base_us(const hk_host_model *h, hk_fig_algo a, int p) {
+  return h->fig ? h->fig->call_us : hk_fig_base_us(a, p);
+}
+
+static double step_us(const hk_host_model *h, hk_fig_algo a, int p,
+                      hk_fig_hw hw) {
+  if (h->fig)
+    return hw == HK_HW_NET ? h->fig->net_step_us : h->fig->intra_step_us;
+  return hk_fig_step_us(a, p, hw);
+}
+
 /* Ring allreduce over `hosts` hosts of `g` ranks each, with busbw `bw`.
  * Returns µs; *proto the faster protocol. */
 static double ring_us(const hk_host_model *h, int g, int hosts, double bw,
@@ -53,10 +72,10 @@ static double ring_us(const hk_host_model *h, int g, int hosts, double bw,
   }
   int steps = 2 * (n - 1), inter = hosts > 1 ? 2 * (hosts - 1) : 0;
   double best = INFINITY;
-  for (int p = HK_PROTO_LL; p <= HK_PROTO_SIMPLE; p++) {
-    double lat = hk_fig_base_us(HK_FIG_RING, p) +
-                 (steps - inter) * hk_fig_step_us(HK_FIG_RING, p, intra_hw(h)) +
-                 inter * hk_fig_step_us(HK_FIG_RING, p, HK_HW_NET);
+  for (int p = first_proto(h); p <= HK_PROTO_SIMPLE; p++) {
+    double lat = base_us(h, HK_FIG_RING, p) +
+                 (steps - inter) * step_us(h, HK_FIG_RING, p, intra_hw(h)) +
+                 inter * step_us(h, HK_FIG_RING, p, HK_HW_NET);
     double b = bw * hk_fig_proto_bw_factor(HK_FIG_RING, p);
     double us = phase_us(lat, bytes, b, (double)n / steps);
     if (us < best) {
@@ -70,11 +89,11 @@ static double ring_us(const hk_host_model *h, int g, int hosts, double bw,
 static double tree_us(const hk_host_model *h, int hosts, double bw,
                       double bytes, int *proto) {
   double best = INFINITY;
-  for (int p = HK_PROTO_LL; p <= HK_PROTO_SIMPLE; p++) {
+  for (int p = first_proto(h); p <= HK_PROTO_SIMPLE; p++) {
     double lat =
-        hk_fig_base_us(HK_FIG_TREE, p) +
-        2.0 * ((h->gpus - 1) * hk_fig_step_us(HK_FIG_TREE, p, intra_hw(h)) +
-               ceil_log2(hosts) * hk_fig_step_us(HK_FIG_TREE, p, HK_HW_NET));
+        base_us(h, HK_FIG_TREE, p) +
+        2.0 * ((h->gpus - 1) * step_us(h, HK_FIG_TREE, p, intra_hw(h)) +
+               ceil_log2(hosts) * step_us(h, HK_FIG_TREE, p, HK_HW_NET));
     double b =
         bw * HK_FIG_TREE_BW_FACTOR * hk_fig_proto_bw_factor(HK_FIG_TREE, p);
     double us = phase_us(lat, bytes, b, 0.5);
@@ -93,9 +112,9 @@ static double half_ring_us(const hk_host_model *h, double bytes, int *proto) {
   if (g == 1)
     return 0.0;
   double best = INFINITY;
-  for (int p = HK_PROTO_LL; p <= HK_PROTO_SIMPLE; p++) {
-    double lat = hk_fig_base_us(HK_FIG_RING, p) +
-                 (g - 1) * hk_fig_step_us(HK_FIG_RING, p, intra_hw(h));
+  for (int p = first_proto(h); p <= HK_PROTO_SIMPLE; p++) {
+    double lat = base_us(h, HK_FIG_RING, p) +
+                 (g - 1) * step_us(h, HK_FIG_RING, p, intra_hw(h));
     double b = h->intra_gbps * hk_fig_proto_bw_factor(HK_FIG_RING, p);
     double us = phase_us(lat, bytes, b, (double)g / (g - 1));
     if (us < best) {
@@ -104,6 +123,36 @@ static double half_ring_us(const hk_host_model *h, double bytes, int *proto) {
     }
   }
   return best;
+}
+
+/* Recursive doubling over hosts*g ranks, hosts' ranks contiguous: steps
+ * with mask < g pair ranks of one host, the rest cross hosts, where the g
+ * ranks of a host send at once and share the network. Simple protocol
+ * (whole buffers, no LL). */
+static double rd_us(const hk_host_model *h, int hosts, double intra, double net,
+                    double bytes) {
+  int n = h->gpus * hosts, p = 1, steps = 0;
+  while (p * 2 <= n) {
+    p *= 2;
+    steps++;
+  }
+  int in_host = ceil_log2(h->gpus) < steps ? ceil_log2(h->gpus) : steps;
+  int cross = steps - in_host;
+  if (p < n) { /* pairs (2i, 2i+1) before and after: one host if g > 1 */
+    if (h->gpus > 1)
+      in_host += 2;
+    else
+      cross += 2;
+  }
+  const int s = HK_PROTO_SIMPLE;
+  double us = base_us(h, HK_FIG_RING, s);
+  if (in_host)
+    us += in_host *
+          phase_us(step_us(h, HK_FIG_RING, s, intra_hw(h)), bytes, intra, 1.0);
+  if (cross)
+    us += cross * phase_us(step_us(h, HK_FIG_RING, s, HK_HW_NET),
+                           bytes * h->gpus, net, 1.0);
+  return us;
 }
 
 hk_status hk_cost_allreduce(const hk_host_model *h, hk_algo algo, size_t bytes,
@@ -129,13 +178,15 @@ hk_status hk_cost_allreduce(const hk_host_model *h, hk_algo algo, size_t bytes,
     us = 0.0;
   } else if (algo == HK_ALGO_TREE) {
     us = tree_us(h, hosts, flat, s, &proto);
+  } else if (algo == HK_ALGO_RD) {
+    us = rd_us(h, hosts, intra, net, s);
   } else if (algo == HK_ALGO_RING || hosts == 1) {
     us = ring_us(h, h->gpus, hosts, flat, s, &proto);
   } else {
     /* hierarchical: each of the g cross-host rings carries bytes/g and
      * gets net/g of the host's network. */
     int p1 = HK_PROTO_SIMPLE, p2 = HK_PROTO_SIMPLE;
-    hk_host_model one = {1, INFINITY, 0};
+    hk_host_model one = {1, INFINITY, 0, h->fig};
     double rs = half_ring_us(h, s, &p1);
     double cross = ring_us(&one, 1, hosts, net / h->gpus, s / h->gpus, &p2);
     us = 2.0 * rs + cross;
@@ -151,25 +202,39 @@ hk_status hk_cost_allreduce(const hk_host_model *h, hk_algo algo, size_t bytes,
   return HK_OK;
 }
 
-hk_status hk_cost_choose(const hk_host_model *h, size_t bytes, int hosts,
-                         double net_gbit, hk_algo forced, hk_cost *out) {
-  if (forced != HK_ALGO_AUTO)
-    return hk_cost_allreduce(h, forced, bytes, hosts, net_gbit, out);
+hk_status hk_cost_choose_among(const hk_host_model *h, size_t bytes, int hosts,
+                               double net_gbit, unsigned mask, hk_cost *out) {
   static const hk_algo order[] = {HK_ALGO_RING, HK_ALGO_HIERARCHICAL,
-                                  HK_ALGO_TREE};
+                                  HK_ALGO_TREE, HK_ALGO_RD};
   hk_cost best = {0};
+  int found = 0;
   for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
-    if (order[i] == HK_ALGO_HIERARCHICAL && hosts == 1)
+    if (!(mask & (1u << order[i])) ||
+        (order[i] == HK_ALGO_HIERARCHICAL && hosts == 1))
       continue; /* the same as the ring there */
     hk_cost c;
     hk_status st = hk_cost_allreduce(h, order[i], bytes, hosts, net_gbit, &c);
     if (st != HK_OK)
       return st;
-    if (i == 0 || c.time_us < best.time_us * (1.0 - 1e-12))
+    if (!found || c.time_us < best.time_us * (1.0 - 1e-12))
       best = c;
+    found = 1;
   }
+  if (!found)
+    return hk_fail(HK_ERR_INVALID_ARG, "cost model: no algorithm to choose");
   *out = best;
   return HK_OK;
+}
+
+hk_status hk_cost_choose(const hk_host_model *h, size_t bytes, int hosts,
+                         double net_gbit, hk_algo forced, hk_cost *out) {
+  if (forced != HK_ALGO_AUTO)
+    return hk_cost_allreduce(h, forced, bytes, hosts, net_gbit, out);
+  /* NCCL's menu: what a GPU job would choose between */
+  return hk_cost_choose_among(h, bytes, hosts, net_gbit,
+                              1u << HK_ALGO_RING | 1u << HK_ALGO_HIERARCHICAL |
+                                  1u << HK_ALGO_TREE,
+                              out);
 }
 
 hk_status hk_cost_algo_from_env(hk_algo *out) {
@@ -178,7 +243,7 @@ hk_status hk_cost_algo_from_env(hk_algo *out) {
   if (!v || !*v || strcasecmp(v, "auto") == 0)
     return HK_OK;
   static const hk_algo all[] = {HK_ALGO_RING, HK_ALGO_TREE,
-                                HK_ALGO_HIERARCHICAL};
+                                HK_ALGO_HIERARCHICAL, HK_ALGO_RD};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
     if (strcasecmp(v, hk_algo_name(all[i])) == 0) {
       *out = all[i];
@@ -186,7 +251,7 @@ hk_status hk_cost_algo_from_env(hk_algo *out) {
     }
   return hk_fail(HK_ERR_CONFIG,
                  "HK_ALLREDUCE_ALGO=\"%.64s\": expected ring, tree, "
-                 "hierarchical or auto",
+                 "hierarchical, rd or auto",
                  v);
 }
 

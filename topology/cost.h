@@ -12,6 +12,11 @@
  *    hosts): latency = call latency + 2((gpus-1) in-host hops + ceil(log2
  *    hosts) network hops); algbw = busbw / 2 with busbw = 0.9 * min(in-
  *    host, network);
+ *  - rd (recursive doubling, hk's latency-optimised algorithm, not
+ *    NCCL's): ceil(log2 N) steps (+2 when N is not a power of two), each
+ *    moving the whole buffer; the first log2(gpus) steps stay inside the
+ *    host at the in-host ring bandwidth and step latency, the others
+ *    cross the network, where the host's `gpus` ranks share its rate;
  *  - hierarchical: reduce-scatter inside each host (ring of gpus), then
  *    `gpus` concurrent ring allreduces of bytes/gpus across hosts sharing
  *    the host's network bandwidth, then allgather inside each host; its
@@ -38,8 +43,17 @@ typedef enum hk_algo {
   HK_ALGO_RING = 0,
   HK_ALGO_TREE = 1,
   HK_ALGO_HIERARCHICAL = 2,
-  HK_ALGO_AUTO = 3,
+  HK_ALGO_RD = 3, /* recursive doubling (collectives/rd.h) */
+  HK_ALGO_AUTO = 4,
 } hk_algo;
+
+/** Per-step figures of a transport other than NCCL's (hk's own TCP
+ *  collectives): Simple protocol only, µs. */
+typedef struct hk_step_figures {
+  double call_us;       /* fixed cost of one collective call */
+  double intra_step_us; /* one step between two ranks of a host */
+  double net_step_us;   /* one step between two hosts */
+} hk_step_figures;
 
 /** What the model needs of one host. */
 typedef struct hk_host_model {
@@ -47,6 +61,8 @@ typedef struct hk_host_model {
   double intra_gbps; /* in-host ring bandwidth, GB/s per direction (sum
                         over rings); ignored when gpus == 1 */
   int intra_nvlink;  /* 1: the rings are NVLink only (NVLink latencies) */
+  const hk_step_figures *fig; /* NULL: NCCL's figures (LL and Simple);
+                                 else these, Simple only */
 } hk_host_model;
 
 typedef struct hk_cost {
@@ -77,13 +93,23 @@ hk_status hk_cost_choose(const hk_host_model *h, size_t bytes, int hosts,
                          double net_gbit, hk_algo forced, hk_cost *out);
 
 /**
+ * hk_cost_choose among the algorithms whose bit (1 << algo) is set in
+ * `mask` (hierarchical only counts with hosts > 1): the runtime's choice
+ * among the algorithms its collectives implement (ring, hierarchical, rd).
+ * Ties go to the earlier of ring, hierarchical, tree, rd.
+ * Errors: as hk_cost_allreduce; HK_ERR_INVALID_ARG for an empty mask.
+ */
+hk_status hk_cost_choose_among(const hk_host_model *h, size_t bytes, int hosts,
+                               double net_gbit, unsigned mask, hk_cost *out);
+
+/**
  * HK_ALLREDUCE_ALGO: unset or empty or "auto" -> HK_ALGO_AUTO; "ring",
- * "tree", "hierarchical" (case-insensitive) -> that algorithm.
+ * "tree", "hierarchical", "rd" (case-insensitive) -> that algorithm.
  * Errors: HK_ERR_CONFIG naming the value and the accepted ones.
  */
 hk_status hk_cost_algo_from_env(hk_algo *out);
 
-/** "ring", "tree", "hierarchical", "auto". Never NULL. */
+/** "ring", "tree", "hierarchical", "rd", "auto". Never NULL. */
 const char *hk_algo_name(hk_algo a);
 
 /**

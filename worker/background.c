@@ -24,11 +24,37 @@ typedef struct cycle_state {
 } cycle_state;
 
 /*
+ * Rank 0: the job failed here (a rank's control connection broke, say).
+ * The other ranks would only see rank 0 disappear and blame it, so tell
+ * them why first, as a RESPONSES that aborts the job. Best effort: a rank
+ * may be gone too; a short timeout, as the others read their control
+ * connection every cycle.
+ */
+static void relay_failure(hk_ctx *ctx, hk_status st, const char *reason) {
+  hk_msg m = {.type = HK_MSG_RESPONSES};
+  m.u.responses.shutdown_rank = -1;
+  m.u.responses.abort_status = (uint16_t)st;
+  m.u.responses.abort_reason = (char *)reason; /* borrowed, not freed */
+  hk_io io = {-1, 1.0};
+  for (int r = 1; r < ctx->size; r++) {
+    char who[32];
+    snprintf(who, sizeof who, "rank %d", r);
+    if (ctx->mesh.ctrl_fds[r] >= 0 &&
+        hk_tcp_send_msg(ctx->mesh.ctrl_fds[r], &m, &ctx->scratch, &io, who) !=
+            HK_OK)
+      hk_log(HK_LOG_DEBUG, "could not tell %s why the job failed: %s", who,
+             hk_last_error());
+  }
+}
+
+/*
  * The job is over for this rank: find the best reason. A peer's dropped
  * connection is usually the echo of a rank that died, and hkrun tells every
  * rank which one and how; wait briefly for that ABORT to name the cause.
+ * With relay (rank 0, a failure it found itself), the other ranks are told
+ * that reason.
  */
-static void fail_job(hk_ctx *ctx, hk_status st, const char *what) {
+static void fail_job(hk_ctx *ctx, hk_status st, const char *what, int relay) {
   char reason[HK_WIRE_MAX_REASON_LEN + 1];
   snprintf(reason, sizeof reason, "%s", what);
   if (st == HK_ERR_PEER_LOST && ctx->mesh.launcher_fd >= 0) {
@@ -45,6 +71,8 @@ static void fail_job(hk_ctx *ctx, hk_status st, const char *what) {
     }
   }
   hk_log(st == HK_ERR_SHUTDOWN ? HK_LOG_INFO : HK_LOG_ERROR, "%s", reason);
+  if (relay && ctx->rank == 0 && ctx->size > 1)
+    relay_failure(ctx, st, reason);
   hk_queue_fail_all(ctx, st, reason);
 }
 
@@ -376,7 +404,7 @@ void *hk_background_main(void *arg) {
   /* poll set: wake fd, launcher fd, then control fd(s) */
   struct pollfd *pfds = calloc((size_t)ctx->size + 2, sizeof *pfds);
   if (!pfds) {
-    fail_job(ctx, HK_ERR_NOMEM, "cannot allocate the poll set");
+    fail_job(ctx, HK_ERR_NOMEM, "cannot allocate the poll set", 1);
     goto out;
   }
   int npfd = 0, wake_i, launcher_i = -1, first_ctrl;
@@ -420,24 +448,25 @@ void *hk_background_main(void *arg) {
     if (st != HK_OK) {
       char what[HK_ERROR_MSG_CAP];
       snprintf(what, sizeof what, "%s", hk_last_error());
-      fail_job(ctx, st, what);
+      fail_job(ctx, st, what, 1);
       break;
     }
     /* hkrun speaks only to abort (or by closing, when it died); what rank 0
      * said in the same wake-up was handled first, so its reason wins */
     if (launcher_i >= 0 && pfds[launcher_i].revents && !cs.abort_status &&
         cs.shutdown_rank < 0) {
-      fail_job(ctx, HK_ERR_PEER_LOST, "lost connection to hkrun (did it die?)");
+      fail_job(ctx, HK_ERR_PEER_LOST, "lost connection to hkrun (did it die?)",
+               0);
       break;
     }
     if (cs.abort_status) {
-      fail_job(ctx, cs.abort_status, cs.abort_reason);
+      fail_job(ctx, cs.abort_status, cs.abort_reason, 0);
       break;
     }
     if (cs.shutdown_rank >= 0) {
       char why[64];
       snprintf(why, sizeof why, "rank %d called hk_shutdown", cs.shutdown_rank);
-      fail_job(ctx, HK_ERR_SHUTDOWN, why);
+      fail_job(ctx, HK_ERR_SHUTDOWN, why, 0);
       break;
     }
   }

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "collectives/transport/iface.h"
+#include "collectives/transport/link.h"
 #include "collectives/transport/tcp.h"
 #include "common/log.h"
 #include "common/status.h"
@@ -17,12 +18,14 @@ void hk_mesh_close(hk_mesh *m, int size) {
   hk_tcp_close(&m->listen_fd);
   hk_tcp_close(&m->launcher_fd);
   hk_tcp_close(&m->ctrl_fd);
-  if (m->peer_fds) {
+  if (m->links) {
     for (int r = 0; r < size; r++)
-      hk_tcp_close(&m->peer_fds[r]);
-    free(m->peer_fds);
-    m->peer_fds = NULL;
+      hk_link_close(&m->links[r]);
+    free(m->links);
+    m->links = NULL;
   }
+  free(m->peer_fds); /* the links owned those */
+  m->peer_fds = NULL;
   if (m->ctrl_fds) {
     for (int r = 0; r < size; r++)
       hk_tcp_close(&m->ctrl_fds[r]);
@@ -48,16 +51,31 @@ static hk_status parse_hostport(const char *s, char *host, size_t cap,
 
 /* ---- accepting side: run on its own thread while we connect ---- */
 
+/* Where the data connections of the mesh go while it is built. */
+typedef struct data_plan {
+  int k;              /* HK_SOCKETS_PER_PEER: connections per pair */
+  const int *host_of; /* host index of every rank when links to other
+                         hosts are MPI; NULL: every link is TCP */
+  int *fds;           /* fds[r * k + s]: stream s to rank r, or -1 */
+} data_plan;
+
+/* Is the link to rank r made of TCP connections? */
+static int tcp_to(const hk_ctx *ctx, const data_plan *d, int r) {
+  return !d->host_of || d->host_of[r] == d->host_of[ctx->rank];
+}
+
 typedef struct acceptor {
   hk_ctx *ctx;
+  data_plan *data;
   double deadline;
   hk_status status;
   char error[HK_ERROR_MSG_CAP];
 } acceptor;
 
 /* Accepts one connection and files it where its HELLO says it belongs:
- * a data connection from a lower rank, or (on rank 0) a control one. */
-static hk_status accept_one(hk_ctx *ctx, double deadline) {
+ * a data connection (one of k streams) from a lower rank, or (on rank 0)
+ * a control one. */
+static hk_status accept_one(hk_ctx *ctx, data_plan *d, double deadline) {
   int fd;
   hk_status st = hk_tcp_accept(ctx->mesh.listen_fd, &ctx->secret, deadline,
                                &ctx->io, &fd, NULL);
@@ -72,12 +90,22 @@ static hk_status accept_one(hk_ctx *ctx, double deadline) {
     close(fd);
     return st;
   }
-  int r = m.u.hello.rank;
+  int r = m.u.hello.rank, s = m.u.hello.stream;
   int ok = m.type == HK_MSG_HELLO && r >= 0 && r < ctx->size;
+  if (ok && m.u.hello.channel == HK_CHANNEL_DATA && m.u.hello.streams != d->k) {
+    close(fd);
+    st = hk_fail(HK_ERR_CONFIG,
+                 "rank %d opens %u data connections to each peer but "
+                 "HK_SOCKETS_PER_PEER=%d here: every rank must use the same "
+                 "value",
+                 r, m.u.hello.streams, d->k);
+    hk_msg_free(&m);
+    return st;
+  }
   if (ok && m.u.hello.channel == HK_CHANNEL_DATA) {
-    ok = r < ctx->rank && ctx->mesh.peer_fds[r] < 0;
+    ok = r < ctx->rank && tcp_to(ctx, d, r) && d->fds[r * d->k + s] < 0;
     if (ok)
-      ctx->mesh.peer_fds[r] = fd;
+      d->fds[r * d->k + s] = fd;
   } else if (ok) {
     ok = ctx->rank == 0 && r > 0 && ctx->mesh.ctrl_fds[r] < 0;
     if (ok)
@@ -87,8 +115,8 @@ static hk_status accept_one(hk_ctx *ctx, double deadline) {
     close(fd);
     st = hk_fail(HK_ERR_PROTOCOL,
                  "unexpected connection during start-up: message type %u, "
-                 "rank %d, channel %u",
-                 m.type, r, m.u.hello.channel);
+                 "rank %d, channel %u, stream %d",
+                 m.type, r, m.u.hello.channel, s);
   }
   hk_msg_free(&m);
   return st;
@@ -97,11 +125,14 @@ static hk_status accept_one(hk_ctx *ctx, double deadline) {
 static void *accept_main(void *arg) {
   acceptor *a = arg;
   hk_ctx *ctx = a->ctx;
-  /* data connections from every lower rank; control ones on rank 0 */
-  int count = ctx->rank + (ctx->rank == 0 ? ctx->size - 1 : 0);
+  /* k data connections from every lower rank the link to which is TCP;
+   * control ones on rank 0 */
+  int count = ctx->rank == 0 ? ctx->size - 1 : 0;
+  for (int r = 0; r < ctx->rank; r++)
+    count += tcp_to(ctx, a->data, r) ? a->data->k : 0;
   a->status = HK_OK;
   for (int i = 0; i < count && a->status == HK_OK; i++)
-    a->status = accept_one(ctx, a->deadline);
+    a->status = accept_one(ctx, a->data, a->deadline);
   if (a->status != HK_OK)
     snprintf(a->error, sizeof a->error, "%s", hk_last_error());
   return NULL;
@@ -110,7 +141,8 @@ static void *accept_main(void *arg) {
 /* ---- connecting side ---- */
 
 static hk_status connect_peer(hk_ctx *ctx, const hk_wire_peer *peer, int rank,
-                              hk_channel channel, double deadline, int *fd) {
+                              hk_channel channel, int stream, int streams,
+                              double deadline, int *fd) {
   char who[32];
   snprintf(who, sizeof who, "rank %d", rank);
   hk_status st = hk_tcp_connect(peer->host, peer->port, &ctx->secret, deadline,
@@ -120,6 +152,8 @@ static hk_status connect_peer(hk_ctx *ctx, const hk_wire_peer *peer, int rank,
   hk_msg hello = {.type = HK_MSG_HELLO};
   hello.u.hello.rank = ctx->rank;
   hello.u.hello.channel = (uint8_t)channel;
+  hello.u.hello.stream = (uint8_t)stream;
+  hello.u.hello.streams = (uint8_t)streams;
   hk_buf scratch = {0};
   st = hk_tcp_send_msg(*fd, &hello, &scratch, &ctx->io, who);
   hk_buf_free(&scratch);
@@ -169,32 +203,74 @@ static hk_status rendezvous(hk_ctx *ctx, const char *host, uint16_t port,
   return HK_OK;
 }
 
-/* Connects this rank to every other (data) and to rank 0 (control),
- * given every rank's listening address. */
-static hk_status build_mesh(hk_ctx *ctx, const hk_wire_peer *peers,
-                            double deadline) {
+/* Makes the data links from the connections in d (which they take over)
+ * and MPI links to the ranks on other hosts. */
+static hk_status make_links(hk_ctx *ctx, data_plan *d) {
   hk_mesh *m = &ctx->mesh;
-  m->peer_fds = malloc((size_t)ctx->size * sizeof(int));
-  if (ctx->rank == 0)
-    m->ctrl_fds = malloc((size_t)ctx->size * sizeof(int));
-  if (!m->peer_fds || (ctx->rank == 0 && !m->ctrl_fds))
-    return hk_fail(HK_ERR_NOMEM, "cannot allocate the connection table");
+  int ntcp = 0, nmpi = 0;
   for (int r = 0; r < ctx->size; r++) {
+    hk_status st = HK_OK;
+    if (r == ctx->rank)
+      continue;
+    if (tcp_to(ctx, d, r)) {
+      st = hk_link_init_tcp(&m->links[r], r, &d->fds[r * d->k], d->k,
+                            HK_LINK_BLOCK_BYTES);
+      if (st == HK_OK)
+        for (int s = 0; s < d->k; s++)
+          d->fds[r * d->k + s] = -1; /* the link's now */
+      m->peer_fds[r] = m->links[r].fds[0];
+    } else {
+      st = hk_link_init_mpi(&m->links[r], r, hk_mpi_comm_handle(),
+                            HK_LINK_MPI_CHUNK_BYTES);
+    }
+    if (st != HK_OK)
+      return st;
+    ntcp += m->links[r].kind == HK_LINK_TCP;
+    nmpi += m->links[r].kind == HK_LINK_MPI;
+  }
+  hk_log(HK_LOG_INFO, "data links: %d over TCP (%d sockets each), %d over MPI",
+         ntcp, d->k, nmpi);
+  return HK_OK;
+}
+
+/* Connects this rank to every other (data: k connections each, to the
+ * ranks the link to which is TCP) and to rank 0 (control), given every
+ * rank's listening address; then makes the links. host_of: see
+ * data_plan. */
+static hk_status build_mesh(hk_ctx *ctx, const hk_wire_peer *peers,
+                            double deadline, const int *host_of) {
+  hk_mesh *m = &ctx->mesh;
+  const int k = (int)ctx->cfg.sockets_per_peer, n = ctx->size;
+  data_plan d = {k, host_of, malloc((size_t)n * (size_t)k * sizeof(int))};
+  m->links = calloc((size_t)n, sizeof *m->links);
+  m->peer_fds = malloc((size_t)n * sizeof(int));
+  if (ctx->rank == 0)
+    m->ctrl_fds = malloc((size_t)n * sizeof(int));
+  if (!d.fds || !m->links || !m->peer_fds || (ctx->rank == 0 && !m->ctrl_fds)) {
+    free(d.fds);
+    return hk_fail(HK_ERR_NOMEM, "cannot allocate the connection table");
+  }
+  for (int r = 0; r < n; r++) {
     m->peer_fds[r] = -1;
     if (m->ctrl_fds)
       m->ctrl_fds[r] = -1;
   }
-  acceptor a = {.ctx = ctx, .deadline = deadline};
+  for (int i = 0; i < n * k; i++)
+    d.fds[i] = -1;
+  acceptor a = {.ctx = ctx, .data = &d, .deadline = deadline};
   pthread_t t;
-  if (pthread_create(&t, NULL, accept_main, &a) != 0)
+  if (pthread_create(&t, NULL, accept_main, &a) != 0) {
+    free(d.fds);
     return hk_fail(HK_ERR_SYSTEM, "cannot start the accept thread");
+  }
   hk_status st = HK_OK;
-  /* a data connection to every higher rank (the lower ones call us) */
-  for (int r = ctx->rank + 1; r < ctx->size && st == HK_OK; r++)
-    st = connect_peer(ctx, &peers[r], r, HK_CHANNEL_DATA, deadline,
-                      &m->peer_fds[r]);
+  /* k data connections to every higher rank (the lower ones call us) */
+  for (int r = ctx->rank + 1; r < n && st == HK_OK; r++)
+    for (int s = 0; s < k && st == HK_OK && tcp_to(ctx, &d, r); s++)
+      st = connect_peer(ctx, &peers[r], r, HK_CHANNEL_DATA, s, k, deadline,
+                        &d.fds[r * k + s]);
   if (st == HK_OK && ctx->rank != 0)
-    st = connect_peer(ctx, &peers[0], 0, HK_CHANNEL_CONTROL, deadline,
+    st = connect_peer(ctx, &peers[0], 0, HK_CHANNEL_CONTROL, 0, 1, deadline,
                       &m->ctrl_fd);
   char error[HK_ERROR_MSG_CAP];
   snprintf(error, sizeof error, "%s", hk_last_error());
@@ -205,14 +281,25 @@ static hk_status build_mesh(hk_ctx *ctx, const hk_wire_peer *peers,
     st = a.status;
     snprintf(error, sizeof error, "%s", a.error);
   }
+  if (st == HK_OK) {
+    st = make_links(ctx, &d);
+    snprintf(error, sizeof error, "%s", hk_last_error());
+  }
+  for (int i = 0; i < n * k; i++) /* what no link took */
+    hk_tcp_close(&d.fds[i]);
+  free(d.fds);
   if (st != HK_OK)
     return hk_fail(st, "rank %d could not connect to its peers: %s", ctx->rank,
                    error);
   /* a peer cut off the network fails the job within HK_TIMEOUT_S, even
-   * while every rank waits in negotiation and no transfer is running */
+   * while every rank waits in negotiation and no transfer is running
+   * (every TCP socket; an MPI link's waits time out by themselves) */
   for (int r = 0; r < ctx->size && st == HK_OK; r++) {
-    if (r != ctx->rank)
-      st = hk_tcp_set_liveness(m->peer_fds[r], ctx->cfg.timeout_s);
+    const hk_link *l = &m->links[r];
+    for (int s = 0;
+         r != ctx->rank && l->kind == HK_LINK_TCP && s < l->nfds && st == HK_OK;
+         s++)
+      st = hk_tcp_set_liveness(l->fds[s], ctx->cfg.timeout_s);
     if (st == HK_OK && m->ctrl_fds && r > 0)
       st = hk_tcp_set_liveness(m->ctrl_fds[r], ctx->cfg.timeout_s);
   }
@@ -228,7 +315,43 @@ typedef struct mpi_record {
   hk_wire_peer peer;
   char host[HK_WIRE_MAX_HOST_LEN + 1];
   uint8_t secret[HK_SECRET_LEN];
+  uint8_t sockets_per_peer; /* HK_SOCKETS_PER_PEER */
+  uint8_t cross_transport;  /* HK_CROSS_TRANSPORT (hk_cross_transport) */
 } mpi_record;
+
+/* The data tunables every rank must share, compared with rank 0's. */
+static hk_status check_agreement(const hk_ctx *ctx, const mpi_record *all) {
+  static const char *cross[] = {"tcp", "mpi"};
+  for (int r = 1; r < ctx->size; r++) {
+    if (all[r].sockets_per_peer != all[0].sockets_per_peer)
+      return hk_fail(HK_ERR_CONFIG,
+                     "HK_SOCKETS_PER_PEER is %u on rank 0 but %u on rank %d: "
+                     "every rank must use the same value",
+                     all[0].sockets_per_peer, all[r].sockets_per_peer, r);
+    if (all[r].cross_transport != all[0].cross_transport)
+      return hk_fail(HK_ERR_CONFIG,
+                     "HK_CROSS_TRANSPORT is %s on rank 0 but %s on rank %d: "
+                     "every rank must use the same value",
+                     cross[all[0].cross_transport & 1],
+                     cross[all[r].cross_transport & 1], r);
+  }
+  return HK_OK;
+}
+
+/* With HK_CROSS_TRANSPORT=mpi and ranks on several hosts: MPI must let
+ * hk's background thread call it, and number the ranks as hk does. */
+static hk_status check_mpi_links(const hk_ctx *ctx) {
+  hk_status st = hk_mpi_check_threads("HK_CROSS_TRANSPORT=mpi");
+  int mrank = -1, msize = -1;
+  if (st == HK_OK)
+    st = hk_mpi_world(&mrank, &msize);
+  if (st == HK_OK && (mrank != ctx->rank || msize != ctx->size))
+    st = hk_fail(HK_ERR_CONFIG,
+                 "HK_CROSS_TRANSPORT=mpi: MPI calls this process rank %d of "
+                 "%d, the launcher rank %d of %d",
+                 mrank, msize, ctx->rank, ctx->size);
+  return st;
+}
 
 /*
  * The address this rank listens on: HK_SOCKET_IFNAME's (a name or a
@@ -276,14 +399,19 @@ static hk_status bootstrap_mpi(hk_ctx *ctx, double deadline) {
       (st = hk_secret_generate(&ctx->secret)) != HK_OK)
     return st;
   memcpy(mine.secret, ctx->secret.bytes, HK_SECRET_LEN);
+  mine.sockets_per_peer = (uint8_t)ctx->cfg.sockets_per_peer;
+  mine.cross_transport = (uint8_t)ctx->cfg.cross_transport;
   mpi_record *all = calloc((size_t)ctx->size, sizeof *all);
   hk_wire_peer *peers = calloc((size_t)ctx->size, sizeof *peers);
   const char **hosts = calloc((size_t)ctx->size, sizeof *hosts);
   hk_rank_layout *layout = calloc((size_t)ctx->size, sizeof *layout);
-  if (!all || !peers || !hosts || !layout)
+  int *host_of = calloc((size_t)ctx->size, sizeof *host_of);
+  if (!all || !peers || !hosts || !layout || !host_of)
     st = hk_fail(HK_ERR_NOMEM, "cannot allocate the peer table");
   if (st == HK_OK)
     st = hk_mpi_allgather(&mine, sizeof mine, all, ctx->size);
+  if (st == HK_OK)
+    st = check_agreement(ctx, all);
   for (int r = 0; r < ctx->size && st == HK_OK; r++) {
     peers[r] = all[r].peer;
     all[r].host[HK_WIRE_MAX_HOST_LEN] = '\0';
@@ -298,19 +426,54 @@ static hk_status bootstrap_mpi(hk_ctx *ctx, double deadline) {
     ctx->local_size = layout[ctx->rank].local_size;
     ctx->cross_rank = layout[ctx->rank].cross_rank;
     ctx->cross_size = layout[ctx->rank].cross_size;
-    if (ctx->size > 1)
-      st = build_mesh(ctx, peers, deadline);
+    for (int r = 0; r < ctx->size; r++)
+      host_of[r] = layout[r].cross_rank;
+    ctx->layout = layout;
+    layout = NULL;
   }
+  /* MPI links to the ranks on other hosts, if asked for and there are */
+  int mpi_links = ctx->cfg.cross_transport == HK_CROSS_MPI &&
+                  ctx->cross_size > 1 && ctx->size > 1;
+  if (st == HK_OK && mpi_links)
+    st = check_mpi_links(ctx);
+  if (st == HK_OK && ctx->cfg.cross_transport == HK_CROSS_MPI && !mpi_links &&
+      ctx->rank == 0)
+    hk_log(HK_LOG_INFO, "HK_CROSS_TRANSPORT=mpi is unused: every rank is on "
+                        "this host, the links are TCP");
+  if (st == HK_OK && ctx->size > 1)
+    st = build_mesh(ctx, peers, deadline, mpi_links ? host_of : NULL);
   free(all);
   free(peers);
   free(hosts);
   free(layout);
+  free(host_of);
   return st;
+}
+
+/* hkrun's (or no launcher's) layout: hosts are blocks of local_size
+ * consecutive ranks. hkrun runs every rank on one host, but a worker may be
+ * given HK_LOCAL_RANK/HK_LOCAL_SIZE describing smaller blocks (tests run
+ * hierarchical allreduce on one machine this way). */
+static hk_status block_layout(hk_ctx *ctx) {
+  const int n = ctx->size, l = ctx->local_size;
+  if (l < 1 || n % l != 0 || ctx->local_rank != ctx->rank % l)
+    return hk_fail(HK_ERR_CONFIG,
+                   "HK_LOCAL_RANK=%d HK_LOCAL_SIZE=%d do not describe rank "
+                   "%d of %d on hosts of HK_LOCAL_SIZE consecutive ranks",
+                   ctx->local_rank, l, ctx->rank, n);
+  ctx->layout = calloc((size_t)n, sizeof *ctx->layout);
+  if (!ctx->layout)
+    return hk_fail(HK_ERR_NOMEM, "cannot allocate the host layout");
+  for (int r = 0; r < n; r++)
+    ctx->layout[r] = (hk_rank_layout){r % l, l, r / l, n / l};
+  ctx->cross_rank = ctx->rank / l;
+  ctx->cross_size = n / l;
+  return HK_OK;
 }
 
 hk_status hk_bootstrap(hk_ctx *ctx) {
   hk_mesh *m = &ctx->mesh;
-  *m = (hk_mesh){-1, -1, NULL, -1, NULL};
+  *m = (hk_mesh){-1, -1, NULL, -1, NULL, NULL};
   ctx->cross_rank = 0;
   ctx->cross_size = 1;
   const double deadline = hk_now() + ctx->cfg.start_timeout_s;
@@ -320,6 +483,21 @@ hk_status hk_bootstrap(hk_ctx *ctx) {
     st = bootstrap_mpi(ctx, deadline);
     hk_tcp_close(&m->listen_fd);
     return st;
+  }
+  st = block_layout(ctx);
+  if (st != HK_OK)
+    return st;
+  if (ctx->cfg.cross_transport == HK_CROSS_MPI) {
+    if (ctx->cross_size > 1)
+      return hk_fail(HK_ERR_CONFIG,
+                     "HK_CROSS_TRANSPORT=mpi: this job spans %d hosts (of %d "
+                     "ranks each) but was not started by mpirun or srun "
+                     "(hkrun -H starts it through mpirun), so MPI cannot "
+                     "connect them",
+                     ctx->cross_size, ctx->local_size);
+    if (ctx->rank == 0 && ctx->size > 1)
+      hk_log(HK_LOG_INFO, "HK_CROSS_TRANSPORT=mpi is unused: every rank is "
+                          "on this host, the links are TCP");
   }
   const char *rdv = getenv("HK_RENDEZVOUS");
   if (!rdv || !*rdv) {
@@ -344,7 +522,7 @@ hk_status hk_bootstrap(hk_ctx *ctx) {
     return st;
   ctx->io.abort_fd = m->launcher_fd;
   if (ctx->size > 1)
-    st = build_mesh(ctx, peers.u.peers.peers, deadline);
+    st = build_mesh(ctx, peers.u.peers.peers, deadline, NULL);
   hk_msg_free(&peers);
   hk_tcp_close(&m->listen_fd);
   return st;

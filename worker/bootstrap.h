@@ -1,11 +1,17 @@
 /*
  * bootstrap.h - joining the job at hk_init: register with hkrun's
- * rendezvous, learn every rank's address, and build the mesh: one data
- * connection between every pair of ranks (the ring uses its neighbours',
- * alltoall all of them) and a control connection from every rank > 0 to
- * rank 0. Every connection runs
- * the secret handshake (common/auth.h) and then a HELLO naming the rank and
- * channel, which the accepting side checks against what it expects.
+ * rendezvous (or exchange addresses over MPI under mpirun/srun), learn
+ * every rank's address, and build the mesh: a data link between every
+ * pair of ranks (the ring uses its neighbours', alltoall all of them) and
+ * a control connection from every rank > 0 to rank 0.
+ *
+ * A data link (collectives/transport/link.h) is HK_SOCKETS_PER_PEER TCP
+ * connections, opened by the lower rank, striped; or, with
+ * HK_CROSS_TRANSPORT=mpi under mpirun/srun, MPI point-to-point to every
+ * rank on another host (no TCP data connection to those). Every
+ * connection runs the secret handshake (common/auth.h) and then a HELLO
+ * naming the rank, the channel and (data) the stream index and count,
+ * which the accepting side checks against what it expects.
  * All socket work goes through collectives/transport/tcp.h.
  */
 #ifndef HK_WORKER_BOOTSTRAP_H
@@ -17,13 +23,16 @@
  * Builds ctx->mesh for ctx->rank/size from HK_RENDEZVOUS (host:port) and
  * ctx->secret, within ctx->cfg.start_timeout_s. Without HK_RENDEZVOUS (a
  * world of size 1 started by hand) it opens nothing.
- * Errors: HK_ERR_CONFIG (malformed HK_RENDEZVOUS), HK_ERR_TIMEOUT,
+ * Errors: HK_ERR_CONFIG (malformed HK_RENDEZVOUS; HK_SOCKETS_PER_PEER or
+ * HK_CROSS_TRANSPORT differing between ranks; HK_CROSS_TRANSPORT=mpi
+ * across hosts without mpirun/srun, or with MPI below
+ * MPI_THREAD_SERIALIZED), HK_ERR_TIMEOUT,
  * HK_ERR_AUTH, HK_ERR_PROTOCOL, HK_ERR_SYSTEM, HK_ERR_PEER_LOST (hkrun
  * aborted the job while we waited; the message says why).
  */
 hk_status hk_bootstrap(hk_ctx *ctx);
 
-/** Closes every fd of the mesh (safe on a partly built one). */
+/** Closes every fd and link of the mesh (safe on a partly built one). */
 void hk_mesh_close(hk_mesh *mesh, int size);
 
 #endif

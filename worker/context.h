@@ -22,6 +22,8 @@
 #include "coordinator/negotiate.h"
 #include "coordinator/wire.h"
 #include "hk/hk.h"
+#include "topology/cost.h"
+#include "worker/placement.h"
 
 /* An operation in flight: what the trainer submitted, and its outcome.
  * A grouped allreduce is one parent handle (what the trainer waits on)
@@ -58,10 +60,15 @@ typedef struct hk_collective_timing {
 typedef struct hk_mesh {
   int listen_fd;   /* closed once the mesh is built */
   int launcher_fd; /* to hkrun's rendezvous; -1 without hkrun */
-  int *peer_fds;   /* data: peer_fds[r] to rank r (one full-duplex
-                      connection per pair; -1 for this rank) */
+  int *peer_fds;   /* data: peer_fds[r] = the first socket of links[r]
+                      (owned by the link; -1 for an MPI link and for this
+                      rank) */
   int ctrl_fd;     /* rank > 0: to rank 0 */
   int *ctrl_fds;   /* rank 0: ctrl_fds[r] from rank r (index 0 unused) */
+  hk_link *links;  /* data: links[r] to rank r, size entries (links[rank]
+                      unused, kind HK_LINK_NONE): TCP over
+                      HK_SOCKETS_PER_PEER sockets, or MPI to ranks on
+                      other hosts with HK_CROSS_TRANSPORT=mpi */
 } hk_mesh;
 
 typedef struct hk_ctx {
@@ -72,8 +79,22 @@ typedef struct hk_ctx {
   hk_config cfg;
   hk_secret secret;
   hk_mesh mesh;
-  hk_io io;     /* abort_fd = launcher_fd, timeout = HK_TIMEOUT_S */
-  hk_ring ring; /* [bg] */
+  hk_io io;               /* abort_fd = launcher_fd, timeout = HK_TIMEOUT_S */
+  hk_rank_layout *layout; /* every rank's host and place on it (size) */
+  hk_ring ring;           /* [bg] the flat ring over every rank */
+  hk_ring local_ring;     /* [bg] hierarchical: this host's ranks */
+  hk_ring cross_ring;     /* [bg] hierarchical: one rank per host */
+  int have_hier;          /* local_ring and cross_ring are set up */
+  /* The allreduce algorithm choice (worker/algo.h). */
+  hk_algo algo_forced;     /* HK_ALLREDUCE_ALGO / _HIERARCHICAL_; or AUTO */
+  unsigned algo_mask;      /* the algorithms auto chooses among */
+  hk_host_model model;     /* this job's hosts, for the cost model */
+  int model_hosts;         /* how many such hosts */
+  size_t rd_limit;         /* fuse recursive-doubling tensors up to this
+                              many bytes (0: the fusion threshold) */
+  hk_step_figures figures; /* hk's TCP step latencies (model.fig) */
+  uint8_t *rd_scratch;     /* [bg] recursive doubling's work buffer */
+  size_t rd_scratch_bytes;
 
   pthread_t thread;
   int thread_started;

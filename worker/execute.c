@@ -9,11 +9,14 @@
 #include <sys/mman.h>
 
 #include "collectives/alltoall.h"
+#include "collectives/hierarchical.h"
+#include "collectives/rd.h"
 #include "collectives/reduce.h"
 #include "collectives/ring.h"
 #include "collectives/transport/tcp.h"
 #include "common/status.h"
 #include "coordinator/fusion.h"
+#include "worker/algo.h"
 #include "worker/introspect.h"
 #include "worker/queue.h"
 #include "worker/timeline.h"
@@ -26,6 +29,18 @@ typedef struct plan {
   uint32_t *order, *starts;
   size_t *counts, *seg, *where;
 } plan;
+
+/* The timeline's name for what this rank's links are: "tcp" (over
+ * HK_SOCKETS_PER_PEER sockets), "mpi", or "tcp+mpi" (TCP on this host,
+ * MPI to the others: HK_CROSS_TRANSPORT=mpi). */
+static const char *mesh_transport(const hk_ctx *ctx) {
+  int tcp = 0, mpi = 0;
+  for (int r = 0; ctx->mesh.links && r < ctx->size; r++) {
+    tcp |= ctx->mesh.links[r].kind == HK_LINK_TCP;
+    mpi |= ctx->mesh.links[r].kind == HK_LINK_MPI;
+  }
+  return tcp && mpi ? "tcp+mpi" : mpi ? "mpi" : "tcp";
+}
 
 static void plan_free(plan *p) {
   free(p->h);
@@ -106,6 +121,25 @@ static size_t rs_first_row(size_t rows, int n, int r) {
   return (size_t)r * q + ((size_t)r < m ? (size_t)r : m);
 }
 
+/* Allreduce of seg[size] elements split into seg (the ring's size
+ * segments) with algorithm a; fin may be NULL. */
+static hk_status allreduce_with(hk_ctx *ctx, hk_algo a, const void *src,
+                                void *dst, const size_t *seg, hk_dtype dtype,
+                                hk_op op, const hk_ring_finish *fin) {
+  switch (a) {
+  case HK_ALGO_HIERARCHICAL:
+    return hk_hier_allreduce(&ctx->local_ring, &ctx->cross_ring, src, dst, seg,
+                             dtype, op, fin);
+  case HK_ALGO_RD:
+    return hk_rd_allreduce(ctx->rank, ctx->size, ctx->mesh.links, &ctx->io, src,
+                           dst, seg[ctx->size], dtype, op, fin,
+                           &ctx->rd_scratch, &ctx->rd_scratch_bytes);
+  default:
+    return hk_ring_allreduce_segmented(&ctx->ring, src, dst, seg, dtype, op,
+                                       fin);
+  }
+}
+
 /* Runs one lone tensor on its own buffers. t[0..3] get the phase times;
  * divisor is the response's (ranks that took part). */
 static hk_status run_alone(hk_ctx *ctx, hk_handle h, int32_t divisor,
@@ -124,8 +158,9 @@ static hk_status run_alone(hk_ctx *ctx, hk_handle h, int32_t divisor,
       src = h->recvbuf;
     }
     hk_ring_finish fin = {divisor, q->postscale};
-    st = hk_ring_allreduce(&ctx->ring, src, h->recvbuf, q->count, dtype,
-                           (hk_op)q->op, &fin);
+    hk_ring_default_segments(q->count, n, ctx->ring.segs);
+    st = allreduce_with(ctx, hk_algo_for(ctx, q->count * esz), src, h->recvbuf,
+                        ctx->ring.segs, dtype, (hk_op)q->op, &fin);
     break;
   }
   case HK_COLL_BROADCAST:
@@ -169,9 +204,9 @@ static hk_status run_alone(hk_ctx *ctx, hk_handle h, int32_t divisor,
     void *out = NULL;
     if (!recv_rows)
       return hk_fail(HK_ERR_NOMEM, "cannot allocate alltoall counts");
-    st = hk_alltoall_pairwise(
-        ctx->rank, n, ctx->mesh.peer_fds ? ctx->mesh.peer_fds : (int[]){-1},
-        &ctx->io, h->sendbuf, h->splits, q->row_elems * esz, &out, recv_rows);
+    st = hk_alltoall_pairwise(ctx->rank, n, ctx->mesh.links, &ctx->io,
+                              h->sendbuf, h->splits, q->row_elems * esz, &out,
+                              recv_rows);
     if (st == HK_OK && h->out_buf)
       *h->out_buf = out;
     else
@@ -217,8 +252,10 @@ static hk_status run_fused(hk_ctx *ctx, plan *p, uint32_t a, uint32_t b,
                     first[j + 1] - first[j], dtype, h->req.prescale);
   }
   t[1] = hk_now();
-  st = hk_ring_allreduce_segmented(&ctx->ring, ctx->fusion, ctx->fusion, p->seg,
-                                   dtype, (hk_op)q0->op, NULL);
+  const hk_fusion_item *it = &p->items[p->order[a]];
+  hk_ring_finish fin = {it->divisor, 1.0}; /* postscale: while copying out */
+  st = allreduce_with(ctx, (hk_algo)it->algo, ctx->fusion, ctx->fusion, p->seg,
+                      dtype, (hk_op)q0->op, &fin);
   t[2] = hk_now();
   if (st != HK_OK)
     return st;
@@ -379,10 +416,17 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
       continue;
     const hk_wire_request *q = &p.h[i]->req;
     size_t bytes = q->count * hk_dtype_size((hk_dtype)q->dtype);
-    p.items[i] =
-        (hk_fusion_item){rs[i].status == HK_OK &&
-                             q->coll == HK_COLL_ALLREDUCE && bytes <= direct,
-                         q->dtype, q->op, rs[i].divisor, bytes};
+    hk_algo algo =
+        q->coll == HK_COLL_ALLREDUCE ? hk_algo_for(ctx, bytes) : HK_ALGO_RING;
+    p.items[i] = (hk_fusion_item){
+        .fusable = rs[i].status == HK_OK && q->coll == HK_COLL_ALLREDUCE &&
+                   bytes <= direct,
+        .dtype = q->dtype,
+        .op = q->op,
+        .divisor = rs[i].divisor,
+        .algo = (uint8_t)algo,
+        .bytes = bytes,
+        .limit = algo == HK_ALGO_RD ? ctx->rd_limit : 0};
   }
   /* The cache learns uncached tensors in response order (as every rank
    * does); reading the requests now, before any handle completes. */
@@ -428,10 +472,14 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
       size_t bytes = 0;
       for (uint32_t i = a; i < b; i++)
         bytes += p.items[p.order[i]].bytes;
+      const hk_wire_request *q0 = &p.h[p.order[a]]->req;
       snprintf(args, sizeof args,
-               "\"algorithm\":\"ring\",\"transport\":\"tcp\","
+               "\"algorithm\":\"%s\",\"transport\":\"%s\","
                "\"fused_tensors\":%u,\"bytes\":%zu",
-               b - a, bytes);
+               q0->coll == HK_COLL_ALLREDUCE
+                   ? hk_algo_name((hk_algo)p.items[p.order[a]].algo)
+                   : "ring",
+               mesh_transport(ctx), b - a, bytes);
     }
     for (uint32_t i = a; i < b; i++) {
       hk_handle h = p.h[p.order[i]];

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/log.h"
 #include "common/status.h"
 
 #ifdef HK_HAVE_MPI
@@ -105,6 +106,45 @@ int hk_mpi_thread_level(void) {
   return level;
 }
 
+const void *hk_mpi_comm_handle(void) {
+  pthread_mutex_lock(&mu);
+  const void *h = comm != MPI_COMM_NULL ? (const void *)&comm : NULL;
+  pthread_mutex_unlock(&mu);
+  return h;
+}
+
+static const char *level_name(int level) {
+  return level == MPI_THREAD_SINGLE       ? "MPI_THREAD_SINGLE"
+         : level == MPI_THREAD_FUNNELED   ? "MPI_THREAD_FUNNELED"
+         : level == MPI_THREAD_SERIALIZED ? "MPI_THREAD_SERIALIZED"
+         : level == MPI_THREAD_MULTIPLE   ? "MPI_THREAD_MULTIPLE"
+                                          : "an unknown thread level";
+}
+
+hk_status hk_mpi_check_threads(const char *what) {
+  pthread_mutex_lock(&mu);
+  int level = comm != MPI_COMM_NULL ? provided : -1, mine = owned;
+  pthread_mutex_unlock(&mu);
+  if (level < 0)
+    return hk_fail(HK_ERR_CONFIG, "%s: MPI is not initialised", what);
+  if (level < MPI_THREAD_SERIALIZED)
+    return hk_fail(
+        HK_ERR_CONFIG,
+        "%s needs MPI_THREAD_SERIALIZED or better (hk's background thread "
+        "makes the MPI calls, not the thread that initialised MPI), but MPI "
+        "provides %s: %s",
+        what, level_name(level),
+        mine ? "this MPI library cannot do better"
+             : "initialise MPI with MPI_Init_thread(..., "
+               "MPI_THREAD_MULTIPLE, ...) or let hk_init do it");
+  if (!mine && level < MPI_THREAD_MULTIPLE)
+    hk_log(HK_LOG_WARNING,
+           "%s: the program initialised MPI at %s: it must not call MPI "
+           "while hk's collectives run (MPI_THREAD_MULTIPLE lifts this)",
+           what, level_name(level));
+  return HK_OK;
+}
+
 int hk_mpi_owned(void) {
   pthread_mutex_lock(&mu);
   int o = owned;
@@ -154,6 +194,13 @@ hk_status hk_mpi_allgather(const void *mine, size_t bytes, void *all,
 }
 
 int hk_mpi_thread_level(void) { return -1; }
+
+const void *hk_mpi_comm_handle(void) { return NULL; }
+
+hk_status hk_mpi_check_threads(const char *what) {
+  (void)what;
+  return without_mpi();
+}
 
 int hk_mpi_owned(void) { return 0; }
 

@@ -69,6 +69,27 @@ hk_status hk_mpi_exchange(const hk_wire_peer *mine, int size,
 int hk_mpi_thread_level(void);
 
 /**
+ * hk's duplicate of MPI_COMM_WORLD for MPI links
+ * (collectives/transport/link.h's hk_link_init_mpi): a pointer to the
+ * MPI_Comm, valid until hk_mpi_finalize_if_owned; NULL when MPI is not
+ * initialised by these functions or not built in.
+ */
+const void *hk_mpi_comm_handle(void);
+
+/**
+ * Checks that MPI links may be used from hk's background thread, a thread
+ * other than the one that initialised MPI: MPI must provide
+ * MPI_THREAD_SERIALIZED or better. `what` names the feature in messages
+ * ("HK_CROSS_TRANSPORT=mpi"). When the program initialised MPI below
+ * MPI_THREAD_MULTIPLE it logs a warning that the program must not call
+ * MPI while hk's collectives run.
+ * Errors: HK_ERR_CONFIG ("HK_CROSS_TRANSPORT=mpi needs
+ * MPI_THREAD_SERIALIZED or better ... MPI provides MPI_THREAD_FUNNELED";
+ * without MPI; MPI not initialised).
+ */
+hk_status hk_mpi_check_threads(const char *what);
+
+/**
  * 1 if hk initialised MPI (and will finalise it), 0 if not.
  */
 int hk_mpi_owned(void);

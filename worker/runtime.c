@@ -19,6 +19,7 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "topology/topo.h"
+#include "worker/algo.h"
 #include "worker/background.h"
 #include "worker/bootstrap.h"
 #include "worker/context.h"
@@ -27,6 +28,7 @@
 #include "worker/mpi_exchange.h"
 #include "worker/placement.h"
 #include "worker/queue.h"
+#include "worker/rings.h"
 #include "worker/timeline.h"
 
 /* The runtime context; set by hk_init before any other thread may use it,
@@ -69,49 +71,15 @@ static void die_with_launcher(void) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
 }
 
-/*
- * The ring's order: rank order, unless HK_TOPO_FILE describes this server
- * (like NCCL_TOPO_FILE): then the ring topology/ring.c finds over its GPUs,
- * local rank r driving GPU r. One host only (every rank local); a file
- * that cannot be used fails hk_init on every rank alike, with its reason.
- */
-static hk_status ring_order(hk_ctx *ctx, int *order) {
-  for (int r = 0; r < ctx->size; r++)
-    order[r] = r;
-  const char *file = getenv("HK_TOPO_FILE");
-  if (!file || !*file || ctx->size == 1)
-    return HK_OK;
-  if (ctx->local_size != ctx->size) {
-    hk_log(HK_LOG_WARNING, "HK_TOPO_FILE is used for one host only; this "
-                           "job spans several: keeping rank order");
-    return HK_OK;
-  }
-  hk_topo *t = NULL;
-  hk_status st = hk_topo_load_env(&t);
-  if (st == HK_OK)
-    st = hk_topo_ring_order(t, ctx->size, order);
-  hk_topo_free(t);
-  if (st != HK_OK) { /* the loader's message names the file and line */
-    char msg[HK_ERROR_MSG_CAP];
-    snprintf(msg, sizeof msg, "%s", hk_last_error());
-    return hk_fail(HK_ERR_CONFIG, "%s", msg);
-  }
-  char line[512] = "";
-  for (int p = 0; p < ctx->size && strlen(line) < sizeof line - 16; p++)
-    snprintf(line + strlen(line), sizeof line - strlen(line), "%s%d",
-             p ? " " : "", order[p]);
-  if (ctx->rank == 0)
-    hk_log(HK_LOG_INFO, "ring order from HK_TOPO_FILE: %s", line);
-  return HK_OK;
-}
-
 static void destroy(hk_ctx *ctx) {
   hk_mesh_close(&ctx->mesh, ctx->size);
   hk_execute_release(ctx);
   hk_timeline_close(ctx->timeline);
   hk_cache_destroy(ctx->cache);
   free(ctx->inval);
-  hk_ring_destroy(&ctx->ring);
+  hk_rings_destroy(ctx);
+  free(ctx->layout);
+  free(ctx->rd_scratch);
   hk_negotiator_destroy(ctx->negotiator);
   hk_strmap_destroy(ctx->inflight);
   hk_buf_free(&ctx->scratch);
@@ -122,6 +90,29 @@ static void destroy(hk_ctx *ctx) {
   free(ctx);
 }
 
+/*
+ * Tells hkrun that this rank leaves the job through the API (hk_shutdown,
+ * or an hk_init that fails after registering): hkrun treats a registered
+ * worker that exits without this as failed, even with status 0. Called on
+ * the one thread left (the background thread has stopped or never ran);
+ * the socket's buffer is empty (a worker sends hkrun nothing else after
+ * REGISTER), so this does not block. Best effort: hkrun may be gone.
+ */
+static void say_goodbye(hk_ctx *ctx) {
+  if (ctx->mesh.launcher_fd < 0)
+    return;
+  hk_msg m = {.type = HK_MSG_GOODBYE};
+  m.u.goodbye.rank = ctx->rank;
+  hk_io io = {-1, 1.0}; /* an ABORT waiting to be read must not stop it */
+  hk_buf b = {0};
+  char saved[HK_ERROR_MSG_CAP];
+  snprintf(saved, sizeof saved, "%s", hk_last_error());
+  if (hk_tcp_send_msg(ctx->mesh.launcher_fd, &m, &b, &io, "hkrun") != HK_OK)
+    hk_log(HK_LOG_INFO, "could not say goodbye to hkrun: %s", hk_last_error());
+  hk_set_last_error(saved);
+  hk_buf_free(&b);
+}
+
 hk_status hk_init(void) {
   if (g_ctx)
     return hk_fail(HK_ERR_ALREADY_INITIALIZED,
@@ -129,7 +120,7 @@ hk_status hk_init(void) {
   hk_ctx *ctx = calloc(1, sizeof *ctx);
   if (!ctx)
     return hk_fail(HK_ERR_NOMEM, "cannot allocate the runtime context");
-  ctx->mesh = (hk_mesh){-1, -1, NULL, -1, NULL};
+  ctx->mesh = (hk_mesh){-1, -1, NULL, -1, NULL, NULL};
   ctx->wake_fd = -1;
   pthread_mutex_init(&ctx->mu, NULL);
   pthread_cond_init(&ctx->done_cv, NULL);
@@ -160,24 +151,10 @@ hk_status hk_init(void) {
     st = hk_bootstrap(ctx);
   if (st == HK_OK) {
     ctx->io.abort_fd = ctx->mesh.launcher_fd;
-    int n = ctx->size, left = -1, right = -1;
-    int *order = malloc((size_t)n * sizeof *order);
-    if (!order)
-      st = hk_fail(HK_ERR_NOMEM, "cannot allocate the ring order");
-    if (st == HK_OK)
-      st = ring_order(ctx, order);
-    if (st == HK_OK && n > 1) {
-      int pos = 0;
-      while (order[pos] != ctx->rank)
-        pos++;
-      left = ctx->mesh.peer_fds[order[(pos + n - 1) % n]];
-      right = ctx->mesh.peer_fds[order[(pos + 1) % n]];
-    }
-    if (st == HK_OK)
-      st = hk_ring_init(&ctx->ring, ctx->rank, n, left, right, &ctx->io,
-                        ctx->cfg.ring_chunk_bytes, order);
-    free(order);
+    st = hk_rings_setup(ctx);
   }
+  if (st == HK_OK)
+    st = hk_algo_setup(ctx);
   if (st == HK_OK) {
     if (pthread_create(&ctx->thread, NULL, hk_background_main, ctx) != 0)
       st = hk_fail(HK_ERR_SYSTEM, "cannot start the background thread");
@@ -187,6 +164,7 @@ hk_status hk_init(void) {
   if (st != HK_OK) {
     char msg[HK_ERROR_MSG_CAP];
     snprintf(msg, sizeof msg, "%s", hk_last_error());
+    say_goodbye(ctx); /* the caller is told; what it does next is its own */
     destroy(ctx);
     return hk_fail(st, "%s", msg); /* callers name hk_init themselves */
   }
@@ -208,6 +186,7 @@ hk_status hk_shutdown(void) {
   (void)w;
   if (ctx->thread_started)
     pthread_join(ctx->thread, NULL);
+  say_goodbye(ctx);
   hk_status st = ctx->failure;
   char reason[sizeof ctx->failure_reason];
   snprintf(reason, sizeof reason, "%s", ctx->failure_reason);

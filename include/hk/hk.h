@@ -145,7 +145,11 @@ hk_status hk_init(void);
  * Leaves the job: tells every rank this one is done, stops the background
  * thread, closes connections and frees everything hk_init allocated.
  * Operations still pending on any rank complete with HK_ERR_SHUTDOWN (their
- * handles must still be waited). Safe to call after a failure.
+ * handles must still be waited). Safe to call after a failure. Under hkrun
+ * a process whose hk_init succeeded must call this before it exits: one
+ * that exits without it, even with status 0, fails the job (hkrun names
+ * it, aborts the other ranks and exits 1), as mpirun treats a process that
+ * exits without MPI_Finalize.
  * Thread-safety: call once, from one thread, with no other hk call running.
  * Errors: HK_ERR_NOT_INITIALIZED; otherwise HK_OK (a job that had already
  * failed returns its failure status, e.g. HK_ERR_PEER_LOST).

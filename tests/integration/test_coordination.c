@@ -29,14 +29,21 @@ static const char *fusion_steps(void) {
   return s && *s ? s : "500";
 }
 
-/* Runs w_fusion under one configuration; returns the hash all 3 ranks
+/* Runs w_fusion under one configuration on np ranks in hosts of `local`
+ * (HK_LOCAL_RANK/SIZE given to the workers); returns the hash all ranks
  * agree on (malloc'd). */
-static char *fusion_hash(char *const env[]) {
-  char *argv[] = {HKRUN_PATH, "-np", "3", W("w_fusion"), (char *)fusion_steps(),
-                  NULL};
+static char *fusion_hash_on(int np, int local, const char *steps,
+                            char *const env[]) {
+  char cmd[512], n[16];
+  snprintf(n, sizeof n, "%d", np);
+  snprintf(cmd, sizeof cmd,
+           "HK_LOCAL_RANK=$((HK_RANK %% %d)) HK_LOCAL_SIZE=%d exec %s %s",
+           local, local, W("w_fusion"), steps);
+  char *argv[] = {HKRUN_PATH, "-np", n, "sh", "-c", cmd, NULL};
   hkt_result r;
   int rc = hkt_run(argv, env, 280, &r);
-  if (rc != 0 || r.exit_code != 0 || hkt_count_lines(r.out, "fusion hash") != 3)
+  if (rc != 0 || r.exit_code != 0 ||
+      hkt_count_lines(r.out, "fusion hash") != np)
     fail_msg("w_fusion: rc=%d exit=%d\nstdout:\n%.3000s\nstderr:\n%.3000s", rc,
              r.exit_code, r.out, r.err);
   char *h = strstr(r.out, "fusion hash ");
@@ -46,6 +53,10 @@ static char *fusion_hash(char *const env[]) {
       fail_msg("ranks disagree bitwise:\n%s", r.out);
   hkt_result_free(&r);
   return hash;
+}
+
+static char *fusion_hash(char *const env[]) {
+  return fusion_hash_on(3, 3, fusion_steps(), env);
 }
 
 static void test_fusion_and_cache_are_invisible(void **s) {
@@ -60,6 +71,33 @@ static void test_fusion_and_cache_are_invisible(void **s) {
   free(on);
   free(off);
   free(small);
+}
+
+/* The same with hierarchical allreduce over 2 hosts of 2, and with
+ * recursive doubling and auto's per-size mix: each tensor's algorithm
+ * follows from its own size, so fusion still changes no bit. */
+static void test_fusion_invisible_every_algorithm(void **s) {
+  (void)s;
+  const char *steps = getenv("HKT_FUSION_STEPS") ? fusion_steps() : "100";
+  const char *algos[] = {"HK_HIERARCHICAL_ALLREDUCE=1", "HK_ALLREDUCE_ALGO=rd",
+                         "HK_ALLREDUCE_ALGO=auto"};
+  char *ring_env[] = {"HK_ALLREDUCE_ALGO=ring", NULL};
+  char *ring = fusion_hash_on(4, 2, steps, ring_env);
+  for (int a = 0; a < 3; a++) {
+    char *on_env[] = {(char *)algos[a], NULL};
+    char *off_env[] = {(char *)algos[a], "HK_FUSION_THRESHOLD=0",
+                       "HK_CACHE_CAPACITY=0", NULL};
+    char *on = fusion_hash_on(4, 2, steps, on_env),
+         *off = fusion_hash_on(4, 2, steps, off_env);
+    if (strcmp(on, off) != 0)
+      fail_msg("%s: fusion on %s, off %s", algos[a], on, off);
+    /* real-valued floats: another association, other last bits */
+    if (strcmp(on, ring) == 0)
+      fail_msg("%s gave the flat ring's hash %s: did it run?", algos[a], on);
+    free(on);
+    free(off);
+  }
+  free(ring);
 }
 
 /* Every tensor row's phases, from a parsed timeline. */
@@ -91,7 +129,8 @@ static void test_timeline_phases(void **s) {
   close(fd);
   char env_tl[128];
   snprintf(env_tl, sizeof env_tl, "HK_TIMELINE=%s", path);
-  char *env[] = {env_tl, NULL};
+  /* the timeline names the algorithm that ran: force one to check it */
+  char *env[] = {env_tl, "HK_ALLREDUCE_ALGO=rd", NULL};
   char *argv[] = {HKRUN_PATH, "-np", "2", W("w_fusion"), "5", NULL};
   hkt_result r;
   assert_int_equal(hkt_run(argv, env, 120, &r), 0);
@@ -123,7 +162,7 @@ static void test_timeline_phases(void **s) {
         if (k == 4) {
           json_t *args = json_object_get(ev, "args");
           assert_string_equal(
-              json_string_value(json_object_get(args, "algorithm")), "ring");
+              json_string_value(json_object_get(args, "algorithm")), "rd");
           assert_string_equal(
               json_string_value(json_object_get(args, "transport")), "tcp");
           ph[tid].fused =
@@ -234,6 +273,7 @@ int main(void) {
   hkt_setup();
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fusion_and_cache_are_invisible),
+      cmocka_unit_test(test_fusion_invisible_every_algorithm),
       cmocka_unit_test(test_timeline_phases),
       cmocka_unit_test(test_timeline_survives_kill),
       cmocka_unit_test(test_stall_shutdown),

@@ -647,6 +647,17 @@ static void send_register(int fd, int rank, int size, uint16_t port) {
   hk_buf_free(&b);
 }
 
+static void send_goodbye(int fd, int rank) {
+  hk_msg m;
+  memset(&m, 0, sizeof m);
+  m.type = HK_MSG_GOODBYE;
+  m.u.goodbye.rank = rank;
+  hk_buf b = {0};
+  assert_int_equal(hk_wire_encode(&m, &b), HK_OK);
+  write_exact(fd, b.data, b.len);
+  hk_buf_free(&b);
+}
+
 /* Reads one frame and decodes it into *m (caller: hk_msg_free). */
 static void recv_msg(int fd, hk_msg *m) {
   uint8_t frame[HK_WIRE_HEADER_LEN + 4096];
@@ -761,10 +772,25 @@ static void test_rendezvous_handshake(void **state) {
     free(line);
   }
 
+  /* 4. GOODBYE on a connection that never registered: refused. */
+  int fd3 = connect_to(rdv);
+  handshake(fd3, &secret);
+  send_goodbye(fd3, 0);
+  assert_closed_by_server(fd3, FAST_S);
+  local_addr(fd3, me, sizeof me);
+  close(fd3);
+  snprintf(expect, sizeof expect,
+           "hkrun warning: refused a goodbye from %s: the connection never "
+           "registered",
+           me);
+  assert_int_equal(hkt_wait_line(&p, expect, FAST_S, NULL), 0);
+
   /* The registered connection stays open while the job runs. */
   struct pollfd pfd = {.fd = fd, .events = POLLIN};
   assert_int_equal(poll(&pfd, 1, 0), 0);
 
+  /* Rank 0 (the test) leaves through the API before the worker exits 0. */
+  send_goodbye(fd, 0);
   hkt_result r;
   hkt_finish(&p, FAST_S, &r); /* closes the worker's stdin */
   assert_exit(&r, 0);
@@ -852,6 +878,148 @@ static void test_rendezvous_abort(void **state) {
   assert_no_process_left(NULL, 0);
 }
 
+/*
+ * A worker registered as rank 0 (the test plays it) and the program hkrun
+ * started as rank 0 exits with status 0; the test decides how rank 0's
+ * rendezvous connection ends, and in which order with that exit:
+ *   BYE_AFTER_EXIT   GOODBYE read only after hkrun saw the exit: status 0
+ *                    (the exit must not be judged before the connection)
+ *   EOF_AFTER_EXIT   closed without GOODBYE after the exit: a failure
+ *   EOF_BEFORE_EXIT  closed without GOODBYE, then the exit: a failure
+ *   HELD_OPEN        left open and idle (as if another process held it):
+ *                    a failure, GOODBYE_WAIT_MS (2 s) after the exit
+ *   WRONG_RANK       GOODBYE naming rank 3: refused, closed: a failure
+ *   SIGNALLED        hkrun gets SIGTERM while it waits: the signal decides
+ *                    (exit 128+15), the wait ends
+ * A failure is reported as "rank 0 (pid P) exited with status 0 without
+ * calling hk_shutdown", and hkrun exits 1.
+ */
+enum goodbye_case {
+  BYE_AFTER_EXIT,
+  EOF_AFTER_EXIT,
+  EOF_BEFORE_EXIT,
+  HELD_OPEN,
+  WRONG_RANK,
+  SIGNALLED
+};
+
+static void run_goodbye_case(enum goodbye_case how) {
+  char *argv[] = {
+      HKRUN_PATH,
+      "-np",
+      "1",
+      "-v",
+      "sh",
+      "-c",
+      "echo \"rdv=$HK_RENDEZVOUS secret=$HK_SECRET\"; read x; exit 0",
+      NULL};
+  hkt_proc p;
+  char rdv[64];
+  hk_secret secret;
+  start_listening_job(&p, argv, rdv, &secret);
+  long pid =
+      find_int_after(p.err.data, "hkrun: started rank 0 as pid ", "pid ");
+  assert_true(pid > 0);
+  int fd = connect_to(rdv);
+  handshake(fd, &secret);
+  send_register(fd, 0, 1, 4242);
+  hk_msg m;
+  recv_msg(fd, &m);
+  assert_int_equal(m.type, HK_MSG_PEERS);
+  hk_msg_free(&m);
+
+  if (how == EOF_BEFORE_EXIT || how == WRONG_RANK) {
+    if (how == WRONG_RANK)
+      send_goodbye(fd, 3);
+    else
+      close(fd);
+    assert_int_equal(hkt_wait_line(&p,
+                                   how == WRONG_RANK
+                                       ? "refused a goodbye from"
+                                       : "rank 0 closed its rendezvous "
+                                         "connection",
+                                   FAST_S, NULL),
+                     0);
+  }
+  hkt_close_stdin(&p); /* the worker exits 0 */
+  if (how == BYE_AFTER_EXIT || how == EOF_AFTER_EXIT || how == HELD_OPEN ||
+      how == SIGNALLED)
+    assert_int_equal(hkt_wait_line(&p,
+                                   "exited with status 0; waiting for its "
+                                   "rendezvous connection to end",
+                                   FAST_S, NULL),
+                     0);
+  double exit_seen = hkt_now();
+  if (how == BYE_AFTER_EXIT)
+    send_goodbye(fd, 0);
+  else if (how == EOF_AFTER_EXIT)
+    close(fd);
+  else if (how == SIGNALLED)
+    assert_int_equal(kill(p.pid, SIGTERM), 0);
+  hkt_result r;
+  hkt_finish(&p, FAST_S, &r);
+  char expect[160];
+  snprintf(expect, sizeof expect,
+           "hkrun: rank 0 (pid %ld) exited with status 0 without calling "
+           "hk_shutdown\n",
+           pid);
+  if (how == BYE_AFTER_EXIT || how == SIGNALLED) {
+    assert_exit(&r, how == SIGNALLED ? 128 + SIGTERM : 0);
+    assert_null(strstr(r.err, "without calling hk_shutdown"));
+  } else {
+    assert_exit(&r, 1);
+    if (!strstr(r.err, expect)) {
+      dump(&r);
+      fail_msg("stderr lacks '%s'", expect);
+    }
+  }
+  if (how == HELD_OPEN)
+    assert_true(hkt_now() - exit_seen > 1.5);
+  if (how == SIGNALLED) { /* told, as every registered rank is */
+    recv_msg(fd, &m);
+    assert_int_equal(m.type, HK_MSG_ABORT);
+    assert_int_equal(m.u.abort.signal, SIGTERM);
+    hk_msg_free(&m);
+  }
+  if (how == BYE_AFTER_EXIT || how == HELD_OPEN || how == WRONG_RANK ||
+      how == SIGNALLED)
+    assert_closed_by_server(fd, FAST_S);
+  if (how != EOF_BEFORE_EXIT && how != EOF_AFTER_EXIT)
+    close(fd);
+  hkt_result_free(&r);
+  assert_no_process_left(NULL, 0);
+}
+
+static void test_goodbye_after_exit(void **state) {
+  (void)state;
+  run_goodbye_case(BYE_AFTER_EXIT);
+}
+
+static void test_eof_after_exit(void **state) {
+  (void)state;
+  run_goodbye_case(EOF_AFTER_EXIT);
+}
+
+static void test_eof_before_exit(void **state) {
+  (void)state;
+  run_goodbye_case(EOF_BEFORE_EXIT);
+}
+
+static void test_connection_held_open(void **state) {
+  (void)state;
+  run_goodbye_case(HELD_OPEN);
+}
+
+static void test_goodbye_wrong_rank(void **state) {
+  (void)state;
+  run_goodbye_case(WRONG_RANK);
+}
+
+static void test_signal_while_waiting(void **state) {
+  (void)state;
+  run_goodbye_case(SIGNALLED);
+}
+
 /* A connection that never authenticates is closed after 10 s. */
 static void test_rendezvous_auth_timeout(void **state) {
   (void)state;
@@ -914,6 +1082,12 @@ int main(void) {
       cmocka_unit_test(test_rendezvous_handshake),
       cmocka_unit_test(test_rendezvous_abort),
       cmocka_unit_test(test_rendezvous_auth_timeout),
+      cmocka_unit_test(test_goodbye_after_exit),
+      cmocka_unit_test(test_eof_after_exit),
+      cmocka_unit_test(test_eof_before_exit),
+      cmocka_unit_test(test_connection_held_open),
+      cmocka_unit_test(test_goodbye_wrong_rank),
+      cmocka_unit_test(test_signal_while_waiting),
   };
   int failed = cmocka_run_group_tests(tests, NULL, NULL);
   hkt_kill_orphans(); /* after a failed test: leave nothing running */

@@ -40,6 +40,9 @@
 #ifndef W_MPI_EXCHANGE
 #error "W_MPI_EXCHANGE must name the worker"
 #endif
+#ifndef W_ALLREDUCE
+#error "W_ALLREDUCE must name the worker"
+#endif
 
 #define BED_S 60.0 /* creating or removing a bed of 2 takes ~1 s */
 #define JOB_S 90.0 /* an Open MPI job across the bed takes ~2 s */
@@ -202,6 +205,63 @@ static void test_hk_collectives_across_hosts(void **state) {
   assert_namespaces_empty();
 }
 
+/* Issue 5, item 2: the ring across the hosts over MPI point-to-point
+ * (HK_CROSS_TRANSPORT=mpi) and within each host over 3 striped sockets
+ * (HK_SOCKETS_PER_PEER=3): every rank has 1 TCP link (its host mate) and 2
+ * MPI links (the other host's ranks), and the collectives (alltoall, which
+ * uses every link, included) and allreduces match their serial results;
+ * then the same over TCP only, 3 sockets per peer across the bed. */
+static void test_links_across_hosts(void **state) {
+  (void)state;
+  need_bed();
+  char hosts[96];
+  snprintf(hosts, sizeof hosts, "%s:2,%s:2", bed.host[0], bed.host[1]);
+  const char *cross[] = {"HK_CROSS_TRANSPORT=mpi", "HK_CROSS_TRANSPORT=tcp"};
+  for (int c = 0; c < 2; c++) {
+    char *env[] = {"ASAN_OPTIONS=detect_leaks=0", (char *)cross[c],
+                   "HK_SOCKETS_PER_PEER=3", "HK_LOG_LEVEL=info", NULL};
+    const char *workers[] = {W_COLLECTIVES, W_ALLREDUCE};
+    for (int w = 0; w < 2; w++) {
+      char *argv[] = {HKRUN_PATH,
+                      "-np",
+                      "4",
+                      "-H",
+                      hosts,
+                      "--no-tag-output",
+                      "--network-interface",
+                      bed.subnet,
+                      "--mpi-args",
+                      bed.agent_args,
+                      "--",
+                      (char *)workers[w],
+                      "0",
+                      "1",
+                      "3",
+                      "4",
+                      "100003",
+                      NULL};
+      if (w == 0)
+        argv[12] = NULL; /* w_collectives takes no arguments */
+      hkt_result r;
+      hkt_run(argv, env, JOB_S, &r);
+      const char *ok = w == 0 ? "collectives ok: np=4" : "allreduce ok: np=4";
+      const char *links = c == 0 ? "data links: 1 over TCP (3 sockets each), "
+                                   "2 over MPI"
+                                 : "data links: 3 over TCP (3 sockets each), "
+                                   "0 over MPI";
+      if (r.timed_out || !r.exited || r.exit_code != 0 ||
+          hkt_count_lines(r.out, ok) != 4 ||
+          hkt_count_lines(r.err, links) != 4) {
+        dump("hkrun", &r);
+        fail_msg("%s, 3 sockets per peer: %s across %s failed", cross[c],
+                 workers[w], hosts);
+      }
+      hkt_result_free(&r);
+      assert_namespaces_empty();
+    }
+  }
+}
+
 /* A rank that fails on the second host: hkrun exits with its status. */
 static void test_failure_across_hosts(void **state) {
   (void)state;
@@ -331,6 +391,7 @@ int main(void) {
       cmocka_unit_test(test_ranks_in_namespaces),
       cmocka_unit_test(test_exchange_across_hosts),
       cmocka_unit_test(test_hk_collectives_across_hosts),
+      cmocka_unit_test(test_links_across_hosts),
       cmocka_unit_test(test_failure_across_hosts),
       cmocka_unit_test(test_run_tears_down_after_failure),
       cmocka_unit_test(test_run_tears_down_after_signal),

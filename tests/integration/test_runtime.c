@@ -19,10 +19,10 @@
 
 #define W(name) WORKER_DIR "/" name
 
-static void run_ok(char *const argv[], const char *ok_line, int n_ok,
-                   double timeout) {
+static void run_ok_env(char *const argv[], char *const env[],
+                       const char *ok_line, int n_ok, double timeout) {
   hkt_result r;
-  int rc = hkt_run(argv, NULL, timeout, &r);
+  int rc = hkt_run(argv, env, timeout, &r);
   if (rc != 0 || !r.exited || r.exit_code != 0 ||
       hkt_count_lines(r.out, ok_line) != n_ok)
     fail_msg("%s: rc=%d exit=%d signal=%d timed_out=%d, %d x '%s' "
@@ -31,6 +31,11 @@ static void run_ok(char *const argv[], const char *ok_line, int n_ok,
              hkt_count_lines(r.out, ok_line), ok_line, n_ok, r.out, r.err);
   hkt_result_free(&r);
   assert_int_equal(hkt_orphans(NULL, 0), 0);
+}
+
+static void run_ok(char *const argv[], const char *ok_line, int n_ok,
+                   double timeout) {
+  run_ok_env(argv, NULL, ok_line, n_ok, timeout);
 }
 
 /* The issue's counts {0, 1, np-1, np, 1000003}. The sanitizer stages of
@@ -93,6 +98,169 @@ static void test_collectives(void **s) {
                     NULL};
     run_ok(argv, ok, atoi(nps[i]), 120);
   }
+}
+
+/* HK_SOCKETS_PER_PEER=3: every link stripes over 3 connections (blocks
+ * of HK_LINK_BLOCK_BYTES, so the big allreduce spreads over all 3); the
+ * allreduce cases and every collective still match the serial results. */
+static void test_three_sockets_per_peer(void **s) {
+  (void)s;
+  char *env[] = {"HK_SOCKETS_PER_PEER=3", NULL};
+  const char *big = getenv("HKT_ALLREDUCE_BIG");
+  char *ar[] = {HKRUN_PATH,
+                "-np",
+                "3",
+                W("w_allreduce"),
+                "0",
+                "1",
+                "2",
+                "3",
+                (char *)(big && *big ? big : "1000003"),
+                NULL};
+  run_ok_env(ar, env, "allreduce ok: np=3 cases=200", 3, 280);
+  const char *nps[] = {"2", "3", "5"};
+  for (int i = 0; i < 3; i++) {
+    char ok[64];
+    snprintf(ok, sizeof ok, "collectives ok: np=%s", nps[i]);
+    char *argv[] = {HKRUN_PATH, "-np", (char *)nps[i], W("w_collectives"),
+                    NULL};
+    run_ok_env(argv, env, ok, atoi(nps[i]), 120);
+  }
+  /* ranks that disagree: rank 1 (2 sockets) refuses rank 0's HELLO (1),
+   * saying so, and the job stops at once */
+  char *mixed[] = {HKRUN_PATH,
+                   "-np",
+                   "2",
+                   "sh",
+                   "-c",
+                   "HK_SOCKETS_PER_PEER=$((HK_RANK + 1)) exec \"$0\"",
+                   W("w_collectives"),
+                   NULL};
+  hkt_result r;
+  assert_int_equal(hkt_run(mixed, NULL, 60, &r), 0);
+  assert_int_not_equal(r.exit_code, 0);
+  if (!strstr(r.err, "rank 0 opens 1 data connections to each peer but "
+                     "HK_SOCKETS_PER_PEER=2 here: every rank must use the "
+                     "same value"))
+    fail_msg("stderr:\n%s", r.err);
+  assert_true(r.elapsed_s < 30);
+  hkt_result_free(&r);
+  assert_int_equal(hkt_orphans(NULL, 0), 0);
+}
+
+/* hkrun runs every rank on one host, but a worker given HK_LOCAL_RANK /
+ * HK_LOCAL_SIZE of blocks of `local` ranks sees hosts of that size: how
+ * the hierarchical allreduce runs here without network namespaces. */
+static void run_with_hosts(const char *np, int local, char *const env[],
+                           const char *worker_cmd, const char *ok,
+                           const char *log_line) {
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd,
+           "HK_LOCAL_RANK=$((HK_RANK %% %d)) HK_LOCAL_SIZE=%d exec %s", local,
+           local, worker_cmd);
+  char *argv[] = {HKRUN_PATH, "-np", (char *)np, "sh", "-c", cmd, NULL};
+  hkt_result r;
+  assert_int_equal(hkt_run(argv, env, 280, &r), 0);
+  if (r.exit_code != 0 || hkt_count_lines(r.out, ok) != atoi(np) ||
+      (log_line && hkt_count_lines(r.err, log_line) != 1))
+    fail_msg("%s: exit %d, %d x '%s', want %s; log '%s'\nstdout:\n%.3000s\n"
+             "stderr:\n%.3000s",
+             cmd, r.exit_code, hkt_count_lines(r.out, ok), ok, np,
+             log_line ? log_line : "", r.out, r.err);
+  hkt_result_free(&r);
+  assert_int_equal(hkt_orphans(NULL, 0), 0);
+}
+
+/* Every algorithm gives the serial results (exact inputs: w_allreduce's
+ * check is exact and bitwise across ranks), every dtype x op, counts
+ * around the segment boundaries: hierarchical over 3 hosts of 2 and 2
+ * hosts of 3, recursive doubling over 5 ranks (not a power of two), and
+ * the other collectives (grouped allreduce, join's divisor) hierarchical. */
+static void test_allreduce_algorithms(void **s) {
+  (void)s;
+  const char *big = getenv("HKT_ALLREDUCE_BIG");
+  char args[128];
+  snprintf(args, sizeof args, "%s 0 1 5 6 7 %s", W("w_allreduce"),
+           big && *big ? big : "100003");
+  char *hier[] = {"HK_HIERARCHICAL_ALLREDUCE=1", "HK_LOG_LEVEL=info", NULL};
+  run_with_hosts("6", 2, hier, args, "allreduce ok: np=6",
+                 "allreduce algorithm (hierarchical): 1024 B: hierarchical;");
+  run_with_hosts("6", 3, hier, args, "allreduce ok: np=6", NULL);
+  char *rd[] = {"HK_ALLREDUCE_ALGO=rd", "HK_LOG_LEVEL=info", NULL};
+  run_with_hosts("5", 5, rd, args, "allreduce ok: np=5",
+                 "allreduce algorithm (rd): 1024 B: rd;");
+  /* auto on 2 hosts of 2: the model's choice for each size, logged */
+  char *autoenv[] = {"HK_LOG_LEVEL=info", NULL};
+  run_with_hosts("4", 2, autoenv, args, "allreduce ok: np=4",
+                 "allreduce algorithm (auto): 1024 B: rd;");
+  run_with_hosts("5", 5, hier, W("w_collectives"), "collectives ok: np=5",
+                 NULL);
+  run_with_hosts("6", 2, hier, W("w_collectives"), "collectives ok: np=6",
+                 NULL);
+  /* bad layouts and settings fail hk_init on every rank, saying why */
+  char *bad[] = {"HK_ALLREDUCE_ALGO=tree", NULL};
+  char *argv[] = {HKRUN_PATH, "-np", "2", W("w_collectives"), NULL};
+  hkt_result r;
+  assert_int_equal(hkt_run(argv, bad, 60, &r), 0);
+  assert_int_not_equal(r.exit_code, 0);
+  assert_non_null(strstr(r.err, "HK_ALLREDUCE_ALGO=tree: hk's collectives "
+                                "have no tree"));
+  hkt_result_free(&r);
+  char *argv2[] = {HKRUN_PATH, "-np",
+                   "3",        "sh",
+                   "-c",       "HK_LOCAL_SIZE=2 exec " W("w_collectives"),
+                   NULL};
+  assert_int_equal(hkt_run(argv2, NULL, 60, &r), 0);
+  assert_int_not_equal(r.exit_code, 0);
+  assert_non_null(strstr(r.err, "do not describe rank"));
+  hkt_result_free(&r);
+}
+
+/* The other algorithms over links of 3 striped sockets: recursive
+ * doubling (whole buffers over the mesh's links) at np=5 and
+ * hierarchical (local and cross rings) over 3 hosts of 2. */
+static void test_algorithms_three_sockets(void **s) {
+  (void)s;
+  const char *big = getenv("HKT_ALLREDUCE_BIG");
+  char args[128];
+  snprintf(args, sizeof args, "%s 0 1 5 6 7 %s", W("w_allreduce"),
+           big && *big ? big : "100003");
+  char *rd[] = {"HK_ALLREDUCE_ALGO=rd", "HK_SOCKETS_PER_PEER=3", NULL};
+  run_with_hosts("5", 5, rd, args, "allreduce ok: np=5", NULL);
+  char *hier[] = {"HK_HIERARCHICAL_ALLREDUCE=1", "HK_SOCKETS_PER_PEER=3", NULL};
+  run_with_hosts("6", 2, hier, args, "allreduce ok: np=6", NULL);
+}
+
+/* HK_CROSS_TRANSPORT=mpi under hkrun: on one host it is unused (said at
+ * info level) and the job runs over TCP; with ranks on several hosts
+ * (HK_LOCAL_SIZE blocks) and no mpirun it fails hk_init, saying why. */
+static void test_cross_transport_without_mpirun(void **s) {
+  (void)s;
+  char *env[] = {"HK_CROSS_TRANSPORT=mpi", "HK_LOG_LEVEL=info", NULL};
+  char *argv[] = {HKRUN_PATH, "-np", "3", W("w_collectives"), NULL};
+  hkt_result r;
+  assert_int_equal(hkt_run(argv, env, 120, &r), 0);
+  if (r.exit_code != 0 || hkt_count_lines(r.out, "collectives ok: np=3") != 3 ||
+      hkt_count_lines(r.err, "HK_CROSS_TRANSPORT=mpi is unused: every rank "
+                             "is on this host, the links are TCP") != 1)
+    fail_msg("exit %d\nstdout:\n%.3000s\nstderr:\n%.3000s", r.exit_code, r.out,
+             r.err);
+  hkt_result_free(&r);
+  char *hosts[] = {HKRUN_PATH,
+                   "-np",
+                   "4",
+                   "sh",
+                   "-c",
+                   "HK_LOCAL_RANK=$((HK_RANK % 2)) HK_LOCAL_SIZE=2 exec \"$0\"",
+                   W("w_collectives"),
+                   NULL};
+  assert_int_equal(hkt_run(hosts, env, 60, &r), 0);
+  assert_int_not_equal(r.exit_code, 0);
+  if (!strstr(r.err, "HK_CROSS_TRANSPORT=mpi: this job spans 2 hosts (of 2 "
+                     "ranks each) but was not started by mpirun or srun"))
+    fail_msg("stderr:\n%.3000s", r.err);
+  hkt_result_free(&r);
+  assert_int_equal(hkt_orphans(NULL, 0), 0);
 }
 
 /* HK_TOPO_FILE (like NCCL_TOPO_FILE): a job on a described 8-GPU DGX-1
@@ -254,6 +422,60 @@ static void test_shutdown_semantics(void **s) {
   run_ok(argv2, "leave ok", 2, 60);
 }
 
+/* A rank that returns 0 from main without hk_shutdown while the others
+ * wait in an allreduce (what mpirun reports as "exited without calling
+ * finalize"): hkrun names it at once as the job's failure and exits 1;
+ * every other rank's error names it (not rank 0, the coordinator, which
+ * noticed first); nothing is left running. */
+static void test_exit_without_shutdown(void **s) {
+  (void)s;
+  char *argv[] = {HKRUN_PATH, "-np", "4", W("w_fail"), "vanish", NULL};
+  hkt_result r;
+  assert_int_equal(hkt_run(argv, NULL, 60, &r), 0);
+  const char *v = strstr(r.out, "[2] vanishing pid=");
+  if (!v || r.exit_code != 1)
+    fail_msg("exit %d\nstdout:\n%s\nstderr:\n%s", r.exit_code, r.out, r.err);
+  long pid = atol(v + strlen("[2] vanishing pid="));
+  char why[128], expect[160];
+  snprintf(why, sizeof why,
+           "rank 2 (pid %ld) exited with status 0 without calling hk_shutdown",
+           pid);
+  snprintf(expect, sizeof expect, "hkrun: %s\n", why);
+  /* hkrun's one report (the first failure) is rank 2's */
+  if (!strstr(r.err, expect) || hkt_count_lines(r.err, "hkrun: rank") != 1)
+    fail_msg("expected '%s' as hkrun's only report:\n%s", why, r.err);
+  for (int k = 0; k < 4; k++) {
+    if (k == 2)
+      continue;
+    char key[64];
+    snprintf(key, sizeof key, "[%d] rank %d: allreduce gave peer lost: ", k, k);
+    char *line = strstr(r.err, key);
+    if (!line)
+      fail_msg("rank %d did not report the lost peer:\n%s", k, r.err);
+    char *eol = strchr(line, '\n');
+    if (eol)
+      *eol = '\0';
+    if (!strstr(line, why))
+      fail_msg("rank %d's error does not name rank 2: '%s'", k, line);
+    if (eol)
+      *eol = '\n';
+  }
+  assert_true(r.elapsed_s < 30);
+  assert_int_equal(hkt_orphans(NULL, 0), 0);
+  hkt_result_free(&r);
+}
+
+/* The guard against misjudging a normal exit: whichever hkrun sees first,
+ * a worker's exit or the end of its rendezvous connection, every one of
+ * many quick jobs whose ranks all call hk_shutdown exits 0. */
+static void test_normal_exits_stay_clean(void **s) {
+  (void)s;
+  for (int i = 0; i < 20; i++) {
+    char *argv[] = {HKRUN_PATH, "-np", "4", W("w_fail"), "quick", NULL};
+    run_ok(argv, "quick ok", 4, 60);
+  }
+}
+
 int main(void) {
   hkt_setup();
   const struct CMUnitTest tests[] = {
@@ -264,6 +486,10 @@ int main(void) {
       cmocka_unit_test(test_allreduce_np5),
       cmocka_unit_test(test_allreduce_np8),
       cmocka_unit_test(test_collectives),
+      cmocka_unit_test(test_three_sockets_per_peer),
+      cmocka_unit_test(test_algorithms_three_sockets),
+      cmocka_unit_test(test_cross_transport_without_mpirun),
+      cmocka_unit_test(test_allreduce_algorithms),
       cmocka_unit_test(test_topo_file_ring_order),
       cmocka_unit_test(test_without_hkrun),
       cmocka_unit_test(test_threads_random_order),
@@ -272,6 +498,8 @@ int main(void) {
       cmocka_unit_test(test_rank_exits_early),
       cmocka_unit_test(test_rogue_connection),
       cmocka_unit_test(test_shutdown_semantics),
+      cmocka_unit_test(test_exit_without_shutdown),
+      cmocka_unit_test(test_normal_exits_stay_clean),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -12,7 +12,11 @@
 #include "coordinator/fusion.h"
 
 static hk_fusion_item item(int fusable, int dtype, int op, size_t bytes) {
-  return (hk_fusion_item){fusable, (uint8_t)dtype, (uint8_t)op, 4, bytes};
+  return (hk_fusion_item){.fusable = fusable,
+                          .dtype = (uint8_t)dtype,
+                          .op = (uint8_t)op,
+                          .divisor = 4,
+                          .bytes = bytes};
 }
 
 static void test_plan_groups_compatible_within_threshold(void **s) {

@@ -1,7 +1,8 @@
 /* Unit tests of the ring collectives: N threads, each a rank, joined into
- * a ring by socket pairs. Results against a serial computation, bitwise
- * equality across ranks, a tiny pipeline chunk (many partial elements per
- * receive), a lost neighbour and a stuck neighbour. Runs under TSan too. */
+ * a ring by links over socket pairs (one per link, or several striped).
+ * Results against a serial computation, bitwise equality across ranks, a
+ * tiny pipeline chunk (many partial elements per receive), a lost
+ * neighbour and a stuck neighbour. Runs under TSan too. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -22,6 +23,7 @@
 
 typedef struct rank_arg {
   hk_ring ring;
+  hk_link left, right; /* the ring's links (owned here) */
   int rank, n, root;
   size_t count;
   hk_dtype dtype;
@@ -43,31 +45,43 @@ static void *rank_main(void *p) {
   return NULL;
 }
 
-/* fds[r][0] = rank r's right (send) end, fds[r][1] = rank r+1's left end */
-static void make_ring(rank_arg *a, int n, size_t chunk, double timeout) {
-  int fds[MAXN][2];
-  for (int r = 0; r < n && n > 1; r++) {
-    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, fds[r]), 0);
-    for (int k = 0; k < 2; k++)
-      fcntl(fds[r][k], F_SETFL, fcntl(fds[r][k], F_GETFL) | O_NONBLOCK);
-  }
+/* Edge r joins rank r (its right link) to rank r+1 (its left link) over
+ * k socket pairs striped in blocks of `block` bytes. */
+static void make_ring_k(rank_arg *a, int n, size_t chunk, double timeout, int k,
+                        size_t block) {
   hk_io io = {-1, timeout};
   for (int r = 0; r < n; r++) {
-    int right = n > 1 ? fds[r][0] : -1;
-    int left = n > 1 ? fds[(r + n - 1) % n][1] : -1;
-    assert_int_equal(
-        hk_ring_init(&a[r].ring, r, n, left, right, &io, chunk, NULL), HK_OK);
     a[r].rank = r;
     a[r].n = n;
   }
+  for (int r = 0; r < n && n > 1; r++) {
+    int send_ends[HK_LINK_MAX_SOCKETS], recv_ends[HK_LINK_MAX_SOCKETS];
+    for (int i = 0; i < k; i++) {
+      int sv[2];
+      assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+      send_ends[i] = sv[0];
+      recv_ends[i] = sv[1];
+    }
+    int next = (r + 1) % n;
+    assert_int_equal(hk_link_init_tcp(&a[r].right, next, send_ends, k, block),
+                     HK_OK);
+    assert_int_equal(hk_link_init_tcp(&a[next].left, r, recv_ends, k, block),
+                     HK_OK);
+  }
+  for (int r = 0; r < n; r++)
+    assert_int_equal(hk_ring_init(&a[r].ring, r, n, n > 1 ? &a[r].left : NULL,
+                                  n > 1 ? &a[r].right : NULL, &io, chunk, NULL),
+                     HK_OK);
+}
+
+static void make_ring(rank_arg *a, int n, size_t chunk, double timeout) {
+  make_ring_k(a, n, chunk, timeout, 1, 0);
 }
 
 static void close_ring(rank_arg *a, int n) {
   for (int r = 0; r < n; r++) {
-    if (a[r].ring.right_fd >= 0)
-      close(a[r].ring.right_fd);
-    if (a[r].ring.left_fd >= 0)
-      close(a[r].ring.left_fd);
+    hk_link_close(&a[r].right);
+    hk_link_close(&a[r].left);
     hk_ring_destroy(&a[r].ring);
   }
 }
@@ -188,9 +202,8 @@ static void test_lost_neighbour(void **state) {
   rank_arg a[2];
   memset(a, 0, sizeof a);
   make_ring(a, 2, 4096, 10);
-  close(a[1].ring.right_fd); /* rank 1 -> rank 0 */
-  close(a[1].ring.left_fd);
-  a[1].ring.right_fd = a[1].ring.left_fd = -1;
+  hk_link_close(&a[1].right); /* rank 1 -> rank 0 */
+  hk_link_close(&a[1].left);
   float buf[64] = {0};
   a[0].count = 64;
   a[0].dtype = HK_FLOAT32;
@@ -370,6 +383,85 @@ static void test_reducescatter_and_allgatherv(void **state) {
   }
 }
 
+/* The ring over links striped across 3 socket pairs: real-valued float32
+ * sums equal, bit for bit, the serial sum in the ring's order (segment j
+ * starts at rank j and adds ranks j+1, j+2, ...), on every rank; then an
+ * allgatherv and a broadcast over the same links. */
+static void test_striped_links(void **state) {
+  (void)state;
+  const size_t blocks[] = {4099, HK_LINK_BLOCK_BYTES};
+  for (int n = 3; n <= 4; n++)
+    for (size_t b = 0; b < sizeof blocks / sizeof blocks[0]; b++) {
+      rank_arg a[MAXN];
+      memset(a, 0, sizeof a);
+      make_ring_k(a, n, 1 << 16, 10, 3, blocks[b]);
+      const size_t count = 300007;
+      for (int r = 0; r < n; r++) {
+        float *v = malloc(count * sizeof(float));
+        for (size_t i = 0; i < count; i++)
+          v[i] = real_value(r, 0, i);
+        a[r].send = a[r].recv = v;
+        a[r].count = count;
+        a[r].dtype = HK_FLOAT32;
+        a[r].op = HK_SUM;
+      }
+      run_all(a, n);
+      size_t seg[MAXN + 1];
+      hk_ring_default_segments(count, n, seg);
+      for (int r = 0; r < n; r++)
+        if (a[r].st != HK_OK)
+          fail_msg("n=%d rank %d: %s", n, r, a[r].err);
+      for (int j = 0; j < n; j++)
+        for (size_t i = seg[j]; i < seg[j + 1]; i++) {
+          float acc = real_value(j, 0, i);
+          for (int t = 1; t < n; t++)
+            acc = real_value((j + t) % n, 0, i) + acc;
+          float got = ((float *)a[0].recv)[i];
+          if (memcmp(&got, &acc, sizeof acc) != 0)
+            fail_msg("n=%d block=%zu element %zu: %a != serial %a", n,
+                     blocks[b], i, (double)got, (double)acc);
+        }
+      for (int r = 1; r < n; r++)
+        assert_memory_equal(a[0].recv, a[r].recv, count * sizeof(float));
+      /* allgatherv of uneven blocks, then a broadcast from the last rank */
+      size_t gseg[MAXN + 1] = {0};
+      for (int j = 0; j < n; j++)
+        gseg[j + 1] = gseg[j] + (size_t)(j * 70001 + 5);
+      double *inp[MAXN], *out[MAXN];
+      job jobs[MAXN];
+      for (int r = 0; r < n; r++) {
+        inp[r] = malloc(gseg[n] * sizeof(double));
+        out[r] = malloc(gseg[n] * sizeof(double));
+        for (size_t i = 0; i < gseg[n]; i++)
+          inp[r][i] = in(r, i);
+        jobs[r] = (job){&a[r], do_allgatherv, gseg, inp[r], out[r], 0};
+      }
+      run_jobs(jobs, n);
+      for (int r = 0; r < n; r++)
+        for (int q = 0; q < n; q++)
+          for (size_t i = gseg[q]; i < gseg[q + 1]; i++)
+            assert_true(out[r][i] == in(q, i));
+      for (int r = 0; r < n; r++) {
+        a[r].broadcast = 1;
+        a[r].root = n - 1;
+        a[r].dtype = HK_FLOAT64;
+        a[r].count = gseg[n];
+        a[r].recv = r == n - 1 ? inp[r] : out[r];
+      }
+      run_all(a, n);
+      for (int r = 0; r < n; r++) {
+        assert_int_equal(a[r].st, HK_OK);
+        assert_memory_equal(a[r].recv, inp[n - 1], gseg[n] * sizeof(double));
+      }
+      for (int r = 0; r < n; r++) {
+        free(a[r].send);
+        free(inp[r]);
+        free(out[r]);
+      }
+      close_ring(a, n);
+    }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_allreduce_sizes),
@@ -377,6 +469,7 @@ int main(void) {
       cmocka_unit_test(test_broadcast_every_root),
       cmocka_unit_test(test_segmented_equals_separate),
       cmocka_unit_test(test_reducescatter_and_allgatherv),
+      cmocka_unit_test(test_striped_links),
       cmocka_unit_test(test_lost_neighbour),
       cmocka_unit_test(test_stuck_neighbour),
   };

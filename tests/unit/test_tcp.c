@@ -37,6 +37,7 @@ static void *client_main(void *p) {
     hk_msg hello = {.type = HK_MSG_HELLO};
     hello.u.hello.rank = 7;
     hello.u.hello.channel = HK_CHANNEL_DATA;
+    hello.u.hello.streams = 1;
     hk_buf scratch = {0};
     c->st = hk_tcp_send_msg(c->fd, &hello, &scratch, &io, "the server");
     hk_buf_free(&scratch);

@@ -31,7 +31,7 @@ static void test_ring_by_hand(void **state) {
   /* 2 GPUs, 40 GB/s NVLink, 1e9 bytes. Simple: 8.4 us + 2 steps x 3.4 us,
    * plus 1e9 B / (40 GB/s x N/(2(N-1)) = 1) = 25000 us. LL (3.6 + 2 x 0.47
    * us, a quarter of the bandwidth: 100000 us) loses. */
-  hk_host_model h = {2, 40.0, 1};
+  hk_host_model h = {2, 40.0, 1, NULL};
   hk_cost c;
   assert_int_equal(hk_cost_allreduce(&h, HK_ALGO_RING, 1000000000u, 1, 0, &c),
                    HK_OK);
@@ -51,7 +51,7 @@ static void test_hierarchical_by_hand(void **state) {
    * reduce-scatter = allgather: 8.4 + 3 x 5.7 + 1e9 / (100 x 4/3) / 1e3 =
    * 7525.5 us; across hosts 4 rings of 2.5e8 B, each 12.5/4 GB/s: 8.4 + 2 x
    * 9.6 + 2.5e8 / 3.125e3 = 80027.6 us; total 95078.6 us. */
-  hk_host_model h = {4, 100.0, 0};
+  hk_host_model h = {4, 100.0, 0, NULL};
   hk_cost c;
   assert_int_equal(
       hk_cost_allreduce(&h, HK_ALGO_HIERARCHICAL, 1000000000u, 2, 100.0, &c),
@@ -71,7 +71,7 @@ static void test_tree_by_hand(void **state) {
   (void)state;
   /* 16 hosts x 8 GPUs, 8 KiB: tree/LL = 4.4 + 2 (7 x 0.52 + 4 x 5.0) us
    * + 8192 B / (12.5 x 0.9 / 3.8 x 0.5 GB/s) */
-  hk_host_model h = {8, 120.0, 1};
+  hk_host_model h = {8, 120.0, 1, NULL};
   hk_cost c;
   assert_int_equal(hk_cost_allreduce(&h, HK_ALGO_TREE, 8192, 16, 100.0, &c),
                    HK_OK);
@@ -81,7 +81,7 @@ static void test_tree_by_hand(void **state) {
 
 static void test_chooser(void **state) {
   (void)state;
-  hk_host_model v100 = {8, 120.0, 1};
+  hk_host_model v100 = {8, 120.0, 1, NULL};
   hk_cost c;
   /* small messages over many hosts: the tree's log2 latency wins */
   assert_int_equal(hk_cost_choose(&v100, 8192, 16, 100.0, HK_ALGO_AUTO, &c),
@@ -116,7 +116,8 @@ static void test_chooser(void **state) {
 static void test_invalid_args(void **state) {
   (void)state;
   hk_cost c;
-  hk_host_model h = {8, 100.0, 0}, zero = {0, 100.0, 0}, nobw = {8, 0, 0};
+  hk_host_model h = {8, 100.0, 0, NULL}, zero = {0, 100.0, 0, NULL},
+                nobw = {8, 0, 0, NULL};
   assert_int_equal(hk_cost_allreduce(&zero, HK_ALGO_RING, 1, 1, 0, &c),
                    HK_ERR_INVALID_ARG);
   assert_int_equal(hk_cost_allreduce(&nobw, HK_ALGO_RING, 1, 1, 0, &c),
@@ -127,7 +128,7 @@ static void test_invalid_args(void **state) {
                    HK_ERR_INVALID_ARG);
   assert_int_equal(hk_cost_allreduce(&h, HK_ALGO_RING, 1, 0, 10, &c),
                    HK_ERR_INVALID_ARG);
-  hk_host_model one = {1, 0, 0}; /* one GPU per host: no in-host phase */
+  hk_host_model one = {1, 0, 0, NULL}; /* one GPU per host: no in-host phase */
   assert_int_equal(hk_cost_allreduce(&one, HK_ALGO_RING, 1u << 20, 1, 0, &c),
                    HK_OK);
   assert_true(c.time_us == 0.0 && c.busbw_gbps == 0.0);
@@ -135,6 +136,63 @@ static void test_invalid_args(void **state) {
       hk_cost_allreduce(&one, HK_ALGO_HIERARCHICAL, 1u << 20, 4, 25, &c),
       HK_OK);
   assert_true(c.time_us > 0.0);
+}
+
+/* Recursive doubling with hk's own TCP figures (Simple only), by hand:
+ * 4 ranks on one host: 2 steps of (16 us + bytes / 4 GB/s). 8 ranks on 2
+ * hosts of 4: 2 steps inside (as above) + 1 across (30 us + 4 x bytes at
+ * 10 Gbit/s = 1.25 GB/s, the host's ranks sharing it). 6 ranks: 2 steps +
+ * the 2 pair steps. */
+static void test_rd_by_hand(void **state) {
+  (void)state;
+  hk_step_figures f = {0.0, 16.0, 30.0};
+  hk_host_model h = {4, 4.0, 0, &f};
+  hk_cost c;
+  const size_t b = 1 << 20;
+  assert_int_equal(hk_cost_allreduce(&h, HK_ALGO_RD, b, 1, 0, &c), HK_OK);
+  assert_float_equal(c.time_us, 2 * (16.0 + b / 4e3), 1e-9);
+  assert_int_equal(hk_cost_allreduce(&h, HK_ALGO_RD, b, 2, 10.0, &c), HK_OK);
+  assert_float_equal(c.time_us, 2 * (16.0 + b / 4e3) + 30.0 + 4.0 * b / 1.25e3,
+                     1e-9);
+  hk_host_model six = {6, 4.0, 0, &f};
+  assert_int_equal(hk_cost_allreduce(&six, HK_ALGO_RD, b, 1, 0, &c), HK_OK);
+  assert_float_equal(c.time_us, 4 * (16.0 + b / 4e3), 1e-9);
+  /* Simple only: the ring has no LL term with these figures either:
+   * 6 steps of 16 us + 1.5 x bytes / 4 GB/s */
+  assert_int_equal(hk_cost_allreduce(&h, HK_ALGO_RING, b, 1, 0, &c), HK_OK);
+  assert_float_equal(c.time_us, 6 * 16.0 + 1.5 * b / 4e3, 1e-9);
+}
+
+/* The runtime's menu (ring, hierarchical, rd): rd for small messages, the
+ * ring for large ones on one host; NCCL's menu never offers rd. */
+static void test_choose_among(void **state) {
+  (void)state;
+  hk_step_figures f = {0.0, 16.0, 30.0};
+  hk_host_model h = {4, 4.0, 0, &f};
+  unsigned menu =
+      1u << HK_ALGO_RING | 1u << HK_ALGO_HIERARCHICAL | 1u << HK_ALGO_RD;
+  hk_cost c;
+  assert_int_equal(hk_cost_choose_among(&h, 1024, 1, 10.0, menu, &c), HK_OK);
+  assert_int_equal(c.algo, HK_ALGO_RD);
+  assert_int_equal(hk_cost_choose_among(&h, 64 << 20, 1, 10.0, menu, &c),
+                   HK_OK);
+  assert_int_equal(c.algo, HK_ALGO_RING);
+  /* across 4 hosts, with a fast host inside: hierarchical (with a 4 GB/s
+   * inside, the two in-host phases cost more than the ring's extra
+   * network bytes: 1.575 vs 1.5 s per GB) */
+  hk_host_model fast = {4, 40.0, 0, &f};
+  assert_int_equal(hk_cost_choose_among(&fast, 64 << 20, 4, 10.0, menu, &c),
+                   HK_OK);
+  assert_int_equal(c.algo, HK_ALGO_HIERARCHICAL);
+  assert_int_equal(hk_cost_choose_among(&h, 64 << 20, 4, 10.0, menu, &c),
+                   HK_OK);
+  assert_int_equal(c.algo, HK_ALGO_RING);
+  assert_int_equal(hk_cost_choose_among(&h, 1024, 1, 10.0, 0, &c),
+                   HK_ERR_INVALID_ARG);
+  for (size_t b = 1; b <= (1u << 30); b *= 4) {
+    assert_int_equal(hk_cost_choose(&h, b, 4, 10.0, HK_ALGO_AUTO, &c), HK_OK);
+    assert_int_not_equal(c.algo, HK_ALGO_RD);
+  }
 }
 
 static void test_env_override(void **state) {
@@ -149,6 +207,7 @@ static void test_env_override(void **state) {
   } ok[] = {{"ring", HK_ALGO_RING},
             {"TREE", HK_ALGO_TREE},
             {"hierarchical", HK_ALGO_HIERARCHICAL},
+            {"Rd", HK_ALGO_RD},
             {"auto", HK_ALGO_AUTO},
             {"", HK_ALGO_AUTO}};
   for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
@@ -159,8 +218,8 @@ static void test_env_override(void **state) {
   setenv("HK_ALLREDUCE_ALGO", "butterfly", 1);
   assert_int_equal(hk_cost_algo_from_env(&a), HK_ERR_CONFIG);
   assert_non_null(strstr(hk_last_error(), "HK_ALLREDUCE_ALGO=\"butterfly\": "
-                                          "expected ring, tree, hierarchical "
-                                          "or auto"));
+                                          "expected ring, tree, hierarchical, "
+                                          "rd or auto"));
   unsetenv("HK_ALLREDUCE_ALGO");
 }
 
@@ -224,6 +283,8 @@ int main(void) {
       cmocka_unit_test(test_tree_by_hand),
       cmocka_unit_test(test_chooser),
       cmocka_unit_test(test_invalid_args),
+      cmocka_unit_test(test_rd_by_hand),
+      cmocka_unit_test(test_choose_among),
       cmocka_unit_test(test_env_override),
       cmocka_unit_test(test_nvlink_over_pcie),
   };

@@ -153,6 +153,93 @@ static void test_small_messages_roundtrip(void **state) {
   hk_buf_free(&b);
 }
 
+/* HELLO names the data connection's stream (HK_SOCKETS_PER_PEER); the
+ * decoder bounds the index by the count and the count by the limit. */
+static void test_hello_streams(void **state) {
+  (void)state;
+  hk_buf b = {0};
+  hk_msg d;
+  hk_msg h = {.type = HK_MSG_HELLO};
+  h.u.hello.rank = 5;
+  h.u.hello.channel = HK_CHANNEL_DATA;
+  h.u.hello.stream = 2;
+  h.u.hello.streams = 3;
+  encode(&h, &b);
+  assert_int_equal(b.len, HK_WIRE_HEADER_LEN + 7);
+  assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_OK);
+  assert_int_equal(d.u.hello.rank, 5);
+  assert_int_equal(d.u.hello.channel, HK_CHANNEL_DATA);
+  assert_int_equal(d.u.hello.stream, 2);
+  assert_int_equal(d.u.hello.streams, 3);
+  hk_msg_free(&d);
+  const struct {
+    uint8_t channel, stream, streams;
+    const char *needle;
+  } bad[] = {
+      {HK_CHANNEL_DATA, 3, 3, "stream index 3 is not below"},
+      {HK_CHANNEL_DATA, 0, 0, "stream count 0 out of range"},
+      {HK_CHANNEL_DATA, 0, HK_WIRE_MAX_STREAMS + 1, "stream count 9"},
+      {HK_CHANNEL_CONTROL, 0, 2, "stream count 2 out of range"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    h.u.hello.channel = bad[i].channel;
+    h.u.hello.stream = bad[i].stream;
+    h.u.hello.streams = bad[i].streams;
+    encode(&h, &b);
+    assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_ERR_PROTOCOL);
+    if (!strstr(hk_last_error(), bad[i].needle))
+      fail_msg("case %zu: '%s' lacks '%s'", i, hk_last_error(), bad[i].needle);
+  }
+  /* a HELLO of the old length (no stream fields) is truncated */
+  h.u.hello.stream = 0;
+  h.u.hello.streams = 1;
+  encode(&h, &b);
+  b.data[4] -= 2;
+  assert_int_equal(hk_wire_decode(b.data, b.len - 2, &d), HK_ERR_PROTOCOL);
+  hk_buf_free(&b);
+}
+
+/* GOODBYE {rank}: round-trips; a rank outside [0, HK_WIRE_MAX_RANKS), a
+ * short or long payload, and the next (unknown) type are rejected. */
+static void test_goodbye(void **state) {
+  (void)state;
+  hk_buf b = {0};
+  hk_msg d;
+  hk_msg gb = {.type = HK_MSG_GOODBYE};
+  gb.u.goodbye.rank = 65535;
+  encode(&gb, &b);
+  assert_int_equal(b.len, HK_WIRE_HEADER_LEN + 4);
+  assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_OK);
+  assert_int_equal(d.type, HK_MSG_GOODBYE);
+  assert_int_equal(d.u.goodbye.rank, 65535);
+  hk_msg_free(&d);
+
+  static const int32_t bad[] = {-1, 65536, INT32_MIN, INT32_MAX};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    gb.u.goodbye.rank = bad[i];
+    encode(&gb, &b);
+    assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_ERR_PROTOCOL);
+    assert_non_null(strstr(hk_last_error(), "out of range"));
+  }
+
+  gb.u.goodbye.rank = 1;
+  encode(&gb, &b);
+  for (size_t cut = 0; cut < b.len; cut++)
+    assert_int_equal(hk_wire_decode(b.data, cut, &d), HK_ERR_PROTOCOL);
+  b.data[4] = 3; /* a 3-byte payload: the rank is cut short */
+  assert_int_equal(hk_wire_decode(b.data, b.len - 1, &d), HK_ERR_PROTOCOL);
+  assert_non_null(strstr(hk_last_error(), "truncated"));
+  b.data[4] = 5; /* one byte more than the rank */
+  assert_int_equal(hk_buf_append(&b, "x", 1), HK_OK);
+  assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_ERR_PROTOCOL);
+  assert_non_null(strstr(hk_last_error(), "trailing"));
+  b.data[4] = 4;
+  b.data[3] = HK_MSG_GOODBYE + 1;
+  assert_int_equal(hk_wire_decode(b.data, b.len - 1, &d), HK_ERR_PROTOCOL);
+  assert_non_null(strstr(hk_last_error(), "unknown message type"));
+  hk_buf_free(&b);
+}
+
 /* Every strict prefix of a valid frame is rejected as truncated. */
 static void test_truncated_rejected(void **state) {
   (void)state;
@@ -265,6 +352,8 @@ int main(void) {
       cmocka_unit_test(test_requests_roundtrip),
       cmocka_unit_test(test_responses_roundtrip),
       cmocka_unit_test(test_small_messages_roundtrip),
+      cmocka_unit_test(test_hello_streams),
+      cmocka_unit_test(test_goodbye),
       cmocka_unit_test(test_truncated_rejected),
       cmocka_unit_test(test_oversized_rejected),
       cmocka_unit_test(test_bad_fields_rejected),

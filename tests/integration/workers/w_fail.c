@@ -13,6 +13,11 @@
  *   stall  : case C1: rank 1 submits 'grad.B' where the others submit
  *            'grad.b'; each rank prints what its wait returned and exits 1
  *            if it was an error (the stall shutdown), 0 otherwise.
+ *   vanish : after a first allreduce, rank 2 prints "vanishing pid=<pid>"
+ *            and returns 0 from main without hk_shutdown while the others
+ *            wait in a second one; each of them prints what its wait
+ *            returned and exits 1.
+ *   quick  : one allreduce, hk_shutdown, "quick ok", exit 0.
  *   rogue  : rank 1 connects to hkrun's rendezvous without the secret and
  *            checks it is refused (the connection is closed), then every
  *            rank allreduces and checks the result.
@@ -108,6 +113,28 @@ static int mode_stall(int rank) {
   return st == HK_OK ? 0 : 1;
 }
 
+static int mode_vanish(int rank) {
+  float x = 1;
+  HKT_OK(hk_allreduce("before", &x, &x, 1, HK_FLOAT32, HK_SUM));
+  if (rank == 2) {
+    printf("vanishing pid=%d\n", (int)getpid());
+    return 0; /* leaves without hk_shutdown */
+  }
+  hk_status st = hk_allreduce("after", &x, &x, 1, HK_FLOAT32, HK_SUM);
+  fprintf(stderr, "rank %d: allreduce gave %s: %s\n", rank, hk_strerror(st),
+          hk_last_error());
+  return 1;
+}
+
+static int mode_quick(int rank, int np) {
+  int32_t v = rank;
+  HKT_OK(hk_allreduce("sum", &v, &v, 1, HK_INT32, HK_SUM));
+  HKT_CHECK(v == np * (np - 1) / 2, "wrong sum %d", (int)v);
+  HKT_OK(hk_shutdown());
+  printf("quick ok\n");
+  return 0;
+}
+
 static int mode_rogue(int rank, int np) {
   if (rank == 1) {
     const char *rdv = getenv("HK_RENDEZVOUS");
@@ -140,7 +167,8 @@ static int mode_rogue(int rank, int np) {
 }
 
 int main(int argc, char **argv) {
-  HKT_CHECK(argc == 2, "usage: w_fail kill|early|shutdown|leave|stall|rogue");
+  HKT_CHECK(argc == 2,
+            "usage: w_fail kill|early|shutdown|leave|stall|vanish|quick|rogue");
   HKT_OK(hk_init());
   int rank = hk_rank();
   if (!strcmp(argv[1], "kill"))
@@ -153,6 +181,10 @@ int main(int argc, char **argv) {
     return mode_leave(rank);
   if (!strcmp(argv[1], "stall"))
     return mode_stall(rank);
+  if (!strcmp(argv[1], "quick"))
+    return mode_quick(rank, hk_size());
+  if (!strcmp(argv[1], "vanish"))
+    return mode_vanish(rank);
   if (!strcmp(argv[1], "rogue"))
     return mode_rogue(rank, hk_size());
   HKT_CHECK(0, "unknown mode %s", argv[1]);

@@ -1,0 +1,176 @@
+/*
+ * link.h - hk_link: one full-duplex byte stream to one peer rank, the
+ * thing the rings (collectives/ring.h), recursive doubling and alltoall
+ * send to their peers over. Two kinds:
+ *
+ * TCP, striped over k sockets (k = HK_SOCKETS_PER_PEER, 1..8). With
+ *   k = 1 the link is the one connection and every call is the plain
+ *   hk_tcp_* call on it (no copy, no extra system call). With k > 1 the
+ *   stream is cut into blocks of `block` bytes (HK_LINK_BLOCK_BYTES in
+ *   the runtime): byte o of the stream travels on socket (o / block) mod
+ *   k, in each direction independently, so both ends know where every
+ *   byte is without any header. A call moves bytes in stream order: it
+ *   writes (reads) the rest of the current block on its socket, moves to
+ *   the next socket, and stops at the first socket that is full (empty).
+ *   The kernel buffers of the k sockets keep k streams in flight.
+ *
+ * MPI, point-to-point with MPI_Isend/MPI_Irecv on hk's duplicate of
+ *   MPI_COMM_WORLD (worker/mpi_exchange.h), tag HK_LINK_MPI_TAG. Sends go
+ *   straight from the caller's memory as messages of at most `chunk`
+ *   bytes, up to HK_LINK_MPI_DEPTH in flight; a byte counts as sent
+ *   ("done") once its MPI_Isend is posted, so the caller must leave it
+ *   unchanged until hk_link_drain() has returned (the ring drains before
+ *   it returns: buffers are the user's). The receiver cannot know how
+ *   large the sender's next message is (a send covers whatever the
+ *   caller had ready), so it keeps HK_LINK_MPI_DEPTH receives of `chunk`
+ *   bytes posted into buffers the link owns (allocated on first use),
+ *   learns each message's length with MPI_Get_count, and copies out what
+ *   the caller asks for; MPI's non-overtaking rule (same source, tag and
+ *   communicator) keeps the stream in order. Both ends must use the same
+ *   chunk (the runtime uses the constant HK_LINK_MPI_CHUNK_BYTES); a
+ *   larger message than the receiver's chunk fails with HK_ERR_PROTOCOL.
+ *   MPI only progresses inside MPI calls: waits on an MPI link poll
+ *   (MPI_Test, and poll(2) with no timeout for the TCP side and the
+ *   abort fd), yielding the CPU between rounds, and test every MPI link
+ *   they are given, whichever side they wait for (a rank waiting on its
+ *   TCP side must still push out its MPI sends, or a ring that crosses
+ *   hosts deadlocks).
+ *   Acknowledgements: a completed MPI_Isend does not mean the bytes have
+ *   left this process (Open MPI's TCP transport may still hold a queued
+ *   fragment, or the FIN of a large message, and moves it only inside a
+ *   later MPI call). So the receiver answers every message it receives
+ *   with a 0-byte message (tag HK_LINK_MPI_ACK_TAG), and hk_link_drain
+ *   returns only once every message sent was acknowledged and this
+ *   link's own acknowledgements have completed: a rank that leaves a
+ *   collective leaves nothing its peers still wait for.
+ *
+ * Every wait honours hk_io: abort_fd readable is HK_ERR_PEER_LOST, no
+ * progress for io->timeout_s seconds is HK_ERR_TIMEOUT, and the message
+ * names the peers waited for ("... no progress receiving from rank 3").
+ * Lengths are in bytes. A link's `name` ("rank 3") appears in messages.
+ *
+ * Thread-safety: a link is used by one thread at a time (hk_init's
+ * bootstrap, then the background thread). An MPI link needs MPI at
+ * MPI_THREAD_SERIALIZED or better when that thread is not the one that
+ * initialised MPI (the runtime checks; worker/bootstrap.c). A link may be
+ * used as both the send and the receive side of one wait (2 ranks).
+ */
+#ifndef HK_TRANSPORT_LINK_H
+#define HK_TRANSPORT_LINK_H
+
+#include <stddef.h>
+
+#include "collectives/transport/tcp.h"
+#include "hk/hk.h"
+
+#define HK_LINK_MAX_SOCKETS 8 /* HK_SOCKETS_PER_PEER's upper bound */
+
+/* The runtime's stripe block. Large enough that a block costs one
+ * send(2)/recv(2) of a size where loopback TCP is at its peak (the ring
+ * hands the link HK_RING_CHUNK_BYTES = 1 MiB at a time; 256 KiB keeps the
+ * extra system calls to 4 per MiB), small enough that one ring chunk is
+ * spread over 4 sockets, and over all 8 from 2 MiB. */
+#define HK_LINK_BLOCK_BYTES ((size_t)256 << 10)
+
+/* The runtime's MPI message size: hk's ring chunk default (1 MiB). */
+#define HK_LINK_MPI_CHUNK_BYTES ((size_t)1 << 20)
+#define HK_LINK_MPI_DEPTH 4        /* messages in flight per direction */
+#define HK_LINK_MPI_TAG 0x484b     /* "HK": the stream's messages */
+#define HK_LINK_MPI_ACK_TAG 0x484c /* "HL": their acknowledgements */
+
+typedef enum hk_link_kind {
+  HK_LINK_NONE = 0, /* not set up (closed, or this rank's own entry) */
+  HK_LINK_TCP = 1,
+  HK_LINK_MPI = 2,
+} hk_link_kind;
+
+struct hk_link_mpi; /* collectives/transport/link_mpi.c */
+
+typedef struct hk_link {
+  hk_link_kind kind;
+  int peer;      /* the peer's rank */
+  char name[32]; /* "rank 3", for messages */
+  /* TCP */
+  int nfds;                     /* k, 1..HK_LINK_MAX_SOCKETS */
+  int fds[HK_LINK_MAX_SOCKETS]; /* owned by the link; non-blocking */
+  size_t block;                 /* stripe block, bytes (k > 1) */
+  int send_sock, recv_sock;     /* socket of the next byte sent/received */
+  size_t send_left, recv_left;  /* bytes of the current block left there */
+  /* MPI */
+  struct hk_link_mpi *mpi;
+} hk_link;
+
+/**
+ * A link over k connected stream sockets to rank `peer` (fds[0..k), taken
+ * over by the link: hk_link_close closes them; they are made
+ * non-blocking). The other end must pass its ends in the same order and
+ * the same block. block is ignored when k == 1.
+ * Errors: HK_ERR_INVALID_ARG (k outside 1..HK_LINK_MAX_SOCKETS, block 0).
+ */
+hk_status hk_link_init_tcp(hk_link *link, int peer, const int *fds, int k,
+                           size_t block);
+
+/**
+ * An MPI link to `peer` (its rank in the communicator) on the MPI_Comm at
+ * `comm` (a pointer to it: worker/mpi_exchange.h's hk_mpi_comm_handle();
+ * copied). Messages of at most chunk bytes (1..INT_MAX). MPI must be
+ * initialised. Errors: HK_ERR_CONFIG (libhk built without MPI: "this libhk
+ * was built without MPI"), HK_ERR_INVALID_ARG, HK_ERR_NOMEM.
+ */
+hk_status hk_link_init_mpi(hk_link *link, int peer, const void *comm,
+                           size_t chunk);
+
+/**
+ * Non-blocking send of up to n bytes of the stream; *done gets how many
+ * were taken (0 when the link cannot take more now). TCP: copied to the
+ * kernel; MPI: posted, see above. Errors: HK_ERR_PEER_LOST naming the
+ * peer (reset/closed connection, a failed MPI call).
+ */
+hk_status hk_link_send_some(hk_link *link, const void *p, size_t n,
+                            size_t *done);
+
+/**
+ * Non-blocking receive of up to n bytes of the stream into p; *done gets
+ * how many arrived (0 when none is waiting). Errors: HK_ERR_PEER_LOST
+ * ("rank 3 closed the connection"; a failed MPI call), HK_ERR_PROTOCOL
+ * (an MPI message larger than the chunk), HK_ERR_NOMEM (first use of an
+ * MPI link).
+ */
+hk_status hk_link_recv_some(hk_link *link, void *p, size_t n, size_t *done);
+
+/**
+ * Waits until `send` can take more bytes (if want_send) or `recv` has
+ * bytes (if want_recv); send and recv may be the same link, of either
+ * kind. `what` says where ("in ring allreduce"). Errors: HK_ERR_TIMEOUT
+ * ("timed out after 60.0 s in ring allreduce: no progress receiving from
+ * rank 3"), HK_ERR_PEER_LOST (abort fd; a failed MPI call),
+ * HK_ERR_SYSTEM.
+ */
+hk_status hk_link_wait(hk_link *send, int want_send, hk_link *recv,
+                       int want_recv, const hk_io *io, const char *what);
+
+/**
+ * Returns once every byte hk_link_send_some took has really left the
+ * caller's memory: TCP at once (the kernel has them); MPI once every
+ * MPI_Isend has completed and every message has been acknowledged by the
+ * peer (and this side's acknowledgements have completed). Errors as
+ * hk_link_wait ("... no progress completing sends to rank 3 (MPI)").
+ */
+hk_status hk_link_drain(hk_link *link, const hk_io *io, const char *what);
+
+/**
+ * Sends sn bytes while receiving rn bytes (send and recv may be the same
+ * link), then drains the send side. Errors as hk_link_wait.
+ */
+hk_status hk_link_exchange(hk_link *send, const void *sp, size_t sn,
+                           hk_link *recv, void *rp, size_t rn, const hk_io *io,
+                           const char *what);
+
+/**
+ * Closes the sockets, or frees the MPI state (pending receives cancelled,
+ * pending sends released to MPI). Leaves kind HK_LINK_NONE; safe on a
+ * zeroed or closed link, and more than once.
+ */
+void hk_link_close(hk_link *link);
+
+#endif

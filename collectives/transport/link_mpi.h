@@ -1,0 +1,41 @@
+/*
+ * link_mpi.h - the MPI half of hk_link (link.h), internal to link.c and
+ * link_mpi.c: the only place in collectives/ that calls MPI. Built
+ * without MPI (no HK_HAVE_MPI), hk_link_mpi_open returns HK_ERR_CONFIG
+ * and nothing else is reachable. `name` is the peer's name for messages.
+ * Thread-safety: as hk_link.
+ */
+#ifndef HK_TRANSPORT_LINK_MPI_H
+#define HK_TRANSPORT_LINK_MPI_H
+
+#include <stddef.h>
+
+#include "hk/hk.h"
+
+struct hk_link_mpi;
+
+/** See hk_link_init_mpi. */
+hk_status hk_link_mpi_open(struct hk_link_mpi **out, int peer, const void *comm,
+                           size_t chunk);
+
+/** See hk_link_send_some / hk_link_recv_some. */
+hk_status hk_link_mpi_send_some(struct hk_link_mpi *m, const void *p, size_t n,
+                                size_t *done, const char *name);
+hk_status hk_link_mpi_recv_some(struct hk_link_mpi *m, void *p, size_t n,
+                                size_t *done, const char *name);
+
+/**
+ * Tests the link's requests once (this is what makes MPI progress),
+ * posting its receives first if want_recv and they are not yet. Sets
+ * *can_send (a send slot is free), *can_recv (a message is waiting) and
+ * *drained (no send pending). Errors: HK_ERR_PEER_LOST (an MPI call
+ * failed), HK_ERR_PROTOCOL, HK_ERR_NOMEM.
+ */
+hk_status hk_link_mpi_progress(struct hk_link_mpi *m, int want_recv,
+                               int *can_send, int *can_recv, int *drained,
+                               const char *name);
+
+/** Cancels the posted receives, releases pending sends, frees m. */
+void hk_link_mpi_close(struct hk_link_mpi *m);
+
+#endif

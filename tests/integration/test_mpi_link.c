@@ -1,0 +1,171 @@
+/*
+ * test_mpi_link.c - the ring collectives over MPI links (issue 5, item 2:
+ * HK_CROSS_TRANSPORT=mpi's transport), under a real Open MPI mpirun on
+ * this host: allreduce / reducescatter / allgatherv / broadcast against
+ * serial results at np 2 and 3, odd message sizes, a ring mixing TCP
+ * and MPI links, a rank that never takes part (the others time out naming
+ * the peer, nothing hangs) and a message larger than the receiver's chunk.
+ * The worker is workers/w_mpi_link.c.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "harness.h"
+
+#ifndef W_MPI_LINK
+#error "W_MPI_LINK must name the worker"
+#endif
+
+#define MPI_S 120.0 /* np=3 on 2 cores with ~1000 messages per step */
+
+/* Open MPI's own allocations are not ours to report under ASan. */
+static char *const env[] = {"ASAN_OPTIONS=detect_leaks=0", NULL};
+
+static void dump(const hkt_result *r) {
+  fprintf(stderr,
+          "--- exit %d signal %d timed_out %d elapsed %.1f s\n--- stdout:\n"
+          "%.4000s\n--- stderr:\n%.4000s\n",
+          r->exit_code, r->signal, r->timed_out, r->elapsed_s, r->out, r->err);
+}
+
+/* Open MPI's TCP transport (the one across hosts) with socket buffers so
+ * small that a 1 MiB message leaves only while its sender keeps calling
+ * MPI: waits on a TCP link must keep MPI links progressing. */
+static int tcp_btl;
+
+/* mpirun -np np w_mpi_link mode arg; asserts exit status 0. */
+static void run(const char *np, const char *mode, const char *arg,
+                hkt_result *r) {
+  char *argv[24];
+  int n = 0;
+  argv[n++] = "mpirun";
+  if (geteuid() == 0)
+    argv[n++] = "--allow-run-as-root";
+  argv[n++] = "--oversubscribe";
+  if (tcp_btl) {
+    char *mca[] = {"--mca",          "btl",   "self,tcp", "--mca",
+                   "btl_tcp_sndbuf", "16384", "--mca",    "btl_tcp_rcvbuf",
+                   "16384"};
+    for (size_t i = 0; i < sizeof mca / sizeof mca[0]; i++)
+      argv[n++] = mca[i];
+  }
+  argv[n++] = "-np";
+  argv[n++] = (char *)np;
+  argv[n++] = W_MPI_LINK;
+  argv[n++] = (char *)mode;
+  if (arg)
+    argv[n++] = (char *)arg;
+  argv[n] = NULL;
+  hkt_run(argv, env, MPI_S, r);
+  if (r->timed_out || !r->exited || r->exit_code != 0) {
+    dump(r);
+    fail_msg("mpirun -np %s w_mpi_link %s failed", np, mode);
+  }
+}
+
+static void expect_line(const hkt_result *r, const char *line) {
+  if (hkt_count_lines(r->out, line) != 1) {
+    dump(r);
+    fail_msg("missing: %s", line);
+  }
+}
+
+static void assert_nothing_left(void) {
+  pid_t left[8];
+  int n = hkt_orphans(left, 8);
+  for (int i = 0; i < n && i < 8; i++)
+    if (hkt_wait_gone(left[i], 5.0) != 0) {
+      hkt_kill_orphans();
+      fail_msg("%d process(es) left behind, e.g. pid %d", n, (int)left[i]);
+    }
+}
+
+static void ring_ok(const char *np, const char *mode, const char *chunk) {
+  hkt_result r;
+  run(np, mode, chunk, &r);
+  for (int k = 0; k < atoi(np); k++) {
+    char line[64];
+    snprintf(line, sizeof line, "rank %d: mpi ring ok: np=%s", k, np);
+    expect_line(&r, line);
+  }
+  hkt_result_free(&r);
+  assert_nothing_left();
+}
+
+/* 4099-byte messages: ~1000 per ring step, cut anywhere in an element */
+static void test_np3_odd_chunks(void **state) {
+  (void)state;
+  ring_ok("3", "ok", "4099");
+}
+
+/* 2 ranks: one MPI link is both neighbours, both directions at once */
+static void test_np2_one_link(void **state) {
+  (void)state;
+  ring_ok("2", "ok", "1048576");
+}
+
+/* rank 0 -> 1 over 2 striped TCP sockets, 1 -> 2 -> 0 over MPI; Open
+ * MPI's TCP transport with small socket buffers, 1 MiB messages: rank 1
+ * waits on its TCP side while its MPI sends to rank 2 need its progress
+ * (this hung before waits progressed every MPI link). */
+static void test_np3_mixed(void **state) {
+  (void)state;
+  tcp_btl = 1;
+  ring_ok("3", "mixed", "1048576");
+  ring_ok("3", "ok", "1048576"); /* MPI only, over the same transport */
+  tcp_btl = 0;
+}
+
+/* Rank 1 never runs the allreduce: rank 2 (which receives from it) and
+ * rank 0 (which receives from rank 2) fail with HK_ERR_TIMEOUT after 1 s,
+ * naming whom they waited for; the job ends. */
+static void test_stuck_peer_times_out(void **state) {
+  (void)state;
+  hkt_result r;
+  run("3", "stuck", "1", &r);
+  expect_line(&r, "rank 2: timed out: timed out after 1.0 s in ring "
+                  "allreduce: no progress receiving from rank 1 (MPI)");
+  expect_line(&r, "rank 0: timed out: timed out after 1.0 s in ring "
+                  "allreduce: no progress receiving from rank 2 (MPI)");
+  assert_true(r.elapsed_s < 60);
+  hkt_result_free(&r);
+  assert_nothing_left();
+}
+
+/* A message larger than the receiver's chunk: HK_ERR_PROTOCOL naming the
+ * sender and the chunk; the sender's drain, never acknowledged, times
+ * out naming the receiver. */
+static void test_chunk_mismatch(void **state) {
+  (void)state;
+  hkt_result r;
+  run("2", "truncate", NULL, &r);
+  expect_line(&r, "rank 1: protocol error: rank 0 sent a message larger "
+                  "than this rank's 4096-byte MPI link chunk");
+  expect_line(&r, "rank 0: timed out: timed out after 2.0 s in the test: no "
+                  "progress completing sends to rank 1 (MPI)");
+  hkt_result_free(&r);
+  assert_nothing_left();
+}
+
+int main(void) {
+  if (hkt_setup() != 0)
+    return 1;
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_np3_odd_chunks),
+      cmocka_unit_test(test_np2_one_link),
+      cmocka_unit_test(test_np3_mixed),
+      cmocka_unit_test(test_stuck_peer_times_out),
+      cmocka_unit_test(test_chunk_mismatch),
+  };
+  int failed = cmocka_run_group_tests(tests, NULL, NULL);
+  hkt_kill_orphans();
+  return failed;
+}

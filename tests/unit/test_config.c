@@ -1,0 +1,74 @@
+/* Unit tests of the tunables table (common/config.h) for the links of
+ * issue 5: HK_SOCKETS_PER_PEER (1..8, default 1) and HK_CROSS_TRANSPORT
+ * (tcp|mpi, default tcp), with errors that name the variable, the value
+ * and what is accepted. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "common/config.h"
+#include "common/status.h"
+
+static void test_defaults(void **state) {
+  (void)state;
+  unsetenv("HK_SOCKETS_PER_PEER");
+  unsetenv("HK_CROSS_TRANSPORT");
+  hk_config cfg;
+  assert_int_equal(hk_config_load(&cfg), HK_OK);
+  assert_int_equal(cfg.sockets_per_peer, 1);
+  assert_int_equal(cfg.cross_transport, HK_CROSS_TCP);
+}
+
+static void test_sockets_per_peer(void **state) {
+  (void)state;
+  hk_config cfg;
+  setenv("HK_SOCKETS_PER_PEER", "8", 1);
+  assert_int_equal(hk_config_load(&cfg), HK_OK);
+  assert_int_equal(cfg.sockets_per_peer, 8);
+  const char *bad[] = {"0", "9", "-1"};
+  for (int i = 0; i < 3; i++) {
+    setenv("HK_SOCKETS_PER_PEER", bad[i], 1);
+    assert_int_equal(hk_config_load(&cfg), HK_ERR_CONFIG);
+    char want[96];
+    snprintf(want, sizeof want,
+             "HK_SOCKETS_PER_PEER=%s is out of range [1, 8] sockets", bad[i]);
+    assert_string_equal(hk_last_error(), want);
+  }
+  setenv("HK_SOCKETS_PER_PEER", "three", 1);
+  assert_int_equal(hk_config_load(&cfg), HK_ERR_CONFIG);
+  assert_string_equal(hk_last_error(),
+                      "HK_SOCKETS_PER_PEER='three' is not a number (unit: "
+                      "sockets)");
+  unsetenv("HK_SOCKETS_PER_PEER");
+}
+
+static void test_cross_transport(void **state) {
+  (void)state;
+  hk_config cfg;
+  setenv("HK_CROSS_TRANSPORT", "mpi", 1);
+  assert_int_equal(hk_config_load(&cfg), HK_OK);
+  assert_int_equal(cfg.cross_transport, HK_CROSS_MPI);
+  setenv("HK_CROSS_TRANSPORT", "tcp", 1);
+  assert_int_equal(hk_config_load(&cfg), HK_OK);
+  assert_int_equal(cfg.cross_transport, HK_CROSS_TCP);
+  setenv("HK_CROSS_TRANSPORT", "MPI ", 1);
+  assert_int_equal(hk_config_load(&cfg), HK_ERR_CONFIG);
+  assert_string_equal(hk_last_error(),
+                      "HK_CROSS_TRANSPORT='MPI ' is not one of tcp, mpi");
+  unsetenv("HK_CROSS_TRANSPORT");
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_defaults),
+      cmocka_unit_test(test_sockets_per_peer),
+      cmocka_unit_test(test_cross_transport),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

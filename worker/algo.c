@@ -1,0 +1,108 @@
+/*
+ * algo.c - the allreduce algorithm choice (see algo.h).
+ */
+#include "worker/algo.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/status.h"
+#include "topology/topo.h"
+
+/* hk's TCP collectives, measured on the reference machine
+ * (../shared/peers/results/limits.txt): a step between two ranks of one
+ * host costs a loopback half round trip, 16.3 us; loopback TCP moves
+ * 3.6 GB/s one way. A step across hosts: the half round trip measured on
+ * the namespace bed (bench/netbed_bench.sh), 30 us, close to what kernel
+ * TCP over 10 GbE gives. hk's collectives start when negotiation ends,
+ * which costs every algorithm the same: no per-call term. */
+#define HK_TCP_INTRA_STEP_US 16.3
+#define HK_TCP_NET_STEP_US 30.0
+#define HK_TCP_INTRA_GBPS 3.6
+
+static hk_status host_model(hk_ctx *ctx) {
+  const char *file = getenv("HK_TOPO_FILE");
+  ctx->figures =
+      (hk_step_figures){0.0, HK_TCP_INTRA_STEP_US, HK_TCP_NET_STEP_US};
+  /* hosts of unequal size: modelled as one host of every rank */
+  int uniform = hk_layout_uniform(ctx->layout, ctx->size);
+  ctx->model_hosts = uniform ? ctx->cross_size : 1;
+  ctx->model = (hk_host_model){uniform ? ctx->local_size : ctx->size,
+                               HK_TCP_INTRA_GBPS, 0, &ctx->figures};
+  if (!file || !*file || ctx->model.gpus == 1)
+    return HK_OK;
+  hk_topo *t = NULL;
+  hk_status st = hk_topo_load_env(&t);
+  if (st == HK_OK)
+    st = hk_host_model_from_topo(t, ctx->model.gpus, &ctx->model);
+  hk_topo_free(t);
+  if (st != HK_OK) {
+    char msg[HK_ERROR_MSG_CAP];
+    snprintf(msg, sizeof msg, "%s", hk_last_error());
+    return hk_fail(HK_ERR_CONFIG, "HK_TOPO_FILE: %s", msg);
+  }
+  return HK_OK;
+}
+
+hk_status hk_algo_setup(hk_ctx *ctx) {
+  hk_algo forced;
+  hk_status st = hk_cost_algo_from_env(&forced);
+  if (st != HK_OK)
+    return st;
+  if (forced == HK_ALGO_TREE)
+    return hk_fail(HK_ERR_CONFIG,
+                   "HK_ALLREDUCE_ALGO=tree: hk's collectives have no tree "
+                   "(hktopo predicts NCCL's); use ring, hierarchical, rd or "
+                   "auto");
+  int hier = ctx->cfg.hierarchical; /* -1 unset, 0, 1 */
+  if (hier == 1 && forced != HK_ALGO_AUTO && forced != HK_ALGO_HIERARCHICAL)
+    return hk_fail(HK_ERR_CONFIG,
+                   "HK_HIERARCHICAL_ALLREDUCE=1 contradicts "
+                   "HK_ALLREDUCE_ALGO=%s",
+                   hk_algo_name(forced));
+  if (hier == 1)
+    forced = HK_ALGO_HIERARCHICAL;
+  if (forced == HK_ALGO_HIERARCHICAL && !ctx->have_hier && ctx->rank == 0 &&
+      ctx->cross_size > 1 && ctx->local_size > 1)
+    hk_log(HK_LOG_WARNING, "hierarchical allreduce needs the same number of "
+                           "ranks on every host: running the flat ring");
+  ctx->algo_forced = forced;
+  ctx->algo_mask = 1u << HK_ALGO_RING | 1u << HK_ALGO_RD;
+  if (ctx->have_hier && hier != 0)
+    ctx->algo_mask |= 1u << HK_ALGO_HIERARCHICAL;
+  st = host_model(ctx);
+  /* a fused group of rd tensors stays within rd's sizes */
+  ctx->rd_limit = 0;
+  if (st == HK_OK && forced == HK_ALGO_AUTO)
+    for (size_t b = 256; b <= ((size_t)1 << 30); b *= 2)
+      if (hk_algo_for(ctx, b) == HK_ALGO_RD)
+        ctx->rd_limit = b;
+  if (st == HK_OK && ctx->rank == 0 && ctx->size > 1) {
+    size_t sizes[] = {1024, 65536, 1 << 20, 64 << 20};
+    char line[256] = "";
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+      snprintf(line + strlen(line), sizeof line - strlen(line), " %zu B: %s;",
+               sizes[i], hk_algo_name(hk_algo_for(ctx, sizes[i])));
+    hk_log(HK_LOG_INFO, "allreduce algorithm (%s):%s rd fused up to %zu B",
+           hk_algo_name(ctx->algo_forced), line, ctx->rd_limit);
+  }
+  return st;
+}
+
+hk_algo hk_algo_for(const hk_ctx *ctx, size_t bytes) {
+  hk_algo a = ctx->algo_forced;
+  if (a == HK_ALGO_AUTO) {
+    hk_cost c;
+    if (hk_cost_choose_among(&ctx->model, bytes, ctx->model_hosts,
+                             ctx->cfg.net_gbit, ctx->algo_mask, &c) != HK_OK)
+      return HK_ALGO_RING;
+    a = c.algo;
+  }
+  if (a == HK_ALGO_HIERARCHICAL && !ctx->have_hier)
+    a = HK_ALGO_RING;
+  if (ctx->size == 1)
+    a = HK_ALGO_RING;
+  return a;
+}
