@@ -21,12 +21,15 @@
  *
  * faults: a host's link is cut (`ip link set <its veth> down`) while an
  *   allreduce is in flight, with HK_TIMEOUT_S=5:
- *   - mid-ring: every rank has submitted the step (and printed so) when
+ *   - mid-transfer: every rank has submitted the step (and printed so) when
  *     host 2's link goes down;
  *   - mid-negotiation: host 0's ranks (rank 0 coordinates) hold back their
  *     step at a gate (a FIFO), so the other ranks' step waits in
  *     negotiation with no transfer running; host 0 is cut, then the gate
- *     opens. Only TCP liveness on idle connections can notice this.
+ *     opens. Only TCP liveness on idle connections can notice this
+ *     (hierarchical allreduce);
+ *   - mid-transfer over MPI links (HK_CROSS_TRANSPORT=mpi, hierarchical):
+ *     host 1 cut;
  *   Then: every rank fails with HK_ERR_TIMEOUT or HK_ERR_PEER_LOST naming a
  *   peer, within HK_TIMEOUT_S (+2 s) of the cut, in the step that was in
  *   flight (each rank writes its error and the time to a file: the cut
@@ -271,7 +274,8 @@ static void remove_dir(const char *dir) {
  * MARK_AFTER is in flight (gate: host `cut`'s ranks hold it back first, so
  * the others wait in negotiation), and checks how the job ends.
  */
-static void run_cut(int cut, int gate, const char *hier) {
+static void run_cut(int cut, int gate, const char *transport,
+                    const char *hier) {
   hkt_bed_need(&bed);
   char dir[] = "/tmp/hk-netbed-cut-XXXXXX";
   assert_non_null(mkdtemp(dir));
@@ -287,12 +291,13 @@ static void run_cut(int cut, int gate, const char *hier) {
   }
   char hosts[512];
   hkt_bed_hostlist(&bed, HOSTS, SLOTS, hosts, sizeof hosts);
-  char hier_env[64];
+  char hier_env[64], tr_env[64];
   snprintf(hier_env, sizeof hier_env, "HK_HIERARCHICAL_ALLREDUCE=%s", hier);
+  snprintf(tr_env, sizeof tr_env, "HK_CROSS_TRANSPORT=%s", transport);
   char *env[] = {"ASAN_OPTIONS=detect_leaks=0",
                  "HK_TIMEOUT_S=" XSTR(TIMEOUT_S),
                  "NETBED_ALIVE_S=" XSTR(ALIVE_S),
-                 "HK_CROSS_TRANSPORT=tcp",
+                 tr_env,
                  hier_env,
                  NULL};
   char mark[16];
@@ -357,8 +362,11 @@ static void run_cut(int cut, int gate, const char *hier) {
              r.exited ? r.exit_code : r.signal, exit_s);
   }
   assert_int_equal(restored, 0);
-  fprintf(stderr, "cut %s (host %d) at step %d: hkrun exited %d after %.1f s\n",
-          bed.host[cut], cut, MARK_AFTER + 1, r.exit_code, exit_s);
+  fprintf(stderr,
+          "cut %s (host %d) at step %d (%s, hierarchical %s): hkrun exited %d "
+          "after %.1f s\n",
+          bed.host[cut], cut, MARK_AFTER + 1, transport, hier, r.exit_code,
+          exit_s);
 
   unsigned on_cut = ((1u << SLOTS) - 1) << (cut * SLOTS);
   unsigned cut_names_off = 0, off_names_cut = 0;
@@ -459,14 +467,21 @@ static void test_mpirun_killed_after_cut(void **state) {
   remove_dir(dir);
 }
 
-static void test_cut_mid_ring(void **state) {
+static void test_cut_mid_transfer(void **state) {
   (void)state;
-  run_cut(2, 0, "0");
+  run_cut(2, 0, "tcp", "0");
 }
 
 static void test_cut_mid_negotiation(void **state) {
   (void)state;
-  run_cut(0, 1, "1");
+  run_cut(0, 1, "tcp", "1");
+}
+
+/* Over MPI links (Open MPI's TCP, which has no timeout of its own): hk's
+ * waits on them time out. */
+static void test_cut_mid_transfer_mpi(void **state) {
+  (void)state;
+  run_cut(1, 0, "mpi", "1");
 }
 
 int main(int argc, char **argv) {
@@ -491,8 +506,9 @@ int main(int argc, char **argv) {
   }
   if (all || !strcmp(which, "faults")) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_cut_mid_ring),
+        cmocka_unit_test(test_cut_mid_transfer),
         cmocka_unit_test(test_cut_mid_negotiation),
+        cmocka_unit_test(test_cut_mid_transfer_mpi),
         cmocka_unit_test(test_mpirun_killed_after_cut),
     };
     failed += cmocka_run_group_tests_name("faults", tests, group_setup,
