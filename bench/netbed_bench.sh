@@ -16,8 +16,9 @@
 #   SWEEP_ROUNDS=3         rounds of (b): flat then hierarchical
 #   SWEEP_MAX=256M         largest size of the (b) sweep (from 1K, x2)
 #   LIMIT=900              seconds any one run may take (timeout, then kill)
-#   HK_VARIANTS="hk"       hk runs of (a): NAME[:VAR=V[,VAR=V...]] each, e.g.
-#                          "hk hk-4sock:HK_SOCKETS_PER_PEER=4"
+#   HK_VARIANTS="hk hk-mpi:HK_CROSS_TRANSPORT=mpi"
+#                          hk runs of (a): NAME[:VAR=V[,VAR=V...]] each, e.g.
+#                          add "hk-4sock:HK_SOCKETS_PER_PEER=4"
 #   PEER_VARIANTS="mpi mpi-nommap mpi-ring"
 #                          Open MPI runs of (a): out of the box; glibc
 #                          kept from mmap'ing its per-call temporaries
@@ -26,10 +27,12 @@
 #
 # What it runs (every run bounded by LIMIT):
 #  (a) 4 hosts x 1 rank: float32 sum, 64 MiB and 256 MiB, hkbench --raw
-#      (public API and ring alone) and ../shared/peers/mpi_allreduce_bench,
+#      (public API and the collective alone; hk's default algorithm choice,
+#      which the report quotes) and ../shared/peers/mpi_allreduce_bench,
 #      interleaved, ROUNDS rounds; medians; busbw in Gbit/s and % of RATE.
-#  (b) 4 hosts x 2 ranks: hkbench sweep 1 KiB..SWEEP_MAX, flat
-#      (HK_HIERARCHICAL_ALLREDUCE=0) then hierarchical (=1), interleaved,
+#  (b) 4 hosts x 2 ranks: hkbench sweep 1 KiB..SWEEP_MAX, flat ring
+#      (HK_ALLREDUCE_ALGO=ring HK_HIERARCHICAL_ALLREDUCE=0) then
+#      hierarchical (HK_HIERARCHICAL_ALLREDUCE=1), interleaved,
 #      SWEEP_ROUNDS rounds; medians.
 #  (c) alpha and beta: hkpingpong (TCP, as hk's transport) between hosts 0
 #      and 1 (the link) and inside host 0 (loopback): alpha = median one-way
@@ -59,7 +62,7 @@ ROUNDS=${ROUNDS:-3}
 SWEEP_ROUNDS=${SWEEP_ROUNDS:-3}
 SWEEP_MAX=${SWEEP_MAX:-256M}
 LIMIT=${LIMIT:-900}
-HK_VARIANTS=${HK_VARIANTS:-hk}
+HK_VARIANTS=${HK_VARIANTS:-hk hk-mpi:HK_CROSS_TRANSPORT=mpi}
 PEER_VARIANTS=${PEER_VARIANTS:-mpi mpi-nommap mpi-ring}
 PEERS=${PEERS:-$root/../shared/peers}
 HOSTS=4
@@ -145,8 +148,8 @@ mpi_run() { # NAME VARIANT NP SLOTS bench-args...
 }
 
 # Data lines of a result file: "size time busbw wrong [raw rawbusbw]".
-rows_hk() { awk '!/^#/ && NF >= 11 { print $1, $5, $8, $10, $6, $9 }' "$1"; }
-rows_mpi() { awk '!/^#/ && NF >= 9 { print $1, $5, $7, $8 }' "$1"; }
+rows_hk() { awk '$1 ~ /^[0-9]+$/ && NF >= 11 { print $1, $5, $8, $10, $6, $9 }' "$1"; }
+rows_mpi() { awk '$1 ~ /^[0-9]+$/ && NF >= 9 { print $1, $5, $7, $8 }' "$1"; }
 
 # Median of the numbers on stdin ("-" if none).
 median() { sort -g | awk '{ v[NR] = $1 } END {
@@ -219,7 +222,8 @@ for r in $(seq 1 "$ROUNDS"); do
   for v in $HK_VARIANTS; do
     n=${v%%:*} envs=""
     [ "$n" != "$v" ] && envs=${v#*:}
-    hk_run "a-$n-r$r" 4 1 "$envs" -b 64M -e 256M -f 4 -n 5 -w 1 --raw || true
+    hk_run "a-$n-r$r" 4 1 "HK_LOG_LEVEL=info${envs:+,$envs}" \
+      -b 64M -e 256M -f 4 -n 5 -w 1 --raw || true
     [ "$r" = 1 ] && names+=("$n")
   done
   for p in $PEER_VARIANTS; do
@@ -259,20 +263,27 @@ for n in "${names[@]}"; do
 done
 {
   echo
+  for v in $HK_VARIANTS; do
+    n=${v%%:*}
+    choice=$(grep -ho "allreduce algorithm ([a-z]*): .*" "$OUT/raw/a-$n-r1.txt" 2>/dev/null | head -1)
+    [ -z "$choice" ] || printf '%s: %s (rank 0'"'"'s log)\n\n' "$n" "$choice"
+  done
   echo "busbw = algbw x 2(n-1)/n (nccl-tests), n = 4; each round runs every program once, in the order listed. The most a TCP stream gets through the shaper here is 1/beta above (Ethernet, IP and TCP headers are inside the $RATE)."
   echo
 } >>"$report"
 
 # ---- (b) 4 x 2: flat vs hierarchical, and the model ---------------------
 for r in $(seq 1 "$SWEEP_ROUNDS"); do
-  hk_run "b-flat-r$r" 8 2 HK_HIERARCHICAL_ALLREDUCE=0 -b 1K -e "$SWEEP_MAX" -f 2 -n 20 -w 2 -B 256M --raw || true
-  hk_run "b-hier-r$r" 8 2 HK_HIERARCHICAL_ALLREDUCE=1 -b 1K -e "$SWEEP_MAX" -f 2 -n 20 -w 2 -B 256M --raw || true
+  hk_run "b-flat-r$r" 8 2 HK_ALLREDUCE_ALGO=ring,HK_HIERARCHICAL_ALLREDUCE=0 \
+    -b 1K -e "$SWEEP_MAX" -f 2 -n 20 -w 2 -B 256M --raw || true
+  hk_run "b-hier-r$r" 8 2 HK_HIERARCHICAL_ALLREDUCE=1 \
+    -b 1K -e "$SWEEP_MAX" -f 2 -n 20 -w 2 -B 256M --raw || true
 done
 for k in flat hier; do
   for f in "$OUT/raw/b-$k-r"*.txt; do rows_hk "$f" >"$f.rows"; done
 done
 {
-  echo "## (b) 4 hosts x 2 ranks: flat vs hierarchical (HK_HIERARCHICAL_ALLREDUCE=1), float32 sum, medians of $SWEEP_ROUNDS rounds, next to the alpha-beta model"
+  echo "## (b) 4 hosts x 2 ranks: flat ring (HK_ALLREDUCE_ALGO=ring) vs hierarchical (HK_HIERARCHICAL_ALLREDUCE=1), float32 sum, medians of $SWEEP_ROUNDS rounds, next to the alpha-beta model"
   echo
   echo "busbw in Gbit/s (public API; ring alone in parentheses); model from (c); '!' marks |measured/model - 1| > 15%."
   echo
