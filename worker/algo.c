@@ -62,6 +62,9 @@ hk_status hk_algo_setup(hk_ctx *ctx) {
                    "HK_HIERARCHICAL_ALLREDUCE=1 contradicts "
                    "HK_ALLREDUCE_ALGO=%s",
                    hk_algo_name(forced));
+  if (hier == 0 && forced == HK_ALGO_HIERARCHICAL)
+    return hk_fail(HK_ERR_CONFIG, "HK_HIERARCHICAL_ALLREDUCE=0 contradicts "
+                                  "HK_ALLREDUCE_ALGO=hierarchical");
   if (hier == 1)
     forced = HK_ALGO_HIERARCHICAL;
   if (forced == HK_ALGO_HIERARCHICAL && !ctx->have_hier && ctx->rank == 0 &&

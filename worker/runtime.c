@@ -19,6 +19,7 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "topology/topo.h"
+#include "worker/agree.h"
 #include "worker/algo.h"
 #include "worker/background.h"
 #include "worker/bootstrap.h"
@@ -155,6 +156,8 @@ hk_status hk_init(void) {
   }
   if (st == HK_OK)
     st = hk_algo_setup(ctx);
+  if (st == HK_OK)
+    st = hk_agree_settings(ctx);
   if (st == HK_OK) {
     if (pthread_create(&ctx->thread, NULL, hk_background_main, ctx) != 0)
       st = hk_fail(HK_ERR_SYSTEM, "cannot start the background thread");

@@ -197,6 +197,34 @@ static void test_allreduce_algorithms(void **s) {
                  NULL);
   run_with_hosts("6", 2, hier, W("w_collectives"), "collectives ok: np=6",
                  NULL);
+  /* settings that must match but differ: hk_init fails at once, with the
+   * message naming the setting and both values (the ranks would otherwise
+   * run different algorithms on the same tensor: wrong sums or a hang).
+   * Every rank computes the same verdict; one that is still finishing the
+   * check when the first exits may get hkrun's abort instead, so the test
+   * asks for the message at least once and a failed job. */
+  const char *mismatches[][2] = {
+      {"HK_ALLREDUCE_ALGO=ring", "HK_ALLREDUCE_ALGO differs between ranks: "
+                                 "rank 0 has 'auto', rank 1 has 'ring'"},
+      {"HK_NET_GBIT=0.01", "HK_NET_GBIT differs between ranks: rank 0 has "
+                           "'10', rank 1 has '0.01'"},
+      {"HK_FUSION_THRESHOLD=0", "HK_FUSION_THRESHOLD differs between ranks"},
+      {"HK_HIERARCHICAL_ALLREDUCE=0",
+       "HK_HIERARCHICAL_ALLREDUCE differs between ranks"}};
+  for (int i = 0; i < 4; i++) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd,
+             "if [ $HK_RANK = 1 ]; then export %s; fi; exec %s",
+             mismatches[i][0], W("w_collectives"));
+    char *mm[] = {HKRUN_PATH, "-np", "3", "sh", "-c", cmd, NULL};
+    hkt_result m;
+    assert_int_equal(hkt_run(mm, NULL, 60, &m), 0);
+    if (m.exit_code == 0 || hkt_count_lines(m.err, mismatches[i][1]) < 1)
+      fail_msg("%s: exit %d, want '%s' in:\n%.3000s", mismatches[i][0],
+               m.exit_code, mismatches[i][1], m.err);
+    hkt_result_free(&m);
+    assert_int_equal(hkt_orphans(NULL, 0), 0);
+  }
   /* bad layouts and settings fail hk_init on every rank, saying why */
   char *bad[] = {"HK_ALLREDUCE_ALGO=tree", NULL};
   char *argv[] = {HKRUN_PATH, "-np", "2", W("w_collectives"), NULL};
