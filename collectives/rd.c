@@ -10,15 +10,6 @@
 #include "collectives/reduce.h"
 #include "common/status.h"
 
-int hk_rd_steps(int n) {
-  int p = 1, steps = 0;
-  while (p * 2 <= n) {
-    p *= 2;
-    steps++;
-  }
-  return steps + (p < n ? 2 : 0);
-}
-
 /* The real rank of virtual index v (e = ranks that sit out). */
 static int real_rank(int v, int e) { return v < e ? 2 * v + 1 : v + e; }
 

@@ -34,10 +34,6 @@
 #include "collectives/transport/link.h"
 #include "hk/hk.h"
 
-/** Steps of a recursive-doubling allreduce over n ranks (0 for n == 1):
- *  ceil(log2 n) plus 2 when n is not a power of two. */
-int hk_rd_steps(int n);
-
 /**
  * Allreduce of count ELEMENTS (sendbuf == recvbuf allowed) among n ranks,
  * this one being `rank`; links[j] is the link to rank j (n entries;
