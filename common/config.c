@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "common/log.h"
 #include "common/status.h"
@@ -75,6 +76,71 @@ static const tunable table[] = {
      OFF(net_gbit), 0},
 };
 
+/* A variable that takes one of n words (case-insensitive); unset: 0. */
+static hk_status pick_word(const char *var, const char *const *words, int n,
+                           int *out) {
+  *out = 0;
+  const char *s = getenv(var);
+  if (!s || !*s)
+    return HK_OK;
+  for (int i = 0; i < n; i++)
+    if (strcasecmp(s, words[i]) == 0) {
+      *out = i;
+      return HK_OK;
+    }
+  char list[128] = "";
+  for (int i = 0; i < n; i++)
+    snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s",
+             i ? ", " : "", words[i]);
+  return hk_fail(HK_ERR_CONFIG, "%s='%s' is not one of %s", var, s, list);
+}
+
+/* An integer variable in [min, max]; unset: def. */
+static hk_status read_int(const char *var, int def, int min, int max,
+                          int *out) {
+  *out = def;
+  const char *s = getenv(var);
+  if (!s || !*s)
+    return HK_OK;
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || *end || v < min || v > max)
+    return hk_fail(HK_ERR_CONFIG, "%s='%s' is not an integer in [%d, %d]", var,
+                   s, min, max);
+  *out = (int)v;
+  return HK_OK;
+}
+
+/* HK_EMU_FAULT=error|hang|delay:RANK:OP[:MS] */
+static hk_status read_fault(hk_config *cfg) {
+  cfg->emu_fault_kind = 0;
+  cfg->emu_fault_rank = cfg->emu_fault_op = cfg->emu_fault_ms = 0;
+  const char *s = getenv("HK_EMU_FAULT");
+  if (!s || !*s)
+    return HK_OK;
+  char kind[16];
+  int rank, op, ms = 0, used = 0;
+  int n =
+      sscanf(s, "%15[a-z]:%d:%d%n:%d%n", kind, &rank, &op, &used, &ms, &used);
+  int k = !strcmp(kind, "error")   ? 1
+          : !strcmp(kind, "hang")  ? 2
+          : !strcmp(kind, "delay") ? 3
+                                   : 0;
+  if (n < 3 || (size_t)used != strlen(s) || !k || rank < 0 || op < 0 ||
+      ms < 0 || (k == 3) != (n == 4))
+    return hk_fail(HK_ERR_CONFIG,
+                   "HK_EMU_FAULT='%s' is not error:RANK:OP, hang:RANK:OP or "
+                   "delay:RANK:OP:MS (OP counts the rank's device "
+                   "communicator operations from 0)",
+                   s);
+  cfg->emu_fault_kind = k;
+  cfg->emu_fault_rank = rank;
+  cfg->emu_fault_op = op;
+  cfg->emu_fault_ms = ms;
+  return HK_OK;
+}
+
 hk_status hk_config_load(hk_config *cfg) {
   for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
     const tunable *t = &table[i];
@@ -121,6 +187,19 @@ hk_status hk_config_load(hk_config *cfg) {
                      "HK_HIERARCHICAL_ALLREDUCE='%s' is not 0 or 1", hier);
     cfg->hierarchical = hier[0] == '1';
   }
+  static const char *const devices[] = {"auto", "cuda", "emu", "none"};
+  static const char *const comps[] = {"none", "fp16", "bf16"};
+  hk_status st = pick_word("HK_DEVICE", devices, 4, &cfg->device);
+  if (st == HK_OK)
+    st = pick_word("HK_COMPRESSION", comps, 3, &cfg->compression);
+  if (st == HK_OK)
+    st = read_int("HK_GPU", -1, 0, 1023, &cfg->gpu);
+  if (st == HK_OK)
+    st = read_int("HK_TEST_GPU", 0, 0, 1, &cfg->test_gpu);
+  if (st == HK_OK)
+    st = read_fault(cfg);
+  if (st != HK_OK)
+    return st;
   cfg->log_level = HK_LOG_WARNING;
   const char *lvl = getenv("HK_LOG_LEVEL");
   if (lvl && *lvl) {
@@ -155,6 +234,16 @@ void hk_config_print_table(void) {
          "1: hierarchical allreduce; 0: never; unset: auto decides");
   printf("%-22s %12s  %-24s %s\n", "HK_TOPO_FILE", "\"\"",
          "nvidia-smi text or XML", "this server's layout: ring order, model");
+  printf("%-22s %12s  %-24s %s\n", "HK_DEVICE", "auto", "auto|cuda|emu|none",
+         "GPU tensors' backend; auto: cuda where a GPU is found");
+  printf("%-22s %12s  %-24s %s\n", "HK_GPU", "local rank", "0..1023",
+         "the GPU (index among the visible ones) this process uses");
+  printf("%-22s %12s  %-24s %s\n", "HK_COMPRESSION", "none", "none|fp16|bf16",
+         "float32 device gradients travel in this type");
+  printf("%-22s %12s  %-24s %s\n", "HK_EMU_FAULT", "\"\"",
+         "error|hang|delay:R:OP[:MS]",
+         "emu backend: inject a fault into rank R's OP-th device "
+         "communicator operation");
   printf("%-22s %12s  %-24s %s\n", "HK_LOG_LEVEL", "warning",
          "error|warning|info|debug", "diagnostics written to stderr");
 }

@@ -34,7 +34,31 @@ typedef struct hk_config {
   int hierarchical;        /* HK_HIERARCHICAL_ALLREDUCE: 1, 0, -1 unset */
   int log_level;           /* HK_LOG_LEVEL: hk_log_level */
   char timeline[4096];     /* HK_TIMELINE: rank 0's trace file, or "" */
+  /* GPU tensors (device/device.h) */
+  int device;      /* HK_DEVICE: hk_device_choice */
+  int gpu;         /* HK_GPU: device index; -1 = the local rank */
+  int compression; /* HK_COMPRESSION: hk_compression */
+  int test_gpu;    /* HK_TEST_GPU: 1 = tests needing a GPU fail
+                      instead of skipping */
+  /* HK_EMU_FAULT=kind:rank:op[:ms] (emu backend only): kind 0 none,
+     1 error, 2 hang, 3 delay (device.h hk_dev_fault_kind) */
+  int emu_fault_kind, emu_fault_rank, emu_fault_op, emu_fault_ms;
 } hk_config;
+
+/** HK_DEVICE: which device backend GPU tensors use. */
+typedef enum hk_device_choice {
+  HK_DEVICE_AUTO = 0, /* cuda where libhk_cuda.so loads and sees a GPU */
+  HK_DEVICE_CUDA = 1, /* cuda, or fail at hk_init saying what is missing */
+  HK_DEVICE_EMU = 2,  /* the emulated GPU (device/emu) */
+  HK_DEVICE_NONE = 3, /* host tensors only */
+} hk_device_choice;
+
+/** HK_COMPRESSION: the type float32 device gradients travel in. */
+typedef enum hk_compression {
+  HK_COMPRESS_NONE = 0,
+  HK_COMPRESS_FP16 = 1,
+  HK_COMPRESS_BF16 = 2,
+} hk_compression;
 
 /**
  * Fills *cfg from the environment, defaults where a variable is unset.
