@@ -8,6 +8,7 @@
 
 #include "collectives/transport/tcp.h"
 #include "common/status.h"
+#include "worker/devplane.h"
 
 static void wake(hk_ctx *ctx) {
   uint64_t one = 1;
@@ -52,6 +53,13 @@ hk_status hk_queue_submit(hk_ctx *ctx, const hk_wire_request *req,
   h->req = *req;
   h->sendbuf = sendbuf;
   h->recvbuf = recvbuf;
+  hk_devplane_classify(ctx, &h->req, sendbuf, recvbuf);
+  hk_status cst = hk_devplane_capture(ctx, h, hk_devplane_stream());
+  if (cst != HK_OK) {
+    free(outputs ? outputs->splits : NULL);
+    free(h);
+    return cst;
+  }
   if (outputs) { /* where results go; the splits copy becomes ours */
     h->out_buf = outputs->out_buf;
     h->out_counts = outputs->out_counts;
@@ -67,6 +75,7 @@ hk_status hk_queue_submit(hk_ctx *ctx, const hk_wire_request *req,
     st = enqueue_locked(ctx, h);
   pthread_mutex_unlock(&ctx->mu);
   if (st != HK_OK) {
+    hk_devplane_release(ctx, h);
     free(h->splits);
     free(h);
     return st;
@@ -85,8 +94,19 @@ hk_status hk_queue_submit_group(hk_ctx *ctx, hk_handle *members, size_t n,
   parent->pending = (int)n;
   snprintf(parent->req.name, sizeof parent->req.name, "%s",
            members[0]->req.group);
-  pthread_mutex_lock(&ctx->mu);
   hk_status st = HK_OK;
+  for (size_t i = 0; i < n && st == HK_OK; i++) {
+    hk_devplane_classify(ctx, &members[i]->req, members[i]->sendbuf,
+                         members[i]->recvbuf);
+    st = hk_devplane_capture(ctx, members[i], hk_devplane_stream());
+  }
+  if (st != HK_OK) {
+    for (size_t i = 0; i < n; i++)
+      hk_devplane_release(ctx, members[i]);
+    free(parent);
+    return st;
+  }
+  pthread_mutex_lock(&ctx->mu);
   for (size_t i = 0; i < n && st == HK_OK; i++)
     st = refuse_locked(ctx, members[i]->req.name);
   for (size_t i = 0; i < n && st == HK_OK; i++) {
@@ -95,6 +115,8 @@ hk_status hk_queue_submit_group(hk_ctx *ctx, hk_handle *members, size_t n,
   }
   pthread_mutex_unlock(&ctx->mu);
   if (st != HK_OK) { /* only an allocation can fail after the checks */
+    for (size_t i = 0; i < n; i++)
+      hk_devplane_release(ctx, members[i]);
     free(parent);
     return st;
   }
@@ -121,6 +143,7 @@ hk_handle hk_queue_find(hk_ctx *ctx, const char *name) {
 /* Requires ctx->mu held. */
 static void complete_locked(hk_ctx *ctx, hk_handle h, hk_status status,
                             const char *reason) {
+  hk_devplane_release(ctx, h);
   if (!h->phantom)
     hk_strmap_remove(ctx->inflight, h->req.name);
   hk_handle p = h->parent;
