@@ -3,7 +3,9 @@
  */
 #include "worker/devplane.h"
 
+#include <dlfcn.h>
 #include <poll.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -155,13 +157,21 @@ static hk_status open_backend(hk_ctx *ctx) {
                                       .op_index = c->emu_fault_op,
                                       .delay_ms = c->emu_fault_ms},
                             .job_rank = ctx->rank};
-  hk_status st = hk_device_open(backend_names[c->device], &opts, &ctx->dev);
+  /* auto is cuda where it opens; otherwise why not is kept for the error
+   * a device tensor would get */
+  const char *kind =
+      c->device == HK_DEVICE_AUTO ? "cuda" : backend_names[c->device];
+  hk_status st = hk_device_open(kind, &opts, &ctx->dev);
+  if (st != HK_OK && c->device == HK_DEVICE_AUTO) {
+    snprintf(ctx->dev_missing, sizeof ctx->dev_missing,
+             "hk has no GPU backend here (HK_DEVICE=auto): %s",
+             hk_last_error());
+    hk_clear_error();
+    ctx->dev = NULL;
+    return HK_OK;
+  }
   if (st != HK_OK)
     return st;
-  if (!ctx->dev)
-    snprintf(ctx->dev_missing, sizeof ctx->dev_missing,
-             "no GPU backend: libhk_cuda.so did not load or found no GPU "
-             "(HK_DEVICE=cuda says why)");
   else
     hk_log(HK_LOG_INFO, "device backend %s: %s", ctx->dev->ops->name,
            ctx->dev->ops->describe(ctx->dev));
@@ -254,14 +264,37 @@ static _Thread_local void *tl_stream;
 void *hk_devplane_stream(void) { return tl_stream; }
 void hk_devplane_set_stream(void *stream) { tl_stream = stream; }
 
+/* Without a backend, a CUDA pointer can still reach hk: the process has
+ * the CUDA driver loaded (it allocated the memory), hk has no module.
+ * Asking the driver already in the process (never loading it) turns what
+ * would be a crash into HK_ERR_DEVICE saying what is missing. The driver
+ * API's values: CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2, CU_MEMORYTYPE_DEVICE
+ * = 2 (cuda.h). */
+static int driver_says_device(const void *p) {
+  void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (!h)
+    return 0;
+  int (*attr)(void *, int, unsigned long long) =
+      (int (*)(void *, int, unsigned long long))dlsym(h,
+                                                      "cuPointerGetAttribute");
+  unsigned int type = 0;
+  int dev = attr && attr(&type, 2, (unsigned long long)(uintptr_t)p) == 0 &&
+            type == 2;
+  dlclose(h);
+  return dev;
+}
+
+static int is_device(const hk_ctx *ctx, const void *p) {
+  if (!p)
+    return 0;
+  if (ctx->dev)
+    return ctx->dev->ops->pointer_kind(ctx->dev, p, NULL) == HK_MEM_DEVICE;
+  return driver_says_device(p);
+}
+
 void hk_devplane_classify(const hk_ctx *ctx, hk_wire_request *req,
                           const void *send, const void *recv) {
-  req->mem = HK_WIRE_MEM_HOST;
-  if (!ctx->dev)
-    return;
-  const hk_device_ops *o = ctx->dev->ops;
-  int sd = send && o->pointer_kind(ctx->dev, send, NULL) == HK_MEM_DEVICE;
-  int rd = recv && o->pointer_kind(ctx->dev, recv, NULL) == HK_MEM_DEVICE;
+  int sd = is_device(ctx, send), rd = is_device(ctx, recv);
   if (!send)
     sd = rd;
   if (!recv)

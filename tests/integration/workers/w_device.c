@@ -133,8 +133,8 @@ static void finish(void *acc, size_t n, hk_dtype d, hk_op op, int divisor,
 }
 
 /* In-host model: element e of ranks first..first+L-1, rank-order fold. */
-static void host_fold(uint8_t *acc, void *const *in, int first, int L,
-                      size_t e, hk_dtype d, hk_op op) {
+static void host_fold(uint8_t *acc, void *const *in, int first, int L, size_t e,
+                      hk_dtype d, hk_op op) {
   const size_t esz = hk_dtype_size(d);
   memcpy(acc, (uint8_t *)in[first] + e * esz, esz);
   for (int l = 1; l < L; l++)
@@ -175,8 +175,8 @@ static uint64_t hash_bytes(uint64_t h, const void *p, size_t n) {
 /* Every rank must hold the same bits: allgather the hashes (host). */
 static void same_everywhere(uint64_t h, const char *what) {
   uint64_t *all = NULL;
-  HKT_OK(hk_allgather("w_device.hash", &h, 1, 1, HK_INT64, (void **)&all,
-                      NULL));
+  HKT_OK(
+      hk_allgather("w_device.hash", &h, 1, 1, HK_INT64, (void **)&all, NULL));
   for (int r = 0; r < size; r++)
     HKT_CHECK(all[r] == all[0], "%s: rank %d's results differ from rank 0's",
               what, r);
@@ -401,9 +401,9 @@ static void mode_compress(size_t count, const char *kind) {
   model(lsum, (void *const *)lin, size, 1, count, low, HK_SUM);
   float *want = malloc(count * 4 + 4), *got = malloc(count * 4 + 4);
   for (size_t i = 0; i < count; i++)
-    want[i] = (low == HK_FLOAT16 ? hk_f16_to_f32(lsum[i])
-                                 : hk_bf16_to_f32(lsum[i])) /
-              (float)size;
+    want[i] =
+        (low == HK_FLOAT16 ? hk_f16_to_f32(lsum[i]) : hk_bf16_to_f32(lsum[i])) /
+        (float)size;
   float *d = dalloc(count * 4);
   up(d, in[rank], count * 4);
   HKT_OK(hk_allreduce("compressed", d, d, count, HK_FLOAT32, HK_AVERAGE));
@@ -442,9 +442,9 @@ static void mode_mismatch(void) {
   float host[8] = {1, 2, 3, 4, 5, 6, 7, 8};
   float *d = dalloc(sizeof host);
   up(d, host, sizeof host);
-  hk_status st = hk_allreduce("kind", rank == 0 ? (void *)host : (void *)d,
-                              rank == 0 ? (void *)host : (void *)d, 8,
-                              HK_FLOAT32, HK_SUM);
+  hk_status st =
+      hk_allreduce("kind", rank == 0 ? (void *)host : (void *)d,
+                   rank == 0 ? (void *)host : (void *)d, 8, HK_FLOAT32, HK_SUM);
   HKT_CHECK(st == HK_ERR_MISMATCH && strstr(hk_last_error(), "memory kind"),
             "host vs device: got %s: %s", hk_strerror(st), hk_last_error());
   printf("mismatch 1: %s\n", hk_last_error());
@@ -501,10 +501,10 @@ static void mode_collectives(void) {
   /* reducescatter of ROWS rows */
   int32_t *dr = dalloc(sizeof in), hr[ROWS * ROW];
   size_t out_rows = 0, hrows = 0;
-  HKT_OK(hk_reducescatter("c.rs", d, ROWS, ROW, HK_INT32, HK_SUM, dr,
-                          &out_rows));
-  HKT_OK(hk_reducescatter("c.rs.h", in, ROWS, ROW, HK_INT32, HK_SUM, hr,
-                          &hrows));
+  HKT_OK(
+      hk_reducescatter("c.rs", d, ROWS, ROW, HK_INT32, HK_SUM, dr, &out_rows));
+  HKT_OK(
+      hk_reducescatter("c.rs.h", in, ROWS, ROW, HK_INT32, HK_SUM, hr, &hrows));
   HKT_CHECK(out_rows == hrows, "reducescatter rows");
   down(got, dr, out_rows * ROW * 4);
   check_bits(got, hr, out_rows * ROW, HK_INT32, "reducescatter");
