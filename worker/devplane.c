@@ -31,7 +31,9 @@ struct hk_devplane {
   size_t *off; /* where the batch's segment j has reached, nseg */
   size_t off_cap;
   hk_dev_event ev_done;
-  const char *tensor; /* for the watchdog's messages */
+  hk_dev_event ev_phase[3]; /* before the pack, after it, after the
+                               schedule (ev_done ends the unpack) */
+  const char *tensor;       /* for the watchdog's messages */
 };
 
 /* ---- the watchdog ---- */
@@ -200,6 +202,8 @@ static hk_status make_sched(hk_ctx *ctx, struct hk_devplane *g) {
     st = o->event_create(ctx->dev, &s->ev_ready);
   if (st == HK_OK)
     st = o->event_create(ctx->dev, &g->ev_done);
+  for (int i = 0; i < 3 && st == HK_OK; i++)
+    st = o->event_create(ctx->dev, &g->ev_phase[i]);
   return st;
 }
 
@@ -243,6 +247,9 @@ void hk_devplane_close(hk_ctx *ctx) {
       o->event_destroy(ctx->dev, s->ev_ready);
     if (g->ev_done)
       o->event_destroy(ctx->dev, g->ev_done);
+    for (int i = 0; i < 3; i++)
+      if (g->ev_phase[i])
+        o->event_destroy(ctx->dev, g->ev_phase[i]);
     o->mem_free(ctx->dev, g->fusion);
     free(s->segs);
     free(g->items);
@@ -479,7 +486,7 @@ static hk_status layout(hk_ctx *ctx, hk_handle *hs, uint32_t k, size_t nseg,
 
 hk_status hk_devplane_allreduce(hk_ctx *ctx, hk_handle *hs, uint32_t k,
                                 int32_t divisor, hk_dev_algo a,
-                                const char **algo) {
+                                const char **algo, double phase_s[3]) {
   hk_status st = need_device(ctx, hs[0]->req.name);
   if (st != HK_OK)
     return st;
@@ -512,12 +519,18 @@ hk_status hk_devplane_allreduce(hk_ctx *ctx, hk_handle *hs, uint32_t k,
       st = o->stream_wait_event(ctx->dev, s->stream, hs[i]->ready);
   size_t seglen = 0, n = 0;
   if (st == HK_OK)
+    st = o->event_record(ctx->dev, g->ev_phase[0], s->stream);
+  if (st == HK_OK)
     st = layout(ctx, hs, k, nseg, 1, divisor, wsz, &seglen, &n);
   if (st == HK_OK && n)
     st = o->batch_copy(ctx->dev, g->items, n, dtype, wdt, s->stream);
+  if (st == HK_OK)
+    st = o->event_record(ctx->dev, g->ev_phase[1], s->stream);
   if (st == HK_OK && ctx->size > 1)
     st = hk_dev_allreduce(s, a, ring, g->fusion, nseg, seglen, wdt,
                           (hk_op)hs[0]->req.op);
+  if (st == HK_OK)
+    st = o->event_record(ctx->dev, g->ev_phase[2], s->stream);
   if (st == HK_OK)
     st = layout(ctx, hs, k, nseg, 0, divisor, wsz, &seglen, &n);
   if (st == HK_OK && n)
@@ -526,6 +539,15 @@ hk_status hk_devplane_allreduce(hk_ctx *ctx, hk_handle *hs, uint32_t k,
     st = o->event_record(ctx->dev, g->ev_done, s->stream);
   if (st == HK_OK)
     st = dev_wait(ctx, g->ev_done, "the device allreduce");
+  /* the GPU's own clock for the timeline: pack, schedule, unpack */
+  hk_dev_event ends[4] = {g->ev_phase[0], g->ev_phase[1], g->ev_phase[2],
+                          g->ev_done};
+  for (int i = 0; i < 3; i++) {
+    float ms = 0;
+    if (st != HK_OK || o->event_elapsed(ctx->dev, ends[i], ends[i + 1], &ms))
+      ms = 0;
+    phase_s[i] = ms * 1e-3;
+  }
   return st;
 }
 

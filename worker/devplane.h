@@ -65,13 +65,15 @@ void hk_devplane_release(hk_ctx *ctx, hk_handle h);
  * in), runs the schedule hk_devplane_algo chose, unpacks (average
  * divisor, postscale, decompression fused in) and waits for the result
  * under the watchdog. `divisor` is the negotiated HK_AVERAGE divisor.
- * *algo receives the schedule's name (for the timeline).
+ * *algo receives the schedule's name, phase_s[0..3) the seconds the GPU
+ * spent packing, in the schedule (communicator and staging) and
+ * unpacking, timed by device events (for the timeline; 0 on failure).
  * Errors: HK_ERR_DEVICE, HK_ERR_TIMEOUT, HK_ERR_PEER_LOST, HK_ERR_NOMEM,
  * the ring's errors; the communicator is aborted on any device failure.
  */
 hk_status hk_devplane_allreduce(hk_ctx *ctx, hk_handle *hs, uint32_t k,
                                 int32_t divisor, hk_dev_algo a,
-                                const char **algo);
+                                const char **algo, double phase_s[3]);
 
 /**
  * The schedule for a device allreduce of `bytes` bytes (as the tensor's

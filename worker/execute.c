@@ -302,10 +302,16 @@ static hk_status run_device(hk_ctx *ctx, plan *p, uint32_t a, uint32_t b,
     return hk_fail(HK_ERR_NOMEM, "cannot list %u device tensors", b - a);
   for (uint32_t i = a; i < b; i++)
     hs[i - a] = p->h[p->order[i]];
-  t[0] = t[1] = hk_now();
-  hk_status st = hk_devplane_allreduce(
-      ctx, hs, b - a, divisor, (hk_dev_algo)p->items[p->order[a]].algo, algo);
-  t[2] = t[3] = hk_now();
+  double phase[3];
+  t[0] = hk_now();
+  hk_status st = hk_devplane_allreduce(ctx, hs, b - a, divisor,
+                                       (hk_dev_algo)p->items[p->order[a]].algo,
+                                       algo, phase);
+  /* the phases on the GPU's clock, laid back from when the wait ended */
+  t[3] = hk_now();
+  t[2] = t[3] - phase[2];
+  t[1] = t[2] - phase[1];
+  t[0] = t[1] - phase[0] > t[0] ? t[1] - phase[0] : t[0];
   free(hs);
   return st;
 }
@@ -598,7 +604,7 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
       if (moves_data)
         hk_introspect_record(ctx, h->req.name, t[1], t[2]);
       if (ctx->timeline && moves_data && !h->phantom)
-        trace(ctx, &rs[p.order[i]], h, t_ready, t, fused, args);
+        trace(ctx, &rs[p.order[i]], h, t_ready, t, fused || dev_algo, args);
       finish_handle(ctx, h, HK_OK, NULL);
       p.h[p.order[i]] = NULL;
     }
