@@ -33,7 +33,6 @@ struct hk_devplane {
   hk_dev_event ev_done;
   hk_dev_event ev_phase[3]; /* before the pack, after it, after the
                                schedule (ev_done ends the unpack) */
-  const char *tensor;       /* for the watchdog's messages */
 };
 
 /* ---- the watchdog ---- */
@@ -69,8 +68,8 @@ static hk_status dev_wait(void *arg, hk_dev_event e, const char *what) {
       char msg[HK_ERROR_MSG_CAP];
       snprintf(msg, sizeof msg, "%s", hk_last_error());
       abort_comm(ctx);
-      return hk_fail(HK_ERR_DEVICE, "%s for tensor '%s' failed on rank %d: %s",
-                     what, g->tensor, ctx->rank, msg);
+      return hk_fail(HK_ERR_DEVICE, "%s failed on rank %d: %s", what,
+                     ctx->rank, msg);
     }
     if (done)
       return HK_OK;
@@ -83,25 +82,23 @@ static hk_status dev_wait(void *arg, hk_dev_event e, const char *what) {
         abort_comm(ctx);
         return hk_fail(HK_ERR_DEVICE,
                        "the device communicator (%s) failed on rank %d "
-                       "during %s for tensor '%s': %s; it was aborted",
-                       o->name, ctx->rank, what, g->tensor, msg);
+                       "during %s: %s; it was aborted",
+                       o->name, ctx->rank, what, msg);
       }
     }
     if (launcher_says_abort(ctx)) {
       abort_comm(ctx);
       return hk_fail(HK_ERR_PEER_LOST,
-                     "hkrun stopped the job while rank %d waited for %s for "
-                     "tensor '%s'",
-                     ctx->rank, what, g->tensor);
+                     "hkrun stopped the job while rank %d waited for %s",
+                     ctx->rank, what);
     }
     if (hk_now() > deadline) {
       abort_comm(ctx);
       return hk_fail(HK_ERR_TIMEOUT,
-                     "%s for tensor '%s' did not complete within "
-                     "HK_TIMEOUT_S = %g s on rank %d (device work hung: a "
-                     "rank stopped inside the device communicator?); the "
-                     "communicator was aborted",
-                     what, g->tensor, ctx->cfg.timeout_s, ctx->rank);
+                     "%s did not complete within HK_TIMEOUT_S = %g s on rank "
+                     "%d (device work hung: a rank stopped inside the device "
+                     "communicator?); the communicator was aborted",
+                     what, ctx->cfg.timeout_s, ctx->rank);
     }
     struct timespec ts = {0, ns};
     nanosleep(&ts, NULL);
@@ -499,7 +496,6 @@ hk_status hk_devplane_allreduce(hk_ctx *ctx, hk_handle *hs, uint32_t k,
   size_t total = 0;
   for (uint32_t i = 0; i < k; i++)
     total += hs[i]->req.count;
-  g->tensor = hs[0]->req.name;
   *algo = ctx->size == 1 ? "local" : hk_dev_algo_name(a);
   const size_t nseg = a == HK_DEV_COMM ? 1
                       : a == HK_DEV_STAGED
@@ -558,7 +554,6 @@ hk_status hk_devplane_copy(hk_ctx *ctx, hk_handle h, void *dst, const void *src,
     return st;
   struct hk_devplane *g = ctx->gpu;
   const hk_device_ops *o = ctx->dev->ops;
-  g->tensor = h ? h->req.name : "(output)";
   if (h && h->ready)
     st = o->stream_wait_event(ctx->dev, g->sched.stream, h->ready);
   if (st == HK_OK)
