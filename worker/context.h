@@ -49,6 +49,12 @@ struct hk_handle_s {
   struct hk_handle_s *next; /* [mu] in the submit queue */
   hk_dev_event ready;       /* device tensors: recorded on the producer
                                stream at submit (worker/devplane.h) */
+  hk_dev_event done_ev;     /* device allreduce: recorded on hk's stream
+                               after the result's unpack */
+  int enqueued;             /* [mu] done_ev is recorded: hk_wait_stream
+                               may order a stream after it */
+  int detached;             /* [mu] hk_wait_stream returned before the
+                               handle completed: completion frees it */
 };
 
 /* Timing of the ring collectives this worker ran (worker/introspect.h). */

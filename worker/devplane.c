@@ -68,8 +68,8 @@ static hk_status dev_wait(void *arg, hk_dev_event e, const char *what) {
       char msg[HK_ERROR_MSG_CAP];
       snprintf(msg, sizeof msg, "%s", hk_last_error());
       abort_comm(ctx);
-      return hk_fail(HK_ERR_DEVICE, "%s failed on rank %d: %s", what,
-                     ctx->rank, msg);
+      return hk_fail(HK_ERR_DEVICE, "%s failed on rank %d: %s", what, ctx->rank,
+                     msg);
     }
     if (done)
       return HK_OK;
@@ -329,9 +329,46 @@ hk_status hk_devplane_capture(hk_ctx *ctx, hk_handle h, void *producer) {
 }
 
 void hk_devplane_release(hk_ctx *ctx, hk_handle h) {
-  if (h->ready && ctx && ctx->dev)
-    ctx->dev->ops->event_destroy(ctx->dev, h->ready);
-  h->ready = NULL;
+  if (ctx && ctx->dev) {
+    if (h->ready)
+      ctx->dev->ops->event_destroy(ctx->dev, h->ready);
+    if (h->done_ev)
+      ctx->dev->ops->event_destroy(ctx->dev, h->done_ev);
+  }
+  h->ready = h->done_ev = NULL;
+}
+
+hk_status hk_devplane_order_after(hk_ctx *ctx, void *stream, hk_dev_event e) {
+  hk_status st =
+      ctx->dev->ops->stream_wait_event(ctx->dev, (hk_dev_stream)stream, e);
+  if (st != HK_OK)
+    return hk_fail(HK_ERR_DEVICE, "hk_wait_stream: %s", hk_last_error());
+  return HK_OK;
+}
+
+/* Each tensor's own event after the unpack, then tells hk_wait_stream
+ * callers that they may order their streams after it. A tensor whose
+ * event cannot be made is simply waited on the host. */
+static void publish(hk_ctx *ctx, hk_handle *hs, uint32_t k) {
+  const hk_device_ops *o = ctx->dev->ops;
+  hk_dev_stream s = ctx->gpu->sched.stream;
+  for (uint32_t i = 0; i < k; i++) {
+    if (hs[i]->phantom || hs[i]->parent)
+      continue; /* nobody waits on it alone */
+    if (o->event_create(ctx->dev, &hs[i]->done_ev) != HK_OK) {
+      hs[i]->done_ev = NULL;
+      continue;
+    }
+    if (o->event_record(ctx->dev, hs[i]->done_ev, s) != HK_OK) {
+      o->event_destroy(ctx->dev, hs[i]->done_ev);
+      hs[i]->done_ev = NULL;
+    }
+  }
+  pthread_mutex_lock(&ctx->mu);
+  for (uint32_t i = 0; i < k; i++)
+    hs[i]->enqueued = hs[i]->done_ev != NULL;
+  pthread_cond_broadcast(&ctx->done_cv);
+  pthread_mutex_unlock(&ctx->mu);
 }
 
 /* ---- the background thread's side ---- */
@@ -533,6 +570,8 @@ hk_status hk_devplane_allreduce(hk_ctx *ctx, hk_handle *hs, uint32_t k,
     st = o->batch_copy(ctx->dev, g->items, n, wdt, dtype, s->stream);
   if (st == HK_OK)
     st = o->event_record(ctx->dev, g->ev_done, s->stream);
+  if (st == HK_OK)
+    publish(ctx, hs, k);
   if (st == HK_OK)
     st = dev_wait(ctx, g->ev_done, "the device allreduce");
   /* the GPU's own clock for the timeline: pack, schedule, unpack */

@@ -55,6 +55,13 @@ void *hk_devplane_stream(void);
 /** Sets it (hk_set_stream). Thread-local: affects the calling thread. */
 void hk_devplane_set_stream(void *stream);
 
+/**
+ * Makes `stream` (NULL: the default stream) wait GPU-side for event e,
+ * without blocking. Any thread. Errors: HK_ERR_DEVICE with the backend's
+ * message.
+ */
+hk_status hk_devplane_order_after(hk_ctx *ctx, void *stream, hk_dev_event e);
+
 /** Frees what capture made (the handle's event). Any thread. */
 void hk_devplane_release(hk_ctx *ctx, hk_handle h);
 

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "collectives/transport/tcp.h"
+#include "common/log.h"
 #include "common/status.h"
 #include "worker/devplane.h"
 
@@ -158,6 +159,14 @@ static void complete_locked(hk_ctx *ctx, hk_handle h, hk_status status,
     free(h);
     return;
   }
+  if (h->detached) { /* hk_wait_stream has returned: nobody waits */
+    if (status != HK_OK)
+      hk_log(HK_LOG_ERROR, "tensor '%s', already handed to a stream: %s",
+             h->req.name, reason ? reason : hk_strerror(status));
+    free(h->splits);
+    free(h);
+    return;
+  }
   h->status = status;
   if (status != HK_OK && reason)
     h->reason = strdup(reason);
@@ -231,4 +240,23 @@ void hk_queue_poll(hk_ctx *ctx, hk_handle h, int *done) {
   pthread_mutex_lock(&ctx->mu);
   *done = h->done;
   pthread_mutex_unlock(&ctx->mu);
+}
+
+hk_status hk_queue_wait_stream(hk_ctx *ctx, hk_handle h, void *stream) {
+  pthread_mutex_lock(&ctx->mu);
+  while (!h->done && !h->enqueued)
+    pthread_cond_wait(&ctx->done_cv, &ctx->mu);
+  if (h->done) { /* completed: the result is in place already */
+    pthread_mutex_unlock(&ctx->mu);
+    return hk_queue_wait(ctx, h);
+  }
+  /* Under mu: completion (which destroys done_ev) cannot run meanwhile;
+   * the wait is only queued, it does not block. */
+  hk_status st = hk_devplane_order_after(ctx, stream, h->done_ev);
+  h->detached = st == HK_OK;
+  pthread_mutex_unlock(&ctx->mu);
+  if (st != HK_OK)
+    return hk_queue_wait(ctx, h);
+  hk_clear_error();
+  return HK_OK;
 }

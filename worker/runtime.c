@@ -578,11 +578,9 @@ void *hk_get_stream(void) { return hk_devplane_stream(); }
 hk_status hk_wait_stream(hk_handle handle, void *stream) {
   if (!handle)
     return hk_fail(HK_ERR_INVALID_ARG, "hk_wait_stream: NULL handle");
-  /* The background thread completes a device tensor's handle once its
-   * result is in place on the device, so the stream has nothing left to
-   * wait for: hk's work is ordered before anything queued after this. */
-  (void)stream;
-  return hk_wait(handle);
+  if (!g_ctx) /* after hk_shutdown every handle has completed */
+    return hk_wait(handle);
+  return hk_queue_wait_stream(g_ctx, handle, stream);
 }
 
 void hk_free(void *p) { hk_devplane_free(g_ctx, p); }

@@ -402,13 +402,16 @@ void hk_set_stream(void *stream);
 void *hk_get_stream(void);
 
 /**
- * hk_wait for a device tensor, then makes `stream` (a cudaStream_t; NULL:
- * the legacy default stream) wait GPU-side for the result, so work queued
- * on it afterwards reads the reduced values. Releases the handle.
- * In this version hk completes a device tensor's handle only once its
- * result is in place on the device, so the stream wait is already
- * satisfied; the call keeps code written for an asynchronous completion
- * correct. Errors as hk_wait.
+ * The GPU-side completion of a device allreduce: blocks only until hk has
+ * negotiated the tensor and queued its device work (never for the GPU to
+ * finish it), then makes `stream` (a cudaStream_t; NULL: the legacy
+ * default stream) wait GPU-side for the result, so work queued on it
+ * afterwards reads the reduced values, and releases the handle. The
+ * handle must not be used afterwards. A failure found after this returned
+ * (an asynchronous NCCL error, say) fails the job: every later hk call
+ * returns it. For other handles (host tensors, groups, collectives other
+ * than allreduce) it is hk_wait. Errors as hk_wait; HK_ERR_DEVICE when the
+ * stream cannot be made to wait.
  */
 hk_status hk_wait_stream(hk_handle handle, void *stream);
 

@@ -359,14 +359,31 @@ static void mode_delay(void) {
   up(d, zero, count * 4);
   hk_dev_stream s;
   HKT_OK(dev->ops->stream_create(dev, &s));
-  HKT_OK(hk_emu_stream_delay(dev, s, 300));
+  HKT_OK(hk_emu_stream_delay(dev, s, 2000));
   HKT_OK(dev->ops->memcpy_async(dev, d, vals, count * 4, s));
   hk_set_stream(s);
   hk_handle h;
   HKT_OK(hk_allreduce_async("delayed", d, d, count, HK_FLOAT32, HK_SUM, &h));
   hk_set_stream(NULL);
-  HKT_OK(hk_wait_stream(h, s));
-  dsync(s);
+  /* A second stream, ordered after the result by hk_wait_stream, which
+   * must return without waiting for the GPU: the result is still 2 s of
+   * producer delay away, so an event recorded on s2 right after the
+   * return cannot have completed (it would have, had hk_wait_stream
+   * waited for the device on the host). */
+  hk_dev_stream s2;
+  hk_dev_event e;
+  HKT_OK(dev->ops->stream_create(dev, &s2));
+  HKT_OK(dev->ops->event_create(dev, &e));
+  HKT_OK(hk_wait_stream(h, s2));
+  HKT_OK(dev->ops->event_record(dev, e, s2));
+  int done = 1;
+  HKT_OK(dev->ops->event_query(dev, e, &done));
+  HKT_CHECK(!done, "hk_wait_stream waited on the host for the GPU result");
+  dsync(s2);
+  HKT_OK(dev->ops->event_query(dev, e, &done));
+  HKT_CHECK(done, "the stream's event after the result did not complete");
+  dev->ops->event_destroy(dev, e);
+  dev->ops->stream_destroy(dev, s2);
   down(got, d, count * 4);
   float ranks = (float)size * (float)(size + 1) / 2;
   for (size_t i = 0; i < count; i++)
