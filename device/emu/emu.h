@@ -89,12 +89,14 @@ hk_status hk_emu_comm_shm_name(const uint8_t id[HK_DEV_UID_BYTES], char *buf,
 /**
  * For tests: blocks the calling thread until at least n ranks (this one
  * included) wait at the communicator's barrier, i.e. are inside an
- * operation waiting for their peers, or until the communicator is aborted
- * or fails (then returns that error). Waits for the communicator's init
- * first. The barrier here is the one a blocked operation waits at, so a
- * test can abort while a peer is known to be blocked. The thread sleeps
- * (futex), it does not spin.
- * Errors: HK_ERR_INVALID_ARG (n outside [1, nranks]), the comm's error.
+ * operation waiting for their peers. Waits for the communicator's init
+ * first. This rank's own async error does not end the wait (a rank whose
+ * op failed may wait for its peers to block before it aborts); an abort
+ * (this rank's or a peer's) or a failed init does. The barrier here is the
+ * one a blocked operation waits at, so a test can abort while a peer is
+ * known to be blocked. The thread sleeps (futex), it does not spin.
+ * Errors: HK_ERR_INVALID_ARG (n outside [1, nranks]); HK_ERR_SYSTEM (init
+ * failed, aborted: the message says which).
  */
 hk_status hk_emu_comm_wait_arrived(hk_dev_comm c, int n);
 
