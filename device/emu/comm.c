@@ -12,8 +12,12 @@
  * ranks. Every rank then counts itself in; the last to arrive shm_unlinks
  * the name, so once init is complete nothing of it is left in /dev/shm
  * however the processes end (the mappings keep the memory until the last
- * one goes). comm_async_error reports *pending = 1 until then; operations
- * enqueued before that wait on their stream.
+ * one goes). comm_async_error reports *pending = 1 until then (and only
+ * then: an enqueued op is not "pending", it is on its stream); operations
+ * enqueued before that wait on their stream. The name exists in /dev/shm
+ * only between rank 0's create and the last rank's arrival: a rank killed
+ * in that window leaves it behind; a rank that aborts in that window
+ * removes it (ranks not yet arrived then wait until their own abort).
  *
  * Layout: header (barrier words, abort record), then two buffers, each one
  * descriptor and one slot of HK_EMU_CHUNK_BYTES per rank.
@@ -38,7 +42,13 @@
  * come stays blocked too: hk's watchdog applies HK_TIMEOUT_S and aborts.
  * comm_abort publishes "aborted by rank R: <reason>" in the segment (the
  * reason is this rank's async error, if any), which ends the peers'
- * pending and blocked ops with that async error, and ends this rank's own.
+ * pending and blocked ops with that async error (and is their async error
+ * from then on, even while they run no op), and ends this rank's own.
+ * Ranks are the communicator's (job ranks added where they differ).
+ *
+ * One op at a time per communicator: ops on one stream are; an op that
+ * starts while another of the same communicator runs on another stream
+ * fails (NCCL leaves that undefined).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -445,6 +455,7 @@ hk_status emu_comm_init(hk_device *dev, const uint8_t id[HK_DEV_UID_BYTES],
   c->refs = 1;
   atomic_init(&c->abort_local, 0);
   atomic_init(&c->next_seq, 0);
+  atomic_init(&c->busy, 0);
   pthread_mutex_init(&c->mu, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
