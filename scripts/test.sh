@@ -14,7 +14,7 @@ start=$(date +%s)
 stage() { echo; echo "=== $* ($(( $(date +%s) - start )) s) ==="; }
 
 stage "format"
-sources() { find include common coordinator collectives worker launcher topology \
+sources() { find include common coordinator collectives worker launcher topology device \
   examples bench tests -name '*.[ch]' -print; }
 bad=$(sources | xargs clang-format --dry-run 2>&1 | grep -c warning || true)
 if [ "$bad" != 0 ]; then
