@@ -15,7 +15,7 @@ stage() { echo; echo "=== $* ($(( $(date +%s) - start )) s) ==="; }
 
 stage "format"
 sources() { find include common coordinator collectives worker launcher topology \
-  examples bench tests -name '*.[ch]' -print; }
+  device examples bench tests \( -name '*.[ch]' -o -name '*.cu' \) -print; }
 bad=$(sources | xargs clang-format --dry-run 2>&1 | grep -c warning || true)
 if [ "$bad" != 0 ]; then
   sources | xargs clang-format --dry-run 2>&1 | head -20
