@@ -32,10 +32,30 @@
 #include <stdint.h>
 #include <string.h>
 
+#ifndef HKC_EMULATE
 #include <cuda_runtime.h>
+#endif
 
 #include "device/cuda/kernels.h"
 #include "device/elem.h"
+
+/* A launch of `kernel` on `blocks` blocks of HKC_THREADS threads. Under
+ * HKC_EMULATE (tests/gpu/kernels_emu.cpp: this file compiled as host C++
+ * for CPU CI) it runs every block and thread in turn on the CPU; that is
+ * exact for these kernels, whose threads never wait for one another and
+ * write disjoint bytes. */
+#ifdef HKC_EMULATE
+#define HKC_PRAGMA_UNROLL
+#define HKC_LAUNCH(kernel, blocks, stream, ...)                                \
+  do {                                                                         \
+    (void)(stream);                                                            \
+    hkc_emulate_launch((blocks), HKC_THREADS, [&] { kernel(__VA_ARGS__); });   \
+  } while (0)
+#else
+#define HKC_PRAGMA_UNROLL _Pragma("unroll")
+#define HKC_LAUNCH(kernel, blocks, stream, ...)                                \
+  kernel<<<(blocks), HKC_THREADS, 0, (stream)>>>(__VA_ARGS__)
+#endif
 
 #define HKC_UNROLL 4
 
@@ -105,13 +125,13 @@ copy_bytes(char *dst, const char *src, size_t bytes, unsigned lb, unsigned nb) {
   const size_t per = (size_t)HKC_THREADS * HKC_UNROLL;
   for (size_t c = (size_t)lb * per; c < nvec; c += (size_t)nb * per) {
     V r[HKC_UNROLL];
-#pragma unroll
+    HKC_PRAGMA_UNROLL
     for (int j = 0; j < HKC_UNROLL; j++) {
       size_t i = c + (size_t)j * HKC_THREADS + threadIdx.x;
       if (i < nvec)
         r[j] = sv[i];
     }
-#pragma unroll
+    HKC_PRAGMA_UNROLL
     for (int j = 0; j < HKC_UNROLL; j++) {
       size_t i = c + (size_t)j * HKC_THREADS + threadIdx.x;
       if (i < nvec)
@@ -173,18 +193,18 @@ __device__ __forceinline__ void copy_elems(const Item &it, unsigned lb,
   const size_t per = (size_t)HKC_THREADS * HKC_UNROLL;
   for (size_t c = (size_t)lb * per; c < ng; c += (size_t)nb * per) {
     SV r[HKC_UNROLL];
-#pragma unroll
+    HKC_PRAGMA_UNROLL
     for (int j = 0; j < HKC_UNROLL; j++) {
       size_t i = c + (size_t)j * HKC_THREADS + threadIdx.x;
       if (i < ng)
         r[j] = sv[i];
     }
-#pragma unroll
+    HKC_PRAGMA_UNROLL
     for (int j = 0; j < HKC_UNROLL; j++) {
       size_t i = c + (size_t)j * HKC_THREADS + threadIdx.x;
       if (i < ng) {
         DV o;
-#pragma unroll
+        HKC_PRAGMA_UNROLL
         for (int e = 0; e < G; e++)
           hk_elem_copy(&o, &r[j], (size_t)e, SDT, DDT, scale, divisor);
         dv[i] = o;
@@ -343,7 +363,7 @@ cudaError_t launch_items(const hk_dev_copy *items, size_t n, int src_dtype,
     }
     b.elem_bytes = (int)ssz;
     b.total_blocks = blocks;
-    k<<<blocks, HKC_THREADS, 0, stream>>>(b);
+    HKC_LAUNCH(k, blocks, stream, b);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess)
       return e;
@@ -403,7 +423,7 @@ extern "C" cudaError_t hkc_fill(void *p, size_t count, int elem_bytes,
     blocks = (size_t)target_blocks;
   if (blocks < 1)
     blocks = 1;
-  fill_kernel<<<(unsigned)blocks, HKC_THREADS, 0, stream>>>(
-      (char *)p, bytes, head, pattern, v, elem_bytes);
+  HKC_LAUNCH(fill_kernel, (unsigned)blocks, stream, (char *)p, bytes, head,
+             pattern, v, elem_bytes);
   return cudaGetLastError();
 }

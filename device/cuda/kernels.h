@@ -19,7 +19,9 @@
 
 #include <stddef.h>
 
+#ifndef HKC_EMULATE /* (tests/gpu/cuda_emu.h stands in for it) */
 #include <cuda_runtime_api.h>
+#endif
 
 #ifdef __cplusplus
 extern "C" {
