@@ -7,6 +7,8 @@
  *   hkrun -np 4 hkbench --model resnet50 [-n 10] [-w 2]
  *                                                    a model replay (model.h)
  *   hkbench --model list                             the models available
+ *   hkrun -np N hkbench --device gpu [...]           either, device buffers
+ *   hkbench --device gpu --kernels [-b -e -f -n -w]  pack/unpack bandwidth
  *
  * See bench/README.md for how to run it next to Open MPI's MPI_Allreduce
  * (../shared/peers) and plot the results (bench/plot.sh).
@@ -14,6 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "devbuf.h"
 #include "hk/hk.h"
 #include "model.h"
 #include "modelfile.h"
@@ -32,7 +35,9 @@ int main(int argc, char **argv) {
   if (o.model && hkb_model_load(o.model, o.model_dir, &m) != 0)
     return 2; /* every rank read the file before joining: all stop here */
   hkb_ok(hk_init(), "hk_init");
-  if (o.model)
+  if (o.kernels)
+    hkb_kernels(&o);
+  else if (o.model)
     hkb_model_run(&o, &m);
   else
     hkb_sweep(&o);

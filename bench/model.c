@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "data.h"
+#include "devbuf.h"
 #include "stats.h"
 
 /* Tensor slices start on 64-byte boundaries (a cache line; what
@@ -25,6 +26,7 @@ typedef struct replay {
   size_t fused_bytes;
   hk_handle *h;
   hkb_pattern pat;
+  unsigned char *dtensors, *dfused; /* --device gpu: device copies */
 } replay;
 
 /* One backward pass's worth of allreduces; returns its time (s) and adds
@@ -33,11 +35,16 @@ static double step(replay *r, double *ring) {
   const hkb_model *m = r->m;
   for (size_t i = 0; i < m->ntensors; i++)
     hkb_fill(&r->pat, r->tensors + r->off[i], m->tensors[i].count);
+  unsigned char *base = r->tensors;
+  if (r->dtensors) { /* the inputs reach the device untimed */
+    hkb_dev_upload(r->dtensors, r->tensors, r->tensors_bytes);
+    base = r->dtensors;
+  }
   hkb_ok(hk_barrier(), "hk_barrier");
   double busy0 = hkb_ring_busy();
   double t0 = hkb_now();
   for (size_t k = m->ntensors; k-- > 0;) {
-    void *p = r->tensors + r->off[k];
+    void *p = base + r->off[k];
     hk_status st =
         hk_allreduce_async(m->tensors[k].name, p, p, m->tensors[k].count,
                            r->dtype, r->op, &r->h[k]);
@@ -57,10 +64,14 @@ static double step(replay *r, double *ring) {
 /* One allreduce of the whole gradient set as a single buffer. */
 static double fused(replay *r, double *ring) {
   hkb_fill(&r->pat, r->fused, r->m->total);
+  unsigned char *buf = r->fused;
+  if (r->dfused) {
+    hkb_dev_upload(r->dfused, r->fused, r->fused_bytes);
+    buf = r->dfused;
+  }
   hkb_ok(hk_barrier(), "hk_barrier");
   double t0 = hkb_now();
-  hkb_ok(hk_allreduce("hkbench.fused", r->fused, r->fused, r->m->total,
-                      r->dtype, r->op),
+  hkb_ok(hk_allreduce("hkbench.fused", buf, buf, r->m->total, r->dtype, r->op),
          "hk_allreduce(fused)");
   double dt = hkb_now() - t0;
   *ring = hkb_ring_last("hkbench.fused");
@@ -116,6 +127,10 @@ static void setup(replay *r, const hkb_opts *o, const hkb_model *m) {
     exit(1);
   }
   hkb_pattern_init(&r->pat, r->dtype, r->op, hk_rank(), hk_size());
+  if (o->device) {
+    r->dtensors = hkb_dev_alloc(r->tensors_bytes);
+    r->dfused = hkb_dev_alloc(r->fused_bytes);
+  }
 }
 
 void hkb_model_run(const hkb_opts *o, const hkb_model *m) {
@@ -140,6 +155,10 @@ void hkb_model_run(const hkb_opts *o, const hkb_model *m) {
       ringf[s] = fused_ring;
     }
   }
+  if (r.dtensors && o->check) { /* the last step's results, to the host */
+    hkb_dev_download(r.tensors, r.dtensors, r.tensors_bytes);
+    hkb_dev_download(r.fused, r.dfused, r.fused_bytes);
+  }
   long long wrong = hkb_sum_over_ranks(check_all(&r, o->check), "wrong");
   long long wrongf = hkb_sum_over_ranks(
       o->check ? (long long)hkb_check(&r.pat, r.fused, m->total) : 0,
@@ -150,9 +169,9 @@ void hkb_model_run(const hkb_opts *o, const hkb_model *m) {
           fr = summarize(ringf, steps, "ring.fused");
   if (hk_rank() == 0) {
     printf("# model=%s file=%s nranks=%d type=%s redop=%s steps=%d "
-           "warmup=%d\n",
+           "warmup=%d device=%s\n",
            m->label, m->path, hk_size(), hkb_type_name(r.dtype),
-           hkb_op_name(r.op), steps, warm);
+           hkb_op_name(r.op), steps, warm, o->device ? "gpu" : "host");
     printf("# step: %zu hk_allreduce_async in reverse file order, then "
            "hk_wait each; fused: one hk_allreduce of %zu elements\n",
            m->ntensors, m->total);
@@ -173,4 +192,6 @@ void hkb_model_run(const hkb_opts *o, const hkb_model *m) {
   free(r.h);
   hkb_buffer_free(r.tensors, r.tensors_bytes);
   hkb_buffer_free(r.fused, r.fused_bytes);
+  hkb_dev_free(r.dtensors);
+  hkb_dev_free(r.dfused);
 }

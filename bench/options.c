@@ -45,6 +45,11 @@ static void usage(FILE *f) {
           "timed by the\n"
           "              background thread (no enqueue, negotiation, "
           "completion)\n"
+          "device: --device host|gpu  buffers in host (default) or device "
+          "memory (HK_DEVICE's\n"
+          "          backend: cuda on a GPU, emu without one)\n"
+          "        --kernels  (with --device gpu) pack/unpack kernel "
+          "bandwidth vs a device copy\n"
           "model: --model replays a gradient set (default -n 10 -w 2, "
           "float32 average);\n"
           "       --model-dir DIR (default %s)\n",
@@ -123,12 +128,21 @@ int hkb_parse_options(int argc, char **argv, hkb_opts *o) {
                   .warmup = -1,
                   .check = 1,
                   .model_dir = HKB_MODEL_DIR};
-  enum { OPT_CSV = 256, OPT_RAW, OPT_MODEL, OPT_MODEL_DIR };
+  enum {
+    OPT_CSV = 256,
+    OPT_RAW,
+    OPT_MODEL,
+    OPT_MODEL_DIR,
+    OPT_DEVICE,
+    OPT_KERNELS
+  };
   static const struct option longopts[] = {
       {"csv", required_argument, 0, OPT_CSV},
       {"raw", no_argument, 0, OPT_RAW},
       {"model", required_argument, 0, OPT_MODEL},
       {"model-dir", required_argument, 0, OPT_MODEL_DIR},
+      {"device", required_argument, 0, OPT_DEVICE},
+      {"kernels", no_argument, 0, OPT_KERNELS},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   int opt, ok = 1;
@@ -174,6 +188,13 @@ int hkb_parse_options(int argc, char **argv, hkb_opts *o) {
     case OPT_MODEL_DIR:
       o->model_dir = optarg;
       break;
+    case OPT_DEVICE:
+      ok = !strcmp(optarg, "gpu") || !strcmp(optarg, "host");
+      o->device = !strcmp(optarg, "gpu");
+      break;
+    case OPT_KERNELS:
+      o->kernels = 1;
+      break;
     case 'h':
       usage(stdout);
       return 1;
@@ -193,6 +214,10 @@ int hkb_parse_options(int argc, char **argv, hkb_opts *o) {
   }
   if (o->model && (o->ntypes > 1 || o->nops > 1)) {
     fprintf(stderr, "hkbench: --model takes one -d type and one -o op\n");
+    return 2;
+  }
+  if (o->kernels && !o->device) {
+    fprintf(stderr, "hkbench: --kernels needs --device gpu\n");
     return 2;
   }
   if (o->ntypes == 0) /* the defaults: the peers' float32 */

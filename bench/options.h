@@ -28,6 +28,8 @@ typedef struct hkb_opts {
   const char *csv_path;  /* --csv FILE, or NULL */
   const char *model;     /* --model NAME|FILE.tsv|list, or NULL */
   const char *model_dir; /* --model-dir, default HKB_MODEL_DIR */
+  int device;            /* --device gpu: buffers in device memory */
+  int kernels;           /* --kernels: the pack/unpack bandwidth table */
 } hkb_opts;
 
 /**

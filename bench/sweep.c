@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "data.h"
+#include "devbuf.h"
 #include "stats.h"
 
 /* What one size measured, max over ranks, medians over iterations. */
@@ -39,8 +40,9 @@ static void print_header(const hkb_opts *o, int nranks, int niters, int nwarm,
   join_types(o, types, sizeof types);
   join_ops(o, ops, sizeof ops);
   printf("# peer=hk nranks=%d op=allreduce type=%s redop=%s inplace=1 "
-         "api=public iters<=%d warmup<=%d budget=%zu\n",
-         nranks, types, ops, niters, nwarm, o->budget_bytes);
+         "api=public iters<=%d warmup<=%d budget=%zu device=%s\n",
+         nranks, types, ops, niters, nwarm, o->budget_bytes,
+         o->device ? "gpu" : "host");
   if (o->raw)
     printf("# raw(us): the ring collective alone, timed by the background "
            "thread; rawbusbw from it\n");
@@ -82,20 +84,27 @@ static void print_row(const hkb_opts *o, hk_dtype t, hk_op op, const result *r,
 
 /* Measures one size: warm-up, then iters timed iterations. t and raw hold
  * at least iters entries. */
-static void measure(void *buf, size_t count, hk_dtype type,
+static void measure(void *buf, void *dbuf, size_t count, hk_dtype type,
                     const hkb_pattern *pat, hk_op op, int iters, int warm,
                     int check, double *t, double *raw, result *r) {
+  const size_t bytes = count * hk_dtype_size(type);
+  void *target = dbuf ? dbuf : buf;
   for (int it = -warm; it < iters; it++) {
     hkb_fill(pat, buf, count);
+    if (dbuf) /* --device gpu: the input reaches the device untimed */
+      hkb_dev_upload(dbuf, buf, bytes);
     hkb_ok(hk_barrier(), "hk_barrier");
     double t0 = hkb_now();
-    hkb_ok(hk_allreduce("hkbench", buf, buf, count, type, op), "hk_allreduce");
+    hkb_ok(hk_allreduce("hkbench", target, target, count, type, op),
+           "hk_allreduce");
     double dt = hkb_now() - t0;
     if (it >= 0) {
       t[it] = dt;
       raw[it] = hkb_ring_last("hkbench");
     }
   }
+  if (dbuf && check)
+    hkb_dev_download(buf, dbuf, bytes);
   long long wrong = check ? (long long)hkb_check(pat, buf, count) : 0;
   hkb_max_over_ranks(t, iters, "time");
   hkb_max_over_ranks(raw, iters, "raw");
@@ -111,6 +120,7 @@ void hkb_sweep(const hkb_opts *o) {
   const int nwarm = o->warmup >= 0 ? o->warmup : 5;
   size_t maxb = o->max_bytes;
   void *buf = hkb_buffer_alloc(maxb);
+  void *dbuf = o->device ? hkb_dev_alloc(maxb) : NULL;
   double *t = malloc(sizeof(double) * (size_t)niters);
   double *raw = malloc(sizeof(double) * (size_t)niters);
   FILE *csv = NULL;
@@ -141,8 +151,8 @@ void hkb_sweep(const hkb_opts *o) {
         if (iters < 5)
           iters = niters < 5 ? niters : 5;
         int warm = nwarm < iters / 5 + 1 ? nwarm : iters / 5 + 1;
-        measure(buf, r.count, type, &pat, op, iters, warm, o->check, t, raw,
-                &r);
+        measure(buf, dbuf, r.count, type, &pat, op, iters, warm, o->check, t,
+                raw, &r);
         if (rank == 0)
           print_row(o, type, op, &r, nranks, csv);
         if (size > maxb / (size_t)o->factor)
@@ -157,4 +167,5 @@ void hkb_sweep(const hkb_opts *o) {
   free(raw);
   free(t);
   hkb_buffer_free(buf, maxb);
+  hkb_dev_free(dbuf);
 }

@@ -70,6 +70,8 @@ const char *hk_strerror(hk_status status) {
     return "bad configuration";
   case HK_ERR_STALLED:
     return "stalled: ranks did not submit the same tensors";
+  case HK_ERR_DEVICE:
+    return "GPU or device communicator failed";
   }
   return "unknown status";
 }

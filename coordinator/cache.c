@@ -45,7 +45,7 @@ void hk_cache_destroy(hk_cache *c) {
 
 static int same_params(const hk_wire_request *a, const hk_wire_request *b) {
   return a->coll == b->coll && a->dtype == b->dtype && a->op == b->op &&
-         a->root == b->root && a->count == b->count &&
+         a->mem == b->mem && a->root == b->root && a->count == b->count &&
          memcmp(&a->prescale, &b->prescale, sizeof a->prescale) == 0 &&
          memcmp(&a->postscale, &b->postscale, sizeof a->postscale) == 0;
 }

@@ -33,6 +33,8 @@
 typedef struct hk_fusion_item {
   int fusable; /* an allreduce that completed negotiation OK */
   uint8_t dtype, op;
+  uint8_t mem;     /* hk_wire_mem: host and device tensors never share a
+                      fusion buffer */
   int32_t divisor; /* HK_AVERAGE's divisor (ranks that took part) */
   uint8_t algo;    /* the allreduce algorithm (worker/algo.h): only
                       tensors of one algorithm share a buffer, so a tensor's

@@ -10,7 +10,7 @@
 
 /* What one rank said about one tensor. */
 typedef struct slot {
-  uint8_t present, coll, dtype, op;
+  uint8_t present, coll, dtype, op, mem;
   int32_t root;
   uint64_t count, row_elems;
   double prescale, postscale;
@@ -198,9 +198,17 @@ hk_status hk_negotiator_add(hk_negotiator *n, int rank,
       return hk_fail(HK_ERR_PROTOCOL,
                      "rank %d submitted tensor '%s' twice while in flight",
                      rank, q->name);
-    *s = (slot){
-        1,        q->coll,      q->dtype,    q->op,        q->root,
-        q->count, q->row_elems, q->prescale, q->postscale, q->group_size};
+    *s = (slot){.present = 1,
+                .coll = q->coll,
+                .dtype = q->dtype,
+                .op = q->op,
+                .mem = q->mem,
+                .root = q->root,
+                .count = q->count,
+                .row_elems = q->row_elems,
+                .prescale = q->prescale,
+                .postscale = q->postscale,
+                .group_size = q->group_size};
     if (e->bit != via_bit)
       e->bit = HK_WIRE_NO_BIT; /* not every rank used the same bit */
     e->submitted++;
@@ -255,6 +263,14 @@ typedef void (*field_fmt)(const slot *s, char *out, size_t cap);
 
 static void fmt_coll(const slot *s, char *o, size_t c) {
   snprintf(o, c, "%s", coll_name(s->coll));
+}
+static void fmt_mem(const slot *s, char *o, size_t c) {
+  static const char *const kinds[] = {"host memory", "device memory",
+                                      "sendbuf on the device, recvbuf on "
+                                      "the host",
+                                      "sendbuf on the host, recvbuf on the "
+                                      "device"};
+  snprintf(o, c, "%s", s->mem < 4 ? kinds[s->mem] : "unknown memory");
 }
 static void fmt_dtype(const slot *s, char *o, size_t c) {
   snprintf(o, c, "%s", hk_dtype_name((hk_dtype)s->dtype));
@@ -353,6 +369,25 @@ static int describe_field(const entry *e, int size, const char *label,
   return 1;
 }
 
+/* Buffers of one rank in two kinds of memory: never valid, even when every
+ * rank does it. */
+static int describe_mixed(const entry *e, int size, char *out, size_t cap) {
+  int bad = 0;
+  for (int r = 0; r < size; r++) {
+    if (!e->slots[r].present ||
+        e->slots[r].mem < HK_WIRE_MEM_SEND_DEVICE_RECV_HOST)
+      continue;
+    char v[64];
+    fmt_mem(&e->slots[r], v, sizeof v);
+    append(out, cap,
+           "%srank %d has %s: a tensor's buffers must all be in host memory "
+           "or all in device memory. ",
+           bad++ ? "" : "", r, v);
+    break; /* the first such rank is enough to name */
+  }
+  return bad;
+}
+
 /* Fills the reason for a mismatch, or leaves it empty if all agree. What
  * must agree depends on the collective (hk.h). */
 static void check_agreement(const hk_negotiator *n, const entry *e, char *out,
@@ -363,6 +398,10 @@ static void check_agreement(const hk_negotiator *n, const entry *e, char *out,
   if (!bad) {
     unsigned c = e->first.coll;
     bad |= describe_field(e, size, "dtype", fmt_dtype, out, cap);
+    if (c != HK_COLL_BARRIER && c != HK_COLL_JOIN) {
+      bad |= describe_field(e, size, "memory kind", fmt_mem, out, cap);
+      bad |= describe_mixed(e, size, out, cap);
+    }
     if (c == HK_COLL_ALLREDUCE || c == HK_COLL_BROADCAST ||
         c == HK_COLL_REDUCESCATTER)
       bad |=

@@ -66,6 +66,7 @@ static void put_request(writer *w, const hk_wire_request *r) {
   put_u8(w, r->coll);
   put_u8(w, r->dtype);
   put_u8(w, r->op);
+  put_u8(w, r->mem);
   put_i32(w, r->root);
   put_u64(w, r->count);
   put_u64(w, r->row_elems);
@@ -280,6 +281,7 @@ static void get_request(reader *r, hk_wire_request *q) {
   q->coll = get_u8(r, "collective");
   q->dtype = get_u8(r, "dtype");
   q->op = get_u8(r, "op");
+  q->mem = get_u8(r, "memory kind");
   q->root = get_i32(r, "root");
   q->count = get_u64(r, "count");
   q->row_elems = get_u64(r, "row size");
@@ -293,6 +295,8 @@ static void get_request(reader *r, hk_wire_request *q) {
         "unknown collective %lld", q->coll);
   check(r, q->dtype <= HK_INT64, "unknown dtype %lld", q->dtype);
   check(r, q->op <= HK_PRODUCT, "unknown op %lld", q->op);
+  check(r, q->mem <= HK_WIRE_MEM_SEND_HOST_RECV_DEVICE,
+        "unknown memory kind %lld", q->mem);
   check(r, q->root >= 0 && q->root < HK_WIRE_MAX_RANKS,
         "root %lld out of range", q->root);
   check(r, q->name[0] != '\0', "empty tensor name%.0lld", 0);
@@ -424,7 +428,7 @@ static void decode_payload(reader *r, hk_msg *m) {
               m->u.responses.shutdown_rank < HK_WIRE_MAX_RANKS,
           "shutdown rank %lld out of range", m->u.responses.shutdown_rank);
     m->u.responses.abort_status = get_u16(r, "abort status");
-    check(r, m->u.responses.abort_status <= HK_ERR_STALLED,
+    check(r, m->u.responses.abort_status <= HK_ERR_DEVICE,
           "unknown abort status %lld", m->u.responses.abort_status);
     {
       char reason[HK_WIRE_MAX_REASON_LEN + 1];
@@ -447,7 +451,7 @@ static void decode_payload(reader *r, hk_msg *m) {
       s->flags = get_u8(r, "response flags");
       s->cache_bit = get_u32(r, "cache bit");
       get_str(r, s->name, HK_MAX_NAME_LEN, "tensor name");
-      check(r, s->status <= HK_ERR_STALLED, "unknown status %lld", s->status);
+      check(r, s->status <= HK_ERR_DEVICE, "unknown status %lld", s->status);
       check(r, (s->flags & ~(HK_RESP_CACHED | HK_RESP_PARAMS)) == 0,
             "unknown flags %lld", s->flags);
       if (s->flags & HK_RESP_CACHED) {

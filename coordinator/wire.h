@@ -23,7 +23,7 @@
 #include "common/buf.h"
 #include "hk/hk.h"
 
-#define HK_WIRE_VERSION 3 /* 3: HK_MSG_GOODBYE */
+#define HK_WIRE_VERSION 4 /* 3: HK_MSG_GOODBYE; 4: request memory kind */
 #define HK_WIRE_HEADER_LEN 8
 #define HK_WIRE_MAX_PAYLOAD (64u << 20) /* bytes */
 #define HK_WIRE_MAX_HOST_LEN 255        /* bytes, excluding NUL */
@@ -66,6 +66,7 @@ typedef struct hk_wire_request {
   uint8_t coll;  /* hk_coll */
   uint8_t dtype; /* hk_dtype */
   uint8_t op;    /* hk_op (allreduce only; 0 otherwise) */
+  uint8_t mem;   /* hk_wire_mem: where this rank's buffers are */
   int32_t root;  /* broadcast root; 0 otherwise */
   uint64_t count;
   uint64_t row_elems;         /* elements per row (allgather etc.); 1 */
@@ -75,6 +76,16 @@ typedef struct hk_wire_request {
   char name[HK_MAX_NAME_LEN + 1];
   char group[HK_MAX_NAME_LEN + 1]; /* the group's name, "" when none */
 } hk_wire_request;
+
+/** Where a rank's buffers for one request live (device/device.h). The
+ *  two mixed values are never valid: the negotiation fails the tensor on
+ *  every rank naming the rank that mixed them. */
+typedef enum hk_wire_mem {
+  HK_WIRE_MEM_HOST = 0,   /* every buffer in host memory */
+  HK_WIRE_MEM_DEVICE = 1, /* every buffer in the GPU's memory */
+  HK_WIRE_MEM_SEND_DEVICE_RECV_HOST = 2,
+  HK_WIRE_MEM_SEND_HOST_RECV_DEVICE = 3,
+} hk_wire_mem;
 
 /** Response flags. */
 #define HK_RESP_CACHED 1u /* identified by cache_bit; name is empty */

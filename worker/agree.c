@@ -23,6 +23,9 @@ static void record(const hk_ctx *ctx, char *r) {
   ADD("HK_FUSION_THRESHOLD=%zu\n", ctx->cfg.fusion_threshold);
   ADD("HK_FUSION_DIRECT_BYTES=%zu\n", ctx->cfg.fusion_direct);
   ADD("HK_CACHE_CAPACITY=%zu\n", ctx->cfg.cache_capacity);
+  ADD("device backend (HK_DEVICE)=%s\n",
+      ctx->dev ? ctx->dev->ops->name : "none");
+  ADD("HK_COMPRESSION=%d\n", ctx->cfg.compression);
   ADD("HK_TOPO_FILE's host model=%d GPUs, %.17g GB/s, nvlink %d\n",
       ctx->model.gpus, ctx->model.intra_gbps, ctx->model.intra_nvlink);
   ADD("ring order (HK_TOPO_FILE)=");

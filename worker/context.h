@@ -21,6 +21,7 @@
 #include "coordinator/cache.h"
 #include "coordinator/negotiate.h"
 #include "coordinator/wire.h"
+#include "device/device.h"
 #include "hk/hk.h"
 #include "topology/cost.h"
 #include "worker/placement.h"
@@ -46,6 +47,14 @@ struct hk_handle_s {
   hk_status status;         /* [mu] valid once done */
   char *reason;             /* [mu] malloc'd message when status != HK_OK */
   struct hk_handle_s *next; /* [mu] in the submit queue */
+  hk_dev_event ready;       /* device tensors: recorded on the producer
+                               stream at submit (worker/devplane.h) */
+  hk_dev_event done_ev;     /* device allreduce: recorded on hk's stream
+                               after the result's unpack */
+  int enqueued;             /* [mu] done_ev is recorded: hk_wait_stream
+                               may order a stream after it */
+  int detached;             /* [mu] hk_wait_stream returned before the
+                               handle completed: completion frees it */
 };
 
 /* Timing of the ring collectives this worker ran (worker/introspect.h). */
@@ -123,6 +132,11 @@ typedef struct hk_ctx {
                                    bytes, mapped on first use and reused */
   double next_stall_check;      /* [bg] rank 0: hk_now() of the next check */
   double next_stall_warning;    /* [bg] rank 0: no warning before this */
+
+  /* The GPU data plane (worker/devplane.h). */
+  hk_device *dev;          /* the backend HK_DEVICE opened, or NULL */
+  char dev_missing[512];   /* with dev NULL: why there is none */
+  struct hk_devplane *gpu; /* [bg] streams, communicator, buffers */
 } hk_ctx;
 
 #endif

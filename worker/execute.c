@@ -17,6 +17,7 @@
 #include "common/status.h"
 #include "coordinator/fusion.h"
 #include "worker/algo.h"
+#include "worker/devplane.h"
 #include "worker/introspect.h"
 #include "worker/queue.h"
 #include "worker/timeline.h"
@@ -226,6 +227,95 @@ static hk_status run_alone(hk_ctx *ctx, hk_handle h, int32_t divisor,
   return st;
 }
 
+/* Bytes of a request's input and output (elements x size) on this rank. */
+static void io_bytes(const hk_ctx *ctx, const hk_wire_request *q, size_t *in,
+                     size_t *out) {
+  const size_t esz = hk_dtype_size((hk_dtype)q->dtype);
+  const size_t row = q->row_elems * esz;
+  *in = q->count * row;
+  *out = q->coll == HK_COLL_BROADCAST ? *in
+         : q->coll == HK_COLL_REDUCESCATTER
+             ? (q->count + (size_t)ctx->size - 1) / (size_t)ctx->size * row
+             : 0;
+}
+
+/* A collective other than allreduce on device buffers: staged through
+ * host memory (input copied down, the host algorithm, output copied up;
+ * outputs hk allocates are allocated on the device). */
+static hk_status run_alone_staged(hk_ctx *ctx, hk_handle h, int32_t divisor,
+                                  const hk_wire_response *r, double *t) {
+  size_t in, out;
+  io_bytes(ctx, &h->req, &in, &out);
+  struct hk_handle_s tmp = *h;
+  void *host_out = NULL;
+  size_t *rows = NULL;
+  uint8_t *hin = malloc(in + out + 1);
+  if (!hin)
+    return hk_fail(HK_ERR_NOMEM, "cannot stage %zu bytes", in + out);
+  hk_status st = hk_devplane_copy(ctx, h, hin, h->sendbuf, in);
+  tmp.sendbuf = hin;
+  tmp.recvbuf = h->req.coll == HK_COLL_BROADCAST ? hin : hin + in;
+  tmp.out_buf = &host_out;
+  if (h->out_counts || h->req.coll == HK_COLL_ALLGATHER ||
+      h->req.coll == HK_COLL_ALLTOALL) {
+    rows = calloc((size_t)ctx->size, sizeof *rows);
+    tmp.out_counts = rows;
+    if (!rows)
+      st = hk_fail(HK_ERR_NOMEM, "cannot allocate row counts");
+  }
+  if (st == HK_OK)
+    st = run_alone(ctx, &tmp, divisor, r, t);
+  if (st == HK_OK && out)
+    st = hk_devplane_copy(ctx, NULL, h->recvbuf, tmp.recvbuf, out);
+  if (st == HK_OK &&
+      (h->req.coll == HK_COLL_ALLGATHER || h->req.coll == HK_COLL_ALLTOALL)) {
+    size_t total = 0;
+    for (int j = 0; j < ctx->size; j++)
+      total += rows[j];
+    size_t bytes = total * h->req.row_elems * hk_dtype_size(h->req.dtype);
+    void *dev = NULL;
+    if (bytes) {
+      st = hk_devplane_alloc(ctx, bytes, &dev);
+      if (st == HK_OK)
+        st = hk_devplane_copy(ctx, NULL, dev, host_out, bytes);
+      if (st != HK_OK)
+        hk_devplane_free(ctx, dev);
+    }
+    if (st == HK_OK && h->out_buf)
+      *h->out_buf = dev;
+    else
+      hk_devplane_free(ctx, dev);
+    if (st == HK_OK && h->out_counts)
+      memcpy(h->out_counts, rows, (size_t)ctx->size * sizeof *rows);
+  }
+  free(host_out);
+  free(rows);
+  free(hin);
+  return st;
+}
+
+/* Group members p->order[a..b) on device buffers: one device batch. */
+static hk_status run_device(hk_ctx *ctx, plan *p, uint32_t a, uint32_t b,
+                            int32_t divisor, const char **algo, double *t) {
+  hk_handle *hs = malloc((b - a) * sizeof *hs);
+  if (!hs)
+    return hk_fail(HK_ERR_NOMEM, "cannot list %u device tensors", b - a);
+  for (uint32_t i = a; i < b; i++)
+    hs[i - a] = p->h[p->order[i]];
+  double phase[3];
+  t[0] = hk_now();
+  hk_status st = hk_devplane_allreduce(ctx, hs, b - a, divisor,
+                                       (hk_dev_algo)p->items[p->order[a]].algo,
+                                       algo, phase);
+  /* the phases on the GPU's clock, laid back from when the wait ended */
+  t[3] = hk_now();
+  t[2] = t[3] - phase[2];
+  t[1] = t[2] - phase[1];
+  t[0] = t[1] - phase[0] > t[0] ? t[1] - phase[0] : t[0];
+  free(hs);
+  return st;
+}
+
 /* Runs group members p->order[a..b) (k > 1 allreduces of one dtype/op)
  * through the fusion buffer. */
 static hk_status run_fused(hk_ctx *ctx, plan *p, uint32_t a, uint32_t b,
@@ -353,14 +443,28 @@ static hk_status make_phantom(hk_ctx *ctx, const hk_wire_request *q,
     return hk_fail(HK_ERR_NOMEM, "cannot allocate a joined rank's buffers");
   }
   fill_identity(buf, elems, d, (hk_op)q->op);
+  if (q->mem == HK_WIRE_MEM_DEVICE && ctx->dev) { /* the identity, uploaded */
+    void *dev = NULL;
+    hk_status st = hk_devplane_alloc(ctx, elems * esz + 1, &dev);
+    if (st == HK_OK)
+      st = hk_devplane_copy(ctx, NULL, dev, buf, elems * esz);
+    free(buf);
+    if (st != HK_OK) {
+      hk_devplane_free(ctx, dev);
+      free(h->splits);
+      free(h);
+      return st;
+    }
+    buf = dev;
+  }
   h->sendbuf = h->recvbuf = buf;
   h->req.prescale = 1.0; /* identity stays identity */
   *out = h;
   return HK_OK;
 }
 
-static void free_phantom(hk_handle h) {
-  free(h->recvbuf);
+static void free_phantom(hk_ctx *ctx, hk_handle h) {
+  hk_devplane_free(ctx, h->recvbuf); /* host or device */
   free(h->splits);
   free(h);
 }
@@ -393,7 +497,7 @@ static hk_status resolve(hk_ctx *ctx, const hk_wire_response *r,
 static void finish_handle(hk_ctx *ctx, hk_handle h, hk_status st,
                           const char *reason) {
   if (h->phantom)
-    free_phantom(h);
+    free_phantom(ctx, h);
   else
     hk_queue_complete(ctx, h, st, reason);
 }
@@ -416,17 +520,20 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
       continue;
     const hk_wire_request *q = &p.h[i]->req;
     size_t bytes = q->count * hk_dtype_size((hk_dtype)q->dtype);
-    hk_algo algo =
-        q->coll == HK_COLL_ALLREDUCE ? hk_algo_for(ctx, bytes) : HK_ALGO_RING;
+    const int device = q->mem == HK_WIRE_MEM_DEVICE;
+    int algo = q->coll != HK_COLL_ALLREDUCE ? (int)HK_ALGO_RING
+               : device ? (int)hk_devplane_algo_for(ctx, bytes)
+                        : (int)hk_algo_for(ctx, bytes);
     p.items[i] = (hk_fusion_item){
         .fusable = rs[i].status == HK_OK && q->coll == HK_COLL_ALLREDUCE &&
-                   bytes <= direct,
+                   (device || bytes <= direct),
         .dtype = q->dtype,
         .op = q->op,
+        .mem = q->mem,
         .divisor = rs[i].divisor,
         .algo = (uint8_t)algo,
         .bytes = bytes,
-        .limit = algo == HK_ALGO_RD ? ctx->rd_limit : 0};
+        .limit = !device && algo == HK_ALGO_RD ? ctx->rd_limit : 0};
   }
   /* The cache learns uncached tensors in response order (as every rank
    * does); reading the requests now, before any handle completes. */
@@ -458,9 +565,17 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
       continue; /* completed above */
     double t[4] = {0, 0, 0, 0};
     int fused = b - a > 1;
-    st = fused ? run_fused(ctx, &p, a, b, t)
-               : run_alone(ctx, p.h[p.order[a]], rs[p.order[a]].divisor,
-                           &rs[p.order[a]], t);
+    hk_handle h0 = p.h[p.order[a]];
+    const char *dev_algo = NULL;
+    if (h0->req.mem == HK_WIRE_MEM_DEVICE && h0->req.coll == HK_COLL_ALLREDUCE)
+      st = run_device(ctx, &p, a, b, rs[p.order[a]].divisor, &dev_algo, t);
+    else if (h0->req.mem == HK_WIRE_MEM_DEVICE)
+      st =
+          run_alone_staged(ctx, h0, rs[p.order[a]].divisor, &rs[p.order[a]], t);
+    else
+      st = fused
+               ? run_fused(ctx, &p, a, b, t)
+               : run_alone(ctx, h0, rs[p.order[a]].divisor, &rs[p.order[a]], t);
     if (st != HK_OK) {
       char msg[HK_ERROR_MSG_CAP];
       snprintf(msg, sizeof msg, "%s", hk_last_error());
@@ -476,7 +591,8 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
       snprintf(args, sizeof args,
                "\"algorithm\":\"%s\",\"transport\":\"%s\","
                "\"fused_tensors\":%u,\"bytes\":%zu",
-               q0->coll == HK_COLL_ALLREDUCE
+               dev_algo ? dev_algo
+               : q0->coll == HK_COLL_ALLREDUCE
                    ? hk_algo_name((hk_algo)p.items[p.order[a]].algo)
                    : "ring",
                mesh_transport(ctx), b - a, bytes);
@@ -488,7 +604,7 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
       if (moves_data)
         hk_introspect_record(ctx, h->req.name, t[1], t[2]);
       if (ctx->timeline && moves_data && !h->phantom)
-        trace(ctx, &rs[p.order[i]], h, t_ready, t, fused, args);
+        trace(ctx, &rs[p.order[i]], h, t_ready, t, fused || dev_algo, args);
       finish_handle(ctx, h, HK_OK, NULL);
       p.h[p.order[i]] = NULL;
     }
@@ -496,7 +612,7 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
   if (st != HK_OK) /* made-up handles that did not run */
     for (uint32_t i = 0; i < n; i++)
       if (p.h[i] && p.h[i]->phantom)
-        free_phantom(p.h[i]);
+        free_phantom(ctx, p.h[i]);
   plan_free(&p);
   return st;
 }

@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include "collectives/transport/tcp.h"
+#include "common/log.h"
 #include "common/status.h"
+#include "worker/devplane.h"
 
 static void wake(hk_ctx *ctx) {
   uint64_t one = 1;
@@ -52,6 +54,13 @@ hk_status hk_queue_submit(hk_ctx *ctx, const hk_wire_request *req,
   h->req = *req;
   h->sendbuf = sendbuf;
   h->recvbuf = recvbuf;
+  hk_devplane_classify(ctx, &h->req, sendbuf, recvbuf);
+  hk_status cst = hk_devplane_capture(ctx, h, hk_devplane_stream());
+  if (cst != HK_OK) {
+    free(outputs ? outputs->splits : NULL);
+    free(h);
+    return cst;
+  }
   if (outputs) { /* where results go; the splits copy becomes ours */
     h->out_buf = outputs->out_buf;
     h->out_counts = outputs->out_counts;
@@ -67,6 +76,7 @@ hk_status hk_queue_submit(hk_ctx *ctx, const hk_wire_request *req,
     st = enqueue_locked(ctx, h);
   pthread_mutex_unlock(&ctx->mu);
   if (st != HK_OK) {
+    hk_devplane_release(ctx, h);
     free(h->splits);
     free(h);
     return st;
@@ -85,8 +95,19 @@ hk_status hk_queue_submit_group(hk_ctx *ctx, hk_handle *members, size_t n,
   parent->pending = (int)n;
   snprintf(parent->req.name, sizeof parent->req.name, "%s",
            members[0]->req.group);
-  pthread_mutex_lock(&ctx->mu);
   hk_status st = HK_OK;
+  for (size_t i = 0; i < n && st == HK_OK; i++) {
+    hk_devplane_classify(ctx, &members[i]->req, members[i]->sendbuf,
+                         members[i]->recvbuf);
+    st = hk_devplane_capture(ctx, members[i], hk_devplane_stream());
+  }
+  if (st != HK_OK) {
+    for (size_t i = 0; i < n; i++)
+      hk_devplane_release(ctx, members[i]);
+    free(parent);
+    return st;
+  }
+  pthread_mutex_lock(&ctx->mu);
   for (size_t i = 0; i < n && st == HK_OK; i++)
     st = refuse_locked(ctx, members[i]->req.name);
   for (size_t i = 0; i < n && st == HK_OK; i++) {
@@ -95,6 +116,8 @@ hk_status hk_queue_submit_group(hk_ctx *ctx, hk_handle *members, size_t n,
   }
   pthread_mutex_unlock(&ctx->mu);
   if (st != HK_OK) { /* only an allocation can fail after the checks */
+    for (size_t i = 0; i < n; i++)
+      hk_devplane_release(ctx, members[i]);
     free(parent);
     return st;
   }
@@ -121,6 +144,7 @@ hk_handle hk_queue_find(hk_ctx *ctx, const char *name) {
 /* Requires ctx->mu held. */
 static void complete_locked(hk_ctx *ctx, hk_handle h, hk_status status,
                             const char *reason) {
+  hk_devplane_release(ctx, h);
   if (!h->phantom)
     hk_strmap_remove(ctx->inflight, h->req.name);
   hk_handle p = h->parent;
@@ -131,6 +155,14 @@ static void complete_locked(hk_ctx *ctx, hk_handle h, hk_status status,
     }
     if (--p->pending == 0)
       p->done = 1;
+    free(h->splits);
+    free(h);
+    return;
+  }
+  if (h->detached) { /* hk_wait_stream has returned: nobody waits */
+    if (status != HK_OK)
+      hk_log(HK_LOG_ERROR, "tensor '%s', already handed to a stream: %s",
+             h->req.name, reason ? reason : hk_strerror(status));
     free(h->splits);
     free(h);
     return;
@@ -208,4 +240,23 @@ void hk_queue_poll(hk_ctx *ctx, hk_handle h, int *done) {
   pthread_mutex_lock(&ctx->mu);
   *done = h->done;
   pthread_mutex_unlock(&ctx->mu);
+}
+
+hk_status hk_queue_wait_stream(hk_ctx *ctx, hk_handle h, void *stream) {
+  pthread_mutex_lock(&ctx->mu);
+  while (!h->done && !h->enqueued)
+    pthread_cond_wait(&ctx->done_cv, &ctx->mu);
+  if (h->done) { /* completed: the result is in place already */
+    pthread_mutex_unlock(&ctx->mu);
+    return hk_queue_wait(ctx, h);
+  }
+  /* Under mu: completion (which destroys done_ev) cannot run meanwhile;
+   * the wait is only queued, it does not block. */
+  hk_status st = hk_devplane_order_after(ctx, stream, h->done_ev);
+  h->detached = st == HK_OK;
+  pthread_mutex_unlock(&ctx->mu);
+  if (st != HK_OK)
+    return hk_queue_wait(ctx, h);
+  hk_clear_error();
+  return HK_OK;
 }

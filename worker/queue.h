@@ -56,6 +56,16 @@ void hk_queue_fail_all(hk_ctx *ctx, hk_status status, const char *reason);
  *  every handle has completed) only collects the outcome. */
 hk_status hk_queue_wait(hk_ctx *ctx, hk_handle h);
 
+/**
+ * hk_wait_stream: waits until h's device work is queued (or h completed),
+ * then orders `stream` after h's result on the device and returns without
+ * waiting for the GPU; the handle is freed when it completes (an error
+ * found after that fails the job, and every later call reports it). A
+ * handle without device work (host tensor, group) is waited as by
+ * hk_queue_wait. Errors as hk_queue_wait, or the backend's.
+ */
+hk_status hk_queue_wait_stream(hk_ctx *ctx, hk_handle h, void *stream);
+
 /** Sets *done to whether h has completed, without blocking. */
 void hk_queue_poll(hk_ctx *ctx, hk_handle h, int *done);
 

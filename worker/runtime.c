@@ -24,6 +24,7 @@
 #include "worker/background.h"
 #include "worker/bootstrap.h"
 #include "worker/context.h"
+#include "worker/devplane.h"
 #include "worker/execute.h"
 #include "worker/introspect.h"
 #include "worker/mpi_exchange.h"
@@ -73,6 +74,7 @@ static void die_with_launcher(void) {
 }
 
 static void destroy(hk_ctx *ctx) {
+  hk_devplane_close(ctx); /* before the mesh: a comm may use the network */
   hk_mesh_close(&ctx->mesh, ctx->size);
   hk_execute_release(ctx);
   hk_timeline_close(ctx->timeline);
@@ -156,6 +158,8 @@ hk_status hk_init(void) {
   }
   if (st == HK_OK)
     st = hk_algo_setup(ctx);
+  if (st == HK_OK)
+    st = hk_devplane_open(ctx);
   if (st == HK_OK)
     st = hk_agree_settings(ctx);
   if (st == HK_OK) {
@@ -566,3 +570,17 @@ hk_status hk_barrier(void) {
   hk_status st = hk_queue_submit(g_ctx, &req, NULL, NULL, NULL, &h);
   return st != HK_OK ? st : hk_wait(h);
 }
+
+void hk_set_stream(void *stream) { hk_devplane_set_stream(stream); }
+
+void *hk_get_stream(void) { return hk_devplane_stream(); }
+
+hk_status hk_wait_stream(hk_handle handle, void *stream) {
+  if (!handle)
+    return hk_fail(HK_ERR_INVALID_ARG, "hk_wait_stream: NULL handle");
+  if (!g_ctx) /* after hk_shutdown every handle has completed */
+    return hk_wait(handle);
+  return hk_queue_wait_stream(g_ctx, handle, stream);
+}
+
+void hk_free(void *p) { hk_devplane_free(g_ctx, p); }

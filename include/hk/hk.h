@@ -78,6 +78,11 @@ typedef enum hk_status {
   /** Some ranks submitted a tensor and others did not for longer than
    *  HK_STALL_SHUTDOWN_TIME_S: the job was stopped on every rank. */
   HK_ERR_STALLED = 14,
+  /** The GPU, its runtime or the device communicator (NCCL) failed (an
+   *  asynchronous NCCL error, a failed copy or kernel), or a device
+   *  buffer was given where hk has no device backend; the message names
+   *  the cause, and what is missing. The job cannot continue. */
+  HK_ERR_DEVICE = 15,
 } hk_status;
 
 /** Element types. Sizes in bytes: 2, 2, 4, 8, 1, 1, 4, 8. */
@@ -335,6 +340,88 @@ hk_status hk_broadcast(const char *name, void *buf, size_t count,
  * pairs with the n-th call on every other). Errors as hk_wait.
  */
 hk_status hk_barrier(void);
+
+/*
+ * GPU tensors
+ *
+ * Every collective above accepts device pointers (memory from cudaMalloc,
+ * or from the emulated device of HK_DEVICE=emu) as well as host pointers.
+ * hk finds each buffer's memory kind itself (CUDA pointer attributes);
+ * a tensor's kind is negotiated like its dtype: a rank whose sendbuf and
+ * recvbuf are in different kinds, or ranks that disagree on the kind of
+ * one tensor, get HK_ERR_MISMATCH on every rank before any device work
+ * starts. Outputs hk allocates (allgather, alltoall) are in the input's
+ * kind: free them with hk_free().
+ *
+ * The backend: HK_DEVICE = auto (default: cuda where libhk_cuda.so loads
+ * and sees a GPU, else host tensors only) | cuda | emu | none. Each
+ * process uses the GPU HK_GPU names (an index among the devices it sees,
+ * so CUDA_VISIBLE_DEVICES applies first), else the one at its local rank
+ * modulo the number it sees (one visible GPU: that one).
+ *
+ * Streams: a device tensor is read only after the work queued on its
+ * producer stream before the submit has finished; hk never blocks the
+ * submitting thread to find out (its own stream waits on an event it
+ * records on the producer stream at submit). The producer stream is a
+ * per-thread setting, as cuBLAS's handle stream is: hk_set_stream().
+ * Completion: hk_wait() (host), or hk_wait_stream(), which also orders
+ * the caller's stream after the result.
+ *
+ * Algorithms for device allreduce (DESIGN.md, "The GPU data plane"): one
+ * host: the device communicator (NCCL); several hosts: NCCL reduce-
+ * scatter inside each host, the shard's ring allreduce across hosts from
+ * pinned host memory over hk's links, NCCL allgather; one GPU per host,
+ * or HK_ALLREDUCE_ALGO=ring: staged through pinned memory over hk's flat
+ * ring. Copies and the network are pipelined in 4 MiB chunks.
+ *
+ * Bits: with hk's own schedules (HK_ALLREDUCE_ALGO=ring) a device tensor
+ * reduces exactly as a host tensor does (the ring's documented order) and
+ * fusion never changes a bit. NCCL's order depends on its channels: ranks
+ * still agree bit for bit, but fused and unfused results, and results on
+ * different GPU counts, may differ in the last bits.
+ *
+ * HK_COMPRESSION = fp16 | bf16 casts float32 device tensors to that type
+ * when they are packed (after prescale, round to nearest even), reduces
+ * them in it (each pairwise step rounded, as for float16 tensors) and
+ * widens them when unpacked (then the average's division and postscale in
+ * binary32): about 3 (fp16) or 2 (bf16) significant decimal digits, and
+ * fp16 overflows above 65504 (Horovod's Compression.fp16 has the same
+ * limits). It halves the bytes every link carries.
+ */
+
+/**
+ * Sets the CUDA stream (a cudaStream_t, or an emu stream) that produced
+ * the device tensors this thread submits from now on; NULL (the initial
+ * value) is the legacy default stream. hk records an event on it at each
+ * submit of a device tensor. Thread-local; never fails; may be called
+ * before hk_init.
+ */
+void hk_set_stream(void *stream);
+
+/** The calling thread's stream set by hk_set_stream (NULL by default). */
+void *hk_get_stream(void);
+
+/**
+ * The GPU-side completion of a device allreduce: blocks only until hk has
+ * negotiated the tensor and queued its device work (never for the GPU to
+ * finish it), then makes `stream` (a cudaStream_t; NULL: the legacy
+ * default stream) wait GPU-side for the result, so work queued on it
+ * afterwards reads the reduced values, and releases the handle. The
+ * handle must not be used afterwards. A failure found after this returned
+ * (an asynchronous NCCL error, say) fails the job: every later hk call
+ * returns it. For other handles (host tensors, groups, collectives other
+ * than allreduce) it is hk_wait. Errors as hk_wait; HK_ERR_DEVICE when the
+ * stream cannot be made to wait.
+ */
+hk_status hk_wait_stream(hk_handle handle, void *stream);
+
+/**
+ * Frees a buffer hk allocated for an output (hk_allgather, hk_alltoall):
+ * device memory through the device backend, host memory with free().
+ * NULL is fine. Call it before hk_shutdown for device buffers.
+ * Thread-safety: any thread.
+ */
+void hk_free(void *p);
 
 /** Size in bytes of one element of dtype, or 0 for an unknown dtype. */
 size_t hk_dtype_size(hk_dtype dtype);

@@ -1,0 +1,121 @@
+/*
+ * emu.c - the emu backend's table of operations and the process-wide
+ * driver state behind its handles (emu.h, "Process-wide state"): the
+ * number of open handles and the default stream, created on first use and
+ * stopped when the last handle closes. The allocation table is memory.c's.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "common/status.h"
+#include "device/emu/emu.h"
+#include "device/emu/internal.h"
+
+/* The emulated driver: process-wide, as CUDA's is (emu.h). */
+static struct {
+  pthread_mutex_t mu;
+  int opens;                    /* handles open */
+  hk_dev_stream default_stream; /* NULL until first used */
+} driver = {PTHREAD_MUTEX_INITIALIZER, 0, NULL};
+
+emu_device *emu_dev(hk_device *dev, const char *what) {
+  if (!dev || dev->ops != &hk_emu_device_ops) {
+    hk_fail(HK_ERR_INVALID_ARG, "emu: %s: not an emu device handle", what);
+    return NULL;
+  }
+  return (emu_device *)dev;
+}
+
+hk_status emu_default_stream(hk_dev_stream *out) {
+  hk_status st = HK_OK;
+  pthread_mutex_lock(&driver.mu);
+  if (!driver.default_stream)
+    st = emu_stream_new(&driver.default_stream);
+  *out = driver.default_stream;
+  pthread_mutex_unlock(&driver.mu);
+  return st;
+}
+
+static hk_status emu_open(const hk_device_options *opts, hk_device **out) {
+  *out = NULL;
+  hk_device_options none = {0};
+  if (!opts)
+    opts = &none;
+  if (opts->device_index < 0)
+    return hk_fail(HK_ERR_INVALID_ARG, "emu: open: device index %d",
+                   opts->device_index);
+  const hk_dev_fault *f = &opts->fault;
+  if (f->kind < HK_DEV_FAULT_NONE || f->kind > HK_DEV_FAULT_DELAY ||
+      (f->kind && (f->rank < 0 || f->op_index < 0 || f->delay_ms < 0)))
+    return hk_fail(HK_ERR_INVALID_ARG,
+                   "emu: open: bad fault (kind %d, rank %d, op %d, %d ms)",
+                   f->kind, f->rank, f->op_index, f->delay_ms);
+  emu_device *d = calloc(1, sizeof *d);
+  if (!d)
+    return hk_fail(HK_ERR_NOMEM, "emu: open: out of host memory");
+  d->base.ops = &hk_emu_device_ops;
+  d->index = opts->device_index;
+  d->job_rank = opts->job_rank;
+  d->fault = *f;
+  atomic_init(&d->comm_ops, 0);
+  snprintf(d->desc, sizeof d->desc, "emu %d", d->index);
+  pthread_mutex_lock(&driver.mu);
+  driver.opens++;
+  pthread_mutex_unlock(&driver.mu);
+  *out = &d->base;
+  return HK_OK;
+}
+
+static void emu_close(hk_device *dev) {
+  emu_device *d = emu_dev(dev, "close");
+  if (!d)
+    return;
+  hk_dev_stream last = NULL;
+  pthread_mutex_lock(&driver.mu);
+  if (--driver.opens == 0) {
+    last = driver.default_stream;
+    driver.default_stream = NULL;
+  }
+  pthread_mutex_unlock(&driver.mu);
+  if (last)
+    emu_stream_free(last); /* waits for its queued work */
+  free(d);
+}
+
+static const char *emu_describe(hk_device *dev) {
+  emu_device *d = emu_dev(dev, "describe");
+  return d ? d->desc : "emu (not an emu handle)";
+}
+
+const hk_device_ops hk_emu_device_ops = {
+    .name = "emu",
+    .open = emu_open,
+    .close = emu_close,
+    .describe = emu_describe,
+    .pointer_kind = emu_ptr_kind,
+    .mem_alloc = emu_mem_alloc,
+    .mem_free = emu_mem_free,
+    .host_alloc = emu_host_alloc,
+    .host_free = emu_host_free,
+    .stream_create = emu_stream_create,
+    .stream_destroy = emu_stream_destroy,
+    .event_create = emu_event_create,
+    .event_destroy = emu_event_destroy,
+    .event_record = emu_event_record,
+    .stream_wait_event = emu_stream_wait_event,
+    .event_query = emu_event_query,
+    .event_elapsed = emu_event_elapsed,
+    .memcpy_async = emu_memcpy_async,
+    .batch_copy = emu_batch_copy,
+    .fill = emu_fill,
+    .comm_unique_id = emu_comm_unique_id,
+    .comm_init = emu_comm_init,
+    .comm_allreduce = emu_comm_allreduce,
+    .comm_reducescatter = emu_comm_reducescatter,
+    .comm_allgather = emu_comm_allgather,
+    .comm_broadcast = emu_comm_broadcast,
+    .comm_async_error = emu_comm_async_error,
+    .comm_abort = emu_comm_abort,
+    .comm_destroy = emu_comm_destroy,
+};

@@ -1,0 +1,203 @@
+/*
+ * test_device - GPU tensors end to end on the emulated device
+ * (HK_DEVICE=emu): w_device's modes under hkrun at np 1-4, pseudo-hosts
+ * for the hierarchical and staged paths, compression, mismatches, and
+ * injected device faults. Every result is checked bitwise against a
+ * serial model inside w_device; here the exit statuses, the lines each
+ * rank prints, the errors' wording, the time a fault takes, and that no
+ * process or shared-memory segment is left behind.
+ */
+#include <dirent.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "harness.h"
+
+/* Files in /dev/shm whose name starts with prefix. */
+static int shm_count(const char *prefix) {
+  DIR *d = opendir("/dev/shm");
+  if (!d)
+    return 0;
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d));)
+    n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+  closedir(d);
+  return n;
+}
+
+/* Runs `w_device args` under hkrun -np np, ranks in blocks of `local`
+ * per pseudo-host (0: one host), with extra env; expects exit 0 and one
+ * "device ok: <mode>" line per rank. */
+static void run_mode(int np, int local, char *const env[], const char *args,
+                     const char *mode, double timeout) {
+  char cmd[1024], npb[8], ok[64];
+  snprintf(npb, sizeof npb, "%d", np);
+  if (local)
+    snprintf(cmd, sizeof cmd,
+             "HK_LOCAL_RANK=$((HK_RANK %% %d)) HK_LOCAL_SIZE=%d exec %s %s",
+             local, local, W_DEVICE, args);
+  else
+    snprintf(cmd, sizeof cmd, "exec %s %s", W_DEVICE, args);
+  char *argv[] = {HKRUN_PATH, "-np", npb, "sh", "-c", cmd, NULL};
+  int shm_before = shm_count("hk-emu");
+  hkt_result r;
+  int rc = hkt_run(argv, env, timeout, &r);
+  snprintf(ok, sizeof ok, "device ok: %s", mode);
+  if (rc != 0 || r.exit_code != 0 || hkt_count_lines(r.out, ok) != np)
+    fail_msg("%s (np %d): rc %d exit %d, %d x '%s'\nstdout:\n%.3000s\n"
+             "stderr:\n%.3000s",
+             cmd, np, rc, r.exit_code, hkt_count_lines(r.out, ok), ok, r.out,
+             r.err);
+  hkt_result_free(&r);
+  assert_int_equal(hkt_orphans(NULL, 0), 0);
+  assert_int_equal(shm_count("hk-emu"), shm_before);
+}
+
+static char *emu_env[] = {"HK_DEVICE=emu", NULL};
+
+/* The issue's counts {0, 1, np+1, 1000003} (the sanitizer stages lower
+ * the big one with HKT_ALLREDUCE_BIG). */
+static void dtypes_np(int np, const char *mode, char *const env[]) {
+  const char *big = getenv("HKT_ALLREDUCE_BIG");
+  char args[128];
+  snprintf(args, sizeof args, "%s 0 1 %d %s", mode, np + 1,
+           big && *big ? big : "1000003");
+  run_mode(np, 0, env, args, mode, 280);
+}
+
+static void test_dtypes_np1(void **s) {
+  (void)s;
+  dtypes_np(1, "dtypes", emu_env);
+}
+static void test_dtypes_np2(void **s) {
+  (void)s;
+  dtypes_np(2, "dtypes", emu_env);
+}
+static void test_dtypes_np3(void **s) {
+  (void)s;
+  dtypes_np(3, "dtypes", emu_env);
+}
+static void test_dtypes_np4(void **s) {
+  (void)s;
+  dtypes_np(4, "dtypes", emu_env);
+}
+
+/* HK_ALLREDUCE_ALGO=ring: staged through hk's ring, the same bits as the
+ * host tensors'. */
+static void test_ring_equals_host(void **s) {
+  (void)s;
+  char *env[] = {"HK_DEVICE=emu", "HK_ALLREDUCE_ALGO=ring", NULL};
+  dtypes_np(3, "ring", env);
+}
+
+/* Hierarchical on 2 and 3 pseudo-hosts x 2 emulated GPUs. */
+static void test_hier_2x2(void **s) {
+  (void)s;
+  char *env[] = {"HK_DEVICE=emu", "HK_HIERARCHICAL_ALLREDUCE=1", NULL};
+  run_mode(4, 2, env, "hier 0 1 5 40009", "hier", 280);
+}
+static void test_hier_3x2(void **s) {
+  (void)s;
+  char *env[] = {"HK_DEVICE=emu", "HK_HIERARCHICAL_ALLREDUCE=1",
+                 "HK_FUSION_THRESHOLD=65536", NULL};
+  run_mode(6, 2, env, "hier 0 1 7 30011", "hier", 280);
+}
+
+/* One GPU per host: the staged path, the flat ring's bits. */
+static void test_staged_one_gpu_per_host(void **s) {
+  (void)s;
+  char *env[] = {"HK_DEVICE=emu", NULL};
+  run_mode(3, 1, env, "hier 0 1 4 20011", "hier", 280);
+}
+
+static void test_fusion_300(void **s) {
+  (void)s;
+  run_mode(3, 0, emu_env, "fusion 300", "fusion", 280);
+  char *env[] = {"HK_DEVICE=emu", "HK_ALLREDUCE_ALGO=ring", NULL};
+  run_mode(2, 0, env, "fusion 300", "fusion", 280);
+}
+
+static void test_producer_stream_delay(void **s) {
+  (void)s;
+  run_mode(2, 0, emu_env, "delay", "delay", 120);
+}
+
+static void test_compression(void **s) {
+  (void)s;
+  char *fp16[] = {"HK_DEVICE=emu", "HK_COMPRESSION=fp16", NULL};
+  run_mode(3, 0, fp16, "compress 3001 fp16", "compress", 120);
+  char *bf16[] = {"HK_DEVICE=emu", "HK_COMPRESSION=bf16", NULL};
+  run_mode(2, 0, bf16, "compress 3001 bf16", "compress", 120);
+}
+
+static void test_mismatch(void **s) {
+  (void)s;
+  run_mode(3, 0, emu_env, "mismatch", "mismatch", 120);
+}
+
+static void test_collectives(void **s) {
+  (void)s;
+  run_mode(3, 0, emu_env, "collectives", "collectives", 120);
+  run_mode(4, 2, emu_env, "collectives", "collectives", 120);
+}
+
+/* An injected fault on rank 1: every rank fails within HK_TIMEOUT_S (5 s)
+ * plus start-up, naming the cause; hkrun exits non-zero; nothing stays. */
+static void fault(const char *spec, const char *cause) {
+  char fenv[64];
+  snprintf(fenv, sizeof fenv, "HK_EMU_FAULT=%s", spec);
+  char *env[] = {"HK_DEVICE=emu", "HK_TIMEOUT_S=5", fenv, NULL};
+  char *argv[] = {HKRUN_PATH, "-np", "3", W_DEVICE, "fault", NULL};
+  int shm_before = shm_count("hk-emu");
+  hkt_result r;
+  double t0 = hkt_now();
+  hkt_run(argv, env, 60, &r);
+  double took = hkt_now() - t0;
+  int named = hkt_count_lines(r.out, cause);
+  if (r.timed_out || r.exit_code == 0 || named < 1 || took > 30)
+    fail_msg("%s: exit %d after %.1f s, %d ranks named '%s'\nstdout:\n"
+             "%.3000s\nstderr:\n%.3000s",
+             spec, r.exit_code, took, named, cause, r.out, r.err);
+  hkt_result_free(&r);
+  assert_int_equal(hkt_orphans(NULL, 0), 0);
+  assert_int_equal(shm_count("hk-emu"), shm_before);
+}
+
+static void test_fault_async_error(void **s) {
+  (void)s;
+  fault("error:1:2", "injected");
+}
+
+static void test_fault_hang(void **s) {
+  (void)s;
+  fault("hang:1:2", "HK_TIMEOUT_S");
+}
+
+int main(void) {
+  hkt_setup();
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_dtypes_np1),
+      cmocka_unit_test(test_dtypes_np2),
+      cmocka_unit_test(test_dtypes_np3),
+      cmocka_unit_test(test_dtypes_np4),
+      cmocka_unit_test(test_ring_equals_host),
+      cmocka_unit_test(test_hier_2x2),
+      cmocka_unit_test(test_hier_3x2),
+      cmocka_unit_test(test_staged_one_gpu_per_host),
+      cmocka_unit_test(test_fusion_300),
+      cmocka_unit_test(test_producer_stream_delay),
+      cmocka_unit_test(test_compression),
+      cmocka_unit_test(test_mismatch),
+      cmocka_unit_test(test_collectives),
+      cmocka_unit_test(test_fault_async_error),
+      cmocka_unit_test(test_fault_hang),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,600 @@
+/*
+ * w_device - device tensors end to end on the emulated GPU (HK_DEVICE=emu),
+ * run under hkrun by test_device. Every result is compared bit for bit
+ * with a serial computation in the documented order, and one hash of all
+ * results is compared across ranks.
+ *
+ *   w_device dtypes COUNT...   every dtype x op on device buffers (plus a
+ *                              host tensor in the same step), one host:
+ *                              the emu communicator's rank-order fold
+ *   w_device ring COUNT...     HK_ALLREDUCE_ALGO=ring: device results equal
+ *                              the host tensors' (the flat ring's order)
+ *   w_device hier COUNT...     pseudo-hosts (HK_LOCAL_SIZE blocks),
+ *                              HK_HIERARCHICAL_ALLREDUCE=1: in-host rank-
+ *                              order fold, then the cross ring's order
+ *   w_device fusion N          N odd-sized tensors, prescale/postscale and
+ *                              average, fused (a group) vs one at a time
+ *   w_device delay             the producer stream is delayed by the emu:
+ *                              hk must wait for it
+ *   w_device compress COUNT    HK_COMPRESSION=fp16|bf16 round trips
+ *   w_device mismatch          host vs device, and mixed buffers
+ *   w_device collectives       broadcast/allgather/reducescatter/alltoall
+ *                              on device buffers vs host results
+ *   w_device fault             allreduces until one fails (HK_EMU_FAULT)
+ * Prints "device ok: <mode> ..." on success; exits 1 with a message else.
+ */
+#include <math.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "collectives/reduce.h"
+#include "collectives/ring.h"
+#include "common/half.h"
+#include "device/device.h"
+#include "device/emu/emu.h"
+#include "hk/hk.h"
+#include "wcommon.h"
+
+static hk_device *dev;
+static int rank, size;
+
+/* ---- device memory helpers (the test's own use of the emu) ---- */
+
+static void dsync(hk_dev_stream s) {
+  hk_dev_event e;
+  HKT_OK(dev->ops->event_create(dev, &e));
+  HKT_OK(dev->ops->event_record(dev, e, s));
+  int done = 0;
+  for (;;) { /* the emu's stream thread finishes it */
+    HKT_OK(dev->ops->event_query(dev, e, &done));
+    if (done)
+      break;
+    sched_yield();
+  }
+  dev->ops->event_destroy(dev, e);
+}
+
+static void *dalloc(size_t bytes) {
+  void *p;
+  HKT_OK(dev->ops->mem_alloc(dev, bytes ? bytes : 1, &p));
+  return p;
+}
+
+static void up(void *d, const void *h, size_t bytes) {
+  if (!bytes)
+    return;
+  HKT_OK(dev->ops->memcpy_async(dev, d, h, bytes, NULL));
+  dsync(NULL);
+}
+
+static void down(void *h, const void *d, size_t bytes) {
+  if (!bytes)
+    return;
+  HKT_OK(dev->ops->memcpy_async(dev, h, d, bytes, NULL));
+  dsync(NULL);
+}
+
+/* ---- inputs every rank can regenerate for any rank ---- */
+
+static void fill_input(void *buf, size_t count, hk_dtype d, int r,
+                       uint64_t salt) {
+  for (size_t i = 0; i < count; i++) {
+    uint64_t x = hkt_mix(salt * 1000003u + (uint64_t)r * 7919u + i);
+    double v = (double)(int64_t)(x % 2001) / 16.0 - 62.5; /* [-62.5, 62.5] */
+    switch (d) {
+    case HK_FLOAT16:
+      ((uint16_t *)buf)[i] = hk_f32_to_f16((float)(v / 8));
+      break;
+    case HK_BFLOAT16:
+      ((uint16_t *)buf)[i] = hk_f32_to_bf16((float)v * 1.37f);
+      break;
+    case HK_FLOAT32:
+      ((float *)buf)[i] = (float)v * 1.0001f;
+      break;
+    case HK_FLOAT64:
+      ((double *)buf)[i] = v * 1.0000001;
+      break;
+    case HK_INT8:
+      ((int8_t *)buf)[i] = (int8_t)(x % 7) - 3;
+      break;
+    case HK_UINT8:
+      ((uint8_t *)buf)[i] = (uint8_t)(x % 5);
+      break;
+    case HK_INT32:
+      ((int32_t *)buf)[i] = (int32_t)(x % 200001) - 100000;
+      break;
+    default:
+      ((int64_t *)buf)[i] = (int64_t)(x % 2000001) - 1000000;
+      break;
+    }
+  }
+}
+
+/* acc = x op acc (the ring's combination, collectives/ring.c) */
+static void ring_combine(void *acc, const void *x, hk_dtype d, hk_op op) {
+  hk_reduce(acc, x, acc, 1, d, op);
+}
+
+/* acc = acc op x (the emu communicator's rank-order fold, emu.h) */
+static void fold_combine(void *acc, const void *x, hk_dtype d, hk_op op) {
+  hk_reduce(acc, acc, x, 1, d, op);
+}
+
+/* The average's division, then the postscale: the unpack's arithmetic. */
+static void finish(void *acc, size_t n, hk_dtype d, hk_op op, int divisor,
+                   double post) {
+  if (op == HK_AVERAGE)
+    hk_reduce_finish_average(acc, n, d, divisor);
+  if (post != 1.0)
+    hk_scale_copy(acc, acc, n, d, post);
+}
+
+/* In-host model: element e of ranks first..first+L-1, rank-order fold. */
+static void host_fold(uint8_t *acc, void *const *in, int first, int L, size_t e,
+                      hk_dtype d, hk_op op) {
+  const size_t esz = hk_dtype_size(d);
+  memcpy(acc, (uint8_t *)in[first] + e * esz, esz);
+  for (int l = 1; l < L; l++)
+    fold_combine(acc, (uint8_t *)in[first + l] + e * esz, d, op);
+}
+
+/* The serial model: L ranks per host, H hosts. H == 1: the comm's fold.
+ * Otherwise hierarchical: element of segment j = b*H + c (default
+ * segments over L*H): host partials by the fold, then the cross ring
+ * from host c. */
+static void model(void *out, void *const *in, int L, int H, size_t count,
+                  hk_dtype d, hk_op op) {
+  const size_t esz = hk_dtype_size(d);
+  size_t *seg = malloc(((size_t)L * H + 1) * sizeof *seg);
+  hk_ring_default_segments(count, L * H, seg);
+  uint8_t part[64][8], acc[8];
+  for (int j = 0; j < L * H; j++) {
+    int c = j % H;
+    for (size_t e = seg[j]; e < seg[j + 1]; e++) {
+      for (int h = 0; h < H; h++)
+        host_fold(part[h], in, h * L, L, e, d, op);
+      memcpy(acc, part[c], esz);
+      for (int k = 1; k < H; k++)
+        ring_combine(acc, part[(c + k) % H], d, op);
+      memcpy((uint8_t *)out + e * esz, acc, esz);
+    }
+  }
+  free(seg);
+}
+
+static uint64_t hash_bytes(uint64_t h, const void *p, size_t n) {
+  const uint8_t *b = p;
+  for (size_t i = 0; i < n; i++)
+    h = hkt_mix(h ^ b[i]);
+  return h;
+}
+
+/* Every rank must hold the same bits: allgather the hashes (host). */
+static void same_everywhere(uint64_t h, const char *what) {
+  uint64_t *all = NULL;
+  HKT_OK(
+      hk_allgather("w_device.hash", &h, 1, 1, HK_INT64, (void **)&all, NULL));
+  for (int r = 0; r < size; r++)
+    HKT_CHECK(all[r] == all[0], "%s: rank %d's results differ from rank 0's",
+              what, r);
+  hk_free(all);
+}
+
+static void check_bits(const void *got, const void *want, size_t count,
+                       hk_dtype d, const char *what) {
+  const size_t esz = hk_dtype_size(d);
+  for (size_t i = 0; i < count; i++)
+    HKT_CHECK(!memcmp((const uint8_t *)got + i * esz,
+                      (const uint8_t *)want + i * esz, esz),
+              "%s: element %zu of %zu differs from the serial model", what, i,
+              count);
+}
+
+/* ---- modes ---- */
+
+static const hk_op ops[] = {HK_SUM, HK_AVERAGE, HK_MIN, HK_MAX, HK_PRODUCT};
+
+/* One allreduce of `count` elements on device buffers vs the model (L
+ * ranks per host); in_place alternates. Also a host tensor in the same
+ * step when with_host. Returns the result hash. */
+static uint64_t one_case(hk_dtype d, hk_op op, size_t count, int L, int H,
+                         int with_host, int vs_host, uint64_t salt) {
+  const size_t esz = hk_dtype_size(d), bytes = count * esz;
+  void **in = calloc((size_t)size, sizeof *in);
+  for (int r = 0; r < size; r++) {
+    in[r] = malloc(bytes + 1);
+    fill_input(in[r], count, d, r, salt);
+  }
+  if (op == HK_PRODUCT) /* keep products small and exact: -1, 1, 2 */
+    for (int r = 0; r < size; r++)
+      for (size_t i = 0; i < count && d <= HK_FLOAT64; i++) {
+        uint64_t x = hkt_mix(salt + (uint64_t)r * 31 + i) % 3;
+        double v = x == 0 ? -1 : x == 1 ? 1 : 2;
+        if (d == HK_FLOAT16)
+          ((uint16_t *)in[r])[i] = hk_f32_to_f16((float)v);
+        else if (d == HK_BFLOAT16)
+          ((uint16_t *)in[r])[i] = hk_f32_to_bf16((float)v);
+        else if (d == HK_FLOAT32)
+          ((float *)in[r])[i] = (float)v;
+        else
+          ((double *)in[r])[i] = v;
+      }
+  void *want = malloc(bytes + 1), *got = malloc(bytes + 1);
+  int in_place = (int)(salt & 1);
+  void *dsend = dalloc(bytes), *drecv = in_place ? dsend : dalloc(bytes);
+  up(dsend, in[rank], bytes);
+  char name[96];
+  snprintf(name, sizeof name, "dev.%s.%s.%zu.%llu", hk_dtype_name(d),
+           hk_op_name(op), count, (unsigned long long)salt);
+  hk_handle h, hh = NULL;
+  void *hbuf = NULL;
+  HKT_OK(hk_allreduce_async(name, dsend, drecv, count, d, op, &h));
+  if (with_host || vs_host) { /* a host tensor of the same data */
+    hbuf = malloc(bytes + 1);
+    memcpy(hbuf, in[rank], bytes);
+    char hname[112];
+    snprintf(hname, sizeof hname, "%s.host", name);
+    HKT_OK(hk_allreduce_async(hname, hbuf, hbuf, count, d, op, &hh));
+  }
+  HKT_OK(hk_wait(h));
+  if (hh)
+    HKT_OK(hk_wait(hh));
+  down(got, drecv, bytes);
+  if (vs_host) {
+    memcpy(want, hbuf, bytes);
+  } else {
+    model(want, in, L, H, count, d, op);
+    finish(want, count, d, op, size, 1.0);
+  }
+  check_bits(got, want, count, d, name);
+  uint64_t hash = hash_bytes(salt, got, bytes);
+  dev->ops->mem_free(dev, dsend);
+  if (!in_place)
+    dev->ops->mem_free(dev, drecv);
+  for (int r = 0; r < size; r++)
+    free(in[r]);
+  free(in);
+  free(want);
+  free(got);
+  free(hbuf);
+  return hash;
+}
+
+static void mode_cases(int argc, char **argv, int L, int H, int vs_host,
+                       const char *mode) {
+  uint64_t hash = 0, salt = 1;
+  int cases = 0;
+  for (int a = 2; a < argc; a++) {
+    size_t count = strtoull(argv[a], NULL, 10);
+    int big = count > 100000;
+    for (int d = HK_FLOAT16; d <= HK_INT64; d++)
+      for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {
+        /* the big count on a few pairs: the rest adds time, not cover */
+        if (big && !((d == HK_FLOAT32 && ops[o] == HK_SUM) ||
+                     (d == HK_BFLOAT16 && ops[o] == HK_AVERAGE) ||
+                     (d == HK_INT64 && ops[o] == HK_MAX)))
+          continue;
+        hash ^= one_case((hk_dtype)d, ops[o], count, L, H, cases % 3 == 0,
+                         vs_host, salt++);
+        cases++;
+      }
+  }
+  same_everywhere(hash, mode);
+  printf("device ok: %s np=%d cases=%d\n", mode, size, cases);
+}
+
+/* N tensors of odd sizes at odd offsets of one allocation, scaled and
+ * averaged: fused (one group) vs one at a time. */
+static void mode_fusion(int n) {
+  const hk_dtype d = HK_FLOAT32;
+  size_t *counts = malloc((size_t)n * sizeof *counts), total = 0;
+  for (int i = 0; i < n; i++) {
+    counts[i] = 1 + hkt_mix((uint64_t)i) % 3001;
+    total += counts[i] + 1; /* +1: the next one starts misaligned */
+  }
+  float *host = malloc(total * 4), *a = malloc(total * 4),
+        *b = malloc(total * 4);
+  fill_input(host, total, d, rank, 99);
+  float *dbuf = dalloc(total * 4), *dout = dalloc(total * 4);
+  up(dbuf, host, total * 4);
+  const void **send = malloc((size_t)n * sizeof *send);
+  void **recv = malloc((size_t)n * sizeof *recv);
+  char **names = malloc((size_t)n * sizeof *names);
+  size_t at = 0;
+  for (int i = 0; i < n; i++) {
+    send[i] = dbuf + at;
+    recv[i] = dout + at;
+    names[i] = malloc(32);
+    snprintf(names[i], 32, "fuse.%d", i);
+    at += counts[i] + 1;
+  }
+  /* fused: every tensor submitted before any is waited */
+  hk_handle *hs = malloc((size_t)n * sizeof *hs);
+  for (int i = 0; i < n; i++)
+    HKT_OK(hk_allreduce_scaled_async(names[i], send[i], recv[i], counts[i], d,
+                                     HK_AVERAGE, 0.5, 3.0, &hs[i]));
+  for (int i = 0; i < n; i++)
+    HKT_OK(hk_wait(hs[i]));
+  down(a, dout, total * 4);
+  /* alone: one at a time */
+  for (int i = 0; i < n; i++) {
+    HKT_OK(hk_allreduce_scaled_async(names[i], send[i], recv[i], counts[i], d,
+                                     HK_AVERAGE, 0.5, 3.0, &hs[i]));
+    HKT_OK(hk_wait(hs[i]));
+  }
+  down(b, dout, total * 4);
+  at = 0;
+  for (int i = 0; i < n; i++) {
+    check_bits(a + at, b + at, counts[i], d, names[i]);
+    at += counts[i] + 1;
+  }
+  same_everywhere(hash_bytes(7, a, total * 4), "fusion");
+  printf("device ok: fusion np=%d tensors=%d\n", size, n);
+  for (int i = 0; i < n; i++)
+    free(names[i]);
+  free(names);
+  free(send);
+  free(recv);
+  free(hs);
+  free(host);
+  free(a);
+  free(b);
+  free(counts);
+  dev->ops->mem_free(dev, dbuf);
+  dev->ops->mem_free(dev, dout);
+}
+
+/* The values reach the device only after the emu delays the producer
+ * stream: a read before that would see the zeros mem_alloc gives. */
+static void mode_delay(void) {
+  const size_t count = 4099;
+  float *vals = malloc(count * 4), *got = malloc(count * 4);
+  for (size_t i = 0; i < count; i++)
+    vals[i] = (float)(rank + 1) + (float)i;
+  float *d = dalloc(count * 4);
+  float *zero = calloc(count, 4);
+  up(d, zero, count * 4);
+  hk_dev_stream s;
+  HKT_OK(dev->ops->stream_create(dev, &s));
+  HKT_OK(hk_emu_stream_delay(dev, s, 2000));
+  HKT_OK(dev->ops->memcpy_async(dev, d, vals, count * 4, s));
+  hk_set_stream(s);
+  hk_handle h;
+  HKT_OK(hk_allreduce_async("delayed", d, d, count, HK_FLOAT32, HK_SUM, &h));
+  hk_set_stream(NULL);
+  /* A second stream, ordered after the result by hk_wait_stream, which
+   * must return without waiting for the GPU: the result is still 2 s of
+   * producer delay away, so an event recorded on s2 right after the
+   * return cannot have completed (it would have, had hk_wait_stream
+   * waited for the device on the host). */
+  hk_dev_stream s2;
+  hk_dev_event e;
+  HKT_OK(dev->ops->stream_create(dev, &s2));
+  HKT_OK(dev->ops->event_create(dev, &e));
+  HKT_OK(hk_wait_stream(h, s2));
+  HKT_OK(dev->ops->event_record(dev, e, s2));
+  int done = 1;
+  HKT_OK(dev->ops->event_query(dev, e, &done));
+  HKT_CHECK(!done, "hk_wait_stream waited on the host for the GPU result");
+  dsync(s2);
+  HKT_OK(dev->ops->event_query(dev, e, &done));
+  HKT_CHECK(done, "the stream's event after the result did not complete");
+  dev->ops->event_destroy(dev, e);
+  dev->ops->stream_destroy(dev, s2);
+  down(got, d, count * 4);
+  float ranks = (float)size * (float)(size + 1) / 2;
+  for (size_t i = 0; i < count; i++)
+    HKT_CHECK(got[i] == ranks + (float)size * (float)i,
+              "element %zu is %g, expected %g: hk read the tensor before its "
+              "producer stream had written it",
+              i, got[i], ranks + (float)size * (float)i);
+  dev->ops->stream_destroy(dev, s);
+  dev->ops->mem_free(dev, d);
+  free(vals);
+  free(got);
+  free(zero);
+  printf("device ok: delay np=%d\n", size);
+}
+
+/* Compression: float32 travels as float16/bfloat16. Values exact in the
+ * low type and sums that stay exact round trip exactly; any value matches
+ * the model: round to the low type, fold in it, widen, divide. */
+static void mode_compress(size_t count, const char *kind) {
+  const hk_dtype low = !strcmp(kind, "bf16") ? HK_BFLOAT16 : HK_FLOAT16;
+  float **in = calloc((size_t)size, sizeof *in);
+  uint16_t **lin = calloc((size_t)size, sizeof *lin);
+  for (int r = 0; r < size; r++) {
+    in[r] = malloc(count * 4 + 4);
+    lin[r] = malloc(count * 2 + 2);
+    fill_input(in[r], count, HK_FLOAT32, r, 5);
+    for (size_t i = 0; i < count; i++)
+      lin[r][i] = low == HK_FLOAT16 ? hk_f32_to_f16(in[r][i])
+                                    : hk_f32_to_bf16(in[r][i]);
+  }
+  uint16_t *lsum = malloc(count * 2 + 2);
+  model(lsum, (void *const *)lin, size, 1, count, low, HK_SUM);
+  float *want = malloc(count * 4 + 4), *got = malloc(count * 4 + 4);
+  for (size_t i = 0; i < count; i++)
+    want[i] =
+        (low == HK_FLOAT16 ? hk_f16_to_f32(lsum[i]) : hk_bf16_to_f32(lsum[i])) /
+        (float)size;
+  float *d = dalloc(count * 4);
+  up(d, in[rank], count * 4);
+  HKT_OK(hk_allreduce("compressed", d, d, count, HK_FLOAT32, HK_AVERAGE));
+  down(got, d, count * 4);
+  check_bits(got, want, count, HK_FLOAT32, "compressed average");
+  /* small integers: exact in both types, so the round trip is exact */
+  for (size_t i = 0; i < count; i++)
+    in[rank][i] = (float)((i + (size_t)rank) % 17);
+  up(d, in[rank], count * 4);
+  HKT_OK(hk_allreduce("compressed.exact", d, d, count, HK_FLOAT32, HK_SUM));
+  down(got, d, count * 4);
+  for (size_t i = 0; i < count; i++) {
+    float s = 0;
+    for (int r = 0; r < size; r++)
+      s += (float)((i + (size_t)r) % 17);
+    HKT_CHECK(got[i] == s, "exact element %zu: %g, expected %g", i, got[i], s);
+  }
+  same_everywhere(hash_bytes(3, got, count * 4), "compress");
+  printf("device ok: compress %s np=%d\n", kind, size);
+  for (int r = 0; r < size; r++) {
+    free(in[r]);
+    free(lin[r]);
+  }
+  free(in);
+  free(lin);
+  free(lsum);
+  free(want);
+  free(got);
+  dev->ops->mem_free(dev, d);
+}
+
+/* Host on rank 0, device elsewhere: a mismatch on every rank, before any
+ * device work; then sendbuf on the device with recvbuf on the host on
+ * the last rank. The job goes on afterwards. */
+static void mode_mismatch(void) {
+  float host[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  float *d = dalloc(sizeof host);
+  up(d, host, sizeof host);
+  hk_status st =
+      hk_allreduce("kind", rank == 0 ? (void *)host : (void *)d,
+                   rank == 0 ? (void *)host : (void *)d, 8, HK_FLOAT32, HK_SUM);
+  HKT_CHECK(st == HK_ERR_MISMATCH && strstr(hk_last_error(), "memory kind"),
+            "host vs device: got %s: %s", hk_strerror(st), hk_last_error());
+  printf("mismatch 1: %s\n", hk_last_error());
+  float out[8];
+  int mixed = rank == size - 1;
+  st = hk_allreduce("mixed", d, mixed ? (void *)out : (void *)d, 8, HK_FLOAT32,
+                    HK_SUM);
+  char want[64];
+  snprintf(want, sizeof want, "rank %d has sendbuf on the device", size - 1);
+  HKT_CHECK(st == HK_ERR_MISMATCH && strstr(hk_last_error(), want),
+            "mixed buffers: got %s: %s", hk_strerror(st), hk_last_error());
+  printf("mismatch 2: %s\n", hk_last_error());
+  HKT_OK(hk_allreduce("after", d, d, 8, HK_FLOAT32, HK_SUM));
+  down(out, d, sizeof out);
+  for (int i = 0; i < 8; i++)
+    HKT_CHECK(out[i] == host[i] * (float)size, "after the mismatches");
+  dev->ops->mem_free(dev, d);
+  printf("device ok: mismatch np=%d\n", size);
+}
+
+/* Broadcast, allgather, reducescatter and alltoall on device buffers
+ * give the host tensors' results. */
+static void mode_collectives(void) {
+  enum { ROWS = 5, ROW = 3 };
+  int32_t in[ROWS * ROW], hb[ROWS * ROW], got[ROWS * ROW * 8];
+  fill_input(in, ROWS * ROW, HK_INT32, rank, 11);
+  int32_t *d = dalloc(sizeof in);
+  /* broadcast from the last rank */
+  memcpy(hb, in, sizeof in);
+  up(d, in, sizeof in);
+  HKT_OK(hk_broadcast("c.bcast", d, ROWS * ROW, HK_INT32, size - 1));
+  HKT_OK(hk_broadcast("c.bcast.h", hb, ROWS * ROW, HK_INT32, size - 1));
+  down(got, d, sizeof in);
+  check_bits(got, hb, ROWS * ROW, HK_INT32, "broadcast");
+  /* allgather: rank r gives r+1 rows */
+  up(d, in, sizeof in);
+  size_t rows = (size_t)(rank % ROWS) + 1, per[64], hper[64];
+  void *dout = NULL, *hout = NULL;
+  HKT_OK(hk_allgather("c.gather", d, rows, ROW, HK_INT32, &dout, per));
+  HKT_OK(hk_allgather("c.gather.h", in, rows, ROW, HK_INT32, &hout, hper));
+  HKT_CHECK(dev->ops->pointer_kind(dev, dout, NULL) == HK_MEM_DEVICE,
+            "allgather of device memory gave a host buffer");
+  size_t total = 0;
+  for (int r = 0; r < size; r++) {
+    HKT_CHECK(per[r] == hper[r], "allgather rows of rank %d", r);
+    total += per[r];
+  }
+  int32_t *g = malloc(total * ROW * 4 + 4);
+  down(g, dout, total * ROW * 4);
+  check_bits(g, hout, total * ROW, HK_INT32, "allgather");
+  free(g);
+  hk_free(dout);
+  hk_free(hout);
+  /* reducescatter of ROWS rows */
+  int32_t *dr = dalloc(sizeof in), hr[ROWS * ROW];
+  size_t out_rows = 0, hrows = 0;
+  HKT_OK(
+      hk_reducescatter("c.rs", d, ROWS, ROW, HK_INT32, HK_SUM, dr, &out_rows));
+  HKT_OK(
+      hk_reducescatter("c.rs.h", in, ROWS, ROW, HK_INT32, HK_SUM, hr, &hrows));
+  HKT_CHECK(out_rows == hrows, "reducescatter rows");
+  down(got, dr, out_rows * ROW * 4);
+  check_bits(got, hr, out_rows * ROW, HK_INT32, "reducescatter");
+  dev->ops->mem_free(dev, dr);
+  /* alltoall: one row to each rank (rows wrap) */
+  size_t splits[64], rsplits[64], hsplits[64];
+  for (int r = 0; r < size; r++)
+    splits[r] = r < ROWS ? 1 : 0;
+  dout = hout = NULL;
+  HKT_OK(hk_alltoall("c.a2a", d, splits, ROW, HK_INT32, &dout, rsplits));
+  HKT_OK(hk_alltoall("c.a2a.h", in, splits, ROW, HK_INT32, &hout, hsplits));
+  total = 0;
+  for (int r = 0; r < size; r++)
+    total += hsplits[r];
+  if (total) {
+    down(got, dout, total * ROW * 4);
+    check_bits(got, hout, total * ROW, HK_INT32, "alltoall");
+  }
+  hk_free(dout);
+  hk_free(hout);
+  dev->ops->mem_free(dev, d);
+  printf("device ok: collectives np=%d\n", size);
+}
+
+/* Allreduces until one fails: prints the error and exits 3. */
+static void mode_fault(void) {
+  const size_t count = 1000;
+  float *d = dalloc(count * 4);
+  for (int i = 0; i < 20; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "fault.%d", i);
+    hk_status st = hk_allreduce(name, d, d, count, HK_FLOAT32, HK_SUM);
+    if (st != HK_OK) {
+      printf("rank %d failed: %s: %s\n", rank, hk_strerror(st),
+             hk_last_error());
+      fflush(stdout);
+      hk_shutdown();
+      exit(3);
+    }
+  }
+  printf("device ok: fault np=%d (no failure)\n", size);
+}
+
+int main(int argc, char **argv) {
+  HKT_CHECK(argc >= 2, "usage: w_device MODE [ARGS...]");
+  HKT_OK(hk_init());
+  rank = hk_rank();
+  size = hk_size();
+  hk_device_options opts = {0};
+  HKT_OK(hk_device_open("emu", &opts, &dev));
+  const char *m = argv[1];
+  if (!strcmp(m, "dtypes"))
+    mode_cases(argc, argv, size, 1, 0, m);
+  else if (!strcmp(m, "ring"))
+    mode_cases(argc, argv, size, 1, 1, m);
+  else if (!strcmp(m, "hier"))
+    mode_cases(argc, argv, hk_local_size(), hk_cross_size(), 0, m);
+  else if (!strcmp(m, "fusion"))
+    mode_fusion(argc > 2 ? atoi(argv[2]) : 300);
+  else if (!strcmp(m, "delay"))
+    mode_delay();
+  else if (!strcmp(m, "compress"))
+    mode_compress(argc > 2 ? strtoull(argv[2], NULL, 10) : 1000,
+                  argc > 3 ? argv[3] : "fp16");
+  else if (!strcmp(m, "mismatch"))
+    mode_mismatch();
+  else if (!strcmp(m, "collectives"))
+    mode_collectives();
+  else if (!strcmp(m, "fault"))
+    mode_fault();
+  else
+    HKT_CHECK(0, "unknown mode %s", m);
+  hk_device_close(dev);
+  HKT_OK(hk_shutdown());
+  return 0;
+}

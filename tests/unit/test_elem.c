@@ -1,0 +1,123 @@
+/*
+ * test_elem - device/elem.h, the per-element arithmetic of the device
+ * kernels (pack, unpack, average, scale, float16/bfloat16 compression),
+ * against the host kernels hk's CPU path uses (collectives/reduce.h,
+ * common/half.h), bit for bit: every 16-bit pattern, special and random
+ * binary32/binary64 values, every dtype. (The conversions themselves are
+ * one code, common/half_inline.h, which half.c wraps.)
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "collectives/reduce.h"
+#include "common/half.h"
+#include "device/elem.h"
+
+static uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+static void test_dtype_values_match_hk_h(void **s) {
+  (void)s;
+  assert_int_equal(HK_ELEM_F16, HK_FLOAT16);
+  assert_int_equal(HK_ELEM_BF16, HK_BFLOAT16);
+  assert_int_equal(HK_ELEM_F32, HK_FLOAT32);
+  assert_int_equal(HK_ELEM_F64, HK_FLOAT64);
+  assert_int_equal(HK_ELEM_I8, HK_INT8);
+  assert_int_equal(HK_ELEM_U8, HK_UINT8);
+  assert_int_equal(HK_ELEM_I32, HK_INT32);
+  assert_int_equal(HK_ELEM_I64, HK_INT64);
+}
+
+/* n elements of dtype d: random bits, with specials mixed in for floats. */
+static void fill(void *buf, size_t n, hk_dtype d, uint64_t salt) {
+  const size_t esz = hk_dtype_size(d);
+  for (size_t i = 0; i < n; i++) {
+    uint64_t x = mix(salt + i);
+    if (d == HK_FLOAT16 || d == HK_BFLOAT16) { /* every 16-bit pattern */
+      uint16_t v = (uint16_t)(i & 0xffff);
+      memcpy((uint8_t *)buf + i * 2, &v, 2);
+    } else if (d == HK_FLOAT32 && i % 7 == 0) {
+      static const float sp[] = {0.0f, -0.0f,  INFINITY, -INFINITY,
+                                 NAN,  1e-45f, 3.4e38f,  -1.5f};
+      memcpy((uint8_t *)buf + i * 4, &sp[(i / 7) % 8], 4);
+    } else if (d == HK_FLOAT32) {
+      float f = (float)((double)(int64_t)(x % 2000001) / 977.0 - 1000.0);
+      memcpy((uint8_t *)buf + i * 4, &f, 4);
+    } else if (d == HK_FLOAT64) {
+      double f = (double)(int64_t)(x % 2000001) / 977.0 - 1000.0;
+      memcpy((uint8_t *)buf + i * 8, &f, 8);
+    } else {
+      memcpy((uint8_t *)buf + i * esz, &x, esz);
+    }
+  }
+}
+
+/* The unpack's divisor and scale vs hk_reduce_finish_average then
+ * hk_scale_copy, for every dtype. */
+static void test_divide_and_scale_match_host(void **s) {
+  (void)s;
+  enum { N = 65536 };
+  static uint8_t in[N * 8], want[N * 8], got[N * 8];
+  const int divisors[] = {1, 2, 3, 7};
+  const double scales[] = {1.0, 0.5, 3.0, 1.0 / 3.0};
+  for (int d = HK_FLOAT16; d <= HK_INT64; d++) {
+    const size_t esz = hk_dtype_size((hk_dtype)d);
+    const int is_float = d <= HK_FLOAT64;
+    for (int k = 0; k < 4; k++)
+      for (int m = 0; m < 4; m++) {
+        double sc = is_float ? scales[m] : 1.0;
+        fill(in, N, (hk_dtype)d, (uint64_t)(d * 100 + k * 10 + m));
+        memcpy(want, in, N * esz);
+        hk_reduce_finish_average(want, N, (hk_dtype)d, divisors[k]);
+        hk_scale_copy(want, want, N, (hk_dtype)d, sc);
+        for (size_t i = 0; i < N; i++)
+          hk_elem_copy(got, in, i, d, d, sc, divisors[k]);
+        for (size_t i = 0; i < N; i++)
+          if (memcmp(got + i * esz, want + i * esz, esz))
+            fail_msg("%s: divisor %d scale %g: element %zu differs",
+                     hk_dtype_name((hk_dtype)d), divisors[k], sc, i);
+      }
+  }
+}
+
+/* Compression: float32 -> 16 bits after a scale, and back with the
+ * average's division, as hk_f32_to_f16/bf16 and binary32 arithmetic. */
+static void test_compression_round_trip(void **s) {
+  (void)s;
+  enum { N = 100003 };
+  static float in[N], back[N];
+  static uint16_t low[N];
+  fill(in, N, HK_FLOAT32, 42);
+  for (int t = HK_FLOAT16; t <= HK_BFLOAT16; t++)
+    for (size_t i = 0; i < N; i++) {
+      hk_elem_copy(low, in, i, HK_FLOAT32, t, 0.5, 1);
+      float x = in[i] * 0.5f;
+      uint16_t w = t == HK_FLOAT16 ? hk_f32_to_f16(x) : hk_f32_to_bf16(x);
+      assert_int_equal(low[i], w);
+      hk_elem_copy(back, low, i, t, HK_FLOAT32, 2.0, 3);
+      float y = (t == HK_FLOAT16 ? hk_f16_to_f32(w) : hk_bf16_to_f32(w));
+      y = y / 3.0f * 2.0f;
+      if (memcmp(&back[i], &y, 4) && !(isnan(back[i]) && isnan(y)))
+        fail_msg("%s back: element %zu: %a vs %a", hk_dtype_name((hk_dtype)t),
+                 i, back[i], y);
+    }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_dtype_values_match_hk_h),
+      cmocka_unit_test(test_divide_and_scale_match_host),
+      cmocka_unit_test(test_compression_round_trip),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

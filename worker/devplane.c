@@ -1,0 +1,620 @@
+/*
+ * devplane.c - the worker's side of the GPU data plane (see devplane.h).
+ */
+#include "worker/devplane.h"
+
+#include <dlfcn.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "collectives/dev_allreduce.h"
+#include "collectives/ring.h"
+#include "collectives/transport/tcp.h"
+#include "common/log.h"
+#include "common/status.h"
+#include "worker/algo.h"
+
+struct hk_devplane {
+  hk_dev_sched sched;
+  uint8_t uid[HK_DEV_UID_BYTES]; /* this host's communicator id */
+  int comm_tried;                /* comm_init was called (once) */
+  uint8_t *fusion;               /* device fusion buffer, grown on demand */
+  size_t fusion_bytes;
+  hk_dev_copy *items; /* pack/unpack work lists */
+  size_t items_cap;
+  size_t *seg; /* a tensor's own segments, nseg + 1 */
+  size_t seg_cap;
+  size_t *off; /* where the batch's segment j has reached, nseg */
+  size_t off_cap;
+  hk_dev_event ev_done;
+  hk_dev_event ev_phase[3]; /* before the pack, after it, after the
+                               schedule (ev_done ends the unpack) */
+};
+
+/* ---- the watchdog ---- */
+
+static void abort_comm(hk_ctx *ctx) {
+  hk_dev_sched *s = &ctx->gpu->sched;
+  if (s->comm) {
+    s->dev->ops->comm_abort(s->comm);
+    s->comm = NULL;
+  }
+}
+
+static int launcher_says_abort(const hk_ctx *ctx) {
+  if (ctx->mesh.launcher_fd < 0)
+    return 0;
+  struct pollfd p = {.fd = ctx->mesh.launcher_fd, .events = POLLIN};
+  return poll(&p, 1, 0) > 0;
+}
+
+/* Waits for e; watches the communicator's async errors, hkrun's abort and
+ * HK_TIMEOUT_S. Polls with a back-off from 2 us to 1 ms: the event has
+ * no file descriptor to sleep on. */
+static hk_status dev_wait(void *arg, hk_dev_event e, const char *what) {
+  hk_ctx *ctx = arg;
+  struct hk_devplane *g = ctx->gpu;
+  const hk_device_ops *o = ctx->dev->ops;
+  const double deadline = hk_now() + ctx->cfg.timeout_s;
+  long ns = 2000;
+  for (;;) {
+    int done = 0;
+    hk_status st = o->event_query(ctx->dev, e, &done);
+    if (st != HK_OK) {
+      char msg[HK_ERROR_MSG_CAP];
+      snprintf(msg, sizeof msg, "%s", hk_last_error());
+      abort_comm(ctx);
+      return hk_fail(HK_ERR_DEVICE, "%s failed on rank %d: %s", what, ctx->rank,
+                     msg);
+    }
+    if (done)
+      return HK_OK;
+    if (g->sched.comm) {
+      int pending = 0;
+      st = o->comm_async_error(g->sched.comm, &pending);
+      if (st != HK_OK) {
+        char msg[HK_ERROR_MSG_CAP];
+        snprintf(msg, sizeof msg, "%s", hk_last_error());
+        abort_comm(ctx);
+        return hk_fail(HK_ERR_DEVICE,
+                       "the device communicator (%s) failed on rank %d "
+                       "during %s: %s; it was aborted",
+                       o->name, ctx->rank, what, msg);
+      }
+    }
+    if (launcher_says_abort(ctx)) {
+      abort_comm(ctx);
+      return hk_fail(HK_ERR_PEER_LOST,
+                     "hkrun stopped the job while rank %d waited for %s",
+                     ctx->rank, what);
+    }
+    if (hk_now() > deadline) {
+      abort_comm(ctx);
+      return hk_fail(HK_ERR_TIMEOUT,
+                     "%s did not complete within HK_TIMEOUT_S = %g s on rank "
+                     "%d (device work hung: a rank stopped inside the device "
+                     "communicator?); the communicator was aborted",
+                     what, ctx->cfg.timeout_s, ctx->rank);
+    }
+    struct timespec ts = {0, ns};
+    nanosleep(&ts, NULL);
+    ns = ns < 500000 ? ns * 2 : 1000000;
+  }
+}
+
+/* ---- set-up ---- */
+
+static const char *const backend_names[] = {"auto", "cuda", "emu", "none"};
+
+static hk_status exchange_ids(hk_ctx *ctx, struct hk_devplane *g) {
+  const int n = ctx->size;
+  if (n == 1)
+    return HK_OK;
+  uint8_t *all = calloc((size_t)n + 1, HK_DEV_UID_BYTES);
+  size_t *seg = malloc(((size_t)n + 1) * sizeof *seg);
+  if (!all || !seg) {
+    free(all);
+    free(seg);
+    return hk_fail(HK_ERR_NOMEM, "cannot allocate the communicator ids");
+  }
+  uint8_t *mine = all + (size_t)n * HK_DEV_UID_BYTES;
+  hk_status st = HK_OK;
+  if (g && ctx->local_rank == 0 && ctx->local_size > 1)
+    st = ctx->dev->ops->comm_unique_id(ctx->dev, mine);
+  for (int r = 0; r <= n; r++)
+    seg[r] = (size_t)r * HK_DEV_UID_BYTES;
+  if (st == HK_OK) /* every rank takes part, with or without a device */
+    st = hk_ring_allgatherv(&ctx->ring, mine, all, seg, HK_UINT8);
+  if (st == HK_OK && g) {
+    int leader = ctx->rank; /* the host's local rank 0 */
+    for (int r = 0; r < n; r++)
+      if (ctx->layout[r].cross_rank == ctx->cross_rank &&
+          ctx->layout[r].local_rank == 0)
+        leader = r;
+    memcpy(g->uid, all + (size_t)leader * HK_DEV_UID_BYTES, HK_DEV_UID_BYTES);
+  }
+  free(all);
+  free(seg);
+  return st;
+}
+
+static hk_status open_backend(hk_ctx *ctx) {
+  const hk_config *c = &ctx->cfg;
+  if (c->device == HK_DEVICE_NONE) {
+    snprintf(ctx->dev_missing, sizeof ctx->dev_missing,
+             "HK_DEVICE=none: this job takes host tensors only");
+    return HK_OK;
+  }
+  hk_device_options opts = {.device_index =
+                                c->gpu >= 0 ? c->gpu : ctx->local_rank,
+                            .fault = {.kind = c->emu_fault_kind,
+                                      .rank = c->emu_fault_rank,
+                                      .op_index = c->emu_fault_op,
+                                      .delay_ms = c->emu_fault_ms},
+                            .job_rank = ctx->rank};
+  /* auto is cuda where it opens; otherwise why not is kept for the error
+   * a device tensor would get */
+  const char *kind =
+      c->device == HK_DEVICE_AUTO ? "cuda" : backend_names[c->device];
+  hk_status st = hk_device_open(kind, &opts, &ctx->dev);
+  if (st != HK_OK && c->device == HK_DEVICE_AUTO) {
+    snprintf(ctx->dev_missing, sizeof ctx->dev_missing,
+             "hk has no GPU backend here (HK_DEVICE=auto): %s",
+             hk_last_error());
+    hk_clear_error();
+    ctx->dev = NULL;
+    return HK_OK;
+  }
+  if (st != HK_OK)
+    return st;
+  else
+    hk_log(HK_LOG_INFO, "device backend %s: %s", ctx->dev->ops->name,
+           ctx->dev->ops->describe(ctx->dev));
+  return HK_OK;
+}
+
+static hk_status make_sched(hk_ctx *ctx, struct hk_devplane *g) {
+  hk_dev_sched *s = &g->sched;
+  const hk_device_ops *o = ctx->dev->ops;
+  s->dev = ctx->dev;
+  s->local_rank = ctx->local_rank;
+  s->local_size = ctx->local_size;
+  s->wait = dev_wait;
+  s->wait_arg = ctx;
+  hk_status st = o->stream_create(ctx->dev, &s->stream);
+  if (st == HK_OK)
+    st = o->stream_create(ctx->dev, &s->d2h);
+  if (st == HK_OK)
+    st = o->stream_create(ctx->dev, &s->h2d);
+  for (int i = 0; i < HK_DEV_SLOTS && st == HK_OK; i++) {
+    st = o->event_create(ctx->dev, &s->ev_d2h[i]);
+    if (st == HK_OK)
+      st = o->event_create(ctx->dev, &s->ev_h2d[i]);
+  }
+  if (st == HK_OK)
+    st = o->event_create(ctx->dev, &s->ev_ready);
+  if (st == HK_OK)
+    st = o->event_create(ctx->dev, &g->ev_done);
+  for (int i = 0; i < 3 && st == HK_OK; i++)
+    st = o->event_create(ctx->dev, &g->ev_phase[i]);
+  return st;
+}
+
+hk_status hk_devplane_open(hk_ctx *ctx) {
+  hk_status st = open_backend(ctx);
+  struct hk_devplane *g = NULL;
+  if (st == HK_OK && ctx->dev) {
+    g = calloc(1, sizeof *g);
+    if (!g)
+      st = hk_fail(HK_ERR_NOMEM, "cannot allocate the device plane");
+    ctx->gpu = g;
+    if (st == HK_OK)
+      st = make_sched(ctx, g);
+  }
+  if (st == HK_OK)
+    st = exchange_ids(ctx, g);
+  return st;
+}
+
+void hk_devplane_close(hk_ctx *ctx) {
+  struct hk_devplane *g = ctx->gpu;
+  if (g) {
+    hk_dev_sched *s = &g->sched;
+    const hk_device_ops *o = ctx->dev->ops;
+    if (s->comm)
+      o->comm_destroy(s->comm);
+    if (s->stream)
+      o->stream_destroy(ctx->dev, s->stream);
+    if (s->d2h)
+      o->stream_destroy(ctx->dev, s->d2h);
+    if (s->h2d)
+      o->stream_destroy(ctx->dev, s->h2d);
+    for (int i = 0; i < HK_DEV_SLOTS; i++) {
+      if (s->ev_d2h[i])
+        o->event_destroy(ctx->dev, s->ev_d2h[i]);
+      if (s->ev_h2d[i])
+        o->event_destroy(ctx->dev, s->ev_h2d[i]);
+      o->host_free(ctx->dev, s->slot[i]);
+    }
+    if (s->ev_ready)
+      o->event_destroy(ctx->dev, s->ev_ready);
+    if (g->ev_done)
+      o->event_destroy(ctx->dev, g->ev_done);
+    for (int i = 0; i < 3; i++)
+      if (g->ev_phase[i])
+        o->event_destroy(ctx->dev, g->ev_phase[i]);
+    o->mem_free(ctx->dev, g->fusion);
+    free(s->segs);
+    free(g->items);
+    free(g->seg);
+    free(g->off);
+    free(g);
+    ctx->gpu = NULL;
+  }
+  hk_device_close(ctx->dev);
+  ctx->dev = NULL;
+}
+
+/* ---- submit side ---- */
+
+/* The trainer thread's producer stream (hk_set_stream): per-thread state
+ * of the API, like hk_last_error's message. */
+static _Thread_local void *tl_stream;
+
+void *hk_devplane_stream(void) { return tl_stream; }
+void hk_devplane_set_stream(void *stream) { tl_stream = stream; }
+
+/* Without a backend, a CUDA pointer can still reach hk: the process has
+ * the CUDA driver loaded (it allocated the memory), hk has no module.
+ * Asking the driver already in the process (never loading it) turns what
+ * would be a crash into HK_ERR_DEVICE saying what is missing. The driver
+ * API's values: CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2, CU_MEMORYTYPE_DEVICE
+ * = 2 (cuda.h). */
+static int driver_says_device(const void *p) {
+  void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (!h)
+    return 0;
+  int (*attr)(void *, int, unsigned long long) =
+      (int (*)(void *, int, unsigned long long))dlsym(h,
+                                                      "cuPointerGetAttribute");
+  unsigned int type = 0;
+  int dev = attr && attr(&type, 2, (unsigned long long)(uintptr_t)p) == 0 &&
+            type == 2;
+  dlclose(h);
+  return dev;
+}
+
+static int is_device(const hk_ctx *ctx, const void *p) {
+  if (!p)
+    return 0;
+  if (ctx->dev)
+    return ctx->dev->ops->pointer_kind(ctx->dev, p, NULL) == HK_MEM_DEVICE;
+  return driver_says_device(p);
+}
+
+void hk_devplane_classify(const hk_ctx *ctx, hk_wire_request *req,
+                          const void *send, const void *recv) {
+  int sd = is_device(ctx, send), rd = is_device(ctx, recv);
+  if (!send)
+    sd = rd;
+  if (!recv)
+    rd = sd;
+  req->mem = sd && rd ? HK_WIRE_MEM_DEVICE
+             : sd     ? HK_WIRE_MEM_SEND_DEVICE_RECV_HOST
+             : rd     ? HK_WIRE_MEM_SEND_HOST_RECV_DEVICE
+                      : HK_WIRE_MEM_HOST;
+}
+
+hk_status hk_devplane_capture(hk_ctx *ctx, hk_handle h, void *producer) {
+  if (h->req.mem == HK_WIRE_MEM_HOST || !ctx->dev)
+    return HK_OK;
+  const hk_device_ops *o = ctx->dev->ops;
+  hk_status st = o->event_create(ctx->dev, &h->ready);
+  if (st == HK_OK)
+    st = o->event_record(ctx->dev, h->ready, (hk_dev_stream)producer);
+  if (st != HK_OK) {
+    char msg[HK_ERROR_MSG_CAP];
+    snprintf(msg, sizeof msg, "%s", hk_last_error());
+    hk_devplane_release(ctx, h);
+    return hk_fail(HK_ERR_DEVICE,
+                   "tensor '%s': cannot record the producer stream's event: "
+                   "%s",
+                   h->req.name, msg);
+  }
+  return HK_OK;
+}
+
+void hk_devplane_release(hk_ctx *ctx, hk_handle h) {
+  if (ctx && ctx->dev) {
+    if (h->ready)
+      ctx->dev->ops->event_destroy(ctx->dev, h->ready);
+    if (h->done_ev)
+      ctx->dev->ops->event_destroy(ctx->dev, h->done_ev);
+  }
+  h->ready = h->done_ev = NULL;
+}
+
+hk_status hk_devplane_order_after(hk_ctx *ctx, void *stream, hk_dev_event e) {
+  hk_status st =
+      ctx->dev->ops->stream_wait_event(ctx->dev, (hk_dev_stream)stream, e);
+  if (st != HK_OK)
+    return hk_fail(HK_ERR_DEVICE, "hk_wait_stream: %s", hk_last_error());
+  return HK_OK;
+}
+
+/* Each tensor's own event after the unpack, then tells hk_wait_stream
+ * callers that they may order their streams after it. A tensor whose
+ * event cannot be made is simply waited on the host. */
+static void publish(hk_ctx *ctx, hk_handle *hs, uint32_t k) {
+  const hk_device_ops *o = ctx->dev->ops;
+  hk_dev_stream s = ctx->gpu->sched.stream;
+  for (uint32_t i = 0; i < k; i++) {
+    if (hs[i]->phantom || hs[i]->parent)
+      continue; /* nobody waits on it alone */
+    if (o->event_create(ctx->dev, &hs[i]->done_ev) != HK_OK) {
+      hs[i]->done_ev = NULL;
+      continue;
+    }
+    if (o->event_record(ctx->dev, hs[i]->done_ev, s) != HK_OK) {
+      o->event_destroy(ctx->dev, hs[i]->done_ev);
+      hs[i]->done_ev = NULL;
+    }
+  }
+  pthread_mutex_lock(&ctx->mu);
+  for (uint32_t i = 0; i < k; i++)
+    hs[i]->enqueued = hs[i]->done_ev != NULL;
+  pthread_cond_broadcast(&ctx->done_cv);
+  pthread_mutex_unlock(&ctx->mu);
+}
+
+/* ---- the background thread's side ---- */
+
+static hk_status need_device(hk_ctx *ctx, const char *name) {
+  if (ctx->dev)
+    return HK_OK;
+  return hk_fail(HK_ERR_DEVICE, "tensor '%s' is in device memory, but %s", name,
+                 ctx->dev_missing);
+}
+
+static hk_status ensure_comm(hk_ctx *ctx) {
+  struct hk_devplane *g = ctx->gpu;
+  if (g->sched.comm || ctx->local_size == 1)
+    return HK_OK;
+  if (g->comm_tried)
+    return hk_fail(HK_ERR_DEVICE,
+                   "the device communicator was aborted after an earlier "
+                   "failure");
+  g->comm_tried = 1;
+  /* non-blocking: the first operation's wait watches its progress */
+  return ctx->dev->ops->comm_init(ctx->dev, g->uid, ctx->local_size,
+                                  ctx->local_rank, &g->sched.comm);
+}
+
+static hk_status ensure_slots(hk_ctx *ctx) {
+  hk_dev_sched *s = &ctx->gpu->sched;
+  for (int i = 0; i < HK_DEV_SLOTS; i++)
+    if (!s->slot[i]) {
+      void *p;
+      hk_status st = ctx->dev->ops->host_alloc(ctx->dev, HK_DEV_SLOT_BYTES, &p);
+      if (st != HK_OK)
+        return st;
+      s->slot[i] = p;
+    }
+  return HK_OK;
+}
+
+static hk_status grow(void **p, size_t *cap, size_t want, size_t esz) {
+  if (*cap >= want)
+    return HK_OK;
+  size_t n = want > 2 * *cap ? want : 2 * *cap;
+  void *q = realloc(*p, n * esz);
+  if (!q)
+    return hk_fail(HK_ERR_NOMEM, "cannot grow a device work list to %zu", n);
+  *p = q;
+  *cap = n;
+  return HK_OK;
+}
+
+static hk_status ensure_fusion(hk_ctx *ctx, size_t bytes) {
+  struct hk_devplane *g = ctx->gpu;
+  if (g->fusion_bytes >= bytes)
+    return HK_OK;
+  const hk_device_ops *o = ctx->dev->ops;
+  if (g->fusion) { /* the old one may still be read by queued work */
+    hk_status st = o->event_record(ctx->dev, g->ev_done, g->sched.stream);
+    if (st == HK_OK)
+      st = dev_wait(ctx, g->ev_done, "the device fusion buffer's last use");
+    if (st != HK_OK)
+      return st;
+    o->mem_free(ctx->dev, g->fusion);
+    g->fusion = NULL;
+    g->fusion_bytes = 0;
+  }
+  size_t want =
+      bytes > ctx->cfg.fusion_threshold ? bytes : ctx->cfg.fusion_threshold;
+  void *p;
+  hk_status st = o->mem_alloc(ctx->dev, want, &p);
+  if (st != HK_OK)
+    return st;
+  g->fusion = p;
+  g->fusion_bytes = want;
+  return HK_OK;
+}
+
+/* The schedule for a batch of `bytes` (as they travel): a pure function
+ * of the bytes and settings every rank agreed on (worker/agree.c). */
+hk_dev_algo hk_devplane_algo_for(const hk_ctx *ctx, size_t bytes) {
+  const int one_host = ctx->local_size == ctx->size;
+  if (one_host)
+    return ctx->algo_forced == HK_ALGO_RING ? HK_DEV_STAGED : HK_DEV_COMM;
+  if (ctx->local_size > 1 && ctx->have_hier &&
+      hk_algo_for(ctx, bytes) == HK_ALGO_HIERARCHICAL)
+    return HK_DEV_HIER;
+  return HK_DEV_STAGED;
+}
+
+static hk_dtype wire_dtype(const hk_ctx *ctx, hk_dtype d) {
+  if (d != HK_FLOAT32)
+    return d;
+  return ctx->cfg.compression == HK_COMPRESS_FP16   ? HK_FLOAT16
+         : ctx->cfg.compression == HK_COMPRESS_BF16 ? HK_BFLOAT16
+                                                    : d;
+}
+
+/* Lays tensors hs[0..k) out in nseg padded segments; fills g->items with
+ * the pack (to_dev) or unpack copies. Returns the padded segment length
+ * through *seglen. */
+static hk_status layout(hk_ctx *ctx, hk_handle *hs, uint32_t k, size_t nseg,
+                        int pack, int32_t divisor, size_t wsz, size_t *seglen,
+                        size_t *nitems) {
+  struct hk_devplane *g = ctx->gpu;
+  hk_status st = grow((void **)&g->items, &g->items_cap, (size_t)k * nseg,
+                      sizeof *g->items);
+  if (st == HK_OK)
+    st = grow((void **)&g->seg, &g->seg_cap, nseg + 1, sizeof *g->seg);
+  if (st == HK_OK)
+    st = grow((void **)&g->off, &g->off_cap, nseg, sizeof *g->off);
+  if (st != HK_OK)
+    return st;
+  memset(g->off, 0, nseg * sizeof *g->off);
+  /* segment j of the batch = segment j of every tensor, in order */
+  for (uint32_t i = 0; i < k; i++) {
+    hk_ring_default_segments(hs[i]->req.count, (int)nseg, g->seg);
+    for (size_t j = 0; j < nseg; j++)
+      g->off[j] += g->seg[j + 1] - g->seg[j];
+  }
+  size_t L = 0;
+  for (size_t j = 0; j < nseg; j++)
+    L = g->off[j] > L ? g->off[j] : L;
+  *seglen = L;
+  memset(g->off, 0, nseg * sizeof *g->off);
+  size_t n = 0;
+  for (uint32_t i = 0; i < k; i++) {
+    const hk_wire_request *q = &hs[i]->req;
+    const size_t esz = hk_dtype_size((hk_dtype)q->dtype);
+    hk_ring_default_segments(q->count, (int)nseg, g->seg);
+    for (size_t j = 0; j < nseg; j++) {
+      size_t len = g->seg[j + 1] - g->seg[j];
+      if (!len)
+        continue;
+      uint8_t *dev = g->fusion + (j * L + g->off[j]) * wsz;
+      g->off[j] += len;
+      hk_dev_copy *c = &g->items[n++];
+      if (pack)
+        *c = (hk_dev_copy){dev,
+                           (const uint8_t *)hs[i]->sendbuf + g->seg[j] * esz,
+                           len, q->prescale, 1};
+      else
+        *c =
+            (hk_dev_copy){(uint8_t *)hs[i]->recvbuf + g->seg[j] * esz, dev, len,
+                          q->postscale, q->op == HK_AVERAGE ? divisor : 1};
+    }
+  }
+  *nitems = n;
+  return HK_OK;
+}
+
+hk_status hk_devplane_allreduce(hk_ctx *ctx, hk_handle *hs, uint32_t k,
+                                int32_t divisor, hk_dev_algo a,
+                                const char **algo, double phase_s[3]) {
+  hk_status st = need_device(ctx, hs[0]->req.name);
+  if (st != HK_OK)
+    return st;
+  struct hk_devplane *g = ctx->gpu;
+  hk_dev_sched *s = &g->sched;
+  const hk_device_ops *o = ctx->dev->ops;
+  const hk_dtype dtype = (hk_dtype)hs[0]->req.dtype;
+  const hk_dtype wdt = wire_dtype(ctx, dtype);
+  const size_t wsz = hk_dtype_size(wdt);
+  size_t total = 0;
+  for (uint32_t i = 0; i < k; i++)
+    total += hs[i]->req.count;
+  *algo = ctx->size == 1 ? "local" : hk_dev_algo_name(a);
+  const size_t nseg = a == HK_DEV_COMM ? 1
+                      : a == HK_DEV_STAGED
+                          ? (size_t)ctx->size
+                          : (size_t)ctx->local_size * (size_t)ctx->cross_size;
+  hk_ring *ring = a == HK_DEV_HIER ? &ctx->cross_ring : &ctx->ring;
+  /* the padded layout is at most nseg elements per tensor longer */
+  size_t bound = (total + (size_t)k * nseg) * wsz;
+  if (ctx->size > 1 && a != HK_DEV_STAGED)
+    st = ensure_comm(ctx);
+  if (st == HK_OK && a != HK_DEV_COMM && ctx->size > 1)
+    st = ensure_slots(ctx);
+  if (st == HK_OK)
+    st = ensure_fusion(ctx, bound ? bound : 1);
+  for (uint32_t i = 0; i < k && st == HK_OK; i++) /* wait for producers */
+    if (hs[i]->ready)
+      st = o->stream_wait_event(ctx->dev, s->stream, hs[i]->ready);
+  size_t seglen = 0, n = 0;
+  if (st == HK_OK)
+    st = o->event_record(ctx->dev, g->ev_phase[0], s->stream);
+  if (st == HK_OK)
+    st = layout(ctx, hs, k, nseg, 1, divisor, wsz, &seglen, &n);
+  if (st == HK_OK && n)
+    st = o->batch_copy(ctx->dev, g->items, n, dtype, wdt, s->stream);
+  if (st == HK_OK)
+    st = o->event_record(ctx->dev, g->ev_phase[1], s->stream);
+  if (st == HK_OK && ctx->size > 1)
+    st = hk_dev_allreduce(s, a, ring, g->fusion, nseg, seglen, wdt,
+                          (hk_op)hs[0]->req.op);
+  if (st == HK_OK)
+    st = o->event_record(ctx->dev, g->ev_phase[2], s->stream);
+  if (st == HK_OK)
+    st = layout(ctx, hs, k, nseg, 0, divisor, wsz, &seglen, &n);
+  if (st == HK_OK && n)
+    st = o->batch_copy(ctx->dev, g->items, n, wdt, dtype, s->stream);
+  if (st == HK_OK)
+    st = o->event_record(ctx->dev, g->ev_done, s->stream);
+  if (st == HK_OK)
+    publish(ctx, hs, k);
+  if (st == HK_OK)
+    st = dev_wait(ctx, g->ev_done, "the device allreduce");
+  /* the GPU's own clock for the timeline: pack, schedule, unpack */
+  hk_dev_event ends[4] = {g->ev_phase[0], g->ev_phase[1], g->ev_phase[2],
+                          g->ev_done};
+  for (int i = 0; i < 3; i++) {
+    float ms = 0;
+    if (st != HK_OK || o->event_elapsed(ctx->dev, ends[i], ends[i + 1], &ms))
+      ms = 0;
+    phase_s[i] = ms * 1e-3;
+  }
+  return st;
+}
+
+hk_status hk_devplane_copy(hk_ctx *ctx, hk_handle h, void *dst, const void *src,
+                           size_t bytes) {
+  hk_status st = need_device(ctx, h ? h->req.name : "(output)");
+  if (st != HK_OK || bytes == 0)
+    return st;
+  struct hk_devplane *g = ctx->gpu;
+  const hk_device_ops *o = ctx->dev->ops;
+  if (h && h->ready)
+    st = o->stream_wait_event(ctx->dev, g->sched.stream, h->ready);
+  if (st == HK_OK)
+    st = o->memcpy_async(ctx->dev, dst, src, bytes, g->sched.stream);
+  if (st == HK_OK)
+    st = o->event_record(ctx->dev, g->ev_done, g->sched.stream);
+  if (st == HK_OK)
+    st = dev_wait(ctx, g->ev_done, "a staging copy");
+  return st;
+}
+
+hk_status hk_devplane_alloc(hk_ctx *ctx, size_t bytes, void **out) {
+  hk_status st = need_device(ctx, "(output)");
+  return st != HK_OK ? st : ctx->dev->ops->mem_alloc(ctx->dev, bytes, out);
+}
+
+void hk_devplane_free(hk_ctx *ctx, void *p) {
+  if (!p)
+    return;
+  if (ctx && ctx->dev &&
+      ctx->dev->ops->pointer_kind(ctx->dev, p, NULL) == HK_MEM_DEVICE)
+    ctx->dev->ops->mem_free(ctx->dev, p);
+  else
+    free(p);
+}
