@@ -31,10 +31,11 @@
 #             test_hosts_cli, which runs alone without those two variables
 #             (it expects hkrun's mpirun command to forward no HK_* but its
 #             own)
-#   bench     GPU benchmarks: hkbench --device gpu (1 rank; 4 pseudo-hosts
-#             sharing the GPU, staged through hk's ring) and the torch gloo
-#             peer on CUDA tensors at np 4 -- skipped while hkbench has no
-#             --device option
+#   bench     GPU benchmarks: hkbench --device gpu --kernels (pack/unpack
+#             vs a device copy), 4 pseudo-hosts sharing the GPU staged
+#             through hk's ring, the torch gloo peer on CUDA tensors at
+#             np 4, one rank alone (hkbench's part skipped where it has no
+#             --device option)
 # Exit: 0 when the build and every test passed; 1 when one failed; 2 when
 # there is no GPU (nothing built; DEVICE_CHECK_FORCE=1 goes on anyway,
 # with HK_TEST_GPU=0, to try the script on a CPU machine).
@@ -317,25 +318,32 @@ if [ $BUILT = 1 ]; then
 fi
 
 # ==== GPU benchmarks =====================================================
-# hkbench --device gpu (another engineer adds it) and the torch gloo peer
-# on CUDA tensors, np 4, 1 MiB .. 256 MiB: the issue's "staged allreduce of
-# 4 processes sharing the GPU (each its own pseudo-host: HK_LOCAL_RANK=0
-# HK_LOCAL_SIZE=1, so every byte crosses hk's ring) vs gloo".
+# hkbench --device gpu (bench/devbuf.c): --kernels, the pack/unpack kernels
+# next to a device-to-device copy of the same bytes; the issue's "staged
+# allreduce of 4 processes sharing the GPU, each its own pseudo-host
+# (HK_LOCAL_RANK=0 HK_LOCAL_SIZE=1: every byte crosses hk's ring)" next to
+# the torch gloo peer on CUDA tensors at np 4, 1 MiB .. 256 MiB; then one
+# rank alone. Skipped (and the script goes on) where hkbench has no
+# --device option.
 if [ $BUILT = 1 ]; then
   if "$BUILD/hkbench" --help 2>&1 | grep -q -- '--device'; then
-    step bench-hk-np1 60 "$BUILD/hkrun" -np 1 "$BUILD/hkbench" --device gpu \
-      -b 1M -e 256M -f 4 -n 20 -w 3
+    step bench-hk-kernels 60 "$BUILD/hkrun" -np 1 "$BUILD/hkbench" \
+      --device gpu --kernels -b 1M -e 1G -f 4 -n 20 -w 3
     step bench-hk-np4-staged 120 "$BUILD/hkrun" -np 4 env HK_LOCAL_RANK=0 \
       HK_LOCAL_SIZE=1 HK_GPU=0 "$BUILD/hkbench" --device gpu -b 1M -e 256M \
-      -f 4 -n 20 -w 3
+      -f 4 -n 10 -w 2
   else
-    log "SKIP bench-hk: this hkbench has no --device option yet"
+    log "SKIP bench-hk: this hkbench has no --device option"
   fi
 fi
 # the peer needs no hk: it runs even when hk did not build
 if [ "$TEST_GPU" = 1 ] || [ "${DEVICE_CHECK_FORCE:-0}" = 1 ]; then
   step bench-torch-gloo-cuda-np4 120 env -u LD_LIBRARY_PATH python3 \
-    "$ROOT/scripts/device-gloo-peer.py" --np 4 -b 1M -e 256M -f 4 -n 20 -w 3
+    "$ROOT/scripts/device-gloo-peer.py" --np 4 -b 1M -e 256M -f 4 -n 10 -w 2
+fi
+if [ $BUILT = 1 ] && "$BUILD/hkbench" --help 2>&1 | grep -q -- '--device'; then
+  step bench-hk-np1 60 "$BUILD/hkrun" -np 1 "$BUILD/hkbench" --device gpu \
+    -b 1M -e 256M -f 4 -n 10 -w 2
 fi
 # ==========================================================================
 

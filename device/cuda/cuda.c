@@ -12,13 +12,15 @@
  *   whatever the caller compiled its default-stream mode to.
  * - hk_dev_event is a cudaEvent_t with timing enabled.
  * - hk_dev_comm wraps a non-blocking ncclComm_t (config.blocking = 0):
- *   init and operations may return ncclInProgress, which is success in
- *   progress; comm_async_error (ncclCommGetAsyncError) reports it as
- *   *pending = 1. NCCL forbids any call on a communicator whose state is
- *   still ncclInProgress ("Attempt to use communicator before the previous
- *   operation returned ncclSuccess"); the operations here check the state
- *   first and refuse with HK_ERR_INVALID_ARG, so the caller must poll
- *   comm_async_error until *pending is 0 between operations.
+ *   comm_init returns while NCCL connects (comm_async_error,
+ *   ncclCommGetAsyncError: *pending = 1). NCCL forbids any call on a
+ *   communicator still ncclInProgress ("Attempt to use communicator before
+ *   the previous operation returned ncclSuccess"), and an operation that
+ *   returns ncclInProgress is not on its stream yet; so each operation
+ *   first waits for the communicator to settle (its init included), and
+ *   when NCCL answers ncclInProgress waits again until the operation is
+ *   queued, at most HKC_SETTLE_S each (then HK_ERR_TIMEOUT). Callers need
+ *   not poll between operations; comm_async_error still reports failures.
  * - The device: opts->device_index at open (cudaSetDevice). Every entry
  *   makes it the calling thread's current device again if it is not
  *   (hk's background thread and trainer threads both call in), and leaves
@@ -29,9 +31,10 @@
  * Errors: HK_ERR_SYSTEM with "cuda: <call> ...: <cudaGetErrorString>" (or
  * NCCL's ncclGetErrorString and ncclGetLastError); HK_ERR_NOMEM for
  * cudaErrorMemoryAllocation; HK_ERR_INVALID_ARG for arguments the contract
- * does not allow; HK_ERR_CONFIG at open for what is missing (no driver or
- * GPU, the wrong NCCL, no kernels for this GPU). The message goes to the
- * calling thread's last-error buffer through libhk's hk_set_last_error
+ * does not allow; HK_ERR_TIMEOUT for a communicator that stays
+ * ncclInProgress past HKC_SETTLE_S; HK_ERR_CONFIG at open for what is missing
+ * (no driver or GPU, the wrong NCCL, no kernels for this GPU). The message goes
+ * to the calling thread's last-error buffer through libhk's hk_set_last_error
  * (device/cuda/module.h).
  *
  * Thread-safety: device.h's (any thread; one stream fed by one thread at
@@ -612,38 +615,69 @@ static hk_status nccl_op(hk_op op, ncclRedOp_t *out) {
   return fail(HK_ERR_INVALID_ARG, "unknown reduction op %d", (int)op);
 }
 
-/* Before an operation: the device is current and the communicator is
- * healthy and not pending (NCCL refuses calls on a pending one). */
+/* The longest one call waits for the communicator to leave NCCL's
+ * ncclInProgress state (s): HK_TIMEOUT_S's default (common/config.c). The
+ * backend is not told HK_TIMEOUT_S; the worker's own watchdog bounds the
+ * waits for the work itself. */
+#define HKC_SETTLE_S 60
+
+/* Waits while the communicator is ncclInProgress (its init, or NCCL still
+ * enqueueing the previous operation: connections are set up on first use),
+ * polling ncclCommGetAsyncError with a back-off from 20 us to 1 ms, at
+ * most HKC_SETTLE_S. HK_OK once it is ncclSuccess; HK_ERR_SYSTEM with
+ * NCCL's reason once it failed; HK_ERR_TIMEOUT past the bound. */
+static hk_status comm_settle(hk_dev_comm c, const char *what) {
+  struct timespec t0, now;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  long ns = 20000;
+  for (;;) {
+    ncclResult_t state = ncclSuccess;
+    ncclResult_t r = ncclCommGetAsyncError(c->nc, &state);
+    if (r != ncclSuccess)
+      return fail_nccl(r, c->nc, "ncclCommGetAsyncError");
+    if (state == ncclSuccess)
+      return HK_OK;
+    if (state != ncclInProgress) {
+      char w[96];
+      snprintf(w, sizeof w, "%s: the NCCL communicator (rank %d of %d) failed",
+               what, c->rank, c->nranks);
+      return fail_nccl_as(HK_ERR_SYSTEM, state, c->nc, w);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (now.tv_sec - t0.tv_sec >= HKC_SETTLE_S)
+      return fail(HK_ERR_TIMEOUT,
+                  "%s: the NCCL communicator (rank %d of %d) was still busy "
+                  "(its init, or enqueueing the previous operation) after "
+                  "%d s",
+                  what, c->rank, c->nranks, HKC_SETTLE_S);
+    struct timespec nap = {0, ns};
+    nanosleep(&nap, NULL);
+    ns = ns < 500000 ? ns * 2 : 1000000;
+  }
+}
+
+/* Before an operation: the device is current, and the communicator has
+ * settled (NCCL refuses any call on one still ncclInProgress) and is
+ * healthy. */
 static hk_status comm_enter(hk_dev_comm c, const char *what) {
   if (!c)
     return fail(HK_ERR_INVALID_ARG, "%s: NULL communicator", what);
   hk_status st = enter(c->dev);
   if (st != HK_OK)
     return st;
-  ncclResult_t state = ncclSuccess;
-  ncclResult_t r = ncclCommGetAsyncError(c->nc, &state);
-  if (r != ncclSuccess)
-    return fail_nccl(r, c->nc, "ncclCommGetAsyncError");
-  if (state == ncclInProgress)
-    return fail(HK_ERR_INVALID_ARG,
-                "%s: the NCCL communicator (rank %d of %d) is still busy "
-                "with its init or previous operation; poll comm_async_error "
-                "until it is no longer pending",
-                what, c->rank, c->nranks);
-  if (state != ncclSuccess) {
-    char w[96];
-    snprintf(w, sizeof w, "%s: the NCCL communicator (rank %d of %d) failed",
-             what, c->rank, c->nranks);
-    return fail_nccl_as(HK_ERR_SYSTEM, state, c->nc, w);
-  }
-  return HK_OK;
+  return comm_settle(c, what);
 }
 
-/* An operation's result: ncclInProgress is success in progress. */
+/* An operation's result: ncclSuccess is queued; ncclInProgress is NCCL
+ * still enqueueing it, waited for (comm_settle) so that the operation is
+ * on the stream when the call returns, as device.h promises (an event
+ * recorded next must come after it). */
 static hk_status comm_result(hk_dev_comm c, ncclResult_t r, const char *what,
                              size_t count) {
-  if (r == ncclSuccess || r == ncclInProgress)
+  if (r == ncclSuccess)
     return HK_OK;
+  if (r == ncclInProgress)
+    return comm_settle(c, what);
   char w[128];
   snprintf(w, sizeof w, "%s of %zu elements (rank %d of %d)", what, count,
            c->rank, c->nranks);
