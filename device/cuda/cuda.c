@@ -157,6 +157,16 @@ static hk_status enter(const cuda_dev *d) {
   return HK_OK;
 }
 
+/* enter() for the functions that report nothing (pointer_kind, frees,
+ * destroys, comm_async_error's own device switch): the last-error message
+ * of the calling thread stays as it was. */
+static void enter_quiet(const cuda_dev *d) {
+  int cur = -1;
+  if (cudaGetDevice(&cur) != cudaSuccess || cur != d->index)
+    if (cudaSetDevice(d->index) != cudaSuccess)
+      (void)cudaGetLastError();
+}
+
 static size_t dtype_bytes(int dtype) {
   static const size_t bytes[] = {2, 2, 4, 8, 1, 1, 4, 8};
   return dtype >= 0 && dtype < 8 ? bytes[dtype] : 0;
@@ -263,6 +273,7 @@ fail:
  * in the process, e.g. the trainer's framework, uses them too). */
 static void cuda_close(hk_device *dev) { free(dev); }
 
+/* "NVIDIA H200 (sm_90)": owned by dev, valid until close. */
 static const char *cuda_describe(hk_device *dev) { return as_dev(dev)->desc; }
 
 /* ---- memory ---- */
@@ -275,7 +286,7 @@ static hk_mem_kind cuda_pointer_kind(hk_device *dev, const void *p,
                                      int *device_index) {
   if (!p)
     return HK_MEM_HOST;
-  (void)enter(as_dev(dev));
+  enter_quiet(as_dev(dev));
   struct cudaPointerAttributes a;
   cudaError_t e = cudaPointerGetAttributes(&a, p);
   if (e != cudaSuccess) {
@@ -312,7 +323,7 @@ static hk_status cuda_mem_alloc(hk_device *dev, size_t bytes, void **out) {
 static void cuda_mem_free(hk_device *dev, void *p) {
   if (!p)
     return;
-  (void)enter(as_dev(dev));
+  enter_quiet(as_dev(dev));
   if (cudaFree(p) != cudaSuccess)
     (void)cudaGetLastError();
 }
@@ -333,16 +344,18 @@ static hk_status cuda_host_alloc(hk_device *dev, size_t bytes, void **out) {
   return HK_OK;
 }
 
+/* cudaFreeHost; errors dropped as mem_free's are. */
 static void cuda_host_free(hk_device *dev, void *p) {
   if (!p)
     return;
-  (void)enter(as_dev(dev));
+  enter_quiet(as_dev(dev));
   if (cudaFreeHost(p) != cudaSuccess)
     (void)cudaGetLastError();
 }
 
 /* ---- streams and events ---- */
 
+/* A cudaStreamNonBlocking stream; the caller owns it (stream_destroy). */
 static hk_status cuda_stream_create(hk_device *dev, hk_dev_stream *out) {
   *out = NULL;
   hk_status st = enter(as_dev(dev));
@@ -361,11 +374,13 @@ static hk_status cuda_stream_create(hk_device *dev, hk_dev_stream *out) {
 static void cuda_stream_destroy(hk_device *dev, hk_dev_stream s) {
   if (!s)
     return;
-  (void)enter(as_dev(dev));
+  enter_quiet(as_dev(dev));
   if (cudaStreamDestroy((cudaStream_t)s) != cudaSuccess)
     (void)cudaGetLastError();
 }
 
+/* A cudaEventDefault event (timing on); the caller owns it
+ * (event_destroy, which CUDA defers until its captured work is done). */
 static hk_status cuda_event_create(hk_device *dev, hk_dev_event *out) {
   *out = NULL;
   hk_status st = enter(as_dev(dev));
@@ -379,14 +394,16 @@ static hk_status cuda_event_create(hk_device *dev, hk_dev_event *out) {
   return HK_OK;
 }
 
+/* cudaEventDestroy (NULL is fine). */
 static void cuda_event_destroy(hk_device *dev, hk_dev_event e) {
   if (!e)
     return;
-  (void)enter(as_dev(dev));
+  enter_quiet(as_dev(dev));
   if (cudaEventDestroy((cudaEvent_t)e) != cudaSuccess)
     (void)cudaGetLastError();
 }
 
+/* cudaEventRecord on s (NULL: the legacy default stream). */
 static hk_status cuda_event_record(hk_device *dev, hk_dev_event e,
                                    hk_dev_stream s) {
   hk_status st = enter(as_dev(dev));
@@ -396,6 +413,7 @@ static hk_status cuda_event_record(hk_device *dev, hk_dev_event e,
   return r == cudaSuccess ? HK_OK : fail_cuda(r, "cudaEventRecord");
 }
 
+/* cudaStreamWaitEvent: no host wait; a never-recorded event: no wait. */
 static hk_status cuda_stream_wait_event(hk_device *dev, hk_dev_stream s,
                                         hk_dev_event e) {
   hk_status st = enter(as_dev(dev));
@@ -519,6 +537,8 @@ static hk_status cuda_batch_copy(hk_device *dev, const hk_dev_copy *items,
   return HK_OK;
 }
 
+/* hkc_fill on s: count elements of dtype at p (aligned to its size) get
+ * value's first hk_dtype_size bytes. */
 static hk_status cuda_fill(hk_device *dev, void *p, size_t count,
                            hk_dtype dtype, const void *value, hk_dev_stream s) {
   size_t esz = dtype_bytes((int)dtype);
@@ -684,6 +704,8 @@ static hk_status comm_result(hk_dev_comm c, ncclResult_t r, const char *what,
   return fail_nccl(r, c->nc, w);
 }
 
+/* ncclGetUniqueId: 128 bytes (NCCL_UNIQUE_ID_BYTES) naming a bootstrap
+ * listener this process starts; rank 0 of the communicator calls it. */
 static hk_status cuda_comm_unique_id(hk_device *dev,
                                      uint8_t id[HK_DEV_UID_BYTES]) {
   (void)dev;
@@ -734,6 +756,11 @@ static hk_status cuda_comm_init(hk_device *dev,
   return HK_OK;
 }
 
+/* The collectives: ncclAllReduce / ncclReduceScatter / ncclAllGather /
+ * ncclBroadcast on s (NULL: the legacy default stream), counts in elements
+ * (device.h); float16 and bfloat16 reduce natively (ncclFloat16,
+ * ncclBfloat16), in NCCL's order (its channels), so ranks agree bit for
+ * bit but the order is not hk's. Queued when they return (comm_result). */
 static hk_status cuda_comm_allreduce(hk_dev_comm c, const void *send,
                                      void *recv, size_t count, hk_dtype dtype,
                                      hk_op op, hk_dev_stream s) {
@@ -803,7 +830,7 @@ static hk_status cuda_comm_async_error(hk_dev_comm c, int *pending) {
     *pending = 0;
   if (!c)
     return fail(HK_ERR_INVALID_ARG, "comm_async_error: NULL communicator");
-  (void)enter(c->dev);
+  enter_quiet(c->dev);
   ncclResult_t state = ncclSuccess;
   ncclResult_t r = ncclCommGetAsyncError(c->nc, &state);
   if (r != ncclSuccess)
@@ -827,7 +854,7 @@ static hk_status cuda_comm_async_error(hk_dev_comm c, int *pending) {
 static void cuda_comm_abort(hk_dev_comm c) {
   if (!c)
     return;
-  (void)enter(c->dev);
+  enter_quiet(c->dev);
   (void)ncclCommAbort(c->nc);
   free(c);
 }
@@ -843,7 +870,7 @@ static void cuda_comm_abort(hk_dev_comm c) {
 static void cuda_comm_destroy(hk_dev_comm c) {
   if (!c)
     return;
-  (void)enter(c->dev);
+  enter_quiet(c->dev);
   ncclResult_t r = ncclCommFinalize(c->nc);
   ncclResult_t state = r;
   struct timespec nap = {0, 200 * 1000}; /* 0.2 ms */
