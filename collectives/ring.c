@@ -340,3 +340,16 @@ hk_status hk_ring_broadcast(hk_ring *ring, void *buf, size_t count,
   }
   return hk_link_drain(ring->right, &ring->io, "in ring broadcast");
 }
+
+hk_status hk_ring_allgather_records(hk_ring *ring, const void *mine,
+                                    size_t bytes, void *all) {
+  const int n = ring->size;
+  size_t *seg = malloc(((size_t)n + 1) * sizeof *seg);
+  if (!seg)
+    return hk_fail(HK_ERR_NOMEM, "cannot allocate %d record offsets", n + 1);
+  for (int r = 0; r <= n; r++) /* blocks are ranks, not ring positions */
+    seg[r] = (size_t)r * bytes;
+  hk_status st = hk_ring_allgatherv(ring, mine, all, seg, HK_UINT8);
+  free(seg);
+  return st;
+}

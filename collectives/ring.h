@@ -159,6 +159,15 @@ hk_status hk_ring_allgatherv(hk_ring *ring, const void *sendbuf, void *recvbuf,
                              const size_t *seg, hk_dtype dtype);
 
 /**
+ * Allgather of one fixed-size record per rank (set-up exchanges: settings,
+ * communicator ids): all (size * bytes bytes) receives rank r's record at
+ * r * bytes; mine (bytes) may not overlap all. Errors as
+ * hk_ring_allgatherv, HK_ERR_NOMEM.
+ */
+hk_status hk_ring_allgather_records(hk_ring *ring, const void *mine,
+                                    size_t bytes, void *all);
+
+/**
  * Broadcast of count ELEMENTS from `root`: a pipelined chain along the
  * ring (root -> root+1 -> ...), each rank forwarding what it has received
  * while more arrives. Errors as hk_ring_allreduce.

@@ -66,17 +66,11 @@ hk_status hk_agree_settings(hk_ctx *ctx) {
   if (n == 1)
     return HK_OK;
   char *all = calloc((size_t)n + 1, RECORD_BYTES);
-  size_t *seg = malloc(((size_t)n + 1) * sizeof *seg);
-  if (!all || !seg) {
-    free(all);
-    free(seg);
+  if (!all)
     return hk_fail(HK_ERR_NOMEM, "cannot allocate the settings records");
-  }
   char *mine = all + (size_t)n * RECORD_BYTES;
   record(ctx, mine);
-  for (int r = 0; r <= n; r++)
-    seg[r] = (size_t)r * RECORD_BYTES;
-  hk_status st = hk_ring_allgatherv(&ctx->ring, mine, all, seg, HK_UINT8);
+  hk_status st = hk_ring_allgather_records(&ctx->ring, mine, RECORD_BYTES, all);
   for (int r = 1; r < n && st == HK_OK; r++) {
     char *a = all, *b = all + (size_t)r * RECORD_BYTES;
     a[RECORD_BYTES - 1] = b[RECORD_BYTES - 1] = '\0';
@@ -90,6 +84,5 @@ hk_status hk_agree_settings(hk_ctx *ctx) {
                  name, va, r, vb);
   }
   free(all);
-  free(seg);
   return st;
 }

@@ -25,6 +25,7 @@ static void test_requests_roundtrip(void **state) {
     reqs[i].coll = HK_COLL_ALLREDUCE;
     reqs[i].dtype = (uint8_t)(HK_FLOAT16 + i);
     reqs[i].op = HK_MAX;
+    reqs[i].mem = (uint8_t)i; /* host, device, mixed */
     reqs[i].count = ((uint64_t)1 << 33) + (uint64_t)i;
     snprintf(reqs[i].name, sizeof reqs[i].name, "layer%d/grad", i);
   }
@@ -50,6 +51,7 @@ static void test_requests_roundtrip(void **state) {
     assert_int_equal(d.u.requests.reqs[i].coll, reqs[i].coll);
     assert_int_equal(d.u.requests.reqs[i].dtype, reqs[i].dtype);
     assert_int_equal(d.u.requests.reqs[i].op, reqs[i].op);
+    assert_int_equal(d.u.requests.reqs[i].mem, reqs[i].mem);
     assert_int_equal(d.u.requests.reqs[i].root, reqs[i].root);
     assert_true(d.u.requests.reqs[i].count == reqs[i].count);
     assert_string_equal(d.u.requests.reqs[i].name, reqs[i].name);
@@ -299,7 +301,7 @@ static void test_oversized_rejected(void **state) {
   hk_buf b = {0};
   assert_int_equal(hk_wire_encode(&m, &b), HK_OK); /* exactly the limit */
   /* Patch the name length on the wire to one over the limit. */
-  size_t name_len_at = HK_WIRE_HEADER_LEN + 1 + 4 + 3 + 4 + 8 + 8 + 16 + 8;
+  size_t name_len_at = HK_WIRE_HEADER_LEN + 1 + 4 + 4 + 4 + 8 + 8 + 16 + 8;
   uint16_t over = HK_MAX_NAME_LEN + 1;
   b.data[name_len_at] = (uint8_t)over;
   b.data[name_len_at + 1] = (uint8_t)(over >> 8);
@@ -330,6 +332,7 @@ static void test_bad_fields_rejected(void **state) {
       {HK_WIRE_HEADER_LEN + 5, 9, "collective"},
       {HK_WIRE_HEADER_LEN + 6, 200, "dtype"},
       {HK_WIRE_HEADER_LEN + 7, 77, "op"},
+      {HK_WIRE_HEADER_LEN + 8, 4, "memory kind"},
       {HK_WIRE_HEADER_LEN + 0, 2, "shutdown"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
