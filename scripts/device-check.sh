@@ -235,11 +235,47 @@ unpack() {
   find "$P" -name '*.pc' -exec sed -i -E "s#^([A-Za-z_]+)=/usr#\1=$P/usr#" {} +
   # the symlinks Debian makes with update-alternatives at install time
   local b=$P/usr/bin
-  [ -e "$b/mpirun.openmpi" ] && ln -sf mpirun.openmpi "$b/mpirun"
-  [ -e "$b/mpiexec.openmpi" ] && ln -sf mpiexec.openmpi "$b/mpiexec"
-  [ -e "$b/mpicc.openmpi" ] && ln -sf mpicc.openmpi "$b/mpicc"
-  [ -e "$b/pkgconf" ] && [ ! -e "$b/pkg-config" ] && ln -sf pkgconf "$b/pkg-config"
+  local x
+  for x in mpirun mpiexec mpicc; do
+    if [ -e "$b/$x.openmpi" ]; then ln -sf "$x.openmpi" "$b/$x"; fi
+  done
+  if [ -e "$b/pkgconf" ] && [ ! -e "$b/pkg-config" ]; then
+    ln -sf pkgconf "$b/pkg-config"
+  fi
   ls "$b"
+  # A library the machine has itself (same soname in ldconfig's cache) is
+  # the machine's at run time: the prefix's soname becomes a link to it, so
+  # the prefix on LD_LIBRARY_PATH never shadows a system library that
+  # cmake, ctest or python were built against (an older libcrypto or
+  # libexpat would break them); the carried file stays for linking only.
+  # Open MPI's family stays as carried: it must match its own mpirun.
+  local so sys l t
+  # Debian's absolute links (libz.so -> /lib/x86_64-linux-gnu/...): into
+  # the prefix
+  while IFS= read -r l; do
+    t=$(readlink "$l")
+    if [ -e "$P$t" ]; then ln -sf "$P$t" "$l"; fi
+  done < <(find "$P" -type l -lname '/*')
+  ldconfig -p | awk '$1 ~ /^lib/ {print $1, $NF}' >"$WORK/system-libs"
+  for so in "$A"/*.so.* "$P"/lib/x86_64-linux-gnu/*.so.* \
+    "$A"/openblas-pthread/*.so.*; do
+    [ -e "$so" ] || continue
+    case ${so##*/} in
+    *mpi* | *open-rte* | *open-pal* | *oshmem* | *mca_* | *pmix* | *hwloc* | \
+      *event* | libuc[mpst]* | *fabric* | *ibverbs* | *rdmacm* | libnl-* | \
+      *psm* | *infinipath* | *munge* | *numa* | libmlx* | libefa* | libmana*)
+      continue
+      ;;
+    esac
+    sys=$(awk -v n="${so##*/}" '$1 == n {print $2; exit}' "$WORK/system-libs")
+    if [ -n "$sys" ] && [ -e "$sys" ]; then
+      # a soname that is the file itself (libcrypto.so.3) is kept aside
+      [ -L "$so" ] || mv "$so" "$so.carried"
+      ln -sf "$sys" "$so"
+      echo "${so##*/}: the machine's $sys"
+    fi
+  done
+  return 0
 }
 export -f unpack
 MPI=0
@@ -255,7 +291,12 @@ fi
 
 export PATH=$P/usr/bin:$BUILD:$PATH
 export PKG_CONFIG_PATH=$A/pkgconfig:$A/openblas-pthread/pkgconfig:$P/usr/share/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
-export LD_LIBRARY_PATH=$A:$A/openblas-pthread:$A/openmpi/lib${NCCL_LIBDIR:+:$NCCL_LIBDIR}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# The prefix's libraries (and NCCL's), for the steps that run what was
+# built or carried (mpicc and mpirun have no run path of their own): only
+# through withlibs, never for the whole script.
+export RUNLIB=$A:$P/lib/x86_64-linux-gnu:$A/openblas-pthread:$A/openmpi/lib${NCCL_LIBDIR:+:$NCCL_LIBDIR}
+withlibs() { LD_LIBRARY_PATH=$RUNLIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$@"; }
+export -f withlibs
 if [ $MPI = 1 ]; then
   export OPAL_PREFIX=$P/usr # Open MPI, relocated (its libdir etc. follow)
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -276,7 +317,7 @@ configure() {
     -DHK_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
     -DCMAKE_CUDA_COMPILER="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)" \
     -DNCCL_INCLUDE_DIR="$NCCL_INC" -DNCCL_LIBRARY="$NCCL_LIBDIR/libnccl.so.2" \
-    -DCMAKE_PREFIX_PATH="$P/usr" -DCMAKE_LIBRARY_PATH="$A" \
+    -DCMAKE_PREFIX_PATH="$P/usr" -DCMAKE_LIBRARY_PATH="$A;$P/lib/x86_64-linux-gnu" \
     -DCMAKE_INCLUDE_PATH="$P/usr/include" -DOPENSSL_ROOT_DIR="$P/usr" \
     -DCMAKE_C_FLAGS="-I$P/usr/include -I$P/usr/include/x86_64-linux-gnu" \
     "${mpi[@]}" &&
@@ -286,10 +327,10 @@ configure() {
 export -f configure
 BUILT=0
 if [ $FAILED = 0 ]; then
-  if step configure 60 configure &&
-    step build 150 cmake --build "$BUILD" -j "$(nproc)"; then
+  if step configure 60 withlibs configure &&
+    step build 150 withlibs cmake --build "$BUILD" -j "$(nproc)"; then
     BUILT=1
-    log "libhk.so needs: $(ldd "$BUILD/libhk.so" | awk '{print $1}' | tr '\n' ' ')"
+    log "libhk.so needs: $(withlibs ldd "$BUILD/libhk.so" | awk '{print $1}' | tr '\n' ' ')"
   else
     FAILED=1
   fi
@@ -297,24 +338,24 @@ fi
 
 export HK_DEVICE=cuda HK_TEST_GPU=$TEST_GPU
 if [ $BUILT = 1 ]; then
-  must test_cuda 90 "$BUILD/tests/test_cuda"
-  step copybw 60 "$BUILD/tests/cuda_copybw" 1 16 64 256 1024
-  must pair 40 "$BUILD/tests/cuda_pair" --timeout 30
+  must test_cuda 90 withlibs "$BUILD/tests/test_cuda"
+  step copybw 60 withlibs "$BUILD/tests/cuda_copybw" 1 16 64 256 1024
+  must pair 40 withlibs "$BUILD/tests/cuda_pair" --timeout 30
   step pair-multi-rank 40 env NCCL_MULTI_RANK_GPU_ENABLE=1 \
-    "$BUILD/tests/cuda_pair" --timeout 30
-  step pair-hostid 40 "$BUILD/tests/cuda_pair" --hostid --timeout 30
+    withlibs "$BUILD/tests/cuda_pair" --timeout 30
+  step pair-hostid 40 withlibs "$BUILD/tests/cuda_pair" --hostid --timeout 30
   for f in pair pair-multi-rank pair-hostid; do
     log "  $f: $(grep -h '^cuda_pair: \(works\|refused\|FAILED\|skipped\)' "$OUT"/*-"$f".log)"
   done
   # test_hosts_cli compares hkrun's mpirun command, which forwards every
   # HK_* variable set (-x HK_DEVICE -x HK_TEST_GPU here), with a fixed
   # list: it runs alone, without them
-  must ctest 200 ctest --test-dir "$BUILD" --output-on-failure \
+  must ctest 200 withlibs ctest --test-dir "$BUILD" --output-on-failure \
     -j "${DEVICE_CHECK_JOBS:-6}" -LE netbed -E '^test_hosts_cli$' --timeout 180
   grep -h -E 'tests passed|tests failed|\(Failed\)|\(Timeout\)|Skipped' \
     "$OUT"/*-ctest.log | sed 's/^/  /' | tee -a "$SUMMARY"
   must ctest-hosts-cli 60 env -u HK_DEVICE -u HK_TEST_GPU \
-    ctest --test-dir "$BUILD" --output-on-failure -R '^test_hosts_cli$'
+    withlibs ctest --test-dir "$BUILD" --output-on-failure -R '^test_hosts_cli$'
 fi
 
 # ==== GPU benchmarks =====================================================
@@ -326,10 +367,10 @@ fi
 # rank alone. Skipped (and the script goes on) where hkbench has no
 # --device option.
 if [ $BUILT = 1 ]; then
-  if "$BUILD/hkbench" --help 2>&1 | grep -q -- '--device'; then
-    step bench-hk-kernels 60 "$BUILD/hkrun" -np 1 "$BUILD/hkbench" \
+  if withlibs "$BUILD/hkbench" --help 2>&1 | grep -q -- '--device'; then
+    step bench-hk-kernels 60 withlibs "$BUILD/hkrun" -np 1 "$BUILD/hkbench" \
       --device gpu --kernels -b 1M -e 1G -f 4 -n 20 -w 3
-    step bench-hk-np4-staged 120 "$BUILD/hkrun" -np 4 env HK_LOCAL_RANK=0 \
+    step bench-hk-np4-staged 120 withlibs "$BUILD/hkrun" -np 4 env HK_LOCAL_RANK=0 \
       HK_LOCAL_SIZE=1 HK_GPU=0 "$BUILD/hkbench" --device gpu -b 1M -e 256M \
       -f 4 -n 10 -w 2
   else
@@ -338,11 +379,11 @@ if [ $BUILT = 1 ]; then
 fi
 # the peer needs no hk: it runs even when hk did not build
 if [ "$TEST_GPU" = 1 ] || [ "${DEVICE_CHECK_FORCE:-0}" = 1 ]; then
-  step bench-torch-gloo-cuda-np4 120 env -u LD_LIBRARY_PATH python3 \
+  step bench-torch-gloo-cuda-np4 120 python3 \
     "$ROOT/scripts/device-gloo-peer.py" --np 4 -b 1M -e 256M -f 4 -n 10 -w 2
 fi
-if [ $BUILT = 1 ] && "$BUILD/hkbench" --help 2>&1 | grep -q -- '--device'; then
-  step bench-hk-np1 60 "$BUILD/hkrun" -np 1 "$BUILD/hkbench" --device gpu \
+if [ $BUILT = 1 ] && withlibs "$BUILD/hkbench" --help 2>&1 | grep -q -- '--device'; then
+  step bench-hk-np1 60 withlibs "$BUILD/hkrun" -np 1 "$BUILD/hkbench" --device gpu \
     -b 1M -e 256M -f 4 -n 10 -w 2
 fi
 # ==========================================================================
