@@ -38,7 +38,7 @@
 #             --device option)
 # Exit: 0 when the build and every test passed; 1 when one failed; 2 when
 # there is no GPU (nothing built; DEVICE_CHECK_FORCE=1 goes on anyway,
-# with HK_TEST_GPU=0, to try the script on a CPU machine).
+# with HK_DEVICE=auto HK_TEST_GPU=0, to try the script on a CPU machine).
 #
 # Environment: DEVICE_CHECK_BUDGET_S (450), DEVICE_CHECK_JOBS (ctest -j,
 # 6), DEVICE_CHECK_MPI (1: use the carried Open MPI), DEVICE_CHECK_FORCE.
@@ -336,13 +336,19 @@ if [ $FAILED = 0 ]; then
   fi
 fi
 
-export HK_DEVICE=cuda HK_TEST_GPU=$TEST_GPU
+# (DEVICE_CHECK_FORCE on a machine without a GPU: auto, so that what
+# does not need a GPU still passes)
+if [ "$TEST_GPU" = 1 ]; then
+  export HK_DEVICE=cuda HK_TEST_GPU=1
+else
+  export HK_DEVICE=auto HK_TEST_GPU=0
+fi
 if [ $BUILT = 1 ]; then
   must test_cuda 90 withlibs "$BUILD/tests/test_cuda"
   step copybw 60 withlibs "$BUILD/tests/cuda_copybw" 1 16 64 256 1024
   must pair 40 withlibs "$BUILD/tests/cuda_pair" --timeout 30
-  step pair-multi-rank 40 env NCCL_MULTI_RANK_GPU_ENABLE=1 \
-    withlibs "$BUILD/tests/cuda_pair" --timeout 30
+  step pair-multi-rank 40 withlibs env NCCL_MULTI_RANK_GPU_ENABLE=1 \
+    "$BUILD/tests/cuda_pair" --timeout 30
   step pair-hostid 40 withlibs "$BUILD/tests/cuda_pair" --hostid --timeout 30
   for f in pair pair-multi-rank pair-hostid; do
     log "  $f: $(grep -h '^cuda_pair: \(works\|refused\|FAILED\|skipped\)' "$OUT"/*-"$f".log)"
@@ -354,8 +360,8 @@ if [ $BUILT = 1 ]; then
     -j "${DEVICE_CHECK_JOBS:-6}" -LE netbed -E '^test_hosts_cli$' --timeout 180
   grep -h -E 'tests passed|tests failed|\(Failed\)|\(Timeout\)|Skipped' \
     "$OUT"/*-ctest.log | sed 's/^/  /' | tee -a "$SUMMARY"
-  must ctest-hosts-cli 60 env -u HK_DEVICE -u HK_TEST_GPU \
-    withlibs ctest --test-dir "$BUILD" --output-on-failure -R '^test_hosts_cli$'
+  must ctest-hosts-cli 60 withlibs env -u HK_DEVICE -u HK_TEST_GPU \
+    ctest --test-dir "$BUILD" --output-on-failure -R '^test_hosts_cli$'
 fi
 
 # ==== GPU benchmarks =====================================================
