@@ -14,8 +14,9 @@ start=$(date +%s)
 stage() { echo; echo "=== $* ($(( $(date +%s) - start )) s) ==="; }
 
 stage "format"
-sources() { find include common coordinator collectives worker launcher topology device \
-  examples bench tests -name '*.[ch]' -print; }
+sources() { find include common coordinator collectives worker launcher topology \
+  device examples bench tests \( -name '*.[ch]' -o -name '*.cu' -o -name '*.cpp' \) \
+  -print; }
 bad=$(sources | xargs clang-format --dry-run 2>&1 | grep -c warning || true)
 if [ "$bad" != 0 ]; then
   sources | xargs clang-format --dry-run 2>&1 | head -20

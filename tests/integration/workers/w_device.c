@@ -560,8 +560,7 @@ static void fold_model(float *want, size_t count, int upto, uint64_t salt) {
     if (r < upto)
       fill_input(in[r], count, HK_FLOAT32, r, salt);
   }
-  model(want, in, hk_local_size(), hk_cross_size(), count, HK_FLOAT32,
-        HK_SUM);
+  model(want, in, hk_local_size(), hk_cross_size(), count, HK_FLOAT32, HK_SUM);
   for (int r = 0; r < size; r++)
     free(in[r]);
   free(in);
