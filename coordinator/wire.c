@@ -124,6 +124,7 @@ hk_status hk_wire_encode(const hk_msg *m, hk_buf *out) {
       put_u32(&w, m->u.requests.bits[i]);
     break;
   case HK_MSG_RESPONSES:
+    put_u8(&w, m->u.responses.answer); /* first: HK_WIRE_ANSWER_OFFSET */
     put_i32(&w, m->u.responses.shutdown_rank);
     put_u16(&w, m->u.responses.abort_status);
     put_str(&w, m->u.responses.abort_reason, HK_WIRE_MAX_REASON_LEN,
@@ -418,6 +419,9 @@ static void decode_payload(reader *r, hk_msg *m) {
     break;
   }
   case HK_MSG_RESPONSES: {
+    m->u.responses.answer = get_u8(r, "answer flag");
+    check(r, m->u.responses.answer <= 1, "answer flag %lld is not 0 or 1",
+          m->u.responses.answer);
     m->u.responses.shutdown_rank = get_i32(r, "shutdown rank");
     check(r,
           m->u.responses.shutdown_rank >= -1 &&

@@ -268,6 +268,8 @@ static hk_status run_fused(hk_ctx *ctx, plan *p, uint32_t a, uint32_t b,
                     first[j + 1] - first[j], dtype, h->req.postscale);
   }
   t[3] = hk_now();
+  hk_introspect_count(ctx, HK_COUNT_FUSED_BATCHES, 1);
+  hk_introspect_count(ctx, HK_COUNT_FUSED_TENSORS, k);
   return HK_OK;
 }
 

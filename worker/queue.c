@@ -61,7 +61,7 @@ hk_status hk_queue_submit(hk_ctx *ctx, const hk_wire_request *req,
   pthread_mutex_lock(&ctx->mu);
   /* one wake-up per batch: the background thread takes the whole queue,
    * so only the submit that finds it empty needs to write the eventfd */
-  int was_empty = ctx->queue_head == NULL;
+  int was_empty = ctx->queue_head == NULL && !ctx->wake_muted;
   hk_status st = refuse_locked(ctx, req->name);
   if (st == HK_OK)
     st = enqueue_locked(ctx, h);
@@ -103,13 +103,18 @@ hk_status hk_queue_submit_group(hk_ctx *ctx, hk_handle *members, size_t n,
   return HK_OK;
 }
 
-hk_handle hk_queue_take(hk_ctx *ctx) {
+static hk_handle take(hk_ctx *ctx, int quiet) {
   pthread_mutex_lock(&ctx->mu);
   hk_handle list = ctx->queue_head;
   ctx->queue_head = ctx->queue_tail = NULL;
+  ctx->wake_muted = quiet && list != NULL;
   pthread_mutex_unlock(&ctx->mu);
   return list;
 }
+
+hk_handle hk_queue_take(hk_ctx *ctx) { return take(ctx, 0); }
+
+hk_handle hk_queue_take_quiet(hk_ctx *ctx) { return take(ctx, 1); }
 
 hk_handle hk_queue_find(hk_ctx *ctx, const char *name) {
   pthread_mutex_lock(&ctx->mu);

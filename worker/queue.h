@@ -30,8 +30,14 @@ hk_status hk_queue_submit(hk_ctx *ctx, const hk_wire_request *req,
 hk_status hk_queue_submit_group(hk_ctx *ctx, hk_handle *members, size_t n,
                                 hk_handle *out);
 
-/** Background thread: takes every queued handle (a list linked by next). */
+/** Background thread: takes every queued handle (a list linked by next);
+ *  the next submit into the empty queue wakes the thread (wake_fd). */
 hk_handle hk_queue_take(hk_ctx *ctx);
+
+/** The same, but when it took something, later submits do not write
+ *  wake_fd until the next take: the caller (a rank whose request is in
+ *  flight) looks at the queue by itself when the answer comes. */
+hk_handle hk_queue_take_quiet(hk_ctx *ctx);
 
 /** Background thread: the in-flight handle named `name`, or NULL. */
 hk_handle hk_queue_find(hk_ctx *ctx, const char *name);
