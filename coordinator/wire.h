@@ -89,14 +89,16 @@ typedef struct hk_wire_response {
   uint8_t flags;                  /* HK_RESP_* */
   uint32_t cache_bit;             /* with HK_RESP_CACHED; else HK_WIRE_NO_BIT */
   char name[HK_MAX_NAME_LEN + 1]; /* empty with HK_RESP_CACHED */
-  char *reason;           /* NULL when status is HK_OK; owned by the message */
-  int32_t divisor;        /* HK_AVERAGE divides by this (the ranks that took
-                             part); JOIN: the rank that joined last; else 0 */
-  hk_wire_request params; /* with HK_RESP_PARAMS */
-  uint32_t ncounts;       /* allgather: every rank's rows (size entries) */
-  uint64_t *counts;       /* owned by the message */
-  double first_seen;      /* rank 0 only, never on the wire: when the first
-                             rank submitted it (for the timeline) */
+  char *reason;            /* NULL when status is HK_OK; owned by the message */
+  int32_t divisor;         /* HK_AVERAGE divides by this (the ranks that took
+                              part); JOIN: the rank that joined last; else 0 */
+  hk_wire_request *params; /* with HK_RESP_PARAMS (else NULL); owned by
+                              the message (rare: it carries a request for
+                              ranks that joined, so it is not inline) */
+  uint32_t ncounts;        /* allgather: every rank's rows (size entries) */
+  uint64_t *counts;        /* owned by the message */
+  double first_seen;       /* rank 0 only, never on the wire: when the first
+                              rank submitted it (for the timeline) */
 } hk_wire_response;
 
 typedef struct hk_wire_peer {
