@@ -102,6 +102,9 @@ typedef struct hk_ctx {
   /* The allreduce algorithm choice (worker/algo.h). */
   hk_algo algo_forced;     /* HK_ALLREDUCE_ALGO / _HIERARCHICAL_; or AUTO */
   unsigned algo_mask;      /* the algorithms auto chooses among */
+  int algo_nspans;         /* auto's choice, worked out at hk_init as byte */
+  size_t algo_from[16];    /* thresholds: algo_span[i] runs allreduces of */
+  uint8_t algo_span[16];   /* algo_from[i] bytes up to algo_from[i + 1] */
   hk_host_model model;     /* this job's hosts, for the cost model */
   int model_hosts;         /* how many such hosts */
   size_t rd_limit;         /* fuse recursive-doubling tensors up to this
@@ -117,6 +120,9 @@ typedef struct hk_ctx {
   pthread_mutex_t mu;
   pthread_cond_t done_cv; /* [mu] broadcast when any handle completes */
   hk_strmap *inflight;    /* [mu] name -> handle, until completed */
+  hk_strmap *taken;       /* [bg] name -> handle, for the handles the
+                             background thread took from the queue, until
+                             completed: found without taking mu */
   hk_handle queue_head;   /* [mu] submitted, not yet sent to rank 0 */
   hk_handle queue_tail;   /* [mu] */
   int wake_muted;         /* [mu] 1: a submit into the empty queue need not
