@@ -65,6 +65,10 @@
 #include "worker/queue.h"
 #include "worker/timeline.h"
 
+/* Send buffer of a control connection: a RESPONSES of ~20k cached
+ * tensors at the default net.core.wmem_max (212992, doubled). */
+#define HK_CTRL_SEND_BUFFER (1u << 20)
+
 /* What the loop has decided so far, and its scratch (owned here). */
 typedef struct loop {
   int sent;               /* rank > 0: a REQUESTS is outstanding */
@@ -605,6 +609,11 @@ void *hk_background_main(void *arg) {
     else
       pfds[npfd++] = (struct pollfd){.fd = ctx->mesh.ctrl_fd, .events = POLLIN};
   }
+  /* room for a whole round's message (see hk_tcp_set_send_buffer);
+   * without it, a best effort */
+  for (int i = first_ctrl; i < npfd; i++)
+    if (hk_tcp_set_send_buffer(pfds[i].fd, HK_CTRL_SEND_BUFFER) != HK_OK)
+      hk_log(HK_LOG_DEBUG, "%s", hk_last_error());
   for (;;) {
     int rc = poll(pfds, (nfds_t)npfd, poll_timeout_ms(ctx, &L));
     if (rc < 0)

@@ -24,6 +24,7 @@
 /* Per-call working arrays, sized for the n responses of one message. */
 typedef struct plan {
   hk_handle *h;
+  hk_handle *done; /* a batch's handles, completed together */
   hk_fusion_item *items;
   uint8_t *taken;
   uint32_t *order, *starts;
@@ -44,6 +45,7 @@ static const char *mesh_transport(const hk_ctx *ctx) {
 
 static void plan_free(plan *p) {
   free(p->h);
+  free(p->done);
   free(p->items);
   free(p->taken);
   free(p->order);
@@ -57,6 +59,7 @@ static hk_status plan_alloc(plan *p, uint32_t n, int size) {
   memset(p, 0, sizeof *p);
   size_t nn = n ? n : 1;
   p->h = calloc(nn, sizeof *p->h);
+  p->done = calloc(nn, sizeof *p->done);
   p->items = calloc(nn, sizeof *p->items);
   p->taken = calloc(nn, 1);
   p->order = calloc(nn, sizeof *p->order);
@@ -64,7 +67,7 @@ static hk_status plan_alloc(plan *p, uint32_t n, int size) {
   p->counts = calloc(nn, sizeof *p->counts);
   p->seg = calloc((size_t)size + 1, sizeof *p->seg);
   p->where = calloc(nn * (size_t)size, sizeof *p->where);
-  if (!p->h || !p->items || !p->taken || !p->order || !p->starts ||
+  if (!p->h || !p->done || !p->items || !p->taken || !p->order || !p->starts ||
       !p->counts || !p->seg || !p->where) {
     plan_free(p);
     return hk_fail(HK_ERR_NOMEM, "cannot plan %u responses", n);
@@ -382,7 +385,7 @@ static hk_status resolve(hk_ctx *ctx, const hk_wire_response *r,
   }
   *out = hk_queue_find(ctx, name);
   if (!*out && (r->flags & HK_RESP_PARAMS)) /* this rank joined */
-    return r->status == HK_OK ? make_phantom(ctx, &r->params, out) : HK_OK;
+    return r->status == HK_OK ? make_phantom(ctx, r->params, out) : HK_OK;
   if (!*out)
     return hk_fail(HK_ERR_PROTOCOL,
                    "rank 0 scheduled tensor '%s', which rank %d never "
@@ -441,7 +444,7 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
         (c == HK_COLL_ALLREDUCE || c == HK_COLL_BROADCAST ||
          c == HK_COLL_REDUCESCATTER))
       hk_cache_insert(ctx->cache, (rs[i].flags & HK_RESP_PARAMS)
-                                      ? &rs[i].params
+                                      ? rs[i].params
                                       : &p.h[i]->req);
   }
   if (st == HK_OK)
@@ -483,17 +486,31 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
                    : "ring",
                mesh_transport(ctx), b - a, bytes);
     }
+    /* the batch's one collective is recorded once (under its last
+     * tensor's name), then all its handles complete under one lock */
+    const char *ran = NULL;
+    uint32_t ndone = 0;
+    for (uint32_t i = a; i < b; i++) {
+      hk_handle h = p.h[p.order[i]];
+      unsigned c = h->req.coll;
+      if (c != HK_COLL_BARRIER && c != HK_COLL_JOIN)
+        ran = h->req.name;
+    }
+    if (ran)
+      hk_introspect_record(ctx, ran, t[1], t[2]);
     for (uint32_t i = a; i < b; i++) {
       hk_handle h = p.h[p.order[i]];
       unsigned c = h->req.coll;
       int moves_data = c != HK_COLL_BARRIER && c != HK_COLL_JOIN;
-      if (moves_data)
-        hk_introspect_record(ctx, h->req.name, t[1], t[2]);
       if (ctx->timeline && moves_data && !h->phantom)
         trace(ctx, &rs[p.order[i]], h, t_ready, t, fused, args);
-      finish_handle(ctx, h, HK_OK, NULL);
+      if (h->phantom)
+        free_phantom(h);
+      else
+        p.done[ndone++] = h;
       p.h[p.order[i]] = NULL;
     }
+    hk_queue_complete_ok(ctx, p.done, ndone);
   }
   if (st != HK_OK) /* made-up handles that did not run */
     for (uint32_t i = 0; i < n; i++)
