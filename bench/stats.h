@@ -49,6 +49,10 @@ void hkb_die(hk_status st, const char *what) __attribute__((noreturn));
 /** Exits via hkb_die unless st is HK_OK. */
 void hkb_ok(hk_status st, const char *what);
 
+/** When the last ring collective started on this rank (hkb_now()'s clock,
+ *  seconds). */
+double hkb_ring_last_start(void);
+
 /** This rank's negotiation counters (worker/introspect.h). Exits on
  *  failure. */
 hk_negotiation_counts hkb_counts(void);

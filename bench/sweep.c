@@ -13,7 +13,7 @@
 /* What one size measured, max over ranks, medians over iterations. */
 typedef struct result {
   size_t bytes, count;
-  double time_s, raw_s;
+  double time_s, raw_s, ctl_s;
   long long wrong;
   int iters;
 } result;
@@ -43,11 +43,12 @@ static void print_header(const hkb_opts *o, int nranks, int niters, int nwarm,
          nranks, types, ops, niters, nwarm, o->budget_bytes);
   if (o->raw)
     printf("# raw(us): the ring collective alone, timed by the background "
-           "thread; rawbusbw from it\n");
+           "thread; rawbusbw from it; ctl(us): from the last rank's submit "
+           "to the last rank's start of the collective (one host's clock)\n");
   printf("#%11s %12s %8s %6s %12s", "size(B)", "count", "type", "redop",
          "time(us)");
   if (o->raw)
-    printf(" %12s", "raw(us)");
+    printf(" %12s %12s", "raw(us)", "ctl(us)");
   printf(" %12s %12s", "algbw(GB/s)", "busbw(GB/s)");
   if (o->raw)
     printf(" %12s", "rawbusbw");
@@ -55,7 +56,7 @@ static void print_header(const hkb_opts *o, int nranks, int niters, int nwarm,
   fflush(stdout);
   if (csv)
     fprintf(csv, "size_bytes,count,type,redop,time_us,algbw_gbs,busbw_gbs,"
-                 "wrong,iters,nranks,raw_us,raw_busbw_gbs\n");
+                 "wrong,iters,nranks,raw_us,raw_busbw_gbs,ctl_us\n");
 }
 
 static void print_row(const hkb_opts *o, hk_dtype t, hk_op op, const result *r,
@@ -67,24 +68,25 @@ static void print_row(const hkb_opts *o, hk_dtype t, hk_op op, const result *r,
   printf(" %11zu %12zu %8s %6s %12.2f", r->bytes, r->count, hkb_type_name(t),
          hkb_op_name(op), r->time_s * 1e6);
   if (o->raw)
-    printf(" %12.2f", r->raw_s * 1e6);
+    printf(" %12.2f %12.2f", r->raw_s * 1e6, r->ctl_s * 1e6);
   printf(" %12.3f %12.3f", algbw, busbw);
   if (o->raw)
     printf(" %12.3f", rawbus);
   printf(" %8lld %6d\n", r->wrong, r->iters);
   fflush(stdout);
   if (csv)
-    fprintf(csv, "%zu,%zu,%s,%s,%.3f,%.4f,%.4f,%lld,%d,%d,%.3f,%.4f\n",
+    fprintf(csv, "%zu,%zu,%s,%s,%.3f,%.4f,%.4f,%lld,%d,%d,%.3f,%.4f,%.3f\n",
             r->bytes, r->count, hkb_type_name(t), hkb_op_name(op),
             r->time_s * 1e6, algbw, busbw, r->wrong, r->iters, nranks,
-            r->raw_s * 1e6, rawbus);
+            r->raw_s * 1e6, rawbus, r->ctl_s * 1e6);
 }
 
-/* Measures one size: warm-up, then iters timed iterations. t and raw hold
- * at least iters entries. */
+/* Measures one size: warm-up, then iters timed iterations. t, raw, sub
+ * and go hold at least iters entries. */
 static void measure(void *buf, size_t count, hk_dtype type,
                     const hkb_pattern *pat, hk_op op, int iters, int warm,
-                    int check, double *t, double *raw, result *r) {
+                    int check, double *t, double *raw, double *sub, double *go,
+                    result *r) {
   for (int it = -warm; it < iters; it++) {
     hkb_fill(pat, buf, count);
     hkb_ok(hk_barrier(), "hk_barrier");
@@ -94,11 +96,20 @@ static void measure(void *buf, size_t count, hk_dtype type,
     if (it >= 0) {
       t[it] = dt;
       raw[it] = hkb_ring_last("hkbench");
+      sub[it] = t0;
+      go[it] = hkb_ring_last_start();
     }
   }
   long long wrong = check ? (long long)hkb_check(pat, buf, count) : 0;
   hkb_max_over_ranks(t, iters, "time");
   hkb_max_over_ranks(raw, iters, "raw");
+  /* the control path: from the moment every rank had submitted to the
+   * moment every rank had started the collective */
+  hkb_max_over_ranks(sub, iters, "submit");
+  hkb_max_over_ranks(go, iters, "start");
+  for (int i = 0; i < iters; i++)
+    sub[i] = go[i] - sub[i];
+  r->ctl_s = hkb_median(sub, iters);
   r->wrong = hkb_sum_over_ranks(wrong, "wrong");
   r->time_s = hkb_median(t, iters);
   r->raw_s = hkb_median(raw, iters);
@@ -113,8 +124,10 @@ void hkb_sweep(const hkb_opts *o) {
   void *buf = hkb_buffer_alloc(maxb);
   double *t = malloc(sizeof(double) * (size_t)niters);
   double *raw = malloc(sizeof(double) * (size_t)niters);
+  double *sub = malloc(sizeof(double) * (size_t)niters);
+  double *go = malloc(sizeof(double) * (size_t)niters);
   FILE *csv = NULL;
-  if (!buf || !t || !raw) {
+  if (!buf || !t || !raw || !sub || !go) {
     fprintf(stderr, "hkbench: cannot allocate %zu bytes\n", maxb);
     exit(1);
   }
@@ -142,7 +155,7 @@ void hkb_sweep(const hkb_opts *o) {
           iters = niters < 5 ? niters : 5;
         int warm = nwarm < iters / 5 + 1 ? nwarm : iters / 5 + 1;
         measure(buf, r.count, type, &pat, op, iters, warm, o->check, t, raw,
-                &r);
+                sub, go, &r);
         if (rank == 0)
           print_row(o, type, op, &r, nranks, csv);
         if (size > maxb / (size_t)o->factor)
@@ -156,5 +169,7 @@ void hkb_sweep(const hkb_opts *o) {
   }
   free(raw);
   free(t);
+  free(sub);
+  free(go);
   hkb_buffer_free(buf, maxb);
 }

@@ -145,6 +145,8 @@ typedef struct hk_ctx {
   struct hk_timeline *timeline; /* [bg] rank 0 with HK_TIMELINE; else NULL */
   uint8_t *fusion;              /* [bg] the fusion buffer, cfg.fusion_threshold
                                    bytes, mapped on first use and reused */
+  struct hk_exec_plan *plan;    /* [bg] worker/execute.c's working arrays,
+                                   kept between rounds */
   double next_stall_check;      /* [bg] rank 0: hk_now() of the next check */
   double next_stall_warning;    /* [bg] rank 0: no warning before this */
 } hk_ctx;

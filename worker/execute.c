@@ -21,14 +21,16 @@
 #include "worker/queue.h"
 #include "worker/timeline.h"
 
-/* Per-call working arrays, sized for the n responses of one message. */
-typedef struct plan {
+/* Working arrays for the n responses of one message, kept between calls
+ * (ctx->plan, grown as needed; hk_execute_release frees them). */
+typedef struct hk_exec_plan {
   hk_handle *h;
   hk_handle *done; /* a batch's handles, completed together */
   hk_fusion_item *items;
   uint8_t *taken;
   uint32_t *order, *starts;
   size_t *counts, *seg, *where;
+  uint32_t cap; /* responses the arrays hold */
 } plan;
 
 /* The timeline's name for what this rank's links are: "tcp" (over
@@ -53,25 +55,43 @@ static void plan_free(plan *p) {
   free(p->counts);
   free(p->seg);
   free(p->where);
+  memset(p, 0, sizeof *p);
 }
 
-static hk_status plan_alloc(plan *p, uint32_t n, int size) {
-  memset(p, 0, sizeof *p);
-  size_t nn = n ? n : 1;
-  p->h = calloc(nn, sizeof *p->h);
-  p->done = calloc(nn, sizeof *p->done);
-  p->items = calloc(nn, sizeof *p->items);
-  p->taken = calloc(nn, 1);
-  p->order = calloc(nn, sizeof *p->order);
-  p->starts = calloc(nn + 1, sizeof *p->starts);
-  p->counts = calloc(nn, sizeof *p->counts);
-  p->seg = calloc((size_t)size + 1, sizeof *p->seg);
-  p->where = calloc(nn * (size_t)size, sizeof *p->where);
-  if (!p->h || !p->done || !p->items || !p->taken || !p->order || !p->starts ||
-      !p->counts || !p->seg || !p->where) {
-    plan_free(p);
+/* Grows *a (elements of `size` bytes) to n; 0 on failure. */
+static int grow(void *a, size_t n, size_t size) {
+  void *q = realloc(*(void **)a, n * size);
+  if (!q)
+    return 0;
+  *(void **)a = q;
+  return 1;
+}
+
+/* The plan for n responses: ctx->plan, grown if need be, with h[] and
+ * items[] cleared for them (the rest is written before it is read). */
+static hk_status plan_get(hk_ctx *ctx, uint32_t n, plan **out) {
+  plan *p = ctx->plan;
+  if (!p && !(p = ctx->plan = calloc(1, sizeof *p)))
     return hk_fail(HK_ERR_NOMEM, "cannot plan %u responses", n);
+  if (n > p->cap || !p->seg) {
+    size_t c = p->cap ? p->cap : 64, size = (size_t)ctx->size;
+    while (c < n)
+      c *= 2;
+    if (!grow(&p->h, c, sizeof *p->h) || !grow(&p->done, c, sizeof *p->done) ||
+        !grow(&p->items, c, sizeof *p->items) || !grow(&p->taken, c, 1) ||
+        !grow(&p->order, c, sizeof *p->order) ||
+        !grow(&p->starts, c + 1, sizeof *p->starts) ||
+        !grow(&p->counts, c, sizeof *p->counts) ||
+        !grow(&p->seg, size + 1, sizeof *p->seg) ||
+        !grow(&p->where, c * size, sizeof *p->where)) {
+      plan_free(p);
+      return hk_fail(HK_ERR_NOMEM, "cannot plan %u responses", n);
+    }
+    p->cap = (uint32_t)c;
   }
+  memset(p->h, 0, (size_t)n * sizeof *p->h);
+  memset(p->items, 0, (size_t)n * sizeof *p->items);
+  *out = p;
   return HK_OK;
 }
 
@@ -97,6 +117,10 @@ void hk_execute_release(hk_ctx *ctx) {
   if (ctx->fusion)
     munmap(ctx->fusion, ctx->cfg.fusion_threshold);
   ctx->fusion = NULL;
+  if (ctx->plan)
+    plan_free(ctx->plan);
+  free(ctx->plan);
+  ctx->plan = NULL;
 }
 
 /* Rank 0's timeline of one tensor that ran in a group. */
@@ -405,10 +429,11 @@ static void finish_handle(hk_ctx *ctx, hk_handle h, hk_status st,
 
 hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
                                uint32_t n, double t_ready) {
-  plan p;
-  hk_status st = plan_alloc(&p, n, ctx->size);
+  plan *pp = NULL;
+  hk_status st = plan_get(ctx, n, &pp);
   if (st != HK_OK)
     return st;
+  plan p = *pp; /* the arrays stay where they are during this call */
   /* a tensor this large costs more to copy than to reduce on its own */
   const size_t direct = ctx->cfg.fusion_direct
                             ? ctx->cfg.fusion_direct
@@ -516,6 +541,5 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
     for (uint32_t i = 0; i < n; i++)
       if (p.h[i] && p.h[i]->phantom)
         free_phantom(p.h[i]);
-  plan_free(&p);
   return st;
 }

@@ -23,7 +23,8 @@
 hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
                                uint32_t n, double t_ready);
 
-/** Unmaps the fusion buffer, if it was mapped. */
+/** Unmaps the fusion buffer, if it was mapped, and frees the working
+ *  arrays kept between rounds. */
 void hk_execute_release(hk_ctx *ctx);
 
 #endif
