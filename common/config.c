@@ -10,8 +10,10 @@
 #include "common/log.h"
 #include "common/status.h"
 
-/* The one table of tunables. Defaults: HK_CYCLE_TIME_MS = 1 ms is
- * Horovod's HOROVOD_CYCLE_TIME default; the chunk size of 1 MiB matches
+/* The one table of tunables. Defaults: HK_CYCLE_TIME_MS = 0: negotiation
+ * is event-driven (worker/background.c), so unlike Horovod's
+ * HOROVOD_CYCLE_TIME (1 ms) no tensor waits for a timer; the chunk size of
+ * 1 MiB matches
  * the write size at which loopback TCP reaches its peak on the reference
  * machine (../shared/peers/results/limits.txt, tcp_ring 1024 KiB). */
 typedef struct tunable {
@@ -24,7 +26,10 @@ typedef struct tunable {
 
 #define OFF(f) offsetof(hk_config, f)
 static const tunable table[] = {
-    {"HK_CYCLE_TIME_MS", 1, 0, 60000, "ms", "time between negotiation cycles",
+    {"HK_CYCLE_TIME_MS", 0, 0, 60000, "ms",
+     "upper bound on how long a batch may wait to grow: rank 0 may hold the "
+     "answer to a request none of whose tensors is ready yet this long; 0: "
+     "answer at once (a tensor ready on every rank never waits)",
      OFF(cycle_time_ms), 0},
     {"HK_TIMEOUT_S", 60, 0.1, 86400, "s",
      "a transfer or negotiation making no progress for this long fails",

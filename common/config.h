@@ -17,7 +17,8 @@ typedef enum hk_cross_transport {
 } hk_cross_transport;
 
 typedef struct hk_config {
-  double cycle_time_ms;    /* HK_CYCLE_TIME_MS: negotiation cycle, ms */
+  double cycle_time_ms;    /* HK_CYCLE_TIME_MS: the longest a batch may
+                              wait to grow, ms; 0 = never waits */
   double timeout_s;        /* HK_TIMEOUT_S: a stuck transfer fails, s */
   double start_timeout_s;  /* HK_START_TIMEOUT_S: rendezvous + connect, s */
   size_t ring_chunk_bytes; /* HK_RING_CHUNK_BYTES: ring pipeline chunk */

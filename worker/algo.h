@@ -36,7 +36,9 @@
  */
 hk_status hk_algo_setup(hk_ctx *ctx);
 
-/** The algorithm for an allreduce of `bytes` bytes (never AUTO or TREE). */
+/** The algorithm for an allreduce of `bytes` bytes (never AUTO or TREE):
+ *  a lookup in the byte thresholds hk_algo_setup worked out from the
+ *  model (a few comparisons; no model run per tensor). */
 hk_algo hk_algo_for(const hk_ctx *ctx, size_t bytes);
 
 #endif

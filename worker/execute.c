@@ -22,13 +22,16 @@
 #include "worker/queue.h"
 #include "worker/timeline.h"
 
-/* Per-call working arrays, sized for the n responses of one message. */
-typedef struct plan {
+/* Working arrays for the n responses of one message, kept between calls
+ * (ctx->plan, grown as needed; hk_execute_release frees them). */
+typedef struct hk_exec_plan {
   hk_handle *h;
+  hk_handle *done; /* a batch's handles, completed together */
   hk_fusion_item *items;
   uint8_t *taken;
   uint32_t *order, *starts;
   size_t *counts, *seg, *where;
+  uint32_t cap; /* responses the arrays hold */
 } plan;
 
 /* The timeline's name for what this rank's links are: "tcp" (over
@@ -45,6 +48,7 @@ static const char *mesh_transport(const hk_ctx *ctx) {
 
 static void plan_free(plan *p) {
   free(p->h);
+  free(p->done);
   free(p->items);
   free(p->taken);
   free(p->order);
@@ -52,24 +56,43 @@ static void plan_free(plan *p) {
   free(p->counts);
   free(p->seg);
   free(p->where);
+  memset(p, 0, sizeof *p);
 }
 
-static hk_status plan_alloc(plan *p, uint32_t n, int size) {
-  memset(p, 0, sizeof *p);
-  size_t nn = n ? n : 1;
-  p->h = calloc(nn, sizeof *p->h);
-  p->items = calloc(nn, sizeof *p->items);
-  p->taken = calloc(nn, 1);
-  p->order = calloc(nn, sizeof *p->order);
-  p->starts = calloc(nn + 1, sizeof *p->starts);
-  p->counts = calloc(nn, sizeof *p->counts);
-  p->seg = calloc((size_t)size + 1, sizeof *p->seg);
-  p->where = calloc(nn * (size_t)size, sizeof *p->where);
-  if (!p->h || !p->items || !p->taken || !p->order || !p->starts ||
-      !p->counts || !p->seg || !p->where) {
-    plan_free(p);
+/* Grows *a (elements of `size` bytes) to n; 0 on failure. */
+static int grow(void *a, size_t n, size_t size) {
+  void *q = realloc(*(void **)a, n * size);
+  if (!q)
+    return 0;
+  *(void **)a = q;
+  return 1;
+}
+
+/* The plan for n responses: ctx->plan, grown if need be, with h[] and
+ * items[] cleared for them (the rest is written before it is read). */
+static hk_status plan_get(hk_ctx *ctx, uint32_t n, plan **out) {
+  plan *p = ctx->plan;
+  if (!p && !(p = ctx->plan = calloc(1, sizeof *p)))
     return hk_fail(HK_ERR_NOMEM, "cannot plan %u responses", n);
+  if (n > p->cap || !p->seg) {
+    size_t c = p->cap ? p->cap : 64, size = (size_t)ctx->size;
+    while (c < n)
+      c *= 2;
+    if (!grow(&p->h, c, sizeof *p->h) || !grow(&p->done, c, sizeof *p->done) ||
+        !grow(&p->items, c, sizeof *p->items) || !grow(&p->taken, c, 1) ||
+        !grow(&p->order, c, sizeof *p->order) ||
+        !grow(&p->starts, c + 1, sizeof *p->starts) ||
+        !grow(&p->counts, c, sizeof *p->counts) ||
+        !grow(&p->seg, size + 1, sizeof *p->seg) ||
+        !grow(&p->where, c * size, sizeof *p->where)) {
+      plan_free(p);
+      return hk_fail(HK_ERR_NOMEM, "cannot plan %u responses", n);
+    }
+    p->cap = (uint32_t)c;
   }
+  memset(p->h, 0, (size_t)n * sizeof *p->h);
+  memset(p->items, 0, (size_t)n * sizeof *p->items);
+  *out = p;
   return HK_OK;
 }
 
@@ -95,6 +118,10 @@ void hk_execute_release(hk_ctx *ctx) {
   if (ctx->fusion)
     munmap(ctx->fusion, ctx->cfg.fusion_threshold);
   ctx->fusion = NULL;
+  if (ctx->plan)
+    plan_free(ctx->plan);
+  free(ctx->plan);
+  ctx->plan = NULL;
 }
 
 /* Rank 0's timeline of one tensor that ran in a group. */
@@ -358,6 +385,8 @@ static hk_status run_fused(hk_ctx *ctx, plan *p, uint32_t a, uint32_t b,
                     first[j + 1] - first[j], dtype, h->req.postscale);
   }
   t[3] = hk_now();
+  hk_introspect_count(ctx, HK_COUNT_FUSED_BATCHES, 1);
+  hk_introspect_count(ctx, HK_COUNT_FUSED_TENSORS, k);
   return HK_OK;
 }
 
@@ -484,7 +513,7 @@ static hk_status resolve(hk_ctx *ctx, const hk_wire_response *r,
   }
   *out = hk_queue_find(ctx, name);
   if (!*out && (r->flags & HK_RESP_PARAMS)) /* this rank joined */
-    return r->status == HK_OK ? make_phantom(ctx, &r->params, out) : HK_OK;
+    return r->status == HK_OK ? make_phantom(ctx, r->params, out) : HK_OK;
   if (!*out)
     return hk_fail(HK_ERR_PROTOCOL,
                    "rank 0 scheduled tensor '%s', which rank %d never "
@@ -504,10 +533,11 @@ static void finish_handle(hk_ctx *ctx, hk_handle h, hk_status st,
 
 hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
                                uint32_t n, double t_ready) {
-  plan p;
-  hk_status st = plan_alloc(&p, n, ctx->size);
+  plan *pp = NULL;
+  hk_status st = plan_get(ctx, n, &pp);
   if (st != HK_OK)
     return st;
+  plan p = *pp; /* the arrays stay where they are during this call */
   /* a tensor this large costs more to copy than to reduce on its own */
   const size_t direct = ctx->cfg.fusion_direct
                             ? ctx->cfg.fusion_direct
@@ -546,7 +576,7 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
         (c == HK_COLL_ALLREDUCE || c == HK_COLL_BROADCAST ||
          c == HK_COLL_REDUCESCATTER))
       hk_cache_insert(ctx->cache, (rs[i].flags & HK_RESP_PARAMS)
-                                      ? &rs[i].params
+                                      ? rs[i].params
                                       : &p.h[i]->req);
   }
   if (st == HK_OK)
@@ -597,22 +627,35 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
                    : "ring",
                mesh_transport(ctx), b - a, bytes);
     }
+    /* the batch's one collective is recorded once (under its last
+     * tensor's name), then all its handles complete under one lock */
+    const char *ran = NULL;
+    uint32_t ndone = 0;
+    for (uint32_t i = a; i < b; i++) {
+      hk_handle h = p.h[p.order[i]];
+      unsigned c = h->req.coll;
+      if (c != HK_COLL_BARRIER && c != HK_COLL_JOIN)
+        ran = h->req.name;
+    }
+    if (ran)
+      hk_introspect_record(ctx, ran, t[1], t[2]);
     for (uint32_t i = a; i < b; i++) {
       hk_handle h = p.h[p.order[i]];
       unsigned c = h->req.coll;
       int moves_data = c != HK_COLL_BARRIER && c != HK_COLL_JOIN;
-      if (moves_data)
-        hk_introspect_record(ctx, h->req.name, t[1], t[2]);
       if (ctx->timeline && moves_data && !h->phantom)
         trace(ctx, &rs[p.order[i]], h, t_ready, t, fused || dev_algo, args);
-      finish_handle(ctx, h, HK_OK, NULL);
+      if (h->phantom)
+        free_phantom(ctx, h);
+      else
+        p.done[ndone++] = h;
       p.h[p.order[i]] = NULL;
     }
+    hk_queue_complete_ok(ctx, p.done, ndone);
   }
   if (st != HK_OK) /* made-up handles that did not run */
     for (uint32_t i = 0; i < n; i++)
       if (p.h[i] && p.h[i]->phantom)
         free_phantom(ctx, p.h[i]);
-  plan_free(&p);
   return st;
 }

@@ -4,7 +4,8 @@
  * background thread did: per tensor, one row ("thread") with its phases
  * NEGOTIATE, WAIT_FOR_DATA, QUEUE, MEMCPY_IN_FUSION_BUFFER, ALLREDUCE (args:
  * algorithm, transport, fused tensors, bytes), MEMCPY_OUT; and an instant
- * CYCLE marker per negotiation cycle that ran something.
+ * CYCLE marker per negotiation round that ran something (the name is
+ * Horovod's).
  *
  * The file is valid JSON after every event: each event is written with
  * the closing bracket behind it, in one pwrite(2) that overwrites the

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -64,6 +65,13 @@ hk_status hk_tcp_set_liveness(int fd, double timeout_s) {
   for (size_t i = 0; i < sizeof opt / sizeof opt[0]; i++)
     if (setsockopt(fd, opt[i].level, opt[i].name, opt[i].v, opt[i].len) != 0)
       return hk_fail_errno(HK_ERR_SYSTEM, errno, "setsockopt %s", opt[i].what);
+  return HK_OK;
+}
+
+hk_status hk_tcp_set_send_buffer(int fd, size_t bytes) {
+  int v = bytes > (size_t)INT_MAX / 2 ? INT_MAX / 2 : (int)bytes;
+  if (setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof v) != 0)
+    return hk_fail_errno(HK_ERR_SYSTEM, errno, "setsockopt SO_SNDBUF");
   return HK_OK;
 }
 

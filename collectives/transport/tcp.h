@@ -73,6 +73,16 @@ hk_status hk_tcp_accept(int listen_fd, const hk_secret *secret, double deadline,
  */
 hk_status hk_tcp_set_liveness(int fd, double timeout_s);
 
+/**
+ * Asks for a send buffer of `bytes` (SO_SNDBUF; the kernel caps it at
+ * net.core.wmem_max and doubles it). A connection that carries short
+ * request/answer exchanges keeps the small buffer it started with (16 KiB
+ * on Linux), and a larger message then waits for the peer's delayed ACKs,
+ * milliseconds each; negotiation messages of thousands of tensors need
+ * room for a whole message. Errors: HK_ERR_SYSTEM.
+ */
+hk_status hk_tcp_set_send_buffer(int fd, size_t bytes);
+
 /** Sends all n bytes. Errors: HK_ERR_PEER_LOST, HK_ERR_TIMEOUT. */
 hk_status hk_tcp_send_all(int fd, const void *p, size_t n, const hk_io *io,
                           const char *who);

@@ -1,7 +1,7 @@
 /*
  * w_errors - negotiation errors complete on every rank and lose nothing:
- *  1. 'grad.w' has 16 elements on every rank but rank 1 (12), submitted in
- *     the same cycle as a healthy 'grad.ok': grad.w fails with
+ *  1. 'grad.w' has 16 elements on every rank but rank 1 (12), submitted at
+ *     the same time as a healthy 'grad.ok': grad.w fails with
  *     HK_ERR_MISMATCH on EVERY rank, naming the tensor, both counts and
  *     the ranks; grad.ok has the right sum; a later grad.w that agrees
  *     works (cases C2, and the issue's mismatch test).
