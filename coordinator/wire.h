@@ -23,8 +23,9 @@
 #include "common/buf.h"
 #include "hk/hk.h"
 
-#define HK_WIRE_VERSION 5 /* 3: HK_MSG_GOODBYE; 4: RESPONSES.answer; 5:
-                             request memory kind */
+#define HK_WIRE_VERSION                                                        \
+  5 /* 3: HK_MSG_GOODBYE; 4: RESPONSES.answer; 5:                              \
+       request memory kind */
 #define HK_WIRE_HEADER_LEN 8
 #define HK_WIRE_MAX_PAYLOAD (64u << 20) /* bytes */
 #define HK_WIRE_MAX_HOST_LEN 255        /* bytes, excluding NUL */
