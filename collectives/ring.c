@@ -30,6 +30,7 @@ hk_status hk_ring_init(hk_ring *ring, int rank, int size, hk_link *left,
                        hk_link *right, const hk_io *io, size_t chunk_bytes,
                        const int *order) {
   memset(ring, 0, sizeof *ring);
+  ring->ops = &hk_ring_link_ops;
   ring->size = size;
   ring->left = left;
   ring->right = right;
@@ -184,10 +185,11 @@ static hk_status run_steps(hk_ring *ring, const hk_ring_step *steps, int nsteps,
   return hk_link_drain(ring->right, &ring->io, what);
 }
 
-hk_status hk_ring_allreduce_part(hk_ring *ring, const void *sendbuf,
-                                 void *recvbuf, const size_t *seg,
-                                 hk_dtype dtype, hk_op op,
-                                 const hk_ring_finish *fin, hk_ring_part part) {
+static hk_status link_allreduce_part(hk_ring *ring, const void *sendbuf,
+                                     void *recvbuf, const size_t *seg,
+                                     hk_dtype dtype, hk_op op,
+                                     const hk_ring_finish *fin,
+                                     hk_ring_part part) {
   const int n = ring->size, r = ring->rank;
   const size_t esz = hk_dtype_size(dtype), count = seg[n];
   const uint8_t *src = sendbuf;
@@ -239,10 +241,10 @@ hk_status hk_ring_allreduce(hk_ring *ring, const void *sendbuf, void *recvbuf,
                                      op, fin);
 }
 
-hk_status hk_ring_reducescatter(hk_ring *ring, const void *sendbuf,
-                                void *recvbuf, const size_t *seg,
-                                hk_dtype dtype, hk_op op,
-                                const hk_ring_finish *fin) {
+static hk_status link_reducescatter(hk_ring *ring, const void *sendbuf,
+                                    void *recvbuf, const size_t *seg,
+                                    hk_dtype dtype, hk_op op,
+                                    const hk_ring_finish *fin) {
   const int n = ring->size, r = ring->rank;
   const size_t esz = hk_dtype_size(dtype), count = seg[n];
   const uint8_t *src = sendbuf;
@@ -278,8 +280,9 @@ hk_status hk_ring_reducescatter(hk_ring *ring, const void *sendbuf,
   return run_steps(ring, s, n - 1, dtype, op, fin, "in ring reducescatter");
 }
 
-hk_status hk_ring_allgatherv(hk_ring *ring, const void *sendbuf, void *recvbuf,
-                             const size_t *seg, hk_dtype dtype) {
+static hk_status link_allgatherv(hk_ring *ring, const void *sendbuf,
+                                 void *recvbuf, const size_t *seg,
+                                 hk_dtype dtype) {
   const int n = ring->size, r = ring->rank, me = ring->order[r];
   const size_t esz = hk_dtype_size(dtype);
   uint8_t *dst = recvbuf;
@@ -299,8 +302,8 @@ hk_status hk_ring_allgatherv(hk_ring *ring, const void *sendbuf, void *recvbuf,
 #undef SEG_LEN
 }
 
-hk_status hk_ring_broadcast(hk_ring *ring, void *buf, size_t count,
-                            hk_dtype dtype, int root) {
+static hk_status link_broadcast(hk_ring *ring, void *buf, size_t count,
+                                hk_dtype dtype, int root) {
   const int n = ring->size;
   const size_t len = count * hk_dtype_size(dtype);
   if (n == 1 || len == 0)
@@ -339,4 +342,33 @@ hk_status hk_ring_broadcast(hk_ring *ring, void *buf, size_t count,
     }
   }
   return hk_link_drain(ring->right, &ring->io, "in ring broadcast");
+}
+
+const hk_ring_ops hk_ring_link_ops = {"links", link_allreduce_part,
+                                      link_reducescatter, link_allgatherv,
+                                      link_broadcast};
+
+hk_status hk_ring_allreduce_part(hk_ring *ring, const void *sendbuf,
+                                 void *recvbuf, const size_t *seg,
+                                 hk_dtype dtype, hk_op op,
+                                 const hk_ring_finish *fin, hk_ring_part part) {
+  return ring->ops->allreduce_part(ring, sendbuf, recvbuf, seg, dtype, op, fin,
+                                   part);
+}
+
+hk_status hk_ring_reducescatter(hk_ring *ring, const void *sendbuf,
+                                void *recvbuf, const size_t *seg,
+                                hk_dtype dtype, hk_op op,
+                                const hk_ring_finish *fin) {
+  return ring->ops->reducescatter(ring, sendbuf, recvbuf, seg, dtype, op, fin);
+}
+
+hk_status hk_ring_allgatherv(hk_ring *ring, const void *sendbuf, void *recvbuf,
+                             const size_t *seg, hk_dtype dtype) {
+  return ring->ops->allgatherv(ring, sendbuf, recvbuf, seg, dtype);
+}
+
+hk_status hk_ring_broadcast(hk_ring *ring, void *buf, size_t count,
+                            hk_dtype dtype, int root) {
+  return ring->ops->broadcast(ring, buf, count, dtype, root);
 }
