@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/status.h"
+#include "worker/intra.h"
 
 #define RECORD_BYTES 1024
 
@@ -23,6 +24,13 @@ static void record(const hk_ctx *ctx, char *r) {
   ADD("HK_FUSION_THRESHOLD=%zu\n", ctx->cfg.fusion_threshold);
   ADD("HK_FUSION_DIRECT_BYTES=%zu\n", ctx->cfg.fusion_direct);
   ADD("HK_CACHE_CAPACITY=%zu\n", ctx->cfg.cache_capacity);
+  static const char *const intra[] = {"auto", "shm", "tcp"};
+  ADD("HK_INTRA_TRANSPORT=%s\n", intra[ctx->cfg.intra_transport % 3]);
+  ADD("HK_SHM_SLOT_BYTES=%zu\n", ctx->cfg.shm_slot_bytes);
+  /* auto resolves per host; a host without shared memory changes the
+   * algorithm choice (worker/algo.c) and must not go unnoticed */
+  ADD("the transport inside hosts (HK_INTRA_TRANSPORT)=%s\n",
+      hk_intra_in_use(ctx));
   ADD("HK_TOPO_FILE's host model=%d GPUs, %.17g GB/s, nvlink %d\n",
       ctx->model.gpus, ctx->model.intra_gbps, ctx->model.intra_nvlink);
   ADD("ring order (HK_TOPO_FILE)=");
