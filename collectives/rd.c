@@ -13,10 +13,12 @@
 /* The real rank of virtual index v (e = ranks that sit out). */
 static int real_rank(int v, int e) { return v < e ? 2 * v + 1 : v + e; }
 
-/* One pipelined step over `link`: sends buf (unless recv_only) while
+/* One pipelined step over `link`: sends buf (unless !send) while
  * receiving the peer's bytes into the work buffer's two chunks, folding
  * them into buf: buf = peer op buf if peer_first, else buf op peer. A
- * byte is folded once it has arrived and (when sending) been sent. */
+ * byte is folded once it has arrived and (when sending) left this rank's
+ * memory: sent over TCP or shm, its MPI_Isend completed over MPI
+ * (hk_link_released). */
 typedef struct xchg {
   hk_link *link;
   uint8_t *buf;
@@ -29,9 +31,12 @@ static hk_status step(const xchg *x, hk_dtype dtype, hk_op op, const hk_io *io,
                       const char *what) {
   size_t sent = x->send ? 0 : x->bytes, got = 0, red = 0;
   const size_t C = x->chunk;
+  uint64_t base, rel; /* released bytes of the link at the start, now */
+  hk_status st = hk_link_released(x->link, &base);
+  if (st != HK_OK)
+    return st;
   while (red < x->bytes) {
     size_t d = 0, progress = 0;
-    hk_status st;
     if (sent < x->bytes) {
       st = hk_link_send_some(x->link, x->buf + sent, x->bytes - sent, &d);
       if (st != HK_OK)
@@ -54,8 +59,11 @@ static hk_status step(const xchg *x, hk_dtype dtype, hk_op op, const hk_io *io,
       got += d;
       progress |= d;
     }
-    /* fold what has arrived and been sent, within red's chunk */
-    size_t upto = got < sent ? got : sent;
+    /* fold what has arrived and been released, within red's chunk */
+    if ((st = hk_link_released(x->link, &rel)) != HK_OK)
+      return st;
+    size_t freed = x->send ? (size_t)(rel - base) : x->bytes;
+    size_t upto = got < freed ? got : freed;
     size_t chunk_end = (red / C + 1) * C;
     if (upto > chunk_end)
       upto = chunk_end;
@@ -71,14 +79,15 @@ static hk_status step(const xchg *x, hk_dtype dtype, hk_op op, const hk_io *io,
       red = upto;
       progress = 1;
     }
-    if (!progress) {
-      st = hk_link_wait(x->link, sent < x->bytes, x->link, got < limit, io,
-                        what);
+    if (!progress) { /* also wake when more of what we sent is freed */
+      uint64_t want_rel = freed < got && freed < x->bytes ? rel + 1 : 0;
+      st = hk_link_wait_released(x->link, sent < x->bytes, got < limit,
+                                 want_rel, io, what);
       if (st != HK_OK)
         return st;
     }
   }
-  /* red <= sent: everything has been sent */
+  /* red <= released <= sent: everything has been sent */
   return hk_link_drain(x->link, io, what);
 }
 

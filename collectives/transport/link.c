@@ -104,9 +104,18 @@ static void tcp_close(hk_link *link) {
     hk_tcp_close(&link->fds[i]);
 }
 
-static const hk_link_ops tcp_ops = {
-    "tcp",    HK_LINK_WAIT_POLL, 0,    tcp_send_some, tcp_recv_some,
-    tcp_test, tcp_pollfd,        NULL, tcp_close};
+static uint64_t all_sent(const hk_link *link) { return link->sent_total; }
+
+static const hk_link_ops tcp_ops = {.name = "tcp",
+                                    .wait_class = HK_LINK_WAIT_POLL,
+                                    .needs_drain = 0,
+                                    .send_some = tcp_send_some,
+                                    .recv_some = tcp_recv_some,
+                                    .test = tcp_test,
+                                    .pollfd = tcp_pollfd,
+                                    .released = all_sent,
+                                    .arm = NULL,
+                                    .close = tcp_close};
 
 /* ---- MPI (the calls are link_mpi.c's) ---- */
 
@@ -135,11 +144,22 @@ static int mpi_pollfd(const hk_link *link, int send_side, short *events) {
   return -1;
 }
 
+static uint64_t mpi_released(const hk_link *link) {
+  return hk_link_mpi_released(link->mpi);
+}
+
 static void mpi_close(hk_link *link) { hk_link_mpi_close(link->mpi); }
 
-static const hk_link_ops mpi_ops = {
-    "mpi",    HK_LINK_WAIT_SPIN, 1,    mpi_send_some, mpi_recv_some,
-    mpi_test, mpi_pollfd,        NULL, mpi_close};
+static const hk_link_ops mpi_ops = {.name = "mpi",
+                                    .wait_class = HK_LINK_WAIT_SPIN,
+                                    .needs_drain = 1,
+                                    .send_some = mpi_send_some,
+                                    .recv_some = mpi_recv_some,
+                                    .test = mpi_test,
+                                    .pollfd = mpi_pollfd,
+                                    .released = mpi_released,
+                                    .arm = NULL,
+                                    .close = mpi_close};
 
 /* ---- set-up ---- */
 
@@ -203,7 +223,19 @@ const char *hk_link_kind_name(const hk_link *link) {
 
 hk_status hk_link_send_some(hk_link *link, const void *p, size_t n,
                             size_t *done) {
-  return link->ops->send_some(link, p, n, done);
+  hk_status st = link->ops->send_some(link, p, n, done);
+  link->sent_total += *done;
+  return st;
+}
+
+hk_status hk_link_released(hk_link *link, uint64_t *bytes) {
+  hk_status st = HK_OK;
+  if (link->ops->needs_drain) {
+    int ready;
+    st = link->ops->test(link, 0, 0, 0, &ready);
+  }
+  *bytes = link->ops->released(link);
+  return st;
 }
 
 hk_status hk_link_recv_some(hk_link *link, void *p, size_t n, size_t *done) {
@@ -216,15 +248,16 @@ hk_status hk_link_recv_some(hk_link *link, void *p, size_t n, size_t *done) {
 typedef struct sides {
   hk_link *send, *recv;
   int want_send, want_recv, drain;
+  uint64_t release; /* also ready once send's released() reaches it */
 } sides;
 
 /* Replaces a timeout's message by one that names whom it waited for. */
 static hk_status timed_out(const hk_io *io, const char *what, const sides *w) {
   char s[64] = "", r[64] = "";
-  if (w->want_send)
+  if (w->want_send || w->release)
     snprintf(s, sizeof s, "%s %s%s",
-             w->drain ? "completing sends to" : "sending to", w->send->name,
-             w->send->kind == HK_LINK_MPI ? " (MPI)" : "");
+             w->drain || !w->want_send ? "completing sends to" : "sending to",
+             w->send->name, w->send->kind == HK_LINK_MPI ? " (MPI)" : "");
   if (w->want_recv)
     snprintf(r, sizeof r, "receiving from %s%s", w->recv->name,
              w->recv->kind == HK_LINK_MPI ? " (MPI)" : "");
@@ -244,14 +277,15 @@ static hk_status test_sides(const sides *w, int *ready) {
     if (w->want_send || w->want_recv || w->send->kind == HK_LINK_MPI)
       st =
           w->send->ops->test(w->send, w->want_send, w->want_recv, w->drain, &r);
-    *ready = r;
+    *ready = r || (w->release && w->send->ops->released(w->send) >= w->release);
     return st;
   }
   if (w->send && (w->want_send || w->send->kind == HK_LINK_MPI))
     st = w->send->ops->test(w->send, w->want_send, 0, w->drain, &r);
   if (st == HK_OK && w->recv && (w->want_recv || w->recv->kind == HK_LINK_MPI))
     st = w->recv->ops->test(w->recv, 0, w->want_recv, 0, &r2);
-  *ready = r || r2;
+  *ready =
+      r || r2 || (w->release && w->send->ops->released(w->send) >= w->release);
   return st;
 }
 
@@ -452,14 +486,26 @@ static hk_status wait_sides(sides *w, const hk_io *io, const char *what) {
 
 hk_status hk_link_wait(hk_link *send, int want_send, hk_link *recv,
                        int want_recv, const hk_io *io, const char *what) {
-  sides w = {send, recv, want_send, want_recv, 0};
+  sides w = {send, recv, want_send, want_recv, 0, 0};
+  return wait_sides(&w, io, what);
+}
+
+hk_status hk_link_wait_released(hk_link *link, int want_send, int want_recv,
+                                uint64_t released, const hk_io *io,
+                                const char *what) {
+  sides w = {link, link, want_send, want_recv, 0, released};
+  if (released && link->ops->released(link) >= released)
+    return HK_OK;
+  if (released && link->ops->needs_drain) /* only MPI holds sent bytes */
+    return spin(&w, io, what);
+  w.release = 0;
   return wait_sides(&w, io, what);
 }
 
 hk_status hk_link_drain(hk_link *link, const hk_io *io, const char *what) {
   if (!link || !link->ops || !link->ops->needs_drain)
     return HK_OK; /* TCP: the kernel has the bytes; shm: the ring has */
-  sides w = {link, link, 1, 0, 1};
+  sides w = {link, link, 1, 0, 1, 0};
   return spin(&w, io, what);
 }
 

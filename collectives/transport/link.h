@@ -103,6 +103,9 @@ typedef struct hk_link_ops {
                     int *ready);
   /* The fd poll(2) watches for one side and its events, or -1. */
   int (*pollfd)(const struct hk_link *, int send_side, short *events);
+  /* Stream bytes sent whose memory the caller may reuse (MPI: sends
+   * completed as of the last test; others: everything sent). */
+  uint64_t (*released)(const struct hk_link *);
   /* shm: set (mode HK_SHM_SLEEP_*) or clear (0) the waiter flags of the
    * wanted sides; NULL for other kinds */
   void (*arm)(struct hk_link *, int want_send, int want_recv, uint32_t mode);
@@ -124,6 +127,7 @@ typedef struct hk_link {
   /* SHM (fds[0], nfds 1: the pair's TCP connection, for liveness) */
   struct hk_link_shm *shm;
   const hk_link_ops *ops; /* NULL when kind is HK_LINK_NONE */
+  uint64_t sent_total;    /* stream bytes hk_link_send_some took so far */
 } hk_link;
 
 /**
@@ -197,6 +201,25 @@ hk_status hk_link_wait(hk_link *send, int want_send, hk_link *recv,
  * hk_link_wait ("... no progress completing sends to rank 3 (MPI)").
  */
 hk_status hk_link_drain(hk_link *link, const hk_io *io, const char *what);
+
+/**
+ * Of the stream bytes sent so far (counted from the link's start), how
+ * many have left the caller's memory, which it may now change: all of
+ * them for TCP and shm; for MPI those before the oldest send still in
+ * flight (this call tests them). Errors: as hk_link_wait (a failed MPI
+ * call).
+ */
+hk_status hk_link_released(hk_link *link, uint64_t *bytes);
+
+/**
+ * hk_link_wait on one link (send and receive side), that also returns once
+ * hk_link_released would reach `released` (0: not waited for): what a
+ * caller that folds into bytes it has sent waits on (collectives/rd.c).
+ * Errors as hk_link_wait.
+ */
+hk_status hk_link_wait_released(hk_link *link, int want_send, int want_recv,
+                                uint64_t released, const hk_io *io,
+                                const char *what);
 
 /**
  * Sends sn bytes while receiving rn bytes (send and recv may be the same

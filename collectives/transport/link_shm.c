@@ -99,9 +99,18 @@ static void shm_close(hk_link *link) {
   hk_tcp_close(&link->fds[0]);
 }
 
-const hk_link_ops hk_link_shm_ops = {
-    "shm",    HK_LINK_WAIT_FUTEX, 0,       shm_send_some, shm_recv_some,
-    shm_test, shm_pollfd,         shm_arm, shm_close};
+static uint64_t shm_released(const hk_link *link) { return link->sent_total; }
+
+const hk_link_ops hk_link_shm_ops = {.name = "shm",
+                                     .wait_class = HK_LINK_WAIT_FUTEX,
+                                     .needs_drain = 0,
+                                     .send_some = shm_send_some,
+                                     .recv_some = shm_recv_some,
+                                     .test = shm_test,
+                                     .pollfd = shm_pollfd,
+                                     .released = shm_released,
+                                     .arm = shm_arm,
+                                     .close = shm_close};
 
 hk_status hk_link_init_shm(hk_link *link, int peer, const hk_shm_seg *seg,
                            int me, int them, int fd) {
