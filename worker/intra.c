@@ -158,9 +158,10 @@ static hk_status lead(hk_ctx *ctx, struct hk_intra *in, const char *name,
   char why[HK_ERROR_MSG_CAP];
   snprintf(why, sizeof why, "%s", hk_last_error());
   int created = cst == HK_OK;
+  /* shm required: a failure here fails the whole host */
+  int first = created ? MSG_OPEN : mine == HK_INTRA_SHM ? MSG_FAIL : MSG_TCP;
   for (int i = 1; i < in->n && st == HK_OK; i++)
-    st =
-        send_msg(ctx, in->ranks[i], created ? MSG_OPEN : MSG_TCP, 0, ctx->rank);
+    st = send_msg(ctx, in->ranks[i], first, 0, ctx->rank);
   int all = created;
   for (int i = 1; i < in->n && st == HK_OK && created; i++) {
     msg m;
@@ -197,11 +198,14 @@ static hk_status lead(hk_ctx *ctx, struct hk_intra *in, const char *name,
   return HK_OK;
 }
 
-/* A rank other than the leader: hello, then do what the leader says. */
+/* A rank other than the leader: hello, then do what the leader says.
+ * *opened: the leader said it created the segment (so, should the leader
+ * vanish before unlinking it, this rank does). */
 static hk_status follow(hk_ctx *ctx, struct hk_intra *in, const char *name,
-                        int *use) {
+                        int *use, int *opened) {
   const int leader = in->ranks[0];
   *use = 0;
+  *opened = 0;
   hk_status st =
       send_msg(ctx, leader, MSG_HELLO, ctx->cfg.intra_transport, ctx->rank);
   msg m;
@@ -217,9 +221,15 @@ static hk_status follow(hk_ctx *ctx, struct hk_intra *in, const char *name,
                    m.rank);
   if (m.code == MSG_TCP)
     return HK_OK;
+  if (m.code == MSG_FAIL)
+    return hk_fail(HK_ERR_CONFIG,
+                   "HK_INTRA_TRANSPORT=shm: rank %d could not set up shared "
+                   "memory for this host (its log says why)",
+                   leader);
   if (m.code != MSG_OPEN)
     return hk_fail(HK_ERR_PROTOCOL, "rank %d: unexpected set-up message %u",
                    leader, m.code);
+  *opened = 1;
   hk_status ost = hk_shm_seg_open(name, &in->seg);
   if (ost == HK_OK &&
       (in->seg.hdr->layout.n != in->n ||
@@ -283,10 +293,10 @@ hk_status hk_intra_setup(hk_ctx *ctx) {
   }
   char name[HK_SHM_NAME_CAP];
   hk_shm_seg_name(&ctx->secret, in->ranks[0], name);
-  int use = 0;
-  hk_status st =
-      in->me == 0 ? lead(ctx, in, name, &use) : follow(ctx, in, name, &use);
-  if (st != HK_OK && in->me != 0)
+  int use = 0, opened = 0;
+  hk_status st = in->me == 0 ? lead(ctx, in, name, &use)
+                             : follow(ctx, in, name, &use, &opened);
+  if (st != HK_OK && opened)
     hk_shm_seg_unlink(name); /* the leader may be gone before it could */
   if (st == HK_OK && use)
     st = convert_links(ctx, in);
