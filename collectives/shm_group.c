@@ -129,19 +129,12 @@ static size_t slice_of(const hk_shm_job *job, size_t per, int j, uint64_t t,
   return a < b ? (b - a < per ? b - a : per) : 0;
 }
 
-/* Folds segment j's slice (ne elements at element offset lo) over every
- * position, in ring order from start[j], into acc; applies the finish. */
-static void fold(hk_shm_group *g, const hk_shm_job *job, int j, int half,
-                 size_t lo, size_t ne, uint8_t *acc) {
-  const int n = g->n;
+/* acc = the fold of in[0..n) over ne elements (in[i] is ring position
+ * start+i's value), block by block; then the finish. */
+static void fold_core(const hk_shm_job *job, const uint8_t *const *in, int n,
+                      size_t ne, uint8_t *acc) {
   const size_t esz = hk_dtype_size(job->dtype);
-  const size_t off = (size_t)j * g->slice;
   const size_t blk = FOLD_BLOCK / esz;
-  const uint8_t *in[HK_SHM_MAX_RANKS];
-  for (int i = 0; i < n; i++) {
-    int q = (job->start[j] + i) % n;
-    in[i] = q == g->me ? job->src + lo * esz : g->slot[2 * q + half] + off;
-  }
   for (size_t b = 0; b < ne; b += blk) {
     size_t m = ne - b < blk ? ne - b : blk, o = b * esz;
     if (n == 1)
@@ -153,6 +146,50 @@ static void fold(hk_shm_group *g, const hk_shm_job *job, int j, int half,
     if (job->finish)
       hk_ring_finish_apply(acc + o, m, job->dtype, job->op, job->fin, n);
   }
+}
+
+/* Folds segment j's slice (ne elements at element offset lo) over every
+ * position, in ring order from start[j], into acc. */
+static void fold(hk_shm_group *g, const hk_shm_job *job, int j, int half,
+                 size_t lo, size_t ne, uint8_t *acc) {
+  const int n = g->n;
+  const size_t esz = hk_dtype_size(job->dtype);
+  const size_t off = (size_t)j * g->slice;
+  const uint8_t *in[HK_SHM_MAX_RANKS];
+  for (int i = 0; i < n; i++) {
+    int q = (job->start[j] + i) % n;
+    in[i] = q == g->me ? job->src + lo * esz : g->slot[2 * q + half] + off;
+  }
+  fold_core(job, in, n, ne, acc);
+}
+
+/* One-shot (small buffers): every rank copies its whole buffer into its
+ * slot, then folds every segment itself, from every slot, in the same
+ * order as above; one synchronisation instead of three, and each rank
+ * computes the same bits the owners would. */
+static hk_status oneshot(hk_shm_group *g, const hk_shm_job *job,
+                         const char *what) {
+  const int n = g->n, me = g->me;
+  const size_t esz = hk_dtype_size(job->dtype);
+  const uint64_t r = g->rounds, base = 3 * r;
+  const int half = (int)(r & 1);
+  hk_status st = HK_OK;
+  if (r >= 2 && (st = wait_progress(g, -1, base - 3, what)) != HK_OK)
+    return st;
+  memcpy(g->slot[2 * me + half], job->src, job->seg[n] * esz);
+  publish(g, base + 2);
+  if ((st = wait_progress(g, -1, base + 2, what)) != HK_OK)
+    return st;
+  const uint8_t *in[HK_SHM_MAX_RANKS];
+  for (int j = 0; j < n; j++) {
+    const size_t off = job->seg[j] * esz;
+    for (int i = 0; i < n; i++)
+      in[i] = g->slot[2 * ((job->start[j] + i) % n) + half] + off;
+    fold_core(job, in, n, job->seg[j + 1] - job->seg[j], job->dst + off);
+  }
+  publish(g, base + 3);
+  g->rounds++;
+  return HK_OK;
 }
 
 static hk_status round_once(hk_shm_group *g, const hk_shm_job *job, size_t per,
@@ -212,6 +249,10 @@ static hk_status round_once(hk_shm_group *g, const hk_shm_job *job, size_t per,
 
 hk_status hk_shm_group_run(hk_shm_group *g, const hk_shm_job *job) {
   const size_t esz = hk_dtype_size(job->dtype), per = g->slice / esz;
+  if (job->mode == (HK_SHM_REDUCE | HK_SHM_GATHER) &&
+      job->seg[g->n] * esz <= HK_SHM_ONESHOT_BYTES &&
+      job->seg[g->n] * esz <= g->slice * (size_t)g->n && job->seg[g->n])
+    return oneshot(g, job, "in shm allreduce");
   size_t longest = 0;
   for (int j = 0; j < g->n; j++)
     if (job->seg[j + 1] - job->seg[j] > longest)

@@ -37,6 +37,14 @@
  * Waits spin briefly, then sleep on the futex doorbell, checking the
  * peers' liveness (collectives/transport/shm_wait.h).
  *
+ * One-shot: a whole allreduce of at most HK_SHM_ONESHOT_BYTES (that fits
+ * a slot half) runs as one round of a different shape (TensorRT-LLM's
+ * "one-shot" custom allreduce): every rank copies its whole buffer into
+ * its slot, waits for all, and folds every segment itself from every
+ * slot, in the order below. One synchronisation instead of three; each
+ * rank reads n times the buffer, which for small buffers costs less than
+ * the two extra phases.
+ *
  * Reduction order (the bits): segment j is folded starting at ring
  * position start[j] and going round: v = x[start]; then for i = 1..N-1:
  * v = hk_reduce(x[start+i], v) (positions mod N; hk_reduce's first operand
@@ -61,6 +69,9 @@
 #include "collectives/transport/shm_seg.h"
 #include "collectives/transport/shm_wait.h"
 #include "hk/hk.h"
+
+/* One-shot allreduce up to this many bytes (bench/README.md, "shm"). */
+#define HK_SHM_ONESHOT_BYTES ((size_t)64 << 10)
 
 typedef struct hk_shm_group {
   int n, me;          /* members, this rank's position among them */

@@ -9,7 +9,6 @@
 #include <string.h>
 
 #include "common/status.h"
-#include "worker/intra.h"
 
 #define RECORD_BYTES 1024
 
@@ -27,10 +26,9 @@ static void record(const hk_ctx *ctx, char *r) {
   static const char *const intra[] = {"auto", "shm", "tcp"};
   ADD("HK_INTRA_TRANSPORT=%s\n", intra[ctx->cfg.intra_transport % 3]);
   ADD("HK_SHM_SLOT_BYTES=%zu\n", ctx->cfg.shm_slot_bytes);
-  /* auto resolves per host; a host without shared memory changes the
-   * algorithm choice (worker/algo.c) and must not go unnoticed */
-  ADD("the transport inside hosts (HK_INTRA_TRANSPORT)=%s\n",
-      hk_intra_in_use(ctx));
+  /* (what auto resolves to needs no check: one host's ranks decide it
+   * together, worker/intra.c, and only a one-host job's algorithm choice
+   * depends on it, worker/algo.c) */
   ADD("HK_TOPO_FILE's host model=%d GPUs, %.17g GB/s, nvlink %d\n",
       ctx->model.gpus, ctx->model.intra_gbps, ctx->model.intra_nvlink);
   ADD("ring order (HK_TOPO_FILE)=");

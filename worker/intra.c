@@ -335,10 +335,6 @@ hk_status hk_intra_attach_ring(hk_ctx *ctx, hk_ring *ring, const int *members) {
   return HK_OK;
 }
 
-const char *hk_intra_in_use(const hk_ctx *ctx) {
-  return ctx->intra ? "shm" : "tcp";
-}
-
 void hk_intra_destroy(hk_ctx *ctx) {
   free_intra(ctx->intra);
   ctx->intra = NULL;

@@ -56,10 +56,6 @@ hk_status hk_intra_setup(hk_ctx *ctx);
  */
 hk_status hk_intra_attach_ring(hk_ctx *ctx, hk_ring *ring, const int *members);
 
-/** "shm" when this rank's links to its host use shared memory, else
- *  "tcp" (for the settings check and logs). */
-const char *hk_intra_in_use(const hk_ctx *ctx);
-
 /** Frees the group and unmaps the segment (after the links are closed;
  *  safe when nothing was set up). */
 void hk_intra_destroy(hk_ctx *ctx);
