@@ -256,28 +256,55 @@ static hk_status link_reducescatter(hk_ring *ring, const void *sendbuf,
     }
     return HK_OK;
   }
-  if (ring->scratch_bytes < count * esz) {
-    uint8_t *p = realloc(ring->scratch, count * esz);
+  /* Column chunks of at most `per` elements of every block: each chunk
+   * is a reduce-scatter of its own through a work buffer of n x per
+   * elements (not the whole input), every element in the same order. */
+  size_t longest = 0;
+  for (int j = 0; j < n; j++)
+    if (seg[j + 1] - seg[j] > longest)
+      longest = seg[j + 1] - seg[j];
+  size_t per = ring->stage_bytes / esz ? ring->stage_bytes / esz : 1;
+  if (per > longest)
+    per = longest ? longest : 1;
+  const size_t work = (size_t)n * per * esz;
+  if (ring->scratch_bytes < work) {
+    uint8_t *p = realloc(ring->scratch, work);
     if (!p)
       return hk_fail(HK_ERR_NOMEM, "cannot allocate a %zu-byte work buffer",
-                     count * esz);
+                     work);
     ring->scratch = p;
-    ring->scratch_bytes = count * esz;
+    ring->scratch_bytes = work;
   }
   uint8_t *w = ring->scratch;
   hk_ring_step *s = ring->steps;
   const int *ord = ring->order; /* blocks belong to ranks, not positions */
-  for (int k = 0; k < n - 1; k++) {
-    int js = ord[mod(r - k - 1, n)], jr = ord[mod(r - k - 2, n)];
-    int last = k == n - 2; /* jr is this rank's block: the output */
-    s[k] = (hk_ring_step){k == 0 ? SEG_AT(src, js) : SEG_AT(w, js),
-                          last ? out : SEG_AT(w, jr),
-                          SEG_AT(src, jr),
-                          SEG_LEN(js),
-                          SEG_LEN(jr),
-                          last};
+  hk_status st = HK_OK;
+  for (size_t c = 0; c * per < longest && st == HK_OK; c++) {
+#define PIECE_AT(base, j) ((base) + (seg[(j)] + c * per) * esz)
+#define PIECE_LEN(j)                                                           \
+  (seg[(j)] + c * per >= seg[(j) + 1]                                          \
+       ? 0                                                                     \
+       : (seg[(j) + 1] - seg[(j)] - c * per < per                              \
+              ? seg[(j) + 1] - seg[(j)] - c * per                              \
+              : per) *                                                         \
+             esz)
+#define WORK_AT(j) (w + (size_t)(j)*per * esz)
+    for (int k = 0; k < n - 1; k++) {
+      int js = ord[mod(r - k - 1, n)], jr = ord[mod(r - k - 2, n)];
+      int last = k == n - 2; /* jr is this rank's block: the output */
+      s[k] = (hk_ring_step){k == 0 ? PIECE_AT(src, js) : WORK_AT(js),
+                            last ? out + c * per * esz : WORK_AT(jr),
+                            PIECE_AT(src, jr),
+                            PIECE_LEN(js),
+                            PIECE_LEN(jr),
+                            last};
+    }
+#undef PIECE_AT
+#undef PIECE_LEN
+#undef WORK_AT
+    st = run_steps(ring, s, n - 1, dtype, op, fin, "in ring reducescatter");
   }
-  return run_steps(ring, s, n - 1, dtype, op, fin, "in ring reducescatter");
+  return st;
 }
 
 static hk_status link_allgatherv(hk_ring *ring, const void *sendbuf,

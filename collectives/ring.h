@@ -172,8 +172,9 @@ hk_status hk_ring_allreduce_part(hk_ring *ring, const void *sendbuf,
  * Reduce-scatter: every rank passes the whole input (seg[n] elements,
  * split by seg, segment j for rank j); rank r's recvbuf receives the
  * reduction of segment r
- * (seg[r+1]-seg[r] elements). N-1 steps; uses a work buffer of seg[n]
- * elements owned by the ring. Errors as hk_ring_allreduce.
+ * (seg[r+1]-seg[r] elements). N-1 steps for every column chunk of
+ * HK_RING_CHUNK_BYTES of the blocks, through a work buffer of N chunks
+ * owned by the ring (not of the whole input). Errors as hk_ring_allreduce.
  */
 hk_status hk_ring_reducescatter(hk_ring *ring, const void *sendbuf,
                                 void *recvbuf, const size_t *seg,
