@@ -455,8 +455,12 @@ static int cond_waiting_for(void *arg, hk_shm_peer *peers, int max) {
 
 static hk_status futex_wait(sides *w, const hk_io *io, const char *what) {
   hk_link *any = w->want_send ? w->send : w->recv;
-  hk_shm_cond c = {cond_ready, cond_arm, cond_waiting_for, w,
-                   hk_link_shm_bell(any)};
+  hk_shm_cond c = {cond_ready,
+                   cond_arm,
+                   cond_waiting_for,
+                   w,
+                   hk_link_shm_bell(any),
+                   hk_link_shm_spin(any)};
   hk_status st = hk_shm_wait(&c, io, what);
   if (st == HK_ERR_TIMEOUT)
     return timed_out(io, what, w);

@@ -14,11 +14,14 @@ struct hk_link_shm {
   hk_shm_ring *out, *in; /* me -> peer, peer -> me */
   size_t cap;            /* link_bytes, a power of two */
   hk_shm_doorbell *mine, *theirs;
+  double spin_s;
 };
 
 hk_shm_doorbell *hk_link_shm_bell(const hk_link *link) {
   return link->shm->mine;
 }
+
+double hk_link_shm_spin(const hk_link *link) { return link->shm->spin_s; }
 
 static hk_status shm_send_some(hk_link *link, const void *p, size_t n,
                                size_t *done) {
@@ -127,6 +130,7 @@ hk_status hk_link_init_shm(hk_link *link, int peer, const hk_shm_seg *seg,
   s->cap = seg->hdr->layout.link_bytes;
   s->mine = &hk_shm_seg_ctl(seg, me)->bell;
   s->theirs = &hk_shm_seg_ctl(seg, them)->bell;
+  s->spin_s = seg->spin_s;
   link->shm = s;
   return HK_OK;
 }

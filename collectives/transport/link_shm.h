@@ -24,6 +24,9 @@
 /** This rank's doorbell (the one its shm waits sleep on). */
 hk_shm_doorbell *hk_link_shm_bell(const hk_link *link);
 
+/** The segment's polling budget, seconds (shm_seg.h's spin_s). */
+double hk_link_shm_spin(const hk_link *link);
+
 /** The shm kind's ops table (link.c sets it). */
 extern const hk_link_ops hk_link_shm_ops;
 

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -59,6 +60,16 @@ size_t hk_shm_seg_bytes(const hk_shm_layout *layout) {
   return plan(layout, &h);
 }
 
+/* HK_SHM_SPIN_S if n ranks fit the CPUs this process may run on. */
+static double spin_budget(int n) {
+  cpu_set_t set;
+  int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  if (online > 0 && online < cpus)
+    cpus = (int)online;
+  return n <= cpus ? HK_SHM_SPIN_S : 0.0;
+}
+
 static hk_status map(int fd, size_t bytes, const char *name, hk_shm_seg *seg) {
   void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
                  fd, 0);
@@ -111,6 +122,7 @@ hk_status hk_shm_seg_create(const char *name, const hk_shm_layout *layout,
   h.creator_pid = (int32_t)getpid();
   h.total_bytes = bytes;
   memcpy(seg->base, &h, sizeof h);
+  seg->spin_s = spin_budget(layout->n);
   return HK_OK;
 }
 
@@ -153,6 +165,7 @@ hk_status hk_shm_seg_open(const char *name, hk_shm_seg *seg) {
                    "(magic %#llx, version %u)",
                    name, (unsigned long long)h.magic, h.version);
   }
+  seg->spin_s = spin_budget(h.layout.n);
   return HK_OK;
 }
 

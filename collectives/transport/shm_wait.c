@@ -123,6 +123,16 @@ hk_status hk_shm_wait(const hk_shm_cond *c, const hk_io *io, const char *what) {
       return HK_OK;
     cpu_relax();
   }
+  if (c->spin_s > 0) { /* every rank has a core: poll a little longer */
+    const double until = hk_now() + c->spin_s;
+    do {
+      for (int i = 0; i < HK_SHM_SPIN; i++) {
+        if (c->ready(c->arg))
+          return HK_OK;
+        cpu_relax();
+      }
+    } while (hk_now() < until);
+  }
   for (int i = 0; i < HK_SHM_YIELDS; i++) {
     sched_yield();
     if (c->ready(c->arg))

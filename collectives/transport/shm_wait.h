@@ -14,9 +14,11 @@
  *
  * Spinning: this machine runs 4 ranks on 2 cores, so a waiter never spins
  * for long: HK_SHM_SPIN polls of the condition with a pause instruction
- * (about a microsecond), then HK_SHM_YIELDS rounds of sched_yield() (which
- * hand the core to a runnable peer, whose write is what we wait for),
- * then futex sleeps of at most HK_SHM_SLICE_S each.
+ * (about a microsecond; up to cond->spin_s, 50 us, when every rank of the
+ * host has a core: a futex sleep and wake costs more than that), then
+ * HK_SHM_YIELDS rounds of sched_yield() (which hand the core to a runnable
+ * peer, whose write is what we wait for), then futex sleeps of at most
+ * HK_SHM_SLICE_S each.
  *
  * Liveness: after every slice the waiter polls, without blocking, the
  * launcher connection (io->abort_fd: HK_ERR_PEER_LOST) and a TCP socket
@@ -62,6 +64,7 @@ typedef struct hk_shm_cond {
   int (*waiting_for)(void *arg, hk_shm_peer *peers, int max);
   void *arg;
   hk_shm_doorbell *bell; /* this rank's doorbell */
+  double spin_s;         /* polling budget (hk_shm_seg.spin_s), seconds */
 } hk_shm_cond;
 
 /**
