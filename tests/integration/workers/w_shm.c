@@ -192,10 +192,10 @@ static int hash_mode(void) {
   for (int r = 0; r < np; r++)
     HKT_CHECK(all[2 * r] == H,
               "rank %d's results differ bitwise from rank %d's", rank, r);
-  uint64_t final = fnv(H, all, 2 * (size_t)np * sizeof *all);
+  uint64_t whole = fnv(H, all, 2 * (size_t)np * sizeof *all);
   free(all);
   HKT_OK(hk_shutdown());
-  printf("shm hash %016llx\n", (unsigned long long)final);
+  printf("shm hash %016llx\n", (unsigned long long)whole);
   return 0;
 }
 
