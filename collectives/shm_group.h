@@ -55,7 +55,8 @@
  * its left reduces `mine op incoming`), so results are bitwise identical
  * to the ring over TCP links, for every dtype and op, NaNs and signed
  * zeros included (tests/unit/test_shm_group.c checks it against the
- * ring). The finish (average, postscale) is applied once by the owner.
+ * ring). The finish (average, postscale) is applied once, by the owner
+ * (one-shot: by every rank, to the same values, so the same bits).
  *
  * Thread-safety: a group is used by one thread (the background thread).
  */
