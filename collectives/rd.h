@@ -22,16 +22,15 @@
  * changes a bit. It differs from the ring's association, so floating-point
  * results can differ from hk_ring_allreduce's in the last bits.
  *
- * Large buffers (at least HK_RD_HALVING_BYTES, p >= 4): the p survivors
- * run the same combinations on pieces instead (Rabenseifner's recursive
- * halving, then recursive doubling of the reduced pieces; Thakur et al.
- * section 4.5): at step s partners split the range they share, each
- * keeps one half and combines it, (lower) op (higher), with the partner's
- * copy of it; then every rank finishes its piece and the pieces are
- * exchanged back, in reverse order. Each element meets exactly the
- * combinations above, so the bits are the same (a fused batch of small
- * recursive-doubling tensors keeps them), while each rank moves
- * 2(p-1)/p of the buffer, as the ring does, in 2 log2(p) steps.
+ * Memory: an exchange is pipelined through a work buffer of two chunks
+ * of HK_RD_CHUNK_BYTES, whatever the buffer's size: each rank sends its
+ * whole partial while it receives the peer's into the chunk free, and
+ * folds a received byte into its buffer once it has sent its own copy of
+ * that byte (so the peer still gets the partial from before the fold).
+ * (A whole-buffer scratch, as before, made a 256 MiB allreduce peak at
+ * 2x the buffer.) The receive window never waits for this rank's own
+ * sends, so two ranks can always both move (no deadlock whatever the
+ * transport buffers).
  *
  * Thread-safety: the background thread only (uses the peers' links).
  */
@@ -45,19 +44,16 @@
 #include "collectives/transport/link.h"
 #include "hk/hk.h"
 
-/* Buffers from this many bytes use recursive halving and doubling (above)
- * when the survivors number 4 or more: where a whole-buffer exchange per
- * step starts to cost more than the extra log2(p) latencies (about
- * 4 alpha / beta at p = 4 with hk's TCP figures, worker/algo.c). */
-#define HK_RD_HALVING_BYTES (256u << 10)
+/* Bytes of one chunk of the pipelined exchange (the ring's chunk). */
+#define HK_RD_CHUNK_BYTES ((size_t)1 << 20)
 
 /**
  * Allreduce of count ELEMENTS (sendbuf == recvbuf allowed) among n ranks,
  * this one being `rank`; links[j] is the link to rank j (n entries;
  * links[rank] unused; collectives/transport/link.h). fin may
  * be NULL (HK_AVERAGE divides by n). *scratch / *scratch_bytes is a work
- * buffer of count elements (half that with halving, on a rank that does
- * not pair up), grown with realloc and kept by the caller.
+ * buffer of at most 2 x HK_RD_CHUNK_BYTES (less for small buffers), grown
+ * with realloc and kept by the caller.
  * Every rank must call it with the same count, dtype, op and fin.
  * Errors: HK_ERR_PEER_LOST, HK_ERR_TIMEOUT (naming the peer rank),
  * HK_ERR_NOMEM.

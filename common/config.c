@@ -75,6 +75,15 @@ static const tunable table[] = {
      "TCP connections between each pair of ranks; a transfer is striped "
      "over them in fixed blocks",
      OFF(sockets_per_peer), 1},
+    /* collectives/shm_group.h: a round moves slot/N bytes of every
+     * segment per rank through one half of the rank's slot; 2 halves per
+     * rank. Large enough that a round's three phases cost little next
+     * to its copies, small enough that a round's slots stay in the
+     * caches (bench/README.md, "shm slot size"). */
+    {"HK_SHM_SLOT_BYTES", 1 << 20, 4096, 1 << 30, "bytes",
+     "each rank's shared-memory slot half: one round of the shm "
+     "collectives moves this many bytes per rank",
+     OFF(shm_slot_bytes), 1},
     /* the slowest link the seed customers name (10 GbE) */
     {"HK_NET_GBIT", 10, 0.001, 1e5, "Gbit/s",
      "each host's network rate, for the cost model's algorithm choice",
@@ -194,7 +203,14 @@ hk_status hk_config_load(hk_config *cfg) {
   }
   static const char *const devices[] = {"auto", "cuda", "emu", "none"};
   static const char *const comps[] = {"none", "fp16", "bf16"};
+  static const char *const intra[] = {"auto", "shm", "tcp"};
   hk_status st = pick_word("HK_DEVICE", devices, 4, &cfg->device);
+  if (st == HK_OK)
+    st = pick_word("HK_INTRA_TRANSPORT", intra, 3, &cfg->intra_transport);
+  if (st == HK_OK && cfg->shm_slot_bytes % 64)
+    st = hk_fail(HK_ERR_CONFIG,
+                 "HK_SHM_SLOT_BYTES=%zu is not a multiple of 64 bytes",
+                 cfg->shm_slot_bytes);
   if (st == HK_OK)
     st = pick_word("HK_COMPRESSION", comps, 3, &cfg->compression);
   if (st == HK_OK)
@@ -232,6 +248,9 @@ void hk_config_print_table(void) {
   printf("%-22s %12s  %-24s %s\n", "HK_CROSS_TRANSPORT", "tcp", "tcp|mpi",
          "links to ranks on other hosts: hk's TCP, or MPI point-to-point "
          "(needs mpirun/srun)");
+  printf("%-22s %12s  %-24s %s\n", "HK_INTRA_TRANSPORT", "auto", "auto|shm|tcp",
+         "links between ranks of one host: shared memory (auto: where it "
+         "can be set up), or loopback TCP");
   printf("%-22s %12s  %-24s %s\n", "HK_ALLREDUCE_ALGO", "auto",
          "auto|ring|hierarchical|rd",
          "allreduce algorithm; auto: the cost model's choice per tensor");

@@ -16,6 +16,13 @@ typedef enum hk_cross_transport {
   HK_CROSS_MPI = 1, /* MPI point-to-point on hk's communicator */
 } hk_cross_transport;
 
+/** HK_INTRA_TRANSPORT: how ranks of one host reach each other. */
+typedef enum hk_intra_transport {
+  HK_INTRA_AUTO = 0, /* shared memory where it can be set up, else TCP */
+  HK_INTRA_SHM = 1,  /* shared memory, or fail at hk_init saying why */
+  HK_INTRA_TCP = 2,  /* loopback TCP links, as across hosts */
+} hk_intra_transport;
+
 typedef struct hk_config {
   double cycle_time_ms;    /* HK_CYCLE_TIME_MS: the longest a batch may
                               wait to grow, ms; 0 = never waits */
@@ -31,6 +38,9 @@ typedef struct hk_config {
   size_t sockets_per_peer; /* HK_SOCKETS_PER_PEER: TCP connections per
                               pair of ranks, 1..8; a link stripes over them */
   int cross_transport;     /* HK_CROSS_TRANSPORT: hk_cross_transport */
+  int intra_transport;     /* HK_INTRA_TRANSPORT: hk_intra_transport */
+  size_t shm_slot_bytes;   /* HK_SHM_SLOT_BYTES: each rank's shared slot
+                              half (collectives/shm_group.h), bytes */
   double net_gbit;         /* HK_NET_GBIT: each host's network, Gbit/s */
   int hierarchical;        /* HK_HIERARCHICAL_ALLREDUCE: 1, 0, -1 unset */
   int log_level;           /* HK_LOG_LEVEL: hk_log_level */

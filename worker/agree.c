@@ -26,6 +26,12 @@ static void record(const hk_ctx *ctx, char *r) {
   ADD("device backend (HK_DEVICE)=%s\n",
       ctx->dev ? ctx->dev->ops->name : "none");
   ADD("HK_COMPRESSION=%d\n", ctx->cfg.compression);
+  static const char *const intra[] = {"auto", "shm", "tcp"};
+  ADD("HK_INTRA_TRANSPORT=%s\n", intra[ctx->cfg.intra_transport % 3]);
+  ADD("HK_SHM_SLOT_BYTES=%zu\n", ctx->cfg.shm_slot_bytes);
+  /* (what auto resolves to needs no check: one host's ranks decide it
+   * together, worker/intra.c, and only a one-host job's algorithm choice
+   * depends on it, worker/algo.c) */
   ADD("HK_TOPO_FILE's host model=%d GPUs, %.17g GB/s, nvlink %d\n",
       ctx->model.gpus, ctx->model.intra_gbps, ctx->model.intra_nvlink);
   ADD("ring order (HK_TOPO_FILE)=");

@@ -25,6 +25,14 @@
 
 static void build_spans(hk_ctx *ctx);
 
+/* A job on one host over shared memory (worker/intra.h): the ring is the
+ * shm engine (collectives/shm_group.h: one synchronisation up to 64 KiB,
+ * three per round above), which is no 2(N-1)-step ring, so the model's
+ * ring term does not describe it. Measured on the reference machine
+ * (bench/README.md, "shm: algorithm choice"): recursive doubling over the
+ * shm links is as fast or faster up to this size, the engine above. */
+#define HK_SHM_RD_MAX_BYTES ((size_t)4 << 10)
+
 static hk_status host_model(hk_ctx *ctx) {
   const char *file = getenv("HK_TOPO_FILE");
   ctx->figures =
@@ -111,6 +119,9 @@ hk_status hk_algo_setup(hk_ctx *ctx) {
  * what this job cannot run mapped to the ring. */
 static hk_algo model_choice(const hk_ctx *ctx, size_t bytes) {
   hk_algo a = ctx->algo_forced;
+  if (a == HK_ALGO_AUTO && ctx->cross_size == 1 && ctx->intra)
+    return bytes <= HK_SHM_RD_MAX_BYTES && ctx->size > 1 ? HK_ALGO_RD
+                                                         : HK_ALGO_RING;
   if (a == HK_ALGO_AUTO) {
     hk_cost c;
     if (hk_cost_choose_among(&ctx->model, bytes, ctx->model_hosts,

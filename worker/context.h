@@ -102,6 +102,8 @@ typedef struct hk_ctx {
   hk_config cfg;
   hk_secret secret;
   hk_mesh mesh;
+  struct hk_intra *intra; /* shared memory with this host's ranks
+                             (worker/intra.h), or NULL */
   hk_io io;               /* abort_fd = launcher_fd, timeout = HK_TIMEOUT_S */
   hk_rank_layout *layout; /* every rank's host and place on it (size) */
   hk_ring ring;           /* [bg] the flat ring over every rank */

@@ -34,16 +34,21 @@ typedef struct hk_exec_plan {
   uint32_t cap; /* responses the arrays hold */
 } plan;
 
-/* The timeline's name for what this rank's links are: "tcp" (over
- * HK_SOCKETS_PER_PEER sockets), "mpi", or "tcp+mpi" (TCP on this host,
- * MPI to the others: HK_CROSS_TRANSPORT=mpi). */
+/* The timeline's name for what this rank's links are: the kinds in use,
+ * "+"-joined in the order tcp, mpi, shm ("tcp", "shm+tcp", ...): TCP over
+ * HK_SOCKETS_PER_PEER sockets, MPI (HK_CROSS_TRANSPORT=mpi), shared
+ * memory (HK_INTRA_TRANSPORT). */
 static const char *mesh_transport(const hk_ctx *ctx) {
-  int tcp = 0, mpi = 0;
-  for (int r = 0; ctx->mesh.links && r < ctx->size; r++) {
-    tcp |= ctx->mesh.links[r].kind == HK_LINK_TCP;
-    mpi |= ctx->mesh.links[r].kind == HK_LINK_MPI;
-  }
-  return tcp && mpi ? "tcp+mpi" : mpi ? "mpi" : "tcp";
+  static const char *const names[8] = {"tcp",     "tcp",        "mpi",
+                                       "tcp+mpi", "shm",        "shm+tcp",
+                                       "shm+mpi", "shm+tcp+mpi"};
+  unsigned k = 0;
+  for (int r = 0; ctx->mesh.links && r < ctx->size; r++)
+    k |= ctx->mesh.links[r].kind == HK_LINK_TCP   ? 1u
+         : ctx->mesh.links[r].kind == HK_LINK_MPI ? 2u
+         : ctx->mesh.links[r].kind == HK_LINK_SHM ? 4u
+                                                  : 0u;
+  return names[k];
 }
 
 static void plan_free(plan *p) {

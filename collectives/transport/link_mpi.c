@@ -29,6 +29,8 @@ struct hk_link_mpi {
   /* sending */
   MPI_Request sreq[HK_LINK_MPI_DEPTH]; /* MPI_REQUEST_NULL: a free slot */
   int spending;                        /* sends not yet complete */
+  uint64_t posted;                     /* stream bytes posted so far */
+  uint64_t sstart[HK_LINK_MPI_DEPTH];  /* stream offset of slot i's send */
   uint64_t sent, acked; /* messages sent; acknowledged by the peer */
   MPI_Request ackrecv;  /* the posted receive of the next acknowledgement */
   /* receiving */
@@ -223,6 +225,8 @@ hk_status hk_link_mpi_send_some(struct hk_link_mpi *m, const void *p, size_t n,
                        m->comm, &m->sreq[i]);
     if (rc != MPI_SUCCESS)
       return mpi_fail("MPI_Isend", rc, "to", name);
+    m->sstart[i] = m->posted;
+    m->posted += len;
     m->spending++;
     m->sent++;
     src += len;
@@ -230,6 +234,14 @@ hk_status hk_link_mpi_send_some(struct hk_link_mpi *m, const void *p, size_t n,
     *done += len;
   }
   return HK_OK;
+}
+
+uint64_t hk_link_mpi_released(const struct hk_link_mpi *m) {
+  uint64_t r = m->posted; /* the oldest send still pending holds the rest */
+  for (int i = 0; i < HK_LINK_MPI_DEPTH; i++)
+    if (m->sreq[i] != MPI_REQUEST_NULL && m->sstart[i] < r)
+      r = m->sstart[i];
+  return r;
 }
 
 hk_status hk_link_mpi_recv_some(struct hk_link_mpi *m, void *p, size_t n,
@@ -374,6 +386,11 @@ hk_status hk_link_mpi_progress(struct hk_link_mpi *m, int want_recv,
   *can_send = *can_recv = 0;
   *drained = 1;
   return unreachable(name);
+}
+
+uint64_t hk_link_mpi_released(const struct hk_link_mpi *m) {
+  (void)m;
+  return 0;
 }
 
 void hk_link_mpi_close(struct hk_link_mpi *m) { (void)m; }

@@ -9,6 +9,7 @@
 #define HK_TRANSPORT_LINK_MPI_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "hk/hk.h"
 
@@ -34,6 +35,11 @@ hk_status hk_link_mpi_recv_some(struct hk_link_mpi *m, void *p, size_t n,
 hk_status hk_link_mpi_progress(struct hk_link_mpi *m, int want_recv,
                                int *can_send, int *can_recv, int *drained,
                                const char *name);
+
+/** Stream bytes whose MPI_Isend has completed, so their memory may be
+ *  reused: everything posted before the oldest send still pending (as of
+ *  the last test). */
+uint64_t hk_link_mpi_released(const struct hk_link_mpi *m);
 
 /** Cancels the posted receives, releases pending sends, frees m. */
 void hk_link_mpi_close(struct hk_link_mpi *m);

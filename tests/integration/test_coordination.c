@@ -164,7 +164,7 @@ static void test_timeline_phases(void **s) {
           assert_string_equal(
               json_string_value(json_object_get(args, "algorithm")), "rd");
           assert_string_equal(
-              json_string_value(json_object_get(args, "transport")), "tcp");
+              json_string_value(json_object_get(args, "transport")), "shm");
           ph[tid].fused =
               json_integer_value(json_object_get(args, "fused_tensors")) > 1;
         }
