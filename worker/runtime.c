@@ -76,7 +76,7 @@ static void die_with_launcher(void) {
 
 static void destroy(hk_ctx *ctx) {
   hk_devplane_close(ctx); /* before the mesh: a comm may use the network */
-  hk_rings_destroy(ctx); /* (the shm group before the segment goes) */
+  hk_rings_destroy(ctx);  /* (the shm group before the segment goes) */
   hk_mesh_close(&ctx->mesh, ctx->size);
   hk_intra_destroy(ctx);
   hk_execute_release(ctx);
