@@ -168,6 +168,11 @@ hk_status hk_config_load(hk_config *cfg) {
     return hk_fail(HK_ERR_CONFIG, "HK_TIMELINE is longer than %zu bytes",
                    sizeof cfg->timeline - 1);
   snprintf(cfg->timeline, sizeof cfg->timeline, "%s", tl ? tl : "");
+  const char *ifn = getenv("HK_SOCKET_IFNAME");
+  if (ifn && strlen(ifn) >= sizeof cfg->socket_ifname)
+    return hk_fail(HK_ERR_CONFIG, "HK_SOCKET_IFNAME is longer than %zu bytes",
+                   sizeof cfg->socket_ifname - 1);
+  snprintf(cfg->socket_ifname, sizeof cfg->socket_ifname, "%s", ifn ? ifn : "");
   cfg->cross_transport = HK_CROSS_TCP;
   const char *cross = getenv("HK_CROSS_TRANSPORT");
   if (cross && *cross) {
@@ -197,6 +202,9 @@ hk_status hk_config_load(hk_config *cfg) {
   if (st == HK_OK)
     st = read_int("HK_TEST_GPU", 0, 0, 1, &cfg->test_gpu);
   if (st == HK_OK)
+    st = read_int("HK_TIMELINE_MARK_CYCLES", 0, 0, 1,
+                  &cfg->timeline_mark_cycles);
+  if (st == HK_OK)
     st = read_fault(cfg);
   if (st != HK_OK)
     return st;
@@ -224,6 +232,10 @@ void hk_config_print_table(void) {
   }
   printf("%-22s %12s  %-24s %s\n", "HK_TIMELINE", "\"\"", "a file path",
          "rank 0 writes a Chrome trace of every tensor's phases");
+  printf("%-22s %12s  %-24s %s\n", "HK_TIMELINE_MARK_CYCLES", "0", "0|1",
+         "1: the timeline marks every negotiation round that ran work");
+  printf("%-22s %12s  %-24s %s\n", "HK_SOCKET_IFNAME", "\"\"",
+         "interface or CIDR", "where ranks listen (checked at hk_init)");
   printf("%-22s %12s  %-24s %s\n", "HK_CROSS_TRANSPORT", "tcp", "tcp|mpi",
          "links to ranks on other hosts: hk's TCP, or MPI point-to-point "
          "(needs mpirun/srun)");
