@@ -124,10 +124,8 @@ static json_t *load_timeline(const char *path) {
 
 static void test_timeline_phases(void **s) {
   (void)s;
-  char path[] = "/tmp/hk_timeline_XXXXXX";
-  int fd = mkstemp(path);
-  assert_true(fd >= 0);
-  close(fd);
+  char path[96];
+  assert_int_equal(hkt_mkstemp("hk_timeline_", path, sizeof path), 0);
   char env_tl[128];
   snprintf(env_tl, sizeof env_tl, "HK_TIMELINE=%s", path);
   /* the timeline names the algorithm that ran: force one to check it */
@@ -216,10 +214,8 @@ typedef struct row {
  * --timeline-mark-cycles marks rounds with CYCLE_START. */
 static void test_timeline_names_every_collective(void **s) {
   (void)s;
-  char path[] = "/tmp/hk_timeline_XXXXXX";
-  int fd = mkstemp(path);
-  assert_true(fd >= 0);
-  close(fd);
+  char path[96];
+  assert_int_equal(hkt_mkstemp("hk_timeline_", path, sizeof path), 0);
   char *argv[] = {HKRUN_PATH,
                   "-np",
                   "2",
@@ -326,10 +322,8 @@ static void test_timeline_names_every_collective(void **s) {
  * timeline that still parses. */
 static void test_timeline_survives_kill(void **s) {
   (void)s;
-  char path[] = "/tmp/hk_timeline_XXXXXX";
-  int fd = mkstemp(path);
-  assert_true(fd >= 0);
-  close(fd);
+  char path[96];
+  assert_int_equal(hkt_mkstemp("hk_timeline_", path, sizeof path), 0);
   char env_tl[128];
   snprintf(env_tl, sizeof env_tl, "HK_TIMELINE=%s", path);
   char *env[] = {env_tl, NULL};

@@ -808,8 +808,8 @@ static void test_rendezvous_handshake(void **state) {
  * naming rank 1 and its status; so does a rank registering later. */
 static void test_rendezvous_abort(void **state) {
   (void)state;
-  char dir[] = "/tmp/hkt-abort-XXXXXX";
-  assert_non_null(mkdtemp(dir));
+  char dir[96];
+  assert_int_equal(hkt_mkdtemp("hkt-abort-", dir, sizeof dir), 0);
   char fifo[128], fifo_env[160];
   snprintf(fifo, sizeof fifo, "%s/go", dir);
   assert_int_equal(mkfifo(fifo, 0600), 0);

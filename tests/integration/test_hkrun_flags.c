@@ -115,8 +115,8 @@ static void test_env_x_and_tunables(void **state) {
 
 static void test_output_filename(void **state) {
   (void)state;
-  char dir[] = "/tmp/hk-outfile.XXXXXX";
-  assert_non_null(mkdtemp(dir));
+  char dir[96];
+  assert_int_equal(hkt_mkdtemp("hk-outfile.", dir, sizeof dir), 0);
   char out[128];
   snprintf(out, sizeof out, "%s/logs", dir);
   char *argv[] = {HKRUN_PATH,
@@ -352,8 +352,8 @@ static void test_bind_to(void **state) {
 
 static void test_network_interface(void **state) {
   (void)state;
-  char dir[] = "/tmp/hk-iface.XXXXXX";
-  assert_non_null(mkdtemp(dir));
+  char dir[96];
+  assert_int_equal(hkt_mkdtemp("hk-iface.", dir, sizeof dir), 0);
   char marker[128], script[200];
   snprintf(marker, sizeof marker, "%s/ran", dir);
   snprintf(script, sizeof script, "touch '%s'", marker);

@@ -33,7 +33,7 @@
 
 /* The scratch directory: fake mpirun, host files, markers. The stand-in
  * writes its arguments after argv[0], one per line, to argv_file. */
-static char dir[64];
+static char dir[96];
 static char path_env[4200]; /* "PATH=<dir>:<PATH>" */
 static char argv_file[128]; /* what the fake mpirun got */
 static char env_file[128];  /* its HK_* variables */
@@ -63,8 +63,7 @@ static int exists(const char *path) { return access(path, F_OK) == 0; }
 
 static int setup_dir(void **state) {
   (void)state;
-  snprintf(dir, sizeof dir, "/tmp/hk-hosts-cli.XXXXXX");
-  if (!mkdtemp(dir))
+  if (hkt_mkdtemp("hk-hosts-cli.", dir, sizeof dir) != 0)
     return -1;
   snprintf(argv_file, sizeof argv_file, "%s/argv", dir);
   snprintf(env_file, sizeof env_file, "%s/env", dir);

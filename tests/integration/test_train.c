@@ -35,7 +35,7 @@
 #define DATA_DIR "/usr/share/datasets/fashion-mnist"
 #define RUN_S 120.0 /* deadline of one run; a correct one takes seconds */
 
-static char tmp[64]; /* this test's scratch directory */
+static char tmp[96]; /* this test's scratch directory */
 
 static int have_dataset(void) {
   return access(DATA_DIR "/train-images-idx3-ubyte.gz", R_OK) == 0 &&
@@ -366,8 +366,7 @@ static void test_usage_errors(void **state) {
 
 static int setup(void **state) {
   (void)state;
-  strcpy(tmp, "/tmp/hk_test_train.XXXXXX");
-  return mkdtemp(tmp) ? 0 : -1;
+  return hkt_mkdtemp("hk_test_train.", tmp, sizeof tmp);
 }
 
 static int teardown(void **state) {
