@@ -9,7 +9,7 @@
  *   hkbench --model list                             the models available
  *
  * See bench/README.md for how to run it next to Open MPI's MPI_Allreduce
- * (../shared/peers) and plot the results (bench/plot.sh).
+ * (bench/peers) and plot the results (bench/plot.sh).
  */
 #include <stdio.h>
 #include <string.h>

@@ -37,7 +37,7 @@ static const char *default_model_dir(void) {
 }
 
 /* Indexed by hk_dtype: nccl-tests' type names, printed in the type column
- * (float32 prints "float", as ../shared/peers does). */
+ * (float32 prints "float", as bench/peers does). */
 static const char *const type_names[] = {"half", "bfloat16", "float", "double",
                                          "int8", "uint8",    "int32", "int64"};
 /* Indexed by hk_op: nccl-tests' names (ncclSum, ncclProd, ..., ncclAvg). */

@@ -13,7 +13,7 @@
 /* The one table of tunables. Defaults: HK_CYCLE_TIME_MS = 1 ms is
  * Horovod's HOROVOD_CYCLE_TIME default; the chunk size of 1 MiB matches
  * the write size at which loopback TCP reaches its peak on the reference
- * machine (../shared/peers/results/limits.txt, tcp_ring 1024 KiB). */
+ * machine (bench/peers/results/limits.txt, tcp_ring 1024 KiB). */
 typedef struct tunable {
   const char *var;
   double def, min, max;
@@ -43,7 +43,7 @@ static const tunable table[] = {
     /* hk's own: copying a tensor into and out of the fusion buffer costs
      * 2b / B_mem; running it alone costs one more ring start-up,
      * ~2(n-1) alpha. With alpha ~16 us (loopback half round trip) and
-     * B_mem ~10 GB/s (../shared/peers/results) they break even near
+     * B_mem ~10 GB/s (bench/peers/results) they break even near
      * (n-1) x 160 KB; 256 KiB per extra rank is the default. */
     {"HK_FUSION_DIRECT_BYTES", 0, 0, 1ull << 36, "bytes",
      "allreduces larger than this run alone on their own buffers instead "

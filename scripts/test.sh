@@ -85,8 +85,9 @@ run() {
 }
 
 stage "format"
+# (bench/peers is the peers' harness as they wrote it: not hk's style)
 sources() { find include common coordinator collectives worker launcher topology \
-  examples bench tests -name '*.[ch]' -print; }
+  examples bench tests -path bench/peers -prune -o -name '*.[ch]' -print; }
 bad=$(sources | xargs clang-format --dry-run 2>&1 | grep -c warning || true)
 if [ "$bad" != 0 ]; then
   sources | xargs clang-format --dry-run 2>&1 | head -20

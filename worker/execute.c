@@ -84,7 +84,7 @@ static hk_status map_fusion_buffer(hk_ctx *ctx) {
                    "(HK_FUSION_THRESHOLD)",
                    bytes);
   /* First touch costs ~11 us per 4 KiB page on the reference VM and 46x
-   * less with huge pages (../shared/peers/results): ask for them. */
+   * less with huge pages (bench/peers/results): ask for them. */
   madvise(p, bytes, MADV_HUGEPAGE);
   ctx->fusion = p;
   return HK_OK;

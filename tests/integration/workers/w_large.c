@@ -3,7 +3,7 @@
  * elements, in place, sum), checked element by element on every rank
  * against the serial sum modulo 256. Buffers are backed by transparent
  * huge pages where available, since first-touch page faults cost ~11 us
- * per 4 KiB page on the reference VM (../shared/peers/results).
+ * per 4 KiB page on the reference VM (bench/peers/results).
  */
 #include <string.h>
 #include <sys/mman.h>
