@@ -5,7 +5,8 @@
 # Layout under the prefix (GNUInstallDirs):
 #   include/hk/hk.h
 #   <libdir>/libhk.so -> libhk.so.0 -> libhk.so.0.1.0, libhk.a,
-#   <libdir>/libhk_mpi.so (when MPI was found; loaded at run time)
+#   <libdir>/libhk_mpi.so (when MPI was found; loaded at run time), and
+#   <libdir>/libhk_cuda.so when a target hk_cuda exists (HK_CUDA)
 #   <libdir>/cmake/hk/{hkConfig,hkConfigVersion,hkTargets,hkStaticTargets}.cmake
 #   <libdir>/pkgconfig/hk.pc
 #   bin/hkrun, bin/hktopo, bin/hkbench
@@ -25,10 +26,13 @@ install(TARGETS hk EXPORT hkTargets
 install(TARGETS hk_static EXPORT hkStaticTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-if(TARGET hk_mpi)
-  install(TARGETS hk_mpi LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
-          COMPONENT runtime)
-endif()
+# the separately loaded modules, next to libhk.so (where it looks first)
+foreach(module hk_mpi hk_cuda)
+  if(TARGET ${module})
+    install(TARGETS ${module} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+            COMPONENT runtime)
+  endif()
+endforeach()
 install(TARGETS hkrun hktopo RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
         COMPONENT runtime)
 if(TARGET hkbench)
