@@ -4,6 +4,7 @@
  */
 #include "launcher/bind.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <sched.h>
 #include <stdio.h>
@@ -140,21 +141,30 @@ static int list_has(const char *list, int cpu) {
   return 0;
 }
 
-/* The NUMA node holding cpu (nodes 0..255 are looked at), or 0. */
-static int node_of(int cpu) {
-  char path[96], list[4096];
-  for (int node = 0; node < 256; node++) {
-    snprintf(path, sizeof path, "/sys/devices/system/node/node%d/cpulist",
-             node);
+/* Sets v[i].node from /sys/devices/system/node/node<N>/cpulist (read
+ * once per node; CPUs no node lists stay on node 0). */
+static void read_nodes(hk_cpu *v, int n) {
+  DIR *d = opendir("/sys/devices/system/node");
+  struct dirent *e;
+  while (d && (e = readdir(d))) {
+    int node;
+    char tail;
+    if (sscanf(e->d_name, "node%d%c", &node, &tail) != 1 || node < 0)
+      continue;
+    char path[300], list[4096];
+    snprintf(path, sizeof path, "/sys/devices/system/node/%s/cpulist",
+             e->d_name);
     FILE *f = fopen(path, "r");
     if (!f)
-      continue; /* nodes may be numbered sparsely */
-    int has = fgets(list, sizeof list, f) && list_has(list, cpu);
+      continue;
+    if (fgets(list, sizeof list, f))
+      for (int i = 0; i < n; i++)
+        if (list_has(list, v[i].cpu))
+          v[i].node = node;
     fclose(f);
-    if (has)
-      return node;
   }
-  return 0;
+  if (d)
+    closedir(d);
 }
 
 hk_status hk_bind_read_cpus(hk_cpu **out, int *n) {
@@ -182,9 +192,10 @@ hk_status hk_bind_read_cpus(hk_cpu **out, int *n) {
     snprintf(path, sizeof path,
              "/sys/devices/system/cpu/cpu%d/topology/core_id", cpu);
     v[k].core = read_int_file(path, cpu);
-    v[k].node = node_of(cpu);
+    v[k].node = 0;
     k++;
   }
+  read_nodes(v, k);
   *out = v;
   *n = k;
   return HK_OK;
