@@ -141,12 +141,17 @@ typedef struct hk_handle_s *hk_handle;
  * HK_LOCAL_RANK, HK_LOCAL_SIZE, HK_RENDEZVOUS, HK_SECRET); without HK_RANK
  * the process is a world of size 1 and no network is used. Registers with
  * hkrun's rendezvous, connects to the peers (every connection proves it
- * knows the job's secret), and starts the background thread.
+ * knows the job's secret), and starts the background thread. A job that
+ * mpirun or srun started (also through hkrun -H) loads hk's MPI module,
+ * libhk_mpi.so, and exchanges addresses over MPI instead; other jobs
+ * never load MPI.
  * Blocks until every rank has joined or HK_START_TIMEOUT_S (default 60 s)
  * passes.
  * Thread-safety: call once, from one thread, before any other hk call.
  * Errors: HK_ERR_ALREADY_INITIALIZED, HK_ERR_CONFIG (a malformed HK_*
- * variable, named in the message), HK_ERR_TIMEOUT, HK_ERR_AUTH,
+ * variable, named in the message; HK_SOCKET_IFNAME naming an interface
+ * this machine lacks, listing those it has; under mpirun, an MPI module
+ * that cannot be loaded, saying why), HK_ERR_TIMEOUT, HK_ERR_AUTH,
  * HK_ERR_PROTOCOL, HK_ERR_SYSTEM, HK_ERR_NOMEM, HK_ERR_PEER_LOST.
  */
 HK_API hk_status hk_init(void);
