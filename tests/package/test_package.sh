@@ -20,6 +20,11 @@ step=$1
 shift
 CMAKE=${CMAKE:-cmake}
 fail() { echo "test_package: $*" >&2; exit 1; }
+# The libraries FILE needs (readelf's NEEDED), one per line; and its
+# dynamic section whole. Captured before any grep -q, which would end a
+# pipe early (and pipefail would see the writer's SIGPIPE).
+needed() { readelf -d "$1" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'; }
+dynamic() { readelf -d "$1"; }
 
 # Runs a consumer program alone and under hkrun -np 2; checks its lines.
 run_program() { # PREFIX PROGRAM NAME
@@ -87,7 +92,7 @@ layout)
   real=$(basename "$(readlink -f "$lib/libhk.so")")
   [[ $real =~ ^libhk\.so\.0\.[0-9]+\.[0-9]+$ ]] || fail "libhk.so is $real"
   [ "$(readlink "$lib/libhk.so")" = libhk.so.0 ] || fail "libhk.so -> ?"
-  soname=$(readelf -d "$lib/$real" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+  soname=$(dynamic "$lib/$real" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
   [ "$soname" = libhk.so.0 ] || fail "SONAME is '$soname', not libhk.so.0"
   echo "soname: $soname ($real)"
   # exported symbols = the functions hk.h declares
@@ -102,12 +107,14 @@ layout)
   fi
   echo "exports: $(wc -l <<<"$got") symbols, exactly hk.h's"
   # MPI is loaded at run time: libhk.so does not need libmpi
-  if readelf -d "$lib/$real" | grep NEEDED | grep -q mpi; then
-    fail "libhk.so needs MPI: $(readelf -d "$lib/$real" | grep NEEDED)"
+  libs=$(needed "$lib/$real")
+  if grep -q mpi <<<"$libs"; then
+    fail "libhk.so needs MPI: $libs"
   fi
+  echo "libhk.so needs: $(echo $libs)"
   if [ -e "$lib/libhk_mpi.so" ]; then
-    readelf -d "$lib/libhk_mpi.so" | grep NEEDED | grep -q libmpi ||
-      fail "libhk_mpi.so does not need libmpi"
+    libs=$(needed "$lib/libhk_mpi.so")
+    grep -q libmpi <<<"$libs" || fail "libhk_mpi.so does not need libmpi: $libs"
     syms=$(nm -D --defined-only "$lib/libhk_mpi.so" | awk '{print $3}')
     [ "$syms" = hk_mpi_module ] || fail "libhk_mpi.so exports: $syms"
     echo "MPI: in libhk_mpi.so only (exports hk_mpi_module)"
@@ -116,23 +123,32 @@ layout)
   # LD_LIBRARY_PATH from any prefix
   for f in "$lib/$real" "$prefix/bin/hkrun" "$prefix/bin/hktopo" \
            "$prefix/bin/hkbench"; do
-    if readelf -d "$f" | grep -qE 'RPATH|RUNPATH'; then
-      fail "$f has an RPATH: $(readelf -d "$f" | grep -E 'RPATH|RUNPATH')"
+    d=$(dynamic "$f")
+    if grep -qE 'RPATH|RUNPATH' <<<"$d"; then
+      fail "$f has an RPATH: $(grep -E 'RPATH|RUNPATH' <<<"$d")"
     fi
   done
-  env -u LD_LIBRARY_PATH "$prefix/bin/hkrun" --version | tee /dev/stderr |
-    grep -q '^hkrun (hk) ' || fail "installed hkrun --version"
+  # (each tool's whole output first: grep -q would end the pipe early)
+  out=$(env -u LD_LIBRARY_PATH "$prefix/bin/hkrun" --version) ||
+    fail "installed hkrun --version"
+  echo "$out"
+  grep -q '^hkrun (hk) ' <<<"$out" || fail "installed hkrun --version: $out"
   if [ -e "$lib/libhk_mpi.so" ]; then
-    env -u LD_LIBRARY_PATH "$prefix/bin/hkrun" --check-build |
-      grep -qF "[X] MPI: " || fail "installed hkrun --check-build sees no MPI"
-    "$prefix/bin/hkrun" --check-build | grep -F "MPI: " | grep -qF "$lib" ||
+    out=$(env -u LD_LIBRARY_PATH "$prefix/bin/hkrun" --check-build) ||
+      fail "installed hkrun --check-build"
+    grep -qF "[X] MPI: " <<<"$out" ||
+      fail "installed hkrun --check-build sees no MPI: $out"
+    grep -F "MPI: " <<<"$out" | grep -qF "$lib" ||
       fail "installed hkrun --check-build does not find $lib/libhk_mpi.so"
   fi
-  env -u LD_LIBRARY_PATH "$prefix/bin/hktopo" \
-    "$prefix/share/hk/configs/v100-sxm2-8gpu-dgx1.xml" | grep -q "ring 0:" ||
-    fail "installed hktopo"
-  env -u LD_LIBRARY_PATH "$prefix/bin/hkbench" --model list | grep -q resnet50 ||
-    fail "installed hkbench does not find its models"
+  out=$(env -u LD_LIBRARY_PATH "$prefix/bin/hktopo" \
+    "$prefix/share/hk/configs/v100-sxm2-8gpu-dgx1.xml") ||
+    fail "installed hktopo failed"
+  grep -q "ring 0:" <<<"$out" || fail "installed hktopo: $out"
+  out=$(env -u LD_LIBRARY_PATH "$prefix/bin/hkbench" --model list) ||
+    fail "installed hkbench --model list failed"
+  grep -q resnet50 <<<"$out" ||
+    fail "installed hkbench does not find its models: $out"
   # pkg-config
   PKG_CONFIG_PATH=$lib/pkgconfig pkg-config --exists --print-errors hk ||
     fail "pkg-config hk"
@@ -147,12 +163,14 @@ cmake)
   if [ -x "$work/app_cxx" ]; then run_program "$prefix" "$work/app_cxx" app_cxx; fi
   if [ "$how" = static ]; then
     # libhk.a is self-contained: the program needs no libhk.so
-    if readelf -d "$work/app_c" | grep NEEDED | grep -q libhk; then
-      fail "the static consumer needs $(readelf -d "$work/app_c" | grep libhk)"
+    libs=$(needed "$work/app_c")
+    if grep -q libhk <<<"$libs"; then
+      fail "the static consumer needs $libs"
     fi
   else
-    readelf -d "$work/app_c" | grep NEEDED | grep -q 'libhk\.so\.0' ||
-      fail "the shared consumer does not need libhk.so.0"
+    libs=$(needed "$work/app_c")
+    grep -qx 'libhk\.so\.0' <<<"$libs" ||
+      fail "the shared consumer does not need libhk.so.0: $libs"
     # a version find_package must refuse
     if QUIET=1 consumer_build "$work-v" "$source" -DHK_CONSUME=shared \
       -DCMAKE_PREFIX_PATH="$prefix" -DHK_WANT_VERSION=0.2 2>/dev/null; then
@@ -187,8 +205,9 @@ pkgconfig)
   static_libs=$(pkg-config --static --libs hk | sed 's/-lhk\b/-l:libhk.a/')
   ${CC:-cc} -Wall -Wextra -Werror -o "$work/app_c_static" "$src/app.c" \
     $cflags $static_libs || fail "cc ... \$(pkg-config --static --libs hk)"
-  if readelf -d "$work/app_c_static" | grep NEEDED | grep -q libhk; then
-    fail "the pkg-config --static program needs libhk.so"
+  libs=$(needed "$work/app_c_static")
+  if grep -q libhk <<<"$libs"; then
+    fail "the pkg-config --static program needs libhk.so: $libs"
   fi
   run_program "$prefix" "$work/app_c_static" app_c
   ;;
