@@ -15,7 +15,7 @@
  * HOROVOD_CYCLE_TIME (1 ms) no tensor waits for a timer; the chunk size of
  * 1 MiB matches
  * the write size at which loopback TCP reaches its peak on the reference
- * machine (../shared/peers/results/limits.txt, tcp_ring 1024 KiB). */
+ * machine (bench/peers/results/limits.txt, tcp_ring 1024 KiB). */
 typedef struct tunable {
   const char *var;
   double def, min, max;
@@ -48,7 +48,7 @@ static const tunable table[] = {
     /* hk's own: copying a tensor into and out of the fusion buffer costs
      * 2b / B_mem; running it alone costs one more ring start-up,
      * ~2(n-1) alpha. With alpha ~16 us (loopback half round trip) and
-     * B_mem ~10 GB/s (../shared/peers/results) they break even near
+     * B_mem ~10 GB/s (bench/peers/results) they break even near
      * (n-1) x 160 KB; 256 KiB per extra rank is the default. */
     {"HK_FUSION_DIRECT_BYTES", 0, 0, 1ull << 36, "bytes",
      "allreduces larger than this run alone on their own buffers instead "
@@ -182,6 +182,11 @@ hk_status hk_config_load(hk_config *cfg) {
     return hk_fail(HK_ERR_CONFIG, "HK_TIMELINE is longer than %zu bytes",
                    sizeof cfg->timeline - 1);
   snprintf(cfg->timeline, sizeof cfg->timeline, "%s", tl ? tl : "");
+  const char *ifn = getenv("HK_SOCKET_IFNAME");
+  if (ifn && strlen(ifn) >= sizeof cfg->socket_ifname)
+    return hk_fail(HK_ERR_CONFIG, "HK_SOCKET_IFNAME is longer than %zu bytes",
+                   sizeof cfg->socket_ifname - 1);
+  snprintf(cfg->socket_ifname, sizeof cfg->socket_ifname, "%s", ifn ? ifn : "");
   cfg->cross_transport = HK_CROSS_TCP;
   const char *cross = getenv("HK_CROSS_TRANSPORT");
   if (cross && *cross) {
@@ -218,6 +223,9 @@ hk_status hk_config_load(hk_config *cfg) {
   if (st == HK_OK)
     st = read_int("HK_TEST_GPU", 0, 0, 1, &cfg->test_gpu);
   if (st == HK_OK)
+    st = read_int("HK_TIMELINE_MARK_CYCLES", 0, 0, 1,
+                  &cfg->timeline_mark_cycles);
+  if (st == HK_OK)
     st = read_fault(cfg);
   if (st != HK_OK)
     return st;
@@ -245,6 +253,10 @@ void hk_config_print_table(void) {
   }
   printf("%-22s %12s  %-24s %s\n", "HK_TIMELINE", "\"\"", "a file path",
          "rank 0 writes a Chrome trace of every tensor's phases");
+  printf("%-22s %12s  %-24s %s\n", "HK_TIMELINE_MARK_CYCLES", "0", "0|1",
+         "1: the timeline marks every negotiation round that ran work");
+  printf("%-22s %12s  %-24s %s\n", "HK_SOCKET_IFNAME", "\"\"",
+         "interface or CIDR", "where ranks listen (checked at hk_init)");
   printf("%-22s %12s  %-24s %s\n", "HK_CROSS_TRANSPORT", "tcp", "tcp|mpi",
          "links to ranks on other hosts: hk's TCP, or MPI point-to-point "
          "(needs mpirun/srun)");

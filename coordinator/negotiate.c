@@ -21,6 +21,8 @@ typedef struct entry {
   int submitted;         /* ranks that have submitted it */
   uint32_t bit;          /* the cache bit every submission came by, or none */
   double first_seen;     /* when the first rank submitted it */
+  double last_seen;      /* when the last one did (or joined past it) */
+  int last_rank;         /* that rank */
   hk_wire_request first; /* the first submitter's request (its params;
                             first.name is the tensor's name) */
   struct entry *next;    /* in the ready list, once complete */
@@ -212,6 +214,8 @@ hk_status hk_negotiator_add(hk_negotiator *n, int rank,
                 .prescale = q->prescale,
                 .postscale = q->postscale,
                 .group_size = q->group_size};
+    e->last_seen = now;
+    e->last_rank = rank;
     if (e->bit != via_bit)
       e->bit = HK_WIRE_NO_BIT; /* not every rank used the same bit */
     e->submitted++;
@@ -226,8 +230,11 @@ hk_status hk_negotiator_add(hk_negotiator *n, int rank,
       hk_strmap_each(n->table, find_done, &a);
       hk_status st = HK_OK;
       for (uint32_t k = 0; k < a.ndone && st == HK_OK; k++)
-        if (a.done[k] != e)
+        if (a.done[k] != e) { /* it waited for this rank, which joined */
+          a.done[k]->last_seen = now;
+          a.done[k]->last_rank = rank;
           st = complete(n, a.done[k]);
+        }
       free(a.done);
       if (st != HK_OK)
         return st;
@@ -489,6 +496,8 @@ hk_status hk_negotiator_take_ready(hk_negotiator *n, hk_wire_response **out,
     memcpy(r[i].name, e->first.name, strlen(e->first.name) + 1);
     r[i].cache_bit = HK_WIRE_NO_BIT;
     r[i].first_seen = e->first_seen;
+    r[i].last_seen = e->last_seen;
+    r[i].last_rank = e->last_rank;
     r[i].divisor = e->first.coll == HK_COLL_JOIN ? e->first.root : e->submitted;
     if (e->submitted < n->size) { /* joined ranks run it from the response */
       r[i].params = malloc(sizeof *r[i].params);

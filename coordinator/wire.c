@@ -509,8 +509,8 @@ hk_status hk_wire_decode(const uint8_t *frame, size_t len, hk_msg *out) {
     return hk_fail(HK_ERR_PROTOCOL,
                    "truncated message: %zu bytes, header needs %d", len,
                    HK_WIRE_HEADER_LEN);
-  uint8_t type;
-  uint32_t payload;
+  uint8_t type = 0;
+  uint32_t payload = 0;
   hk_status st = hk_wire_header(frame, &type, &payload);
   if (st != HK_OK)
     return st;

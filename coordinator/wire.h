@@ -112,6 +112,9 @@ typedef struct hk_wire_response {
   uint64_t *counts;        /* owned by the message */
   double first_seen;       /* rank 0 only, never on the wire: when the first
                               rank submitted it (for the timeline) */
+  double last_seen;        /* rank 0 only, never on the wire: when the last
+                              rank did (or joined past it) */
+  int32_t last_rank;       /* rank 0 only, never on the wire: that rank */
 } hk_wire_response;
 
 typedef struct hk_wire_peer {

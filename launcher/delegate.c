@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "collectives/transport/iface.h"
 #include "common/auth.h"
 #include "common/status.h"
 #include "launcher/argv.h"
@@ -105,6 +106,12 @@ static int exec_mpirun(const hkrun_args *args, const hk_hostlist *hosts) {
       .as_root = geteuid() == 0,
       .tag_output = args->tag_output,
       .ncpus = ncpus > 0 ? (int)ncpus : 1,
+      .output_filename = args->output_filename,
+      .ssh_port = args->ssh_port,
+      .ssh_identity_file = args->ssh_identity_file,
+      .tcp_only = args->tcp,
+      .env_x = args->env_x,
+      .n_env_x = args->n_env_x,
       .envp = environ,
       .prog_argv = args->prog_argv,
       .prog_argc = args->prog_argc,
@@ -129,9 +136,36 @@ static int exec_mpirun(const hkrun_args *args, const hk_hostlist *hosts) {
   return 127;
 }
 
-int hkrun_delegate(hkrun_args *args) {
-  if (!args->hosts && !args->hostfile && !args->mpi)
+/* One host: the interface --network-interface or HK_SOCKET_IFNAME names
+ * must exist here, as on many hosts (each rank checks it again at
+ * hk_init); checked before anything starts. */
+static int check_local_interface(const hkrun_args *args) {
+  const char *ifname = getenv("HK_SOCKET_IFNAME");
+  if (!ifname || !*ifname)
     return HKRUN_RUN_LOCALLY;
+  char addr[HK_IFACE_ADDR_CAP];
+  if (hk_iface_address(ifname, addr, sizeof addr) == HK_OK)
+    return HKRUN_RUN_LOCALLY;
+  say("%s: %s",
+      args->network_interface ? "--network-interface" : "HK_SOCKET_IFNAME",
+      hk_last_error());
+  return 2;
+}
+
+int hkrun_delegate(hkrun_args *args) {
+  if (!args->hosts && !args->hostfile && !args->mpi) {
+    if (args->mpi_args) {
+      say("--mpi-args applies only when hkrun starts mpirun (several hosts, "
+          "or --mpi)");
+      return 2;
+    }
+    if (args->network_interface &&
+        setenv("HK_SOCKET_IFNAME", args->network_interface, 1) != 0) {
+      say("setenv: %s", strerror(errno));
+      return 1;
+    }
+    return check_local_interface(args);
+  }
   hk_hostlist hosts = {0};
   hk_status st = HK_OK;
   if (args->hosts)
@@ -153,14 +187,16 @@ int hkrun_delegate(hkrun_args *args) {
   int rc = HKRUN_RUN_LOCALLY;
   if (hk_mpirun_wanted(args->mpi, &hosts, me)) {
     rc = exec_mpirun(args, &hosts);
-  } else if (args->mpi_args || strcmp(args->bind_to, "none") != 0) {
-    say("%s applies only when hkrun starts mpirun (several hosts, or --mpi)",
-        args->mpi_args ? "--mpi-args" : "--bind-to");
+  } else if (args->mpi_args) {
+    say("--mpi-args applies only when hkrun starts mpirun (several hosts, or "
+        "--mpi)");
     rc = 2;
   } else if (args->network_interface &&
              setenv("HK_SOCKET_IFNAME", args->network_interface, 1) != 0) {
     say("setenv: %s", strerror(errno));
     rc = 1;
+  } else {
+    rc = check_local_interface(args);
   }
   hk_hosts_free(&hosts);
   return rc;

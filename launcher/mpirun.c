@@ -91,14 +91,44 @@ hk_status hk_mpirun_build(const hk_mpirun_spec *s, hk_argv *out) {
     st = hk_argv_push(out, "--oversubscribe");
   if (st == HK_OK && s->tag_output)
     st = hk_argv_push(out, "--tag-output");
+  if (st == HK_OK && s->output_filename)
+    st = hk_argv_push_all(out, (const char *const[]){"--output-filename",
+                                                     s->output_filename, NULL});
   if (st == HK_OK && s->network_interface) {
     const char *i = s->network_interface;
     st = hk_argv_push_all(
         out, (const char *const[]){"--mca", "btl_tcp_if_include", i, "--mca",
                                    "oob_tcp_if_include", i, NULL});
   }
+  if (st == HK_OK && (s->ssh_port || s->ssh_identity_file)) {
+    char ssh[4200];
+    snprintf(ssh, sizeof ssh, "%s%s%s%s%s", s->ssh_port ? "-p " : "",
+             s->ssh_port ? s->ssh_port : "",
+             s->ssh_port && s->ssh_identity_file ? " " : "",
+             s->ssh_identity_file ? "-i " : "",
+             s->ssh_identity_file ? s->ssh_identity_file : "");
+    st = hk_argv_push_all(
+        out, (const char *const[]){"--mca", "plm_rsh_args", ssh, NULL});
+  }
+  if (st == HK_OK && s->tcp_only)
+    st = hk_argv_push_all(out,
+                          (const char *const[]){"--mca", "pml", "ob1", "--mca",
+                                                "btl", "^openib", NULL});
   if (st == HK_OK)
     st = push_env(out, s->envp);
+  for (int i = 0; i < s->n_env_x && st == HK_OK; i++) {
+    size_t n = strcspn(s->env_x[i], "=");
+    int seen = hk_mpirun_forwarded(s->env_x[i], n); /* pushed above */
+    for (int j = 0; j < i && !seen; j++)
+      seen = strcspn(s->env_x[j], "=") == n &&
+             strncmp(s->env_x[j], s->env_x[i], n) == 0;
+    if (seen)
+      continue;
+    char *name = strndup(s->env_x[i], n);
+    st = name ? hk_argv_push_all(out, (const char *const[]){"-x", name, NULL})
+              : hk_fail(HK_ERR_NOMEM, "cannot copy a -x name");
+    free(name);
+  }
   if (st == HK_OK && s->mpi_args)
     st = hk_argv_split(out, s->mpi_args, "--mpi-args");
   if (st == HK_OK)

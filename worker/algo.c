@@ -12,7 +12,7 @@
 #include "topology/topo.h"
 
 /* hk's TCP collectives, measured on the reference machine
- * (../shared/peers/results/limits.txt): a step between two ranks of one
+ * (bench/peers/results/limits.txt): a step between two ranks of one
  * host costs a loopback half round trip, 16.3 us; loopback TCP moves
  * 3.6 GB/s one way. A step across hosts: the half round trip measured on
  * the namespace bed (bench/netbed_bench.sh), 30 us, close to what kernel

@@ -113,7 +113,7 @@ static hk_status map_fusion_buffer(hk_ctx *ctx) {
                    "(HK_FUSION_THRESHOLD)",
                    bytes);
   /* First touch costs ~11 us per 4 KiB page on the reference VM and 46x
-   * less with huge pages (../shared/peers/results): ask for them. */
+   * less with huge pages (bench/peers/results): ask for them. */
   madvise(p, bytes, MADV_HUGEPAGE);
   ctx->fusion = p;
   return HK_OK;
@@ -129,21 +129,67 @@ void hk_execute_release(hk_ctx *ctx) {
   ctx->plan = NULL;
 }
 
-/* Rank 0's timeline of one tensor that ran in a group. */
+/* The timeline's name of a collective (Horovod's names). */
+static const char *coll_label(unsigned c) {
+  switch (c) {
+  case HK_COLL_ALLREDUCE:
+    return "ALLREDUCE";
+  case HK_COLL_BROADCAST:
+    return "BROADCAST";
+  case HK_COLL_ALLGATHER:
+    return "ALLGATHER";
+  case HK_COLL_REDUCESCATTER:
+    return "REDUCESCATTER";
+  case HK_COLL_ALLTOALL:
+    return "ALLTOALL";
+  case HK_COLL_JOIN:
+    return "JOIN";
+  default:
+    return "BARRIER";
+  }
+}
+
+/* The algorithm that ran: an allreduce's is the one chosen for it
+ * (hk_algo_name: ring, hierarchical, rd); the others have one each. A
+ * barrier and a join move no data: the negotiation that completed them
+ * was the synchronisation. */
+static const char *algo_label(unsigned c, hk_algo a) {
+  switch (c) {
+  case HK_COLL_ALLREDUCE:
+    return hk_algo_name(a);
+  case HK_COLL_BROADCAST:
+    return "chain"; /* hk_ring_broadcast: root -> root+1 -> ..., pipelined */
+  case HK_COLL_ALLGATHER:
+  case HK_COLL_REDUCESCATTER:
+    return "ring";
+  case HK_COLL_ALLTOALL:
+    return "pairwise";
+  default:
+    return "negotiation";
+  }
+}
+
+/* Rank 0's timeline of one tensor that ran in a group: NEGOTIATE from
+ * the first rank's request to the response; inside it WAIT_FOR_DATA,
+ * from the first rank's request to the last's (the straggler is
+ * last_rank); QUEUE until this group started; the copies in and out of
+ * the fusion buffer; the collective itself. */
 static void trace(hk_ctx *ctx, const hk_wire_response *r, hk_handle h,
                   double t_ready, const double *t, int fused,
                   const char *args) {
   hk_timeline *tl = ctx->timeline;
   const char *name = h->req.name;
+  char wait[64];
+  snprintf(wait, sizeof wait, "\"last_rank\":%d,\"memory\":\"%s\"",
+           (int)r->last_rank,
+           h->req.mem == HK_WIRE_MEM_DEVICE ? "device" : "host");
   hk_timeline_span(tl, name, "NEGOTIATE", r->first_seen, t_ready, NULL);
-  hk_timeline_span(tl, name, "WAIT_FOR_DATA", h->t_submit, h->t_submit,
-                   "\"device\":\"cpu\"");
+  hk_timeline_span(tl, name, "WAIT_FOR_DATA", r->first_seen, r->last_seen,
+                   wait);
   hk_timeline_span(tl, name, "QUEUE", t_ready, t[0], NULL);
   if (fused)
     hk_timeline_span(tl, name, "MEMCPY_IN_FUSION_BUFFER", t[0], t[1], NULL);
-  hk_timeline_span(tl, name,
-                   h->req.coll == HK_COLL_BROADCAST ? "BROADCAST" : "ALLREDUCE",
-                   t[1], t[2], args);
+  hk_timeline_span(tl, name, coll_label(h->req.coll), t[1], t[2], args);
   if (fused)
     hk_timeline_span(tl, name, "MEMCPY_OUT", t[2], t[3], NULL);
 }
@@ -626,11 +672,10 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
       snprintf(args, sizeof args,
                "\"algorithm\":\"%s\",\"transport\":\"%s\","
                "\"fused_tensors\":%u,\"bytes\":%zu",
-               dev_algo ? dev_algo
-               : q0->coll == HK_COLL_ALLREDUCE
-                   ? hk_algo_name((hk_algo)p.items[p.order[a]].algo)
-                   : "ring",
-               mesh_transport(ctx), b - a, bytes);
+               dev_algo
+                   ? dev_algo
+                   : algo_label(q0->coll, (hk_algo)p.items[p.order[a]].algo),
+               ctx->size > 1 ? mesh_transport(ctx) : "none", b - a, bytes);
     }
     /* the batch's one collective is recorded once (under its last
      * tensor's name), then all its handles complete under one lock */
@@ -646,9 +691,7 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
       hk_introspect_record(ctx, ran, t[1], t[2]);
     for (uint32_t i = a; i < b; i++) {
       hk_handle h = p.h[p.order[i]];
-      unsigned c = h->req.coll;
-      int moves_data = c != HK_COLL_BARRIER && c != HK_COLL_JOIN;
-      if (ctx->timeline && moves_data && !h->phantom)
+      if (ctx->timeline && !h->phantom)
         trace(ctx, &rs[p.order[i]], h, t_ready, t, fused || dev_algo, args);
       if (h->phantom)
         free_phantom(ctx, h);

@@ -296,8 +296,8 @@ hk_status hk_round_coordinate(hk_ctx *ctx, hk_round *R,
     hk_introspect_count(ctx, HK_COUNT_ROUNDS, 1);
   }
   ctx->ninval = 0; /* rank 0 retired them when it decided */
-  if (ctx->timeline && n)
-    hk_timeline_mark(ctx->timeline, "CYCLE", t_ready);
+  if (ctx->timeline && n && ctx->cfg.timeline_mark_cycles)
+    hk_timeline_mark(ctx->timeline, "CYCLE_START", t_ready);
   if (st == HK_OK)
     st = hk_execute_responses(ctx, rs, n, t_ready);
   hk_negotiator_free_responses(rs, n);

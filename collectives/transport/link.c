@@ -374,7 +374,10 @@ static hk_status spin(const sides *w, const hk_io *io, const char *what) {
       int rc = poll(p, (nfds_t)n, 0);
       if (rc < 0 && errno != EINTR)
         return hk_fail_errno(HK_ERR_SYSTEM, errno, "poll %s", what);
-      if (rc > 0 && abort_at >= 0 && p[abort_at].revents)
+      int readable = 0; /* arrived bytes before an abort (tcp.c's rule) */
+      for (int i = 0; i < n; i++)
+        readable |= i != abort_at && (p[i].events & POLLIN) && p[i].revents;
+      if (rc > 0 && abort_at >= 0 && p[abort_at].revents && !readable)
         return hk_fail(HK_ERR_PEER_LOST,
                        "the launcher aborted the job (or died) %s", what);
       for (int i = 0; rc > 0 && i < n; i++)

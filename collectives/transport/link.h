@@ -34,7 +34,9 @@
  *   - shm only: spin briefly, yield, then sleep on this rank's futex
  *     doorbell with liveness checks (collectives/transport/shm_wait.h).
  *
- * Every wait honours hk_io: abort_fd readable is HK_ERR_PEER_LOST, no
+ * Every wait honours hk_io: abort_fd readable is HK_ERR_PEER_LOST (once
+ * nothing the wait reads from has bytes waiting: what a peer sent before
+ * it failed is read first), no
  * progress for io->timeout_s seconds is HK_ERR_TIMEOUT, and the message
  * names the peers waited for ("... no progress receiving from rank 3").
  * Lengths are in bytes. A link's `name` ("rank 3") appears in messages.

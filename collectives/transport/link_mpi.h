@@ -1,8 +1,10 @@
 /*
  * link_mpi.h - the MPI half of hk_link (link.h), internal to link.c and
- * link_mpi.c: the only place in collectives/ that calls MPI. Built
- * without MPI (no HK_HAVE_MPI), hk_link_mpi_open returns HK_ERR_CONFIG
- * and nothing else is reachable. `name` is the peer's name for messages.
+ * link_mpi.c, which forwards to the MPI module (mpi_module.h; the MPI
+ * calls are in collectives/transport/mpi/link.c). hk_link_mpi_open loads
+ * the module if needed and returns HK_ERR_CONFIG where it cannot be
+ * loaded; the others need a link it opened. `name` is the peer's name
+ * for messages.
  * Thread-safety: as hk_link.
  */
 #ifndef HK_TRANSPORT_LINK_MPI_H

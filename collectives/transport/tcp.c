@@ -118,7 +118,12 @@ hk_status hk_tcp_listen(const char *host, int *fd, uint16_t *port) {
   return HK_OK;
 }
 
-/* poll() on up to 3 fds plus the abort fd, with a timeout in seconds. */
+/* poll() on up to 3 fds plus the abort fd, with a timeout in seconds.
+ * Bytes that have arrived are read before an abort is reported: a peer
+ * that finished its part of a collective and then failed (or left) has
+ * sent everything this rank needs, and this rank must not fail the step
+ * it can complete (the abort then ends the next wait that has nothing
+ * to read). */
 static hk_status wait_fds(struct pollfd *p, int n, const hk_io *io,
                           double timeout_s, const char *what) {
   struct pollfd all[8];
@@ -144,7 +149,10 @@ static hk_status wait_fds(struct pollfd *p, int n, const hk_io *io,
     }
     if (rc == 0)
       continue;
-    if (nall > n && all[n].revents)
+    int readable = 0;
+    for (int i = 0; i < n; i++)
+      readable |= (all[i].events & POLLIN) && all[i].revents;
+    if (nall > n && all[n].revents && !readable)
       return hk_fail(HK_ERR_PEER_LOST,
                      "the launcher aborted the job (or died) %s", what);
     for (int i = 0; i < n; i++)

@@ -6,7 +6,10 @@
  *
  * Every wait here also watches the launcher connection (hk_io.abort_fd):
  * when it becomes readable (hkrun sent ABORT, or hkrun died) the wait
- * returns HK_ERR_PEER_LOST at once, so no rank blocks on a dead job.
+ * returns HK_ERR_PEER_LOST, so no rank blocks on a dead job: at once,
+ * unless a connection the wait reads from has bytes waiting, which are
+ * read first (a peer that finished its part of a step, then failed or
+ * left, has sent what this rank needs to complete that step).
  * Timeouts count from the last progress, in seconds (HK_TIMEOUT_S).
  * Thread-safety: a file descriptor is used by one thread at a time (the
  * background thread, or hk_init's bootstrap before it starts).

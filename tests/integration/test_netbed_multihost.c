@@ -282,8 +282,8 @@ static void remove_dir(const char *dir) {
 static void run_cut(int cut, int gate, const char *transport,
                     const char *hier) {
   hkt_bed_need(&bed);
-  char dir[] = "/tmp/hk-netbed-cut-XXXXXX";
-  assert_non_null(mkdtemp(dir));
+  char dir[96];
+  assert_int_equal(hkt_mkdtemp("hk-netbed-cut-", dir, sizeof dir), 0);
   char fifo[512], gate_host[16];
   snprintf(fifo, sizeof fifo, "%s/gate", dir);
   snprintf(gate_host, sizeof gate_host, "%d", cut);
@@ -428,8 +428,8 @@ static void run_cut(int cut, int gate, const char *transport,
 static void test_mpirun_killed_after_cut(void **state) {
   (void)state;
   hkt_bed_need(&bed);
-  char dir[] = "/tmp/hk-netbed-kill-XXXXXX";
-  assert_non_null(mkdtemp(dir));
+  char dir[96];
+  assert_int_equal(hkt_mkdtemp("hk-netbed-kill-", dir, sizeof dir), 0);
   char hosts[512];
   hkt_bed_hostlist(&bed, HOSTS, SLOTS, hosts, sizeof hosts);
   char *env[] = {"ASAN_OPTIONS=detect_leaks=0", "NETBED_ALIVE_S=600", NULL};

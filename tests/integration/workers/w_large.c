@@ -3,7 +3,7 @@
  * elements, in place, sum), checked element by element on every rank
  * against the serial sum modulo 256. Buffers are backed by transparent
  * huge pages where available, since first-touch page faults cost ~11 us
- * per 4 KiB page on the reference VM (../shared/peers/results).
+ * per 4 KiB page on the reference VM (bench/peers/results).
  *   w_large [BYTES [rss]]  with "rss", also prints this process's peak
  *                          resident set (getrusage: shared memory
  *                          included) after the allreduce: "rss peak <KiB>
