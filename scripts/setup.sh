@@ -13,6 +13,7 @@ packages=(
   iproute2                            # multi-host test bed (network namespaces)
   libjansson-dev                      # tests: reading the timeline back
   gnuplot-nox                         # bench/plot.sh
+  python3-torch                       # python/: hk.torch's tests and example (CPU)
 )
 missing=()
 for p in "${packages[@]}"; do
