@@ -47,8 +47,10 @@ def _candidates():
             p = os.path.join(p, "libhk.so")
         return [(p, "HK_LIBRARY=%s" % env)], True
     out = [(os.path.join(_here, "libhk.so"), "next to the hk package")]
-    tree = os.path.normpath(os.path.join(_here, "..", "..", "build", "libhk.so"))
-    out.append((tree, "the build tree of the checkout holding this package"))
+    root = os.path.normpath(os.path.join(_here, "..", ".."))
+    if os.path.exists(os.path.join(root, "include", "hk", "hk.h")):
+        out.append((os.path.join(root, "build", "libhk.so"),
+                    "the build tree of the checkout holding this package"))
     found = ctypes.util.find_library("hk")
     if found:
         out.append((found, "the system's library path (ctypes.util.find_library)"))

@@ -34,6 +34,10 @@ from .functions import (broadcast_parameters, broadcast_optimizer_state,
                         broadcast_object, allgather_object)
 from .optimizer import DistributedOptimizer
 
+# Load libhk now: a script learns at its import line, not at its first
+# collective, that libhk is missing (LibraryNotFound lists what was tried).
+_hk.lib()
+
 
 def init(comm=None, process_sets=None):
     """Joins the job (hk_init; see hk.init). Horovod's ``comm`` (an MPI
