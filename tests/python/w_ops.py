@@ -1,6 +1,7 @@
 """Worker: every dtype x op through hk.torch against torch computed
 serially, on every rank (each rank rebuilds every rank's input from its
-seed). Run under hkrun -np N (N >= 2). Prints "ops ok: N checks" per rank.
+seed). Run under hkrun -np N; `w_ops.py cuda` uses CUDA tensors
+(gpu_check.py). Prints "ops ok: N checks" per rank.
 
 Exact checks use integer-valued data, so that every partial sum and
 product is representable and the order of the ring's reduction cannot
@@ -283,14 +284,18 @@ b = hvd.broadcast_object({"from": N - 1} if R == N - 1 else None, N - 1)
 if b != {"from": N - 1}:
     fail("broadcast_object: %r" % (b,))
 hvd.barrier()
-if R == N - 1:
+if N == 1:
+    last = hvd.join()
+    if last != 0:
+        fail("join in a world of one returned %r" % last)
+elif R == N - 1:
     last = hvd.join()
 else:
     s = hvd.allreduce(torch.ones(4), op=hvd.Sum, name="while_joined")
     same(s, torch.full((4,), float(N - 1)), "allreduce with a joined rank")
     last = hvd.join()
 lasts = hvd.allgather_object(last)
-if len(set(lasts)) != 1 or not 0 <= last < N - 1:
+if len(set(lasts)) != 1 or not 0 <= last < max(N - 1, 1):
     fail("join: last joined rank %r on the ranks" % lasts)
 
 # 10. refusals, on this rank only, each a clear exception
