@@ -21,7 +21,6 @@ Exits 77 (ctest's skip) when this python has no torch.
 import argparse
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 

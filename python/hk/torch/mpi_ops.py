@@ -46,7 +46,6 @@ Differences from Horovod
 """
 
 import ctypes
-import math
 import threading
 import warnings
 
@@ -54,6 +53,7 @@ import torch
 
 import hk as _hk
 from hk import HKError, check, error_from
+from .compression import Compression
 
 __all__ = [
     "Average", "Sum", "Adasum", "Min", "Max", "Product",
@@ -404,7 +404,8 @@ class _AllreduceFn(torch.autograd.Function):
         return g, None, None, None, None
 
 
-def allreduce(tensor, average=None, name=None, compression=None, op=None,
+def allreduce(tensor, average=None, name=None,
+              compression=Compression.none, op=None,
               prescale_factor=1.0, postscale_factor=1.0,
               process_set=global_process_set):
     """Returns op(tensor of every rank) as a new tensor (Average by
@@ -413,7 +414,6 @@ def allreduce(tensor, average=None, name=None, compression=None, op=None,
     the gradient is allreduced the same way. ``compression``
     (Compression.none by default, or Compression.fp16) is applied around
     the reduction."""
-    from .compression import Compression
     _check_process_set(process_set)
     op = _resolve_op(op, average)
     compression = compression or Compression.none
@@ -538,12 +538,12 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None,
                            op, prescale_factor, postscale_factor)
 
 
-def grouped_allreduce(tensors, average=None, name=None, compression=None,
-                      op=None, prescale_factor=1.0, postscale_factor=1.0,
+def grouped_allreduce(tensors, average=None, name=None,
+                      compression=Compression.none, op=None,
+                      prescale_factor=1.0, postscale_factor=1.0,
                       process_set=global_process_set):
     """Returns the list of reduced tensors (Average by default). Not
     differentiable in hk."""
-    from .compression import Compression
     compression = compression or Compression.none
     pairs = [compression.compress(t) for t in tensors]
     outs = synchronize(grouped_allreduce_async(
@@ -833,12 +833,11 @@ def reducescatter_async(tensor, name=None, op=Average,
                   src.device)
 
 
-def reducescatter(tensor, name=None, compression=None, op=Average,
+def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
                   process_set=global_process_set, prescale_factor=1.0,
                   postscale_factor=1.0):
     """Returns this rank's share of the reduced tensor (see
     reducescatter_async). Not differentiable in hk."""
-    from .compression import Compression
     compression = compression or Compression.none
     t, cctx = compression.compress(tensor)
     out = synchronize(reducescatter_async(t, name, op, process_set,

@@ -22,7 +22,7 @@ import torch
 
 import hk as _hk
 from .compression import Compression
-from .mpi_ops import (Average, Adasum, Sum, _ADASUM, _HK_OP,
+from .mpi_ops import (Average, Adasum, _ADASUM, _HK_OP,
                       _check_process_set, global_process_set,
                       allreduce_async_, grouped_allreduce_async_,
                       allgather_async, synchronize)
