@@ -335,5 +335,23 @@ for o in [h] + others:
     hvd.synchronize(o)
 refused(ValueError, lambda: hvd.synchronize(h), "a handle synchronized twice")
 
-print("ops ok: %d checks (np %d, %s)" % (checks, N, DEVICE))
+# 11. shutdown with handles not yet synchronized: a finished one still
+#     gives its result afterwards, a pending one raises HK_ERR_SHUTDOWN
+finished = hvd.allreduce_async(dev(torch.ones(3)), op=hvd.Sum, name="fin")
+hvd.barrier()
+while not hvd.poll(finished):
+    pass
+pend = hvd.allreduce_async(torch.ones(3), name="only.%d" % R) if N > 1 \
+    else None
+hvd.barrier()
 hvd.shutdown()
+same(hvd.synchronize(finished), dev(torch.full((3,), float(N))),
+     "a finished handle synchronized after shutdown")
+if pend is not None:
+    try:
+        hvd.synchronize(pend)
+        fail("a handle pending at shutdown gave a result")
+    except hvd.HorovodInternalError as e:
+        if e.status_name != "HK_ERR_SHUTDOWN":
+            fail("a handle pending at shutdown: %s %s" % (e.status_name, e))
+print("ops ok: %d checks (np %d, %s)" % (checks, N, DEVICE))

@@ -213,6 +213,9 @@ def _contig(t):
     return t if t.is_contiguous() else t.contiguous()
 
 
+_NO_RESULT = object()
+
+
 class Handle:
     """An operation in flight: pass it to synchronize() (exactly once) for
     its result, or to poll(). Holds the buffers hk reads and writes until
@@ -230,6 +233,7 @@ class Handle:
         self._lock = threading.Lock()
         self._done = False
         self._error = None
+        self._result = _NO_RESULT
         with _hk._state_lock:
             _hk._pending[id(self)] = self
 
@@ -237,12 +241,13 @@ class Handle:
         return "<hk.torch.Handle %s %s%s>" % (
             self.kind, self.name, " done" if self._done else "")
 
-    def _wait_all(self):
+    def _wait_all(self, host=False):
         """Waits every hk handle once; returns the first error or None."""
         L = _lib()
         first = None
         stream = None
-        if self._device is not None and self._device.type == "cuda":
+        if not host and self._device is not None and \
+                self._device.type == "cuda":
             stream = ctypes.c_void_p(
                 torch.cuda.current_stream(self._device).cuda_stream)
         for h in self._c:
@@ -263,22 +268,32 @@ class Handle:
                 self._cleanup = None
 
     def _collect_after_shutdown(self):
+        """hk_shutdown completed every handle (HK_ERR_SHUTDOWN if it was
+        still pending): wait it, and keep its result (if it had finished)
+        or its error for a later synchronize()."""
         with self._lock:
             if self._done:
                 return
-            err = self._wait_all()
-            self._error = err or HKError(
-                7, "tensor '%s': hk was shut down before it completed" %
-                self.name)
+            err = self._wait_all(host=True)
             self._done = True
+            try:
+                if err is None:
+                    self._result = self._finish()
+            except Exception as e:  # pragma: no cover
+                err = e
+            self._error = err
             self._release()
             self._keep = None
+            self._finish = None
 
     def synchronize(self):
         with self._lock:
             if self._done:
                 if self._error is not None:
                     raise self._error
+                if self._result is not _NO_RESULT:  # collected at shutdown
+                    r, self._result = self._result, _NO_RESULT
+                    return r
                 raise ValueError("handle of %s '%s' was already synchronized"
                                  % (self.kind, self.name))
             err = self._wait_all()
