@@ -88,11 +88,14 @@ static void same_bits(const char *np, int local, const char *algo_env) {
 }
 
 /* The ring (the shm engine on one host) and rd (over shm links) give
- * TCP's bits for every collective, dtype and op. */
+ * TCP's bits for every collective, dtype and op. The sanitizer stages of
+ * scripts/test.sh (which set HKT_ALLREDUCE_BIG) hunt memory errors and
+ * races: two world sizes do for them. */
 static void test_bits_match_tcp(void **s) {
   (void)s;
   const char *nps[] = {"2", "3", "5", "8"}; /* np 4: test_mixed_hosts */
-  for (int i = 0; i < 4; i++)
+  const int sanitizer = getenv("HKT_ALLREDUCE_BIG") != NULL;
+  for (int i = sanitizer ? 1 : 0; i < 4; i += sanitizer ? 2 : 1)
     same_bits(nps[i], 0, "HK_ALLREDUCE_ALGO=ring");
   same_bits("5", 0, "HK_ALLREDUCE_ALGO=rd");
 }
