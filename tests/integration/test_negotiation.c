@@ -10,7 +10,8 @@
  *  - fusion still happens under load: tensors submitted at once are run
  *    in fused batches;
  *  - an idle job uses no CPU: every rank blocked in hk_wait on a tensor
- *    another rank has not submitted uses under 5% of a core over ~1 s.
+ *    another rank has not submitted uses under 5% of a core over ~1 s;
+ *    also with HK_CYCLE_TIME_MS > 0, whose held answers still come.
  * No sleeps synchronise anything and no timing is asserted, except the
  * idleness measurement itself (a bounded ~1 s window inside the worker).
  */
@@ -173,6 +174,27 @@ static void test_idle_np4(void **s) {
   idle(4);
 }
 
+/* HK_CYCLE_TIME_MS > 0: rank 0 holds the empty answers, but only that
+ * long: every rank blocked behind its unanswered request (its helper's
+ * 'idle.measured' waits in the queue) gets it, and still sleeps. */
+static void test_held_answers(void **s) {
+  (void)s;
+  char *env[] = {"HK_CYCLE_TIME_MS=200", NULL};
+  hkt_result r;
+  run(3, env, "idle", &r);
+  for (int rank = 0; rank < 3; rank++) {
+    char tag[32];
+    snprintf(tag, sizeof tag, "[%d] idle cpu ", rank);
+    const char *p = strstr(r.out, tag);
+    if (!p || atof(p + strlen(tag)) >= 0.05)
+      fail_msg("rank %d:\n%s", rank, r.out);
+  }
+  counts c0 = counts_of(r.out, 0);
+  if (c0.answers == 0)
+    fail_msg("no empty answer was sent:\n%s", r.out);
+  hkt_result_free(&r);
+}
+
 int main(void) {
   hkt_setup();
   const struct CMUnitTest tests[] = {
@@ -182,6 +204,7 @@ int main(void) {
       cmocka_unit_test(test_fusion_under_load),
       cmocka_unit_test(test_idle_np2),
       cmocka_unit_test(test_idle_np4),
+      cmocka_unit_test(test_held_answers),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
