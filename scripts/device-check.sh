@@ -392,6 +392,13 @@ if [ $BUILT = 1 ] && withlibs "$BUILD/hkbench" --help 2>&1 | grep -q -- '--devic
   step bench-hk-np1 60 withlibs "$BUILD/hkrun" -np 1 "$BUILD/hkbench" --device gpu \
     -b 1M -e 256M -f 4 -n 10 -w 2
 fi
+# hk.torch on CUDA tensors (issue 16): dtype x op at np 1 and as 4 pseudo-
+# hosts sharing the GPU, DistributedOptimizer and the state broadcasts on
+# CUDA, next to torch.distributed (gloo, CUDA tensors) in the same job.
+if [ $BUILT = 1 ]; then
+  step torch-gpu 120 withlibs python3 "$ROOT/tests/python/gpu_check.py" \
+    --hkrun "$BUILD/hkrun" --lib "$BUILD/libhk.so"
+fi
 # ==========================================================================
 
 log "done in $(($(date +%s) - START))s: $([ $FAILED = 0 ] && echo 'build and tests passed' || echo 'FAILED (see the logs)')"
