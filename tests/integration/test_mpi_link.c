@@ -44,15 +44,32 @@ static int tcp_btl;
 /* mpirun -np np w_mpi_link mode arg; asserts exit status 0. */
 static void run(const char *np, const char *mode, const char *arg,
                 hkt_result *r) {
-  char *argv[24];
+  char *argv[32];
   int n = 0;
   argv[n++] = "mpirun";
   if (geteuid() == 0)
     argv[n++] = "--allow-run-as-root";
   argv[n++] = "--oversubscribe";
   if (tcp_btl) {
-    char *mca[] = {"--mca",          "btl",   "self,tcp", "--mca",
-                   "btl_tcp_sndbuf", "16384", "--mca",    "btl_tcp_rcvbuf",
+    /* kept to the loopback interface: by default Open MPI's TCP transport
+     * uses every interface but 127.0.0.1/8 and stripes a large message
+     * over them, so an interface another program adds and removes
+     * meanwhile (a test bed's bridge in this machine's namespace) loses
+     * the fragments sent over it and every rank times out */
+    char *mca[] = {"--mca",
+                   "pml",
+                   "ob1",
+                   "--mca",
+                   "btl",
+                   "self,tcp",
+                   "--mca",
+                   "btl_tcp_if_include",
+                   "lo",
+                   "--mca",
+                   "btl_tcp_sndbuf",
+                   "16384",
+                   "--mca",
+                   "btl_tcp_rcvbuf",
                    "16384"};
     for (size_t i = 0; i < sizeof mca / sizeof mca[0]; i++)
       argv[n++] = mca[i];
