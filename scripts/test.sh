@@ -65,7 +65,14 @@ cleanup() {
     wait "$child" 2>/dev/null || true
   fi
   wait_for_beds
-  rm -rf "$TMPDIR"
+  # processes that are still ending (an mpirun's daemons) may write into
+  # it meanwhile: try again for a few seconds
+  local i
+  for i in 1 2 3 4 5 6 7 8 9 10; do
+    rm -rf "$TMPDIR" 2>/dev/null || true
+    [ -e "$TMPDIR" ] || break
+    sleep 1
+  done
   exit "$rc"
 }
 trap cleanup EXIT
