@@ -193,7 +193,10 @@ static hk_status spin(hk_link *send, int want_send, hk_link *recv,
       int rc = poll(p, (nfds_t)n, 0);
       if (rc < 0 && errno != EINTR)
         return hk_fail_errno(HK_ERR_SYSTEM, errno, "poll %s", what);
-      if (rc > 0 && abort_at >= 0 && p[abort_at].revents)
+      int tcp_ready = 0; /* as in tcp.c: what arrived comes first */
+      for (int i = 0; i < (abort_at >= 0 ? abort_at : n); i++)
+        tcp_ready |= p[i].revents != 0;
+      if (rc > 0 && !tcp_ready && abort_at >= 0 && p[abort_at].revents)
         return hk_fail(HK_ERR_PEER_LOST,
                        "the launcher aborted the job (or died) %s", what);
       if (rc > 0)

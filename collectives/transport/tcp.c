@@ -144,11 +144,18 @@ static hk_status wait_fds(struct pollfd *p, int n, const hk_io *io,
     }
     if (rc == 0)
       continue;
-    if (nall > n && all[n].revents)
+    /* what this wait is for comes first: data that arrived before the
+     * launcher's abort (a peer finished its part, then exited) still
+     * completes the operation; the abort is seen at the next wait that
+     * has nothing else to do */
+    int ready = 0;
+    for (int i = 0; i < n; i++) {
+      p[i].revents = all[i].revents;
+      ready |= p[i].revents != 0;
+    }
+    if (!ready && nall > n && all[n].revents)
       return hk_fail(HK_ERR_PEER_LOST,
                      "the launcher aborted the job (or died) %s", what);
-    for (int i = 0; i < n; i++)
-      p[i].revents = all[i].revents;
     return HK_OK;
   }
 }

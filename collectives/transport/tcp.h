@@ -6,7 +6,9 @@
  *
  * Every wait here also watches the launcher connection (hk_io.abort_fd):
  * when it becomes readable (hkrun sent ABORT, or hkrun died) the wait
- * returns HK_ERR_PEER_LOST at once, so no rank blocks on a dead job.
+ * returns HK_ERR_PEER_LOST at once, so no rank blocks on a dead job (a
+ * wait whose own fds are ready too returns them first: bytes a peer sent
+ * before the abort still complete what they were for).
  * Timeouts count from the last progress, in seconds (HK_TIMEOUT_S).
  * Thread-safety: a file descriptor is used by one thread at a time (the
  * background thread, or hk_init's bootstrap before it starts).
