@@ -139,6 +139,34 @@ static hk_status apply_responses(hk_ctx *ctx, hk_round *R, const hk_msg *m,
   return st;
 }
 
+/*
+ * Rank > 0, hkrun has aborted the job: if rank 0 stopped it first (a
+ * stall), its RESPONSES may still be on the way (rank 0 tells the ranks
+ * one after another, and a rank told first can exit, and make hkrun
+ * abort, before a later one is told). Waits up to 1 s for a RESPONSES
+ * and takes its stop (abort or shutdown) without running anything.
+ */
+static void late_stop(hk_ctx *ctx, hk_round *R) {
+  if (ctx->rank == 0 || ctx->size == 1)
+    return;
+  struct pollfd p = {.fd = ctx->mesh.ctrl_fd, .events = POLLIN};
+  hk_io io = {-1, 1.0};
+  hk_msg m;
+  if (poll(&p, 1, 1000) <= 0 ||
+      hk_tcp_recv_msg(ctx->mesh.ctrl_fd, &m, &ctx->scratch, &io, "rank 0") !=
+          HK_OK)
+    return;
+  if (m.type == HK_MSG_RESPONSES && m.u.responses.abort_status) {
+    R->abort_status = (hk_status)m.u.responses.abort_status;
+    snprintf(R->abort_reason, sizeof R->abort_reason, "%s",
+             m.u.responses.abort_reason ? m.u.responses.abort_reason
+                                        : "rank 0 stopped the job");
+  } else if (m.type == HK_MSG_RESPONSES) {
+    R->shutdown_rank = m.u.responses.shutdown_rank;
+  }
+  hk_msg_free(&m);
+}
+
 /* Rank > 0 in IDLE: sends what is queued (and a shutdown) as REQUESTS. */
 static hk_status worker_send(hk_ctx *ctx, hk_round *R) {
   if (R->sent)
@@ -286,7 +314,12 @@ void *hk_background_main(void *arg) {
       break;
     }
     /* hkrun speaks only to abort (or by closing, when it died); what rank 0
-     * said in the same wake-up was handled first, so its reason wins */
+     * said in the same wake-up was handled first, so its reason wins, and
+     * so does a stop rank 0 sent just before (hkrun's abort is often the
+     * echo of a rank that obeyed it) */
+    if (launcher_i >= 0 && pfds[launcher_i].revents && !R.abort_status &&
+        R.shutdown_rank < 0)
+      late_stop(ctx, &R);
     if (launcher_i >= 0 && pfds[launcher_i].revents && !R.abort_status &&
         R.shutdown_rank < 0) {
       fail_job(ctx, HK_ERR_PEER_LOST, "lost connection to hkrun (did it die?)",

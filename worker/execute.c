@@ -64,14 +64,10 @@ static void plan_free(plan *p) {
   memset(p, 0, sizeof *p);
 }
 
-/* Grows *a (elements of `size` bytes) to n; 0 on failure. */
-static int grow(void *a, size_t n, size_t size) {
-  void *q = realloc(*(void **)a, n * size);
-  if (!q)
-    return 0;
-  *(void **)a = q;
-  return 1;
-}
+/* Grows array p to n elements of its type: 1, or 0 (p unchanged) when
+ * realloc fails. tmp_ is a void * in scope. */
+#define GROW(p, n)                                                             \
+  ((tmp_ = realloc((p), (size_t)(n) * sizeof *(p))) ? ((p) = tmp_, 1) : 0)
 
 /* The plan for n responses: ctx->plan, grown if need be, with h[] and
  * items[] cleared for them (the rest is written before it is read). */
@@ -83,13 +79,11 @@ static hk_status plan_get(hk_ctx *ctx, uint32_t n, plan **out) {
     size_t c = p->cap ? p->cap : 64, size = (size_t)ctx->size;
     while (c < n)
       c *= 2;
-    if (!grow(&p->h, c, sizeof *p->h) || !grow(&p->done, c, sizeof *p->done) ||
-        !grow(&p->items, c, sizeof *p->items) || !grow(&p->taken, c, 1) ||
-        !grow(&p->order, c, sizeof *p->order) ||
-        !grow(&p->starts, c + 1, sizeof *p->starts) ||
-        !grow(&p->counts, c, sizeof *p->counts) ||
-        !grow(&p->seg, size + 1, sizeof *p->seg) ||
-        !grow(&p->where, c * size, sizeof *p->where)) {
+    void *tmp_;
+    if (!GROW(p->h, c) || !GROW(p->done, c) || !GROW(p->items, c) ||
+        !GROW(p->taken, c) || !GROW(p->order, c) || !GROW(p->starts, c + 1) ||
+        !GROW(p->counts, c) || !GROW(p->seg, size + 1) ||
+        !GROW(p->where, c * size)) {
       plan_free(p);
       return hk_fail(HK_ERR_NOMEM, "cannot plan %u responses", n);
     }

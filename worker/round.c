@@ -25,19 +25,12 @@ int hk_round_shutdown_requested(hk_ctx *ctx) {
   return s;
 }
 
-/* Grows *p (elements of `size` bytes, capacity *cap) to hold n. */
-static hk_status reserve(void **p, uint32_t *cap, uint32_t n, size_t size) {
-  if (n <= *cap)
-    return HK_OK;
-  uint32_t c = *cap ? *cap : 64;
+/* The capacity (elements) that holds n, from cap by doubling. */
+static uint32_t grown(uint32_t cap, uint32_t n) {
+  uint32_t c = cap ? cap : 64;
   while (c < n)
     c *= 2;
-  void *q = realloc(*p, (size_t)c * size);
-  if (!q)
-    return hk_fail(HK_ERR_NOMEM, "cannot allocate %u requests", n);
-  *p = q;
-  *cap = c;
-  return HK_OK;
+  return c;
 }
 
 /* Marks bit in the sorting bitmap, growing it. */
@@ -64,10 +57,23 @@ hk_status hk_round_split(hk_ctx *ctx, hk_round *R, hk_handle list, int sorted,
   uint32_t count = 0, n = 0, nb = 0, lo = UINT32_MAX, hi = 0;
   for (hk_handle h = list; h; h = h->next)
     count++;
-  hk_status st =
-      reserve((void **)&R->reqs, &R->cap_reqs, count, sizeof *R->reqs);
-  if (st == HK_OK)
-    st = reserve((void **)&R->bits, &R->cap_bits, count, sizeof *R->bits);
+  hk_status st = HK_OK;
+  if (count > R->cap_reqs) {
+    uint32_t c = grown(R->cap_reqs, count);
+    hk_wire_request *q = realloc(R->reqs, (size_t)c * sizeof *q);
+    if (!q)
+      return hk_fail(HK_ERR_NOMEM, "cannot allocate %u requests", count);
+    R->reqs = q;
+    R->cap_reqs = c;
+  }
+  if (count > R->cap_bits) {
+    uint32_t c = grown(R->cap_bits, count);
+    uint32_t *q = realloc(R->bits, (size_t)c * sizeof *q);
+    if (!q)
+      return hk_fail(HK_ERR_NOMEM, "cannot allocate %u cache bits", count);
+    R->bits = q;
+    R->cap_bits = c;
+  }
   for (hk_handle h = list; h && st == HK_OK; h = h->next) {
     uint32_t bit = hk_cache_lookup(ctx->cache, &h->req);
     if (bit == HK_WIRE_NO_BIT) {
