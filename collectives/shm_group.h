@@ -37,8 +37,8 @@
  * Waits spin briefly, then sleep on the futex doorbell, checking the
  * peers' liveness (collectives/transport/shm_wait.h).
  *
- * One-shot: a whole allreduce of at most HK_SHM_ONESHOT_BYTES (that fits
- * a slot half) runs as one round of a different shape (TensorRT-LLM's
+ * One-shot: a whole allreduce of at most HK_SHM_ONESHOT_BYTES x 2/N (that
+ * fits a slot half) runs as one round of a different shape (TensorRT-LLM's
  * "one-shot" custom allreduce): every rank copies its whole buffer into
  * its slot, waits for all, and folds every segment itself from every
  * slot, in the order below. One synchronisation instead of three; each
@@ -71,8 +71,11 @@
 #include "collectives/transport/shm_wait.h"
 #include "hk/hk.h"
 
-/* One-shot allreduce up to this many bytes (bench/README.md, "shm"). */
-#define HK_SHM_ONESHOT_BYTES ((size_t)64 << 10)
+/* One-shot allreduce up to HK_SHM_ONESHOT_BYTES x 2 / n bytes (n
+ * members; and what fits a slot half): its fold reads n times the buffer,
+ * the three phases' 5 - 1/n, but it synchronises once, not three times
+ * (bench/README.md, "shm": at 1 MiB and np 2, 200 us against 360 us). */
+#define HK_SHM_ONESHOT_BYTES ((size_t)1 << 20)
 
 typedef struct hk_shm_group {
   int n, me;          /* members, this rank's position among them */
