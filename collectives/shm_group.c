@@ -252,7 +252,8 @@ static hk_status round_once(hk_shm_group *g, const hk_shm_job *job, size_t per,
 hk_status hk_shm_group_run(hk_shm_group *g, const hk_shm_job *job) {
   const size_t esz = hk_dtype_size(job->dtype), per = g->slice / esz;
   if (job->mode == (HK_SHM_REDUCE | HK_SHM_GATHER) &&
-      job->seg[g->n] * esz <= HK_SHM_ONESHOT_BYTES &&
+      job->seg[g->n] * esz <=
+          HK_SHM_ONESHOT_BYTES * 4 / ((size_t)g->n * (size_t)g->n) &&
       job->seg[g->n] * esz <= g->slice * (size_t)g->n && job->seg[g->n])
     return oneshot(g, job, "in shm allreduce");
   size_t longest = 0;

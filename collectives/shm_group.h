@@ -37,11 +37,11 @@
  * Waits spin briefly, then sleep on the futex doorbell, checking the
  * peers' liveness (collectives/transport/shm_wait.h).
  *
- * One-shot: a whole allreduce of at most HK_SHM_ONESHOT_BYTES (that fits
- * a slot half) runs as one round of a different shape (TensorRT-LLM's
- * "one-shot" custom allreduce): every rank copies its whole buffer into
- * its slot, waits for all, and folds every segment itself from every
- * slot, in the order below. One synchronisation instead of three; each
+ * One-shot: a whole allreduce of at most HK_SHM_ONESHOT_BYTES x 4/N^2
+ * (that fits a slot half) runs as one round of a different shape
+ * (TensorRT-LLM's "one-shot" custom allreduce): every rank copies its whole
+ * buffer into its slot, waits for all, and folds every segment itself from
+ * every slot, in the order below. One synchronisation instead of three; each
  * rank reads n times the buffer, which for small buffers costs less than
  * the two extra phases.
  *
@@ -71,8 +71,13 @@
 #include "collectives/transport/shm_wait.h"
 #include "hk/hk.h"
 
-/* One-shot allreduce up to this many bytes (bench/README.md, "shm"). */
-#define HK_SHM_ONESHOT_BYTES ((size_t)64 << 10)
+/* One-shot allreduce up to HK_SHM_ONESHOT_BYTES x 4 / n^2 bytes (n
+ * members; and what fits a slot half): 1 MiB at np 2, 256 KiB at np 4,
+ * 64 KiB at np 8. It moves about 3n bytes per byte of the buffer (a copy
+ * in, n-1 folds), the three phases about 5 - 1/n, but it synchronises
+ * once, not three times (bench/README.md, "shm": at 1 MiB and np 2, 200 us
+ * against 360 us; at np 4, even at 256 KiB). */
+#define HK_SHM_ONESHOT_BYTES ((size_t)1 << 20)
 
 typedef struct hk_shm_group {
   int n, me;          /* members, this rank's position among them */
