@@ -84,6 +84,19 @@ static const tunable table[] = {
      "each rank's shared-memory slot half: one round of the shm "
      "collectives moves this many bytes per rank",
      OFF(shm_slot_bytes), 1},
+    /* Waking a thread that sleeps on another core costs 20-40 us on a
+     * virtual machine (the idle vCPU halts and the host must wake it:
+     * futex round trip 17.7 us across cores against 3.5 us on one core,
+     * pipe round trip between processes 84 us against 4.1 us, measured
+     * on the 2-core reference VM), several times a small allreduce's own
+     * cost. A thread about to sleep for an event that is due soon polls
+     * for it this long first, yielding its core between polls, so every
+     * hop of a step (submit, request, answer, completion) finds its
+     * thread awake. An idle rank polls at most this long, then sleeps. */
+    {"HK_SPIN_US", 200, 0, 1e6, "us",
+     "a waiting thread (background thread, hk_wait) polls this long, "
+     "yielding its core, before it sleeps; 0: sleep at once",
+     OFF(spin_us), 0},
     /* the slowest link the seed customers name (10 GbE) */
     {"HK_NET_GBIT", 10, 0.001, 1e5, "Gbit/s",
      "each host's network rate, for the cost model's algorithm choice",

@@ -42,6 +42,7 @@ typedef struct hk_config {
   size_t shm_slot_bytes;    /* HK_SHM_SLOT_BYTES: each rank's shared slot
                                half (collectives/shm_group.h), bytes */
   double net_gbit;          /* HK_NET_GBIT: each host's network, Gbit/s */
+  double spin_us;           /* HK_SPIN_US: poll before sleeping, us */
   int hierarchical;         /* HK_HIERARCHICAL_ALLREDUCE: 1, 0, -1 unset */
   int log_level;            /* HK_LOG_LEVEL: hk_log_level */
   char timeline[4096];      /* HK_TIMELINE: rank 0's trace file, or "" */

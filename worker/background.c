@@ -52,6 +52,7 @@
 #include "worker/background.h"
 
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -256,6 +257,30 @@ static void linger(hk_ctx *ctx) {
   }
 }
 
+/* poll(2) on the set, but first, until HK_SPIN_US after the last event
+ * (and never past timeout_ms), without sleeping: poll with no timeout and
+ * yield the core between polls (config.c says why: a sleeping thread is
+ * slow to wake on a virtual machine). *last_event moves to now whenever
+ * something arrives, so a busy job never sleeps between its events and an
+ * idle one sleeps HK_SPIN_US after the last. Returns poll's result. */
+static int wait_events(hk_ctx *ctx, struct pollfd *p, int n, int timeout_ms,
+                       double *last_event) {
+  double now = hk_now();
+  double until = *last_event + ctx->cfg.spin_us * 1e-6;
+  if (timeout_ms >= 0 && now + timeout_ms * 1e-3 < until)
+    until = now + timeout_ms * 1e-3;
+  int rc = 0;
+  while (now < until && (rc = poll(p, (nfds_t)n, 0)) == 0) {
+    sched_yield();
+    now = hk_now();
+  }
+  if (rc == 0)
+    rc = poll(p, (nfds_t)n, timeout_ms);
+  if (rc > 0)
+    *last_event = hk_now();
+  return rc;
+}
+
 void *hk_background_main(void *arg) {
   hk_ctx *ctx = arg;
   hk_round R;
@@ -289,8 +314,10 @@ void *hk_background_main(void *arg) {
   for (int i = first_ctrl; i < npfd; i++)
     if (hk_tcp_set_send_buffer(pfds[i].fd, HK_CTRL_SEND_BUFFER) != HK_OK)
       hk_log(HK_LOG_DEBUG, "%s", hk_last_error());
+  double last_event = hk_now();
   for (;;) {
-    int rc = poll(pfds, (nfds_t)npfd, hk_round_timeout_ms(ctx, &R));
+    int rc =
+        wait_events(ctx, pfds, npfd, hk_round_timeout_ms(ctx, &R), &last_event);
     if (rc < 0)
       continue; /* EINTR */
     if (pfds[wake_i].revents) {

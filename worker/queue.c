@@ -1,5 +1,6 @@
 #include "worker/queue.h"
 
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -244,7 +245,16 @@ void hk_queue_fail_all(hk_ctx *ctx, hk_status status, const char *reason) {
 
 hk_status hk_queue_wait(hk_ctx *ctx, hk_handle h) {
   if (ctx) {
+    /* HK_SPIN_US of polling, yielding the core, before sleeping on the
+     * condition variable (common/config.c: a sleeping thread is slow to
+     * wake on a virtual machine; a small allreduce completes sooner) */
+    const double until = hk_now() + ctx->cfg.spin_us * 1e-6;
     pthread_mutex_lock(&ctx->mu);
+    while (!h->done && hk_now() < until) {
+      pthread_mutex_unlock(&ctx->mu);
+      sched_yield();
+      pthread_mutex_lock(&ctx->mu);
+    }
     while (!h->done)
       pthread_cond_wait(&ctx->done_cv, &ctx->mu);
     pthread_mutex_unlock(&ctx->mu);
