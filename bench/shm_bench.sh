@@ -23,6 +23,9 @@
 #                         alone (raw, timed by the background thread);
 #                         HK_CYCLE_TIME_MS=0 takes the negotiation timer
 #                         out of the API time (issue 11 part 2 removes it)
+#   PRIO=              a prefix for every measured run, hk and Open MPI alike:
+#                         "chrt -r 1" keeps other work on the machine (builds,
+#                         other tests) off the cores while they run (as root)
 #   LIMIT=600             seconds any one run may take
 #
 # Report: per np and size, the median busbw (GB/s, nccl-tests' busbw =
@@ -43,6 +46,7 @@ MAX=${MAX:-256M}
 F=${F:-2}
 HK_VARIANTS=${HK_VARIANTS:-"hk:HK_CYCLE_TIME_MS=0 hk-tcp:HK_INTRA_TRANSPORT=tcp,HK_CYCLE_TIME_MS=0"}
 LIMIT=${LIMIT:-600}
+PRIO=${PRIO:-}
 
 for t in hkrun hkbench; do
   [ -x "$BUILD/$t" ] || { echo "shm_bench: no $BUILD/$t (scripts/build.sh build)" >&2; exit 1; }
@@ -57,7 +61,7 @@ MPIRUN=(mpirun --oversubscribe --bind-to none --mca pml ob1 --mca btl self,vader
 run() { # file cmd...
   local f=$1
   shift
-  { echo "# cmd: $*"; timeout "$LIMIT" "$@" 2>&1; echo "# rc=$?"; } >"$f" || true
+  { echo "# cmd: $*"; timeout "$LIMIT" $PRIO "$@" 2>&1; echo "# rc=$?"; } >"$f" || true
 }
 
 for r in $(seq 1 "$ROUNDS"); do

@@ -311,8 +311,9 @@ static void test_allreduce_matches_ring(void **s) {
                 4096, 0);
       }
   compare(4, C_ALLREDUCE, 300007, HK_FLOAT32, HK_SUM, 1 << 20, 1);
-  /* one-shot at its largest (np 2: up to 1 MiB with 1 MiB slots) */
-  compare(2, C_ALLREDUCE, 200003, HK_FLOAT32, HK_SUM, 1 << 20, 0);
+  /* one-shot at its largest (np 2: up to 256 KiB), and just above */
+  compare(2, C_ALLREDUCE, 65536, HK_FLOAT32, HK_SUM, 1 << 20, 0);
+  compare(2, C_ALLREDUCE, 65537, HK_FLOAT32, HK_SUM, 1 << 20, 0);
   compare(3, C_SEGMENTED, 50000, HK_FLOAT64, HK_AVERAGE, 1 << 20, 1);
   compare(3, C_ALLREDUCE, 0, HK_FLOAT32, HK_SUM, 4096, 1);
 }
