@@ -2,7 +2,7 @@
 # intra_bench.sh - one server: hk's small allreduces next to Open MPI's
 # shared-memory transport, the main job's scaling, and model replays.
 # Needs a build (scripts/build.sh build) with MPI found (mpi_allreduce_bench,
-# a copy of ../shared/peers' benchmark: bench/peers/). Asserts nothing.
+# built from bench/peers/mpi_allreduce_bench.c). Asserts nothing.
 #
 #   bench/intra_bench.sh          report: $OUT/report.md, runs: $OUT/raw/
 #
@@ -24,8 +24,8 @@
 #      the collective alone, and ctl(us): from the last rank's submit to
 #      the last rank's start of the collective) and Open MPI's
 #      MPI_Allreduce with its shared-memory transport (btl self,vader) and
-#      glibc kept from mmap'ing its temporaries (../shared/peers' "-nommap",
-#      its best setting here), in turn, ROUNDS rounds; medians over rounds,
+#      glibc kept from mmap'ing its temporaries ("-nommap", Open MPI's
+#      best setting on this machine in the project's peer measurements), in turn, ROUNDS rounds; medians over rounds,
 #      and hk / MPI time as the median of the per-round ratios.
 #  (b) hkrun -np N train --epochs 1: samples/s and allreduce_wait (rank 0's
 #      share of the epoch spent in hk_wait), medians; scaling efficiency =

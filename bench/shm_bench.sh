@@ -2,7 +2,7 @@
 # shm_bench.sh - hk's allreduce between the ranks of one host (shared
 # memory, HK_INTRA_TRANSPORT) next to Open MPI's shared-memory transport
 # with glibc kept from mmap'ing its per-call temporaries (the fair
-# setting of ../shared/peers/results/RESULTS.md: "mpi-vader-nommap"),
+# setting of the project's peer measurements: "mpi-vader-nommap"),
 # float32 sum, in place, measured in the same run, in interleaved rounds,
 # medians. Needs Open MPI (mpicc, mpirun) and a build
 # (scripts/build.sh build). Asserts nothing.
@@ -11,8 +11,8 @@
 #
 # Environment (defaults):
 #   BUILD=build           hkrun, hkbench; the MPI benchmark is built from
-#                         bench/peers/mpi_allreduce_bench.c (a copy of
-#                         ../shared/peers') into $BUILD/peers
+#                         bench/peers/mpi_allreduce_bench.c into
+#                         $BUILD/peers
 #   OUT=$BUILD/shm-bench  report.md and every run's output (raw/)
 #   ROUNDS=3              rounds; each runs every program once per np
 #   NPS="2 4"             world sizes (np 4 runs 4 ranks on 2 cores)
