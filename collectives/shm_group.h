@@ -116,6 +116,15 @@ typedef enum hk_shm_mode {
   HK_SHM_GATHER = 2, /* phase C; alone: A copies the owned slices */
 } hk_shm_mode;
 
+/** A run of a job's logical buffer that lives elsewhere: elements
+ *  [off, off + count) of the buffer are src[0..count) and dst[0..count)
+ *  (a fused batch's tensors in place, without a fusion buffer). */
+typedef struct hk_shm_piece {
+  size_t off, count; /* elements */
+  const uint8_t *src;
+  uint8_t *dst;
+} hk_shm_piece;
+
 /** One call: segments, owners, buffers (see hk_shm_group_run). */
 typedef struct hk_shm_job {
   unsigned mode;      /* hk_shm_mode bits */
@@ -131,6 +140,10 @@ typedef struct hk_shm_job {
   hk_op op;
   const hk_ring_finish *fin; /* applied by the owner if finish is set */
   int finish;
+  /* if npieces > 0: src and dst are these runs instead (sorted by off,
+   * none empty, covering [0, seg[n]) exactly; an allreduce only) */
+  const hk_shm_piece *pieces;
+  size_t npieces;
 } hk_shm_job;
 
 /**
