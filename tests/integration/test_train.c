@@ -86,25 +86,23 @@ static void train_argv(char **argv, char *nps, int np, va_list ap) {
   argv[k] = NULL;
 }
 
-/* Runs `hkrun -np np train args...` (args NULL-terminated). */
-static void run_train(int np, hkt_result *r, ...) {
+/* `hkrun -np np train args...` (args NULL-terminated) with extra
+ * environment env (NULL-terminated "NAME=value", or NULL): started into
+ * *p when p is not NULL (hkt_start), else run to its end into *r. */
+static void train_job(int np, char *const *env, hkt_proc *p, hkt_result *r,
+                      ...) {
   char *argv[40], nps[16];
   va_list ap;
   va_start(ap, r);
   train_argv(argv, nps, np, ap);
   va_end(ap);
-  hkt_run(argv, NULL, RUN_S, r);
+  if (p)
+    assert_int_equal(hkt_start(argv, env, p), 0);
+  else
+    hkt_run(argv, env, RUN_S, r);
 }
-
-/* As run_train, with extra environment (NULL-terminated "NAME=value"). */
-static void run_train_env(int np, char *const *env, hkt_result *r, ...) {
-  char *argv[40], nps[16];
-  va_list ap;
-  va_start(ap, r);
-  train_argv(argv, nps, np, ap);
-  va_end(ap);
-  hkt_run(argv, env, RUN_S, r);
-}
+#define run_train(np, r, ...) train_job(np, NULL, NULL, r, __VA_ARGS__)
+#define run_train_env(np, env, r, ...) train_job(np, env, NULL, r, __VA_ARGS__)
 
 static void assert_exit(const hkt_result *r, int code) {
   if (r->timed_out || !r->exited || r->exit_code != code) {
@@ -540,24 +538,11 @@ static void test_checkpoint_resume(void **state) {
 
   /* The same run, made slow, killed in epoch 2 once epoch 1's checkpoint
    * exists (synchronised on rank 0's line saying so). */
-  char *argv[40], nps[16];
-  const char *args[] = {
-      "--data", dir,         "--epochs",   "3",  "--batch-size",
-      "8",      "--augment", "--save-all", part, "--checkpoint-dir",
-      ck,       "--metrics", csv};
-  int k = 0;
-  snprintf(nps, sizeof nps, "2");
-  argv[k++] = HKRUN_PATH;
-  argv[k++] = "-np";
-  argv[k++] = nps;
-  argv[k++] = "--";
-  argv[k++] = TRAIN_PATH;
-  for (size_t i = 0; i < sizeof args / sizeof *args; i++)
-    argv[k++] = (char *)args[i];
-  argv[k] = NULL;
   char *env[] = {"HK_TRAIN_TEST_SLOW_STEP=60", NULL};
   hkt_proc p;
-  assert_int_equal(hkt_start(argv, env, &p), 0);
+  train_job(2, env, &p, NULL, "--data", dir, "--epochs", "3", "--batch-size",
+            "8", "--augment", "--save-all", part, "--checkpoint-dir", ck,
+            "--metrics", csv, NULL);
   char want[256];
   snprintf(want, sizeof want, "[0] checkpoint %s/last.hkckpt epoch 1", ck);
   if (hkt_wait_line(&p, want, RUN_S, NULL) != 0) {
