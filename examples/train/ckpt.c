@@ -74,6 +74,25 @@ static int write_all(int fd, const uint8_t *b, size_t len) {
   return 0;
 }
 
+int ckpt_prepare_dir(const char *dir, char *err, size_t err_cap) {
+  struct stat st;
+  const char *why = NULL;
+  if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+    why = strerror(errno);
+  else if (stat(dir, &st) != 0)
+    why = strerror(errno);
+  else if (!S_ISDIR(st.st_mode))
+    why = "not a directory";
+  else if (access(dir, W_OK | X_OK) != 0)
+    why = strerror(errno);
+  if (why) {
+    snprintf(err, err_cap, "%s: cannot use as checkpoint directory: %s", dir,
+             why);
+    return -1;
+  }
+  return 0;
+}
+
 int ckpt_write(const char *dir, const ckpt_state *s, char *err,
                size_t err_cap) {
   char path[4096], tmp[4200];
@@ -82,11 +101,8 @@ int ckpt_write(const char *dir, const ckpt_state *s, char *err,
     return -1;
   }
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
-    snprintf(err, err_cap, "%s: cannot create the checkpoint directory: %s",
-             dir, strerror(errno));
+  if (ckpt_prepare_dir(dir, err, err_cap) != 0)
     return -1;
-  }
   size_t len;
   uint8_t *b = encode(s, &len);
   if (!b) {

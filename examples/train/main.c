@@ -79,19 +79,12 @@ static int save_weights(const train_flags *f, const trainer *t) {
  * learns whether it could. */
 static hk_status open_metrics(const train_flags *f, trainer *t,
                               metrics_file *mf) {
-  char err[4200];
+  char err[4200] = "";
   int bad = t->rank == 0 &&
             metrics_open(mf, f->metrics, f->resume, err, sizeof err) != 0;
-  int who;
-  hk_status st = trainer_agree(t, "metrics.open", bad, &who);
-  if (st != HK_OK || who < 0)
-    return st;
-  if (bad)
-    snprintf(t->err, sizeof t->err, "%s", err);
-  else
-    snprintf(t->err, sizeof t->err, "rank 0 cannot write --metrics %s",
-             f->metrics);
-  return t->failed = HK_ERR_SYSTEM;
+  return trainer_rank0_outcome(t, "metrics.open", bad, err,
+                               "rank 0 cannot write the --metrics file (its "
+                               "message says why)");
 }
 
 /* Rank 0's epoch line and metrics row. */
@@ -200,6 +193,8 @@ int main(int argc, char **argv) {
     }
   } else
     st = trainer_broadcast_init(&t, f.seed);
+  if (st == HK_OK && f.checkpoint_dir && !f.resume)
+    st = trainer_checkpoint_dir(&t, &f);
   metrics_file mf = {0};
   if (st == HK_OK && f.metrics)
     st = open_metrics(&f, &t, &mf);

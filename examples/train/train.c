@@ -60,6 +60,17 @@ hk_status trainer_agree(trainer *t, const char *name, int failed_here,
   return HK_OK;
 }
 
+hk_status trainer_rank0_outcome(trainer *t, const char *name, int bad,
+                                const char *err, const char *other) {
+  int who;
+  if (trainer_agree(t, name, bad, &who) != HK_OK)
+    return t->failed;
+  if (who < 0)
+    return HK_OK;
+  snprintf(t->err, sizeof t->err, "%s", bad ? err : other);
+  return t->failed = HK_ERR_SYSTEM;
+}
+
 int trainer_init(trainer *t, const train_flags *f, const data_set *d, int rank,
                  int size, char *err, size_t err_cap) {
   memset(t, 0, sizeof *t);

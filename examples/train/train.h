@@ -127,6 +127,15 @@ hk_status trainer_check(trainer *t, hk_status st, const char *what,
 hk_status trainer_agree(trainer *t, const char *name, int failed_here,
                         int *failed_rank);
 
+/**
+ * Ends a step only rank 0 does (a file it writes): every rank learns
+ * through trainer_agree (named `name`) whether it failed (bad, on rank 0).
+ * Returns HK_OK; or HK_ERR_SYSTEM with t->err set to err on rank 0 and to
+ * `other` elsewhere; or the agreement's hk error.
+ */
+hk_status trainer_rank0_outcome(trainer *t, const char *name, int bad,
+                                const char *err, const char *other);
+
 /** He-initialises the model on rank 0 (from f->seed) and broadcasts every
  *  tensor to the others; waits for all of them. */
 hk_status trainer_broadcast_init(trainer *t, uint64_t seed);
@@ -144,6 +153,11 @@ hk_status trainer_epoch(trainer *t, int epoch, progress *p, epoch_stats *s);
  */
 int trainer_settings(const trainer *t, const train_flags *f, char *out,
                      size_t cap);
+
+/** Rank 0 prepares f->checkpoint_dir (ckpt_prepare_dir); every rank
+ *  learns whether it could. Returns HK_OK, or HK_ERR_SYSTEM with t->err
+ *  naming the directory and the reason (elsewhere: that rank 0 failed). */
+hk_status trainer_checkpoint_dir(trainer *t, const train_flags *f);
 
 /**
  * After epoch `epoch`: gathers every rank's augmentation rng state, then

@@ -54,6 +54,16 @@ static ckpt_state state_of(trainer *t, const char *settings, uint64_t *rng) {
   return s;
 }
 
+hk_status trainer_checkpoint_dir(trainer *t, const train_flags *f) {
+  char err[4200] = "";
+  int bad =
+      t->rank == 0 && ckpt_prepare_dir(f->checkpoint_dir, err, sizeof err) != 0;
+  return trainer_rank0_outcome(
+      t, "ckpt.dir", bad, err,
+      "rank 0 cannot use the checkpoint directory (its "
+      "message says why)");
+}
+
 hk_status trainer_checkpoint(trainer *t, const train_flags *f, int epoch) {
   int n_rng = t->size + 1;
   uint64_t *rng = calloc((size_t)n_rng, sizeof *rng);
@@ -82,18 +92,11 @@ hk_status trainer_checkpoint(trainer *t, const train_flags *f, int epoch) {
     bad = ckpt_write(f->checkpoint_dir, &s, err, sizeof err) != 0;
   }
   free(rng);
-  int who;
-  if (trainer_agree(t, "ckpt.written", bad, &who) != HK_OK)
-    return t->failed;
-  if (who < 0)
-    return HK_OK;
-  if (bad)
-    snprintf(t->err, sizeof t->err, "%s", err);
-  else
-    snprintf(t->err, sizeof t->err,
-             "checkpoint of epoch %d failed on rank %d (its message says why)",
-             epoch, who);
-  return t->failed = HK_ERR_SYSTEM;
+  char other[96];
+  snprintf(other, sizeof other,
+           "checkpoint of epoch %d failed on rank 0 (its message says why)",
+           epoch);
+  return trainer_rank0_outcome(t, "ckpt.written", bad, err, other);
 }
 
 hk_status trainer_resume(trainer *t, const train_flags *f, int *epochs_done) {

@@ -634,7 +634,24 @@ static void test_checkpoint_refused(void **state) {
   snprintf(file, sizeof file, "%s/last.hkckpt", ck);
   /* No checkpoint yet. */
   expect_refused(2, dir, ck, "cannot open: No such file or directory");
+  /* A directory that cannot be: found before any training. */
   hkt_result r;
+  char bad_dir[220];
+  snprintf(bad_dir, sizeof bad_dir, "%s/train-images-idx3-ubyte.gz/ck", dir);
+  run_train(2, &r, "--data", dir, "--epochs", "1", "--batch-size", "16",
+            "--checkpoint-dir", bad_dir, NULL);
+  assert_exit(&r, 1);
+  char what[400];
+  snprintf(what, sizeof what,
+           "[0] train: %s: cannot use as checkpoint directory: Not a "
+           "directory",
+           bad_dir);
+  assert_int_equal(hkt_count_lines(r.err, what), 1);
+  assert_int_equal(hkt_count_lines(r.err, "[1] train: rank 0 cannot use the "
+                                          "checkpoint directory"),
+                   1);
+  assert_int_equal(hkt_count_lines(r.out, " loss "), 0);
+  hkt_result_free(&r);
   run_train(2, &r, "--data", dir, "--epochs", "1", "--batch-size", "16",
             "--checkpoint-dir", ck, NULL);
   assert_exit(&r, 0);
@@ -649,7 +666,6 @@ static void test_checkpoint_refused(void **state) {
   run_train(2, &r, "--data", dir, "--epochs", "1", "--batch-size", "8",
             "--checkpoint-dir", ck, "--resume", NULL);
   assert_exit(&r, 1);
-  char what[400];
   snprintf(what, sizeof what,
            "%s: checkpoint refused: settings differ: batch is 16 in the "
            "checkpoint, 8 in this run",

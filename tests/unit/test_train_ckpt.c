@@ -202,7 +202,7 @@ static void test_refusals(void **state) {
 
 static void test_write_errors(void **state) {
   (void)state;
-  /* The directory is a file: named, and nothing is left behind. */
+  /* The directory is a file: named, nothing written. */
   char file[300], err[512] = "";
   snprintf(file, sizeof file, "%s/plain", dir);
   FILE *f = fopen(file, "w");
@@ -211,8 +211,17 @@ static void test_write_errors(void **state) {
   arrays a = {0};
   ckpt_state s = state_over(&a, settings);
   assert_int_equal(ckpt_write(file, &s, err, sizeof err), -1);
-  if (!strstr(err, "plain/" CKPT_FILE ".tmp: cannot create: Not a directory"))
-    fail_msg("message '%s'", err);
+  char want[400];
+  snprintf(want, sizeof want,
+           "%s: cannot use as checkpoint directory: not a directory", file);
+  assert_string_equal(err, want);
+  /* Below a file: mkdir's reason. */
+  char below[340];
+  snprintf(below, sizeof below, "%s/ck", file);
+  assert_int_equal(ckpt_write(below, &s, err, sizeof err), -1);
+  snprintf(want, sizeof want,
+           "%s: cannot use as checkpoint directory: Not a directory", below);
+  assert_string_equal(err, want);
   unlink(file);
 }
 
