@@ -90,6 +90,16 @@ int ckpt_prepare_dir(const char *dir, char *err, size_t err_cap) {
              why);
     return -1;
   }
+  /* A temporary file is only ever a write that did not finish (a killed
+   * run): with one writer per directory it is garbage. */
+  char tmp[4200];
+  if (snprintf(tmp, sizeof tmp, "%s/%s.tmp", dir, CKPT_FILE) <
+          (int)sizeof tmp &&
+      unlink(tmp) != 0 && errno != ENOENT) {
+    snprintf(err, err_cap, "%s: cannot remove a stale temporary file: %s", tmp,
+             strerror(errno));
+    return -1;
+  }
   return 0;
 }
 

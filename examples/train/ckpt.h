@@ -73,9 +73,9 @@ typedef struct ckpt_state {
 /** DIR/CKPT_FILE into out[cap]; -1 when it does not fit. */
 int ckpt_path(const char *dir, char *out, size_t cap);
 
-/** Creates DIR if it does not exist and checks that it is a directory
- *  this process may write in (so a run fails before training, not at its
- *  first checkpoint). */
+/** Creates DIR if it does not exist, checks that it is a directory this
+ *  process may write in (so a run fails before training, not at its first
+ *  checkpoint) and removes a temporary file a killed writer left. */
 int ckpt_prepare_dir(const char *dir, char *err, size_t err_cap);
 
 /** Writes s atomically as DIR/CKPT_FILE (see above), creating DIR if it

@@ -193,7 +193,7 @@ int main(int argc, char **argv) {
     }
   } else
     st = trainer_broadcast_init(&t, f.seed);
-  if (st == HK_OK && f.checkpoint_dir && !f.resume)
+  if (st == HK_OK && f.checkpoint_dir)
     st = trainer_checkpoint_dir(&t, &f);
   metrics_file mf = {0};
   if (st == HK_OK && f.metrics)

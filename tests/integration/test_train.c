@@ -564,6 +564,16 @@ static void test_checkpoint_resume(void **state) {
   for (int i = 0; i < n_workers; i++) /* the workers are gone */
     assert_int_equal(hkt_wait_gone(workers[i], RUN_S), 0);
 
+  /* What a job killed while writing a checkpoint leaves: a temporary
+   * file, which the resumed run removes. */
+  char stale[200];
+  snprintf(stale, sizeof stale, "%s/last.hkckpt.tmp", ck);
+  FILE *f = fopen(stale, "w");
+  assert_non_null(f);
+  fputs("HKCKPT half-written", f);
+  assert_int_equal(fclose(f), 0);
+  assert_int_equal(stray_files(ck), 1);
+
   /* Resume: epochs 2 and 3 again, to the same weights, bit for bit. */
   run_train(2, &r, "--data", dir, "--epochs", "3", "--batch-size", "8",
             "--augment", "--save-all", part, "--checkpoint-dir", ck, "--resume",
