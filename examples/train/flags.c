@@ -97,16 +97,13 @@ int flags_parse(int argc, char **argv, train_flags *out, char *err,
     const char *a = argv[i];
     if (!strcmp(a, "-h") || !strcmp(a, "--help"))
       return 1;
-    if (!strcmp(a, "--nesterov")) {
-      out->nesterov = 1;
-      continue;
-    }
     /* Switches without a value. */
     static const struct {
       const char *name;
       size_t field;
       int value;
     } switches[] = {
+        {"--nesterov", offsetof(train_flags, nesterov), 1},
         {"--progress", offsetof(train_flags, progress), 1},
         {"--augment", offsetof(train_flags, augment), 1},
         {"--resume", offsetof(train_flags, resume), 1},

@@ -182,7 +182,7 @@ static void test_flags_defaults_and_values(void **state) {
   assert_int_equal(parse(&f, err, 2, "--epochs", "--help"), -1);
 
   /* The input pipeline, Horovod's conventions, checkpoints, metrics. */
-  assert_int_equal(parse(&f, err, 11, "--global-batch-size", "96",
+  assert_int_equal(parse(&f, err, 10, "--global-batch-size", "96",
                          "--no-lr-scaling", "--prefetch=0", "--augment",
                          "--checkpoint-dir", "ck", "--resume", "--metrics",
                          "m.csv"),
