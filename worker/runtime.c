@@ -26,6 +26,7 @@
 #include "worker/context.h"
 #include "worker/devplane.h"
 #include "worker/execute.h"
+#include "worker/flight.h"
 #include "worker/intra.h"
 #include "worker/introspect.h"
 #include "worker/mpi_exchange.h"
@@ -81,6 +82,7 @@ static void destroy(hk_ctx *ctx) {
   hk_intra_destroy(ctx);
   hk_execute_release(ctx);
   hk_timeline_close(ctx->timeline);
+  hk_flight_close(ctx);
   hk_cache_destroy(ctx->cache);
   free(ctx->inval);
   free(ctx->layout);
@@ -156,6 +158,8 @@ hk_status hk_init(void) {
   if (st == HK_OK && ctx->rank == 0 && ctx->cfg.timeline[0])
     st = hk_timeline_open(ctx->cfg.timeline, &ctx->timeline);
   if (st == HK_OK)
+    st = hk_flight_open(ctx);
+  if (st == HK_OK)
     st = hk_bootstrap(ctx);
   if (st == HK_OK) {
     ctx->io.abort_fd = ctx->mesh.launcher_fd;
@@ -170,10 +174,18 @@ hk_status hk_init(void) {
   if (st == HK_OK)
     st = hk_agree_settings(ctx);
   if (st == HK_OK) {
+    /* SIGUSR1 (the flight recorder's) is for the trainer's threads: the
+     * background thread and those it starts are woken through a pipe and
+     * never see EINTR from it */
+    sigset_t usr1, old;
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &usr1, &old);
     if (pthread_create(&ctx->thread, NULL, hk_background_main, ctx) != 0)
       st = hk_fail(HK_ERR_SYSTEM, "cannot start the background thread");
     else
       ctx->thread_started = 1;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
   }
   if (st != HK_OK) {
     char msg[HK_ERROR_MSG_CAP];
