@@ -1,5 +1,5 @@
 /*
- * w_flight.c - a hang for the flight recorder's tests (test_flight.c):
+ * w_flight.c - a hang for the flight recorder's tests (test_flight_hang.c):
  * every rank allreduces t0..t6 (8 floats of rank + i, checked against the
  * serial sum), then every rank but the last submits "t7" and waits for it,
  * printing "waiting for t7 pid=<pid>"; the last rank never submits t7: it
