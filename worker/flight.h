@@ -21,9 +21,10 @@
  * nothing; the dump reads the in-flight table under ctx->mu, as the queue
  * does. Every function here but open/close is the background thread's;
  * each does nothing when the recorder is off (ctx->flight NULL).
- * Cost per collective: one ring slot and four time stamps taken from
- * readings the background thread makes anyway (hk_now()); the realtime
- * clock is the monotonic one plus an offset read once per round.
+ * Cost per collective: one ring slot and four time stamps, from readings
+ * the background thread makes anyway (hk_now()) but one per batch for its
+ * start; the realtime clock is the monotonic one plus an offset read once
+ * per round.
  * bench/flight_cost.c measures it (README, "Flight recorder").
  */
 #ifndef HK_WORKER_FLIGHT_H
