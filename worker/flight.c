@@ -23,6 +23,8 @@ struct hk_flight {
   struct sigaction old_usr1;
   int installed;  /* the handler is ours: restore old_usr1 at close */
   char dir[4096]; /* where records go */
+  char next_reason[HK_FLIGHT_REASON_LEN + 1]; /* the reason of the next
+                                                 SIGUSR1 dump, or "" */
 };
 
 /* The write end of the wake-up pipe for the SIGUSR1 handler, which cannot
@@ -117,8 +119,13 @@ void hk_flight_close(hk_ctx *ctx) {
   struct hk_flight *f = ctx->flight;
   if (!f)
     return;
-  if (f->installed)
+  if (f->installed) { /* the program's own; a late request to dump (one
+                        on its way from hkrun) must not kill the process */
+    if (f->old_usr1.sa_handler == SIG_DFL &&
+        !(f->old_usr1.sa_flags & SA_SIGINFO))
+      f->old_usr1.sa_handler = SIG_IGN;
     sigaction(SIGUSR1, &f->old_usr1, NULL);
+  }
   g_dump_fd = -1;
   for (int i = 0; i < 2; i++)
     if (f->pipe_fd[i] >= 0)
@@ -138,7 +145,23 @@ void hk_flight_signalled(hk_ctx *ctx) {
   char sink[64];
   while (read(ctx->flight->pipe_fd[0], sink, sizeof sink) > 0)
     ;
-  hk_flight_dump(ctx, "SIGUSR1 (a dump was asked for)");
+  char *next = ctx->flight->next_reason;
+  hk_flight_dump(ctx, next[0] ? next : "SIGUSR1 (a dump was asked for)");
+  next[0] = '\0';
+}
+
+void hk_flight_stall(hk_ctx *ctx, const char *what) {
+  struct hk_flight *f = ctx->flight;
+  if (!f)
+    return;
+  char why[HK_FLIGHT_REASON_LEN + 1];
+  snprintf(why, sizeof why, "stall warning: %s", what);
+  if (ctx->launcher_parent && kill(getppid(), SIGUSR1) == 0) {
+    snprintf(f->next_reason, sizeof f->next_reason,
+             "%.960s (every rank was asked to write through hkrun)", why);
+    return; /* hkrun's SIGUSR1 comes back to this rank too */
+  }
+  hk_flight_dump(ctx, why);
 }
 
 void hk_flight_taken(hk_ctx *ctx, hk_handle list) {

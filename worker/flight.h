@@ -6,8 +6,10 @@
  *   - the job fails on this rank for any reason but hk_shutdown (a stall
  *     shutdown, HK_TIMEOUT_S, a lost peer, hkrun's abort, any error of
  *     the background thread): worker/background.c's fail_job;
- *   - rank 0's stall inspector warns (rank 0's record only: the other
- *     ranks are not told of a warning);
+ *   - rank 0's stall inspector warns: rank 0 sends SIGUSR1 to hkrun, its
+ *     parent, which forwards it to every rank (as for `hkrun --dump`), and
+ *     its own record gives the warning as the reason; without hkrun as
+ *     its parent (mpirun, srun) rank 0 writes only its own;
  *   - the process gets SIGUSR1 (`hkrun --dump PID` forwards one to every
  *     rank): the handler only writes a byte to a pipe that the background
  *     thread polls, and the background thread writes the file.
@@ -43,7 +45,9 @@
 hk_status hk_flight_open(hk_ctx *ctx);
 
 /** hk_shutdown (after the background thread stopped): restores the old
- *  SIGUSR1 disposition, closes the pipe, frees. NULL flight is fine. */
+ *  SIGUSR1 disposition (the default, "terminate", becomes "ignore": a
+ *  request still on its way from hkrun must not kill a process that has
+ *  left the job), closes the pipe, frees. NULL flight is fine. */
 void hk_flight_close(hk_ctx *ctx);
 
 /** The pipe's read end the background thread polls, or -1 when off. */
@@ -67,6 +71,10 @@ void hk_flight_negotiated(hk_ctx *ctx, hk_handle h, double t_ready);
 /** h's collective started (HK_FLIGHT_RUNNING, start time t), completed
  *  (HK_FLIGHT_DONE) or failed (HK_FLIGHT_FAILED; end time t). t: hk_now(). */
 void hk_flight_mark(hk_ctx *ctx, hk_handle h, hk_flight_state state, double t);
+
+/** Rank 0's stall inspector warned (`what`: its message): every rank
+ *  writes its record through hkrun (see above), or rank 0 alone. */
+void hk_flight_stall(hk_ctx *ctx, const char *what);
 
 /** Writes this rank's record now, with `reason` on its reason line.
  *  Failures are logged (a warning naming the file), never returned: the

@@ -177,9 +177,7 @@ static void inspect_stalls(hk_ctx *ctx, hk_round *R) {
     hk_log(HK_LOG_WARNING,
            "stall: %u tensor(s) submitted by some ranks but not others: %s", n,
            what);
-    char why[HK_WIRE_MAX_REASON_LEN + 64];
-    snprintf(why, sizeof why, "stall warning: %s", what);
-    hk_flight_dump(ctx, why);
+    hk_flight_stall(ctx, what);
     ctx->next_stall_warning = now + check;
   }
   if (check > 0 && ctx->next_stall_warning > now &&

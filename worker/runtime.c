@@ -68,10 +68,12 @@ static hk_status read_placement(hk_ctx *ctx) {
   return st;
 }
 
-/* If hkrun started us, die with it: no worker outlives its launcher. */
-static void die_with_launcher(void) {
+/* If hkrun started us, die with it: no worker outlives its launcher (and
+ * the flight recorder may ask it to signal every rank). */
+static void die_with_launcher(hk_ctx *ctx) {
   const char *s = getenv("HK_LAUNCHER_PID");
-  if (s && atol(s) == (long)getppid())
+  ctx->launcher_parent = s && atol(s) == (long)getppid();
+  if (ctx->launcher_parent)
     prctl(PR_SET_PDEATHSIG, SIGKILL);
 }
 
@@ -142,7 +144,7 @@ hk_status hk_init(void) {
   char prefix[32];
   snprintf(prefix, sizeof prefix, "hk[%d]", ctx->rank);
   hk_log_setup(prefix, (hk_log_level)ctx->cfg.log_level);
-  die_with_launcher();
+  die_with_launcher(ctx);
   ctx->io = (hk_io){-1, ctx->cfg.timeout_s};
   ctx->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (ctx->wake_fd < 0)

@@ -121,8 +121,9 @@ static void expect(const char *text, const char *want) {
     fail_msg("'%s' not in:\n%s", want, text);
 }
 
-/* The diagnosis of the hang names t7 and rank 3. */
-static void expect_t7(const char *dir, const char *why) {
+/* The diagnosis of the hang names t7 and rank 3; `nwhy` ranks wrote
+ * because of `why`. */
+static void expect_t7(const char *dir, const char *why, int nwhy) {
   hkt_result r;
   diagnose(dir, &r);
   assert_int_equal(r.exit_code, 0);
@@ -131,7 +132,8 @@ static void expect_t7(const char *dir, const char *why) {
   expect(r.out, "first divergence: tensor 't7' (allreduce, float32, 32 "
                 "bytes), after round 7 (the last round every rank ran): "
                 "submitted by ranks 0-2; never submitted by rank 3");
-  assert_int_equal(hkt_count_lines(r.out, why), 4);
+  if (hkt_count_lines(r.out, why) != nwhy)
+    fail_msg("not %d lines with '%s' in:\n%s", nwhy, why, r.out);
   hkt_result_free(&r);
 }
 
@@ -151,7 +153,7 @@ static void test_sigusr1_to_ranks(void **s) {
   for (int i = 0; i < 4; i++)
     assert_int_equal(kill(pids[i], SIGUSR1), 0);
   assert_int_equal(wait_records(dir, 4, 60), 0);
-  expect_t7(dir, "written on: SIGUSR1 (a dump was asked for)");
+  expect_t7(dir, "written on: SIGUSR1 (a dump was asked for)", 4);
   assert_int_equal(hkt_pid_alive(p.pid), 1); /* the job goes on */
   end_hang(&p);
   /* one rank's record missing: named; the others still diagnose */
@@ -202,7 +204,7 @@ static void test_hkrun_dump(void **s) {
   assert_int_equal(
       hkt_wait_line(&p, "received SIGUSR1: asked 4 rank(s) to write", 30, NULL),
       0);
-  expect_t7(dir, "written on: SIGUSR1");
+  expect_t7(dir, "written on: SIGUSR1", 4);
   /* the ring of 3 kept the newest three of rank 0's 8, oldest first */
   char zero[4200] = "";
   count_records(dir, ".0.txt", zero, sizeof zero);
@@ -246,8 +248,27 @@ static void test_stall_path(void **s) {
   assert_int_equal(hkt_orphans(NULL, 0), 0);
   /* every rank wrote before it stopped (the files are whole: renamed) */
   assert_int_equal(count_records(dir, NULL, NULL, 0), 4);
-  expect_t7(dir, "written on: stalled for more than "
-                 "HK_STALL_SHUTDOWN_TIME_S=2 s: tensor 't7'");
+  expect_t7(dir,
+            "written on: stalled for more than "
+            "HK_STALL_SHUTDOWN_TIME_S=2 s: tensor 't7'",
+            4);
+  remove_dir(dir);
+}
+
+/* A stall warning alone: rank 0 asks hkrun to have every rank write. */
+static void test_stall_warning(void **s) {
+  (void)s;
+  char dir[4096];
+  assert_int_equal(hkt_mkdtemp("hk-flight.", dir, sizeof dir), 0);
+  hkt_proc p;
+  int pids[4];
+  start_hang(dir, "HK_STALL_CHECK_TIME_S=1", &p, pids);
+  assert_int_equal(wait_records(dir, 4, 60), 0);
+  assert_int_equal(hkt_wait_line(&p, "warning: stall:", 30, NULL), 0);
+  expect_t7(dir, "written on: SIGUSR1 (a dump was asked for)", 3);
+  /* rank 0's reason is the warning (its text grows "waiting N s") */
+  expect_t7(dir, "(every rank was asked to write through hkrun)", 1);
+  end_hang(&p);
   remove_dir(dir);
 }
 
@@ -257,6 +278,7 @@ int main(void) {
       cmocka_unit_test(test_sigusr1_to_ranks),
       cmocka_unit_test(test_hkrun_dump),
       cmocka_unit_test(test_stall_path),
+      cmocka_unit_test(test_stall_warning),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
