@@ -202,10 +202,13 @@ static void report_round_gap(const job_view *j, uint64_t lo, FILE *out) {
     reached[r] = j->at[r]->h.rounds >= R ? 1 : 2;
     for (size_t i = 0; reached[r] == 1 && i < j->at[r]->nentries; i++) {
       const hk_flight_entry *e = &j->at[r]->entries[i];
-      if (e->round != R || named >= MAX_NAMED || strstr(names, e->name))
+      char quoted[HK_FLIGHT_NAME_LEN + 3];
+      snprintf(quoted, sizeof quoted, "'%s'", e->name);
+      if (e->round != R || named >= MAX_NAMED || o >= sizeof names ||
+          strstr(names, quoted))
         continue;
-      o += (size_t)snprintf(names + o, sizeof names - o, "%s'%s'",
-                            named ? ", " : "", e->name);
+      o += (size_t)snprintf(names + o, sizeof names - o, "%s%s",
+                            named ? ", " : "", quoted);
       named++;
     }
   }
