@@ -102,8 +102,8 @@ typedef struct hk_ctx {
   int cross_rank, cross_size; /* this rank's host among the hosts */
   int placement;              /* hk_placement_source: who started us */
   int secret_from_rank0;      /* no HK_SECRET: take rank 0's over MPI */
-  int launcher_parent;        /* our parent process is hkrun (the
-                                 HK_LAUNCHER_PID it gave us) */
+  int launcher_parent;        /* the pid of hkrun (HK_LAUNCHER_PID) when it
+                                 is our parent process; 0 otherwise */
   hk_config cfg;
   hk_secret secret;
   hk_mesh mesh;

@@ -156,7 +156,9 @@ void hk_flight_stall(hk_ctx *ctx, const char *what) {
     return;
   char why[HK_FLIGHT_REASON_LEN + 1];
   snprintf(why, sizeof why, "stall warning: %s", what);
-  if (ctx->launcher_parent && kill(getppid(), SIGUSR1) == 0) {
+  /* hkrun only: its pid still our parent's (not a re-parenting) */
+  if (ctx->launcher_parent && getppid() == ctx->launcher_parent &&
+      kill(ctx->launcher_parent, SIGUSR1) == 0) {
     snprintf(f->next_reason, sizeof f->next_reason,
              "%.960s (every rank was asked to write through hkrun)", why);
     return; /* hkrun's SIGUSR1 comes back to this rank too */

@@ -72,7 +72,7 @@ static hk_status read_placement(hk_ctx *ctx) {
  * the flight recorder may ask it to signal every rank). */
 static void die_with_launcher(hk_ctx *ctx) {
   const char *s = getenv("HK_LAUNCHER_PID");
-  ctx->launcher_parent = s && atol(s) == (long)getppid();
+  ctx->launcher_parent = s && atol(s) == (long)getppid() ? (int)getppid() : 0;
   if (ctx->launcher_parent)
     prctl(PR_SET_PDEATHSIG, SIGKILL);
 }
