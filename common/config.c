@@ -97,6 +97,13 @@ static const tunable table[] = {
      "a waiting thread (background thread, hk_wait) polls this long, "
      "yielding its core, before it sleeps; 0: sleep at once",
      OFF(spin_us), 0},
+    /* PyTorch's TORCH_NCCL_TRACE_BUFFER_SIZE idea; 2000 entries of ~200
+     * bytes (worker/flight.h): ~0.4 MB per rank, seconds of a training
+     * step's collectives */
+    {"HK_FLIGHT_RECORDER", 2000, 0, 1 << 24, "collectives",
+     "each rank keeps its last this many collectives and writes them on a "
+     "hang, a failure or SIGUSR1 (hkrun --dump); 0: off",
+     OFF(flight_recorder), 1},
     /* the slowest link the seed customers name (10 GbE) */
     {"HK_NET_GBIT", 10, 0.001, 1e5, "Gbit/s",
      "each host's network rate, for the cost model's algorithm choice",
@@ -195,6 +202,11 @@ hk_status hk_config_load(hk_config *cfg) {
     return hk_fail(HK_ERR_CONFIG, "HK_TIMELINE is longer than %zu bytes",
                    sizeof cfg->timeline - 1);
   snprintf(cfg->timeline, sizeof cfg->timeline, "%s", tl ? tl : "");
+  const char *fdir = getenv("HK_FLIGHT_DIR");
+  if (fdir && strlen(fdir) >= sizeof cfg->flight_dir)
+    return hk_fail(HK_ERR_CONFIG, "HK_FLIGHT_DIR is longer than %zu bytes",
+                   sizeof cfg->flight_dir - 1);
+  snprintf(cfg->flight_dir, sizeof cfg->flight_dir, "%s", fdir ? fdir : "");
   const char *ifn = getenv("HK_SOCKET_IFNAME");
   if (ifn && strlen(ifn) >= sizeof cfg->socket_ifname)
     return hk_fail(HK_ERR_CONFIG, "HK_SOCKET_IFNAME is longer than %zu bytes",
@@ -268,6 +280,9 @@ void hk_config_print_table(void) {
          "rank 0 writes a Chrome trace of every tensor's phases");
   printf("%-22s %12s  %-24s %s\n", "HK_TIMELINE_MARK_CYCLES", "0", "0|1",
          "1: the timeline marks every negotiation round that ran work");
+  printf("%-22s %12s  %-24s %s\n", "HK_FLIGHT_DIR", "\"\"", "a folder",
+         "where flight records go; \"\": HK_TIMELINE's folder, else the "
+         "current directory");
   printf("%-22s %12s  %-24s %s\n", "HK_SOCKET_IFNAME", "\"\"",
          "interface or CIDR", "where ranks listen (checked at hk_init)");
   printf("%-22s %12s  %-24s %s\n", "HK_CROSS_TRANSPORT", "tcp", "tcp|mpi",

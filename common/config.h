@@ -48,6 +48,10 @@ typedef struct hk_config {
   char timeline[4096];      /* HK_TIMELINE: rank 0's trace file, or "" */
   int timeline_mark_cycles; /* HK_TIMELINE_MARK_CYCLES: 1 = an instant
                                CYCLE_START event per round that ran work */
+  size_t flight_recorder;   /* HK_FLIGHT_RECORDER: collectives each rank
+                               keeps for its flight record; 0 = off */
+  char flight_dir[4096];    /* HK_FLIGHT_DIR: where flight records go, or
+                               "" (HK_TIMELINE's folder, else ".") */
   char socket_ifname[256];  /* HK_SOCKET_IFNAME: the interface (name or
                                CIDR subnet) ranks listen on, or "" */
   /* GPU tensors (device/device.h) */

@@ -63,6 +63,7 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "worker/execute.h"
+#include "worker/flight.h"
 #include "worker/introspect.h"
 #include "worker/queue.h"
 #include "worker/round.h"
@@ -118,6 +119,8 @@ static void fail_job(hk_ctx *ctx, hk_status st, const char *what, int relay) {
     }
   }
   hk_log(st == HK_ERR_SHUTDOWN ? HK_LOG_INFO : HK_LOG_ERROR, "%s", reason);
+  if (st != HK_ERR_SHUTDOWN) /* before the handles complete: still pending */
+    hk_flight_dump(ctx, reason);
   if (relay && ctx->rank == 0 && ctx->size > 1)
     relay_failure(ctx, st, reason);
   hk_queue_fail_all(ctx, st, reason);
@@ -285,20 +288,24 @@ void *hk_background_main(void *arg) {
   hk_ctx *ctx = arg;
   hk_round R;
   ctx->next_stall_check = ctx->next_stall_warning = hk_now();
-  /* poll set: wake fd, launcher fd, then control fd(s) */
-  struct pollfd *pfds = calloc((size_t)ctx->size + 2, sizeof *pfds);
+  /* poll set: wake fd, launcher fd, flight recorder fd, then control fd(s) */
+  struct pollfd *pfds = calloc((size_t)ctx->size + 3, sizeof *pfds);
   hk_status st0 = hk_round_init(ctx, &R);
   if (!pfds || st0 != HK_OK) {
     fail_job(ctx, HK_ERR_NOMEM, "cannot allocate the poll set", 1);
     goto out;
   }
-  int npfd = 0, wake_i, launcher_i = -1, first_ctrl;
+  int npfd = 0, wake_i, launcher_i = -1, flight_i = -1, first_ctrl;
   pfds[npfd++] = (struct pollfd){.fd = ctx->wake_fd, .events = POLLIN};
   wake_i = 0;
   if (ctx->mesh.launcher_fd >= 0) {
     launcher_i = npfd;
     pfds[npfd++] =
         (struct pollfd){.fd = ctx->mesh.launcher_fd, .events = POLLIN};
+  }
+  if (hk_flight_fd(ctx) >= 0) {
+    flight_i = npfd;
+    pfds[npfd++] = (struct pollfd){.fd = hk_flight_fd(ctx), .events = POLLIN};
   }
   first_ctrl = npfd;
   if (ctx->size > 1) {
@@ -325,6 +332,8 @@ void *hk_background_main(void *arg) {
       ssize_t rd = read(ctx->wake_fd, &v, sizeof v);
       (void)rd;
     }
+    if (flight_i >= 0 && pfds[flight_i].revents)
+      hk_flight_signalled(ctx); /* SIGUSR1: write the flight record */
     hk_status st = HK_OK;
     if (ctx->rank == 0) {
       st = hk_round_coordinate(ctx, &R, pfds, first_ctrl);

@@ -19,6 +19,7 @@
 #include "coordinator/fusion.h"
 #include "worker/algo.h"
 #include "worker/devplane.h"
+#include "worker/flight.h"
 #include "worker/introspect.h"
 #include "worker/queue.h"
 #include "worker/timeline.h"
@@ -636,8 +637,19 @@ static void finish_handle(hk_ctx *ctx, hk_handle h, hk_status st,
     hk_queue_complete(ctx, h, st, reason);
 }
 
+/* The flight recorder's state of group members p->order[a..b) at t. */
+static void flight_group(hk_ctx *ctx, const plan *p, uint32_t a, uint32_t b,
+                         hk_flight_state state, double t) {
+  if (!ctx->flight)
+    return;
+  for (uint32_t i = a; i < b; i++)
+    hk_flight_mark(ctx, p->h[p->order[i]], state, t);
+}
+
 hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
                                uint32_t n, double t_ready) {
+  if (n)
+    hk_flight_round(ctx, t_ready);
   plan *pp = NULL;
   hk_status st = plan_get(ctx, n, &pp);
   if (st != HK_OK)
@@ -653,6 +665,7 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
       break;
     if (!p.h[i]) /* a failure this rank (joined) takes no part in */
       continue;
+    hk_flight_negotiated(ctx, p.h[i], t_ready);
     const hk_wire_request *q = &p.h[i]->req;
     size_t bytes = q->count * hk_dtype_size((hk_dtype)q->dtype);
     const int device = q->mem == HK_WIRE_MEM_DEVICE;
@@ -687,6 +700,7 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
   if (st == HK_OK)
     for (uint32_t i = 0; i < n; i++) /* failed negotiations end at once */
       if (rs[i].status != HK_OK && p.h[i]) {
+        hk_flight_mark(ctx, p.h[i], HK_FLIGHT_FAILED, t_ready);
         finish_handle(ctx, p.h[i], (hk_status)rs[i].status, rs[i].reason);
         p.h[i] = NULL;
       }
@@ -702,6 +716,8 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
     int fused = b - a > 1;
     hk_handle h0 = p.h[p.order[a]];
     const char *dev_algo = NULL;
+    if (ctx->flight)
+      flight_group(ctx, &p, a, b, HK_FLIGHT_RUNNING, hk_now());
     if (h0->req.mem == HK_WIRE_MEM_DEVICE && h0->req.coll == HK_COLL_ALLREDUCE)
       st = run_device(ctx, &p, a, b, rs[p.order[a]].divisor, &dev_algo, t);
     else if (h0->req.mem == HK_WIRE_MEM_DEVICE)
@@ -712,6 +728,8 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
                ? run_fused(ctx, &p, a, b, t)
                : run_alone(ctx, h0, rs[p.order[a]].divisor, &rs[p.order[a]], t);
     if (st != HK_OK) {
+      if (ctx->flight)
+        flight_group(ctx, &p, a, b, HK_FLIGHT_FAILED, hk_now());
       char msg[HK_ERROR_MSG_CAP];
       snprintf(msg, sizeof msg, "%s", hk_last_error());
       st = hk_fail(st, "tensor '%s': %s", p.h[p.order[a]]->req.name, msg);
@@ -743,6 +761,7 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
     }
     if (ran)
       hk_introspect_record(ctx, ran, t[1], t[2]);
+    flight_group(ctx, &p, a, b, HK_FLIGHT_DONE, t[3]);
     for (uint32_t i = a; i < b; i++) {
       hk_handle h = p.h[p.order[i]];
       if (ctx->timeline && !h->phantom)

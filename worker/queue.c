@@ -11,6 +11,7 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "worker/devplane.h"
+#include "worker/flight.h"
 
 static void wake(hk_ctx *ctx) {
   uint64_t one = 1;
@@ -36,7 +37,7 @@ static hk_status enqueue_locked(hk_ctx *ctx, hk_handle h) {
   hk_status st = hk_strmap_put(ctx->inflight, h->req.name, h);
   if (st != HK_OK)
     return st;
-  if (ctx->timeline) /* read-only after hk_init: the cost when off */
+  if (ctx->timeline || ctx->flight) /* read-only after hk_init */
     h->t_submit = hk_now();
   if (ctx->queue_tail)
     ctx->queue_tail->next = h;
@@ -137,6 +138,7 @@ static hk_handle take(hk_ctx *ctx, int quiet) {
    * sends hk_queue_find to the locked table) */
   for (hk_handle h = list; h; h = h->next)
     (void)hk_strmap_put(ctx->taken, h->req.name, h);
+  hk_flight_taken(ctx, list);
   return list;
 }
 
