@@ -63,6 +63,7 @@
 #include "common/status.h"
 #include "worker/execute.h"
 #include "worker/introspect.h"
+#include "worker/monitor.h"
 #include "worker/queue.h"
 #include "worker/round.h"
 
@@ -185,6 +186,9 @@ static hk_status worker_send(hk_ctx *ctx, hk_round *R) {
   m.u.requests.reqs = R->reqs;
   m.u.requests.nbits = nbits;
   m.u.requests.bits = R->bits;
+  if (ctx->monitor) /* telemetry rides on the request (worker/monitor.h) */
+    m.u.requests.has_sample =
+        (uint8_t)hk_monitor_take_sample(ctx->monitor, &m.u.requests.sample);
   st =
       hk_tcp_send_msg(ctx->mesh.ctrl_fd, &m, &ctx->scratch, &ctx->io, "rank 0");
   if (st != HK_OK)

@@ -28,6 +28,7 @@
 #include "worker/execute.h"
 #include "worker/intra.h"
 #include "worker/introspect.h"
+#include "worker/monitor.h"
 #include "worker/mpi_exchange.h"
 #include "worker/placement.h"
 #include "worker/queue.h"
@@ -75,8 +76,9 @@ static void die_with_launcher(void) {
 }
 
 static void destroy(hk_ctx *ctx) {
-  hk_devplane_close(ctx); /* before the mesh: a comm may use the network */
-  hk_rings_destroy(ctx);  /* (the shm group before the segment goes) */
+  hk_monitor_stop(ctx, 0); /* (a no-op once hk_shutdown stopped it) */
+  hk_devplane_close(ctx);  /* before the mesh: a comm may use the network */
+  hk_rings_destroy(ctx);   /* (the shm group before the segment goes) */
   hk_mesh_close(&ctx->mesh, ctx->size);
   hk_intra_destroy(ctx);
   hk_execute_release(ctx);
@@ -84,6 +86,7 @@ static void destroy(hk_ctx *ctx) {
   hk_cache_destroy(ctx->cache);
   free(ctx->inval);
   free(ctx->layout);
+  free(ctx->hosts);
   free(ctx->rd_scratch);
   hk_negotiator_destroy(ctx->negotiator);
   hk_strmap_destroy(ctx->inflight);
@@ -169,6 +172,8 @@ hk_status hk_init(void) {
     st = hk_devplane_open(ctx);
   if (st == HK_OK)
     st = hk_agree_settings(ctx);
+  if (st == HK_OK)
+    st = hk_monitor_start(ctx);
   if (st == HK_OK) {
     if (pthread_create(&ctx->thread, NULL, hk_background_main, ctx) != 0)
       st = hk_fail(HK_ERR_SYSTEM, "cannot start the background thread");
@@ -200,6 +205,7 @@ hk_status hk_shutdown(void) {
   (void)w;
   if (ctx->thread_started)
     pthread_join(ctx->thread, NULL);
+  hk_monitor_stop(ctx, 1); /* rank 0: the report, the last metrics file */
   say_goodbye(ctx);
   hk_status st = ctx->failure;
   char reason[sizeof ctx->failure_reason];
