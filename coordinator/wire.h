@@ -35,7 +35,9 @@
 #define HK_WIRE_MAX_CACHE_BITS (1u << 20) /* response-cache bit indices */
 #define HK_WIRE_NO_BIT 0xffffffffu
 #define HK_WIRE_ANSWER_OFFSET HK_WIRE_HEADER_LEN /* RESPONSES.answer */
-#define HK_WIRE_MAX_MONITOR_LEN 65535 /* MONITOR text, bytes (a u16 string) */
+#define HK_WIRE_MAX_MONITOR_LEN                                                \
+  60000 /* MONITOR text, bytes (under the                                      \
+           rendezvous frame limit, 64 KiB) */
 
 typedef enum hk_msg_type {
   HK_MSG_REGISTER = 1,  /* worker -> hkrun: here I am, this is my address */

@@ -101,6 +101,8 @@ typedef struct hkrun_args {
   const char *stall_shutdown_s; /* --stall-check-shutdown-time-seconds */
   const char *gloo_timeout_s;   /* --gloo-timeout-seconds -> HK_TIMEOUT_S */
   const char *topology; /* --topology FILE (may be NULL: HK_TOPO_FILE) */
+  int monitor;          /* --monitor -> HK_MONITOR_LIVE=1; hkrun shows the
+                           table rank 0 sends (launcher/monitor.h) */
   /* The program and its arguments: prog_argc entries followed by the NULL
    * that ends the caller's argv. Points into argv; not owned. */
   int prog_argc;

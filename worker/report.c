@@ -32,8 +32,29 @@ static double threshold(const hk_monitor_view *v) {
   return rel > HK_REPORT_MIN_LATE_S ? rel : HK_REPORT_MIN_LATE_S;
 }
 
+double hk_report_excess(const hk_monitor_view *v, int r) {
+  const int n = v->size - 1;
+  if (n < 1)
+    return 0;
+  double *o = malloc((size_t)n * sizeof *o);
+  if (!o)
+    return 0;
+  int k = 0;
+  for (int q = 0; q < v->size; q++) /* the others, sorted (insertion) */
+    if (q != r) {
+      double x = hk_report_lateness(v, q);
+      int i = k++;
+      for (; i > 0 && o[i - 1] > x; i--)
+        o[i] = o[i - 1];
+      o[i] = x;
+    }
+  double median = n % 2 ? o[n / 2] : (o[n / 2 - 1] + o[n / 2]) / 2;
+  free(o);
+  return hk_report_lateness(v, r) - median;
+}
+
 int hk_report_is_straggler(const hk_monitor_view *v, int r) {
-  return v->rounds > 0 && hk_report_lateness(v, r) >= threshold(v);
+  return v->rounds > 0 && hk_report_excess(v, r) >= threshold(v);
 }
 
 /* The GPU causes' words, by hk_gpu_cause. */
@@ -112,8 +133,8 @@ hk_status hk_report_format(const hk_monitor_view *v, hk_buf *out) {
   char line[2048];
   snprintf(line, sizeof line,
            "hk monitor: %llu rounds in %.1f s (one every %.1f ms); a rank "
-           "is named when it is at least %.1f ms late per round "
-           "(max(%.0f ms, %.0f%% of a round))\n",
+           "is named when it is at least %.1f ms per round later than the "
+           "median of the others (max(%.0f ms, %.0f%% of a round))\n",
            (unsigned long long)v->rounds, v->elapsed_s, 1e3 * v->period_s,
            1e3 * threshold(v), 1e3 * HK_REPORT_MIN_LATE_S,
            100 * HK_REPORT_REL_LATE);

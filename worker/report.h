@@ -3,12 +3,14 @@
  * 3 and 4): which ranks hold the job back, and what their telemetry
  * shows. Pure formatting of a monitor view (worker/monitor.h): no I/O.
  *
- * A rank is named (a straggler) when its mean lateness per round is at
- * least HK_REPORT_MIN_LATE_S and at least HK_REPORT_REL_LATE of the mean
- * round period: below 5 ms the lateness is within the scheduling noise of
- * a loaded host (a 2-core machine running 4 ranks shows a few ms), and a
- * rank that costs under a tenth of a round cannot be what makes a job run
- * far below its speed. At most HK_REPORT_MAX_NAMED, slowest first.
+ * A rank is named (a straggler) when its mean lateness per round exceeds
+ * the median of the other ranks' by at least HK_REPORT_MIN_LATE_S and at
+ * least HK_REPORT_REL_LATE of the mean round period: below 5 ms the
+ * lateness is within the scheduling noise of a loaded host (a 2-core
+ * machine running 4 ranks shows a few ms), a rank that costs under a
+ * tenth of a round cannot be what makes a job run far below its speed,
+ * and noise every rank suffers alike (the median) is nobody's fault. At
+ * most HK_REPORT_MAX_NAMED, slowest first.
  *
  * For a named rank a cause is claimed only when its own figures show it:
  *   thermal slowdown / power cap / hardware slowdown: the NVML reason bit
@@ -41,6 +43,9 @@
 
 /** Rank r's mean lateness per round over every round, s (0: no round). */
 double hk_report_lateness(const hk_monitor_view *v, int r);
+
+/** Rank r's lateness over the median of the other ranks', s. */
+double hk_report_excess(const hk_monitor_view *v, int r);
 
 /** 1 if rank r is a straggler by the rule above. */
 int hk_report_is_straggler(const hk_monitor_view *v, int r);

@@ -51,20 +51,30 @@ static const char *named(const char *text, int r) {
 
 static void test_straggler_named(void **state) {
   (void)state;
-  const double delay_ms = 60;
+  const double delay_ms = 150; /* large next to a loaded host's wake-up
+                                  delays (a few ms) */
   char *env[] = {"HK_MONITOR=1", NO_NVML, NULL};
   hkt_result r;
-  run_job(env, "2", "60", "30", NULL, &r);
+  run_job(env, "2", "150", "15", NULL, &r);
   const char *line = named(r.err, 2);
   if (!line)
     fprintf(stderr, "%s", r.err);
   assert_non_null(line);
   double late = 0;
-  const char *p = strstr(line, "% of 30 rounds, ");
+  const char *p = strstr(line, "% of 15 rounds, ");
   assert_non_null(p);
-  assert_int_equal(sscanf(p, "%% of 30 rounds, %lf ms late per round", &late),
+  assert_int_equal(sscanf(p, "%% of 15 rounds, %lf ms late per round", &late),
                    1);
-  assert_true(late > 0.8 * delay_ms && late < 1.2 * delay_ms);
+  /* within 20% of the delay the slow rank had: its sleep, plus on a
+   * loaded host the wait for a CPU when it woke (it says how long) */
+  double slept = 0;
+  const char *s = strstr(r.out, "slept ");
+  assert_non_null(s);
+  assert_int_equal(sscanf(s, "slept %lf ms per step", &slept), 1);
+  if (!(late > 0.8 * slept && late < 1.2 * slept))
+    fprintf(stderr, "late %.1f ms, slept %.1f ms:\n%s", late, slept, r.err);
+  assert_true(slept >= delay_ms);
+  assert_true(late > 0.8 * slept && late < 1.2 * slept);
   for (int k = 0; k < 4; k++)
     if (k != 2)
       assert_null(named(r.err, k));
@@ -81,9 +91,22 @@ static void test_no_straggler(void **state) {
   hkt_result r;
   run_job(env, "-1", "0", "200", NULL, &r);
   assert_non_null(strstr(r.err, "hk monitor: 200 rounds"));
-  assert_non_null(strstr(r.err, "hk monitor: no straggler"));
-  for (int k = 0; k < 4; k++)
-    assert_null(named(r.err, k));
+  /* No rank is slow: none is named, unless the host starved it (a loaded
+   * machine: then the report must say so, it never names a rank for
+   * nothing). On an idle host this is "no straggler". */
+  int named_any = 0;
+  for (int k = 0; k < 4; k++) {
+    const char *l = named(r.err, k);
+    if (!l)
+      continue;
+    named_any = 1;
+    char line[2048];
+    snprintf(line, sizeof line, "%.*s", (int)strcspn(l, "\n"), l);
+    fprintf(stderr, "named with no delay injected: %s\n", line);
+    assert_true(strstr(line, "CPU starvation") || strstr(line, "host load"));
+  }
+  if (!named_any)
+    assert_non_null(strstr(r.err, "hk monitor: no straggler"));
   hkt_result_free(&r);
 }
 
@@ -249,12 +272,12 @@ static void test_metrics_file(void **state) {
                  "STUB_NVML_HOT_GPU=3",
                  NULL};
   char *argv[] = {HKRUN_PATH, "-np", "4", "--",  W_STRAGGLER,
-                  "3",        "20",  "0", "2.5", NULL};
+                  "3",        "50",  "0", "2.5", NULL};
   hkt_proc p;
   assert_int_equal(hkt_start(argv, env, &p), 0);
   /* a reader polling while the job runs never sees a partial file */
   int reads = 0;
-  double until = hkt_now() + 2.0;
+  double until = hkt_now() + 60;
   while (hkt_now() < until) {
     char *t = read_all(path);
     if (t) {
@@ -275,7 +298,7 @@ static void test_metrics_file(void **state) {
   hkt_result r;
   assert_int_equal(hkt_finish(&p, 60, &r), 0);
   assert_int_equal(r.exit_code, 0);
-  assert_true(reads > 20);
+  assert_true(reads >= 3);
   char *t = read_all(path);
   assert_non_null(t);
   char types[16384];
@@ -340,6 +363,56 @@ static void test_metrics_file(void **state) {
   hkt_result_free(&r);
 }
 
+/* hkrun --monitor with stdout a pipe: whole "monitor: " lines, one per
+ * rank per refresh, ranks in order, several refreshes during the run. */
+static void test_live_pipe(void **state) {
+  (void)state;
+  char *env[] = {"HK_TELEMETRY_INTERVAL_S=0.1", NO_NVML, NULL};
+  char *argv[] = {HKRUN_PATH, "--monitor", "-np", "4",   "--", W_STRAGGLER,
+                  "2",        "100",       "0",   "1.5", NULL};
+  hkt_result r;
+  int rc = hkt_run(argv, env, 120, &r);
+  if (rc != 0 || r.exit_code != 0)
+    fprintf(stderr, "job failed (rc %d, exit %d):\n%s\n%s\n", rc, r.exit_code,
+            r.out, r.err);
+  assert_int_equal(rc, 0);
+  assert_int_equal(r.exit_code, 0);
+  int lines = 0, refreshes = 0;
+  for (const char *l = r.out; (l = strstr(l, "monitor: ")) != NULL;) {
+    const char *e = strchr(l, '\n');
+    assert_non_null(e); /* every table line is whole */
+    char line[512];
+    snprintf(line, sizeof line, "%.*s", (int)(e - l), l);
+    int rank = -1, last = -1;
+    double late, wait;
+    char host[128];
+    const char *tail = strstr(line, " late ");
+    assert_non_null(tail);
+    assert_int_equal(sscanf(line, "monitor: rank %d host %127s", &rank, host),
+                     2);
+    assert_int_equal(rank, lines % 4); /* one per rank, in order */
+    assert_non_null(strstr(line, " gpu - util - temp - sm - throttle - "));
+    assert_int_equal(
+        sscanf(tail, " late %lfms wait %lfms last %d%%", &late, &wait, &last),
+        3);
+    if (++lines % 4 == 0)
+      refreshes++;
+    l = e + 1;
+  }
+  assert_int_equal(lines % 4, 0);
+  assert_true(refreshes >= 3);
+  assert_null(strstr(r.out, "\033[")); /* no cursor moves on a pipe */
+  /* the slow rank (100 ms a step) shows up as late */
+  double most = 0;
+  for (const char *l = r.out; (l = strstr(l, "monitor: rank 2 ")); l++) {
+    double late2 = 0;
+    assert_int_equal(sscanf(strstr(l, " late "), " late %lfms", &late2), 1);
+    most = late2 > most ? late2 : most;
+  }
+  assert_true(most > 50);
+  hkt_result_free(&r);
+}
+
 int main(void) {
   hkt_setup();
   const struct CMUnitTest tests[] = {
@@ -348,6 +421,7 @@ int main(void) {
       cmocka_unit_test(test_no_straggler),
       cmocka_unit_test(test_thermal_cause),
       cmocka_unit_test(test_metrics_file),
+      cmocka_unit_test(test_live_pipe),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

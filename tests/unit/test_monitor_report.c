@@ -133,7 +133,8 @@ static void test_straggler_rule(void **state) {
   char *t = report(&v);
   assert_non_null(strstr(t, "no straggler: the latest rank (rank 1) was 9.00 "
                             "ms late per round"));
-  assert_non_null(strstr(t, "at least 10.0 ms late per round"));
+  assert_non_null(strstr(t, "at least 10.0 ms per round later than the "
+                            "median of the others"));
   free(t);
   late(&v, 1, 0.011, 90);
   late(&v, 3, 0.020, 10);
@@ -148,6 +149,14 @@ static void test_straggler_rule(void **state) {
   assert_true(r3 < r1);
   assert_null(strstr(t, "rank 0 on"));
   free(t);
+  /* every rank equally late (noise all share): nobody is named */
+  for (int k = 0; k < 4; k++)
+    late(&v, k, 0.030, 25);
+  for (int k = 0; k < 4; k++)
+    assert_false(hk_report_is_straggler(&v, k));
+  late(&v, 0, 0.045, 25); /* 15 ms over the others' median: named */
+  assert_true(hk_report_is_straggler(&v, 0));
+  assert_true(hk_report_excess(&v, 0) > 0.015 - 1e-9);
   /* 1 ms rounds: the 5 ms floor holds; 4 ms late is not named */
   hk_monitor_view fast = view(2, 1000, 0.001);
   late(&fast, 1, 0.004, 1000);
