@@ -166,8 +166,11 @@ static void send_table(hk_monitor *m) {
   if (hk_monitor_view_take(&*m, &v) != HK_OK)
     return;
   hk_status st = hk_report_table(&v, &t);
-  if (st == HK_OK && t.len > HK_WIRE_MAX_MONITOR_LEN)
-    t.len = HK_WIRE_MAX_MONITOR_LEN; /* a huge job: its first ranks */
+  if (st == HK_OK && t.len > HK_WIRE_MAX_MONITOR_LEN) {
+    t.len = HK_WIRE_MAX_MONITOR_LEN; /* a huge job: its first ranks' */
+    while (t.len > 0 && t.data[t.len - 1] != '\n') /* whole lines */
+      t.len--;
+  }
   uint8_t nul = 0;
   if (st == HK_OK)
     st = hk_buf_append(&t, &nul, 1);

@@ -105,7 +105,9 @@ static void destroy(hk_ctx *ctx) {
  * worker that exits without this as failed, even with status 0. Called on
  * the one thread left (the background thread has stopped or never ran);
  * the socket's buffer is empty (a worker sends hkrun nothing else after
- * REGISTER), so this does not block. Best effort: hkrun may be gone.
+ * REGISTER but rank 0's monitor tables, whose thread has stopped and
+ * whose sends completed), so this does not block. Best effort: hkrun may be
+ * gone.
  */
 static void say_goodbye(hk_ctx *ctx) {
   if (ctx->mesh.launcher_fd < 0)
