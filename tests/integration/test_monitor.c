@@ -110,6 +110,22 @@ static void test_no_straggler(void **state) {
   hkt_result_free(&r);
 }
 
+/* HK_MONITOR_REPORT_S alone turns the monitor on and reports during the
+ * run, not only at exit; each report names the slow rank. */
+static void test_periodic_report(void **state) {
+  (void)state;
+  char *env[] = {"HK_MONITOR_REPORT_S=0.3", NO_NVML, NULL};
+  hkt_result r;
+  run_job(env, "3", "50", "0", "1.5", &r);
+  int reports = hkt_count_lines(r.err, " rounds in "); /* headers */
+  int named3 = hkt_count_lines(r.err, "hk monitor: rank 3 on ");
+  if (reports < 3)
+    fprintf(stderr, "%s", r.err);
+  assert_true(reports >= 3);          /* >= 2 during the run, 1 at exit */
+  assert_true(named3 >= reports - 1); /* the first may have no round */
+  hkt_result_free(&r);
+}
+
 static void test_thermal_cause(void **state) {
   (void)state;
   char *env[] = {"HK_MONITOR=1", "HK_NVML_LIBRARY=" STUB_NVML,
@@ -419,6 +435,7 @@ int main(void) {
       cmocka_unit_test(test_checker_rejects),
       cmocka_unit_test(test_straggler_named),
       cmocka_unit_test(test_no_straggler),
+      cmocka_unit_test(test_periodic_report),
       cmocka_unit_test(test_thermal_cause),
       cmocka_unit_test(test_metrics_file),
       cmocka_unit_test(test_live_pipe),
