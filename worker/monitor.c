@@ -3,9 +3,12 @@
 #include "worker/monitor.h"
 
 #include <errno.h>
+#include <linux/sockios.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -158,7 +161,21 @@ static void write_metrics(hk_monitor *m) {
   hk_buf_free(&b);
 }
 
-/* Sends hkrun the live table (hkrun --monitor). */
+/* 1 if `bytes` more can be written to fd at once, whole: nothing of an
+ * earlier write is still queued (SIOCOUTQ) and they fit in half the send
+ * buffer. A table is never half sent: a cut frame would break the
+ * launcher connection's framing, and hkrun would then take rank 0 for
+ * gone. */
+static int room_for(int fd, size_t bytes) {
+  int queued = 0, sndbuf = 0;
+  socklen_t len = sizeof sndbuf;
+  return ioctl(fd, SIOCOUTQ, &queued) == 0 && queued == 0 &&
+         getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &len) == 0 &&
+         (size_t)sndbuf / 2 >= bytes;
+}
+
+/* Sends hkrun the live table (hkrun --monitor); skips this refresh when
+ * hkrun has not read the last one yet (its output is blocked, say). */
 static void send_table(hk_monitor *m) {
   hk_ctx *ctx = m->ctx;
   hk_monitor_view v;
@@ -174,11 +191,14 @@ static void send_table(hk_monitor *m) {
   uint8_t nul = 0;
   if (st == HK_OK)
     st = hk_buf_append(&t, &nul, 1);
-  if (st == HK_OK) {
-    hk_msg msg = {.type = HK_MSG_MONITOR};
-    msg.u.monitor.text = (char *)t.data;
-    hk_io io = {-1, 1.0}; /* hkrun reads at once; never hang on it */
-    st = hk_tcp_send_msg(ctx->mesh.launcher_fd, &msg, &frame, &io, "hkrun");
+  hk_msg msg = {.type = HK_MSG_MONITOR};
+  msg.u.monitor.text = (char *)t.data;
+  if (st == HK_OK)
+    st = hk_wire_encode(&msg, &frame);
+  if (st == HK_OK && room_for(ctx->mesh.launcher_fd, frame.len)) {
+    hk_io io = {-1, 1.0}; /* fits in the buffer: does not wait */
+    st = hk_tcp_send_all(ctx->mesh.launcher_fd, frame.data, frame.len, &io,
+                         "hkrun");
   }
   if (st != HK_OK)
     hk_log(HK_LOG_DEBUG, "monitor table not sent: %s", hk_last_error());
