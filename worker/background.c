@@ -305,6 +305,8 @@ void *hk_background_main(void *arg) {
     hk_status st = HK_OK;
     if (ctx->rank == 0) {
       st = hk_round_coordinate(ctx, &R, pfds, first_ctrl);
+      if (ctx->monitor && ctx->cfg.monitor_live)
+        hk_monitor_background(ctx->monitor); /* hkrun --monitor's table */
     } else {
       if (pfds[first_ctrl].revents)
         st = worker_receive(ctx, &R);

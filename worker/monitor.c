@@ -33,6 +33,8 @@ struct hk_monitor {
   hk_lateness *lat;       /* rank 0: the accounting (lateness.h) */
   hk_monitor_rank *ranks; /* [mu] rank 0: size entries */
   int metrics_failed;     /* [thread] a write failed: warned once */
+  hk_buf table;           /* [mu] rank 0: the live table's frame, not yet
+                             sent (hk_monitor_background) */
 };
 
 /* This host's name (cut to HK_MONITOR_HOST_CAP). */
@@ -174,13 +176,13 @@ static int room_for(int fd, size_t bytes) {
          (size_t)sndbuf / 2 >= bytes;
 }
 
-/* Sends hkrun the live table (hkrun --monitor); skips this refresh when
- * hkrun has not read the last one yet (its output is blocked, say). */
-static void send_table(hk_monitor *m) {
-  hk_ctx *ctx = m->ctx;
+/* Rank 0's monitor thread: encodes the live table for hkrun --monitor
+ * and wakes the background thread, which sends it (only the background
+ * thread touches the network: hk_monitor_background). */
+static void queue_table(hk_monitor *m) {
   hk_monitor_view v;
   hk_buf t = {0}, frame = {0};
-  if (hk_monitor_view_take(&*m, &v) != HK_OK)
+  if (hk_monitor_view_take(m, &v) != HK_OK)
     return;
   hk_status st = hk_report_table(&v, &t);
   if (st == HK_OK && t.len > HK_WIRE_MAX_MONITOR_LEN) {
@@ -195,15 +197,32 @@ static void send_table(hk_monitor *m) {
   msg.u.monitor.text = (char *)t.data;
   if (st == HK_OK)
     st = hk_wire_encode(&msg, &frame);
-  if (st == HK_OK && room_for(ctx->mesh.launcher_fd, frame.len)) {
-    hk_io io = {-1, 1.0}; /* fits in the buffer: does not wait */
-    st = hk_tcp_send_all(ctx->mesh.launcher_fd, frame.data, frame.len, &io,
-                         "hkrun");
+  if (st == HK_OK) {
+    pthread_mutex_lock(&m->mu);
+    hk_buf old = m->table; /* an unsent older table is replaced */
+    m->table = frame;
+    frame = old;
+    pthread_mutex_unlock(&m->mu);
+    uint64_t one = 1;
+    ssize_t w = write(m->ctx->wake_fd, &one, sizeof one);
+    (void)w; /* the counter cannot overflow at one write a second */
   }
-  if (st != HK_OK)
-    hk_log(HK_LOG_DEBUG, "monitor table not sent: %s", hk_last_error());
   hk_monitor_view_free(&v);
   hk_buf_free(&t);
+  hk_buf_free(&frame);
+}
+
+void hk_monitor_background(hk_monitor *m) {
+  pthread_mutex_lock(&m->mu);
+  hk_buf frame = m->table;
+  m->table = (hk_buf){0};
+  pthread_mutex_unlock(&m->mu);
+  const int fd = m->ctx->mesh.launcher_fd;
+  if (frame.len && room_for(fd, frame.len)) {
+    hk_io io = {-1, 1.0}; /* fits in the buffer: does not wait */
+    if (hk_tcp_send_all(fd, frame.data, frame.len, &io, "hkrun") != HK_OK)
+      hk_log(HK_LOG_DEBUG, "monitor table not sent: %s", hk_last_error());
+  }
   hk_buf_free(&frame);
 }
 
@@ -262,7 +281,7 @@ static void *monitor_main(void *arg) {
     if (now >= next_sample) {
       sample_once(m);
       if (live)
-        send_table(m);
+        queue_table(m);
       next_sample = now + cfg->telemetry_s;
     }
     if (coord && cfg->monitor_report_s > 0 && now >= next_report) {
@@ -279,6 +298,7 @@ static void *monitor_main(void *arg) {
 
 /* Frees what m holds (the thread has stopped or never ran). */
 static void destroy(hk_monitor *m) {
+  hk_buf_free(&m->table);
   hk_telemetry_close(m->tel);
   hk_lateness_destroy(m->lat);
   free(m->ranks);

@@ -16,8 +16,10 @@
  * them (hk_monitor_add_sample, background thread). Rank 0's monitor
  * thread also prints the report every HK_MONITOR_REPORT_S, rewrites
  * HK_METRICS_FILE every HK_METRICS_INTERVAL_S and, with HK_MONITOR_LIVE,
- * sends hkrun the table (HK_MSG_MONITOR on the launcher connection) every
- * sampling interval. A mutex inside the monitor guards what both threads
+ * encodes the table (HK_MSG_MONITOR) every sampling interval and wakes
+ * the background thread, which sends it to hkrun on the launcher
+ * connection (hk_monitor_background: only the background thread touches
+ * the network). A mutex inside the monitor guards what both threads
  * touch; the functions below take it themselves.
  */
 #ifndef HK_WORKER_MONITOR_H
@@ -102,6 +104,13 @@ void hk_monitor_round_end(hk_monitor *m);
 /** Rank > 0's background thread, building a REQUESTS: copies the newest
  *  sample into *out and returns 1 if it was not sent yet, else 0. */
 int hk_monitor_take_sample(hk_monitor *m, hk_wire_sample *out);
+
+/** Rank 0's background thread, after every wake-up: sends hkrun the
+ *  live table the monitor thread queued, if any, and only when it fits
+ *  whole in the launcher connection's empty send buffer (else that
+ *  refresh is dropped: a frame cut by a timeout would break the
+ *  connection's framing, and hkrun would take rank 0 for gone). */
+void hk_monitor_background(hk_monitor *m);
 
 /** Rank 0: files rank `rank`'s sample (rank in range, the caller's). */
 void hk_monitor_add_sample(hk_monitor *m, int rank, const hk_wire_sample *s);
