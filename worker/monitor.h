@@ -8,7 +8,8 @@
  * On when any of HK_MONITOR=1, HK_METRICS_FILE, HK_MONITOR_REPORT_S > 0 or
  * HK_MONITOR_LIVE=1 (hkrun --monitor) is set (hk_config_monitoring); off,
  * ctx->monitor is NULL and the hot path pays one branch per tensor
- * (negotiator) and one per round and per request.
+ * (negotiator) and one per round, per request and per wake-up of rank
+ * 0's background thread.
  *
  * Threads: every rank runs one monitor thread, which samples telemetry
  * every HK_TELEMETRY_INTERVAL_S; other ranks' samples ride on their next
