@@ -105,6 +105,26 @@ static const tunable table[] = {
     {"HK_METRICS_INTERVAL_S", 5, 0.01, 86400, "s",
      "rank 0 rewrites HK_METRICS_FILE this often (and at exit)",
      OFF(metrics_interval_s), 0},
+    /* Waking a thread that sleeps on another core costs 20-40 us on a
+     * virtual machine (the idle vCPU halts and the host must wake it:
+     * futex round trip 17.7 us across cores against 3.5 us on one core,
+     * pipe round trip between processes 84 us against 4.1 us, measured
+     * on the 2-core reference VM), several times a small allreduce's own
+     * cost. A thread about to sleep for an event that is due soon polls
+     * for it this long first, yielding its core between polls, so every
+     * hop of a step (submit, request, answer, completion) finds its
+     * thread awake. An idle rank polls at most this long, then sleeps. */
+    {"HK_SPIN_US", 200, 0, 1e6, "us",
+     "a waiting thread (background thread, hk_wait) polls this long, "
+     "yielding its core, before it sleeps; 0: sleep at once",
+     OFF(spin_us), 0},
+    /* PyTorch's TORCH_NCCL_TRACE_BUFFER_SIZE idea; 2000 entries of ~200
+     * bytes (worker/flight.h): ~0.4 MB per rank, seconds of a training
+     * step's collectives */
+    {"HK_FLIGHT_RECORDER", 2000, 0, 1 << 24, "collectives",
+     "each rank keeps its last this many collectives and writes them on a "
+     "hang, a failure or SIGUSR1 (hkrun --dump); 0: off",
+     OFF(flight_recorder), 1},
     /* the slowest link the seed customers name (10 GbE) */
     {"HK_NET_GBIT", 10, 0.001, 1e5, "Gbit/s",
      "each host's network rate, for the cost model's algorithm choice",
@@ -216,6 +236,11 @@ hk_status hk_config_load(hk_config *cfg) {
     snprintf((char *)cfg + paths[i].off, sizeof cfg->metrics_file, "%s",
              v ? v : "");
   }
+  const char *fdir = getenv("HK_FLIGHT_DIR");
+  if (fdir && strlen(fdir) >= sizeof cfg->flight_dir)
+    return hk_fail(HK_ERR_CONFIG, "HK_FLIGHT_DIR is longer than %zu bytes",
+                   sizeof cfg->flight_dir - 1);
+  snprintf(cfg->flight_dir, sizeof cfg->flight_dir, "%s", fdir ? fdir : "");
   const char *ifn = getenv("HK_SOCKET_IFNAME");
   if (ifn && strlen(ifn) >= sizeof cfg->socket_ifname)
     return hk_fail(HK_ERR_CONFIG, "HK_SOCKET_IFNAME is longer than %zu bytes",
@@ -298,6 +323,9 @@ void hk_config_print_table(void) {
          "rank 0 writes a Chrome trace of every tensor's phases");
   printf("%-22s %12s  %-24s %s\n", "HK_TIMELINE_MARK_CYCLES", "0", "0|1",
          "1: the timeline marks every negotiation round that ran work");
+  printf("%-22s %12s  %-24s %s\n", "HK_FLIGHT_DIR", "\"\"", "a folder",
+         "where flight records go; \"\": HK_TIMELINE's folder, else the "
+         "current directory");
   printf("%-22s %12s  %-24s %s\n", "HK_SOCKET_IFNAME", "\"\"",
          "interface or CIDR", "where ranks listen (checked at hk_init)");
   printf("%-22s %12s  %-24s %s\n", "HK_CROSS_TRANSPORT", "tcp", "tcp|mpi",

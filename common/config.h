@@ -42,11 +42,16 @@ typedef struct hk_config {
   size_t shm_slot_bytes;    /* HK_SHM_SLOT_BYTES: each rank's shared slot
                                half (collectives/shm_group.h), bytes */
   double net_gbit;          /* HK_NET_GBIT: each host's network, Gbit/s */
+  double spin_us;           /* HK_SPIN_US: poll before sleeping, us */
   int hierarchical;         /* HK_HIERARCHICAL_ALLREDUCE: 1, 0, -1 unset */
   int log_level;            /* HK_LOG_LEVEL: hk_log_level */
   char timeline[4096];      /* HK_TIMELINE: rank 0's trace file, or "" */
   int timeline_mark_cycles; /* HK_TIMELINE_MARK_CYCLES: 1 = an instant
                                CYCLE_START event per round that ran work */
+  size_t flight_recorder;   /* HK_FLIGHT_RECORDER: collectives each rank
+                               keeps for its flight record; 0 = off */
+  char flight_dir[4096];    /* HK_FLIGHT_DIR: where flight records go, or
+                               "" (HK_TIMELINE's folder, else ".") */
   char socket_ifname[256];  /* HK_SOCKET_IFNAME: the interface (name or
                                CIDR subnet) ranks listen on, or "" */
   /* GPU tensors (device/device.h) */

@@ -111,6 +111,8 @@ typedef enum opt_id {
   O_SSH_PORT,
   O_SSH_IDENTITY,
   O_ENV_X,
+  O_DUMP,
+  O_DIAGNOSE,
   /* flags */
   O_TAG_OUTPUT,
   O_NO_TAG_OUTPUT,
@@ -204,6 +206,8 @@ static const opt_def options[] = {
     {"--oversubscribe", O_NOOP, 0, NULL},
     {"--allow-run-as-root", O_NOOP, 0, NULL},
     {"--topology", O_TOPOLOGY, 0, NULL},
+    {"--dump", O_DUMP, 1, NULL},
+    {"--diagnose", O_DIAGNOSE, 1, NULL},
     {"-h", O_HELP, 0, NULL},
     {"--help", O_HELP, 0, NULL},
     {"--version", O_VERSION, 0, NULL},
@@ -438,6 +442,12 @@ static int parse_value(const opt_def *o, const char *name, const char *value,
   }
   case O_TIMELINE:
     return parse_string(name, value, &out->timeline, err, err_cap);
+  case O_DUMP:
+    out->action = HKRUN_DUMP;
+    return parse_int(name, value, 0x7fffffffL, &out->dump_pid, err, err_cap);
+  case O_DIAGNOSE:
+    out->action = HKRUN_DIAGNOSE;
+    return parse_string(name, value, &out->diagnose_dir, err, err_cap);
   case O_OUTPUT_FILENAME:
     return parse_string(name, value, &out->output_filename, err, err_cap);
   case O_LOG_LEVEL:
@@ -590,6 +600,8 @@ int hkrun_args_parse(int argc, char **argv, hkrun_args *out, char *err,
       }
       if (parse_value(o, name, value, out, err, err_cap) != 0)
         return -1;
+      if (out->action == HKRUN_DUMP || out->action == HKRUN_DIAGNOSE)
+        return 0; /* a command of its own: the rest does not matter */
       i++;
       continue;
     }
@@ -624,6 +636,7 @@ const char *hkrun_usage(void) {
          "       hkrun [-np N] --hostfile FILE [options] [--] program "
          "[args...]\n"
          "       hkrun --check-build | --version | --topology [FILE]\n"
+         "       hkrun --dump HKRUN_PID | --diagnose DIR\n"
          "\n"
          "Starts N copies of program on this host, one per rank, and\n"
          "coordinates them (rendezvous, output, failure handling). With\n"
@@ -756,6 +769,14 @@ const char *hkrun_usage(void) {
          "                       follows 2 s after SIGTERM\n"
          "  --topology [FILE]    print a server's GPU layout, rings and\n"
          "                       predicted busbw (hktopo) and exit\n"
+         "  --dump HKRUN_PID     ask the running job of that hkrun (or\n"
+         "                       mpirun) to write its flight records: it\n"
+         "                       sends SIGUSR1, which hkrun forwards to\n"
+         "                       every rank; each writes\n"
+         "                       HK_FLIGHT_DIR/hk-flight.JOB.RANK.txt\n"
+         "  --diagnose DIR       merge the flight records in DIR: the world\n"
+         "                       size, missing ranks, and the first tensor\n"
+         "                       and round on which the ranks diverged\n"
          "  --                   end of options\n"
          "\n"
          "horovodrun's flags hk does not have (each is refused saying why\n"

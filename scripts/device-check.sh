@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # device-check.sh OUTDIR - builds, tests and benchmarks hk on the GPU
-# machine of ../shared/notes/device.md (one H200, no network, no Debian
+# machine the project is lent (one H200, no network, no Debian
 # -dev packages; nvcc 13, CMake, ninja, python3 with PyTorch and the
 # nvidia-nccl-cu13 wheel), in one go, bounded in time, never asking
 # anything. Every log goes to OUTDIR; OUTDIR/summary.txt says what ran,

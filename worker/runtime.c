@@ -26,6 +26,7 @@
 #include "worker/context.h"
 #include "worker/devplane.h"
 #include "worker/execute.h"
+#include "worker/flight.h"
 #include "worker/intra.h"
 #include "worker/introspect.h"
 #include "worker/monitor.h"
@@ -68,10 +69,12 @@ static hk_status read_placement(hk_ctx *ctx) {
   return st;
 }
 
-/* If hkrun started us, die with it: no worker outlives its launcher. */
-static void die_with_launcher(void) {
+/* If hkrun started us, die with it: no worker outlives its launcher (and
+ * the flight recorder may ask it to signal every rank). */
+static void die_with_launcher(hk_ctx *ctx) {
   const char *s = getenv("HK_LAUNCHER_PID");
-  if (s && atol(s) == (long)getppid())
+  ctx->launcher_parent = s && atol(s) == (long)getppid() ? (int)getppid() : 0;
+  if (ctx->launcher_parent)
     prctl(PR_SET_PDEATHSIG, SIGKILL);
 }
 
@@ -83,6 +86,7 @@ static void destroy(hk_ctx *ctx) {
   hk_intra_destroy(ctx);
   hk_execute_release(ctx);
   hk_timeline_close(ctx->timeline);
+  hk_flight_close(ctx);
   hk_cache_destroy(ctx->cache);
   free(ctx->inval);
   free(ctx->layout);
@@ -145,7 +149,7 @@ hk_status hk_init(void) {
   char prefix[32];
   snprintf(prefix, sizeof prefix, "hk[%d]", ctx->rank);
   hk_log_setup(prefix, (hk_log_level)ctx->cfg.log_level);
-  die_with_launcher();
+  die_with_launcher(ctx);
   ctx->io = (hk_io){-1, ctx->cfg.timeout_s};
   ctx->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (ctx->wake_fd < 0)
@@ -160,6 +164,8 @@ hk_status hk_init(void) {
     st = hk_cache_create((uint32_t)ctx->cfg.cache_capacity, &ctx->cache);
   if (st == HK_OK && ctx->rank == 0 && ctx->cfg.timeline[0])
     st = hk_timeline_open(ctx->cfg.timeline, &ctx->timeline);
+  if (st == HK_OK)
+    st = hk_flight_open(ctx);
   if (st == HK_OK)
     st = hk_bootstrap(ctx);
   if (st == HK_OK) {
@@ -177,10 +183,18 @@ hk_status hk_init(void) {
   if (st == HK_OK)
     st = hk_monitor_start(ctx);
   if (st == HK_OK) {
+    /* SIGUSR1 (the flight recorder's) is for the trainer's threads: the
+     * background thread and those it starts are woken through a pipe and
+     * never see EINTR from it */
+    sigset_t usr1, old;
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &usr1, &old);
     if (pthread_create(&ctx->thread, NULL, hk_background_main, ctx) != 0)
       st = hk_fail(HK_ERR_SYSTEM, "cannot start the background thread");
     else
       ctx->thread_started = 1;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
   }
   if (st != HK_OK) {
     char msg[HK_ERROR_MSG_CAP];

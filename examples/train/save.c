@@ -10,15 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static void put_u32(uint8_t *b, uint32_t v) {
-  for (int i = 0; i < 4; i++)
-    b[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get_u32(const uint8_t *b) {
-  return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
-         (uint32_t)b[3] << 24;
-}
+#include "le.h"
 
 int mlp_save(const mlp *m, const char *path, char *err, size_t err_cap) {
   FILE *f = fopen(path, "wb");
@@ -28,19 +20,17 @@ int mlp_save(const mlp *m, const char *path, char *err, size_t err_cap) {
   }
   uint8_t head[12 + 4 * (MLP_MAX_LAYERS + 1)];
   memcpy(head, SAVE_MAGIC, SAVE_MAGIC_LEN);
-  put_u32(head + 8, (uint32_t)m->n_layers);
+  le_put_u32(head + 8, (uint32_t)m->n_layers);
   for (int l = 0; l <= m->n_layers; l++)
-    put_u32(head + 12 + 4 * l, (uint32_t)m->dims[l]);
+    le_put_u32(head + 12 + 4 * l, (uint32_t)m->dims[l]);
   int ok = fwrite(head, 1, 12 + 4 * ((size_t)m->n_layers + 1), f) ==
            12 + 4 * ((size_t)m->n_layers + 1);
   uint8_t chunk[4096];
   for (size_t i = 0; ok && i < m->n_params;) {
-    size_t k = 0;
-    for (; k < sizeof chunk / 4 && i < m->n_params; k++, i++) {
-      uint32_t bits;
-      memcpy(&bits, &m->params[i], 4);
-      put_u32(chunk + 4 * k, bits);
-    }
+    size_t k =
+        m->n_params - i < sizeof chunk / 4 ? m->n_params - i : sizeof chunk / 4;
+    le_put_f32s(chunk, m->params + i, k);
+    i += k;
     ok = fwrite(chunk, 4, k, f) == k;
   }
   int saved_errno = errno;
@@ -68,13 +58,13 @@ int mlp_load(mlp *m, const char *path, char *err, size_t err_cap) {
   uint32_t L = 0;
   if (fread(head, 1, 12, f) != 12 || memcmp(head, SAVE_MAGIC, 8) != 0)
     why = "not an HKMLP1 file (bad magic or too short)";
-  else if ((L = get_u32(head + 8)) < 1 || L > MLP_MAX_LAYERS)
+  else if ((L = le_get_u32(head + 8)) < 1 || L > MLP_MAX_LAYERS)
     why = "bad number of layers";
   else if (fread(head + 12, 4, L + 1, f) != L + 1)
     why = "truncated header";
   else {
     for (uint32_t l = 0; l <= L; l++) {
-      uint32_t d = get_u32(head + 12 + 4 * l);
+      uint32_t d = le_get_u32(head + 12 + 4 * l);
       dims[l] = d > 65536 ? 0 : (int)d;
     }
     if (mlp_init(m, (int)L, dims) != 0)
@@ -86,8 +76,7 @@ int mlp_load(mlp *m, const char *path, char *err, size_t err_cap) {
       why = "truncated parameters";
       break;
     }
-    uint32_t bits = get_u32(b);
-    memcpy(&m->params[i], &bits, 4);
+    le_get_f32s(b, &m->params[i], 1);
   }
   if (!why && fread(b, 1, 1, f) != 0)
     why = "trailing bytes after the parameters";

@@ -335,6 +335,21 @@ static void test_tunable_flags(void **state) {
   const char *topo0[] = {"--topology", NULL};
   assert_int_equal(parse(topo0, &a, err, sizeof err, argv), 0);
   assert_null(a.topology);
+  /* the flight recorder's commands (launcher/dump.h, diagnose.h) */
+  const char *dump[] = {"--dump", "4242", NULL};
+  assert_int_equal(parse(dump, &a, err, sizeof err, argv), 0);
+  assert_int_equal(a.action, HKRUN_DUMP);
+  assert_int_equal(a.dump_pid, 4242);
+  const char *dump_bad[] = {"--dump", "hkrun", NULL};
+  assert_int_equal(parse(dump_bad, &a, err, sizeof err, argv), -1);
+  assert_string_equal(err, "--dump: 'hkrun' is not a positive integer");
+  const char *dump_none[] = {"--dump", NULL};
+  assert_int_equal(parse(dump_none, &a, err, sizeof err, argv), -1);
+  assert_string_equal(err, "--dump: missing value");
+  const char *diag[] = {"--diagnose=records", NULL};
+  assert_int_equal(parse(diag, &a, err, sizeof err, argv), 0);
+  assert_int_equal(a.action, HKRUN_DIAGNOSE);
+  assert_string_equal(a.diagnose_dir, "records");
 }
 
 /* Horovod's and mpirun's flags: what each asks for, as HK_* assignments
@@ -501,6 +516,8 @@ static void test_usage_texts(void **state) {
                         "--stall-check-warning-time-seconds",
                         "--stall-check-shutdown-time-seconds",
                         "--check-build",
+                        "--dump HKRUN_PID",
+                        "--diagnose DIR",
                         "-p, --ssh-port",
                         "--bind-to POLICY",
                         "SSH arguments",
