@@ -129,6 +129,7 @@ typedef enum opt_id {
   O_STALL_CHECK,
   O_NO_AUTOTUNE,
   O_LOG_NO_TIMESTAMP,
+  O_MONITOR,
   O_NOOP, /* mpirun flags with nothing to do locally */
   O_TOPOLOGY,
   O_HELP,
@@ -200,6 +201,7 @@ static const opt_def options[] = {
     {"--stall-check", O_STALL_CHECK, 0, NULL},
     {"--no-autotune", O_NO_AUTOTUNE, 0, NULL},
     {"--log-without-timestamp", O_LOG_NO_TIMESTAMP, 0, NULL},
+    {"--monitor", O_MONITOR, 0, NULL},
     {"--log-hide-timestamp", O_LOG_NO_TIMESTAMP, 0, NULL},
     {"--oversubscribe", O_NOOP, 0, NULL},
     {"--allow-run-as-root", O_NOOP, 0, NULL},
@@ -515,6 +517,9 @@ static int apply_flag(const opt_def *o, hkrun_args *out) {
   case O_MARK_CYCLES:
     out->timeline_mark_cycles = 1;
     break;
+  case O_MONITOR:
+    out->monitor = 1;
+    break;
   case O_NO_MARK_CYCLES:
     out->timeline_mark_cycles = 0;
     break;
@@ -700,6 +705,13 @@ const char *hkrun_usage(void) {
          "                       (an instant CYCLE_START event; hk's\n"
          "                       \"cycle\" is one round of negotiation)\n"
          "\n"
+         "monitoring arguments:\n"
+         "  --monitor            HK_MONITOR_LIVE=1: while the job runs, one\n"
+         "                       line per rank (host, GPU, utilisation,\n"
+         "                       temperature, SM clock, throttle reasons,\n"
+         "                       lateness, wait), refreshed in place on a\n"
+         "                       terminal, appended otherwise\n"
+         "\n"
          "stall check arguments:\n"
          "  --no-stall-check     HK_STALL_CHECK_TIME_S=0 and\n"
          "                       HK_STALL_SHUTDOWN_TIME_S=0\n"
@@ -820,6 +832,7 @@ int hkrun_tunable_env(const hkrun_args *a, char *buf, size_t cap,
       {"HK_STALL_SHUTDOWN_TIME_S", stop, 0},
       {"HK_TIMEOUT_S", a->gloo_timeout_s, 0},
       {"HK_CROSS_TRANSPORT", a->tcp ? "tcp" : NULL, 0},
+      {"HK_MONITOR_LIVE", a->monitor ? "1" : NULL, 0},
   };
   for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
     if (!t[i].value)

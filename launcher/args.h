@@ -107,6 +107,8 @@ typedef struct hkrun_args {
   const char *topology;     /* --topology FILE (may be NULL: HK_TOPO_FILE) */
   long dump_pid;            /* --dump PID: a positive process id */
   const char *diagnose_dir; /* --diagnose DIR */
+  int monitor;              /* --monitor -> HK_MONITOR_LIVE=1; hkrun shows
+                               the table rank 0 sends (launcher/monitor.h) */
   /* The program and its arguments: prog_argc entries followed by the NULL
    * that ends the caller's argv. Points into argv; not owned. */
   int prog_argc;

@@ -56,6 +56,7 @@
 #include "launcher/delegate.h"
 #include "launcher/diagnose.h"
 #include "launcher/dump.h"
+#include "launcher/monitor.h"
 #include "launcher/output.h"
 #include "launcher/rendezvous.h"
 #include "launcher/spawn.h"
@@ -82,6 +83,7 @@ typedef struct job {
                                  exit 0 is judged without its GOODBYE; 0
                                  when no verdict waits for rank r */
   int waiting;                /* verdicts waiting for the rendezvous */
+  hk_live live;               /* --monitor's display (launcher/monitor.h) */
   int failing;   /* a failure or a signal has started the teardown */
   int exit_code; /* decided by the first such event */
   int signals_received;
@@ -288,6 +290,12 @@ static void on_dump(uv_signal_t *h, int signum) {
 
 /* Sets up the loop-owned parts of the job. Returns 0, or 1 after saying
  * why not (nothing was started then). */
+/* --monitor: rank 0 sent its table (launcher/monitor.h). */
+static void on_monitor_table(const char *text, void *ctx) {
+  job *j = ctx;
+  hk_live_show(&j->live, text);
+}
+
 static int setup(job *j, hk_secret *secret, uint16_t *port) {
   int rc = uv_loop_init(&j->loop);
   if (rc != 0) {
@@ -305,6 +313,10 @@ static int setup(job *j, hk_secret *secret, uint16_t *port) {
                    port) != HK_OK) {
     say("%s", hk_last_error());
     return 1;
+  }
+  if (j->args->monitor) { /* rank 0's table, on stdout */
+    hk_live_init(&j->live, 1);
+    hk_rdv_set_monitor(j->rdv, on_monitor_table, j);
   }
   /* SIGHUP too: the workers lead their own sessions, so a closed terminal
    * would otherwise leave them running without hkrun. */

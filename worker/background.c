@@ -65,6 +65,7 @@
 #include "worker/execute.h"
 #include "worker/flight.h"
 #include "worker/introspect.h"
+#include "worker/monitor.h"
 #include "worker/queue.h"
 #include "worker/round.h"
 
@@ -189,6 +190,9 @@ static hk_status worker_send(hk_ctx *ctx, hk_round *R) {
   m.u.requests.reqs = R->reqs;
   m.u.requests.nbits = nbits;
   m.u.requests.bits = R->bits;
+  if (ctx->monitor) /* telemetry rides on the request (worker/monitor.h) */
+    m.u.requests.has_sample =
+        (uint8_t)hk_monitor_take_sample(ctx->monitor, &m.u.requests.sample);
   st =
       hk_tcp_send_msg(ctx->mesh.ctrl_fd, &m, &ctx->scratch, &ctx->io, "rank 0");
   if (st != HK_OK)
@@ -337,6 +341,8 @@ void *hk_background_main(void *arg) {
     hk_status st = HK_OK;
     if (ctx->rank == 0) {
       st = hk_round_coordinate(ctx, &R, pfds, first_ctrl);
+      if (ctx->monitor && ctx->cfg.monitor_live)
+        hk_monitor_background(ctx->monitor); /* hkrun --monitor's table */
     } else {
       if (pfds[first_ctrl].revents)
         st = worker_receive(ctx, &R);

@@ -97,6 +97,8 @@ typedef struct hk_mesh {
                       other hosts with HK_CROSS_TRANSPORT=mpi */
 } hk_mesh;
 
+#define HK_HOST_NAME_CAP (HK_WIRE_MAX_HOST_LEN + 1) /* ctx->hosts stride */
+
 typedef struct hk_ctx {
   int rank, size, local_rank, local_size;
   int cross_rank, cross_size; /* this rank's host among the hosts */
@@ -111,6 +113,9 @@ typedef struct hk_ctx {
                              (worker/intra.h), or NULL */
   hk_io io;               /* abort_fd = launcher_fd, timeout = HK_TIMEOUT_S */
   hk_rank_layout *layout; /* every rank's host and place on it (size) */
+  char *hosts;            /* every rank's host name, HK_HOST_NAME_CAP bytes
+                             each, where the launcher told them (MPI
+                             bootstrap); else NULL (one host) */
   hk_ring ring;           /* [bg] the flat ring over every rank */
   hk_ring local_ring;     /* [bg] hierarchical: this host's ranks */
   hk_ring cross_ring;     /* [bg] hierarchical: one rank per host */
@@ -173,6 +178,9 @@ typedef struct hk_ctx {
   hk_device *dev;          /* the backend HK_DEVICE opened, or NULL */
   char dev_missing[512];   /* with dev NULL: why there is none */
   struct hk_devplane *gpu; /* [bg] streams, communicator, buffers */
+
+  /* Straggler and telemetry monitoring (worker/monitor.h), or NULL. */
+  struct hk_monitor *monitor;
 } hk_ctx;
 
 #endif

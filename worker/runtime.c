@@ -29,6 +29,7 @@
 #include "worker/flight.h"
 #include "worker/intra.h"
 #include "worker/introspect.h"
+#include "worker/monitor.h"
 #include "worker/mpi_exchange.h"
 #include "worker/placement.h"
 #include "worker/queue.h"
@@ -78,8 +79,9 @@ static void die_with_launcher(hk_ctx *ctx) {
 }
 
 static void destroy(hk_ctx *ctx) {
-  hk_devplane_close(ctx); /* before the mesh: a comm may use the network */
-  hk_rings_destroy(ctx);  /* (the shm group before the segment goes) */
+  hk_monitor_stop(ctx, 0); /* (a no-op once hk_shutdown stopped it) */
+  hk_devplane_close(ctx);  /* before the mesh: a comm may use the network */
+  hk_rings_destroy(ctx);   /* (the shm group before the segment goes) */
   hk_mesh_close(&ctx->mesh, ctx->size);
   hk_intra_destroy(ctx);
   hk_execute_release(ctx);
@@ -88,6 +90,7 @@ static void destroy(hk_ctx *ctx) {
   hk_cache_destroy(ctx->cache);
   free(ctx->inval);
   free(ctx->layout);
+  free(ctx->hosts);
   free(ctx->rd_scratch);
   hk_negotiator_destroy(ctx->negotiator);
   hk_strmap_destroy(ctx->inflight);
@@ -106,7 +109,9 @@ static void destroy(hk_ctx *ctx) {
  * worker that exits without this as failed, even with status 0. Called on
  * the one thread left (the background thread has stopped or never ran);
  * the socket's buffer is empty (a worker sends hkrun nothing else after
- * REGISTER), so this does not block. Best effort: hkrun may be gone.
+ * REGISTER but rank 0's monitor tables, whose thread has stopped and
+ * whose sends completed), so this does not block. Best effort: hkrun may be
+ * gone.
  */
 static void say_goodbye(hk_ctx *ctx) {
   if (ctx->mesh.launcher_fd < 0)
@@ -175,6 +180,8 @@ hk_status hk_init(void) {
     st = hk_devplane_open(ctx);
   if (st == HK_OK)
     st = hk_agree_settings(ctx);
+  if (st == HK_OK)
+    st = hk_monitor_start(ctx);
   if (st == HK_OK) {
     /* SIGUSR1 (the flight recorder's) is for the trainer's threads: the
      * background thread and those it starts are woken through a pipe and
@@ -214,6 +221,7 @@ hk_status hk_shutdown(void) {
   (void)w;
   if (ctx->thread_started)
     pthread_join(ctx->thread, NULL);
+  hk_monitor_stop(ctx, 1); /* rank 0: the report, the last metrics file */
   say_goodbye(ctx);
   hk_status st = ctx->failure;
   char reason[sizeof ctx->failure_reason];

@@ -433,6 +433,7 @@ static void test_horovodrun_flags(void **state) {
                       "5",
                       "--no-stall-check",
                       "--log-level=fatal",
+                      "--monitor",
                       "p",
                       NULL};
   argc = 0;
@@ -442,10 +443,11 @@ static void test_horovodrun_flags(void **state) {
   argv[argc] = NULL;
   assert_int_equal(hkrun_args_parse(argc, argv, &a, err, sizeof err), 0);
   assert_int_equal(hkrun_tunable_env(&a, buf, sizeof buf, vars, 16, &n), 0);
-  const char *want_no[] = {"HK_TIMELINE_MARK_CYCLES=0", "HK_LOG_LEVEL=error",
-                           "HK_HIERARCHICAL_ALLREDUCE=0",
-                           "HK_STALL_CHECK_TIME_S=0",
-                           "HK_STALL_SHUTDOWN_TIME_S=0"};
+  const char *want_no[] = {
+      "HK_TIMELINE_MARK_CYCLES=0",   "HK_LOG_LEVEL=error",
+      "HK_HIERARCHICAL_ALLREDUCE=0", "HK_STALL_CHECK_TIME_S=0",
+      "HK_STALL_SHUTDOWN_TIME_S=0",  "HK_MONITOR_LIVE=1"};
+  assert_int_equal(a.monitor, 1);
   assert_int_equal(n, (int)(sizeof want_no / sizeof want_no[0]));
   for (int i = 0; i < n; i++)
     assert_string_equal(vars[i], want_no[i]);
