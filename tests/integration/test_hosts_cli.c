@@ -425,7 +425,28 @@ static void test_local_host_runs_locally(void **state) {
   hkt_result_free(&r);
 }
 
+/* The mpirun lines checked here forward every HK_* variable of the
+ * environment (-x NAME): one the caller has set (scripts/test.sh sets
+ * HK_FLIGHT_DIR, a user may set HK_LOG_LEVEL) would change them, so the
+ * tests start from none. */
+static void clear_hk_environment(void) {
+  extern char **environ;
+  char name[256];
+  for (int i = 0; environ[i];) {
+    const char *eq = strchr(environ[i], '=');
+    size_t n = eq ? (size_t)(eq - environ[i]) : strlen(environ[i]);
+    if (strncmp(environ[i], "HK_", 3) == 0 && n < sizeof name) {
+      memcpy(name, environ[i], n);
+      name[n] = 0;
+      unsetenv(name); /* environ shifts: look at index i again */
+      continue;
+    }
+    i++;
+  }
+}
+
 int main(void) {
+  clear_hk_environment();
   if (hkt_setup() != 0)
     return 1;
   const struct CMUnitTest tests[] = {
