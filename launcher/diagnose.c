@@ -241,7 +241,8 @@ static int report_pending(const job_view *j, uint64_t last, FILE *out) {
     seen_free(&s);
     return -1;
   }
-  qsort(s.v, s.n, sizeof *s.v, by_first_submit);
+  if (s.n > 1) /* s.v is NULL while nothing is pending */
+    qsort(s.v, s.n, sizeof *s.v, by_first_submit);
   size_t diverged = 0, everywhere = 0;
   const char *first_all = NULL;
   char a[512], b[512];
