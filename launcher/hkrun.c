@@ -404,8 +404,9 @@ static int run_job(const hkrun_args *args) {
   char rendezvous[32], secret_hex[2 * HK_SECRET_LEN + 1];
   snprintf(rendezvous, sizeof rendezvous, "127.0.0.1:%u", (unsigned)port);
   hk_secret_format(&secret, secret_hex);
-  if (args->verbose)
-    say("rendezvous listening on %s", rendezvous);
+  if (args->verbose) /* the pid is what hkrun --dump PID takes */
+    say("hkrun pid %ld: rendezvous listening on %s", (long)getpid(),
+        rendezvous);
 
   int bind_failed = 0;
   cpu_set_t *masks = bind_masks(args, &bind_failed);

@@ -229,7 +229,10 @@ static hk_status make_links(hk_ctx *ctx, data_plan *d) {
     ntcp += m->links[r].kind == HK_LINK_TCP;
     nmpi += m->links[r].kind == HK_LINK_MPI;
   }
-  hk_log(HK_LOG_INFO, "data links: %d over TCP (%d sockets each), %d over MPI",
+  hk_log(HK_LOG_INFO,
+         "data links: %d over TCP (%d sockets each), %d over MPI (those to "
+         "ranks of this host then move to shared memory where it can be set "
+         "up: see the next line)",
          ntcp, d->k, nmpi);
   return HK_OK;
 }
