@@ -150,9 +150,16 @@ hk_status hk_config_load(hk_config *cfg) {
       char *end;
       errno = 0;
       v = strtod(s, &end);
-      if (errno || *end || !isfinite(v))
+      if (end == s || *end || isnan(v))
         return hk_fail(HK_ERR_CONFIG, "%s='%s' is not a number (unit: %s)",
                        t->var, s, t->unit);
+      /* a number, but beyond a double (1e400) or below its precision:
+       * say which way it is out of range */
+      if (errno == ERANGE || !isfinite(v))
+        return hk_fail(HK_ERR_CONFIG,
+                       "%s=%s is too %s: the range is [%.17g, %.17g] %s",
+                       t->var, s, fabs(v) > 1.0 ? "large" : "small", t->min,
+                       t->max, t->unit);
       if (v < t->min || v > t->max)
         return hk_fail(HK_ERR_CONFIG, "%s=%s is out of range [%.17g, %.17g] %s",
                        t->var, s, t->min, t->max, t->unit);
@@ -168,17 +175,12 @@ hk_status hk_config_load(hk_config *cfg) {
     return hk_fail(HK_ERR_CONFIG, "HK_TIMELINE is longer than %zu bytes",
                    sizeof cfg->timeline - 1);
   snprintf(cfg->timeline, sizeof cfg->timeline, "%s", tl ? tl : "");
-  cfg->cross_transport = HK_CROSS_TCP;
-  const char *cross = getenv("HK_CROSS_TRANSPORT");
-  if (cross && *cross) {
-    if (strcmp(cross, "tcp") == 0)
-      cfg->cross_transport = HK_CROSS_TCP;
-    else if (strcmp(cross, "mpi") == 0)
-      cfg->cross_transport = HK_CROSS_MPI;
-    else
-      return hk_fail(HK_ERR_CONFIG,
-                     "HK_CROSS_TRANSPORT='%s' is not one of tcp, mpi", cross);
-  }
+  /* words ignore case, as every word-valued setting does */
+  static const char *const transports[] = {"tcp", "mpi"};
+  hk_status st =
+      pick_word("HK_CROSS_TRANSPORT", transports, 2, &cfg->cross_transport);
+  if (st != HK_OK)
+    return st;
   cfg->hierarchical = -1;
   const char *hier = getenv("HK_HIERARCHICAL_ALLREDUCE");
   if (hier && *hier) {
@@ -189,7 +191,7 @@ hk_status hk_config_load(hk_config *cfg) {
   }
   static const char *const devices[] = {"auto", "cuda", "emu", "none"};
   static const char *const comps[] = {"none", "fp16", "bf16"};
-  hk_status st = pick_word("HK_DEVICE", devices, 4, &cfg->device);
+  st = pick_word("HK_DEVICE", devices, 4, &cfg->device);
   if (st == HK_OK)
     st = pick_word("HK_COMPRESSION", comps, 3, &cfg->compression);
   if (st == HK_OK)
