@@ -14,6 +14,7 @@
 #include "collectives/reduce.h"
 #include "collectives/ring.h"
 #include "collectives/transport/tcp.h"
+#include "common/log.h"
 #include "common/status.h"
 #include "coordinator/fusion.h"
 #include "worker/algo.h"
@@ -154,11 +155,14 @@ static hk_status run_alone(hk_ctx *ctx, hk_handle h, int32_t divisor,
   switch (q->coll) {
   case HK_COLL_ALLREDUCE: {
     const void *src = h->sendbuf;
-    if (q->prescale != 1.0) { /* scale while copying into recvbuf */
-      hk_scale_copy(h->recvbuf, h->sendbuf, q->count, dtype, q->prescale);
+    /* a 16-bit average divides by a power of two first (reduce.h) */
+    const double pre =
+        hk_average_pre_divisor(dtype, (hk_op)q->op, divisor > 0 ? divisor : n);
+    if (q->prescale != 1.0 || pre != 1.0) { /* scale into recvbuf */
+      hk_scale_copy(h->recvbuf, h->sendbuf, q->count, dtype, q->prescale / pre);
       src = h->recvbuf;
     }
-    hk_ring_finish fin = {divisor, q->postscale};
+    hk_ring_finish fin = {divisor, q->postscale, pre};
     hk_ring_default_segments(q->count, n, ctx->ring.segs);
     st = allreduce_with(ctx, hk_algo_for(ctx, q->count * esz), src, h->recvbuf,
                         ctx->ring.segs, dtype, (hk_op)q->op, &fin);
@@ -192,9 +196,20 @@ static hk_status run_alone(hk_ctx *ctx, hk_handle h, int32_t divisor,
     size_t *seg = ctx->ring.segs;
     for (int j = 0; j <= n; j++)
       seg[j] = rs_first_row(q->count, n, j) * q->row_elems;
-    hk_ring_finish fin = {divisor, 1.0};
-    st = hk_ring_reducescatter(&ctx->ring, h->sendbuf, h->recvbuf, seg, dtype,
+    const double pre =
+        hk_average_pre_divisor(dtype, (hk_op)q->op, divisor > 0 ? divisor : n);
+    const void *src = h->sendbuf;
+    void *scaled = NULL;
+    if (pre != 1.0 && seg[n]) { /* the input divided first, as allreduce */
+      if (!(scaled = malloc(seg[n] * esz)))
+        return hk_fail(HK_ERR_NOMEM, "cannot allocate %zu bytes", seg[n] * esz);
+      hk_scale_copy(scaled, h->sendbuf, seg[n], dtype, 1.0 / pre);
+      src = scaled;
+    }
+    hk_ring_finish fin = {divisor, 1.0, pre};
+    st = hk_ring_reducescatter(&ctx->ring, src, h->recvbuf, seg, dtype,
                                (hk_op)q->op, &fin);
+    free(scaled);
     if (st == HK_OK && h->out_rows)
       *h->out_rows = rs_first_row(q->count, n, ctx->rank + 1) -
                      rs_first_row(q->count, n, ctx->rank);
@@ -332,6 +347,10 @@ static hk_status run_fused(hk_ctx *ctx, plan *p, uint32_t a, uint32_t b,
   for (uint32_t i = 0; i < k; i++)
     p->counts[i] = p->h[p->order[a + i]]->req.count;
   hk_fusion_layout(p->counts, k, n, p->seg, p->where);
+  const hk_fusion_item *it = &p->items[p->order[a]];
+  /* a 16-bit average divides by a power of two first (reduce.h) */
+  const double pre = hk_average_pre_divisor(dtype, (hk_op)q0->op,
+                                            it->divisor > 0 ? it->divisor : n);
   size_t *first = ctx->ring.segs; /* a tensor's own default segments */
   for (uint32_t i = 0; i < k; i++) {
     hk_handle h = p->h[p->order[a + i]];
@@ -339,11 +358,10 @@ static hk_status run_fused(hk_ctx *ctx, plan *p, uint32_t a, uint32_t b,
     for (int j = 0; j < n; j++)
       hk_scale_copy(ctx->fusion + p->where[(size_t)i * n + j] * esz,
                     (const uint8_t *)h->sendbuf + first[j] * esz,
-                    first[j + 1] - first[j], dtype, h->req.prescale);
+                    first[j + 1] - first[j], dtype, h->req.prescale / pre);
   }
   t[1] = hk_now();
-  const hk_fusion_item *it = &p->items[p->order[a]];
-  hk_ring_finish fin = {it->divisor, 1.0}; /* postscale: while copying out */
+  hk_ring_finish fin = {it->divisor, 1.0, pre}; /* postscale: copying out */
   st = allreduce_with(ctx, (hk_algo)it->algo, ctx->fusion, ctx->fusion, p->seg,
                       dtype, (hk_op)q0->op, &fin);
   t[2] = hk_now();
@@ -493,6 +511,39 @@ static hk_status resolve(hk_ctx *ctx, const hk_wire_response *r,
   return HK_OK;
 }
 
+/* A float16/bfloat16 sum on this rank's host buffer that holds an
+ * infinity: said once per tensor name (hk.h, hk_op). Averages divide
+ * first and cannot overflow; other types have the range to spare, and
+ * scanning their results would cost a pass over every gradient. */
+static void warn_if_sum_overflowed(hk_ctx *ctx, hk_handle h) {
+  const hk_wire_request *q = &h->req;
+  const hk_dtype d = (hk_dtype)q->dtype;
+  if (h->phantom || q->op != HK_SUM || q->mem == HK_WIRE_MEM_DEVICE ||
+      (d != HK_FLOAT16 && d != HK_BFLOAT16) ||
+      (q->coll != HK_COLL_ALLREDUCE && q->coll != HK_COLL_REDUCESCATTER) ||
+      hk_strmap_get(ctx->overflow_warned, q->name))
+    return;
+  if (q->coll == HK_COLL_ALLREDUCE && ctx->rank != 0)
+    return; /* every rank holds these bits: rank 0 says it */
+  size_t count = q->coll == HK_COLL_ALLREDUCE
+                     ? q->count
+                     : (rs_first_row(q->count, ctx->size, ctx->rank + 1) -
+                        rs_first_row(q->count, ctx->size, ctx->rank)) *
+                           q->row_elems;
+  size_t inf = hk_count_inf(h->recvbuf, count, d);
+  if (!inf)
+    return;
+  if (hk_strmap_put(ctx->overflow_warned, q->name, ctx) != HK_OK)
+    return; /* out of memory: warn again next time rather than not at all */
+  hk_log(HK_LOG_WARNING,
+         "tensor '%s': the %s sum holds +-inf in %zu of its %zu elements: "
+         "it overflowed (largest finite %s: %s) or an input was infinite; "
+         "HK_AVERAGE divides before summing and does not overflow (said "
+         "once for this tensor)",
+         q->name, hk_dtype_name(d), inf, count, hk_dtype_name(d),
+         d == HK_FLOAT16 ? "65504" : "3.39e38");
+}
+
 /* Completes h, or frees it if it was made up for a joined rank. */
 static void finish_handle(hk_ctx *ctx, hk_handle h, hk_status st,
                           const char *reason) {
@@ -605,6 +656,7 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
         hk_introspect_record(ctx, h->req.name, t[1], t[2]);
       if (ctx->timeline && moves_data && !h->phantom)
         trace(ctx, &rs[p.order[i]], h, t_ready, t, fused || dev_algo, args);
+      warn_if_sum_overflowed(ctx, h);
       finish_handle(ctx, h, HK_OK, NULL);
       p.h[p.order[i]] = NULL;
     }

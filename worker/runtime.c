@@ -99,6 +99,7 @@ static void destroy(hk_ctx *ctx) {
   free(ctx->rd_scratch);
   hk_negotiator_destroy(ctx->negotiator);
   hk_strmap_destroy(ctx->inflight);
+  hk_strmap_destroy(ctx->overflow_warned);
   hk_buf_free(&ctx->scratch);
   if (ctx->wake_fd >= 0)
     close(ctx->wake_fd);
@@ -158,6 +159,8 @@ hk_status hk_init(void) {
     st = hk_fail_errno(HK_ERR_SYSTEM, errno, "eventfd");
   if (st == HK_OK)
     st = hk_strmap_create(&ctx->inflight);
+  if (st == HK_OK)
+    st = hk_strmap_create(&ctx->overflow_warned);
   if (st == HK_OK && ctx->rank == 0)
     st = hk_negotiator_create(ctx->size, &ctx->negotiator);
   if (st == HK_OK)

@@ -231,8 +231,8 @@ static void test_allreduce_algorithms(void **s) {
   hkt_result r;
   assert_int_equal(hkt_run(argv, bad, 60, &r), 0);
   assert_int_not_equal(r.exit_code, 0);
-  assert_non_null(strstr(r.err, "HK_ALLREDUCE_ALGO=tree: hk's collectives "
-                                "have no tree"));
+  assert_non_null(strstr(r.err, "HK_ALLREDUCE_ALGO=\"tree\": hk's "
+                                "collectives have no tree"));
   hkt_result_free(&r);
   char *argv2[] = {HKRUN_PATH, "-np",
                    "3",        "sh",
@@ -504,6 +504,35 @@ static void test_normal_exits_stay_clean(void **s) {
   }
 }
 
+/* 16 ranks averaging float16 5000.0 get 5000.0 up to float16's rounding
+ * (the sum alone is +inf), with the ring's sums one rank at a time and
+ * with the algorithm hk picks; the sum's overflow is said once, by rank
+ * 0, naming the tensor. */
+static void float16_average_and_overflow(const char *algo) {
+  char *argv[] = {HKRUN_PATH, "-np", "16", W("w_half16"), NULL};
+  char *env[] = {"HK_LOG_LEVEL=warning", (char *)algo, NULL};
+  hkt_result r;
+  int rc = hkt_run(argv, env, 120, &r);
+  int ok = hkt_count_lines(r.out, "half16 ok");
+  const char *w =
+      strstr(r.err, "tensor 'sum.f16': the float16 sum holds +-inf");
+  int once = w && !strstr(w + 1, "tensor 'sum.f16': the float16 sum");
+  if (rc != 0 || !r.exited || r.exit_code != 0 || ok != 16 || !once ||
+      strstr(r.err, "avg."))
+    fail_msg("exit %d, %d ok lines, warned once %d\nstdout:\n%.3000s\n"
+             "stderr:\n%.3000s",
+             r.exit_code, ok, once, r.out, r.err);
+  assert_non_null(strstr(w, "in 1001 of its 1001 elements"));
+  hkt_result_free(&r);
+  assert_int_equal(hkt_orphans(NULL, 0), 0);
+}
+
+static void test_float16_average_and_overflow(void **s) {
+  (void)s;
+  float16_average_and_overflow("HK_ALLREDUCE_ALGO=ring"); /* one at a time */
+  float16_average_and_overflow("HK_ALLREDUCE_ALGO=auto");
+}
+
 int main(void) {
   hkt_setup();
   const struct CMUnitTest tests[] = {
@@ -522,6 +551,7 @@ int main(void) {
       cmocka_unit_test(test_without_hkrun),
       cmocka_unit_test(test_threads_random_order),
       cmocka_unit_test(test_negotiation_errors),
+      cmocka_unit_test(test_float16_average_and_overflow),
       cmocka_unit_test(test_kill9_mid_allreduce),
       cmocka_unit_test(test_rank_exits_early),
       cmocka_unit_test(test_rogue_connection),
