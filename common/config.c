@@ -70,6 +70,11 @@ static const tunable table[] = {
      "TCP connections between each pair of ranks; a transfer is striped "
      "over them in fixed blocks",
      OFF(sockets_per_peer), 1},
+    /* 100 steps x 200 tensors take ~16 MB: 1 GiB holds ~6000 such steps */
+    {"HK_TIMELINE_MAX_MB", 1024, 0, 1 << 20, "MiB",
+     "the timeline stops (still valid JSON, with a note of what was cut) "
+     "before it grows past this; 0: no bound",
+     OFF(timeline_max_mb), 0},
     /* the slowest link the seed customers name (10 GbE) */
     {"HK_NET_GBIT", 10, 0.001, 1e5, "Gbit/s",
      "each host's network rate, for the cost model's algorithm choice",

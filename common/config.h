@@ -34,6 +34,8 @@ typedef struct hk_config {
   int hierarchical;        /* HK_HIERARCHICAL_ALLREDUCE: 1, 0, -1 unset */
   int log_level;           /* HK_LOG_LEVEL: hk_log_level */
   char timeline[4096];     /* HK_TIMELINE: rank 0's trace file, or "" */
+  double timeline_max_mb;  /* HK_TIMELINE_MAX_MB: the file's bound, MiB;
+                              0 = none */
   /* GPU tensors (device/device.h) */
   int device;      /* HK_DEVICE: hk_device_choice */
   int gpu;         /* HK_GPU: device index; -1 = the local rank */

@@ -106,6 +106,7 @@ typedef struct hk_ctx {
   size_t rd_scratch_bytes;
   hk_strmap *overflow_warned; /* [bg] names whose 16-bit sum held an inf
                                  (warned once each) */
+  int cache_warned;           /* [bg] rank 0 said the cache is full */
 
   pthread_t thread;
   int thread_started;

@@ -493,12 +493,15 @@ static hk_status resolve(hk_ctx *ctx, const hk_wire_response *r,
                          hk_handle *out) {
   const char *name = r->name;
   if (r->flags & HK_RESP_CACHED) {
-    if (!hk_cache_is_live(ctx->cache, r->cache_bit))
+    /* a bit names one tensor for the cache's life (cache.h), so one
+     * evicted since rank 0 decided still says which */
+    const hk_wire_request *q = hk_cache_get(ctx->cache, r->cache_bit);
+    if (!q)
       return hk_fail(HK_ERR_PROTOCOL,
-                     "rank 0 scheduled cache bit %u, which rank %d does not "
-                     "hold",
+                     "rank 0 scheduled cache bit %u, which rank %d never "
+                     "gave out",
                      r->cache_bit, ctx->rank);
-    name = hk_cache_get(ctx->cache, r->cache_bit)->name;
+    name = q->name;
   }
   *out = hk_queue_find(ctx, name);
   if (!*out && (r->flags & HK_RESP_PARAMS)) /* this rank joined */
@@ -542,6 +545,32 @@ static void warn_if_sum_overflowed(hk_ctx *ctx, hk_handle h) {
          "once for this tensor)",
          q->name, hk_dtype_name(d), inf, count, hk_dtype_name(d),
          d == HK_FLOAT16 ? "65504" : "3.39e38");
+}
+
+/* The first eviction (rank 0 says it, once): more tensors are alive than
+ * the cache holds, so some are negotiated by name every step. */
+static void cache_full_warning(hk_ctx *ctx) {
+  if (ctx->rank != 0 || ctx->cache_warned)
+    return;
+  hk_cache_stats s = hk_cache_get_stats(ctx->cache);
+  if (!s.evictions && !s.out_of_bits)
+    return;
+  ctx->cache_warned = 1;
+  unsigned cap = hk_cache_capacity(ctx->cache);
+  if (s.evictions)
+    hk_log(HK_LOG_WARNING,
+           "the response cache is full (HK_CACHE_CAPACITY=%u tensors): more "
+           "tensors are in use than it holds, so the least recently used "
+           "are evicted and negotiated by name again; set HK_CACHE_CAPACITY "
+           "to at least the number of tensors a step submits (said once)",
+           cap);
+  else
+    hk_log(HK_LOG_WARNING,
+           "the response cache has given a bit to %u tensor names (4 x "
+           "HK_CACHE_CAPACITY=%u), its most: new names are negotiated by "
+           "name; names that change every step (a step number in the name) "
+           "defeat the cache (said once)",
+           4 * cap, cap);
 }
 
 /* Completes h, or frees it if it was made up for a joined rank. */
@@ -593,13 +622,16 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
     if (!p.h[i])
       continue;
     unsigned c = p.h[i]->req.coll;
-    if (rs[i].status == HK_OK && !(rs[i].flags & HK_RESP_CACHED) &&
-        (c == HK_COLL_ALLREDUCE || c == HK_COLL_BROADCAST ||
-         c == HK_COLL_REDUCESCATTER))
+    if (rs[i].status == HK_OK && (rs[i].flags & HK_RESP_CACHED))
+      hk_cache_touch(ctx->cache, rs[i].cache_bit);
+    else if (rs[i].status == HK_OK &&
+             (c == HK_COLL_ALLREDUCE || c == HK_COLL_BROADCAST ||
+              c == HK_COLL_REDUCESCATTER))
       hk_cache_insert(ctx->cache, (rs[i].flags & HK_RESP_PARAMS)
                                       ? &rs[i].params
                                       : &p.h[i]->req);
   }
+  cache_full_warning(ctx);
   if (st == HK_OK)
     for (uint32_t i = 0; i < n; i++) /* failed negotiations end at once */
       if (rs[i].status != HK_OK && p.h[i]) {

@@ -131,6 +131,25 @@ static void say_goodbye(hk_ctx *ctx) {
   hk_buf_free(&b);
 }
 
+/* Rank 0's response-cache figures at info level, at the end of the job
+ * (the background thread, the cache's owner, has stopped). */
+static void cache_report(const hk_ctx *ctx) {
+  if (ctx->rank != 0 || ctx->size < 2 || !ctx->cache)
+    return;
+  hk_cache_stats s = hk_cache_get_stats(ctx->cache);
+  uint64_t all = s.hits + s.misses;
+  if (!all)
+    return;
+  hk_log(HK_LOG_INFO,
+         "response cache: %.1f%% hits (%llu of %llu responses ran from a "
+         "cache bit); %u of %u entries live, %llu evicted, %llu names "
+         "without a bit (HK_CACHE_CAPACITY=%u)",
+         100.0 * (double)s.hits / (double)all, (unsigned long long)s.hits,
+         (unsigned long long)all, hk_cache_live(ctx->cache),
+         hk_cache_capacity(ctx->cache), (unsigned long long)s.evictions,
+         (unsigned long long)s.out_of_bits, hk_cache_capacity(ctx->cache));
+}
+
 hk_status hk_init(void) {
   if (g_ctx)
     return hk_fail(HK_ERR_ALREADY_INITIALIZED,
@@ -165,8 +184,11 @@ hk_status hk_init(void) {
     st = hk_negotiator_create(ctx->size, &ctx->negotiator);
   if (st == HK_OK)
     st = hk_cache_create((uint32_t)ctx->cfg.cache_capacity, &ctx->cache);
-  if (st == HK_OK && ctx->rank == 0 && ctx->cfg.timeline[0])
+  if (st == HK_OK && ctx->rank == 0 && ctx->cfg.timeline[0]) {
     st = hk_timeline_open(ctx->cfg.timeline, &ctx->timeline);
+    hk_timeline_set_limit(ctx->timeline,
+                          (size_t)(ctx->cfg.timeline_max_mb * 1048576.0));
+  }
   if (st == HK_OK)
     st = hk_bootstrap(ctx);
   if (st == HK_OK) {
@@ -212,6 +234,7 @@ hk_status hk_shutdown(void) {
   if (ctx->thread_started)
     pthread_join(ctx->thread, NULL);
   say_goodbye(ctx);
+  cache_report(ctx);
   hk_status st = ctx->failure;
   char reason[sizeof ctx->failure_reason];
   snprintf(reason, sizeof reason, "%s", ctx->failure_reason);
