@@ -23,9 +23,15 @@
  *   process holds it), no GOODBYE is coming. A worker that never
  *   registered (a plain program) is judged by its exit status alone.
  * - SIGINT/SIGTERM/SIGHUP to hkrun are forwarded to every worker's process
- *   group;
- *   SIGKILL follows after the grace period + 2 s (a second signal sends
+ *   group, as mpirun and horovodrun do; workers still running after the
+ *   grace period get SIGTERM, and SIGKILL SIGNAL_KILL_AFTER_TERM_MS after
+ *   that, so every worker is gone within grace + 1 s (a second signal sends
  *   SIGKILL at once).
+ * - A job whose workers call hk_init (one registered with the rendezvous)
+ *   but not all of them within HK_START_TIMEOUT_S of the start fails: hkrun
+ *   names the ranks that did not join, tells the others (their hk_init
+ *   fails naming them) and tears the job down as for a failure, exit 1.
+ *   Plain programs (no rank registers) are not timed.
  * - The exit status is decided by the first of those events: the failed
  *   worker's exit status (128+signal if it was killed; 1 if it exited 0
  *   without hk_shutdown), or 128+signo if hkrun was signalled; 0 if every
@@ -43,6 +49,7 @@
 #include <uv.h>
 
 #include "common/auth.h"
+#include "common/config.h"
 #include "common/log.h"
 #include "common/status.h"
 #include "launcher/args.h"
@@ -51,8 +58,11 @@
 #include "launcher/rendezvous.h"
 #include "launcher/spawn.h"
 
-/* Between SIGTERM and SIGKILL, in milliseconds. */
+/* Between SIGTERM and SIGKILL, in milliseconds: after a worker failed,
+ * and after hkrun was signalled (where everything must be gone within
+ * grace + 1 s). */
 #define KILL_AFTER_TERM_MS 2000
+#define SIGNAL_KILL_AFTER_TERM_MS 500
 /* How long an exited worker's rendezvous connection may stay open with
  * nothing to read before hkrun stops waiting for its GOODBYE, ms. Only a
  * connection some other process holds open lasts that long: a worker's
@@ -68,6 +78,9 @@ typedef struct job {
   uv_signal_t sig[3]; /* SIGINT, SIGTERM, SIGHUP */
   uv_timer_t term_timer, kill_timer;
   uv_timer_t goodbye_timer;
+  uv_timer_t start_timer;     /* HK_START_TIMEOUT_S after the start */
+  double start_timeout_s;     /* HK_START_TIMEOUT_S as the workers read it */
+  uint64_t kill_after_term;   /* ms from SIGTERM to SIGKILL */
   uint64_t *goodbye_deadline; /* np entries: uv_now() after which rank r's
                                  exit 0 is judged without its GOODBYE; 0
                                  when no verdict waits for rank r */
@@ -106,6 +119,7 @@ static void close_job(job *j) {
   uv_close((uv_handle_t *)&j->term_timer, NULL);
   uv_close((uv_handle_t *)&j->kill_timer, NULL);
   uv_close((uv_handle_t *)&j->goodbye_timer, NULL);
+  uv_close((uv_handle_t *)&j->start_timer, NULL);
   for (int i = 0; i < 3; i++)
     uv_close((uv_handle_t *)&j->sig[i], NULL);
   hk_rdv_close(j->rdv);
@@ -125,7 +139,7 @@ static void term_timeout(uv_timer_t *t) {
   if (n > 0 && j->args->verbose)
     say("sent SIGTERM to %d worker(s)", n);
   if (!uv_is_active((uv_handle_t *)&j->kill_timer))
-    uv_timer_start(&j->kill_timer, kill_timeout, KILL_AFTER_TERM_MS, 0);
+    uv_timer_start(&j->kill_timer, kill_timeout, j->kill_after_term, 0);
 }
 
 static void stop_waiting(job *j);
@@ -262,10 +276,59 @@ static void on_signal(uv_signal_t *h, int signum) {
            strsignal(signum));
   hk_rdv_abort(j->rdv, -1, -1, signum, reason);
   hk_workers_signal(&j->workers, signum);
-  if (!uv_is_active((uv_handle_t *)&j->kill_timer))
-    uv_timer_start(&j->kill_timer, kill_timeout,
-                   grace_ms(j) + KILL_AFTER_TERM_MS, 0);
+  /* then SIGTERM after the grace period (even if a failure had started a
+   * slower teardown), SIGKILL shortly after */
+  j->kill_after_term = SIGNAL_KILL_AFTER_TERM_MS;
+  uv_timer_stop(&j->kill_timer);
+  uv_timer_start(&j->term_timer, term_timeout, grace_ms(j), 0);
   stop_waiting(j); /* last: with every worker gone it closes the job */
+}
+
+/* HK_START_TIMEOUT_S after the start: if some ranks registered (an hk
+ * job) but not all, name the missing ones and fail the job. */
+static void start_timeout(uv_timer_t *t) {
+  job *j = t->data;
+  if (j->failing || j->closed)
+    return;
+  int np = j->args->np, joined = 0, nmiss = 0;
+  char miss[512] = "", pids[512] = "";
+  int first = -1;
+  for (int r = 0; r < np; r++) {
+    if (hk_rdv_rank(j->rdv, r) != HK_RDV_UNREGISTERED) {
+      joined++;
+      continue;
+    }
+    if (first < 0)
+      first = r;
+    const hk_worker *w = &j->workers.w[r];
+    size_t m = strlen(miss), p = strlen(pids);
+    if (nmiss < 16) {
+      snprintf(miss + m, sizeof miss - m, "%s%d", nmiss ? ", " : "", r);
+      snprintf(pids + p, sizeof pids - p, "%s%d (pid %d%s)", nmiss ? ", " : "",
+               r, w->pid, w->exited ? ", exited" : "");
+    } else if (nmiss == 16) {
+      snprintf(miss + m, sizeof miss - m, ", ...");
+      snprintf(pids + p, sizeof pids - p, ", ...");
+    }
+    nmiss++;
+  }
+  if (joined == 0 || nmiss == 0)
+    return; /* plain programs, or everyone is in */
+  char host[128] = "this host";
+  gethostname(host, sizeof host - 1);
+  j->failing = 1;
+  j->exit_code = 1;
+  say("not every rank joined within HK_START_TIMEOUT_S=%g s: %s %s on %s "
+      "never called hk_init (or could not reach hkrun); %d of %d joined",
+      j->start_timeout_s, nmiss > 1 ? "ranks" : "rank", pids, host, joined, np);
+  char reason[256];
+  snprintf(reason, sizeof reason,
+           "%s %s (on %s) did not join within HK_START_TIMEOUT_S=%g s",
+           nmiss > 1 ? "ranks" : "rank", miss, host, j->start_timeout_s);
+  hk_rdv_abort(j->rdv, first, -1, 0, reason);
+  if (j->workers.running > 0)
+    uv_timer_start(&j->term_timer, term_timeout, grace_ms(j), 0);
+  stop_waiting(j);
 }
 
 /* Sets up the loop-owned parts of the job. Returns 0, or 1 after saying
@@ -299,7 +362,14 @@ static int setup(job *j, hk_secret *secret, uint16_t *port) {
   uv_timer_init(&j->loop, &j->term_timer);
   uv_timer_init(&j->loop, &j->kill_timer);
   uv_timer_init(&j->loop, &j->goodbye_timer);
+  uv_timer_init(&j->loop, &j->start_timer);
   j->term_timer.data = j->kill_timer.data = j->goodbye_timer.data = j;
+  j->start_timer.data = j;
+  j->kill_after_term = KILL_AFTER_TERM_MS;
+  /* the workers' own setting (hkrun's flags have set it already); a bad
+   * value is theirs to report, the default stands here */
+  hk_config cfg;
+  j->start_timeout_s = hk_config_load(&cfg) == HK_OK ? cfg.start_timeout_s : 60;
   return 0;
 }
 
@@ -350,9 +420,12 @@ static int run_job(const hkrun_args *args) {
     hk_workers_signal(&j.workers, SIGKILL);
     if (j.workers.running == 0)
       close_job(&j);
-  } else if (args->verbose) {
-    for (int r = 0; r < args->np; r++)
-      say("started rank %d as pid %d", r, j.workers.w[r].pid);
+  } else {
+    uv_timer_start(&j.start_timer, start_timeout,
+                   (uint64_t)(j.start_timeout_s * 1000.0 + 0.5), 0);
+    if (args->verbose)
+      for (int r = 0; r < args->np; r++)
+        say("started rank %d as pid %d", r, j.workers.w[r].pid);
   }
 
   /* Runs until every worker has exited and every handle is closed. */
