@@ -13,11 +13,13 @@
 #include <unistd.h>
 
 #include "common/auth.h"
+#include "common/config.h"
 #include "common/status.h"
 #include "launcher/argv.h"
 #include "launcher/hosts.h"
 #include "launcher/mpirun.h"
 #include "launcher/output.h"
+#include "launcher/remote.h"
 
 extern char **environ;
 
@@ -71,9 +73,24 @@ static int fail_status(hk_status st) {
   return st == HK_ERR_NOMEM ? 1 : 2;
 }
 
-/* Sets up the environment, builds the command and execs it. Returns only
- * on failure, with hkrun's exit status. */
-static int exec_mpirun(const hkrun_args *args, const hk_hostlist *hosts) {
+/* Whether --mpi-args sets Open MPI's parameter `name` itself. */
+static int mpi_args_set(const char *mpi_args, const char *name) {
+  hk_argv w = {0};
+  int found = 0;
+  if (mpi_args && hk_argv_split(&w, mpi_args, "--mpi-args") == HK_OK)
+    for (int i = 0; i + 1 < w.n && !found; i++)
+      found = strcmp(w.v[i + 1], name) == 0 &&
+              (!strcmp(w.v[i], "--mca") || !strcmp(w.v[i], "-mca") ||
+               !strcmp(w.v[i], "--gmca") || !strcmp(w.v[i], "-gmca"));
+  hk_argv_free(&w);
+  return found;
+}
+
+/* Sets up the environment, checks every host answers, builds the command
+ * and runs mpirun under hkrun's supervision (remote.h). Returns hkrun's
+ * exit status. */
+static int run_mpirun(const hkrun_args *args, const hk_hostlist *hosts,
+                      const char *me) {
   hk_secret secret;
   char hex[2 * HK_SECRET_LEN + 1];
   if (hk_secret_generate(&secret) != HK_OK) {
@@ -94,6 +111,23 @@ static int exec_mpirun(const hkrun_args *args, const hk_hostlist *hosts) {
   for (const char *const *v = hk_mpirun_per_process_vars(); *v; v++)
     unsetenv(*v);
 
+  /* Open MPI reaches the hosts over ssh (or the agent given): check that
+   * each answers within the start timeout first, never prompting */
+  hk_config cfg;
+  double start_s = hk_config_load(&cfg) == HK_OK ? cfg.start_timeout_s : 60;
+  char *agent = hk_remote_agent(args->mpi_args);
+  char ssh_opts[96];
+  const char *rsh_args = NULL;
+  if (hk_remote_uses_rsh()) {
+    if (hk_remote_probe(hosts, me, agent, start_s) != 0) {
+      free(agent);
+      return 1;
+    }
+    if (!agent && !getenv("OMPI_MCA_plm_rsh_args") &&
+        !mpi_args_set(args->mpi_args, "plm_rsh_args"))
+      rsh_args = hk_remote_ssh_options(start_s, ssh_opts, sizeof ssh_opts);
+  }
+  free(agent);
   long ncpus = sysconf(_SC_NPROCESSORS_ONLN);
   hk_mpirun_spec spec = {
       .mpirun = "mpirun",
@@ -102,6 +136,7 @@ static int exec_mpirun(const hkrun_args *args, const hk_hostlist *hosts) {
       .bind_to = args->bind_to,
       .network_interface = args->network_interface,
       .mpi_args = args->mpi_args,
+      .rsh_args = rsh_args,
       .as_root = geteuid() == 0,
       .tag_output = args->tag_output,
       .ncpus = ncpus > 0 ? (int)ncpus : 1,
@@ -120,13 +155,9 @@ static int exec_mpirun(const hkrun_args *args, const hk_hostlist *hosts) {
     say("exec: %s", line ? line : "(out of memory)");
     free(line);
   }
-  execvp(cmd.v[0], cmd.v);
-  int e = errno;
-  say("cannot run '%s': %s (hk starts jobs on several hosts through Open "
-      "MPI: install openmpi-bin)",
-      cmd.v[0], strerror(e));
+  int rc = hk_remote_run(&cmd, args->grace_period_s);
   hk_argv_free(&cmd);
-  return 127;
+  return rc;
 }
 
 int hkrun_delegate(hkrun_args *args) {
@@ -152,7 +183,7 @@ int hkrun_delegate(hkrun_args *args) {
     me[0] = '\0';
   int rc = HKRUN_RUN_LOCALLY;
   if (hk_mpirun_wanted(args->mpi, &hosts, me)) {
-    rc = exec_mpirun(args, &hosts);
+    rc = run_mpirun(args, &hosts, me);
   } else if (args->mpi_args || strcmp(args->bind_to, "none") != 0) {
     say("%s applies only when hkrun starts mpirun (several hosts, or --mpi)",
         args->mpi_args ? "--mpi-args" : "--bind-to");

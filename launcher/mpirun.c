@@ -97,6 +97,9 @@ hk_status hk_mpirun_build(const hk_mpirun_spec *s, hk_argv *out) {
         out, (const char *const[]){"--mca", "btl_tcp_if_include", i, "--mca",
                                    "oob_tcp_if_include", i, NULL});
   }
+  if (st == HK_OK && s->rsh_args)
+    st = hk_argv_push_all(
+        out, (const char *const[]){"--mca", "plm_rsh_args", s->rsh_args, NULL});
   if (st == HK_OK)
     st = push_env(out, s->envp);
   if (st == HK_OK && s->mpi_args)

@@ -8,6 +8,7 @@
  *   mpirun [--allow-run-as-root] -np N [-H h1:s1,h2:s2,...]
  *          --map-by slot --bind-to POLICY [--oversubscribe] [--tag-output]
  *          [--mca btl_tcp_if_include IF --mca oob_tcp_if_include IF]
+ *          [--mca plm_rsh_args RSH_ARGS]
  *          -x HK_A -x HK_B ...  [MPI_ARGS...]  -- program args...
  *
  * - -H lists every host with its slots, and --map-by slot fills each
@@ -28,6 +29,10 @@
  *   interface) into the environment first; names are sorted, each once.
  * - --network-interface IF (an interface name or a CIDR subnet) becomes
  *   Open MPI's btl_tcp_if_include and oob_tcp_if_include.
+ * - RSH_ARGS: the options hkrun gives ssh when Open MPI starts its daemons
+ *   with ssh (remote.h: never prompt, give up connecting after the start
+ *   timeout); the caller leaves it NULL when --mpi-args names an agent or
+ *   its own plm_rsh_args.
  * - MPI_ARGS: the words of --mpi-args, split as sh would (argv.h), after
  *   hkrun's own, so they can add to them (e.g. --mca plm_rsh_agent PATH).
  */
@@ -45,6 +50,7 @@ typedef struct hk_mpirun_spec {
   const char *bind_to;      /* --bind-to value; NULL means "none" */
   const char *network_interface; /* NULL, or an interface name / CIDR */
   const char *mpi_args;          /* NULL, or extra words (sh-split) */
+  const char *rsh_args;          /* NULL, or Open MPI's plm_rsh_args */
   int as_root;                   /* 1: add --allow-run-as-root (euid 0) */
   int tag_output;                /* 1: add --tag-output */
   int ncpus;                     /* CPUs of this machine, for --oversubscribe */

@@ -166,6 +166,32 @@ static const build_case builds[] = {
      "LD_LIBRARY_PATH -- /bin/sh -c 'echo $OMPI_COMM_WORLD_RANK'"},
 };
 
+/* The ssh options hkrun gives Open MPI come before the forwarded
+ * variables and --mpi-args. */
+static void test_build_rsh_args(void **state) {
+  (void)state;
+  hk_hostlist hosts = {0};
+  assert_int_equal(hk_hosts_parse_list("a:1,b:1", "-H", &hosts), HK_OK);
+  hk_mpirun_spec spec = {.mpirun = "mpirun",
+                         .np = 2,
+                         .hosts = &hosts,
+                         .rsh_args = "-o BatchMode=yes -o ConnectTimeout=7",
+                         .envp = test_env,
+                         .prog_argv = prog,
+                         .prog_argc = 3};
+  hk_argv cmd = {0};
+  assert_int_equal(hk_mpirun_build(&spec, &cmd), HK_OK);
+  char *line = hk_argv_format(&cmd);
+  assert_string_equal(
+      line, "mpirun -np 2 -H a:1,b:1 --map-by slot --bind-to none "
+            "--mca plm_rsh_args '-o BatchMode=yes -o "
+            "ConnectTimeout=7' -x HK_CYCLE_TIME_MS -x HK_SECRET -x "
+            "HK_TIMEOUT_S -- /bin/sh -c 'echo $OMPI_COMM_WORLD_RANK'");
+  free(line);
+  hk_argv_free(&cmd);
+  hk_hosts_free(&hosts);
+}
+
 static void test_build(void **state) {
   (void)state;
   for (size_t i = 0; i < sizeof builds / sizeof builds[0]; i++) {
@@ -289,6 +315,7 @@ int main(void) {
       cmocka_unit_test(test_split_errors),
       cmocka_unit_test(test_format_round_trip),
       cmocka_unit_test(test_build),
+      cmocka_unit_test(test_build_rsh_args),
       cmocka_unit_test(test_build_errors),
       cmocka_unit_test(test_forwarded),
       cmocka_unit_test(test_wanted),
