@@ -128,11 +128,33 @@ static int run_mpirun(const hkrun_args *args, const hk_hostlist *hosts,
       rsh_args = hk_remote_ssh_options(start_s, ssh_opts, sizeof ssh_opts);
   }
   free(agent);
+  /* IPv6 hosts reach Open MPI through a host file (its -H would read the
+   * address's ':' as the slot count); removed when mpirun has ended */
+  char hostfile[64] = "";
+  if (hosts->n > 0 && hk_hosts_has_ipv6(hosts)) {
+    const char *tmp = getenv("TMPDIR");
+    snprintf(hostfile, sizeof hostfile, "%s/hkrun-hosts.XXXXXX",
+             tmp && *tmp && strlen(tmp) < 40 ? tmp : "/tmp");
+    int fd = mkstemp(hostfile);
+    char *text = hk_hosts_file_text(hosts);
+    int ok = fd >= 0 && text && hk_out_write_all(fd, text, strlen(text)) == 0;
+    free(text);
+    if (fd >= 0)
+      close(fd);
+    if (!ok) {
+      say("cannot write the host file for mpirun (%s): %s", hostfile,
+          strerror(errno));
+      if (fd >= 0)
+        unlink(hostfile);
+      return 1;
+    }
+  }
   long ncpus = sysconf(_SC_NPROCESSORS_ONLN);
   hk_mpirun_spec spec = {
       .mpirun = "mpirun",
       .np = args->np,
       .hosts = hosts,
+      .hostfile = hostfile[0] ? hostfile : NULL,
       .bind_to = args->bind_to,
       .network_interface = args->network_interface,
       .mpi_args = args->mpi_args,
@@ -148,6 +170,8 @@ static int run_mpirun(const hkrun_args *args, const hk_hostlist *hosts,
   hk_status st = hk_mpirun_build(&spec, &cmd);
   if (st != HK_OK) {
     hk_argv_free(&cmd);
+    if (hostfile[0])
+      unlink(hostfile);
     return fail_status(st);
   }
   if (args->verbose) {
@@ -157,6 +181,8 @@ static int run_mpirun(const hkrun_args *args, const hk_hostlist *hosts,
   }
   int rc = hk_remote_run(&cmd, args->grace_period_s);
   hk_argv_free(&cmd);
+  if (hostfile[0])
+    unlink(hostfile);
   return rc;
 }
 

@@ -76,7 +76,10 @@ hk_status hk_mpirun_build(const hk_mpirun_spec *s, hk_argv *out) {
     st = hk_argv_push(out, "--allow-run-as-root");
   if (st == HK_OK)
     st = hk_argv_push_all(out, (const char *const[]){"-np", np, NULL});
-  if (st == HK_OK && have_hosts) {
+  if (st == HK_OK && have_hosts && s->hostfile) {
+    st = hk_argv_push_all(
+        out, (const char *const[]){"--hostfile", s->hostfile, NULL});
+  } else if (st == HK_OK && have_hosts) {
     char *joined = hk_hosts_join(s->hosts);
     st = joined
              ? hk_argv_push_all(out, (const char *const[]){"-H", joined, NULL})

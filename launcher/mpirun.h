@@ -5,14 +5,16 @@
  *
  * The command, in this order (words in [] only when they apply):
  *
- *   mpirun [--allow-run-as-root] -np N [-H h1:s1,h2:s2,...]
+ *   mpirun [--allow-run-as-root] -np N [-H h1:s1,h2:s2,... | --hostfile F]
  *          --map-by slot --bind-to POLICY [--oversubscribe] [--tag-output]
  *          [--mca btl_tcp_if_include IF --mca oob_tcp_if_include IF]
  *          [--mca plm_rsh_args RSH_ARGS]
  *          -x HK_A -x HK_B ...  [MPI_ARGS...]  -- program args...
  *
- * - -H lists every host with its slots, and --map-by slot fills each
- *   host's slots in rank order, so a host's ranks are contiguous (hosts in
+ * - -H lists every host with its slots (--hostfile F instead when the
+ *   caller wrote them into F: Open MPI reads IPv6 addresses there, where
+ *   its -H would take their ':' for the slot count), and --map-by slot fills
+ * each host's slots in rank order, so a host's ranks are contiguous (hosts in
  *   the order given: ranks 0..s1-1 on h1, and so on).
  * - --bind-to none by default: a worker runs the trainer's threads, hk's
  *   background thread and often a BLAS or data-loader pool; Open MPI's
@@ -47,6 +49,8 @@ typedef struct hk_mpirun_spec {
   const char *mpirun;       /* program to run: "mpirun" (searched in PATH) */
   int np;                   /* ranks, >= 1 */
   const hk_hostlist *hosts; /* NULL or empty: no -H (mpirun's host only) */
+  const char *hostfile;     /* NULL, or a host file holding `hosts`, given
+                               as --hostfile instead of -H (IPv6 hosts) */
   const char *bind_to;      /* --bind-to value; NULL means "none" */
   const char *network_interface; /* NULL, or an interface name / CIDR */
   const char *mpi_args;          /* NULL, or extra words (sh-split) */

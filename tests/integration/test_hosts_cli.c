@@ -85,6 +85,8 @@ static int setup_dir(void **state) {
              "echo $$ > \"$d/pid\"\n"
              "for a in \"$@\"; do printf '%s\\n' \"$a\"; done > \"$d/argv\"\n"
              "env | grep '^HK_' | sort > \"$d/env\"\n"
+             "prev=; for a in \"$@\"; do [ \"$prev\" = --hostfile ] && "
+             "cp \"$a\" \"$d/hostfile.copy\"; prev=$a; done\n"
              "[ -n \"$FAKE_MPIRUN_SLEEP\" ] && exec sleep $FAKE_MPIRUN_SLEEP\n"
              "exit ${FAKE_MPIRUN_STATUS:-0}\n",
              0755);
@@ -161,8 +163,8 @@ static const refused_case refused[] = {
      "-H: 'h:0': the slot count must be a whole number from 1 to 65536, not "
      "'0'"},
     {{"-H", "localhost:10.0.0.2:2"},
-     "-H: 'localhost:10.0.0.2:2': more than one ':' (write host:slots; IPv6 "
-     "addresses are not supported)"},
+     "-H: 'localhost:10.0.0.2:2': more than one ':' (write host:slots; an "
+     "IPv6 address goes in brackets: [fe80::1]:4)"},
     {{"-H", ""}, "-H: the host list is empty"},
     {{"--hostfile", "@/hostsbad"},
      "@/hostsbad:2: 'slots=x': the slot count must be a whole number from 1 "
@@ -369,6 +371,53 @@ static void test_hostfile_to_mpirun(void **state) {
   hkt_result_free(&r);
 }
 
+/* Open MPI's host-file syntax and IPv6 hosts end to end: max_slots and
+ * count= are read as Open MPI reads them; an IPv6 host reaches mpirun in a
+ * host file (its -H would take the address's ':' for the slot count),
+ * removed when mpirun has ended. */
+static void test_ompi_host_forms(void **state) {
+  (void)state;
+  reset_records();
+  char hostfile[128], copy[160];
+  snprintf(hostfile, sizeof hostfile, "%s/hosts_ompi", dir);
+  snprintf(copy, sizeof copy, "%s/hostfile.copy", dir);
+  write_file(hostfile, "h1 slots=8 max_slots=8\nh2 count=4\nfe80::1 slots=2\n",
+             0644);
+  char *argv[] = {HKRUN_PATH, "--hostfile", hostfile, "-np",
+                  "14",       "true",       NULL};
+  char *env[] = {path_env, NULL};
+  hkt_result r;
+  hkt_run(argv, env, FAST_S, &r);
+  if (!r.exited || r.exit_code != 0) {
+    dump(&r);
+    fail_msg("hkrun --hostfile (Open MPI forms) failed");
+  }
+  char *got = strdup(read_file(argv_file)); /* read_file's buffer is reused */
+  assert_non_null(strstr(got, "-np\n14\n--hostfile\n"));
+  assert_null(strstr(got, "\n-H\n"));
+  assert_string_equal(read_file(copy),
+                      "h1 slots=8\nh2 slots=4\nfe80::1 slots=2\n");
+  const char *hf = strstr(got, "--hostfile\n") + strlen("--hostfile\n");
+  char path[256];
+  snprintf(path, sizeof path, "%.*s", (int)strcspn(hf, "\n"), hf);
+  assert_false(exists(path)); /* removed */
+  free(got);
+  assert_non_null(strstr(read_file(ssh_log), "fe80::1 true\n"));
+  hkt_result_free(&r);
+  /* -H in brackets; a host given twice adds up */
+  reset_records();
+  unlink(copy);
+  char *argv2[] = {HKRUN_PATH, "-H", "[fe80::1]:4,h1:1,h1:1", "true", NULL};
+  hkt_run(argv2, env, FAST_S, &r);
+  if (!r.exited || r.exit_code != 0) {
+    dump(&r);
+    fail_msg("hkrun -H [fe80::1]:4 failed");
+  }
+  assert_non_null(strstr(read_file(argv_file), "-np\n6\n--hostfile\n"));
+  assert_string_equal(read_file(copy), "fe80::1 slots=4\nh1 slots=2\n");
+  hkt_result_free(&r);
+}
+
 /* A host that cannot be reached (unknown, or silently dropping packets)
  * fails the job within HK_START_TIMEOUT_S, named as it was typed (Open MPI
  * would strip the domain), before mpirun starts, leaving no ssh behind. */
@@ -490,6 +539,7 @@ int main(void) {
       cmocka_unit_test(test_exit_status_passed_through),
       cmocka_unit_test(test_hostfile_to_mpirun),
       cmocka_unit_test(test_unreachable_hosts_named),
+      cmocka_unit_test(test_ompi_host_forms),
       cmocka_unit_test(test_sigint_through_mpirun),
       cmocka_unit_test(test_mpirun_missing),
       cmocka_unit_test(test_local_host_runs_locally),
