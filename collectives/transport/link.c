@@ -125,14 +125,23 @@ hk_status hk_link_recv_some(hk_link *link, void *p, size_t n, size_t *done) {
 static hk_status timed_out(const hk_io *io, const char *what,
                            const hk_link *send, int want_send,
                            const hk_link *recv, int want_recv, int drain) {
-  char s[64] = "", r[64] = "";
+  char s[320] = "", r[320] = "", ms[224] = "", mr[224] = "";
+  if (want_send && send->kind == HK_LINK_MPI)
+    hk_link_mpi_describe(send->mpi, ms, sizeof ms);
+  if (want_recv && recv->kind == HK_LINK_MPI)
+    hk_link_mpi_describe(recv->mpi, mr, sizeof mr);
   if (want_send)
-    snprintf(s, sizeof s, "%s %s%s",
+    snprintf(s, sizeof s, "%s %s%s%s%s",
              drain ? "completing sends to" : "sending to", send->name,
-             send->kind == HK_LINK_MPI ? " (MPI)" : "");
+             send->kind == HK_LINK_MPI ? " (MPI" : "", ms[0] ? ": " : "",
+             send->kind == HK_LINK_MPI ? ms : "");
+  if (want_send && send->kind == HK_LINK_MPI)
+    snprintf(s + strlen(s), sizeof s - strlen(s), ")");
   if (want_recv)
-    snprintf(r, sizeof r, "receiving from %s%s", recv->name,
-             recv->kind == HK_LINK_MPI ? " (MPI)" : "");
+    snprintf(r, sizeof r, "receiving from %s%s%s%s", recv->name,
+             recv->kind == HK_LINK_MPI ? " (MPI: " : "",
+             recv->kind == HK_LINK_MPI ? mr : "",
+             recv->kind == HK_LINK_MPI ? ")" : "");
   return hk_fail(HK_ERR_TIMEOUT,
                  "timed out after %.1f s %s: no progress %s%s%s", io->timeout_s,
                  what, s, *s && *r ? " or " : "", r);

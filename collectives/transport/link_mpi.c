@@ -280,6 +280,17 @@ hk_status hk_link_mpi_progress(struct hk_link_mpi *m, int want_recv,
   return st;
 }
 
+void hk_link_mpi_describe(const struct hk_link_mpi *m, char *buf, size_t cap) {
+  snprintf(buf, cap,
+           "%d of %d sends pending, %llu of %llu messages acknowledged, %d "
+           "acknowledgements leaving, %s",
+           m->spending, HK_LINK_MPI_DEPTH, (unsigned long long)m->acked,
+           (unsigned long long)m->sent, m->ackpending,
+           !m->rbuf    ? "no receive posted"
+           : m->rready ? "a received message waiting to be read"
+                       : "receives posted, none arrived");
+}
+
 /* Cancels a posted receive and waits (a second at most) for it to end;
  * 0 if it did not (MPI may still write into its buffer). */
 static int cancel_recv(MPI_Request *req, double end) {
@@ -377,5 +388,10 @@ hk_status hk_link_mpi_progress(struct hk_link_mpi *m, int want_recv,
 }
 
 void hk_link_mpi_close(struct hk_link_mpi *m) { (void)m; }
+
+void hk_link_mpi_describe(const struct hk_link_mpi *m, char *buf, size_t cap) {
+  (void)m;
+  snprintf(buf, cap, "built without MPI");
+}
 
 #endif

@@ -35,6 +35,10 @@ hk_status hk_link_mpi_progress(struct hk_link_mpi *m, int want_recv,
                                int *can_send, int *can_recv, int *drained,
                                const char *name);
 
+/** The link's state in words, for a timeout's message: "3 of 4 sends
+ *  pending, 17 of 19 messages acknowledged, ..." into buf (cap bytes). */
+void hk_link_mpi_describe(const struct hk_link_mpi *m, char *buf, size_t cap);
+
 /** Cancels the posted receives, releases pending sends, frees m. */
 void hk_link_mpi_close(struct hk_link_mpi *m);
 
