@@ -49,11 +49,20 @@ static void dump(const hkt_result *r) {
  * item 10), or fails to connect ("bind on local address ... failed"). */
 static int tcp_btl;
 
+/* When set, mpirun runs in this network namespace (ip netns exec). */
+static const char *netns;
+
 /* mpirun -np np w_mpi_link mode arg; asserts exit status 0. */
 static void run(const char *np, const char *mode, const char *arg,
                 hkt_result *r) {
   char *argv[32];
   int n = 0;
+  if (netns) {
+    argv[n++] = "ip";
+    argv[n++] = "netns";
+    argv[n++] = "exec";
+    argv[n++] = (char *)netns;
+  }
   argv[n++] = "mpirun";
   if (geteuid() == 0)
     argv[n++] = "--allow-run-as-root";
@@ -144,17 +153,19 @@ static void test_np3_mixed(void **state) {
   tcp_btl = 0;
 }
 
-/* An interface that comes and goes: a child adds a bridge with an
- * address (198.18.N.1/24, a benchmarking range) to this machine, removes
- * it 0.3 s later, and again every 0.45 s, as a test bed does when it
- * starts and ends; meanwhile the mixed ring runs five times over Open
- * MPI's TCP transport. Every run passes: no fragment goes over that
- * interface. Needs root and ip(8); skipped otherwise. */
+/* An interface that comes and goes: in a network namespace of the
+ * test's own (lo and a veth pair standing for the machine's network,
+ * nothing from the machine or its other users), a
+ * thread adds a bridge with an address (198.18.0.1/24, a benchmarking
+ * range), removes it 0.3 s later, and again every 0.45 s, as a test bed
+ * or a container runtime does; meanwhile the mixed ring runs five times
+ * over Open MPI's TCP transport there. Every run passes: no fragment goes
+ * over that bridge. Needs root and ip(8); skipped otherwise. */
 static pthread_t flapper;
 static int flapping;         /* the thread runs */
 static atomic_int flap_stop; /* asks it to end */
 static atomic_int flaps;     /* times the bridge was added */
-static char flap_up[160], flap_down[96];
+static char flap_ns[16], flap_up[192], flap_down[96];
 
 /* A thread, not a child process: the test's orphan checks would count
  * one (system(3)'s short-lived shells end within their 5 s wait). */
@@ -171,39 +182,56 @@ static void *flap(void *arg) {
   return NULL;
 }
 
-static void start_flapping(void) {
-  char name[16];
-  snprintf(name, sizeof name, "hkf%d", (int)getpid() % 100000);
+static int start_flapping(void) {
+  snprintf(flap_ns, sizeof flap_ns, "hkmpi%d", (int)getpid());
+  char cmd[512];
+  /* lo, and a veth pair standing for the machine's own network */
+  snprintf(cmd, sizeof cmd,
+           "ip netns add %s && ip -n %s link set lo up && ip -n %s link add "
+           "hkstay type veth peer name hkstay1 && ip -n %s addr add "
+           "198.19.0.1/24 dev hkstay && ip -n %s link set hkstay up && ip -n "
+           "%s link set hkstay1 up",
+           flap_ns, flap_ns, flap_ns, flap_ns, flap_ns, flap_ns);
+  netns = flap_ns; /* removed by stop_flapping, whatever was made */
+  if (system(cmd) != 0)
+    return -1;
   snprintf(flap_up, sizeof flap_up,
-           "ip link add %s type bridge && ip addr add 198.18.%d.1/24 dev %s "
-           "&& ip link set %s up",
-           name, (int)getpid() % 250 + 1, name, name);
-  snprintf(flap_down, sizeof flap_down, "ip link del %s 2>/dev/null", name);
+           "ip -n %s link add hkflap type bridge && ip -n %s addr add "
+           "198.18.0.1/24 dev hkflap && ip -n %s link set hkflap up",
+           flap_ns, flap_ns, flap_ns);
+  snprintf(flap_down, sizeof flap_down, "ip -n %s link del hkflap 2>/dev/null",
+           flap_ns);
   atomic_store(&flap_stop, 0);
   atomic_store(&flaps, 0);
   assert_int_equal(pthread_create(&flapper, NULL, flap, NULL), 0);
   flapping = 1;
+  return 0;
 }
 
-/* Ends the thread (also when the test failed), removes the bridge. */
+/* Ends the thread (also when the test failed), removes the namespace. */
 static int stop_flapping(void **state) {
   (void)state;
   tcp_btl = 0;
-  if (!flapping)
-    return 0;
-  atomic_store(&flap_stop, 1);
-  pthread_join(flapper, NULL);
-  flapping = 0;
-  if (system(flap_down) != 0) { /* down already */
+  if (flapping) {
+    atomic_store(&flap_stop, 1);
+    pthread_join(flapper, NULL);
+    flapping = 0;
+  }
+  if (netns) {
+    char cmd[64];
+    snprintf(cmd, sizeof cmd, "ip netns del %s", netns);
+    if (system(cmd) != 0)
+      fprintf(stderr, "could not remove the network namespace %s\n", netns);
+    netns = NULL;
   }
   return 0;
 }
 
 static void test_np3_mixed_interface_flapping(void **state) {
   (void)state;
-  if (geteuid() != 0 || system("ip link show lo >/dev/null 2>&1") != 0)
+  if (geteuid() != 0 || system("ip netns list >/dev/null 2>&1") != 0 ||
+      start_flapping() != 0)
     skip();
-  start_flapping();
   tcp_btl = 1;
   for (int i = 0; i < 5; i++)
     ring_ok("3", "mixed", "1048576");
