@@ -344,8 +344,12 @@ int hk_remote_run(const hk_argv *cmd, double grace_s) {
     sigprocmask(SIG_SETMASK, &old, NULL);
     signal(SIGPIPE, SIG_DFL);
     setpgid(0, 0);
-    /* hkrun SIGKILLed: mpirun stops the job rather than run on alone */
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    /* hkrun SIGKILLed: mpirun goes too, as when it was exec'd and got
+     * that SIGKILL itself (each daemon loses its link to it and kills its
+     * ranks; a host cut off meanwhile loses its agent, and with it its
+     * session). SIGTERM would let mpirun wait on daemons it cannot reach,
+     * with no one left to SIGKILL it. */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != hkrun)
       _exit(1);
     if (isatty(STDIN_FILENO)) { /* a background group must not read it */

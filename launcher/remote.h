@@ -23,7 +23,8 @@
  * on every host); after the grace period the group gets SIGTERM, and
  * SIGKILL 0.5 s later; a second signal sends SIGKILL at once. When mpirun
  * has exited, what is left in its group (an agent it started) is
- * SIGKILLed. Exit status: 128 + the signal when hkrun was signalled (130
+ * SIGKILLed; if hkrun is SIGKILLed, mpirun gets SIGKILL (PDEATHSIG).
+ * Exit status: 128 + the signal when hkrun was signalled (130
  * for Ctrl-C, as locally), else mpirun's (128 + signal if it was killed).
  *
  * Not thread-safe (signal dispositions, fork).

@@ -416,10 +416,11 @@ static void run_cut(int cut, int gate, const char *transport,
   assert_namespaces_empty();
 }
 
-/* mpirun SIGKILLed right after a host was cut off: the cut host's daemon
- * and ranks cannot hear that mpirun is gone, yet nothing is left in any
- * namespace, at once (the bed's sessions die with the agent, and the
- * agent with mpirun), not only after NETBED_ALIVE_S. */
+/* hkrun (and with it mpirun, its child) SIGKILLed right after a host was
+ * cut off: the cut host's daemon and ranks cannot hear that mpirun is
+ * gone, yet nothing is left in any namespace, at once (the bed's sessions
+ * die with the agent, and the agent with mpirun), not only after
+ * NETBED_ALIVE_S. */
 static void test_mpirun_killed_after_cut(void **state) {
   (void)state;
   hkt_bed_need(&bed);
@@ -449,7 +450,7 @@ static void test_mpirun_killed_after_cut(void **state) {
   assert_int_equal(hkt_start(argv, env, &p), 0);
   int ok = hkt_wait_lines(&p, "netbed mid-allreduce: ", NP, JOB_S) == 0;
   int cut = ok && hkt_bed_link(&bed, 1, 1) == 0;
-  /* hkrun exec'd mpirun: p.pid is mpirun */
+  /* p.pid is hkrun; mpirun gets SIGKILL when it dies (PDEATHSIG) */
   if (cut)
     assert_int_equal(kill(p.pid, SIGKILL), 0);
   hkt_result r;
