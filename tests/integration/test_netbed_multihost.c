@@ -31,7 +31,7 @@
  *   - mid-transfer over MPI links (HK_CROSS_TRANSPORT=mpi, hierarchical):
  *     host 1 cut;
  *   Then: every rank fails with HK_ERR_TIMEOUT or HK_ERR_PEER_LOST naming a
- *   peer, within HK_TIMEOUT_S (+2 s) of the cut, in the step that was in
+ *   peer, within HK_TIMEOUT_S (+3 s) of the cut, in the step that was in
  *   flight (each rank writes its error and the time to a file: the cut
  *   host's output cannot reach mpirun); the ranks off the cut host show
  *   their error in hkrun's output too; hkrun exits non-zero within
@@ -84,13 +84,17 @@
  * that hk, not the bed, is what notices the cut; the steps done before the
  * one the cut interrupts; elements per step (32 MiB: ~0.5 s at 1 Gbit/s);
  * how late a rank may fail after HK_TIMEOUT_S (keepalive probes go once a
- * second, and 8 ranks share 2 cores); how late hkrun may exit after
- * HK_TIMEOUT_S + NETBED_ALIVE_S. */
+ * second, and 8 ranks share 2 cores: ranks off the cut host failed 1.5 s
+ * late under a load of 20); how late hkrun may exit after HK_TIMEOUT_S +
+ * NETBED_ALIVE_S. NETBED_ALIVE_S exceeds HK_TIMEOUT_S + the slack by 2 s:
+ * when it did not (7 s against 5 + 2), the bed ended the cut host's session
+ * before a late rank there had written its error (1 run in 20, two at
+ * once). */
 #define TIMEOUT_S 5
-#define ALIVE_S 7
+#define ALIVE_S 10
 #define MARK_AFTER 2
 #define COUNT "8388608"
-#define FAIL_SLACK_S 2.0
+#define FAIL_SLACK_S 3.0
 #define EXIT_SLACK_S 10.0
 
 #define STR(x) #x
