@@ -1,7 +1,8 @@
 /*
  * delegate.c - hands a multi-host job to mpirun (see delegate.h). The
  * decisions are the pure functions of hosts.c and mpirun.c; this file
- * only does their I/O: reading the host file, the environment, exec.
+ * only does their I/O: reading the host file, the environment, running
+ * mpirun (remote.c probes the hosts first and supervises it).
  */
 #include "launcher/delegate.h"
 

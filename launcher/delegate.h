@@ -1,6 +1,6 @@
 /*
  * delegate.h - hkrun's path for jobs on several hosts: read -H or the
- * host file, check -np against the slots, and exec Open MPI's mpirun
+ * host file, check -np against the slots, and run Open MPI's mpirun
  * with the command launcher/mpirun.h builds. hk never starts processes on
  * other machines itself.
  *

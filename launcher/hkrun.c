@@ -3,7 +3,8 @@
  *
  * This file is the job's policy; the mechanisms live beside it:
  *   args.c        the command line
- *   delegate.c    several hosts (-H, --hostfile, --mpi): exec mpirun
+ *   delegate.c    several hosts (-H, --hostfile, --mpi): mpirun, checked
+ *                 and supervised (remote.c)
  *   spawn.c       the worker processes and their output
  *   output.c      splitting output into prefixed lines
  *   rendezvous.c  the TCP server workers register with
