@@ -4,7 +4,7 @@
  *
  * Inputs are small integers, so every order of reduction gives the same,
  * exactly representable value and #wrong is an exact comparison (the
- * method of nccl-tests' -c and of ../shared/peers):
+ * method of nccl-tests' -c and of bench/peers):
  * - sum, average on float32, float64, int32, int64: x = (rank+1) *
  *   (i%13+1), the peers' inputs (sums stay below 2^24 up to 1600 ranks);
  * - sum, average on float16, bfloat16, int8, uint8: x = (rank%2+1) *
@@ -54,7 +54,7 @@ size_t hkb_check(const hkb_pattern *p, const void *buf, size_t count);
  * A buffer for bytes bytes, page-aligned, asked for transparent huge pages
  * (MADV_HUGEPAGE) and pre-faulted, so that no page fault lands in a timed
  * region (page faults cost ~11 us per 4 KiB page on the reference VM:
- * ../shared/peers/results/RESULTS.md). NULL if it cannot be mapped.
+ * bench/peers/results/RESULTS.md). NULL if it cannot be mapped.
  */
 void *hkb_buffer_alloc(size_t bytes);
 

@@ -11,7 +11,7 @@
  *   hkbench --device gpu --kernels [-b -e -f -n -w]  pack/unpack bandwidth
  *
  * See bench/README.md for how to run it next to Open MPI's MPI_Allreduce
- * (../shared/peers) and plot the results (bench/plot.sh).
+ * (bench/peers) and plot the results (bench/plot.sh).
  */
 #include <stdio.h>
 #include <string.h>

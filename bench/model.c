@@ -29,9 +29,14 @@ typedef struct replay {
   unsigned char *dtensors, *dfused; /* --device gpu: device copies */
 } replay;
 
+/* What a step's negotiation did on this rank (worker/introspect.h). */
+typedef struct step_counts {
+  double rounds, batches; /* rounds with work; collectives run */
+} step_counts;
+
 /* One backward pass's worth of allreduces; returns its time (s) and adds
- * the ring seconds spent to *ring. */
-static double step(replay *r, double *ring) {
+ * the ring seconds spent to *ring; *sc gets its rounds and batches. */
+static double step(replay *r, double *ring, step_counts *sc) {
   const hkb_model *m = r->m;
   for (size_t i = 0; i < m->ntensors; i++)
     hkb_fill(&r->pat, r->tensors + r->off[i], m->tensors[i].count);
@@ -42,6 +47,7 @@ static double step(replay *r, double *ring) {
   }
   hkb_ok(hk_barrier(), "hk_barrier");
   double busy0 = hkb_ring_busy();
+  hk_negotiation_counts c0 = hkb_counts();
   double t0 = hkb_now();
   for (size_t k = m->ntensors; k-- > 0;) {
     void *p = base + r->off[k];
@@ -58,6 +64,11 @@ static double step(replay *r, double *ring) {
   }
   double dt = hkb_now() - t0;
   *ring = hkb_ring_busy() - busy0;
+  hk_negotiation_counts c1 = hkb_counts();
+  uint64_t fused_t = c1.fused_tensors - c0.fused_tensors;
+  sc->rounds = (double)(c1.rounds - c0.rounds);
+  sc->batches =
+      (double)(c1.fused_batches - c0.fused_batches + m->ntensors - fused_t);
   return dt;
 }
 
@@ -138,27 +149,34 @@ void hkb_model_run(const hkb_opts *o, const hkb_model *m) {
   const int warm = o->warmup >= 0 ? o->warmup : 2;
   replay r;
   setup(&r, o, m);
-  double *ts = malloc(4 * sizeof(double) * (size_t)steps);
+  double *ts = malloc(6 * sizeof(double) * (size_t)steps);
   if (!ts) {
     fprintf(stderr, "hkbench: out of memory\n");
     exit(1);
   }
   double *ring = ts + steps, *tf = ts + 2 * steps, *ringf = ts + 3 * steps;
+  double *rounds = ts + 4 * steps, *batches = ts + 5 * steps;
   for (int s = -warm; s < steps; s++) {
     double step_ring, fused_ring;
-    double step_s = step(&r, &step_ring);
+    step_counts sc;
+    double step_s = step(&r, &step_ring, &sc);
     double fused_s = fused(&r, &fused_ring);
     if (s >= 0) {
       ts[s] = step_s;
       ring[s] = step_ring;
       tf[s] = fused_s;
       ringf[s] = fused_ring;
+      rounds[s] = sc.rounds;
+      batches[s] = sc.batches;
     }
   }
   if (r.dtensors && o->check) { /* the last step's results, to the host */
     hkb_dev_download(r.tensors, r.dtensors, r.tensors_bytes);
     hkb_dev_download(r.fused, r.dfused, r.fused_bytes);
   }
+  /* every rank runs the same rounds and batches: rank 0's are the job's */
+  double med_rounds = hkb_median(rounds, steps),
+         med_batches = hkb_median(batches, steps);
   long long wrong = hkb_sum_over_ranks(check_all(&r, o->check), "wrong");
   long long wrongf = hkb_sum_over_ranks(
       o->check ? (long long)hkb_check(&r.pat, r.fused, m->total) : 0,
@@ -181,6 +199,9 @@ void hkb_model_run(const hkb_opts *o, const hkb_model *m) {
            st.max, sr.med, wrong);
     printf(" %9s %12.2f %12.2f %12.2f %12.2f %8lld\n", "fused", ft.med, ft.min,
            ft.max, fr.med, wrongf);
+    printf("# per step (median): %.0f negotiation rounds, %.0f collectives "
+           "(fused batches and lone tensors)\n",
+           med_rounds, med_batches);
     printf("%s: %zu tensors, %zu params, %zu bytes, step %.1f ms, one fused "
            "buffer %.1f ms, ratio %.2f\n",
            m->label, m->ntensors, m->total, r.fused_bytes, st.med, ft.med,

@@ -9,7 +9,7 @@
 #
 # Environment (defaults):
 #   BUILD=build            hkrun, hkbench, hkpingpong; the MPI benchmark is
-#                          built into $BUILD/peers from ../shared/peers
+#                          built into $BUILD/peers from bench/peers
 #   OUT=$BUILD/netbed-bench  report.md and every run's output (raw/)
 #   RATE=1gbit             each host's link (both directions)
 #   ROUNDS=3               rounds of (a), each runs every program once, in turn
@@ -22,13 +22,13 @@
 #   PEER_VARIANTS="mpi mpi-nommap mpi-ring"
 #                          Open MPI runs of (a): out of the box; glibc
 #                          kept from mmap'ing its per-call temporaries
-#                          (../shared/peers' -nommap); and that with the
+#                          (bench/peers' -nommap); and that with the
 #                          ring algorithm forced (coll_tuned algorithm 4)
 #
 # What it runs (every run bounded by LIMIT):
 #  (a) 4 hosts x 1 rank: float32 sum, 64 MiB and 256 MiB, hkbench --raw
 #      (public API and the collective alone; hk's default algorithm choice,
-#      which the report quotes) and ../shared/peers/mpi_allreduce_bench,
+#      which the report quotes) and bench/peers/mpi_allreduce_bench,
 #      interleaved, ROUNDS rounds; medians; busbw in Gbit/s and % of RATE.
 #  (b) 4 hosts x 2 ranks: hkbench sweep 1 KiB..SWEEP_MAX, flat ring
 #      (HK_ALLREDUCE_ALGO=ring HK_HIERARCHICAL_ALLREDUCE=0) then
@@ -64,7 +64,7 @@ SWEEP_MAX=${SWEEP_MAX:-256M}
 LIMIT=${LIMIT:-900}
 HK_VARIANTS=${HK_VARIANTS:-hk hk-mpi:HK_CROSS_TRANSPORT=mpi}
 PEER_VARIANTS=${PEER_VARIANTS:-mpi mpi-nommap mpi-ring}
-PEERS=${PEERS:-$root/../shared/peers}
+PEERS=${PEERS:-$root/bench/peers}
 HOSTS=4
 
 say() { echo "netbed_bench: $*" >&2; }
@@ -88,7 +88,7 @@ if [ -z "${NETBED_DIR:-}" ]; then
 fi
 
 mkdir -p "$OUT/raw" "$BUILD/peers"
-# Open MPI's benchmark, built as ../shared/peers/Makefile says, here.
+# Open MPI's benchmark, built as bench/peers/Makefile says, here.
 cp "$PEERS/Makefile" "$PEERS/mpi_allreduce_bench.c" "$BUILD/peers/"
 make -s -C "$BUILD/peers" mpi_allreduce_bench >&2
 

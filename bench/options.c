@@ -4,16 +4,40 @@
 #include "options.h"
 
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
-#ifndef HKB_MODEL_DIR
+#ifndef HKB_MODEL_DIR /* the source tree's bench/models (CMake) */
 #define HKB_MODEL_DIR "bench/models"
 #endif
+#ifndef HKB_MODEL_REL /* from the installed hkbench's folder (CMake) */
+#define HKB_MODEL_REL "../share/hk/models"
+#endif
+
+/* --model-dir's default: next to an installed hkbench
+ * (<prefix>/share/hk/models), else the source tree's. Static storage. */
+static const char *default_model_dir(void) {
+  static char dir[PATH_MAX];
+  char exe[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n > 0) {
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (slash) {
+      *slash = '\0';
+      snprintf(dir, sizeof dir, "%.*s/%s", PATH_MAX - 64, exe, HKB_MODEL_REL);
+      if (access(dir, R_OK) == 0)
+        return dir;
+    }
+  }
+  return HKB_MODEL_DIR;
+}
 
 /* Indexed by hk_dtype: nccl-tests' type names, printed in the type column
- * (float32 prints "float", as ../shared/peers does). */
+ * (float32 prints "float", as bench/peers does). */
 static const char *const type_names[] = {"half", "bfloat16", "float", "double",
                                          "int8", "uint8",    "int32", "int64"};
 /* Indexed by hk_op: nccl-tests' names (ncclSum, ncclProd, ..., ncclAvg). */
@@ -53,7 +77,7 @@ static void usage(FILE *f) {
           "model: --model replays a gradient set (default -n 10 -w 2, "
           "float32 average);\n"
           "       --model-dir DIR (default %s)\n",
-          HKB_MODEL_DIR);
+          default_model_dir());
 }
 
 /* Size in bytes from "64", "64K", "1.5M", "1G". Returns 0 if malformed. */
@@ -127,7 +151,7 @@ int hkb_parse_options(int argc, char **argv, hkb_opts *o) {
                   .iters = -1,
                   .warmup = -1,
                   .check = 1,
-                  .model_dir = HKB_MODEL_DIR};
+                  .model_dir = default_model_dir()};
   enum {
     OPT_CSV = 256,
     OPT_RAW,

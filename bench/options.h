@@ -1,7 +1,7 @@
 /*
  * options.h - hkbench's command line: what to run (a size sweep or a model
  * replay) and how, with the option letters of nccl-tests' all_reduce_perf
- * where it has one (-b -e -f -n -w -c -d -o) and of ../shared/peers (-B).
+ * where it has one (-b -e -f -n -w -c -d -o) and of bench/peers (-B).
  */
 #ifndef HKB_OPTIONS_H
 #define HKB_OPTIONS_H

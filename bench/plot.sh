@@ -5,7 +5,7 @@
 #
 # FILE is an hkbench --csv file (columns size_bytes, type, redop,
 # busbw_gbs, raw_busbw_gbs) or the text output of hkbench or of
-# ../shared/peers' benchmarks (a '# size(B) ... busbw(GB/s)' header line,
+# bench/peers' benchmarks (a '# size(B) ... busbw(GB/s)' header line,
 # whitespace columns; hkrun's '[r] ' prefixes are stripped). Each file is
 # one line labelled with its base name (plus type and redop when the file
 # holds several). --raw adds hkbench's ring-only busbw (rawbusbw /

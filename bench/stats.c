@@ -85,3 +85,11 @@ double hkb_ring_last(const char *name) {
 }
 
 double hkb_ring_busy(void) { return ring_timing().busy_s; }
+
+double hkb_ring_last_start(void) { return ring_timing().start_s; }
+
+hk_negotiation_counts hkb_counts(void) {
+  hk_negotiation_counts c;
+  hkb_ok(hk_internal_negotiation_counts(&c), "hk_internal_negotiation_counts");
+  return c;
+}

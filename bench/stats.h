@@ -10,6 +10,7 @@
 #include <stddef.h>
 
 #include "hk/hk.h"
+#include "worker/introspect.h"
 
 /** Seconds on CLOCK_MONOTONIC (the clock hk's background thread uses). */
 double hkb_now(void);
@@ -47,5 +48,13 @@ void hkb_die(hk_status st, const char *what) __attribute__((noreturn));
 
 /** Exits via hkb_die unless st is HK_OK. */
 void hkb_ok(hk_status st, const char *what);
+
+/** When the last ring collective started on this rank (hkb_now()'s clock,
+ *  seconds). */
+double hkb_ring_last_start(void);
+
+/** This rank's negotiation counters (worker/introspect.h). Exits on
+ *  failure. */
+hk_negotiation_counts hkb_counts(void);
 
 #endif

@@ -14,7 +14,7 @@
 /* What one size measured, max over ranks, medians over iterations. */
 typedef struct result {
   size_t bytes, count;
-  double time_s, raw_s;
+  double time_s, raw_s, ctl_s;
   long long wrong;
   int iters;
 } result;
@@ -45,7 +45,8 @@ static void print_header(const hkb_opts *o, int nranks, int niters, int nwarm,
          o->device ? "gpu" : "host");
   if (o->raw)
     printf("# raw(us): the ring collective alone, timed by the background "
-           "thread; rawbusbw from it\n");
+           "thread; rawbusbw from it; ctl(us): from the last rank's submit "
+           "to the last rank's start of the collective (one host's clock)\n");
   printf("#%11s %12s %8s %6s %12s", "size(B)", "count", "type", "redop",
          "time(us)");
   if (o->raw)
@@ -53,11 +54,14 @@ static void print_header(const hkb_opts *o, int nranks, int niters, int nwarm,
   printf(" %12s %12s", "algbw(GB/s)", "busbw(GB/s)");
   if (o->raw)
     printf(" %12s", "rawbusbw");
-  printf(" %8s %6s\n", "#wrong", "iters");
+  printf(" %8s %6s", "#wrong", "iters");
+  if (o->raw)
+    printf(" %12s", "ctl(us)");
+  printf("\n");
   fflush(stdout);
   if (csv)
     fprintf(csv, "size_bytes,count,type,redop,time_us,algbw_gbs,busbw_gbs,"
-                 "wrong,iters,nranks,raw_us,raw_busbw_gbs\n");
+                 "wrong,iters,nranks,raw_us,raw_busbw_gbs,ctl_us\n");
 }
 
 static void print_row(const hkb_opts *o, hk_dtype t, hk_op op, const result *r,
@@ -73,20 +77,24 @@ static void print_row(const hkb_opts *o, hk_dtype t, hk_op op, const result *r,
   printf(" %12.3f %12.3f", algbw, busbw);
   if (o->raw)
     printf(" %12.3f", rawbus);
-  printf(" %8lld %6d\n", r->wrong, r->iters);
+  printf(" %8lld %6d", r->wrong, r->iters);
+  if (o->raw)
+    printf(" %12.2f", r->ctl_s * 1e6);
+  printf("\n");
   fflush(stdout);
   if (csv)
-    fprintf(csv, "%zu,%zu,%s,%s,%.3f,%.4f,%.4f,%lld,%d,%d,%.3f,%.4f\n",
+    fprintf(csv, "%zu,%zu,%s,%s,%.3f,%.4f,%.4f,%lld,%d,%d,%.3f,%.4f,%.3f\n",
             r->bytes, r->count, hkb_type_name(t), hkb_op_name(op),
             r->time_s * 1e6, algbw, busbw, r->wrong, r->iters, nranks,
-            r->raw_s * 1e6, rawbus);
+            r->raw_s * 1e6, rawbus, r->ctl_s * 1e6);
 }
 
-/* Measures one size: warm-up, then iters timed iterations. t and raw hold
- * at least iters entries. */
+/* Measures one size: warm-up, then iters timed iterations. t, raw, sub
+ * and go hold at least iters entries. dbuf (--device gpu) or NULL. */
 static void measure(void *buf, void *dbuf, size_t count, hk_dtype type,
                     const hkb_pattern *pat, hk_op op, int iters, int warm,
-                    int check, double *t, double *raw, result *r) {
+                    int check, double *t, double *raw, double *sub, double *go,
+                    result *r) {
   const size_t bytes = count * hk_dtype_size(type);
   void *target = dbuf ? dbuf : buf;
   for (int it = -warm; it < iters; it++) {
@@ -101,6 +109,8 @@ static void measure(void *buf, void *dbuf, size_t count, hk_dtype type,
     if (it >= 0) {
       t[it] = dt;
       raw[it] = hkb_ring_last("hkbench");
+      sub[it] = t0;
+      go[it] = hkb_ring_last_start();
     }
   }
   if (dbuf && check)
@@ -108,6 +118,13 @@ static void measure(void *buf, void *dbuf, size_t count, hk_dtype type,
   long long wrong = check ? (long long)hkb_check(pat, buf, count) : 0;
   hkb_max_over_ranks(t, iters, "time");
   hkb_max_over_ranks(raw, iters, "raw");
+  /* the control path: from the moment every rank had submitted to the
+   * moment every rank had started the collective */
+  hkb_max_over_ranks(sub, iters, "submit");
+  hkb_max_over_ranks(go, iters, "start");
+  for (int i = 0; i < iters; i++)
+    sub[i] = go[i] - sub[i];
+  r->ctl_s = hkb_median(sub, iters);
   r->wrong = hkb_sum_over_ranks(wrong, "wrong");
   r->time_s = hkb_median(t, iters);
   r->raw_s = hkb_median(raw, iters);
@@ -123,8 +140,10 @@ void hkb_sweep(const hkb_opts *o) {
   void *dbuf = o->device ? hkb_dev_alloc(maxb) : NULL;
   double *t = malloc(sizeof(double) * (size_t)niters);
   double *raw = malloc(sizeof(double) * (size_t)niters);
+  double *sub = malloc(sizeof(double) * (size_t)niters);
+  double *go = malloc(sizeof(double) * (size_t)niters);
   FILE *csv = NULL;
-  if (!buf || !t || !raw) {
+  if (!buf || !t || !raw || !sub || !go) {
     fprintf(stderr, "hkbench: cannot allocate %zu bytes\n", maxb);
     exit(1);
   }
@@ -152,7 +171,7 @@ void hkb_sweep(const hkb_opts *o) {
           iters = niters < 5 ? niters : 5;
         int warm = nwarm < iters / 5 + 1 ? nwarm : iters / 5 + 1;
         measure(buf, dbuf, r.count, type, &pat, op, iters, warm, o->check, t,
-                raw, &r);
+                raw, sub, go, &r);
         if (rank == 0)
           print_row(o, type, op, &r, nranks, csv);
         if (size > maxb / (size_t)o->factor)
@@ -166,6 +185,8 @@ void hkb_sweep(const hkb_opts *o) {
   }
   free(raw);
   free(t);
+  free(sub);
+  free(go);
   hkb_buffer_free(buf, maxb);
   hkb_dev_free(dbuf);
 }

@@ -1,6 +1,6 @@
 /*
  * sweep.h - the allreduce size sweep in nccl-tests' all_reduce_perf
- * columns, with the method of ../shared/peers (so hk's numbers sit next to
+ * columns, with the method of bench/peers (so hk's numbers sit next to
  * Open MPI's MPI_Allreduce measured there):
  *
  * - in place; before every iteration, untimed, the buffer is re-filled

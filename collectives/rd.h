@@ -22,6 +22,16 @@
  * changes a bit. It differs from the ring's association, so floating-point
  * results can differ from hk_ring_allreduce's in the last bits.
  *
+ * Memory: an exchange is pipelined through a work buffer of two chunks
+ * of HK_RD_CHUNK_BYTES, whatever the buffer's size: each rank sends its
+ * whole partial while it receives the peer's into the chunk free, and
+ * folds a received byte into its buffer once it has sent its own copy of
+ * that byte (so the peer still gets the partial from before the fold).
+ * (A whole-buffer scratch, as before, made a 256 MiB allreduce peak at
+ * 2x the buffer.) The receive window never waits for this rank's own
+ * sends, so two ranks can always both move (no deadlock whatever the
+ * transport buffers).
+ *
  * Thread-safety: the background thread only (uses the peers' links).
  */
 #ifndef HK_COLLECTIVES_RD_H
@@ -34,12 +44,16 @@
 #include "collectives/transport/link.h"
 #include "hk/hk.h"
 
+/* Bytes of one chunk of the pipelined exchange (the ring's chunk). */
+#define HK_RD_CHUNK_BYTES ((size_t)1 << 20)
+
 /**
  * Allreduce of count ELEMENTS (sendbuf == recvbuf allowed) among n ranks,
  * this one being `rank`; links[j] is the link to rank j (n entries;
  * links[rank] unused; collectives/transport/link.h). fin may
  * be NULL (HK_AVERAGE divides by n). *scratch / *scratch_bytes is a work
- * buffer of count elements, grown with realloc and kept by the caller.
+ * buffer of at most 2 x HK_RD_CHUNK_BYTES (less for small buffers), grown
+ * with realloc and kept by the caller.
  * Every rank must call it with the same count, dtype, op and fin.
  * Errors: HK_ERR_PEER_LOST, HK_ERR_TIMEOUT (naming the peer rank),
  * HK_ERR_NOMEM.

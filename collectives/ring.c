@@ -30,6 +30,7 @@ hk_status hk_ring_init(hk_ring *ring, int rank, int size, hk_link *left,
                        hk_link *right, const hk_io *io, size_t chunk_bytes,
                        const int *order) {
   memset(ring, 0, sizeof *ring);
+  ring->ops = &hk_ring_link_ops;
   ring->size = size;
   ring->left = left;
   ring->right = right;
@@ -185,10 +186,11 @@ static hk_status run_steps(hk_ring *ring, const hk_ring_step *steps, int nsteps,
   return hk_link_drain(ring->right, &ring->io, what);
 }
 
-hk_status hk_ring_allreduce_part(hk_ring *ring, const void *sendbuf,
-                                 void *recvbuf, const size_t *seg,
-                                 hk_dtype dtype, hk_op op,
-                                 const hk_ring_finish *fin, hk_ring_part part) {
+static hk_status link_allreduce_part(hk_ring *ring, const void *sendbuf,
+                                     void *recvbuf, const size_t *seg,
+                                     hk_dtype dtype, hk_op op,
+                                     const hk_ring_finish *fin,
+                                     hk_ring_part part) {
   const int n = ring->size, r = ring->rank;
   const size_t esz = hk_dtype_size(dtype), count = seg[n];
   const uint8_t *src = sendbuf;
@@ -240,10 +242,10 @@ hk_status hk_ring_allreduce(hk_ring *ring, const void *sendbuf, void *recvbuf,
                                      op, fin);
 }
 
-hk_status hk_ring_reducescatter(hk_ring *ring, const void *sendbuf,
-                                void *recvbuf, const size_t *seg,
-                                hk_dtype dtype, hk_op op,
-                                const hk_ring_finish *fin) {
+static hk_status link_reducescatter(hk_ring *ring, const void *sendbuf,
+                                    void *recvbuf, const size_t *seg,
+                                    hk_dtype dtype, hk_op op,
+                                    const hk_ring_finish *fin) {
   const int n = ring->size, r = ring->rank;
   const size_t esz = hk_dtype_size(dtype), count = seg[n];
   const uint8_t *src = sendbuf;
@@ -255,32 +257,60 @@ hk_status hk_ring_reducescatter(hk_ring *ring, const void *sendbuf,
     }
     return HK_OK;
   }
-  if (ring->scratch_bytes < count * esz) {
-    uint8_t *p = realloc(ring->scratch, count * esz);
+  /* Column chunks of at most `per` elements of every block: each chunk
+   * is a reduce-scatter of its own through a work buffer of n x per
+   * elements (not the whole input), every element in the same order. */
+  size_t longest = 0;
+  for (int j = 0; j < n; j++)
+    if (seg[j + 1] - seg[j] > longest)
+      longest = seg[j + 1] - seg[j];
+  size_t per = ring->stage_bytes / esz ? ring->stage_bytes / esz : 1;
+  if (per > longest)
+    per = longest ? longest : 1;
+  const size_t work = (size_t)n * per * esz;
+  if (ring->scratch_bytes < work) {
+    uint8_t *p = realloc(ring->scratch, work);
     if (!p)
       return hk_fail(HK_ERR_NOMEM, "cannot allocate a %zu-byte work buffer",
-                     count * esz);
+                     work);
     ring->scratch = p;
-    ring->scratch_bytes = count * esz;
+    ring->scratch_bytes = work;
   }
   uint8_t *w = ring->scratch;
   hk_ring_step *s = ring->steps;
   const int *ord = ring->order; /* blocks belong to ranks, not positions */
-  for (int k = 0; k < n - 1; k++) {
-    int js = ord[mod(r - k - 1, n)], jr = ord[mod(r - k - 2, n)];
-    int last = k == n - 2; /* jr is this rank's block: the output */
-    s[k] = (hk_ring_step){k == 0 ? SEG_AT(src, js) : SEG_AT(w, js),
-                          last ? out : SEG_AT(w, jr),
-                          SEG_AT(src, jr),
-                          SEG_LEN(js),
-                          SEG_LEN(jr),
-                          last};
+  hk_status st = HK_OK;
+  for (size_t c = 0; c * per < longest && st == HK_OK; c++) {
+#define PIECE_AT(base, j) ((base) + (seg[(j)] + c * per) * esz)
+#define PIECE_LEN(j)                                                           \
+  (seg[(j)] + c * per >= seg[(j) + 1]                                          \
+       ? 0                                                                     \
+       : (seg[(j) + 1] - seg[(j)] - c * per < per                              \
+              ? seg[(j) + 1] - seg[(j)] - c * per                              \
+              : per) *                                                         \
+             esz)
+#define WORK_AT(j) (w + (size_t)(j)*per * esz)
+    for (int k = 0; k < n - 1; k++) {
+      int js = ord[mod(r - k - 1, n)], jr = ord[mod(r - k - 2, n)];
+      int last = k == n - 2; /* jr is this rank's block: the output */
+      s[k] = (hk_ring_step){k == 0 ? PIECE_AT(src, js) : WORK_AT(js),
+                            last ? out + c * per * esz : WORK_AT(jr),
+                            PIECE_AT(src, jr),
+                            PIECE_LEN(js),
+                            PIECE_LEN(jr),
+                            last};
+    }
+#undef PIECE_AT
+#undef PIECE_LEN
+#undef WORK_AT
+    st = run_steps(ring, s, n - 1, dtype, op, fin, "in ring reducescatter");
   }
-  return run_steps(ring, s, n - 1, dtype, op, fin, "in ring reducescatter");
+  return st;
 }
 
-hk_status hk_ring_allgatherv(hk_ring *ring, const void *sendbuf, void *recvbuf,
-                             const size_t *seg, hk_dtype dtype) {
+static hk_status link_allgatherv(hk_ring *ring, const void *sendbuf,
+                                 void *recvbuf, const size_t *seg,
+                                 hk_dtype dtype) {
   const int n = ring->size, r = ring->rank, me = ring->order[r];
   const size_t esz = hk_dtype_size(dtype);
   uint8_t *dst = recvbuf;
@@ -300,8 +330,8 @@ hk_status hk_ring_allgatherv(hk_ring *ring, const void *sendbuf, void *recvbuf,
 #undef SEG_LEN
 }
 
-hk_status hk_ring_broadcast(hk_ring *ring, void *buf, size_t count,
-                            hk_dtype dtype, int root) {
+static hk_status link_broadcast(hk_ring *ring, void *buf, size_t count,
+                                hk_dtype dtype, int root) {
   const int n = ring->size;
   const size_t len = count * hk_dtype_size(dtype);
   if (n == 1 || len == 0)
@@ -340,4 +370,46 @@ hk_status hk_ring_broadcast(hk_ring *ring, void *buf, size_t count,
     }
   }
   return hk_link_drain(ring->right, &ring->io, "in ring broadcast");
+}
+
+hk_status hk_ring_allgather_records(hk_ring *ring, const void *mine,
+                                    size_t bytes, void *all) {
+  const int n = ring->size;
+  size_t *seg = malloc(((size_t)n + 1) * sizeof *seg);
+  if (!seg)
+    return hk_fail(HK_ERR_NOMEM, "cannot allocate %d record offsets", n + 1);
+  for (int r = 0; r <= n; r++) /* blocks are ranks, not ring positions */
+    seg[r] = (size_t)r * bytes;
+  hk_status st = hk_ring_allgatherv(ring, mine, all, seg, HK_UINT8);
+  free(seg);
+  return st;
+}
+
+const hk_ring_ops hk_ring_link_ops = {"links", link_allreduce_part,
+                                      link_reducescatter, link_allgatherv,
+                                      link_broadcast};
+
+hk_status hk_ring_allreduce_part(hk_ring *ring, const void *sendbuf,
+                                 void *recvbuf, const size_t *seg,
+                                 hk_dtype dtype, hk_op op,
+                                 const hk_ring_finish *fin, hk_ring_part part) {
+  return ring->ops->allreduce_part(ring, sendbuf, recvbuf, seg, dtype, op, fin,
+                                   part);
+}
+
+hk_status hk_ring_reducescatter(hk_ring *ring, const void *sendbuf,
+                                void *recvbuf, const size_t *seg,
+                                hk_dtype dtype, hk_op op,
+                                const hk_ring_finish *fin) {
+  return ring->ops->reducescatter(ring, sendbuf, recvbuf, seg, dtype, op, fin);
+}
+
+hk_status hk_ring_allgatherv(hk_ring *ring, const void *sendbuf, void *recvbuf,
+                             const size_t *seg, hk_dtype dtype) {
+  return ring->ops->allgatherv(ring, sendbuf, recvbuf, seg, dtype);
+}
+
+hk_status hk_ring_broadcast(hk_ring *ring, void *buf, size_t count,
+                            hk_dtype dtype, int root) {
+  return ring->ops->broadcast(ring, buf, count, dtype, root);
 }

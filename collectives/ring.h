@@ -32,7 +32,12 @@
 #include "collectives/transport/link.h"
 #include "hk/hk.h"
 
+struct hk_ring_ops;
+struct hk_shm_group;
+
 typedef struct hk_ring {
+  const struct hk_ring_ops *ops; /* hk_ring_link_ops unless replaced */
+  struct hk_shm_group *shm;      /* the shm ops' group, or NULL */
   int rank, size;        /* rank = this process's POSITION in the ring */
   int *order;            /* order[pos] = the rank at ring position pos */
   int *pos_of;           /* pos_of[rank] = its position (order's inverse) */
@@ -124,16 +129,42 @@ typedef enum hk_ring_part {
 } hk_ring_part;
 
 /**
+ * How a ring runs its collectives (DESIGN.md: variants are ops tables):
+ * over the links to its neighbours (hk_ring_link_ops, this file's
+ * schedules; the default), or through the host's shared memory when every
+ * member is on this host (collectives/shm_ring.h). Every table gives the
+ * same results bit for bit; the functions below document the contract.
+ */
+typedef struct hk_ring_ops {
+  const char *name; /* "links", "shm": for logs and the timeline */
+  hk_status (*allreduce_part)(struct hk_ring *ring, const void *sendbuf,
+                              void *recvbuf, const size_t *seg, hk_dtype dtype,
+                              hk_op op, const hk_ring_finish *fin,
+                              hk_ring_part part);
+  hk_status (*reducescatter)(struct hk_ring *ring, const void *sendbuf,
+                             void *recvbuf, const size_t *seg, hk_dtype dtype,
+                             hk_op op, const hk_ring_finish *fin);
+  hk_status (*allgatherv)(struct hk_ring *ring, const void *sendbuf,
+                          void *recvbuf, const size_t *seg, hk_dtype dtype);
+  hk_status (*broadcast)(struct hk_ring *ring, void *buf, size_t count,
+                         hk_dtype dtype, int root);
+} hk_ring_ops;
+
+/** The schedules over links (this file). */
+extern const hk_ring_ops hk_ring_link_ops;
+
+/**
  * One or both halves of hk_ring_allreduce_segmented, for algorithms built
  * of rings (collectives/hierarchical.h). HK_RING_REDUCE_SCATTER leaves
  * segment (p+1) mod N (p = this rank's ring position, ring->rank) of
  * recvbuf reduced over the ring, left unfinished (no average division, no
  * postscale: fin is ignored; the caller finishes it); the rest of recvbuf
- * holds partial sums. HK_RING_ALLGATHER starts from that state (segment
- * (p+1) mod N final at position p; sendbuf is ignored) and leaves every
- * segment of recvbuf final on every rank. Run in that order, the two give
- * exactly hk_ring_allreduce_segmented's bits, less the finish. Same
- * arguments and errors as hk_ring_allreduce_segmented.
+ * is unspecified (partial sums over links, untouched over shm).
+ * HK_RING_ALLGATHER starts from that state (segment (p+1) mod N final at
+ * position p; sendbuf is ignored) and leaves every segment of recvbuf final on
+ * every rank. Run in that order, the two give exactly
+ * hk_ring_allreduce_segmented's bits, less the finish. Same arguments and
+ * errors as hk_ring_allreduce_segmented.
  */
 hk_status hk_ring_allreduce_part(hk_ring *ring, const void *sendbuf,
                                  void *recvbuf, const size_t *seg,
@@ -144,8 +175,9 @@ hk_status hk_ring_allreduce_part(hk_ring *ring, const void *sendbuf,
  * Reduce-scatter: every rank passes the whole input (seg[n] elements,
  * split by seg, segment j for rank j); rank r's recvbuf receives the
  * reduction of segment r
- * (seg[r+1]-seg[r] elements). N-1 steps; uses a work buffer of seg[n]
- * elements owned by the ring. Errors as hk_ring_allreduce.
+ * (seg[r+1]-seg[r] elements). N-1 steps for every column chunk of
+ * HK_RING_CHUNK_BYTES of the blocks, through a work buffer of N chunks
+ * owned by the ring (not of the whole input). Errors as hk_ring_allreduce.
  */
 hk_status hk_ring_reducescatter(hk_ring *ring, const void *sendbuf,
                                 void *recvbuf, const size_t *seg,
@@ -160,6 +192,15 @@ hk_status hk_ring_reducescatter(hk_ring *ring, const void *sendbuf,
  */
 hk_status hk_ring_allgatherv(hk_ring *ring, const void *sendbuf, void *recvbuf,
                              const size_t *seg, hk_dtype dtype);
+
+/**
+ * Allgather of one fixed-size record per rank (set-up exchanges: settings,
+ * communicator ids): all (size * bytes bytes) receives rank r's record at
+ * r * bytes; mine (bytes) may not overlap all. Errors as
+ * hk_ring_allgatherv, HK_ERR_NOMEM.
+ */
+hk_status hk_ring_allgather_records(hk_ring *ring, const void *mine,
+                                    size_t bytes, void *all);
 
 /**
  * Broadcast of count ELEMENTS from `root`: a pipelined chain along the

@@ -80,6 +80,20 @@ static void proof(const hk_secret *secret, const char *label,
        label_len + 2 * HK_NONCE_LEN, out, &out_len);
 }
 
+void hk_secret_derive(const hk_secret *secret, const char *label,
+                      const void *data, size_t len, uint8_t out[HK_PROOF_LEN]) {
+  uint8_t input[32 + 64];
+  size_t label_len = strnlen(label, 32);
+  if (len > 64)
+    len = 64;
+  memcpy(input, label, label_len);
+  if (len)
+    memcpy(input + label_len, data, len);
+  unsigned int out_len = HK_PROOF_LEN;
+  HMAC(EVP_sha256(), secret->bytes, HK_SECRET_LEN, input, label_len + len, out,
+       &out_len);
+}
+
 void hk_auth_client_msg(const hk_secret *secret,
                         const uint8_t nonce_s[HK_NONCE_LEN],
                         const uint8_t nonce_c[HK_NONCE_LEN],

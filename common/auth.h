@@ -53,6 +53,15 @@ hk_status hk_random_bytes(void *buf, size_t len);
 /** Fills a fresh random secret. Errors: HK_ERR_SYSTEM. */
 hk_status hk_secret_generate(hk_secret *out);
 
+/**
+ * out = HMAC-SHA256(secret, label || data): a value tied to the job that
+ * nobody without the secret can compute (the shared-memory segment's name,
+ * collectives/transport/shm_seg.h). label is a NUL-terminated string of at
+ * most 32 bytes, data len bytes (at most 64).
+ */
+void hk_secret_derive(const hk_secret *secret, const char *label,
+                      const void *data, size_t len, uint8_t out[HK_PROOF_LEN]);
+
 /** Computes the client's message: msg = nonce_c || proof_c (see above).
  *  nonce_c must be fresh random bytes chosen by the client. */
 void hk_auth_client_msg(const hk_secret *secret,

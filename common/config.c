@@ -10,10 +10,12 @@
 #include "common/log.h"
 #include "common/status.h"
 
-/* The one table of tunables. Defaults: HK_CYCLE_TIME_MS = 1 ms is
- * Horovod's HOROVOD_CYCLE_TIME default; the chunk size of 1 MiB matches
+/* The one table of tunables. Defaults: HK_CYCLE_TIME_MS = 0: negotiation
+ * is event-driven (worker/background.c), so unlike Horovod's
+ * HOROVOD_CYCLE_TIME (1 ms) no tensor waits for a timer; the chunk size of
+ * 1 MiB matches
  * the write size at which loopback TCP reaches its peak on the reference
- * machine (../shared/peers/results/limits.txt, tcp_ring 1024 KiB). */
+ * machine (bench/peers/results/limits.txt, tcp_ring 1024 KiB). */
 typedef struct tunable {
   const char *var;
   double def, min, max;
@@ -24,7 +26,10 @@ typedef struct tunable {
 
 #define OFF(f) offsetof(hk_config, f)
 static const tunable table[] = {
-    {"HK_CYCLE_TIME_MS", 1, 0, 60000, "ms", "time between negotiation cycles",
+    {"HK_CYCLE_TIME_MS", 0, 0, 60000, "ms",
+     "upper bound on how long a batch may wait to grow: rank 0 may hold the "
+     "answer to a request none of whose tensors is ready yet this long; 0: "
+     "answer at once (a tensor ready on every rank never waits)",
      OFF(cycle_time_ms), 0},
     {"HK_TIMEOUT_S", 60, 0.1, 86400, "s",
      "a transfer or negotiation making no progress for this long fails",
@@ -43,7 +48,7 @@ static const tunable table[] = {
     /* hk's own: copying a tensor into and out of the fusion buffer costs
      * 2b / B_mem; running it alone costs one more ring start-up,
      * ~2(n-1) alpha. With alpha ~16 us (loopback half round trip) and
-     * B_mem ~10 GB/s (../shared/peers/results) they break even near
+     * B_mem ~10 GB/s (bench/peers/results) they break even near
      * (n-1) x 160 KB; 256 KiB per extra rank is the default. */
     {"HK_FUSION_DIRECT_BYTES", 0, 0, 1ull << 36, "bytes",
      "allreduces larger than this run alone on their own buffers instead "
@@ -75,6 +80,15 @@ static const tunable table[] = {
      "the timeline stops (still valid JSON, with a note of what was cut) "
      "before it grows past this; 0: no bound",
      OFF(timeline_max_mb), 0},
+    /* collectives/shm_group.h: a round moves slot/N bytes of every
+     * segment per rank through one half of the rank's slot; 2 halves per
+     * rank. Large enough that a round's three phases cost little next
+     * to its copies, small enough that a round's slots stay in the
+     * caches (bench/README.md, "shm slot size"). */
+    {"HK_SHM_SLOT_BYTES", 1 << 20, 4096, 1 << 30, "bytes",
+     "each rank's shared-memory slot half: one round of the shm "
+     "collectives moves this many bytes per rank",
+     OFF(shm_slot_bytes), 1},
     /* the slowest link the seed customers name (10 GbE) */
     {"HK_NET_GBIT", 10, 0.001, 1e5, "Gbit/s",
      "each host's network rate, for the cost model's algorithm choice",
@@ -180,6 +194,11 @@ hk_status hk_config_load(hk_config *cfg) {
     return hk_fail(HK_ERR_CONFIG, "HK_TIMELINE is longer than %zu bytes",
                    sizeof cfg->timeline - 1);
   snprintf(cfg->timeline, sizeof cfg->timeline, "%s", tl ? tl : "");
+  const char *ifn = getenv("HK_SOCKET_IFNAME");
+  if (ifn && strlen(ifn) >= sizeof cfg->socket_ifname)
+    return hk_fail(HK_ERR_CONFIG, "HK_SOCKET_IFNAME is longer than %zu bytes",
+                   sizeof cfg->socket_ifname - 1);
+  snprintf(cfg->socket_ifname, sizeof cfg->socket_ifname, "%s", ifn ? ifn : "");
   /* words ignore case, as every word-valued setting does */
   static const char *const transports[] = {"tcp", "mpi"};
   hk_status st =
@@ -196,13 +215,23 @@ hk_status hk_config_load(hk_config *cfg) {
   }
   static const char *const devices[] = {"auto", "cuda", "emu", "none"};
   static const char *const comps[] = {"none", "fp16", "bf16"};
+  static const char *const intra[] = {"auto", "shm", "tcp"};
   st = pick_word("HK_DEVICE", devices, 4, &cfg->device);
+  if (st == HK_OK)
+    st = pick_word("HK_INTRA_TRANSPORT", intra, 3, &cfg->intra_transport);
+  if (st == HK_OK && cfg->shm_slot_bytes % 64)
+    st = hk_fail(HK_ERR_CONFIG,
+                 "HK_SHM_SLOT_BYTES=%zu is not a multiple of 64 bytes",
+                 cfg->shm_slot_bytes);
   if (st == HK_OK)
     st = pick_word("HK_COMPRESSION", comps, 3, &cfg->compression);
   if (st == HK_OK)
     st = read_int("HK_GPU", -1, 0, 1023, &cfg->gpu);
   if (st == HK_OK)
     st = read_int("HK_TEST_GPU", 0, 0, 1, &cfg->test_gpu);
+  if (st == HK_OK)
+    st = read_int("HK_TIMELINE_MARK_CYCLES", 0, 0, 1,
+                  &cfg->timeline_mark_cycles);
   if (st == HK_OK)
     st = read_fault(cfg);
   if (st != HK_OK)
@@ -231,9 +260,16 @@ void hk_config_print_table(void) {
   }
   printf("%-22s %12s  %-24s %s\n", "HK_TIMELINE", "\"\"", "a file path",
          "rank 0 writes a Chrome trace of every tensor's phases");
+  printf("%-22s %12s  %-24s %s\n", "HK_TIMELINE_MARK_CYCLES", "0", "0|1",
+         "1: the timeline marks every negotiation round that ran work");
+  printf("%-22s %12s  %-24s %s\n", "HK_SOCKET_IFNAME", "\"\"",
+         "interface or CIDR", "where ranks listen (checked at hk_init)");
   printf("%-22s %12s  %-24s %s\n", "HK_CROSS_TRANSPORT", "tcp", "tcp|mpi",
          "links to ranks on other hosts: hk's TCP, or MPI point-to-point "
          "(needs mpirun/srun)");
+  printf("%-22s %12s  %-24s %s\n", "HK_INTRA_TRANSPORT", "auto", "auto|shm|tcp",
+         "links between ranks of one host: shared memory (auto: where it "
+         "can be set up), or loopback TCP");
   printf("%-22s %12s  %-24s %s\n", "HK_ALLREDUCE_ALGO", "auto",
          "auto|ring|hierarchical|rd",
          "allreduce algorithm; auto: the cost model's choice per tensor");

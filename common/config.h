@@ -16,26 +16,41 @@ typedef enum hk_cross_transport {
   HK_CROSS_MPI = 1, /* MPI point-to-point on hk's communicator */
 } hk_cross_transport;
 
+/** HK_INTRA_TRANSPORT: how ranks of one host reach each other. */
+typedef enum hk_intra_transport {
+  HK_INTRA_AUTO = 0, /* shared memory where it can be set up, else TCP */
+  HK_INTRA_SHM = 1,  /* shared memory, or fail at hk_init saying why */
+  HK_INTRA_TCP = 2,  /* loopback TCP links, as across hosts */
+} hk_intra_transport;
+
 typedef struct hk_config {
-  double cycle_time_ms;    /* HK_CYCLE_TIME_MS: negotiation cycle, ms */
-  double timeout_s;        /* HK_TIMEOUT_S: a stuck transfer fails, s */
-  double start_timeout_s;  /* HK_START_TIMEOUT_S: rendezvous + connect, s */
-  size_t ring_chunk_bytes; /* HK_RING_CHUNK_BYTES: ring pipeline chunk */
-  size_t fusion_threshold; /* HK_FUSION_THRESHOLD: bytes, 0 = no fusion */
-  size_t fusion_direct;    /* HK_FUSION_DIRECT_BYTES: larger run alone;
-                              0 = auto, (size - 1) x 256 KiB */
-  size_t cache_capacity;   /* HK_CACHE_CAPACITY: tensors, 0 = no cache */
-  double stall_check_s;    /* HK_STALL_CHECK_TIME_S: warn after, 0 = off */
-  double stall_shutdown_s; /* HK_STALL_SHUTDOWN_TIME_S: abort after; 0 no */
-  size_t sockets_per_peer; /* HK_SOCKETS_PER_PEER: TCP connections per
-                              pair of ranks, 1..8; a link stripes over them */
-  int cross_transport;     /* HK_CROSS_TRANSPORT: hk_cross_transport */
-  double net_gbit;         /* HK_NET_GBIT: each host's network, Gbit/s */
-  int hierarchical;        /* HK_HIERARCHICAL_ALLREDUCE: 1, 0, -1 unset */
-  int log_level;           /* HK_LOG_LEVEL: hk_log_level */
-  char timeline[4096];     /* HK_TIMELINE: rank 0's trace file, or "" */
-  double timeline_max_mb;  /* HK_TIMELINE_MAX_MB: the file's bound, MiB;
-                              0 = none */
+  double cycle_time_ms;     /* HK_CYCLE_TIME_MS: the longest a batch may
+                               wait to grow, ms; 0 = never waits */
+  double timeout_s;         /* HK_TIMEOUT_S: a stuck transfer fails, s */
+  double start_timeout_s;   /* HK_START_TIMEOUT_S: rendezvous + connect, s */
+  size_t ring_chunk_bytes;  /* HK_RING_CHUNK_BYTES: ring pipeline chunk */
+  size_t fusion_threshold;  /* HK_FUSION_THRESHOLD: bytes, 0 = no fusion */
+  size_t fusion_direct;     /* HK_FUSION_DIRECT_BYTES: larger run alone;
+                               0 = auto, (size - 1) x 256 KiB */
+  size_t cache_capacity;    /* HK_CACHE_CAPACITY: tensors, 0 = no cache */
+  double stall_check_s;     /* HK_STALL_CHECK_TIME_S: warn after, 0 = off */
+  double stall_shutdown_s;  /* HK_STALL_SHUTDOWN_TIME_S: abort after; 0 no */
+  size_t sockets_per_peer;  /* HK_SOCKETS_PER_PEER: TCP connections per
+                               pair of ranks, 1..8; a link stripes over them */
+  int cross_transport;      /* HK_CROSS_TRANSPORT: hk_cross_transport */
+  int intra_transport;      /* HK_INTRA_TRANSPORT: hk_intra_transport */
+  size_t shm_slot_bytes;    /* HK_SHM_SLOT_BYTES: each rank's shared slot
+                               half (collectives/shm_group.h), bytes */
+  double net_gbit;          /* HK_NET_GBIT: each host's network, Gbit/s */
+  int hierarchical;         /* HK_HIERARCHICAL_ALLREDUCE: 1, 0, -1 unset */
+  int log_level;            /* HK_LOG_LEVEL: hk_log_level */
+  char timeline[4096];      /* HK_TIMELINE: rank 0's trace file, or "" */
+  int timeline_mark_cycles; /* HK_TIMELINE_MARK_CYCLES: 1 = an instant
+                               CYCLE_START event per round that ran work */
+  double timeline_max_mb;   /* HK_TIMELINE_MAX_MB: the file's bound, MiB;
+                               0 = none */
+  char socket_ifname[256];  /* HK_SOCKET_IFNAME: the interface (name or
+                               CIDR subnet) ranks listen on, or "" */
   /* GPU tensors (device/device.h) */
   int device;      /* HK_DEVICE: hk_device_choice */
   int gpu;         /* HK_GPU: device index; -1 = the local rank */

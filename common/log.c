@@ -25,16 +25,20 @@ int hk_log_level_parse(const char *s) {
 }
 
 void hk_log(hk_log_level level, const char *fmt, ...) {
-  if (level > log_threshold)
+  va_list ap;
+  va_start(ap, fmt);
+  hk_vlog(level, fmt, ap);
+  va_end(ap);
+}
+
+void hk_vlog(hk_log_level level, const char *fmt, va_list ap) {
+  if (level > log_threshold || level < HK_LOG_ERROR)
     return;
   char line[2048];
   int n =
       snprintf(line, sizeof line, "%s %s: ", log_prefix, level_names[level]);
-  va_list ap;
-  va_start(ap, fmt);
   if (n >= 0 && (size_t)n < sizeof line)
     vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
-  va_end(ap);
   size_t len = strlen(line);
   if (len == sizeof line - 1)
     len--; /* leave room for the newline */

@@ -9,6 +9,8 @@
 #ifndef HK_COMMON_LOG_H
 #define HK_COMMON_LOG_H
 
+#include <stdarg.h>
+
 typedef enum hk_log_level {
   HK_LOG_ERROR = 0,
   HK_LOG_WARNING = 1,
@@ -25,5 +27,9 @@ int hk_log_level_parse(const char *s);
 /** Logs one line at `level` if it passes the threshold. */
 void hk_log(hk_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/** hk_log with a va_list. */
+void hk_vlog(hk_log_level level, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0)));
 
 #endif

@@ -18,6 +18,11 @@ hk_status hk_fail(hk_status status, const char *fmt, ...) {
   return status;
 }
 
+hk_status hk_vfail(hk_status status, const char *fmt, va_list ap) {
+  vformat(fmt, ap);
+  return status;
+}
+
 hk_status hk_fail_errno(hk_status status, int errno_value, const char *fmt,
                         ...) {
   va_list ap;

@@ -6,6 +6,8 @@
 #ifndef HK_COMMON_STATUS_H
 #define HK_COMMON_STATUS_H
 
+#include <stdarg.h>
+
 #include "hk/hk.h"
 
 /** Capacity of the thread-local message buffer, in bytes incl. NUL. */
@@ -19,6 +21,10 @@
  */
 hk_status hk_fail(hk_status status, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/** hk_fail with a va_list (for code that forwards its own arguments). */
+hk_status hk_vfail(hk_status status, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0)));
 
 /** As hk_fail, with ": <strerror(errno_value)>" appended. */
 hk_status hk_fail_errno(hk_status status, int errno_value, const char *fmt, ...)

@@ -1,5 +1,5 @@
 /*
- * fusion.h - the fusion plan: which of a cycle's ready tensors are reduced
+ * fusion.h - the fusion plan: which of a round's ready tensors are reduced
  * together in one fusion buffer, and where each lands in it.
  *
  * Plan (as Horovod's fusion buffer manager does): walk the responses in the

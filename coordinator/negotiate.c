@@ -18,11 +18,13 @@ typedef struct slot {
 } slot;
 
 typedef struct entry {
-  char name[HK_MAX_NAME_LEN + 1];
   int submitted;         /* ranks that have submitted it */
   uint32_t bit;          /* the cache bit every submission came by, or none */
   double first_seen;     /* when the first rank submitted it */
-  hk_wire_request first; /* the first submitter's request (its params) */
+  double last_seen;      /* when the last one did (or joined past it) */
+  int last_rank;         /* that rank */
+  hk_wire_request first; /* the first submitter's request (its params;
+                            first.name is the tensor's name) */
   struct entry *next;    /* in the ready list, once complete */
   slot slots[];          /* one per rank */
 } entry;
@@ -110,7 +112,7 @@ static void push_ready(hk_negotiator *n, entry *e) {
 /* An entry every rank has submitted (or joined past) leaves the table; a
  * group member waits for its group. */
 static hk_status complete(hk_negotiator *n, entry *e) {
-  hk_strmap_remove(n->table, e->name);
+  hk_strmap_remove(n->table, e->first.name);
   const hk_wire_request *q = &e->first;
   if (q->coll == HK_COLL_JOIN) { /* every rank joined: a new round */
     e->first.root = n->last_joined;
@@ -180,13 +182,16 @@ hk_status hk_negotiator_add(hk_negotiator *n, int rank,
     const hk_wire_request *q = &reqs[i];
     entry *e = hk_strmap_get(n->table, q->name);
     if (!e) {
-      e = calloc(1, sizeof *e + (size_t)n->size * sizeof(slot));
+      /* only the slots need zeroing: the rest is set here */
+      e = malloc(sizeof *e + (size_t)n->size * sizeof(slot));
       if (!e)
         return hk_fail(HK_ERR_NOMEM, "cannot allocate a table entry");
-      snprintf(e->name, sizeof e->name, "%s", q->name);
+      memset(e->slots, 0, (size_t)n->size * sizeof(slot));
+      e->submitted = 0;
       e->bit = via_bit;
       e->first_seen = now;
       e->first = *q;
+      e->next = NULL;
       hk_status st = hk_strmap_put(n->table, q->name, e);
       if (st != HK_OK) {
         free(e);
@@ -209,6 +214,8 @@ hk_status hk_negotiator_add(hk_negotiator *n, int rank,
                 .prescale = q->prescale,
                 .postscale = q->postscale,
                 .group_size = q->group_size};
+    e->last_seen = now;
+    e->last_rank = rank;
     if (e->bit != via_bit)
       e->bit = HK_WIRE_NO_BIT; /* not every rank used the same bit */
     e->submitted++;
@@ -223,8 +230,11 @@ hk_status hk_negotiator_add(hk_negotiator *n, int rank,
       hk_strmap_each(n->table, find_done, &a);
       hk_status st = HK_OK;
       for (uint32_t k = 0; k < a.ndone && st == HK_OK; k++)
-        if (a.done[k] != e)
+        if (a.done[k] != e) { /* it waited for this rank, which joined */
+          a.done[k]->last_seen = now;
+          a.done[k]->last_rank = rank;
           st = complete(n, a.done[k]);
+        }
       free(a.done);
       if (st != HK_OK)
         return st;
@@ -388,12 +398,44 @@ static int describe_mixed(const entry *e, int size, char *out, size_t cap) {
   return bad;
 }
 
+/* 1 if two submissions agree on every field a collective compares (what
+ * check_agreement would describe). Cheap: no text is made unless some
+ * field differs. */
+static int same_slot(const slot *a, const slot *b) {
+  return a->coll == b->coll && a->dtype == b->dtype && a->op == b->op &&
+         a->mem == b->mem && a->mem < HK_WIRE_MEM_SEND_DEVICE_RECV_HOST &&
+         a->root == b->root && a->count == b->count &&
+         a->row_elems == b->row_elems && a->group_size == b->group_size &&
+         memcmp(&a->prescale, &b->prescale, sizeof a->prescale) == 0 &&
+         memcmp(&a->postscale, &b->postscale, sizeof a->postscale) == 0;
+}
+
+/* 1 if every rank that submitted e did so with the same fields. */
+static int all_agree(const hk_negotiator *n, const entry *e) {
+  const slot *first = NULL;
+  for (int r = 0; r < n->size; r++) {
+    if (!e->slots[r].present)
+      continue;
+    if (!first)
+      first = &e->slots[r];
+    else if (!same_slot(first, &e->slots[r]))
+      return 0;
+  }
+  return 1;
+}
+
 /* Fills the reason for a mismatch, or leaves it empty if all agree. What
  * must agree depends on the collective (hk.h). */
 static void check_agreement(const hk_negotiator *n, const entry *e, char *out,
                             size_t cap) {
   const int size = n->size;
-  snprintf(out, cap, "tensor '%s': ranks disagree: ", e->name);
+  const int root0 = e->first.root;
+  if (all_agree(n, e) && (e->first.coll != HK_COLL_BROADCAST || root0 >= size ||
+                          e->slots[root0].present)) {
+    out[0] = '\0'; /* the common case: nothing to describe */
+    return;
+  }
+  snprintf(out, cap, "tensor '%s': ranks disagree: ", e->first.name);
   int bad = describe_field(e, size, "collective", fmt_coll, out, cap);
   if (!bad) {
     unsigned c = e->first.coll;
@@ -424,7 +466,7 @@ static void check_agreement(const hk_negotiator *n, const entry *e, char *out,
         snprintf(out, cap,
                  "tensor '%s': the broadcast's root, rank %d, has joined "
                  "(hk_join) and has no data to send",
-                 e->name, root);
+                 e->first.name, root);
         return;
       }
     }
@@ -451,13 +493,20 @@ hk_status hk_negotiator_take_ready(hk_negotiator *n, hk_wire_response **out,
   char reason[HK_WIRE_MAX_REASON_LEN + 1];
   for (entry *e = n->ready_head, *next; e; e = next, i++) {
     next = e->next;
-    snprintf(r[i].name, sizeof r[i].name, "%s", e->name);
+    memcpy(r[i].name, e->first.name, strlen(e->first.name) + 1);
     r[i].cache_bit = HK_WIRE_NO_BIT;
     r[i].first_seen = e->first_seen;
+    r[i].last_seen = e->last_seen;
+    r[i].last_rank = e->last_rank;
     r[i].divisor = e->first.coll == HK_COLL_JOIN ? e->first.root : e->submitted;
     if (e->submitted < n->size) { /* joined ranks run it from the response */
+      r[i].params = malloc(sizeof *r[i].params);
+      if (!r[i].params) {
+        hk_negotiator_free_responses(r, i + 1);
+        return hk_fail(HK_ERR_NOMEM, "cannot allocate a response");
+      }
       r[i].flags |= HK_RESP_PARAMS;
-      r[i].params = e->first;
+      *r[i].params = e->first;
     }
     check_agreement(n, e, reason, sizeof reason);
     if (!reason[0] && e->first.coll == HK_COLL_ALLGATHER) {
@@ -497,6 +546,7 @@ void hk_negotiator_free_responses(hk_wire_response *r, uint32_t count) {
   for (uint32_t i = 0; i < count && r; i++) {
     free(r[i].reason);
     free(r[i].counts);
+    free(r[i].params);
   }
   free(r);
 }
@@ -532,7 +582,7 @@ static void stall_one(const char *key, void *value, void *arg) {
   if (age < a->min_age)
     return;
   append(a->out, a->cap, "%stensor '%s' (waiting %.0f s): missing on ",
-         a->count++ ? "; " : "", e->name, age);
+         a->count++ ? "; " : "", e->first.name, age);
   append_ranks(a->out, a->cap, e, a->n->size, 0);
   append(a->out, a->cap, ", submitted by ");
   append_ranks(a->out, a->cap, e, a->n->size, 1);

@@ -2,9 +2,10 @@
  * negotiate.h - rank 0's readiness table: which named tensors every rank
  * has submitted, whether they agree, and in which order all ranks run them.
  *
- * Each cycle rank 0 feeds in every rank's newly submitted requests (its own
- * too), in rank order, then takes the responses: every tensor that all
- * `size` ranks have now submitted, in the order it became complete. A
+ * Rank 0 feeds in every rank's newly submitted requests as they arrive
+ * (its own too; worker/background.c), then takes the responses: every
+ * tensor that all `size` ranks have now submitted, in the order it became
+ * complete. A
  * tensor whose collective, dtype, op, root or count differ between ranks is
  * answered with HK_ERR_MISMATCH and a reason naming the tensor, the field,
  * and which ranks hold which value. Pure logic: no I/O, no threads.

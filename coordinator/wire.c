@@ -125,6 +125,7 @@ hk_status hk_wire_encode(const hk_msg *m, hk_buf *out) {
       put_u32(&w, m->u.requests.bits[i]);
     break;
   case HK_MSG_RESPONSES:
+    put_u8(&w, m->u.responses.answer); /* first: HK_WIRE_ANSWER_OFFSET */
     put_i32(&w, m->u.responses.shutdown_rank);
     put_u16(&w, m->u.responses.abort_status);
     put_str(&w, m->u.responses.abort_reason, HK_WIRE_MAX_REASON_LEN,
@@ -141,8 +142,15 @@ hk_status hk_wire_encode(const hk_msg *m, hk_buf *out) {
       put_str(&w, r->name, HK_MAX_NAME_LEN, "tensor name");
       put_str(&w, r->reason, HK_WIRE_MAX_REASON_LEN, "error reason");
       put_i32(&w, r->divisor);
-      if (r->flags & HK_RESP_PARAMS)
-        put_request(&w, &r->params);
+      if (r->flags & HK_RESP_PARAMS) {
+        if (!r->params) {
+          if (w.st == HK_OK)
+            w.st = hk_fail(HK_ERR_PROTOCOL, "response flagged with "
+                                            "parameters carries none");
+        } else {
+          put_request(&w, r->params);
+        }
+      }
       put_u32(&w, r->ncounts);
       for (uint32_t k = 0; k < r->ncounts; k++)
         put_u64(&w, r->counts[k]);
@@ -422,6 +430,9 @@ static void decode_payload(reader *r, hk_msg *m) {
     break;
   }
   case HK_MSG_RESPONSES: {
+    m->u.responses.answer = get_u8(r, "answer flag");
+    check(r, m->u.responses.answer <= 1, "answer flag %lld is not 0 or 1",
+          m->u.responses.answer);
     m->u.responses.shutdown_rank = get_i32(r, "shutdown rank");
     check(r,
           m->u.responses.shutdown_rank >= -1 &&
@@ -474,8 +485,13 @@ static void decode_payload(reader *r, hk_msg *m) {
       s->divisor = get_i32(r, "divisor");
       check(r, s->divisor >= 0 && s->divisor <= HK_WIRE_MAX_RANKS,
             "divisor %lld out of range", s->divisor);
-      if (s->flags & HK_RESP_PARAMS)
-        get_request(r, &s->params);
+      if ((s->flags & HK_RESP_PARAMS) && r->st == HK_OK) {
+        s->params = calloc(1, sizeof *s->params);
+        if (!s->params)
+          r->st = hk_fail(HK_ERR_NOMEM, "cannot allocate a response");
+        else
+          get_request(r, s->params);
+      }
       uint32_t nc = get_u32(r, "row counts");
       s->counts = alloc_array(r, nc, sizeof(uint64_t), 8, "row counts");
       s->ncounts = s->counts ? nc : 0;
@@ -493,8 +509,8 @@ hk_status hk_wire_decode(const uint8_t *frame, size_t len, hk_msg *out) {
     return hk_fail(HK_ERR_PROTOCOL,
                    "truncated message: %zu bytes, header needs %d", len,
                    HK_WIRE_HEADER_LEN);
-  uint8_t type;
-  uint32_t payload;
+  uint8_t type = 0;
+  uint32_t payload = 0;
   hk_status st = hk_wire_header(frame, &type, &payload);
   if (st != HK_OK)
     return st;
@@ -530,6 +546,7 @@ void hk_msg_free(hk_msg *m) {
     for (uint32_t i = 0; i < m->u.responses.n && m->u.responses.resps; i++) {
       free(m->u.responses.resps[i].reason);
       free(m->u.responses.resps[i].counts);
+      free(m->u.responses.resps[i].params);
     }
     free(m->u.responses.resps);
     break;

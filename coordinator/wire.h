@@ -23,7 +23,9 @@
 #include "common/buf.h"
 #include "hk/hk.h"
 
-#define HK_WIRE_VERSION 4 /* 3: HK_MSG_GOODBYE; 4: request memory kind */
+#define HK_WIRE_VERSION                                                        \
+  5 /* 3: HK_MSG_GOODBYE; 4: RESPONSES.answer; 5:                              \
+       request memory kind */
 #define HK_WIRE_HEADER_LEN 8
 #define HK_WIRE_MAX_PAYLOAD (64u << 20) /* bytes */
 #define HK_WIRE_MAX_HOST_LEN 255        /* bytes, excluding NUL */
@@ -32,14 +34,17 @@
 #define HK_WIRE_MAX_STREAMS 8 /* data connections per pair of ranks */
 #define HK_WIRE_MAX_CACHE_BITS (1u << 20) /* response-cache bit indices */
 #define HK_WIRE_NO_BIT 0xffffffffu
+#define HK_WIRE_ANSWER_OFFSET HK_WIRE_HEADER_LEN /* RESPONSES.answer */
 
 typedef enum hk_msg_type {
   HK_MSG_REGISTER = 1,  /* worker -> hkrun: here I am, this is my address */
   HK_MSG_PEERS = 2,     /* hkrun -> worker: the address of every rank */
   HK_MSG_ABORT = 3,     /* hkrun or a worker -> worker: the job failed */
   HK_MSG_HELLO = 4,     /* worker -> worker after auth: who and which channel */
-  HK_MSG_REQUESTS = 5,  /* worker -> rank 0 each cycle: newly ready tensors */
-  HK_MSG_RESPONSES = 6, /* rank 0 -> every worker each cycle: what to run */
+  HK_MSG_REQUESTS = 5,  /* worker -> rank 0: newly submitted tensors (one
+                           outstanding per rank: worker/background.c) */
+  HK_MSG_RESPONSES = 6, /* rank 0 -> workers: what to run, and/or the
+                           answer to a rank's REQUESTS */
   HK_MSG_GOODBYE = 7,   /* worker -> hkrun: this rank left the job through
                            the API (hk_shutdown, or a failed hk_init) */
 } hk_msg_type;
@@ -97,14 +102,19 @@ typedef struct hk_wire_response {
   uint8_t flags;                  /* HK_RESP_* */
   uint32_t cache_bit;             /* with HK_RESP_CACHED; else HK_WIRE_NO_BIT */
   char name[HK_MAX_NAME_LEN + 1]; /* empty with HK_RESP_CACHED */
-  char *reason;           /* NULL when status is HK_OK; owned by the message */
-  int32_t divisor;        /* HK_AVERAGE divides by this (the ranks that took
-                             part); JOIN: the rank that joined last; else 0 */
-  hk_wire_request params; /* with HK_RESP_PARAMS */
-  uint32_t ncounts;       /* allgather: every rank's rows (size entries) */
-  uint64_t *counts;       /* owned by the message */
-  double first_seen;      /* rank 0 only, never on the wire: when the first
-                             rank submitted it (for the timeline) */
+  char *reason;            /* NULL when status is HK_OK; owned by the message */
+  int32_t divisor;         /* HK_AVERAGE divides by this (the ranks that took
+                              part); JOIN: the rank that joined last; else 0 */
+  hk_wire_request *params; /* with HK_RESP_PARAMS (else NULL); owned by
+                              the message (rare: it carries a request for
+                              ranks that joined, so it is not inline) */
+  uint32_t ncounts;        /* allgather: every rank's rows (size entries) */
+  uint64_t *counts;        /* owned by the message */
+  double first_seen;       /* rank 0 only, never on the wire: when the first
+                              rank submitted it (for the timeline) */
+  double last_seen;        /* rank 0 only, never on the wire: when the last
+                              rank did (or joined past it) */
+  int32_t last_rank;       /* rank 0 only, never on the wire: that rank */
 } hk_wire_response;
 
 typedef struct hk_wire_peer {
@@ -151,6 +161,11 @@ typedef struct hk_msg {
       uint32_t *bits; /* nbits indices, ascending */
     } requests;
     struct {
+      uint8_t answer;        /* 1: answers the recipient's outstanding
+                                REQUESTS; 0: does not. Always the first
+                                payload byte (offset HK_WIRE_HEADER_LEN),
+                                so one encoding can be sent to every rank
+                                with only this byte set per recipient */
       int32_t shutdown_rank; /* >= 0: that rank shut down; everyone stops */
       uint16_t abort_status; /* != 0: the job fails with this hk_status */
       char *abort_reason;    /* with abort_status; owned by the message */

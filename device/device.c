@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "common/status.h"
+#include "device/cuda/module.h"
 
 #ifndef HK_CUDA_MODULE_DIRS /* set by CMake: build tree, install libdir */
 #define HK_CUDA_MODULE_DIRS ""
@@ -43,7 +44,10 @@ static void *load_module(char *why, size_t cap) {
     h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
       const char *e = dlerror();
-      snprintf(why, cap, "%s", e ? e : path);
+      if (e)
+        snprintf(why, cap, "%s", e);
+      else /* (a bounded path: gcc's -Wformat-truncation) */
+        snprintf(why, cap, "%.256s: not loadable", path);
     }
     dirs += n + (dirs[n] == ':');
   }
@@ -70,11 +74,17 @@ static hk_status open_cuda(const hk_device_options *opts, int required,
                    "missing",
                    HK_CUDA_MODULE, why);
   }
-  const hk_device_ops *ops = dlsym(h, "hk_cuda_device_ops");
+  const hk_device_ops *ops = dlsym(h, HK_CUDA_OPS_SYMBOL);
   if (!ops) {
     dlclose(h);
-    return hk_fail(HK_ERR_CONFIG, "%s has no symbol hk_cuda_device_ops",
-                   HK_CUDA_MODULE);
+    return hk_fail(HK_ERR_CONFIG, "%s has no symbol %s", HK_CUDA_MODULE,
+                   HK_CUDA_OPS_SYMBOL);
+  }
+  /* the module sets its messages through libhk's error buffer */
+  hk_cuda_bind_fn bind = (hk_cuda_bind_fn)dlsym(h, HK_CUDA_BIND_SYMBOL);
+  if (bind) {
+    hk_cuda_host host = {sizeof host, hk_set_last_error};
+    bind(&host);
   }
   hk_status st = ops->open(opts, out);
   /* the module stays loaded for the process's life: its ops table is

@@ -69,7 +69,8 @@ typedef struct hk_dev_comm_s *hk_dev_comm;     /* ncclComm_t, or emu's */
  *   HK_AVERAGE's division, fused into the unpack (hk_reduce_finish_average
  *   gives the same bits on the host).
  * src and dst may be host or device pointers as the backend allows (both
- *   device for pack/unpack); they must not overlap unless equal.
+ *   device for pack/unpack); they must not overlap unless equal, and are
+ *   equal only when the dtypes are (a conversion in place would race).
  */
 typedef struct hk_dev_copy {
   void *dst;
@@ -106,7 +107,7 @@ typedef struct hk_device_options {
  * an error (HK_ERR_SYSTEM for a driver/runtime failure, HK_ERR_NOMEM for
  * an allocation, HK_ERR_INVALID_ARG for a bad pointer) with the message
  * set. Enqueueing functions return when the work is queued, not done;
- * failures of queued work surface through event_query/stream_query (and
+ * failures of queued work surface through event_query (and
  * comm_async_error for the communicator).
  */
 typedef struct hk_device_ops {
@@ -203,9 +204,11 @@ typedef struct hk_device_ops {
    *  the library); an error (HK_ERR_SYSTEM, with NCCL's or emu's reason in
    *  the message) once it failed asynchronously. */
   hk_status (*comm_async_error)(hk_dev_comm c, int *pending);
-  /** Aborts: every operation queued or running on it ends (its stream
-   *  moves on, its events complete with an error), on this rank; peers
-   *  see their own operations fail or time out. Then frees it. */
+  /** Aborts: every operation queued or running on it ends on this rank
+   *  and its stream moves on (the results are undefined; emu also makes
+   *  later events of that stream report the failure, CUDA's do not);
+   *  peers see their own operations fail or time out. Then frees it.
+   *  Callable from any thread, also while an operation blocks. */
   void (*comm_abort)(hk_dev_comm c);
   /** Frees a healthy communicator after its operations have completed. */
   void (*comm_destroy)(hk_dev_comm c);

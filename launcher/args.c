@@ -4,12 +4,14 @@
  */
 #include "launcher/args.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 static int fail(char *err, size_t err_cap, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -24,9 +26,9 @@ static int fail(char *err, size_t err_cap, const char *fmt, ...) {
   return -1;
 }
 
-/* Parses a whole decimal token as an integer in [1, HKRUN_MAX_NP]. */
-static int parse_np(const char *opt, const char *s, int *out, char *err,
-                    size_t err_cap) {
+/* Parses a whole decimal token as an integer in [1, max]. */
+static int parse_int(const char *opt, const char *s, long max, long *out,
+                     char *err, size_t err_cap) {
   const char *p = s;
   if (*p == '+')
     p++;
@@ -39,22 +41,35 @@ static int parse_np(const char *opt, const char *s, int *out, char *err,
     return fail(err, err_cap, "%s: '%s' is not a positive integer", opt, s);
   if (v == 0)
     return fail(err, err_cap, "%s: '%s' is not a positive integer", opt, s);
-  if (errno == ERANGE || v > HKRUN_MAX_NP)
-    return fail(err, err_cap, "%s: '%s' is too large (at most %d)", opt, s,
-                HKRUN_MAX_NP);
-  *out = (int)v;
+  if (errno == ERANGE || v > max)
+    return fail(err, err_cap, "%s: '%s' is too large (at most %ld)", opt, s,
+                max);
+  *out = v;
+  return 0;
+}
+
+/* Parses a whole token as a plain non-negative decimal number (digits
+ * and one point: no sign, exponent, "inf" or hex). */
+static int plain_number(const char *s, double *out) {
+  char *end;
+  errno = 0;
+  int points = 0;
+  for (const char *p = s; *p; p++)
+    points += *p == '.';
+  int plain =
+      *s != '\0' && strspn(s, "0123456789.") == strlen(s) && points <= 1;
+  double v = plain ? strtod(s, &end) : 0;
+  if (!plain || end == s || *end != '\0' || errno == ERANGE || !isfinite(v))
+    return -1;
+  *out = v;
   return 0;
 }
 
 /* Parses a whole token as seconds in [0, HKRUN_MAX_GRACE_S]. */
 static int parse_seconds(const char *opt, const char *s, double *out, char *err,
                          size_t err_cap) {
-  char *end;
-  errno = 0;
-  double v = strtod(s, &end);
-  /* strtod also accepts "inf", "nan" and hex floats; require plain digits. */
-  int plain = *s != '\0' && strspn(s, "0123456789.") == strlen(s);
-  if (!plain || end == s || *end != '\0' || errno == ERANGE || !isfinite(v))
+  double v;
+  if (plain_number(s, &v) != 0)
     return fail(err, err_cap, "%s: '%s' is not a number of seconds", opt, s);
   if (v > HKRUN_MAX_GRACE_S)
     return fail(err, err_cap, "%s: '%s' is too large (at most %.0f seconds)",
@@ -72,89 +87,447 @@ static int parse_string(const char *opt, const char *s, const char **out,
   return 0;
 }
 
-/* Options that take a value, in every spelling hkrun accepts. */
-enum {
-  OPT_NP,
-  OPT_GRACE,
-  OPT_HOSTS,
-  OPT_HOSTFILE,
-  OPT_IFACE,
-  OPT_MPI_ARGS,
-  OPT_BIND_TO,
-  OPT_FUSION_MB,
-  OPT_CYCLE_MS,
-  OPT_CACHE,
-  OPT_TIMELINE,
-  OPT_NONE
-};
+/* Every option hkrun knows, in every spelling. */
+typedef enum opt_id {
+  /* taking a value */
+  O_NP,
+  O_GRACE,
+  O_HOSTS,
+  O_HOSTFILE,
+  O_IFACE,
+  O_IFACES,
+  O_MPI_ARGS,
+  O_BIND_TO,
+  O_FUSION_MB,
+  O_CYCLE_MS,
+  O_CACHE,
+  O_TIMELINE,
+  O_START_TIMEOUT,
+  O_OUTPUT_FILENAME,
+  O_LOG_LEVEL,
+  O_STALL_WARNING,
+  O_STALL_SHUTDOWN,
+  O_GLOO_TIMEOUT,
+  O_SSH_PORT,
+  O_SSH_IDENTITY,
+  O_ENV_X,
+  /* flags */
+  O_TAG_OUTPUT,
+  O_NO_TAG_OUTPUT,
+  O_VERBOSE,
+  O_MPI,
+  O_TCP,
+  O_DISABLE_CACHE,
+  O_HIERARCHICAL,
+  O_NO_HIERARCHICAL,
+  O_NO_HIER_ALLGATHER,
+  O_MARK_CYCLES,
+  O_NO_MARK_CYCLES,
+  O_NO_STALL_CHECK,
+  O_STALL_CHECK,
+  O_NO_AUTOTUNE,
+  O_LOG_NO_TIMESTAMP,
+  O_NOOP, /* mpirun flags with nothing to do locally */
+  O_TOPOLOGY,
+  O_HELP,
+  O_VERSION,
+  O_CHECK_BUILD,
+  O_REFUSED, /* horovodrun's or mpirun's, not hk's: see `why` */
+} opt_id;
 
-static int value_option(const char *name) {
-  static const struct {
-    const char *name;
-    int opt;
-  } table[] = {
-      {"-np", OPT_NP},
-      {"-n", OPT_NP},
-      {"--np", OPT_NP},
-      {"--grace-period", OPT_GRACE},
-      {"-H", OPT_HOSTS},
-      {"--host", OPT_HOSTS},
-      {"--hostfile", OPT_HOSTFILE},
-      {"-hostfile", OPT_HOSTFILE},
-      {"--network-interface", OPT_IFACE},
-      {"--mpi-args", OPT_MPI_ARGS},
-      {"--bind-to", OPT_BIND_TO},
-      {"--fusion-threshold-mb", OPT_FUSION_MB},
-      {"--cycle-time-ms", OPT_CYCLE_MS},
-      {"--cache-capacity", OPT_CACHE},
-      {"--timeline-filename", OPT_TIMELINE},
-  };
-  for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
-    if (strcmp(name, table[i].name) == 0)
-      return table[i].opt;
-  return OPT_NONE;
+typedef struct opt_def {
+  const char *name;
+  opt_id id;
+  int takes_value;
+  const char *why; /* O_REFUSED: the message after "NAME: " */
+} opt_def;
+
+#define AUTOTUNE                                                               \
+  "hk has no autotuner yet (Horovod's --autotune searches the fusion "         \
+  "threshold and cycle time while the job trains); set "                       \
+  "--fusion-threshold-mb and --cycle-time-ms yourself, comparing them "        \
+  "with hkbench --model"
+#define ELASTIC                                                                \
+  "hk has no elastic mode: a job keeps the ranks it started with and a "       \
+  "lost rank fails it (every rank gets HK_ERR_PEER_LOST); restart the job "    \
+  "on the hosts that are left"
+
+static const opt_def options[] = {
+    {"-np", O_NP, 1, NULL},
+    {"-n", O_NP, 1, NULL},
+    {"--np", O_NP, 1, NULL},
+    {"--num-proc", O_NP, 1, NULL},
+    {"--grace-period", O_GRACE, 1, NULL},
+    {"-H", O_HOSTS, 1, NULL},
+    {"--host", O_HOSTS, 1, NULL},
+    {"--hosts", O_HOSTS, 1, NULL},
+    {"--hostfile", O_HOSTFILE, 1, NULL},
+    {"-hostfile", O_HOSTFILE, 1, NULL},
+    {"--network-interface", O_IFACE, 1, NULL},
+    {"--network-interfaces", O_IFACES, 1, NULL},
+    {"--mpi-args", O_MPI_ARGS, 1, NULL},
+    {"--bind-to", O_BIND_TO, 1, NULL},
+    {"--fusion-threshold-mb", O_FUSION_MB, 1, NULL},
+    {"--cycle-time-ms", O_CYCLE_MS, 1, NULL},
+    {"--cache-capacity", O_CACHE, 1, NULL},
+    {"--timeline-filename", O_TIMELINE, 1, NULL},
+    {"--start-timeout", O_START_TIMEOUT, 1, NULL},
+    {"--output-filename", O_OUTPUT_FILENAME, 1, NULL},
+    {"--log-level", O_LOG_LEVEL, 1, NULL},
+    {"--stall-check-warning-time-seconds", O_STALL_WARNING, 1, NULL},
+    {"--stall-check-shutdown-time-seconds", O_STALL_SHUTDOWN, 1, NULL},
+    {"--gloo-timeout-seconds", O_GLOO_TIMEOUT, 1, NULL},
+    {"-p", O_SSH_PORT, 1, NULL},
+    {"--ssh-port", O_SSH_PORT, 1, NULL},
+    {"-i", O_SSH_IDENTITY, 1, NULL},
+    {"--ssh-identity-file", O_SSH_IDENTITY, 1, NULL},
+    {"-x", O_ENV_X, 1, NULL},
+    {"--tag-output", O_TAG_OUTPUT, 0, NULL},
+    {"--no-tag-output", O_NO_TAG_OUTPUT, 0, NULL},
+    {"-v", O_VERBOSE, 0, NULL},
+    {"--verbose", O_VERBOSE, 0, NULL},
+    {"--mpi", O_MPI, 0, NULL},
+    {"--tcp", O_TCP, 0, NULL},
+    {"--disable-cache", O_DISABLE_CACHE, 0, NULL},
+    {"--hierarchical-allreduce", O_HIERARCHICAL, 0, NULL},
+    {"--no-hierarchical-allreduce", O_NO_HIERARCHICAL, 0, NULL},
+    {"--no-hierarchical-allgather", O_NO_HIER_ALLGATHER, 0, NULL},
+    {"--timeline-mark-cycles", O_MARK_CYCLES, 0, NULL},
+    {"--no-timeline-mark-cycles", O_NO_MARK_CYCLES, 0, NULL},
+    {"--no-stall-check", O_NO_STALL_CHECK, 0, NULL},
+    {"--stall-check", O_STALL_CHECK, 0, NULL},
+    {"--no-autotune", O_NO_AUTOTUNE, 0, NULL},
+    {"--log-without-timestamp", O_LOG_NO_TIMESTAMP, 0, NULL},
+    {"--log-hide-timestamp", O_LOG_NO_TIMESTAMP, 0, NULL},
+    {"--oversubscribe", O_NOOP, 0, NULL},
+    {"--allow-run-as-root", O_NOOP, 0, NULL},
+    {"--topology", O_TOPOLOGY, 0, NULL},
+    {"-h", O_HELP, 0, NULL},
+    {"--help", O_HELP, 0, NULL},
+    {"--version", O_VERSION, 0, NULL},
+    {"-cb", O_CHECK_BUILD, 0, NULL},
+    {"--check-build", O_CHECK_BUILD, 0, NULL},
+    /* horovodrun's flags that hk does not have */
+    {"--autotune", O_REFUSED, 0, AUTOTUNE},
+    {"--autotune-log-file", O_REFUSED, 1, AUTOTUNE},
+    {"--autotune-warmup-samples", O_REFUSED, 1, AUTOTUNE},
+    {"--autotune-steps-per-sample", O_REFUSED, 1, AUTOTUNE},
+    {"--autotune-bayes-opt-max-samples", O_REFUSED, 1, AUTOTUNE},
+    {"--autotune-gaussian-process-noise", O_REFUSED, 1, AUTOTUNE},
+    {"--gloo", O_REFUSED, 0,
+     "hk has no Gloo controller: on one host hkrun's own rendezvous and "
+     "TCP rings are what Gloo is to Horovod, and the default; across "
+     "hosts hk starts through mpirun and still moves tensors over its own "
+     "TCP rings; drop --gloo"},
+    {"--jsrun", O_REFUSED, 0,
+     "hk does not start jobs with jsrun: use -H/--hostfile (hkrun runs "
+     "mpirun), or start the ranks with mpirun or srun yourself"},
+    {"--min-np", O_REFUSED, 1, ELASTIC},
+    {"--min-num-proc", O_REFUSED, 1, ELASTIC},
+    {"--max-np", O_REFUSED, 1, ELASTIC},
+    {"--max-num-proc", O_REFUSED, 1, ELASTIC},
+    {"--slots-per-host", O_REFUSED, 1, ELASTIC},
+    {"--elastic-timeout", O_REFUSED, 1, ELASTIC},
+    {"--reset-limit", O_REFUSED, 1, ELASTIC},
+    {"--blacklist-cooldown-range", O_REFUSED, 1, ELASTIC},
+    {"--host-discovery-script", O_REFUSED, 1, ELASTIC},
+    {"--hierarchical-allgather", O_REFUSED, 0,
+     "hk's allgather is one ring over every rank; it has no hierarchical "
+     "allgather (--hierarchical-allreduce exists)"},
+    {"--mpi-threads-disable", O_REFUSED, 0,
+     "hk's background thread makes the MPI calls, so MPI must support "
+     "threads (hk asks for MPI_THREAD_MULTIPLE and needs at least "
+     "MPI_THREAD_SERIALIZED); a program that must call MPI itself can "
+     "initialise MPI at the level it wants before hk_init"},
+    {"--num-nccl-streams", O_REFUSED, 1,
+     "hk does not take a number of NCCL streams"},
+    {"--thread-affinity", O_REFUSED, 1,
+     "hk does not pin its background thread; bind whole workers with "
+     "--bind-to"},
+    {"--config-file", O_REFUSED, 1,
+     "hk reads no YAML configuration file: give the flags on the command "
+     "line, or the HK_* variables in the environment (hkrun forwards them)"},
+    {"--binding-args", O_REFUSED, 1,
+     "hkrun binds with --bind-to none|hwthread|core|socket|numa (on one "
+     "host and through mpirun); give other mpirun binding options with "
+     "--mpi-args"},
+    {"-prefix-timestamp", O_REFUSED, 0,
+     "hkrun does not timestamp output lines; pipe its output through a "
+     "timestamping filter such as moreutils' ts"},
+    {"--prefix-output-with-timestamp", O_REFUSED, 0,
+     "hkrun does not timestamp output lines; pipe its output through a "
+     "timestamping filter such as moreutils' ts"},
+    {"--log-with-timestamp", O_REFUSED, 0,
+     "hk's log lines carry no timestamp; pipe stderr through a "
+     "timestamping filter such as moreutils' ts"},
+    /* mpirun's that hkrun does not take itself */
+    {"--map-by", O_REFUSED, 1,
+     "hkrun maps ranks to slots in order (mpirun's --map-by slot), so that "
+     "each host's ranks are consecutive; pass other mappings to mpirun "
+     "with --mpi-args"},
+    {"--mca", O_REFUSED, 1,
+     "pass Open MPI's --mca settings with --mpi-args \"--mca NAME VALUE\""},
+};
+#define N_OPTIONS (sizeof options / sizeof options[0])
+
+static const opt_def *find_option(const char *name) {
+  for (size_t i = 0; i < N_OPTIONS; i++)
+    if (strcmp(name, options[i].name) == 0)
+      return &options[i];
+  return NULL;
 }
 
-static int parse_value(int opt, const char *name, const char *value,
+int hkrun_edit_distance(const char *a, const char *b) {
+  size_t n = strlen(a), m = strlen(b);
+  if (n > 63 || m > 63)
+    return 64;
+  int d[64][64];
+  for (size_t i = 0; i <= n; i++)
+    d[i][0] = (int)i;
+  for (size_t j = 0; j <= m; j++)
+    d[0][j] = (int)j;
+  for (size_t i = 1; i <= n; i++)
+    for (size_t j = 1; j <= m; j++) {
+      int cost = a[i - 1] != b[j - 1];
+      int v = d[i - 1][j] + 1;
+      if (d[i][j - 1] + 1 < v)
+        v = d[i][j - 1] + 1;
+      if (d[i - 1][j - 1] + cost < v)
+        v = d[i - 1][j - 1] + cost;
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+          d[i - 2][j - 2] + 1 < v)
+        v = d[i - 2][j - 2] + 1; /* a swap of two neighbours */
+      d[i][j] = v;
+    }
+  return d[n][m] < 64 ? d[n][m] : 64;
+}
+
+/* "unknown option 'TOK'", with the closest known name if one is close:
+ * at most 2 edits (3 for names of 12 bytes or more), or the known name
+ * with one dash more or less (-verbose, --np=...). */
+static int unknown(const char *name, const char *tok, char *err,
+                   size_t err_cap) {
+  const char *best = NULL;
+  int best_d = 64;
+  for (size_t i = 0; i < N_OPTIONS; i++) {
+    const char *k = options[i].name;
+    int d = hkrun_edit_distance(name, k);
+    if (d < best_d) {
+      best_d = d;
+      best = k;
+    }
+  }
+  size_t len = strlen(name);
+  int close = best && (best_d <= 2 || (len >= 12 && best_d <= 3)) &&
+              best_d < (int)len - 1;
+  if (close)
+    return fail(err, err_cap, "unknown option '%s' (did you mean %s?)", tok,
+                best);
+  return fail(err, err_cap, "unknown option '%s'", tok);
+}
+
+/* --log-level: Horovod's TRACE, DEBUG, INFO, WARNING, ERROR, FATAL (any
+ * case) and hk's own words; the result is hk's word (static). */
+static const char *log_word(const char *s) {
+  static const struct {
+    const char *in, *out;
+  } t[] = {{"trace", "debug"},     {"debug", "debug"},  {"info", "info"},
+           {"warning", "warning"}, {"warn", "warning"}, {"error", "error"},
+           {"fatal", "error"}};
+  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+    if (strcasecmp(s, t[i].in) == 0)
+      return t[i].out;
+  return NULL;
+}
+
+/* --bind-to's words (mpirun's names), in the order of hkrun_bind. */
+static const char *const bind_words[] = {"none", "hwthread", "core", "socket",
+                                         "numa"};
+
+/* -x NAME or -x NAME=value: NAME as a shell variable name. */
+static int check_env_x(const char *opt, const char *v, char *err,
+                       size_t err_cap) {
+  size_t n = strcspn(v, "=");
+  int ok = n > 0 && (isalpha((unsigned char)v[0]) || v[0] == '_');
+  for (size_t i = 0; ok && i < n; i++)
+    ok = isalnum((unsigned char)v[i]) || v[i] == '_';
+  if (!ok)
+    return fail(err, err_cap,
+                "%s: '%s' is not NAME or NAME=value (NAME: letters, digits "
+                "and '_', not starting with a digit)",
+                opt, v);
+  static const char *const own[] = {
+      "HK_RANK",         "HK_SIZE",       "HK_LOCAL_RANK",
+      "HK_LOCAL_SIZE",   "HK_RENDEZVOUS", "HK_SECRET",
+      "HK_LAUNCHER_PID", "HK_CROSS_RANK", "HK_CROSS_SIZE"};
+  for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
+    if (strlen(own[i]) == n && strncmp(v, own[i], n) == 0)
+      return fail(err, err_cap,
+                  "%s: hkrun sets %s for each worker itself; it cannot be "
+                  "given",
+                  opt, own[i]);
+  return 0;
+}
+
+static int parse_value(const opt_def *o, const char *name, const char *value,
                        hkrun_args *out, char *err, size_t err_cap) {
-  switch (opt) {
-  case OPT_NP:
-    return parse_np(name, value, &out->np, err, err_cap);
-  case OPT_GRACE:
+  long v;
+  double d;
+  switch (o->id) {
+  case O_NP:
+    if (parse_int(name, value, HKRUN_MAX_NP, &v, err, err_cap) != 0)
+      return -1;
+    out->np = (int)v;
+    return 0;
+  case O_GRACE:
     return parse_seconds(name, value, &out->grace_period_s, err, err_cap);
-  case OPT_HOSTS:
+  case O_HOSTS:
     /* an empty list is the host parser's error, which names it */
     out->hosts = value;
     return 0;
-  case OPT_HOSTFILE:
+  case O_HOSTFILE:
     return parse_string(name, value, &out->hostfile, err, err_cap);
-  case OPT_IFACE:
+  case O_IFACES:
+  case O_IFACE:
+    if (strchr(value, ','))
+      return fail(err, err_cap,
+                  "%s: '%s': hk listens on one interface; give one name, or "
+                  "a CIDR subnet (10.0.0.0/16) that covers the hosts' "
+                  "addresses",
+                  name, value);
+    if (out->network_interface && *value &&
+        strcmp(out->network_interface, value) != 0)
+      return fail(err, err_cap,
+                  "%s: '%s' and '%s': hk listens on one interface; give one "
+                  "name or a CIDR subnet",
+                  name, out->network_interface, value);
     return parse_string(name, value, &out->network_interface, err, err_cap);
-  case OPT_MPI_ARGS:
+  case O_MPI_ARGS:
     out->mpi_args = value;
     return 0;
-  case OPT_FUSION_MB:
-  case OPT_CYCLE_MS:
-  case OPT_CACHE: {
-    double ignored;
-    if (parse_seconds(name, value, &ignored, err, err_cap) != 0)
+  case O_FUSION_MB:
+  case O_CYCLE_MS:
+  case O_CACHE: {
+    if (plain_number(value, &d) != 0)
       return fail(err, err_cap, "%s: '%s' is not a non-negative number", name,
                   value);
-    const char **slot = opt == OPT_FUSION_MB  ? &out->fusion_threshold_mb
-                        : opt == OPT_CYCLE_MS ? &out->cycle_time_ms
+    const char **slot = o->id == O_FUSION_MB  ? &out->fusion_threshold_mb
+                        : o->id == O_CYCLE_MS ? &out->cycle_time_ms
                                               : &out->cache_capacity;
     *slot = value;
     return 0;
   }
-  case OPT_TIMELINE:
-    return parse_string(name, value, &out->timeline, err, err_cap);
-  default:
-    if (parse_string(name, value, &out->bind_to, err, err_cap) != 0)
-      return -1;
-    if (strcspn(value, " \t\n") != strlen(value))
-      return fail(err, err_cap, "%s: '%s' is not one word", name, value);
+  case O_START_TIMEOUT:
+  case O_STALL_WARNING:
+  case O_STALL_SHUTDOWN:
+  case O_GLOO_TIMEOUT: {
+    if (plain_number(value, &d) != 0)
+      return fail(err, err_cap, "%s: '%s' is not a number of seconds", name,
+                  value);
+    if ((o->id == O_START_TIMEOUT || o->id == O_GLOO_TIMEOUT) && d <= 0)
+      return fail(err, err_cap, "%s: '%s' must be more than 0 seconds", name,
+                  value);
+    const char **slot = o->id == O_START_TIMEOUT   ? &out->start_timeout
+                        : o->id == O_STALL_WARNING ? &out->stall_warning_s
+                        : o->id == O_GLOO_TIMEOUT  ? &out->gloo_timeout_s
+                                                   : &out->stall_shutdown_s;
+    *slot = value;
     return 0;
   }
+  case O_TIMELINE:
+    return parse_string(name, value, &out->timeline, err, err_cap);
+  case O_OUTPUT_FILENAME:
+    return parse_string(name, value, &out->output_filename, err, err_cap);
+  case O_LOG_LEVEL:
+    out->log_level = log_word(value);
+    if (!out->log_level)
+      return fail(err, err_cap,
+                  "%s: '%s' is not one of TRACE, DEBUG, INFO, WARNING, ERROR, "
+                  "FATAL",
+                  name, value);
+    return 0;
+  case O_SSH_PORT:
+    if (parse_int(name, value, 65535, &v, err, err_cap) != 0)
+      return -1;
+    out->ssh_port = value;
+    return 0;
+  case O_SSH_IDENTITY:
+    return parse_string(name, value, &out->ssh_identity_file, err, err_cap);
+  case O_ENV_X:
+    if (check_env_x(name, value, err, err_cap) != 0)
+      return -1;
+    if (out->n_env_x >= HKRUN_MAX_ENV_X)
+      return fail(err, err_cap, "%s: more than %d -x options", name,
+                  HKRUN_MAX_ENV_X);
+    out->env_x[out->n_env_x++] = value;
+    return 0;
+  default: /* O_BIND_TO */
+    for (size_t i = 0; i < sizeof bind_words / sizeof bind_words[0]; i++)
+      if (strcmp(value, bind_words[i]) == 0) {
+        out->bind_to = bind_words[i];
+        out->bind = (hkrun_bind)i;
+        return 0;
+      }
+    return fail(err, err_cap,
+                "%s: '%s' is not one of none, hwthread, core, socket, numa",
+                name, value);
+  }
+}
+
+/* Applies a flag (an option without a value). Returns 1 when parsing
+ * stops here with success (--help, --version, --check-build). */
+static int apply_flag(const opt_def *o, hkrun_args *out) {
+  switch (o->id) {
+  case O_TAG_OUTPUT:
+    out->tag_output = 1;
+    break;
+  case O_NO_TAG_OUTPUT:
+    out->tag_output = 0;
+    break;
+  case O_VERBOSE:
+    out->verbose = 1;
+    break;
+  case O_MPI:
+    out->mpi = 1;
+    break;
+  case O_TCP:
+    out->tcp = 1;
+    break;
+  case O_DISABLE_CACHE:
+    out->disable_cache = 1;
+    break;
+  case O_HIERARCHICAL:
+    out->hierarchical = 1;
+    break;
+  case O_NO_HIERARCHICAL:
+    out->hierarchical = 0;
+    break;
+  case O_MARK_CYCLES:
+    out->timeline_mark_cycles = 1;
+    break;
+  case O_NO_MARK_CYCLES:
+    out->timeline_mark_cycles = 0;
+    break;
+  case O_NO_STALL_CHECK:
+    out->no_stall_check = 1;
+    break;
+  case O_STALL_CHECK:
+    out->no_stall_check = 0;
+    break;
+  case O_HELP:
+    out->action = HKRUN_HELP;
+    return 1;
+  case O_VERSION:
+    out->action = HKRUN_VERSION;
+    return 1;
+  case O_CHECK_BUILD:
+    out->action = HKRUN_CHECK_BUILD;
+    return 1;
+  default: /* what hk does anyway: --no-autotune, --no-hierarchical-
+              allgather, --log-without-timestamp, --oversubscribe... */
+    break;
+  }
+  return 0;
 }
 
 int hkrun_args_parse(int argc, char **argv, hkrun_args *out, char *err,
@@ -164,6 +537,10 @@ int hkrun_args_parse(int argc, char **argv, hkrun_args *out, char *err,
   out->tag_output = 1;
   out->grace_period_s = HKRUN_DEFAULT_GRACE_S;
   out->bind_to = "none";
+  out->bind = HKRUN_BIND_NONE;
+  out->hierarchical = -1;
+  out->timeline_mark_cycles = -1;
+  out->no_stall_check = -1;
   if (err && err_cap > 0)
     err[0] = '\0';
 
@@ -194,47 +571,33 @@ int hkrun_args_parse(int argc, char **argv, hkrun_args *out, char *err,
       memcpy(name, tok, strlen(tok) + 1);
     }
 
-    int vopt = value_option(name);
-    if (vopt != OPT_NONE) {
+    const opt_def *o = find_option(name);
+    if (!o)
+      return unknown(name, tok, err, err_cap);
+    if (o->id == O_REFUSED)
+      return fail(err, err_cap, "%s: %s", name, o->why);
+    if (o->takes_value) {
       const char *value = inline_value;
       if (!value) {
         if (i + 1 >= argc)
           return fail(err, err_cap, "%s: missing value", name);
         value = argv[++i];
       }
-      int rc = parse_value(vopt, name, value, out, err, err_cap);
-      if (rc != 0)
-        return rc;
+      if (parse_value(o, name, value, out, err, err_cap) != 0)
+        return -1;
       i++;
       continue;
     }
-    int *flag = NULL, flag_value = 1;
-    if (strcmp(name, "--tag-output") == 0) {
-      flag = &out->tag_output;
-    } else if (strcmp(name, "--no-tag-output") == 0) {
-      flag = &out->tag_output;
-      flag_value = 0;
-    } else if (strcmp(name, "-v") == 0 || strcmp(name, "--verbose") == 0) {
-      flag = &out->verbose;
-    } else if (strcmp(name, "--mpi") == 0) {
-      flag = &out->mpi;
-    } else if (strcmp(name, "--topology") == 0) {
+    if (o->id == O_TOPOLOGY) {
       out->action = HKRUN_TOPOLOGY; /* an optional FILE may follow */
       if (i + 1 < argc && argv[i + 1][0] != '-')
         out->topology = argv[++i];
       return 0; /* the rest does not matter */
-    } else if (strcmp(name, "-h") == 0 || strcmp(name, "--help") == 0) {
-      out->action = HKRUN_HELP;
-    } else if (strcmp(name, "--version") == 0) {
-      out->action = HKRUN_VERSION;
-    } else {
-      return fail(err, err_cap, "unknown option '%s'", tok);
     }
     if (inline_value)
       return fail(err, err_cap, "%s: takes no value (in '%s')", name, tok);
-    if (out->action != HKRUN_RUN)
-      return 0; /* --help/--version: the rest does not matter */
-    *flag = flag_value;
+    if (apply_flag(o, out))
+      return 0; /* --help/--version/--check-build: the rest does not matter */
     i++;
   }
 
@@ -255,49 +618,146 @@ const char *hkrun_usage(void) {
          "[args...]\n"
          "       hkrun [-np N] --hostfile FILE [options] [--] program "
          "[args...]\n"
+         "       hkrun --check-build | --version | --topology [FILE]\n"
          "\n"
          "Starts N copies of program on this host, one per rank, and\n"
          "coordinates them (rendezvous, output, failure handling). With\n"
          "more than one host (or --mpi) it runs Open MPI's mpirun instead,\n"
-         "which starts the ranks on the hosts.\n"
+         "which starts the ranks on the hosts. The flags are horovodrun's\n"
+         "(grouped as `horovodrun --help` groups them) and a few of\n"
+         "mpirun's; \"hk:\" marks where hk differs from them.\n"
          "\n"
-         "options:\n"
-         "  -np N, -n N, --np N  number of workers (1..65536; with hosts,\n"
+         "general:\n"
+         "  -np N, -n N, --np N, --num-proc N\n"
+         "                       number of workers (1..65536; with hosts,\n"
          "                       default: the total of their slots)\n"
-         "  -H, --host LIST      hosts and slots: host1:8,host2:8\n"
-         "  --hostfile FILE      one host per line: 'host slots=8' or\n"
-         "                       'host:8'; '#' starts a comment\n"
-         "  --mpi                start through mpirun even on one host\n"
-         "  --network-interface IF\n"
-         "                       the interface (or CIDR subnet) hk and\n"
-         "                       Open MPI use between hosts; sets\n"
-         "                       HK_SOCKET_IFNAME for the workers\n"
-         "  --mpi-args \"ARGS\"    more mpirun arguments (split like sh)\n"
-         "  --bind-to POLICY     mpirun's --bind-to (default none)\n"
-         "  --tag-output         prefix each output line with \"[rank] \" "
-         "(default;\n"
-         "                       through mpirun: its --tag-output)\n"
-         "  --no-tag-output      pass worker output through unprefixed\n"
-         "  --grace-period S     seconds between a failure and SIGTERM to\n"
-         "                       the other workers (default 2); SIGKILL\n"
-         "                       follows 2 s after SIGTERM\n"
+         "  -cb, --check-build   print what this hk was built with (MPI\n"
+         "                       module, CUDA module, NCCL) and exit\n"
+         "  --version            print the version and the optional parts\n"
+         "                       present, and exit (hk: horovodrun's -v is\n"
+         "                       --version; hkrun's -v is mpirun's\n"
+         "                       --verbose)\n"
+         "  --disable-cache      accepted: hkrun keeps no cache of start-up\n"
+         "                       checks between runs (horovodrun's flag\n"
+         "                       turns its 60-minute cache off; it is not\n"
+         "                       the response cache: --cache-capacity 0)\n"
+         "  --start-timeout S    HK_START_TIMEOUT_S: every rank must have\n"
+         "                       joined within S seconds (hk: default 60,\n"
+         "                       horovodrun's 30)\n"
+         "  --network-interface IF, --network-interfaces IF\n"
+         "                       the interface (name, or CIDR subnet) hk\n"
+         "                       listens on and Open MPI uses; sets\n"
+         "                       HK_SOCKET_IFNAME. Checked at start on one\n"
+         "                       host too: a missing one fails, listing\n"
+         "                       those that exist (hk: one interface, not\n"
+         "                       a list)\n"
+         "  --output-filename DIR\n"
+         "                       also write each rank's output to\n"
+         "                       DIR/rank.<r>/stdout and .../stderr (<r>\n"
+         "                       zero-padded), as horovodrun does; through\n"
+         "                       mpirun, mpirun's --output-filename\n"
          "  -v, --verbose        report the rendezvous address and each\n"
          "                       worker's pid (or the mpirun command) on\n"
          "                       stderr\n"
+         "  -h, --help           print this help and exit\n"
+         "\n"
+         "SSH arguments (used by mpirun's ssh to the hosts):\n"
+         "  -p, --ssh-port PORT  ssh port on every host\n"
+         "  -i, --ssh-identity-file FILE\n"
+         "                       ssh's identity (private key) file\n"
+         "\n"
+         "tuneable parameter arguments (each sets an HK_* variable):\n"
          "  --fusion-threshold-mb N   HK_FUSION_THRESHOLD in MiB (default\n"
          "                       128; 0 disables tensor fusion)\n"
-         "  --cycle-time-ms X    HK_CYCLE_TIME_MS (default 1)\n"
-         "  --cache-capacity N   HK_CACHE_CAPACITY (default 1024; 0: off)\n"
+         "  --cycle-time-ms X    HK_CYCLE_TIME_MS: the longest a batch of\n"
+         "                       tensors may wait to grow, ms (default 0:\n"
+         "                       negotiation is event-driven, none waits)\n"
+         "  --cache-capacity N   HK_CACHE_CAPACITY: response cache entries\n"
+         "                       (default 1024; 0: off)\n"
+         "  --hierarchical-allreduce, --no-hierarchical-allreduce\n"
+         "                       HK_HIERARCHICAL_ALLREDUCE=1/0: always/never\n"
+         "                       (default: the cost model chooses per\n"
+         "                       tensor)\n"
+         "\n"
+         "timeline arguments:\n"
          "  --timeline-filename F  HK_TIMELINE: rank 0 writes a Chrome\n"
          "                       trace of every tensor's phases to F\n"
+         "  --timeline-mark-cycles  HK_TIMELINE_MARK_CYCLES=1: also mark\n"
+         "                       each negotiation round that ran something\n"
+         "                       (an instant CYCLE_START event; hk's\n"
+         "                       \"cycle\" is one round of negotiation)\n"
+         "\n"
+         "stall check arguments:\n"
+         "  --no-stall-check     HK_STALL_CHECK_TIME_S=0 and\n"
+         "                       HK_STALL_SHUTDOWN_TIME_S=0\n"
+         "  --stall-check-warning-time-seconds S\n"
+         "                       HK_STALL_CHECK_TIME_S (default 60)\n"
+         "  --stall-check-shutdown-time-seconds S\n"
+         "                       HK_STALL_SHUTDOWN_TIME_S (default 0: never)\n"
+         "\n"
+         "library arguments:\n"
+         "  --mpi-args \"ARGS\"    more mpirun arguments (split like sh)\n"
+         "  --tcp                HK_CROSS_TRANSPORT=tcp (hk's default), and\n"
+         "                       Open MPI's TCP only (--mca pml ob1\n"
+         "                       --mca btl ^openib)\n"
+         "  --gloo-timeout-seconds S\n"
+         "                       HK_TIMEOUT_S: a transfer making no\n"
+         "                       progress this long fails (hk: default 60,\n"
+         "                       Horovod's Gloo 30)\n"
+         "\n"
+         "logging arguments:\n"
+         "  --log-level LEVEL    HK_LOG_LEVEL (default WARNING): TRACE and\n"
+         "                       DEBUG are hk's debug, FATAL its error\n"
+         "  --log-without-timestamp  accepted: hk's log lines have none\n"
+         "\n"
+         "host arguments:\n"
+         "  -H, --hosts, --host LIST   hosts and slots: host1:8,host2:8\n"
+         "  --hostfile FILE      one host per line: 'host slots=8' or\n"
+         "                       'host:8'; '#' starts a comment\n"
+         "\n"
+         "controller arguments:\n"
+         "  --mpi                start through mpirun even on one host\n"
+         "\n"
+         "mpirun's arguments that hkrun takes too (hk's own on one host):\n"
+         "  -x NAME=VALUE, -x NAME\n"
+         "                       set NAME for every worker, or pass hkrun's\n"
+         "                       own NAME on (through mpirun: its -x NAME);\n"
+         "                       every HK_* variable is passed on anyway\n"
+         "  --bind-to POLICY     none (default), hwthread, core, socket,\n"
+         "                       numa: local rank r gets the (r mod C)-th\n"
+         "                       core of those hkrun may use (socket by\n"
+         "                       socket), its CPU (hwthread), or all CPUs\n"
+         "                       of that core's socket / NUMA node; more\n"
+         "                       ranks than cores share them (a warning;\n"
+         "                       mpirun refuses). Through mpirun:\n"
+         "                       mpirun's --bind-to\n"
+         "  --tag-output         prefix each output line with \"[rank] \"\n"
+         "                       (default; through mpirun: its\n"
+         "                       --tag-output)\n"
+         "  --no-tag-output      pass worker output through unprefixed\n"
+         "  --oversubscribe, --allow-run-as-root   accepted (hkrun never\n"
+         "                       refuses either)\n"
+         "\n"
+         "hk's own:\n"
+         "  --grace-period S     seconds between a failure and SIGTERM to\n"
+         "                       the other workers (default 2); SIGKILL\n"
+         "                       follows 2 s after SIGTERM\n"
          "  --topology [FILE]    print a server's GPU layout, rings and\n"
          "                       predicted busbw (hktopo) and exit\n"
-         "  -h, --help           print this help and exit\n"
-         "  --version            print the version and exit\n"
          "  --                   end of options\n"
+         "\n"
+         "horovodrun's flags hk does not have (each is refused saying why\n"
+         "and what to use): --gloo, --jsrun, --autotune and --autotune-*,\n"
+         "the elastic ones (--min-np, --max-np, --host-discovery-script,\n"
+         "...), --hierarchical-allgather, --mpi-threads-disable,\n"
+         "--num-nccl-streams, --thread-affinity, --config-file,\n"
+         "--binding-args, --prefix-output-with-timestamp.\n"
          "\n"
          "Each worker gets HK_RANK, HK_SIZE, HK_LOCAL_RANK, HK_LOCAL_SIZE,\n"
          "HK_RENDEZVOUS, HK_SECRET and HK_LAUNCHER_PID in its environment.\n"
+         "A worker's stdout is a pipe: C's stdio buffers it in blocks until\n"
+         "exit or fflush (call setvbuf(stdout, NULL, _IOLBF, 0) for lines);\n"
+         "stderr is unbuffered. hkrun prints each line whole.\n"
          "SIGINT, SIGTERM and SIGHUP are forwarded to every worker.\n"
          "hkrun exits with the status of the first worker that failed\n"
          "(128+signal if it was killed; 1 if it called hk_init and exited\n"
@@ -317,6 +777,12 @@ int hkrun_tunable_env(const hkrun_args *a, char *buf, size_t cap,
                       const char **vars, int max_vars, int *count) {
   *count = 0;
   size_t used = 0;
+  const char *hier = a->hierarchical < 0 ? NULL : a->hierarchical ? "1" : "0";
+  const char *marks = a->timeline_mark_cycles < 0 ? NULL
+                      : a->timeline_mark_cycles   ? "1"
+                                                  : "0";
+  const char *warn = a->no_stall_check == 1 ? "0" : a->stall_warning_s;
+  const char *stop = a->no_stall_check == 1 ? "0" : a->stall_shutdown_s;
   const struct {
     const char *var, *value;
     int megabytes;
@@ -325,6 +791,14 @@ int hkrun_tunable_env(const hkrun_args *a, char *buf, size_t cap,
       {"HK_CYCLE_TIME_MS", a->cycle_time_ms, 0},
       {"HK_CACHE_CAPACITY", a->cache_capacity, 0},
       {"HK_TIMELINE", a->timeline, 0},
+      {"HK_TIMELINE_MARK_CYCLES", marks, 0},
+      {"HK_START_TIMEOUT_S", a->start_timeout, 0},
+      {"HK_LOG_LEVEL", a->log_level, 0},
+      {"HK_HIERARCHICAL_ALLREDUCE", hier, 0},
+      {"HK_STALL_CHECK_TIME_S", warn, 0},
+      {"HK_STALL_SHUTDOWN_TIME_S", stop, 0},
+      {"HK_TIMEOUT_S", a->gloo_timeout_s, 0},
+      {"HK_CROSS_TRANSPORT", a->tcp ? "tcp" : NULL, 0},
   };
   for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
     if (!t[i].value)

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "collectives/transport/iface.h"
 #include "common/auth.h"
 #include "common/config.h"
 #include "common/status.h"
@@ -117,16 +118,19 @@ static int run_mpirun(const hkrun_args *args, const hk_hostlist *hosts,
   hk_config cfg;
   double start_s = hk_config_load(&cfg) == HK_OK ? cfg.start_timeout_s : 60;
   char *agent = hk_remote_agent(args->mpi_args);
-  char ssh_opts[96];
+  char ssh_opts[96], probe_ssh[4400];
   const char *rsh_args = NULL;
   if (hk_remote_uses_rsh()) {
-    if (hk_remote_probe(hosts, me, agent, start_s) != 0) {
+    hk_remote_ssh_options(start_s, ssh_opts, sizeof ssh_opts);
+    hk_mpirun_rsh_args(ssh_opts, args->ssh_port, args->ssh_identity_file,
+                       probe_ssh, sizeof probe_ssh);
+    if (hk_remote_probe(hosts, me, agent, probe_ssh, start_s) != 0) {
       free(agent);
       return 1;
     }
     if (!agent && !getenv("OMPI_MCA_plm_rsh_args") &&
         !mpi_args_set(args->mpi_args, "plm_rsh_args"))
-      rsh_args = hk_remote_ssh_options(start_s, ssh_opts, sizeof ssh_opts);
+      rsh_args = ssh_opts;
   }
   free(agent);
   /* IPv6 hosts reach Open MPI through a host file (its -H would read the
@@ -163,6 +167,12 @@ static int run_mpirun(const hkrun_args *args, const hk_hostlist *hosts,
       .as_root = geteuid() == 0,
       .tag_output = args->tag_output,
       .ncpus = ncpus > 0 ? (int)ncpus : 1,
+      .output_filename = args->output_filename,
+      .ssh_port = args->ssh_port,
+      .ssh_identity_file = args->ssh_identity_file,
+      .tcp_only = args->tcp,
+      .env_x = args->env_x,
+      .n_env_x = args->n_env_x,
       .envp = environ,
       .prog_argv = args->prog_argv,
       .prog_argc = args->prog_argc,
@@ -187,9 +197,36 @@ static int run_mpirun(const hkrun_args *args, const hk_hostlist *hosts,
   return rc;
 }
 
-int hkrun_delegate(hkrun_args *args) {
-  if (!args->hosts && !args->hostfile && !args->mpi)
+/* One host: the interface --network-interface or HK_SOCKET_IFNAME names
+ * must exist here, as on many hosts (each rank checks it again at
+ * hk_init); checked before anything starts. */
+static int check_local_interface(const hkrun_args *args) {
+  const char *ifname = getenv("HK_SOCKET_IFNAME");
+  if (!ifname || !*ifname)
     return HKRUN_RUN_LOCALLY;
+  char addr[HK_IFACE_ADDR_CAP];
+  if (hk_iface_address(ifname, addr, sizeof addr) == HK_OK)
+    return HKRUN_RUN_LOCALLY;
+  say("%s: %s",
+      args->network_interface ? "--network-interface" : "HK_SOCKET_IFNAME",
+      hk_last_error());
+  return 2;
+}
+
+int hkrun_delegate(hkrun_args *args) {
+  if (!args->hosts && !args->hostfile && !args->mpi) {
+    if (args->mpi_args) {
+      say("--mpi-args applies only when hkrun starts mpirun (several hosts, "
+          "or --mpi)");
+      return 2;
+    }
+    if (args->network_interface &&
+        setenv("HK_SOCKET_IFNAME", args->network_interface, 1) != 0) {
+      say("setenv: %s", strerror(errno));
+      return 1;
+    }
+    return check_local_interface(args);
+  }
   hk_hostlist hosts = {0};
   hk_status st = HK_OK;
   if (args->hosts)
@@ -211,14 +248,16 @@ int hkrun_delegate(hkrun_args *args) {
   int rc = HKRUN_RUN_LOCALLY;
   if (hk_mpirun_wanted(args->mpi, &hosts, me)) {
     rc = run_mpirun(args, &hosts, me);
-  } else if (args->mpi_args || strcmp(args->bind_to, "none") != 0) {
-    say("%s applies only when hkrun starts mpirun (several hosts, or --mpi)",
-        args->mpi_args ? "--mpi-args" : "--bind-to");
+  } else if (args->mpi_args) {
+    say("--mpi-args applies only when hkrun starts mpirun (several hosts, or "
+        "--mpi)");
     rc = 2;
   } else if (args->network_interface &&
              setenv("HK_SOCKET_IFNAME", args->network_interface, 1) != 0) {
     say("setenv: %s", strerror(errno));
     rc = 1;
+  } else {
+    rc = check_local_interface(args);
   }
   hk_hosts_free(&hosts);
   return rc;

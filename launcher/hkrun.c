@@ -8,6 +8,8 @@
  *   spawn.c       the worker processes and their output
  *   output.c      splitting output into prefixed lines
  *   rendezvous.c  the TCP server workers register with
+ *   bind.c        --bind-to's CPU sets
+ *   build_info.c  --version and --check-build
  *
  * Policy:
  * - The first worker that exits non-zero or is killed by a signal fails
@@ -54,6 +56,8 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "launcher/args.h"
+#include "launcher/bind.h"
+#include "launcher/build_info.h"
 #include "launcher/delegate.h"
 #include "launcher/output.h"
 #include "launcher/rendezvous.h"
@@ -374,6 +378,57 @@ static int setup(job *j, hk_secret *secret, uint16_t *port) {
   return 0;
 }
 
+/* --bind-to on this host: every rank's CPU mask (bind.h), or NULL for
+ * none. Warns when ranks share cores. NULL with *failed on an error. */
+static cpu_set_t *bind_masks(const hkrun_args *args, int *failed) {
+  *failed = 0;
+  if (args->bind == HKRUN_BIND_NONE)
+    return NULL;
+  hk_cpu *cpus;
+  int n;
+  cpu_set_t *masks = NULL;
+  int *set = NULL;
+  if (hk_bind_read_cpus(&cpus, &n) != HK_OK) {
+    say("--bind-to %s: %s", args->bind_to, hk_last_error());
+    *failed = 1;
+    return NULL;
+  }
+  masks = calloc((size_t)args->np, sizeof *masks);
+  set = calloc((size_t)(n > 0 ? n : 1), sizeof *set);
+  if (!masks || !set) {
+    say("--bind-to: out of memory");
+    free(masks);
+    free(set);
+    free(cpus);
+    *failed = 1;
+    return NULL;
+  }
+  int any_shared = 0;
+  for (int r = 0; r < args->np; r++) {
+    int shared = 0;
+    int k = hk_bind_cpus(cpus, n, args->bind, r, set, n, &shared);
+    any_shared |= shared;
+    CPU_ZERO(&masks[r]);
+    for (int i = 0; i < k; i++)
+      CPU_SET(set[i], &masks[r]);
+    if (args->verbose) {
+      char list[256];
+      hk_bind_format(set, k, list, sizeof list);
+      say("--bind-to %s: rank %d on CPUs %s", args->bind_to, r, list);
+    }
+  }
+  if (any_shared) {
+    int objs = hk_bind_count(cpus, n, args->bind);
+    say("--bind-to %s: %d workers but %d %s here: ranks share them (rank r "
+        "gets number r mod %d)",
+        args->bind_to, args->np, objs,
+        args->bind == HKRUN_BIND_HWTHREAD ? "CPUs" : "cores", objs);
+  }
+  free(set);
+  free(cpus);
+  return masks;
+}
+
 static int run_job(const hkrun_args *args) {
   job j;
   memset(&j, 0, sizeof j);
@@ -394,8 +449,19 @@ static int run_job(const hkrun_args *args) {
   if (args->verbose)
     say("rendezvous listening on %s", rendezvous);
 
+  int bind_failed = 0;
+  cpu_set_t *masks = bind_masks(args, &bind_failed);
+  if (bind_failed) {
+    close_job(&j);
+    uv_run(&j.loop, UV_RUN_DEFAULT);
+    uv_loop_close(&j.loop);
+    free(j.goodbye_deadline);
+    return 2;
+  }
   hk_spawn_opts so = {
       .argv = args->prog_argv,
+      .output_dir = args->output_filename,
+      .cpu_masks = masks,
       .size = args->np,
       .rendezvous = rendezvous,
       .secret_hex = secret_hex,
@@ -412,6 +478,7 @@ static int run_job(const hkrun_args *args) {
     uv_run(&j.loop, UV_RUN_DEFAULT);
     uv_loop_close(&j.loop);
     free(j.goodbye_deadline);
+    free(masks);
     return 1;
   }
   if (hk_workers_start(&j.workers) != HK_OK) {
@@ -436,6 +503,7 @@ static int run_job(const hkrun_args *args) {
     hk_log(HK_LOG_WARNING, "the event loop still had open handles");
   hk_workers_free(&j.workers);
   free(j.goodbye_deadline);
+  free(masks);
   return j.exit_code;
 }
 
@@ -473,17 +541,36 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (args.action == HKRUN_VERSION) {
-    printf("hkrun (hk) %d.%d\n", HK_VERSION_MAJOR, HK_VERSION_MINOR);
+    hkrun_print_version(stdout);
+    return 0;
+  }
+  if (args.action == HKRUN_CHECK_BUILD) {
+    hkrun_print_check_build(stdout);
     return 0;
   }
   if (args.action == HKRUN_TOPOLOGY)
     return run_hktopo(argv[0], args.topology);
+  /* -x NAME=value: the workers' environment is hkrun's (and through
+   * mpirun, -x NAME passes it on); -x NAME passes on what is set */
+  for (int i = 0; i < args.n_env_x; i++) {
+    const char *x = args.env_x[i], *eq = strchr(x, '=');
+    if (eq) {
+      char name[256];
+      snprintf(name, sizeof name, "%.*s", (int)(eq - x), x);
+      if (setenv(name, eq + 1, 1) != 0) {
+        say("-x %s: %s", x, strerror(errno));
+        return 1;
+      }
+    } else if (!getenv(x)) {
+      say("-x %s: %s is not set here, so there is nothing to pass on", x, x);
+    }
+  }
   /* the tunable flags become the workers' HK_* variables (also through
-   * mpirun, which forwards HK_* with -x) */
+   * mpirun, which forwards HK_* with -x); after -x, so flags win */
   char envbuf[8192];
-  const char *vars[8];
+  const char *vars[16];
   int nvars;
-  if (hkrun_tunable_env(&args, envbuf, sizeof envbuf, vars, 8, &nvars) != 0) {
+  if (hkrun_tunable_env(&args, envbuf, sizeof envbuf, vars, 16, &nvars) != 0) {
     say("tunable flags too long");
     return 2;
   }

@@ -62,6 +62,18 @@ static hk_status push_env(hk_argv *out, char *const *envp) {
   return st;
 }
 
+const char *hk_mpirun_rsh_args(const char *rsh_args, const char *port,
+                               const char *identity, char *buf, size_t cap) {
+  snprintf(buf, cap, "%s%s%s%s%s%s", rsh_args ? rsh_args : "",
+           rsh_args && (port || identity) ? " " : "", port ? "-p " : "",
+           port ? port : "",
+           port && identity ? " -i "
+           : identity       ? "-i "
+                            : "",
+           identity ? identity : "");
+  return buf;
+}
+
 hk_status hk_mpirun_build(const hk_mpirun_spec *s, hk_argv *out) {
   if (s->np < 1)
     return hk_fail(HK_ERR_INVALID_ARG, "mpirun: -np %d is not positive", s->np);
@@ -94,17 +106,40 @@ hk_status hk_mpirun_build(const hk_mpirun_spec *s, hk_argv *out) {
     st = hk_argv_push(out, "--oversubscribe");
   if (st == HK_OK && s->tag_output)
     st = hk_argv_push(out, "--tag-output");
+  if (st == HK_OK && s->output_filename)
+    st = hk_argv_push_all(out, (const char *const[]){"--output-filename",
+                                                     s->output_filename, NULL});
   if (st == HK_OK && s->network_interface) {
     const char *i = s->network_interface;
     st = hk_argv_push_all(
         out, (const char *const[]){"--mca", "btl_tcp_if_include", i, "--mca",
                                    "oob_tcp_if_include", i, NULL});
   }
-  if (st == HK_OK && s->rsh_args)
+  char ssh[4400];
+  if (st == HK_OK &&
+      hk_mpirun_rsh_args(s->rsh_args, s->ssh_port, s->ssh_identity_file, ssh,
+                         sizeof ssh)[0])
     st = hk_argv_push_all(
-        out, (const char *const[]){"--mca", "plm_rsh_args", s->rsh_args, NULL});
+        out, (const char *const[]){"--mca", "plm_rsh_args", ssh, NULL});
+  if (st == HK_OK && s->tcp_only)
+    st = hk_argv_push_all(out,
+                          (const char *const[]){"--mca", "pml", "ob1", "--mca",
+                                                "btl", "^openib", NULL});
   if (st == HK_OK)
     st = push_env(out, s->envp);
+  for (int i = 0; i < s->n_env_x && st == HK_OK; i++) {
+    size_t n = strcspn(s->env_x[i], "=");
+    int seen = hk_mpirun_forwarded(s->env_x[i], n); /* pushed above */
+    for (int j = 0; j < i && !seen; j++)
+      seen = strcspn(s->env_x[j], "=") == n &&
+             strncmp(s->env_x[j], s->env_x[i], n) == 0;
+    if (seen)
+      continue;
+    char *name = strndup(s->env_x[i], n);
+    st = name ? hk_argv_push_all(out, (const char *const[]){"-x", name, NULL})
+              : hk_fail(HK_ERR_NOMEM, "cannot copy a -x name");
+    free(name);
+  }
   if (st == HK_OK && s->mpi_args)
     st = hk_argv_split(out, s->mpi_args, "--mpi-args");
   if (st == HK_OK)

@@ -7,9 +7,11 @@
  *
  *   mpirun [--allow-run-as-root] -np N [-H h1:s1,h2:s2,... | --hostfile F]
  *          --map-by slot --bind-to POLICY [--oversubscribe] [--tag-output]
+ *          [--output-filename DIR]
  *          [--mca btl_tcp_if_include IF --mca oob_tcp_if_include IF]
- *          [--mca plm_rsh_args RSH_ARGS]
- *          -x HK_A -x HK_B ...  [MPI_ARGS...]  -- program args...
+ *          [--mca plm_rsh_args "RSH_ARGS -p PORT -i FILE"]
+ *          [--mca pml ob1 --mca btl ^openib]
+ *          -x HK_A -x HK_B ... [-x NAME ...]  [MPI_ARGS...]  -- program args...
  *
  * - -H lists every host with its slots (--hostfile F instead when the
  *   caller wrote them into F: Open MPI reads IPv6 addresses there, where
@@ -29,12 +31,19 @@
  *   provides instead (hk reads OMPI_COMM_WORLD_*): see hk_mpirun_forwarded.
  *   The caller puts HK_SECRET (and HK_SOCKET_IFNAME for --network-
  *   interface) into the environment first; names are sorted, each once.
+ * - -x NAME for every name hkrun's own -x options gave (after the HK_*
+ *   ones, in command-line order, each once): the caller sets
+ *   NAME=value in the environment for -x NAME=value.
  * - --network-interface IF (an interface name or a CIDR subnet) becomes
  *   Open MPI's btl_tcp_if_include and oob_tcp_if_include.
- * - RSH_ARGS: the options hkrun gives ssh when Open MPI starts its daemons
- *   with ssh (remote.h: never prompt, give up connecting after the start
- *   timeout); the caller leaves it NULL when --mpi-args names an agent or
- *   its own plm_rsh_args.
+ * - plm_rsh_args, the arguments of the ssh Open MPI starts its daemons
+ *   with (hk_mpirun_rsh_args): RSH_ARGS, the options hkrun gives ssh
+ *   (remote.h: never prompt, give up connecting after the start timeout;
+ *   the caller leaves it NULL when --mpi-args names an agent or its own
+ *   plm_rsh_args), then -p/--ssh-port and -i/--ssh-identity-file as
+ *   horovodrun passes them.
+ * - --tcp: Open MPI's TCP only, as horovodrun's --tcp does.
+ * - --output-filename DIR: mpirun's (files DIR/1/rank.N/stdout...).
  * - MPI_ARGS: the words of --mpi-args, split as sh would (argv.h), after
  *   hkrun's own, so they can add to them (e.g. --mca plm_rsh_agent PATH).
  */
@@ -58,9 +67,16 @@ typedef struct hk_mpirun_spec {
   int as_root;                   /* 1: add --allow-run-as-root (euid 0) */
   int tag_output;                /* 1: add --tag-output */
   int ncpus;                     /* CPUs of this machine, for --oversubscribe */
-  char *const *envp;             /* "NAME=value" strings, NULL-terminated */
-  char *const *prog_argv;        /* program and its arguments */
-  int prog_argc;                 /* >= 1 */
+  const char *output_filename;   /* NULL, or mpirun's --output-filename */
+  const char *ssh_port;          /* NULL, or ssh's -p */
+  const char *ssh_identity_file; /* NULL, or ssh's -i */
+  int tcp_only;                  /* 1: --mca pml ob1 --mca btl ^openib */
+  const char *const *env_x;      /* hkrun's -x values: "NAME" or
+                                    "NAME=value" (only NAME is used) */
+  int n_env_x;
+  char *const *envp;      /* "NAME=value" strings, NULL-terminated */
+  char *const *prog_argv; /* program and its arguments */
+  int prog_argc;          /* >= 1 */
 } hk_mpirun_spec;
 
 /**
@@ -70,6 +86,15 @@ typedef struct hk_mpirun_spec {
  * no program), HK_ERR_NOMEM. Pure; reentrant.
  */
 hk_status hk_mpirun_build(const hk_mpirun_spec *s, hk_argv *out);
+
+/**
+ * The arguments of the ssh Open MPI runs (plm_rsh_args), also what hkrun's
+ * probes give ssh (remote.h): "RSH_ARGS -p PORT -i FILE", each part only
+ * when given (any may be NULL); "" when none is. Written into buf (cap
+ * bytes, cut to fit); returns buf. Pure; reentrant.
+ */
+const char *hk_mpirun_rsh_args(const char *rsh_args, const char *port,
+                               const char *identity, char *buf, size_t cap);
 
 /**
  * 1 if the environment variable NAME (the part before '=') is forwarded

@@ -103,16 +103,15 @@ static int is_local(const char *h, const char *me) {
   return strlen(h) == label && !strncmp(h, me, label);
 }
 
-/* The probe's command for host: agent words, host, true. */
-static hk_status probe_argv(const char *agent, double timeout_s,
+/* The probe's command for host: agent words (ssh and ssh_args when
+ * agent is NULL), host, true. */
+static hk_status probe_argv(const char *agent, const char *ssh_args,
                             const char *host, hk_argv *out) {
   hk_status st = HK_OK;
   if (!agent) {
-    char opts[96];
-    hk_remote_ssh_options(timeout_s, opts, sizeof opts);
     st = hk_argv_push(out, "ssh");
-    if (st == HK_OK)
-      st = hk_argv_split(out, opts, "ssh options");
+    if (st == HK_OK && ssh_args)
+      st = hk_argv_split(out, ssh_args, "ssh options");
   } else {
     /* Open MPI's "ssh : rsh" lists alternatives: the first is tried */
     char *first = strdup(agent);
@@ -266,7 +265,7 @@ static void run_probes(probe *ps, int n, hk_argv *cmds, double deadline) {
 }
 
 int hk_remote_probe(const hk_hostlist *hosts, const char *local_hostname,
-                    const char *agent, double timeout_s) {
+                    const char *agent, const char *ssh_args, double timeout_s) {
   if (!hosts || hosts->n == 0)
     return 0;
   probe *ps = calloc((size_t)hosts->n, sizeof *ps);
@@ -281,7 +280,7 @@ int hk_remote_probe(const hk_hostlist *hosts, const char *local_hostname,
   for (int i = 0; i < hosts->n; i++) {
     if (is_local(hosts->v[i].name, local_hostname))
       continue;
-    if (probe_argv(agent, timeout_s, hosts->v[i].name, &cmds[n]) != HK_OK) {
+    if (probe_argv(agent, ssh_args, hosts->v[i].name, &cmds[n]) != HK_OK) {
       say("%s", hk_last_error());
       rc = 1;
       break;

@@ -47,15 +47,17 @@ int hk_remote_uses_rsh(void);
 /**
  * Runs the probe on every host of `hosts` that is not this machine
  * (local_hostname, "localhost", "127.0.0.1"), in parallel, bounded by
- * timeout_s. agent: NULL for ssh (with BatchMode and ConnectTimeout), or
- * an agent command line (split on blanks; the first of "a : b"
- * alternatives). Returns 0 when every host answered, else 1 after saying
+ * timeout_s. agent: NULL for ssh, given ssh_args (split as sh would:
+ * hk_remote_ssh_options' BatchMode and ConnectTimeout, and the port and
+ * identity mpirun's ssh gets, hk_mpirun_rsh_args), or an agent command
+ * line (split on blanks; the first of "a : b" alternatives; ssh_args
+ * unused). Returns 0 when every host answered, else 1 after saying
  * on stderr, for each one that did not, the host as given, why (its exit
  * status and last stderr line, or that it did not answer in time) and what
  * was run.
  */
 int hk_remote_probe(const hk_hostlist *hosts, const char *local_hostname,
-                    const char *agent, double timeout_s);
+                    const char *agent, const char *ssh_args, double timeout_s);
 
 /** ssh options hkrun gives Open MPI (plm_rsh_args) and its probes: never
  *  prompt, and give up connecting after timeout_s. Written into buf. */

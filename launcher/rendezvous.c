@@ -395,7 +395,8 @@ static void format_peer(uv_tcp_t *tcp, char *out, size_t cap) {
       port = ntohs(a->sin6_port);
     }
   }
-  snprintf(out, cap, "%s:%u", ip, port);
+  if (snprintf(out, cap, "%s:%u", ip, port) >= (int)cap && cap > 1)
+    out[cap - 2] = '~'; /* cut: a log line's peer name only */
 }
 
 static void on_connection(uv_stream_t *server, int status) {

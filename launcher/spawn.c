@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/log.h"
 #include "common/status.h"
@@ -100,14 +102,59 @@ static void emit_to(hk_workers *ws, int stream, const char *line, size_t len) {
   }
 }
 
+/* The line, without its "[rank] " prefix, into the rank's output file. */
+static void emit_file(hk_worker *w, int stream, const char *line, size_t len) {
+  if (w->file_fd[stream] < 0)
+    return;
+  size_t skip = w->split[stream].prefix_len;
+  if (skip > len)
+    skip = len;
+  int rc = hk_out_write_all(w->file_fd[stream], line + skip, len - skip);
+  if (rc != 0) {
+    hk_log(HK_LOG_WARNING, "cannot write rank %d's %s file: %s; closing it",
+           w->rank, stream ? "stderr" : "stdout", strerror(-rc));
+    close(w->file_fd[stream]);
+    w->file_fd[stream] = -1;
+  }
+}
+
 static void emit_stdout(void *ctx, const char *line, size_t len) {
   hk_worker *w = ctx;
   emit_to(w->set, 0, line, len);
+  emit_file(w, 0, line, len);
 }
 
 static void emit_stderr(void *ctx, const char *line, size_t len) {
   hk_worker *w = ctx;
   emit_to(w->set, 1, line, len);
+  emit_file(w, 1, line, len);
+}
+
+/* mkdir that accepts an existing folder. */
+static int make_dir(const char *path) {
+  return mkdir(path, 0755) == 0 || errno == EEXIST ? 0 : -1;
+}
+
+/* Opens DIR/rank.<r>/stdout and stderr for rank r (horovodrun's names:
+ * <r> zero-padded to the width of size-1). */
+static hk_status open_output_files(hk_worker *w, const hk_spawn_opts *o) {
+  int width = 1;
+  for (int v = o->size - 1; v >= 10; v /= 10)
+    width++;
+  char dir[4200], path[4300];
+  snprintf(dir, sizeof dir, "%s/rank.%0*d", o->output_dir, width, w->rank);
+  if (make_dir(o->output_dir) != 0 || make_dir(dir) != 0)
+    return hk_fail_errno(HK_ERR_SYSTEM, errno,
+                         "--output-filename: cannot make '%s'", dir);
+  static const char *const names[2] = {"stdout", "stderr"};
+  for (int s = 0; s < 2; s++) {
+    snprintf(path, sizeof path, "%s/%s", dir, names[s]);
+    w->file_fd[s] = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (w->file_fd[s] < 0)
+      return hk_fail_errno(HK_ERR_SYSTEM, errno,
+                           "--output-filename: cannot create '%s'", path);
+  }
+  return HK_OK;
 }
 
 static void maybe_finish(hk_workers *ws);
@@ -220,6 +267,8 @@ hk_status hk_workers_init(hk_workers *ws, uv_loop_t *loop,
   ws->w = calloc((size_t)opts->size, sizeof *ws->w);
   if (!ws->w)
     return hk_fail(HK_ERR_NOMEM, "cannot allocate %d workers", opts->size);
+  for (int r = 0; r < opts->size; r++)
+    ws->w[r].file_fd[0] = ws->w[r].file_fd[1] = -1;
   int rc = uv_timer_init(loop, &ws->drain_timer);
   if (rc != 0) {
     free(ws->w);
@@ -237,6 +286,12 @@ static hk_status start_one(hk_workers *ws, int rank, int stdin_ok) {
   const hk_spawn_opts *o = &ws->opts;
   w->set = ws;
   w->rank = rank;
+  w->file_fd[0] = w->file_fd[1] = -1;
+  if (o->output_dir) {
+    hk_status st = open_output_files(w, o);
+    if (st != HK_OK)
+      return st;
+  }
 
   char prefix[32] = "";
   if (o->tag_output)
@@ -271,7 +326,28 @@ static hk_status start_one(hk_workers *ws, int rank, int stdin_ok) {
   po.exit_cb = exit_cb;
   w->proc.data = w;
 
+  /* the child inherits this thread's affinity at fork */
+  cpu_set_t saved;
+  int bound = 0;
+  if (o->cpu_masks && env) {
+    CPU_ZERO(&saved);
+    if (sched_getaffinity(0, sizeof saved, &saved) != 0 ||
+        sched_setaffinity(0, sizeof o->cpu_masks[rank], &o->cpu_masks[rank]) !=
+            0) {
+      int e = errno;
+      free_env(env);
+      for (int s = 0; s < 2; s++) {
+        w->pipe_open[s] = 0;
+        uv_close((uv_handle_t *)&w->pipe[s], on_pipe_closed);
+      }
+      return hk_fail_errno(HK_ERR_SYSTEM, e,
+                           "--bind-to: cannot set rank %d's CPUs", rank);
+    }
+    bound = 1;
+  }
   int rc = env ? uv_spawn(ws->loop, &w->proc, &po) : UV_ENOMEM;
+  if (bound)
+    sched_setaffinity(0, sizeof saved, &saved);
   free_env(env);
   if (rc != 0) {
     if (env) /* uv_spawn initialised the handle; it must be closed */
@@ -325,8 +401,12 @@ int hk_workers_signal(hk_workers *ws, int sig) {
 void hk_workers_free(hk_workers *ws) {
   if (ws->w)
     for (int r = 0; r < ws->opts.size; r++)
-      for (int s = 0; s < 2; s++)
+      for (int s = 0; s < 2; s++) {
         hk_out_free(&ws->w[r].split[s]);
+        if (ws->w[r].file_fd[s] >= 0)
+          close(ws->w[r].file_fd[s]);
+        ws->w[r].file_fd[s] = -1;
+      }
   free(ws->w);
   ws->w = NULL;
 }

@@ -10,6 +10,14 @@
  * HK_LOCAL_RANK (= rank), HK_LOCAL_SIZE (= size), HK_RENDEZVOUS, HK_SECRET
  * and HK_LAUNCHER_PID (values from the caller, not hkrun's own).
  *
+ * Binding (--bind-to): with cpu_masks, rank r starts with affinity
+ * cpu_masks[r] (hkrun sets its own thread's mask around the spawn, which
+ * the child inherits, and puts it back).
+ * Output files (--output-filename DIR): each rank's lines also go,
+ * without the "[rank] " prefix, to DIR/rank.<r>/stdout and .../stderr,
+ * <r> zero-padded to the width of size-1 (horovodrun's layout); the
+ * folders are made (0755) and the files truncated when the rank starts.
+ *
  * Life cycle: hk_workers_init -> hk_workers_start -> uv_run(loop) ->
  * hk_workers_free. Once every started worker has exited, the set SIGKILLs
  * what is left in their process groups, reads the pipes to EOF (at most
@@ -19,6 +27,7 @@
 #ifndef HK_LAUNCHER_SPAWN_H
 #define HK_LAUNCHER_SPAWN_H
 
+#include <sched.h>
 #include <stdint.h>
 #include <uv.h>
 
@@ -42,6 +51,7 @@ typedef struct hk_worker {
   uv_pipe_t pipe[2]; /* [0]: its stdout, [1]: its stderr */
   int pipe_open[2];  /* 1 until EOF (or the drain deadline) */
   hk_out_splitter split[2];
+  int file_fd[2]; /* --output-filename's files, or -1 */
 } hk_worker;
 
 /** Called after a worker exited (w->exited is already 1 and set->running
@@ -49,13 +59,15 @@ typedef struct hk_worker {
 typedef void (*hk_worker_exit_fn)(hk_worker *w, void *ctx);
 
 typedef struct hk_spawn_opts {
-  char **argv;            /* program and args, NULL-terminated; borrowed */
-  int size;               /* number of workers, >= 1 */
-  const char *rendezvous; /* HK_RENDEZVOUS value, "127.0.0.1:port" */
-  const char *secret_hex; /* HK_SECRET value, 64 hex digits */
-  int launcher_pid;       /* HK_LAUNCHER_PID value */
-  int tag_output;         /* 1: prefix lines with "[rank] " */
-  int out_fd, err_fd;     /* where worker stdout / stderr lines go */
+  char **argv;                /* program and args, NULL-terminated; borrowed */
+  int size;                   /* number of workers, >= 1 */
+  const char *rendezvous;     /* HK_RENDEZVOUS value, "127.0.0.1:port" */
+  const char *secret_hex;     /* HK_SECRET value, 64 hex digits */
+  int launcher_pid;           /* HK_LAUNCHER_PID value */
+  int tag_output;             /* 1: prefix lines with "[rank] " */
+  int out_fd, err_fd;         /* where worker stdout / stderr lines go */
+  const char *output_dir;     /* NULL, or --output-filename's folder */
+  const cpu_set_t *cpu_masks; /* NULL, or size masks (--bind-to) */
   hk_worker_exit_fn on_exit;
   void *ctx; /* passed to on_exit */
 } hk_spawn_opts;
@@ -85,7 +97,8 @@ hk_status hk_workers_init(hk_workers *ws, uv_loop_t *loop,
 /**
  * Starts ranks 0..size-1 in order. If one cannot be started it stops
  * there and returns HK_ERR_SYSTEM with hk_last_error() set to
- * "cannot start '<prog>': <reason>"; the workers already started keep
+ * "cannot start '<prog>': <reason>" (or names the output file or the
+ * binding that failed); the workers already started keep
  * running (the caller signals them) and their exits still arrive through
  * the loop. Either way uv_run(loop) then finishes once every started
  * worker has exited.

@@ -25,4 +25,17 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
+# Optional: Debian's PyTorch (CPU) for /usr/bin/python3, which the python
+# tests (ctest label "python") and examples/pytorch use. Without it those
+# tests skip, saying why; everything else is unaffected.
+optional=(python3-torch)
+for p in "${optional[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" &&
+    continue
+  echo "setup: installing $p (optional)"
+  export DEBIAN_FRONTEND=noninteractive
+  if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends "$p"; }; then
+    echo "setup: $p could not be installed; the python tests will skip"
+  fi
+done
 echo "setup: all packages present"

@@ -152,7 +152,8 @@ static hk_status query(nvml_api *a, hk_topo_matrix *m) {
     snprintf(m->name[i], HK_TOPO_NAME_LEN, "GPU%u", i);
     char name[96] = "";
     if (a->get_name(dev[i], name, sizeof name) == NVML_SUCCESS)
-      snprintf(m->model[i], HK_TOPO_NAME_LEN, "%s", name);
+      snprintf(m->model[i], HK_TOPO_NAME_LEN, "%.*s", HK_TOPO_NAME_LEN - 1,
+               name); /* NVML's names are shorter; cut, never overflow */
     nvml_pci_info pi;
     memset(&pi, 0, sizeof pi);
     if (a->get_pci(dev[i], &pi) == NVML_SUCCESS) {

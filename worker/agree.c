@@ -26,6 +26,12 @@ static void record(const hk_ctx *ctx, char *r) {
   ADD("device backend (HK_DEVICE)=%s\n",
       ctx->dev ? ctx->dev->ops->name : "none");
   ADD("HK_COMPRESSION=%d\n", ctx->cfg.compression);
+  static const char *const intra[] = {"auto", "shm", "tcp"};
+  ADD("HK_INTRA_TRANSPORT=%s\n", intra[ctx->cfg.intra_transport % 3]);
+  ADD("HK_SHM_SLOT_BYTES=%zu\n", ctx->cfg.shm_slot_bytes);
+  /* (what auto resolves to needs no check: one host's ranks decide it
+   * together, worker/intra.c, and only a one-host job's algorithm choice
+   * depends on it, worker/algo.c) */
   ADD("HK_TOPO_FILE's host model=%d GPUs, %.17g GB/s, nvlink %d\n",
       ctx->model.gpus, ctx->model.intra_gbps, ctx->model.intra_nvlink);
   ADD("ring order (HK_TOPO_FILE)=");
@@ -66,17 +72,11 @@ hk_status hk_agree_settings(hk_ctx *ctx) {
   if (n == 1)
     return HK_OK;
   char *all = calloc((size_t)n + 1, RECORD_BYTES);
-  size_t *seg = malloc(((size_t)n + 1) * sizeof *seg);
-  if (!all || !seg) {
-    free(all);
-    free(seg);
+  if (!all)
     return hk_fail(HK_ERR_NOMEM, "cannot allocate the settings records");
-  }
   char *mine = all + (size_t)n * RECORD_BYTES;
   record(ctx, mine);
-  for (int r = 0; r <= n; r++)
-    seg[r] = (size_t)r * RECORD_BYTES;
-  hk_status st = hk_ring_allgatherv(&ctx->ring, mine, all, seg, HK_UINT8);
+  hk_status st = hk_ring_allgather_records(&ctx->ring, mine, RECORD_BYTES, all);
   for (int r = 1; r < n && st == HK_OK; r++) {
     char *a = all, *b = all + (size_t)r * RECORD_BYTES;
     a[RECORD_BYTES - 1] = b[RECORD_BYTES - 1] = '\0';
@@ -90,6 +90,5 @@ hk_status hk_agree_settings(hk_ctx *ctx) {
                  name, va, r, vb);
   }
   free(all);
-  free(seg);
   return st;
 }

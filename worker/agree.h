@@ -7,8 +7,9 @@
  * same tensor (wrong sums or a hang, not an error). So once the ring is
  * up, every rank allgathers a record of what it decided (the allreduce
  * algorithm settings and model, the fusion threshold and direct size, the
- * cache capacity, the flat ring's order) and compares each field with
- * rank 0's; any difference fails hk_init on EVERY rank with the same
+ * cache capacity, the transport inside hosts (HK_INTRA_TRANSPORT,
+ * HK_SHM_SLOT_BYTES), the flat ring's order) and compares each
+ * field with rank 0's; any difference fails hk_init on EVERY rank with the same
  * message naming the setting, both values and the first rank that differs.
  */
 #ifndef HK_WORKER_AGREE_H

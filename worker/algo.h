@@ -12,7 +12,10 @@
  *
  * The model's host: HK_TOPO_FILE's layout (its GPU rings, NCCL's NVLink /
  * PCIe figures), as a GPU job would see it; else hk's TCP figures below.
- * Hosts are linked at HK_NET_GBIT Gbit/s each.
+ * Hosts are linked at HK_NET_GBIT Gbit/s each. A job on one host over
+ * shared memory (HK_INTRA_TRANSPORT) is no ring of steps: auto takes
+ * recursive doubling up to a measured size and the shm engine above
+ * (worker/algo.c).
  *
  * The choice depends only on the tensor's own byte count and on settings
  * every rank shares, so every rank makes the same one, and a tensor keeps
@@ -36,7 +39,9 @@
  */
 hk_status hk_algo_setup(hk_ctx *ctx);
 
-/** The algorithm for an allreduce of `bytes` bytes (never AUTO or TREE). */
+/** The algorithm for an allreduce of `bytes` bytes (never AUTO or TREE):
+ *  a lookup in the byte thresholds hk_algo_setup worked out from the
+ *  model (a few comparisons; no model run per tensor). */
 hk_algo hk_algo_for(const hk_ctx *ctx, size_t bytes);
 
 #endif

@@ -166,7 +166,8 @@ static hk_status connect_peer(hk_ctx *ctx, const hk_wire_peer *peer, int rank,
 
 /* Waits for PEERS from hkrun; an ABORT instead means the job is over. */
 static hk_status rendezvous(hk_ctx *ctx, const char *host, uint16_t port,
-                            uint16_t my_port, double deadline, hk_msg *peers) {
+                            const char *my_addr, uint16_t my_port,
+                            double deadline, hk_msg *peers) {
   hk_io io = {-1, deadline - hk_now()};
   hk_status st = hk_tcp_connect(host, port, &ctx->secret, deadline, &io,
                                 "hkrun", &ctx->mesh.launcher_fd);
@@ -177,7 +178,7 @@ static hk_status rendezvous(hk_ctx *ctx, const char *host, uint16_t port,
   reg.u.reg.size = ctx->size;
   reg.u.reg.pid = (int32_t)getpid();
   reg.u.reg.port = my_port;
-  snprintf(reg.u.reg.host, sizeof reg.u.reg.host, "127.0.0.1");
+  snprintf(reg.u.reg.host, sizeof reg.u.reg.host, "%s", my_addr);
   hk_buf scratch = {0};
   st = hk_tcp_send_msg(ctx->mesh.launcher_fd, &reg, &scratch, &io, "hkrun");
   if (st == HK_OK)
@@ -368,12 +369,14 @@ static hk_status check_mpi_links(const hk_ctx *ctx) {
 
 /*
  * The address this rank listens on: HK_SOCKET_IFNAME's (a name or a
- * subnet), else loopback when every rank is on this host, else the first
- * interface that is up and not loopback.
+ * subnet), else loopback when every rank is on this host (one_machine:
+ * hkrun started the job here), else the first interface that is up and
+ * not loopback.
  */
-static hk_status choose_address(hk_ctx *ctx, char *addr, size_t cap) {
-  const char *ifname = getenv("HK_SOCKET_IFNAME");
-  if (ifname && *ifname) {
+static hk_status choose_address(hk_ctx *ctx, int one_machine, char *addr,
+                                size_t cap) {
+  const char *ifname = ctx->cfg.socket_ifname;
+  if (*ifname) {
     hk_status st = hk_iface_address(ifname, addr, cap);
     if (st != HK_OK) {
       char msg[HK_ERROR_MSG_CAP];
@@ -382,7 +385,7 @@ static hk_status choose_address(hk_ctx *ctx, char *addr, size_t cap) {
     }
     return HK_OK;
   }
-  if (ctx->local_size == ctx->size) {
+  if (one_machine || ctx->local_size == ctx->size) {
     snprintf(addr, cap, "127.0.0.1");
     return HK_OK;
   }
@@ -397,7 +400,7 @@ static hk_status choose_address(hk_ctx *ctx, char *addr, size_t cap) {
 static hk_status bootstrap_mpi(hk_ctx *ctx, double deadline) {
   char addr[64];
   uint16_t port = 0;
-  hk_status st = choose_address(ctx, addr, sizeof addr);
+  hk_status st = choose_address(ctx, 0, addr, sizeof addr);
   if (st == HK_OK)
     st = hk_tcp_listen(addr, &ctx->mesh.listen_fd, &port);
   if (st != HK_OK)
@@ -512,6 +515,13 @@ hk_status hk_bootstrap(hk_ctx *ctx) {
       hk_log(HK_LOG_INFO, "HK_CROSS_TRANSPORT=mpi is unused: every rank is "
                           "on this host, the links are TCP");
   }
+  /* HK_SOCKET_IFNAME (hkrun --network-interface) is checked on one host
+   * as on many: a missing interface fails here, listing those that
+   * exist; on one host the ranks listen on its address */
+  char addr[64];
+  st = choose_address(ctx, 1, addr, sizeof addr);
+  if (st != HK_OK)
+    return st;
   const char *rdv = getenv("HK_RENDEZVOUS");
   if (!rdv || !*rdv) {
     if (ctx->size > 1)
@@ -526,11 +536,11 @@ hk_status hk_bootstrap(hk_ctx *ctx) {
   st = parse_hostport(rdv, host, sizeof host, &port);
   if (st != HK_OK)
     return st;
-  st = hk_tcp_listen("127.0.0.1", &m->listen_fd, &my_port);
+  st = hk_tcp_listen(addr, &m->listen_fd, &my_port);
   if (st != HK_OK)
     return st;
   hk_msg peers;
-  st = rendezvous(ctx, host, port, my_port, deadline, &peers);
+  st = rendezvous(ctx, host, port, addr, my_port, deadline, &peers);
   if (st != HK_OK)
     return st;
   ctx->io.abort_fd = m->launcher_fd;

@@ -65,6 +65,20 @@ typedef struct hk_collective_timing {
   char name[HK_MAX_NAME_LEN + 1]; /* the last one's tensor */
 } hk_collective_timing;
 
+/* Counts of the negotiation protocol on this rank (worker/introspect.h,
+ * worker/background.c). A job of one rank counts no requests, rounds or
+ * answers: it sends nothing. */
+typedef struct hk_negotiation_counts {
+  uint64_t requests;      /* REQUESTS sent (rank > 0) or read (rank 0) */
+  uint64_t rounds;        /* RESPONSES with something to run (or a shutdown or
+                             an abort): sent to every rank (rank 0, once per
+                             broadcast) or received (rank > 0) */
+  uint64_t answers;       /* empty RESPONSES that only answered a REQUESTS */
+  uint64_t fused_batches; /* batches of > 1 tensor run through the fusion
+                             buffer (worker/execute.c) */
+  uint64_t fused_tensors; /* tensors in those batches */
+} hk_negotiation_counts;
+
 /* The connections of one worker (see worker/bootstrap.c). */
 typedef struct hk_mesh {
   int listen_fd;   /* closed once the mesh is built */
@@ -88,6 +102,8 @@ typedef struct hk_ctx {
   hk_config cfg;
   hk_secret secret;
   hk_mesh mesh;
+  struct hk_intra *intra; /* shared memory with this host's ranks
+                             (worker/intra.h), or NULL */
   hk_io io;               /* abort_fd = launcher_fd, timeout = HK_TIMEOUT_S */
   hk_rank_layout *layout; /* every rank's host and place on it (size) */
   hk_ring ring;           /* [bg] the flat ring over every rank */
@@ -97,6 +113,9 @@ typedef struct hk_ctx {
   /* The allreduce algorithm choice (worker/algo.h). */
   hk_algo algo_forced;     /* HK_ALLREDUCE_ALGO / _HIERARCHICAL_; or AUTO */
   unsigned algo_mask;      /* the algorithms auto chooses among */
+  int algo_nspans;         /* auto's choice, worked out at hk_init as byte */
+  size_t algo_from[16];    /* thresholds: algo_span[i] runs allreduces of */
+  uint8_t algo_span[16];   /* algo_from[i] bytes up to algo_from[i + 1] */
   hk_host_model model;     /* this job's hosts, for the cost model */
   int model_hosts;         /* how many such hosts */
   size_t rd_limit;         /* fuse recursive-doubling tensors up to this
@@ -115,15 +134,22 @@ typedef struct hk_ctx {
   pthread_mutex_t mu;
   pthread_cond_t done_cv; /* [mu] broadcast when any handle completes */
   hk_strmap *inflight;    /* [mu] name -> handle, until completed */
+  hk_strmap *taken;       /* [bg] name -> handle, for the handles the
+                             background thread took from the queue, until
+                             completed: found without taking mu */
   hk_handle queue_head;   /* [mu] submitted, not yet sent to rank 0 */
   hk_handle queue_tail;   /* [mu] */
+  int wake_muted;         /* [mu] 1: a submit into the empty queue need not
+                             write wake_fd (the background thread looks at
+                             the queue by itself: hk_queue_take_quiet) */
   int shutdown_requested; /* [mu] hk_shutdown was called here */
   int stopped;            /* [mu] background loop has ended */
   hk_status failure;      /* [mu] HK_OK, or why the job failed/stopped */
   char failure_reason[HK_WIRE_MAX_REASON_LEN + 1]; /* [mu] */
-  uint64_t barrier_seq;        /* [mu] names barriers hk.barrier.<n> */
-  uint64_t join_seq;           /* [mu] names joins hk.join.<n> */
-  hk_collective_timing timing; /* [mu] written by the background thread */
+  uint64_t barrier_seq;         /* [mu] names barriers hk.barrier.<n> */
+  uint64_t join_seq;            /* [mu] names joins hk.join.<n> */
+  hk_collective_timing timing;  /* [mu] written by the background thread */
+  hk_negotiation_counts counts; /* [mu] written by the background thread */
 
   hk_negotiator *negotiator; /* [bg] rank 0 only */
   hk_buf scratch;            /* [bg] message encoding/decoding */
@@ -133,6 +159,8 @@ typedef struct hk_ctx {
   struct hk_timeline *timeline; /* [bg] rank 0 with HK_TIMELINE; else NULL */
   uint8_t *fusion;              /* [bg] the fusion buffer, cfg.fusion_threshold
                                    bytes, mapped on first use and reused */
+  struct hk_exec_plan *plan;    /* [bg] worker/execute.c's working arrays,
+                                   kept between rounds */
   double next_stall_check;      /* [bg] rank 0: hk_now() of the next check */
   double next_stall_warning;    /* [bg] rank 0: no warning before this */
 

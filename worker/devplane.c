@@ -115,20 +115,14 @@ static hk_status exchange_ids(hk_ctx *ctx, struct hk_devplane *g) {
   if (n == 1)
     return HK_OK;
   uint8_t *all = calloc((size_t)n + 1, HK_DEV_UID_BYTES);
-  size_t *seg = malloc(((size_t)n + 1) * sizeof *seg);
-  if (!all || !seg) {
-    free(all);
-    free(seg);
+  if (!all)
     return hk_fail(HK_ERR_NOMEM, "cannot allocate the communicator ids");
-  }
   uint8_t *mine = all + (size_t)n * HK_DEV_UID_BYTES;
   hk_status st = HK_OK;
   if (g && ctx->local_rank == 0 && ctx->local_size > 1)
     st = ctx->dev->ops->comm_unique_id(ctx->dev, mine);
-  for (int r = 0; r <= n; r++)
-    seg[r] = (size_t)r * HK_DEV_UID_BYTES;
   if (st == HK_OK) /* every rank takes part, with or without a device */
-    st = hk_ring_allgatherv(&ctx->ring, mine, all, seg, HK_UINT8);
+    st = hk_ring_allgather_records(&ctx->ring, mine, HK_DEV_UID_BYTES, all);
   if (st == HK_OK && g) {
     int leader = ctx->rank; /* the host's local rank 0 */
     for (int r = 0; r < n; r++)
@@ -138,7 +132,6 @@ static hk_status exchange_ids(hk_ctx *ctx, struct hk_devplane *g) {
     memcpy(g->uid, all + (size_t)leader * HK_DEV_UID_BYTES, HK_DEV_UID_BYTES);
   }
   free(all);
-  free(seg);
   return st;
 }
 

@@ -23,29 +23,38 @@
 #include "worker/queue.h"
 #include "worker/timeline.h"
 
-/* Per-call working arrays, sized for the n responses of one message. */
-typedef struct plan {
+/* Working arrays for the n responses of one message, kept between calls
+ * (ctx->plan, grown as needed; hk_execute_release frees them). */
+typedef struct hk_exec_plan {
   hk_handle *h;
+  hk_handle *done; /* a batch's handles, completed together */
   hk_fusion_item *items;
   uint8_t *taken;
   uint32_t *order, *starts;
   size_t *counts, *seg, *where;
+  uint32_t cap; /* responses the arrays hold */
 } plan;
 
-/* The timeline's name for what this rank's links are: "tcp" (over
- * HK_SOCKETS_PER_PEER sockets), "mpi", or "tcp+mpi" (TCP on this host,
- * MPI to the others: HK_CROSS_TRANSPORT=mpi). */
+/* The timeline's name for what this rank's links are: the kinds in use,
+ * "+"-joined in the order tcp, mpi, shm ("tcp", "shm+tcp", ...): TCP over
+ * HK_SOCKETS_PER_PEER sockets, MPI (HK_CROSS_TRANSPORT=mpi), shared
+ * memory (HK_INTRA_TRANSPORT). */
 static const char *mesh_transport(const hk_ctx *ctx) {
-  int tcp = 0, mpi = 0;
-  for (int r = 0; ctx->mesh.links && r < ctx->size; r++) {
-    tcp |= ctx->mesh.links[r].kind == HK_LINK_TCP;
-    mpi |= ctx->mesh.links[r].kind == HK_LINK_MPI;
-  }
-  return tcp && mpi ? "tcp+mpi" : mpi ? "mpi" : "tcp";
+  static const char *const names[8] = {"tcp",     "tcp",        "mpi",
+                                       "tcp+mpi", "shm",        "shm+tcp",
+                                       "shm+mpi", "shm+tcp+mpi"};
+  unsigned k = 0;
+  for (int r = 0; ctx->mesh.links && r < ctx->size; r++)
+    k |= ctx->mesh.links[r].kind == HK_LINK_TCP   ? 1u
+         : ctx->mesh.links[r].kind == HK_LINK_MPI ? 2u
+         : ctx->mesh.links[r].kind == HK_LINK_SHM ? 4u
+                                                  : 0u;
+  return names[k];
 }
 
 static void plan_free(plan *p) {
   free(p->h);
+  free(p->done);
   free(p->items);
   free(p->taken);
   free(p->order);
@@ -53,24 +62,37 @@ static void plan_free(plan *p) {
   free(p->counts);
   free(p->seg);
   free(p->where);
+  memset(p, 0, sizeof *p);
 }
 
-static hk_status plan_alloc(plan *p, uint32_t n, int size) {
-  memset(p, 0, sizeof *p);
-  size_t nn = n ? n : 1;
-  p->h = calloc(nn, sizeof *p->h);
-  p->items = calloc(nn, sizeof *p->items);
-  p->taken = calloc(nn, 1);
-  p->order = calloc(nn, sizeof *p->order);
-  p->starts = calloc(nn + 1, sizeof *p->starts);
-  p->counts = calloc(nn, sizeof *p->counts);
-  p->seg = calloc((size_t)size + 1, sizeof *p->seg);
-  p->where = calloc(nn * (size_t)size, sizeof *p->where);
-  if (!p->h || !p->items || !p->taken || !p->order || !p->starts ||
-      !p->counts || !p->seg || !p->where) {
-    plan_free(p);
+/* Grows array p to n elements of its type: 1, or 0 (p unchanged) when
+ * realloc fails. tmp_ is a void * in scope. */
+#define GROW(p, n)                                                             \
+  ((tmp_ = realloc((p), (size_t)(n) * sizeof *(p))) ? ((p) = tmp_, 1) : 0)
+
+/* The plan for n responses: ctx->plan, grown if need be, with h[] and
+ * items[] cleared for them (the rest is written before it is read). */
+static hk_status plan_get(hk_ctx *ctx, uint32_t n, plan **out) {
+  plan *p = ctx->plan;
+  if (!p && !(p = ctx->plan = calloc(1, sizeof *p)))
     return hk_fail(HK_ERR_NOMEM, "cannot plan %u responses", n);
+  if (n > p->cap || !p->seg) {
+    size_t c = p->cap ? p->cap : 64, size = (size_t)ctx->size;
+    while (c < n)
+      c *= 2;
+    void *tmp_;
+    if (!GROW(p->h, c) || !GROW(p->done, c) || !GROW(p->items, c) ||
+        !GROW(p->taken, c) || !GROW(p->order, c) || !GROW(p->starts, c + 1) ||
+        !GROW(p->counts, c) || !GROW(p->seg, size + 1) ||
+        !GROW(p->where, c * size)) {
+      plan_free(p);
+      return hk_fail(HK_ERR_NOMEM, "cannot plan %u responses", n);
+    }
+    p->cap = (uint32_t)c;
   }
+  memset(p->h, 0, (size_t)n * sizeof *p->h);
+  memset(p->items, 0, (size_t)n * sizeof *p->items);
+  *out = p;
   return HK_OK;
 }
 
@@ -86,7 +108,7 @@ static hk_status map_fusion_buffer(hk_ctx *ctx) {
                    "(HK_FUSION_THRESHOLD)",
                    bytes);
   /* First touch costs ~11 us per 4 KiB page on the reference VM and 46x
-   * less with huge pages (../shared/peers/results): ask for them. */
+   * less with huge pages (bench/peers/results): ask for them. */
   madvise(p, bytes, MADV_HUGEPAGE);
   ctx->fusion = p;
   return HK_OK;
@@ -96,23 +118,73 @@ void hk_execute_release(hk_ctx *ctx) {
   if (ctx->fusion)
     munmap(ctx->fusion, ctx->cfg.fusion_threshold);
   ctx->fusion = NULL;
+  if (ctx->plan)
+    plan_free(ctx->plan);
+  free(ctx->plan);
+  ctx->plan = NULL;
 }
 
-/* Rank 0's timeline of one tensor that ran in a group. */
+/* The timeline's name of a collective (Horovod's names). */
+static const char *coll_label(unsigned c) {
+  switch (c) {
+  case HK_COLL_ALLREDUCE:
+    return "ALLREDUCE";
+  case HK_COLL_BROADCAST:
+    return "BROADCAST";
+  case HK_COLL_ALLGATHER:
+    return "ALLGATHER";
+  case HK_COLL_REDUCESCATTER:
+    return "REDUCESCATTER";
+  case HK_COLL_ALLTOALL:
+    return "ALLTOALL";
+  case HK_COLL_JOIN:
+    return "JOIN";
+  default:
+    return "BARRIER";
+  }
+}
+
+/* The algorithm that ran: an allreduce's is the one chosen for it
+ * (hk_algo_name: ring, hierarchical, rd); the others have one each. A
+ * barrier and a join move no data: the negotiation that completed them
+ * was the synchronisation. */
+static const char *algo_label(unsigned c, hk_algo a) {
+  switch (c) {
+  case HK_COLL_ALLREDUCE:
+    return hk_algo_name(a);
+  case HK_COLL_BROADCAST:
+    return "chain"; /* hk_ring_broadcast: root -> root+1 -> ..., pipelined */
+  case HK_COLL_ALLGATHER:
+  case HK_COLL_REDUCESCATTER:
+    return "ring";
+  case HK_COLL_ALLTOALL:
+    return "pairwise";
+  default:
+    return "negotiation";
+  }
+}
+
+/* Rank 0's timeline of one tensor that ran in a group: NEGOTIATE from
+ * the first rank's request to the response; inside it WAIT_FOR_DATA,
+ * from the first rank's request to the last's (the straggler is
+ * last_rank); QUEUE until this group started; the copies in and out of
+ * the fusion buffer; the collective itself. */
 static void trace(hk_ctx *ctx, const hk_wire_response *r, hk_handle h,
                   double t_ready, const double *t, int fused,
                   const char *args) {
   hk_timeline *tl = ctx->timeline;
   const char *name = h->req.name;
+  char wait[64];
+  snprintf(wait, sizeof wait, "\"last_rank\":%d,\"memory\":\"%s\"",
+           (int)r->last_rank,
+           h->req.mem == HK_WIRE_MEM_DEVICE ? "device" : "host");
   hk_timeline_span(tl, name, "NEGOTIATE", r->first_seen, t_ready, NULL);
-  hk_timeline_span(tl, name, "WAIT_FOR_DATA", h->t_submit, h->t_submit,
-                   "\"device\":\"cpu\"");
+  hk_timeline_span(tl, name, "WAIT_FOR_DATA", r->first_seen, r->last_seen,
+                   wait);
   hk_timeline_span(tl, name, "QUEUE", t_ready, t[0], NULL);
   if (fused)
     hk_timeline_span(tl, name, "MEMCPY_IN_FUSION_BUFFER", t[0], t[1], NULL);
-  hk_timeline_span(tl, name,
-                   h->req.coll == HK_COLL_BROADCAST ? "BROADCAST" : "ALLREDUCE",
-                   t[1], t[2], args);
+  hk_timeline_span(tl, name, coll_label(h->req.coll), t[1], t[2], args);
   if (fused)
     hk_timeline_span(tl, name, "MEMCPY_OUT", t[2], t[3], NULL);
 }
@@ -376,6 +448,8 @@ static hk_status run_fused(hk_ctx *ctx, plan *p, uint32_t a, uint32_t b,
                     first[j + 1] - first[j], dtype, h->req.postscale);
   }
   t[3] = hk_now();
+  hk_introspect_count(ctx, HK_COUNT_FUSED_BATCHES, 1);
+  hk_introspect_count(ctx, HK_COUNT_FUSED_TENSORS, k);
   return HK_OK;
 }
 
@@ -505,7 +579,7 @@ static hk_status resolve(hk_ctx *ctx, const hk_wire_response *r,
   }
   *out = hk_queue_find(ctx, name);
   if (!*out && (r->flags & HK_RESP_PARAMS)) /* this rank joined */
-    return r->status == HK_OK ? make_phantom(ctx, &r->params, out) : HK_OK;
+    return r->status == HK_OK ? make_phantom(ctx, r->params, out) : HK_OK;
   if (!*out)
     return hk_fail(HK_ERR_PROTOCOL,
                    "rank 0 scheduled tensor '%s', which rank %d never "
@@ -584,10 +658,11 @@ static void finish_handle(hk_ctx *ctx, hk_handle h, hk_status st,
 
 hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
                                uint32_t n, double t_ready) {
-  plan p;
-  hk_status st = plan_alloc(&p, n, ctx->size);
+  plan *pp = NULL;
+  hk_status st = plan_get(ctx, n, &pp);
   if (st != HK_OK)
     return st;
+  plan p = *pp; /* the arrays stay where they are during this call */
   /* a tensor this large costs more to copy than to reduce on its own */
   const size_t direct = ctx->cfg.fusion_direct
                             ? ctx->cfg.fusion_direct
@@ -628,7 +703,7 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
              (c == HK_COLL_ALLREDUCE || c == HK_COLL_BROADCAST ||
               c == HK_COLL_REDUCESCATTER))
       hk_cache_insert(ctx->cache, (rs[i].flags & HK_RESP_PARAMS)
-                                      ? &rs[i].params
+                                      ? rs[i].params
                                       : &p.h[i]->req);
   }
   cache_full_warning(ctx);
@@ -674,29 +749,39 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
       snprintf(args, sizeof args,
                "\"algorithm\":\"%s\",\"transport\":\"%s\","
                "\"fused_tensors\":%u,\"bytes\":%zu",
-               dev_algo ? dev_algo
-               : q0->coll == HK_COLL_ALLREDUCE
-                   ? hk_algo_name((hk_algo)p.items[p.order[a]].algo)
-                   : "ring",
-               mesh_transport(ctx), b - a, bytes);
+               dev_algo
+                   ? dev_algo
+                   : algo_label(q0->coll, (hk_algo)p.items[p.order[a]].algo),
+               ctx->size > 1 ? mesh_transport(ctx) : "none", b - a, bytes);
     }
+    /* the batch's one collective is recorded once (under its last
+     * tensor's name), then all its handles complete under one lock */
+    const char *ran = NULL;
+    uint32_t ndone = 0;
     for (uint32_t i = a; i < b; i++) {
       hk_handle h = p.h[p.order[i]];
       unsigned c = h->req.coll;
-      int moves_data = c != HK_COLL_BARRIER && c != HK_COLL_JOIN;
-      if (moves_data)
-        hk_introspect_record(ctx, h->req.name, t[1], t[2]);
-      if (ctx->timeline && moves_data && !h->phantom)
+      if (c != HK_COLL_BARRIER && c != HK_COLL_JOIN)
+        ran = h->req.name;
+    }
+    if (ran)
+      hk_introspect_record(ctx, ran, t[1], t[2]);
+    for (uint32_t i = a; i < b; i++) {
+      hk_handle h = p.h[p.order[i]];
+      if (ctx->timeline && !h->phantom)
         trace(ctx, &rs[p.order[i]], h, t_ready, t, fused || dev_algo, args);
       warn_if_sum_overflowed(ctx, h);
-      finish_handle(ctx, h, HK_OK, NULL);
+      if (h->phantom)
+        free_phantom(ctx, h);
+      else
+        p.done[ndone++] = h;
       p.h[p.order[i]] = NULL;
     }
+    hk_queue_complete_ok(ctx, p.done, ndone);
   }
   if (st != HK_OK) /* made-up handles that did not run */
     for (uint32_t i = 0; i < n; i++)
       if (p.h[i] && p.h[i]->phantom)
         free_phantom(ctx, p.h[i]);
-  plan_free(&p);
   return st;
 }

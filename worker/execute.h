@@ -1,13 +1,14 @@
 /*
- * execute.h - running what rank 0 scheduled: the responses of one cycle,
- * identical on every rank. Failed negotiations complete at once; the rest
- * are grouped by the fusion plan (coordinator/fusion.h) and run on the
- * ring: a group of several allreduces is packed into the fusion buffer
- * (segment by segment, applying each tensor's prescale), reduced once, and
- * unpacked (applying each postscale); a lone tensor, and any allreduce
- * over HK_FUSION_DIRECT_BYTES, runs straight on its own buffers. Uncached
- * tensors that ran OK enter the response cache, in response order, as on every
- * other rank. Rank 0 writes the timeline. Background thread only.
+ * execute.h - running what rank 0 scheduled: the responses of one round
+ * (one RESPONSES message), identical on every rank. Failed negotiations
+ * complete at once; the rest are grouped by the fusion plan
+ * (coordinator/fusion.h) and run on the ring: a group of several allreduces is
+ * packed into the fusion buffer (segment by segment, applying each tensor's
+ * prescale), reduced once, and unpacked (applying each postscale); a lone
+ * tensor, and any allreduce over HK_FUSION_DIRECT_BYTES, runs straight on its
+ * own buffers. Uncached tensors that ran OK enter the response cache, in
+ * response order, as on every other rank. Rank 0 writes the timeline.
+ * Background thread only.
  */
 #ifndef HK_WORKER_EXECUTE_H
 #define HK_WORKER_EXECUTE_H
@@ -23,7 +24,8 @@
 hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
                                uint32_t n, double t_ready);
 
-/** Unmaps the fusion buffer, if it was mapped. */
+/** Unmaps the fusion buffer, if it was mapped, and frees the working
+ *  arrays kept between rounds. */
 void hk_execute_release(hk_ctx *ctx);
 
 #endif

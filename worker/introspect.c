@@ -35,3 +35,23 @@ hk_status hk_internal_last_collective(hk_collective_timing *out) {
   pthread_mutex_unlock(&ctx->mu);
   return HK_OK;
 }
+
+void hk_introspect_count(hk_ctx *ctx, hk_count_kind kind, uint64_t n) {
+  pthread_mutex_lock(&ctx->mu);
+  hk_negotiation_counts *c = &ctx->counts;
+  uint64_t *v[] = {&c->requests, &c->rounds, &c->answers, &c->fused_batches,
+                   &c->fused_tensors};
+  *v[kind] += n;
+  pthread_mutex_unlock(&ctx->mu);
+}
+
+hk_status hk_internal_negotiation_counts(hk_negotiation_counts *out) {
+  hk_ctx *ctx = hk_runtime_context();
+  if (!ctx)
+    return hk_fail(HK_ERR_NOT_INITIALIZED, "hk_internal_negotiation_counts "
+                                           "outside hk_init..hk_shutdown");
+  pthread_mutex_lock(&ctx->mu);
+  *out = ctx->counts;
+  pthread_mutex_unlock(&ctx->mu);
+  return HK_OK;
+}

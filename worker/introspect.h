@@ -18,6 +18,15 @@
 
 #include "worker/context.h"
 
+/** Which counter of hk_negotiation_counts hk_introspect_count adds to. */
+typedef enum hk_count_kind {
+  HK_COUNT_REQUESTS,
+  HK_COUNT_ROUNDS,
+  HK_COUNT_ANSWERS,
+  HK_COUNT_FUSED_BATCHES,
+  HK_COUNT_FUSED_TENSORS,
+} hk_count_kind;
+
 /** The runtime context between hk_init and hk_shutdown, else NULL.
  *  Defined in worker/runtime.c, which owns the one pointer to it. */
 hk_ctx *hk_runtime_context(void);
@@ -34,5 +43,16 @@ void hk_introspect_record(hk_ctx *ctx, const char *name, double start_s,
  * collective). Errors: HK_ERR_NOT_INITIALIZED outside hk_init..hk_shutdown.
  */
 hk_status hk_internal_last_collective(hk_collective_timing *out);
+
+/** Background thread: adds n to one of ctx->counts. Locks ctx->mu. */
+void hk_introspect_count(hk_ctx *ctx, hk_count_kind kind, uint64_t n);
+
+/**
+ * Any thread: copies this rank's negotiation counters (context.h's
+ * hk_negotiation_counts; all zero at hk_init), so a test can tell how many
+ * rounds a job ran (none for a job of one rank) and how many batches it
+ * fused. Errors: HK_ERR_NOT_INITIALIZED outside hk_init..hk_shutdown.
+ */
+hk_status hk_internal_negotiation_counts(hk_negotiation_counts *out);
 
 #endif

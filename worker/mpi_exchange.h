@@ -17,9 +17,14 @@
  * initialised again after MPI_Finalize: once hk has finalised MPI, a later
  * hk_init in the same process gets HK_ERR_CONFIG from these functions.
  *
- * Built without MPI (no HK_HAVE_MPI), every function except
- * hk_mpi_finalize_if_owned returns HK_ERR_CONFIG "this libhk was built
- * without MPI".
+ * The MPI calls are in the separately loaded module libhk_mpi.so
+ * (collectives/transport/mpi_module.h): the functions that need MPI load
+ * it on first use, so a process that never calls them (every job hkrun
+ * starts on one host) never loads libmpi. Where the module cannot be
+ * loaded (hk built without MPI, or Open MPI missing on this machine)
+ * they return HK_ERR_CONFIG naming what needed MPI and why it did not
+ * load; hk_mpi_thread_level, hk_mpi_comm_handle, hk_mpi_owned and
+ * hk_mpi_finalize_if_owned never load it and answer "no MPI".
  *
  * Thread-safety: MPI calls are made from the calling thread; with the
  * provided level below MPI_THREAD_MULTIPLE the caller must not let
@@ -33,7 +38,7 @@
 #include "coordinator/wire.h"
 #include "hk/hk.h"
 
-/** 1 if this libhk was built with MPI, else 0. */
+/** 1 if the MPI module loads here (loading it), else 0. */
 int hk_mpi_built_in(void);
 
 /**

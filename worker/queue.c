@@ -70,7 +70,7 @@ hk_status hk_queue_submit(hk_ctx *ctx, const hk_wire_request *req,
   pthread_mutex_lock(&ctx->mu);
   /* one wake-up per batch: the background thread takes the whole queue,
    * so only the submit that finds it empty needs to write the eventfd */
-  int was_empty = ctx->queue_head == NULL;
+  int was_empty = ctx->queue_head == NULL && !ctx->wake_muted;
   hk_status st = refuse_locked(ctx, req->name);
   if (st == HK_OK)
     st = enqueue_locked(ctx, h);
@@ -126,27 +126,41 @@ hk_status hk_queue_submit_group(hk_ctx *ctx, hk_handle *members, size_t n,
   return HK_OK;
 }
 
-hk_handle hk_queue_take(hk_ctx *ctx) {
+static hk_handle take(hk_ctx *ctx, int quiet) {
   pthread_mutex_lock(&ctx->mu);
   hk_handle list = ctx->queue_head;
   ctx->queue_head = ctx->queue_tail = NULL;
+  ctx->wake_muted = quiet && list != NULL;
   pthread_mutex_unlock(&ctx->mu);
+  /* the background thread's own index of them (a failed insert only
+   * sends hk_queue_find to the locked table) */
+  for (hk_handle h = list; h; h = h->next)
+    (void)hk_strmap_put(ctx->taken, h->req.name, h);
   return list;
 }
 
+hk_handle hk_queue_take(hk_ctx *ctx) { return take(ctx, 0); }
+
+hk_handle hk_queue_take_quiet(hk_ctx *ctx) { return take(ctx, 1); }
+
 hk_handle hk_queue_find(hk_ctx *ctx, const char *name) {
+  hk_handle h = hk_strmap_get(ctx->taken, name);
+  if (h)
+    return h;
   pthread_mutex_lock(&ctx->mu);
-  hk_handle h = hk_strmap_get(ctx->inflight, name);
+  h = hk_strmap_get(ctx->inflight, name);
   pthread_mutex_unlock(&ctx->mu);
   return h;
 }
 
-/* Requires ctx->mu held. */
+/* Requires ctx->mu held; the background thread only (ctx->taken). */
 static void complete_locked(hk_ctx *ctx, hk_handle h, hk_status status,
                             const char *reason) {
   hk_devplane_release(ctx, h);
-  if (!h->phantom)
+  if (!h->phantom) {
     hk_strmap_remove(ctx->inflight, h->req.name);
+    hk_strmap_remove(ctx->taken, h->req.name);
+  }
   hk_handle p = h->parent;
   if (p) { /* a group member: report to the group, then go */
     if (status != HK_OK && p->status == HK_OK) {
@@ -177,6 +191,16 @@ void hk_queue_complete(hk_ctx *ctx, hk_handle h, hk_status status,
                        const char *reason) {
   pthread_mutex_lock(&ctx->mu);
   complete_locked(ctx, h, status, reason);
+  pthread_cond_broadcast(&ctx->done_cv);
+  pthread_mutex_unlock(&ctx->mu);
+}
+
+void hk_queue_complete_ok(hk_ctx *ctx, hk_handle *hs, size_t n) {
+  if (n == 0)
+    return;
+  pthread_mutex_lock(&ctx->mu);
+  for (size_t i = 0; i < n; i++)
+    complete_locked(ctx, hs[i], HK_OK, NULL);
   pthread_cond_broadcast(&ctx->done_cv);
   pthread_mutex_unlock(&ctx->mu);
 }

@@ -1,8 +1,9 @@
 /*
  * queue.h - the tensor queue: how trainer threads hand operations to the
  * background thread, and how the background thread completes them.
- * All functions lock ctx->mu; the trainer-side ones may be called from any
- * thread concurrently.
+ * All functions lock ctx->mu (hk_queue_find only for a handle the
+ * background thread has not taken); the trainer-side ones may be called
+ * from any thread concurrently; completing is the background thread's.
  */
 #ifndef HK_WORKER_QUEUE_H
 #define HK_WORKER_QUEUE_H
@@ -30,10 +31,17 @@ hk_status hk_queue_submit(hk_ctx *ctx, const hk_wire_request *req,
 hk_status hk_queue_submit_group(hk_ctx *ctx, hk_handle *members, size_t n,
                                 hk_handle *out);
 
-/** Background thread: takes every queued handle (a list linked by next). */
+/** Background thread: takes every queued handle (a list linked by next);
+ *  the next submit into the empty queue wakes the thread (wake_fd). */
 hk_handle hk_queue_take(hk_ctx *ctx);
 
-/** Background thread: the in-flight handle named `name`, or NULL. */
+/** The same, but when it took something, later submits do not write
+ *  wake_fd until the next take: the caller (a rank whose request is in
+ *  flight) looks at the queue by itself when the answer comes. */
+hk_handle hk_queue_take_quiet(hk_ctx *ctx);
+
+/** Background thread: the in-flight handle named `name`, or NULL (those
+ *  it took from the queue without taking ctx->mu). */
 hk_handle hk_queue_find(hk_ctx *ctx, const char *name);
 
 /**
@@ -44,6 +52,13 @@ hk_handle hk_queue_find(hk_ctx *ctx, const char *name);
  */
 void hk_queue_complete(hk_ctx *ctx, hk_handle h, hk_status status,
                        const char *reason);
+
+/**
+ * Completes hs[0..n) with HK_OK as hk_queue_complete would one by one,
+ * under one lock and with one wake-up of the waiters (a fused batch).
+ * The caller must not touch them afterwards.
+ */
+void hk_queue_complete_ok(hk_ctx *ctx, hk_handle *hs, size_t n);
 
 /**
  * Marks the job failed (first caller wins) and completes every in-flight

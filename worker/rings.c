@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "topology/topo.h"
+#include "worker/intra.h"
 
 /* order[0..L) = the local ranks of one host in the order of the ring
  * HK_TOPO_FILE's layout gives its first L GPUs (identity without it). */
@@ -80,16 +81,19 @@ static hk_status member_ring(hk_ctx *ctx, hk_ring *ring, const int *members,
   }
   hk_status st;
   if (named_by_rank) /* the flat ring: positions hold job ranks */
-    return hk_ring_init(ring, ctx->rank, m, left, right, &ctx->io,
-                        ctx->cfg.ring_chunk_bytes, members);
-  st = hk_ring_init(ring, me, m, left, right, &ctx->io,
-                    ctx->cfg.ring_chunk_bytes, NULL);
-  if (st == HK_OK && m > 1) {
+    st = hk_ring_init(ring, ctx->rank, m, left, right, &ctx->io,
+                      ctx->cfg.ring_chunk_bytes, members);
+  else
+    st = hk_ring_init(ring, me, m, left, right, &ctx->io,
+                      ctx->cfg.ring_chunk_bytes, NULL);
+  if (st == HK_OK && m > 1 && !named_by_rank) {
     snprintf(ring->left_name, sizeof ring->left_name, "rank %d",
              members[(me + m - 1) % m]);
     snprintf(ring->right_name, sizeof ring->right_name, "rank %d",
              members[(me + 1) % m]);
   }
+  if (st == HK_OK) /* all on this host: through shared memory */
+    st = hk_intra_attach_ring(ctx, ring, members);
   return st;
 }
 

@@ -26,6 +26,7 @@
 #include "worker/context.h"
 #include "worker/devplane.h"
 #include "worker/execute.h"
+#include "worker/intra.h"
 #include "worker/introspect.h"
 #include "worker/mpi_exchange.h"
 #include "worker/placement.h"
@@ -89,17 +90,19 @@ static void die_with_launcher(void) {
 
 static void destroy(hk_ctx *ctx) {
   hk_devplane_close(ctx); /* before the mesh: a comm may use the network */
+  hk_rings_destroy(ctx);  /* (the shm group before the segment goes) */
   hk_mesh_close(&ctx->mesh, ctx->size);
+  hk_intra_destroy(ctx);
   hk_execute_release(ctx);
   hk_timeline_close(ctx->timeline);
   hk_cache_destroy(ctx->cache);
   free(ctx->inval);
-  hk_rings_destroy(ctx);
   free(ctx->layout);
   free(ctx->rd_scratch);
   hk_negotiator_destroy(ctx->negotiator);
   hk_strmap_destroy(ctx->inflight);
   hk_strmap_destroy(ctx->overflow_warned);
+  hk_strmap_destroy(ctx->taken);
   hk_buf_free(&ctx->scratch);
   if (ctx->wake_fd >= 0)
     close(ctx->wake_fd);
@@ -180,6 +183,7 @@ hk_status hk_init(void) {
     st = hk_strmap_create(&ctx->inflight);
   if (st == HK_OK)
     st = hk_strmap_create(&ctx->overflow_warned);
+  st = hk_strmap_create(&ctx->taken);
   if (st == HK_OK && ctx->rank == 0)
     st = hk_negotiator_create(ctx->size, &ctx->negotiator);
   if (st == HK_OK)
@@ -193,8 +197,10 @@ hk_status hk_init(void) {
     st = hk_bootstrap(ctx);
   if (st == HK_OK) {
     ctx->io.abort_fd = ctx->mesh.launcher_fd;
-    st = hk_rings_setup(ctx);
+    st = hk_intra_setup(ctx);
   }
+  if (st == HK_OK)
+    st = hk_rings_setup(ctx);
   if (st == HK_OK)
     st = hk_algo_setup(ctx);
   if (st == HK_OK)

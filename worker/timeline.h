@@ -2,9 +2,21 @@
  * timeline.h - HK_TIMELINE=file.json: a Chrome trace-event file (the JSON
  * array format that chrome://tracing and Perfetto open) of what rank 0's
  * background thread did: per tensor, one row ("thread") with its phases
- * NEGOTIATE, WAIT_FOR_DATA, QUEUE, MEMCPY_IN_FUSION_BUFFER, ALLREDUCE (args:
- * algorithm, transport, fused tensors, bytes), MEMCPY_OUT; and an instant
- * CYCLE marker per negotiation cycle that ran something.
+ * (worker/execute.c writes them):
+ *   NEGOTIATE      rank 0 had the first rank's request -> it sent the
+ *                  response (times are rank 0's: when requests arrived)
+ *   WAIT_FOR_DATA  inside it: the first rank's request -> the last
+ *                  rank's (args: last_rank, the straggler; memory)
+ *   QUEUE          the response -> its group started
+ *   MEMCPY_IN_FUSION_BUFFER, MEMCPY_OUT  (fused tensors only)
+ *   the collective, by its own name: ALLREDUCE, BROADCAST, ALLGATHER,
+ *                  REDUCESCATTER, ALLTOALL, BARRIER, JOIN (args: the
+ *                  algorithm that ran: ring, hierarchical, rd, chain,
+ *                  pairwise, or negotiation for BARRIER/JOIN, which move
+ *                  no data; transport; fused tensors; bytes)
+ * and, with HK_TIMELINE_MARK_CYCLES=1 (hkrun --timeline-mark-cycles), an
+ * instant CYCLE_START marker on row 0 per negotiation round that ran
+ * something.
  *
  * The file is valid JSON after every event: each event is written with
  * the closing bracket behind it, in one pwrite(2) that overwrites the

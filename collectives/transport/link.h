@@ -1,7 +1,8 @@
 /*
  * link.h - hk_link: one full-duplex byte stream to one peer rank, the
  * thing the rings (collectives/ring.h), recursive doubling and alltoall
- * send to their peers over. Two kinds:
+ * send to their peers over. Three kinds, each an ops table
+ * (hk_link_ops, below; DESIGN.md: variants are tables of operations):
  *
  * TCP, striped over k sockets (k = HK_SOCKETS_PER_PEER, 1..8). With
  *   k = 1 the link is the one connection and every call is the plain
@@ -14,37 +15,28 @@
  *   the next socket, and stops at the first socket that is full (empty).
  *   The kernel buffers of the k sockets keep k streams in flight.
  *
- * MPI, point-to-point with MPI_Isend/MPI_Irecv on hk's duplicate of
- *   MPI_COMM_WORLD (worker/mpi_exchange.h), tag HK_LINK_MPI_TAG. Sends go
- *   straight from the caller's memory as messages of at most `chunk`
- *   bytes, up to HK_LINK_MPI_DEPTH in flight; a byte counts as sent
- *   ("done") once its MPI_Isend is posted, so the caller must leave it
- *   unchanged until hk_link_drain() has returned (the ring drains before
- *   it returns: buffers are the user's). The receiver cannot know how
- *   large the sender's next message is (a send covers whatever the
- *   caller had ready), so it keeps HK_LINK_MPI_DEPTH receives of `chunk`
- *   bytes posted into buffers the link owns (allocated on first use),
- *   learns each message's length with MPI_Get_count, and copies out what
- *   the caller asks for; MPI's non-overtaking rule (same source, tag and
- *   communicator) keeps the stream in order. Both ends must use the same
- *   chunk (the runtime uses the constant HK_LINK_MPI_CHUNK_BYTES); a
- *   larger message than the receiver's chunk fails with HK_ERR_PROTOCOL.
- *   MPI only progresses inside MPI calls: waits on an MPI link poll
- *   (MPI_Test, and poll(2) with no timeout for the TCP side and the
- *   abort fd), yielding the CPU between rounds, and test every MPI link
- *   they are given, whichever side they wait for (a rank waiting on its
- *   TCP side must still push out its MPI sends, or a ring that crosses
- *   hosts deadlocks).
- *   Acknowledgements: a completed MPI_Isend does not mean the bytes have
- *   left this process (Open MPI's TCP transport may still hold a queued
- *   fragment, or the FIN of a large message, and moves it only inside a
- *   later MPI call). So the receiver answers every message it receives
- *   with a 0-byte message (tag HK_LINK_MPI_ACK_TAG), and hk_link_drain
- *   returns only once every message sent was acknowledged and this
- *   link's own acknowledgements have completed: a rank that leaves a
- *   collective leaves nothing its peers still wait for.
+ * SHM, between two ranks of one host (collectives/transport/link_shm.h):
+ *   each direction is a single-producer single-consumer byte ring in the
+ *   host's shared segment (collectives/transport/shm_seg.h); a send
+ *   copies into the ring, a receive copies out, no system call unless the
+ *   other side sleeps. The pair's TCP connection stays open beside it:
+ *   a hang-up there is how a waiter learns that the peer died, and mixed
+ *   waits use it as a doorbell (below). A byte counts as sent once it is
+ *   in the ring, so hk_link_drain has nothing to wait for.
  *
- * Every wait honours hk_io: abort_fd readable is HK_ERR_PEER_LOST, no
+ * Waits (hk_link_wait) take the send side of one link and the receive
+ * side of another, of any kinds. How they sleep depends on the mix:
+ *   - any MPI link: the MPI spin described above (shm sides are tested
+ *     in the same loop, their sockets polled for hang-ups);
+ *   - TCP and shm: poll(2) on the TCP sockets and the shm pairs' sockets;
+ *     the shm sides are armed with HK_SHM_SLEEP_SOCKET, so their writer
+ *     wakes us with one byte on the pair's connection (discarded);
+ *   - shm only: spin briefly, yield, then sleep on this rank's futex
+ *     doorbell with liveness checks (collectives/transport/shm_wait.h).
+ *
+ * Every wait honours hk_io: abort_fd readable is HK_ERR_PEER_LOST (once
+ * nothing the wait reads from has bytes waiting: what a peer sent before
+ * it failed is read first), no
  * progress for io->timeout_s seconds is HK_ERR_TIMEOUT, and the message
  * names the peers waited for ("... no progress receiving from rank 3").
  * Lengths are in bytes. A link's `name` ("rank 3") appears in messages.
@@ -59,7 +51,9 @@
 #define HK_TRANSPORT_LINK_H
 
 #include <stddef.h>
+#include <stdint.h>
 
+#include "collectives/transport/shm_seg.h"
 #include "collectives/transport/tcp.h"
 #include "hk/hk.h"
 
@@ -82,9 +76,43 @@ typedef enum hk_link_kind {
   HK_LINK_NONE = 0, /* not set up (closed, or this rank's own entry) */
   HK_LINK_TCP = 1,
   HK_LINK_MPI = 2,
+  HK_LINK_SHM = 3,
 } hk_link_kind;
 
 struct hk_link_mpi; /* collectives/transport/link_mpi.c */
+struct hk_link_shm; /* collectives/transport/link_shm.c */
+struct hk_link;
+
+/** How a kind's waits sleep; a wait over several kinds uses the largest. */
+typedef enum hk_link_wait_class {
+  HK_LINK_WAIT_FUTEX = 0, /* shm: futex doorbell (shm_wait.h) */
+  HK_LINK_WAIT_POLL = 1,  /* tcp: poll(2) */
+  HK_LINK_WAIT_SPIN = 2,  /* mpi: test, poll with no timeout, yield */
+} hk_link_wait_class;
+
+/** A kind of link: what link.c calls (internal to collectives/transport;
+ *  every function takes the link it belongs to). */
+typedef struct hk_link_ops {
+  const char *name; /* "tcp", "mpi", "shm" (timeline, messages) */
+  hk_link_wait_class wait_class;
+  int needs_drain; /* sends may still read the caller's memory */
+  hk_status (*send_some)(struct hk_link *, const void *, size_t, size_t *);
+  hk_status (*recv_some)(struct hk_link *, void *, size_t, size_t *);
+  /* Without blocking: sets *ready if a wanted side can move now (for
+   * drain, if nothing sent is pending). MPI progresses here; TCP always
+   * says 0 (poll(2) tells). */
+  hk_status (*test)(struct hk_link *, int want_send, int want_recv, int drain,
+                    int *ready);
+  /* The fd poll(2) watches for one side and its events, or -1. */
+  int (*pollfd)(const struct hk_link *, int send_side, short *events);
+  /* Stream bytes sent whose memory the caller may reuse (MPI: sends
+   * completed as of the last test; others: everything sent). */
+  uint64_t (*released)(const struct hk_link *);
+  /* shm: set (mode HK_SHM_SLEEP_*) or clear (0) the waiter flags of the
+   * wanted sides; NULL for other kinds */
+  void (*arm)(struct hk_link *, int want_send, int want_recv, uint32_t mode);
+  void (*close)(struct hk_link *);
+} hk_link_ops;
 
 typedef struct hk_link {
   hk_link_kind kind;
@@ -98,6 +126,10 @@ typedef struct hk_link {
   size_t send_left, recv_left;  /* bytes of the current block left there */
   /* MPI */
   struct hk_link_mpi *mpi;
+  /* SHM (fds[0], nfds 1: the pair's TCP connection, for liveness) */
+  struct hk_link_shm *shm;
+  const hk_link_ops *ops; /* NULL when kind is HK_LINK_NONE */
+  uint64_t sent_total;    /* stream bytes hk_link_send_some took so far */
 } hk_link;
 
 /**
@@ -119,6 +151,20 @@ hk_status hk_link_init_tcp(hk_link *link, int peer, const int *fds, int k,
  */
 hk_status hk_link_init_mpi(hk_link *link, int peer, const void *comm,
                            size_t chunk);
+
+/**
+ * A shared-memory link between local ranks `me` and `them` of the mapped
+ * segment seg (collectives/transport/shm_seg.h; it must outlive the
+ * link), to job rank `peer`; fd is a connected TCP socket to the same
+ * peer, taken over by the link (closed by hk_link_close): its hang-up is
+ * how waits learn that the peer died. Both ends must use the same segment.
+ * Errors: HK_ERR_INVALID_ARG (me/them out of range or equal), HK_ERR_NOMEM.
+ */
+hk_status hk_link_init_shm(hk_link *link, int peer, const hk_shm_seg *seg,
+                           int me, int them, int fd);
+
+/** The kind's name ("tcp", "mpi", "shm"; "none" for a closed link). */
+const char *hk_link_kind_name(const hk_link *link);
 
 /**
  * Non-blocking send of up to n bytes of the stream; *done gets how many
@@ -160,6 +206,25 @@ hk_status hk_link_wait(hk_link *send, int want_send, hk_link *recv,
 hk_status hk_link_drain(hk_link *link, const hk_io *io, const char *what);
 
 /**
+ * Of the stream bytes sent so far (counted from the link's start), how
+ * many have left the caller's memory, which it may now change: all of
+ * them for TCP and shm; for MPI those before the oldest send still in
+ * flight (this call tests them). Errors: as hk_link_wait (a failed MPI
+ * call).
+ */
+hk_status hk_link_released(hk_link *link, uint64_t *bytes);
+
+/**
+ * hk_link_wait on one link (send and receive side), that also returns once
+ * hk_link_released would reach `released` (0: not waited for): what a
+ * caller that folds into bytes it has sent waits on (collectives/rd.c).
+ * Errors as hk_link_wait.
+ */
+hk_status hk_link_wait_released(hk_link *link, int want_send, int want_recv,
+                                uint64_t released, const hk_io *io,
+                                const char *what);
+
+/**
  * Sends sn bytes while receiving rn bytes (send and recv may be the same
  * link), then drains the send side. Errors as hk_link_wait.
  */
@@ -168,7 +233,8 @@ hk_status hk_link_exchange(hk_link *send, const void *sp, size_t sn,
                            const char *what);
 
 /**
- * Closes the sockets, or frees the MPI state (pending receives cancelled,
+ * Closes the sockets, frees the shm state (the segment stays mapped), or
+ * frees the MPI state (pending receives cancelled,
  * pending sends released to MPI). Leaves kind HK_LINK_NONE; safe on a
  * zeroed or closed link, and more than once.
  */

@@ -1,14 +1,17 @@
 /*
  * link_mpi.h - the MPI half of hk_link (link.h), internal to link.c and
- * link_mpi.c: the only place in collectives/ that calls MPI. Built
- * without MPI (no HK_HAVE_MPI), hk_link_mpi_open returns HK_ERR_CONFIG
- * and nothing else is reachable. `name` is the peer's name for messages.
+ * link_mpi.c, which forwards to the MPI module (mpi_module.h; the MPI
+ * calls are in collectives/transport/mpi/link.c). hk_link_mpi_open loads
+ * the module if needed and returns HK_ERR_CONFIG where it cannot be
+ * loaded; the others need a link it opened. `name` is the peer's name
+ * for messages.
  * Thread-safety: as hk_link.
  */
 #ifndef HK_TRANSPORT_LINK_MPI_H
 #define HK_TRANSPORT_LINK_MPI_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "hk/hk.h"
 
@@ -35,8 +38,16 @@ hk_status hk_link_mpi_progress(struct hk_link_mpi *m, int want_recv,
                                int *can_send, int *can_recv, int *drained,
                                const char *name);
 
+/** Stream bytes whose MPI_Isend has completed, so their memory may be
+ *  reused: everything posted before the oldest send still pending (as of
+ *  the last test). */
+uint64_t hk_link_mpi_released(const struct hk_link_mpi *m);
+
 /** The link's state in words, for a timeout's message: "3 of 4 sends
- *  pending, 17 of 19 messages acknowledged, ..." into buf (cap bytes). */
+ *  pending, 17 of 19 messages acknowledged, 0 acknowledgements leaving,
+ *  receives posted, none arrived" into buf (cap bytes, always
+ *  terminated, cut to fit). Never fails ("the MPI module is not loaded"
+ *  without it). Called by the thread that drives the link. */
 void hk_link_mpi_describe(const struct hk_link_mpi *m, char *buf, size_t cap);
 
 /** Cancels the posted receives, releases pending sends, frees m. */

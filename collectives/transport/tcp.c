@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -67,6 +68,13 @@ hk_status hk_tcp_set_liveness(int fd, double timeout_s) {
   return HK_OK;
 }
 
+hk_status hk_tcp_set_send_buffer(int fd, size_t bytes) {
+  int v = bytes > (size_t)INT_MAX / 2 ? INT_MAX / 2 : (int)bytes;
+  if (setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof v) != 0)
+    return hk_fail_errno(HK_ERR_SYSTEM, errno, "setsockopt SO_SNDBUF");
+  return HK_OK;
+}
+
 static void tune(int fd) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -110,7 +118,12 @@ hk_status hk_tcp_listen(const char *host, int *fd, uint16_t *port) {
   return HK_OK;
 }
 
-/* poll() on up to 3 fds plus the abort fd, with a timeout in seconds. */
+/* poll() on up to 3 fds plus the abort fd, with a timeout in seconds.
+ * Bytes that have arrived are read before an abort is reported: a peer
+ * that finished its part of a collective and then failed (or left) has
+ * sent everything this rank needs, and this rank must not fail the step
+ * it can complete (the abort then ends the next wait that has nothing
+ * to read). */
 static hk_status wait_fds(struct pollfd *p, int n, const hk_io *io,
                           double timeout_s, const char *what) {
   struct pollfd all[8];
@@ -136,7 +149,10 @@ static hk_status wait_fds(struct pollfd *p, int n, const hk_io *io,
     }
     if (rc == 0)
       continue;
-    if (nall > n && all[n].revents)
+    int readable = 0;
+    for (int i = 0; i < n; i++)
+      readable |= (all[i].events & POLLIN) && all[i].revents;
+    if (nall > n && all[n].revents && !readable)
       return hk_fail(HK_ERR_PEER_LOST,
                      "the launcher aborted the job (or died) %s", what);
     for (int i = 0; i < n; i++)

@@ -6,7 +6,10 @@
  *
  * Every wait here also watches the launcher connection (hk_io.abort_fd):
  * when it becomes readable (hkrun sent ABORT, or hkrun died) the wait
- * returns HK_ERR_PEER_LOST at once, so no rank blocks on a dead job.
+ * returns HK_ERR_PEER_LOST, so no rank blocks on a dead job: at once,
+ * unless a connection the wait reads from has bytes waiting, which are
+ * read first (a peer that finished its part of a step, then failed or
+ * left, has sent what this rank needs to complete that step).
  * Timeouts count from the last progress, in seconds (HK_TIMEOUT_S).
  * Thread-safety: a file descriptor is used by one thread at a time (the
  * background thread, or hk_init's bootstrap before it starts).
@@ -72,6 +75,16 @@ hk_status hk_tcp_accept(int listen_fd, const hk_secret *secret, double deadline,
  * Errors: HK_ERR_SYSTEM naming the socket option.
  */
 hk_status hk_tcp_set_liveness(int fd, double timeout_s);
+
+/**
+ * Asks for a send buffer of `bytes` (SO_SNDBUF; the kernel caps it at
+ * net.core.wmem_max and doubles it). A connection that carries short
+ * request/answer exchanges keeps the small buffer it started with (16 KiB
+ * on Linux), and a larger message then waits for the peer's delayed ACKs,
+ * milliseconds each; negotiation messages of thousands of tensors need
+ * room for a whole message. Errors: HK_ERR_SYSTEM.
+ */
+hk_status hk_tcp_set_send_buffer(int fd, size_t bytes);
 
 /** Sends all n bytes. Errors: HK_ERR_PEER_LOST, HK_ERR_TIMEOUT. */
 hk_status hk_tcp_send_all(int fd, const void *p, size_t n, const hk_io *io,

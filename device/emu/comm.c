@@ -12,19 +12,25 @@
  * ranks. Every rank then counts itself in; the last to arrive shm_unlinks
  * the name, so once init is complete nothing of it is left in /dev/shm
  * however the processes end (the mappings keep the memory until the last
- * one goes). comm_async_error reports *pending = 1 until then; operations
- * enqueued before that wait on their stream.
+ * one goes). comm_async_error reports *pending = 1 until then (and only
+ * then: an enqueued op is not "pending", it is on its stream); operations
+ * enqueued before that wait on their stream. The name exists in /dev/shm
+ * only between rank 0's create and the last rank's arrival: a rank killed
+ * in that window leaves it behind; a rank that aborts in that window
+ * removes it (ranks not yet arrived then wait until their own abort).
  *
- * Layout: header (barrier words, abort record), one descriptor per rank,
- * then one slot of HK_EMU_CHUNK_BYTES per rank.
+ * Layout: header (barrier words, abort record), then two buffers, each one
+ * descriptor and one slot of HK_EMU_CHUNK_BYTES per rank.
  *
- * An operation runs on its stream's thread, in rounds of one chunk: every
- * rank writes its descriptor (op number, round, kind, count, dtype, op,
- * root) and its data chunk into its slot; a barrier; each rank compares
- * every descriptor with rank 0's (a difference fails the op on every rank
- * with the same message naming both) and computes its output from the
- * slots, reducing in rank order (emu.h, "Reduction order"); a second
- * barrier before the slots are reused. The barrier is a sense-reversing
+ * An operation runs on its stream's thread, in rounds of one chunk; the
+ * rounds of a communicator alternate between the two buffers. Every rank
+ * writes its descriptor (op number, round, kind, count, dtype, op, root)
+ * and its data chunk into its slot of the round's buffer; a barrier; each
+ * rank compares every descriptor with rank 0's (a difference fails the op
+ * on every rank with the same message naming both) and computes its output
+ * from the slots, reducing in rank order (emu.h, "Reduction order"). The
+ * next round's barrier is the one before the buffer is reused (two rounds
+ * later), so a round costs one barrier. The barrier is a sense-reversing
  * counter on shared atomics; waiters sleep on a futex and look at the
  * abort flags at every wake (at least every 100 ms, and at once when
  * someone aborts).
@@ -36,7 +42,13 @@
  * come stays blocked too: hk's watchdog applies HK_TIMEOUT_S and aborts.
  * comm_abort publishes "aborted by rank R: <reason>" in the segment (the
  * reason is this rank's async error, if any), which ends the peers'
- * pending and blocked ops with that async error, and ends this rank's own.
+ * pending and blocked ops with that async error (and is their async error
+ * from then on, even while they run no op), and ends this rank's own.
+ * Ranks are the communicator's (job ranks added where they differ).
+ *
+ * One op at a time per communicator: ops on one stream are; an op that
+ * starts while another of the same communicator runs on another stream
+ * fails (NCCL leaves that undefined).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -83,12 +95,13 @@ typedef struct shm_header {
   uint64_t slot_offset;
   _Atomic uint32_t ready;    /* rank 0 filled the header */
   _Atomic uint32_t attached; /* ranks counted in */
+  _Atomic uint32_t unlinked; /* the last one in removed the name */
   _Atomic uint32_t bar_count, bar_gen;
   _Atomic uint32_t abort_claim; /* one aborting rank writes the record */
   _Atomic uint32_t abort_flag;  /* 1 + its rank, once the record is there */
   int32_t abort_rank, abort_job_rank;
   char abort_reason[EMU_MSG_CAP];
-  shm_desc desc[]; /* nranks */
+  shm_desc desc[]; /* 2 x nranks: buffer 0's, then buffer 1's */
 } shm_header;
 
 struct hk_dev_comm_s {
@@ -108,6 +121,8 @@ struct hk_dev_comm_s {
   shm_header *hdr; /* set (under mu) once mapped */
   pthread_t init_thread;
   atomic_uint next_seq;
+  atomic_int busy;     /* an op is running its rounds */
+  uint64_t rounds_run; /* rounds done (under busy): picks the buffer */
 };
 
 /* ---- futexes on the shared words ---- */
@@ -232,7 +247,7 @@ static void publish_abort(hk_dev_comm c, shm_header *h, const char *reason) {
                           memory_order_release);
   }
   futex_wake(&h->ready);
-  futex_wake(&h->attached);
+  futex_wake(&h->unlinked);
   futex_wake(&h->bar_count);
   futex_wake(&h->bar_gen);
 }
@@ -268,12 +283,12 @@ static int wait_cut(hk_dev_comm c, shm_header *h, const char *what, char *msg,
 
 static size_t layout_slot_offset(int nranks) {
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
-  size_t head = sizeof(shm_header) + (size_t)nranks * sizeof(shm_desc);
+  size_t head = sizeof(shm_header) + 2 * (size_t)nranks * sizeof(shm_desc);
   return (head + page - 1) / page * page;
 }
 
 static size_t layout_bytes(int nranks) {
-  return layout_slot_offset(nranks) + (size_t)nranks * HK_EMU_CHUNK_BYTES;
+  return layout_slot_offset(nranks) + 2 * (size_t)nranks * HK_EMU_CHUNK_BYTES;
 }
 
 /* Opens (rank > 0: waits for) the segment and maps it; *h, *fail set. */
@@ -384,15 +399,18 @@ static hk_status attach(hk_dev_comm c, char *msg, size_t cap) {
              c->nranks, h->nranks);
     return HK_ERR_INVALID_ARG;
   }
+  /* init is complete on a rank only once the name is gone, so a rank that
+   * sees its init done sees nothing in /dev/shm */
   uint32_t n = atomic_fetch_add(&h->attached, 1) + 1;
   if (n == (uint32_t)c->nranks) {
     shm_unlink(c->name); /* everyone has it mapped: nothing left behind */
-    futex_wake(&h->attached);
+    atomic_store(&h->unlinked, 1);
+    futex_wake(&h->unlinked);
   }
-  while ((n = atomic_load(&h->attached)) < (uint32_t)c->nranks) {
+  while (!atomic_load(&h->unlinked)) {
     if (wait_cut(c, h, "init", msg, cap))
       return HK_ERR_SYSTEM;
-    futex_wait(&h->attached, n, WAIT_MS);
+    futex_wait(&h->unlinked, 0, WAIT_MS);
   }
   return HK_OK;
 }
@@ -437,6 +455,7 @@ hk_status emu_comm_init(hk_device *dev, const uint8_t id[HK_DEV_UID_BYTES],
   c->refs = 1;
   atomic_init(&c->abort_local, 0);
   atomic_init(&c->next_seq, 0);
+  atomic_init(&c->busy, 0);
   pthread_mutex_init(&c->mu, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
@@ -503,15 +522,21 @@ static void comm_op_destroy(emu_op *op) {
   free(o);
 }
 
-static char *slot(shm_header *h, int r) {
-  return (char *)h + h->slot_offset + (size_t)r * h->chunk_bytes;
+/* Rank r's slot and descriptor in buffer `par` (0 or 1). */
+static char *slot(shm_header *h, int par, int r) {
+  return (char *)h + h->slot_offset +
+         ((size_t)par * h->nranks + (size_t)r) * h->chunk_bytes;
+}
+
+static shm_desc *desc(shm_header *h, int par, int r) {
+  return &h->desc[(size_t)par * h->nranks + (size_t)r];
 }
 
 /* Moves this rank's part of one round into its slot. */
-static void put(const comm_op *o, shm_header *h, size_t off, size_t m,
+static void put(const comm_op *o, shm_header *h, int par, size_t off, size_t m,
                 size_t es) {
   const char *send = o->send.ptr;
-  char *mine = slot(h, o->c->rank);
+  char *mine = slot(h, par, o->c->rank);
   int n = o->c->nranks;
   switch (o->kind) {
   case K_ALLREDUCE:
@@ -530,7 +555,7 @@ static void put(const comm_op *o, shm_header *h, size_t off, size_t m,
 }
 
 /* Computes this rank's output of one round from the slots: rank order. */
-static void take(const comm_op *o, shm_header *h, size_t off, size_t m,
+static void take(const comm_op *o, shm_header *h, int par, size_t off, size_t m,
                  size_t es) {
   char *recv = o->recv.ptr;
   int n = o->c->nranks, me = o->c->rank;
@@ -539,34 +564,37 @@ static void take(const comm_op *o, shm_header *h, size_t off, size_t m,
   case K_REDUCESCATTER: {
     size_t at = o->kind == K_ALLREDUCE ? 0 : (size_t)me * m * es;
     char *v = recv + off * es;
-    memcpy(v, slot(h, 0) + at, m * es);
+    memcpy(v, slot(h, par, 0) + at, m * es);
     for (int r = 1; r < n; r++)
-      hk_reduce(v, v, slot(h, r) + at, m, o->dtype, o->op);
+      hk_reduce(v, v, slot(h, par, r) + at, m, o->dtype, o->op);
     break;
   }
   case K_ALLGATHER:
     for (int q = 0; q < n; q++)
-      memcpy(recv + ((size_t)q * o->count + off) * es, slot(h, q), m * es);
+      memcpy(recv + ((size_t)q * o->count + off) * es, slot(h, par, q), m * es);
     break;
   default:
     if (me != o->root)
-      memcpy(recv + off * es, slot(h, o->root), m * es);
+      memcpy(recv + off * es, slot(h, par, o->root), m * es);
   }
 }
 
 /* 0 if every rank's descriptor equals rank 0's, else msg names the first
  * that differs. */
-static int check_descs(const comm_op *o, shm_header *h, char *msg, size_t cap) {
+static int check_descs(const comm_op *o, shm_header *h, int par, char *msg,
+                       size_t cap) {
+  const shm_desc *d0 = desc(h, par, 0);
   for (int r = 1; r < o->c->nranks; r++) {
-    if (desc_equal(&h->desc[r], &h->desc[0]))
+    const shm_desc *d = desc(h, par, r);
+    if (desc_equal(d, d0))
       continue;
-    int seq = h->desc[r].seq != h->desc[0].seq;
+    int seq = d->seq != d0->seq;
     char a[160], b[160], ra[48], rb[48];
-    desc_str(a, sizeof a, &h->desc[r], seq);
-    desc_str(b, sizeof b, &h->desc[0], seq);
+    desc_str(a, sizeof a, d, seq);
+    desc_str(b, sizeof b, d0, seq);
     snprintf(msg, cap, "emu communicator: %s issued %s, %s %s",
-             rank_str(ra, sizeof ra, r, h->desc[r].job_rank), a,
-             rank_str(rb, sizeof rb, 0, h->desc[0].job_rank), b);
+             rank_str(ra, sizeof ra, r, d->job_rank), a,
+             rank_str(rb, sizeof rb, 0, d0->job_rank), b);
     return 1;
   }
   return 0;
@@ -585,28 +613,37 @@ static hk_status rounds(comm_op *o, char *msg, size_t cap) {
     size_t off = k * per, m = total - off < per ? total - off : per;
     if (!total)
       m = 0;
-    shm_desc *d = &h->desc[c->rank];
-    *d = (shm_desc){.seq = o->seq,
-                    .round = k,
-                    .count = o->count,
-                    .kind = o->kind,
-                    .dtype = (int32_t)o->dtype,
-                    .op = o->kind <= K_REDUCESCATTER ? (int32_t)o->op : 0,
-                    .root = o->kind == K_BROADCAST ? o->root : 0,
-                    .job_rank = c->dev->job_rank};
-    put(o, h, off, m, es);
+    int par = (int)(c->rounds_run++ & 1);
+    *desc(h, par, c->rank) =
+        (shm_desc){.seq = o->seq,
+                   .round = k,
+                   .count = o->count,
+                   .kind = o->kind,
+                   .dtype = (int32_t)o->dtype,
+                   .op = o->kind <= K_REDUCESCATTER ? (int32_t)o->op : 0,
+                   .root = o->kind == K_BROADCAST ? o->root : 0,
+                   .job_rank = c->dev->job_rank};
+    put(o, h, par, off, m, es);
     if (barrier(c, h, o->what, msg, cap) != HK_OK)
       return HK_ERR_SYSTEM;
-    int bad = check_descs(o, h, msg, cap);
-    if (!bad)
-      take(o, h, off, m, es);
-    char cut[EMU_MSG_CAP]; /* a mismatch keeps its own message */
-    hk_status st =
-        barrier(c, h, o->what, bad ? cut : msg, bad ? sizeof cut : cap);
-    if (bad || st != HK_OK)
-      return HK_ERR_SYSTEM;
+    if (check_descs(o, h, par, msg, cap))
+      return HK_ERR_SYSTEM; /* every rank finds the same difference */
+    take(o, h, par, off, m, es);
+    /* no second barrier: the next round writes the other buffer, and no
+     * rank can write this one again before every rank has passed the next
+     * round's barrier, i.e. has finished reading this round */
   }
   return HK_OK;
+}
+
+/* The message of an op ended by this rank's comm_abort (an op the hang
+ * fault hit says so, whether it had started hanging or not). */
+static hk_status aborted_here(const comm_op *o, char *msg, size_t cap) {
+  wait_cut(o->c, NULL, o->what, msg, cap);
+  if (o->fault == HK_DEV_FAULT_HANG)
+    snprintf(msg + strlen(msg), cap - strlen(msg),
+             " while hung by HK_EMU_FAULT");
+  return HK_ERR_SYSTEM;
 }
 
 static hk_status comm_run(emu_op *op, hk_dev_stream s, char *msg, size_t cap) {
@@ -622,7 +659,7 @@ static hk_status comm_run(emu_op *op, hk_dev_stream s, char *msg, size_t cap) {
     snprintf(msg, cap, "%s", c->errmsg); /* a failed comm does nothing */
   pthread_mutex_unlock(&c->mu);
   if (aborted)
-    return wait_cut(c, NULL, o->what, msg, cap), HK_ERR_SYSTEM;
+    return aborted_here(o, msg, cap);
   if (err != HK_OK)
     return err;
 
@@ -637,10 +674,7 @@ static hk_status comm_run(emu_op *op, hk_dev_stream s, char *msg, size_t cap) {
     while (!c->aborted)
       pthread_cond_wait(&c->cv, &c->mu);
     pthread_mutex_unlock(&c->mu);
-    wait_cut(c, NULL, o->what, msg, cap);
-    snprintf(msg + strlen(msg), cap - strlen(msg),
-             " while hung by HK_EMU_FAULT");
-    return HK_ERR_SYSTEM;
+    return aborted_here(o, msg, cap);
   case HK_DEV_FAULT_DELAY: {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -655,13 +689,23 @@ static hk_status comm_run(emu_op *op, hk_dev_stream s, char *msg, size_t cap) {
     aborted = c->aborted;
     pthread_mutex_unlock(&c->mu);
     if (aborted)
-      return wait_cut(c, NULL, o->what, msg, cap), HK_ERR_SYSTEM;
+      return aborted_here(o, msg, cap);
     break;
   }
   default:
     break;
   }
+  int idle = 0;
+  if (!atomic_compare_exchange_strong(&c->busy, &idle, 1)) {
+    snprintf(msg, cap,
+             "emu communicator: %s started while another operation of the "
+             "communicator was running on another stream (order them)",
+             o->what);
+    set_error(c, msg);
+    return HK_ERR_SYSTEM;
+  }
   hk_status st = rounds(o, msg, cap);
+  atomic_store(&c->busy, 0);
   if (st != HK_OK)
     set_error(c, msg);
   return st;
@@ -845,9 +889,6 @@ hk_status hk_emu_comm_wait_arrived(hk_dev_comm c, int n) {
   pthread_mutex_unlock(&c->mu);
   char msg[EMU_MSG_CAP];
   for (;;) {
-    hk_status st = emu_comm_async_error(c, NULL);
-    if (st != HK_OK)
-      return st;
     if (!h || wait_cut(c, h, "wait", msg, sizeof msg))
       return hk_fail(HK_ERR_SYSTEM, "%s",
                      h ? msg : "emu communicator: init failed or aborted");

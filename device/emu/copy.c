@@ -195,8 +195,15 @@ static hk_status fill_run(emu_op *op, hk_dev_stream s, char *msg, size_t cap) {
   (void)cap;
   fill_op *o = (fill_op *)op;
   unsigned char *p = o->p.ptr;
-  for (size_t i = 0; i < o->count; i++)
-    memcpy(p + i * o->size, o->value, o->size);
+  size_t bytes = o->count * o->size, done = o->size;
+  if (!o->count)
+    return HK_OK;
+  memcpy(p, o->value, o->size); /* one element, then doubling copies */
+  while (done < bytes) {
+    size_t n = done < bytes - done ? done : bytes - done;
+    memcpy(p + done, p, n);
+    done += n;
+  }
   return HK_OK;
 }
 

@@ -70,7 +70,9 @@ hk_status hk_emu_stream_delay(hk_device *dev, hk_dev_stream s, int ms);
  * stream's thread calls fn(arg) when it reaches it, after every operation
  * queued before and before any queued after (cudaLaunchHostFunc). fn must
  * not enqueue on s or destroy it; it may block (the stream waits), which is
- * how tests hold a stream at a known point.
+ * how tests hold a stream at a known point. arg stays the caller's.
+ * Thread-safety: as any enqueue (one feeding thread per stream); fn runs
+ * on the stream's thread.
  * Errors: HK_ERR_INVALID_ARG (dev not an emu device, fn NULL), HK_ERR_NOMEM.
  */
 hk_status hk_emu_stream_host_fn(hk_device *dev, hk_dev_stream s,
@@ -80,8 +82,8 @@ hk_status hk_emu_stream_host_fn(hk_device *dev, hk_dev_stream s,
  * Writes the name of the POSIX shared-memory segment that the communicator
  * with unique id `id` uses ("/hk-emu-<32 hex digits>", as shm_open takes it;
  * it appears as /dev/shm/hk-emu-<hex> until every rank has attached) into
- * buf (cap bytes, 64 suffice). Returns HK_ERR_INVALID_ARG if id is not an
- * emu unique id.
+ * buf (cap bytes, 64 suffice). Pure; thread-safe.
+ * Errors: HK_ERR_INVALID_ARG (id is not an emu unique id, cap too small).
  */
 hk_status hk_emu_comm_shm_name(const uint8_t id[HK_DEV_UID_BYTES], char *buf,
                                size_t cap);
@@ -89,12 +91,16 @@ hk_status hk_emu_comm_shm_name(const uint8_t id[HK_DEV_UID_BYTES], char *buf,
 /**
  * For tests: blocks the calling thread until at least n ranks (this one
  * included) wait at the communicator's barrier, i.e. are inside an
- * operation waiting for their peers, or until the communicator is aborted
- * or fails (then returns that error). Waits for the communicator's init
- * first. The barrier here is the one a blocked operation waits at, so a
- * test can abort while a peer is known to be blocked. The thread sleeps
- * (futex), it does not spin.
- * Errors: HK_ERR_INVALID_ARG (n outside [1, nranks]), the comm's error.
+ * operation waiting for their peers. Waits for the communicator's init
+ * first. This rank's own async error does not end the wait (a rank whose
+ * op failed may wait for its peers to block before it aborts); an abort
+ * (this rank's or a peer's) or a failed init does. The barrier here is the
+ * one a blocked operation waits at, so a test can abort while a peer is
+ * known to be blocked. The thread sleeps (futex), it does not spin.
+ * Thread-safety: any thread, while no other thread aborts or destroys c
+ * (abort after it returns).
+ * Errors: HK_ERR_INVALID_ARG (n outside [1, nranks]); HK_ERR_SYSTEM (init
+ * failed, aborted: the message says which).
  */
 hk_status hk_emu_comm_wait_arrived(hk_dev_comm c, int n);
 

@@ -114,10 +114,20 @@ hk_status emu_range_resolve(const void *p, size_t bytes, int need_device,
     pthread_mutex_unlock(&table.mu);
     return HK_OK;
   }
-  /* host memory: refused if wanted on the device, or if it runs into an
-   * allocation (the first allocation after p must start at or past the
-   * range's end) */
+  /* host memory: refused if wanted on the device, if it lies in the
+   * mapped padding or guard page after an allocation (the stream thread
+   * would fault there), or if it runs into an allocation (the first one
+   * after p must start at or past the range's end) */
   ptrdiff_t i = p ? find_le(p) + 1 : 0;
+  emu_alloc *prev = i > 0 ? table.v[i - 1] : NULL;
+  if (prev && bytes &&
+      (uintptr_t)p - (uintptr_t)prev->view < prev->map_bytes + page_bytes()) {
+    pthread_mutex_unlock(&table.mu);
+    return hk_fail(HK_ERR_INVALID_ARG,
+                   "emu: %s: %p is past the end of device allocation %p (%zu "
+                   "bytes), in its padding",
+                   what, p, (void *)prev->view, prev->bytes);
+  }
   emu_alloc *next = (size_t)i < table.n ? table.v[i] : NULL;
   int into = p && bytes && next &&
              (uintptr_t)next->view - (uintptr_t)p < (uintptr_t)bytes;

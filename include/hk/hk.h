@@ -36,6 +36,16 @@ extern "C" {
 
 #define HK_VERSION_MAJOR 0
 #define HK_VERSION_MINOR 1
+#define HK_VERSION_PATCH 0
+
+/* HK_API marks the functions libhk.so exports; everything else in the
+ * library is hidden (built with -fvisibility=hidden). Nothing to define
+ * for users: the same header serves libhk.so and libhk.a. */
+#if defined(__GNUC__) || defined(__clang__)
+#define HK_API __attribute__((visibility("default")))
+#else
+#define HK_API
+#endif
 
 /** Longest tensor name accepted, in bytes, excluding the terminating NUL. */
 #define HK_MAX_NAME_LEN 511
@@ -147,15 +157,20 @@ typedef struct hk_handle_s *hk_handle;
  * HK_LOCAL_RANK, HK_LOCAL_SIZE, HK_RENDEZVOUS, HK_SECRET); without HK_RANK
  * the process is a world of size 1 and no network is used. Registers with
  * hkrun's rendezvous, connects to the peers (every connection proves it
- * knows the job's secret), and starts the background thread.
+ * knows the job's secret), and starts the background thread. A job that
+ * mpirun or srun started (also through hkrun -H) loads hk's MPI module,
+ * libhk_mpi.so, and exchanges addresses over MPI instead; other jobs
+ * never load MPI.
  * Blocks until every rank has joined or HK_START_TIMEOUT_S (default 60 s)
  * passes.
  * Thread-safety: call once, from one thread, before any other hk call.
  * Errors: HK_ERR_ALREADY_INITIALIZED, HK_ERR_CONFIG (a malformed HK_*
- * variable, named in the message), HK_ERR_TIMEOUT, HK_ERR_AUTH,
+ * variable, named in the message; HK_SOCKET_IFNAME naming an interface
+ * this machine lacks, listing those it has; under mpirun, an MPI module
+ * that cannot be loaded, saying why), HK_ERR_TIMEOUT, HK_ERR_AUTH,
  * HK_ERR_PROTOCOL, HK_ERR_SYSTEM, HK_ERR_NOMEM, HK_ERR_PEER_LOST.
  */
-hk_status hk_init(void);
+HK_API hk_status hk_init(void);
 
 /**
  * Leaves the job: tells every rank this one is done, stops the background
@@ -170,22 +185,22 @@ hk_status hk_init(void);
  * Errors: HK_ERR_NOT_INITIALIZED; otherwise HK_OK (a job that had already
  * failed returns its failure status, e.g. HK_ERR_PEER_LOST).
  */
-hk_status hk_shutdown(void);
+HK_API hk_status hk_shutdown(void);
 
 /** This process's rank in [0, size), or -1 before hk_init. Thread-safe. */
-int hk_rank(void);
+HK_API int hk_rank(void);
 /** The world size (number of ranks), or -1 before hk_init. Thread-safe. */
-int hk_size(void);
+HK_API int hk_size(void);
 /** The rank among the processes on this host, or -1 before hk_init. */
-int hk_local_rank(void);
+HK_API int hk_local_rank(void);
 /** The number of ranks on this host, or -1 before hk_init. */
-int hk_local_size(void);
+HK_API int hk_local_size(void);
 /** The index of this rank's host among the job's hosts (hosts ordered by
  *  their lowest rank; 0 on a single host), or -1 before hk_init. */
-int hk_cross_rank(void);
+HK_API int hk_cross_rank(void);
 /** The number of hosts in the job (1 on a single host), or -1 before
  *  hk_init. */
-int hk_cross_size(void);
+HK_API int hk_cross_size(void);
 
 /**
  * Starts an allreduce of `count` elements of `dtype` under `name`: when it
@@ -201,9 +216,9 @@ int hk_cross_size(void);
  * status if it already failed. Errors found by negotiation
  * (HK_ERR_MISMATCH) or during the transfer arrive through hk_wait.
  */
-hk_status hk_allreduce_async(const char *name, const void *sendbuf,
-                             void *recvbuf, size_t count, hk_dtype dtype,
-                             hk_op op, hk_handle *handle);
+HK_API hk_status hk_allreduce_async(const char *name, const void *sendbuf,
+                                    void *recvbuf, size_t count, hk_dtype dtype,
+                                    hk_op op, hk_handle *handle);
 
 /**
  * hk_allreduce_async with Horovod's scale factors: every rank's input is
@@ -215,10 +230,11 @@ hk_status hk_allreduce_async(const char *name, const void *sendbuf,
  * floating dtype (else HK_ERR_INVALID_ARG). Otherwise as
  * hk_allreduce_async, which is this call with 1.0 and 1.0.
  */
-hk_status hk_allreduce_scaled_async(const char *name, const void *sendbuf,
-                                    void *recvbuf, size_t count, hk_dtype dtype,
-                                    hk_op op, double prescale, double postscale,
-                                    hk_handle *handle);
+HK_API hk_status hk_allreduce_scaled_async(const char *name,
+                                           const void *sendbuf, void *recvbuf,
+                                           size_t count, hk_dtype dtype,
+                                           hk_op op, double prescale,
+                                           double postscale, hk_handle *handle);
 
 /**
  * Starts a broadcast of `count` elements of `dtype` from rank `root` under
@@ -226,8 +242,9 @@ hk_status hk_allreduce_scaled_async(const char *name, const void *sendbuf,
  * Ownership and errors as hk_allreduce_async; root outside [0, size) is
  * HK_ERR_INVALID_ARG; ranks naming different roots get HK_ERR_MISMATCH.
  */
-hk_status hk_broadcast_async(const char *name, void *buf, size_t count,
-                             hk_dtype dtype, int root, hk_handle *handle);
+HK_API hk_status hk_broadcast_async(const char *name, void *buf, size_t count,
+                                    hk_dtype dtype, int root,
+                                    hk_handle *handle);
 
 /**
  * Starts an allgather (Horovod's allgather; MPI's allgatherv): rank r
@@ -241,9 +258,10 @@ hk_status hk_broadcast_async(const char *name, void *buf, size_t count,
  * HK_ERR_MISMATCH. Algorithm: ring allgather, pipelined. Errors as
  * hk_allreduce_async; NULL recvbuf is HK_ERR_INVALID_ARG.
  */
-hk_status hk_allgather_async(const char *name, const void *sendbuf, size_t rows,
-                             size_t row_elems, hk_dtype dtype, void **recvbuf,
-                             size_t *rows_per_rank, hk_handle *handle);
+HK_API hk_status hk_allgather_async(const char *name, const void *sendbuf,
+                                    size_t rows, size_t row_elems,
+                                    hk_dtype dtype, void **recvbuf,
+                                    size_t *rows_per_rank, hk_handle *handle);
 
 /**
  * Starts a reduce-scatter: every rank passes `rows` rows of `row_elems`
@@ -255,10 +273,10 @@ hk_status hk_allgather_async(const char *name, const void *sendbuf, size_t rows,
  * row_elems, dtype and op (else HK_ERR_MISMATCH). Algorithm: ring
  * reduce-scatter (N-1 steps). Errors as hk_allreduce_async.
  */
-hk_status hk_reducescatter_async(const char *name, const void *sendbuf,
-                                 size_t rows, size_t row_elems, hk_dtype dtype,
-                                 hk_op op, void *recvbuf, size_t *rows_out,
-                                 hk_handle *handle);
+HK_API hk_status hk_reducescatter_async(const char *name, const void *sendbuf,
+                                        size_t rows, size_t row_elems,
+                                        hk_dtype dtype, hk_op op, void *recvbuf,
+                                        size_t *rows_out, hk_handle *handle);
 
 /**
  * Starts an alltoall with per-rank splits: rank r sends splits[j] rows of
@@ -271,10 +289,10 @@ hk_status hk_reducescatter_async(const char *name, const void *sendbuf,
  * receiving from r-k, over direct connections. Errors as
  * hk_allreduce_async.
  */
-hk_status hk_alltoall_async(const char *name, const void *sendbuf,
-                            const size_t *splits, size_t row_elems,
-                            hk_dtype dtype, void **recvbuf, size_t *recv_splits,
-                            hk_handle *handle);
+HK_API hk_status hk_alltoall_async(const char *name, const void *sendbuf,
+                                   const size_t *splits, size_t row_elems,
+                                   hk_dtype dtype, void **recvbuf,
+                                   size_t *recv_splits, hk_handle *handle);
 
 /**
  * Starts a grouped allreduce: n tensors (names[i], sendbufs[i],
@@ -286,12 +304,12 @@ hk_status hk_alltoall_async(const char *name, const void *sendbuf,
  * identified by names[0] and n, which must agree across ranks.
  * Errors as hk_allreduce_async; n == 0 is HK_ERR_INVALID_ARG.
  */
-hk_status hk_grouped_allreduce_async(const char *const *names,
-                                     const void *const *sendbufs,
-                                     void *const *recvbufs,
-                                     const size_t *counts, size_t n,
-                                     hk_dtype dtype, hk_op op,
-                                     hk_handle *handle);
+HK_API hk_status hk_grouped_allreduce_async(const char *const *names,
+                                            const void *const *sendbufs,
+                                            void *const *recvbufs,
+                                            const size_t *counts, size_t n,
+                                            hk_dtype dtype, hk_op op,
+                                            hk_handle *handle);
 
 /**
  * Horovod's join, for ranks that run out of data early: blocks until every
@@ -303,22 +321,24 @@ hk_status hk_grouped_allreduce_async(const char *const *names,
  * joined fails with HK_ERR_MISMATCH. *last_rank (if not NULL) receives the
  * rank that joined last. Errors as hk_wait.
  */
-hk_status hk_join(int *last_rank);
+HK_API hk_status hk_join(int *last_rank);
 
 /** Blocking forms: the *_async call followed by hk_wait. */
-hk_status hk_allgather(const char *name, const void *sendbuf, size_t rows,
-                       size_t row_elems, hk_dtype dtype, void **recvbuf,
-                       size_t *rows_per_rank);
-hk_status hk_reducescatter(const char *name, const void *sendbuf, size_t rows,
-                           size_t row_elems, hk_dtype dtype, hk_op op,
-                           void *recvbuf, size_t *rows_out);
-hk_status hk_alltoall(const char *name, const void *sendbuf,
-                      const size_t *splits, size_t row_elems, hk_dtype dtype,
-                      void **recvbuf, size_t *recv_splits);
-hk_status hk_grouped_allreduce(const char *const *names,
-                               const void *const *sendbufs,
-                               void *const *recvbufs, const size_t *counts,
-                               size_t n, hk_dtype dtype, hk_op op);
+HK_API hk_status hk_allgather(const char *name, const void *sendbuf,
+                              size_t rows, size_t row_elems, hk_dtype dtype,
+                              void **recvbuf, size_t *rows_per_rank);
+HK_API hk_status hk_reducescatter(const char *name, const void *sendbuf,
+                                  size_t rows, size_t row_elems, hk_dtype dtype,
+                                  hk_op op, void *recvbuf, size_t *rows_out);
+HK_API hk_status hk_alltoall(const char *name, const void *sendbuf,
+                             const size_t *splits, size_t row_elems,
+                             hk_dtype dtype, void **recvbuf,
+                             size_t *recv_splits);
+HK_API hk_status hk_grouped_allreduce(const char *const *names,
+                                      const void *const *sendbufs,
+                                      void *const *recvbufs,
+                                      const size_t *counts, size_t n,
+                                      hk_dtype dtype, hk_op op);
 
 /**
  * Blocks until the operation completes, releases the handle, and returns
@@ -328,7 +348,7 @@ hk_status hk_grouped_allreduce(const char *const *names,
  * Thread-safety: any thread, but each handle is waited exactly once.
  * Errors: HK_ERR_INVALID_ARG for a NULL handle.
  */
-hk_status hk_wait(hk_handle handle);
+HK_API hk_status hk_wait(hk_handle handle);
 
 /**
  * Tests, without blocking, whether the operation completed: *done is set to
@@ -336,21 +356,22 @@ hk_status hk_wait(hk_handle handle);
  * not. Does not release the handle.
  * Errors: HK_ERR_INVALID_ARG for a NULL handle or NULL done.
  */
-hk_status hk_poll(hk_handle handle, int *done);
+HK_API hk_status hk_poll(hk_handle handle, int *done);
 
 /** Blocking allreduce: hk_allreduce_async followed by hk_wait. */
-hk_status hk_allreduce(const char *name, const void *sendbuf, void *recvbuf,
-                       size_t count, hk_dtype dtype, hk_op op);
+HK_API hk_status hk_allreduce(const char *name, const void *sendbuf,
+                              void *recvbuf, size_t count, hk_dtype dtype,
+                              hk_op op);
 
 /** Blocking broadcast: hk_broadcast_async followed by hk_wait. */
-hk_status hk_broadcast(const char *name, void *buf, size_t count,
-                       hk_dtype dtype, int root);
+HK_API hk_status hk_broadcast(const char *name, void *buf, size_t count,
+                              hk_dtype dtype, int root);
 
 /**
  * Blocks until every rank has called hk_barrier (the n-th call on one rank
  * pairs with the n-th call on every other). Errors as hk_wait.
  */
-hk_status hk_barrier(void);
+HK_API hk_status hk_barrier(void);
 
 /*
  * GPU tensors
@@ -407,10 +428,10 @@ hk_status hk_barrier(void);
  * submit of a device tensor. Thread-local; never fails; may be called
  * before hk_init.
  */
-void hk_set_stream(void *stream);
+HK_API void hk_set_stream(void *stream);
 
 /** The calling thread's stream set by hk_set_stream (NULL by default). */
-void *hk_get_stream(void);
+HK_API void *hk_get_stream(void);
 
 /**
  * The GPU-side completion of a device allreduce: blocks only until hk has
@@ -424,7 +445,7 @@ void *hk_get_stream(void);
  * than allreduce) it is hk_wait. Errors as hk_wait; HK_ERR_DEVICE when the
  * stream cannot be made to wait.
  */
-hk_status hk_wait_stream(hk_handle handle, void *stream);
+HK_API hk_status hk_wait_stream(hk_handle handle, void *stream);
 
 /**
  * Frees a buffer hk allocated for an output (hk_allgather, hk_alltoall):
@@ -432,26 +453,26 @@ hk_status hk_wait_stream(hk_handle handle, void *stream);
  * NULL is fine. Call it before hk_shutdown for device buffers.
  * Thread-safety: any thread.
  */
-void hk_free(void *p);
+HK_API void hk_free(void *p);
 
 /** Size in bytes of one element of dtype, or 0 for an unknown dtype. */
-size_t hk_dtype_size(hk_dtype dtype);
+HK_API size_t hk_dtype_size(hk_dtype dtype);
 
 /** Lower-case name of a dtype ("float32"), or "unknown". Static storage. */
-const char *hk_dtype_name(hk_dtype dtype);
+HK_API const char *hk_dtype_name(hk_dtype dtype);
 
 /** Lower-case name of an op ("sum"), or "unknown". Static storage. */
-const char *hk_op_name(hk_op op);
+HK_API const char *hk_op_name(hk_op op);
 
 /** A short static description of a status code ("peer lost"). */
-const char *hk_strerror(hk_status status);
+HK_API const char *hk_strerror(hk_status status);
 
 /**
  * The detailed message of the last failed hk call on the calling thread
  * (the string is empty if none failed). Thread-local storage, valid until
  * the next hk call on this thread; copy it to keep it.
  */
-const char *hk_last_error(void);
+HK_API const char *hk_last_error(void);
 
 #ifdef __cplusplus
 }

@@ -117,6 +117,10 @@ int hkt_bed_up(hkt_bed *b, const char *netbed_sh, int k, const char *rate) {
   hkt_result_free(&r);
   if (!can)
     return 0;
+  /* what a killed run left (beds whose owner is gone) */
+  char *gc[] = {(char *)netbed_sh, "gc", NULL};
+  hkt_run(gc, NULL, BED_S, &r);
+  hkt_result_free(&r);
   char *which[] = {"sh", "-c", "command -v mpirun", NULL};
   char *m = hkt_output_of(which, BED_S);
   if (!m) {

@@ -34,10 +34,12 @@ typedef struct hkt_bed {
 
 /**
  * Makes a bed of k hosts (1..16) whose links run at rate ("1gbit", or
- * "none"), no delay. Returns 0 with b->up = 1, or 0 with b->up = 0 and
- * b->skip_reason set where no bed can be made here (`netbed.sh check`
- * fails: not root, no CAP_NET_ADMIN, tools missing; or no mpirun); -1 if
- * a bed could be made but making this one failed.
+ * "none"), no delay, after removing the beds a killed run left (netbed.sh
+ * gc). The bed's owner is this test process: if it dies without
+ * hkt_bed_down (killed, timed out), the bed's guard removes it. Returns 0 with
+ * b->up = 1, or 0 with b->up = 0 and b->skip_reason set where no bed can be
+ * made here (`netbed.sh check` fails: not root, no CAP_NET_ADMIN, tools
+ * missing; or no mpirun); -1 if a bed could be made but making this one failed.
  */
 int hkt_bed_up(hkt_bed *b, const char *netbed_sh, int k, const char *rate);
 

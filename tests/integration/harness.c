@@ -25,7 +25,35 @@ int hkt_setup(void) {
     perror("harness: prctl(PR_SET_CHILD_SUBREAPER)");
     return -1;
   }
+  /* an interrupted test command (ctest or scripts/test.sh killed) ends
+   * this test too, which ends what it started (child_exec) */
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
   signal(SIGPIPE, SIG_IGN);
+  return 0;
+}
+
+const char *hkt_tmpdir(void) {
+  const char *t = getenv("TMPDIR");
+  return t && *t == '/' ? t : "/tmp";
+}
+
+int hkt_mkdtemp(const char *prefix, char *out, size_t cap) {
+  int n = snprintf(out, cap, "%s/%sXXXXXX", hkt_tmpdir(), prefix);
+  if (n < 0 || (size_t)n >= cap || !mkdtemp(out)) {
+    perror("harness: mkdtemp");
+    return -1;
+  }
+  return 0;
+}
+
+int hkt_mkstemp(const char *prefix, char *out, size_t cap) {
+  int n = snprintf(out, cap, "%s/%sXXXXXX", hkt_tmpdir(), prefix);
+  int fd = n < 0 || (size_t)n >= cap ? -1 : mkstemp(out);
+  if (fd < 0) {
+    perror("harness: mkstemp");
+    return -1;
+  }
+  close(fd);
   return 0;
 }
 
@@ -126,8 +154,13 @@ static int pump(hkt_proc *p, double deadline, int watch_exit) {
 /* ---- starting ---- */
 
 static void child_exec(char *const argv[], char *const extra_env[], int in,
-                       int out, int err) {
+                       int out, int err, pid_t parent) {
   setpgid(0, 0);
+  /* dies with the test (hkrun then ends its workers, mpirun its daemons,
+   * netbed.sh its bed) */
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (getppid() != parent)
+    _exit(127); /* the test died before the line above */
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, NULL);
@@ -157,6 +190,7 @@ int hkt_start(char *const argv[], char *const extra_env[], hkt_proc *proc) {
     return perror("harness: pipe2"), -1;
   }
   proc->started = hkt_now();
+  pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) {
     perror("harness: fork");
@@ -166,7 +200,7 @@ int hkt_start(char *const argv[], char *const extra_env[], hkt_proc *proc) {
     return -1;
   }
   if (pid == 0)
-    child_exec(argv, extra_env, in[0], out[1], err[1]);
+    child_exec(argv, extra_env, in[0], out[1], err[1], parent);
   setpgid(pid, pid); /* also here, so it holds before we signal the group */
   close(in[0]);
   close(out[1]);

@@ -23,6 +23,13 @@
  * every process the tested program leaves behind is re-parented to the
  * test, where hkt_orphans() finds it and hkt_pid_alive() reaps it.
  *
+ * Nothing is left behind when a test is interrupted: a test that called
+ * hkt_setup gets SIGTERM when its parent (ctest) dies, and every process
+ * hkt_start starts gets SIGTERM when the test dies (PR_SET_PDEATHSIG), so
+ * hkrun ends its workers, mpirun its daemons and netbed.sh its bed.
+ * Temporary files go under $TMPDIR (scripts/test.sh gives each run one
+ * and removes it however the run ends), else /tmp.
+ *
  * Times are in seconds (double). Functions returning int return 0 on
  * success and -1 on failure unless said otherwise; failures print a
  * diagnostic to stderr. Thread-safety: none (one test thread).
@@ -67,10 +74,20 @@ typedef struct hkt_result {
 
 /**
  * Call once at the start of main(): makes this process a child subreaper
- * (prctl PR_SET_CHILD_SUBREAPER) and ignores SIGPIPE (writes to a dead
- * child's stdin then fail with EPIPE instead of killing the test).
+ * (prctl PR_SET_CHILD_SUBREAPER), asks for SIGTERM when its parent dies,
+ * and ignores SIGPIPE (writes to a dead child's stdin then fail with
+ * EPIPE instead of killing the test).
  */
 int hkt_setup(void);
+
+/** $TMPDIR if it is an absolute path, else "/tmp". Static storage. */
+const char *hkt_tmpdir(void);
+
+/** Makes a directory <tmpdir>/<prefix>XXXXXX; its path into out[cap]. */
+int hkt_mkdtemp(const char *prefix, char *out, size_t cap);
+
+/** Makes an empty file <tmpdir>/<prefix>XXXXXX (closed); path in out. */
+int hkt_mkstemp(const char *prefix, char *out, size_t cap);
 
 /** Monotonic clock, in seconds. */
 double hkt_now(void);

@@ -5,6 +5,7 @@
  * was killed; the stall inspector names the stalled tensors and missing
  * ranks, and with a shutdown time stops every rank (case C1).
  */
+#include <math.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -159,10 +160,8 @@ static json_t *load_timeline(const char *path) {
 
 static void test_timeline_phases(void **s) {
   (void)s;
-  char path[] = "/tmp/hk_timeline_XXXXXX";
-  int fd = mkstemp(path);
-  assert_true(fd >= 0);
-  close(fd);
+  char path[96];
+  assert_int_equal(hkt_mkstemp("hk_timeline_", path, sizeof path), 0);
   char env_tl[128];
   snprintf(env_tl, sizeof env_tl, "HK_TIMELINE=%s", path);
   /* the timeline names the algorithm that ran: force one to check it */
@@ -185,7 +184,7 @@ static void test_timeline_phases(void **s) {
     int tid = (int)json_integer_value(json_object_get(ev, "tid"));
     assert_non_null(name);
     assert_non_null(type);
-    if (!strcmp(type, "i") && !strcmp(name, "CYCLE"))
+    if (!strcmp(type, "i") && !strcmp(name, "CYCLE_START"))
       cycles++;
     if (strcmp(type, "X") || tid <= 0 || tid >= 64)
       continue;
@@ -200,7 +199,7 @@ static void test_timeline_phases(void **s) {
           assert_string_equal(
               json_string_value(json_object_get(args, "algorithm")), "rd");
           assert_string_equal(
-              json_string_value(json_object_get(args, "transport")), "tcp");
+              json_string_value(json_object_get(args, "transport")), "shm");
           ph[tid].fused =
               json_integer_value(json_object_get(args, "fused_tensors")) > 1;
         }
@@ -229,7 +228,128 @@ static void test_timeline_phases(void **s) {
   }
   assert_int_equal(rows, 41); /* 40 grad tensors + grad.shape */
   assert_true(fused_rows > 0);
-  assert_true(cycles >= 5);
+  assert_int_equal(cycles, 0); /* only with HK_TIMELINE_MARK_CYCLES=1 */
+  json_decref(root);
+  unlink(path);
+}
+
+/* What one row (tensor) of the timeline holds. */
+typedef struct row {
+  char tensor[64];
+  char coll[32], algorithm[32]; /* the collective's span and its args */
+  int colls;                    /* collective spans on the row */
+  double wait_us;               /* WAIT_FOR_DATA's duration */
+  int last_rank;                /* its args.last_rank */
+  int negotiate, wait;          /* NEGOTIATE / WAIT_FOR_DATA spans seen */
+  double neg_ts, neg_dur, wait_ts;
+} row;
+
+/* Every collective is labelled with its own name and the algorithm that
+ * ran; WAIT_FOR_DATA spans the first rank's request to the last's, so a
+ * rank that submits 400 ms late shows (and is named); hkrun
+ * --timeline-mark-cycles marks rounds with CYCLE_START. */
+static void test_timeline_names_every_collective(void **s) {
+  (void)s;
+  char path[96];
+  assert_int_equal(hkt_mkstemp("hk_timeline_", path, sizeof path), 0);
+  char *argv[] = {HKRUN_PATH,
+                  "-np",
+                  "2",
+                  "--timeline-filename",
+                  path,
+                  "--timeline-mark-cycles",
+                  W("w_timeline"),
+                  NULL};
+  hkt_result r;
+  assert_int_equal(hkt_run(argv, NULL, 120, &r), 0);
+  if (r.exit_code != 0)
+    fail_msg("w_timeline failed:\n%s", r.err);
+  hkt_result_free(&r);
+  json_t *root = load_timeline(path);
+  row rows[64];
+  memset(rows, 0, sizeof rows);
+  int cycles = 0;
+  static const char *const colls[] = {"ALLREDUCE",     "BROADCAST", "ALLGATHER",
+                                      "REDUCESCATTER", "ALLTOALL",  "BARRIER",
+                                      "JOIN"};
+  size_t i;
+  json_t *ev;
+  json_array_foreach(root, i, ev) {
+    const char *name = json_string_value(json_object_get(ev, "name"));
+    const char *type = json_string_value(json_object_get(ev, "ph"));
+    int tid = (int)json_integer_value(json_object_get(ev, "tid"));
+    json_t *args = json_object_get(ev, "args");
+    if (!strcmp(type, "i") && !strcmp(name, "CYCLE_START"))
+      cycles++;
+    if (tid <= 0 || tid >= 64)
+      continue;
+    row *w = &rows[tid];
+    if (!strcmp(type, "M")) {
+      snprintf(w->tensor, sizeof w->tensor, "%s",
+               json_string_value(json_object_get(args, "name")));
+      continue;
+    }
+    double ts = json_number_value(json_object_get(ev, "ts"));
+    double dur = json_number_value(json_object_get(ev, "dur"));
+    if (!strcmp(name, "NEGOTIATE")) {
+      w->negotiate++;
+      w->neg_ts = ts;
+      w->neg_dur = dur;
+    } else if (!strcmp(name, "WAIT_FOR_DATA")) {
+      w->wait++;
+      w->wait_ts = ts;
+      w->wait_us = dur;
+      w->last_rank =
+          (int)json_integer_value(json_object_get(args, "last_rank"));
+    }
+    for (size_t k = 0; k < sizeof colls / sizeof colls[0]; k++)
+      if (!strcmp(name, colls[k])) {
+        w->colls++;
+        snprintf(w->coll, sizeof w->coll, "%s", name);
+        snprintf(w->algorithm, sizeof w->algorithm, "%s",
+                 json_string_value(json_object_get(args, "algorithm")));
+      }
+  }
+  /* tensor -> the collective and algorithm it must show (np 2: auto
+   * chooses recursive doubling for every allreduce size) */
+  static const struct {
+    const char *tensor, *coll, *algorithm;
+  } want[] = {
+      {"t.allreduce", "ALLREDUCE", "rd"},
+      {"t.broadcast", "BROADCAST", "chain"},
+      {"t.allgather", "ALLGATHER", "ring"},
+      {"t.reducescatter", "REDUCESCATTER", "ring"},
+      {"t.alltoall", "ALLTOALL", "pairwise"},
+      {"hk.barrier.0", "BARRIER", "negotiation"},
+      {"t.late", "ALLREDUCE", "rd"},
+      {"hk.join.0", "JOIN", "negotiation"},
+  };
+  for (size_t k = 0; k < sizeof want / sizeof want[0]; k++) {
+    const row *w = NULL;
+    for (int t = 1; t < 64 && !w; t++)
+      if (!strcmp(rows[t].tensor, want[k].tensor))
+        w = &rows[t];
+    if (!w)
+      fail_msg("no timeline row for %s", want[k].tensor);
+    if (w->colls != 1 || strcmp(w->coll, want[k].coll) ||
+        strcmp(w->algorithm, want[k].algorithm))
+      fail_msg("%s: %d collective spans, the last %s (%s); expected one %s "
+               "(%s)",
+               want[k].tensor, w->colls, w->coll, w->algorithm, want[k].coll,
+               want[k].algorithm);
+    assert_int_equal(w->negotiate, 1);
+    assert_int_equal(w->wait, 1);
+    /* WAIT_FOR_DATA starts with NEGOTIATE and lies inside it */
+    assert_true(fabs(w->wait_ts - w->neg_ts) < 1);
+    assert_true(w->wait_us <= w->neg_dur + 1);
+    if (!strcmp(want[k].tensor, "t.late")) {
+      if (w->wait_us < 300e3 || w->last_rank != 1)
+        fail_msg("t.late: WAIT_FOR_DATA %.0f us, last rank %d; expected >= "
+                 "300 ms and rank 1 (it submits 400 ms late)",
+                 w->wait_us, w->last_rank);
+    }
+  }
+  assert_true(cycles >= 1);
   json_decref(root);
   unlink(path);
 }
@@ -290,10 +410,8 @@ static void test_timeline_bounded(void **s) {
  * timeline that still parses. */
 static void test_timeline_survives_kill(void **s) {
   (void)s;
-  char path[] = "/tmp/hk_timeline_XXXXXX";
-  int fd = mkstemp(path);
-  assert_true(fd >= 0);
-  close(fd);
+  char path[96];
+  assert_int_equal(hkt_mkstemp("hk_timeline_", path, sizeof path), 0);
   char env_tl[128];
   snprintf(env_tl, sizeof env_tl, "HK_TIMELINE=%s", path);
   char *env[] = {env_tl, NULL};
@@ -364,6 +482,7 @@ int main(void) {
       cmocka_unit_test(test_cache_evicts_when_full),
       cmocka_unit_test(test_fusion_invisible_every_algorithm),
       cmocka_unit_test(test_timeline_phases),
+      cmocka_unit_test(test_timeline_names_every_collective),
       cmocka_unit_test(test_timeline_survives_kill),
       cmocka_unit_test(test_timeline_bounded),
       cmocka_unit_test(test_stall_shutdown),

@@ -142,6 +142,21 @@ static void test_mismatch(void **s) {
   run_mode(3, 0, emu_env, "mismatch", "mismatch", 120);
 }
 
+static void test_grouped_cache_join(void **s) {
+  (void)s;
+  run_mode(3, 0, emu_env, "features", "features", 120);
+  char *env[] = {"HK_DEVICE=emu", "HK_HIERARCHICAL_ALLREDUCE=1", NULL};
+  run_mode(4, 2, env, "features", "features", 120);
+}
+
+/* A communicator operation that starts late (HK_EMU_FAULT=delay) only
+ * delays: the results are still right. */
+static void test_fault_delay_only_delays(void **s) {
+  (void)s;
+  char *env[] = {"HK_DEVICE=emu", "HK_EMU_FAULT=delay:1:0:300", NULL};
+  run_mode(3, 0, env, "dtypes 5", "dtypes", 120);
+}
+
 static void test_collectives(void **s) {
   (void)s;
   run_mode(3, 0, emu_env, "collectives", "collectives", 120);
@@ -196,6 +211,8 @@ int main(void) {
       cmocka_unit_test(test_compression),
       cmocka_unit_test(test_mismatch),
       cmocka_unit_test(test_collectives),
+      cmocka_unit_test(test_grouped_cache_join),
+      cmocka_unit_test(test_fault_delay_only_delays),
       cmocka_unit_test(test_fault_async_error),
       cmocka_unit_test(test_fault_hang),
   };

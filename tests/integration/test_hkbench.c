@@ -4,6 +4,7 @@
  * sweep, every dtype x op with the ring-only column, a CSV, a model
  * replay; without hkrun: the model list and a malformed model file.
  */
+#include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,14 +19,19 @@
 #include "harness.h"
 
 /* Runs argv; fails the test unless it exits 0. r must be freed. */
-static void run_ok(char *const argv[], double timeout, hkt_result *r) {
-  int rc = hkt_run(argv, NULL, timeout, r);
+static void run_ok_env(char *const argv[], char *const env[], double timeout,
+                       hkt_result *r) {
+  int rc = hkt_run(argv, env, timeout, r);
   if (rc != 0 || !r->exited || r->exit_code != 0)
     fail_msg("%s %s: rc=%d exit=%d signal=%d timed_out=%d\nstdout:\n%.4000s"
              "\nstderr:\n%.4000s",
              argv[0], argv[1], rc, r->exit_code, r->signal, r->timed_out,
              r->out, r->err);
   assert_int_equal(hkt_orphans(NULL, 0), 0);
+}
+
+static void run_ok(char *const argv[], double timeout, hkt_result *r) {
+  run_ok_env(argv, NULL, timeout, r);
 }
 
 /*
@@ -103,13 +109,42 @@ static void test_sweep(void **s) {
   hkt_result_free(&r);
 }
 
+/* --device gpu on the emulated device: every size right, and the
+ * kernel table's rows with their ratios. */
+static void test_device_sweep_and_kernels(void **s) {
+  (void)s;
+  char *env[] = {"HK_DEVICE=emu", NULL};
+  char *argv[] = {HKRUN_PATH, "-np", "2",        HKBENCH_PATH, "--device",
+                  "gpu",      "-b",  "8",        "-e",         "256K",
+                  "-f",       "8",   "-n",       "2",          "-w",
+                  "1",        "-d",  "bfloat16", NULL};
+  hkt_result r;
+  run_ok_env(argv, env, 120, &r);
+  long long wrong;
+  assert_int_equal(sum_column(r.out, "#wrong", &wrong), 6); /* 8 B..256 KiB */
+  assert_int_equal(wrong, 0);
+  assert_int_equal(hkt_count_lines(r.out, "device=gpu"), 1);
+  hkt_result_free(&r);
+  char *kargv[] = {HKBENCH_PATH, "--device", "gpu", "--kernels", "-b",
+                   "1M",         "-e",       "4M",  "-n",        "1",
+                   "-w",         "0",        NULL};
+  run_ok_env(kargv, env, 120, &r);
+  assert_int_equal(hkt_count_lines(r.out, "pack/copy"), 1);
+  long long copy_gbs;
+  assert_int_equal(sum_column(r.out, "copy(GB/s)", &copy_gbs), 2); /* 1, 4 M */
+  hkt_result_free(&r);
+  char *bad[] = {HKBENCH_PATH, "--kernels", NULL};
+  assert_int_equal(hkt_run(bad, env, 30, &r), 0);
+  assert_int_equal(r.exit_code, 2);
+  assert_non_null(strstr(r.err, "--kernels needs --device gpu"));
+  hkt_result_free(&r);
+}
+
 /* Every dtype x op at np=3, with raw(us): the serial check is exact. */
 static void test_all_types_ops_raw(void **s) {
   (void)s;
-  char csv[] = "/tmp/test_hkbench_XXXXXX";
-  int fd = mkstemp(csv);
-  assert_true(fd >= 0);
-  close(fd);
+  char csv[96];
+  assert_int_equal(hkt_mkstemp("test_hkbench_", csv, sizeof csv), 0);
   char *argv[] = {HKRUN_PATH, "-np",   "3",  HKBENCH_PATH, "-b", "8",
                   "-e",       "4K",    "-f", "8",          "-n", "1",
                   "-w",       "0",     "-d", "all",        "-o", "all",
@@ -167,8 +202,9 @@ static void test_model_list(void **s) {
 /* A malformed model file: exit status 2, the file and line named. */
 static void test_model_malformed(void **s) {
   (void)s;
-  char path[] = "/tmp/test_hkbench_XXXXXX";
-  int fd = mkstemp(path);
+  char path[96];
+  assert_int_equal(hkt_mkstemp("test_hkbench_", path, sizeof path), 0);
+  int fd = open(path, O_WRONLY);
   assert_true(fd >= 0);
   const char text[] = "# a model\nfc.weight\t10x512\nfc.bias\t10x\n";
   assert_int_equal(write(fd, text, sizeof text - 1), (ssize_t)sizeof text - 1);
@@ -178,7 +214,7 @@ static void test_model_malformed(void **s) {
   assert_int_equal(hkt_run(argv, NULL, 30, &r), 0);
   unlink(path);
   assert_int_equal(r.exit_code, 2);
-  char want[96];
+  char want[160];
   snprintf(want, sizeof want, "%s:3: tensor 'fc.bias': bad shape '10x'", path);
   if (!strstr(r.err, want))
     fail_msg("expected '%s' in:\n%s", want, r.err);
@@ -190,6 +226,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sweep),
       cmocka_unit_test(test_all_types_ops_raw),
+      cmocka_unit_test(test_device_sweep_and_kernels),
       cmocka_unit_test(test_model),
       cmocka_unit_test(test_model_list),
       cmocka_unit_test(test_model_malformed),

@@ -37,7 +37,7 @@
 
 /* The scratch directory: fake mpirun, host files, markers. The stand-in
  * writes its arguments after argv[0], one per line, to argv_file. */
-static char dir[64];
+static char dir[96];
 static char path_env[4200];  /* "PATH=<dir>:<PATH>" */
 static char argv_file[128];  /* what the fake mpirun got */
 static char env_file[128];   /* its HK_* variables */
@@ -69,8 +69,7 @@ static int exists(const char *path) { return access(path, F_OK) == 0; }
 
 static int setup_dir(void **state) {
   (void)state;
-  snprintf(dir, sizeof dir, "/tmp/hk-hosts-cli.XXXXXX");
-  if (!mkdtemp(dir))
+  if (hkt_mkdtemp("hk-hosts-cli.", dir, sizeof dir) != 0)
     return -1;
   snprintf(argv_file, sizeof argv_file, "%s/argv", dir);
   snprintf(env_file, sizeof env_file, "%s/env", dir);
@@ -84,7 +83,7 @@ static int setup_dir(void **state) {
              "d=$(dirname \"$0\")\n"
              "echo $$ > \"$d/pid\"\n"
              "for a in \"$@\"; do printf '%s\\n' \"$a\"; done > \"$d/argv\"\n"
-             "env | grep '^HK_' | sort > \"$d/env\"\n"
+             "env | grep -E '^(HK_|HKT_X)' | sort > \"$d/env\"\n"
              "prev=; for a in \"$@\"; do [ \"$prev\" = --hostfile ] && "
              "cp \"$a\" \"$d/hostfile.copy\"; prev=$a; done\n"
              "[ -n \"$FAKE_MPIRUN_SLEEP\" ] && exec sleep $FAKE_MPIRUN_SLEEP\n"
@@ -317,6 +316,74 @@ static void test_execs_mpirun(void **state) {
   hkt_result_free(&r);
 }
 
+/* horovodrun's and mpirun's flags on the mpirun path: -x (the value
+ * set in mpirun's environment, the name on its command line), ssh's port
+ * and identity through plm_rsh_args, --output-filename, --tcp, --bind-to,
+ * and the tunables as HK_* variables. */
+static void test_horovodrun_flags_to_mpirun(void **state) {
+  (void)state;
+  reset_records();
+  char *argv[] = {HKRUN_PATH,
+                  "-H",
+                  "a:1,b:1",
+                  "-x",
+                  "HKT_X_FOO=bar baz",
+                  "-x",
+                  "HK_X=1",
+                  "-x",
+                  "HKT_X_SET",
+                  "-p",
+                  "2222",
+                  "-i",
+                  "/k/id",
+                  "--output-filename",
+                  "/tmp/o",
+                  "--tcp",
+                  "--bind-to",
+                  "socket",
+                  "--start-timeout",
+                  "9",
+                  "--log-level",
+                  "INFO",
+                  "--",
+                  "true",
+                  NULL};
+  char *env[] = {path_env, "HKT_X_SET=here", NULL};
+  hkt_result r;
+  hkt_run(argv, env, FAST_S, &r);
+  if (!r.exited || r.exit_code != 0) {
+    dump(&r);
+    fail_msg("hkrun -H a:1,b:1 with horovodrun's flags failed");
+  }
+  char want[2048];
+  snprintf(want, sizeof want,
+           "%s-np\n2\n-H\na:1,b:1\n--map-by\nslot\n--bind-to\nsocket\n"
+           "--tag-output\n--output-filename\n/tmp/o\n--mca\nplm_rsh_args\n"
+           "-o BatchMode=yes -o ConnectTimeout=9 -p 2222 -i "
+           "/k/id\n--mca\npml\nob1\n--mca\nbtl\n^openib\n"
+           "-x\nHK_CROSS_TRANSPORT\n-x\nHK_LOG_LEVEL\n-x\nHK_SECRET\n"
+           "-x\nHK_START_TIMEOUT_S\n-x\nHK_X\n-x\nHKT_X_FOO\n-x\nHKT_X_SET\n"
+           "--\ntrue\n",
+           geteuid() == 0 ? "--allow-run-as-root\n" : "");
+  assert_string_equal(read_file(argv_file), want);
+  char *e = read_file(env_file);
+  assert_non_null(e);
+  assert_non_null(strstr(e, "HKT_X_FOO=bar baz\n"));
+  assert_non_null(strstr(e, "HKT_X_SET=here\n"));
+  assert_non_null(strstr(e, "HK_X=1\n"));
+  assert_non_null(strstr(e, "HK_CROSS_TRANSPORT=tcp\n"));
+  assert_non_null(strstr(e, "HK_LOG_LEVEL=info\n"));
+  assert_non_null(strstr(e, "HK_START_TIMEOUT_S=9\n"));
+  /* hkrun's probes reached the hosts as mpirun's ssh will */
+  char *probed = read_file(ssh_log);
+  assert_non_null(probed);
+  assert_non_null(strstr(probed, "-o BatchMode=yes -o ConnectTimeout=9 -p 2222 "
+                                 "-i /k/id a true\n"));
+  assert_non_null(strstr(probed, "-o BatchMode=yes -o ConnectTimeout=9 -p 2222 "
+                                 "-i /k/id b true\n"));
+  hkt_result_free(&r);
+}
+
 static void test_exit_status_passed_through(void **state) {
   (void)state;
   static const int statuses[] = {0, 1, 7, 137};
@@ -536,6 +603,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_refused_before_start),
       cmocka_unit_test(test_execs_mpirun),
+      cmocka_unit_test(test_horovodrun_flags_to_mpirun),
       cmocka_unit_test(test_exit_status_passed_through),
       cmocka_unit_test(test_hostfile_to_mpirun),
       cmocka_unit_test(test_unreachable_hosts_named),

@@ -17,7 +17,11 @@
  *   sizes 1..1048583 and a fused batch, each element against a serial
  *   computation, and that every rank's results hash the same (gathered
  *   with hk_allgather). The test checks each rank's report: its host, its
- *   place, the variables it saw, and one hash for all.
+ *   place, the variables it saw, and one hash for all. The two ranks of
+ *   each host talk through shared memory (HK_INTRA_TRANSPORT=shm: hk_init
+ *   fails if it cannot be set up), so the flat ring mixes shm and TCP (or
+ *   MPI) links and hierarchical runs its in-host phases through the shm
+ *   engine.
  *
  * faults: a host's link is cut (`ip link set <its veth> down`) while an
  *   allreduce is in flight, with HK_TIMEOUT_S=5:
@@ -149,7 +153,8 @@ static void run_check(const char *transport, const char *hier) {
   snprintf(tr_env, sizeof tr_env, "HK_CROSS_TRANSPORT=%s", transport);
   snprintf(hier_env, sizeof hier_env, "HK_HIERARCHICAL_ALLREDUCE=%s", hier);
   /* Open MPI's own allocations are not ours to report under ASan */
-  char *env[] = {"ASAN_OPTIONS=detect_leaks=0", tr_env, hier_env, NULL};
+  char *env[] = {"ASAN_OPTIONS=detect_leaks=0", tr_env, hier_env,
+                 "HK_INTRA_TRANSPORT=shm", NULL};
   char *argv[] = {HKRUN_PATH,
                   "-np",
                   "8",
@@ -281,8 +286,8 @@ static void remove_dir(const char *dir) {
 static void run_cut(int cut, int gate, const char *transport,
                     const char *hier) {
   hkt_bed_need(&bed);
-  char dir[] = "/tmp/hk-netbed-cut-XXXXXX";
-  assert_non_null(mkdtemp(dir));
+  char dir[96];
+  assert_int_equal(hkt_mkdtemp("hk-netbed-cut-", dir, sizeof dir), 0);
   char fifo[512], gate_host[16];
   snprintf(fifo, sizeof fifo, "%s/gate", dir);
   snprintf(gate_host, sizeof gate_host, "%d", cut);
@@ -428,8 +433,8 @@ static void run_cut(int cut, int gate, const char *transport,
 static void test_mpirun_killed_after_cut(void **state) {
   (void)state;
   hkt_bed_need(&bed);
-  char dir[] = "/tmp/hk-netbed-kill-XXXXXX";
-  assert_non_null(mkdtemp(dir));
+  char dir[96];
+  assert_int_equal(hkt_mkdtemp("hk-netbed-kill-", dir, sizeof dir), 0);
   char hosts[512];
   hkt_bed_hostlist(&bed, HOSTS, SLOTS, hosts, sizeof hosts);
   char *env[] = {"ASAN_OPTIONS=detect_leaks=0", "NETBED_ALIVE_S=600", NULL};

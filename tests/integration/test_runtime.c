@@ -58,7 +58,10 @@ static void allreduce_np(const char *np) {
                   NULL};
   char ok[64];
   snprintf(ok, sizeof ok, "allreduce ok: np=%s cases=200", np);
-  run_ok(argv, ok, atoi(np), 280);
+  /* one host: shared memory (the flat ring through the shm engine); the
+   * TCP links are exercised by the socket and algorithm tests below */
+  char *env[] = {"HK_INTRA_TRANSPORT=shm", NULL};
+  run_ok_env(argv, env, ok, atoi(np), 280);
 }
 
 static void test_allreduce_np1(void **s) {
@@ -87,25 +90,27 @@ static void test_allreduce_np8(void **s) {
 }
 
 /* allgather, reducescatter, alltoall, grouped allreduce and join against
- * serial computations, np in {1, 2, 3, 5, 8}. */
+ * serial computations, np in {1, 2, 3, 4, 5, 8}, over shared memory. */
 static void test_collectives(void **s) {
   (void)s;
-  const char *nps[] = {"1", "2", "3", "5", "8"};
-  for (int i = 0; i < 5; i++) {
+  const char *nps[] = {"1", "2", "3", "4", "5", "8"};
+  char *env[] = {"HK_INTRA_TRANSPORT=shm", NULL};
+  for (int i = 0; i < 6; i++) {
     char ok[64];
     snprintf(ok, sizeof ok, "collectives ok: np=%s", nps[i]);
     char *argv[] = {HKRUN_PATH, "-np", (char *)nps[i], W("w_collectives"),
                     NULL};
-    run_ok(argv, ok, atoi(nps[i]), 120);
+    run_ok_env(argv, env, ok, atoi(nps[i]), 120);
   }
 }
 
 /* HK_SOCKETS_PER_PEER=3: every link stripes over 3 connections (blocks
  * of HK_LINK_BLOCK_BYTES, so the big allreduce spreads over all 3); the
- * allreduce cases and every collective still match the serial results. */
+ * allreduce cases and every collective still match the serial results.
+ * (TCP inside the host: HK_INTRA_TRANSPORT=tcp, so the links are TCP.) */
 static void test_three_sockets_per_peer(void **s) {
   (void)s;
-  char *env[] = {"HK_SOCKETS_PER_PEER=3", NULL};
+  char *env[] = {"HK_SOCKETS_PER_PEER=3", "HK_INTRA_TRANSPORT=tcp", NULL};
   const char *big = getenv("HKT_ALLREDUCE_BIG");
   char *ar[] = {HKRUN_PATH,
                 "-np",
@@ -253,9 +258,11 @@ static void test_algorithms_three_sockets(void **s) {
   char args[128];
   snprintf(args, sizeof args, "%s 0 1 5 6 7 %s", W("w_allreduce"),
            big && *big ? big : "100003");
-  char *rd[] = {"HK_ALLREDUCE_ALGO=rd", "HK_SOCKETS_PER_PEER=3", NULL};
+  char *rd[] = {"HK_ALLREDUCE_ALGO=rd", "HK_SOCKETS_PER_PEER=3",
+                "HK_INTRA_TRANSPORT=tcp", NULL};
   run_with_hosts("5", 5, rd, args, "allreduce ok: np=5", NULL);
-  char *hier[] = {"HK_HIERARCHICAL_ALLREDUCE=1", "HK_SOCKETS_PER_PEER=3", NULL};
+  char *hier[] = {"HK_HIERARCHICAL_ALLREDUCE=1", "HK_SOCKETS_PER_PEER=3",
+                  "HK_INTRA_TRANSPORT=tcp", NULL};
   run_with_hosts("6", 2, hier, args, "allreduce ok: np=6", NULL);
 }
 

@@ -35,7 +35,7 @@
 #define DATA_DIR "/usr/share/datasets/fashion-mnist"
 #define RUN_S 120.0 /* deadline of one run; a correct one takes seconds */
 
-static char tmp[64]; /* this test's scratch directory */
+static char tmp[96]; /* this test's scratch directory */
 
 static int have_dataset(void) {
   return access(DATA_DIR "/train-images-idx3-ubyte.gz", R_OK) == 0 &&
@@ -118,15 +118,17 @@ static unsigned char *read_all(const char *path, size_t *len) {
  * the 784-256-128-10 model, and are bytewise identical. */
 static void assert_same_weights(const char *prefix, int np) {
   const size_t want = 12 + 4 * 4 + 4 * (size_t)235146;
-  char path[128];
+  char path[256];
   size_t len0;
-  snprintf(path, sizeof path, "%s.0", prefix);
+  if (snprintf(path, sizeof path, "%s.0", prefix) >= (int)sizeof path)
+    fail_msg("prefix '%s' is too long", prefix);
   unsigned char *w0 = read_all(path, &len0);
   assert_int_equal(len0, want);
   assert_memory_equal(w0, "HKMLP1", 6);
   for (int r = 1; r < np; r++) {
     size_t len;
-    snprintf(path, sizeof path, "%s.%d", prefix, r);
+    if (snprintf(path, sizeof path, "%s.%d", prefix, r) >= (int)sizeof path)
+      fail_msg("prefix '%s' is too long", prefix);
     unsigned char *w = read_all(path, &len);
     assert_int_equal(len, len0);
     if (memcmp(w, w0, len) != 0)
@@ -364,8 +366,7 @@ static void test_usage_errors(void **state) {
 
 static int setup(void **state) {
   (void)state;
-  strcpy(tmp, "/tmp/hk_test_train.XXXXXX");
-  return mkdtemp(tmp) ? 0 : -1;
+  return hkt_mkdtemp("hk_test_train.", tmp, sizeof tmp);
 }
 
 static int teardown(void **state) {

@@ -20,7 +20,13 @@
 #                                  say why on stderr and exit 77
 #   netbed.sh gc                   remove every bed whose owner (the process
 #                                  that ran `up`, or `run`) is gone: what a
-#                                  SIGKILLed test leaves
+#                                  SIGKILLed test leaves (each bed test runs
+#                                  it first)
+#   netbed.sh guard DIR OWNER      (started by `up`, in a session of its own)
+#                                  wait until OWNER is gone, then remove the
+#                                  bed if it is still there: so a bed goes
+#                                  with its owner however that ends
+#                                  (SIGKILL, a ctest timeout)
 #
 # K: 1..16 hosts. RATE: a tc rate ("1gbit", "100mbit") or "none". DELAY: a
 # tc time ("100us", "1ms") or "none"; it needs the netem qdisc (up exits 77
@@ -173,6 +179,7 @@ up() {
     fi
   fi
   local id dir n i ns addr hosts="" nss="" links=""
+  local owner=${NETBED_OWNER_PID:-$PPID}
   id=$(od -An -N4 -tx4 /dev/urandom | tr -d ' \n')
   dir=/tmp/hknetbed-$id
   mkdir -m 700 "$dir"
@@ -186,7 +193,7 @@ up() {
   local subnet=$SUBNET_PREFIX.$n.0/24
   {
     echo "NETBED_ID=$id"
-    echo "NETBED_OWNER=${NETBED_OWNER_PID:-$PPID}"
+    echo "NETBED_OWNER=$owner"
     echo "NETBED_DIR=$dir"
     echo "NETBED_SUBNET=$subnet"
     echo "NETBED_BRIDGE=$br"
@@ -230,6 +237,10 @@ AGENT
     echo "NETBED_MPI_ARGS='--mca plm_rsh_agent $dir/agent --mca btl self,tcp --mca pml ob1 --mca btl_tcp_if_include $subnet --mca oob_tcp_if_include $subnet'"
   } >>"$dir/env"
   trap - EXIT
+  # The guard: in its own session (a signal to the owner's process group
+  # does not reach it), with no file of ours open (a reader of our stdout
+  # sees EOF at once).
+  setsid "$here/netbed.sh" guard "$dir" "$owner" </dev/null >/dev/null 2>&1 &
   echo "netbed: up: $k host(s) $hosts on $subnet (rate $rate, delay $delay), bed $dir" >&2
   echo "$dir"
 }
@@ -292,6 +303,25 @@ run() {
   exit "$rc"
 }
 
+# Is process $1 alive (not gone, not a zombie)?
+alive() {
+  kill -0 "$1" 2>/dev/null &&
+    [ "$(awk '/^State:/ {print $2}' "/proc/$1/status" 2>/dev/null)" != Z ]
+}
+
+# Removes the bed DIR once process OWNER is gone (checked every second);
+# ends when the bed is removed by anyone.
+guard() {
+  [ $# -eq 2 ] || usage
+  local dir=$1 owner=$2
+  while [ -d "$dir" ] && alive "$owner"; do
+    sleep 1
+  done
+  if [ -d "$dir" ]; then
+    down "$dir" >/dev/null 2>&1 || true
+  fi
+}
+
 # Removes the beds whose owner process is gone.
 gc() {
   local ids id owner
@@ -303,7 +333,7 @@ gc() {
   for id in $(echo "$ids" | sort -u); do
     [[ $id =~ ^[0-9a-f]{8}$ ]] || continue
     owner=$(sed -n 's/^NETBED_OWNER=//p' "/tmp/hknetbed-$id/env" 2>/dev/null || true)
-    if [ -n "$owner" ] && kill -0 "$owner" 2>/dev/null; then
+    if [ -n "$owner" ] && alive "$owner"; then
       continue
     fi
     # No owner recorded yet may mean a bed being made right now: leave
@@ -324,5 +354,6 @@ down) down "$@" ;;
 run) run "$@" ;;
 check) check ;;
 gc) gc ;;
+guard) guard "$@" ;;
 *) usage ;;
 esac

@@ -177,13 +177,61 @@ static const bad_case bad[] = {
     {{"-n", "", "p", NULL}, "-n: '' is not a positive integer"},
     {{"--np=", "p", NULL}, "--np: '' is not a positive integer"},
     {{"-np", "65537", "p", NULL}, "-np: '65537' is too large (at most 65536)"},
+    {{"-np", "1", "--hierarchical-allreduce=1", "p", NULL},
+     "--hierarchical-allreduce: takes no value (in "
+     "'--hierarchical-allreduce=1')"},
     {{"-np", "99999999999999999999999", "p", NULL},
      "-np: '99999999999999999999999' is too large (at most 65536)"},
     {{"-np", NULL}, "-np: missing value"},
     {{"-v", "--grace-period", NULL}, "--grace-period: missing value"},
     {{"--frobnicate", "-np", "2", "p", NULL}, "unknown option '--frobnicate'"},
-    {{"-x", "p", NULL}, "unknown option '-x'"},
-    {{"-np=2", "p", NULL}, "unknown option '-np=2'"},
+    {{"-x", "p", NULL}, "no program given"},
+    {{"-np", "1", "-x", "1A=2", "p", NULL},
+     "-x: '1A=2' is not NAME or NAME=value (NAME: letters, digits and '_', "
+     "not starting with a digit)"},
+    {{"-np", "1", "-x", "=v", "p", NULL},
+     "-x: '=v' is not NAME or NAME=value (NAME: letters, digits and '_', "
+     "not starting with a digit)"},
+    {{"-np", "1", "-x", "HK_RANK=3", "p", NULL},
+     "-x: hkrun sets HK_RANK for each worker itself; it cannot be given"},
+    {{"-np=2", "p", NULL}, "unknown option '-np=2' (did you mean -np?)"},
+    {{"-np", "1", "--fusion-treshold-mb", "4", "p", NULL},
+     "unknown option '--fusion-treshold-mb' (did you mean "
+     "--fusion-threshold-mb?)"},
+    {{"-np", "1", "--hierachical-allreduce", "p", NULL},
+     "unknown option '--hierachical-allreduce' (did you mean "
+     "--hierarchical-allreduce?)"},
+    {{"-np", "1", "--timline-filename=t.json", "p", NULL},
+     "unknown option '--timline-filename=t.json' (did you mean "
+     "--timeline-filename?)"},
+    {{"-np", "1", "--autotune", "p", NULL},
+     "--autotune: hk has no autotuner yet (Horovod's --autotune searches the "
+     "fusion threshold and cycle time while the job trains); set "
+     "--fusion-threshold-mb and --cycle-time-ms yourself, comparing them with "
+     "hkbench --model"},
+    {{"-np", "1", "--autotune-log-file", "f", "p", NULL},
+     "--autotune-log-file: hk has no autotuner yet (Horovod's --autotune "
+     "searches the fusion threshold and cycle time while the job trains); "
+     "set --fusion-threshold-mb and --cycle-time-ms yourself, comparing them "
+     "with hkbench --model"},
+    {{"-np", "1", "--log-level", "LOUD", "p", NULL},
+     "--log-level: 'LOUD' is not one of TRACE, DEBUG, INFO, WARNING, ERROR, "
+     "FATAL"},
+    {{"-np", "1", "--start-timeout", "0", "p", NULL},
+     "--start-timeout: '0' must be more than 0 seconds"},
+    {{"-np", "1", "--start-timeout", "-5", "p", NULL},
+     "--start-timeout: '-5' is not a number of seconds"},
+    {{"-np", "1", "--stall-check-warning-time-seconds", "x", "p", NULL},
+     "--stall-check-warning-time-seconds: 'x' is not a number of seconds"},
+    {{"-np", "1", "-p", "0", "p", NULL}, "-p: '0' is not a positive integer"},
+    {{"-np", "1", "--ssh-port", "70000", "p", NULL},
+     "--ssh-port: '70000' is too large (at most 65535)"},
+    {{"-np", "1", "--network-interfaces", "eth0,eth1", "p", NULL},
+     "--network-interfaces: 'eth0,eth1': hk listens on one interface; give "
+     "one name, or a CIDR subnet (10.0.0.0/16) that covers the hosts' "
+     "addresses"},
+    {{"-np", "1", "--output-filename=", "p", NULL},
+     "--output-filename: empty value"},
     {{"--frob=1", "p", NULL}, "unknown option '--frob=1'"},
     {{"-np", "2", NULL}, "no program given"},
     {{"-np", "2", "--", NULL}, "no program given"},
@@ -289,13 +337,179 @@ static void test_tunable_flags(void **state) {
   assert_null(a.topology);
 }
 
+/* Horovod's and mpirun's flags: what each asks for, as HK_* assignments
+ * and fields; refusals name what to use instead. */
+static void test_horovodrun_flags(void **state) {
+  (void)state;
+  const char *tok[] = {"-np",
+                       "2",
+                       "-x",
+                       "FOO=bar",
+                       "-x",
+                       "PATH",
+                       "--start-timeout",
+                       "30",
+                       "--log-level",
+                       "TRACE",
+                       "--hierarchical-allreduce",
+                       "--timeline-mark-cycles",
+                       "--stall-check-warning-time-seconds",
+                       "5",
+                       "--stall-check-shutdown-time-seconds=9",
+                       "--gloo-timeout-seconds",
+                       "7",
+                       "--disable-cache",
+                       "-p",
+                       "2222",
+                       "-i",
+                       "/k",
+                       "--output-filename",
+                       "/tmp/out",
+                       "--tcp",
+                       "--bind-to",
+                       "socket",
+                       "--hosts=localhost:2",
+                       "--no-autotune",
+                       "--log-without-timestamp",
+                       "prog",
+                       NULL};
+  int argc = 0;
+  char *argv[40];
+  argv[argc++] = "hkrun";
+  for (int i = 0; tok[i]; i++)
+    argv[argc++] = (char *)tok[i];
+  argv[argc] = NULL;
+  hkrun_args a;
+  char err[HKRUN_ARGS_ERR_CAP];
+  assert_int_equal(hkrun_args_parse(argc, argv, &a, err, sizeof err), 0);
+  assert_int_equal(a.n_env_x, 2);
+  assert_string_equal(a.env_x[0], "FOO=bar");
+  assert_string_equal(a.env_x[1], "PATH");
+  assert_int_equal(a.disable_cache, 1);
+  assert_string_equal(a.ssh_port, "2222");
+  assert_string_equal(a.ssh_identity_file, "/k");
+  assert_string_equal(a.output_filename, "/tmp/out");
+  assert_int_equal(a.bind, HKRUN_BIND_SOCKET);
+  assert_string_equal(a.bind_to, "socket");
+  assert_string_equal(a.hosts, "localhost:2");
+  char buf[1024];
+  const char *vars[16];
+  int n;
+  assert_int_equal(hkrun_tunable_env(&a, buf, sizeof buf, vars, 16, &n), 0);
+  const char *want[] = {"HK_TIMELINE_MARK_CYCLES=1",
+                        "HK_START_TIMEOUT_S=30",
+                        "HK_LOG_LEVEL=debug",
+                        "HK_HIERARCHICAL_ALLREDUCE=1",
+                        "HK_STALL_CHECK_TIME_S=5",
+                        "HK_STALL_SHUTDOWN_TIME_S=9",
+                        "HK_TIMEOUT_S=7",
+                        "HK_CROSS_TRANSPORT=tcp"};
+  assert_int_equal(n, (int)(sizeof want / sizeof want[0]));
+  for (int i = 0; i < n; i++)
+    assert_string_equal(vars[i], want[i]);
+  assert_int_equal(hkrun_tunable_env(&a, buf, sizeof buf, vars, 3, &n), -1);
+
+  /* the "no" forms, and --no-stall-check over the times */
+  const char *no[] = {"-np",
+                      "1",
+                      "--no-hierarchical-allreduce",
+                      "--no-timeline-mark-cycles",
+                      "--stall-check-warning-time-seconds",
+                      "5",
+                      "--no-stall-check",
+                      "--log-level=fatal",
+                      "p",
+                      NULL};
+  argc = 0;
+  argv[argc++] = "hkrun";
+  for (int i = 0; no[i]; i++)
+    argv[argc++] = (char *)no[i];
+  argv[argc] = NULL;
+  assert_int_equal(hkrun_args_parse(argc, argv, &a, err, sizeof err), 0);
+  assert_int_equal(hkrun_tunable_env(&a, buf, sizeof buf, vars, 16, &n), 0);
+  const char *want_no[] = {"HK_TIMELINE_MARK_CYCLES=0", "HK_LOG_LEVEL=error",
+                           "HK_HIERARCHICAL_ALLREDUCE=0",
+                           "HK_STALL_CHECK_TIME_S=0",
+                           "HK_STALL_SHUTDOWN_TIME_S=0"};
+  assert_int_equal(n, (int)(sizeof want_no / sizeof want_no[0]));
+  for (int i = 0; i < n; i++)
+    assert_string_equal(vars[i], want_no[i]);
+
+  /* --check-build needs no -np (as horovodrun's) */
+  const char *cb[] = {"hkrun", "-cb", NULL};
+  assert_int_equal(hkrun_args_parse(2, (char **)cb, &a, err, sizeof err), 0);
+  assert_int_equal(a.action, HKRUN_CHECK_BUILD);
+  const char *cb2[] = {"hkrun", "--check-build", NULL};
+  assert_int_equal(hkrun_args_parse(2, (char **)cb2, &a, err, sizeof err), 0);
+  assert_int_equal(a.action, HKRUN_CHECK_BUILD);
+
+  /* every refused horovodrun flag says "hk" and gives no bare "unknown" */
+  const char *refused[] = {"--gloo",
+                           "--jsrun",
+                           "--min-np",
+                           "--host-discovery-script",
+                           "--config-file",
+                           "--mpi-threads-disable",
+                           "--hierarchical-allgather",
+                           "--num-nccl-streams",
+                           "--thread-affinity",
+                           "--prefix-output-with-timestamp",
+                           "--binding-args",
+                           "--map-by"};
+  for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+    const char *r[] = {"hkrun", "-np", "1", refused[i], "x", "prog", NULL};
+    assert_int_equal(hkrun_args_parse(6, (char **)r, &a, err, sizeof err), -1);
+    if (strncmp(err, refused[i], strlen(refused[i])) != 0 ||
+        strstr(err, "unknown") || !strstr(err, "hk"))
+      fail_msg("%s: %s", refused[i], err);
+  }
+}
+
+static void test_edit_distance(void **state) {
+  (void)state;
+  assert_int_equal(hkrun_edit_distance("", ""), 0);
+  assert_int_equal(hkrun_edit_distance("abc", "abc"), 0);
+  assert_int_equal(hkrun_edit_distance("abc", "acb"), 1); /* a swap */
+  assert_int_equal(hkrun_edit_distance("kitten", "sitting"), 3);
+  assert_int_equal(hkrun_edit_distance("--np", ""), 4);
+  char longer[100];
+  memset(longer, 'a', sizeof longer - 1);
+  longer[sizeof longer - 1] = '\0';
+  assert_int_equal(hkrun_edit_distance(longer, "a"), 64);
+}
+
 static void test_usage_texts(void **state) {
   (void)state;
   const char *u = hkrun_usage();
   assert_non_null(strstr(u, "usage: hkrun -np N"));
-  const char *opts[] = {"-np N",          "--tag-output", "--no-tag-output",
-                        "--grace-period", "--verbose",    "--help",
-                        "--version"};
+  const char *opts[] = {"-np N",
+                        "--tag-output",
+                        "--no-tag-output",
+                        "--grace-period",
+                        "--verbose",
+                        "--help",
+                        "--version",
+                        "-x NAME=VALUE",
+                        "--start-timeout S",
+                        "--output-filename DIR",
+                        "--log-level LEVEL",
+                        "--disable-cache",
+                        "--hierarchical-allreduce",
+                        "--timeline-mark-cycles",
+                        "--stall-check-warning-time-seconds",
+                        "--stall-check-shutdown-time-seconds",
+                        "--check-build",
+                        "-p, --ssh-port",
+                        "--bind-to POLICY",
+                        "SSH arguments",
+                        "tuneable parameter arguments",
+                        "timeline arguments",
+                        "stall check arguments",
+                        "library arguments",
+                        "logging arguments",
+                        "host arguments",
+                        "controller arguments",
+                        "--autotune"};
   for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++)
     if (!strstr(u, opts[i]))
       fail_msg("usage does not mention %s", opts[i]);
@@ -313,6 +527,8 @@ int main(void) {
       cmocka_unit_test(test_small_error_buffer),
       cmocka_unit_test(test_usage_texts),
       cmocka_unit_test(test_tunable_flags),
+      cmocka_unit_test(test_horovodrun_flags),
+      cmocka_unit_test(test_edit_distance),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

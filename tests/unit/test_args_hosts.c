@@ -152,7 +152,10 @@ static const bad_case bad[] = {
     {{"--network-interface", "", "-np", "1", "prog", NULL},
      "--network-interface: empty value"},
     {{"--bind-to", "core numa", "-np", "1", "prog", NULL},
-     "--bind-to: 'core numa' is not one word"},
+     "--bind-to: 'core numa' is not one of none, hwthread, core, socket, "
+     "numa"},
+    {{"--bind-to", "banana", "-np", "1", "prog", NULL},
+     "--bind-to: 'banana' is not one of none, hwthread, core, socket, numa"},
     {{"--mpi=1", "-np", "1", "prog", NULL},
      "--mpi: takes no value (in "
      "'--mpi=1')"},
@@ -174,7 +177,7 @@ static void test_rejected(void **state) {
 static void test_usage_mentions_hosts(void **state) {
   (void)state;
   const char *u = hkrun_usage();
-  assert_non_null(strstr(u, "-H, --host LIST"));
+  assert_non_null(strstr(u, "-H, --hosts, --host LIST"));
   assert_non_null(strstr(u, "--hostfile FILE"));
   assert_non_null(strstr(u, "--network-interface IF"));
   assert_non_null(strstr(u, "--mpi-args"));

@@ -311,6 +311,12 @@ static void test_bounds_and_overlap(void **state) {
                    HK_ERR_INVALID_ARG);
   assert_non_null(strstr(hk_last_error(), "memcpy_async dst"));
   assert_int_equal(ops->memcpy_async(dev, host, d + 50, 50, NULL), HK_OK);
+  /* the end pointer is not device memory, and not host memory either */
+  assert_int_equal(ops->pointer_kind(dev, d + 100, NULL), HK_MEM_HOST);
+  assert_int_equal(ops->memcpy_async(dev, host, d + 100, 1, NULL),
+                   HK_ERR_INVALID_ARG);
+  assert_non_null(strstr(hk_last_error(), "in its padding"));
+  assert_int_equal(ops->memcpy_async(dev, host, d + 100, 0, NULL), HK_OK);
   /* overlap */
   assert_int_equal(ops->memcpy_async(dev, d + 8, d, 64, NULL),
                    HK_ERR_INVALID_ARG);

@@ -185,9 +185,35 @@ static void test_liveness_follows_the_timeout(void **state) {
   assert_non_null(strstr(hk_last_error(), "SO_KEEPALIVE"));
 }
 
+/* The launcher's abort does not hide bytes that already arrived: a wait
+ * that can read returns them; the next one, with nothing to read, fails
+ * with HK_ERR_PEER_LOST. A send is not let through an abort. */
+static void test_arrived_bytes_before_abort(void **state) {
+  (void)state;
+  int sv[2], ab[2];
+  assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  assert_int_equal(pipe(ab), 0);
+  assert_int_equal(write(sv[1], "abcd", 4), 4);
+  assert_int_equal(write(ab[1], "x", 1), 1); /* hkrun aborted meanwhile */
+  hk_io io = {ab[0], 2};
+  char got[4];
+  assert_int_equal(hk_tcp_recv_all(sv[0], got, 4, &io, "rank 1"), HK_OK);
+  assert_memory_equal(got, "abcd", 4);
+  assert_int_equal(hk_tcp_recv_all(sv[0], got, 1, &io, "rank 1"),
+                   HK_ERR_PEER_LOST);
+  assert_non_null(strstr(hk_last_error(), "the launcher aborted the job"));
+  assert_int_equal(hk_tcp_wait(sv[0], 1, -1, 0, &io, "sending"),
+                   HK_ERR_PEER_LOST);
+  close(sv[0]);
+  close(sv[1]);
+  close(ab[0]);
+  close(ab[1]);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_liveness_follows_the_timeout),
+      cmocka_unit_test(test_arrived_bytes_before_abort),
       cmocka_unit_test(test_bad_secret_refused_good_accepted),
       cmocka_unit_test(test_server_without_secret_detected),
       cmocka_unit_test(test_connect_timeout_when_nobody_listens),

@@ -131,7 +131,10 @@ static void test_hk_topo_file(void **state) {
   assert_non_null(strstr(hk_last_error(),
                          "HK_TOPO_FILE=/nonexistent/hk-topo.txt: cannot open"));
 
-  char tmp[] = "/tmp/hk-topo-test-XXXXXX";
+  char tmp[96];
+  snprintf(tmp, sizeof tmp, "%s/hk-topo-test-XXXXXX",
+           getenv("TMPDIR") && getenv("TMPDIR")[0] == '/' ? getenv("TMPDIR")
+                                                          : "/tmp");
   int fd = mkstemp(tmp);
   assert_true(fd >= 0);
   const char bad[] = "\tGPU0\tGPU1\nGPU0\t X \tNV2\nGPU1\tNV2\tXX\n";

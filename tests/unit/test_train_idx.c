@@ -20,7 +20,7 @@
 #include "data.h"
 #include "idx.h"
 
-static char dir[64];
+static char dir[96];
 
 /* Writes an IDX header (type u8, ndims, dims) and `n` data bytes, with
  * byte k of the data = (k * 7 + 3) mod 256. gz: 1 gzip, 0 plain. Returns
@@ -115,7 +115,10 @@ static void expect_fail(const char *path, int ndims, const char *what) {
 
 static int setup(void **state) {
   (void)state;
-  strcpy(dir, "/tmp/hk_test_train_idx.XXXXXX");
+  /* under $TMPDIR: scripts/test.sh removes it however the run ends */
+  snprintf(dir, sizeof dir, "%s/hk_test_train_idx.XXXXXX",
+           getenv("TMPDIR") && getenv("TMPDIR")[0] == '/' ? getenv("TMPDIR")
+                                                          : "/tmp");
   return mkdtemp(dir) ? 0 : -1;
 }
 

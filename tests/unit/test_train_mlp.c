@@ -329,7 +329,10 @@ static void test_save_load_roundtrip(void **state) {
   float x[TB * 6];
   uint8_t y[TB];
   tiny_model(&m, x, y);
-  char path[] = "/tmp/hk_test_train_save.XXXXXX";
+  char path[96];
+  snprintf(path, sizeof path, "%s/hk_test_train_save.XXXXXX",
+           getenv("TMPDIR") && getenv("TMPDIR")[0] == '/' ? getenv("TMPDIR")
+                                                          : "/tmp");
   int fd = mkstemp(path);
   assert_true(fd >= 0);
   close(fd);

@@ -75,6 +75,7 @@ static void test_responses_roundtrip(void **state) {
   rs[1].reason = "tensor 'grad.w': count 16 on rank 0, 12 on rank 1";
   uint32_t inval[2] = {3, 9};
   hk_msg m = {.type = HK_MSG_RESPONSES};
+  m.u.responses.answer = 1;
   m.u.responses.shutdown_rank = -1;
   m.u.responses.abort_status = HK_ERR_STALLED;
   m.u.responses.abort_reason = "tensor 'w' stalled";
@@ -86,6 +87,7 @@ static void test_responses_roundtrip(void **state) {
   encode(&m, &b);
   hk_msg d;
   assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_OK);
+  assert_int_equal(d.u.responses.answer, 1);
   assert_int_equal(d.u.responses.shutdown_rank, -1);
   assert_int_equal(d.u.responses.abort_status, HK_ERR_STALLED);
   assert_string_equal(d.u.responses.abort_reason, "tensor 'w' stalled");
@@ -100,6 +102,16 @@ static void test_responses_roundtrip(void **state) {
   assert_int_equal(d.u.responses.resps[2].cache_bit, 41);
   assert_string_equal(d.u.responses.resps[2].name, "");
   hk_msg_free(&d);
+  /* the answer byte sits at HK_WIRE_ANSWER_OFFSET: rank 0 encodes a
+   * broadcast once and sets it per recipient; only 0 and 1 decode */
+  assert_int_equal(b.data[HK_WIRE_ANSWER_OFFSET], 1);
+  b.data[HK_WIRE_ANSWER_OFFSET] = 0;
+  assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_OK);
+  assert_int_equal(d.u.responses.answer, 0);
+  hk_msg_free(&d);
+  b.data[HK_WIRE_ANSWER_OFFSET] = 2;
+  assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_ERR_PROTOCOL);
+  assert_non_null(strstr(hk_last_error(), "answer flag"));
   /* a cached response that also names a tensor is malformed */
   strcpy(rs[2].name, "x");
   encode(&m, &b);

@@ -20,6 +20,9 @@
  *   w_device mismatch          host vs device, and mixed buffers
  *   w_device collectives       broadcast/allgather/reducescatter/alltoall
  *                              on device buffers vs host results
+ *   w_device features          grouped allreduce, the response cache (one
+ *                              name over steps) and hk_join on device
+ *                              tensors
  *   w_device fault             allreduces until one fails (HK_EMU_FAULT)
  * Prints "device ok: <mode> ..." on success; exits 1 with a message else.
  */
@@ -546,6 +549,84 @@ static void mode_collectives(void) {
   printf("device ok: collectives np=%d\n", size);
 }
 
+/* Sum over ranks [0, upto) of fill_input(salt), the ranks from upto on
+ * contributing zeros (a joined rank's identity), in the documented order
+ * for this job's hosts (one host: the communicator's rank-order fold;
+ * several: hierarchical, which test_device forces there). */
+static void fold_model(float *want, size_t count, int upto, uint64_t salt) {
+  void **in = calloc((size_t)size, sizeof *in);
+  for (int r = 0; r < size; r++) {
+    in[r] = calloc(count + 1, 4);
+    if (r < upto)
+      fill_input(in[r], count, HK_FLOAT32, r, salt);
+  }
+  model(want, in, hk_local_size(), hk_cross_size(), count, HK_FLOAT32, HK_SUM);
+  for (int r = 0; r < size; r++)
+    free(in[r]);
+  free(in);
+}
+
+static void mode_features(void) {
+  enum { K = 5, C = 1001 };
+  float *host = malloc(K * C * 4), *got = malloc(K * C * 4),
+        *want = malloc(C * 4);
+  float *d = dalloc(K * C * 4);
+  /* grouped: K tensors negotiated and fused as one unit */
+  const char *names[K] = {"g.0", "g.1", "g.2", "g.3", "g.4"};
+  const void *send[K];
+  void *recv[K];
+  size_t counts[K];
+  for (int i = 0; i < K; i++) {
+    fill_input(host + i * C, C, HK_FLOAT32, rank, 200 + (uint64_t)i);
+    send[i] = recv[i] = d + i * C;
+    counts[i] = C - (size_t)i * 100;
+  }
+  up(d, host, K * C * 4);
+  HKT_OK(
+      hk_grouped_allreduce(names, send, recv, counts, K, HK_FLOAT32, HK_SUM));
+  down(got, d, K * C * 4);
+  for (int i = 0; i < K; i++) {
+    fold_model(want, counts[i], size, 200 + (uint64_t)i);
+    check_bits(got + i * C, want, counts[i], HK_FLOAT32, names[i]);
+  }
+  /* one name over steps: after the first, the response cache's bit */
+  for (int step = 0; step < 4; step++) {
+    fill_input(host, C, HK_FLOAT32, rank, 300 + (uint64_t)step);
+    up(d, host, C * 4);
+    HKT_OK(hk_allreduce("cached", d, d, C, HK_FLOAT32, HK_SUM));
+    down(got, d, C * 4);
+    fold_model(want, C, size, 300 + (uint64_t)step);
+    check_bits(got, want, C, HK_FLOAT32, "cached");
+  }
+  /* join: the last rank runs out of data after one step; the others'
+   * averages then divide by the ranks that contributed */
+  for (int step = 0; step < 3; step++) {
+    int joined = step > 0 && size > 1;
+    if (joined && rank == size - 1)
+      break;
+    char name[32];
+    snprintf(name, sizeof name, "join.%d", step);
+    fill_input(host, C, HK_FLOAT32, rank, 400 + (uint64_t)step);
+    up(d, host, C * 4);
+    HKT_OK(hk_allreduce(name, d, d, C, HK_FLOAT32, HK_AVERAGE));
+    down(got, d, C * 4);
+    int contributors = joined ? size - 1 : size;
+    fold_model(want, C, contributors, 400 + (uint64_t)step);
+    hk_reduce_finish_average(want, C, HK_FLOAT32, contributors);
+    check_bits(got, want, C, HK_FLOAT32, name);
+  }
+  int last = -1;
+  HKT_OK(hk_join(&last));
+  HKT_CHECK(size == 1 || last != size - 1 || size == 1,
+            "rank %d joined last, expected one of the ranks still stepping",
+            last);
+  dev->ops->mem_free(dev, d);
+  free(host);
+  free(got);
+  free(want);
+  printf("device ok: features np=%d\n", size);
+}
+
 /* Allreduces until one fails: prints the error and exits 3. */
 static void mode_fault(void) {
   const size_t count = 1000;
@@ -590,6 +671,8 @@ int main(int argc, char **argv) {
     mode_mismatch();
   else if (!strcmp(m, "collectives"))
     mode_collectives();
+  else if (!strcmp(m, "features"))
+    mode_features();
   else if (!strcmp(m, "fault"))
     mode_fault();
   else

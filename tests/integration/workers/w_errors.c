@@ -1,7 +1,7 @@
 /*
  * w_errors - negotiation errors complete on every rank and lose nothing:
- *  1. 'grad.w' has 16 elements on every rank but rank 1 (12), submitted in
- *     the same cycle as a healthy 'grad.ok': grad.w fails with
+ *  1. 'grad.w' has 16 elements on every rank but rank 1 (12), submitted at
+ *     the same time as a healthy 'grad.ok': grad.w fails with
  *     HK_ERR_MISMATCH on EVERY rank, naming the tensor, both counts and
  *     the ranks; grad.ok has the right sum; a later grad.w that agrees
  *     works (cases C2, and the issue's mismatch test).
@@ -95,11 +95,13 @@ int main(void) {
   expect_mismatch(hk_broadcast("t.root", x, 4, HK_INT32, rank == 0 ? 1 : 0),
                   root_needles);
 
-  /* 3. duplicate name while in flight (on rank 0 only) */
+  /* 3. duplicate name while in flight (on rank 0 only). The others submit
+   * 'dup' only after a barrier that rank 0 enters after its second try:
+   * until then 'dup' cannot complete, so that try meets it in flight. */
   int64_t d[3] = {rank, rank, rank}, d2[3];
   hk_handle hd, hd2;
-  HKT_OK(hk_allreduce_async("dup", d, d, 3, HK_INT64, HK_SUM, &hd));
   if (rank == 0) {
+    HKT_OK(hk_allreduce_async("dup", d, d, 3, HK_INT64, HK_SUM, &hd));
     hk_status st = hk_allreduce_async("dup", d2, d2, 3, HK_INT64, HK_SUM, &hd2);
     HKT_CHECK(st == HK_ERR_DUPLICATE_NAME, "second 'dup' gave %s",
               hk_strerror(st));
@@ -107,6 +109,9 @@ int main(void) {
                   strstr(hk_last_error(), "in flight"),
               "duplicate message: %s", hk_last_error());
   }
+  HKT_OK(hk_barrier());
+  if (rank != 0)
+    HKT_OK(hk_allreduce_async("dup", d, d, 3, HK_INT64, HK_SUM, &hd));
   HKT_OK(hk_wait(hd));
   HKT_CHECK(d[2] == (int64_t)np * (np - 1) / 2, "dup sum %lld",
             (long long)d[2]);

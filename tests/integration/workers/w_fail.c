@@ -3,8 +3,9 @@
  *   kill   : every rank allreduces 16 MiB in a loop and prints
  *            "ready pid=<pid>" after the first one; the test kills one rank
  *            with SIGKILL. Survivors print the error they got and exit 1.
- *   early  : rank 0 exits with status 3 right after hk_init; the others
- *            allreduce and must get HK_ERR_PEER_LOST naming rank 0 (C6).
+ *   early  : rank 0 exits with status 3 right after hk_init and a
+ *            barrier; the others allreduce and must get HK_ERR_PEER_LOST
+ *            naming rank 0 (C6).
  *   shutdown: rank 1 calls hk_shutdown while rank 0 waits on a tensor rank 1
  *            never submits: rank 0's wait ends with HK_ERR_SHUTDOWN naming
  *            rank 1, later submits fail at once, both exit 0.
@@ -50,10 +51,16 @@ static int mode_kill(int rank) {
 }
 
 static int mode_early(int rank) {
+  /* The barrier first: rank 0's hk_init can return while another rank's is
+   * still finishing, and an exit then fails that hk_init (hkrun's abort)
+   * instead of the allreduce this mode is about. The barrier itself may
+   * already meet the lost peer on the others. */
+  hk_status st = hk_barrier();
   if (rank == 0)
     exit(3);
   int32_t v = rank;
-  hk_status st = hk_allreduce("x", &v, &v, 1, HK_INT32, HK_SUM);
+  if (st == HK_OK)
+    st = hk_allreduce("x", &v, &v, 1, HK_INT32, HK_SUM);
   fprintf(stderr, "rank %d: allreduce gave %s: %s\n", rank, hk_strerror(st),
           hk_last_error());
   HKT_CHECK(st == HK_ERR_PEER_LOST, "expected peer lost");

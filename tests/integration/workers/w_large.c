@@ -3,10 +3,15 @@
  * elements, in place, sum), checked element by element on every rank
  * against the serial sum modulo 256. Buffers are backed by transparent
  * huge pages where available, since first-touch page faults cost ~11 us
- * per 4 KiB page on the reference VM (../shared/peers/results).
+ * per 4 KiB page on the reference VM (bench/peers/results).
+ *   w_large [BYTES [rss]]  with "rss", also prints this process's peak
+ *                          resident set (getrusage: shared memory
+ *                          included) after the allreduce: "rss peak <KiB>
+ *                          KiB for <BYTES> bytes".
  */
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 
 #include "wcommon.h"
 
@@ -34,6 +39,11 @@ int main(int argc, char **argv) {
       first = i;
   }
   HKT_CHECK(wrong == 0, "%zu wrong elements, the first at %zu", wrong, first);
+  if (argc > 2 && !strcmp(argv[2], "rss")) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    printf("rss peak %ld KiB for %zu bytes\n", ru.ru_maxrss, n);
+  }
   HKT_OK(hk_shutdown());
   printf("large ok: %zu bytes\n", n);
   munmap(buf, n);

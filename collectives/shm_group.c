@@ -1,0 +1,273 @@
+/*
+ * shm_group.c - the single-copy engine (see shm_group.h).
+ */
+#include "collectives/shm_group.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "collectives/reduce.h"
+#include "common/status.h"
+
+/* The fold works through a slice in blocks of this many bytes, so the
+ * running value stays in L1 while the n inputs stream past it. */
+#define FOLD_BLOCK ((size_t)8192)
+
+hk_status hk_shm_group_init(hk_shm_group *g, const hk_shm_seg *seg, int n,
+                            int me, const int *local, const int *ranks,
+                            const int *fds, const hk_io *io) {
+  memset(g, 0, sizeof *g);
+  const size_t slot = seg->hdr->layout.slot_bytes;
+  if (n < 1 || me < 0 || me >= n || n > seg->hdr->layout.n ||
+      slot < (size_t)n * HK_SHM_LINE)
+    return hk_fail(HK_ERR_INVALID_ARG,
+                   "an shm group of %d (position %d) over a segment of %d "
+                   "ranks with %zu-byte slots",
+                   n, me, seg->hdr->layout.n, slot);
+  g->n = n;
+  g->me = me;
+  g->io = *io;
+  g->spin_s = seg->spin_s;
+  g->slice = slot / (size_t)n / HK_SHM_LINE * HK_SHM_LINE;
+  g->ctl = calloc((size_t)n, sizeof *g->ctl);
+  g->slot = calloc(2 * (size_t)n, sizeof *g->slot);
+  g->peers = calloc((size_t)n, sizeof *g->peers);
+  g->names = calloc((size_t)n, sizeof *g->names);
+  g->owner = calloc(2 * (size_t)n, sizeof *g->owner);
+  if (!g->ctl || !g->slot || !g->peers || !g->names || !g->owner) {
+    hk_shm_group_destroy(g);
+    return hk_fail(HK_ERR_NOMEM, "cannot allocate an shm group of %d", n);
+  }
+  g->start = g->owner + n;
+  for (int p = 0; p < n; p++) {
+    g->ctl[p] = hk_shm_seg_ctl(seg, local[p]);
+    g->slot[2 * p] = hk_shm_seg_slot(seg, local[p], 0);
+    g->slot[2 * p + 1] = hk_shm_seg_slot(seg, local[p], 1);
+    snprintf(g->names[p], sizeof g->names[p], "rank %d", ranks[p]);
+    g->peers[p] = (hk_shm_peer){p == me ? -1 : fds[p], g->names[p]};
+  }
+  /* every member starts at the same count: the segment's counters are
+   * zero when created and only group calls move them */
+  g->rounds =
+      atomic_load_explicit(&g->ctl[me]->progress, memory_order_relaxed) / 3;
+  return HK_OK;
+}
+
+void hk_shm_group_destroy(hk_shm_group *g) {
+  free(g->ctl);
+  free(g->slot);
+  free(g->peers);
+  free(g->names);
+  free(g->owner);
+  memset(g, 0, sizeof *g);
+}
+
+/* ---- waiting for the members' progress ---- */
+
+typedef struct progress_wait {
+  hk_shm_group *g;
+  uint64_t target; /* every member in [first..] must have reached it */
+  int only;        /* >= 0: only this position */
+} progress_wait;
+
+static int behind(const hk_shm_group *g, int p, uint64_t target) {
+  return atomic_load_explicit(&g->ctl[p]->progress, memory_order_acquire) <
+         target;
+}
+
+static int pw_ready(void *arg) {
+  const progress_wait *w = arg;
+  if (w->only >= 0)
+    return !behind(w->g, w->only, w->target);
+  for (int p = 0; p < w->g->n; p++)
+    if (p != w->g->me && behind(w->g, p, w->target))
+      return 0;
+  return 1;
+}
+
+static void pw_arm(void *arg, int on) {
+  const progress_wait *w = arg;
+  atomic_store_explicit(&w->g->ctl[w->g->me]->bell.group_wait,
+                        on ? HK_SHM_SLEEP_FUTEX : HK_SHM_AWAKE,
+                        memory_order_seq_cst);
+}
+
+static int pw_waiting_for(void *arg, hk_shm_peer *peers, int max) {
+  const progress_wait *w = arg;
+  int k = 0;
+  for (int p = 0; p < w->g->n && k < max; p++)
+    if (p != w->g->me && (w->only < 0 || p == w->only) &&
+        behind(w->g, p, w->target))
+      peers[k++] = w->g->peers[p];
+  return k;
+}
+
+static hk_status wait_progress(hk_shm_group *g, int only, uint64_t target,
+                               const char *what) {
+  progress_wait w = {g, target, only};
+  if (pw_ready(&w))
+    return HK_OK;
+  hk_shm_cond c = {pw_ready, pw_arm, pw_waiting_for, &w, &g->ctl[g->me]->bell,
+                   g->spin_s};
+  return hk_shm_wait(&c, &g->io, what);
+}
+
+/* Publishes this rank's progress and wakes the members that sleep. */
+static void publish(hk_shm_group *g, uint64_t value) {
+  atomic_store_explicit(&g->ctl[g->me]->progress, value, memory_order_release);
+  for (int p = 0; p < g->n; p++)
+    if (p != g->me)
+      hk_shm_wake_flag(&g->ctl[p]->bell.group_wait, &g->ctl[p]->bell, -1);
+}
+
+/* ---- one round ---- */
+
+/* Segment j's elements in round t: [*lo, *lo + return value). */
+static size_t slice_of(const hk_shm_job *job, size_t per, int j, uint64_t t,
+                       size_t *lo) {
+  size_t a = job->seg[j] + (size_t)t * per, b = job->seg[j + 1];
+  *lo = a;
+  return a < b ? (b - a < per ? b - a : per) : 0;
+}
+
+/* acc = the fold of in[0..n) over ne elements (in[i] is ring position
+ * start+i's value), block by block; then the finish. */
+static void fold_core(const hk_shm_job *job, const uint8_t *const *in, int n,
+                      size_t ne, uint8_t *acc) {
+  const size_t esz = hk_dtype_size(job->dtype);
+  const size_t blk = FOLD_BLOCK / esz;
+  for (size_t b = 0; b < ne; b += blk) {
+    size_t m = ne - b < blk ? ne - b : blk, o = b * esz;
+    if (n == 1)
+      memcpy(acc + o, in[0] + o, m * esz);
+    else
+      hk_reduce(acc + o, in[1] + o, in[0] + o, m, job->dtype, job->op);
+    for (int i = 2; i < n; i++)
+      hk_reduce(acc + o, in[i] + o, acc + o, m, job->dtype, job->op);
+    if (job->finish)
+      hk_ring_finish_apply(acc + o, m, job->dtype, job->op, job->fin, n);
+  }
+}
+
+/* Folds segment j's slice (ne elements at element offset lo) over every
+ * position, in ring order from start[j], into acc. */
+static void fold(hk_shm_group *g, const hk_shm_job *job, int j, int half,
+                 size_t lo, size_t ne, uint8_t *acc) {
+  const int n = g->n;
+  const size_t esz = hk_dtype_size(job->dtype);
+  const size_t off = (size_t)j * g->slice;
+  const uint8_t *in[HK_SHM_MAX_RANKS];
+  for (int i = 0; i < n; i++) {
+    int q = (job->start[j] + i) % n;
+    in[i] = q == g->me ? job->src + lo * esz : g->slot[2 * q + half] + off;
+  }
+  fold_core(job, in, n, ne, acc);
+}
+
+/* One-shot (small buffers): every rank copies its whole buffer into its
+ * slot, then folds every segment itself, from every slot, in the same
+ * order as above; one synchronisation instead of three, and each rank
+ * computes the same bits the owners would. */
+static hk_status oneshot(hk_shm_group *g, const hk_shm_job *job,
+                         const char *what) {
+  const int n = g->n, me = g->me;
+  const size_t esz = hk_dtype_size(job->dtype);
+  const uint64_t r = g->rounds, base = 3 * r;
+  const int half = (int)(r & 1);
+  hk_status st = HK_OK;
+  if (r >= 2 && (st = wait_progress(g, -1, base - 3, what)) != HK_OK)
+    return st;
+  memcpy(g->slot[2 * me + half], job->src, job->seg[n] * esz);
+  publish(g, base + 2);
+  if ((st = wait_progress(g, -1, base + 2, what)) != HK_OK)
+    return st;
+  const uint8_t *in[HK_SHM_MAX_RANKS];
+  for (int j = 0; j < n; j++) {
+    const size_t off = job->seg[j] * esz;
+    for (int i = 0; i < n; i++)
+      in[i] = g->slot[2 * ((job->start[j] + i) % n) + half] + off;
+    fold_core(job, in, n, job->seg[j + 1] - job->seg[j], job->dst + off);
+  }
+  publish(g, base + 3);
+  g->rounds++;
+  return HK_OK;
+}
+
+static hk_status round_once(hk_shm_group *g, const hk_shm_job *job, size_t per,
+                            uint64_t t, const char *what) {
+  const int n = g->n, me = g->me;
+  const size_t esz = hk_dtype_size(job->dtype);
+  const uint64_t r = g->rounds, base = 3 * r;
+  const int half = (int)(r & 1);
+  uint8_t *mine = g->slot[2 * me + half];
+  const int reduce = (job->mode & HK_SHM_REDUCE) != 0;
+  const int gather = (job->mode & HK_SHM_GATHER) != 0;
+  hk_status st = HK_OK;
+  size_t lo, ne;
+  /* A: the half is free once every member finished round r-2 */
+  if (r >= 2 && (st = wait_progress(g, -1, base - 3, what)) != HK_OK)
+    return st;
+  for (int j = 0; j < n; j++) {
+    if ((job->owner[j] == me) == reduce)
+      continue; /* reductions copy what others own; gathers what we own */
+    if ((ne = slice_of(job, per, j, t, &lo)) > 0)
+      memcpy(mine + (size_t)j * g->slice,
+             (reduce ? job->src : job->dst) + lo * esz, ne * esz);
+  }
+  publish(g, base + (reduce ? 1 : 2));
+  /* B: fold the owned segments once every member has copied in */
+  if (reduce) {
+    if ((st = wait_progress(g, -1, base + 1, what)) != HK_OK)
+      return st;
+    for (int j = 0; j < n; j++) {
+      if (job->owner[j] != me || (ne = slice_of(job, per, j, t, &lo)) == 0)
+        continue;
+      uint8_t *acc = mine + (size_t)j * g->slice;
+      fold(g, job, j, half, lo, ne, acc);
+      uint8_t *out = job->own_out ? job->own_out + (lo - job->seg[j]) * esz
+                                  : job->dst + lo * esz;
+      memcpy(out, acc, ne * esz);
+    }
+    publish(g, base + 2);
+  }
+  /* C: copy every other owner's results as soon as it has them */
+  if (gather) {
+    for (int k = 1; k <= n; k++) {
+      int j = (me + k) % n; /* start after our own: spreads the readers */
+      int o = job->owner[j];
+      if (o == me || (ne = slice_of(job, per, j, t, &lo)) == 0)
+        continue;
+      if ((st = wait_progress(g, o, base + 2, what)) != HK_OK)
+        return st;
+      memcpy(job->dst + lo * esz, g->slot[2 * o + half] + (size_t)j * g->slice,
+             ne * esz);
+    }
+  }
+  publish(g, base + 3);
+  g->rounds++;
+  return HK_OK;
+}
+
+hk_status hk_shm_group_run(hk_shm_group *g, const hk_shm_job *job) {
+  const size_t esz = hk_dtype_size(job->dtype), per = g->slice / esz;
+  if (job->mode == (HK_SHM_REDUCE | HK_SHM_GATHER) &&
+      job->seg[g->n] * esz <=
+          HK_SHM_ONESHOT_BYTES * 4 / ((size_t)g->n * (size_t)g->n) &&
+      job->seg[g->n] * esz <= g->slice * (size_t)g->n && job->seg[g->n])
+    return oneshot(g, job, "in shm allreduce");
+  size_t longest = 0;
+  for (int j = 0; j < g->n; j++)
+    if (job->seg[j + 1] - job->seg[j] > longest)
+      longest = job->seg[j + 1] - job->seg[j];
+  const uint64_t rounds = (longest + per - 1) / per;
+  const char *what = job->mode == HK_SHM_GATHER   ? "in shm allgather"
+                     : job->mode == HK_SHM_REDUCE ? "in shm reduce-scatter"
+                                                  : "in shm allreduce";
+  for (uint64_t t = 0; t < rounds; t++) {
+    hk_status st = round_once(g, job, per, t, what);
+    if (st != HK_OK)
+      return st;
+  }
+  return HK_OK;
+}

@@ -1,0 +1,164 @@
+/*
+ * shm_seg.h - the shared-memory segment of one host's ranks: a POSIX shm
+ * object mapped by every local rank of a job, holding
+ *   - a header (magic, version, layout, creator's pid);
+ *   - one control block per local rank: its progress counter (the group
+ *     collectives of collectives/shm_ring.h), its doorbell (the futex word
+ *     it sleeps on, collectives/transport/shm_wait.h) and its pid;
+ *   - one slot per local rank: two halves of slot_bytes each, where the
+ *     rank puts what its peers read (double buffering: a rank fills one
+ *     half while its peers still read the other);
+ *   - one byte ring per ordered pair of local ranks (i -> j, i != j):
+ *     the stream of an shm link (collectives/transport/link_shm.h), a
+ *     single-producer single-consumer ring of link_bytes bytes.
+ * Every part starts on its own page; counters and flags written by
+ * different ranks sit on different cache lines (HK_SHM_LINE).
+ *
+ *   offset 0             header                       1 page
+ *   ctl_off + i*CTL      control block of rank i      HK_SHM_CTL bytes
+ *   slot_off + i*S       slot of rank i: half 0, 1    S = 2*slot_bytes
+ *   ring_off + (i*n+j)*R ring i -> j: head line,      R = 2 lines + data
+ *                        tail line, link_bytes data
+ *
+ * Lifetime (DESIGN.md: "segments belong to the job's user only and are
+ * removed however the job ends"): the first local rank creates the object
+ * (O_CREAT|O_EXCL, mode 0600) under a name derived from the job's secret,
+ * the others open it, and the creator shm_unlink()s it as soon as every
+ * local rank has it open (worker/intra.c). From then on nothing is left
+ * in /dev/shm whatever happens: the memory lives as long as a process
+ * maps it. Every mapping is MAP_SHARED|MAP_POPULATE (no page faults on
+ * the data path: a first touch costs ~11 us per 4 KiB page on the
+ * reference VM, ../shared/peers/results/limits.txt).
+ *
+ * Thread-safety: create/open/close on one thread; the mapped memory is
+ * shared by design (the atomics in the structures below).
+ */
+#ifndef HK_TRANSPORT_SHM_SEG_H
+#define HK_TRANSPORT_SHM_SEG_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/auth.h"
+#include "hk/hk.h"
+
+#define HK_SHM_LINE 64 /* bytes: one cache line (x86-64, arm64) */
+#define HK_SHM_CTL 256 /* bytes of a rank's control block */
+#define HK_SHM_MAX_RANKS 256
+#define HK_SHM_NAME_CAP 64 /* bytes of a segment name, with the NUL */
+#define HK_SHM_MAGIC 0x314d48534b48ull /* "HKSHM1" */
+#define HK_SHM_VERSION 1u
+
+/** The doorbell a rank sleeps on (collectives/transport/shm_wait.h). */
+typedef struct hk_shm_doorbell {
+  _Atomic uint32_t word;       /* futex word: bumped by every wake */
+  _Atomic uint32_t group_wait; /* 1 while the rank sleeps in a group wait */
+} hk_shm_doorbell;
+
+/** A rank's control block (HK_SHM_CTL bytes; one writer per line). */
+typedef struct hk_shm_ctl {
+  _Alignas(HK_SHM_LINE) _Atomic uint64_t progress; /* shm_ring.h phases */
+  _Alignas(HK_SHM_LINE) hk_shm_doorbell bell;
+  _Alignas(HK_SHM_LINE) _Atomic int32_t pid; /* set when it maps */
+  _Atomic uint32_t mapped;                   /* 1 once it has mapped */
+} hk_shm_ctl;
+
+/** Waiter flag values (shm ring reader_wait/writer_wait). */
+enum { HK_SHM_AWAKE = 0, HK_SHM_SLEEP_FUTEX = 1, HK_SHM_SLEEP_SOCKET = 2 };
+
+/** The control lines of one byte ring i -> j. `head` counts bytes the
+ *  producer (i) has written, `tail` bytes the consumer (j) has taken;
+ *  both only grow. The waiter flags say how to wake a side that sleeps:
+ *  HK_SHM_SLEEP_FUTEX (its doorbell) or _SOCKET (a byte on the pair's
+ *  TCP connection; see link.h's mixed waits). */
+typedef struct hk_shm_ring {
+  _Alignas(HK_SHM_LINE) _Atomic uint64_t head;
+  _Atomic uint32_t writer_wait; /* set by the producer, cleared by waker */
+  _Alignas(HK_SHM_LINE) _Atomic uint64_t tail;
+  _Atomic uint32_t reader_wait; /* set by the consumer, cleared by waker */
+  _Alignas(HK_SHM_LINE) uint8_t data[]; /* link_bytes */
+} hk_shm_ring;
+
+/** What a segment holds: n local ranks, two slot halves of slot_bytes
+ *  each per rank, a ring of link_bytes per ordered pair. */
+typedef struct hk_shm_layout {
+  int n;             /* 1..HK_SHM_MAX_RANKS */
+  size_t slot_bytes; /* one half; a multiple of HK_SHM_LINE, >= 4096 */
+  size_t link_bytes; /* a power of two, >= 4096 */
+} hk_shm_layout;
+
+/** The header at offset 0 (written by the creator before anyone opens). */
+typedef struct hk_shm_header {
+  uint64_t magic;
+  uint32_t version;
+  int32_t creator_pid;
+  uint64_t total_bytes;
+  hk_shm_layout layout;
+  uint64_t ctl_off, slot_off, ring_off, ring_stride;
+} hk_shm_header;
+
+/** A mapped segment (this process's view). */
+typedef struct hk_shm_seg {
+  uint8_t *base; /* NULL when not mapped */
+  size_t bytes;
+  const hk_shm_header *hdr;
+  double spin_s; /* how long a waiter may poll before it yields and sleeps
+                    (shm_wait.h): HK_SHM_SPIN_S when the host's ranks fit
+                    this process's CPUs, else 0 (a waiter polls briefly
+                    and gives its core to the writer it waits for) */
+} hk_shm_seg;
+
+/* Polling budget of a waiter whose peers each have a core (MPI's shared
+ * memory spins without limit; hk stops after this and sleeps). */
+#define HK_SHM_SPIN_S 50e-6
+
+/**
+ * The segment's name for a job: "/hk-" and 32 hex digits of
+ * HMAC-SHA256(secret, "hk1-shm" || host tag) (common/auth.h), so two jobs
+ * (two secrets) never share a name and nobody without the secret can
+ * guess it. `tag` identifies the host inside the job (the global rank of
+ * its first local rank). name holds HK_SHM_NAME_CAP bytes.
+ */
+void hk_shm_seg_name(const hk_secret *secret, int tag,
+                     char name[HK_SHM_NAME_CAP]);
+
+/** Bytes a segment of this layout takes. 0 if the layout is invalid. */
+size_t hk_shm_seg_bytes(const hk_shm_layout *layout);
+
+/**
+ * Creates the object `name` (O_CREAT|O_EXCL|O_RDWR, mode 0600), sizes
+ * it, maps it populated and writes the header. Errors: HK_ERR_INVALID_ARG
+ * (bad layout), HK_ERR_SYSTEM (the object exists already: "... exists:
+ * another job with this secret, or one that was killed while starting";
+ * no space in /dev/shm; mmap), each naming the object. On error nothing
+ * is left behind (the object is unlinked if it was created here).
+ */
+hk_status hk_shm_seg_create(const char *name, const hk_shm_layout *layout,
+                            hk_shm_seg *seg);
+
+/**
+ * Opens and maps the existing object `name`, checking that it belongs to
+ * this user, is not readable by anyone else, and carries a header of this
+ * version whose size matches. Errors: HK_ERR_SYSTEM (no such object, mmap),
+ * HK_ERR_PROTOCOL (wrong owner/mode/magic/version/size).
+ */
+hk_status hk_shm_seg_open(const char *name, hk_shm_seg *seg);
+
+/** shm_unlink(name); ENOENT is not an error (someone did it already).
+ *  Errors: HK_ERR_SYSTEM. */
+hk_status hk_shm_seg_unlink(const char *name);
+
+/** Unmaps (safe on a zeroed or closed seg, and twice). */
+void hk_shm_seg_close(hk_shm_seg *seg);
+
+/** Control block of local rank i (0 <= i < n). */
+hk_shm_ctl *hk_shm_seg_ctl(const hk_shm_seg *seg, int i);
+
+/** Slot half `half` (0 or 1) of local rank i: slot_bytes bytes. */
+uint8_t *hk_shm_seg_slot(const hk_shm_seg *seg, int i, int half);
+
+/** The byte ring from local rank i to local rank j (i != j). */
+hk_shm_ring *hk_shm_seg_ring(const hk_shm_seg *seg, int i, int j);
+
+#endif

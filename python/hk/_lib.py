@@ -1,0 +1,183 @@
+"""Loading libhk and declaring its C API (include/hk/hk.h) for ctypes.
+
+Where libhk is looked for, in this order (the first that loads wins):
+
+1. ``HK_LIBRARY``: a path to the shared library, or a folder holding
+   ``libhk.so``. When it is set, nothing else is tried: a wrong value is an
+   error, never silently replaced by another copy.
+2. Next to this package: ``hk/libhk.so`` (copy it there before
+   ``pip install ./python`` to ship it inside the package).
+3. The build tree, when this package is ``python/hk`` of an hk checkout:
+   ``<checkout>/build/libhk.so`` (what ``scripts/build.sh`` makes).
+4. The system: the dynamic loader's search (``LD_LIBRARY_PATH``, the
+   ldconfig cache, where ``cmake --install`` put it) for ``libhk.so``.
+
+:func:`load` returns the loaded library; :func:`library_path` and
+:func:`library_reason` say which file it was and why it was chosen. When
+none loads, :class:`LibraryNotFound` (an ``ImportError``) lists every place
+tried and what the loader said about each.
+"""
+
+import ctypes
+import ctypes.util
+import os
+import threading
+
+__all__ = ["load", "library_path", "library_reason", "LibraryNotFound"]
+
+
+class LibraryNotFound(ImportError):
+    """libhk could not be loaded; the message lists each attempt."""
+
+
+_lock = threading.Lock()
+_lib = None
+_path = None
+_reason = None
+
+_here = os.path.dirname(os.path.abspath(__file__))
+
+
+def _candidates():
+    """(path or loader name, why) in the order they are tried."""
+    env = os.environ.get("HK_LIBRARY")
+    if env:
+        p = env
+        if os.path.isdir(p):
+            p = os.path.join(p, "libhk.so")
+        return [(p, "HK_LIBRARY=%s" % env)], True
+    out = [(os.path.join(_here, "libhk.so"), "next to the hk package")]
+    root = os.path.normpath(os.path.join(_here, "..", ".."))
+    if os.path.exists(os.path.join(root, "include", "hk", "hk.h")):
+        out.append((os.path.join(root, "build", "libhk.so"),
+                    "the build tree of the checkout holding this package"))
+    found = ctypes.util.find_library("hk")
+    if found:
+        out.append((found, "the system's library path (ctypes.util.find_library)"))
+    out.append(("libhk.so", "the dynamic loader's search path"))
+    return out, False
+
+
+def _declare(lib):
+    c = ctypes
+    st = c.c_int
+    sz = c.c_size_t
+    vp = c.c_void_p
+    h_p = c.POINTER(c.c_void_p)
+    szp = c.POINTER(c.c_size_t)
+    decl = {
+        "hk_init": (st, []),
+        "hk_shutdown": (st, []),
+        "hk_rank": (c.c_int, []),
+        "hk_size": (c.c_int, []),
+        "hk_local_rank": (c.c_int, []),
+        "hk_local_size": (c.c_int, []),
+        "hk_cross_rank": (c.c_int, []),
+        "hk_cross_size": (c.c_int, []),
+        "hk_allreduce_async": (st, [c.c_char_p, vp, vp, sz, c.c_int, c.c_int, h_p]),
+        "hk_allreduce_scaled_async": (
+            st,
+            [c.c_char_p, vp, vp, sz, c.c_int, c.c_int, c.c_double, c.c_double, h_p],
+        ),
+        "hk_broadcast_async": (st, [c.c_char_p, vp, sz, c.c_int, c.c_int, h_p]),
+        "hk_allgather_async": (
+            st,
+            [c.c_char_p, vp, sz, sz, c.c_int, c.POINTER(vp), szp, h_p],
+        ),
+        "hk_reducescatter_async": (
+            st,
+            [c.c_char_p, vp, sz, sz, c.c_int, c.c_int, vp, szp, h_p],
+        ),
+        "hk_alltoall_async": (
+            st,
+            [c.c_char_p, vp, szp, sz, c.c_int, c.POINTER(vp), szp, h_p],
+        ),
+        "hk_grouped_allreduce_async": (
+            st,
+            [c.POINTER(c.c_char_p), c.POINTER(vp), c.POINTER(vp), szp, sz,
+             c.c_int, c.c_int, h_p],
+        ),
+        "hk_join": (st, [c.POINTER(c.c_int)]),
+        "hk_wait": (st, [vp]),
+        "hk_poll": (st, [vp, c.POINTER(c.c_int)]),
+        "hk_barrier": (st, []),
+        "hk_set_stream": (None, [vp]),
+        "hk_get_stream": (vp, []),
+        "hk_wait_stream": (st, [vp, vp]),
+        "hk_free": (None, [vp]),
+        "hk_dtype_size": (sz, [c.c_int]),
+        "hk_dtype_name": (c.c_char_p, [c.c_int]),
+        "hk_op_name": (c.c_char_p, [c.c_int]),
+        "hk_strerror": (c.c_char_p, [c.c_int]),
+        "hk_last_error": (c.c_char_p, []),
+    }
+    missing = []
+    for name, (res, args) in decl.items():
+        try:
+            f = getattr(lib, name)
+        except AttributeError:
+            missing.append(name)
+            continue
+        f.restype = res
+        f.argtypes = args
+    return missing
+
+
+def load():
+    """Loads libhk once (thread-safe) and returns the ctypes.CDLL."""
+    global _lib, _path, _reason
+    with _lock:
+        if _lib is not None:
+            return _lib
+        cands, explicit = _candidates()
+        tried = []
+        for path, why in cands:
+            is_name = os.sep not in path
+            if not is_name and not os.path.exists(path):
+                tried.append("  %s (%s): no such file" % (path, why))
+                continue
+            try:
+                lib = ctypes.CDLL(path)
+            except OSError as e:
+                tried.append("  %s (%s): %s" % (path, why, e))
+                continue
+            missing = _declare(lib)
+            if missing:
+                tried.append(
+                    "  %s (%s): loaded, but it lacks %s (not libhk, or an "
+                    "older one)" % (path, why, ", ".join(missing)))
+                continue
+            _lib = lib
+            _path = path
+            if is_name:
+                # the loader found it somewhere: say where, if we can
+                try:
+                    import re
+                    with open("/proc/self/maps") as f:
+                        for line in f:
+                            m = re.search(r"(/\S*libhk\.so\S*)$", line.strip())
+                            if m:
+                                _path = m.group(1)
+                                break
+                except OSError:
+                    pass
+            _reason = why
+            return lib
+        hint = ("" if explicit else
+                "\nBuild it (scripts/build.sh build) and run from the checkout, "
+                "set HK_LIBRARY to its path, or install it where the loader "
+                "looks (cmake --install build).")
+        raise LibraryNotFound(
+            "hk: cannot load libhk; tried:\n" + "\n".join(tried) + hint)
+
+
+def library_path():
+    """The file libhk was loaded from (loads it if needed)."""
+    load()
+    return _path
+
+
+def library_reason():
+    """Why that file was chosen: 'HK_LIBRARY=...', 'the build tree ...'."""
+    load()
+    return _reason

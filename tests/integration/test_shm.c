@@ -1,0 +1,309 @@
+/*
+ * test_shm - the shared-memory transport end to end (HK_INTRA_TRANSPORT),
+ * through hkrun:
+ *  - every collective, dtype and op on real-valued inputs gives the same
+ *    bits over shm as over TCP for the same algorithm (ring, rd), at
+ *    np 2..5 and 8, and the same on every rank (w_shm hash);
+ *  - 2 pseudo-hosts x 2 ranks (HK_LOCAL_RANK/SIZE blocks): shm inside,
+ *    TCP between, flat and hierarchical: exact serial results and TCP's
+ *    bits;
+ *  - kill -9 of a rank mid-transfer at np 4: every survivor fails within
+ *    HK_TIMEOUT_S naming it, hkrun exits non-zero, nothing of the job is
+ *    left in /dev/shm; the same after kill -9 of hkrun;
+ *  - two jobs at once both give the solo run's bits;
+ *  - a segment name already taken (a job killed while starting): auto
+ *    falls back to TCP, shm fails hk_init saying why, and the other
+ *    object is left alone;
+ *  - ranks that disagree on HK_INTRA_TRANSPORT fail hk_init naming it.
+ * (The exact serial checks of every collective at np 1-5 and 8 run over
+ * shm in test_runtime.)
+ */
+#include <dirent.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "harness.h"
+
+#define W(name) WORKER_DIR "/" name
+
+/* Entries of /dev/shm named like hk's segments ("hk-..."). */
+static int hk_segments(void) {
+  DIR *d = opendir("/dev/shm");
+  int n = 0;
+  if (!d)
+    return 0;
+  for (struct dirent *e; (e = readdir(d));)
+    n += strncmp(e->d_name, "hk-", 3) == 0;
+  closedir(d);
+  return n;
+}
+
+/* Runs w_shm hash under env on np ranks (in hosts of `local` ranks when
+ * local > 0); returns the hash every rank printed (malloc'd). */
+static char *hash_of(const char *np, int local, char *const env[]) {
+  char cmd[512];
+  if (local > 0)
+    snprintf(cmd, sizeof cmd,
+             "HK_LOCAL_RANK=$((HK_RANK %% %d)) HK_LOCAL_SIZE=%d exec %s hash",
+             local, local, W("w_shm"));
+  else
+    snprintf(cmd, sizeof cmd, "exec %s hash", W("w_shm"));
+  char *argv[] = {HKRUN_PATH, "-np", (char *)np, "sh", "-c", cmd, NULL};
+  hkt_result r;
+  assert_int_equal(hkt_run(argv, env, 280, &r), 0);
+  if (r.exit_code != 0 || hkt_count_lines(r.out, "shm hash ") != atoi(np))
+    fail_msg("np %s: exit %d\nstdout:\n%.3000s\nstderr:\n%.3000s", np,
+             r.exit_code, r.out, r.err);
+  char *h = strstr(r.out, "shm hash ");
+  char *hash = strndup(h + 9, 16);
+  for (char *p = r.out; (p = strstr(p, "shm hash ")); p += 9)
+    if (strncmp(p + 9, hash, 16) != 0)
+      fail_msg("np %s: ranks printed different hashes:\n%s", np, r.out);
+  hkt_result_free(&r);
+  assert_int_equal(hkt_orphans(NULL, 0), 0);
+  return hash;
+}
+
+static void same_bits(const char *np, int local, const char *algo_env) {
+  char *shm_env[] = {"HK_INTRA_TRANSPORT=shm", (char *)algo_env,
+                     "HK_CYCLE_TIME_MS=0", NULL};
+  char *tcp_env[] = {"HK_INTRA_TRANSPORT=tcp", (char *)algo_env,
+                     "HK_CYCLE_TIME_MS=0", NULL};
+  char *a = hash_of(np, local, shm_env), *b = hash_of(np, local, tcp_env);
+  if (strcmp(a, b) != 0)
+    fail_msg("np %s (hosts of %d), %s: shm gave %s, tcp %s", np, local,
+             algo_env, a, b);
+  free(a);
+  free(b);
+}
+
+/* The ring (the shm engine on one host) and rd (over shm links) give
+ * TCP's bits for every collective, dtype and op. The sanitizer stages of
+ * scripts/test.sh (which set HKT_ALLREDUCE_BIG) hunt memory errors and
+ * races: two world sizes do for them. */
+static void test_bits_match_tcp(void **s) {
+  (void)s;
+  const char *nps[] = {"2", "3", "5", "8"}; /* np 4: test_mixed_hosts */
+  const int sanitizer = getenv("HKT_ALLREDUCE_BIG") != NULL;
+  for (int i = sanitizer ? 1 : 0; i < 4; i += sanitizer ? 2 : 1)
+    same_bits(nps[i], 0, "HK_ALLREDUCE_ALGO=ring");
+  same_bits("5", 0, "HK_ALLREDUCE_ALGO=rd");
+}
+
+/* 2 pseudo-hosts of 2: shm inside each, TCP between. */
+static void test_mixed_hosts(void **s) {
+  (void)s;
+  char *env[] = {"HK_INTRA_TRANSPORT=shm", "HK_LOG_LEVEL=info", NULL};
+  char cmd[256];
+  snprintf(cmd, sizeof cmd,
+           "HK_LOCAL_RANK=$((HK_RANK %% 2)) HK_LOCAL_SIZE=2 exec %s",
+           W("w_allreduce 0 1 3 4 100003"));
+  char *argv[] = {HKRUN_PATH, "-np", "4", "sh", "-c", cmd, NULL};
+  hkt_result r;
+  assert_int_equal(hkt_run(argv, env, 280, &r), 0);
+  if (r.exit_code != 0 ||
+      hkt_count_lines(r.out, "allreduce ok: np=4 cases=200") != 4 ||
+      hkt_count_lines(r.err, "shared memory with the 1 other rank(s)") != 4)
+    fail_msg("exit %d\nstdout:\n%.3000s\nstderr:\n%.3000s", r.exit_code, r.out,
+             r.err);
+  hkt_result_free(&r);
+  snprintf(cmd, sizeof cmd,
+           "HK_LOCAL_RANK=$((HK_RANK %% 2)) HK_LOCAL_SIZE=2 exec %s",
+           W("w_collectives"));
+  char *hier[] = {"HK_INTRA_TRANSPORT=shm", "HK_HIERARCHICAL_ALLREDUCE=1",
+                  NULL};
+  assert_int_equal(hkt_run(argv, hier, 280, &r), 0);
+  if (r.exit_code != 0 || hkt_count_lines(r.out, "collectives ok: np=4") != 4)
+    fail_msg("exit %d\nstdout:\n%.3000s\nstderr:\n%.3000s", r.exit_code, r.out,
+             r.err);
+  hkt_result_free(&r);
+  assert_int_equal(hkt_orphans(NULL, 0), 0);
+  /* the flat ring crosses hosts (shm and TCP links in one ring) */
+  same_bits("4", 2, "HK_ALLREDUCE_ALGO=ring");
+  same_bits("4", 2, "HK_HIERARCHICAL_ALLREDUCE=1");
+}
+
+/* Parses "[r] ready pid=P" lines into pids[r]. */
+static void ready_pids(const char *out, int n, long *pids) {
+  for (int r = 0; r < n; r++) {
+    char key[32];
+    snprintf(key, sizeof key, "[%d] ready pid=", r);
+    const char *p = strstr(out, key);
+    assert_non_null(p);
+    pids[r] = atol(p + strlen(key));
+    assert_true(pids[r] > 1);
+  }
+}
+
+/* kill -9 of rank 2 while the ranks allreduce 16 MiB over shm in a loop:
+ * the survivors fail within HK_TIMEOUT_S, naming it; hkrun exits with
+ * the victim's signal; /dev/shm holds nothing of the job. */
+static void test_kill9_rank_mid_transfer(void **s) {
+  (void)s;
+  const int before = hk_segments();
+  char *env[] = {"HK_INTRA_TRANSPORT=shm", "HK_TIMEOUT_S=8", NULL};
+  char *argv[] = {HKRUN_PATH, "-np", "4", W("w_fail"), "kill", NULL};
+  hkt_proc p;
+  assert_int_equal(hkt_start(argv, env, &p), 0);
+  assert_int_equal(hkt_wait_lines(&p, "ready pid=", 4, 120), 0);
+  long pids[4];
+  ready_pids(p.out.data, 4, pids);
+  assert_int_equal(hk_segments(), before); /* unlinked once mapped */
+  assert_int_equal(kill((pid_t)pids[2], SIGKILL), 0);
+  double killed = hkt_now();
+  hkt_result r;
+  int rc = hkt_finish(&p, 20, &r);
+  double took = hkt_now() - killed;
+  if (rc != 0 || !r.exited || r.exit_code != 128 + 9 || took >= 8)
+    fail_msg("hkrun: rc=%d exit=%d signal=%d after %.1f s\nstderr:\n%s", rc,
+             r.exit_code, r.signal, took, r.err);
+  char who[64];
+  snprintf(who, sizeof who, "rank 2 (pid %ld) was killed by signal 9", pids[2]);
+  /* every survivor says so: hkrun's line plus three ranks' */
+  if (hkt_count_lines(r.err, "allreduce failed: peer lost") < 3 ||
+      hkt_count_lines(r.err, who) < 4)
+    fail_msg("survivors did not all name rank 2:\n%s", r.err);
+  for (int i = 0; i < 4; i++)
+    assert_int_equal(hkt_pid_alive((pid_t)pids[i]), 0);
+  assert_int_equal(hk_segments(), before);
+  assert_int_equal(hkt_orphans(NULL, 0), 0);
+  hkt_result_free(&r);
+}
+
+/* kill -9 of hkrun itself mid-transfer: its workers die with it
+ * (PR_SET_PDEATHSIG), and /dev/shm holds nothing of the job. */
+static void test_kill9_hkrun(void **s) {
+  (void)s;
+  const int before = hk_segments();
+  char *env[] = {"HK_INTRA_TRANSPORT=shm", NULL};
+  char *argv[] = {HKRUN_PATH, "-np", "4", W("w_fail"), "kill", NULL};
+  hkt_proc p;
+  assert_int_equal(hkt_start(argv, env, &p), 0);
+  assert_int_equal(hkt_wait_lines(&p, "ready pid=", 4, 120), 0);
+  long pids[4];
+  ready_pids(p.out.data, 4, pids);
+  assert_int_equal(kill(p.pid, SIGKILL), 0);
+  hkt_result r;
+  hkt_finish(&p, 20, &r);
+  for (int i = 0; i < 4; i++)
+    assert_int_equal(hkt_wait_gone((pid_t)pids[i], 10), 0);
+  assert_int_equal(hk_segments(), before);
+  assert_int_equal(hkt_orphans(NULL, 0), 0);
+  hkt_result_free(&r);
+}
+
+/* Two jobs at once (each holds until both have started), each over its
+ * own segment: both give the bits of a job run alone. */
+static void test_concurrent_jobs(void **s) {
+  (void)s;
+  char *env[] = {"HK_INTRA_TRANSPORT=shm", "HK_CYCLE_TIME_MS=0", NULL};
+  char *solo = hash_of("3", 0, env);
+  char file[] = "/tmp/hk_shm_hold_XXXXXX";
+  int fd = mkstemp(file);
+  assert_true(fd >= 0);
+  close(fd);
+  unlink(file); /* created again once both jobs hold */
+  char *argv[] = {HKRUN_PATH, "-np", "3", W("w_shm"), "hold", file, NULL};
+  hkt_proc a, b;
+  assert_int_equal(hkt_start(argv, env, &a), 0);
+  assert_int_equal(hkt_start(argv, env, &b), 0);
+  assert_int_equal(hkt_wait_lines(&a, "holding", 3, 120), 0);
+  assert_int_equal(hkt_wait_lines(&b, "holding", 3, 120), 0);
+  fd = open(file, O_CREAT | O_WRONLY, 0600);
+  assert_true(fd >= 0);
+  close(fd);
+  hkt_result ra, rb;
+  assert_int_equal(hkt_finish(&a, 200, &ra), 0);
+  assert_int_equal(hkt_finish(&b, 200, &rb), 0);
+  unlink(file);
+  hkt_result *res[2] = {&ra, &rb};
+  for (int j = 0; j < 2; j++) {
+    if (res[j]->exit_code != 0 ||
+        hkt_count_lines(res[j]->out, "shm hash ") != 3)
+      fail_msg("job %d: exit %d\nstdout:\n%.3000s\nstderr:\n%.3000s", j,
+               res[j]->exit_code, res[j]->out, res[j]->err);
+    for (char *p = res[j]->out; (p = strstr(p, "shm hash ")); p += 9)
+      if (strncmp(p + 9, solo, 16) != 0)
+        fail_msg("job %d gave %.16s, alone %s", j, p + 9, solo);
+    hkt_result_free(res[j]);
+  }
+  free(solo);
+  assert_int_equal(hkt_orphans(NULL, 0), 0);
+}
+
+/* The job's segment name is taken (what a job killed between creating
+ * and unlinking it would leave): auto runs over TCP and says so at info
+ * level; shm fails hk_init (rank 0 says why, the others are told so or
+ * stopped by hkrun, whichever comes first); the other object is never
+ * removed by the job (w_shm squat checks, then removes it). */
+static void test_name_taken(void **s) {
+  (void)s;
+  const int before = hk_segments();
+  char *argv[] = {HKRUN_PATH, "-np", "3", W("w_shm"), "squat", NULL};
+  char *autoenv[] = {"HK_LOG_LEVEL=info", NULL};
+  hkt_result r;
+  assert_int_equal(hkt_run(argv, autoenv, 120, &r), 0);
+  if (r.exit_code != 0 || hkt_count_lines(r.out, "squat ok") != 3 ||
+      hkt_count_lines(r.err, "no shared memory on this host") != 1 ||
+      hkt_count_lines(r.err, "exists already") != 1)
+    fail_msg("auto: exit %d\nstdout:\n%.3000s\nstderr:\n%.3000s", r.exit_code,
+             r.out, r.err);
+  hkt_result_free(&r);
+  char *shmenv[] = {"HK_INTRA_TRANSPORT=shm", NULL};
+  assert_int_equal(hkt_run(argv, shmenv, 120, &r), 0);
+  if (r.exit_code == 0 ||
+      hkt_count_lines(r.err, "HK_INTRA_TRANSPORT=shm: cannot set up shared "
+                             "memory on this host: the shared-memory "
+                             "segment /hk-") != 1)
+    fail_msg("shm: exit %d\nstderr:\n%.3000s", r.exit_code, r.err);
+  hkt_result_free(&r);
+  assert_int_equal(hk_segments(), before);
+  assert_int_equal(hkt_orphans(NULL, 0), 0);
+}
+
+/* Ranks of a host that disagree fail hk_init naming both values. */
+static void test_setting_mismatch(void **s) {
+  (void)s;
+  char *argv[] = {HKRUN_PATH,
+                  "-np",
+                  "3",
+                  "sh",
+                  "-c",
+                  "if [ $HK_RANK = 1 ]; then export HK_INTRA_TRANSPORT=tcp; "
+                  "fi; exec \"$0\"",
+                  W("w_collectives"),
+                  NULL};
+  hkt_result r;
+  assert_int_equal(hkt_run(argv, NULL, 60, &r), 0);
+  if (r.exit_code == 0 ||
+      hkt_count_lines(r.err, "HK_INTRA_TRANSPORT is auto on rank 0 but tcp on "
+                             "rank 1: every rank must use the same value") < 1)
+    fail_msg("exit %d\nstderr:\n%.3000s", r.exit_code, r.err);
+  assert_true(r.elapsed_s < 30);
+  hkt_result_free(&r);
+  assert_int_equal(hkt_orphans(NULL, 0), 0);
+}
+
+int main(void) {
+  hkt_setup();
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_bits_match_tcp),
+      cmocka_unit_test(test_mixed_hosts),
+      cmocka_unit_test(test_kill9_rank_mid_transfer),
+      cmocka_unit_test(test_kill9_hkrun),
+      cmocka_unit_test(test_concurrent_jobs),
+      cmocka_unit_test(test_name_taken),
+      cmocka_unit_test(test_setting_mismatch),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

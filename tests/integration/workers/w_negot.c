@@ -1,0 +1,158 @@
+/*
+ * w_negot - the event-driven negotiation (worker/background.c), seen from
+ * a worker. Modes:
+ *   seq N          N sequential 8-byte float32 sum allreduces (submit,
+ *                  wait, check), one name reused: with a negotiation timer
+ *                  each would wait for it;
+ *   burst N STEPS  STEPS times: N 1 KiB allreduces submitted at once, then
+ *                  all waited and checked (fusion under load);
+ *   idle           every rank r blocks in hk_wait on 'idle.<r>', which
+ *                  only the other ranks' helper threads submit, and only
+ *                  after every helper measured its own process's CPU time
+ *                  (utime + stime, /proc/self/stat) over about 1 s: prints
+ *                  "idle cpu <fraction of a core>".
+ * Every mode then prints this rank's negotiation counters
+ * (worker/introspect.h) as "counts requests=R rounds=D answers=A
+ * fused_batches=B fused_tensors=T" and "negot ok".
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "wcommon.h"
+#include "worker/introspect.h"
+
+static void seq(int n) {
+  const int rank = hk_rank(), np = hk_size();
+  for (int i = 0; i < n; i++) {
+    float v[2] = {(float)(rank + i), 1.0f};
+    HKT_OK(hk_allreduce("seq", v, v, 2, HK_FLOAT32, HK_SUM));
+    float want = (float)(np * (np - 1) / 2 + np * i);
+    HKT_CHECK(v[0] == want && v[1] == (float)np, "seq %d: got %g %g", i,
+              (double)v[0], (double)v[1]);
+  }
+}
+
+static void burst(int n, int steps) {
+  const int rank = hk_rank(), np = hk_size();
+  enum { COUNT = 256 }; /* 1 KiB of float32 */
+  float(*buf)[COUNT] = malloc((size_t)n * sizeof *buf);
+  hk_handle *h = malloc((size_t)n * sizeof *h);
+  HKT_CHECK(buf && h, "out of memory");
+  for (int s = 0; s < steps; s++) {
+    for (int t = 0; t < n; t++) {
+      for (int k = 0; k < COUNT; k++)
+        buf[t][k] = (float)(rank + t + k + s);
+      char name[32];
+      snprintf(name, sizeof name, "burst.%d", t);
+      HKT_OK(hk_allreduce_async(name, buf[t], buf[t], COUNT, HK_FLOAT32, HK_SUM,
+                                &h[t]));
+    }
+    for (int t = 0; t < n; t++) {
+      HKT_OK(hk_wait(h[t]));
+      for (int k = 0; k < COUNT; k++) {
+        float want = (float)(np * (np - 1) / 2 + np * (t + k + s));
+        HKT_CHECK(buf[t][k] == want, "burst %d.%d[%d]: got %g, want %g", s, t,
+                  k, (double)buf[t][k], (double)want);
+      }
+    }
+  }
+  free(buf);
+  free(h);
+}
+
+/* utime + stime of this process, seconds (/proc/self/stat fields 14, 15). */
+static double cpu_seconds(void) {
+  FILE *f = fopen("/proc/self/stat", "r");
+  HKT_CHECK(f, "cannot open /proc/self/stat");
+  char line[1024];
+  HKT_CHECK(fgets(line, sizeof line, f), "cannot read /proc/self/stat");
+  fclose(f);
+  const char *p = strrchr(line, ')'); /* the command may hold spaces */
+  HKT_CHECK(p, "malformed /proc/self/stat");
+  unsigned long long ut = 0, st = 0;
+  /* after ")": state(3) ppid pgrp session tty tpgid flags minflt cminflt
+   * majflt cmajflt utime(14) stime(15) */
+  int got =
+      sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu",
+             &ut, &st);
+  HKT_CHECK(got == 2, "malformed /proc/self/stat");
+  return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+static double wall_seconds(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static void *idle_helper(void *arg) {
+  (void)arg;
+  const int rank = hk_rank(), np = hk_size();
+  double c0 = cpu_seconds(), w0 = wall_seconds();
+  /* the one bounded wait: it measures idleness, it synchronises nothing */
+  struct timespec one = {1, 0};
+  nanosleep(&one, NULL);
+  double c1 = cpu_seconds(), w1 = wall_seconds();
+  printf("idle cpu %.4f of a core over %.2f s\n", (c1 - c0) / (w1 - w0),
+         w1 - w0);
+  fflush(stdout);
+  float x = 1.0f;
+  HKT_OK(hk_allreduce("idle.measured", &x, &x, 1, HK_FLOAT32, HK_SUM));
+  hk_handle *h = malloc((size_t)np * sizeof *h);
+  HKT_CHECK(h, "out of memory");
+  float *v = calloc((size_t)np, sizeof *v);
+  HKT_CHECK(v, "out of memory");
+  for (int r = 0; r < np; r++) {
+    char name[32];
+    snprintf(name, sizeof name, "idle.%d", r);
+    if (r != rank)
+      HKT_OK(
+          hk_allreduce_async(name, &v[r], &v[r], 1, HK_FLOAT32, HK_SUM, &h[r]));
+  }
+  for (int r = 0; r < np; r++)
+    if (r != rank)
+      HKT_OK(hk_wait(h[r]));
+  free(h);
+  free(v);
+  return NULL;
+}
+
+static void idle(void) {
+  char name[32];
+  snprintf(name, sizeof name, "idle.%d", hk_rank());
+  HKT_OK(hk_barrier());
+  float x = 0.0f;
+  hk_handle h;
+  HKT_OK(hk_allreduce_async(name, &x, &x, 1, HK_FLOAT32, HK_SUM, &h));
+  pthread_t t;
+  HKT_CHECK(pthread_create(&t, NULL, idle_helper, NULL) == 0, "pthread_create");
+  HKT_OK(hk_wait(h)); /* blocked until the others' helpers measured */
+  pthread_join(t, NULL);
+}
+
+int main(int argc, char **argv) {
+  HKT_CHECK(argc >= 2, "usage: w_negot seq N | burst N STEPS | idle");
+  HKT_OK(hk_init());
+  if (!strcmp(argv[1], "seq") && argc == 3)
+    seq(atoi(argv[2]));
+  else if (!strcmp(argv[1], "burst") && argc == 4)
+    burst(atoi(argv[2]), atoi(argv[3]));
+  else if (!strcmp(argv[1], "idle"))
+    idle();
+  else
+    HKT_CHECK(0, "unknown mode '%s'", argv[1]);
+  hk_negotiation_counts c;
+  HKT_OK(hk_internal_negotiation_counts(&c));
+  printf("counts requests=%llu rounds=%llu answers=%llu fused_batches=%llu "
+         "fused_tensors=%llu\n",
+         (unsigned long long)c.requests, (unsigned long long)c.rounds,
+         (unsigned long long)c.answers, (unsigned long long)c.fused_batches,
+         (unsigned long long)c.fused_tensors);
+  printf("negot ok\n");
+  fflush(stdout);
+  HKT_OK(hk_shutdown());
+  return 0;
+}

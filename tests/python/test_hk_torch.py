@@ -1,0 +1,235 @@
+"""The Python tests' driver, one ctest entry per subcommand:
+
+  test_hk_torch.py --hkrun PATH --lib LIBHK SUBCOMMAND [ARGS]
+
+  package          libhk found through HK_LIBRARY, next to the package, on
+                   the loader's path; the errors when it is not; a world of
+                   one without hkrun; `pip install` of python/ works
+  ops NP           every dtype x op through hk.torch at np NP (w_ops.py)
+  optimizer        DistributedOptimizer at np 2 (w_optimizer.py)
+  broadcast        broadcast_parameters / broadcast_optimizer_state from a
+                   non-zero root at np 2 (w_broadcast.py)
+  faults           a mismatch and a dead rank as Python exceptions with
+                   hk's message, within a deadline (w_faults.py)
+  horovod_script   the Horovod-structured Fashion-MNIST script runs with
+                   only its import changed (examples/pytorch/mnist.py is
+                   exactly that), under hkrun at np 2 and as a world of one
+
+Exits 77 (ctest's skip) when this python has no torch.
+"""
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+
+import harness
+from harness import expect
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--hkrun", required=True)
+ap.add_argument("--lib", required=True, help="libhk.so to test")
+ap.add_argument("what")
+ap.add_argument("args", nargs="*")
+opt = ap.parse_args()
+harness.require_torch()
+
+
+def count(res, text):
+    return sum(1 for line in res.lines() if text in line)
+
+
+def py(code, env_extra=None, drop=(), pythonpath=harness.PYDIR, timeout=120):
+    env = dict(os.environ)
+    env.pop("HK_LIBRARY", None)
+    for k in drop:
+        env.pop(k, None)
+    env["PYTHONPATH"] = pythonpath
+    env.setdefault("OMP_NUM_THREADS", "1")
+    for k in ("HK_RANK", "HK_SIZE"):
+        env.pop(k, None)
+    if env_extra:
+        env.update(env_extra)
+    return harness.run([sys.executable, "-c", code], env, timeout)
+
+
+def test_package():
+    lib = os.path.abspath(opt.lib)
+    # 1. HK_LIBRARY names the file; a world of one without hkrun
+    r = py("import hk.torch as hvd, torch\n"
+           "try:\n    hvd.rank()\nexcept ValueError as e:\n"
+           "    print('before init:', e)\n"
+           "hvd.init()\n"
+           "print('loaded', hvd.library_path(), '|', hvd.library_reason())\n"
+           "print('world', hvd.rank(), hvd.size(), hvd.local_rank(),\n"
+           "      hvd.local_size(), hvd.cross_rank(), hvd.cross_size())\n"
+           "x = torch.arange(5.)\n"
+           "assert torch.equal(hvd.allreduce(x), x)\n"
+           "assert torch.equal(hvd.allgather(x), x)\n"
+           "print('one ok')\n", {"HK_LIBRARY": lib})
+    expect(r.rc == 0 and "one ok" in r.out, "a world of one", r)
+    expect("before init: hk has not been initialized; use hvd.init()." in
+           r.out, "rank() before init() raises ValueError", r)
+    expect("loaded %s | HK_LIBRARY=%s" % (lib, lib) in r.out,
+           "HK_LIBRARY chose the library and says so", r)
+    expect("world 0 1 0 1 0 1" in r.out, "rank/size of a world of one", r)
+    # 2. HK_LIBRARY as a folder
+    r = py("import hk; print('loaded', hk.library_path())",
+           {"HK_LIBRARY": os.path.dirname(lib)})
+    # (the folder's libhk.so: the link to what --lib names, libhk.so.0.x)
+    expect(r.rc == 0 and "loaded %s" % os.path.join(os.path.dirname(lib),
+                                                    "libhk.so") in r.out,
+           "HK_LIBRARY naming the folder", r)
+    # 3. HK_LIBRARY wrong: a clear ImportError, nothing else tried
+    r = py("import hk.torch", {"HK_LIBRARY": "/nonexistent/libhk.so"})
+    expect(r.rc != 0 and "LibraryNotFound" in r.err and
+           "/nonexistent/libhk.so (HK_LIBRARY=/nonexistent/libhk.so): no such "
+           "file" in r.err, "a missing HK_LIBRARY is named", r)
+    libz = None
+    for cand in ("/lib/x86_64-linux-gnu/libz.so.1", "/usr/lib/libz.so.1"):
+        if os.path.exists(cand):
+            libz = cand
+    if libz:
+        r = py("import hk; hk.lib()", {"HK_LIBRARY": libz})
+        expect(r.rc != 0 and "lacks hk_init" in r.err,
+               "a library that is not libhk is refused", r)
+    with tempfile.TemporaryDirectory() as tmp:
+        # 4. next to the package (a copy outside any checkout)
+        pkg = os.path.join(tmp, "site")
+        shutil.copytree(os.path.join(harness.PYDIR, "hk"),
+                        os.path.join(pkg, "hk"),
+                        ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+        shutil.copy(lib, os.path.join(pkg, "hk", "libhk.so"))
+        r = py("import hk; print('loaded', hk.library_path(), '|',"
+               " hk.library_reason())", pythonpath=pkg)
+        expect(r.rc == 0 and "| next to the hk package" in r.out and
+               os.path.join(pkg, "hk", "libhk.so") in r.out,
+               "libhk next to the package", r)
+        # 5. the loader's path, and the message when it is nowhere
+        os.remove(os.path.join(pkg, "hk", "libhk.so"))
+        r = py("import hk; print('loaded', hk.library_path(), '|',"
+               " hk.library_reason())", pythonpath=pkg,
+               env_extra={"LD_LIBRARY_PATH": os.path.dirname(lib)})
+        expect(r.rc == 0 and "loaded %s" % lib in r.out,
+               "libhk on the loader's path (LD_LIBRARY_PATH)", r)
+        r = py("import hk.torch", pythonpath=pkg, drop=("LD_LIBRARY_PATH",))
+        if "loaded" not in r.out and r.rc != 0:
+            expect("cannot load libhk; tried:" in r.err and
+                   "next to the hk package" in r.err and
+                   "set HK_LIBRARY" in r.err,
+                   "no libhk anywhere: every place tried is listed", r)
+        # 6. pip install of python/ (from a copy: pip builds in the tree)
+        src = os.path.join(tmp, "src")
+        shutil.copytree(harness.PYDIR, src,
+                        ignore=shutil.ignore_patterns("__pycache__",
+                                                      "*.egg-info", "build"))
+        target = os.path.join(tmp, "installed")
+        p = harness.run([sys.executable, "-m", "pip", "install", "--quiet",
+                         "--no-build-isolation", "--no-deps",
+                         "--disable-pip-version-check", "--no-index",
+                         "--target", target, src], dict(os.environ), 240)
+        expect(p.rc == 0, "pip install --target of python/", p)
+        r = py("import hk.torch as hvd, torch; print('from', hvd.__file__);"
+               " hvd.init(); print('sum', hvd.allreduce(torch.ones(2),"
+               " op=hvd.Sum).tolist())", {"HK_LIBRARY": lib},
+               pythonpath=target)
+        expect(r.rc == 0 and target in r.out and "sum [1.0, 1.0]" in r.out,
+               "the pip-installed package works", r)
+    print("package ok")
+
+
+def test_ops():
+    np = int(opt.args[0]) if opt.args else 2
+    r = harness.hkrun(opt.hkrun, np, "w_ops.py", lib=opt.lib, timeout=280)
+    expect(r.rc == 0 and count(r, "ops ok") == np,
+           "dtype x op at np %d" % np, r)
+    print("\n".join(r.lines(0)))
+
+
+def test_optimizer():
+    r = harness.hkrun(opt.hkrun, 2, "w_optimizer.py", lib=opt.lib,
+                      timeout=280)
+    expect(r.rc == 0 and count(r, "optimizer all ok") == 2,
+           "DistributedOptimizer at np 2", r)
+    print("\n".join(r.lines(0)))
+
+
+def test_broadcast():
+    r = harness.hkrun(opt.hkrun, 2, "w_broadcast.py", lib=opt.lib,
+                      timeout=280)
+    expect(r.rc == 0 and count(r, "broadcast ok") == 6,
+           "broadcast_parameters / broadcast_optimizer_state from rank 1", r)
+    print("\n".join(r.lines(0)))
+
+
+def test_faults():
+    r = harness.hkrun(opt.hkrun, 2, "w_faults.py", ["mismatch"], lib=opt.lib,
+                      timeout=240)
+    expect(r.rc == 0 and count(r, "mismatch ok") == 2 and
+           count(r, "CAUGHT HK_ERR_MISMATCH: tensor 'allreduce.count': ranks "
+                 "disagree: count differs: count 4 on rank 0; count 5 on "
+                 "rank 1.") == 2,
+           "mismatches as HorovodInternalError with hk's message", r)
+    print("\n".join(r.lines(0)))
+    # a dead rank: the others raise at once (hkrun tells them); the whole
+    # job ends well within the deadline. hkrun's grace period is raised so
+    # that the survivors print before hkrun's SIGTERM.
+    argv = [opt.hkrun, "--grace-period", "20", "-np", "3", sys.executable,
+            os.path.join(harness.HERE, "w_faults.py"), "dead"]
+    r = harness.run(argv, harness.worker_env(opt.lib), 90)
+    expect(not r.timed_out, "a dead rank must not hang the others", r)
+    expect(r.rc == 128 + 9, "hkrun exits with the killed rank's status", r)
+    for rank in (0, 2):
+        got = [line for line in r.lines(rank) if "CAUGHT" in line]
+        expect(len(got) == 1 and "HK_ERR_PEER_LOST" in got[0] and
+               "rank 1 (pid" in got[0] and "killed by signal 9" in got[0],
+               "rank %d raised HorovodInternalError naming rank 1" % rank, r)
+        print("[%d] %s" % (rank, got[0]))
+    expect(r.secs < 60, "the job ended %.1f s after the start" % r.secs, r)
+    print("faults ok (the dead-rank job ended in %.1f s)" % r.secs)
+
+
+def test_horovod_script():
+    script = os.path.join(harness.HERE, "horovod_pytorch_mnist.py")
+    example = os.path.join(harness.ROOT, "examples", "pytorch", "mnist.py")
+    with open(script) as f:
+        text = f.read()
+    imports = [line for line in text.splitlines()
+               if line.strip().startswith(("import ", "from "))]
+    expect("import horovod.torch as hvd" in imports and
+           not any("hk" in line.split() or line.startswith("import hk") or
+                   line.startswith("from hk") for line in imports),
+           "the script is written for horovod.torch")
+    lines = text.split("\n")
+    new = ["import hk.torch as hvd" if line == "import horovod.torch as hvd"
+           else line for line in lines]
+    expect(sum(a != b for a, b in zip(lines, new)) == 1,
+           "exactly one import line changed")
+    changed = "\n".join(new)
+    with open(example) as f:
+        expect(f.read() == changed,
+               "examples/pytorch/mnist.py is the Horovod script with only "
+               "its import changed (regenerate it: sed 's/^import "
+               "horovod.torch as hvd$/import hk.torch as hvd/')")
+    args = ["--epochs", "1", "--train-limit", "2400", "--test-limit", "800",
+            "--log-interval", "10"]
+    r = harness.hkrun(opt.hkrun, 2, example, args, lib=opt.lib, timeout=280)
+    expect(r.rc == 0 and any(line.startswith("final test accuracy") for line
+                             in r.lines(0)), "the script under hkrun -np 2",
+           r)
+    print("\n".join(r.lines(0)[-3:]))
+    # a world of one, without hkrun, with fp16 compression
+    env = harness.worker_env(opt.lib)
+    for k in ("HK_RANK", "HK_SIZE"):
+        env.pop(k, None)
+    r = harness.run([sys.executable, example] + args + ["--fp16-allreduce"],
+                    env, 240)
+    expect(r.rc == 0 and "final test accuracy" in r.out,
+           "the script as a world of one", r)
+    print(r.out.strip().splitlines()[-1] + " (world of one, fp16)")
+
+
+{"package": test_package, "ops": test_ops, "optimizer": test_optimizer,
+ "broadcast": test_broadcast, "faults": test_faults,
+ "horovod_script": test_horovod_script}[opt.what]()

@@ -1,0 +1,333 @@
+/* Unit tests of the shared-memory primitives: the segment
+ * (collectives/transport/shm_seg.h: its name, mode 0600, O_EXCL, unlink
+ * while mapped), the futex doorbell (shm_wait.h), and the shm link
+ * (link_shm.h): random call sizes both ways through a 4 KiB ring from two
+ * threads (futex waits), a stream mixed with a TCP link in one wait
+ * (socket doorbells), a peer that dies and one that is stuck, named in
+ * the errors. Runs under TSan too. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <errno.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "collectives/transport/link.h"
+#include "collectives/transport/shm_wait.h"
+
+static uint8_t byte_at(int side, size_t o) {
+  uint64_t x =
+      o * 0x9E3779B97F4A7C15ull + (uint64_t)side * 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 29;
+  x *= 0x94D049BB133111EBull;
+  return (uint8_t)(x >> 56);
+}
+
+static uint32_t next_rand(uint32_t *s) {
+  *s ^= *s << 13;
+  *s ^= *s >> 17;
+  *s ^= *s << 5;
+  return *s;
+}
+
+static void new_name(char name[HK_SHM_NAME_CAP]) {
+  hk_secret s;
+  assert_int_equal(hk_secret_generate(&s), HK_OK);
+  hk_shm_seg_name(&s, 0, name);
+}
+
+static int exists_in_dev_shm(const char *name) {
+  char path[128];
+  snprintf(path, sizeof path, "/dev/shm%s", name);
+  struct stat sb;
+  return stat(path, &sb) == 0 ? (int)(sb.st_mode & 0777) : -1;
+}
+
+/* The name depends on the secret and the tag only; the object is the
+ * user's alone, created once, and survives its unlink while mapped. */
+static void test_segment_lifecycle(void **state) {
+  (void)state;
+  hk_secret s1, s2;
+  assert_int_equal(hk_secret_generate(&s1), HK_OK);
+  assert_int_equal(hk_secret_generate(&s2), HK_OK);
+  char a[HK_SHM_NAME_CAP], b[HK_SHM_NAME_CAP], c[HK_SHM_NAME_CAP];
+  hk_shm_seg_name(&s1, 0, a);
+  hk_shm_seg_name(&s1, 0, b);
+  assert_string_equal(a, b);
+  assert_int_equal(strlen(a), 4 + 32);
+  hk_shm_seg_name(&s1, 4, c);
+  assert_string_not_equal(a, c);
+  hk_shm_seg_name(&s2, 0, c);
+  assert_string_not_equal(a, c);
+
+  hk_shm_layout lay = {3, 8192, 4096};
+  hk_shm_seg x, y, z;
+  assert_int_equal(hk_shm_seg_create(a, &lay, &x), HK_OK);
+  assert_int_equal(exists_in_dev_shm(a), 0600);
+  assert_int_equal(hk_shm_seg_create(a, &lay, &z), HK_ERR_SYSTEM);
+  assert_non_null(strstr(hk_last_error(), "exists already"));
+  assert_int_equal(exists_in_dev_shm(a), 0600); /* not removed by the loser */
+  assert_int_equal(hk_shm_seg_open(a, &y), HK_OK);
+  assert_int_equal(y.bytes, hk_shm_seg_bytes(&lay));
+  assert_int_equal(hk_shm_seg_unlink(a), HK_OK);
+  assert_int_equal(exists_in_dev_shm(a), -1);
+  assert_int_equal(hk_shm_seg_unlink(a), HK_OK); /* ENOENT is fine */
+  assert_int_equal(hk_shm_seg_open(a, &z), HK_ERR_SYSTEM);
+  /* both mappings still see the same memory */
+  uint8_t *p = hk_shm_seg_slot(&x, 2, 1), *q = hk_shm_seg_slot(&y, 2, 1);
+  p[8191] = 42;
+  assert_int_equal(q[8191], 42);
+  assert_ptr_not_equal(hk_shm_seg_ring(&x, 0, 1), hk_shm_seg_ring(&x, 1, 0));
+  hk_shm_seg_close(&x);
+  hk_shm_seg_close(&y);
+  hk_shm_seg_close(&y); /* twice is fine */
+  hk_shm_layout bad = {3, 100, 4096};
+  assert_int_equal(hk_shm_seg_create(a, &bad, &x), HK_ERR_INVALID_ARG);
+  assert_int_equal(exists_in_dev_shm(a), -1);
+}
+
+/* FUTEX_WAIT times out, sees a changed word at once, and is woken. */
+typedef struct bell_arg {
+  hk_shm_doorbell *bell;
+  _Atomic int flag;
+} bell_arg;
+
+static void *ringer(void *p) {
+  bell_arg *a = p;
+  usleep(20000);
+  atomic_store(&a->flag, 1);
+  hk_shm_ring_bell(a->bell);
+  return NULL;
+}
+
+static int flag_set(void *p) { return atomic_load(&((bell_arg *)p)->flag); }
+
+static void test_doorbell(void **state) {
+  (void)state;
+  hk_shm_doorbell bell = {0, 0};
+  assert_int_equal(hk_futex_wait(&bell.word, 0, 0.01), ETIMEDOUT);
+  assert_int_equal(hk_futex_wait(&bell.word, 7, 5.0), 0); /* differs */
+  bell_arg a = {&bell, 0};
+  pthread_t t;
+  pthread_create(&t, NULL, ringer, &a);
+  hk_shm_cond c = {flag_set, NULL, NULL, &a, &bell, 0};
+  hk_io io = {-1, 5};
+  double t0 = hk_now();
+  assert_int_equal(hk_shm_wait(&c, &io, "in the test"), HK_OK);
+  assert_true(hk_now() - t0 < 2.0);
+  pthread_join(t, NULL);
+}
+
+typedef struct side {
+  hk_link link;  /* the stream (shm), or the send side of a mixed pair */
+  hk_link other; /* mixed: the TCP link the side receives on */
+  int id, mixed;
+  size_t send_len, recv_len, max_call;
+  uint32_t seed;
+  hk_status st;
+  char err[512];
+  size_t bad_at;
+} side;
+
+/* Sends its stream and receives the other's at once, in random calls,
+ * waiting only when neither moved. Mixed: side 0 sends over shm and
+ * receives over TCP, side 1 the opposite. */
+static void *side_main(void *p) {
+  side *s = p;
+  hk_link *tx = &s->link, *rx = &s->link;
+  if (s->mixed && s->id == 0)
+    rx = &s->other;
+  if (s->mixed && s->id == 1)
+    tx = &s->other;
+  uint8_t *out = malloc(s->send_len + 1), *in = malloc(s->recv_len + 1);
+  for (size_t i = 0; i < s->send_len; i++)
+    out[i] = byte_at(s->id, i);
+  size_t sent = 0, got = 0;
+  hk_io io = {-1, 10};
+  s->st = HK_OK;
+  while (s->st == HK_OK && (sent < s->send_len || got < s->recv_len)) {
+    size_t ds = 0, dr = 0;
+    if (sent < s->send_len) {
+      size_t want = 1 + next_rand(&s->seed) % s->max_call;
+      if (want > s->send_len - sent)
+        want = s->send_len - sent;
+      s->st = hk_link_send_some(tx, out + sent, want, &ds);
+      sent += ds;
+    }
+    if (s->st == HK_OK && got < s->recv_len) {
+      size_t want = 1 + next_rand(&s->seed) % s->max_call;
+      if (want > s->recv_len - got)
+        want = s->recv_len - got;
+      s->st = hk_link_recv_some(rx, in + got, want, &dr);
+      got += dr;
+    }
+    if (s->st == HK_OK && ds == 0 && dr == 0)
+      s->st = hk_link_wait(tx, sent < s->send_len, rx, got < s->recv_len, &io,
+                           "in the test");
+  }
+  if (s->st == HK_OK)
+    s->st = hk_link_drain(tx, &io, "in the test");
+  snprintf(s->err, sizeof s->err, "%s", hk_last_error());
+  s->bad_at = SIZE_MAX;
+  for (size_t i = 0; i < got; i++)
+    if (in[i] != byte_at(1 - s->id, i)) {
+      s->bad_at = i;
+      break;
+    }
+  free(out);
+  free(in);
+  return NULL;
+}
+
+/* Two shm links between local ranks 0 and 1 of a fresh 4 KiB-ring
+ * segment, each with its end of a socket pair; mixed: also a TCP link. */
+static void make_pair(side *a, side *b, hk_shm_seg *seg, int mixed) {
+  char name[HK_SHM_NAME_CAP];
+  new_name(name);
+  hk_shm_layout lay = {2, 4096, 4096};
+  assert_int_equal(hk_shm_seg_create(name, &lay, seg), HK_OK);
+  assert_int_equal(hk_shm_seg_unlink(name), HK_OK);
+  int sv[2];
+  assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  assert_int_equal(hk_link_init_shm(&a->link, 1, seg, 0, 1, sv[0]), HK_OK);
+  assert_int_equal(hk_link_init_shm(&b->link, 0, seg, 1, 0, sv[1]), HK_OK);
+  assert_string_equal(hk_link_kind_name(&a->link), "shm");
+  if (mixed) {
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    assert_int_equal(hk_link_init_tcp(&a->other, 1, &sv[0], 1, 0), HK_OK);
+    assert_int_equal(hk_link_init_tcp(&b->other, 0, &sv[1], 1, 0), HK_OK);
+  }
+  a->id = 0;
+  b->id = 1;
+  a->mixed = b->mixed = mixed;
+}
+
+static void run_pair(size_t len_a, size_t len_b, size_t max_call, int mixed,
+                     uint32_t seed) {
+  side a, b;
+  memset(&a, 0, sizeof a);
+  memset(&b, 0, sizeof b);
+  hk_shm_seg seg;
+  make_pair(&a, &b, &seg, mixed);
+  a.send_len = b.recv_len = len_a;
+  b.send_len = a.recv_len = len_b;
+  a.max_call = b.max_call = max_call;
+  a.seed = seed;
+  b.seed = seed * 7 + 1;
+  pthread_t t;
+  pthread_create(&t, NULL, side_main, &b);
+  side_main(&a);
+  pthread_join(t, NULL);
+  side *s[2] = {&a, &b};
+  for (int i = 0; i < 2; i++) {
+    if (s[i]->st != HK_OK)
+      fail_msg("mixed=%d side %d: %s", mixed, i, s[i]->err);
+    if (s[i]->bad_at != SIZE_MAX)
+      fail_msg("mixed=%d side %d: byte %zu differs", mixed, i, s[i]->bad_at);
+  }
+  for (int i = 0; i < 2; i++) {
+    hk_link_close(&s[i]->link);
+    hk_link_close(&s[i]->other);
+  }
+  hk_shm_seg_close(&seg);
+}
+
+/* Calls smaller and larger than the ring, wrapping anywhere. */
+static void test_stream_random(void **state) {
+  (void)state;
+  uint32_t seed = 4242;
+  for (int i = 0; i < 6; i++) {
+    size_t la = 1 + next_rand(&seed) % (1u << 20);
+    size_t lb = next_rand(&seed) % (1u << 19);
+    size_t max_call = i < 2 ? 7 : 1 + next_rand(&seed) % 20000;
+    if (i < 2)
+      la %= 50000, lb %= 50000;
+    run_pair(la, lb, max_call, 0, seed);
+  }
+}
+
+/* One wait over an shm side and a TCP side (poll with socket doorbells). */
+static void test_stream_mixed(void **state) {
+  (void)state;
+  run_pair(1 << 20, 1 << 20, 10000, 1, 77);
+  run_pair(300000, 5, 100000, 1, 78);
+}
+
+/* The peer sends 15 bytes and dies (its socket closes): the 15 bytes are
+ * read, then the wait fails naming it. */
+static void test_lost_peer(void **state) {
+  (void)state;
+  side a, b;
+  memset(&a, 0, sizeof a);
+  memset(&b, 0, sizeof b);
+  hk_shm_seg seg;
+  make_pair(&a, &b, &seg, 0);
+  uint8_t buf[100];
+  memset(buf, 1, sizeof buf);
+  size_t done = 0;
+  assert_int_equal(hk_link_send_some(&b.link, buf, 15, &done), HK_OK);
+  assert_int_equal(done, 15);
+  hk_link_close(&b.link);
+  hk_io io = {-1, 5};
+  size_t got = 0;
+  hk_status st = HK_OK;
+  double t0 = hk_now();
+  while (st == HK_OK) {
+    st = hk_link_recv_some(&a.link, buf, sizeof buf, &done);
+    got += done;
+    if (st == HK_OK && done == 0)
+      st = hk_link_wait(&a.link, 0, &a.link, 1, &io, "in the test");
+  }
+  assert_int_equal(got, 15);
+  assert_int_equal(st, HK_ERR_PEER_LOST);
+  assert_non_null(strstr(hk_last_error(), "rank 1 closed the connection"));
+  assert_true(hk_now() - t0 < 1.0);
+  hk_link_close(&a.link);
+  hk_shm_seg_close(&seg);
+}
+
+/* A peer that never sends: the timeout names it and what was waited on;
+ * a full ring the same on the send side. */
+static void test_stuck_peer(void **state) {
+  (void)state;
+  side a, b;
+  memset(&a, 0, sizeof a);
+  memset(&b, 0, sizeof b);
+  hk_shm_seg seg;
+  make_pair(&a, &b, &seg, 0);
+  hk_io io = {-1, 0.2};
+  uint8_t buf[8192] = {0};
+  hk_status st =
+      hk_link_exchange(&a.link, buf, 0, &a.link, buf, 16, &io, "in x");
+  assert_int_equal(st, HK_ERR_TIMEOUT);
+  assert_string_equal(hk_last_error(), "timed out after 0.2 s in x: no "
+                                       "progress receiving from rank 1");
+  st =
+      hk_link_exchange(&a.link, buf, sizeof buf, &a.link, NULL, 0, &io, "in y");
+  assert_int_equal(st, HK_ERR_TIMEOUT);
+  assert_string_equal(hk_last_error(), "timed out after 0.2 s in y: no "
+                                       "progress sending to rank 1");
+  hk_link_close(&a.link);
+  hk_link_close(&b.link);
+  hk_shm_seg_close(&seg);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_segment_lifecycle),
+      cmocka_unit_test(test_doorbell),
+      cmocka_unit_test(test_stream_random),
+      cmocka_unit_test(test_stream_mixed),
+      cmocka_unit_test(test_lost_peer),
+      cmocka_unit_test(test_stuck_peer),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

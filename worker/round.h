@@ -1,0 +1,68 @@
+/*
+ * round.h - the negotiation round's state and rank 0's side of it (the
+ * protocol: worker/background.c's header). Background thread only.
+ */
+#ifndef HK_WORKER_ROUND_H
+#define HK_WORKER_ROUND_H
+
+#include <poll.h>
+#include <stdint.h>
+
+#include "worker/context.h"
+
+/* What the loop has decided so far, and its scratch (owned by the
+ * background thread; hk_round_init / hk_round_free). */
+typedef struct hk_round {
+  int sent;               /* rank > 0: a REQUESTS is outstanding */
+  int shutdown_sent;      /* rank > 0: our shutdown request went out */
+  int shutdown_rank;      /* >= 0: everyone stops after this round */
+  hk_status abort_status; /* rank 0: the job must stop (stall) */
+  char abort_reason[HK_WIRE_MAX_REASON_LEN + 1];
+  uint8_t *waiting;      /* rank 0: waiting[r], see the file comment */
+  double *waiting_since; /* rank 0: when waiting[r] became 1 (hk_now()) */
+  hk_buf answer;         /* rank 0: the encoded empty answer */
+  hk_wire_request *reqs; /* this round's requests by name */
+  uint32_t cap_reqs;
+  uint32_t *bits; /* this round's cache bits */
+  uint32_t cap_bits;
+  uint64_t *seen; /* rank > 0: bitmap that sorts the bits */
+  size_t seen_words;
+} hk_round;
+
+/** Sets up *R for this rank (rank 0: the per-rank answer state and the
+ *  encoded empty answer). Errors: HK_ERR_NOMEM. */
+hk_status hk_round_init(hk_ctx *ctx, hk_round *R);
+
+/** Frees what *R holds. */
+void hk_round_free(hk_round *R);
+
+/** 1 once hk_shutdown was called on this rank. Locks ctx->mu. */
+int hk_round_shutdown_requested(hk_ctx *ctx);
+
+/**
+ * Splits a list of handles taken from the queue into requests by name
+ * (R->reqs, *nreqs) and the response-cache bits of those the cache knows
+ * (R->bits, *nbits); with `sorted` the bits ascend, as the wire wants (a
+ * bitmap pass, linear in the bits and their range). Errors: HK_ERR_NOMEM.
+ */
+hk_status hk_round_split(hk_ctx *ctx, hk_round *R, hk_handle list, int sorted,
+                         uint32_t *nreqs, uint32_t *nbits);
+
+/**
+ * Rank 0, after every wake-up of the loop: feeds its own queue, reads the
+ * REQUESTS of every rank r whose control connection is readable
+ * (pfds[first_ctrl + r - 1].revents), then either sends every rank one
+ * RESPONSES and runs it (a tensor is ready, a rank shut down, or the job
+ * must stop: R->shutdown_rank / R->abort_status say so), or answers the
+ * waiting requests with the empty answer. Errors: what the connections,
+ * the negotiator and the collectives return; the job then fails.
+ */
+hk_status hk_round_coordinate(hk_ctx *ctx, hk_round *R,
+                              const struct pollfd *pfds, int first_ctrl);
+
+/** How long rank 0's loop may sleep, ms (-1: until something happens):
+ *  until the next stall check while tensors are pending, or until a held
+ *  answer is due. Other ranks: -1. */
+int hk_round_timeout_ms(hk_ctx *ctx, const hk_round *R);
+
+#endif
