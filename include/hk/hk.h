@@ -135,6 +135,9 @@ typedef enum hk_dtype {
  *   5000.0), and where no sum overflowed the bits are those of dividing
  *   the plain sum. Inputs below 2^-14 * P (float16's normal range) keep
  *   fewer significant bits, as with NCCL's ncclAvg, which pre-multiplies.
+ *   The same holds for device tensors (the pack divides, the unpack
+ *   multiplies back), and for float32 travelling as float16/bfloat16
+ *   under HK_COMPRESSION.
  * - HK_MIN/HK_MAX on floats: if either operand is NaN, the result is NaN.
  * Summation order: the ring reduces segment s starting from rank s+1 in ring
  * order, so floating-point sums may differ in the last bits from a serial
