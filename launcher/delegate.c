@@ -7,7 +7,6 @@
 #include "launcher/delegate.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,21 +26,6 @@ extern char **environ;
 
 /* Largest host file read, in bytes. */
 #define HOSTFILE_MAX (1u << 20)
-
-static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-/* "hkrun: <message>\n" on stderr in one write (long messages truncated). */
-static void say(const char *fmt, ...) {
-  char line[HK_ERROR_MSG_CAP + 64];
-  int n = snprintf(line, sizeof line, "hkrun: ");
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
-  va_end(ap);
-  size_t len = strlen(line);
-  line[len++] = '\n';
-  (void)hk_out_write_all(STDERR_FILENO, line, len);
-}
 
 /* Reads the whole host file into *text (malloc'ed) and parses it. */
 static hk_status load_hostfile(const char *path, hk_hostlist *out) {
@@ -71,7 +55,7 @@ static hk_status load_hostfile(const char *path, hk_hostlist *out) {
 
 /* Exit status for a failed step: 1 when out of memory, else 2. */
 static int fail_status(hk_status st) {
-  say("%s", hk_last_error());
+  hk_out_say("%s", hk_last_error());
   return st == HK_ERR_NOMEM ? 1 : 2;
 }
 
@@ -96,7 +80,7 @@ static int run_mpirun(const hkrun_args *args, const hk_hostlist *hosts,
   hk_secret secret;
   char hex[2 * HK_SECRET_LEN + 1];
   if (hk_secret_generate(&secret) != HK_OK) {
-    say("%s", hk_last_error());
+    hk_out_say("%s", hk_last_error());
     return 1;
   }
   hk_secret_format(&secret, hex);
@@ -104,7 +88,7 @@ static int run_mpirun(const hkrun_args *args, const hk_hostlist *hosts,
   if (setenv("HK_SECRET", hex, 1) != 0 ||
       (args->network_interface &&
        setenv("HK_SOCKET_IFNAME", args->network_interface, 1) != 0)) {
-    say("setenv: %s", strerror(errno));
+    hk_out_say("setenv: %s", strerror(errno));
     return 1;
   }
   memset(hex, 0, sizeof hex);
@@ -147,8 +131,8 @@ static int run_mpirun(const hkrun_args *args, const hk_hostlist *hosts,
     if (fd >= 0)
       close(fd);
     if (!ok) {
-      say("cannot write the host file for mpirun (%s): %s", hostfile,
-          strerror(errno));
+      hk_out_say("cannot write the host file for mpirun (%s): %s", hostfile,
+                 strerror(errno));
       if (fd >= 0)
         unlink(hostfile);
       return 1;
@@ -187,7 +171,7 @@ static int run_mpirun(const hkrun_args *args, const hk_hostlist *hosts,
   }
   if (args->verbose) {
     char *line = hk_argv_format(&cmd);
-    say("exec: %s", line ? line : "(out of memory)");
+    hk_out_say("exec: %s", line ? line : "(out of memory)");
     free(line);
   }
   int rc = hk_remote_run(&cmd, args->grace_period_s);
@@ -207,22 +191,24 @@ static int check_local_interface(const hkrun_args *args) {
   char addr[HK_IFACE_ADDR_CAP];
   if (hk_iface_address(ifname, addr, sizeof addr) == HK_OK)
     return HKRUN_RUN_LOCALLY;
-  say("%s: %s",
-      args->network_interface ? "--network-interface" : "HK_SOCKET_IFNAME",
-      hk_last_error());
+  hk_out_say("%s: %s",
+             args->network_interface ? "--network-interface"
+                                     : "HK_SOCKET_IFNAME",
+             hk_last_error());
   return 2;
 }
 
 int hkrun_delegate(hkrun_args *args) {
   if (!args->hosts && !args->hostfile && !args->mpi) {
     if (args->mpi_args) {
-      say("--mpi-args applies only when hkrun starts mpirun (several hosts, "
+      hk_out_say(
+          "--mpi-args applies only when hkrun starts mpirun (several hosts, "
           "or --mpi)");
       return 2;
     }
     if (args->network_interface &&
         setenv("HK_SOCKET_IFNAME", args->network_interface, 1) != 0) {
-      say("setenv: %s", strerror(errno));
+      hk_out_say("setenv: %s", strerror(errno));
       return 1;
     }
     return check_local_interface(args);
@@ -249,12 +235,13 @@ int hkrun_delegate(hkrun_args *args) {
   if (hk_mpirun_wanted(args->mpi, &hosts, me)) {
     rc = run_mpirun(args, &hosts, me);
   } else if (args->mpi_args) {
-    say("--mpi-args applies only when hkrun starts mpirun (several hosts, or "
+    hk_out_say(
+        "--mpi-args applies only when hkrun starts mpirun (several hosts, or "
         "--mpi)");
     rc = 2;
   } else if (args->network_interface &&
              setenv("HK_SOCKET_IFNAME", args->network_interface, 1) != 0) {
-    say("setenv: %s", strerror(errno));
+    hk_out_say("setenv: %s", strerror(errno));
     rc = 1;
   } else {
     rc = check_local_interface(args);

@@ -44,7 +44,6 @@
  */
 #include <errno.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,21 +95,6 @@ typedef struct job {
   int closed; /* close_job ran */
 } job;
 
-/* Prints "hkrun: <message>\n" to stderr in one write. */
-static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static void say(const char *fmt, ...) {
-  char line[1024];
-  int n = snprintf(line, sizeof line, "hkrun: ");
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
-  va_end(ap);
-  size_t len = strlen(line);
-  line[len++] = '\n';
-  (void)hk_out_write_all(STDERR_FILENO, line, len);
-}
-
 static uint64_t grace_ms(const job *j) {
   return (uint64_t)(j->args->grace_period_s * 1000.0 + 0.5);
 }
@@ -135,14 +119,14 @@ static void kill_timeout(uv_timer_t *t) {
   job *j = t->data;
   int n = hk_workers_signal(&j->workers, SIGKILL);
   if (n > 0 && j->args->verbose)
-    say("sent SIGKILL to %d worker(s)", n);
+    hk_out_say("sent SIGKILL to %d worker(s)", n);
 }
 
 static void term_timeout(uv_timer_t *t) {
   job *j = t->data;
   int n = hk_workers_signal(&j->workers, SIGTERM);
   if (n > 0 && j->args->verbose)
-    say("sent SIGTERM to %d worker(s)", n);
+    hk_out_say("sent SIGTERM to %d worker(s)", n);
   if (!uv_is_active((uv_handle_t *)&j->kill_timer))
     uv_timer_start(&j->kill_timer, kill_timeout, j->kill_after_term, 0);
 }
@@ -173,10 +157,10 @@ static void judge(job *j, hk_worker *w, int no_goodbye) {
                    : w->exit_status ? (int)(w->exit_status & 0xff)
                                     : 1;
     if (w->term_signal)
-      say("rank %d (pid %d) %s (%s)", w->rank, w->pid, what,
-          strsignal(w->term_signal));
+      hk_out_say("rank %d (pid %d) %s (%s)", w->rank, w->pid, what,
+                 strsignal(w->term_signal));
     else
-      say("rank %d (pid %d) %s", w->rank, w->pid, what);
+      hk_out_say("rank %d (pid %d) %s", w->rank, w->pid, what);
     char reason[256];
     snprintf(reason, sizeof reason, "rank %d (pid %d) %s", w->rank, w->pid,
              what);
@@ -186,7 +170,7 @@ static void judge(job *j, hk_worker *w, int no_goodbye) {
       uv_timer_start(&j->term_timer, term_timeout, grace_ms(j), 0);
     stop_waiting(j); /* the exit status is decided */
   } else if (j->args->verbose) {
-    say("rank %d (pid %d) %s", w->rank, w->pid, what);
+    hk_out_say("rank %d (pid %d) %s", w->rank, w->pid, what);
   }
   maybe_close_job(j);
 }
@@ -266,7 +250,7 @@ static void on_rank_settled(int rank, hk_rdv_rank_state state, void *ctx) {
 static void on_signal(uv_signal_t *h, int signum) {
   job *j = h->data;
   if (++j->signals_received > 1) {
-    say("received %s again; killing the workers", strsignal(signum));
+    hk_out_say("received %s again; killing the workers", strsignal(signum));
     hk_workers_signal(&j->workers, SIGKILL);
     return;
   }
@@ -274,8 +258,8 @@ static void on_signal(uv_signal_t *h, int signum) {
     j->failing = 1;
     j->exit_code = 128 + signum;
   }
-  say("received signal %d (%s); forwarding it to the workers", signum,
-      strsignal(signum));
+  hk_out_say("received signal %d (%s); forwarding it to the workers", signum,
+             strsignal(signum));
   char reason[128];
   snprintf(reason, sizeof reason, "hkrun received signal %d (%s)", signum,
            strsignal(signum));
@@ -323,7 +307,8 @@ static void start_timeout(uv_timer_t *t) {
   gethostname(host, sizeof host - 1);
   j->failing = 1;
   j->exit_code = 1;
-  say("not every rank joined within HK_START_TIMEOUT_S=%g s: %s %s on %s "
+  hk_out_say(
+      "not every rank joined within HK_START_TIMEOUT_S=%g s: %s %s on %s "
       "never called hk_init (or could not reach hkrun); %d of %d joined",
       j->start_timeout_s, nmiss > 1 ? "ranks" : "rank", pids, host, joined, np);
   char reason[256];
@@ -341,19 +326,19 @@ static void start_timeout(uv_timer_t *t) {
 static int setup(job *j, hk_secret *secret, uint16_t *port) {
   int rc = uv_loop_init(&j->loop);
   if (rc != 0) {
-    say("uv_loop_init: %s", uv_strerror(rc));
+    hk_out_say("uv_loop_init: %s", uv_strerror(rc));
     return 1;
   }
   j->goodbye_deadline =
       calloc((size_t)j->args->np, sizeof *j->goodbye_deadline);
   if (!j->goodbye_deadline) {
-    say("out of memory for %d ranks", j->args->np);
+    hk_out_say("out of memory for %d ranks", j->args->np);
     return 1;
   }
   if (hk_secret_generate(secret) != HK_OK ||
       hk_rdv_start(&j->loop, j->args->np, secret, on_rank_settled, j, &j->rdv,
                    port) != HK_OK) {
-    say("%s", hk_last_error());
+    hk_out_say("%s", hk_last_error());
     return 1;
   }
   /* SIGHUP too: the workers lead their own sessions, so a closed terminal
@@ -389,14 +374,14 @@ static cpu_set_t *bind_masks(const hkrun_args *args, int *failed) {
   cpu_set_t *masks = NULL;
   int *set = NULL;
   if (hk_bind_read_cpus(&cpus, &n) != HK_OK) {
-    say("--bind-to %s: %s", args->bind_to, hk_last_error());
+    hk_out_say("--bind-to %s: %s", args->bind_to, hk_last_error());
     *failed = 1;
     return NULL;
   }
   masks = calloc((size_t)args->np, sizeof *masks);
   set = calloc((size_t)(n > 0 ? n : 1), sizeof *set);
   if (!masks || !set) {
-    say("--bind-to: out of memory");
+    hk_out_say("--bind-to: out of memory");
     free(masks);
     free(set);
     free(cpus);
@@ -414,12 +399,13 @@ static cpu_set_t *bind_masks(const hkrun_args *args, int *failed) {
     if (args->verbose) {
       char list[256];
       hk_bind_format(set, k, list, sizeof list);
-      say("--bind-to %s: rank %d on CPUs %s", args->bind_to, r, list);
+      hk_out_say("--bind-to %s: rank %d on CPUs %s", args->bind_to, r, list);
     }
   }
   if (any_shared) {
     int objs = hk_bind_count(cpus, n, args->bind);
-    say("--bind-to %s: %d workers but %d %s here: ranks share them (rank r "
+    hk_out_say(
+        "--bind-to %s: %d workers but %d %s here: ranks share them (rank r "
         "gets number r mod %d)",
         args->bind_to, args->np, objs,
         args->bind == HKRUN_BIND_HWTHREAD ? "CPUs" : "cores", objs);
@@ -447,7 +433,7 @@ static int run_job(const hkrun_args *args) {
   snprintf(rendezvous, sizeof rendezvous, "127.0.0.1:%u", (unsigned)port);
   hk_secret_format(&secret, secret_hex);
   if (args->verbose)
-    say("rendezvous listening on %s", rendezvous);
+    hk_out_say("rendezvous listening on %s", rendezvous);
 
   int bind_failed = 0;
   cpu_set_t *masks = bind_masks(args, &bind_failed);
@@ -473,7 +459,7 @@ static int run_job(const hkrun_args *args) {
       .ctx = &j,
   };
   if (hk_workers_init(&j.workers, &j.loop, &so) != HK_OK) {
-    say("%s", hk_last_error());
+    hk_out_say("%s", hk_last_error());
     close_job(&j);
     uv_run(&j.loop, UV_RUN_DEFAULT);
     uv_loop_close(&j.loop);
@@ -482,7 +468,7 @@ static int run_job(const hkrun_args *args) {
     return 1;
   }
   if (hk_workers_start(&j.workers) != HK_OK) {
-    say("%s", hk_last_error());
+    hk_out_say("%s", hk_last_error());
     j.failing = 1;
     j.exit_code = 127;
     hk_workers_signal(&j.workers, SIGKILL);
@@ -493,7 +479,7 @@ static int run_job(const hkrun_args *args) {
                    (uint64_t)(j.start_timeout_s * 1000.0 + 0.5), 0);
     if (args->verbose)
       for (int r = 0; r < args->np; r++)
-        say("started rank %d as pid %d", r, j.workers.w[r].pid);
+        hk_out_say("started rank %d as pid %d", r, j.workers.w[r].pid);
   }
 
   /* Runs until every worker has exited and every handle is closed. */
@@ -521,7 +507,7 @@ static int run_hktopo(const char *argv0, const char *file) {
            slash ? self : ".");
   char *args[] = {path, (char *)file, NULL};
   execv(path, args);
-  say("cannot start '%s': %s", path, strerror(errno));
+  hk_out_say("cannot start '%s': %s", path, strerror(errno));
   return 127;
 }
 
@@ -532,7 +518,7 @@ int main(int argc, char **argv) {
   hkrun_args args;
   char err[HKRUN_ARGS_ERR_CAP];
   if (hkrun_args_parse(argc, argv, &args, err, sizeof err) != 0) {
-    say("%s", err);
+    hk_out_say("%s", err);
     fputs(hkrun_usage_hint(), stderr);
     return 2;
   }
@@ -558,11 +544,12 @@ int main(int argc, char **argv) {
       char name[256];
       snprintf(name, sizeof name, "%.*s", (int)(eq - x), x);
       if (setenv(name, eq + 1, 1) != 0) {
-        say("-x %s: %s", x, strerror(errno));
+        hk_out_say("-x %s: %s", x, strerror(errno));
         return 1;
       }
     } else if (!getenv(x)) {
-      say("-x %s: %s is not set here, so there is nothing to pass on", x, x);
+      hk_out_say("-x %s: %s is not set here, so there is nothing to pass on", x,
+                 x);
     }
   }
   /* the tunable flags become the workers' HK_* variables (also through
@@ -571,7 +558,7 @@ int main(int argc, char **argv) {
   const char *vars[16];
   int nvars;
   if (hkrun_tunable_env(&args, envbuf, sizeof envbuf, vars, 16, &nvars) != 0) {
-    say("tunable flags too long");
+    hk_out_say("tunable flags too long");
     return 2;
   }
   for (int i = 0; i < nvars; i++)

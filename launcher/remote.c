@@ -7,7 +7,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,21 +24,6 @@
 #define TAIL_BYTES 512
 /* From SIGTERM to SIGKILL once hkrun was signalled, s. */
 #define KILL_AFTER_TERM_S 0.5
-
-static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-/* "hkrun: <message>\n" on stderr in one write. */
-static void say(const char *fmt, ...) {
-  char line[2048];
-  int n = snprintf(line, sizeof line, "hkrun: ");
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
-  va_end(ap);
-  size_t len = strlen(line);
-  line[len++] = '\n';
-  (void)hk_out_write_all(STDERR_FILENO, line, len);
-}
 
 static double now_s(void) {
   struct timespec ts;
@@ -273,7 +257,7 @@ int hk_remote_probe(const hk_hostlist *hosts, const char *local_hostname,
   if (!ps || !cmds) {
     free(ps);
     free(cmds);
-    say("out of memory probing %d hosts", hosts->n);
+    hk_out_say("out of memory probing %d hosts", hosts->n);
     return 1;
   }
   int n = 0, rc = 0;
@@ -281,7 +265,7 @@ int hk_remote_probe(const hk_hostlist *hosts, const char *local_hostname,
     if (is_local(hosts->v[i].name, local_hostname))
       continue;
     if (probe_argv(agent, ssh_args, hosts->v[i].name, &cmds[n]) != HK_OK) {
-      say("%s", hk_last_error());
+      hk_out_say("%s", hk_last_error());
       rc = 1;
       break;
     }
@@ -310,7 +294,8 @@ int hk_remote_probe(const hk_hostlist *hosts, const char *local_hostname,
       snprintf(why, sizeof why, "%s exited with status %d%s%s", cmds[i].v[0],
                WEXITSTATUS(p->status), line[0] ? ": " : "", line);
     char *what = hk_argv_format(&cmds[i]);
-    say("cannot reach host '%s': %s (checked with: %s); nothing was started",
+    hk_out_say(
+        "cannot reach host '%s': %s (checked with: %s); nothing was started",
         p->host, why, what ? what : cmds[i].v[0]);
     free(what);
   }
@@ -358,13 +343,14 @@ int hk_remote_run(const hk_argv *cmd, double grace_s) {
     }
     execvp(cmd->v[0], cmd->v);
     int e = errno;
-    say("cannot run '%s': %s (hk starts jobs on several hosts through Open "
+    hk_out_say(
+        "cannot run '%s': %s (hk starts jobs on several hosts through Open "
         "MPI: install openmpi-bin)",
         cmd->v[0], strerror(e));
     _exit(127);
   }
   if (pid < 0) {
-    say("fork: %s", strerror(errno));
+    hk_out_say("fork: %s", strerror(errno));
     sigprocmask(SIG_SETMASK, &old, NULL);
     return 1;
   }
@@ -402,13 +388,13 @@ int hk_remote_run(const hk_argv *cmd, double grace_s) {
       continue;
     }
     if (signalled) { /* a second signal: at once */
-      say("received %s again; killing mpirun", strsignal(sig));
+      hk_out_say("received %s again; killing mpirun", strsignal(sig));
       kill(-pid, SIGKILL);
       continue;
     }
     signalled = sig;
-    say("received signal %d (%s); forwarding it to mpirun", sig,
-        strsignal(sig));
+    hk_out_say("received signal %d (%s); forwarding it to mpirun", sig,
+               strsignal(sig));
     kill(-pid, sig);
     term_at = now_s() + grace_s;
   }
