@@ -96,8 +96,8 @@ static void make_items(kargs *k, int pack) {
   for (int i = 0; i < NTENSORS; i++) {
     uint8_t *t = (uint8_t *)k->src + (size_t)i * each * 4;
     uint8_t *f = (uint8_t *)k->dst + (size_t)i * each * 4;
-    k->items[i] = pack ? (hk_dev_copy){f, t, each, 1.0, 1}
-                       : (hk_dev_copy){t, f, each, 0.5, 1};
+    k->items[i] = pack ? (hk_dev_copy){f, t, each, 1.0, 1, 1.0}
+                       : (hk_dev_copy){t, f, each, 0.5, 1, 1.0};
   }
 }
 

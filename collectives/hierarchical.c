@@ -22,9 +22,10 @@ hk_status hk_hier_allreduce(hk_ring *local, hk_ring *cross, const void *sendbuf,
   const int bo = (local->rank + 1) % L;
   for (int c = 0; c <= H; c++)
     cseg[c] = seg[bo * H + c] - seg[bo * H];
-  hk_ring_finish f = {L * H, 1.0};
+  hk_ring_finish f = {L * H, 1.0, 1.0};
   if (fin) {
     f.postscale = fin->postscale;
+    f.pre = fin->pre;
     if (fin->divisor > 0)
       f.divisor = fin->divisor;
   }

@@ -405,6 +405,56 @@ void hk_reduce_finish_average_portable(void *buf, size_t count, hk_dtype dtype,
   finish_average(buf, count, dtype, size, 0);
 }
 
+/* ---- HK_AVERAGE of 16-bit floats: divided by a power of two first ---- */
+
+double hk_average_pre_divisor(hk_dtype dtype, hk_op op, int divisor) {
+  if (op != HK_AVERAGE || divisor <= 1 ||
+      (dtype != HK_FLOAT16 && dtype != HK_BFLOAT16))
+    return 1.0;
+  double p = 1.0;
+  while (p < (double)divisor)
+    p *= 2.0;
+  return p;
+}
+
+void hk_reduce_finish_average_pre(void *buf, size_t count, hk_dtype dtype,
+                                  int size, double pre) {
+  if (pre == 1.0 || (dtype != HK_FLOAT16 && dtype != HK_BFLOAT16)) {
+    hk_reduce_finish_average(buf, count, dtype, size);
+    return;
+  }
+  uint16_t *b = buf;
+  const float p = (float)pre, s = (float)(size < 1 ? 1 : size);
+  /* x * p is exact in binary32 (a power of two, p <= 2^31): the sum the
+   * ranks would have had without the pre-division, then one division and
+   * one rounding, as hk_reduce_finish_average */
+  if (dtype == HK_FLOAT16)
+    for (size_t i = 0; i < count; i++)
+      b[i] = f16_round(hk_f16_to_f32(b[i]) * p / s);
+  else
+    for (size_t i = 0; i < count; i++)
+      b[i] = bf16_round(hk_bf16_to_f32(b[i]) * p / s);
+}
+
+size_t hk_count_inf(const void *buf, size_t count, hk_dtype dtype) {
+  size_t n = 0;
+  if (dtype == HK_FLOAT16 || dtype == HK_BFLOAT16) {
+    const uint16_t inf = dtype == HK_FLOAT16 ? 0x7c00 : 0x7f80;
+    const uint16_t *b = buf;
+    for (size_t i = 0; i < count; i++)
+      n += (b[i] & 0x7fffu) == inf;
+  } else if (dtype == HK_FLOAT32) {
+    const float *b = buf;
+    for (size_t i = 0; i < count; i++)
+      n += b[i] - b[i] != 0 && b[i] == b[i]; /* inf - inf is NaN */
+  } else if (dtype == HK_FLOAT64) {
+    const double *b = buf;
+    for (size_t i = 0; i < count; i++)
+      n += b[i] - b[i] != 0 && b[i] == b[i];
+  }
+  return n;
+}
+
 void hk_scale_copy(void *dst, const void *src, size_t count, hk_dtype dtype,
                    double factor) {
   if (count == 0)

@@ -16,7 +16,10 @@
  *   min = (a < b ? a : b), max = (a > b ? a : b), so min(+0, -0) is -0 and
  *   min(-0, +0) is +0 (b wins ties).
  * - HK_AVERAGE reduces exactly like HK_SUM; the division by the world size
- *   happens once at the end, in hk_reduce_finish_average.
+ *   happens once at the end, in hk_reduce_finish_average. For float16 and
+ *   bfloat16 the callers first divide every input by a power of two
+ *   (hk_average_pre_divisor), so that the sum cannot overflow where the
+ *   average would not, and finish with hk_reduce_finish_average_pre.
  *
  * Speed: float32/float64/integer loops are written for the compiler's
  * auto-vectoriser (built at -O3). float16/bfloat16 use AVX2+F16C kernels
@@ -59,6 +62,35 @@ void hk_reduce(void *dst, const void *a, const void *b, size_t count,
  */
 void hk_reduce_finish_average(void *buf, size_t count, hk_dtype dtype,
                               int size);
+
+/**
+ * The power of two an HK_AVERAGE of `divisor` ranks divides every input by
+ * before the sum: for float16/bfloat16 the smallest 2^k >= divisor, else
+ * (other dtypes or ops, divisor <= 1) 1.0. Dividing by a power of two
+ * moves the exponent and changes no significand bit (unless a value falls
+ * below the smallest normal number, where it keeps fewer bits), so every
+ * partial sum is the one the ranks would have had, times 2^-k; and since
+ * each scaled input is at most 1/divisor of the largest finite value, no
+ * partial sum of finite inputs overflows. 16 ranks averaging float16
+ * 5000.0 give 5000.0, where summing first gave +inf. Pure.
+ */
+double hk_average_pre_divisor(hk_dtype dtype, hk_op op, int divisor);
+
+/**
+ * The end of an average whose inputs were divided by `pre` (the value of
+ * hk_average_pre_divisor): buf[i] = buf[i] * pre / size, in binary32, then
+ * rounded to nearest even once (a NaN stored canonical). Where no sum
+ * overflowed or fell below the normal range this gives exactly the bits
+ * of hk_reduce_finish_average on the sum taken without pre-division.
+ * pre == 1 (or a dtype other than float16/bfloat16) is
+ * hk_reduce_finish_average. count in ELEMENTS.
+ */
+void hk_reduce_finish_average_pre(void *buf, size_t count, hk_dtype dtype,
+                                  int size, double pre);
+
+/** Elements of buf that are +inf or -inf (floating dtypes; 0 for integer
+ *  ones). count in ELEMENTS. Pure. */
+size_t hk_count_inf(const void *buf, size_t count, hk_dtype dtype);
 
 /**
  * dst[i] = src[i] * factor for i in [0, count) (ELEMENTS): Horovod's

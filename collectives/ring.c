@@ -89,7 +89,8 @@ void hk_ring_finish_apply(void *p, size_t ne, hk_dtype dtype, hk_op op,
                           const hk_ring_finish *fin, int size) {
   int divisor = fin && fin->divisor > 0 ? fin->divisor : size;
   if (op == HK_AVERAGE)
-    hk_reduce_finish_average(p, ne, dtype, divisor);
+    hk_reduce_finish_average_pre(p, ne, dtype, divisor,
+                                 fin && fin->pre > 1.0 ? fin->pre : 1.0);
   if (fin && fin->postscale != 1.0)
     hk_scale_copy(p, p, ne, dtype, fin->postscale);
 }

@@ -57,11 +57,14 @@ typedef struct hk_ring {
 typedef struct hk_ring_finish {
   int divisor;      /* HK_AVERAGE divides by this; 0 means the ring size */
   double postscale; /* then multiply by this (floating dtypes); 1: none */
+  double pre;       /* HK_AVERAGE's inputs were divided by this power of two
+                       (hk_average_pre_divisor); 0 or 1: they were not */
 } hk_ring_finish;
 
 /**
  * Finishes ne ELEMENTS at p that a reduction has just completed: HK_AVERAGE
  * divides by fin->divisor (by `size` when fin is NULL or its divisor 0),
+ * multiplying back the power of two fin->pre the inputs were divided by,
  * then a postscale other than 1 multiplies. Every algorithm applies it
  * once, on the rank that completes the values, so all ranks get the
  * same bits.

@@ -75,6 +75,11 @@ static const tunable table[] = {
      "TCP connections between each pair of ranks; a transfer is striped "
      "over them in fixed blocks",
      OFF(sockets_per_peer), 1},
+    /* 100 steps x 200 tensors take ~16 MB: 1 GiB holds ~6000 such steps */
+    {"HK_TIMELINE_MAX_MB", 1024, 0, 1 << 20, "MiB",
+     "the timeline stops (still valid JSON, with a note of what was cut) "
+     "before it grows past this; 0: no bound",
+     OFF(timeline_max_mb), 0},
     /* collectives/shm_group.h: a round moves slot/N bytes of every
      * segment per rank through one half of the rank's slot; 2 halves per
      * rank. Large enough that a round's three phases cost little next
@@ -205,9 +210,16 @@ hk_status hk_config_load(hk_config *cfg) {
       char *end;
       errno = 0;
       v = strtod(s, &end);
-      if (errno || *end || !isfinite(v))
+      if (end == s || *end || isnan(v))
         return hk_fail(HK_ERR_CONFIG, "%s='%s' is not a number (unit: %s)",
                        t->var, s, t->unit);
+      /* a number, but beyond a double (1e400) or below its precision:
+       * say which way it is out of range */
+      if (errno == ERANGE || !isfinite(v))
+        return hk_fail(HK_ERR_CONFIG,
+                       "%s=%s is too %s: the range is [%.17g, %.17g] %s",
+                       t->var, s, fabs(v) > 1.0 ? "large" : "small", t->min,
+                       t->max, t->unit);
       if (v < t->min || v > t->max)
         return hk_fail(HK_ERR_CONFIG, "%s=%s is out of range [%.17g, %.17g] %s",
                        t->var, s, t->min, t->max, t->unit);
@@ -246,17 +258,12 @@ hk_status hk_config_load(hk_config *cfg) {
     return hk_fail(HK_ERR_CONFIG, "HK_SOCKET_IFNAME is longer than %zu bytes",
                    sizeof cfg->socket_ifname - 1);
   snprintf(cfg->socket_ifname, sizeof cfg->socket_ifname, "%s", ifn ? ifn : "");
-  cfg->cross_transport = HK_CROSS_TCP;
-  const char *cross = getenv("HK_CROSS_TRANSPORT");
-  if (cross && *cross) {
-    if (strcmp(cross, "tcp") == 0)
-      cfg->cross_transport = HK_CROSS_TCP;
-    else if (strcmp(cross, "mpi") == 0)
-      cfg->cross_transport = HK_CROSS_MPI;
-    else
-      return hk_fail(HK_ERR_CONFIG,
-                     "HK_CROSS_TRANSPORT='%s' is not one of tcp, mpi", cross);
-  }
+  /* words ignore case, as every word-valued setting does */
+  static const char *const transports[] = {"tcp", "mpi"};
+  hk_status st =
+      pick_word("HK_CROSS_TRANSPORT", transports, 2, &cfg->cross_transport);
+  if (st != HK_OK)
+    return st;
   cfg->hierarchical = -1;
   const char *hier = getenv("HK_HIERARCHICAL_ALLREDUCE");
   if (hier && *hier) {
@@ -268,7 +275,7 @@ hk_status hk_config_load(hk_config *cfg) {
   static const char *const devices[] = {"auto", "cuda", "emu", "none"};
   static const char *const comps[] = {"none", "fp16", "bf16"};
   static const char *const intra[] = {"auto", "shm", "tcp"};
-  hk_status st = pick_word("HK_DEVICE", devices, 4, &cfg->device);
+  st = pick_word("HK_DEVICE", devices, 4, &cfg->device);
   if (st == HK_OK)
     st = pick_word("HK_INTRA_TRANSPORT", intra, 3, &cfg->intra_transport);
   if (st == HK_OK && cfg->shm_slot_bytes % 64)

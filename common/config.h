@@ -52,6 +52,8 @@ typedef struct hk_config {
                                keeps for its flight record; 0 = off */
   char flight_dir[4096];    /* HK_FLIGHT_DIR: where flight records go, or
                                "" (HK_TIMELINE's folder, else ".") */
+  double timeline_max_mb;   /* HK_TIMELINE_MAX_MB: the file's bound, MiB;
+                               0 = none */
   char socket_ifname[256];  /* HK_SOCKET_IFNAME: the interface (name or
                                CIDR subnet) ranks listen on, or "" */
   /* GPU tensors (device/device.h) */

@@ -5,15 +5,24 @@
  * are announced to rank 0 by a bit index instead of the full request, and
  * rank 0 answers with the bit, so names stop crossing the network.
  *
- * Consistency: every rank inserts and retires entries at the same point of
- * the response stream that rank 0 sends (an insert when an uncached OK
- * allreduce/broadcast response runs; a retire when rank 0 lists the bit as
- * invalidated), so bit b means the same tensor on every rank. Retired bits
- * are never reused: a bit a rank sent before it learnt of the retirement
- * still maps to the tensor it meant (rank 0 then negotiates it by name).
+ * Consistency: every rank inserts, uses and retires entries at the same
+ * points of the response stream that rank 0 sends (an insert when an
+ * uncached OK allreduce/broadcast/reducescatter response runs, a use when
+ * a cached one runs; a retire when rank 0 lists the bit as invalidated),
+ * so bit b means the same tensor on every rank and the entries are in the
+ * same order of use everywhere.
  * Capacity (HK_CACHE_CAPACITY, Horovod's default 1024; 0 disables) bounds
- * the live entries; once 4 x capacity bits have been handed out, no new
- * entries are made.
+ * the live entries: inserting into a full cache evicts the least recently
+ * used entry (as Horovod's ResponseCache does).
+ * Bits: a name keeps the bit it was first given for the life of the cache;
+ * an evicted or retired entry's bit is given again only to the same name,
+ * when it is cached again. So a bit a rank sent before it learnt of an
+ * eviction or retirement still names the tensor it meant (rank 0 then
+ * negotiates it by name), and once that name has run again (which needs
+ * every rank's pending submission of it, stale bit or not) nothing sent
+ * before can still be on its way. At most 4 x capacity names ever get a
+ * bit; names beyond that are negotiated by name every time
+ * (stats.out_of_bits counts them).
  * Thread-safety: none; the background thread owns it.
  */
 #ifndef HK_COORDINATOR_CACHE_H
@@ -48,16 +57,34 @@ const hk_wire_request *hk_cache_get(const hk_cache *c, uint32_t bit);
 int hk_cache_is_live(const hk_cache *c, uint32_t bit);
 
 /**
- * Records req under the next bit, unless its name is live already, the
- * cache is disabled or full. Returns the new bit or HK_WIRE_NO_BIT.
+ * Records req (a response that ran uncached) under its name's bit, or the
+ * next new one, evicting the least recently used entry when the cache is
+ * full. A name that is live already is only marked used. Returns the bit
+ * made live, or HK_WIRE_NO_BIT (already live, disabled, no bits left).
  * Errors are swallowed (an allocation failure just leaves it uncached).
  */
 uint32_t hk_cache_insert(hk_cache *c, const hk_wire_request *req);
+
+/** A cached response for bit ran: it becomes the most recently used (and
+ *  counts as a hit). No-op for a bit that is not live. */
+void hk_cache_touch(hk_cache *c, uint32_t bit);
 
 /** Retires a live bit (its name becomes uncached). No-op otherwise. */
 void hk_cache_retire(hk_cache *c, uint32_t bit);
 
 /** Number of live entries. */
 uint32_t hk_cache_live(const hk_cache *c);
+
+/** HK_CACHE_CAPACITY as given. */
+uint32_t hk_cache_capacity(const hk_cache *c);
+
+/** What the cache did: responses that ran from a bit (hits) and by name
+ *  (misses, whatever was inserted), entries evicted, and names left
+ *  uncached for want of bits. */
+typedef struct hk_cache_stats {
+  uint64_t hits, misses, evictions, out_of_bits;
+} hk_cache_stats;
+
+hk_cache_stats hk_cache_get_stats(const hk_cache *c);
 
 #endif

@@ -67,7 +67,10 @@ typedef struct hk_dev_comm_s *hk_dev_comm;     /* ncclComm_t, or emu's */
  * - divisor > 1: floats are first divided by divisor (binary32 for 16-bit
  *   types), integers divided truncating toward zero; then scaled. This is
  *   HK_AVERAGE's division, fused into the unpack (hk_reduce_finish_average
- *   gives the same bits on the host).
+ *   gives the same bits on the host). A 16-bit source with pre > 1 is
+ *   multiplied by pre first, in the same binary32 step (one rounding:
+ *   hk_reduce_finish_average_pre's bits): the pack divided the inputs by
+ *   that power of two so that the 16-bit sum cannot overflow.
  * src and dst may be host or device pointers as the backend allows (both
  *   device for pack/unpack); they must not overlap unless equal, and are
  *   equal only when the dtypes are (a conversion in place would race).
@@ -78,6 +81,9 @@ typedef struct hk_dev_copy {
   size_t count;    /* elements */
   double scale;    /* 1.0: none */
   int32_t divisor; /* <= 1: none */
+  double pre;      /* HK_AVERAGE of float16/bfloat16: the power of two the
+                      inputs were divided by (hk_average_pre_divisor), put
+                      back before the division; <= 1: none */
 } hk_dev_copy;
 
 /** Faults the emu backend injects (HK_EMU_FAULT), for CI's fault tests. */

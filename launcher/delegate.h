@@ -1,6 +1,6 @@
 /*
  * delegate.h - hkrun's path for jobs on several hosts: read -H or the
- * host file, check -np against the slots, and exec Open MPI's mpirun
+ * host file, check -np against the slots, and run Open MPI's mpirun
  * with the command launcher/mpirun.h builds. hk never starts processes on
  * other machines itself.
  *
@@ -13,9 +13,13 @@
  *      through the local launcher, as without -H (np from the slots).
  *   3. For mpirun: a fresh secret goes into HK_SECRET, --network-interface
  *      into HK_SOCKET_IFNAME, the per-process HK_* variables of an
- *      enclosing job are removed from the environment, the command is
- *      printed with --verbose ("hkrun: exec: mpirun ...") and exec'd, so
- *      mpirun's exit status is hkrun's. If exec fails, status 127.
+ *      enclosing job are removed from the environment; every other host
+ *      must answer the agent Open MPI will use within HK_START_TIMEOUT_S
+ *      (remote.h; else status 1, naming each host as given, nothing
+ *      started); the command is printed with --verbose ("hkrun: exec:
+ *      mpirun ...") and run as hkrun's supervised child (remote.h):
+ *      mpirun's exit status is hkrun's, or 128 + the signal hkrun got. If
+ *      mpirun cannot be executed, status 127.
  *
  * Not thread-safe: changes the process environment (setenv/unsetenv).
  */
@@ -32,8 +36,8 @@
  * HKRUN_RUN_LOCALLY when hkrun should start the workers itself (args->np
  * is then set, also from the slots), or an exit status for hkrun after
  * saying why on stderr (2: bad hosts, np, or an option that needs mpirun;
- * 127: mpirun could not be executed; 1: out of memory). On success it
- * does not return (mpirun replaced hkrun).
+ * 127: mpirun could not be executed; 1: out of memory or a host that
+ * does not answer), or mpirun's exit status once it has ended.
  */
 int hkrun_delegate(hkrun_args *args);
 

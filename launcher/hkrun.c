@@ -3,7 +3,8 @@
  *
  * This file is the job's policy; the mechanisms live beside it:
  *   args.c        the command line
- *   delegate.c    several hosts (-H, --hostfile, --mpi): exec mpirun
+ *   delegate.c    several hosts (-H, --hostfile, --mpi): mpirun, checked
+ *                 and supervised (remote.c)
  *   spawn.c       the worker processes and their output
  *   output.c      splitting output into prefixed lines
  *   rendezvous.c  the TCP server workers register with
@@ -28,9 +29,15 @@
  *   process: each rank writes its flight record (worker/flight.h); the job
  *   goes on.
  * - SIGINT/SIGTERM/SIGHUP to hkrun are forwarded to every worker's process
- *   group;
- *   SIGKILL follows after the grace period + 2 s (a second signal sends
+ *   group, as mpirun and horovodrun do; workers still running after the
+ *   grace period get SIGTERM, and SIGKILL SIGNAL_KILL_AFTER_TERM_MS after
+ *   that, so every worker is gone within grace + 1 s (a second signal sends
  *   SIGKILL at once).
+ * - A job whose workers call hk_init (one registered with the rendezvous)
+ *   but not all of them within HK_START_TIMEOUT_S of the start fails: hkrun
+ *   names the ranks that did not join, tells the others (their hk_init
+ *   fails naming them) and tears the job down as for a failure, exit 1.
+ *   Plain programs (no rank registers) are not timed.
  * - The exit status is decided by the first of those events: the failed
  *   worker's exit status (128+signal if it was killed; 1 if it exited 0
  *   without hk_shutdown), or 128+signo if hkrun was signalled; 0 if every
@@ -40,7 +47,6 @@
  */
 #include <errno.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +54,7 @@
 #include <uv.h>
 
 #include "common/auth.h"
+#include "common/config.h"
 #include "common/log.h"
 #include "common/status.h"
 #include "launcher/args.h"
@@ -61,8 +68,11 @@
 #include "launcher/rendezvous.h"
 #include "launcher/spawn.h"
 
-/* Between SIGTERM and SIGKILL, in milliseconds. */
+/* Between SIGTERM and SIGKILL, in milliseconds: after a worker failed,
+ * and after hkrun was signalled (where everything must be gone within
+ * grace + 1 s). */
 #define KILL_AFTER_TERM_MS 2000
+#define SIGNAL_KILL_AFTER_TERM_MS 500
 /* How long an exited worker's rendezvous connection may stay open with
  * nothing to read before hkrun stops waiting for its GOODBYE, ms. Only a
  * connection some other process holds open lasts that long: a worker's
@@ -79,6 +89,9 @@ typedef struct job {
   uv_signal_t dump_sig; /* SIGUSR1: forwarded (flight records) */
   uv_timer_t term_timer, kill_timer;
   uv_timer_t goodbye_timer;
+  uv_timer_t start_timer;     /* HK_START_TIMEOUT_S after the start */
+  double start_timeout_s;     /* HK_START_TIMEOUT_S as the workers read it */
+  uint64_t kill_after_term;   /* ms from SIGTERM to SIGKILL */
   uint64_t *goodbye_deadline; /* np entries: uv_now() after which rank r's
                                  exit 0 is judged without its GOODBYE; 0
                                  when no verdict waits for rank r */
@@ -89,21 +102,6 @@ typedef struct job {
   int signals_received;
   int closed; /* close_job ran */
 } job;
-
-/* Prints "hkrun: <message>\n" to stderr in one write. */
-static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static void say(const char *fmt, ...) {
-  char line[1024];
-  int n = snprintf(line, sizeof line, "hkrun: ");
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
-  va_end(ap);
-  size_t len = strlen(line);
-  line[len++] = '\n';
-  (void)hk_out_write_all(STDERR_FILENO, line, len);
-}
 
 static uint64_t grace_ms(const job *j) {
   return (uint64_t)(j->args->grace_period_s * 1000.0 + 0.5);
@@ -118,6 +116,7 @@ static void close_job(job *j) {
   uv_close((uv_handle_t *)&j->term_timer, NULL);
   uv_close((uv_handle_t *)&j->kill_timer, NULL);
   uv_close((uv_handle_t *)&j->goodbye_timer, NULL);
+  uv_close((uv_handle_t *)&j->start_timer, NULL);
   for (int i = 0; i < 3; i++)
     uv_close((uv_handle_t *)&j->sig[i], NULL);
   uv_close((uv_handle_t *)&j->dump_sig, NULL);
@@ -129,16 +128,16 @@ static void kill_timeout(uv_timer_t *t) {
   job *j = t->data;
   int n = hk_workers_signal(&j->workers, SIGKILL);
   if (n > 0 && j->args->verbose)
-    say("sent SIGKILL to %d worker(s)", n);
+    hk_out_say("sent SIGKILL to %d worker(s)", n);
 }
 
 static void term_timeout(uv_timer_t *t) {
   job *j = t->data;
   int n = hk_workers_signal(&j->workers, SIGTERM);
   if (n > 0 && j->args->verbose)
-    say("sent SIGTERM to %d worker(s)", n);
+    hk_out_say("sent SIGTERM to %d worker(s)", n);
   if (!uv_is_active((uv_handle_t *)&j->kill_timer))
-    uv_timer_start(&j->kill_timer, kill_timeout, KILL_AFTER_TERM_MS, 0);
+    uv_timer_start(&j->kill_timer, kill_timeout, j->kill_after_term, 0);
 }
 
 static void stop_waiting(job *j);
@@ -167,10 +166,10 @@ static void judge(job *j, hk_worker *w, int no_goodbye) {
                    : w->exit_status ? (int)(w->exit_status & 0xff)
                                     : 1;
     if (w->term_signal)
-      say("rank %d (pid %d) %s (%s)", w->rank, w->pid, what,
-          strsignal(w->term_signal));
+      hk_out_say("rank %d (pid %d) %s (%s)", w->rank, w->pid, what,
+                 strsignal(w->term_signal));
     else
-      say("rank %d (pid %d) %s", w->rank, w->pid, what);
+      hk_out_say("rank %d (pid %d) %s", w->rank, w->pid, what);
     char reason[256];
     snprintf(reason, sizeof reason, "rank %d (pid %d) %s", w->rank, w->pid,
              what);
@@ -180,7 +179,7 @@ static void judge(job *j, hk_worker *w, int no_goodbye) {
       uv_timer_start(&j->term_timer, term_timeout, grace_ms(j), 0);
     stop_waiting(j); /* the exit status is decided */
   } else if (j->args->verbose) {
-    say("rank %d (pid %d) %s", w->rank, w->pid, what);
+    hk_out_say("rank %d (pid %d) %s", w->rank, w->pid, what);
   }
   maybe_close_job(j);
 }
@@ -260,7 +259,7 @@ static void on_rank_settled(int rank, hk_rdv_rank_state state, void *ctx) {
 static void on_signal(uv_signal_t *h, int signum) {
   job *j = h->data;
   if (++j->signals_received > 1) {
-    say("received %s again; killing the workers", strsignal(signum));
+    hk_out_say("received %s again; killing the workers", strsignal(signum));
     hk_workers_signal(&j->workers, SIGKILL);
     return;
   }
@@ -268,16 +267,18 @@ static void on_signal(uv_signal_t *h, int signum) {
     j->failing = 1;
     j->exit_code = 128 + signum;
   }
-  say("received signal %d (%s); forwarding it to the workers", signum,
-      strsignal(signum));
+  hk_out_say("received signal %d (%s); forwarding it to the workers", signum,
+             strsignal(signum));
   char reason[128];
   snprintf(reason, sizeof reason, "hkrun received signal %d (%s)", signum,
            strsignal(signum));
   hk_rdv_abort(j->rdv, -1, -1, signum, reason);
   hk_workers_signal(&j->workers, signum);
-  if (!uv_is_active((uv_handle_t *)&j->kill_timer))
-    uv_timer_start(&j->kill_timer, kill_timeout,
-                   grace_ms(j) + KILL_AFTER_TERM_MS, 0);
+  /* then SIGTERM after the grace period (even if a failure had started a
+   * slower teardown), SIGKILL shortly after */
+  j->kill_after_term = SIGNAL_KILL_AFTER_TERM_MS;
+  uv_timer_stop(&j->kill_timer);
+  uv_timer_start(&j->term_timer, term_timeout, grace_ms(j), 0);
   stop_waiting(j); /* last: with every worker gone it closes the job */
 }
 
@@ -285,7 +286,57 @@ static void on_signal(uv_signal_t *h, int signum) {
 static void on_dump(uv_signal_t *h, int signum) {
   job *j = h->data;
   int n = hk_workers_signal_procs(&j->workers, signum);
-  say("received SIGUSR1: asked %d rank(s) to write their flight records", n);
+  hk_out_say("received SIGUSR1: asked %d rank(s) to write their flight "
+             "records",
+             n);
+}
+
+/* HK_START_TIMEOUT_S after the start: if some ranks registered (an hk
+ * job) but not all, name the missing ones and fail the job. */
+static void start_timeout(uv_timer_t *t) {
+  job *j = t->data;
+  if (j->failing || j->closed)
+    return;
+  int np = j->args->np, joined = 0, nmiss = 0;
+  char miss[512] = "", pids[512] = "";
+  int first = -1;
+  for (int r = 0; r < np; r++) {
+    if (hk_rdv_rank(j->rdv, r) != HK_RDV_UNREGISTERED) {
+      joined++;
+      continue;
+    }
+    if (first < 0)
+      first = r;
+    const hk_worker *w = &j->workers.w[r];
+    size_t m = strlen(miss), p = strlen(pids);
+    if (nmiss < 16) {
+      snprintf(miss + m, sizeof miss - m, "%s%d", nmiss ? ", " : "", r);
+      snprintf(pids + p, sizeof pids - p, "%s%d (pid %d%s)", nmiss ? ", " : "",
+               r, w->pid, w->exited ? ", exited" : "");
+    } else if (nmiss == 16) {
+      snprintf(miss + m, sizeof miss - m, ", ...");
+      snprintf(pids + p, sizeof pids - p, ", ...");
+    }
+    nmiss++;
+  }
+  if (joined == 0 || nmiss == 0)
+    return; /* plain programs, or everyone is in */
+  char host[128] = "this host";
+  gethostname(host, sizeof host - 1);
+  j->failing = 1;
+  j->exit_code = 1;
+  hk_out_say(
+      "not every rank joined within HK_START_TIMEOUT_S=%g s: %s %s on %s "
+      "never called hk_init (or could not reach hkrun); %d of %d joined",
+      j->start_timeout_s, nmiss > 1 ? "ranks" : "rank", pids, host, joined, np);
+  char reason[256];
+  snprintf(reason, sizeof reason,
+           "%s %s (on %s) did not join within HK_START_TIMEOUT_S=%g s",
+           nmiss > 1 ? "ranks" : "rank", miss, host, j->start_timeout_s);
+  hk_rdv_abort(j->rdv, first, -1, 0, reason);
+  if (j->workers.running > 0)
+    uv_timer_start(&j->term_timer, term_timeout, grace_ms(j), 0);
+  stop_waiting(j);
 }
 
 /* Sets up the loop-owned parts of the job. Returns 0, or 1 after saying
@@ -299,19 +350,19 @@ static void on_monitor_table(const char *text, void *ctx) {
 static int setup(job *j, hk_secret *secret, uint16_t *port) {
   int rc = uv_loop_init(&j->loop);
   if (rc != 0) {
-    say("uv_loop_init: %s", uv_strerror(rc));
+    hk_out_say("uv_loop_init: %s", uv_strerror(rc));
     return 1;
   }
   j->goodbye_deadline =
       calloc((size_t)j->args->np, sizeof *j->goodbye_deadline);
   if (!j->goodbye_deadline) {
-    say("out of memory for %d ranks", j->args->np);
+    hk_out_say("out of memory for %d ranks", j->args->np);
     return 1;
   }
   if (hk_secret_generate(secret) != HK_OK ||
       hk_rdv_start(&j->loop, j->args->np, secret, on_rank_settled, j, &j->rdv,
                    port) != HK_OK) {
-    say("%s", hk_last_error());
+    hk_out_say("%s", hk_last_error());
     return 1;
   }
   if (j->args->monitor) { /* rank 0's table, on stdout */
@@ -332,7 +383,14 @@ static int setup(job *j, hk_secret *secret, uint16_t *port) {
   uv_timer_init(&j->loop, &j->term_timer);
   uv_timer_init(&j->loop, &j->kill_timer);
   uv_timer_init(&j->loop, &j->goodbye_timer);
+  uv_timer_init(&j->loop, &j->start_timer);
   j->term_timer.data = j->kill_timer.data = j->goodbye_timer.data = j;
+  j->start_timer.data = j;
+  j->kill_after_term = KILL_AFTER_TERM_MS;
+  /* the workers' own setting (hkrun's flags have set it already); a bad
+   * value is theirs to report, the default stands here */
+  hk_config cfg;
+  j->start_timeout_s = hk_config_load(&cfg) == HK_OK ? cfg.start_timeout_s : 60;
   return 0;
 }
 
@@ -347,14 +405,14 @@ static cpu_set_t *bind_masks(const hkrun_args *args, int *failed) {
   cpu_set_t *masks = NULL;
   int *set = NULL;
   if (hk_bind_read_cpus(&cpus, &n) != HK_OK) {
-    say("--bind-to %s: %s", args->bind_to, hk_last_error());
+    hk_out_say("--bind-to %s: %s", args->bind_to, hk_last_error());
     *failed = 1;
     return NULL;
   }
   masks = calloc((size_t)args->np, sizeof *masks);
   set = calloc((size_t)(n > 0 ? n : 1), sizeof *set);
   if (!masks || !set) {
-    say("--bind-to: out of memory");
+    hk_out_say("--bind-to: out of memory");
     free(masks);
     free(set);
     free(cpus);
@@ -372,12 +430,13 @@ static cpu_set_t *bind_masks(const hkrun_args *args, int *failed) {
     if (args->verbose) {
       char list[256];
       hk_bind_format(set, k, list, sizeof list);
-      say("--bind-to %s: rank %d on CPUs %s", args->bind_to, r, list);
+      hk_out_say("--bind-to %s: rank %d on CPUs %s", args->bind_to, r, list);
     }
   }
   if (any_shared) {
     int objs = hk_bind_count(cpus, n, args->bind);
-    say("--bind-to %s: %d workers but %d %s here: ranks share them (rank r "
+    hk_out_say(
+        "--bind-to %s: %d workers but %d %s here: ranks share them (rank r "
         "gets number r mod %d)",
         args->bind_to, args->np, objs,
         args->bind == HKRUN_BIND_HWTHREAD ? "CPUs" : "cores", objs);
@@ -405,8 +464,8 @@ static int run_job(const hkrun_args *args) {
   snprintf(rendezvous, sizeof rendezvous, "127.0.0.1:%u", (unsigned)port);
   hk_secret_format(&secret, secret_hex);
   if (args->verbose) /* the pid is what hkrun --dump PID takes */
-    say("hkrun pid %ld: rendezvous listening on %s", (long)getpid(),
-        rendezvous);
+    hk_out_say("hkrun pid %ld: rendezvous listening on %s", (long)getpid(),
+               rendezvous);
 
   int bind_failed = 0;
   cpu_set_t *masks = bind_masks(args, &bind_failed);
@@ -432,7 +491,7 @@ static int run_job(const hkrun_args *args) {
       .ctx = &j,
   };
   if (hk_workers_init(&j.workers, &j.loop, &so) != HK_OK) {
-    say("%s", hk_last_error());
+    hk_out_say("%s", hk_last_error());
     close_job(&j);
     uv_run(&j.loop, UV_RUN_DEFAULT);
     uv_loop_close(&j.loop);
@@ -441,15 +500,18 @@ static int run_job(const hkrun_args *args) {
     return 1;
   }
   if (hk_workers_start(&j.workers) != HK_OK) {
-    say("%s", hk_last_error());
+    hk_out_say("%s", hk_last_error());
     j.failing = 1;
     j.exit_code = 127;
     hk_workers_signal(&j.workers, SIGKILL);
     if (j.workers.running == 0)
       close_job(&j);
-  } else if (args->verbose) {
-    for (int r = 0; r < args->np; r++)
-      say("started rank %d as pid %d", r, j.workers.w[r].pid);
+  } else {
+    uv_timer_start(&j.start_timer, start_timeout,
+                   (uint64_t)(j.start_timeout_s * 1000.0 + 0.5), 0);
+    if (args->verbose)
+      for (int r = 0; r < args->np; r++)
+        hk_out_say("started rank %d as pid %d", r, j.workers.w[r].pid);
   }
 
   /* Runs until every worker has exited and every handle is closed. */
@@ -477,7 +539,7 @@ static int run_hktopo(const char *argv0, const char *file) {
            slash ? self : ".");
   char *args[] = {path, (char *)file, NULL};
   execv(path, args);
-  say("cannot start '%s': %s", path, strerror(errno));
+  hk_out_say("cannot start '%s': %s", path, strerror(errno));
   return 127;
 }
 
@@ -488,7 +550,7 @@ int main(int argc, char **argv) {
   hkrun_args args;
   char err[HKRUN_ARGS_ERR_CAP];
   if (hkrun_args_parse(argc, argv, &args, err, sizeof err) != 0) {
-    say("%s", err);
+    hk_out_say("%s", err);
     fputs(hkrun_usage_hint(), stderr);
     return 2;
   }
@@ -518,11 +580,12 @@ int main(int argc, char **argv) {
       char name[256];
       snprintf(name, sizeof name, "%.*s", (int)(eq - x), x);
       if (setenv(name, eq + 1, 1) != 0) {
-        say("-x %s: %s", x, strerror(errno));
+        hk_out_say("-x %s: %s", x, strerror(errno));
         return 1;
       }
     } else if (!getenv(x)) {
-      say("-x %s: %s is not set here, so there is nothing to pass on", x, x);
+      hk_out_say("-x %s: %s is not set here, so there is nothing to pass on", x,
+                 x);
     }
   }
   /* the tunable flags become the workers' HK_* variables (also through
@@ -531,7 +594,7 @@ int main(int argc, char **argv) {
   const char *vars[16];
   int nvars;
   if (hkrun_tunable_env(&args, envbuf, sizeof envbuf, vars, 16, &nvars) != 0) {
-    say("tunable flags too long");
+    hk_out_say("tunable flags too long");
     return 2;
   }
   for (int i = 0; i < nvars; i++)

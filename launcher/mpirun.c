@@ -62,6 +62,18 @@ static hk_status push_env(hk_argv *out, char *const *envp) {
   return st;
 }
 
+const char *hk_mpirun_rsh_args(const char *rsh_args, const char *port,
+                               const char *identity, char *buf, size_t cap) {
+  snprintf(buf, cap, "%s%s%s%s%s%s", rsh_args ? rsh_args : "",
+           rsh_args && (port || identity) ? " " : "", port ? "-p " : "",
+           port ? port : "",
+           port && identity ? " -i "
+           : identity       ? "-i "
+                            : "",
+           identity ? identity : "");
+  return buf;
+}
+
 hk_status hk_mpirun_build(const hk_mpirun_spec *s, hk_argv *out) {
   if (s->np < 1)
     return hk_fail(HK_ERR_INVALID_ARG, "mpirun: -np %d is not positive", s->np);
@@ -76,7 +88,10 @@ hk_status hk_mpirun_build(const hk_mpirun_spec *s, hk_argv *out) {
     st = hk_argv_push(out, "--allow-run-as-root");
   if (st == HK_OK)
     st = hk_argv_push_all(out, (const char *const[]){"-np", np, NULL});
-  if (st == HK_OK && have_hosts) {
+  if (st == HK_OK && have_hosts && s->hostfile) {
+    st = hk_argv_push_all(
+        out, (const char *const[]){"--hostfile", s->hostfile, NULL});
+  } else if (st == HK_OK && have_hosts) {
     char *joined = hk_hosts_join(s->hosts);
     st = joined
              ? hk_argv_push_all(out, (const char *const[]){"-H", joined, NULL})
@@ -100,16 +115,12 @@ hk_status hk_mpirun_build(const hk_mpirun_spec *s, hk_argv *out) {
         out, (const char *const[]){"--mca", "btl_tcp_if_include", i, "--mca",
                                    "oob_tcp_if_include", i, NULL});
   }
-  if (st == HK_OK && (s->ssh_port || s->ssh_identity_file)) {
-    char ssh[4200];
-    snprintf(ssh, sizeof ssh, "%s%s%s%s%s", s->ssh_port ? "-p " : "",
-             s->ssh_port ? s->ssh_port : "",
-             s->ssh_port && s->ssh_identity_file ? " " : "",
-             s->ssh_identity_file ? "-i " : "",
-             s->ssh_identity_file ? s->ssh_identity_file : "");
+  char ssh[4400];
+  if (st == HK_OK &&
+      hk_mpirun_rsh_args(s->rsh_args, s->ssh_port, s->ssh_identity_file, ssh,
+                         sizeof ssh)[0])
     st = hk_argv_push_all(
         out, (const char *const[]){"--mca", "plm_rsh_args", ssh, NULL});
-  }
   if (st == HK_OK && s->tcp_only)
     st = hk_argv_push_all(out,
                           (const char *const[]){"--mca", "pml", "ob1", "--mca",

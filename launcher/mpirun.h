@@ -5,16 +5,18 @@
  *
  * The command, in this order (words in [] only when they apply):
  *
- *   mpirun [--allow-run-as-root] -np N [-H h1:s1,h2:s2,...]
+ *   mpirun [--allow-run-as-root] -np N [-H h1:s1,h2:s2,... | --hostfile F]
  *          --map-by slot --bind-to POLICY [--oversubscribe] [--tag-output]
  *          [--output-filename DIR]
  *          [--mca btl_tcp_if_include IF --mca oob_tcp_if_include IF]
- *          [--mca plm_rsh_args "-p PORT -i FILE"]
+ *          [--mca plm_rsh_args "RSH_ARGS -p PORT -i FILE"]
  *          [--mca pml ob1 --mca btl ^openib]
  *          -x HK_A -x HK_B ... [-x NAME ...]  [MPI_ARGS...]  -- program args...
  *
- * - -H lists every host with its slots, and --map-by slot fills each
- *   host's slots in rank order, so a host's ranks are contiguous (hosts in
+ * - -H lists every host with its slots (--hostfile F instead when the
+ *   caller wrote them into F: Open MPI reads IPv6 addresses there, where
+ *   its -H would take their ':' for the slot count), and --map-by slot fills
+ * each host's slots in rank order, so a host's ranks are contiguous (hosts in
  *   the order given: ranks 0..s1-1 on h1, and so on).
  * - --bind-to none by default: a worker runs the trainer's threads, hk's
  *   background thread and often a BLAS or data-loader pool; Open MPI's
@@ -34,9 +36,12 @@
  *   NAME=value in the environment for -x NAME=value.
  * - --network-interface IF (an interface name or a CIDR subnet) becomes
  *   Open MPI's btl_tcp_if_include and oob_tcp_if_include.
- * - -p/--ssh-port and -i/--ssh-identity-file become the arguments of the
- *   ssh Open MPI starts its daemons with (plm_rsh_args), as horovodrun
- *   passes them.
+ * - plm_rsh_args, the arguments of the ssh Open MPI starts its daemons
+ *   with (hk_mpirun_rsh_args): RSH_ARGS, the options hkrun gives ssh
+ *   (remote.h: never prompt, give up connecting after the start timeout;
+ *   the caller leaves it NULL when --mpi-args names an agent or its own
+ *   plm_rsh_args), then -p/--ssh-port and -i/--ssh-identity-file as
+ *   horovodrun passes them.
  * - --tcp: Open MPI's TCP only, as horovodrun's --tcp does.
  * - --output-filename DIR: mpirun's (files DIR/1/rank.N/stdout...).
  * - MPI_ARGS: the words of --mpi-args, split as sh would (argv.h), after
@@ -53,9 +58,12 @@ typedef struct hk_mpirun_spec {
   const char *mpirun;       /* program to run: "mpirun" (searched in PATH) */
   int np;                   /* ranks, >= 1 */
   const hk_hostlist *hosts; /* NULL or empty: no -H (mpirun's host only) */
+  const char *hostfile;     /* NULL, or a host file holding `hosts`, given
+                               as --hostfile instead of -H (IPv6 hosts) */
   const char *bind_to;      /* --bind-to value; NULL means "none" */
   const char *network_interface; /* NULL, or an interface name / CIDR */
   const char *mpi_args;          /* NULL, or extra words (sh-split) */
+  const char *rsh_args;          /* NULL, or Open MPI's plm_rsh_args */
   int as_root;                   /* 1: add --allow-run-as-root (euid 0) */
   int tag_output;                /* 1: add --tag-output */
   int ncpus;                     /* CPUs of this machine, for --oversubscribe */
@@ -78,6 +86,15 @@ typedef struct hk_mpirun_spec {
  * no program), HK_ERR_NOMEM. Pure; reentrant.
  */
 hk_status hk_mpirun_build(const hk_mpirun_spec *s, hk_argv *out);
+
+/**
+ * The arguments of the ssh Open MPI runs (plm_rsh_args), also what hkrun's
+ * probes give ssh (remote.h): "RSH_ARGS -p PORT -i FILE", each part only
+ * when given (any may be NULL); "" when none is. Written into buf (cap
+ * bytes, cut to fit); returns buf. Pure; reentrant.
+ */
+const char *hk_mpirun_rsh_args(const char *rsh_args, const char *port,
+                               const char *identity, char *buf, size_t cap);
 
 /**
  * 1 if the environment variable NAME (the part before '=') is forwarded

@@ -9,6 +9,8 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -106,4 +108,16 @@ int hk_out_write_all(int fd, const void *data, size_t len) {
     return -errno;
   }
   return 0;
+}
+
+void hk_out_say(const char *fmt, ...) {
+  char line[HK_OUT_SAY_CAP + 1];
+  int n = snprintf(line, sizeof line, "hkrun: ");
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
+  va_end(ap);
+  size_t len = strlen(line);
+  line[len++] = '\n';
+  (void)hk_out_write_all(STDERR_FILENO, line, len);
 }

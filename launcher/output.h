@@ -74,4 +74,14 @@ void hk_out_free(hk_out_splitter *s);
  */
 int hk_out_write_all(int fd, const void *data, size_t len);
 
+/**
+ * hkrun's own messages: "hkrun: <printf of fmt>\n" on stderr in one
+ * write (so lines from several processes do not interleave below
+ * PIPE_BUF); a message longer than HK_OUT_SAY_CAP bytes is cut. Errors
+ * writing are ignored (nothing else could say them). Thread-safety:
+ * reentrant.
+ */
+#define HK_OUT_SAY_CAP 2048
+void hk_out_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 #endif

@@ -242,16 +242,21 @@ hk_status hk_cost_algo_from_env(hk_algo *out) {
   *out = HK_ALGO_AUTO;
   if (!v || !*v || strcasecmp(v, "auto") == 0)
     return HK_OK;
-  static const hk_algo all[] = {HK_ALGO_RING, HK_ALGO_TREE,
-                                HK_ALGO_HIERARCHICAL, HK_ALGO_RD};
+  static const hk_algo all[] = {HK_ALGO_RING, HK_ALGO_HIERARCHICAL, HK_ALGO_RD};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
     if (strcasecmp(v, hk_algo_name(all[i])) == 0) {
       *out = all[i];
       return HK_OK;
     }
+  if (strcasecmp(v, hk_algo_name(HK_ALGO_TREE)) == 0)
+    return hk_fail(HK_ERR_CONFIG,
+                   "HK_ALLREDUCE_ALGO=\"%.64s\": hk's collectives have no "
+                   "tree (hktopo predicts NCCL's); expected ring, "
+                   "hierarchical, rd or auto",
+                   v);
   return hk_fail(HK_ERR_CONFIG,
-                 "HK_ALLREDUCE_ALGO=\"%.64s\": expected ring, tree, "
-                 "hierarchical, rd or auto",
+                 "HK_ALLREDUCE_ALGO=\"%.64s\": expected ring, hierarchical, "
+                 "rd or auto",
                  v);
 }
 

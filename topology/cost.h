@@ -104,8 +104,9 @@ hk_status hk_cost_choose_among(const hk_host_model *h, size_t bytes, int hosts,
 
 /**
  * HK_ALLREDUCE_ALGO: unset or empty or "auto" -> HK_ALGO_AUTO; "ring",
- * "tree", "hierarchical", "rd" (case-insensitive) -> that algorithm.
- * Errors: HK_ERR_CONFIG naming the value and the accepted ones.
+ * "hierarchical", "rd" (case-insensitive) -> that algorithm: those hk
+ * runs. Errors: HK_ERR_CONFIG naming the value and the accepted ones
+ * ("tree", which only the model knows, with that reason).
  */
 hk_status hk_cost_algo_from_env(hk_algo *out);
 

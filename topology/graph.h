@@ -24,13 +24,13 @@
 #include "hk/hk.h"
 
 #define HK_TOPO_MAX_GPUS 32
-#define HK_TOPO_MAX_NICS 32
+#define HK_TOPO_MAX_NICS 64
 #define HK_TOPO_MAX_NODES 256
 #define HK_TOPO_MAX_LINKS 1024
 #define HK_TOPO_MAX_HOPS 16 /* links on one path */
 #define HK_TOPO_NAME_LEN 64 /* bytes incl. NUL */
 #define HK_TOPO_BUSID_LEN 20
-#define HK_TOPO_NOTE_LEN 512
+#define HK_TOPO_NOTE_LEN 2048
 
 typedef enum hk_topo_node_kind {
   HK_NODE_GPU = 0,

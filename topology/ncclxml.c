@@ -32,8 +32,10 @@ typedef struct frame {
   int node; /* cpu/pci: its node id; gpu/nic: the pci (or cpu) node */
   int line;
   long cls;    /* pci: class */
-  int has_dev; /* pci: a <gpu> or <nic> inside */
+  int has_dev; /* pci: DEV_GPU or DEV_NIC inside it; nic: a <net> */
 } frame;
+
+enum { DEV_NONE = 0, DEV_GPU = 1, DEV_NIC = 2 };
 
 typedef struct pending_gpu {
   int node, dev, sm, line;
@@ -44,8 +46,8 @@ typedef struct pending_nic {
 } pending_nic;
 
 typedef struct pending_nvlink {
-  int gpu; /* node id of the GPU */
-  char target[16];
+  int gpu;                       /* node id of the GPU */
+  char target[HK_XML_BUSID_LEN]; /* "" when the target is no bus id */
   int count, line;
   long tclass; /* -1: not given */
 } pending_nvlink;
@@ -69,7 +71,20 @@ typedef struct xstate {
   pending_nvlink *nvl;
   int n_nvl;
   cpu_info cpu[HK_TOPO_MAX_NODES];
-  int unknown_speed;
+  /* what was assumed, for the notes (finish) */
+  int unknown_speed, unknown_width;
+  int hidden_nvl; /* NVLink targets that are no visible PCI device */
+  char hidden_target[24];
+  int odd_tclass; /* NVLink tclass neither GPU, NVSwitch nor CPU */
+  long odd_tclass_value;
+  int self_nvl;      /* NVLink entries naming their own GPU */
+  int extra_gpus;    /* further <gpu> entries on one PCI device */
+  int repeated_nics; /* a <net> listed again (same dev and name) */
+  char repeated_nic[HK_TOPO_NAME_LEN];
+  int nets_without_dev, nets_not_net;
+  /* NCCL's fused multi-host layouts: only the first host is read */
+  char host_hash[24];
+  int other_host_cpus;
 } xstate;
 
 static void fail(xstate *s, hk_status st) {
@@ -88,11 +103,21 @@ static hk_status bad_parent(const hk_xml_elem *e, const char *parent,
 
 /* link_speed "8 GT/s", "16.0 GT/s PCIe", "Unknown" and link_width into
  * GB/s. */
+/* link_speed "8 GT/s", "16.0 GT/s PCIe", "Unknown" and link_width into
+ * GB/s. NCCL writes link_speed="" and link_width="" (or "0") when sysfs
+ * does not say; it then counts gen3 and x16, and so does hk. */
 static hk_status pci_gbps(xstate *s, const hk_xml_elem *e, double *gbps) {
-  long width;
-  hk_status st = hk_xml_attr_long(e, "link_width", 0, 0, 64, 16, &width);
-  if (st != HK_OK)
-    return st;
+  long width = 0;
+  const char *w = hk_xml_attr(e, "link_width");
+  if (w && *w) {
+    hk_status st = hk_xml_attr_long(e, "link_width", 0, 0, 64, 16, &width);
+    if (st != HK_OK)
+      return st;
+  }
+  if (w && width == 0)
+    s->unknown_width++;
+  else if (!w)
+    width = 16;
   const char *sp = hk_xml_attr(e, "link_speed");
   if (!sp || !*sp || strcmp(sp, "Unknown") == 0) {
     s->unknown_speed++;
@@ -201,7 +226,7 @@ static hk_status start_cpu(xstate *s, const hk_xml_elem *e) {
 
 static hk_status start_pci(xstate *s, const hk_xml_elem *e, frame *parent) {
   const char *busid, *cls_s;
-  char bus[16];
+  char bus[HK_XML_BUSID_LEN];
   hk_status st = hk_xml_attr_req(e, "busid", &busid);
   if (st == HK_OK)
     st = hk_xml_busid(e, "busid", busid, bus);
@@ -234,11 +259,6 @@ static hk_status start_pci(xstate *s, const hk_xml_elem *e, frame *parent) {
 }
 
 static hk_status start_gpu(xstate *s, const hk_xml_elem *e, frame *parent) {
-  if (parent->has_dev)
-    return hk_fail(HK_ERR_CONFIG,
-                   "line %d: <gpu>: its <pci> (line %d) already holds a "
-                   "device",
-                   e->line, parent->line);
   long dev, sm;
   hk_status st = hk_xml_attr_long(e, "dev", 1, 0, 1023, 0, &dev);
   if (st == HK_OK)
@@ -248,30 +268,60 @@ static hk_status start_gpu(xstate *s, const hk_xml_elem *e, frame *parent) {
   for (int i = 0; i < s->n_gpus; i++)
     if (s->gpus[i].dev == dev)
       return hk_fail(HK_ERR_CONFIG,
-                     "line %d: <gpu>: dev %ld appears twice (also line %d)",
+                     "line %d: <gpu>: dev %ld appears twice (also line %d, "
+                     "on another PCI device)",
                      e->line, dev, s->gpus[i].line);
   if (s->n_gpus >= HK_TOPO_MAX_GPUS)
     return hk_fail(HK_ERR_CONFIG, "line %d: <gpu>: more than %d GPUs", e->line,
                    HK_TOPO_MAX_GPUS);
-  parent->has_dev = 1;
+  parent->has_dev = DEV_GPU;
   s->gpus[s->n_gpus] = (pending_gpu){parent->node, (int)dev, (int)sm, e->line};
   s->stack[s->depth].node = s->n_gpus++;
   return HK_OK;
 }
 
+/* NCCL's name for an NVLink peer that NVML cannot see (an NVSwitch hidden
+ * from a VM or container): domain, bus and device all f's, in whatever
+ * shape the version wrote ("fffffff:ffff:ff", "fffffff:ff:ff.0"). */
+static int hidden_target(const char *t) {
+  int f = 0;
+  for (; *t && *t != '.'; t++) {
+    if (*t == 'f' || *t == 'F')
+      f++;
+    else if (*t != ':')
+      return 0;
+  }
+  return f >= 6;
+}
+
 static hk_status start_nvlink(xstate *s, const hk_xml_elem *e, frame *parent) {
   const char *target;
-  char bus[16];
+  char bus[HK_XML_BUSID_LEN] = "";
   long count, tclass;
   hk_status st = hk_xml_attr_req(e, "target", &target);
-  if (st == HK_OK)
-    st = hk_xml_busid(e, "target", target, bus);
   if (st == HK_OK)
     st = hk_xml_attr_long(e, "count", 1, 1, 64, 0, &count);
   if (st == HK_OK)
     st = hk_xml_attr_long(e, "tclass", 0, 0, 0xffffff, -1, &tclass);
   if (st != HK_OK)
     return st;
+  /* NCCL reads the target only when tclass says GPU; it names the GPU's
+   * bus id. Any other target is an NVSwitch or the CPU, which NCCL merges
+   * into one node whatever the target says. */
+  int is_gpu = tclass >= 0 && (tclass >> 16) == 0x03;
+  int hidden = hidden_target(target);
+  if (!hk_xml_parse_busid(target, bus) || hidden) {
+    if (is_gpu)
+      return hk_fail(HK_ERR_CONFIG,
+                     "line %d: <nvlink>: target=\"%.40s\" is not a GPU's PCI "
+                     "bus id, but tclass 0x%06lx says the peer is a GPU",
+                     e->line, target, tclass);
+    if (tclass < 0 && !hidden)
+      return hk_xml_busid(e, "target", target, bus); /* the bus id error */
+    bus[0] = '\0';
+    if (s->hidden_nvl++ == 0)
+      snprintf(s->hidden_target, sizeof s->hidden_target, "%s", target);
+  }
   if (s->n_nvl >= MAX_NVLINKS)
     return hk_fail(HK_ERR_CONFIG, "line %d: <nvlink>: more than %d", e->line,
                    MAX_NVLINKS);
@@ -285,22 +335,43 @@ static hk_status start_nvlink(xstate *s, const hk_xml_elem *e, frame *parent) {
 }
 
 static hk_status start_net(xstate *s, const hk_xml_elem *e, frame *nic) {
-  const char *name;
+  const char *name, *net = hk_xml_attr(e, "net");
   long dev, speed;
   hk_status st = hk_xml_attr_req(e, "name", &name);
-  if (st == HK_OK)
-    st = hk_xml_attr_long(e, "dev", 0, 0, 1023, s->n_nics, &dev);
+  if (st != HK_OK)
+    return st;
+  /* NCCL adds a <net> only when it has a dev, and as a network device only
+   * unless net="0" (a GIN or CollNet-only device) */
+  if (!hk_xml_attr(e, "dev")) {
+    s->nets_without_dev++;
+    return HK_OK;
+  }
+  if (net && strcmp(net, "0") == 0) {
+    s->nets_not_net++;
+    return HK_OK;
+  }
+  st = hk_xml_attr_long(e, "dev", 1, 0, 1023, 0, &dev);
   if (st == HK_OK)
     st = hk_xml_attr_long(e, "speed", 0, -1, 100000000, 0, &speed);
   if (st != HK_OK)
     return st;
   if (speed <= 0)
     speed = 10000; /* some NICs say -1; NCCL counts them as 10 Gbit/s */
-  for (int i = 0; i < s->n_nics; i++)
-    if (s->nics[i].dev == dev)
+  for (int i = 0; i < s->n_nics; i++) {
+    if (s->nics[i].dev != dev)
+      continue;
+    const char *was = s->t->node[s->nics[i].node].name;
+    if (strcmp(was, name) != 0)
       return hk_fail(HK_ERR_CONFIG,
-                     "line %d: <net>: dev %ld appears twice (also line %d)",
-                     e->line, dev, s->nics[i].line);
+                     "line %d: <net>: dev %ld is \"%.40s\" here but \"%.40s\" "
+                     "on line %d",
+                     e->line, dev, name, was, s->nics[i].line);
+    /* NCCL lists a NIC that is on no PCIe bus (a socket NIC, a virtual
+     * one) again under every <cpu>: one NIC, at its first place */
+    if (s->repeated_nics++ == 0)
+      snprintf(s->repeated_nic, sizeof s->repeated_nic, "%s", name);
+    return HK_OK;
+  }
   if (s->n_nics >= HK_TOPO_MAX_NICS)
     return hk_fail(HK_ERR_CONFIG, "line %d: <net>: more than %d NICs", e->line,
                    HK_TOPO_MAX_NICS);
@@ -326,6 +397,19 @@ static hk_status start_net(xstate *s, const hk_xml_elem *e, frame *nic) {
   return HK_OK;
 }
 
+/* A <cpu> of another host in a fused multi-host layout (NCCL's MNNVL
+ * dumps carry every host of the NVLink domain, told apart by host_hash)? */
+static int other_host(xstate *s, const hk_xml_elem *e) {
+  const char *h = hk_xml_attr(e, "host_hash");
+  if (!h)
+    return 0;
+  if (!s->host_hash[0]) {
+    snprintf(s->host_hash, sizeof s->host_hash, "%s", h);
+    return 0;
+  }
+  return strcmp(h, s->host_hash) != 0;
+}
+
 static hk_status start(xstate *s, const char *name, const char **atts) {
   hk_xml_elem e = {name, line_of(s), atts};
   if (s->skip) {
@@ -345,6 +429,12 @@ static hk_status start(xstate *s, const char *name, const char **atts) {
                      "line %d: root element <%s>: an NCCL topology starts "
                      "with <system>",
                      e.line, name);
+    const char *v = hk_xml_attr(&e, "version");
+    if (v && strcmp(v, "1") != 0)
+      return hk_fail(HK_ERR_CONFIG,
+                     "line %d: <system>: version \"%.20s\": NCCL reads "
+                     "topology version 1 only (NCCL_TOPO_XML_VERSION)",
+                     e.line, v);
     s->stack[0] = (frame){K_SYSTEM, -1, e.line, 0, 0};
     s->depth = 0;
     return HK_OK;
@@ -368,6 +458,11 @@ static hk_status start(xstate *s, const char *name, const char **atts) {
   case K_CPU:
     if (parent->k != K_SYSTEM)
       return bad_parent(&e, pn, "<system>");
+    if (other_host(s, &e)) {
+      s->other_host_cpus++;
+      s->skip = 1; /* another host's CPU, and all inside it */
+      return HK_OK;
+    }
     break;
   case K_PCI:
     if (parent->k != K_CPU && parent->k != K_PCI)
@@ -376,6 +471,18 @@ static hk_status start(xstate *s, const char *name, const char **atts) {
   case K_GPU:
     if (parent->k != K_PCI)
       return bad_parent(&e, pn, "<pci>");
+    if (parent->has_dev == DEV_NIC)
+      return hk_fail(HK_ERR_CONFIG,
+                     "line %d: <gpu>: its <pci> (line %d) already holds a "
+                     "NIC",
+                     e.line, parent->line);
+    if (parent->has_dev == DEV_GPU) {
+      /* NCCL writes one <gpu> per rank: several ranks on one GPU, or the
+       * MLOPart halves of one, repeat it. One PCI device, one GPU. */
+      s->extra_gpus++;
+      s->skip = 1;
+      return HK_OK;
+    }
     break;
   case K_NVLINK:
     if (parent->k != K_GPU)
@@ -384,10 +491,10 @@ static hk_status start(xstate *s, const char *name, const char **atts) {
   case K_NIC:
     if (parent->k != K_PCI && parent->k != K_CPU)
       return bad_parent(&e, pn, "<pci> or <cpu>");
-    if (parent->k == K_PCI && parent->has_dev)
+    if (parent->k == K_PCI && parent->has_dev == DEV_GPU)
       return hk_fail(HK_ERR_CONFIG,
                      "line %d: <nic>: its <pci> (line %d) already holds a "
-                     "device",
+                     "GPU",
                      e.line, parent->line);
     break;
   case K_NET:
@@ -408,7 +515,7 @@ static hk_status start(xstate *s, const char *name, const char **atts) {
     return start_nvlink(s, &e, parent);
   case K_NIC:
     if (parent->k == K_PCI)
-      parent->has_dev = 1;
+      parent->has_dev = DEV_NIC;
     return HK_OK;
   case K_NET:
     return start_net(s, &e, parent);
@@ -467,6 +574,60 @@ static int nic_by_dev(const void *a, const void *b) {
   return ((const pending_nic *)a)->dev - ((const pending_nic *)b)->dev;
 }
 
+/* What the reader assumed, in hktopo's note, as NCCL assumes it. */
+static void add_notes(xstate *s) {
+  hk_topo *t = s->t;
+  if (s->other_host_cpus)
+    hk_topo_add_note(t,
+                     "The file describes more than one host (a fused "
+                     "multi-host layout); read the first, host_hash %s "
+                     "(%d <cpu> elements of other hosts skipped).",
+                     s->host_hash, s->other_host_cpus);
+  if (s->hidden_nvl)
+    hk_topo_add_note(t,
+                     "%d NVLink entries lead to a device that is not visible "
+                     "(target \"%s\": an NVSwitch hidden from a VM or "
+                     "container): counted as NVSwitch links, as NCCL does.",
+                     s->hidden_nvl, s->hidden_target);
+  if (s->odd_tclass)
+    hk_topo_add_note(t,
+                     "%d NVLink entries have tclass 0x%06lx, neither GPU nor "
+                     "CPU: counted as NVSwitch links, as NCCL does.",
+                     s->odd_tclass, s->odd_tclass_value);
+  if (s->self_nvl)
+    hk_topo_add_note(t,
+                     "%d NVLink entries name their own GPU as the peer: "
+                     "ignored (they join the GPU to nothing).",
+                     s->self_nvl);
+  if (s->extra_gpus)
+    hk_topo_add_note(t,
+                     "%d further <gpu> entries share a PCI device with "
+                     "another (one per rank: several ranks on one GPU, or "
+                     "MLOPart halves): each PCI device is one GPU.",
+                     s->extra_gpus);
+  if (s->repeated_nics)
+    hk_topo_add_note(t,
+                     "NIC %s is listed %d times (NCCL lists a "
+                     "NIC on no PCIe bus under every CPU): one NIC, placed "
+                     "where it is first listed.",
+                     s->repeated_nic, s->repeated_nics + 1);
+  if (s->nets_without_dev || s->nets_not_net)
+    hk_topo_add_note(t,
+                     "%d <net> entries without dev and %d with net=\"0\" are "
+                     "not network devices for NCCL: skipped.",
+                     s->nets_without_dev, s->nets_not_net);
+  if (s->unknown_speed)
+    hk_topo_add_note(t,
+                     "%d PCIe links give no link_speed: counted as gen3 "
+                     "(8 GT/s).",
+                     s->unknown_speed);
+  if (s->unknown_width)
+    hk_topo_add_note(t,
+                     "%d PCIe links give link_width empty or 0: counted as "
+                     "x16, as NCCL does.",
+                     s->unknown_width);
+}
+
 static hk_status finish(xstate *s) {
   hk_topo *t = s->t;
   qsort(s->gpus, (size_t)s->n_gpus, sizeof s->gpus[0], by_dev);
@@ -517,7 +678,7 @@ static hk_status finish(xstate *s) {
     for (int g = 0; g < t->n_gpus; g++) {
       if (t->gpu[g] == p->gpu)
         from = g;
-      if (strcmp(t->node[t->gpu[g]].busid, p->target) == 0)
+      if (p->target[0] && strcmp(t->node[t->gpu[g]].busid, p->target) == 0)
         to = g;
     }
     long tc = p->tclass;
@@ -526,23 +687,18 @@ static hk_status finish(xstate *s) {
     if ((tc >> 16) == 0x03) {
       if (to < 0) {
         skipped++;
-        continue;
-      }
-      if (to == from)
-        return hk_fail(HK_ERR_CONFIG,
-                       "line %d: <nvlink>: target %s is the GPU itself",
-                       p->line, p->target);
-      if (p->count > pair[from][to])
+      } else if (to == from) {
+        s->self_nvl++; /* NCCL reads it; it joins the GPU to nothing */
+      } else if (p->count > pair[from][to]) {
         pair[from][to] = p->count;
-    } else if (tc == 0x068000) {
-      to_switch[from] += p->count;
+      }
     } else if (tc == 0x068001 || tc == 0x060000) {
       to_cpu[from] += p->count;
     } else {
-      return hk_fail(HK_ERR_CONFIG,
-                     "line %d: <nvlink>: unknown tclass 0x%06lx (known: "
-                     "0x03xxxx GPU, 0x068000 NVSwitch, 0x068001 CPU)",
-                     p->line, tc);
+      /* NCCL: a peer that is neither a GPU nor the CPU is an NVSwitch */
+      if (tc != 0x068000 && s->odd_tclass++ == 0)
+        s->odd_tclass_value = tc;
+      to_switch[from] += p->count;
     }
   }
   if (skipped)
@@ -578,11 +734,7 @@ static hk_status finish(xstate *s) {
                                to_cpu[a] * per, HK_FIG_NVL_HOP_US)) != HK_OK)
       return st;
   }
-  if (s->unknown_speed)
-    hk_topo_add_note(t,
-                     "%d PCIe links give no link_speed: counted as gen3 "
-                     "(8 GT/s).",
-                     s->unknown_speed);
+  add_notes(s);
   if (t->n_gpus == 0)
     hk_topo_add_note(t,
                      "No <gpu> element: a skeleton listing %d GPU-class and "

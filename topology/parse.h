@@ -40,27 +40,44 @@ hk_status hk_topo_parse_smi(const char *text, size_t len, hk_topo **out);
 
 /**
  * Parses an NCCL topology XML (the format of NCCL_TOPO_FILE, written by
- * NCCL_TOPO_DUMP_FILE), with expat:
- *   <system> <cpu numaid affinity arch vendor familyid modelid>
+ * NCCL_TOPO_DUMP_FILE), with expat, reading it as NCCL's topo.cc does:
+ *   <system version="1"> <cpu numaid affinity arch vendor familyid modelid>
  *     <pci busid class link_speed link_width> (nested: switches)
  *       <gpu dev sm rank> <nvlink target count tclass/> </gpu>
  *       <nic> <net name dev speed/> </nic>
  * Required attributes: pci busid and class, gpu dev, nvlink target and
  * count, net name. A pci of class 0x0604xx is a switch; one holding <gpu> a
- * GPU, one holding <nic> a NIC (one NIC per <net>). nvlink tclass 0x068000
- * is an NVSwitch (all merged into one node, as NCCL does), 0x03xxxx a GPU
- * (a target GPU missing from the file is skipped and noted), 0x068001 a
- * CPU. GPUs are numbered in order of their dev. Unknown elements are
- * skipped with what they contain; comments are fine.
+ * GPU, one holding <nic> a NIC (one NIC per <net>). Bus ids are hex
+ * domain:bus:device.function, the domain 1 to 8 digits, either case.
+ * NCCL's conventions, each read as NCCL reads it and said in t->note:
+ *  - nvlink tclass 0x03xxxx is a GPU (named by target; a GPU missing from
+ *    the file is skipped, one naming itself ignored), 0x068001 the CPU, any
+ *    other class an NVSwitch (all merged into one node); a target of all
+ *    f's ("fffffff:ff:ff.0", "fffffff:ffff:ff": a switch NVML cannot see
+ *    from a VM or container) is an NVSwitch whatever tclass says, except a
+ *    GPU class (an error);
+ *  - several <gpu> in one <pci> (one per rank: ranks sharing a GPU, MLOPart
+ *    halves) are one GPU;
+ *  - a <net> listed again with the same dev and name (NCCL lists a NIC on
+ *    no PCIe bus under every <cpu>) is one NIC, where first listed; a
+ *    <net> without dev or with net="0" is not a network device: skipped;
+ *  - link_speed empty or "Unknown" counts as gen3, link_width empty or 0
+ *    as x16;
+ *  - a fused multi-host file (<cpu> elements with different host_hash):
+ *    the first host is read.
+ * GPUs are numbered in order of their dev. Unknown elements (<c2c>,
+ * <pcilink>, ...) are skipped with what they contain; comments are fine.
  * A "skeleton" file (cpu/pci only, as cloud vendors ship for NCCL to fill
  * in at run time) parses to 0 GPUs: its GPU- and NIC-class slots are
  * counted in t->gpu_slots / t->nic_slots.
  * Errors (HK_ERR_CONFIG, "line N: <element>: ..."): XML that is not well
- * formed (expat's reason and line), a root other than <system>, a graph
- * file (root <graphs>: "this is an NCCL graph file (NCCL_GRAPH_FILE), not
- * a topology"; read it with hk_ncclgraph_parse), an element in the wrong
- * parent, a missing or malformed attribute, a duplicate GPU dev or bus id,
- * an unknown PCIe link speed, nesting deeper than 32; HK_ERR_NOMEM.
+ * formed (expat's reason and line), a root other than <system>, a version
+ * other than 1, a graph file (root <graphs>: "this is an NCCL graph file
+ * (NCCL_GRAPH_FILE), not a topology"; read it with hk_ncclgraph_parse), an
+ * element in the wrong parent, a missing or malformed attribute, a GPU dev
+ * on two PCI devices, a NIC dev with two names, a duplicate bus id, a GPU
+ * and a NIC in one <pci>, an unknown PCIe link speed, nesting deeper than
+ * 32; HK_ERR_NOMEM.
  */
 hk_status hk_topo_parse_ncclxml(const char *text, size_t len, hk_topo **out);
 

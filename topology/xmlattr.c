@@ -3,6 +3,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,19 +58,36 @@ hk_status hk_xml_attr_long(const hk_xml_elem *e, const char *key, int required,
   return HK_OK;
 }
 
+/* Reads n hex digits at *s (exactly n; lo..n when lo > 0) into *v. */
+static int hex_field(const char **s, int lo, int hi, unsigned long *v) {
+  int n = 0;
+  *v = 0;
+  while (n < hi && isxdigit((unsigned char)(*s)[n])) {
+    char c = (char)tolower((unsigned char)(*s)[n]);
+    *v = *v * 16 + (unsigned long)(c <= '9' ? c - '0' : c - 'a' + 10);
+    n++;
+  }
+  *s += n;
+  return n >= lo && !isxdigit((unsigned char)**s);
+}
+
+int hk_xml_parse_busid(const char *s, char *out) {
+  unsigned long dom, bus, dev, fn;
+  const char *c = s;
+  if (!hex_field(&c, 1, 8, &dom) || *c++ != ':' || !hex_field(&c, 2, 2, &bus) ||
+      *c++ != ':' || !hex_field(&c, 2, 2, &dev) || *c++ != '.' ||
+      !hex_field(&c, 1, 1, &fn) || *c)
+    return 0;
+  snprintf(out, HK_XML_BUSID_LEN, "%04lx:%02lx:%02lx.%lx", dom, bus, dev, fn);
+  return 1;
+}
+
 hk_status hk_xml_busid(const hk_xml_elem *e, const char *key, const char *s,
                        char *out) {
-  static const char shape[] = "xxxx:xx:xx.x";
-  size_t n = strlen(s);
-  int ok = n == sizeof shape - 1;
-  for (size_t i = 0; ok && i < n; i++)
-    ok = shape[i] == 'x' ? isxdigit((unsigned char)s[i]) : s[i] == shape[i];
-  if (!ok)
+  if (!hk_xml_parse_busid(s, out))
     return hk_fail(HK_ERR_CONFIG,
                    "line %d: <%s>: attribute %s=\"%.40s\" is not a PCI bus id "
-                   "(dddd:bb:dd.f)",
+                   "(domain:bus:device.function in hex, e.g. 0000:3b:00.0)",
                    e->line, e->name, key, s);
-  for (size_t i = 0; i <= n; i++)
-    out[i] = (char)tolower((unsigned char)s[i]);
   return HK_OK;
 }

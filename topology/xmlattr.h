@@ -32,8 +32,18 @@ hk_status hk_xml_attr_req(const hk_xml_elem *e, const char *key,
 hk_status hk_xml_attr_long(const hk_xml_elem *e, const char *key, int required,
                            long lo, long hi, long dflt, long *v);
 
-/** A PCI bus id "dddd:bb:dd.f" (hex), copied lower-case into out (at least
- * 13 bytes). Malformed: HK_ERR_CONFIG naming element, line, key, value. */
+/** Bytes of a bus id as the readers store it ("0000:3b:00.0"; a domain
+ * may have up to 8 hex digits, as on Intel VMD domains), NUL included. */
+#define HK_XML_BUSID_LEN 17
+
+/** A PCI bus id "domain:bus:device.function" in hex (domain 1 to 8
+ * digits, bus and device 2, function 1, either case) into out (at least
+ * HK_XML_BUSID_LEN bytes) as lower case with a domain of at least 4
+ * digits, so "0000:3B:00.0" and "000:3b:00.0" compare equal. Returns 1, or
+ * 0 (out unspecified) if s is not one. Pure. */
+int hk_xml_parse_busid(const char *s, char *out);
+
+/** hk_xml_parse_busid, or HK_ERR_CONFIG naming element, line, key, value. */
 hk_status hk_xml_busid(const hk_xml_elem *e, const char *key, const char *s,
                        char *out);
 

@@ -65,11 +65,6 @@ hk_status hk_algo_setup(hk_ctx *ctx) {
   hk_status st = hk_cost_algo_from_env(&forced);
   if (st != HK_OK)
     return st;
-  if (forced == HK_ALGO_TREE)
-    return hk_fail(HK_ERR_CONFIG,
-                   "HK_ALLREDUCE_ALGO=tree: hk's collectives have no tree "
-                   "(hktopo predicts NCCL's); use ring, hierarchical, rd or "
-                   "auto");
   int hier = ctx->cfg.hierarchical; /* -1 unset, 0, 1 */
   if (hier == 1 && forced != HK_ALGO_AUTO && forced != HK_ALGO_HIERARCHICAL)
     return hk_fail(HK_ERR_CONFIG,

@@ -160,6 +160,10 @@ static hk_status connect_peer(hk_ctx *ctx, const hk_wire_peer *peer, int rank,
   return st;
 }
 
+/* How long a rank whose start timeout passed still listens for hkrun's
+ * word on who is missing, s. */
+#define RENDEZVOUS_GRACE_S 2.0
+
 /* Waits for PEERS from hkrun; an ABORT instead means the job is over. */
 static hk_status rendezvous(hk_ctx *ctx, const char *host, uint16_t port,
                             const char *my_addr, uint16_t my_port,
@@ -179,11 +183,20 @@ static hk_status rendezvous(hk_ctx *ctx, const char *host, uint16_t port,
   st = hk_tcp_send_msg(ctx->mesh.launcher_fd, &reg, &scratch, &io, "hkrun");
   if (st == HK_OK)
     st = hk_tcp_recv_msg(ctx->mesh.launcher_fd, peers, &scratch, &io, "hkrun");
+  if (st == HK_ERR_TIMEOUT) {
+    /* hkrun's clock started before ours: it is about to say who is
+     * missing (an ABORT naming the ranks); give it a moment to */
+    io.timeout_s = RENDEZVOUS_GRACE_S;
+    if (hk_tcp_recv_msg(ctx->mesh.launcher_fd, peers, &scratch, &io, "hkrun") ==
+        HK_OK)
+      st = HK_OK;
+  }
   hk_buf_free(&scratch);
   if (st == HK_ERR_TIMEOUT)
     return hk_fail(HK_ERR_TIMEOUT,
                    "not every rank joined within HK_START_TIMEOUT_S=%g s "
-                   "(rank %d of %d waited for hkrun's peer list)",
+                   "(rank %d of %d waited for hkrun's peer list, and hkrun "
+                   "named no missing rank)",
                    ctx->cfg.start_timeout_s, ctx->rank, ctx->size);
   if (st != HK_OK)
     return st;

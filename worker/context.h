@@ -133,6 +133,9 @@ typedef struct hk_ctx {
   hk_step_figures figures; /* hk's TCP step latencies (model.fig) */
   uint8_t *rd_scratch;     /* [bg] recursive doubling's work buffer */
   size_t rd_scratch_bytes;
+  hk_strmap *overflow_warned; /* [bg] names whose 16-bit sum held an inf
+                                 (warned once each) */
+  int cache_warned;           /* [bg] rank 0 said the cache is full */
 
   pthread_t thread;
   int thread_started;

@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "collectives/dev_allreduce.h"
+#include "collectives/reduce.h"
 #include "collectives/ring.h"
 #include "collectives/transport/tcp.h"
 #include "common/log.h"
@@ -520,6 +521,12 @@ static hk_status layout(hk_ctx *ctx, hk_handle *hs, uint32_t k, size_t nseg,
     L = g->off[j] > L ? g->off[j] : L;
   *seglen = L;
   memset(g->off, 0, nseg * sizeof *g->off);
+  /* a 16-bit average (as it travels: compression too) divides by a power
+   * of two in the pack and multiplies it back in the unpack, so the sum
+   * cannot overflow where the average would not (collectives/reduce.h) */
+  const double pre = hk_average_pre_divisor(
+      wire_dtype(ctx, (hk_dtype)hs[0]->req.dtype), (hk_op)hs[0]->req.op,
+      divisor > 0 ? divisor : ctx->size);
   size_t n = 0;
   for (uint32_t i = 0; i < k; i++) {
     const hk_wire_request *q = &hs[i]->req;
@@ -533,13 +540,14 @@ static hk_status layout(hk_ctx *ctx, hk_handle *hs, uint32_t k, size_t nseg,
       g->off[j] += len;
       hk_dev_copy *c = &g->items[n++];
       if (pack)
-        *c = (hk_dev_copy){dev,
-                           (const uint8_t *)hs[i]->sendbuf + g->seg[j] * esz,
-                           len, q->prescale, 1};
+        *c = (hk_dev_copy){
+            dev, (const uint8_t *)hs[i]->sendbuf + g->seg[j] * esz,
+            len, q->prescale / pre,
+            1,   1.0};
       else
-        *c =
-            (hk_dev_copy){(uint8_t *)hs[i]->recvbuf + g->seg[j] * esz, dev, len,
-                          q->postscale, q->op == HK_AVERAGE ? divisor : 1};
+        *c = (hk_dev_copy){
+            (uint8_t *)hs[i]->recvbuf + g->seg[j] * esz, dev, len, q->postscale,
+            q->op == HK_AVERAGE ? divisor : 1,           pre};
     }
   }
   *nitems = n;

@@ -15,6 +15,7 @@
 #include "collectives/ring.h"
 #include "collectives/shm_ring.h"
 #include "collectives/transport/tcp.h"
+#include "common/log.h"
 #include "common/status.h"
 #include "coordinator/fusion.h"
 #include "worker/algo.h"
@@ -228,11 +229,14 @@ static hk_status run_alone(hk_ctx *ctx, hk_handle h, int32_t divisor,
   switch (q->coll) {
   case HK_COLL_ALLREDUCE: {
     const void *src = h->sendbuf;
-    if (q->prescale != 1.0) { /* scale while copying into recvbuf */
-      hk_scale_copy(h->recvbuf, h->sendbuf, q->count, dtype, q->prescale);
+    /* a 16-bit average divides by a power of two first (reduce.h) */
+    const double pre =
+        hk_average_pre_divisor(dtype, (hk_op)q->op, divisor > 0 ? divisor : n);
+    if (q->prescale != 1.0 || pre != 1.0) { /* scale into recvbuf */
+      hk_scale_copy(h->recvbuf, h->sendbuf, q->count, dtype, q->prescale / pre);
       src = h->recvbuf;
     }
-    hk_ring_finish fin = {divisor, q->postscale};
+    hk_ring_finish fin = {divisor, q->postscale, pre};
     hk_ring_default_segments(q->count, n, ctx->ring.segs);
     st = allreduce_with(ctx, hk_algo_for(ctx, q->count * esz), src, h->recvbuf,
                         ctx->ring.segs, dtype, (hk_op)q->op, &fin);
@@ -266,9 +270,20 @@ static hk_status run_alone(hk_ctx *ctx, hk_handle h, int32_t divisor,
     size_t *seg = ctx->ring.segs;
     for (int j = 0; j <= n; j++)
       seg[j] = rs_first_row(q->count, n, j) * q->row_elems;
-    hk_ring_finish fin = {divisor, 1.0};
-    st = hk_ring_reducescatter(&ctx->ring, h->sendbuf, h->recvbuf, seg, dtype,
+    const double pre =
+        hk_average_pre_divisor(dtype, (hk_op)q->op, divisor > 0 ? divisor : n);
+    const void *src = h->sendbuf;
+    void *scaled = NULL;
+    if (pre != 1.0 && seg[n]) { /* the input divided first, as allreduce */
+      if (!(scaled = malloc(seg[n] * esz)))
+        return hk_fail(HK_ERR_NOMEM, "cannot allocate %zu bytes", seg[n] * esz);
+      hk_scale_copy(scaled, h->sendbuf, seg[n], dtype, 1.0 / pre);
+      src = scaled;
+    }
+    hk_ring_finish fin = {divisor, 1.0, pre};
+    st = hk_ring_reducescatter(&ctx->ring, src, h->recvbuf, seg, dtype,
                                (hk_op)q->op, &fin);
+    free(scaled);
     if (st == HK_OK && h->out_rows)
       *h->out_rows = rs_first_row(q->count, n, ctx->rank + 1) -
                      rs_first_row(q->count, n, ctx->rank);
@@ -396,7 +411,8 @@ static hk_status run_device(hk_ctx *ctx, plan *p, uint32_t a, uint32_t b,
  * where the fusion layout p->seg/p->where puts each tensor's segments,
  * so the bits are the fusion buffer's. Returns -1 (nothing done) where it
  * does not apply: another algorithm or transport, a pre- or postscale
- * (applied while copying through the fusion buffer), no memory. */
+ * (applied while copying through the fusion buffer; the caller also keeps
+ * a 16-bit average's pre-division there), no memory. */
 static int run_fused_in_place(hk_ctx *ctx, plan *p, uint32_t a, uint32_t k,
                               hk_status *st) {
   const int n = ctx->size;
@@ -431,7 +447,7 @@ static int run_fused_in_place(hk_ctx *ctx, plan *p, uint32_t a, uint32_t k,
                                   (const uint8_t *)h->sendbuf + f[j] * esz,
                                   (uint8_t *)h->recvbuf + f[j] * esz};
     }
-  hk_ring_finish fin = {it->divisor, 1.0};
+  hk_ring_finish fin = {it->divisor, 1.0, 1.0};
   *st = hk_ring_shm_allreduce_pieces(&ctx->ring, pc, np, p->seg,
                                      (hk_dtype)q0->dtype, (hk_op)q0->op, &fin);
   free(pc);
@@ -452,8 +468,12 @@ static hk_status run_fused(hk_ctx *ctx, plan *p, uint32_t a, uint32_t b,
   for (uint32_t i = 0; i < k; i++)
     p->counts[i] = p->h[p->order[a + i]]->req.count;
   hk_fusion_layout(p->counts, k, n, p->seg, p->where);
+  const hk_fusion_item *it = &p->items[p->order[a]];
+  /* a 16-bit average divides by a power of two first (reduce.h) */
+  const double pre = hk_average_pre_divisor(dtype, (hk_op)q0->op,
+                                            it->divisor > 0 ? it->divisor : n);
   hk_status st = HK_OK;
-  if (run_fused_in_place(ctx, p, a, k, &st) == 0) {
+  if (pre == 1.0 && run_fused_in_place(ctx, p, a, k, &st) == 0) {
     t[1] = t[0];
     t[2] = t[3] = hk_now();
     if (st == HK_OK) {
@@ -472,11 +492,10 @@ static hk_status run_fused(hk_ctx *ctx, plan *p, uint32_t a, uint32_t b,
     for (int j = 0; j < n; j++)
       hk_scale_copy(ctx->fusion + p->where[(size_t)i * n + j] * esz,
                     (const uint8_t *)h->sendbuf + first[j] * esz,
-                    first[j + 1] - first[j], dtype, h->req.prescale);
+                    first[j + 1] - first[j], dtype, h->req.prescale / pre);
   }
   t[1] = hk_now();
-  const hk_fusion_item *it = &p->items[p->order[a]];
-  hk_ring_finish fin = {it->divisor, 1.0}; /* postscale: while copying out */
+  hk_ring_finish fin = {it->divisor, 1.0, pre}; /* postscale: copying out */
   st = allreduce_with(ctx, (hk_algo)it->algo, ctx->fusion, ctx->fusion, p->seg,
                       dtype, (hk_op)q0->op, &fin);
   t[2] = hk_now();
@@ -610,12 +629,15 @@ static hk_status resolve(hk_ctx *ctx, const hk_wire_response *r,
                          hk_handle *out) {
   const char *name = r->name;
   if (r->flags & HK_RESP_CACHED) {
-    if (!hk_cache_is_live(ctx->cache, r->cache_bit))
+    /* a bit names one tensor for the cache's life (cache.h), so one
+     * evicted since rank 0 decided still says which */
+    const hk_wire_request *q = hk_cache_get(ctx->cache, r->cache_bit);
+    if (!q)
       return hk_fail(HK_ERR_PROTOCOL,
-                     "rank 0 scheduled cache bit %u, which rank %d does not "
-                     "hold",
+                     "rank 0 scheduled cache bit %u, which rank %d never "
+                     "gave out",
                      r->cache_bit, ctx->rank);
-    name = hk_cache_get(ctx->cache, r->cache_bit)->name;
+    name = q->name;
   }
   *out = hk_queue_find(ctx, name);
   if (!*out && (r->flags & HK_RESP_PARAMS)) /* this rank joined */
@@ -626,6 +648,65 @@ static hk_status resolve(hk_ctx *ctx, const hk_wire_response *r,
                    "submitted",
                    name, ctx->rank);
   return HK_OK;
+}
+
+/* A float16/bfloat16 sum on this rank's host buffer that holds an
+ * infinity: said once per tensor name (hk.h, hk_op). Averages divide
+ * first and cannot overflow; other types have the range to spare, and
+ * scanning their results would cost a pass over every gradient. */
+static void warn_if_sum_overflowed(hk_ctx *ctx, hk_handle h) {
+  const hk_wire_request *q = &h->req;
+  const hk_dtype d = (hk_dtype)q->dtype;
+  if (h->phantom || q->op != HK_SUM || q->mem == HK_WIRE_MEM_DEVICE ||
+      (d != HK_FLOAT16 && d != HK_BFLOAT16) ||
+      (q->coll != HK_COLL_ALLREDUCE && q->coll != HK_COLL_REDUCESCATTER) ||
+      hk_strmap_get(ctx->overflow_warned, q->name))
+    return;
+  if (q->coll == HK_COLL_ALLREDUCE && ctx->rank != 0)
+    return; /* every rank holds these bits: rank 0 says it */
+  size_t count = q->coll == HK_COLL_ALLREDUCE
+                     ? q->count
+                     : (rs_first_row(q->count, ctx->size, ctx->rank + 1) -
+                        rs_first_row(q->count, ctx->size, ctx->rank)) *
+                           q->row_elems;
+  size_t inf = hk_count_inf(h->recvbuf, count, d);
+  if (!inf)
+    return;
+  if (hk_strmap_put(ctx->overflow_warned, q->name, ctx) != HK_OK)
+    return; /* out of memory: warn again next time rather than not at all */
+  hk_log(HK_LOG_WARNING,
+         "tensor '%s': the %s sum holds +-inf in %zu of its %zu elements: "
+         "it overflowed (largest finite %s: %s) or an input was infinite; "
+         "HK_AVERAGE divides before summing and does not overflow (said "
+         "once for this tensor)",
+         q->name, hk_dtype_name(d), inf, count, hk_dtype_name(d),
+         d == HK_FLOAT16 ? "65504" : "3.39e38");
+}
+
+/* The first eviction (rank 0 says it, once): more tensors are alive than
+ * the cache holds, so some are negotiated by name every step. */
+static void cache_full_warning(hk_ctx *ctx) {
+  if (ctx->rank != 0 || ctx->cache_warned)
+    return;
+  hk_cache_stats s = hk_cache_get_stats(ctx->cache);
+  if (!s.evictions && !s.out_of_bits)
+    return;
+  ctx->cache_warned = 1;
+  unsigned cap = hk_cache_capacity(ctx->cache);
+  if (s.evictions)
+    hk_log(HK_LOG_WARNING,
+           "the response cache is full (HK_CACHE_CAPACITY=%u tensors): more "
+           "tensors are in use than it holds, so the least recently used "
+           "are evicted and negotiated by name again; set HK_CACHE_CAPACITY "
+           "to at least the number of tensors a step submits (said once)",
+           cap);
+  else
+    hk_log(HK_LOG_WARNING,
+           "the response cache has given a bit to %u tensor names (4 x "
+           "HK_CACHE_CAPACITY=%u), its most: new names are negotiated by "
+           "name; names that change every step (a step number in the name) "
+           "defeat the cache (said once)",
+           4 * cap, cap);
 }
 
 /* Completes h, or frees it if it was made up for a joined rank. */
@@ -690,13 +771,16 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
     if (!p.h[i])
       continue;
     unsigned c = p.h[i]->req.coll;
-    if (rs[i].status == HK_OK && !(rs[i].flags & HK_RESP_CACHED) &&
-        (c == HK_COLL_ALLREDUCE || c == HK_COLL_BROADCAST ||
-         c == HK_COLL_REDUCESCATTER))
+    if (rs[i].status == HK_OK && (rs[i].flags & HK_RESP_CACHED))
+      hk_cache_touch(ctx->cache, rs[i].cache_bit);
+    else if (rs[i].status == HK_OK &&
+             (c == HK_COLL_ALLREDUCE || c == HK_COLL_BROADCAST ||
+              c == HK_COLL_REDUCESCATTER))
       hk_cache_insert(ctx->cache, (rs[i].flags & HK_RESP_PARAMS)
                                       ? rs[i].params
                                       : &p.h[i]->req);
   }
+  cache_full_warning(ctx);
   if (st == HK_OK)
     for (uint32_t i = 0; i < n; i++) /* failed negotiations end at once */
       if (rs[i].status != HK_OK && p.h[i]) {
@@ -766,6 +850,7 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
       hk_handle h = p.h[p.order[i]];
       if (ctx->timeline && !h->phantom)
         trace(ctx, &rs[p.order[i]], h, t_ready, t, fused || dev_algo, args);
+      warn_if_sum_overflowed(ctx, h);
       if (h->phantom)
         free_phantom(ctx, h);
       else

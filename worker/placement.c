@@ -149,6 +149,11 @@ static hk_status read_launcher(const launcher_vars *l, hk_placement *out) {
     else if (l->source != HK_PLACEMENT_HKRUN)
       return hk_fail(HK_ERR_CONFIG, "%s is set but %s is not", l->rank,
                      l->local_size);
+    else if (getenv(l->local_rank)) /* a host's rank without its size */
+      return hk_fail(HK_ERR_CONFIG,
+                     "%s is set but %s is not: set both (the ranks of one "
+                     "host) or neither (every rank on this host)",
+                     l->local_rank, l->local_size);
   } else {
     st = slurm_local_size(out->size, &out->local_size);
   }

@@ -39,9 +39,23 @@
 /* The runtime context; set by hk_init before any other thread may use it,
  * cleared by hk_shutdown after the background thread has stopped. */
 static hk_ctx *g_ctx;
+/* 1 once hk_shutdown has run (until the next hk_init succeeds), so that a
+ * call without a context can say which side of the job it came from. */
+static int g_shut_down;
 
 /* Declared in worker/introspect.h (internal; not part of hk.h). */
 hk_ctx *hk_runtime_context(void) { return g_ctx; }
+
+/* HK_ERR_NOT_INITIALIZED for fn, called with no job: before hk_init, or
+ * after hk_shutdown ended the job. */
+static hk_status no_job(const char *fn) {
+  if (g_shut_down)
+    return hk_fail(HK_ERR_NOT_INITIALIZED,
+                   "%s called after hk_shutdown (this process's job has "
+                   "ended)",
+                   fn);
+  return hk_fail(HK_ERR_NOT_INITIALIZED, "%s called before hk_init", fn);
+}
 
 /* Reads rank, size and local placement from what the launcher set:
  * hkrun's HK_* variables, else Open MPI's or Slurm's (worker/placement.h);
@@ -94,6 +108,7 @@ static void destroy(hk_ctx *ctx) {
   free(ctx->rd_scratch);
   hk_negotiator_destroy(ctx->negotiator);
   hk_strmap_destroy(ctx->inflight);
+  hk_strmap_destroy(ctx->overflow_warned);
   hk_strmap_destroy(ctx->taken);
   hk_buf_free(&ctx->scratch);
   if (ctx->wake_fd >= 0)
@@ -128,6 +143,25 @@ static void say_goodbye(hk_ctx *ctx) {
   hk_buf_free(&b);
 }
 
+/* Rank 0's response-cache figures at info level, at the end of the job
+ * (the background thread, the cache's owner, has stopped). */
+static void cache_report(const hk_ctx *ctx) {
+  if (ctx->rank != 0 || ctx->size < 2 || !ctx->cache)
+    return;
+  hk_cache_stats s = hk_cache_get_stats(ctx->cache);
+  uint64_t all = s.hits + s.misses;
+  if (!all)
+    return;
+  hk_log(HK_LOG_INFO,
+         "response cache: %.1f%% hits (%llu of %llu responses ran from a "
+         "cache bit); %u of %u entries live, %llu evicted, %llu names "
+         "without a bit (HK_CACHE_CAPACITY=%u)",
+         100.0 * (double)s.hits / (double)all, (unsigned long long)s.hits,
+         (unsigned long long)all, hk_cache_live(ctx->cache),
+         hk_cache_capacity(ctx->cache), (unsigned long long)s.evictions,
+         (unsigned long long)s.out_of_bits, hk_cache_capacity(ctx->cache));
+}
+
 hk_status hk_init(void) {
   if (g_ctx)
     return hk_fail(HK_ERR_ALREADY_INITIALIZED,
@@ -157,13 +191,17 @@ hk_status hk_init(void) {
   if (st == HK_OK)
     st = hk_strmap_create(&ctx->inflight);
   if (st == HK_OK)
-    st = hk_strmap_create(&ctx->taken);
+    st = hk_strmap_create(&ctx->overflow_warned);
+  st = hk_strmap_create(&ctx->taken);
   if (st == HK_OK && ctx->rank == 0)
     st = hk_negotiator_create(ctx->size, &ctx->negotiator);
   if (st == HK_OK)
     st = hk_cache_create((uint32_t)ctx->cfg.cache_capacity, &ctx->cache);
-  if (st == HK_OK && ctx->rank == 0 && ctx->cfg.timeline[0])
+  if (st == HK_OK && ctx->rank == 0 && ctx->cfg.timeline[0]) {
     st = hk_timeline_open(ctx->cfg.timeline, &ctx->timeline);
+    hk_timeline_set_limit(ctx->timeline,
+                          (size_t)(ctx->cfg.timeline_max_mb * 1048576.0));
+  }
   if (st == HK_OK)
     st = hk_flight_open(ctx);
   if (st == HK_OK)
@@ -204,6 +242,7 @@ hk_status hk_init(void) {
     return hk_fail(st, "%s", msg); /* callers name hk_init themselves */
   }
   g_ctx = ctx;
+  g_shut_down = 0;
   hk_log(HK_LOG_INFO, "rank %d of %d joined (local %d of %d)", ctx->rank,
          ctx->size, ctx->local_rank, ctx->local_size);
   return HK_OK;
@@ -212,7 +251,7 @@ hk_status hk_init(void) {
 hk_status hk_shutdown(void) {
   hk_ctx *ctx = g_ctx;
   if (!ctx)
-    return hk_fail(HK_ERR_NOT_INITIALIZED, "hk_shutdown before hk_init");
+    return no_job("hk_shutdown");
   pthread_mutex_lock(&ctx->mu);
   ctx->shutdown_requested = 1;
   pthread_mutex_unlock(&ctx->mu);
@@ -223,10 +262,12 @@ hk_status hk_shutdown(void) {
     pthread_join(ctx->thread, NULL);
   hk_monitor_stop(ctx, 1); /* rank 0: the report, the last metrics file */
   say_goodbye(ctx);
+  cache_report(ctx);
   hk_status st = ctx->failure;
   char reason[sizeof ctx->failure_reason];
   snprintf(reason, sizeof reason, "%s", ctx->failure_reason);
   g_ctx = NULL;
+  g_shut_down = 1;
   destroy(ctx);
   hk_mpi_finalize_if_owned(); /* if hk_init started MPI (mpirun, srun) */
   if (st == HK_OK || st == HK_ERR_SHUTDOWN)
@@ -245,7 +286,7 @@ int hk_cross_size(void) { return g_ctx ? g_ctx->cross_size : -1; }
 static hk_status check_common(const char *fn, const char *name, size_t count,
                               hk_dtype dtype, hk_wire_request *req) {
   if (!g_ctx)
-    return hk_fail(HK_ERR_NOT_INITIALIZED, "%s called before hk_init", fn);
+    return no_job(fn);
   if (!name || !*name)
     return hk_fail(HK_ERR_INVALID_ARG, "%s: the tensor name is %s", fn,
                    name ? "empty" : "NULL");
@@ -397,7 +438,7 @@ hk_status hk_alltoall_async(const char *name, const void *sendbuf,
                             hk_handle *handle) {
   const char *fn = "hk_alltoall_async";
   if (!g_ctx)
-    return hk_fail(HK_ERR_NOT_INITIALIZED, "%s called before hk_init", fn);
+    return no_job(fn);
   if (!splits || !handle || !recvbuf)
     return hk_fail(HK_ERR_INVALID_ARG, "%s: tensor '%s': NULL %s", fn,
                    name ? name : "(null)",
@@ -436,7 +477,7 @@ hk_status hk_grouped_allreduce_async(const char *const *names,
                                      hk_handle *handle) {
   const char *fn = "hk_grouped_allreduce_async";
   if (!g_ctx)
-    return hk_fail(HK_ERR_NOT_INITIALIZED, "%s called before hk_init", fn);
+    return no_job(fn);
   if (n == 0 || n > UINT32_MAX || !names || !sendbufs || !recvbufs || !counts ||
       !handle)
     return hk_fail(HK_ERR_INVALID_ARG, "%s: %s", fn,
@@ -486,7 +527,7 @@ hk_status hk_grouped_allreduce_async(const char *const *names,
 
 hk_status hk_join(int *last_rank) {
   if (!g_ctx)
-    return hk_fail(HK_ERR_NOT_INITIALIZED, "hk_join called before hk_init");
+    return no_job("hk_join");
   hk_wire_request req = {
       .coll = HK_COLL_JOIN, .row_elems = 1, .prescale = 1.0, .postscale = 1.0};
   pthread_mutex_lock(&g_ctx->mu);
@@ -552,7 +593,7 @@ hk_status hk_wait(hk_handle handle) {
   /* After hk_shutdown every handle has completed (with HK_ERR_SHUTDOWN if
    * it was still pending); waiting then collects it without the context. */
   if (!g_ctx && !handle->done)
-    return hk_fail(HK_ERR_NOT_INITIALIZED, "hk_wait before hk_init");
+    return no_job("hk_wait");
   return hk_queue_wait(g_ctx, handle);
 }
 
@@ -585,7 +626,7 @@ hk_status hk_broadcast(const char *name, void *buf, size_t count,
 
 hk_status hk_barrier(void) {
   if (!g_ctx)
-    return hk_fail(HK_ERR_NOT_INITIALIZED, "hk_barrier called before hk_init");
+    return no_job("hk_barrier");
   hk_wire_request req = {.coll = HK_COLL_BARRIER,
                          .row_elems = 1,
                          .prescale = 1.0,

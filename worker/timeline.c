@@ -22,8 +22,15 @@ struct hk_timeline {
   hk_strmap *rows; /* tensor name -> row id (tid) */
   int next_row;
   hk_buf line;
-  int failed; /* a write failed: stop writing, say so once */
+  int failed;        /* a write failed: stop writing, say so once */
+  size_t limit;      /* bytes the file may take; 0: no bound */
+  off_t note_at;     /* where the TIMELINE_TRUNCATED note starts, or -1 */
+  double note_ts;    /* its time stamp, us */
+  unsigned long cut; /* events left out since */
 };
+
+/* Room the truncation note and the closing bracket take at most. */
+#define NOTE_RESERVE 512
 
 hk_status hk_timeline_open(const char *path, hk_timeline **out) {
   hk_timeline *tl = calloc(1, sizeof *tl);
@@ -42,15 +49,40 @@ hk_status hk_timeline_open(const char *path, hk_timeline **out) {
     return hk_fail(HK_ERR_SYSTEM, "HK_TIMELINE: cannot write '%s'", path);
   }
   tl->end = 1;
+  tl->note_at = -1;
   tl->t0 = hk_now();
   tl->next_row = 1; /* row 0: cycles */
   *out = tl;
   return HK_OK;
 }
 
+void hk_timeline_set_limit(hk_timeline *tl, size_t max_bytes) {
+  if (tl)
+    tl->limit = max_bytes && max_bytes < 1024 ? 1024 : max_bytes;
+}
+
+/* Writes the truncation note at tl->note_at with the closing bracket. */
+static void write_note(hk_timeline *tl) {
+  char ev[NOTE_RESERVE];
+  int n = snprintf(ev, sizeof ev,
+                   "%s{\"name\":\"TIMELINE_TRUNCATED\",\"cat\":\"hk\","
+                   "\"ph\":\"i\",\"s\":\"g\",\"pid\":0,\"tid\":0,"
+                   "\"ts\":%.3f,\"args\":{\"note\":\"HK_TIMELINE_MAX_MB: "
+                   "the file reached its bound of %zu bytes; later events "
+                   "were not written\",\"events_not_written\":%lu}}\n]\n",
+                   tl->nevents ? ",\n" : "", tl->note_ts, tl->limit, tl->cut);
+  if (n > 0 && n < (int)sizeof ev &&
+      pwrite(tl->fd, ev, (size_t)n, tl->note_at) != n && !tl->failed) {
+    tl->failed = 1;
+    hk_log(HK_LOG_WARNING, "HK_TIMELINE: write failed; timeline stopped");
+  }
+}
+
 void hk_timeline_close(hk_timeline *tl) {
   if (!tl)
     return;
+  if (tl->fd >= 0 && tl->note_at >= 0 && !tl->failed)
+    write_note(tl); /* with the final count */
   if (tl->fd >= 0)
     close(tl->fd);
   hk_strmap_destroy(tl->rows);
@@ -83,6 +115,23 @@ static void put(hk_buf *b, const char *s) { hk_buf_append(b, s, strlen(s)); }
 static void emit(hk_timeline *tl) {
   if (tl->failed)
     return;
+  if (tl->note_at >= 0) { /* cut: count it, write nothing */
+    tl->cut++;
+    return;
+  }
+  /* the event, ",\n" and the bracket must leave room for the note */
+  if (tl->limit &&
+      (size_t)tl->end + tl->line.len + 2 + NOTE_RESERVE > tl->limit) {
+    tl->note_at = tl->end;
+    tl->note_ts = (hk_now() - tl->t0) * 1e6;
+    tl->cut = 1;
+    write_note(tl);
+    hk_log(HK_LOG_WARNING,
+           "HK_TIMELINE: the file reached HK_TIMELINE_MAX_MB (%zu bytes); "
+           "later events are not written",
+           tl->limit);
+    return;
+  }
   hk_buf out = {0};
   put(&out, tl->nevents ? ",\n" : "");
   hk_buf_append(&out, tl->line.data, tl->line.len);

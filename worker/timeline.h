@@ -23,6 +23,11 @@
  * previous closing bracket, so a job killed by an error or a signal (even
  * SIGKILL) leaves a file that parses. When HK_TIMELINE is unset the
  * runtime holds NULL and every call site is one branch.
+ * A bound (HK_TIMELINE_MAX_MB, hk_timeline_set_limit) keeps a long job
+ * from filling the disk: the event that would take the file past it is
+ * not written; a TIMELINE_TRUNCATED instant takes its place, saying the
+ * limit and (updated at close) how many events were left out, and nothing
+ * more is written. The file is never larger than the bound.
  * Times: seconds on hk_now()'s clock in, microseconds since open out.
  * Thread-safety: the background thread only.
  */
@@ -36,6 +41,10 @@ typedef struct hk_timeline hk_timeline;
 /** Creates (truncates) path and writes the empty array "[]".
  *  Errors: HK_ERR_SYSTEM naming the file. */
 hk_status hk_timeline_open(const char *path, hk_timeline **out);
+
+/** Bounds the file at max_bytes (0: no bound; smaller than 1 KiB counts
+ *  as 1 KiB, room for the note). */
+void hk_timeline_set_limit(hk_timeline *tl, size_t max_bytes);
 
 /** Closes the file (already valid JSON) and frees. NULL is fine. */
 void hk_timeline_close(hk_timeline *tl);

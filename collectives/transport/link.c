@@ -251,16 +251,29 @@ typedef struct sides {
   uint64_t release; /* also ready once send's released() reaches it */
 } sides;
 
+/* The state of an MPI link in words, " (MPI: ...)", or "" for others. */
+static void mpi_state(const hk_link *link, char *buf, size_t cap) {
+  buf[0] = '\0';
+  if (link->kind != HK_LINK_MPI)
+    return;
+  char st[224];
+  hk_link_mpi_describe(link->mpi, st, sizeof st);
+  snprintf(buf, cap, " (MPI: %s)", st);
+}
+
 /* Replaces a timeout's message by one that names whom it waited for. */
 static hk_status timed_out(const hk_io *io, const char *what, const sides *w) {
-  char s[64] = "", r[64] = "";
-  if (w->want_send || w->release)
+  char s[320] = "", r[320] = "", ms[240], mr[240];
+  if (w->want_send || w->release) {
+    mpi_state(w->send, ms, sizeof ms);
     snprintf(s, sizeof s, "%s %s%s",
              w->drain || !w->want_send ? "completing sends to" : "sending to",
-             w->send->name, w->send->kind == HK_LINK_MPI ? " (MPI)" : "");
-  if (w->want_recv)
-    snprintf(r, sizeof r, "receiving from %s%s", w->recv->name,
-             w->recv->kind == HK_LINK_MPI ? " (MPI)" : "");
+             w->send->name, ms);
+  }
+  if (w->want_recv) {
+    mpi_state(w->recv, mr, sizeof mr);
+    snprintf(r, sizeof r, "receiving from %s%s", w->recv->name, mr);
+  }
   return hk_fail(HK_ERR_TIMEOUT,
                  "timed out after %.1f s %s: no progress %s%s%s", io->timeout_s,
                  what, s, *s && *r ? " or " : "", r);

@@ -200,7 +200,8 @@ hk_status hk_link_wait(hk_link *send, int want_send, hk_link *recv,
  * caller's memory: TCP at once (the kernel has them); MPI once every
  * MPI_Isend has completed and every message has been acknowledged by the
  * peer (and this side's acknowledgements have completed). Errors as
- * hk_link_wait ("... no progress completing sends to rank 3 (MPI)").
+ * hk_link_wait ("... no progress completing sends to rank 3 (MPI: 2 of 4
+ * sends pending, 5 of 9 messages acknowledged, ...)").
  */
 hk_status hk_link_drain(hk_link *link, const hk_io *io, const char *what);
 

@@ -64,3 +64,11 @@ uint64_t hk_link_mpi_released(const struct hk_link_mpi *m) {
   const hk_mpi_module_ops *ops = hk_mpi_module_loaded();
   return m && ops ? ops->link_released(m) : 0;
 }
+
+void hk_link_mpi_describe(const struct hk_link_mpi *m, char *buf, size_t cap) {
+  const hk_mpi_module_ops *ops = hk_mpi_module_loaded();
+  if (m && ops)
+    ops->link_describe(m, buf, cap);
+  else
+    snprintf(buf, cap, "the MPI module is not loaded");
+}

@@ -43,6 +43,13 @@ hk_status hk_link_mpi_progress(struct hk_link_mpi *m, int want_recv,
  *  the last test). */
 uint64_t hk_link_mpi_released(const struct hk_link_mpi *m);
 
+/** The link's state in words, for a timeout's message: "3 of 4 sends
+ *  pending, 17 of 19 messages acknowledged, 0 acknowledgements leaving,
+ *  receives posted, none arrived" into buf (cap bytes, always
+ *  terminated, cut to fit). Never fails ("the MPI module is not loaded"
+ *  without it). Called by the thread that drives the link. */
+void hk_link_mpi_describe(const struct hk_link_mpi *m, char *buf, size_t cap);
+
 /** Cancels the posted receives, releases pending sends, frees m. */
 void hk_link_mpi_close(struct hk_link_mpi *m);
 

@@ -37,7 +37,7 @@
 /** The one symbol the module exports: a const hk_mpi_module_ops. */
 #define HK_MPI_MODULE_SYMBOL "hk_mpi_module"
 /** Bumped whenever hk_mpi_host or hk_mpi_module_ops change. */
-#define HK_MPI_MODULE_ABI 1u
+#define HK_MPI_MODULE_ABI 2u
 
 struct hk_link_mpi;
 
@@ -79,6 +79,7 @@ typedef struct hk_mpi_module_ops {
                              const char *name);
   void (*link_close)(struct hk_link_mpi *m);
   uint64_t (*link_released)(const struct hk_link_mpi *m);
+  void (*link_describe)(const struct hk_link_mpi *m, char *buf, size_t cap);
 } hk_mpi_module_ops;
 
 /**

@@ -68,6 +68,7 @@ struct Item {
   unsigned long long count; /* elements */
   double scale;
   int divisor;
+  float pre;            /* hk_dev_copy's */
   unsigned first_block; /* blocks [first_block, next item's) are its own */
 };
 
@@ -170,13 +171,14 @@ __device__ __forceinline__ void copy_elems(const Item &it, unsigned lb,
   const size_t n = (size_t)it.count;
   const double scale = it.scale;
   const int divisor = it.divisor;
+  const float pre = it.pre;
   const uintptr_t s = (uintptr_t)it.src, d = (uintptr_t)it.dst;
   size_t head = ((G * SSZ - (s % (G * SSZ))) % (G * SSZ)) / SSZ;
   if (head > n || (d + head * DSZ) % (G * DSZ) != 0) {
     /* src and dst never reach a group boundary together: one by one */
     size_t stride = (size_t)nb * HKC_THREADS;
     for (size_t i = (size_t)lb * HKC_THREADS + threadIdx.x; i < n; i += stride)
-      hk_elem_copy(it.dst, it.src, i, SDT, DDT, scale, divisor);
+      hk_elem_copy(it.dst, it.src, i, SDT, DDT, scale, divisor, pre);
     return;
   }
   size_t ng = (n - head) / G;
@@ -184,9 +186,9 @@ __device__ __forceinline__ void copy_elems(const Item &it, unsigned lb,
   if (lb == 0) { /* fewer than G (<= 16) head and tail elements */
     unsigned t = threadIdx.x;
     if (t < head)
-      hk_elem_copy(it.dst, it.src, t, SDT, DDT, scale, divisor);
+      hk_elem_copy(it.dst, it.src, t, SDT, DDT, scale, divisor, pre);
     if (t < n - tail)
-      hk_elem_copy(it.dst, it.src, tail + t, SDT, DDT, scale, divisor);
+      hk_elem_copy(it.dst, it.src, tail + t, SDT, DDT, scale, divisor, pre);
   }
   const SV *sv = reinterpret_cast<const SV *>(it.src + head * SSZ);
   DV *dv = reinterpret_cast<DV *>(it.dst + head * DSZ);
@@ -206,7 +208,7 @@ __device__ __forceinline__ void copy_elems(const Item &it, unsigned lb,
         DV o;
         HKC_PRAGMA_UNROLL
         for (int e = 0; e < G; e++)
-          hk_elem_copy(&o, &r[j], (size_t)e, SDT, DDT, scale, divisor);
+          hk_elem_copy(&o, &r[j], (size_t)e, SDT, DDT, scale, divisor, pre);
         dv[i] = o;
       }
     }
@@ -357,6 +359,7 @@ cudaError_t launch_items(const hk_dev_copy *items, size_t n, int src_dtype,
       it->count = c->count;
       it->scale = c->scale;
       it->divisor = c->divisor;
+      it->pre = (float)c->pre;
       it->first_block = blocks;
       size_t share = (c->count * wide + per - 1) / per;
       blocks += (unsigned)share;

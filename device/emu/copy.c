@@ -78,6 +78,7 @@ typedef struct batch_item {
   size_t count;
   double scale;
   int32_t divisor;
+  float pre;
 } batch_item;
 
 typedef struct batch_op {
@@ -96,7 +97,7 @@ static hk_status batch_run(emu_op *op, hk_dev_stream s, char *msg, size_t cap) {
     const batch_item *it = &o->items[k];
     for (size_t i = 0; i < it->count; i++)
       hk_elem_copy(it->dst.ptr, it->src.ptr, i, o->src_dtype, o->dst_dtype,
-                   it->scale, it->divisor);
+                   it->scale, it->divisor, it->pre);
   }
   return HK_OK;
 }
@@ -166,6 +167,7 @@ hk_status emu_batch_copy(hk_device *dev, const hk_dev_copy *items, size_t n,
     it->count = c->count;
     it->scale = c->scale;
     it->divisor = c->divisor;
+    it->pre = (float)c->pre;
     snprintf(what, sizeof what, "batch_copy item %zu dst", k);
     st = emu_range_resolve(c->dst, db, 0, what, &it->dst);
     if (st == HK_OK) {

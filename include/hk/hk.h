@@ -120,10 +120,24 @@ typedef enum hk_dtype {
  * - float32/float64: IEEE arithmetic in the type itself.
  * - Integers: sum and product wrap modulo 2^bits (two's complement), as in
  *   NCCL and MPI; no undefined behaviour.
+ * - HK_SUM of float16 (largest finite 65504) or bfloat16 can overflow to
+ *   +-inf although every input is finite: 16 ranks summing 5000.0 give
+ *   +inf in float16. hk warns once per tensor name when a sum's result
+ *   holds an infinity (HK_LOG_LEVEL=warning).
  * - HK_AVERAGE: the sum as above, then divided by the world size once, at
  *   the end: floats `x / size` in the type (binary32 for 16-bit types, then
  *   rounded to nearest even); integers truncate toward zero (C division) of
- *   the wrapped sum.
+ *   the wrapped sum. For float16/bfloat16 each rank's input is first
+ *   divided by the smallest power of two P >= size, which is exact (it
+ *   only moves the exponent) and keeps every partial sum in range, and the
+ *   end computes `x * P / size` in binary32: an average whose value is
+ *   representable is representable (16 ranks averaging float16 5000.0 give
+ *   5000.0), and where no sum overflowed the bits are those of dividing
+ *   the plain sum. Inputs below 2^-14 * P (float16's normal range) keep
+ *   fewer significant bits, as with NCCL's ncclAvg, which pre-multiplies.
+ *   The same holds for device tensors (the pack divides, the unpack
+ *   multiplies back), and for float32 travelling as float16/bfloat16
+ *   under HK_COMPRESSION.
  * - HK_MIN/HK_MAX on floats: if either operand is NaN, the result is NaN.
  * Summation order: the ring reduces segment s starting from rank s+1 in ring
  * order, so floating-point sums may differ in the last bits from a serial

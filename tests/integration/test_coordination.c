@@ -17,6 +17,7 @@
 
 #include <cmocka.h>
 #include <jansson.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -72,6 +73,41 @@ static void test_fusion_and_cache_are_invisible(void **s) {
   free(on);
   free(off);
   free(small);
+}
+
+/* More tensors alive (41 a step) than HK_CACHE_CAPACITY=16: the least
+ * recently used are evicted (no bit changes: the hash is the cache-off
+ * run's), rank 0 warns once naming the capacity and how to raise it, and
+ * says the cache's hit rate at HK_LOG_LEVEL=info. */
+static void test_cache_evicts_when_full(void **s) {
+  (void)s;
+  const char *steps = "60";
+  char *off_env[] = {"HK_CACHE_CAPACITY=0", NULL};
+  char *off = fusion_hash_on(3, 3, steps, off_env);
+  char cmd[512];
+  snprintf(cmd, sizeof cmd, "exec %s %s", W("w_fusion"), steps);
+  char *argv[] = {HKRUN_PATH, "-np", "3", "sh", "-c", cmd, NULL};
+  char *env[] = {"HK_CACHE_CAPACITY=16", "HK_LOG_LEVEL=info", NULL};
+  hkt_result r;
+  int rc = hkt_run(argv, env, 280, &r);
+  const char *full = "the response cache is full (HK_CACHE_CAPACITY=16 "
+                     "tensors)";
+  const char *w = strstr(r.err, full);
+  if (rc != 0 || r.exit_code != 0 || !w || strstr(w + 1, full) ||
+      !strstr(w, "set HK_CACHE_CAPACITY to at least") ||
+      !strstr(r.err, "response cache: ") ||
+      !strstr(r.err, "16 of 16 entries live") || !strstr(r.out, off))
+    fail_msg("rc=%d exit=%d, cache-off hash %s\nstdout:\n%.2000s\nstderr "
+             "(cache lines):\n%.3000s",
+             rc, r.exit_code, off, r.out,
+             strstr(r.err, "response cache") ? strstr(r.err, "response cache")
+                                             : r.err);
+  /* the hit-rate line names the evictions */
+  const char *line = strstr(r.err, "response cache: ");
+  assert_non_null(strstr(line, "% hits ("));
+  assert_null(strstr(line, " 0 evicted"));
+  hkt_result_free(&r);
+  free(off);
 }
 
 /* The same with hierarchical allreduce over 2 hosts of 2, and with
@@ -319,6 +355,58 @@ static void test_timeline_names_every_collective(void **s) {
   unlink(path);
 }
 
+/* HK_TIMELINE_MAX_MB bounds the file: a run that writes more stops at the
+ * bound with a valid file whose last event says what was cut; the events
+ * before it are whole. A bound the run stays under changes nothing. */
+static void test_timeline_bounded(void **s) {
+  (void)s;
+  char path[] = "/tmp/hk_timeline_XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  close(fd);
+  char env_tl[128];
+  snprintf(env_tl, sizeof env_tl, "HK_TIMELINE=%s", path);
+  /* 0.25 MiB: 30 steps of 41 tensors write about 1.4 MB */
+  char *env[] = {env_tl, "HK_TIMELINE_MAX_MB=0.25", NULL};
+  char *argv[] = {HKRUN_PATH, "-np", "2", W("w_fusion"), "30", NULL};
+  hkt_result r;
+  assert_int_equal(hkt_run(argv, env, 120, &r), 0);
+  assert_int_equal(r.exit_code, 0);
+  assert_non_null(strstr(r.err, "HK_TIMELINE: the file reached "
+                                "HK_TIMELINE_MAX_MB (262144 bytes)"));
+  hkt_result_free(&r);
+  struct stat sb;
+  assert_int_equal(stat(path, &sb), 0);
+  assert_true(sb.st_size <= 262144 && sb.st_size > 200000);
+  json_t *root = load_timeline(path);
+  size_t n = json_array_size(root);
+  assert_true(n > 500);
+  json_t *last = json_array_get(root, n - 1);
+  assert_string_equal(json_string_value(json_object_get(last, "name")),
+                      "TIMELINE_TRUNCATED");
+  json_t *args = json_object_get(last, "args");
+  assert_true(json_integer_value(json_object_get(args, "events_not_written")) >
+              1000);
+  assert_non_null(
+      strstr(json_string_value(json_object_get(args, "note")), "262144 bytes"));
+  for (size_t i = 0; i + 1 < n; i++) /* nothing else was cut short */
+    assert_non_null(json_object_get(json_array_get(root, i), "ph"));
+  json_decref(root);
+  /* a bound far above: the whole timeline, no note */
+  char *env2[] = {env_tl, "HK_TIMELINE_MAX_MB=64", NULL};
+  char *argv2[] = {HKRUN_PATH, "-np", "2", W("w_fusion"), "3", NULL};
+  assert_int_equal(hkt_run(argv2, env2, 120, &r), 0);
+  assert_int_equal(r.exit_code, 0);
+  hkt_result_free(&r);
+  root = load_timeline(path);
+  json_t *ev;
+  size_t i;
+  json_array_foreach(root, i, ev) assert_string_not_equal(
+      json_string_value(json_object_get(ev, "name")), "TIMELINE_TRUNCATED");
+  json_decref(root);
+  unlink(path);
+}
+
 /* A job killed mid-run (hkrun SIGKILLed: its workers die with it) leaves a
  * timeline that still parses. */
 static void test_timeline_survives_kill(void **s) {
@@ -392,10 +480,12 @@ int main(void) {
   hkt_setup();
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fusion_and_cache_are_invisible),
+      cmocka_unit_test(test_cache_evicts_when_full),
       cmocka_unit_test(test_fusion_invisible_every_algorithm),
       cmocka_unit_test(test_timeline_phases),
       cmocka_unit_test(test_timeline_names_every_collective),
       cmocka_unit_test(test_timeline_survives_kill),
+      cmocka_unit_test(test_timeline_bounded),
       cmocka_unit_test(test_stall_shutdown),
       cmocka_unit_test(test_stall_warning_repeats),
   };

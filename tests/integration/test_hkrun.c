@@ -492,6 +492,46 @@ static void test_sigint_forwarded(void **state) {
   check_signal_forwarded(SIGINT);
 }
 
+/* Ctrl-C while the workers ignore SIGINT (busy in their own code): SIGINT
+ * is forwarded, SIGTERM follows after the grace period and SIGKILL
+ * shortly after, so every worker is gone within grace + 1 s, and hkrun
+ * exits 130 as mpirun and horovodrun do. */
+static void sigint_to_busy_workers(const char *traps, const char *last_sent) {
+  char script[160];
+  snprintf(script, sizeof script,
+           "trap '' %s; echo \"ready pid=$$\"; exec sleep 1000", traps);
+  char *argv[] = {HKRUN_PATH, "-np", "3",  "-v",   "--grace-period",
+                  "1",        "sh",  "-c", script, NULL};
+  hkt_proc p;
+  assert_int_equal(hkt_start(argv, NULL, &p), 0);
+  assert_int_equal(hkt_wait_lines(&p, "ready pid=", 3, FAST_S), 0);
+  long pids[3];
+  for (int k = 0; k < 3; k++) {
+    char marker[32];
+    snprintf(marker, sizeof marker, "[%d] ready pid=", k);
+    pids[k] = find_int_after(p.out.data, marker, "pid=");
+    assert_true(pids[k] > 0);
+  }
+  double t0 = hkt_now();
+  assert_int_equal(kill(p.pid, SIGINT), 0);
+  hkt_result r;
+  hkt_finish(&p, FAST_S, &r);
+  double took = hkt_now() - t0;
+  assert_exit(&r, 130);
+  if (took < 0.9 || took > 1.0 + 1.0 + 0.5 || !strstr(r.err, last_sent)) {
+    dump(&r);
+    fail_msg("took %.2f s (grace 1 s)", took);
+  }
+  assert_no_process_left(pids, 3);
+  hkt_result_free(&r);
+}
+
+static void test_sigint_then_sigterm_then_sigkill(void **state) {
+  (void)state;
+  sigint_to_busy_workers("INT", "hkrun: sent SIGTERM to 3 worker(s)");
+  sigint_to_busy_workers("INT TERM", "hkrun: sent SIGKILL to 3 worker(s)");
+}
+
 /* A closed terminal must not leave the workers (own sessions) running. */
 static void test_sighup_forwarded(void **state) {
   (void)state;
@@ -1079,6 +1119,7 @@ int main(void) {
       cmocka_unit_test(test_sigterm_forwarded),
       cmocka_unit_test(test_sigint_forwarded),
       cmocka_unit_test(test_sighup_forwarded),
+      cmocka_unit_test(test_sigint_then_sigterm_then_sigkill),
       cmocka_unit_test(test_background_child_is_cleaned_up),
       cmocka_unit_test(test_bad_command_lines),
       cmocka_unit_test(test_help_and_version),

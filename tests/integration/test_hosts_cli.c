@@ -5,13 +5,17 @@
  *   driven: hkrun exits 2 with the exact message, and neither mpirun nor
  *   the program ran;
  * - the mpirun path against a stand-in `mpirun` (a script first in PATH
- *   that records its argv, HK_* environment and pid): the command line,
- *   the forwarded variables, exec (same pid) and the exit status passed
- *   through; and a missing mpirun;
+ *   that records its argv, HK_* environment and pid) and a stand-in `ssh`
+ *   (answers for some hosts, fails or hangs for others, records its
+ *   arguments): the command line, the forwarded variables, the exit status
+ *   passed through, a missing mpirun; hosts probed before anything starts
+ *   (never prompting, bounded by HK_START_TIMEOUT_S, named as typed,
+ *   nothing left behind); Ctrl-C through mpirun exits 130;
  * - one local host given with -H runs through hkrun's own launcher.
  */
 #include <errno.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -34,11 +38,13 @@
 /* The scratch directory: fake mpirun, host files, markers. The stand-in
  * writes its arguments after argv[0], one per line, to argv_file. */
 static char dir[96];
-static char path_env[4200]; /* "PATH=<dir>:<PATH>" */
-static char argv_file[128]; /* what the fake mpirun got */
-static char env_file[128];  /* its HK_* variables */
-static char pid_file[128];  /* its pid */
-static char marker[128];    /* the program touches it if it ever runs */
+static char path_env[4200];  /* "PATH=<dir>:<PATH>" */
+static char argv_file[128];  /* what the fake mpirun got */
+static char env_file[128];   /* its HK_* variables */
+static char pid_file[128];   /* its pid */
+static char marker[128];     /* the program touches it if it ever runs */
+static char ssh_log[128];    /* the stand-in ssh's arguments, one line each */
+static char agent_path[128]; /* a stand-in plm_rsh_agent */
 
 static void write_file(const char *path, const char *text, mode_t mode) {
   FILE *f = fopen(path, "w");
@@ -78,7 +84,33 @@ static int setup_dir(void **state) {
              "echo $$ > \"$d/pid\"\n"
              "for a in \"$@\"; do printf '%s\\n' \"$a\"; done > \"$d/argv\"\n"
              "env | grep -E '^(HK_|HKT_X)' | sort > \"$d/env\"\n"
+             "prev=; for a in \"$@\"; do [ \"$prev\" = --hostfile ] && "
+             "cp \"$a\" \"$d/hostfile.copy\"; prev=$a; done\n"
+             "[ -n \"$FAKE_MPIRUN_SLEEP\" ] && exec sleep $FAKE_MPIRUN_SLEEP\n"
              "exit ${FAKE_MPIRUN_STATUS:-0}\n",
+             0755);
+  /* stand-in ssh: hosts "h*"/"a"/"b"/"good*" answer, "unreachable*" is
+   * unknown (as ssh says it), "blackhole*" never answers */
+  snprintf(ssh_log, sizeof ssh_log, "%s/ssh.log", dir);
+  snprintf(path, sizeof path, "%s/ssh", dir);
+  write_file(path,
+             "#!/bin/sh\n"
+             "d=$(dirname \"$0\")\n"
+             "echo \"$*\" >> \"$d/ssh.log\"\n"
+             "while [ $# -gt 0 ]; do case $1 in -o) shift 2;; -*) shift;; "
+             "*) break;; esac; done\n"
+             "case $1 in\n"
+             "  unreachable*) echo \"ssh: Could not resolve hostname $1: "
+             "Name or service not known\" >&2; exit 255;;\n"
+             "  blackhole*) exec sleep 1000;;\n"
+             "esac\n"
+             "exit 0\n",
+             0755);
+  snprintf(agent_path, sizeof agent_path, "%s/agent", dir);
+  write_file(agent_path,
+             "#!/bin/sh\n"
+             "echo \"agent $*\" >> \"$(dirname \"$0\")/ssh.log\"\n"
+             "exit 0\n",
              0755);
   snprintf(path, sizeof path, "%s/hosts16", dir);
   write_file(path, "# two 8-slot servers\n\nh1 slots=8\nh2:8   \n", 0644);
@@ -98,6 +130,7 @@ static int teardown_dir(void **state) {
 }
 
 static void reset_records(void) {
+  unlink(ssh_log);
   unlink(argv_file);
   unlink(env_file);
   unlink(pid_file);
@@ -129,8 +162,8 @@ static const refused_case refused[] = {
      "-H: 'h:0': the slot count must be a whole number from 1 to 65536, not "
      "'0'"},
     {{"-H", "localhost:10.0.0.2:2"},
-     "-H: 'localhost:10.0.0.2:2': more than one ':' (write host:slots; IPv6 "
-     "addresses are not supported)"},
+     "-H: 'localhost:10.0.0.2:2': more than one ':' (write host:slots; an "
+     "IPv6 address goes in brackets: [fe80::1]:4)"},
     {{"-H", ""}, "-H: the host list is empty"},
     {{"--hostfile", "@/hostsbad"},
      "@/hostsbad:2: 'slots=x': the slot count must be a whole number from 1 "
@@ -195,6 +228,8 @@ static void test_refused_before_start(void **state) {
 static void test_execs_mpirun(void **state) {
   (void)state;
   reset_records();
+  char agent_arg[200];
+  snprintf(agent_arg, sizeof agent_arg, "--mca plm_rsh_agent '%s'", agent_path);
   char *argv[] = {HKRUN_PATH,
                   "-v",
                   "-np",
@@ -204,7 +239,7 @@ static void test_execs_mpirun(void **state) {
                   "--network-interface",
                   "eth9",
                   "--mpi-args",
-                  "--mca plm_rsh_agent '/opt/my agent'",
+                  agent_arg,
                   "--",
                   "/bin/sh",
                   "-c",
@@ -230,19 +265,24 @@ static void test_execs_mpirun(void **state) {
     dump(&r);
     fail_msg("hkrun -H a:2,b:2 with the stand-in mpirun failed");
   }
-  /* exec: the stand-in ran as hkrun's own process */
+  /* mpirun ran as hkrun's child, after the agent it names answered for
+   * both hosts (and no ssh options were imposed on that agent) */
   char *pid = read_file(pid_file);
   assert_non_null(pid);
-  assert_int_equal(strtol(pid, NULL, 10), hkrun_pid);
+  assert_int_not_equal(strtol(pid, NULL, 10), hkrun_pid);
+  char *probed = read_file(ssh_log);
+  assert_non_null(probed);
+  assert_non_null(strstr(probed, "agent a true\n"));
+  assert_non_null(strstr(probed, "agent b true\n"));
 
   char want[2048];
   snprintf(want, sizeof want,
            "%s-np\n4\n-H\na:2,b:2\n--map-by\nslot\n--bind-to\nnone\n"
            "--tag-output\n--mca\nbtl_tcp_if_include\neth9\n--mca\n"
            "oob_tcp_if_include\neth9\n-x\nHK_SECRET\n-x\nHK_SOCKET_IFNAME\n"
-           "-x\nHK_TIMEOUT_S\n--mca\nplm_rsh_agent\n/opt/my agent\n--\n"
+           "-x\nHK_TIMEOUT_S\n--mca\nplm_rsh_agent\n%s\n--\n"
            "/bin/sh\n-c\necho $OMPI_COMM_WORLD_RANK\n",
-           geteuid() == 0 ? "--allow-run-as-root\n" : "");
+           geteuid() == 0 ? "--allow-run-as-root\n" : "", agent_path);
   assert_string_equal(read_file(argv_file), want);
 
   /* what mpirun's environment holds: a fresh secret, the interface, the
@@ -266,8 +306,12 @@ static void test_execs_mpirun(void **state) {
 
   /* --verbose printed the command, without the secret's value */
   assert_non_null(strstr(r.err, "hkrun: exec: mpirun "));
-  assert_non_null(strstr(r.err, "--mca plm_rsh_agent '/opt/my agent' -- "
-                                "/bin/sh -c 'echo $OMPI_COMM_WORLD_RANK'\n"));
+  char shown[256];
+  snprintf(shown, sizeof shown,
+           "--mca plm_rsh_agent %s -- /bin/sh -c 'echo "
+           "$OMPI_COMM_WORLD_RANK'\n",
+           agent_path);
+  assert_non_null(strstr(r.err, shown));
   assert_null(strstr(r.err, secret));
   hkt_result_free(&r);
 }
@@ -315,7 +359,8 @@ static void test_horovodrun_flags_to_mpirun(void **state) {
   snprintf(want, sizeof want,
            "%s-np\n2\n-H\na:1,b:1\n--map-by\nslot\n--bind-to\nsocket\n"
            "--tag-output\n--output-filename\n/tmp/o\n--mca\nplm_rsh_args\n"
-           "-p 2222 -i /k/id\n--mca\npml\nob1\n--mca\nbtl\n^openib\n"
+           "-o BatchMode=yes -o ConnectTimeout=9 -p 2222 -i "
+           "/k/id\n--mca\npml\nob1\n--mca\nbtl\n^openib\n"
            "-x\nHK_CROSS_TRANSPORT\n-x\nHK_LOG_LEVEL\n-x\nHK_SECRET\n"
            "-x\nHK_START_TIMEOUT_S\n-x\nHK_X\n-x\nHKT_X_FOO\n-x\nHKT_X_SET\n"
            "--\ntrue\n",
@@ -329,6 +374,13 @@ static void test_horovodrun_flags_to_mpirun(void **state) {
   assert_non_null(strstr(e, "HK_CROSS_TRANSPORT=tcp\n"));
   assert_non_null(strstr(e, "HK_LOG_LEVEL=info\n"));
   assert_non_null(strstr(e, "HK_START_TIMEOUT_S=9\n"));
+  /* hkrun's probes reached the hosts as mpirun's ssh will */
+  char *probed = read_file(ssh_log);
+  assert_non_null(probed);
+  assert_non_null(strstr(probed, "-o BatchMode=yes -o ConnectTimeout=9 -p 2222 "
+                                 "-i /k/id a true\n"));
+  assert_non_null(strstr(probed, "-o BatchMode=yes -o ConnectTimeout=9 -p 2222 "
+                                 "-i /k/id b true\n"));
   hkt_result_free(&r);
 }
 
@@ -368,18 +420,138 @@ static void test_hostfile_to_mpirun(void **state) {
     dump(&r);
     fail_msg("hkrun --hostfile failed");
   }
+  /* Open MPI's ssh never prompts and gives up connecting within the start
+   * timeout (60 s by default); hkrun's probes used the same options */
   char want[512];
   snprintf(want, sizeof want,
            "%s-np\n16\n-H\nh1:8,h2:8\n--map-by\nslot\n--bind-to\n"
-           "core\n-x\nHK_SECRET\n--\n./train\n",
+           "core\n--mca\nplm_rsh_args\n-o BatchMode=yes -o "
+           "ConnectTimeout=60\n-x\nHK_SECRET\n--\n./train\n",
            geteuid() == 0 ? "--allow-run-as-root\n" : "");
   assert_string_equal(read_file(argv_file), want);
+  char *probed = read_file(ssh_log);
+  assert_non_null(probed);
+  assert_non_null(strstr(probed, "-o BatchMode=yes -o ConnectTimeout=60 h1 "
+                                 "true\n"));
+  assert_non_null(strstr(probed, "-o BatchMode=yes -o ConnectTimeout=60 h2 "
+                                 "true\n"));
+  hkt_result_free(&r);
+}
+
+/* Open MPI's host-file syntax and IPv6 hosts end to end: max_slots and
+ * count= are read as Open MPI reads them; an IPv6 host reaches mpirun in a
+ * host file (its -H would take the address's ':' for the slot count),
+ * removed when mpirun has ended. */
+static void test_ompi_host_forms(void **state) {
+  (void)state;
+  reset_records();
+  char hostfile[128], copy[160];
+  snprintf(hostfile, sizeof hostfile, "%s/hosts_ompi", dir);
+  snprintf(copy, sizeof copy, "%s/hostfile.copy", dir);
+  write_file(hostfile, "h1 slots=8 max_slots=8\nh2 count=4\nfe80::1 slots=2\n",
+             0644);
+  char *argv[] = {HKRUN_PATH, "--hostfile", hostfile, "-np",
+                  "14",       "true",       NULL};
+  char *env[] = {path_env, NULL};
+  hkt_result r;
+  hkt_run(argv, env, FAST_S, &r);
+  if (!r.exited || r.exit_code != 0) {
+    dump(&r);
+    fail_msg("hkrun --hostfile (Open MPI forms) failed");
+  }
+  char *got = strdup(read_file(argv_file)); /* read_file's buffer is reused */
+  assert_non_null(strstr(got, "-np\n14\n--hostfile\n"));
+  assert_null(strstr(got, "\n-H\n"));
+  assert_string_equal(read_file(copy),
+                      "h1 slots=8\nh2 slots=4\nfe80::1 slots=2\n");
+  const char *hf = strstr(got, "--hostfile\n") + strlen("--hostfile\n");
+  char path[256];
+  snprintf(path, sizeof path, "%.*s", (int)strcspn(hf, "\n"), hf);
+  assert_false(exists(path)); /* removed */
+  free(got);
+  assert_non_null(strstr(read_file(ssh_log), "fe80::1 true\n"));
+  hkt_result_free(&r);
+  /* -H in brackets; a host given twice adds up */
+  reset_records();
+  unlink(copy);
+  char *argv2[] = {HKRUN_PATH, "-H", "[fe80::1]:4,h1:1,h1:1", "true", NULL};
+  hkt_run(argv2, env, FAST_S, &r);
+  if (!r.exited || r.exit_code != 0) {
+    dump(&r);
+    fail_msg("hkrun -H [fe80::1]:4 failed");
+  }
+  assert_non_null(strstr(read_file(argv_file), "-np\n6\n--hostfile\n"));
+  assert_string_equal(read_file(copy), "fe80::1 slots=4\nh1 slots=2\n");
+  hkt_result_free(&r);
+}
+
+/* A host that cannot be reached (unknown, or silently dropping packets)
+ * fails the job within HK_START_TIMEOUT_S, named as it was typed (Open MPI
+ * would strip the domain), before mpirun starts, leaving no ssh behind. */
+static void test_unreachable_hosts_named(void **state) {
+  (void)state;
+  static const struct {
+    const char *hosts, *named, *why;
+    double min_s, max_s;
+  } cases[] = {
+      {"good:1,unreachable.invalid:1", "'unreachable.invalid'",
+       "ssh exited with status 255: ssh: Could not resolve hostname "
+       "unreachable.invalid",
+       0, 2},
+      {"good:1,blackhole.example.com:1", "'blackhole.example.com'",
+       "no answer within HK_START_TIMEOUT_S=2 s", 1.8, 5},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    reset_records();
+    char *argv[] = {HKRUN_PATH, "-np", "2", "-H", (char *)cases[i].hosts,
+                    "true",     NULL};
+    char *env[] = {path_env, "HK_START_TIMEOUT_S=2", NULL};
+    hkt_result r;
+    hkt_run(argv, env, FAST_S, &r);
+    char want[256];
+    snprintf(want, sizeof want, "hkrun: cannot reach host %s: %s",
+             cases[i].named, cases[i].why);
+    if (!r.exited || r.exit_code != 1 || !strstr(r.err, want) ||
+        !strstr(r.err, "nothing was started") || r.elapsed_s < cases[i].min_s ||
+        r.elapsed_s > cases[i].max_s) {
+      dump(&r);
+      fail_msg("case %zu: wanted '%s'", i, want);
+    }
+    assert_false(exists(argv_file));           /* mpirun never ran */
+    assert_int_equal(hkt_orphans(NULL, 0), 0); /* the hung ssh is gone */
+    hkt_result_free(&r);
+  }
+}
+
+/* Ctrl-C to hkrun while mpirun runs: forwarded, mpirun's group is gone,
+ * and hkrun exits 130 as it does on one host. */
+static void test_sigint_through_mpirun(void **state) {
+  (void)state;
+  reset_records();
+  char *argv[] = {HKRUN_PATH, "-np", "2",  "-H",   "a:1,b:1", "--grace-period",
+                  "1",        "sh",  "-c", "true", NULL};
+  char *env[] = {path_env, "FAKE_MPIRUN_SLEEP=1000", NULL};
+  hkt_proc p;
+  assert_int_equal(hkt_start(argv, env, &p), 0);
+  for (int i = 0; i < 200 && !exists(pid_file); i++)
+    usleep(20000);
+  assert_true(exists(pid_file));
+  long mpirun_pid = strtol(read_file(pid_file), NULL, 10);
+  assert_int_equal(kill(p.pid, SIGINT), 0);
+  hkt_result r;
+  hkt_finish(&p, FAST_S, &r);
+  if (!r.exited || r.exit_code != 130 || r.elapsed_s > 1 + 1 + 2) {
+    dump(&r);
+    fail_msg("expected exit 130 within grace + 1 s");
+  }
+  assert_int_equal(hkt_wait_gone((pid_t)mpirun_pid, 5.0), 0);
+  assert_int_equal(hkt_orphans(NULL, 0), 0);
   hkt_result_free(&r);
 }
 
 static void test_mpirun_missing(void **state) {
   (void)state;
-  char *argv[] = {HKRUN_PATH, "-H", "a:1,b:1", "true", NULL};
+  char *argv[] = {HKRUN_PATH, "--mpi", "-np", "2", "true", NULL};
   char *env[] = {"PATH=/nonexistent", NULL};
   hkt_result r;
   hkt_run(argv, env, FAST_S, &r);
@@ -455,6 +627,9 @@ int main(void) {
       cmocka_unit_test(test_horovodrun_flags_to_mpirun),
       cmocka_unit_test(test_exit_status_passed_through),
       cmocka_unit_test(test_hostfile_to_mpirun),
+      cmocka_unit_test(test_unreachable_hosts_named),
+      cmocka_unit_test(test_ompi_host_forms),
+      cmocka_unit_test(test_sigint_through_mpirun),
       cmocka_unit_test(test_mpirun_missing),
       cmocka_unit_test(test_local_host_runs_locally),
   };

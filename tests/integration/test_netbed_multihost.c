@@ -35,7 +35,7 @@
  *   - mid-transfer over MPI links (HK_CROSS_TRANSPORT=mpi, hierarchical):
  *     host 1 cut;
  *   Then: every rank fails with HK_ERR_TIMEOUT or HK_ERR_PEER_LOST naming a
- *   peer, within HK_TIMEOUT_S (+2 s) of the cut, in the step that was in
+ *   peer, within HK_TIMEOUT_S (+3 s) of the cut, in the step that was in
  *   flight (each rank writes its error and the time to a file: the cut
  *   host's output cannot reach mpirun); the ranks off the cut host show
  *   their error in hkrun's output too; hkrun exits non-zero within
@@ -88,13 +88,17 @@
  * that hk, not the bed, is what notices the cut; the steps done before the
  * one the cut interrupts; elements per step (32 MiB: ~0.5 s at 1 Gbit/s);
  * how late a rank may fail after HK_TIMEOUT_S (keepalive probes go once a
- * second, and 8 ranks share 2 cores); how late hkrun may exit after
- * HK_TIMEOUT_S + NETBED_ALIVE_S. */
+ * second, and 8 ranks share 2 cores: ranks off the cut host failed 1.5 s
+ * late under a load of 20); how late hkrun may exit after HK_TIMEOUT_S +
+ * NETBED_ALIVE_S. NETBED_ALIVE_S exceeds HK_TIMEOUT_S + the slack by 2 s:
+ * when it did not (7 s against 5 + 2), the bed ended the cut host's session
+ * before a late rank there had written its error (1 run in 20, two at
+ * once). */
 #define TIMEOUT_S 5
-#define ALIVE_S 7
+#define ALIVE_S 10
 #define MARK_AFTER 2
 #define COUNT "8388608"
-#define FAIL_SLACK_S 2.0
+#define FAIL_SLACK_S 3.0
 #define EXIT_SLACK_S 10.0
 
 #define STR(x) #x
@@ -421,10 +425,11 @@ static void run_cut(int cut, int gate, const char *transport,
   assert_namespaces_empty();
 }
 
-/* mpirun SIGKILLed right after a host was cut off: the cut host's daemon
- * and ranks cannot hear that mpirun is gone, yet nothing is left in any
- * namespace, at once (the bed's sessions die with the agent, and the
- * agent with mpirun), not only after NETBED_ALIVE_S. */
+/* hkrun (and with it mpirun, its child) SIGKILLed right after a host was
+ * cut off: the cut host's daemon and ranks cannot hear that mpirun is
+ * gone, yet nothing is left in any namespace, at once (the bed's sessions
+ * die with the agent, and the agent with mpirun), not only after
+ * NETBED_ALIVE_S. */
 static void test_mpirun_killed_after_cut(void **state) {
   (void)state;
   hkt_bed_need(&bed);
@@ -454,7 +459,7 @@ static void test_mpirun_killed_after_cut(void **state) {
   assert_int_equal(hkt_start(argv, env, &p), 0);
   int ok = hkt_wait_lines(&p, "netbed mid-allreduce: ", NP, JOB_S) == 0;
   int cut = ok && hkt_bed_link(&bed, 1, 1) == 0;
-  /* hkrun exec'd mpirun: p.pid is mpirun */
+  /* p.pid is hkrun; mpirun gets SIGKILL when it dies (PDEATHSIG) */
   if (cut)
     assert_int_equal(kill(p.pid, SIGKILL), 0);
   hkt_result r;

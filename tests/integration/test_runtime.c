@@ -236,8 +236,8 @@ static void test_allreduce_algorithms(void **s) {
   hkt_result r;
   assert_int_equal(hkt_run(argv, bad, 60, &r), 0);
   assert_int_not_equal(r.exit_code, 0);
-  assert_non_null(strstr(r.err, "HK_ALLREDUCE_ALGO=tree: hk's collectives "
-                                "have no tree"));
+  assert_non_null(strstr(r.err, "HK_ALLREDUCE_ALGO=\"tree\": hk's "
+                                "collectives have no tree"));
   hkt_result_free(&r);
   char *argv2[] = {HKRUN_PATH, "-np",
                    "3",        "sh",
@@ -511,6 +511,75 @@ static void test_normal_exits_stay_clean(void **s) {
   }
 }
 
+/* A rank that never joins (it sleeps before hk_init) is named: by hkrun,
+ * which says that it was missing and exits 1 (not a joined rank's status),
+ * and in every joined rank's hk_init error; all within the start timeout
+ * plus the grace period, nothing left behind. Several missing ranks are
+ * all named. */
+static void late_ranks(const char *late_test, const char *named,
+                       const char *joined) {
+  char cmd[512];
+  snprintf(cmd, sizeof cmd, "if %s; then sleep 60; fi; exec %s", late_test,
+           W("w_collectives"));
+  char *argv[] = {HKRUN_PATH, "-np", "4", "--grace-period", "1", "sh",
+                  "-c",       cmd,   NULL};
+  char *env[] = {"HK_START_TIMEOUT_S=3", NULL};
+  hkt_result r;
+  assert_int_equal(hkt_run(argv, env, 60, &r), 0);
+  char want[128], told[160];
+  snprintf(want, sizeof want,
+           "not every rank joined within "
+           "HK_START_TIMEOUT_S=3 s: %s",
+           named);
+  snprintf(told, sizeof told, "the job was aborted during start-up: %s", named);
+  int n_told = 0;
+  for (const char *p = r.err; (p = strstr(p, told)); p++)
+    n_told++;
+  if (!r.exited || r.exit_code != 1 || !strstr(r.err, want) ||
+      !strstr(r.err, joined) || n_told != atoi(joined) ||
+      r.elapsed_s > 3 + 1 + 3)
+    fail_msg("exit %d after %.1f s, %d ranks told\nstderr:\n%.3000s",
+             r.exit_code, r.elapsed_s, n_told, r.err);
+  assert_null(strstr(r.err, "hkrun: rank 0 (pid"));
+  hkt_result_free(&r);
+  assert_int_equal(hkt_orphans(NULL, 0), 0);
+}
+
+static void test_late_rank_named(void **s) {
+  (void)s;
+  late_ranks("[ $HK_RANK = 3 ]", "rank 3", "3 of 4 joined");
+  late_ranks("[ $HK_RANK -ge 2 ]", "ranks 2", "2 of 4 joined");
+}
+
+/* 16 ranks averaging float16 5000.0 get 5000.0 up to float16's rounding
+ * (the sum alone is +inf), with the ring's sums one rank at a time and
+ * with the algorithm hk picks; the sum's overflow is said once, by rank
+ * 0, naming the tensor. */
+static void float16_average_and_overflow(const char *algo) {
+  char *argv[] = {HKRUN_PATH, "-np", "16", W("w_half16"), NULL};
+  char *env[] = {"HK_LOG_LEVEL=warning", (char *)algo, NULL};
+  hkt_result r;
+  int rc = hkt_run(argv, env, 120, &r);
+  int ok = hkt_count_lines(r.out, "half16 ok");
+  const char *w =
+      strstr(r.err, "tensor 'sum.f16': the float16 sum holds +-inf");
+  int once = w && !strstr(w + 1, "tensor 'sum.f16': the float16 sum");
+  if (rc != 0 || !r.exited || r.exit_code != 0 || ok != 16 || !once ||
+      strstr(r.err, "avg."))
+    fail_msg("exit %d, %d ok lines, warned once %d\nstdout:\n%.3000s\n"
+             "stderr:\n%.3000s",
+             r.exit_code, ok, once, r.out, r.err);
+  assert_non_null(strstr(w, "in 1001 of its 1001 elements"));
+  hkt_result_free(&r);
+  assert_int_equal(hkt_orphans(NULL, 0), 0);
+}
+
+static void test_float16_average_and_overflow(void **s) {
+  (void)s;
+  float16_average_and_overflow("HK_ALLREDUCE_ALGO=ring"); /* one at a time */
+  float16_average_and_overflow("HK_ALLREDUCE_ALGO=auto");
+}
+
 int main(void) {
   hkt_setup();
   const struct CMUnitTest tests[] = {
@@ -529,8 +598,10 @@ int main(void) {
       cmocka_unit_test(test_without_hkrun),
       cmocka_unit_test(test_threads_random_order),
       cmocka_unit_test(test_negotiation_errors),
+      cmocka_unit_test(test_float16_average_and_overflow),
       cmocka_unit_test(test_kill9_mid_allreduce),
       cmocka_unit_test(test_rank_exits_early),
+      cmocka_unit_test(test_late_rank_named),
       cmocka_unit_test(test_rogue_connection),
       cmocka_unit_test(test_shutdown_semantics),
       cmocka_unit_test(test_exit_without_shutdown),

@@ -48,6 +48,30 @@ static void test_sockets_per_peer(void **state) {
   unsetenv("HK_SOCKETS_PER_PEER");
 }
 
+/* A number a double cannot hold is too large (or small), not "not a
+ * number". */
+static void test_numbers_beyond_double(void **state) {
+  (void)state;
+  hk_config cfg;
+  setenv("HK_NET_GBIT", "1e400", 1);
+  assert_int_equal(hk_config_load(&cfg), HK_ERR_CONFIG);
+  assert_string_equal(hk_last_error(), "HK_NET_GBIT=1e400 is too large: the "
+                                       "range is [0.001, 100000] Gbit/s");
+  setenv("HK_NET_GBIT", "-1e400", 1);
+  assert_int_equal(hk_config_load(&cfg), HK_ERR_CONFIG);
+  assert_non_null(strstr(hk_last_error(), "HK_NET_GBIT=-1e400 is too large"));
+  setenv("HK_NET_GBIT", "1e-400", 1);
+  assert_int_equal(hk_config_load(&cfg), HK_ERR_CONFIG);
+  assert_non_null(strstr(hk_last_error(), "HK_NET_GBIT=1e-400 is too small"));
+  setenv("HK_NET_GBIT", "inf", 1);
+  assert_int_equal(hk_config_load(&cfg), HK_ERR_CONFIG);
+  assert_non_null(strstr(hk_last_error(), "is too large"));
+  setenv("HK_NET_GBIT", "nan", 1);
+  assert_int_equal(hk_config_load(&cfg), HK_ERR_CONFIG);
+  assert_non_null(strstr(hk_last_error(), "is not a number"));
+  unsetenv("HK_NET_GBIT");
+}
+
 static void test_cross_transport(void **state) {
   (void)state;
   hk_config cfg;
@@ -55,6 +79,13 @@ static void test_cross_transport(void **state) {
   assert_int_equal(hk_config_load(&cfg), HK_OK);
   assert_int_equal(cfg.cross_transport, HK_CROSS_MPI);
   setenv("HK_CROSS_TRANSPORT", "tcp", 1);
+  assert_int_equal(hk_config_load(&cfg), HK_OK);
+  assert_int_equal(cfg.cross_transport, HK_CROSS_TCP);
+  /* case is ignored, as for every word-valued setting */
+  setenv("HK_CROSS_TRANSPORT", "MPI", 1);
+  assert_int_equal(hk_config_load(&cfg), HK_OK);
+  assert_int_equal(cfg.cross_transport, HK_CROSS_MPI);
+  setenv("HK_CROSS_TRANSPORT", "Tcp", 1);
   assert_int_equal(hk_config_load(&cfg), HK_OK);
   assert_int_equal(cfg.cross_transport, HK_CROSS_TCP);
   setenv("HK_CROSS_TRANSPORT", "MPI ", 1);
@@ -110,6 +141,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_defaults),
       cmocka_unit_test(test_sockets_per_peer),
+      cmocka_unit_test(test_numbers_beyond_double),
       cmocka_unit_test(test_cross_transport),
       cmocka_unit_test(test_monitor_settings),
   };

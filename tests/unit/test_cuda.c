@@ -362,9 +362,10 @@ static void run_batch(const copy_case *c, const size_t *counts, size_t nitems,
     items[k].count = counts[k];
     items[k].scale = c->scale;
     items[k].divisor = c->divisor;
+    items[k].pre = c->divisor > 1 ? 2.0 : 1.0; /* 16-bit averages' */
     for (size_t i = 0; i < counts[k]; i++)
       hk_elem_copy(he + doff[k], hs + soff[k], i, c->sdt, c->ddt, c->scale,
-                   c->divisor);
+                   c->divisor, (float)items[k].pre);
   }
   OK(ops->batch_copy(dev, items, nitems, (hk_dtype)c->sdt, (hk_dtype)c->ddt,
                      s));
@@ -458,7 +459,7 @@ static void test_batch_copy_bits(void **state) {
       }
   /* an empty batch, and a batch of empty items */
   OK(ops->batch_copy(dev, NULL, 0, HK_FLOAT32, HK_FLOAT32, s));
-  hk_dev_copy none = {NULL, NULL, 0, 1.0, 0};
+  hk_dev_copy none = {NULL, NULL, 0, 1.0, 0, 1.0};
   OK(ops->batch_copy(dev, &none, 1, HK_FLOAT32, HK_FLOAT16, s));
   sync_stream(s);
   print_message("NaN results of arithmetic: %zu, with another payload on the "
@@ -472,7 +473,7 @@ static void test_batch_copy_refuses(void **state) {
   NEED_GPU();
   void *d;
   OK(ops->mem_alloc(dev, 1024, &d));
-  hk_dev_copy c = {(char *)d + 2, d, 4, 1.0, 0};
+  hk_dev_copy c = {(char *)d + 2, d, 4, 1.0, 0, 1.0};
   /* a pair device.h does not define */
   assert_int_equal(ops->batch_copy(dev, &c, 1, HK_INT32, HK_FLOAT32, NULL),
                    HK_ERR_INVALID_ARG);
@@ -549,12 +550,12 @@ static void test_event_order(void **state) {
   OK(ops->event_record(dev, t0, a));
   /* a: src -> mid (several times, so it takes a while); b: after a's
    * event, mid -> dst. Without the wait b would read mid early. */
-  hk_dev_copy c1 = {mid, src, n, 1.0, 0};
+  hk_dev_copy c1 = {mid, src, n, 1.0, 0, 1.0};
   for (int r = 0; r < 8; r++)
     OK(ops->batch_copy(dev, &c1, 1, HK_FLOAT32, HK_FLOAT32, a));
   OK(ops->event_record(dev, ea, a));
   OK(ops->stream_wait_event(dev, b, ea));
-  hk_dev_copy c2 = {dst, mid, n, 1.0, 0};
+  hk_dev_copy c2 = {dst, mid, n, 1.0, 0, 1.0};
   OK(ops->batch_copy(dev, &c2, 1, HK_FLOAT32, HK_FLOAT32, b));
   OK(ops->event_record(dev, eb, b));
   wait_event(eb, 60);

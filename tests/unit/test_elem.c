@@ -81,7 +81,7 @@ static void test_divide_and_scale_match_host(void **s) {
         hk_reduce_finish_average(want, N, (hk_dtype)d, divisors[k]);
         hk_scale_copy(want, want, N, (hk_dtype)d, sc);
         for (size_t i = 0; i < N; i++)
-          hk_elem_copy(got, in, i, d, d, sc, divisors[k]);
+          hk_elem_copy(got, in, i, d, d, sc, divisors[k], 1.0f);
         for (size_t i = 0; i < N; i++)
           if (memcmp(got + i * esz, want + i * esz, esz))
             fail_msg("%s: divisor %d scale %g: element %zu differs",
@@ -100,11 +100,11 @@ static void test_compression_round_trip(void **s) {
   fill(in, N, HK_FLOAT32, 42);
   for (int t = HK_FLOAT16; t <= HK_BFLOAT16; t++)
     for (size_t i = 0; i < N; i++) {
-      hk_elem_copy(low, in, i, HK_FLOAT32, t, 0.5, 1);
+      hk_elem_copy(low, in, i, HK_FLOAT32, t, 0.5, 1, 1.0f);
       float x = in[i] * 0.5f;
       uint16_t w = t == HK_FLOAT16 ? hk_f32_to_f16(x) : hk_f32_to_bf16(x);
       assert_int_equal(low[i], w);
-      hk_elem_copy(back, low, i, t, HK_FLOAT32, 2.0, 3);
+      hk_elem_copy(back, low, i, t, HK_FLOAT32, 2.0, 3, 1.0f);
       float y = (t == HK_FLOAT16 ? hk_f16_to_f32(w) : hk_bf16_to_f32(w));
       y = y / 3.0f * 2.0f;
       if (memcmp(&back[i], &y, 4) && !(isnan(back[i]) && isnan(y)))
@@ -113,11 +113,59 @@ static void test_compression_round_trip(void **s) {
     }
 }
 
+/* A 16-bit average whose inputs the pack divided by a power of two: the
+ * unpack's x * pre / divisor gives hk_reduce_finish_average_pre's bits
+ * for every 16-bit pattern, and (decompression) the binary32 value
+ * x * pre / divisor then the scale; pre = 1 is the plain division. */
+static void test_pre_division_matches_host(void **s) {
+  (void)s;
+  enum { N = 65536 };
+  static uint16_t in[N], want[N], got[N];
+  static float back[N];
+  static const int divisors[] = {2, 3, 5, 16, 1000};
+  for (int t = HK_FLOAT16; t <= HK_BFLOAT16; t++)
+    for (size_t k = 0; k < sizeof divisors / sizeof divisors[0]; k++) {
+      const int dv = divisors[k];
+      const double pre = hk_average_pre_divisor((hk_dtype)t, HK_AVERAGE, dv);
+      assert_true(pre >= dv && pre < 2.0 * dv);
+      for (size_t i = 0; i < N; i++)
+        in[i] = (uint16_t)i;
+      memcpy(want, in, sizeof want);
+      hk_reduce_finish_average_pre(want, N, (hk_dtype)t, dv, pre);
+      for (size_t i = 0; i < N; i++) {
+        hk_elem_copy(got, in, i, t, t, 1.0, dv, (float)pre);
+        if (got[i] != want[i])
+          fail_msg("%s: divisor %d pre %g: pattern %#zx gives %#x, host %#x",
+                   hk_dtype_name((hk_dtype)t), dv, pre, i, got[i], want[i]);
+        hk_elem_copy(back, in, i, t, HK_FLOAT32, 0.5, dv, (float)pre);
+        float x = hk_elem_widen16(in[i], t) * (float)pre / (float)dv * 0.5f;
+        if (memcmp(&back[i], &x, 4) && !(isnan(back[i]) && isnan(x)))
+          fail_msg("%s -> float32: divisor %d: pattern %#zx: %a vs %a",
+                   hk_dtype_name((hk_dtype)t), dv, i, back[i], x);
+      }
+    }
+  /* 16 ranks averaging float16 5000.0: the plain sum is +inf (80000 >
+   * 65504); the pack's 5000 / 16 summed 16 times stays finite, and the
+   * unpack gives 5000 back up to the float16 rounding of 16 partial sums */
+  uint16_t v = hk_f32_to_f16(5000.0f), part, sum = 0, plain = 0;
+  hk_elem_copy(&part, &v, 0, HK_FLOAT16, HK_FLOAT16, 1.0 / 16.0, 1, 1.0f);
+  for (int r = 0; r < 16; r++) {
+    hk_reduce(&sum, &sum, &part, 1, HK_FLOAT16, HK_SUM);
+    hk_reduce(&plain, &plain, &v, 1, HK_FLOAT16, HK_SUM);
+  }
+  assert_true(isinf(hk_f16_to_f32(plain)));
+  uint16_t avg;
+  hk_elem_copy(&avg, &sum, 0, HK_FLOAT16, HK_FLOAT16, 1.0, 16, 16.0f);
+  assert_float_equal(hk_f16_to_f32(avg), 5000.0, 5000.0 * 17 / 2048);
+  assert_int_equal(avg, hk_f32_to_f16(hk_f16_to_f32(sum) * 16.0f / 16.0f));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_dtype_values_match_hk_h),
       cmocka_unit_test(test_divide_and_scale_match_host),
       cmocka_unit_test(test_compression_round_trip),
+      cmocka_unit_test(test_pre_division_matches_host),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -330,7 +330,8 @@ static void test_bounds_and_overlap(void **state) {
                    HK_ERR_INVALID_ARG);
   assert_int_equal(ops->fill(dev, d, 25, HK_INT32, &one, NULL), HK_OK);
   /* batch_copy: conversions, bounds (naming the item), in-place */
-  hk_dev_copy it[2] = {{e, d, 10, 1.0, 1}, {e + 40, d + 40, 16, 1.0, 1}};
+  hk_dev_copy it[2] = {{e, d, 10, 1.0, 1, 1.0},
+                       {e + 40, d + 40, 16, 1.0, 1, 1.0}};
   assert_int_equal(ops->batch_copy(dev, it, 2, HK_FLOAT32, HK_INT32, NULL),
                    HK_ERR_INVALID_ARG);
   assert_non_null(strstr(hk_last_error(), "not a supported conversion"));
@@ -340,7 +341,7 @@ static void test_bounds_and_overlap(void **state) {
   it[1].count = 15;
   assert_int_equal(ops->batch_copy(dev, it, 2, HK_FLOAT32, HK_FLOAT32, NULL),
                    HK_OK);
-  hk_dev_copy inplace = {d, d, 10, 2.0, 1};
+  hk_dev_copy inplace = {d, d, 10, 2.0, 1, 1.0};
   assert_int_equal(
       ops->batch_copy(dev, &inplace, 1, HK_FLOAT32, HK_FLOAT32, NULL), HK_OK);
   assert_int_equal(
@@ -483,8 +484,8 @@ static void run_batch(hk_device *dev, hk_dtype st, hk_dtype dt, int src_host,
     int divisor = k % 3 == 0 ? 1 : k % 7 + 2;
     if (k % 11 == 0)
       divisor = 0;
-    items[k] = (hk_dev_copy){dst + doff[k] * ds, src + soff[k] * ss, cnt[k],
-                             scale, divisor};
+    items[k] = (hk_dev_copy){
+        dst + doff[k] * ds, src + soff[k] * ss, cnt[k], scale, divisor, 1.0};
     host_item(want + doff[k] * ds, hsrc + soff[k] * ss, cnt[k], st, dt, scale,
               divisor);
   }
@@ -548,8 +549,8 @@ static void test_batch_items_copied(void **state) {
   flag_init(&gate);
   assert_int_equal(hk_emu_stream_host_fn(dev, s, gate_fn, &gate), HK_OK);
   hk_dev_copy *items = malloc(2 * sizeof *items);
-  items[0] = (hk_dev_copy){d, src, 32, 2.0, 1};
-  items[1] = (hk_dev_copy){d + 128, src + 32, 32, 1.0, 4};
+  items[0] = (hk_dev_copy){d, src, 32, 2.0, 1, 1.0};
+  items[1] = (hk_dev_copy){d + 128, src + 32, 32, 1.0, 4, 1.0};
   assert_int_equal(ops->batch_copy(dev, items, 2, HK_FLOAT32, HK_FLOAT32, s),
                    HK_OK);
   memset(items, 0xff, 2 * sizeof *items);

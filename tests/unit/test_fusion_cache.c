@@ -79,12 +79,11 @@ static hk_wire_request req(const char *name, uint64_t count) {
 static void test_cache_insert_lookup_retire(void **s) {
   (void)s;
   hk_cache *c;
-  assert_int_equal(hk_cache_create(2, &c), HK_OK);
-  hk_wire_request a = req("a", 4), b = req("b", 8), d = req("d", 1);
+  assert_int_equal(hk_cache_create(3, &c), HK_OK);
+  hk_wire_request a = req("a", 4), b = req("b", 8);
   assert_int_equal(hk_cache_insert(c, &a), 0);
   assert_int_equal(hk_cache_insert(c, &a), HK_WIRE_NO_BIT); /* live */
   assert_int_equal(hk_cache_insert(c, &b), 1);
-  assert_int_equal(hk_cache_insert(c, &d), HK_WIRE_NO_BIT); /* full */
   assert_int_equal(hk_cache_lookup(c, &b), 1);
   hk_wire_request b2 = req("b", 9); /* a changed shape misses */
   assert_int_equal(hk_cache_lookup(c, &b2), HK_WIRE_NO_BIT);
@@ -92,16 +91,54 @@ static void test_cache_insert_lookup_retire(void **s) {
   b2.count = 8;
   b2.postscale = 2;
   assert_int_equal(hk_cache_lookup(c, &b2), HK_WIRE_NO_BIT);
-  /* retire: the bit keeps meaning what it meant, and is never reused */
+  /* retire: the bit keeps meaning what it meant, and comes back to the
+   * same name only, with its new parameters */
   hk_cache_retire(c, 1);
   assert_false(hk_cache_is_live(c, 1));
   assert_string_equal(hk_cache_get(c, 1)->name, "b");
   assert_int_equal(hk_cache_bit_of(c, "b"), HK_WIRE_NO_BIT);
   assert_int_equal(hk_cache_live(c), 1);
+  hk_wire_request e = req("e", 1);
+  assert_int_equal(hk_cache_insert(c, &e), 2); /* a new name: a new bit */
   b2 = req("b", 9);
-  assert_int_equal(hk_cache_insert(c, &b2), 2);
-  assert_int_equal(hk_cache_lookup(c, &b2), 2);
+  assert_int_equal(hk_cache_insert(c, &b2), 1);
+  assert_int_equal(hk_cache_lookup(c, &b2), 1);
+  assert_true(hk_cache_get(c, 1)->count == 9);
   assert_null(hk_cache_get(c, 3));
+  hk_cache_destroy(c);
+}
+
+/* Full: the least recently used entry goes, where "used" is a cached run
+ * (touch) or a run by name (insert of a live name), as every rank sees
+ * them in the response stream; figures for the hit rate. */
+static void test_cache_evicts_least_recently_used(void **s) {
+  (void)s;
+  hk_cache *c;
+  assert_int_equal(hk_cache_create(2, &c), HK_OK);
+  hk_wire_request a = req("a", 1), b = req("b", 1), d = req("d", 1);
+  assert_int_equal(hk_cache_insert(c, &a), 0);
+  assert_int_equal(hk_cache_insert(c, &b), 1);
+  hk_cache_touch(c, 0);                        /* a is now the newest */
+  assert_int_equal(hk_cache_insert(c, &d), 2); /* full: b goes */
+  assert_false(hk_cache_is_live(c, 1));
+  assert_true(hk_cache_is_live(c, 0) && hk_cache_is_live(c, 2));
+  assert_int_equal(hk_cache_live(c), 2);
+  /* b back: under its old bit; a is the least recently used now */
+  assert_int_equal(hk_cache_insert(c, &b), 1);
+  assert_false(hk_cache_is_live(c, 0));
+  assert_int_equal(hk_cache_lookup(c, &a), HK_WIRE_NO_BIT);
+  assert_string_equal(hk_cache_get(c, 0)->name, "a"); /* still names a */
+  /* a live name run by name counts as used: d is kept over b */
+  assert_int_equal(hk_cache_insert(c, &d), HK_WIRE_NO_BIT);
+  assert_int_equal(hk_cache_insert(c, &a), 0);
+  assert_true(hk_cache_is_live(c, 2) && !hk_cache_is_live(c, 1));
+  hk_cache_touch(c, 1); /* not live: no effect, no hit */
+  hk_cache_touch(c, 2);
+  hk_cache_stats st = hk_cache_get_stats(c);
+  assert_int_equal(st.hits, 2); /* touch(0) and touch(2) */
+  assert_int_equal(st.misses, 6);
+  assert_int_equal(st.evictions, 3);
+  assert_int_equal(st.out_of_bits, 0);
   hk_cache_destroy(c);
 }
 
@@ -112,13 +149,20 @@ static void test_cache_disabled_and_bounded(void **s) {
   hk_wire_request a = req("a", 4);
   assert_int_equal(hk_cache_insert(c, &a), HK_WIRE_NO_BIT);
   hk_cache_destroy(c);
-  /* capacity 1: at most 4 bits are ever handed out */
+  /* capacity 1: at most 4 names are ever given a bit; retired names come
+   * back to their bits */
   assert_int_equal(hk_cache_create(1, &c), HK_OK);
+  char nm[8];
   for (int i = 0; i < 4; i++) {
-    assert_int_equal(hk_cache_insert(c, &a), (uint32_t)i);
-    hk_cache_retire(c, (uint32_t)i);
+    snprintf(nm, sizeof nm, "n%d", i);
+    hk_wire_request q = req(nm, 1);
+    assert_int_equal(hk_cache_insert(c, &q), (uint32_t)i);
   }
-  assert_int_equal(hk_cache_insert(c, &a), HK_WIRE_NO_BIT);
+  hk_wire_request q = req("n4", 1);
+  assert_int_equal(hk_cache_insert(c, &q), HK_WIRE_NO_BIT);
+  assert_int_equal(hk_cache_get_stats(c).out_of_bits, 1);
+  q = req("n1", 1);
+  assert_int_equal(hk_cache_insert(c, &q), 1);
   hk_cache_destroy(c);
 }
 
@@ -127,6 +171,7 @@ int main(void) {
       cmocka_unit_test(test_plan_groups_compatible_within_threshold),
       cmocka_unit_test(test_layout_segment_major),
       cmocka_unit_test(test_cache_insert_lookup_retire),
+      cmocka_unit_test(test_cache_evicts_least_recently_used),
       cmocka_unit_test(test_cache_disabled_and_bounded),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -233,7 +233,7 @@ static void check_case(int algo, int L, int H, size_t count, hk_dtype d,
     a[r].count = count;
     a[r].dtype = d;
     a[r].op = op;
-    a[r].fin = (hk_ring_finish){0, 1.0};
+    a[r].fin = (hk_ring_finish){0, 1.0, 1.0};
     a[r].send = malloc(bytes + 1);
     a[r].recv = malloc(bytes + 1);
     fill(a[r].send, count, d, 0);
@@ -324,7 +324,7 @@ static void test_integers_agree(void **s) {
       a[r].count = count;
       a[r].dtype = HK_INT32;
       a[r].op = HK_SUM;
-      a[r].fin = (hk_ring_finish){0, 1.0};
+      a[r].fin = (hk_ring_finish){0, 1.0, 1.0};
       a[r].send = malloc(count * 4);
       a[r].recv = malloc(count * 4);
       fill(a[r].send, count, HK_INT32, 1);
@@ -357,7 +357,7 @@ static void test_lost_peer(void **s) {
       a[r].count = 100000;
       a[r].dtype = HK_FLOAT32;
       a[r].op = HK_SUM;
-      a[r].fin = (hk_ring_finish){0, 1.0};
+      a[r].fin = (hk_ring_finish){0, 1.0, 1.0};
       a[r].send = calloc(100000, 4);
       a[r].recv = calloc(100000, 4);
     }

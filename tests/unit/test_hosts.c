@@ -52,6 +52,13 @@ static const list_good list_goods[] = {
     {" h1:2 , h2 ", {{"h1", 2}, {"h2", 1}}},             /* spaces */
     {"n_1:007,N-2:65536", {{"n_1", 7}, {"N-2", 65536}}}, /* bounds */
     {"a:1,b:2,c:3", {{"a", 1}, {"b", 2}, {"c", 3}}},
+    /* IPv6 in brackets, as Open MPI's -H writes it */
+    {"[fe80::1]:4", {{"fe80::1", 4}}},
+    {"[::1],[2001:db8::7]:2", {{"::1", 1}, {"2001:db8::7", 2}}},
+    {"[fe80::1%eth0]:2", {{"fe80::1%eth0", 2}}},
+    /* a host listed again adds its slots, as Open MPI aggregates it */
+    {"a:2,b:1,a:3", {{"a", 5}, {"b", 1}}},
+    {"n,n,n", {{"n", 3}}},
 };
 
 static void test_list_accepted(void **state) {
@@ -83,8 +90,26 @@ static const bad_case list_bads[] = {
     {"", "-H: the host list is empty"},
     {"  ", "-H: the host list is empty"},
     {"localhost:10.0.0.2:2",
-     "-H: 'localhost:10.0.0.2:2': more than one ':' (write host:slots; "
-     "IPv6 addresses are not supported)"},
+     "-H: 'localhost:10.0.0.2:2': more than one ':' (write host:slots; an "
+     "IPv6 address goes in brackets: [fe80::1]:4)"},
+    {"fe80::1:4", "-H: 'fe80::1:4': more than one ':' (write host:slots; an "
+                  "IPv6 address goes in brackets: [fe80::1]:4)"},
+    {"[fe80::1", "-H: '[fe80::1': brackets hold an IPv6 address "
+                 "('[fe80::1]:4')"},
+    {"[host1]:2", "-H: '[host1]:2': brackets hold an IPv6 address "
+                  "('[fe80::1]:4')"},
+    {"[fe80::1]4", "-H: '[fe80::1]4': after ']' comes ':' and the slot "
+                   "count"},
+    {"[fe80::1]:0", "-H: '[fe80::1]:0': the slot count must be a whole "
+                    "number from 1 to 65536, not '0'"},
+    {"bob@h1:2", "-H: 'bob@h1:2': a user name before '@' is not supported "
+                 "(give it to ssh: User in ~/.ssh/config)"},
+    {"^h1", "-H: '^h1': excluding a host ('^') is not supported: list only "
+            "the hosts to use"},
+    {"+n0:2", "-H: '+n0:2': relative host names ('+n0', '+e') refer to an "
+              "allocation hk does not have: name the hosts"},
+    {"a:40000,a:30000", "host 'a' is listed with more than 65536 slots in "
+                        "all"},
     {"a:2,,b:2", "-H: 'a:2,,b:2': empty entry in the list"},
     {"a:2,", "-H: 'a:2,': empty entry in the list"},
     {"h:65537", "-H: 'h:65537': the slot count must be a whole number from "
@@ -94,12 +119,10 @@ static const bad_case list_bads[] = {
     {"h:+2", "-H: 'h:+2': the slot count must be a whole number from 1 to "
              "65536, not '+2'"},
     {"bad/host:2", "-H: 'bad/host:2': 'bad/host' is not a host name "
-                   "(letters, digits, '-', '.', '_'; IPv6 addresses are not "
-                   "supported)"},
+                   "(letters, digits, '-', '.', '_'; an IPv6 address in "
+                   "brackets)"},
     {"-h:2", "-H: '-h:2': '-h' is not a host name (letters, digits, '-', "
-             "'.', '_'; IPv6 addresses are not supported)"},
-    {"a:2,b:1,a:3", "-H: 'a:3': host 'a' is listed twice (give each host "
-                    "once, with all its slots)"},
+             "'.', '_'; an IPv6 address in brackets)"},
 };
 
 static void test_list_rejected(void **state) {
@@ -148,6 +171,14 @@ static const file_good file_goods[] = {
      {{"h1", 8}, {"h2", 4}, {"10.0.0.3", 1}}},
     {"a.b-c:8\r\nb slots=2\r\n", {{"a.b-c", 8}, {"b", 2}}}, /* CRLF */
     {"#only\nsolo\n#comment\n", {{"solo", 1}}},
+    /* Open MPI's own host-file syntax */
+    {"h2 slots=8 max_slots=8\nh3 max_slots=4\nh4 count=2 cpu=1\n",
+     {{"h2", 8}, {"h3", 4}, {"h4", 3}}},
+    {"h1 slots=2 slots=3\nh5 slots=2 max-slots=6\n", /* slots add up */
+     {{"h1", 5}, {"h5", 2}}},
+    {"fe80::1 slots=2\n[fe80::2]:3\n::1\n",
+     {{"fe80::1", 2}, {"fe80::2", 3}, {"::1", 1}}},
+    {"h1 slots=2\nh2\nh1:4\n", {{"h1", 6}, {"h2", 1}}}, /* aggregated */
 };
 
 static void test_file_accepted(void **state) {
@@ -174,18 +205,29 @@ static const bad_case file_bads[] = {
     {":4\n", "hosts:1: ':4': no host name before ':'"},
     {"# nothing\n\n", "hosts: no hosts in the file"},
     {"", "hosts: no hosts in the file"},
-    {"h1 max_slots=16\n", "hosts:1: 'max_slots=16': unknown keyword (a line "
-                          "is 'host', 'host slots=N' or 'host:N')"},
+    {"h1 maxslots=16\n",
+     "hosts:1: 'maxslots=16': unknown keyword (a line is 'host', 'host:N' or "
+     "'host slots=N max_slots=M', with count= or cpu= for slots=)"},
+    {"h1 slots=8 max_slots=4\n",
+     "hosts:1: 'max_slots=4': max_slots is below the host's 8 slots"},
+    {"h1 max_slots=x\n", "hosts:1: 'max_slots=x': the slot count must be a "
+                         "whole number from 1 to 65536, not 'x'"},
     {"h1:2 slots=2\n", "hosts:1: 'h1:2 slots=2': the slot count is given "
                        "twice"},
-    {"h1 slots=2 slots=3\n", "hosts:1: 'h1 slots=2 slots=3': the slot count "
-                             "is given twice"},
+    {"h1 username=bob\n", "hosts:1: 'username=bob': a user name per host is "
+                          "not supported (give it to ssh: User in "
+                          "~/.ssh/config)"},
+    {"h1 slots=4 sockets=2\n",
+     "hosts:1: 'sockets=2': hk does not place ranks by board, socket or core "
+     "(--bind-to is passed to mpirun)"},
+    {"rank 0=h1 slot=0\n",
+     "hosts:1: '0=h1': unknown keyword (a line is 'host', 'host:N' or 'host "
+     "slots=N max_slots=M', with count= or cpu= for slots=)"},
+    {"^h1\n", "hosts:1: '^h1': excluding a host ('^') is not supported: list "
+              "only the hosts to use"},
     {"localhost:10.0.0.2:2\n",
      "hosts:1: 'localhost:10.0.0.2:2': more than one ':' (write host:slots; "
-     "IPv6 addresses are not supported)"},
-    {"h1 slots=2\nh2\nh1:4\n",
-     "hosts: 'h1:4': host 'h1' is listed twice (give each host once, with "
-     "all its slots)"},
+     "an IPv6 address goes in brackets: [fe80::1]:4)"},
 };
 
 static void test_file_rejected(void **state) {
@@ -246,8 +288,20 @@ static void test_join(void **state) {
   char *s = hk_hosts_join(&l);
   assert_string_equal(s, "h1:8,h2:4,10.0.0.3:1");
   free(s);
+  assert_false(hk_hosts_has_ipv6(&l));
   hk_hosts_free(&l);
   hk_hosts_free(&l); /* twice is fine */
+  /* IPv6 hosts: in brackets when joined (so that they parse back), and as
+   * Open MPI's host file has them */
+  assert_int_equal(hk_hosts_parse_list("[fe80::1]:4,h1:2", "-H", &l), HK_OK);
+  assert_true(hk_hosts_has_ipv6(&l));
+  s = hk_hosts_join(&l);
+  assert_string_equal(s, "[fe80::1]:4,h1:2");
+  free(s);
+  s = hk_hosts_file_text(&l);
+  assert_string_equal(s, "fe80::1 slots=4\nh1 slots=2\n");
+  free(s);
+  hk_hosts_free(&l);
 }
 
 int main(void) {

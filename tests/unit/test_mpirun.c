@@ -166,6 +166,81 @@ static const build_case builds[] = {
      "LD_LIBRARY_PATH -- /bin/sh -c 'echo $OMPI_COMM_WORLD_RANK'"},
 };
 
+/* The ssh options hkrun gives Open MPI come before the forwarded
+ * variables and --mpi-args. */
+static void test_build_rsh_args(void **state) {
+  (void)state;
+  hk_hostlist hosts = {0};
+  assert_int_equal(hk_hosts_parse_list("a:1,b:1", "-H", &hosts), HK_OK);
+  hk_mpirun_spec spec = {.mpirun = "mpirun",
+                         .np = 2,
+                         .hosts = &hosts,
+                         .rsh_args = "-o BatchMode=yes -o ConnectTimeout=7",
+                         .envp = test_env,
+                         .prog_argv = prog,
+                         .prog_argc = 3};
+  hk_argv cmd = {0};
+  assert_int_equal(hk_mpirun_build(&spec, &cmd), HK_OK);
+  char *line = hk_argv_format(&cmd);
+  assert_string_equal(
+      line, "mpirun -np 2 -H a:1,b:1 --map-by slot --bind-to none "
+            "--mca plm_rsh_args '-o BatchMode=yes -o "
+            "ConnectTimeout=7' -x HK_CYCLE_TIME_MS -x HK_SECRET -x "
+            "HK_TIMEOUT_S -- /bin/sh -c 'echo $OMPI_COMM_WORLD_RANK'");
+  free(line);
+  hk_argv_free(&cmd);
+  hk_hosts_free(&hosts);
+}
+
+/* plm_rsh_args joins hkrun's ssh options and horovodrun's -p/-i, each
+ * part only when given, one space between. */
+static void test_rsh_args_join(void **state) {
+  (void)state;
+  static const struct {
+    const char *rsh, *port, *id, *want;
+  } cases[] = {
+      {NULL, NULL, NULL, ""},
+      {"-o BatchMode=yes", NULL, NULL, "-o BatchMode=yes"},
+      {NULL, "2222", NULL, "-p 2222"},
+      {NULL, NULL, "/k/id", "-i /k/id"},
+      {NULL, "2222", "/k/id", "-p 2222 -i /k/id"},
+      {"-o A=1", "22", NULL, "-o A=1 -p 22"},
+      {"-o A=1", NULL, "/k", "-o A=1 -i /k"},
+      {"-o A=1", "22", "/k", "-o A=1 -p 22 -i /k"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char buf[128];
+    assert_string_equal(hk_mpirun_rsh_args(cases[i].rsh, cases[i].port,
+                                           cases[i].id, buf, sizeof buf),
+                        cases[i].want);
+  }
+  char small[8]; /* cut to fit, terminated */
+  assert_string_equal(
+      hk_mpirun_rsh_args("-o BatchMode=yes", "22", NULL, small, sizeof small),
+      "-o Batc");
+  /* in the command: one plm_rsh_args holding both */
+  hk_hostlist hosts = {0};
+  assert_int_equal(hk_hosts_parse_list("a:1,b:1", "-H", &hosts), HK_OK);
+  hk_mpirun_spec spec = {.mpirun = "mpirun",
+                         .np = 2,
+                         .hosts = &hosts,
+                         .rsh_args = "-o BatchMode=yes",
+                         .ssh_port = "2222",
+                         .ssh_identity_file = "/k/id",
+                         .envp = test_env,
+                         .prog_argv = prog,
+                         .prog_argc = 3};
+  hk_argv cmd = {0};
+  assert_int_equal(hk_mpirun_build(&spec, &cmd), HK_OK);
+  char *line = hk_argv_format(&cmd);
+  assert_non_null(strstr(line, " --mca plm_rsh_args '-o BatchMode=yes -p 2222 "
+                               "-i /k/id' -x "));
+  assert_null(strstr(strstr(line, "plm_rsh_args") + 1, "plm_rsh_args"));
+  free(line);
+  hk_argv_free(&cmd);
+  hk_hosts_free(&hosts);
+}
+
 static void test_build(void **state) {
   (void)state;
   for (size_t i = 0; i < sizeof builds / sizeof builds[0]; i++) {
@@ -289,6 +364,8 @@ int main(void) {
       cmocka_unit_test(test_split_errors),
       cmocka_unit_test(test_format_round_trip),
       cmocka_unit_test(test_build),
+      cmocka_unit_test(test_build_rsh_args),
+      cmocka_unit_test(test_rsh_args_join),
       cmocka_unit_test(test_build_errors),
       cmocka_unit_test(test_forwarded),
       cmocka_unit_test(test_wanted),

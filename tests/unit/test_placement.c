@@ -165,6 +165,9 @@ static const env_bad env_bads[] = {
     {{"OMPI_COMM_WORLD_RANK=1", "OMPI_COMM_WORLD_SIZE=2",
       "OMPI_COMM_WORLD_LOCAL_SIZE=2", "OMPI_COMM_WORLD_LOCAL_RANK=2"},
      "OMPI_COMM_WORLD_LOCAL_RANK='2' is not an integer in [0, 1]"},
+    {{"HK_RANK=1", "HK_SIZE=4", "HK_LOCAL_RANK=1"},
+     "HK_LOCAL_RANK is set but HK_LOCAL_SIZE is not: set both (the ranks of "
+     "one host) or neither (every rank on this host)"},
     {{"SLURM_PROCID=0"}, "SLURM_PROCID is set but SLURM_NTASKS is not"},
     {{"SLURM_PROCID=0", "SLURM_NTASKS=2", "SLURM_NODEID=5",
       "SLURM_STEP_TASKS_PER_NODE=1(x2)"},

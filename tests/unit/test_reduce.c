@@ -677,6 +677,71 @@ static void test_dtype_sizes_and_names(void **state) {
   assert_string_equal(hk_op_name((hk_op)-1), "unknown");
 }
 
+/* 16-bit averages divide each input by a power of two first: which one,
+ * and that the end gives the plain sum's bits wherever the plain sum did
+ * not overflow, and a representable value where it did. */
+static void test_average_pre_division(void **state) {
+  (void)state;
+  assert_true(hk_average_pre_divisor(HK_FLOAT16, HK_AVERAGE, 16) == 16.0);
+  assert_true(hk_average_pre_divisor(HK_FLOAT16, HK_AVERAGE, 9) == 16.0);
+  assert_true(hk_average_pre_divisor(HK_BFLOAT16, HK_AVERAGE, 3) == 4.0);
+  assert_true(hk_average_pre_divisor(HK_FLOAT16, HK_AVERAGE, 1) == 1.0);
+  assert_true(hk_average_pre_divisor(HK_FLOAT16, HK_SUM, 16) == 1.0);
+  assert_true(hk_average_pre_divisor(HK_FLOAT32, HK_AVERAGE, 16) == 1.0);
+  assert_true(hk_average_pre_divisor(HK_INT32, HK_AVERAGE, 16) == 1.0);
+
+  /* every normal float16 sum S and world sizes 2..64: S scaled down by
+   * the pre-divisor, finished, equals S finished the old way */
+  for (int n = 2; n <= 64; n++) {
+    double p = hk_average_pre_divisor(HK_FLOAT16, HK_AVERAGE, n);
+    for (uint32_t bits = 0; bits < 0x7c00; bits += 7) {
+      uint16_t s16 = (uint16_t)bits, scaled, plain = s16;
+      float f = hk_f16_to_f32(s16);
+      if (fabsf(f) / (float)p < 0x1p-14f)
+        continue; /* below the normal range the scaled sum keeps fewer bits */
+      scaled = hk_f32_to_f16(f / (float)p);
+      hk_reduce_finish_average(&plain, 1, HK_FLOAT16, n);
+      hk_reduce_finish_average_pre(&scaled, 1, HK_FLOAT16, n, p);
+      if (scaled != plain)
+        fail_msg("n=%d sum 0x%04x: 0x%04x, plain 0x%04x", n, bits, scaled,
+                 plain);
+    }
+  }
+  /* 16 ranks of float16 5000.0 summed one after the other, as the ring
+   * does: summed first it is inf; divided first every partial sum is in
+   * range and the average is 5000 but for float16's rounding of the
+   * partial sums (4996) */
+  uint16_t in = hk_f32_to_f16(5000.0f), acc, sum = in;
+  hk_scale_copy(&acc, &in, 1, HK_FLOAT16, 1.0 / 16.0);
+  uint16_t part = acc;
+  for (int r = 1; r < 16; r++) {
+    hk_reduce(&acc, &acc, &part, 1, HK_FLOAT16, HK_SUM);
+    hk_reduce(&sum, &sum, &in, 1, HK_FLOAT16, HK_SUM);
+  }
+  hk_reduce_finish_average_pre(&acc, 1, HK_FLOAT16, 16, 16.0);
+  assert_true(fabsf(hk_f16_to_f32(acc) - 5000.0f) <= 8.0f);
+  assert_int_equal(hk_count_inf(&sum, 1, HK_FLOAT16), 1);
+  /* bfloat16 takes the same path; pre 1 is the plain finish */
+  uint16_t b = hk_f32_to_bf16(3.0f), b2 = b;
+  hk_reduce_finish_average_pre(&b, 1, HK_BFLOAT16, 2, 1.0);
+  hk_reduce_finish_average(&b2, 1, HK_BFLOAT16, 2);
+  assert_int_equal(b, b2);
+}
+
+static void test_count_inf(void **state) {
+  (void)state;
+  const uint16_t h[4] = {0x7c00, 0xfc00, 0x7e00, 0x7bff}; /* +inf -inf nan */
+  assert_int_equal(hk_count_inf(h, 4, HK_FLOAT16), 2);
+  const uint16_t bf[3] = {0x7f80, 0xff80, 0x7fc0};
+  assert_int_equal(hk_count_inf(bf, 3, HK_BFLOAT16), 2);
+  const float f[3] = {INFINITY, -INFINITY, NAN};
+  assert_int_equal(hk_count_inf(f, 3, HK_FLOAT32), 2);
+  const double d[2] = {HUGE_VAL, 1.0};
+  assert_int_equal(hk_count_inf(d, 2, HK_FLOAT64), 1);
+  const int32_t i[1] = {0x7f800000};
+  assert_int_equal(hk_count_inf(i, 1, HK_INT32), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_all_dtypes_ops_counts),
@@ -689,6 +754,8 @@ int main(void) {
       cmocka_unit_test(test_finish_average_integers),
       cmocka_unit_test(test_finish_average_floats),
       cmocka_unit_test(test_finish_average_all_dtypes),
+      cmocka_unit_test(test_average_pre_division),
+      cmocka_unit_test(test_count_inf),
       cmocka_unit_test(test_supported_pairs),
       cmocka_unit_test(test_dtype_sizes_and_names),
   };

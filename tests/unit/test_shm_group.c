@@ -136,7 +136,7 @@ static void close_world(world *w) {
 static void *rank_main(void *p) {
   rank_arg *a = p;
   hk_ring *ring = a->use_shm ? &a->shm : &a->links;
-  hk_ring_finish fin = {0, a->dtype <= HK_FLOAT64 ? 0.5 : 1.0};
+  hk_ring_finish fin = {0, a->dtype <= HK_FLOAT64 ? 0.5 : 1.0, 1.0};
   if (a->quit_early) {
     a->st = HK_OK;
     return NULL;

@@ -1,7 +1,9 @@
 /* Unit tests of the `nvidia-smi topo -m` parser: every real matrix in
  * ../shared/topologies/smi parses with the GPU/NIC counts and the classes
  * read off the files by eye; tabs, CRLF and ANSI escapes are accepted;
- * malformed text fails with HK_ERR_CONFIG naming the line and the fault. */
+ * malformed text fails with HK_ERR_CONFIG naming the line and the fault.
+ * Every matrix gathered in tests/data/topologies/smi (SOURCES.md) parses. */
+#include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -295,6 +297,106 @@ static void test_never_reads_past_len(void **state) {
   hk_topo_free(t);
 }
 
+static hk_topo *load_data(const char *name) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/smi/%s", HK_TOPO_DATA_DIR, name);
+  hk_topo *t = NULL;
+  if (hk_topo_load_file(path, &t) != HK_OK)
+    fail_msg("%s", hk_last_error());
+  return t;
+}
+
+static void test_every_gathered_matrix_parses(void **state) {
+  (void)state;
+  const char *dirs[] = {HK_TOPO_DATA_DIR "/smi", HK_TOPO_DIR "/smi"};
+  int n = 0;
+  for (size_t d = 0; d < sizeof dirs / sizeof dirs[0]; d++) {
+    DIR *dir = opendir(dirs[d]);
+    if (!dir)
+      continue;
+    struct dirent *de;
+    while ((de = readdir(dir)) != NULL) {
+      if (de->d_name[0] == '.')
+        continue;
+      char path[1024];
+      snprintf(path, sizeof path, "%s/%s", dirs[d], de->d_name);
+      hk_topo *t = NULL;
+      if (hk_topo_load_file(path, &t) != HK_OK)
+        fail_msg("%s", hk_last_error());
+      assert_true(t->n_gpus > 0);
+      hk_topo_free(t);
+      n++;
+    }
+    closedir(dir);
+  }
+  assert_true(n >= 4);
+}
+
+static void test_gathered_matrices(void **state) {
+  (void)state;
+  /* tab separated, "GPU NUMA ID" N/A after an empty column */
+  hk_topo *t = load_data("b200-8gpu-nv18-no-nic.txt");
+  assert_int_equal(t->n_gpus, 8);
+  assert_int_equal(t->n_nics, 0);
+  for (int b = 1; b < 8; b++)
+    assert_pair(t, 0, b, HK_PATH_NVL, 18);
+  assert_string_equal(t->node[t->gpu[4]].affinity, "48-95,144-191");
+  hk_topo_free(t);
+  /* NIC rows end in empty affinity columns */
+  t = load_data("h200-8gpu-nv18-8nic.txt");
+  assert_int_equal(t->n_gpus, 8);
+  assert_int_equal(t->n_nics, 8);
+  for (int g = 0; g < 8; g++) {
+    assert_int_equal(t->nic_path[g][g].cls, HK_PATH_PIX);
+    assert_int_equal(hk_topo_nearest_nic(t, g), g);
+  }
+  assert_string_equal(t->node[t->nic[5]].model, "mlx5_5"); /* legend */
+  hk_topo_free(t);
+  t = load_data("a100-sxm4-4gpu-nv4-mesh.txt");
+  assert_int_equal(t->n_gpus, 4);
+  assert_pair(t, 1, 3, HK_PATH_NVL, 4);
+  hk_topo_free(t);
+  t = load_data("rtx5090-2gpu-phb.txt");
+  assert_pair(t, 0, 1, HK_PATH_PHB, 0);
+  hk_topo_free(t);
+}
+
+/* A machine with 36 NICs (8x H20 with virtual functions, seen in a public
+ * report whose stored copy glued columns together): more than the 32 hk
+ * once allowed. */
+static void test_many_nics(void **state) {
+  (void)state;
+  enum { G = 8, N = 36 };
+  size_t cap = 64 * 1024, used = 0;
+  char *m = malloc(cap);
+  used += (size_t)snprintf(m + used, cap - used, " ");
+  for (int d = 0; d < G + N; d++)
+    used += (size_t)snprintf(m + used, cap - used, "\t%s%d",
+                             d < G ? "GPU" : "NIC", d < G ? d : d - G);
+  used +=
+      (size_t)snprintf(m + used, cap - used, "\tCPU Affinity\tNUMA Affinity\n");
+  for (int a = 0; a < G + N; a++) {
+    used += (size_t)snprintf(m + used, cap - used, "%s%d",
+                             a < G ? "GPU" : "NIC", a < G ? a : a - G);
+    for (int b = 0; b < G + N; b++) {
+      const char *tok = a == b ? " X " : (a < G && b < G) ? "NV18" : "SYS";
+      if (a != b && (a >= G || b >= G) && (a % 4) == (b % 4))
+        tok = "PIX";
+      used += (size_t)snprintf(m + used, cap - used, "\t%s", tok);
+    }
+    if (a < G)
+      used += (size_t)snprintf(m + used, cap - used, "\t0-55\t0");
+    used += (size_t)snprintf(m + used, cap - used, "\n");
+  }
+  hk_topo *t = NULL;
+  if (hk_topo_parse_smi(m, used, &t) != HK_OK)
+    fail_msg("%s", hk_last_error());
+  assert_int_equal(t->n_nics, N);
+  assert_int_equal(t->nic_path[1][N - 1].cls, HK_PATH_SYS);
+  hk_topo_free(t);
+  free(m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_nvlink_bridge),
@@ -307,6 +409,9 @@ int main(void) {
       cmocka_unit_test(test_old_soc_token),
       cmocka_unit_test(test_malformed),
       cmocka_unit_test(test_never_reads_past_len),
+      cmocka_unit_test(test_every_gathered_matrix_parses),
+      cmocka_unit_test(test_gathered_matrices),
+      cmocka_unit_test(test_many_nics),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

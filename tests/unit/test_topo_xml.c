@@ -2,7 +2,12 @@
  * ../shared/topologies/ncclxml parse with the GPUs, NICs, classes and
  * bandwidths read off the files; skeletons give 0 GPUs and their slots;
  * graph files are told apart (and their rings read); malformed XML and
- * missing or bad attributes fail naming the element and its line. */
+ * missing or bad attributes fail naming the element and its line. The
+ * dumps gathered in tests/data/topologies (SOURCES.md) all parse, and
+ * NCCL's own conventions (hidden NVSwitch targets, NICs listed under every
+ * CPU, one <gpu> per rank, fused multi-host files, empty attributes) are
+ * read as NCCL reads them and said in the note. */
+#include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -229,11 +234,6 @@ static void test_malformed(void **state) {
   expect_error(CPU0 "<pci busid=\"0000:01:00.0\" class=\"0x030000\" "
                     "link_speed=\"7 GT/s\" link_width=\"16\"/>" END,
                "line 3: <pci>: unknown link_speed \"7 GT/s\"", NULL);
-  expect_error(CPU0 GPU_PCI("0000:01:00.0") "<gpu dev=\"0\"><nvlink "
-                                            "target=\"0000:02:00.0\" "
-                                            "count=\"1\" tclass=\"0x010000\"/>"
-                                            "</gpu></pci>" END,
-               "line 3: <nvlink>: unknown tclass 0x010000", NULL);
   expect_error(CPU0 "<pci busid=\"0000:01:00.0\" class=\"0x030000\"/>\n"
                     "<pci busid=\"0000:01:00.0\" class=\"0x030000\"/>" END,
                "line 4: <pci>: bus id 0000:01:00.0 appears twice", NULL);
@@ -248,11 +248,13 @@ static void test_malformed(void **state) {
                "line 1: <gpu> inside <system>: it belongs in <pci>", NULL);
   expect_error(CPU0 GPU_PCI("0000:01:00.0") "<gpu dev=\"0\"/></pci>\n" GPU_PCI(
                    "0000:02:00.0") "<gpu dev=\"0\"/></pci>" END,
-               "line 4: <gpu>: dev 0 appears twice (also line 3)", NULL);
-  expect_error(CPU0 GPU_PCI("0000:01:00.0") "<gpu dev=\"0\"/>\n<gpu "
-                                            "dev=\"1\"/></pci>" END,
-               "line 4: <gpu>: its <pci> (line 3) already holds a device",
+               "line 4: <gpu>: dev 0 appears twice (also line 3, on another "
+               "PCI device)",
                NULL);
+  expect_error(CPU0 "<pci busid=\"0000:01:00.0\" class=\"0x020000\"><nic>"
+                    "<net name=\"a\" dev=\"0\"/></nic>\n<gpu dev=\"1\"/>"
+                    "</pci>" END,
+               "line 4: <gpu>: its <pci> (line 3) already holds a NIC", NULL);
   char deep[4096] = CPU0;
   for (int i = 0; i < 40; i++)
     snprintf(deep + strlen(deep), sizeof deep - strlen(deep),
@@ -289,6 +291,235 @@ static void test_unknown_elements_skipped(void **state) {
   hk_topo_free(t);
 }
 
+/* --- the gathered dumps (tests/data/topologies, in the tree) --- */
+
+static hk_topo *load_data(const char *name) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/ncclxml/%s", HK_TOPO_DATA_DIR, name);
+  hk_topo *t = NULL;
+  if (hk_topo_load_file(path, &t) != HK_OK)
+    fail_msg("%s", hk_last_error());
+  return t;
+}
+
+/* Every XML topology gathered parses (graph files are read as graphs). */
+static void test_every_gathered_dump_parses(void **state) {
+  (void)state;
+  const char *dirs[] = {HK_TOPO_DATA_DIR "/ncclxml", HK_TOPO_DIR "/ncclxml"};
+  int n = 0;
+  for (size_t d = 0; d < sizeof dirs / sizeof dirs[0]; d++) {
+    DIR *dir = opendir(dirs[d]);
+    if (!dir)
+      continue; /* ../shared may be missing; the tree's own dir is not */
+    struct dirent *de;
+    while ((de = readdir(dir)) != NULL) {
+      if (!strstr(de->d_name, ".xml"))
+        continue;
+      char path[1024], *text;
+      size_t len;
+      snprintf(path, sizeof path, "%s/%s", dirs[d], de->d_name);
+      assert_int_equal(hk_topo_read_file(path, &text, &len), HK_OK);
+      hk_status st;
+      if (hk_topo_sniff(text, len) == HK_TOPO_FMT_NCCLGRAPH) {
+        hk_ncclgraph g;
+        st = hk_ncclgraph_parse(text, len, &g);
+      } else {
+        hk_topo *t = NULL;
+        st = hk_topo_parse(text, len, &t);
+        hk_topo_free(t);
+      }
+      free(text);
+      if (st != HK_OK)
+        fail_msg("%s: %s", path, hk_last_error());
+      n++;
+    }
+    closedir(dir);
+  }
+  assert_true(n >= 6);
+}
+
+static void all_pairs_nvl(const hk_topo *t, int links, int hops) {
+  for (int a = 0; a < t->n_gpus; a++)
+    for (int b = 0; b < t->n_gpus; b++)
+      if (a != b) {
+        assert_int_equal(t->gpu_path[a][b].cls, HK_PATH_NVL);
+        assert_int_equal(t->gpu_path[a][b].nvlinks, links);
+        assert_int_equal(t->gpu_path[a][b].nhops, hops);
+      }
+}
+
+static void test_hidden_nvswitch_and_nic_under_every_cpu(void **state) {
+  (void)state;
+  /* a container on an HGX B200: NVML cannot see the NVSwitches, so NCCL
+   * names the peer "fffffff:ff:ff.0"; the socket NIC is under both CPUs */
+  hk_topo *t = load_data("b200-8gpu-nvswitch-hidden-nic-per-cpu.xml");
+  assert_int_equal(t->n_gpus, 8);
+  assert_int_equal(t->n_nics, 1);
+  all_pairs_nvl(t, 18, 2); /* through the one merged NVSwitch node */
+  assert_non_null(strstr(t->note, "not visible"));
+  assert_non_null(strstr(t->note, "fffffff:ff:ff.0"));
+  assert_non_null(strstr(t->note, "NIC eth0 is listed 2 times"));
+  assert_int_equal(t->nic_path[0][0].cls, HK_PATH_PHB); /* first place */
+  assert_int_equal(t->nic_path[7][0].cls, HK_PATH_SYS);
+  hk_topo_free(t);
+
+  t = load_data("h200-8gpu-nvswitch-nic-per-cpu.xml");
+  assert_int_equal(t->n_gpus, 8);
+  assert_int_equal(t->n_nics, 1);
+  all_pairs_nvl(t, 18, 2); /* 5+5+4+4 to four visible NVSwitches */
+  assert_null(strstr(t->note, "not visible"));
+  assert_non_null(strstr(t->note, "listed 2 times"));
+  hk_topo_free(t);
+}
+
+static void test_gathered_pcie_and_mesh_dumps(void **state) {
+  (void)state;
+  /* 4x A100 SXM4 with a direct NV4 mesh, one NIC per NUMA node */
+  hk_topo *t = load_data("a100-sxm4-4gpu-nvlink-mesh-4nic.xml");
+  assert_int_equal(t->n_gpus, 4);
+  assert_int_equal(t->n_nics, 4);
+  all_pairs_nvl(t, 4, 1);
+  for (int g = 0; g < 4; g++) {
+    int k = hk_topo_nearest_nic(t, g);
+    assert_int_equal(t->nic_path[g][k].cls, HK_PATH_PHB);
+    assert_int_equal(t->node[t->nic[k]].cpu, t->node[t->gpu[g]].cpu);
+  }
+  assert_string_equal(t->note, "");
+  hk_topo_free(t);
+
+  /* Azure NC A100 v4: each GPU's NVLink names the GPU itself, PCIe speed
+   * and width empty: no NVLink pair, gen3 x16 assumed and said */
+  t = load_data("azure-ncv4-a100-pcie-4gpu-nvlink-self-target.xml");
+  assert_int_equal(t->n_gpus, 4);
+  assert_int_equal(t->gpu_path[0][1].cls, HK_PATH_SYS);
+  assert_non_null(strstr(t->note, "4 NVLink entries name their own GPU"));
+  assert_non_null(strstr(t->note, "no link_speed"));
+  assert_non_null(strstr(t->note, "counted as x16"));
+  int l =
+      hk_topo_find_link(t, t->gpu[0], t->node[t->gpu[0]].parent, HK_LINK_PCI);
+  assert_true(l >= 0 && t->link[l].gbps == 12.0); /* gen3 x16 */
+  hk_topo_free(t);
+
+  /* two ports of one NIC, each a NIC (as NCCL's net devices) */
+  t = load_data("a100-pcie-2gpu-dualport-nic.xml");
+  assert_int_equal(t->n_gpus, 2);
+  assert_int_equal(t->n_nics, 2);
+  assert_string_equal(t->node[t->nic[1]].name, "mlx5_1");
+  assert_int_equal(t->node[t->nic[1]].parent, t->nic[0]); /* same card */
+  assert_int_equal(t->nic_path[0][1].cls, HK_PATH_PHB);
+  assert_int_equal(t->nic_path[1][1].cls, HK_PATH_SYS);
+  hk_topo_free(t);
+
+  t = load_data("azure-ndv5-h100-8gpu-skeleton.xml");
+  assert_int_equal(t->n_gpus, 0);
+  assert_int_equal(t->gpu_slots, 8);
+  assert_int_equal(t->nic_slots, 8);
+  hk_topo_free(t);
+}
+
+static hk_topo *parse_ok(const char *xml) {
+  hk_topo *t = NULL;
+  if (hk_topo_parse_ncclxml(xml, strlen(xml), &t) != HK_OK)
+    fail_msg("%s", hk_last_error());
+  return t;
+}
+
+#define PCI2(bus, body)                                                        \
+  "<pci busid=\"" bus "\" class=\"0x030200\">" body "</pci>"
+
+/* NCCL's conventions, each on the smallest file that shows it. */
+static void test_nccl_conventions(void **state) {
+  (void)state;
+  /* the older sentinel, without tclass: an NVSwitch (NCCL assumes it) */
+  hk_topo *t = parse_ok(
+      CPU0 PCI2("0000:01:00.0", "<gpu dev=\"0\" sm=\"80\"><nvlink "
+                                "target=\"fffffff:ffff:ff\" count=\"12\"/>"
+                                "</gpu>")
+          PCI2("0000:02:00.0", "<gpu dev=\"1\" sm=\"80\">"
+                               "<nvlink target=\"fffffff:ffff:"
+                               "ff\" count=\"12\"/></gpu>") END);
+  all_pairs_nvl(t, 12, 2);
+  assert_non_null(strstr(t->note, "fffffff:ffff:ff"));
+  hk_topo_free(t);
+
+  /* a tclass that is neither GPU nor CPU: NCCL's NVSwitch */
+  t = parse_ok(
+      CPU0 PCI2("0000:01:00.0",
+                "<gpu dev=\"0\"><nvlink target=\"0000:05:00.0\" "
+                "count=\"6\" tclass=\"0x060400\"/></gpu>")
+          PCI2("0000:02:00.0", "<gpu dev=\"1\"><nvlink target=\"0000:05:00.0\" "
+                               "count=\"6\" tclass=\"0x060400\"/></gpu>") END);
+  all_pairs_nvl(t, 6, 2);
+  assert_non_null(strstr(t->note, "tclass 0x060400"));
+  hk_topo_free(t);
+
+  /* one <gpu> per rank: two ranks on GPU 0 (or its MLOPart halves) */
+  t = parse_ok(CPU0 PCI2("0000:01:00.0",
+                         "<gpu dev=\"0\" sm=\"107\" mlopart=\"0\" rank=\"0\"/>"
+                         "<gpu dev=\"0\" sm=\"107\" mlopart=\"1\" rank=\"1\"/>")
+                   END);
+  assert_int_equal(t->n_gpus, 1);
+  assert_non_null(strstr(t->note, "share a PCI device"));
+  hk_topo_free(t);
+
+  /* a fused multi-host file: the first host only */
+  t = parse_ok(
+      "<system version=\"1\"><cpu host_hash=\"0xa\" numaid=\"0\">" PCI2(
+          "0000:01:00.0",
+          "<gpu dev=\"0\"/>") "</cpu><cpu host_hash=\"0xb\" "
+                              "numaid=\"0\">" PCI2(
+                                  "0000:01:00.0",
+                                  "<gpu dev=\"0\"/>") "</cpu>"
+                                                      "</system>");
+  assert_int_equal(t->n_gpus, 1);
+  assert_non_null(strstr(t->note, "host_hash 0xa"));
+  hk_topo_free(t);
+
+  /* bus ids: a 5-digit (VMD) domain, upper case matching lower case */
+  t = parse_ok(CPU0 PCI2("10000:3B:00.0",
+                         "<gpu dev=\"0\"><nvlink target=\"10000:3c:00.0\" "
+                         "count=\"4\" tclass=\"0x030200\"/></gpu>")
+                   PCI2("10000:3c:00.0", "<gpu dev=\"1\"/>") END);
+  assert_string_equal(t->node[t->gpu[0]].busid, "10000:3b:00.0");
+  assert_int_equal(t->gpu_path[0][1].cls, HK_PATH_NVL);
+  assert_int_equal(t->gpu_path[0][1].nvlinks, 4);
+  hk_topo_free(t);
+
+  /* nets NCCL does not add: no dev, or net="0" (GIN/CollNet only) */
+  t = parse_ok(CPU0 "<pci busid=\"0000:01:00.0\" class=\"0x020000\" "
+                    "link_width=\"\"><nic><net name=\"a\"/><net name=\"b\" "
+                    "dev=\"1\" net=\"0\" gin=\"1\"/><net name=\"c\" "
+                    "dev=\"2\"/></nic></pci>" END);
+  assert_int_equal(t->n_nics, 1);
+  assert_string_equal(t->node[t->nic[0]].name, "c");
+  assert_non_null(strstr(t->note, "1 <net> entries without dev and 1 with"));
+  assert_non_null(strstr(t->note, "counted as x16"));
+  hk_topo_free(t);
+
+  /* what is truly broken is still refused, with line and reason */
+  expect_error(CPU0 PCI2("0000:01:00.0", "<gpu dev=\"0\">\n<nvlink "
+                                         "target=\"banana\" count=\"2\"/>"
+                                         "</gpu>") END,
+               "line 4: <nvlink>: attribute target=\"banana\" is not a PCI "
+               "bus id",
+               NULL);
+  expect_error(CPU0 PCI2("0000:01:00.0", "<gpu dev=\"0\">\n<nvlink "
+                                         "target=\"fffffff:ff:ff.0\" "
+                                         "count=\"2\" tclass=\"0x030200\"/>"
+                                         "</gpu>") END,
+               "line 4: <nvlink>: target=\"fffffff:ff:ff.0\" is not a GPU's",
+               "tclass 0x030200 says the peer is a GPU");
+  expect_error(CPU0 "<pci busid=\"0000:01:00.0\" class=\"0x020000\"><nic>"
+                    "<net name=\"mlx5_0\" dev=\"0\"/></nic></pci>\n<nic><net "
+                    "name=\"eth0\" dev=\"0\"/></nic>" END,
+               "line 4: <net>: dev 0 is \"eth0\" here but \"mlx5_0\" on line 3",
+               NULL);
+  expect_error("<system version=\"2\"/>",
+               "line 1: <system>: version \"2\": NCCL reads topology version "
+               "1 only",
+               NULL);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_h100_nvswitch_dump),
@@ -298,6 +529,10 @@ int main(void) {
       cmocka_unit_test(test_graph_files),
       cmocka_unit_test(test_malformed),
       cmocka_unit_test(test_unknown_elements_skipped),
+      cmocka_unit_test(test_every_gathered_dump_parses),
+      cmocka_unit_test(test_hidden_nvswitch_and_nic_under_every_cpu),
+      cmocka_unit_test(test_gathered_pcie_and_mesh_dumps),
+      cmocka_unit_test(test_nccl_conventions),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -35,5 +35,6 @@ hk_status hk_mpim_link_progress(struct hk_link_mpi *m, int want_recv,
                                 const char *name);
 void hk_mpim_link_close(struct hk_link_mpi *m);
 uint64_t hk_mpim_link_released(const struct hk_link_mpi *m);
+void hk_mpim_link_describe(const struct hk_link_mpi *m, char *buf, size_t cap);
 
 #endif

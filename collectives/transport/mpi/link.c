@@ -340,3 +340,14 @@ uint64_t hk_mpim_link_released(const struct hk_link_mpi *m) {
       r = m->sstart[i];
   return r;
 }
+
+void hk_mpim_link_describe(const struct hk_link_mpi *m, char *buf, size_t cap) {
+  snprintf(buf, cap,
+           "%d of %d sends pending, %llu of %llu messages acknowledged, %d "
+           "acknowledgements leaving, %s",
+           m->spending, HK_LINK_MPI_DEPTH, (unsigned long long)m->acked,
+           (unsigned long long)m->sent, m->ackpending,
+           !m->rbuf    ? "no receive posted"
+           : m->rready ? "a received message waiting to be read"
+                       : "receives posted, none arrived");
+}

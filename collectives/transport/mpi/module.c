@@ -87,4 +87,5 @@ const hk_mpi_module_ops hk_mpi_module = {
     .link_progress = hk_mpim_link_progress,
     .link_close = hk_mpim_link_close,
     .link_released = hk_mpim_link_released,
+    .link_describe = hk_mpim_link_describe,
 };

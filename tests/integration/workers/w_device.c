@@ -24,6 +24,11 @@
  *                              name over steps) and hk_join on device
  *                              tensors
  *   w_device fault             allreduces until one fails (HK_EMU_FAULT)
+ *   w_device half16 COUNT      16-bit averages whose sum would overflow:
+ *                              float16 5000 and 60000, and float32 60000
+ *                              (travelling as float16 under
+ *                              HK_COMPRESSION=fp16), finite and within
+ *                              float16's rounding of the partial sums
  * Prints "device ok: <mode> ..." on success; exits 1 with a message else.
  */
 #include <math.h>
@@ -646,6 +651,50 @@ static void mode_fault(void) {
   printf("device ok: fault np=%d (no failure)\n", size);
 }
 
+/* Every element of got[count] (float16 bits, or float32) finite and within
+ * a relative 2^-11 per partial sum (size of them, and one more) of want. */
+static void check_near(const char *what, const void *got, int is_f16,
+                       size_t count, double want) {
+  const double tol = want * (size + 1) / 2048.0;
+  for (size_t i = 0; i < count; i++) {
+    double x = is_f16 ? hk_f16_to_f32(((const uint16_t *)got)[i])
+                      : ((const float *)got)[i];
+    HKT_CHECK(isfinite(x) && fabs(x - want) <= tol,
+              "%s: element %zu of %zu is %g, not %g (+-%g)", what, i, count, x,
+              want, tol);
+  }
+}
+
+/* Averages of values whose sum over the ranks passes float16's largest
+ * value (65504) where the average does not (issue 13 item 6): the pack
+ * divides by a power of two, the unpack multiplies it back. */
+static void mode_half16(size_t count) {
+  static const float vals[] = {5000.0f, 60000.0f};
+  uint16_t *h = malloc(count * 2 + 2);
+  float *f = malloc(count * 4 + 4);
+  void *d = dalloc(count * 4);
+  for (size_t v = 0; v < sizeof vals / sizeof vals[0]; v++) {
+    char name[64];
+    snprintf(name, sizeof name, "avg.f16.%g", vals[v]);
+    for (size_t i = 0; i < count; i++)
+      h[i] = hk_f32_to_f16(vals[v]);
+    up(d, h, count * 2);
+    HKT_OK(hk_allreduce(name, d, d, count, HK_FLOAT16, HK_AVERAGE));
+    down(h, d, count * 2);
+    check_near(name, h, 1, count, vals[v]);
+  }
+  for (size_t i = 0; i < count; i++)
+    f[i] = 60000.0f;
+  up(d, f, count * 4);
+  HKT_OK(hk_allreduce("avg.f32.60000", d, d, count, HK_FLOAT32, HK_AVERAGE));
+  down(f, d, count * 4);
+  check_near("avg.f32.60000", f, 0, count, 60000.0);
+  dev->ops->mem_free(dev, d);
+  free(h);
+  free(f);
+  printf("device ok: half16 np=%d\n", size);
+}
+
 int main(int argc, char **argv) {
   HKT_CHECK(argc >= 2, "usage: w_device MODE [ARGS...]");
   HKT_OK(hk_init());
@@ -675,6 +724,8 @@ int main(int argc, char **argv) {
     mode_features();
   else if (!strcmp(m, "fault"))
     mode_fault();
+  else if (!strcmp(m, "half16"))
+    mode_half16(argc > 2 ? strtoull(argv[2], NULL, 10) : 1001);
   else
     HKT_CHECK(0, "unknown mode %s", m);
   hk_device_close(dev);

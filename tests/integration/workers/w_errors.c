@@ -8,6 +8,8 @@
  *  2. dtype, op and broadcast-root mismatches name the field and values.
  *  3. A name submitted twice while in flight fails at once with
  *     HK_ERR_DUPLICATE_NAME on that rank only; the first completes (C3).
+ *  4. A call without a job says which side of it: "called before hk_init"
+ *     before, "called after hk_shutdown" after (and hk_init again works).
  * Prints "errors ok" when every check passed.
  */
 #include <string.h>
@@ -22,7 +24,30 @@ static void expect_mismatch(hk_status st, const char *const needles[]) {
               "mismatch message '%s' lacks '%s'", hk_last_error(), needles[i]);
 }
 
+/* st must be HK_ERR_NOT_INITIALIZED naming fn and `when` */
+static void expect_no_job(hk_status st, const char *fn, const char *when) {
+  HKT_CHECK(st == HK_ERR_NOT_INITIALIZED, "%s gave %s, not NOT_INITIALIZED", fn,
+            hk_strerror(st));
+  HKT_CHECK(strstr(hk_last_error(), fn) && strstr(hk_last_error(), when),
+            "%s: '%s' lacks '%s'", fn, hk_last_error(), when);
+}
+
+/* Every entry point that needs a job, called without one. */
+static void calls_without_a_job(const char *when) {
+  float f[2] = {1, 2};
+  hk_handle h;
+  expect_no_job(hk_allreduce("x", f, f, 2, HK_FLOAT32, HK_SUM), "hk_allreduce",
+                when);
+  expect_no_job(hk_broadcast_async("x", f, 2, HK_FLOAT32, 0, &h),
+                "hk_broadcast", when);
+  expect_no_job(hk_barrier(), "hk_barrier", when);
+  int last;
+  expect_no_job(hk_join(&last), "hk_join", when);
+  expect_no_job(hk_shutdown(), "hk_shutdown", when);
+}
+
 int main(void) {
+  calls_without_a_job("called before hk_init");
   HKT_OK(hk_init());
   const int rank = hk_rank(), np = hk_size();
   HKT_CHECK(np >= 2, "run with at least 2 ranks");
@@ -133,6 +158,7 @@ int main(void) {
 
   HKT_OK(hk_barrier());
   HKT_OK(hk_shutdown());
+  calls_without_a_job("called after hk_shutdown");
   printf("errors ok\n");
   return 0;
 }
