@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "data.h"
+#include "model.h"
 
 static const char usage[] =
     "usage: train [options]   (data-parallel: hkrun -np N train ...)\n"
@@ -33,6 +34,8 @@ static const char usage[] =
     "  --limit-train N     use only the first N training samples\n"
     "  --limit-test N      use only the first N test samples\n"
     "  --progress          show progress of each epoch on stderr\n"
+    "  --model NAME        mlp (784-256-128-10, default) or cnn (two conv +\n"
+    "                      batch-norm + ReLU + maxpool blocks, then linear)\n"
     "  -h, --help          this text\n";
 
 const char *flags_usage(void) { return usage; }
@@ -75,6 +78,7 @@ int flags_parse(int argc, char **argv, train_flags *out, char *err,
   out->warmup_steps = -1;
   out->seed = 42;
   out->data_dir = DATA_DEFAULT_DIR;
+  out->model = "mlp";
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "-h") || !strcmp(a, "--help"))
@@ -100,7 +104,8 @@ int flags_parse(int argc, char **argv, train_flags *out, char *err,
     static const char *const valued[] = {
         "--epochs",       "--batch-size",   "--lr",          "--optimizer",
         "--weight-decay", "--warmup-steps", "--seed",        "--data",
-        "--save",         "--save-all",     "--limit-train", "--limit-test"};
+        "--save",         "--save-all",     "--limit-train", "--limit-test",
+        "--model"};
     int known = 0;
     for (size_t k = 0; k < sizeof valued / sizeof *valued; k++)
       known |= !strcmp(opt, valued[k]);
@@ -145,6 +150,13 @@ int flags_parse(int argc, char **argv, train_flags *out, char *err,
         out->optimizer = OPTIM_ADAMW;
       else {
         snprintf(err, err_cap, "--optimizer: '%s' is not sgd or adamw", val);
+        rc = -1;
+      }
+    } else if (!strcmp(opt, "--model")) {
+      out->model = val;
+      if (!model_find(val)) {
+        snprintf(err, err_cap, "--model: '%s' is not one of %s", val,
+                 model_names());
         rc = -1;
       }
     } else if (!*val) {

@@ -4,7 +4,8 @@
  *   train [--epochs N] [--batch-size N] [--lr X] [--optimizer sgd|adamw]
  *         [--weight-decay X] [--warmup-steps N] [--nesterov] [--seed N]
  *         [--data DIR] [--save FILE] [--save-all PREFIX]
- *         [--limit-train N] [--limit-test N] [--progress] [-h|--help]
+ *         [--limit-train N] [--limit-test N] [--progress]
+ *         [--model mlp|cnn] [-h|--help]
  *
  * Options taking a value accept `--opt VALUE` and `--opt=VALUE`.
  */
@@ -31,6 +32,7 @@ typedef struct train_flags {
   size_t limit_train;   /* 0 = all */
   size_t limit_test;    /* 0 = all */
   int progress;         /* show progress on rank 0 */
+  const char *model;    /* model kind (model.h's table); default "mlp" */
 } train_flags;
 
 /** Default peak learning rates (measured; see the README section). */

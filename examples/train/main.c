@@ -45,14 +45,14 @@ static int hk_failed(hk_status st, const char *what) {
 static int save_weights(const train_flags *f, const trainer *t) {
   char err[4200];
   if (f->save && t->rank == 0 &&
-      mlp_save(&t->model, f->save, err, sizeof err) != 0) {
+      model_save(&t->model, f->save, err, sizeof err) != 0) {
     fprintf(stderr, "train: %s\n", err);
     return -1;
   }
   if (f->save_all) {
     char path[4096];
     snprintf(path, sizeof path, "%s.%d", f->save_all, t->rank);
-    if (mlp_save(&t->model, path, err, sizeof err) != 0) {
+    if (model_save(&t->model, path, err, sizeof err) != 0) {
       fprintf(stderr, "train: %s\n", err);
       return -1;
     }
@@ -64,12 +64,12 @@ static int save_weights(const train_flags *f, const trainer *t) {
 
 static void print_setup(const train_flags *f, const trainer *t,
                         const data_set *d) {
-  const mlp *m = &t->model;
-  printf("train: %d rank%s, model %d-%d-%d-%d (%zu parameters), %s lr %g "
+  char shape[128];
+  t->model.ops->describe(&t->model, shape, sizeof shape);
+  printf("train: %d rank%s, model %s (%zu parameters), %s lr %g "
          "weight_decay %g, global batch %d (%d per rank), %ld steps/epoch, "
          "warm-up %ld steps, %zu train / %zu test samples\n",
-         t->size, t->size > 1 ? "s" : "", m->dims[0], m->dims[1], m->dims[2],
-         m->dims[3], m->n_params,
+         t->size, t->size > 1 ? "s" : "", shape, t->model.n_params,
          f->optimizer == OPTIM_ADAMW ? "adamw"
          : f->nesterov               ? "sgd-nesterov"
                                      : "sgd",

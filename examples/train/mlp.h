@@ -24,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "lowp.h"
 #include "rng.h"
 
 /** Most fully connected layers a model may have. */
@@ -36,6 +37,7 @@ typedef struct mlp {
   int dims[MLP_MAX_LAYERS + 1]; /* widths: inputs, hidden..., classes */
   size_t n_params;              /* floats in params */
   float *params;                /* owned */
+  lowp_kind lowp; /* compute precision (lowp.h); LOWP_FP32 after mlp_init */
 } mlp;
 
 /** Where one named tensor sits in a params (or gradient) buffer. */

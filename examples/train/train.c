@@ -52,13 +52,11 @@ int trainer_init(trainer *t, const train_flags *f, const data_set *d, int rank,
   t->show_progress = f->progress && rank == 0;
   rng_seed(&t->shuffle, f->seed ^ 0x53485546464C45ull); /* "SHUFFLE" */
 
-  const int dims[] = {DATA_PIXELS, TRAIN_HIDDEN1, TRAIN_HIDDEN2, DATA_CLASSES};
   int rows = t->shard > TRAIN_EVAL_CHUNK ? t->shard : TRAIN_EVAL_CHUNK;
   optim_config oc = optim_defaults(f->optimizer);
   oc.weight_decay = f->weight_decay;
   oc.nesterov = f->nesterov;
-  if (mlp_init(&t->model, 3, dims) != 0 ||
-      mlp_work_init(&t->work, &t->model, rows) != 0 ||
+  if (model_create(&t->model, model_find(f->model), rows) != 0 ||
       optim_init(&t->opt, &oc, t->model.n_params) != 0 ||
       !(t->grads = calloc(t->model.n_params, sizeof *t->grads)) ||
       !(t->x = malloc((size_t)rows * DATA_PIXELS * sizeof *t->x)) ||
@@ -72,8 +70,7 @@ int trainer_init(trainer *t, const train_flags *f, const data_set *d, int rank,
 }
 
 void trainer_free(trainer *t) {
-  mlp_free(&t->model);
-  mlp_work_free(&t->work);
+  model_free(&t->model);
   optim_free(&t->opt);
   free(t->grads);
   free(t->x);
@@ -86,12 +83,12 @@ hk_status trainer_broadcast_init(trainer *t, uint64_t seed) {
   if (t->rank == 0) {
     rng r;
     rng_seed(&r, seed);
-    mlp_init_he(&t->model, &r);
+    t->model.ops->init(&t->model, &r);
   }
-  int n = mlp_n_tensors(&t->model), started = 0;
+  int n = t->model.n_tensors, started = 0;
   for (int i = 0; i < n; i++) {
-    mlp_tensor d = mlp_tensor_at(&t->model, i);
-    char name[MLP_NAME_CAP + 8];
+    model_tensor d = model_tensor_at(&t->model, i);
+    char name[MODEL_NAME_CAP + 8];
     snprintf(name, sizeof name, "init.%s", d.name);
     if (check(t,
               hk_broadcast_async(name, t->model.params + d.offset, d.count,
@@ -120,10 +117,10 @@ static void gather(trainer *t, const data_split *s, const uint32_t *idx,
   }
 }
 
-/* mlp_backward's callback: launch the allreduce of a finished gradient. */
+/* model_backward's callback: launch the allreduce of a finished gradient. */
 static int launch(void *ctx, int tensor, float *grad, size_t count) {
   trainer *t = ctx;
-  mlp_tensor d = mlp_tensor_at(&t->model, tensor);
+  model_tensor d = model_tensor_at(&t->model, tensor);
   if (check(t,
             hk_allreduce_async(d.name, grad, grad, count, HK_FLOAT32,
                                HK_AVERAGE, &t->handles[t->launched]),
@@ -137,10 +134,11 @@ static int launch(void *ctx, int tensor, float *grad, size_t count) {
  * mean loss to *loss and the time waited in hk_wait to *wait_s. */
 static hk_status step(trainer *t, size_t first, double *loss, double *wait_s) {
   gather(t, &t->data->train, t->perm + first, 0, (size_t)t->shard);
-  mlp_forward(&t->model, &t->work, t->x, t->shard);
-  *loss += mlp_loss(&t->model, &t->work, t->y, t->shard, NULL);
+  model *m = &t->model;
+  const float *z = m->ops->forward(m, t->x, t->shard, 1);
+  *loss += model_loss(m, z, t->y, t->shard, NULL);
   t->launched = 0;
-  mlp_backward(&t->model, &t->work, t->shard, t->grads, launch, t);
+  m->ops->backward(m, t->shard, t->grads, launch, t);
   double w0 = progress_now();
   for (int i = 0; i < t->launched; i++)
     check(t, hk_wait(t->handles[i]), "gradient allreduce", NULL);
@@ -149,13 +147,37 @@ static hk_status step(trainer *t, size_t first, double *loss, double *wait_s) {
     return t->failed;
   optim_begin_step(&t->opt);
   float lr = lr_at(t->peak_lr, t->step, t->total_steps, t->warmup_steps);
-  for (int i = 0; i < mlp_n_tensors(&t->model); i++) {
-    mlp_tensor d = mlp_tensor_at(&t->model, i);
-    optim_update(&t->opt, t->model.params + d.offset, t->grads + d.offset,
-                 d.offset, d.count, lr, !d.is_bias);
+  for (int i = 0; i < m->n_tensors; i++) {
+    model_tensor d = model_tensor_at(m, i);
+    if (d.trainable)
+      optim_update(&t->opt, m->params + d.offset, t->grads + d.offset, d.offset,
+                   d.count, lr, d.decay);
   }
   t->step++;
   return HK_OK;
+}
+
+/* Averages every buffer (tensor without a gradient: batch norm's running
+ * statistics) over the ranks, so that all evaluate the same model. */
+static hk_status average_buffers(trainer *t) {
+  int started = 0;
+  for (int i = 0; i < t->model.n_tensors; i++) {
+    model_tensor d = model_tensor_at(&t->model, i);
+    if (d.trainable)
+      continue;
+    char name[MODEL_NAME_CAP + 8];
+    snprintf(name, sizeof name, "epoch.%s", d.name);
+    float *p = t->model.params + d.offset;
+    if (check(t,
+              hk_allreduce_async(name, p, p, d.count, HK_FLOAT32, HK_AVERAGE,
+                                 &t->handles[started]),
+              "hk_allreduce_async", name) != HK_OK)
+      break;
+    started++;
+  }
+  for (int i = 0; i < started; i++)
+    check(t, hk_wait(t->handles[i]), "running statistics average", NULL);
+  return t->failed;
 }
 
 /* Accuracy on the test set: rank r evaluates the r-th contiguous slice,
@@ -168,7 +190,7 @@ static hk_status evaluate(trainer *t, double *acc) {
   for (size_t i = lo; i < hi; i += TRAIN_EVAL_CHUNK) {
     size_t k = hi - i < TRAIN_EVAL_CHUNK ? hi - i : TRAIN_EVAL_CHUNK;
     gather(t, &t->data->test, NULL, i, k);
-    mlp_count_correct(&t->model, &t->work, t->x, t->y, (int)k, &correct);
+    model_count_correct(&t->model, t->x, t->y, (int)k, &correct);
   }
   int64_t total = correct;
   if (check(t,
@@ -210,5 +232,7 @@ hk_status trainer_epoch(trainer *t, int epoch, progress *p, epoch_stats *s) {
   s->samples_per_s = (double)t->steps_per_epoch * t->global_batch /
                      (s->train_s > 0 ? s->train_s : 1e-9);
   s->wait_share = s->train_s > 0 ? wait_s / s->train_s : 0.0;
+  if (average_buffers(t) != HK_OK)
+    return t->failed;
   return evaluate(t, &s->test_acc);
 }

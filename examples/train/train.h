@@ -15,8 +15,12 @@
  * every rank and the update is elementwise, so replicas stay bitwise equal.
  * The average of the equal-sized shards' mean gradients is the gradient of
  * the mean over the global batch: any world size dividing G trains the
- * same model up to float rounding. The last n mod G samples of each epoch
- * (after shuffling) are dropped, as PyTorch's drop_last=True does.
+ * same model up to float rounding (for the CNN, up to its batch norm,
+ * whose statistics are each rank's local shard's: see below).
+ * Buffers (batch norm's running statistics) are averaged over the ranks
+ * with hk_allreduce at the end of every epoch, before the evaluation, so
+ * every rank evaluates and saves the same model. The last n mod G samples of
+ * each epoch (after shuffling) are dropped, as PyTorch's drop_last=True does.
  *
  * Errors: functions returning hk_status fail with the first hk error met,
  * after waiting every handle they launched; t->err then holds
@@ -31,14 +35,11 @@
 #include "data.h"
 #include "flags.h"
 #include "hk/hk.h"
-#include "mlp.h"
+#include "model.h"
 #include "optim.h"
 #include "progress.h"
 #include "rng.h"
 
-/** Hidden widths of the model: 784-256-128-10. */
-#define TRAIN_HIDDEN1 256
-#define TRAIN_HIDDEN2 128
 /** Test samples evaluated per forward pass. */
 #define TRAIN_EVAL_CHUNK 500
 
@@ -50,15 +51,14 @@ typedef struct trainer {
   float peak_lr;
   int show_progress;    /* --progress: rank 0 reports each epoch's progress */
   const data_set *data; /* not owned */
-  mlp model;
-  mlp_work work;
+  model model;
   optim opt;
   float *grads;   /* model.n_params floats, same layout as the params */
   float *x;       /* input batch: max(shard, eval chunk) x 784 floats */
   uint8_t *y;     /* its labels */
   uint32_t *perm; /* training order of the current epoch */
   rng shuffle;    /* same seed on every rank */
-  hk_handle handles[2 * MLP_MAX_LAYERS];
+  hk_handle handles[MODEL_MAX_TENSORS];
   int launched; /* tensors handed to hk this step */
   hk_status failed;
   char err[1024];
