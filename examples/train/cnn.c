@@ -294,10 +294,10 @@ static void col2im(const float *dcol, int cin, int N, int h, int w, float *dA) {
 
 /* Batch norm + ReLU of channel plane z (n values) into xhat and y. */
 static void bn_relu(block *b, int c, const float *z, size_t n, float *params,
-                    const model_tensor *t, int train) {
+                    const float *W, const model_tensor *t, int train) {
   float *rm = params + t[b->t_rm].offset, *rv = params + t[b->t_rm + 1].offset;
-  float gamma = params[t[b->t_gamma].offset + (size_t)c];
-  float beta = params[t[b->t_gamma + 1].offset + (size_t)c];
+  float gamma = W[t[b->t_gamma].offset + (size_t)c];
+  float beta = W[t[b->t_gamma + 1].offset + (size_t)c];
   double mean = rm[c], var = rv[c];
   if (train) { /* two passes in double: mean, then squared deviations */
     double s = 0.0, q = 0.0;
@@ -336,7 +336,7 @@ static void block_forward(block *b, const float *in, int N, float *params,
               (int)n);
   lowp_round(b->dy, (size_t)b->cout * n, lp);
   for (int c = 0; c < b->cout; c++)
-    bn_relu(b, c, b->dy + (size_t)c * n, n, params, t, train);
+    bn_relu(b, c, b->dy + (size_t)c * n, n, params, W, t, train);
   lowp_round(b->y, (size_t)b->cout * n, lp);
   size_t np = n / 4;
   for (int c = 0; c < b->cout; c++) {
@@ -366,7 +366,7 @@ static void block_forward(block *b, const float *in, int N, float *params,
 static const float *forward(model *m, const float *x, int N, int train) {
   cnn *c = m->impl;
   const model_tensor *t = c->t;
-  const float *W = m->params; /* the compute copy of the weights */
+  const float *W = m->compute ? m->compute : m->params;
   c->B = N;
   block_forward(&c->b[0], x, N, m->params, W, t, train, m->lowp);
   block_forward(&c->b[1], c->b[0].out, N, m->params, W, t, train, m->lowp);
@@ -395,8 +395,8 @@ static int hand(model_grad_ready ready, void *ctx, const cnn *c, int i,
 }
 
 static int block_backward(const cnn *c, block *b, int N, const float *dp,
-                          float *dA, const float *params, float *grads,
-                          model_grad_ready ready, void *ctx) {
+                          float *dA, const float *params, lowp_kind lp,
+                          float *grads, model_grad_ready ready, void *ctx) {
   const model_tensor *t = c->t;
   int K = b->cin * 9;
   size_t n = (size_t)N * (size_t)b->h * (size_t)b->w, np = n / 4;
@@ -434,6 +434,7 @@ static int block_backward(const cnn *c, block *b, int N, const float *dp,
     for (size_t i = 0; i < n; i++)
       dy[i] = a * ((float)n * dy[i] - dbk - xh[i] * dgk);
   }
+  lowp_round(b->dy, (size_t)b->cout * n, lp);
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, b->cout, K, (int)n, 1.0f,
               b->dy, (int)n, b->col, (int)n, 0.0f, grads + t[b->t_conv].offset,
               K);
@@ -452,7 +453,7 @@ static int backward(model *m, int N, float *grads, model_grad_ready ready,
                     void *ctx) {
   cnn *c = m->impl;
   const model_tensor *t = c->t;
-  const float *W = m->params;
+  const float *W = m->compute ? m->compute : m->params;
   int C = c->s.classes, S = c->feat / c->s.c2;
   const float *D = c->dlogits;
   float *gb = grads + t[T_FC_B].offset;
@@ -475,14 +476,15 @@ static int backward(model *m, int N, float *grads, model_grad_ready ready,
       memcpy(c->dp2 + ((size_t)k * (size_t)N + (size_t)s) * (size_t)S,
              c->dflat + (size_t)s * (size_t)c->feat + (size_t)k * (size_t)S,
              (size_t)S * sizeof(float));
-  if ((rc = block_backward(c, &c->b[1], N, c->dp2, c->dp1, W, grads, ready,
-                           ctx)))
+  if ((rc = block_backward(c, &c->b[1], N, c->dp2, c->dp1, W, m->lowp, grads,
+                           ready, ctx)))
     return rc;
   lowp_round(c->dp1,
              (size_t)c->s.c1 * (size_t)N * (size_t)(c->s.h / 2) *
                  (size_t)(c->s.w / 2),
              m->lowp);
-  return block_backward(c, &c->b[0], N, c->dp1, NULL, W, grads, ready, ctx);
+  return block_backward(c, &c->b[0], N, c->dp1, NULL, W, m->lowp, grads, ready,
+                        ctx);
 }
 
 static int header(const model *m, char magic[8], uint32_t *words) {

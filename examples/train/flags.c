@@ -36,6 +36,9 @@ static const char usage[] =
     "  --progress          show progress of each epoch on stderr\n"
     "  --model NAME        mlp (784-256-128-10, default) or cnn (two conv +\n"
     "                      batch-norm + ReLU + maxpool blocks, then linear)\n"
+    "  --precision P       fp32 (default), bf16 or fp16: compute in that\n"
+    "                      type with float32 master weights; gradients\n"
+    "                      travel in it; fp16 with dynamic loss scaling\n"
     "  -h, --help          this text\n";
 
 const char *flags_usage(void) { return usage; }
@@ -105,7 +108,7 @@ int flags_parse(int argc, char **argv, train_flags *out, char *err,
         "--epochs",       "--batch-size",   "--lr",          "--optimizer",
         "--weight-decay", "--warmup-steps", "--seed",        "--data",
         "--save",         "--save-all",     "--limit-train", "--limit-test",
-        "--model"};
+        "--model",        "--precision"};
     int known = 0;
     for (size_t k = 0; k < sizeof valued / sizeof *valued; k++)
       known |= !strcmp(opt, valued[k]);
@@ -150,6 +153,12 @@ int flags_parse(int argc, char **argv, train_flags *out, char *err,
         out->optimizer = OPTIM_ADAMW;
       else {
         snprintf(err, err_cap, "--optimizer: '%s' is not sgd or adamw", val);
+        rc = -1;
+      }
+    } else if (!strcmp(opt, "--precision")) {
+      if (lowp_parse(val, &out->precision) != 0) {
+        snprintf(err, err_cap, "--precision: '%s' is not fp32, bf16 or fp16",
+                 val);
         rc = -1;
       }
     } else if (!strcmp(opt, "--model")) {

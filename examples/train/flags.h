@@ -5,7 +5,7 @@
  *         [--weight-decay X] [--warmup-steps N] [--nesterov] [--seed N]
  *         [--data DIR] [--save FILE] [--save-all PREFIX]
  *         [--limit-train N] [--limit-test N] [--progress]
- *         [--model mlp|cnn] [-h|--help]
+ *         [--model mlp|cnn] [--precision fp32|bf16|fp16] [-h|--help]
  *
  * Options taking a value accept `--opt VALUE` and `--opt=VALUE`.
  */
@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "lowp.h"
 #include "optim.h"
 
 typedef struct train_flags {
@@ -33,6 +34,7 @@ typedef struct train_flags {
   size_t limit_test;    /* 0 = all */
   int progress;         /* show progress on rank 0 */
   const char *model;    /* model kind (model.h's table); default "mlp" */
+  lowp_kind precision;  /* compute precision (lowp.h); default fp32 */
 } train_flags;
 
 /** Default peak learning rates (measured; see the README section). */

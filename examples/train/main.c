@@ -68,13 +68,14 @@ static void print_setup(const train_flags *f, const trainer *t,
   t->model.ops->describe(&t->model, shape, sizeof shape);
   printf("train: %d rank%s, model %s (%zu parameters), %s lr %g "
          "weight_decay %g, global batch %d (%d per rank), %ld steps/epoch, "
-         "warm-up %ld steps, %zu train / %zu test samples\n",
+         "warm-up %ld steps, precision %s, %zu train / %zu test samples\n",
          t->size, t->size > 1 ? "s" : "", shape, t->model.n_params,
          f->optimizer == OPTIM_ADAMW ? "adamw"
          : f->nesterov               ? "sgd-nesterov"
                                      : "sgd",
          (double)f->lr, (double)f->weight_decay, t->global_batch, t->shard,
-         t->steps_per_epoch, t->warmup_steps, d->train.n, d->test.n);
+         t->steps_per_epoch, t->warmup_steps, lowp_name(t->model.lowp),
+         d->train.n, d->test.n);
   fflush(stdout);
 }
 
@@ -148,6 +149,9 @@ int main(int argc, char **argv) {
     if (t.rank == 0)
       printf("done epochs %d time_s %.2f test_acc %.4f\n", f.epochs,
              progress_now() - start, s.test_acc);
+    if (t.scaler.enabled) /* every rank: the tests compare them */
+      printf("loss_scale %g skipped_steps %ld\n", (double)t.scaler.scale,
+             t.scaler.skipped);
     if (save_weights(&f, &t) != 0)
       status = 1;
   }

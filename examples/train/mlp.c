@@ -115,7 +115,8 @@ const float *mlp_forward(const mlp *m, mlp_work *w, const float *x, int B) {
   for (int l = 0; l < m->n_layers; l++) {
     int nin = m->dims[l], nout = m->dims[l + 1];
     mlp_tensor wt = mlp_tensor_at(m, 2 * l), bt = mlp_tensor_at(m, 2 * l + 1);
-    const float *W = m->params + wt.offset, *b = m->params + bt.offset;
+    const float *P = m->compute ? m->compute : m->params;
+    const float *W = P + wt.offset, *b = P + bt.offset;
     float *out = w->act[l + 1];
     for (int i = 0; i < B; i++) /* out = broadcast b, then += in W^T */
       memcpy(out + (size_t)i * (size_t)nout, b, (size_t)nout * sizeof *b);
@@ -124,6 +125,7 @@ const float *mlp_forward(const mlp *m, mlp_work *w, const float *x, int B) {
     if (l + 1 < m->n_layers)
       for (size_t i = 0; i < (size_t)B * (size_t)nout; i++)
         out[i] = out[i] > 0.0f ? out[i] : 0.0f;
+    lowp_round(out, (size_t)B * (size_t)nout, m->lowp);
     in = out;
   }
   return w->act[m->n_layers];
@@ -160,10 +162,12 @@ int mlp_backward(const mlp *m, mlp_work *w, int B, float *grads,
       break;
     float *Dn = w->delta[1 - cur];
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, nin, nout, 1.0f,
-                D, nout, m->params + wt.offset, nin, 0.0f, Dn, nin);
+                D, nout, (m->compute ? m->compute : m->params) + wt.offset, nin,
+                0.0f, Dn, nin);
     for (size_t i = 0; i < (size_t)B * (size_t)nin; i++)
       if (A[i] <= 0.0f) /* relu'(z) = 0 where the output was clamped */
         Dn[i] = 0.0f;
+    lowp_round(Dn, (size_t)B * (size_t)nin, m->lowp);
     cur = 1 - cur;
   }
   return 0;

@@ -4,6 +4,7 @@
  */
 #include "model.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 extern const model_ops model_mlp_ops; /* model_mlp.c */
@@ -36,7 +37,24 @@ int model_create(model *m, const model_ops *ops, int max_batch) {
 void model_free(model *m) {
   if (m->ops)
     m->ops->destroy(m);
+  free(m->compute);
   memset(m, 0, sizeof *m);
+}
+
+int model_set_precision(model *m, lowp_kind k) {
+  float *c = NULL;
+  if (k != LOWP_FP32 && !(c = malloc(m->n_params * sizeof *c)))
+    return -1;
+  free(m->compute);
+  m->compute = c;
+  m->lowp = k;
+  return 0;
+}
+
+const float *model_forward(model *m, const float *x, int B, int train) {
+  if (m->compute)
+    lowp_copy(m->compute, m->params, m->n_params, m->lowp);
+  return m->ops->forward(m, x, B, train);
 }
 
 model_tensor model_tensor_at(const model *m, int t) {
@@ -50,7 +68,7 @@ double model_loss(model *m, const float *logits, const uint8_t *y, int B,
 
 void model_count_correct(model *m, const float *x, const uint8_t *y, int B,
                          long *correct) {
-  const float *z = m->ops->forward(m, x, B, 0);
+  const float *z = model_forward(m, x, B, 0);
   for (int i = 0; i < B; i++)
     if (loss_argmax(z + (size_t)i * (size_t)m->classes, m->classes) == y[i])
       (*correct)++;

@@ -96,6 +96,8 @@ struct model {
   int max_batch;
   float *dlogits; /* max_batch x classes, written by model_loss */
   lowp_kind lowp; /* compute precision; LOWP_FP32 after create */
+  float *compute; /* the weights the passes read: params rounded to lowp
+                     by model_forward (owned; NULL for LOWP_FP32) */
   void *impl;     /* the kind's own state */
 };
 
@@ -109,6 +111,21 @@ const char *model_names(void);
  *  *m is zeroed. Returns 0 or -1 (out of memory or max_batch < 1). */
 int model_create(model *m, const model_ops *ops, int max_batch);
 void model_free(model *m);
+
+/**
+ * Sets the compute precision (lowp.h): with BF16 or FP16 the passes read
+ * a copy of the float32 master weights rounded to that type (refreshed by
+ * every model_forward), round every layer's output and every backward
+ * delta to it at layer boundaries, and accumulate their GEMMs in float32
+ * (cblas_sgemm on the rounded values); batch norm's statistics, softmax
+ * and the loss stay float32 (as PyTorch's autocast keeps them). The
+ * caller rounds the input batch and the (scaled) dlogits. 0, or -1 (out
+ * of memory; the precision is then unchanged).
+ */
+int model_set_precision(model *m, lowp_kind k);
+
+/** Forward (model_ops.forward) after refreshing m->compute. */
+const float *model_forward(model *m, const float *x, int B, int train);
 
 /** Describes tensor t, 0 <= t < m->n_tensors. */
 model_tensor model_tensor_at(const model *m, int t);

@@ -72,6 +72,7 @@ static const float *forward(model *m, const float *x, int B, int train) {
   (void)train;
   mlp_impl *p = m->impl;
   p->net.lowp = m->lowp;
+  p->net.compute = m->compute;
   return mlp_forward(&p->net, &p->work, x, B);
 }
 

@@ -3,6 +3,7 @@
  */
 #include "train.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,29 @@ static hk_status check(trainer *t, hk_status st, const char *what,
              name ? name : "", hk_strerror(st), hk_last_error());
   }
   return st;
+}
+
+/* Reads TRAIN_INJECT_OVERFLOW ("R:S") into t; 0, or 2 with err. */
+static int read_inject(trainer *t, const train_flags *f, char *err,
+                       size_t err_cap) {
+  t->inject_rank = t->inject_step = -1;
+  const char *v = getenv("TRAIN_INJECT_OVERFLOW");
+  if (!v || !*v)
+    return 0;
+  char tail;
+  if (sscanf(v, "%ld:%ld%c", &t->inject_rank, &t->inject_step, &tail) != 2 ||
+      t->inject_rank < 0 || t->inject_step < 1) {
+    snprintf(err, err_cap,
+             "TRAIN_INJECT_OVERFLOW: '%s' is not RANK:STEP (STEP >= 1)", v);
+    return 2;
+  }
+  if (f->precision != LOWP_FP16) {
+    snprintf(err, err_cap,
+             "TRAIN_INJECT_OVERFLOW: only with --precision fp16 (loss "
+             "scaling is what skips the step)");
+    return 2;
+  }
+  return 0;
 }
 
 int trainer_init(trainer *t, const train_flags *f, const data_set *d, int rank,
@@ -34,8 +58,12 @@ int trainer_init(trainer *t, const train_flags *f, const data_set *d, int rank,
              d->train.n, f->batch_size);
     return 2;
   }
+  int rc = read_inject(t, f, err, err_cap);
+  if (rc)
+    return rc;
   t->rank = rank;
   t->size = size;
+  scaler_init(&t->scaler, f->precision == LOWP_FP16);
   t->data = d;
   t->global_batch = f->batch_size;
   t->shard = f->batch_size / size;
@@ -57,6 +85,9 @@ int trainer_init(trainer *t, const train_flags *f, const data_set *d, int rank,
   oc.weight_decay = f->weight_decay;
   oc.nesterov = f->nesterov;
   if (model_create(&t->model, model_find(f->model), rows) != 0 ||
+      model_set_precision(&t->model, f->precision) != 0 ||
+      (f->precision != LOWP_FP32 &&
+       !(t->g16 = malloc(t->model.n_params * sizeof *t->g16))) ||
       optim_init(&t->opt, &oc, t->model.n_params) != 0 ||
       !(t->grads = calloc(t->model.n_params, sizeof *t->grads)) ||
       !(t->x = malloc((size_t)rows * DATA_PIXELS * sizeof *t->x)) ||
@@ -73,6 +104,7 @@ void trainer_free(trainer *t) {
   model_free(&t->model);
   optim_free(&t->opt);
   free(t->grads);
+  free(t->g16);
   free(t->x);
   free(t->y);
   free(t->perm);
@@ -117,17 +149,54 @@ static void gather(trainer *t, const data_split *s, const uint32_t *idx,
   }
 }
 
-/* model_backward's callback: launch the allreduce of a finished gradient. */
+/* model_backward's callback: launch the allreduce of a finished gradient
+ * (packed into 16 bits first when computing in bf16/fp16). */
 static int launch(void *ctx, int tensor, float *grad, size_t count) {
   trainer *t = ctx;
   model_tensor d = model_tensor_at(&t->model, tensor);
+  if (t->launched == 0 && t->rank == t->inject_rank &&
+      t->step + 1 == t->inject_step)
+    grad[0] *= INFINITY; /* the test hook (train.h) */
+  void *buf = grad;
+  hk_dtype type = HK_FLOAT32;
+  if (t->g16) {
+    buf = t->g16 + d.offset;
+    type = t->model.lowp == LOWP_BF16 ? HK_BFLOAT16 : HK_FLOAT16;
+    lowp_pack(buf, grad, count, t->model.lowp);
+  }
   if (check(t,
-            hk_allreduce_async(d.name, grad, grad, count, HK_FLOAT32,
-                               HK_AVERAGE, &t->handles[t->launched]),
+            hk_allreduce_async(d.name, buf, buf, count, type, HK_AVERAGE,
+                               &t->handles[t->launched]),
             "hk_allreduce_async", d.name) != HK_OK)
     return 1;
   t->launched++;
   return 0;
+}
+
+/* After the allreduces: widens 16-bit gradients back into t->grads, lets
+ * the loss scaler decide, and unscales. Returns 1 to apply the step. */
+static int finish_gradients(trainer *t) {
+  model *m = &t->model;
+  int finite = 1;
+  for (int i = 0; i < m->n_tensors; i++) {
+    model_tensor d = model_tensor_at(m, i);
+    if (!d.trainable)
+      continue;
+    float *g = t->grads + d.offset;
+    if (t->g16)
+      lowp_unpack(g, t->g16 + d.offset, d.count, m->lowp);
+    if (t->scaler.enabled && finite)
+      finite = scaler_all_finite(g, d.count);
+  }
+  float inv = 1.0f / t->scaler.scale; /* exact: a power of two */
+  if (!scaler_update(&t->scaler, finite))
+    return 0;
+  for (int i = 0; inv != 1.0f && i < m->n_tensors; i++) {
+    model_tensor d = model_tensor_at(m, i);
+    for (size_t k = 0; d.trainable && k < d.count; k++)
+      t->grads[d.offset + k] *= inv;
+  }
+  return 1;
 }
 
 /* One step on the shard perm[first .. first + shard); adds the shard's
@@ -135,8 +204,13 @@ static int launch(void *ctx, int tensor, float *grad, size_t count) {
 static hk_status step(trainer *t, size_t first, double *loss, double *wait_s) {
   gather(t, &t->data->train, t->perm + first, 0, (size_t)t->shard);
   model *m = &t->model;
-  const float *z = m->ops->forward(m, t->x, t->shard, 1);
+  lowp_round(t->x, (size_t)t->shard * DATA_PIXELS, m->lowp);
+  const float *z = model_forward(m, t->x, t->shard, 1);
   *loss += model_loss(m, z, t->y, t->shard, NULL);
+  size_t nd = (size_t)t->shard * (size_t)m->classes;
+  for (size_t i = 0; t->scaler.enabled && i < nd; i++)
+    m->dlogits[i] *= t->scaler.scale;
+  lowp_round(m->dlogits, nd, m->lowp);
   t->launched = 0;
   m->ops->backward(m, t->shard, t->grads, launch, t);
   double w0 = progress_now();
@@ -145,6 +219,10 @@ static hk_status step(trainer *t, size_t first, double *loss, double *wait_s) {
   *wait_s += progress_now() - w0;
   if (t->failed)
     return t->failed;
+  if (!finish_gradients(t)) {
+    t->step++; /* skipped (fp16 overflow): the schedule still moves on */
+    return HK_OK;
+  }
   optim_begin_step(&t->opt);
   float lr = lr_at(t->peak_lr, t->step, t->total_steps, t->warmup_steps);
   for (int i = 0; i < m->n_tensors; i++) {
@@ -190,6 +268,7 @@ static hk_status evaluate(trainer *t, double *acc) {
   for (size_t i = lo; i < hi; i += TRAIN_EVAL_CHUNK) {
     size_t k = hi - i < TRAIN_EVAL_CHUNK ? hi - i : TRAIN_EVAL_CHUNK;
     gather(t, &t->data->test, NULL, i, k);
+    lowp_round(t->x, k * DATA_PIXELS, t->model.lowp);
     model_count_correct(&t->model, t->x, t->y, (int)k, &correct);
   }
   int64_t total = correct;

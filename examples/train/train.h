@@ -22,6 +22,22 @@
  * every rank evaluates and saves the same model. The last n mod G samples of
  * each epoch (after shuffling) are dropped, as PyTorch's drop_last=True does.
  *
+ * Mixed precision (--precision bf16|fp16, model_set_precision): the
+ * input batch and dLoss/dlogits are rounded to the type, the model
+ * computes in it (model.h), and each gradient tensor is packed into
+ * 16-bit words and allreduced as an HK_BFLOAT16 / HK_FLOAT16 tensor (each
+ * pairwise sum rounded in that type, hk.h), then widened back to float32
+ * for the optimiser, which updates the float32 master weights. fp16 adds
+ * dynamic loss scaling (scaler.h): dLoss/dlogits is multiplied by the
+ * scale; a step whose allreduced gradients hold an inf or NaN is skipped
+ * (identically on every rank, as hk's results are bitwise equal) and the
+ * scale halved.
+ *
+ * Test hook: the environment variable TRAIN_INJECT_OVERFLOW="R:S" (fp16
+ * only) makes rank R multiply its first gradient tensor of step S
+ * (1-based, counted over the run) by inf before handing it to hk, which
+ * every rank must then skip.
+ *
  * Errors: functions returning hk_status fail with the first hk error met,
  * after waiting every handle they launched; t->err then holds
  * "<what>: <hk_strerror>: <hk_last_error>".
@@ -39,6 +55,7 @@
 #include "optim.h"
 #include "progress.h"
 #include "rng.h"
+#include "scaler.h"
 
 /** Test samples evaluated per forward pass. */
 #define TRAIN_EVAL_CHUNK 500
@@ -53,7 +70,11 @@ typedef struct trainer {
   const data_set *data; /* not owned */
   model model;
   optim opt;
-  float *grads;   /* model.n_params floats, same layout as the params */
+  float *grads;  /* model.n_params floats, same layout as the params */
+  uint16_t *g16; /* bf16/fp16: the gradients as hk receives them, same
+                    layout; NULL for fp32 */
+  loss_scaler scaler;
+  long inject_rank, inject_step; /* TRAIN_INJECT_OVERFLOW, or -1 */
   float *x;       /* input batch: max(shard, eval chunk) x 784 floats */
   uint8_t *y;     /* its labels */
   uint32_t *perm; /* training order of the current epoch */
@@ -79,7 +100,8 @@ typedef struct epoch_stats {
  * one global batch. Returns 0; or, with a message in err, 2 for a
  * batch/world-size/data-size combination that cannot train (a usage error,
  * the same on every rank: nothing here communicates) or 1 when out of
- * memory. Free with trainer_free (also after a failure).
+ * memory (a malformed TRAIN_INJECT_OVERFLOW is a usage error too). Free
+ * with trainer_free (also after a failure).
  */
 int trainer_init(trainer *t, const train_flags *f, const data_set *d, int rank,
                  int size, char *err, size_t err_cap);

@@ -58,8 +58,9 @@ static void dump(const hkt_result *r) {
           r->exit_code, r->signal, r->timed_out, r->elapsed_s, r->out, r->err);
 }
 
-/* Runs `hkrun -np np train args...` (args NULL-terminated). */
-static void run_train(int np, hkt_result *r, ...) {
+/* Runs `hkrun -np np train args...` (args NULL-terminated) with extra
+ * environment env (NULL-terminated "NAME=value" strings, or NULL). */
+static void run_train_env(char *const *env, int np, hkt_result *r, va_list ap) {
   char *argv[40], nps[16];
   int k = 0;
   snprintf(nps, sizeof nps, "%d", np);
@@ -68,14 +69,29 @@ static void run_train(int np, hkt_result *r, ...) {
   argv[k++] = nps;
   argv[k++] = "--";
   argv[k++] = TRAIN_PATH;
-  va_list ap;
-  va_start(ap, r);
   char *a;
   while ((a = va_arg(ap, char *)) != NULL && k < 39)
     argv[k++] = a;
-  va_end(ap);
   argv[k] = NULL;
-  hkt_run(argv, NULL, RUN_S, r);
+  hkt_run(argv, env, RUN_S, r);
+}
+
+static void run_train(int np, hkt_result *r, ...) {
+  va_list ap;
+  va_start(ap, r);
+  run_train_env(NULL, np, r, ap);
+  va_end(ap);
+}
+
+/* run_train with TRAIN_INJECT_OVERFLOW=inject in the environment. */
+static void run_train_inject(const char *inject, int np, hkt_result *r, ...) {
+  char var[64];
+  snprintf(var, sizeof var, "TRAIN_INJECT_OVERFLOW=%s", inject);
+  char *env[] = {var, NULL};
+  va_list ap;
+  va_start(ap, r);
+  run_train_env(env, np, r, ap);
+  va_end(ap);
 }
 
 static void assert_exit(const hkt_result *r, int code) {
@@ -308,6 +324,92 @@ static void test_cnn_world_sizes_agree(void **state) {
       fail_msg("np=%d loss %.6f vs np=1 loss %.6f", nps[i], loss[i], loss[0]);
 }
 
+/* ---- (b3) bf16 and fp16: finite, learning, identical on every rank ---- */
+
+static void test_low_precision_learns(void **state) {
+  (void)state;
+  NEED_DATASET();
+  const char *kinds[] = {"bf16", "fp16"};
+  for (int i = 0; i < 2; i++) {
+    char prefix[128];
+    snprintf(prefix, sizeof prefix, "%s/%s", tmp, kinds[i]);
+    hkt_result r;
+    run_train(2, &r, "--precision", kinds[i], "--epochs", "2", "--limit-train",
+              "6000", "--limit-test", "1000", "--save-all", prefix, NULL);
+    assert_exit(&r, 0);
+    double acc1, acc2;
+    double l1 = epoch_loss(r.out, 1, &acc1), l2 = epoch_loss(r.out, 2, &acc2);
+    if (!isfinite(l1) || !isfinite(l2) || !(l2 < l1) || !(acc2 > 0.6)) {
+      dump(&r);
+      fail_msg("%s: losses %g then %g, accuracy %g", kinds[i], l1, l2, acc2);
+    }
+    assert_non_null(strstr(r.out, kinds[i]));
+    hkt_result_free(&r);
+    assert_same_weights(prefix, 2);
+  }
+}
+
+/* The "[rank] loss_scale S skipped_steps K" line of a rank, 0 if absent. */
+static int scale_of(const char *out, int rank, double *scale, long *skipped) {
+  char key[48];
+  snprintf(key, sizeof key, "[%d] loss_scale ", rank);
+  const char *p = strstr(out, key);
+  return p &&
+         sscanf(p + strlen(key), "%lf skipped_steps %ld", scale, skipped) == 2;
+}
+
+/* ---- (b4) fp16: an overflow on one rank makes every rank skip ---- */
+
+static void test_fp16_overflow_skips_everywhere(void **state) {
+  (void)state;
+  NEED_DATASET();
+  char prefix[128];
+  hkt_result r;
+  double base_scale = 0, scale;
+  long base_skipped = 0, skipped;
+  /* Without injection: each rank's scale and skip count (the very first
+   * steps may overflow 2^16 by themselves: measured 1 skip). */
+  run_train(2, &r, "--precision", "fp16", "--epochs", "1", "--limit-train",
+            "2048", "--limit-test", "256", "--batch-size", "64", NULL);
+  assert_exit(&r, 0);
+  if (!scale_of(r.out, 0, &base_scale, &base_skipped)) {
+    dump(&r);
+    fail_msg("no loss_scale line from rank 0");
+  }
+  hkt_result_free(&r);
+  /* Rank 1 overflows at step 5, rank 0 at step 20: one more skip each
+   * time, the scale halved each time, the same on both ranks, and the
+   * weights still bitwise equal (both ranks skipped the same steps). */
+  snprintf(prefix, sizeof prefix, "%s/inject", tmp);
+  const char *injects[] = {"1:5", "0:20"};
+  for (int k = 0; k < 2; k++) {
+    run_train_inject(injects[k], 2, &r, "--precision", "fp16", "--epochs", "1",
+                     "--limit-train", "2048", "--limit-test", "256",
+                     "--batch-size", "64", "--save-all", prefix, NULL);
+    assert_exit(&r, 0);
+    for (int rank = 0; rank < 2; rank++)
+      if (!scale_of(r.out, rank, &scale, &skipped) ||
+          skipped != base_skipped + 1 || scale != base_scale / 2) {
+        dump(&r);
+        fail_msg("inject %s: rank %d: scale %g skipped %ld; without: %g, %ld",
+                 injects[k], rank, scale, skipped, base_scale, base_skipped);
+      }
+    hkt_result_free(&r);
+    assert_same_weights(prefix, 2);
+  }
+  /* The hook's own errors: a malformed value, and fp32. */
+  run_train_inject("one", 2, &r, "--precision", "fp16", NULL);
+  assert_exit(&r, 2);
+  assert_every_rank_says(&r, 2,
+                         "TRAIN_INJECT_OVERFLOW: 'one' is not RANK:STEP");
+  hkt_result_free(&r);
+  run_train_inject("0:1", 2, &r, "--limit-train", "256", NULL);
+  assert_exit(&r, 2);
+  assert_every_rank_says(&r, 2,
+                         "TRAIN_INJECT_OVERFLOW: only with --precision fp16");
+  hkt_result_free(&r);
+}
+
 /* ---- (c) malformed data: every rank names the file and the problem ---- */
 
 static void expect_data_error(const char *dir, const char *file,
@@ -402,6 +504,11 @@ static void test_usage_errors(void **state) {
   assert_every_rank_says(&r, 2, "--model: 'resnet' is not one of mlp|cnn");
   hkt_result_free(&r);
 
+  run_train(2, &r, "--precision", "fp8", NULL);
+  assert_exit(&r, 2);
+  assert_every_rank_says(&r, 2, "--precision: 'fp8' is not fp32, bf16 or fp16");
+  hkt_result_free(&r);
+
   run_train(2, &r, "--epochs", "x", NULL);
   assert_exit(&r, 2);
   assert_every_rank_says(&r, 2, "--epochs: 'x' is not an integer in 1..100000");
@@ -440,6 +547,8 @@ int main(void) {
       cmocka_unit_test(test_short_run),
       cmocka_unit_test(test_world_sizes_agree),
       cmocka_unit_test(test_cnn_world_sizes_agree),
+      cmocka_unit_test(test_low_precision_learns),
+      cmocka_unit_test(test_fp16_overflow_skips_everywhere),
       cmocka_unit_test(test_malformed_data),
       cmocka_unit_test(test_missing_data_dir),
       cmocka_unit_test(test_usage_errors),
