@@ -19,12 +19,18 @@ static const char usage[] =
     "                      ranks; must be divisible by their number "
     "(default 128)\n"
     "  --lr X              peak learning rate (default 2e-3 adamw, "
-    "0.05 sgd)\n"
-    "  --optimizer NAME    adamw (default) or sgd (momentum 0.9)\n"
-    "  --weight-decay X    adamw: decoupled; sgd: L2 (default 0.01 adamw,\n"
+    "0.05 sgd,\n"
+    "                      0.01 lamb)\n"
+    "  --optimizer NAME    adamw (default), sgd (momentum 0.9) or lamb\n"
+    "                      (layer-wise trust ratio, You et al. 2020)\n"
+    "  --weight-decay X    adamw, lamb: decoupled; sgd: L2 (default 0.01,\n"
     "                      0 sgd); never applied to biases\n"
-    "  --warmup-steps N    linear warm-up steps, then cosine decay to 0\n"
+    "  --warmup-steps N    linear warm-up steps, then the schedule\n"
     "                      (default 5% of all steps)\n"
+    "  --schedule NAME     cosine (decay to 0, default) or plateau (the\n"
+    "                      rate times --plateau-factor X (default 0.5) when\n"
+    "                      the epoch's loss has not improved for more than\n"
+    "                      --plateau-patience N epochs (default 1))\n"
     "  --nesterov          Nesterov momentum (sgd)\n"
     "  --seed N            initialisation and shuffling seed (default 42)\n"
     "  --data DIR          Fashion-MNIST directory (default " DATA_DEFAULT_DIR
@@ -82,6 +88,8 @@ int flags_parse(int argc, char **argv, train_flags *out, char *err,
   out->seed = 42;
   out->data_dir = DATA_DEFAULT_DIR;
   out->model = "mlp";
+  out->plateau_factor = 0.5f;
+  out->plateau_patience = 1;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "-h") || !strcmp(a, "--help"))
@@ -104,11 +112,23 @@ int flags_parse(int argc, char **argv, train_flags *out, char *err,
     }
     memcpy(opt, a, optlen);
     opt[optlen] = '\0';
-    static const char *const valued[] = {
-        "--epochs",       "--batch-size",   "--lr",          "--optimizer",
-        "--weight-decay", "--warmup-steps", "--seed",        "--data",
-        "--save",         "--save-all",     "--limit-train", "--limit-test",
-        "--model",        "--precision"};
+    static const char *const valued[] = {"--epochs",
+                                         "--batch-size",
+                                         "--lr",
+                                         "--optimizer",
+                                         "--weight-decay",
+                                         "--warmup-steps",
+                                         "--seed",
+                                         "--data",
+                                         "--save",
+                                         "--save-all",
+                                         "--limit-train",
+                                         "--limit-test",
+                                         "--model",
+                                         "--precision",
+                                         "--schedule",
+                                         "--plateau-factor",
+                                         "--plateau-patience"};
     int known = 0;
     for (size_t k = 0; k < sizeof valued / sizeof *valued; k++)
       known |= !strcmp(opt, valued[k]);
@@ -151,10 +171,26 @@ int flags_parse(int argc, char **argv, train_flags *out, char *err,
         out->optimizer = OPTIM_SGD;
       else if (!strcmp(val, "adamw"))
         out->optimizer = OPTIM_ADAMW;
+      else if (!strcmp(val, "lamb"))
+        out->optimizer = OPTIM_LAMB;
       else {
-        snprintf(err, err_cap, "--optimizer: '%s' is not sgd or adamw", val);
+        snprintf(err, err_cap, "--optimizer: '%s' is not sgd or adamw or lamb",
+                 val);
         rc = -1;
       }
+    } else if (!strcmp(opt, "--schedule")) {
+      out->plateau = !strcmp(val, "plateau");
+      if (!out->plateau && strcmp(val, "cosine")) {
+        snprintf(err, err_cap, "--schedule: '%s' is not cosine or plateau",
+                 val);
+        rc = -1;
+      }
+    } else if (!strcmp(opt, "--plateau-factor")) {
+      rc =
+          parse_float(opt, val, 0.01, 0.99, &out->plateau_factor, err, err_cap);
+    } else if (!strcmp(opt, "--plateau-patience")) {
+      rc = parse_long(opt, val, 0, 1000, &v, err, err_cap);
+      out->plateau_patience = (int)v;
     } else if (!strcmp(opt, "--precision")) {
       if (lowp_parse(val, &out->precision) != 0) {
         snprintf(err, err_cap, "--precision: '%s' is not fp32, bf16 or fp16",
@@ -185,9 +221,11 @@ int flags_parse(int argc, char **argv, train_flags *out, char *err,
     snprintf(err, err_cap, "--nesterov: only with --optimizer sgd");
     return -1;
   }
+  static const float default_lr[] = {[OPTIM_SGD] = TRAIN_DEFAULT_LR_SGD,
+                                     [OPTIM_ADAMW] = TRAIN_DEFAULT_LR_ADAMW,
+                                     [OPTIM_LAMB] = TRAIN_DEFAULT_LR_LAMB};
   if (out->lr < 0)
-    out->lr = out->optimizer == OPTIM_ADAMW ? TRAIN_DEFAULT_LR_ADAMW
-                                            : TRAIN_DEFAULT_LR_SGD;
+    out->lr = default_lr[out->optimizer];
   if (out->weight_decay < 0)
     out->weight_decay = optim_defaults(out->optimizer).weight_decay;
   return 0;

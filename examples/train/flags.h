@@ -1,7 +1,9 @@
 /*
  * flags.h - the trainer's command line, parsed by one pure function.
  *
- *   train [--epochs N] [--batch-size N] [--lr X] [--optimizer sgd|adamw]
+ *   train [--epochs N] [--batch-size N] [--lr X]
+ *         [--optimizer sgd|adamw|lamb] [--schedule cosine|plateau]
+ *         [--plateau-factor X] [--plateau-patience N]
  *         [--weight-decay X] [--warmup-steps N] [--nesterov] [--seed N]
  *         [--data DIR] [--save FILE] [--save-all PREFIX]
  *         [--limit-train N] [--limit-test N] [--progress]
@@ -19,11 +21,14 @@
 #include "optim.h"
 
 typedef struct train_flags {
-  int epochs;           /* >= 1; default 5 */
-  int batch_size;       /* GLOBAL samples per step, >= 1; default 128 */
-  float lr;             /* peak learning rate; default 2e-3 adamw, 0.05 sgd */
+  int epochs;     /* >= 1; default 5 */
+  int batch_size; /* GLOBAL samples per step, >= 1; default 128 */
+  float lr; /* peak learning rate; default 2e-3 adamw, 0.05 sgd, lamb below */
   optim_kind optimizer; /* default adamw */
-  float weight_decay;   /* default 0.01 adamw, 0 sgd */
+  float weight_decay;   /* default 0.01 adamw and lamb, 0 sgd */
+  int plateau;          /* --schedule plateau (else cosine, the default) */
+  float plateau_factor; /* in [0.01, 0.99]; default 0.5 */
+  int plateau_patience; /* >= 0; default 1 */
   long warmup_steps;    /* -1 (default): 5% of all steps, at least 1 */
   int nesterov;         /* sgd only */
   uint64_t seed;        /* init and shuffling; default 42 */
@@ -40,6 +45,7 @@ typedef struct train_flags {
 /** Default peak learning rates (measured; see the README section). */
 #define TRAIN_DEFAULT_LR_ADAMW 2e-3f
 #define TRAIN_DEFAULT_LR_SGD 0.05f
+#define TRAIN_DEFAULT_LR_LAMB 1e-2f
 /** Default warm-up share of all steps when --warmup-steps is not given. */
 #define TRAIN_DEFAULT_WARMUP_SHARE 0.05
 

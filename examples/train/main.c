@@ -68,14 +68,16 @@ static void print_setup(const train_flags *f, const trainer *t,
   t->model.ops->describe(&t->model, shape, sizeof shape);
   printf("train: %d rank%s, model %s (%zu parameters), %s lr %g "
          "weight_decay %g, global batch %d (%d per rank), %ld steps/epoch, "
-         "warm-up %ld steps, precision %s, %zu train / %zu test samples\n",
+         "warm-up %ld steps, schedule %s, precision %s, %zu train / %zu "
+         "test samples\n",
          t->size, t->size > 1 ? "s" : "", shape, t->model.n_params,
-         f->optimizer == OPTIM_ADAMW ? "adamw"
-         : f->nesterov               ? "sgd-nesterov"
-                                     : "sgd",
+         f->optimizer == OPTIM_ADAMW  ? "adamw"
+         : f->optimizer == OPTIM_LAMB ? "lamb"
+         : f->nesterov                ? "sgd-nesterov"
+                                      : "sgd",
          (double)f->lr, (double)f->weight_decay, t->global_batch, t->shard,
-         t->steps_per_epoch, t->warmup_steps, lowp_name(t->model.lowp),
-         d->train.n, d->test.n);
+         t->steps_per_epoch, t->warmup_steps, f->plateau ? "plateau" : "cosine",
+         lowp_name(t->model.lowp), d->train.n, d->test.n);
   fflush(stdout);
 }
 
@@ -139,6 +141,11 @@ int main(int argc, char **argv) {
              "allreduce_wait %.1f%% time_s %.2f\n",
              e, s.loss, s.test_acc, s.samples_per_s, 100.0 * s.wait_share,
              s.train_s);
+      if (s.lr_reduced)
+        printf("plateau: loss %.6f not below the best %.6f for more than %d "
+               "epoch%s: learning rate now %g x the peak\n",
+               s.loss, t.plateau.best, f.plateau_patience,
+               f.plateau_patience == 1 ? "" : "s", (double)t.plateau.scale);
       fflush(stdout);
     }
   }

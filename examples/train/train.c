@@ -77,6 +77,8 @@ int trainer_init(trainer *t, const train_flags *f, const data_set *d, int rank,
       t->warmup_steps = 1;
   }
   t->peak_lr = f->lr;
+  t->use_plateau = f->plateau;
+  plateau_init(&t->plateau, f->plateau_factor, f->plateau_patience);
   t->show_progress = f->progress && rank == 0;
   rng_seed(&t->shuffle, f->seed ^ 0x53485546464C45ull); /* "SHUFFLE" */
 
@@ -199,6 +201,13 @@ static int finish_gradients(trainer *t) {
   return 1;
 }
 
+/* The rate of step t->step: warm-up, then cosine or the plateau's scale. */
+static float learning_rate(const trainer *t) {
+  if (!t->use_plateau || t->step < t->warmup_steps)
+    return lr_at(t->peak_lr, t->step, t->total_steps, t->warmup_steps);
+  return t->peak_lr * t->plateau.scale;
+}
+
 /* One step on the shard perm[first .. first + shard); adds the shard's
  * mean loss to *loss and the time waited in hk_wait to *wait_s. */
 static hk_status step(trainer *t, size_t first, double *loss, double *wait_s) {
@@ -224,7 +233,7 @@ static hk_status step(trainer *t, size_t first, double *loss, double *wait_s) {
     return HK_OK;
   }
   optim_begin_step(&t->opt);
-  float lr = lr_at(t->peak_lr, t->step, t->total_steps, t->warmup_steps);
+  float lr = learning_rate(t);
   for (int i = 0; i < m->n_tensors; i++) {
     model_tensor d = model_tensor_at(m, i);
     if (d.trainable)
@@ -308,6 +317,8 @@ hk_status trainer_epoch(trainer *t, int epoch, progress *p, epoch_stats *s) {
             "hk_allreduce", "epoch.loss") != HK_OK)
     return t->failed;
   s->loss = mean;
+  /* Every rank holds the same mean (hk's result), so all reduce alike. */
+  s->lr_reduced = t->use_plateau && plateau_step(&t->plateau, mean);
   s->samples_per_s = (double)t->steps_per_epoch * t->global_batch /
                      (s->train_s > 0 ? s->train_s : 1e-9);
   s->wait_share = s->train_s > 0 ? wait_s / s->train_s : 0.0;

@@ -66,6 +66,8 @@ typedef struct trainer {
   long steps_per_epoch, total_steps, warmup_steps;
   long step; /* steps done so far (schedule position) */
   float peak_lr;
+  int use_plateau; /* --schedule plateau: peak_lr * plateau.scale */
+  plateau plateau;
   int show_progress;    /* --progress: rank 0 reports each epoch's progress */
   const data_set *data; /* not owned */
   model model;
@@ -92,6 +94,7 @@ typedef struct epoch_stats {
   double samples_per_s; /* global training samples / this rank's wall s */
   double wait_share;    /* time in hk_wait for gradients / step time */
   double train_s;       /* wall seconds of the epoch's steps */
+  int lr_reduced;       /* --schedule plateau reduced the rate after it */
 } epoch_stats;
 
 /**

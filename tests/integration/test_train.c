@@ -410,6 +410,34 @@ static void test_fp16_overflow_skips_everywhere(void **state) {
   hkt_result_free(&r);
 }
 
+/* ---- (b5) LAMB with reduce-on-plateau: every rank reduces alike ---- */
+
+static void test_lamb_plateau(void **state) {
+  (void)state;
+  NEED_DATASET();
+  char prefix[128];
+  snprintf(prefix, sizeof prefix, "%s/lamb", tmp);
+  hkt_result r;
+  /* A rate too high for this small set makes the loss rise after epoch 2
+   * (measured: epochs 3 and 4 worse than 2), and patience 0 reduces at
+   * once. The reduction is decided from the rank-averaged loss, so the
+   * ranks' weights stay bitwise equal. */
+  run_train(2, &r, "--optimizer", "lamb", "--lr", "0.05", "--schedule",
+            "plateau", "--plateau-patience", "0", "--epochs", "4",
+            "--limit-train", "1024", "--limit-test", "256", "--batch-size",
+            "64", "--save-all", prefix, NULL);
+  assert_exit(&r, 0);
+  int n = hkt_count_lines(r.out, "[0] plateau: loss ");
+  if (n < 1 || !strstr(r.out, "learning rate now 0.5 x the peak") ||
+      (n >= 2 && !strstr(r.out, "learning rate now 0.25 x the peak")) ||
+      !strstr(r.out, "lamb lr 0.05") || !strstr(r.out, "schedule plateau")) {
+    dump(&r);
+    fail_msg("expected reductions by 0.5 each (%d seen)", n);
+  }
+  hkt_result_free(&r);
+  assert_same_weights(prefix, 2);
+}
+
 /* ---- (c) malformed data: every rank names the file and the problem ---- */
 
 static void expect_data_error(const char *dir, const char *file,
@@ -549,6 +577,7 @@ int main(void) {
       cmocka_unit_test(test_cnn_world_sizes_agree),
       cmocka_unit_test(test_low_precision_learns),
       cmocka_unit_test(test_fp16_overflow_skips_everywhere),
+      cmocka_unit_test(test_lamb_plateau),
       cmocka_unit_test(test_malformed_data),
       cmocka_unit_test(test_missing_data_dir),
       cmocka_unit_test(test_usage_errors),
