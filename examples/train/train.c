@@ -113,27 +113,41 @@ void trainer_free(trainer *t) {
   memset(t, 0, sizeof *t);
 }
 
+/* Starts one in-place collective per tensor of the params (all of them,
+ * or only the buffers), named "<prefix>.<tensor name>": a broadcast from
+ * rank 0, or an average; then waits for every one started. */
+static hk_status per_tensor(trainer *t, const char *prefix, int buffers_only,
+                            int broadcast, const char *what) {
+  int started = 0;
+  for (int i = 0; i < t->model.n_tensors; i++) {
+    model_tensor d = model_tensor_at(&t->model, i);
+    if (buffers_only && d.trainable)
+      continue;
+    char name[MODEL_NAME_CAP + 16];
+    snprintf(name, sizeof name, "%s.%s", prefix, d.name);
+    float *p = t->model.params + d.offset;
+    hk_handle *h = &t->handles[started];
+    hk_status st = broadcast
+                       ? hk_broadcast_async(name, p, d.count, HK_FLOAT32, 0, h)
+                       : hk_allreduce_async(name, p, p, d.count, HK_FLOAT32,
+                                            HK_AVERAGE, h);
+    if (check(t, st, broadcast ? "hk_broadcast_async" : "hk_allreduce_async",
+              name) != HK_OK)
+      break;
+    started++;
+  }
+  for (int i = 0; i < started; i++)
+    check(t, hk_wait(t->handles[i]), what, NULL);
+  return t->failed;
+}
+
 hk_status trainer_broadcast_init(trainer *t, uint64_t seed) {
   if (t->rank == 0) {
     rng r;
     rng_seed(&r, seed);
     t->model.ops->init(&t->model, &r);
   }
-  int n = t->model.n_tensors, started = 0;
-  for (int i = 0; i < n; i++) {
-    model_tensor d = model_tensor_at(&t->model, i);
-    char name[MODEL_NAME_CAP + 8];
-    snprintf(name, sizeof name, "init.%s", d.name);
-    if (check(t,
-              hk_broadcast_async(name, t->model.params + d.offset, d.count,
-                                 HK_FLOAT32, 0, &t->handles[i]),
-              "hk_broadcast_async", name) != HK_OK)
-      break;
-    started++;
-  }
-  for (int i = 0; i < started; i++)
-    check(t, hk_wait(t->handles[i]), "broadcast of the initial weights", NULL);
-  return t->failed;
+  return per_tensor(t, "init", 0, 1, "broadcast of the initial weights");
 }
 
 /* Converts samples idx[0..n) of split s (or first..first+n when idx is
@@ -244,29 +258,6 @@ static hk_status step(trainer *t, size_t first, double *loss, double *wait_s) {
   return HK_OK;
 }
 
-/* Averages every buffer (tensor without a gradient: batch norm's running
- * statistics) over the ranks, so that all evaluate the same model. */
-static hk_status average_buffers(trainer *t) {
-  int started = 0;
-  for (int i = 0; i < t->model.n_tensors; i++) {
-    model_tensor d = model_tensor_at(&t->model, i);
-    if (d.trainable)
-      continue;
-    char name[MODEL_NAME_CAP + 8];
-    snprintf(name, sizeof name, "epoch.%s", d.name);
-    float *p = t->model.params + d.offset;
-    if (check(t,
-              hk_allreduce_async(name, p, p, d.count, HK_FLOAT32, HK_AVERAGE,
-                                 &t->handles[started]),
-              "hk_allreduce_async", name) != HK_OK)
-      break;
-    started++;
-  }
-  for (int i = 0; i < started; i++)
-    check(t, hk_wait(t->handles[i]), "running statistics average", NULL);
-  return t->failed;
-}
-
 /* Accuracy on the test set: rank r evaluates the r-th contiguous slice,
  * then the correct counts are summed over the ranks. */
 static hk_status evaluate(trainer *t, double *acc) {
@@ -322,7 +313,9 @@ hk_status trainer_epoch(trainer *t, int epoch, progress *p, epoch_stats *s) {
   s->samples_per_s = (double)t->steps_per_epoch * t->global_batch /
                      (s->train_s > 0 ? s->train_s : 1e-9);
   s->wait_share = s->train_s > 0 ? wait_s / s->train_s : 0.0;
-  if (average_buffers(t) != HK_OK)
+  /* Buffers (batch norm's running statistics, each rank's own during the
+   * epoch) averaged, so that every rank evaluates and saves one model. */
+  if (per_tensor(t, "epoch", 1, 0, "running statistics average") != HK_OK)
     return t->failed;
   return evaluate(t, &s->test_acc);
 }
