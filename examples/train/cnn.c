@@ -243,6 +243,10 @@ static void init(model *m, rng *r) {
   }
 }
 
+/* The output columns x whose input column x + kx - 1 lies in 0..w-1. */
+static int x_lo(int kx) { return kx == 0 ? 1 : 0; }
+static int x_hi(int kx, int w) { return kx == 2 ? w - 1 : w; }
+
 /* col (cin*9 x N*h*w) from A (cin x N x h x w), zero padding 1. */
 static void im2col(const float *A, int cin, int N, int h, int w, float *col) {
   size_t plane = (size_t)N * (size_t)h * (size_t)w;
@@ -251,16 +255,19 @@ static void im2col(const float *A, int cin, int N, int h, int w, float *col) {
       for (int kx = 0; kx < 3; kx++) {
         float *row = col + ((size_t)ci * 9 + (size_t)(ky * 3 + kx)) * plane;
         const float *a = A + (size_t)ci * plane;
+        int lo = x_lo(kx), hi = x_hi(kx, w);
         for (int b = 0; b < N; b++)
           for (int y = 0; y < h; y++) {
             int iy = y + ky - 1;
             float *o = row + ((size_t)b * (size_t)h + (size_t)y) * (size_t)w;
+            if (iy < 0 || iy >= h) {
+              memset(o, 0, (size_t)w * sizeof *o);
+              continue;
+            }
             const float *src =
                 a + ((size_t)b * (size_t)h + (size_t)iy) * (size_t)w;
-            for (int x = 0; x < w; x++) {
-              int ix = x + kx - 1;
-              o[x] = iy >= 0 && iy < h && ix >= 0 && ix < w ? src[ix] : 0.0f;
-            }
+            o[0] = o[w - 1] = 0.0f; /* the padding column, if any */
+            memcpy(o + lo, src + lo + kx - 1, (size_t)(hi - lo) * sizeof *o);
           }
       }
 }
@@ -275,6 +282,7 @@ static void col2im(const float *dcol, int cin, int N, int h, int w, float *dA) {
         const float *row =
             dcol + ((size_t)ci * 9 + (size_t)(ky * 3 + kx)) * plane;
         float *a = dA + (size_t)ci * plane;
+        int lo = x_lo(kx), hi = x_hi(kx, w);
         for (int b = 0; b < N; b++)
           for (int y = 0; y < h; y++) {
             int iy = y + ky - 1;
@@ -282,12 +290,10 @@ static void col2im(const float *dcol, int cin, int N, int h, int w, float *dA) {
               continue;
             const float *g =
                 row + ((size_t)b * (size_t)h + (size_t)y) * (size_t)w;
-            float *dst = a + ((size_t)b * (size_t)h + (size_t)iy) * (size_t)w;
-            for (int x = 0; x < w; x++) {
-              int ix = x + kx - 1;
-              if (ix >= 0 && ix < w)
-                dst[ix] += g[x];
-            }
+            float *dst =
+                a + ((size_t)b * (size_t)h + (size_t)iy) * (size_t)w + kx - 1;
+            for (int x = lo; x < hi; x++)
+              dst[x] += g[x];
           }
       }
 }
