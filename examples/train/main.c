@@ -1,8 +1,9 @@
 /*
- * train - data-parallel training of a 784-256-128-10 MLP on Fashion-MNIST
- * with hk, the job hk exists for:
+ * train - data-parallel training of a 784-256-128-10 MLP or a small CNN
+ * (--model, model.h) on Fashion-MNIST with hk, the job hk exists for:
  *
  *   hkrun -np 4 build/train --epochs 5
+ *   hkrun -np 4 build/train --model cnn --precision bf16
  *
  * Order of events on every rank: parse flags (bad ones: message, exit 2),
  * load and validate the whole data set (any problem: message naming the
@@ -15,15 +16,20 @@
  * line per epoch with these fields in this order,
  *   epoch 1 loss 0.518123 test_acc 0.8159 samples/s 14890
  *   allreduce_wait 80.0% time_s 4.02
- * (one line in reality) and at the end "done epochs N time_s S test_acc A"
- * (S: wall seconds from the initial broadcast to the last evaluation) and,
- * with --save, "saved FILE". loss is the mean training loss over all
- * ranks' samples of the epoch; test_acc the accuracy on the (limited)
- * test set after the epoch; samples/s the global training throughput over
- * rank 0's wall time of the epoch's steps (time_s, evaluation excluded);
- * allreduce_wait the share of that time rank 0 spent in hk_wait on
- * gradient allreduces. With --progress, progress.h's display on stderr.
- * Exit status: 0, 1 (data, hk or I/O failure), 2 (bad command line).
+ * (one line in reality); with --schedule plateau, after an epoch that
+ * reduced the rate, "plateau: loss L not below the best B for more than
+ * P epochs: learning rate now F x the peak"; at the end "done epochs N
+ * time_s S test_acc A" (S: wall seconds from the initial broadcast to the
+ * last evaluation) and, with --save, "saved FILE". With --precision fp16
+ * EVERY rank then prints "loss_scale S skipped_steps K" (its loss
+ * scaler's final scale and the steps it skipped; equal on all ranks). loss is
+ * the mean training loss over all ranks' samples of the epoch; test_acc the
+ * accuracy on the (limited) test set after the epoch; samples/s the global
+ * training throughput over rank 0's wall time of the epoch's steps (time_s,
+ * evaluation excluded); allreduce_wait the share of that time rank 0 spent in
+ * hk_wait on gradient allreduces. With --progress, progress.h's display on
+ * stderr. Exit status: 0, 1 (data, hk or I/O failure), 2 (bad command line, or
+ * a malformed TRAIN_INJECT_OVERFLOW, train.h's test hook).
  */
 #include <cblas.h>
 #include <stdio.h>
