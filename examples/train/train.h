@@ -1,6 +1,6 @@
 /*
- * train.h - data-parallel training of the MLP the Horovod way, through hk's
- * public API only.
+ * train.h - data-parallel training of a model of model.h's table (--model
+ * mlp|cnn) the Horovod way, through hk's public API only.
  *
  * Every rank holds the whole data set and a full model replica. Per epoch
  * every rank shuffles the training indices with the same SplitMix64 stream
@@ -16,7 +16,7 @@
  * The average of the equal-sized shards' mean gradients is the gradient of
  * the mean over the global batch: any world size dividing G trains the
  * same model up to float rounding (for the CNN, up to its batch norm,
- * whose statistics are each rank's local shard's: see below).
+ * whose statistics are each rank's local shard's: cnn.h).
  * Buffers (batch norm's running statistics) are averaged over the ranks
  * with hk_allreduce at the end of every epoch, before the evaluation, so
  * every rank evaluates and saves the same model. The last n mod G samples of
@@ -34,9 +34,9 @@
  * scale halved.
  *
  * Test hook: the environment variable TRAIN_INJECT_OVERFLOW="R:S" (fp16
- * only) makes rank R multiply its first gradient tensor of step S
- * (1-based, counted over the run) by inf before handing it to hk, which
- * every rank must then skip.
+ * only) makes rank R multiply the first element of its first gradient
+ * tensor of step S (1-based, counted over the run) by inf before handing
+ * it to hk; every rank must then skip that step.
  *
  * Errors: functions returning hk_status fail with the first hk error met,
  * after waiting every handle they launched; t->err then holds
