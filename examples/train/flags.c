@@ -18,9 +18,8 @@ static const char usage[] =
     "  --batch-size N      GLOBAL batch per step, split evenly over the\n"
     "                      ranks; must be divisible by their number "
     "(default 128)\n"
-    "  --lr X              peak learning rate (default 2e-3 adamw, "
-    "0.05 sgd,\n"
-    "                      0.01 lamb)\n"
+    "  --lr X              peak learning rate (default adamw 2e-3, cnn\n"
+    "                      5e-3; sgd 0.05; lamb 0.01)\n"
     "  --optimizer NAME    adamw (default), sgd (momentum 0.9) or lamb\n"
     "                      (layer-wise trust ratio, You et al. 2020)\n"
     "  --weight-decay X    adamw, lamb: decoupled; sgd: L2 (default 0.01,\n"
@@ -221,11 +220,23 @@ int flags_parse(int argc, char **argv, train_flags *out, char *err,
     snprintf(err, err_cap, "--nesterov: only with --optimizer sgd");
     return -1;
   }
-  static const float default_lr[] = {[OPTIM_SGD] = TRAIN_DEFAULT_LR_SGD,
-                                     [OPTIM_ADAMW] = TRAIN_DEFAULT_LR_ADAMW,
-                                     [OPTIM_LAMB] = TRAIN_DEFAULT_LR_LAMB};
-  if (out->lr < 0)
-    out->lr = default_lr[out->optimizer];
+  /* Default peak rates per model and optimiser (flags.h). */
+  static const struct {
+    const char *model;
+    float lr[3]; /* by optim_kind */
+  } defaults[] = {
+      {"mlp",
+       {[OPTIM_SGD] = TRAIN_DEFAULT_LR_SGD,
+        [OPTIM_ADAMW] = TRAIN_DEFAULT_LR_ADAMW,
+        [OPTIM_LAMB] = TRAIN_DEFAULT_LR_LAMB}},
+      {"cnn",
+       {[OPTIM_SGD] = TRAIN_DEFAULT_LR_SGD,
+        [OPTIM_ADAMW] = TRAIN_DEFAULT_LR_ADAMW_CNN,
+        [OPTIM_LAMB] = TRAIN_DEFAULT_LR_LAMB}},
+  };
+  for (size_t k = 0; out->lr < 0 && k < sizeof defaults / sizeof *defaults; k++)
+    if (!strcmp(out->model, defaults[k].model))
+      out->lr = defaults[k].lr[out->optimizer];
   if (out->weight_decay < 0)
     out->weight_decay = optim_defaults(out->optimizer).weight_decay;
   return 0;

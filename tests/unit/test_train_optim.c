@@ -281,6 +281,10 @@ static void test_flags_new_options(void **state) {
   assert_true(f.plateau_factor == 0.2f);
   assert_int_equal(f.plateau_patience, 3);
   assert_string_equal(f.model, "cnn");
+  assert_int_equal(parse(&f, err, 2, "--model", "cnn"), 0);
+  assert_true(f.lr == TRAIN_DEFAULT_LR_ADAMW_CNN);
+  assert_int_equal(parse(&f, err, 4, "--model", "cnn", "--lr", "0.1"), 0);
+  assert_true(f.lr == 0.1f);
   assert_int_equal(parse(&f, err, 2, "--precision=bf16", "--schedule=cosine"),
                    0);
   assert_int_equal(f.precision, LOWP_BF16);
