@@ -5,7 +5,8 @@
  * training backward against central finite differences on a small shape
  * (batch norm in training mode, so its batch statistics are
  * differentiated too), the order and finality of the gradient callbacks,
- * the running statistics, and the bf16/fp16 passes next to fp32's.
+ * the running statistics, the bf16/fp16 passes next to fp32's, and the
+ * HKCNN1 weight file.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -15,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -355,6 +357,48 @@ static void test_low_precision_passes(void **state) {
   }
 }
 
+/* model_save: "HKCNN1\0\0", the words h w c1 c2 classes, then every float
+ * of the buffer (running statistics included), little-endian. */
+static void test_weight_file(void **state) {
+  (void)state;
+  model m;
+  float x[TB * 64];
+  uint8_t y[TB];
+  small_model(&m, x, y);
+  char path[128];
+  snprintf(path, sizeof path, "%s/hk_test_train_cnn.XXXXXX",
+           getenv("TMPDIR") && getenv("TMPDIR")[0] == '/' ? getenv("TMPDIR")
+                                                          : "/tmp");
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  close(fd);
+  char err[256];
+  assert_int_equal(model_save(&m, path, err, sizeof err), 0);
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  size_t want = 8 + 4 * 5 + 4 * m.n_params;
+  uint8_t *b = malloc(want + 1);
+  assert_int_equal(fread(b, 1, want + 1, f), want); /* and nothing after */
+  fclose(f);
+  unlink(path);
+  const uint8_t head[28] = {'H', 'K', 'C', 'N', 'N', '1', 0, 0, 8, 0,
+                            0,   0,   8,   0,   0,   0,   3, 0, 0, 0,
+                            4,   0,   0,   0,   3,   0,   0, 0};
+  assert_memory_equal(b, head, 28);
+  for (size_t i = 0; i < m.n_params; i++) {
+    const uint8_t *q = b + 28 + 4 * i;
+    uint32_t bits = (uint32_t)q[0] | (uint32_t)q[1] << 8 |
+                    (uint32_t)q[2] << 16 | (uint32_t)q[3] << 24,
+             want_bits;
+    memcpy(&want_bits, &m.params[i], 4);
+    assert_int_equal(bits, want_bits);
+  }
+  free(b);
+  assert_int_equal(model_save(&m, "/nonexistent/dir/w", err, sizeof err), -1);
+  assert_non_null(strstr(err, "/nonexistent/dir/w: cannot create"));
+  model_free(&m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_layout_and_table),
@@ -364,6 +408,7 @@ int main(void) {
       cmocka_unit_test(test_callbacks_last_layer_first),
       cmocka_unit_test(test_running_statistics),
       cmocka_unit_test(test_low_precision_passes),
+      cmocka_unit_test(test_weight_file),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
