@@ -5,9 +5,9 @@
  * tensors.
  *
  * Rounding is to nearest, ties to even (the IEEE default, what CUDA's
- * __float2half_rn and __float2bfloat16_rn do). binary16 rounding is bit
- * arithmetic (lowp.c), widening the compiler's _Float16 (GCC >= 12 on
- * x86-64; tests check the rounding against its conversion); bfloat16 is the
+ * __float2half_rn and __float2bfloat16_rn do). binary16 is bit arithmetic
+ * (lowp.c; no compiler _Float16 needed; the tests check it against
+ * _Float16 where the compiler has it); bfloat16 is the
  * top 16 bits of the binary32 after rounding (Kalamkar et al., "A Study
  * of BFLOAT16 for Deep Learning Training", 2019), NaN kept NaN. binary16
  * overflows to +-inf above 65504; bfloat16 has binary32's range.
