@@ -2,7 +2,7 @@
 # intra_bench.sh - one server: hk's small allreduces next to Open MPI's
 # shared-memory transport, the main job's scaling, and model replays.
 # Needs a build (scripts/build.sh build) with MPI found (mpi_allreduce_bench,
-# a copy of ../shared/peers' benchmark: bench/peers/). Asserts nothing.
+# built from bench/peers/mpi_allreduce_bench.c). Asserts nothing.
 #
 #   bench/intra_bench.sh          report: $OUT/report.md, runs: $OUT/raw/
 #
@@ -14,6 +14,9 @@
 #   ITERS=200          iterations per size in (a) (-n; warm-up -w 20)
 #   TRAIN_NPS="1 2 4"  ranks of (b)
 #   MODELS="resnet50 small1000"
+#   PRIO=              a prefix for every measured run, hk and Open MPI alike:
+#                         "chrt -r 1" keeps other work on the machine (builds,
+#                         other tests) off the cores while they run (as root)
 #   LIMIT=600          seconds any one run may take (timeout)
 #
 # What it runs:
@@ -21,8 +24,8 @@
 #      the collective alone, and ctl(us): from the last rank's submit to
 #      the last rank's start of the collective) and Open MPI's
 #      MPI_Allreduce with its shared-memory transport (btl self,vader) and
-#      glibc kept from mmap'ing its temporaries (../shared/peers' "-nommap",
-#      its best setting here), in turn, ROUNDS rounds; medians over rounds,
+#      glibc kept from mmap'ing its temporaries ("-nommap", Open MPI's
+#      best setting on this machine in the project's peer measurements), in turn, ROUNDS rounds; medians over rounds,
 #      and hk / MPI time as the median of the per-round ratios.
 #  (b) hkrun -np N train --epochs 1: samples/s and allreduce_wait (rank 0's
 #      share of the epoch spent in hk_wait), medians; scaling efficiency =
@@ -30,8 +33,8 @@
 #  (c) hkbench --model M at each np: a step (every tensor submitted, last
 #      layer first, then waited) against one allreduce of the same bytes
 #      in the same run; medians of the per-run medians.
-# hk's ranks talk over loopback TCP here: the shared-memory transport is
-# another branch's work. The machine is small and shared: read medians.
+# hk's ranks of one host talk over shared memory (HK_INTRA_TRANSPORT=auto)
+# unless a variant says otherwise. The machine is small and shared: read medians.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -44,6 +47,7 @@ ITERS=${ITERS:-200}
 TRAIN_NPS=${TRAIN_NPS:-"1 2 4"}
 MODELS=${MODELS:-"resnet50 small1000"}
 LIMIT=${LIMIT:-600}
+PRIO=${PRIO:-}
 MPIRUN="mpirun --allow-run-as-root --oversubscribe --bind-to none --mca pml ob1"
 NOMMAP="-x MALLOC_MMAP_MAX_=0 -x MALLOC_TRIM_THRESHOLD_=17179869184"
 SWEEP="-b 8 -e 64K -f 2 -n $ITERS -w 20"
@@ -56,7 +60,7 @@ raw=$OUT/raw
 run() { # file command...
   local f=$1
   shift
-  { echo "# cmd: $*"; timeout "$LIMIT" "$@" || echo "# rc=$?"; } >"$f" 2>&1
+  { echo "# cmd: $*"; timeout "$LIMIT" $PRIO "$@" || echo "# rc=$?"; } >"$f" 2>&1
 }
 
 for r in $(seq 1 "$ROUNDS"); do
@@ -88,7 +92,7 @@ median() { sort -g | awk '{ v[NR] = $1 } END {
 col() { awk -v s="$2" -v n="$3" '$1 == s && $1 ~ /^[0-9]+$/ { print $n }' "$1"; }
 
 {
-  echo "# One server: hk (loopback TCP) vs Open MPI (vader, no mmap)"
+  echo "# One server: hk (shared memory) vs Open MPI (vader, no mmap)"
   echo
   echo "$(date -u +%F) on $(nproc) cores, ROUNDS=$ROUNDS, load average" \
     "$(cut -d' ' -f1-3 /proc/loadavg) at the end; git $(git -C "$root" \

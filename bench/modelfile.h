@@ -1,6 +1,6 @@
 /*
  * modelfile.h - a model's gradient set, read from a .tsv file as in
- * ../shared/models (copies in bench/models/): one trainable tensor per
+ * bench/models/: one trainable tensor per
  * line, `name<TAB>shape`, the shape's dimensions (positive decimal
  * integers) joined by 'x' ("64x3x7x7"), in registration order; lines
  * starting with '#' and empty lines are skipped. Names must be unique and

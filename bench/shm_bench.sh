@@ -2,7 +2,7 @@
 # shm_bench.sh - hk's allreduce between the ranks of one host (shared
 # memory, HK_INTRA_TRANSPORT) next to Open MPI's shared-memory transport
 # with glibc kept from mmap'ing its per-call temporaries (the fair
-# setting of ../shared/peers/results/RESULTS.md: "mpi-vader-nommap"),
+# setting of the project's peer measurements: "mpi-vader-nommap"),
 # float32 sum, in place, measured in the same run, in interleaved rounds,
 # medians. Needs Open MPI (mpicc, mpirun) and a build
 # (scripts/build.sh build). Asserts nothing.
@@ -11,8 +11,8 @@
 #
 # Environment (defaults):
 #   BUILD=build           hkrun, hkbench; the MPI benchmark is built from
-#                         bench/peers/mpi_allreduce_bench.c (a copy of
-#                         ../shared/peers') into $BUILD/peers
+#                         bench/peers/mpi_allreduce_bench.c into
+#                         $BUILD/peers
 #   OUT=$BUILD/shm-bench  report.md and every run's output (raw/)
 #   ROUNDS=3              rounds; each runs every program once per np
 #   NPS="2 4"             world sizes (np 4 runs 4 ranks on 2 cores)
@@ -23,6 +23,9 @@
 #                         alone (raw, timed by the background thread);
 #                         HK_CYCLE_TIME_MS=0 takes the negotiation timer
 #                         out of the API time (issue 11 part 2 removes it)
+#   PRIO=              a prefix for every measured run, hk and Open MPI alike:
+#                         "chrt -r 1" keeps other work on the machine (builds,
+#                         other tests) off the cores while they run (as root)
 #   LIMIT=600             seconds any one run may take
 #
 # Report: per np and size, the median busbw (GB/s, nccl-tests' busbw =
@@ -43,6 +46,7 @@ MAX=${MAX:-256M}
 F=${F:-2}
 HK_VARIANTS=${HK_VARIANTS:-"hk:HK_CYCLE_TIME_MS=0 hk-tcp:HK_INTRA_TRANSPORT=tcp,HK_CYCLE_TIME_MS=0"}
 LIMIT=${LIMIT:-600}
+PRIO=${PRIO:-}
 
 for t in hkrun hkbench; do
   [ -x "$BUILD/$t" ] || { echo "shm_bench: no $BUILD/$t (scripts/build.sh build)" >&2; exit 1; }
@@ -57,7 +61,7 @@ MPIRUN=(mpirun --oversubscribe --bind-to none --mca pml ob1 --mca btl self,vader
 run() { # file cmd...
   local f=$1
   shift
-  { echo "# cmd: $*"; timeout "$LIMIT" "$@" 2>&1; echo "# rc=$?"; } >"$f" || true
+  { echo "# cmd: $*"; timeout "$LIMIT" $PRIO "$@" 2>&1; echo "# rc=$?"; } >"$f" || true
 }
 
 for r in $(seq 1 "$ROUNDS"); do

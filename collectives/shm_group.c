@@ -3,6 +3,7 @@
  */
 #include "collectives/shm_group.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -131,6 +132,60 @@ static size_t slice_of(const hk_shm_job *job, size_t per, int j, uint64_t t,
   return a < b ? (b - a < per ? b - a : per) : 0;
 }
 
+/* ---- the job's buffers: contiguous, or pieces ---- */
+
+/* The address of element e of the job's input (out = 0) or output (out
+ * = 1), and in *m how many elements from e are contiguous there. */
+static uint8_t *run_at(const hk_shm_job *job, int out, size_t e, size_t *m) {
+  const size_t esz = hk_dtype_size(job->dtype);
+  if (job->npieces == 0) {
+    *m = SIZE_MAX;
+    return (out ? job->dst : (uint8_t *)job->src) + e * esz;
+  }
+  size_t lo = 0, hi = job->npieces; /* the last piece with off <= e */
+  while (hi - lo > 1) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (job->pieces[mid].off <= e)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  const hk_shm_piece *p = &job->pieces[lo];
+  *m = p->off + p->count - e;
+  return (out ? p->dst : (uint8_t *)p->src) + (e - p->off) * esz;
+}
+
+/* Copies elements [lo, lo + ne) of the job's input (from_out = 0) or
+ * output (1) to `to`. */
+static void copy_from_job(const hk_shm_job *job, int from_out, size_t lo,
+                          size_t ne, uint8_t *to) {
+  const size_t esz = hk_dtype_size(job->dtype);
+  while (ne > 0) {
+    size_t m;
+    const uint8_t *p = run_at(job, from_out, lo, &m);
+    m = m < ne ? m : ne;
+    memcpy(to, p, m * esz);
+    to += m * esz;
+    lo += m;
+    ne -= m;
+  }
+}
+
+/* Copies `from` to elements [lo, lo + ne) of the job's output. */
+static void copy_to_job(const hk_shm_job *job, size_t lo, size_t ne,
+                        const uint8_t *from) {
+  const size_t esz = hk_dtype_size(job->dtype);
+  while (ne > 0) {
+    size_t m;
+    uint8_t *p = run_at(job, 1, lo, &m);
+    m = m < ne ? m : ne;
+    memcpy(p, from, m * esz);
+    from += m * esz;
+    lo += m;
+    ne -= m;
+  }
+}
+
 /* acc = the fold of in[0..n) over ne elements (in[i] is ring position
  * start+i's value), block by block; then the finish. */
 static void fold_core(const hk_shm_job *job, const uint8_t *const *in, int n,
@@ -158,11 +213,16 @@ static void fold(hk_shm_group *g, const hk_shm_job *job, int j, int half,
   const size_t esz = hk_dtype_size(job->dtype);
   const size_t off = (size_t)j * g->slice;
   const uint8_t *in[HK_SHM_MAX_RANKS];
-  for (int i = 0; i < n; i++) {
-    int q = (job->start[j] + i) % n;
-    in[i] = q == g->me ? job->src + lo * esz : g->slot[2 * q + half] + off;
+  for (size_t done = 0, m; done < ne; done += m) {
+    /* this rank's own input, one contiguous run of it at a time */
+    const uint8_t *own = run_at(job, 0, lo + done, &m);
+    m = m < ne - done ? m : ne - done;
+    for (int i = 0; i < n; i++) {
+      int q = (job->start[j] + i) % n;
+      in[i] = q == g->me ? own : g->slot[2 * q + half] + off + done * esz;
+    }
+    fold_core(job, in, n, m, acc + done * esz);
   }
-  fold_core(job, in, n, ne, acc);
 }
 
 /* One-shot (small buffers): every rank copies its whole buffer into its
@@ -178,17 +238,19 @@ static hk_status oneshot(hk_shm_group *g, const hk_shm_job *job,
   hk_status st = HK_OK;
   if (r >= 2 && (st = wait_progress(g, -1, base - 3, what)) != HK_OK)
     return st;
-  memcpy(g->slot[2 * me + half], job->src, job->seg[n] * esz);
+  copy_from_job(job, 0, 0, job->seg[n], g->slot[2 * me + half]);
   publish(g, base + 2);
   if ((st = wait_progress(g, -1, base + 2, what)) != HK_OK)
     return st;
   const uint8_t *in[HK_SHM_MAX_RANKS];
-  for (int j = 0; j < n; j++) {
-    const size_t off = job->seg[j] * esz;
-    for (int i = 0; i < n; i++)
-      in[i] = g->slot[2 * ((job->start[j] + i) % n) + half] + off;
-    fold_core(job, in, n, job->seg[j + 1] - job->seg[j], job->dst + off);
-  }
+  for (int j = 0; j < n; j++)
+    for (size_t e = job->seg[j], m; e < job->seg[j + 1]; e += m) {
+      uint8_t *out = run_at(job, 1, e, &m); /* one output run at a time */
+      m = m < job->seg[j + 1] - e ? m : job->seg[j + 1] - e;
+      for (int i = 0; i < n; i++)
+        in[i] = g->slot[2 * ((job->start[j] + i) % n) + half] + e * esz;
+      fold_core(job, in, n, m, out);
+    }
   publish(g, base + 3);
   g->rounds++;
   return HK_OK;
@@ -212,8 +274,7 @@ static hk_status round_once(hk_shm_group *g, const hk_shm_job *job, size_t per,
     if ((job->owner[j] == me) == reduce)
       continue; /* reductions copy what others own; gathers what we own */
     if ((ne = slice_of(job, per, j, t, &lo)) > 0)
-      memcpy(mine + (size_t)j * g->slice,
-             (reduce ? job->src : job->dst) + lo * esz, ne * esz);
+      copy_from_job(job, !reduce, lo, ne, mine + (size_t)j * g->slice);
   }
   publish(g, base + (reduce ? 1 : 2));
   /* B: fold the owned segments once every member has copied in */
@@ -225,9 +286,10 @@ static hk_status round_once(hk_shm_group *g, const hk_shm_job *job, size_t per,
         continue;
       uint8_t *acc = mine + (size_t)j * g->slice;
       fold(g, job, j, half, lo, ne, acc);
-      uint8_t *out = job->own_out ? job->own_out + (lo - job->seg[j]) * esz
-                                  : job->dst + lo * esz;
-      memcpy(out, acc, ne * esz);
+      if (job->own_out)
+        memcpy(job->own_out + (lo - job->seg[j]) * esz, acc, ne * esz);
+      else
+        copy_to_job(job, lo, ne, acc);
     }
     publish(g, base + 2);
   }
@@ -240,8 +302,7 @@ static hk_status round_once(hk_shm_group *g, const hk_shm_job *job, size_t per,
         continue;
       if ((st = wait_progress(g, o, base + 2, what)) != HK_OK)
         return st;
-      memcpy(job->dst + lo * esz, g->slot[2 * o + half] + (size_t)j * g->slice,
-             ne * esz);
+      copy_to_job(job, lo, ne, g->slot[2 * o + half] + (size_t)j * g->slice);
     }
   }
   publish(g, base + 3);

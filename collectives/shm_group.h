@@ -72,12 +72,15 @@
 #include "hk/hk.h"
 
 /* One-shot allreduce up to HK_SHM_ONESHOT_BYTES x 4 / n^2 bytes (n
- * members; and what fits a slot half): 1 MiB at np 2, 256 KiB at np 4,
- * 64 KiB at np 8. It moves about 3n bytes per byte of the buffer (a copy
+ * members; and what fits a slot half): 256 KiB at np 2, 64 KiB at np 4,
+ * 16 KiB at np 8. It moves about 3n bytes per byte of the buffer (a copy
  * in, n-1 folds), the three phases about 5 - 1/n, but it synchronises
- * once, not three times (bench/README.md, "shm": at 1 MiB and np 2, 200 us
- * against 360 us; at np 4, even at 256 KiB). */
-#define HK_SHM_ONESHOT_BYTES ((size_t)1 << 20)
+ * once, not three times. Measured on the 2-core VM with the cores kept
+ * for the benchmark (chrt -r 1, hkbench --raw, 200 iterations): at np 2
+ * the three phases win from 512 KiB (71 us against one-shot's 122 us),
+ * at np 4 from 128 KiB (60 us against 82 us); one-shot wins at 64 KiB
+ * (14 against 16 us at np 2). */
+#define HK_SHM_ONESHOT_BYTES ((size_t)256 << 10)
 
 typedef struct hk_shm_group {
   int n, me;          /* members, this rank's position among them */
@@ -113,6 +116,15 @@ typedef enum hk_shm_mode {
   HK_SHM_GATHER = 2, /* phase C; alone: A copies the owned slices */
 } hk_shm_mode;
 
+/** A run of a job's logical buffer that lives elsewhere: elements
+ *  [off, off + count) of the buffer are src[0..count) and dst[0..count)
+ *  (a fused batch's tensors in place, without a fusion buffer). */
+typedef struct hk_shm_piece {
+  size_t off, count; /* elements */
+  const uint8_t *src;
+  uint8_t *dst;
+} hk_shm_piece;
+
 /** One call: segments, owners, buffers (see hk_shm_group_run). */
 typedef struct hk_shm_job {
   unsigned mode;      /* hk_shm_mode bits */
@@ -128,6 +140,10 @@ typedef struct hk_shm_job {
   hk_op op;
   const hk_ring_finish *fin; /* applied by the owner if finish is set */
   int finish;
+  /* if npieces > 0: src and dst are these runs instead (sorted by off,
+   * none empty, covering [0, seg[n]) exactly; an allreduce only) */
+  const hk_shm_piece *pieces;
+  size_t npieces;
 } hk_shm_job;
 
 /**

@@ -26,17 +26,44 @@ static hk_status shm_allreduce_part(hk_ring *ring, const void *sendbuf,
   }
   unsigned mode = (part & HK_RING_REDUCE_SCATTER ? HK_SHM_REDUCE : 0) |
                   (part & HK_RING_ALLGATHER ? HK_SHM_GATHER : 0);
-  hk_shm_job job = {mode,
-                    seg,
-                    g->owner,
-                    g->start,
-                    sendbuf,
-                    recvbuf,
-                    NULL,
-                    dtype,
-                    op,
-                    fin,
-                    part == HK_RING_BOTH};
+  hk_shm_job job = {.mode = mode,
+                    .seg = seg,
+                    .owner = g->owner,
+                    .start = g->start,
+                    .src = sendbuf,
+                    .dst = recvbuf,
+                    .own_out = NULL,
+                    .dtype = dtype,
+                    .op = op,
+                    .fin = fin,
+                    .finish = part == HK_RING_BOTH};
+  return hk_shm_group_run(g, &job);
+}
+
+hk_status hk_ring_shm_allreduce_pieces(hk_ring *ring,
+                                       const hk_shm_piece *pieces,
+                                       size_t npieces, const size_t *seg,
+                                       hk_dtype dtype, hk_op op,
+                                       const hk_ring_finish *fin) {
+  const int n = ring->size;
+  hk_shm_group *g = ring->shm;
+  for (int j = 0; j < n; j++) { /* as shm_allreduce_part */
+    g->start[j] = j;
+    g->owner[j] = (j + n - 1) % n;
+  }
+  hk_shm_job job = {.mode = HK_SHM_REDUCE | HK_SHM_GATHER,
+                    .seg = seg,
+                    .owner = g->owner,
+                    .start = g->start,
+                    .src = NULL,
+                    .dst = NULL,
+                    .own_out = NULL,
+                    .dtype = dtype,
+                    .op = op,
+                    .fin = fin,
+                    .finish = 1,
+                    .pieces = pieces,
+                    .npieces = npieces};
   return hk_shm_group_run(g, &job);
 }
 
@@ -53,8 +80,17 @@ static hk_status shm_reducescatter(hk_ring *ring, const void *sendbuf,
     g->owner[b] = ring->pos_of[b];
     g->start[b] = (ring->pos_of[b] + 1) % n;
   }
-  hk_shm_job job = {HK_SHM_REDUCE, seg,   g->owner, g->start, sendbuf, NULL,
-                    recvbuf,       dtype, op,       fin,      1};
+  hk_shm_job job = {.mode = HK_SHM_REDUCE,
+                    .seg = seg,
+                    .owner = g->owner,
+                    .start = g->start,
+                    .src = sendbuf,
+                    .dst = NULL,
+                    .own_out = recvbuf,
+                    .dtype = dtype,
+                    .op = op,
+                    .fin = fin,
+                    .finish = 1};
   return hk_shm_group_run(g, &job);
 }
 
@@ -71,8 +107,17 @@ static hk_status shm_allgatherv(hk_ring *ring, const void *sendbuf,
     memcpy(mine, sendbuf, (seg[me + 1] - seg[me]) * esz);
   for (int b = 0; b < n; b++)
     g->owner[b] = ring->pos_of[b];
-  hk_shm_job job = {HK_SHM_GATHER, seg,   g->owner, NULL, NULL, recvbuf,
-                    NULL,          dtype, HK_SUM,   NULL, 0};
+  hk_shm_job job = {.mode = HK_SHM_GATHER,
+                    .seg = seg,
+                    .owner = g->owner,
+                    .start = NULL,
+                    .src = NULL,
+                    .dst = recvbuf,
+                    .own_out = NULL,
+                    .dtype = dtype,
+                    .op = HK_SUM,
+                    .fin = NULL,
+                    .finish = 0};
   return hk_shm_group_run(g, &job);
 }
 
@@ -86,8 +131,17 @@ static hk_status shm_broadcast(hk_ring *ring, void *buf, size_t count,
   hk_ring_default_segments(count, n, seg);
   for (int j = 0; j < n; j++)
     g->owner[j] = ring->pos_of[root];
-  hk_shm_job job = {HK_SHM_GATHER, seg,   g->owner, NULL, NULL, buf,
-                    NULL,          dtype, HK_SUM,   NULL, 0};
+  hk_shm_job job = {.mode = HK_SHM_GATHER,
+                    .seg = seg,
+                    .owner = g->owner,
+                    .start = NULL,
+                    .src = NULL,
+                    .dst = buf,
+                    .own_out = NULL,
+                    .dtype = dtype,
+                    .op = HK_SUM,
+                    .fin = NULL,
+                    .finish = 0};
   return hk_shm_group_run(g, &job);
 }
 

@@ -33,4 +33,21 @@ extern const hk_ring_ops hk_ring_shm_ops;
  */
 void hk_ring_use_shm(hk_ring *ring, hk_shm_group *g);
 
+/**
+ * The allreduce of a fused batch in place, without a fusion buffer: the
+ * logical buffer (segment offsets seg[0..n], elements) is made of the
+ * npieces runs `pieces` (collectives/shm_group.h: sorted, none empty,
+ * covering [0, seg[n]) exactly), each the part of one tensor's sendbuf
+ * and recvbuf that the fusion layout (coordinator/fusion.h) puts there.
+ * The engine reads and writes the tensors where they are, so a batch
+ * costs what one tensor of its size costs, and the bits are those of the
+ * same batch through a fusion buffer. Only for a ring switched to shm
+ * (hk_ring_use_shm) of more than one rank. Errors: as hk_shm_group_run.
+ */
+hk_status hk_ring_shm_allreduce_pieces(hk_ring *ring,
+                                       const hk_shm_piece *pieces,
+                                       size_t npieces, const size_t *seg,
+                                       hk_dtype dtype, hk_op op,
+                                       const hk_ring_finish *fin);
+
 #endif

@@ -84,6 +84,47 @@ static const tunable table[] = {
      "each rank's shared-memory slot half: one round of the shm "
      "collectives moves this many bytes per rank",
      OFF(shm_slot_bytes), 1},
+    /* worker/monitor.h: a window of 100 rounds is a few training steps of
+     * a model with ~100 gradient batches (resnet50's 161 tensors fuse
+     * into fewer), enough to average out one-off scheduling noise */
+    {"HK_MONITOR_WINDOW", 100, 1, 1e9, "rounds",
+     "the monitor averages lateness over windows of this many negotiation "
+     "rounds",
+     OFF(monitor_window), 1},
+    {"HK_MONITOR_REPORT_S", 0, 0, 86400, "s",
+     "rank 0 prints the straggler report this often (and at exit); 0: only "
+     "at exit. Turns the monitor on",
+     OFF(monitor_report_s), 0},
+    /* once a second, as nvidia-smi dmon's default interval */
+    {"HK_TELEMETRY_INTERVAL_S", 1, 0.01, 3600, "s",
+     "with the monitor on, each rank samples its GPU (NVML) and host this "
+     "often",
+     OFF(telemetry_s), 0},
+    /* node_exporter's textfile collector reads on every scrape (15 s by
+     * default in Prometheus): 5 s keeps every scrape fresh */
+    {"HK_METRICS_INTERVAL_S", 5, 0.01, 86400, "s",
+     "rank 0 rewrites HK_METRICS_FILE this often (and at exit)",
+     OFF(metrics_interval_s), 0},
+    /* Waking a thread that sleeps on another core costs 20-40 us on a
+     * virtual machine (the idle vCPU halts and the host must wake it:
+     * futex round trip 17.7 us across cores against 3.5 us on one core,
+     * pipe round trip between processes 84 us against 4.1 us, measured
+     * on the 2-core reference VM), several times a small allreduce's own
+     * cost. A thread about to sleep for an event that is due soon polls
+     * for it this long first, yielding its core between polls, so every
+     * hop of a step (submit, request, answer, completion) finds its
+     * thread awake. An idle rank polls at most this long, then sleeps. */
+    {"HK_SPIN_US", 200, 0, 1e6, "us",
+     "a waiting thread (background thread, hk_wait) polls this long, "
+     "yielding its core, before it sleeps; 0: sleep at once",
+     OFF(spin_us), 0},
+    /* PyTorch's TORCH_NCCL_TRACE_BUFFER_SIZE idea; 2000 entries of ~200
+     * bytes (worker/flight.h): ~0.4 MB per rank, seconds of a training
+     * step's collectives */
+    {"HK_FLIGHT_RECORDER", 2000, 0, 1 << 24, "collectives",
+     "each rank keeps its last this many collectives and writes them on a "
+     "hang, a failure or SIGUSR1 (hkrun --dump); 0: off",
+     OFF(flight_recorder), 1},
     /* the slowest link the seed customers name (10 GbE) */
     {"HK_NET_GBIT", 10, 0.001, 1e5, "Gbit/s",
      "each host's network rate, for the cost model's algorithm choice",
@@ -182,6 +223,24 @@ hk_status hk_config_load(hk_config *cfg) {
     return hk_fail(HK_ERR_CONFIG, "HK_TIMELINE is longer than %zu bytes",
                    sizeof cfg->timeline - 1);
   snprintf(cfg->timeline, sizeof cfg->timeline, "%s", tl ? tl : "");
+  static const struct {
+    const char *var;
+    size_t off;
+  } paths[] = {{"HK_METRICS_FILE", OFF(metrics_file)},
+               {"HK_NVML_LIBRARY", OFF(nvml_library)}};
+  for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
+    const char *v = getenv(paths[i].var);
+    if (v && strlen(v) >= sizeof cfg->metrics_file)
+      return hk_fail(HK_ERR_CONFIG, "%s is longer than %zu bytes", paths[i].var,
+                     sizeof cfg->metrics_file - 1);
+    snprintf((char *)cfg + paths[i].off, sizeof cfg->metrics_file, "%s",
+             v ? v : "");
+  }
+  const char *fdir = getenv("HK_FLIGHT_DIR");
+  if (fdir && strlen(fdir) >= sizeof cfg->flight_dir)
+    return hk_fail(HK_ERR_CONFIG, "HK_FLIGHT_DIR is longer than %zu bytes",
+                   sizeof cfg->flight_dir - 1);
+  snprintf(cfg->flight_dir, sizeof cfg->flight_dir, "%s", fdir ? fdir : "");
   const char *ifn = getenv("HK_SOCKET_IFNAME");
   if (ifn && strlen(ifn) >= sizeof cfg->socket_ifname)
     return hk_fail(HK_ERR_CONFIG, "HK_SOCKET_IFNAME is longer than %zu bytes",
@@ -226,6 +285,10 @@ hk_status hk_config_load(hk_config *cfg) {
     st = read_int("HK_TIMELINE_MARK_CYCLES", 0, 0, 1,
                   &cfg->timeline_mark_cycles);
   if (st == HK_OK)
+    st = read_int("HK_MONITOR", 0, 0, 1, &cfg->monitor);
+  if (st == HK_OK)
+    st = read_int("HK_MONITOR_LIVE", 0, 0, 1, &cfg->monitor_live);
+  if (st == HK_OK)
     st = read_fault(cfg);
   if (st != HK_OK)
     return st;
@@ -243,6 +306,11 @@ hk_status hk_config_load(hk_config *cfg) {
   return HK_OK;
 }
 
+int hk_config_monitoring(const hk_config *cfg) {
+  return cfg->monitor || cfg->monitor_live || cfg->metrics_file[0] ||
+         cfg->monitor_report_s > 0;
+}
+
 void hk_config_print_table(void) {
   printf("%-22s %12s  %-24s %s\n", "variable", "default", "range", "meaning");
   for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
@@ -255,6 +323,9 @@ void hk_config_print_table(void) {
          "rank 0 writes a Chrome trace of every tensor's phases");
   printf("%-22s %12s  %-24s %s\n", "HK_TIMELINE_MARK_CYCLES", "0", "0|1",
          "1: the timeline marks every negotiation round that ran work");
+  printf("%-22s %12s  %-24s %s\n", "HK_FLIGHT_DIR", "\"\"", "a folder",
+         "where flight records go; \"\": HK_TIMELINE's folder, else the "
+         "current directory");
   printf("%-22s %12s  %-24s %s\n", "HK_SOCKET_IFNAME", "\"\"",
          "interface or CIDR", "where ranks listen (checked at hk_init)");
   printf("%-22s %12s  %-24s %s\n", "HK_CROSS_TRANSPORT", "tcp", "tcp|mpi",
@@ -280,6 +351,15 @@ void hk_config_print_table(void) {
          "error|hang|delay:R:OP[:MS]",
          "emu backend: inject a fault into rank R's OP-th device "
          "communicator operation");
+  printf("%-22s %12s  %-24s %s\n", "HK_MONITOR", "0", "0|1",
+         "1: rank 0 tracks which ranks are late and why (worker/monitor.h)");
+  printf("%-22s %12s  %-24s %s\n", "HK_METRICS_FILE", "\"\"", "a file path",
+         "rank 0 writes every rank's metrics there, Prometheus text format; "
+         "turns the monitor on");
+  printf("%-22s %12s  %-24s %s\n", "HK_NVML_LIBRARY", "libnvidia-ml.so.1",
+         "a library", "the NVML the telemetry loads");
+  printf("%-22s %12s  %-24s %s\n", "HK_MONITOR_LIVE", "0", "0|1",
+         "1: rank 0 sends hkrun its live table (hkrun --monitor sets it)");
   printf("%-22s %12s  %-24s %s\n", "HK_LOG_LEVEL", "warning",
          "error|warning|info|debug", "diagnostics written to stderr");
 }

@@ -42,11 +42,16 @@ typedef struct hk_config {
   size_t shm_slot_bytes;    /* HK_SHM_SLOT_BYTES: each rank's shared slot
                                half (collectives/shm_group.h), bytes */
   double net_gbit;          /* HK_NET_GBIT: each host's network, Gbit/s */
+  double spin_us;           /* HK_SPIN_US: poll before sleeping, us */
   int hierarchical;         /* HK_HIERARCHICAL_ALLREDUCE: 1, 0, -1 unset */
   int log_level;            /* HK_LOG_LEVEL: hk_log_level */
   char timeline[4096];      /* HK_TIMELINE: rank 0's trace file, or "" */
   int timeline_mark_cycles; /* HK_TIMELINE_MARK_CYCLES: 1 = an instant
                                CYCLE_START event per round that ran work */
+  size_t flight_recorder;   /* HK_FLIGHT_RECORDER: collectives each rank
+                               keeps for its flight record; 0 = off */
+  char flight_dir[4096];    /* HK_FLIGHT_DIR: where flight records go, or
+                               "" (HK_TIMELINE's folder, else ".") */
   char socket_ifname[256];  /* HK_SOCKET_IFNAME: the interface (name or
                                CIDR subnet) ranks listen on, or "" */
   /* GPU tensors (device/device.h) */
@@ -55,6 +60,19 @@ typedef struct hk_config {
   int compression; /* HK_COMPRESSION: hk_compression */
   int test_gpu;    /* HK_TEST_GPU: 1 = tests needing a GPU fail
                       instead of skipping */
+  /* Straggler and telemetry monitoring (worker/monitor.h) */
+  int monitor;               /* HK_MONITOR: 1 = on; also on with any of the
+                                three below or monitor_live */
+  int monitor_live;          /* HK_MONITOR_LIVE: 1 = rank 0 sends hkrun its
+                                live table (set by hkrun --monitor) */
+  size_t monitor_window;     /* HK_MONITOR_WINDOW: rounds per window */
+  double monitor_report_s;   /* HK_MONITOR_REPORT_S: report period, s; 0 =
+                                only at exit */
+  double telemetry_s;        /* HK_TELEMETRY_INTERVAL_S: sampling period, s */
+  double metrics_interval_s; /* HK_METRICS_INTERVAL_S: metrics file period */
+  char metrics_file[4096];   /* HK_METRICS_FILE: Prometheus text file, or "" */
+  char nvml_library[4096];   /* HK_NVML_LIBRARY: NVML to load for telemetry,
+                                or "" (libnvidia-ml.so.1) */
   /* HK_EMU_FAULT=kind:rank:op[:ms] (emu backend only): kind 0 none,
      1 error, 2 hang, 3 delay (device.h hk_dev_fault_kind) */
   int emu_fault_kind, emu_fault_rank, emu_fault_op, emu_fault_ms;
@@ -80,6 +98,10 @@ typedef enum hk_compression {
  * Errors: HK_ERR_CONFIG naming the variable, its value and the valid range.
  */
 hk_status hk_config_load(hk_config *cfg);
+
+/** 1 if any monitoring setting above is on (HK_MONITOR, HK_MONITOR_LIVE,
+ *  HK_METRICS_FILE, HK_MONITOR_REPORT_S > 0). */
+int hk_config_monitoring(const hk_config *cfg);
 
 /** Prints the table (variable, default, range, meaning) to stdout. */
 void hk_config_print_table(void);

@@ -7,6 +7,7 @@
 
 #include "common/status.h"
 #include "common/strmap.h"
+#include "coordinator/lateness.h"
 
 /* What one rank said about one tensor. */
 typedef struct slot {
@@ -15,6 +16,7 @@ typedef struct slot {
   uint64_t count, row_elems;
   double prescale, postscale;
   uint32_t group_size;
+  double seen; /* when this rank's request arrived (hk_negotiator_add) */
 } slot;
 
 typedef struct entry {
@@ -43,6 +45,7 @@ struct hk_negotiator {
   uint32_t nready;
   uint8_t *joined; /* joined[r]: rank r called hk_join (this round) */
   int njoined, last_joined;
+  hk_lateness *lateness; /* NULL unless the monitor is on (borrowed) */
 };
 
 hk_status hk_negotiator_create(int size, hk_negotiator **out) {
@@ -213,7 +216,8 @@ hk_status hk_negotiator_add(hk_negotiator *n, int rank,
                 .row_elems = q->row_elems,
                 .prescale = q->prescale,
                 .postscale = q->postscale,
-                .group_size = q->group_size};
+                .group_size = q->group_size,
+                .seen = now};
     e->last_seen = now;
     e->last_rank = rank;
     if (e->bit != via_bit)
@@ -480,6 +484,17 @@ static void check_agreement(const hk_negotiator *n, const entry *e, char *out,
     out[len - 1] = '\0'; /* drop the trailing space */
 }
 
+void hk_negotiator_set_lateness(hk_negotiator *n, hk_lateness *L) {
+  n->lateness = L;
+}
+
+/* Tells the lateness accounting when each rank submitted e. */
+static void note_lateness(const hk_negotiator *n, const entry *e) {
+  for (int r = 0; r < n->size; r++)
+    if (e->slots[r].present)
+      hk_lateness_arrival(n->lateness, r, e->slots[r].seen - e->first_seen);
+}
+
 hk_status hk_negotiator_take_ready(hk_negotiator *n, hk_wire_response **out,
                                    uint32_t *count) {
   *out = NULL;
@@ -493,6 +508,8 @@ hk_status hk_negotiator_take_ready(hk_negotiator *n, hk_wire_response **out,
   char reason[HK_WIRE_MAX_REASON_LEN + 1];
   for (entry *e = n->ready_head, *next; e; e = next, i++) {
     next = e->next;
+    if (n->lateness)
+      note_lateness(n, e);
     memcpy(r[i].name, e->first.name, strlen(e->first.name) + 1);
     r[i].cache_bit = HK_WIRE_NO_BIT;
     r[i].first_seen = e->first_seen;

@@ -64,6 +64,16 @@ hk_status hk_negotiator_take_ready(hk_negotiator *n, hk_wire_response **out,
 /** Frees what hk_negotiator_take_ready returned. */
 void hk_negotiator_free_responses(hk_wire_response *r, uint32_t count);
 
+struct hk_lateness;
+
+/**
+ * Makes hk_negotiator_take_ready tell L (coordinator/lateness.h) when each
+ * rank submitted every tensor it hands over (hk_lateness_arrival); NULL
+ * (the default) tells nothing: the only cost left is one branch per
+ * tensor. L is borrowed and must outlive the negotiator or be unset.
+ */
+void hk_negotiator_set_lateness(hk_negotiator *n, struct hk_lateness *L);
+
 /** Number of tensors some but not all ranks have submitted. */
 uint32_t hk_negotiator_pending(const hk_negotiator *n);
 

@@ -62,6 +62,25 @@ static void put_str(writer *w, const char *s, size_t max, const char *what) {
   put(w, s, n);
 }
 
+static void put_sample(writer *w, const hk_wire_sample *s) {
+  put_u32(w, s->seq);
+  put_u8(w, s->gpu_ok);
+  put_u8(w, s->util_pct);
+  put_u16(w, s->gpu_index);
+  put_u16(w, s->temp_c);
+  put_u32(w, s->sm_mhz);
+  put_u32(w, s->sm_max_mhz);
+  put_u32(w, s->power_mw);
+  put_u32(w, s->power_limit_mw);
+  put_u64(w, s->mem_used);
+  put_u64(w, s->throttle);
+  put_u16(w, s->ncpu);
+  put_f64(w, s->load1);
+  put_f64(w, s->cpu_s);
+  put_f64(w, s->run_delay_s);
+  put_f64(w, s->t_s);
+}
+
 static void put_request(writer *w, const hk_wire_request *r) {
   put_u8(w, r->coll);
   put_u8(w, r->dtype);
@@ -123,6 +142,12 @@ hk_status hk_wire_encode(const hk_msg *m, hk_buf *out) {
     put_u32(&w, m->u.requests.nbits);
     for (uint32_t i = 0; i < m->u.requests.nbits; i++)
       put_u32(&w, m->u.requests.bits[i]);
+    put_u8(&w, m->u.requests.has_sample);
+    if (m->u.requests.has_sample)
+      put_sample(&w, &m->u.requests.sample);
+    break;
+  case HK_MSG_MONITOR:
+    put_str(&w, m->u.monitor.text, HK_WIRE_MAX_MONITOR_LEN, "monitor text");
     break;
   case HK_MSG_RESPONSES:
     put_u8(&w, m->u.responses.answer); /* first: HK_WIRE_ANSWER_OFFSET */
@@ -285,6 +310,36 @@ static void check(reader *r, int ok, const char *fmt, long long v) {
     r->st = hk_fail(HK_ERR_PROTOCOL, fmt, v);
 }
 
+/* A finite, non-negative double (a time or a load). */
+static double get_amount(reader *r, const char *what) {
+  double v = get_f64(r, what);
+  if (r->st == HK_OK && !(v >= 0 && v <= 1e300))
+    r->st = hk_fail(HK_ERR_PROTOCOL, "%s is negative or not finite", what);
+  return v;
+}
+
+static void get_sample(reader *r, hk_wire_sample *s) {
+  s->seq = get_u32(r, "sample number");
+  s->gpu_ok = get_u8(r, "sample GPU flag");
+  check(r, s->gpu_ok <= 1, "sample GPU flag %lld is not 0 or 1", s->gpu_ok);
+  s->util_pct = get_u8(r, "GPU utilisation");
+  check(r, s->util_pct <= 100, "GPU utilisation %lld%% is over 100",
+        s->util_pct);
+  s->gpu_index = get_u16(r, "GPU index");
+  s->temp_c = get_u16(r, "GPU temperature");
+  s->sm_mhz = get_u32(r, "SM clock");
+  s->sm_max_mhz = get_u32(r, "SM clock maximum");
+  s->power_mw = get_u32(r, "power");
+  s->power_limit_mw = get_u32(r, "power limit");
+  s->mem_used = get_u64(r, "GPU memory used");
+  s->throttle = get_u64(r, "throttle reasons");
+  s->ncpu = get_u16(r, "CPU count");
+  s->load1 = get_amount(r, "load average");
+  s->cpu_s = get_amount(r, "CPU time");
+  s->run_delay_s = get_amount(r, "run delay");
+  s->t_s = get_amount(r, "sample time");
+}
+
 static void get_request(reader *r, hk_wire_request *q) {
   q->coll = get_u8(r, "collective");
   q->dtype = get_u8(r, "dtype");
@@ -343,7 +398,7 @@ hk_status hk_wire_header(const uint8_t hdr[HK_WIRE_HEADER_LEN], uint8_t *type,
     return hk_fail(HK_ERR_PROTOCOL,
                    "wire version %u, this build speaks version %u", hdr[2],
                    HK_WIRE_VERSION);
-  if (hdr[3] < HK_MSG_REGISTER || hdr[3] > HK_MSG_GOODBYE)
+  if (hdr[3] < HK_MSG_REGISTER || hdr[3] > HK_MSG_MONITOR)
     return hk_fail(HK_ERR_PROTOCOL, "unknown message type %u", hdr[3]);
   uint32_t len = 0;
   for (int i = 0; i < 4; i++)
@@ -427,6 +482,21 @@ static void decode_payload(reader *r, hk_msg *m) {
     m->u.requests.n = n;
     m->u.requests.bits = get_u32_list(r, &m->u.requests.nbits,
                                       HK_WIRE_MAX_CACHE_BITS, "cache bits");
+    m->u.requests.has_sample = get_u8(r, "sample flag");
+    check(r, m->u.requests.has_sample <= 1, "sample flag %lld is not 0 or 1",
+          m->u.requests.has_sample);
+    if (m->u.requests.has_sample && r->st == HK_OK)
+      get_sample(r, &m->u.requests.sample);
+    break;
+  }
+  case HK_MSG_MONITOR: {
+    char *t = malloc(HK_WIRE_MAX_MONITOR_LEN + 1);
+    if (!t) {
+      r->st = hk_fail(HK_ERR_NOMEM, "cannot allocate the monitor text");
+      break;
+    }
+    get_str(r, t, HK_WIRE_MAX_MONITOR_LEN, "monitor text");
+    m->u.monitor.text = t;
     break;
   }
   case HK_MSG_RESPONSES: {
@@ -539,6 +609,9 @@ void hk_msg_free(hk_msg *m) {
   case HK_MSG_REQUESTS:
     free(m->u.requests.reqs);
     free(m->u.requests.bits);
+    break;
+  case HK_MSG_MONITOR:
+    free(m->u.monitor.text);
     break;
   case HK_MSG_RESPONSES:
     free(m->u.responses.abort_reason);

@@ -24,8 +24,8 @@
 #include "hk/hk.h"
 
 #define HK_WIRE_VERSION                                                        \
-  5 /* 3: HK_MSG_GOODBYE; 4: RESPONSES.answer; 5:                              \
-       request memory kind */
+  6 /* 3: HK_MSG_GOODBYE; 4: RESPONSES.answer; 5: request memory kind;         \
+       6: REQUESTS.sample (telemetry), HK_MSG_MONITOR */
 #define HK_WIRE_HEADER_LEN 8
 #define HK_WIRE_MAX_PAYLOAD (64u << 20) /* bytes */
 #define HK_WIRE_MAX_HOST_LEN 255        /* bytes, excluding NUL */
@@ -35,6 +35,9 @@
 #define HK_WIRE_MAX_CACHE_BITS (1u << 20) /* response-cache bit indices */
 #define HK_WIRE_NO_BIT 0xffffffffu
 #define HK_WIRE_ANSWER_OFFSET HK_WIRE_HEADER_LEN /* RESPONSES.answer */
+#define HK_WIRE_MAX_MONITOR_LEN                                                \
+  60000 /* MONITOR text, bytes (under the                                      \
+           rendezvous frame limit, 64 KiB) */
 
 typedef enum hk_msg_type {
   HK_MSG_REGISTER = 1,  /* worker -> hkrun: here I am, this is my address */
@@ -47,6 +50,8 @@ typedef enum hk_msg_type {
                            answer to a rank's REQUESTS */
   HK_MSG_GOODBYE = 7,   /* worker -> hkrun: this rank left the job through
                            the API (hk_shutdown, or a failed hk_init) */
+  HK_MSG_MONITOR = 8,   /* rank 0 -> hkrun: the live table of every rank
+                           (hkrun --monitor; worker/monitor.h) */
 } hk_msg_type;
 
 /** Which collective a request asks for. */
@@ -117,6 +122,32 @@ typedef struct hk_wire_response {
   int32_t last_rank;       /* rank 0 only, never on the wire: that rank */
 } hk_wire_response;
 
+/**
+ * One telemetry sample of a rank (worker/telemetry.h), carried to rank 0
+ * in its REQUESTS when a new one exists (REQUESTS.has_sample). Fixed size
+ * on the wire: 76 bytes. GPU fields are 0 unless gpu_ok.
+ */
+typedef struct hk_wire_sample {
+  uint32_t seq;            /* 1, 2, ... per rank: which sample this is */
+  uint8_t gpu_ok;          /* 1: the GPU fields are NVML's figures */
+  uint8_t util_pct;        /* GPU utilisation, percent (0..100) */
+  uint16_t gpu_index;      /* the GPU's NVML index on its host */
+  uint16_t temp_c;         /* GPU temperature, degrees Celsius */
+  uint32_t sm_mhz;         /* SM clock now, MHz */
+  uint32_t sm_max_mhz;     /* SM clock maximum, MHz */
+  uint32_t power_mw;       /* power draw, milliwatts */
+  uint32_t power_limit_mw; /* enforced power limit, milliwatts */
+  uint64_t mem_used;       /* GPU memory used, bytes */
+  uint64_t throttle;       /* nvmlDeviceGetCurrentClocksThrottleReasons bits
+                              (worker/telemetry.h names them) */
+  uint16_t ncpu;           /* the host's online CPUs */
+  double load1;            /* the host's 1-minute load average */
+  double cpu_s;            /* the process's CPU time, user + system, s */
+  double run_delay_s;      /* its threads' time runnable but waiting for a
+                              CPU (/proc schedstat), s */
+  double t_s;              /* when it was taken, the rank's hk_now(), s */
+} hk_wire_sample;
+
 typedef struct hk_wire_peer {
   char host[HK_WIRE_MAX_HOST_LEN + 1];
   uint16_t port;
@@ -157,8 +188,10 @@ typedef struct hk_msg {
       uint8_t shutdown; /* 1: this rank called hk_shutdown */
       uint32_t n;
       hk_wire_request *reqs;
-      uint32_t nbits; /* response-cache bits this rank has ready */
-      uint32_t *bits; /* nbits indices, ascending */
+      uint32_t nbits;        /* response-cache bits this rank has ready */
+      uint32_t *bits;        /* nbits indices, ascending */
+      uint8_t has_sample;    /* 1: sample holds a new telemetry sample */
+      hk_wire_sample sample; /* inline: no allocation */
     } requests;
     struct {
       uint8_t answer;        /* 1: answers the recipient's outstanding
@@ -174,6 +207,11 @@ typedef struct hk_msg {
       uint32_t n;
       hk_wire_response *resps;
     } responses;
+    struct {
+      char *text; /* lines of the live table, at most
+                     HK_WIRE_MAX_MONITOR_LEN bytes, no NUL; owned by the
+                     message (malloc'd when decoded) */
+    } monitor;
   } u;
 } hk_msg;
 

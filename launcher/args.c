@@ -111,6 +111,8 @@ typedef enum opt_id {
   O_SSH_PORT,
   O_SSH_IDENTITY,
   O_ENV_X,
+  O_DUMP,
+  O_DIAGNOSE,
   /* flags */
   O_TAG_OUTPUT,
   O_NO_TAG_OUTPUT,
@@ -127,6 +129,7 @@ typedef enum opt_id {
   O_STALL_CHECK,
   O_NO_AUTOTUNE,
   O_LOG_NO_TIMESTAMP,
+  O_MONITOR,
   O_NOOP, /* mpirun flags with nothing to do locally */
   O_TOPOLOGY,
   O_HELP,
@@ -198,10 +201,13 @@ static const opt_def options[] = {
     {"--stall-check", O_STALL_CHECK, 0, NULL},
     {"--no-autotune", O_NO_AUTOTUNE, 0, NULL},
     {"--log-without-timestamp", O_LOG_NO_TIMESTAMP, 0, NULL},
+    {"--monitor", O_MONITOR, 0, NULL},
     {"--log-hide-timestamp", O_LOG_NO_TIMESTAMP, 0, NULL},
     {"--oversubscribe", O_NOOP, 0, NULL},
     {"--allow-run-as-root", O_NOOP, 0, NULL},
     {"--topology", O_TOPOLOGY, 0, NULL},
+    {"--dump", O_DUMP, 1, NULL},
+    {"--diagnose", O_DIAGNOSE, 1, NULL},
     {"-h", O_HELP, 0, NULL},
     {"--help", O_HELP, 0, NULL},
     {"--version", O_VERSION, 0, NULL},
@@ -436,6 +442,12 @@ static int parse_value(const opt_def *o, const char *name, const char *value,
   }
   case O_TIMELINE:
     return parse_string(name, value, &out->timeline, err, err_cap);
+  case O_DUMP:
+    out->action = HKRUN_DUMP;
+    return parse_int(name, value, 0x7fffffffL, &out->dump_pid, err, err_cap);
+  case O_DIAGNOSE:
+    out->action = HKRUN_DIAGNOSE;
+    return parse_string(name, value, &out->diagnose_dir, err, err_cap);
   case O_OUTPUT_FILENAME:
     return parse_string(name, value, &out->output_filename, err, err_cap);
   case O_LOG_LEVEL:
@@ -504,6 +516,9 @@ static int apply_flag(const opt_def *o, hkrun_args *out) {
     break;
   case O_MARK_CYCLES:
     out->timeline_mark_cycles = 1;
+    break;
+  case O_MONITOR:
+    out->monitor = 1;
     break;
   case O_NO_MARK_CYCLES:
     out->timeline_mark_cycles = 0;
@@ -585,6 +600,8 @@ int hkrun_args_parse(int argc, char **argv, hkrun_args *out, char *err,
       }
       if (parse_value(o, name, value, out, err, err_cap) != 0)
         return -1;
+      if (out->action == HKRUN_DUMP || out->action == HKRUN_DIAGNOSE)
+        return 0; /* a command of its own: the rest does not matter */
       i++;
       continue;
     }
@@ -619,6 +636,7 @@ const char *hkrun_usage(void) {
          "       hkrun [-np N] --hostfile FILE [options] [--] program "
          "[args...]\n"
          "       hkrun --check-build | --version | --topology [FILE]\n"
+         "       hkrun --dump HKRUN_PID | --diagnose DIR\n"
          "\n"
          "Starts N copies of program on this host, one per rank, and\n"
          "coordinates them (rendezvous, output, failure handling). With\n"
@@ -687,6 +705,13 @@ const char *hkrun_usage(void) {
          "                       (an instant CYCLE_START event; hk's\n"
          "                       \"cycle\" is one round of negotiation)\n"
          "\n"
+         "monitoring arguments:\n"
+         "  --monitor            HK_MONITOR_LIVE=1: while the job runs, one\n"
+         "                       line per rank (host, GPU, utilisation,\n"
+         "                       temperature, SM clock, throttle reasons,\n"
+         "                       lateness, wait), refreshed in place on a\n"
+         "                       terminal, appended otherwise\n"
+         "\n"
          "stall check arguments:\n"
          "  --no-stall-check     HK_STALL_CHECK_TIME_S=0 and\n"
          "                       HK_STALL_SHUTDOWN_TIME_S=0\n"
@@ -744,6 +769,14 @@ const char *hkrun_usage(void) {
          "                       follows 2 s after SIGTERM\n"
          "  --topology [FILE]    print a server's GPU layout, rings and\n"
          "                       predicted busbw (hktopo) and exit\n"
+         "  --dump HKRUN_PID     ask the running job of that hkrun (or\n"
+         "                       mpirun) to write its flight records: it\n"
+         "                       sends SIGUSR1, which hkrun forwards to\n"
+         "                       every rank; each writes\n"
+         "                       HK_FLIGHT_DIR/hk-flight.JOB.RANK.txt\n"
+         "  --diagnose DIR       merge the flight records in DIR: the world\n"
+         "                       size, missing ranks, and the first tensor\n"
+         "                       and round on which the ranks diverged\n"
          "  --                   end of options\n"
          "\n"
          "horovodrun's flags hk does not have (each is refused saying why\n"
@@ -799,6 +832,7 @@ int hkrun_tunable_env(const hkrun_args *a, char *buf, size_t cap,
       {"HK_STALL_SHUTDOWN_TIME_S", stop, 0},
       {"HK_TIMEOUT_S", a->gloo_timeout_s, 0},
       {"HK_CROSS_TRANSPORT", a->tcp ? "tcp" : NULL, 0},
+      {"HK_MONITOR_LIVE", a->monitor ? "1" : NULL, 0},
   };
   for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
     if (!t[i].value)

@@ -43,6 +43,10 @@ typedef enum hkrun_action {
   HKRUN_VERSION = 2,     /* --version: print the version, exit 0 */
   HKRUN_TOPOLOGY = 3,    /* --topology [FILE]: run hktopo on FILE, exit */
   HKRUN_CHECK_BUILD = 4, /* -cb/--check-build: what this hk has, exit 0 */
+  HKRUN_DUMP = 5,        /* --dump PID: the job of hkrun (or mpirun) PID
+                            writes its flight records (launcher/dump.h) */
+  HKRUN_DIAGNOSE = 6,    /* --diagnose DIR: merge the flight records in
+                            DIR and name the divergence (diagnose.h) */
 } hkrun_action;
 
 /** --bind-to's policies (mpirun's names). */
@@ -100,7 +104,11 @@ typedef struct hkrun_args {
   const char *stall_warning_s;  /* --stall-check-warning-time-seconds */
   const char *stall_shutdown_s; /* --stall-check-shutdown-time-seconds */
   const char *gloo_timeout_s;   /* --gloo-timeout-seconds -> HK_TIMEOUT_S */
-  const char *topology; /* --topology FILE (may be NULL: HK_TOPO_FILE) */
+  const char *topology;     /* --topology FILE (may be NULL: HK_TOPO_FILE) */
+  long dump_pid;            /* --dump PID: a positive process id */
+  const char *diagnose_dir; /* --diagnose DIR */
+  int monitor;              /* --monitor -> HK_MONITOR_LIVE=1; hkrun shows
+                               the table rank 0 sends (launcher/monitor.h) */
   /* The program and its arguments: prog_argc entries followed by the NULL
    * that ends the caller's argv. Points into argv; not owned. */
   int prog_argc;

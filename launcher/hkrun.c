@@ -24,6 +24,9 @@
  *   open with nothing to read for GOODBYE_WAIT_MS after the exit (another
  *   process holds it), no GOODBYE is coming. A worker that never
  *   registered (a plain program) is judged by its exit status alone.
+ * - SIGUSR1 to hkrun (`hkrun --dump PID`) is forwarded to every worker's
+ *   process: each rank writes its flight record (worker/flight.h); the job
+ *   goes on.
  * - SIGINT/SIGTERM/SIGHUP to hkrun are forwarded to every worker's process
  *   group;
  *   SIGKILL follows after the grace period + 2 s (a second signal sends
@@ -51,6 +54,9 @@
 #include "launcher/bind.h"
 #include "launcher/build_info.h"
 #include "launcher/delegate.h"
+#include "launcher/diagnose.h"
+#include "launcher/dump.h"
+#include "launcher/monitor.h"
 #include "launcher/output.h"
 #include "launcher/rendezvous.h"
 #include "launcher/spawn.h"
@@ -69,13 +75,15 @@ typedef struct job {
   const hkrun_args *args;
   hk_workers workers;
   hk_rdv *rdv;
-  uv_signal_t sig[3]; /* SIGINT, SIGTERM, SIGHUP */
+  uv_signal_t sig[3];   /* SIGINT, SIGTERM, SIGHUP */
+  uv_signal_t dump_sig; /* SIGUSR1: forwarded (flight records) */
   uv_timer_t term_timer, kill_timer;
   uv_timer_t goodbye_timer;
   uint64_t *goodbye_deadline; /* np entries: uv_now() after which rank r's
                                  exit 0 is judged without its GOODBYE; 0
                                  when no verdict waits for rank r */
   int waiting;                /* verdicts waiting for the rendezvous */
+  hk_live live;               /* --monitor's display (launcher/monitor.h) */
   int failing;   /* a failure or a signal has started the teardown */
   int exit_code; /* decided by the first such event */
   int signals_received;
@@ -112,6 +120,7 @@ static void close_job(job *j) {
   uv_close((uv_handle_t *)&j->goodbye_timer, NULL);
   for (int i = 0; i < 3; i++)
     uv_close((uv_handle_t *)&j->sig[i], NULL);
+  uv_close((uv_handle_t *)&j->dump_sig, NULL);
   hk_rdv_close(j->rdv);
   j->rdv = NULL;
 }
@@ -272,8 +281,21 @@ static void on_signal(uv_signal_t *h, int signum) {
   stop_waiting(j); /* last: with every worker gone it closes the job */
 }
 
+/* SIGUSR1: every rank writes its flight record; nothing else changes. */
+static void on_dump(uv_signal_t *h, int signum) {
+  job *j = h->data;
+  int n = hk_workers_signal_procs(&j->workers, signum);
+  say("received SIGUSR1: asked %d rank(s) to write their flight records", n);
+}
+
 /* Sets up the loop-owned parts of the job. Returns 0, or 1 after saying
  * why not (nothing was started then). */
+/* --monitor: rank 0 sent its table (launcher/monitor.h). */
+static void on_monitor_table(const char *text, void *ctx) {
+  job *j = ctx;
+  hk_live_show(&j->live, text);
+}
+
 static int setup(job *j, hk_secret *secret, uint16_t *port) {
   int rc = uv_loop_init(&j->loop);
   if (rc != 0) {
@@ -292,6 +314,10 @@ static int setup(job *j, hk_secret *secret, uint16_t *port) {
     say("%s", hk_last_error());
     return 1;
   }
+  if (j->args->monitor) { /* rank 0's table, on stdout */
+    hk_live_init(&j->live, 1);
+    hk_rdv_set_monitor(j->rdv, on_monitor_table, j);
+  }
   /* SIGHUP too: the workers lead their own sessions, so a closed terminal
    * would otherwise leave them running without hkrun. */
   static const int signums[3] = {SIGINT, SIGTERM, SIGHUP};
@@ -300,6 +326,9 @@ static int setup(job *j, hk_secret *secret, uint16_t *port) {
     j->sig[i].data = j;
     uv_signal_start(&j->sig[i], on_signal, signums[i]);
   }
+  uv_signal_init(&j->loop, &j->dump_sig);
+  j->dump_sig.data = j;
+  uv_signal_start(&j->dump_sig, on_dump, SIGUSR1);
   uv_timer_init(&j->loop, &j->term_timer);
   uv_timer_init(&j->loop, &j->kill_timer);
   uv_timer_init(&j->loop, &j->goodbye_timer);
@@ -476,6 +505,10 @@ int main(int argc, char **argv) {
   }
   if (args.action == HKRUN_TOPOLOGY)
     return run_hktopo(argv[0], args.topology);
+  if (args.action == HKRUN_DUMP)
+    return hkrun_dump(args.dump_pid, stdout, stderr);
+  if (args.action == HKRUN_DIAGNOSE)
+    return hkrun_diagnose(args.diagnose_dir, stdout, stderr);
   /* -x NAME=value: the workers' environment is hkrun's (and through
    * mpirun, -x NAME passes it on); -x NAME passes on what is set */
   for (int i = 0; i < args.n_env_x; i++) {

@@ -57,6 +57,8 @@ struct hk_rdv {
   uint8_t *state;      /* size entries: hk_rdv_rank_state */
   hk_rdv_settled_fn on_settled;
   void *settled_ctx;
+  hk_rdv_monitor_fn on_monitor; /* NULL: MONITOR messages are dropped */
+  void *monitor_ctx;
   int registered;     /* ranks registered */
   int complete;       /* PEERS was sent */
   int aborted;        /* hk_rdv_abort was called */
@@ -272,7 +274,10 @@ static void on_frame(conn *c) {
     on_register(c, &m);
   else if (m.type == HK_MSG_GOODBYE)
     on_goodbye(c, &m);
-  else
+  else if (m.type == HK_MSG_MONITOR) {
+    if (c->rank == 0 && c->r->on_monitor)
+      c->r->on_monitor(m.u.monitor.text, c->r->monitor_ctx);
+  } else
     hk_log(HK_LOG_WARNING,
            "ignoring an unexpected message (type %d) from %s (rank %d)", m.type,
            c->addr, c->rank);
@@ -555,4 +560,9 @@ int hk_rdv_rank_idle(const hk_rdv *r, int rank) {
   char byte;
   ssize_t n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
   return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
+void hk_rdv_set_monitor(hk_rdv *r, hk_rdv_monitor_fn fn, void *ctx) {
+  r->on_monitor = fn;
+  r->monitor_ctx = ctx;
 }

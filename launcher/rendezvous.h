@@ -82,6 +82,15 @@ hk_status hk_rdv_start(uv_loop_t *loop, int size, const hk_secret *secret,
                        hk_rdv_settled_fn on_settled, void *ctx, hk_rdv **out,
                        uint16_t *port);
 
+/** Called with the text of each HK_MSG_MONITOR rank 0 sends (hkrun
+ *  --monitor; worker/monitor.h), on the loop thread; text is borrowed for
+ *  the call. */
+typedef void (*hk_rdv_monitor_fn)(const char *text, void *ctx);
+
+/** Sets (fn NULL: unsets) the MONITOR handler. Messages from other ranks
+ *  than 0, or without a handler, are dropped. */
+void hk_rdv_set_monitor(hk_rdv *r, hk_rdv_monitor_fn fn, void *ctx);
+
 /** rank's state; HK_RDV_UNREGISTERED for r NULL or rank out of range. */
 hk_rdv_rank_state hk_rdv_rank(const hk_rdv *r, int rank);
 

@@ -384,18 +384,28 @@ hk_status hk_workers_start(hk_workers *ws) {
   return st;
 }
 
-int hk_workers_signal(hk_workers *ws, int sig) {
+/* Sends sig to every running worker's process group (group = 1) or to
+ * the worker's process alone; returns how many were signalled. */
+static int signal_each(hk_workers *ws, int sig, int group) {
   int n = 0;
   for (int r = 0; r < ws->started; r++) {
     hk_worker *w = &ws->w[r];
     if (w->exited)
       continue;
     /* A worker that left its group still gets the signal itself. */
-    if (kill(-w->pid, sig) != 0 && kill(w->pid, sig) != 0)
+    if ((!group || kill(-w->pid, sig) != 0) && kill(w->pid, sig) != 0)
       continue;
     n++;
   }
   return n;
+}
+
+int hk_workers_signal(hk_workers *ws, int sig) {
+  return signal_each(ws, sig, 1);
+}
+
+int hk_workers_signal_procs(hk_workers *ws, int sig) {
+  return signal_each(ws, sig, 0);
 }
 
 void hk_workers_free(hk_workers *ws) {

@@ -112,6 +112,11 @@ hk_status hk_workers_start(hk_workers *ws);
  */
 int hk_workers_signal(hk_workers *ws, int sig);
 
+/** As hk_workers_signal, to each worker's own process only (not its
+ *  group): a signal meant for hk's runtime (SIGUSR1, the flight recorder)
+ *  that would kill a wrapper script or a child of the worker. */
+int hk_workers_signal_procs(hk_workers *ws, int sig);
+
 /** Frees what init allocated; call after uv_run has returned. */
 void hk_workers_free(hk_workers *ws);
 

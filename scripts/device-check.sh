@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # device-check.sh OUTDIR - builds, tests and benchmarks hk on the GPU
-# machine of ../shared/notes/device.md (one H200, no network, no Debian
+# machine the project is lent (one H200, no network, no Debian
 # -dev packages; nvcc 13, CMake, ninja, python3 with PyTorch and the
 # nvidia-nccl-cu13 wheel), in one go, bounded in time, never asking
 # anything. Every log goes to OUTDIR; OUTDIR/summary.txt says what ran,
@@ -31,6 +31,9 @@
 #             test_hosts_cli, which runs alone without those two variables
 #             (it expects hkrun's mpirun command to forward no HK_* but its
 #             own)
+#   monitor-* the straggler report and metrics with the real NVML (4
+#             ranks on GPU 0, one 50 ms late), and the monitor's cost on
+#             hkbench --model resnet50 (bench/monitor_overhead.sh)
 #   bench     GPU benchmarks: hkbench --device gpu --kernels (pack/unpack
 #             vs a device copy), 4 pseudo-hosts sharing the GPU staged
 #             through hk's ring, the torch gloo peer on CUDA tensors at
@@ -398,6 +401,23 @@ fi
 if [ $BUILT = 1 ]; then
   step torch-gpu 120 withlibs python3 "$ROOT/tests/python/gpu_check.py" \
     --hkrun "$BUILD/hkrun" --lib "$BUILD/libhk.so"
+fi
+# The straggler monitor (issue 15) with the real NVML: 4 ranks sharing
+# GPU 0 (HK_GPU=0), rank 2 50 ms late a step; the report and the metrics
+# file show the H200's figures. Then what the monitor costs a step:
+# hkbench --model resnet50 off/on, interleaved (bench/monitor_overhead.sh).
+if [ $BUILT = 1 ]; then
+  step monitor-report 60 withlibs env HK_MONITOR=1 HK_GPU=0 \
+    HK_METRICS_FILE="$OUT/monitor.prom" HK_METRICS_INTERVAL_S=1 \
+    "$BUILD/hkrun" --monitor -np 4 \
+    "$BUILD/tests/integration/workers/w_straggler" 2 50 0 3
+  grep -h 'hk monitor: ' "$OUT"/*-monitor-report.log | sed 's/^/  /' |
+    tee -a "$SUMMARY"
+  grep -h '^hk_gpu_temperature_celsius\|^hk_gpu_sm_clock_hertz' \
+    "$OUT/monitor.prom" 2>/dev/null | sed 's/^/  /' | tee -a "$SUMMARY"
+  step monitor-overhead 120 withlibs env BUILD="$BUILD" PAIRS=2 \
+    ON="HK_MONITOR=1 HK_GPU=0" "$ROOT/bench/monitor_overhead.sh"
+  tail -1 "$OUT"/*-monitor-overhead.log | sed 's/^/  /' | tee -a "$SUMMARY"
 fi
 # ==========================================================================
 

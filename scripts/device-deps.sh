@@ -1,14 +1,13 @@
 #!/usr/bin/env bash
 # Gathers, HERE (a Debian 12 machine that reaches its package registry),
 # what scripts/device-check.sh needs on the GPU machine, which has no
-# network and none of Debian's -dev packages (../shared/notes/device.md):
+# network and none of Debian's -dev packages:
 #   .devdeps/debs/     the .deb files of every package hk builds and tests
 #                      against (apt-get download: no install, no root);
 #                      device-check.sh unpacks them with dpkg -x into a
 #                      private prefix there
 #   .devdeps/nccl/     this machine's nccl.h (CUDA's), for an NCCL wheel
 #                      that ships no header
-#   .devdeps/peers/    the torch gloo peer script (../shared/peers)
 #   .devdeps/MANIFEST  package, version and size of every .deb
 # .devdeps/ is git-ignored; it travels as a carried folder. The device
 # tool carries at most 64 MiB in all (tree + carried folders): the script
@@ -50,7 +49,7 @@ if [ "${DEVDEPS_MPI:-1}" = 1 ]; then
 fi
 
 rm -rf "$out/debs"
-mkdir -p "$out/debs" "$out/nccl" "$out/peers"
+mkdir -p "$out/debs" "$out/nccl"
 download() { (cd "$out/debs" && apt-get download -q "${packages[@]}"); }
 if ! download >/dev/null 2>"$out/apt.err"; then
   echo "device-deps: apt-get download failed; apt-get update, then again"
@@ -61,9 +60,6 @@ rm -f "$out/apt.err"
 
 if [ -f /usr/local/cuda/include/nccl.h ]; then
   cp /usr/local/cuda/include/nccl.h "$out/nccl/"
-fi
-if [ -f ../shared/peers/torch_gloo_bench.py ]; then
-  cp ../shared/peers/torch_gloo_bench.py "$out/peers/"
 fi
 
 (

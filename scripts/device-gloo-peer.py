@@ -3,7 +3,8 @@
 stages them through host memory): the peer of hk's staged GPU allreduce on
 the GPU machine, run by scripts/device-check.sh at the same np and sizes.
 
-Method and columns as ../shared/peers/torch_gloo_bench.py (float32 sum, in
+Method and columns as the torch.distributed peer benchmark the project was
+given with its Open MPI peers (float32 sum, in
 place, the tensor re-initialised before every iteration, untimed barrier,
 per-iteration max over ranks, median over iterations, busbw = algbw *
 2(n-1)/n), except that the tensors live on the GPU (cuda:GPU for every

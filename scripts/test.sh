@@ -37,6 +37,9 @@ TMPDIR=$(mktemp -d /tmp/hk-test.XXXXXX)
 export TMPDIR
 # Open MPI's shared-memory segments too (else /dev/shm)
 export OMPI_MCA_btl_vader_backing_directory=$TMPDIR
+# the flight records that failing test jobs write (worker/flight.h) too,
+# instead of each test's working directory
+export HK_FLIGHT_DIR=$TMPDIR
 child=
 
 # The beds this run's tests own (same session) are gone, or 30 s passed.

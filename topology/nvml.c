@@ -1,11 +1,11 @@
 /* nvml.c - this machine's layout through NVML, loaded with dlopen at run
- * time (parse.h). The CUDA toolkit ships no NVML header here, so the few
+ * time through the shared loader (nvml_api.h). The CUDA toolkit ships no
+ * NVML header here, so the few
  * types and entry points used are declared below from NVIDIA's NVML API
  * reference (docs.nvidia.com/deploy/nvml-api): nvmlPciInfo_t is the v3
  * layout that nvmlDeviceGetPciInfo_v3 and nvmlDeviceGetNvLinkRemotePciInfo_v2
  * fill; nvmlGpuTopologyLevel_t values are NVML_TOPOLOGY_INTERNAL 0, SINGLE
  * 10, MULTIPLE 20, HOSTBRIDGE 30, NODE 40, SYSTEM 50. */
-#include <dlfcn.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,23 +14,22 @@
 #include "common/status.h"
 #include "topology/figures.h"
 #include "topology/matrix.h"
+#include "topology/nvml_api.h"
 #include "topology/parse.h"
 
-typedef struct nvml_device *nvml_device;
+typedef hk_nvml_device nvml_device;
 typedef struct nvml_pci_info {
   char bus_id_legacy[16];
   unsigned int domain, bus, device, pci_device_id, pci_subsystem_id;
   char bus_id[32];
 } nvml_pci_info;
 
-#define NVML_SUCCESS 0
+#define NVML_SUCCESS HK_NVML_SUCCESS
 #define NVML_MAX_LINKS 18 /* NVML_NVLINK_MAX_LINKS (NVML 12) */
 #define NVML_FEATURE_ENABLED 1
 
 typedef struct nvml_api {
-  void *lib;
-  int (*init)(void);
-  int (*shutdown)(void);
+  hk_nvml core; /* the loader's (topology/nvml_api.h) */
   const char *(*error_string)(int);
   int (*get_count)(unsigned int *);
   int (*get_handle)(unsigned int, nvml_device *);
@@ -44,24 +43,20 @@ typedef struct nvml_api {
   int (*remote_type)(nvml_device, unsigned int, int *); /* optional */
 } nvml_api;
 
+/* Opens NVML through the shared loader and resolves the topology's
+ * entry points. */
 static hk_status load_api(nvml_api *a, const char *lib) {
   memset(a, 0, sizeof *a);
-  a->lib = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
-  if (!a->lib) {
-    const char *why = dlerror();
-    return hk_fail(HK_ERR_SYSTEM,
-                   "cannot load NVML: %s (no NVIDIA driver on this machine?)",
-                   why ? why : lib);
-  }
+  hk_status st = hk_nvml_open(lib, &a->core);
+  if (st != HK_OK)
+    return st;
+  a->error_string = a->core.error_string;
+  a->get_count = a->core.get_count;
+  a->get_handle = a->core.get_handle;
   static const struct {
     const char *name;
     size_t off;
   } sym[] = {
-      {"nvmlInit_v2", offsetof(nvml_api, init)},
-      {"nvmlShutdown", offsetof(nvml_api, shutdown)},
-      {"nvmlErrorString", offsetof(nvml_api, error_string)},
-      {"nvmlDeviceGetCount_v2", offsetof(nvml_api, get_count)},
-      {"nvmlDeviceGetHandleByIndex_v2", offsetof(nvml_api, get_handle)},
       {"nvmlDeviceGetName", offsetof(nvml_api, get_name)},
       {"nvmlDeviceGetPciInfo_v3", offsetof(nvml_api, get_pci)},
       {"nvmlDeviceGetCudaComputeCapability", offsetof(nvml_api, get_cc)},
@@ -73,16 +68,15 @@ static hk_status load_api(nvml_api *a, const char *lib) {
        offsetof(nvml_api, nvlink_remote_pci)},
   };
   for (size_t i = 0; i < sizeof sym / sizeof sym[0]; i++) {
-    void *f = dlsym(a->lib, sym[i].name);
+    void *f = hk_nvml_sym(&a->core, sym[i].name);
     if (!f) {
-      dlclose(a->lib);
-      a->lib = NULL;
-      return hk_fail(HK_ERR_SYSTEM, "NVML (%s) lacks %s: driver too old?", lib,
-                     sym[i].name);
+      hk_nvml_close(&a->core);
+      return hk_fail(HK_ERR_SYSTEM, "NVML (%s) lacks %s: driver too old?",
+                     lib ? lib : HK_NVML_DEFAULT_LIBRARY, sym[i].name);
     }
     memcpy((char *)a + sym[i].off, &f, sizeof f);
   }
-  void *f = dlsym(a->lib, "nvmlDeviceGetNvLinkRemoteDeviceType");
+  void *f = hk_nvml_sym(&a->core, "nvmlDeviceGetNvLinkRemoteDeviceType");
   memcpy(&a->remote_type, &f, sizeof f);
   return HK_OK;
 }
@@ -236,18 +230,10 @@ static hk_status query(nvml_api *a, hk_topo_matrix *m) {
 
 hk_status hk_topo_load_nvml(const char *lib, hk_topo **out) {
   *out = NULL;
-  if (!lib)
-    lib = "libnvidia-ml.so.1";
   nvml_api a;
   hk_status st = load_api(&a, lib);
   if (st != HK_OK)
     return st;
-  int rc = a.init();
-  if (rc != NVML_SUCCESS) {
-    st = hk_fail(HK_ERR_SYSTEM, "nvmlInit: %s", a.error_string(rc));
-    dlclose(a.lib);
-    return st;
-  }
   hk_topo_matrix *m = calloc(1, sizeof *m);
   if (!m)
     st = hk_fail(HK_ERR_NOMEM, "NVML: out of memory");
@@ -262,7 +248,6 @@ hk_status hk_topo_load_nvml(const char *lib, hk_topo **out) {
                      "(topology/figures.h); NVML names no NIC.",
                      HK_FIG_PCIE_DEFAULT_GBPS, HK_FIG_SYS_DEFAULT_GBPS);
   free(m);
-  a.shutdown();
-  dlclose(a.lib);
+  hk_nvml_close(&a.core);
   return st;
 }

@@ -26,12 +26,15 @@
 static void build_spans(hk_ctx *ctx);
 
 /* A job on one host over shared memory (worker/intra.h): the ring is the
- * shm engine (collectives/shm_group.h: one synchronisation up to 64 KiB,
- * three per round above), which is no 2(N-1)-step ring, so the model's
- * ring term does not describe it. Measured on the reference machine
- * (bench/README.md, "shm: algorithm choice"): recursive doubling over the
- * shm links is as fast or faster up to this size, the engine above. */
-#define HK_SHM_RD_MAX_BYTES ((size_t)4 << 10)
+ * shm engine (collectives/shm_group.h: one synchronisation up to 1 MiB /
+ * n^2, three per round above), which is no 2(N-1)-step ring, so the
+ * model's ring term does not describe it. Measured on the reference
+ * machine with the cores kept for the benchmark (chrt -r 1, hkbench
+ * --raw, 500 iterations, 256 B - 64 KiB): the engine is as fast as
+ * recursive doubling over the shm links or faster at every size (np 2:
+ * 3.0 against 3.9 us at 256 B; np 4: 15.6 against 17.6 us), so auto
+ * always takes it there (and tensors of every size then share a fusion
+ * buffer). Under heavy load rd had looked faster up to 4 KiB. */
 
 static hk_status host_model(hk_ctx *ctx) {
   const char *file = getenv("HK_TOPO_FILE");
@@ -93,14 +96,18 @@ hk_status hk_algo_setup(hk_ctx *ctx) {
    * two of at least 4 ranks, rd halves large buffers (collectives/rd.h),
    * which measured faster than the ring up to 4 MiB (np 4 on the 2-core
    * VM: 5.3 ms against 7.1 ms at 4 MiB, 13.4 against 11.7 at 8 MiB), so
-   * a batch of small tensors fuses up to there */
+   * a fused batch runs rd up to there (worker/execute.c, group_algo);
+   * not on one host over shared memory, where the shm engine is faster
+   * from 4 KiB (small1000 at np 4: 2 fused rd collectives of 2 MB took
+   * 9.6 ms, one engine allreduce of the 4 MB 3.1 ms) */
   ctx->rd_limit = 0;
   if (st == HK_OK && forced == HK_ALGO_AUTO) {
     for (size_t b = 256; b <= ((size_t)1 << 30); b *= 2)
       if (hk_algo_for(ctx, b) == HK_ALGO_RD)
         ctx->rd_limit = b;
-    if (ctx->rd_limit && ctx->size >= 4 && !(ctx->size & (ctx->size - 1)) &&
-        ctx->rd_limit < HK_RD_FUSED_BYTES)
+    const int shm_host = ctx->cross_size == 1 && ctx->intra;
+    if (ctx->rd_limit && !shm_host && ctx->size >= 4 &&
+        !(ctx->size & (ctx->size - 1)) && ctx->rd_limit < HK_RD_FUSED_BYTES)
       ctx->rd_limit = HK_RD_FUSED_BYTES;
   }
   if (st == HK_OK && ctx->rank == 0 && ctx->size > 1) {
@@ -120,8 +127,7 @@ hk_status hk_algo_setup(hk_ctx *ctx) {
 static hk_algo model_choice(const hk_ctx *ctx, size_t bytes) {
   hk_algo a = ctx->algo_forced;
   if (a == HK_ALGO_AUTO && ctx->cross_size == 1 && ctx->intra)
-    return bytes <= HK_SHM_RD_MAX_BYTES && ctx->size > 1 ? HK_ALGO_RD
-                                                         : HK_ALGO_RING;
+    return HK_ALGO_RING;
   if (a == HK_ALGO_AUTO) {
     hk_cost c;
     if (hk_cost_choose_among(&ctx->model, bytes, ctx->model_hosts,

@@ -52,6 +52,7 @@
 #include "worker/background.h"
 
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,7 +63,9 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "worker/execute.h"
+#include "worker/flight.h"
 #include "worker/introspect.h"
+#include "worker/monitor.h"
 #include "worker/queue.h"
 #include "worker/round.h"
 
@@ -117,6 +120,8 @@ static void fail_job(hk_ctx *ctx, hk_status st, const char *what, int relay) {
     }
   }
   hk_log(st == HK_ERR_SHUTDOWN ? HK_LOG_INFO : HK_LOG_ERROR, "%s", reason);
+  if (st != HK_ERR_SHUTDOWN) /* before the handles complete: still pending */
+    hk_flight_dump(ctx, reason);
   if (relay && ctx->rank == 0 && ctx->size > 1)
     relay_failure(ctx, st, reason);
   hk_queue_fail_all(ctx, st, reason);
@@ -185,6 +190,9 @@ static hk_status worker_send(hk_ctx *ctx, hk_round *R) {
   m.u.requests.reqs = R->reqs;
   m.u.requests.nbits = nbits;
   m.u.requests.bits = R->bits;
+  if (ctx->monitor) /* telemetry rides on the request (worker/monitor.h) */
+    m.u.requests.has_sample =
+        (uint8_t)hk_monitor_take_sample(ctx->monitor, &m.u.requests.sample);
   st =
       hk_tcp_send_msg(ctx->mesh.ctrl_fd, &m, &ctx->scratch, &ctx->io, "rank 0");
   if (st != HK_OK)
@@ -256,24 +264,52 @@ static void linger(hk_ctx *ctx) {
   }
 }
 
+/* poll(2) on the set, but first, until HK_SPIN_US after the last event
+ * (and never past timeout_ms), without sleeping: poll with no timeout and
+ * yield the core between polls (config.c says why: a sleeping thread is
+ * slow to wake on a virtual machine). *last_event moves to now whenever
+ * something arrives, so a busy job never sleeps between its events and an
+ * idle one sleeps HK_SPIN_US after the last. Returns poll's result. */
+static int wait_events(hk_ctx *ctx, struct pollfd *p, int n, int timeout_ms,
+                       double *last_event) {
+  double now = hk_now();
+  double until = *last_event + ctx->cfg.spin_us * 1e-6;
+  if (timeout_ms >= 0 && now + timeout_ms * 1e-3 < until)
+    until = now + timeout_ms * 1e-3;
+  int rc = 0;
+  while (now < until && (rc = poll(p, (nfds_t)n, 0)) == 0) {
+    sched_yield();
+    now = hk_now();
+  }
+  if (rc == 0)
+    rc = poll(p, (nfds_t)n, timeout_ms);
+  if (rc > 0)
+    *last_event = hk_now();
+  return rc;
+}
+
 void *hk_background_main(void *arg) {
   hk_ctx *ctx = arg;
   hk_round R;
   ctx->next_stall_check = ctx->next_stall_warning = hk_now();
-  /* poll set: wake fd, launcher fd, then control fd(s) */
-  struct pollfd *pfds = calloc((size_t)ctx->size + 2, sizeof *pfds);
+  /* poll set: wake fd, launcher fd, flight recorder fd, then control fd(s) */
+  struct pollfd *pfds = calloc((size_t)ctx->size + 3, sizeof *pfds);
   hk_status st0 = hk_round_init(ctx, &R);
   if (!pfds || st0 != HK_OK) {
     fail_job(ctx, HK_ERR_NOMEM, "cannot allocate the poll set", 1);
     goto out;
   }
-  int npfd = 0, wake_i, launcher_i = -1, first_ctrl;
+  int npfd = 0, wake_i, launcher_i = -1, flight_i = -1, first_ctrl;
   pfds[npfd++] = (struct pollfd){.fd = ctx->wake_fd, .events = POLLIN};
   wake_i = 0;
   if (ctx->mesh.launcher_fd >= 0) {
     launcher_i = npfd;
     pfds[npfd++] =
         (struct pollfd){.fd = ctx->mesh.launcher_fd, .events = POLLIN};
+  }
+  if (hk_flight_fd(ctx) >= 0) {
+    flight_i = npfd;
+    pfds[npfd++] = (struct pollfd){.fd = hk_flight_fd(ctx), .events = POLLIN};
   }
   first_ctrl = npfd;
   if (ctx->size > 1) {
@@ -289,8 +325,10 @@ void *hk_background_main(void *arg) {
   for (int i = first_ctrl; i < npfd; i++)
     if (hk_tcp_set_send_buffer(pfds[i].fd, HK_CTRL_SEND_BUFFER) != HK_OK)
       hk_log(HK_LOG_DEBUG, "%s", hk_last_error());
+  double last_event = hk_now();
   for (;;) {
-    int rc = poll(pfds, (nfds_t)npfd, hk_round_timeout_ms(ctx, &R));
+    int rc =
+        wait_events(ctx, pfds, npfd, hk_round_timeout_ms(ctx, &R), &last_event);
     if (rc < 0)
       continue; /* EINTR */
     if (pfds[wake_i].revents) {
@@ -298,9 +336,13 @@ void *hk_background_main(void *arg) {
       ssize_t rd = read(ctx->wake_fd, &v, sizeof v);
       (void)rd;
     }
+    if (flight_i >= 0 && pfds[flight_i].revents)
+      hk_flight_signalled(ctx); /* SIGUSR1: write the flight record */
     hk_status st = HK_OK;
     if (ctx->rank == 0) {
       st = hk_round_coordinate(ctx, &R, pfds, first_ctrl);
+      if (ctx->monitor && ctx->cfg.monitor_live)
+        hk_monitor_background(ctx->monitor); /* hkrun --monitor's table */
     } else {
       if (pfds[first_ctrl].revents)
         st = worker_receive(ctx, &R);

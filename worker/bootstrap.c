@@ -422,6 +422,11 @@ static hk_status bootstrap_mpi(hk_ctx *ctx, double deadline) {
   }
   if (st == HK_OK)
     st = hk_layout_from_hosts(hosts, ctx->size, layout);
+  if (st == HK_OK &&
+      (ctx->hosts = malloc((size_t)ctx->size * HK_HOST_NAME_CAP)) != NULL)
+    for (int r = 0; r < ctx->size; r++) /* for the monitor's report */
+      memcpy(ctx->hosts + (size_t)r * HK_HOST_NAME_CAP, all[r].host,
+             HK_HOST_NAME_CAP);
   if (st == HK_OK) {
     if (ctx->secret_from_rank0)
       memcpy(ctx->secret.bytes, all[0].secret, HK_SECRET_LEN);

@@ -32,7 +32,10 @@
  * are freed by the background thread when they complete. */
 struct hk_handle_s {
   hk_wire_request req; /* name, collective, dtype, op, root, count, scales */
-  double t_submit;     /* hk_now() at submit, when the timeline is on */
+  double t_submit;     /* hk_now() at submit, when the timeline or the
+                          flight recorder is on */
+  uint64_t flight_seq; /* [bg] its flight recorder entry (worker/flight.h),
+                          0 until the background thread took it */
   const void *sendbuf;
   void *recvbuf;
   void **out_buf;             /* allgather/alltoall: where hk's buffer goes */
@@ -94,11 +97,15 @@ typedef struct hk_mesh {
                       other hosts with HK_CROSS_TRANSPORT=mpi */
 } hk_mesh;
 
+#define HK_HOST_NAME_CAP (HK_WIRE_MAX_HOST_LEN + 1) /* ctx->hosts stride */
+
 typedef struct hk_ctx {
   int rank, size, local_rank, local_size;
   int cross_rank, cross_size; /* this rank's host among the hosts */
   int placement;              /* hk_placement_source: who started us */
   int secret_from_rank0;      /* no HK_SECRET: take rank 0's over MPI */
+  int launcher_parent;        /* the pid of hkrun (HK_LAUNCHER_PID) when it
+                                 is our parent process; 0 otherwise */
   hk_config cfg;
   hk_secret secret;
   hk_mesh mesh;
@@ -106,6 +113,9 @@ typedef struct hk_ctx {
                              (worker/intra.h), or NULL */
   hk_io io;               /* abort_fd = launcher_fd, timeout = HK_TIMEOUT_S */
   hk_rank_layout *layout; /* every rank's host and place on it (size) */
+  char *hosts;            /* every rank's host name, HK_HOST_NAME_CAP bytes
+                             each, where the launcher told them (MPI
+                             bootstrap); else NULL (one host) */
   hk_ring ring;           /* [bg] the flat ring over every rank */
   hk_ring local_ring;     /* [bg] hierarchical: this host's ranks */
   hk_ring cross_ring;     /* [bg] hierarchical: one rank per host */
@@ -154,6 +164,9 @@ typedef struct hk_ctx {
   uint32_t *inval;           /* [bg] rank 0: bits retired, not yet told */
   uint32_t ninval, cap_inval;
   struct hk_timeline *timeline; /* [bg] rank 0 with HK_TIMELINE; else NULL */
+  struct hk_flight *flight;     /* [bg] the flight recorder (worker/flight.h),
+                                   NULL with HK_FLIGHT_RECORDER=0; the
+                                   pointer is set by hk_init */
   uint8_t *fusion;              /* [bg] the fusion buffer, cfg.fusion_threshold
                                    bytes, mapped on first use and reused */
   struct hk_exec_plan *plan;    /* [bg] worker/execute.c's working arrays,
@@ -165,6 +178,9 @@ typedef struct hk_ctx {
   hk_device *dev;          /* the backend HK_DEVICE opened, or NULL */
   char dev_missing[512];   /* with dev NULL: why there is none */
   struct hk_devplane *gpu; /* [bg] streams, communicator, buffers */
+
+  /* Straggler and telemetry monitoring (worker/monitor.h), or NULL. */
+  struct hk_monitor *monitor;
 } hk_ctx;
 
 #endif

@@ -4,7 +4,9 @@
 #include "worker/devplane.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -267,18 +269,51 @@ void hk_devplane_set_stream(void *stream) { tl_stream = stream; }
  * would be a crash into HK_ERR_DEVICE saying what is missing. The driver
  * API's values: CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2, CU_MEMORYTYPE_DEVICE
  * = 2 (cuda.h). */
+typedef int (*hk_cu_pointer_attr)(void *, int, unsigned long long);
+
+/* The number of objects the dynamic linker has loaded and unloaded
+ * (dl_iterate_phdr's dlpi_adds / dlpi_subs, the same in every entry). */
+static int count_loads(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)size;
+  unsigned long long *n = arg;
+  n[0] = info->dlpi_adds;
+  n[1] = info->dlpi_subs;
+  return 1; /* the first entry says it */
+}
+
+/* cuPointerGetAttribute of the driver already in the process, or NULL.
+ * dlopen(RTLD_NOLOAD) searches the library path on every call (four
+ * failed openat(2)s here, tens of microseconds a submit), so the answer
+ * is kept until the set of loaded objects changes: the driver a trainer
+ * loads after hk_init (PyTorch's first CUDA call) is still found. Found,
+ * the handle stays open (the driver is never unloaded under a live CUDA
+ * context). Thread-safe (any trainer thread submits). */
+static hk_cu_pointer_attr driver_attr(void) {
+  static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+  static unsigned long long seen[2] = {~0ull, ~0ull};
+  static hk_cu_pointer_attr attr;
+  unsigned long long now[2] = {0, 0};
+  dl_iterate_phdr(count_loads, now);
+  pthread_mutex_lock(&mu);
+  if (!attr && (now[0] != seen[0] || now[1] != seen[1])) {
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (h) {
+      attr = (hk_cu_pointer_attr)dlsym(h, "cuPointerGetAttribute");
+      if (!attr)
+        dlclose(h);
+    }
+    dl_iterate_phdr(count_loads, seen); /* after our own dlopen/dlclose */
+  }
+  hk_cu_pointer_attr a = attr;
+  pthread_mutex_unlock(&mu);
+  return a;
+}
+
 static int driver_says_device(const void *p) {
-  void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-  if (!h)
-    return 0;
-  int (*attr)(void *, int, unsigned long long) =
-      (int (*)(void *, int, unsigned long long))dlsym(h,
-                                                      "cuPointerGetAttribute");
+  hk_cu_pointer_attr attr = driver_attr();
   unsigned int type = 0;
-  int dev = attr && attr(&type, 2, (unsigned long long)(uintptr_t)p) == 0 &&
-            type == 2;
-  dlclose(h);
-  return dev;
+  return attr && attr(&type, 2, (unsigned long long)(uintptr_t)p) == 0 &&
+         type == 2;
 }
 
 static int is_device(const hk_ctx *ctx, const void *p) {

@@ -13,11 +13,13 @@
 #include "collectives/rd.h"
 #include "collectives/reduce.h"
 #include "collectives/ring.h"
+#include "collectives/shm_ring.h"
 #include "collectives/transport/tcp.h"
 #include "common/status.h"
 #include "coordinator/fusion.h"
 #include "worker/algo.h"
 #include "worker/devplane.h"
+#include "worker/flight.h"
 #include "worker/introspect.h"
 #include "worker/queue.h"
 #include "worker/timeline.h"
@@ -388,8 +390,57 @@ static hk_status run_device(hk_ctx *ctx, plan *p, uint32_t a, uint32_t b,
   return st;
 }
 
+/* A fused batch on one host over shared memory, without the fusion
+ * buffer: the shm engine reads every tensor's sendbuf and writes its
+ * recvbuf where they are (hk_ring_shm_allreduce_pieces), the pieces being
+ * where the fusion layout p->seg/p->where puts each tensor's segments,
+ * so the bits are the fusion buffer's. Returns -1 (nothing done) where it
+ * does not apply: another algorithm or transport, a pre- or postscale
+ * (applied while copying through the fusion buffer), no memory. */
+static int run_fused_in_place(hk_ctx *ctx, plan *p, uint32_t a, uint32_t k,
+                              hk_status *st) {
+  const int n = ctx->size;
+  const hk_fusion_item *it = &p->items[p->order[a]];
+  if (n < 2 || ctx->ring.ops != &hk_ring_shm_ops ||
+      (hk_algo)it->algo == HK_ALGO_HIERARCHICAL ||
+      (hk_algo)it->algo == HK_ALGO_RD || p->seg[n] == 0)
+    return -1;
+  for (uint32_t i = 0; i < k; i++) {
+    const hk_wire_request *q = &p->h[p->order[a + i]]->req;
+    if (q->prescale != 1.0 || q->postscale != 1.0)
+      return -1;
+  }
+  const hk_wire_request *q0 = &p->h[p->order[a]]->req;
+  const size_t esz = hk_dtype_size((hk_dtype)q0->dtype);
+  hk_shm_piece *pc = malloc((size_t)k * (size_t)n * sizeof *pc);
+  size_t *first = malloc((size_t)k * (size_t)(n + 1) * sizeof *first);
+  if (!pc || !first) {
+    free(pc);
+    free(first);
+    return -1;
+  }
+  for (uint32_t i = 0; i < k; i++)
+    hk_ring_default_segments(p->counts[i], n, first + (size_t)i * (n + 1));
+  size_t np = 0; /* segment-major, as the layout: increasing offsets */
+  for (int j = 0; j < n; j++)
+    for (uint32_t i = 0; i < k; i++) {
+      const size_t *f = first + (size_t)i * (n + 1);
+      hk_handle h = p->h[p->order[a + i]];
+      if (f[j + 1] > f[j])
+        pc[np++] = (hk_shm_piece){p->where[(size_t)i * n + j], f[j + 1] - f[j],
+                                  (const uint8_t *)h->sendbuf + f[j] * esz,
+                                  (uint8_t *)h->recvbuf + f[j] * esz};
+    }
+  hk_ring_finish fin = {it->divisor, 1.0};
+  *st = hk_ring_shm_allreduce_pieces(&ctx->ring, pc, np, p->seg,
+                                     (hk_dtype)q0->dtype, (hk_op)q0->op, &fin);
+  free(pc);
+  free(first);
+  return 0;
+}
+
 /* Runs group members p->order[a..b) (k > 1 allreduces of one dtype/op)
- * through the fusion buffer. */
+ * through the fusion buffer, or in place on one host (above). */
 static hk_status run_fused(hk_ctx *ctx, plan *p, uint32_t a, uint32_t b,
                            double *t) {
   const int n = ctx->size;
@@ -398,12 +449,22 @@ static hk_status run_fused(hk_ctx *ctx, plan *p, uint32_t a, uint32_t b,
   const hk_dtype dtype = (hk_dtype)q0->dtype;
   const size_t esz = hk_dtype_size(dtype);
   t[0] = hk_now();
-  hk_status st = map_fusion_buffer(ctx);
-  if (st != HK_OK)
-    return st;
   for (uint32_t i = 0; i < k; i++)
     p->counts[i] = p->h[p->order[a + i]]->req.count;
   hk_fusion_layout(p->counts, k, n, p->seg, p->where);
+  hk_status st = HK_OK;
+  if (run_fused_in_place(ctx, p, a, k, &st) == 0) {
+    t[1] = t[0];
+    t[2] = t[3] = hk_now();
+    if (st == HK_OK) {
+      hk_introspect_count(ctx, HK_COUNT_FUSED_BATCHES, 1);
+      hk_introspect_count(ctx, HK_COUNT_FUSED_TENSORS, k);
+    }
+    return st;
+  }
+  st = map_fusion_buffer(ctx);
+  if (st != HK_OK)
+    return st;
   size_t *first = ctx->ring.segs; /* a tensor's own default segments */
   for (uint32_t i = 0; i < k; i++) {
     hk_handle h = p->h[p->order[a + i]];
@@ -576,8 +637,19 @@ static void finish_handle(hk_ctx *ctx, hk_handle h, hk_status st,
     hk_queue_complete(ctx, h, st, reason);
 }
 
+/* The flight recorder's state of group members p->order[a..b) at t. */
+static void flight_group(hk_ctx *ctx, const plan *p, uint32_t a, uint32_t b,
+                         hk_flight_state state, double t) {
+  if (!ctx->flight)
+    return;
+  for (uint32_t i = a; i < b; i++)
+    hk_flight_mark(ctx, p->h[p->order[i]], state, t);
+}
+
 hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
                                uint32_t n, double t_ready) {
+  if (n)
+    hk_flight_round(ctx, t_ready);
   plan *pp = NULL;
   hk_status st = plan_get(ctx, n, &pp);
   if (st != HK_OK)
@@ -593,6 +665,7 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
       break;
     if (!p.h[i]) /* a failure this rank (joined) takes no part in */
       continue;
+    hk_flight_negotiated(ctx, p.h[i], t_ready);
     const hk_wire_request *q = &p.h[i]->req;
     size_t bytes = q->count * hk_dtype_size((hk_dtype)q->dtype);
     const int device = q->mem == HK_WIRE_MEM_DEVICE;
@@ -627,6 +700,7 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
   if (st == HK_OK)
     for (uint32_t i = 0; i < n; i++) /* failed negotiations end at once */
       if (rs[i].status != HK_OK && p.h[i]) {
+        hk_flight_mark(ctx, p.h[i], HK_FLIGHT_FAILED, t_ready);
         finish_handle(ctx, p.h[i], (hk_status)rs[i].status, rs[i].reason);
         p.h[i] = NULL;
       }
@@ -642,6 +716,8 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
     int fused = b - a > 1;
     hk_handle h0 = p.h[p.order[a]];
     const char *dev_algo = NULL;
+    if (ctx->flight)
+      flight_group(ctx, &p, a, b, HK_FLIGHT_RUNNING, hk_now());
     if (h0->req.mem == HK_WIRE_MEM_DEVICE && h0->req.coll == HK_COLL_ALLREDUCE)
       st = run_device(ctx, &p, a, b, rs[p.order[a]].divisor, &dev_algo, t);
     else if (h0->req.mem == HK_WIRE_MEM_DEVICE)
@@ -652,6 +728,8 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
                ? run_fused(ctx, &p, a, b, t)
                : run_alone(ctx, h0, rs[p.order[a]].divisor, &rs[p.order[a]], t);
     if (st != HK_OK) {
+      if (ctx->flight)
+        flight_group(ctx, &p, a, b, HK_FLIGHT_FAILED, hk_now());
       char msg[HK_ERROR_MSG_CAP];
       snprintf(msg, sizeof msg, "%s", hk_last_error());
       st = hk_fail(st, "tensor '%s': %s", p.h[p.order[a]]->req.name, msg);
@@ -683,6 +761,7 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
     }
     if (ran)
       hk_introspect_record(ctx, ran, t[1], t[2]);
+    flight_group(ctx, &p, a, b, HK_FLIGHT_DONE, t[3]);
     for (uint32_t i = a; i < b; i++) {
       hk_handle h = p.h[p.order[i]];
       if (ctx->timeline && !h->phantom)

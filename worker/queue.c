@@ -1,5 +1,6 @@
 #include "worker/queue.h"
 
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "worker/devplane.h"
+#include "worker/flight.h"
 
 static void wake(hk_ctx *ctx) {
   uint64_t one = 1;
@@ -35,7 +37,7 @@ static hk_status enqueue_locked(hk_ctx *ctx, hk_handle h) {
   hk_status st = hk_strmap_put(ctx->inflight, h->req.name, h);
   if (st != HK_OK)
     return st;
-  if (ctx->timeline) /* read-only after hk_init: the cost when off */
+  if (ctx->timeline || ctx->flight) /* read-only after hk_init */
     h->t_submit = hk_now();
   if (ctx->queue_tail)
     ctx->queue_tail->next = h;
@@ -136,6 +138,7 @@ static hk_handle take(hk_ctx *ctx, int quiet) {
    * sends hk_queue_find to the locked table) */
   for (hk_handle h = list; h; h = h->next)
     (void)hk_strmap_put(ctx->taken, h->req.name, h);
+  hk_flight_taken(ctx, list);
   return list;
 }
 
@@ -244,7 +247,16 @@ void hk_queue_fail_all(hk_ctx *ctx, hk_status status, const char *reason) {
 
 hk_status hk_queue_wait(hk_ctx *ctx, hk_handle h) {
   if (ctx) {
+    /* HK_SPIN_US of polling, yielding the core, before sleeping on the
+     * condition variable (common/config.c: a sleeping thread is slow to
+     * wake on a virtual machine; a small allreduce completes sooner) */
+    const double until = hk_now() + ctx->cfg.spin_us * 1e-6;
     pthread_mutex_lock(&ctx->mu);
+    while (!h->done && hk_now() < until) {
+      pthread_mutex_unlock(&ctx->mu);
+      sched_yield();
+      pthread_mutex_lock(&ctx->mu);
+    }
     while (!h->done)
       pthread_cond_wait(&ctx->done_cv, &ctx->mu);
     pthread_mutex_unlock(&ctx->mu);

@@ -14,7 +14,9 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "worker/execute.h"
+#include "worker/flight.h"
 #include "worker/introspect.h"
+#include "worker/monitor.h"
 #include "worker/queue.h"
 #include "worker/timeline.h"
 
@@ -176,6 +178,7 @@ static void inspect_stalls(hk_ctx *ctx, hk_round *R) {
     hk_log(HK_LOG_WARNING,
            "stall: %u tensor(s) submitted by some ranks but not others: %s", n,
            what);
+    hk_flight_stall(ctx, what);
     ctx->next_stall_warning = now + check;
   }
   if (check > 0 && ctx->next_stall_warning > now &&
@@ -221,6 +224,8 @@ static hk_status coordinator_receive(hk_ctx *ctx, hk_round *R, int r) {
   }
   st = feed(ctx, r, m.u.requests.reqs, m.u.requests.n, m.u.requests.bits,
             m.u.requests.nbits);
+  if (m.u.requests.has_sample && ctx->monitor)
+    hk_monitor_add_sample(ctx->monitor, r, &m.u.requests.sample);
   if (m.u.requests.shutdown && R->shutdown_rank < 0)
     R->shutdown_rank = r;
   hk_msg_free(&m);
@@ -286,6 +291,8 @@ hk_status hk_round_coordinate(hk_ctx *ctx, hk_round *R,
     return st;
   if (n == 0 && R->shutdown_rank < 0 && !R->abort_status)
     return answer_waiting(ctx, R);
+  if (n && ctx->monitor)
+    hk_monitor_round_end(ctx->monitor);
   hk_msg m = {.type = HK_MSG_RESPONSES};
   m.u.responses.shutdown_rank = R->shutdown_rank;
   m.u.responses.abort_status = (uint16_t)R->abort_status;

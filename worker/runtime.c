@@ -26,8 +26,10 @@
 #include "worker/context.h"
 #include "worker/devplane.h"
 #include "worker/execute.h"
+#include "worker/flight.h"
 #include "worker/intra.h"
 #include "worker/introspect.h"
+#include "worker/monitor.h"
 #include "worker/mpi_exchange.h"
 #include "worker/placement.h"
 #include "worker/queue.h"
@@ -67,23 +69,28 @@ static hk_status read_placement(hk_ctx *ctx) {
   return st;
 }
 
-/* If hkrun started us, die with it: no worker outlives its launcher. */
-static void die_with_launcher(void) {
+/* If hkrun started us, die with it: no worker outlives its launcher (and
+ * the flight recorder may ask it to signal every rank). */
+static void die_with_launcher(hk_ctx *ctx) {
   const char *s = getenv("HK_LAUNCHER_PID");
-  if (s && atol(s) == (long)getppid())
+  ctx->launcher_parent = s && atol(s) == (long)getppid() ? (int)getppid() : 0;
+  if (ctx->launcher_parent)
     prctl(PR_SET_PDEATHSIG, SIGKILL);
 }
 
 static void destroy(hk_ctx *ctx) {
-  hk_devplane_close(ctx); /* before the mesh: a comm may use the network */
-  hk_rings_destroy(ctx);  /* (the shm group before the segment goes) */
+  hk_monitor_stop(ctx, 0); /* (a no-op once hk_shutdown stopped it) */
+  hk_devplane_close(ctx);  /* before the mesh: a comm may use the network */
+  hk_rings_destroy(ctx);   /* (the shm group before the segment goes) */
   hk_mesh_close(&ctx->mesh, ctx->size);
   hk_intra_destroy(ctx);
   hk_execute_release(ctx);
   hk_timeline_close(ctx->timeline);
+  hk_flight_close(ctx);
   hk_cache_destroy(ctx->cache);
   free(ctx->inval);
   free(ctx->layout);
+  free(ctx->hosts);
   free(ctx->rd_scratch);
   hk_negotiator_destroy(ctx->negotiator);
   hk_strmap_destroy(ctx->inflight);
@@ -102,7 +109,9 @@ static void destroy(hk_ctx *ctx) {
  * worker that exits without this as failed, even with status 0. Called on
  * the one thread left (the background thread has stopped or never ran);
  * the socket's buffer is empty (a worker sends hkrun nothing else after
- * REGISTER), so this does not block. Best effort: hkrun may be gone.
+ * REGISTER but rank 0's monitor tables, whose thread has stopped and
+ * whose sends completed), so this does not block. Best effort: hkrun may be
+ * gone.
  */
 static void say_goodbye(hk_ctx *ctx) {
   if (ctx->mesh.launcher_fd < 0)
@@ -140,7 +149,7 @@ hk_status hk_init(void) {
   char prefix[32];
   snprintf(prefix, sizeof prefix, "hk[%d]", ctx->rank);
   hk_log_setup(prefix, (hk_log_level)ctx->cfg.log_level);
-  die_with_launcher();
+  die_with_launcher(ctx);
   ctx->io = (hk_io){-1, ctx->cfg.timeout_s};
   ctx->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (ctx->wake_fd < 0)
@@ -156,6 +165,8 @@ hk_status hk_init(void) {
   if (st == HK_OK && ctx->rank == 0 && ctx->cfg.timeline[0])
     st = hk_timeline_open(ctx->cfg.timeline, &ctx->timeline);
   if (st == HK_OK)
+    st = hk_flight_open(ctx);
+  if (st == HK_OK)
     st = hk_bootstrap(ctx);
   if (st == HK_OK) {
     ctx->io.abort_fd = ctx->mesh.launcher_fd;
@@ -169,11 +180,21 @@ hk_status hk_init(void) {
     st = hk_devplane_open(ctx);
   if (st == HK_OK)
     st = hk_agree_settings(ctx);
+  if (st == HK_OK)
+    st = hk_monitor_start(ctx);
   if (st == HK_OK) {
+    /* SIGUSR1 (the flight recorder's) is for the trainer's threads: the
+     * background thread and those it starts are woken through a pipe and
+     * never see EINTR from it */
+    sigset_t usr1, old;
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &usr1, &old);
     if (pthread_create(&ctx->thread, NULL, hk_background_main, ctx) != 0)
       st = hk_fail(HK_ERR_SYSTEM, "cannot start the background thread");
     else
       ctx->thread_started = 1;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
   }
   if (st != HK_OK) {
     char msg[HK_ERROR_MSG_CAP];
@@ -200,6 +221,7 @@ hk_status hk_shutdown(void) {
   (void)w;
   if (ctx->thread_started)
     pthread_join(ctx->thread, NULL);
+  hk_monitor_stop(ctx, 1); /* rank 0: the report, the last metrics file */
   say_goodbye(ctx);
   hk_status st = ctx->failure;
   char reason[sizeof ctx->failure_reason];

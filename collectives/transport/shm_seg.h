@@ -28,7 +28,7 @@
  * in /dev/shm whatever happens: the memory lives as long as a process
  * maps it. Every mapping is MAP_SHARED|MAP_POPULATE (no page faults on
  * the data path: a first touch costs ~11 us per 4 KiB page on the
- * reference VM, ../shared/peers/results/limits.txt).
+ * reference VM, bench/peers/results/limits.txt).
  *
  * Thread-safety: create/open/close on one thread; the mapped memory is
  * shared by design (the atomics in the structures below).

@@ -5,21 +5,30 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "data.h"
 #include "model.h"
+#include "prefetch.h"
 
 static const char usage[] =
     "usage: train [options]   (data-parallel: hkrun -np N train ...)\n"
     "  --epochs N          passes over the training set (default 5)\n"
-    "  --batch-size N      GLOBAL batch per step, split evenly over the\n"
-    "                      ranks; must be divisible by their number "
-    "(default 128)\n"
-    "  --lr X              peak learning rate (default adamw 2e-3, cnn\n"
-    "                      5e-3; sgd 0.05; lamb 0.01)\n"
+    "  --batch-size N      samples per step on EACH worker (Horovod's "
+    "meaning;\n"
+    "                      default 32)\n"
+    "  --global-batch-size N  samples per step over all workers, split "
+    "evenly;\n"
+    "                      must be divisible by their number\n"
+    "  --lr X              peak learning rate per worker, multiplied by the\n"
+    "                      number of workers (default adamw 5e-4, cnn "
+    "1.25e-3;\n"
+    "                      sgd 0.0125; lamb 2.5e-3)\n"
+    "  --no-lr-scaling     use --lr as given, whatever the number of "
+    "workers\n"
     "  --optimizer NAME    adamw (default), sgd (momentum 0.9) or lamb\n"
     "                      (layer-wise trust ratio, You et al. 2020)\n"
     "  --weight-decay X    adamw, lamb: decoupled; sgd: L2 (default 0.01,\n"
@@ -34,11 +43,18 @@ static const char usage[] =
     "  --seed N            initialisation and shuffling seed (default 42)\n"
     "  --data DIR          Fashion-MNIST directory (default " DATA_DEFAULT_DIR
     ")\n"
+    "  --prefetch N        batches the input thread prepares ahead, 0 = "
+    "none\n"
+    "                      (default 2)\n"
+    "  --augment           random 2-pixel shift crop and horizontal flip\n"
+    "  --checkpoint-dir D  rank 0 writes D/last.hkckpt after every epoch\n"
+    "  --resume            continue from D/last.hkckpt (same settings)\n"
+    "  --metrics FILE      rank 0 writes one CSV row per epoch\n"
     "  --save FILE         rank 0 writes the final weights (HKMLP1 format)\n"
     "  --save-all PREFIX   every rank writes its weights to PREFIX.<rank>\n"
     "  --limit-train N     use only the first N training samples\n"
     "  --limit-test N      use only the first N test samples\n"
-    "  --progress          show progress of each epoch on stderr\n"
+    "  --progress          progress bar on stderr (on a terminal only)\n"
     "  --model NAME        mlp (784-256-128-10, default) or cnn (two conv +\n"
     "                      batch-norm + ReLU + maxpool blocks, then linear)\n"
     "  --precision P       fp32 (default), bf16 or fp16: compute in that\n"
@@ -79,7 +95,10 @@ int flags_parse(int argc, char **argv, train_flags *out, char *err,
                 size_t err_cap) {
   memset(out, 0, sizeof *out);
   out->epochs = 5;
-  out->batch_size = 128;
+  out->batch_size = 32;
+  out->lr_scaling = 1;
+  out->prefetch = TRAIN_DEFAULT_PREFETCH;
+  int batch_given = 0;
   out->lr = -1.0f;
   out->optimizer = OPTIM_ADAMW;
   out->weight_decay = -1.0f;
@@ -93,14 +112,26 @@ int flags_parse(int argc, char **argv, train_flags *out, char *err,
     const char *a = argv[i];
     if (!strcmp(a, "-h") || !strcmp(a, "--help"))
       return 1;
-    if (!strcmp(a, "--nesterov")) {
-      out->nesterov = 1;
+    /* Switches without a value. */
+    static const struct {
+      const char *name;
+      size_t field;
+      int value;
+    } switches[] = {
+        {"--nesterov", offsetof(train_flags, nesterov), 1},
+        {"--progress", offsetof(train_flags, progress), 1},
+        {"--augment", offsetof(train_flags, augment), 1},
+        {"--resume", offsetof(train_flags, resume), 1},
+        {"--no-lr-scaling", offsetof(train_flags, lr_scaling), 0},
+    };
+    int is_switch = 0;
+    for (size_t k = 0; k < sizeof switches / sizeof *switches; k++)
+      if (!strcmp(a, switches[k].name)) {
+        *(int *)((char *)out + switches[k].field) = switches[k].value;
+        is_switch = 1;
+      }
+    if (is_switch)
       continue;
-    }
-    if (!strcmp(a, "--progress")) {
-      out->progress = 1;
-      continue;
-    }
     /* Everything else takes a value: --opt VALUE or --opt=VALUE. */
     char opt[32];
     const char *val = NULL, *eq = strchr(a, '=');
@@ -111,23 +142,14 @@ int flags_parse(int argc, char **argv, train_flags *out, char *err,
     }
     memcpy(opt, a, optlen);
     opt[optlen] = '\0';
-    static const char *const valued[] = {"--epochs",
-                                         "--batch-size",
-                                         "--lr",
-                                         "--optimizer",
-                                         "--weight-decay",
-                                         "--warmup-steps",
-                                         "--seed",
-                                         "--data",
-                                         "--save",
-                                         "--save-all",
-                                         "--limit-train",
-                                         "--limit-test",
-                                         "--model",
-                                         "--precision",
-                                         "--schedule",
-                                         "--plateau-factor",
-                                         "--plateau-patience"};
+    static const char *const valued[] = {
+        "--epochs",       "--batch-size",     "--global-batch-size",
+        "--lr",           "--optimizer",      "--weight-decay",
+        "--warmup-steps", "--seed",           "--data",
+        "--save",         "--save-all",       "--limit-train",
+        "--limit-test",   "--prefetch",       "--checkpoint-dir",
+        "--metrics",      "--model",          "--precision",
+        "--schedule",     "--plateau-factor", "--plateau-patience"};
     int known = 0;
     for (size_t k = 0; k < sizeof valued / sizeof *valued; k++)
       known |= !strcmp(opt, valued[k]);
@@ -151,6 +173,13 @@ int flags_parse(int argc, char **argv, train_flags *out, char *err,
     } else if (!strcmp(opt, "--batch-size")) {
       rc = parse_long(opt, val, 1, 1 << 20, &v, err, err_cap);
       out->batch_size = (int)v;
+      batch_given = 1;
+    } else if (!strcmp(opt, "--global-batch-size")) {
+      rc = parse_long(opt, val, 1, 1 << 20, &v, err, err_cap);
+      out->global_batch_size = (int)v;
+    } else if (!strcmp(opt, "--prefetch")) {
+      rc = parse_long(opt, val, 0, PREFETCH_MAX_DEPTH, &v, err, err_cap);
+      out->prefetch = (int)v;
     } else if (!strcmp(opt, "--lr")) {
       rc = parse_float(opt, val, 1e-12, 100.0, &out->lr, err, err_cap);
     } else if (!strcmp(opt, "--weight-decay")) {
@@ -210,11 +239,26 @@ int flags_parse(int argc, char **argv, train_flags *out, char *err,
       out->data_dir = val;
     } else if (!strcmp(opt, "--save")) {
       out->save = val;
+    } else if (!strcmp(opt, "--checkpoint-dir")) {
+      out->checkpoint_dir = val;
+    } else if (!strcmp(opt, "--metrics")) {
+      out->metrics = val;
     } else {
       out->save_all = val;
     }
     if (rc)
       return -1;
+  }
+  if (batch_given && out->global_batch_size) {
+    snprintf(err, err_cap,
+             "--batch-size and --global-batch-size: give one of them");
+    return -1;
+  }
+  if (out->global_batch_size)
+    out->batch_size = 0;
+  if (out->resume && !out->checkpoint_dir) {
+    snprintf(err, err_cap, "--resume: needs --checkpoint-dir");
+    return -1;
   }
   if (out->nesterov && out->optimizer != OPTIM_SGD) {
     snprintf(err, err_cap, "--nesterov: only with --optimizer sgd");

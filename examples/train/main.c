@@ -14,30 +14,43 @@
  *
  * Output (stdout, rank 0 only): a "train: ..." line with the setup, one
  * line per epoch with these fields in this order,
- *   epoch 1 loss 0.518123 test_acc 0.8159 samples/s 14890
- *   allreduce_wait 80.0% time_s 4.02
+ *   epoch 1 loss 0.518123 test_acc 0.8159 train_acc 0.8012 samples/s 14890
+ *   data_wait 0.1% data_ready 186/187 allreduce_wait 80.0% time_s 4.02
  * (one line in reality); with --schedule plateau, after an epoch that
  * reduced the rate, "plateau: loss L not below the best B for more than
- * P epochs: learning rate now F x the peak"; at the end "done epochs N
- * time_s S test_acc A" (S: wall seconds from the initial broadcast to the
- * last evaluation) and, with --save, "saved FILE". With --precision fp16
- * EVERY rank then prints "loss_scale S skipped_steps K" (its loss
- * scaler's final scale and the steps it skipped; equal on all ranks). loss is
- * the mean training loss over all ranks' samples of the epoch; test_acc the
- * accuracy on the (limited) test set after the epoch; samples/s the global
- * training throughput over rank 0's wall time of the epoch's steps (time_s,
- * evaluation excluded); allreduce_wait the share of that time rank 0 spent in
- * hk_wait on gradient allreduces. With --progress, progress.h's display on
- * stderr. Exit status: 0, 1 (data, hk or I/O failure), 2 (bad command line, or
- * a malformed TRAIN_INJECT_OVERFLOW, train.h's test hook).
+ * P epochs: learning rate now F x the peak"; "checkpoint DIR/last.hkckpt
+ * epoch N" after each checkpoint, and at the end "done epochs N time_s S
+ * test_acc A" (S: wall seconds from the initial broadcast, or the resume,
+ * to the last evaluation) and, with --save, "saved FILE". With --precision
+ * fp16 EVERY rank then prints "loss_scale S skipped_steps K" (its loss
+ * scaler's final scale and the steps it skipped; equal on all ranks).
+ * loss is the mean training loss over all ranks' samples of the epoch and
+ * train_acc the share of them predicted right (both averaged across ranks
+ * through hk); test_acc the accuracy on the (limited) test set after the
+ * epoch; samples/s the global training throughput over rank 0's wall time
+ * of the epoch's steps (time_s, evaluation excluded); data_wait the share
+ * of that time rank 0's steps waited for their batch, data_ready how many
+ * steps found it already prepared (prefetch.h); allreduce_wait the share
+ * rank 0 spent in hk_wait on gradient allreduces. With --progress,
+ * progress.h's bar on stderr (terminals only); with --metrics, metrics.h's
+ * CSV.
+ *
+ * A run that resumes (--resume) prints "resumed DIR/last.hkckpt after
+ * epoch N" and trains epochs N+1 .. --epochs; a refused checkpoint stops
+ * every rank before any training, with the file and the reason.
+ *
+ * Exit status: 0, 1 (data, checkpoint, hk or I/O failure), 2 (bad command
+ * line, or a malformed TRAIN_INJECT_OVERFLOW, train.h's test hook).
  */
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "ckpt.h"
 #include "data.h"
 #include "flags.h"
 #include "hk/hk.h"
+#include "metrics.h"
 #include "progress.h"
 #include "save.h"
 #include "train.h"
@@ -68,22 +81,66 @@ static int save_weights(const train_flags *f, const trainer *t) {
   return 0;
 }
 
+/* Rank 0 opens the metrics file (appending when resuming); every rank
+ * learns whether it could. */
+static hk_status open_metrics(const train_flags *f, trainer *t,
+                              metrics_file *mf) {
+  char err[4200] = "";
+  int bad = t->rank == 0 &&
+            metrics_open(mf, f->metrics, f->resume, err, sizeof err) != 0;
+  return trainer_rank0_outcome(t, "metrics.open", bad, err,
+                               "rank 0 cannot write the --metrics file (its "
+                               "message says why)");
+}
+
+/* Rank 0's epoch line and metrics row. */
+static hk_status report_epoch(trainer *t, int e, const epoch_stats *s,
+                              metrics_file *mf) {
+  printf("epoch %d loss %.6f test_acc %.4f train_acc %.4f samples/s %.0f "
+         "data_wait %.1f%% data_ready %ld/%ld allreduce_wait %.1f%% "
+         "time_s %.2f\n",
+         e, s->loss, s->test_acc, s->train_acc, s->samples_per_s,
+         100.0 * s->data_share, s->data_ready, s->steps, 100.0 * s->wait_share,
+         s->train_s);
+  if (s->lr_reduced)
+    printf("plateau: loss %.6f not below the best %.6f for more than %d "
+           "epoch%s: learning rate now %g x the peak\n",
+           s->loss, t->plateau.best, t->plateau.patience,
+           t->plateau.patience == 1 ? "" : "s", (double)t->plateau.scale);
+  fflush(stdout);
+  if (!mf->f)
+    return HK_OK;
+  metrics_row row = {e,
+                     s->loss,
+                     s->train_acc,
+                     s->test_acc,
+                     s->samples_per_s,
+                     s->data_share,
+                     s->wait_share,
+                     s->lr};
+  if (metrics_write(mf, &row, t->err, sizeof t->err) != 0)
+    return t->failed = HK_ERR_SYSTEM;
+  return HK_OK;
+}
+
 static void print_setup(const train_flags *f, const trainer *t,
                         const data_set *d) {
   char shape[128];
   t->model.ops->describe(&t->model, shape, sizeof shape);
-  printf("train: %d rank%s, model %s (%zu parameters), %s lr %g "
+  printf("train: %d rank%s, model %s (%zu parameters), %s lr %g (%s) "
          "weight_decay %g, global batch %d (%d per rank), %ld steps/epoch, "
          "warm-up %ld steps, schedule %s, precision %s, %zu train / %zu "
-         "test samples\n",
+         "test samples, prefetch %d, augment %s\n",
          t->size, t->size > 1 ? "s" : "", shape, t->model.n_params,
          f->optimizer == OPTIM_ADAMW  ? "adamw"
          : f->optimizer == OPTIM_LAMB ? "lamb"
          : f->nesterov                ? "sgd-nesterov"
                                       : "sgd",
-         (double)f->lr, (double)f->weight_decay, t->global_batch, t->shard,
-         t->steps_per_epoch, t->warmup_steps, f->plateau ? "plateau" : "cosine",
-         lowp_name(t->model.lowp), d->train.n, d->test.n);
+         (double)t->peak_lr, f->lr_scaling ? "--lr x ranks" : "not scaled",
+         (double)f->weight_decay, t->global_batch, t->shard, t->steps_per_epoch,
+         t->warmup_steps, f->plateau ? "plateau" : "cosine",
+         lowp_name(t->model.lowp), d->train.n, d->test.n, f->prefetch,
+         f->augment ? "on" : "off");
   fflush(stdout);
 }
 
@@ -137,23 +194,40 @@ int main(int argc, char **argv) {
     print_setup(&f, &t, &data);
 
   double start = progress_now();
-  st = trainer_broadcast_init(&t, f.seed);
-  epoch_stats s = {0};
-  progress p = {0};
-  for (int e = 1; st == HK_OK && e <= f.epochs; e++) {
-    st = trainer_epoch(&t, e, &p, &s);
+  int done = 0;
+  char ckpt[4200] = "";
+  if (f.checkpoint_dir)
+    ckpt_path(f.checkpoint_dir, ckpt, sizeof ckpt);
+  if (f.resume) {
+    st = trainer_resume(&t, &f, &done);
     if (st == HK_OK && t.rank == 0) {
-      printf("epoch %d loss %.6f test_acc %.4f samples/s %.0f "
-             "allreduce_wait %.1f%% time_s %.2f\n",
-             e, s.loss, s.test_acc, s.samples_per_s, 100.0 * s.wait_share,
-             s.train_s);
-      if (s.lr_reduced)
-        printf("plateau: loss %.6f not below the best %.6f for more than %d "
-               "epoch%s: learning rate now %g x the peak\n",
-               s.loss, t.plateau.best, f.plateau_patience,
-               f.plateau_patience == 1 ? "" : "s", (double)t.plateau.scale);
+      printf("resumed %s after epoch %d\n", ckpt, done);
       fflush(stdout);
     }
+  } else
+    st = trainer_broadcast_init(&t, f.seed);
+  if (st == HK_OK && f.checkpoint_dir)
+    st = trainer_checkpoint_dir(&t, &f);
+  metrics_file mf = {0};
+  if (st == HK_OK && f.metrics)
+    st = open_metrics(&f, &t, &mf);
+  epoch_stats s = {0};
+  progress p = {0};
+  for (int e = done + 1; st == HK_OK && e <= f.epochs; e++) {
+    st = trainer_epoch(&t, e, &p, &s);
+    if (st == HK_OK && t.rank == 0)
+      st = report_epoch(&t, e, &s, &mf);
+    if (st == HK_OK && f.checkpoint_dir) {
+      st = trainer_checkpoint(&t, &f, e);
+      if (st == HK_OK && t.rank == 0) {
+        printf("checkpoint %s epoch %d\n", ckpt, e);
+        fflush(stdout);
+      }
+    }
+  }
+  if (metrics_close(&mf, err, sizeof err) != 0 && st == HK_OK) {
+    snprintf(t.err, sizeof t.err, "%s", err);
+    st = HK_ERR_SYSTEM;
   }
   if (st != HK_OK) {
     fprintf(stderr, "train: %s\n", t.err);

@@ -16,26 +16,16 @@ double progress_now(void) {
 }
 
 void progress_start(progress *p, int enabled, int epoch, long total) {
-  p->enabled = enabled && total > 0;
   p->tty = isatty(STDERR_FILENO);
+  p->enabled = enabled && p->tty && total > 0;
   p->epoch = epoch;
   p->total = total;
   p->last_s = 0.0;
-  p->last_tenth = 0;
 }
 
 void progress_update(progress *p, long done, double loss) {
   if (!p->enabled)
     return;
-  if (!p->tty) {
-    int tenth = (int)(done * 10 / p->total);
-    if (tenth > p->last_tenth) {
-      p->last_tenth = tenth;
-      fprintf(stderr, "epoch %d progress %d%% (%ld/%ld steps) loss %.4f\n",
-              p->epoch, tenth * 10, done, p->total, loss);
-    }
-    return;
-  }
   double now = progress_now();
   if (done < p->total && now - p->last_s < PROGRESS_REDRAW_S)
     return;
@@ -51,7 +41,7 @@ void progress_update(progress *p, long done, double loss) {
 }
 
 void progress_end(progress *p) {
-  if (p->enabled && p->tty)
+  if (p->enabled)
     fprintf(stderr, "\r\033[K"); /* carriage return, erase the line */
   p->enabled = 0;
 }

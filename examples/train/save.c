@@ -11,15 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static void put_u32(uint8_t *b, uint32_t v) {
-  for (int i = 0; i < 4; i++)
-    b[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get_u32(const uint8_t *b) {
-  return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
-         (uint32_t)b[3] << 24;
-}
+#include "le.h"
 
 /* Writes magic, nw header words and n floats of p to path. */
 static int write_weights(const char *path, const char magic[8],
@@ -33,17 +25,14 @@ static int write_weights(const char *path, const char magic[8],
   uint8_t head[SAVE_MAGIC_LEN + 4 * MODEL_MAX_WORDS];
   memcpy(head, magic, SAVE_MAGIC_LEN);
   for (int i = 0; i < nw; i++)
-    put_u32(head + SAVE_MAGIC_LEN + 4 * i, words[i]);
+    le_put_u32(head + SAVE_MAGIC_LEN + 4 * i, words[i]);
   size_t hlen = SAVE_MAGIC_LEN + 4 * (size_t)nw;
   int ok = fwrite(head, 1, hlen, f) == hlen;
   uint8_t chunk[4096];
   for (size_t i = 0; ok && i < n;) {
-    size_t k = 0;
-    for (; k < sizeof chunk / 4 && i < n; k++, i++) {
-      uint32_t bits;
-      memcpy(&bits, &p[i], 4);
-      put_u32(chunk + 4 * k, bits);
-    }
+    size_t k = n - i < sizeof chunk / 4 ? n - i : sizeof chunk / 4;
+    le_put_f32s(chunk, p + i, k);
+    i += k;
     ok = fwrite(chunk, 4, k, f) == k;
   }
   int saved_errno = errno;
@@ -88,13 +77,13 @@ int mlp_load(mlp *m, const char *path, char *err, size_t err_cap) {
   uint32_t L = 0;
   if (fread(head, 1, 12, f) != 12 || memcmp(head, SAVE_MAGIC, 8) != 0)
     why = "not an HKMLP1 file (bad magic or too short)";
-  else if ((L = get_u32(head + 8)) < 1 || L > MLP_MAX_LAYERS)
+  else if ((L = le_get_u32(head + 8)) < 1 || L > MLP_MAX_LAYERS)
     why = "bad number of layers";
   else if (fread(head + 12, 4, L + 1, f) != L + 1)
     why = "truncated header";
   else {
     for (uint32_t l = 0; l <= L; l++) {
-      uint32_t d = get_u32(head + 12 + 4 * l);
+      uint32_t d = le_get_u32(head + 12 + 4 * l);
       dims[l] = d > 65536 ? 0 : (int)d;
     }
     if (mlp_init(m, (int)L, dims) != 0)
@@ -106,8 +95,7 @@ int mlp_load(mlp *m, const char *path, char *err, size_t err_cap) {
       why = "truncated parameters";
       break;
     }
-    uint32_t bits = get_u32(b);
-    memcpy(&m->params[i], &bits, 4);
+    le_get_f32s(b, &m->params[i], 1);
   }
   if (!why && fread(b, 1, 1, f) != 0)
     why = "trailing bytes after the parameters";

@@ -8,9 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Records the first hk failure with its detailed message. */
-static hk_status check(trainer *t, hk_status st, const char *what,
-                       const char *name) {
+hk_status trainer_check(trainer *t, hk_status st, const char *what,
+                        const char *name) {
   if (st != HK_OK && t->failed == HK_OK) {
     t->failed = st;
     snprintf(t->err, sizeof t->err, "%s%s%s: %s: %s", what, name ? " " : "",
@@ -42,32 +41,83 @@ static int read_inject(trainer *t, const train_flags *f, char *err,
   return 0;
 }
 
+/* The per-worker and global batch of flags f on `size` ranks. */
+static int batch_shape(trainer *t, const train_flags *f, const data_set *d,
+                       int size, char *err, size_t err_cap) {
+  if (f->global_batch_size > 0) {
+    if (f->global_batch_size % size != 0) {
+      snprintf(err, err_cap,
+               "--global-batch-size %d is not divisible by the %d ranks "
+               "(each rank takes an equal shard of the global batch)",
+               f->global_batch_size, size);
+      return 2;
+    }
+    t->global_batch = f->global_batch_size;
+    t->shard = f->global_batch_size / size;
+  } else {
+    if ((long)f->batch_size * size > (1L << 30)) {
+      snprintf(err, err_cap, "--batch-size %d times %d ranks is too large",
+               f->batch_size, size);
+      return 2;
+    }
+    t->shard = f->batch_size;
+    t->global_batch = f->batch_size * size;
+  }
+  if (d->train.n < (size_t)t->global_batch) {
+    snprintf(err, err_cap,
+             "the %zu training samples do not fill one global batch of %d "
+             "(%d per rank x %d ranks)",
+             d->train.n, t->global_batch, t->shard, size);
+    return 2;
+  }
+  return 0;
+}
+
+hk_status trainer_agree(trainer *t, const char *name, int failed_here,
+                        int *failed_rank) {
+  int64_t v[2] = {failed_here ? 1 : 0,
+                  failed_here ? -(int64_t)t->rank : -(int64_t)t->size};
+  if (trainer_check(t, hk_allreduce(name, v, v, 2, HK_INT64, HK_MAX),
+                    "hk_allreduce", name) != HK_OK)
+    return t->failed;
+  *failed_rank = v[0] ? (int)-v[1] : -1;
+  return HK_OK;
+}
+
+hk_status trainer_rank0_outcome(trainer *t, const char *name, int bad,
+                                const char *err, const char *other) {
+  int who;
+  if (trainer_agree(t, name, bad, &who) != HK_OK)
+    return t->failed;
+  if (who < 0)
+    return HK_OK;
+  snprintf(t->err, sizeof t->err, "%s", bad ? err : other);
+  return t->failed = HK_ERR_SYSTEM;
+}
+
+/* The pipeline's stage for --precision bf16|fp16: rounds the prepared
+ * batch to the compute type on the thread that prepared it (the prefetch
+ * thread), so the step gets its input ready. ctx: the model's lowp_kind,
+ * set before the pipeline starts and never written again. */
+static int round_stage(void *ctx, batch *b) {
+  lowp_round(b->x, b->n * DATA_PIXELS, *(const lowp_kind *)ctx);
+  return 0;
+}
+
 int trainer_init(trainer *t, const train_flags *f, const data_set *d, int rank,
                  int size, char *err, size_t err_cap) {
   memset(t, 0, sizeof *t);
-  if (f->batch_size % size != 0) {
-    snprintf(err, err_cap,
-             "--batch-size %d is not divisible by the %d ranks (each rank "
-             "takes an equal shard of the global batch)",
-             f->batch_size, size);
-    return 2;
-  }
-  if (d->train.n < (size_t)f->batch_size) {
-    snprintf(err, err_cap,
-             "the %zu training samples do not fill one global batch of %d",
-             d->train.n, f->batch_size);
-    return 2;
-  }
-  int rc = read_inject(t, f, err, err_cap);
+  int rc = batch_shape(t, f, d, size, err, err_cap);
+  if (rc != 0)
+    return rc;
+  rc = read_inject(t, f, err, err_cap);
   if (rc)
     return rc;
   t->rank = rank;
   t->size = size;
   scaler_init(&t->scaler, f->precision == LOWP_FP16);
   t->data = d;
-  t->global_batch = f->batch_size;
-  t->shard = f->batch_size / size;
-  t->steps_per_epoch = (long)(d->train.n / (size_t)f->batch_size);
+  t->steps_per_epoch = (long)(d->train.n / (size_t)t->global_batch);
   t->total_steps = t->steps_per_epoch * f->epochs;
   t->warmup_steps = f->warmup_steps;
   if (t->warmup_steps < 0) {
@@ -76,11 +126,17 @@ int trainer_init(trainer *t, const train_flags *f, const data_set *d, int rank,
     if (t->warmup_steps < 1)
       t->warmup_steps = 1;
   }
-  t->peak_lr = f->lr;
+  t->peak_lr = f->lr * (f->lr_scaling ? (float)size : 1.0f);
   t->use_plateau = f->plateau;
   plateau_init(&t->plateau, f->plateau_factor, f->plateau_patience);
   t->show_progress = f->progress && rank == 0;
+  t->augment = f->augment;
+  const char *slow = getenv(TRAIN_SLOW_STEP_ENV);
+  t->slow_passes = slow ? atoi(slow) : 0;
   rng_seed(&t->shuffle, f->seed ^ 0x53485546464C45ull); /* "SHUFFLE" */
+  /* "AUGMENT", then one stream per rank: golden-ratio spaced seeds. */
+  rng_seed(&t->augment_rng, f->seed ^ 0x4155474D454E54ull ^
+                                ((uint64_t)rank * 0x9E3779B97F4A7C15ull));
 
   int rows = t->shard > TRAIN_EVAL_CHUNK ? t->shard : TRAIN_EVAL_CHUNK;
   optim_config oc = optim_defaults(f->optimizer);
@@ -92,8 +148,10 @@ int trainer_init(trainer *t, const train_flags *f, const data_set *d, int rank,
        !(t->g16 = malloc(t->model.n_params * sizeof *t->g16))) ||
       optim_init(&t->opt, &oc, t->model.n_params) != 0 ||
       !(t->grads = calloc(t->model.n_params, sizeof *t->grads)) ||
-      !(t->x = malloc((size_t)rows * DATA_PIXELS * sizeof *t->x)) ||
-      !(t->y = malloc((size_t)rows)) ||
+      batch_init(&t->eval, TRAIN_EVAL_CHUNK) != 0 ||
+      prefetch_init(&t->pipe, f->prefetch, (size_t)t->shard,
+                    f->precision != LOWP_FP32 ? round_stage : NULL,
+                    &t->model.lowp) != 0 ||
       !(t->perm = malloc(d->train.n * sizeof *t->perm))) {
     trainer_free(t);
     snprintf(err, err_cap, "out of memory");
@@ -107,8 +165,8 @@ void trainer_free(trainer *t) {
   optim_free(&t->opt);
   free(t->grads);
   free(t->g16);
-  free(t->x);
-  free(t->y);
+  batch_free(&t->eval);
+  prefetch_free(&t->pipe);
   free(t->perm);
   memset(t, 0, sizeof *t);
 }
@@ -131,13 +189,14 @@ static hk_status per_tensor(trainer *t, const char *prefix, int buffers_only,
                        ? hk_broadcast_async(name, p, d.count, HK_FLOAT32, 0, h)
                        : hk_allreduce_async(name, p, p, d.count, HK_FLOAT32,
                                             HK_AVERAGE, h);
-    if (check(t, st, broadcast ? "hk_broadcast_async" : "hk_allreduce_async",
-              name) != HK_OK)
+    if (trainer_check(t, st,
+                      broadcast ? "hk_broadcast_async" : "hk_allreduce_async",
+                      name) != HK_OK)
       break;
     started++;
   }
   for (int i = 0; i < started; i++)
-    check(t, hk_wait(t->handles[i]), what, NULL);
+    trainer_check(t, hk_wait(t->handles[i]), what, NULL);
   return t->failed;
 }
 
@@ -148,21 +207,6 @@ hk_status trainer_broadcast_init(trainer *t, uint64_t seed) {
     t->model.ops->init(&t->model, &r);
   }
   return per_tensor(t, "init", 0, 1, "broadcast of the initial weights");
-}
-
-/* Converts samples idx[0..n) of split s (or first..first+n when idx is
- * NULL) into t->x and t->y: pixels scaled to [0, 1], then standardised
- * with the training set's statistics (data.h). */
-static void gather(trainer *t, const data_split *s, const uint32_t *idx,
-                   size_t first, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    size_t k = idx ? idx[i] : first + i;
-    const uint8_t *px = s->images + k * DATA_PIXELS;
-    float *x = t->x + i * DATA_PIXELS;
-    for (int p = 0; p < DATA_PIXELS; p++)
-      x[p] = ((float)px[p] * (1.0f / 255.0f) - DATA_MEAN) * (1.0f / DATA_STD);
-    t->y[i] = s->labels[k];
-  }
 }
 
 /* model_backward's callback: launch the allreduce of a finished gradient
@@ -180,10 +224,10 @@ static int launch(void *ctx, int tensor, float *grad, size_t count) {
     type = t->model.lowp == LOWP_BF16 ? HK_BFLOAT16 : HK_FLOAT16;
     lowp_pack(buf, grad, count, t->model.lowp);
   }
-  if (check(t,
-            hk_allreduce_async(d.name, buf, buf, count, type, HK_AVERAGE,
-                               &t->handles[t->launched]),
-            "hk_allreduce_async", d.name) != HK_OK)
+  if (trainer_check(t,
+                    hk_allreduce_async(d.name, buf, buf, count, type,
+                                       HK_AVERAGE, &t->handles[t->launched]),
+                    "hk_allreduce_async", d.name) != HK_OK)
     return 1;
   t->launched++;
   return 0;
@@ -222,23 +266,33 @@ static float learning_rate(const trainer *t) {
   return t->peak_lr * t->plateau.scale;
 }
 
-/* One step on the shard perm[first .. first + shard); adds the shard's
- * mean loss to *loss and the time waited in hk_wait to *wait_s. */
-static hk_status step(trainer *t, size_t first, double *loss, double *wait_s) {
-  gather(t, &t->data->train, t->perm + first, 0, (size_t)t->shard);
+/* One step on the pipeline's next batch (already rounded to the compute
+ * type by the pipeline's stage); adds the shard's mean loss to *loss, its
+ * correct predictions to *correct and the time waited in hk_wait to
+ * *wait_s. */
+static hk_status step(trainer *t, double *loss, long *correct, double *wait_s) {
+  const batch *b = prefetch_next(&t->pipe);
+  if (!b) {
+    snprintf(t->err, sizeof t->err, "input pipeline: staging a batch failed");
+    return t->failed = HK_ERR_SYSTEM;
+  }
   model *m = &t->model;
-  lowp_round(t->x, (size_t)t->shard * DATA_PIXELS, m->lowp);
-  const float *z = model_forward(m, t->x, t->shard, 1);
-  *loss += model_loss(m, z, t->y, t->shard, NULL);
+  const float *z = model_forward(m, b->x, t->shard, 1);
+  *loss += model_loss(m, z, b->y, t->shard, correct);
   size_t nd = (size_t)t->shard * (size_t)m->classes;
   for (size_t i = 0; t->scaler.enabled && i < nd; i++)
     m->dlogits[i] *= t->scaler.scale;
   lowp_round(m->dlogits, nd, m->lowp);
   t->launched = 0;
   m->ops->backward(m, t->shard, t->grads, launch, t);
+  /* Test hook (train.h): evaluation-mode passes, which leave batch
+   * norm's running statistics alone, so the run's results do not change. */
+  for (int i = 0; i < t->slow_passes; i++)
+    model_forward(m, b->x, t->shard, 0);
+  prefetch_release(&t->pipe);
   double w0 = progress_now();
   for (int i = 0; i < t->launched; i++)
-    check(t, hk_wait(t->handles[i]), "gradient allreduce", NULL);
+    trainer_check(t, hk_wait(t->handles[i]), "gradient allreduce", NULL);
   *wait_s += progress_now() - w0;
   if (t->failed)
     return t->failed;
@@ -254,6 +308,7 @@ static hk_status step(trainer *t, size_t first, double *loss, double *wait_s) {
       optim_update(&t->opt, m->params + d.offset, t->grads + d.offset, d.offset,
                    d.count, lr, d.decay);
   }
+  t->last_lr = lr;
   t->step++;
   return HK_OK;
 }
@@ -267,14 +322,14 @@ static hk_status evaluate(trainer *t, double *acc) {
   long correct = 0;
   for (size_t i = lo; i < hi; i += TRAIN_EVAL_CHUNK) {
     size_t k = hi - i < TRAIN_EVAL_CHUNK ? hi - i : TRAIN_EVAL_CHUNK;
-    gather(t, &t->data->test, NULL, i, k);
-    lowp_round(t->x, k * DATA_PIXELS, t->model.lowp);
-    model_count_correct(&t->model, t->x, t->y, (int)k, &correct);
+    batch_fill(&t->eval, &t->data->test, NULL, i, k, NULL);
+    lowp_round(t->eval.x, k * DATA_PIXELS, t->model.lowp);
+    model_count_correct(&t->model, t->eval.x, t->eval.y, (int)k, &correct);
   }
   int64_t total = correct;
-  if (check(t,
-            hk_allreduce("eval.correct", &total, &total, 1, HK_INT64, HK_SUM),
-            "hk_allreduce", "eval.correct") != HK_OK)
+  if (trainer_check(
+          t, hk_allreduce("eval.correct", &total, &total, 1, HK_INT64, HK_SUM),
+          "hk_allreduce", "eval.correct") != HK_OK)
     return t->failed;
   *acc = n ? (double)total / (double)n : 0.0;
   return HK_OK;
@@ -286,33 +341,50 @@ hk_status trainer_epoch(trainer *t, int epoch, progress *p, epoch_stats *s) {
   for (size_t i = 0; i < n; i++)
     t->perm[i] = (uint32_t)i;
   rng_shuffle(&t->shuffle, t->perm, n);
+  if (prefetch_begin(&t->pipe, &t->data->train, t->perm,
+                     (size_t)t->rank * (size_t)t->shard,
+                     (size_t)t->global_batch, (size_t)t->shard,
+                     t->steps_per_epoch,
+                     t->augment ? &t->augment_rng : NULL) != 0) {
+    snprintf(t->err, sizeof t->err,
+             "input pipeline: cannot start the prefetch thread");
+    return t->failed = HK_ERR_SYSTEM;
+  }
 
   progress_start(p, t->show_progress, epoch, t->steps_per_epoch);
   double loss = 0.0, wait_s = 0.0, t0 = progress_now();
+  long correct = 0;
   for (long k = 0; k < t->steps_per_epoch; k++) {
-    size_t first = (size_t)k * (size_t)t->global_batch +
-                   (size_t)t->rank * (size_t)t->shard;
-    if (step(t, first, &loss, &wait_s) != HK_OK) {
+    if (step(t, &loss, &correct, &wait_s) != HK_OK) {
+      prefetch_end(&t->pipe);
       progress_end(p);
       return t->failed;
     }
     progress_update(p, k + 1, loss / (double)(k + 1));
   }
   s->train_s = progress_now() - t0;
+  prefetch_end(&t->pipe);
   progress_end(p);
 
-  /* Mean over ranks of the per-rank mean shard loss = mean over samples. */
-  double mean = loss / (double)t->steps_per_epoch;
-  if (check(t,
-            hk_allreduce("epoch.loss", &mean, &mean, 1, HK_FLOAT64, HK_AVERAGE),
-            "hk_allreduce", "epoch.loss") != HK_OK)
+  /* Mean over ranks of the per-rank mean shard loss = mean over samples;
+   * the correct counts likewise (equal shards). */
+  double m[2] = {loss / (double)t->steps_per_epoch,
+                 (double)correct / ((double)t->steps_per_epoch * t->shard)};
+  if (trainer_check(
+          t, hk_allreduce("epoch.metrics", m, m, 2, HK_FLOAT64, HK_AVERAGE),
+          "hk_allreduce", "epoch.metrics") != HK_OK)
     return t->failed;
-  s->loss = mean;
+  s->loss = m[0];
+  s->train_acc = m[1];
   /* Every rank holds the same mean (hk's result), so all reduce alike. */
-  s->lr_reduced = t->use_plateau && plateau_step(&t->plateau, mean);
+  s->lr_reduced = t->use_plateau && plateau_step(&t->plateau, m[0]);
+  s->steps = t->steps_per_epoch;
+  s->lr = t->last_lr;
   s->samples_per_s = (double)t->steps_per_epoch * t->global_batch /
                      (s->train_s > 0 ? s->train_s : 1e-9);
   s->wait_share = s->train_s > 0 ? wait_s / s->train_s : 0.0;
+  s->data_share = s->train_s > 0 ? t->pipe.wait_s / s->train_s : 0.0;
+  s->data_ready = t->pipe.ready;
   /* Buffers (batch norm's running statistics, each rank's own during the
    * epoch) averaged, so that every rank evaluates and saves one model. */
   if (per_tensor(t, "epoch", 1, 0, "running statistics average") != HK_OK)

@@ -2,12 +2,17 @@
  * train.h - data-parallel training of a model of model.h's table (--model
  * mlp|cnn) the Horovod way, through hk's public API only.
  *
- * Every rank holds the whole data set and a full model replica. Per epoch
- * every rank shuffles the training indices with the same SplitMix64 stream
- * (identical permutation everywhere, no communication); step s takes the
- * global batch perm[s*G .. (s+1)*G) and rank r trains on its contiguous
- * shard of G/size samples, r-th in rank order. The loss is the mean over
- * the shard; during backward each gradient tensor is handed to
+ * Every rank holds the whole data set (read once, kept in memory) and a
+ * full model replica. Batches follow Horovod's convention: each of the
+ * `size` workers trains on `shard` samples per step (--batch-size), the
+ * global batch G being shard * size (--global-batch-size G gives G and
+ * divides it). Per epoch every rank shuffles the training indices with the
+ * same SplitMix64 stream (identical permutation everywhere, no
+ * communication); step s takes the global batch perm[s*G .. (s+1)*G) and
+ * rank r trains on its contiguous shard, r-th in rank order, prepared
+ * ahead by the input pipeline (prefetch.h: gather, --augment from a
+ * per-rank rng, conversion). The loss is the mean over the shard; during
+ * backward each gradient tensor is handed to
  * hk_allreduce_async(HK_AVERAGE) under its own name ("fc3.bias",
  * "fc3.weight", "fc2.bias", ...) the moment it is complete, last layer
  * first, so communication overlaps the rest of backward. All handles are
@@ -38,6 +43,12 @@
  * tensor of step S (1-based, counted over the run) by inf before handing
  * it to hk; every rank must then skip that step.
  *
+ * Learning rate: the peak is --lr times the number of workers (Horovod's
+ * `lr * hvd.size()`, the linear scaling rule of Goyal et al., "Accurate,
+ * Large Minibatch SGD", 2017, section 2.1), unless --no-lr-scaling; the
+ * warm-up ramps from peak / W to that scaled peak over its W steps, the
+ * gradual warm-up the same paper (section 2.2) pairs with the scaling.
+ *
  * Errors: functions returning hk_status fail with the first hk error met,
  * after waiting every handle they launched; t->err then holds
  * "<what>: <hk_strerror>: <hk_last_error>".
@@ -48,27 +59,36 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "batch.h"
 #include "data.h"
 #include "flags.h"
 #include "hk/hk.h"
 #include "model.h"
 #include "optim.h"
+#include "prefetch.h"
 #include "progress.h"
 #include "rng.h"
 #include "scaler.h"
 
 /** Test samples evaluated per forward pass. */
 #define TRAIN_EVAL_CHUNK 500
+/** Test-only hook: this environment variable, set to K, adds K extra
+ *  forward passes of the batch to every step (real work that makes the
+ *  step slow, so tests can watch the input pipeline keep ahead). */
+#define TRAIN_SLOW_STEP_ENV "HK_TRAIN_TEST_SLOW_STEP"
 
 typedef struct trainer {
   int rank, size;
   int global_batch, shard; /* samples per step: all ranks, this rank */
   long steps_per_epoch, total_steps, warmup_steps;
-  long step; /* steps done so far (schedule position) */
-  float peak_lr;
+  long step;       /* steps done so far (schedule position) */
+  float peak_lr;   /* --lr, times size unless --no-lr-scaling */
+  float last_lr;   /* rate of the last step taken */
   int use_plateau; /* --schedule plateau: peak_lr * plateau.scale */
   plateau plateau;
   int show_progress;    /* --progress: rank 0 reports each epoch's progress */
+  int augment;          /* --augment */
+  int slow_passes;      /* TRAIN_SLOW_STEP_ENV's extra forward passes */
   const data_set *data; /* not owned */
   model model;
   optim opt;
@@ -77,38 +97,69 @@ typedef struct trainer {
                     layout; NULL for fp32 */
   loss_scaler scaler;
   long inject_rank, inject_step; /* TRAIN_INJECT_OVERFLOW, or -1 */
-  float *x;       /* input batch: max(shard, eval chunk) x 784 floats */
-  uint8_t *y;     /* its labels */
-  uint32_t *perm; /* training order of the current epoch */
-  rng shuffle;    /* same seed on every rank */
+  batch eval;                    /* TRAIN_EVAL_CHUNK test samples */
+  prefetch pipe;                 /* the training batches */
+  uint32_t *perm;                /* training order of the current epoch */
+  rng shuffle;                   /* same seed on every rank */
+  rng augment_rng;               /* --augment's draws: seeded per rank */
   hk_handle handles[MODEL_MAX_TENSORS];
   int launched; /* tensors handed to hk this step */
   hk_status failed;
-  char err[1024];
+  char err[4608]; /* room for a path and a reason */
 } trainer;
 
-/** One epoch's numbers, identical on every rank except the timings. */
+/** One epoch's numbers, identical on every rank except the timings and
+ *  the data counts. */
 typedef struct epoch_stats {
   double loss;          /* mean training loss over all ranks' samples */
+  double train_acc;     /* correct / training samples, all ranks (hk) */
   double test_acc;      /* correct / test samples, all ranks together */
   double samples_per_s; /* global training samples / this rank's wall s */
   double wait_share;    /* time in hk_wait for gradients / step time */
+  double data_share;    /* time waiting for a batch / step time */
+  long data_ready;      /* steps whose batch was ready when asked for */
+  long steps;           /* steps of the epoch */
+  double lr;            /* learning rate of the epoch's last step */
   double train_s;       /* wall seconds of the epoch's steps */
   int lr_reduced;       /* --schedule plateau reduced the rate after it */
 } epoch_stats;
 
 /**
- * Sets up everything for flags f on rank `rank` of `size`: checks that the
- * global batch divides by size and that the training set holds at least
- * one global batch. Returns 0; or, with a message in err, 2 for a
+ * Sets up everything for flags f on rank `rank` of `size`: checks that a
+ * --global-batch-size divides by size and that the training set holds at
+ * least one global batch. Returns 0; or, with a message in err, 2 for a
  * batch/world-size/data-size combination that cannot train (a usage error,
  * the same on every rank: nothing here communicates) or 1 when out of
- * memory (a malformed TRAIN_INJECT_OVERFLOW is a usage error too). Free
- * with trainer_free (also after a failure).
+ * memory or with no thread for the pipeline (a malformed
+ * TRAIN_INJECT_OVERFLOW is a usage error too). Free with trainer_free
+ * (also after a failure).
  */
 int trainer_init(trainer *t, const train_flags *f, const data_set *d, int rank,
                  int size, char *err, size_t err_cap);
 void trainer_free(trainer *t);
+
+/** Records the first hk failure st of `what` (on tensor `name`, or NULL)
+ *  in t->failed and t->err; returns st. */
+hk_status trainer_check(trainer *t, hk_status st, const char *what,
+                        const char *name);
+
+/**
+ * Tells every rank whether some rank failed a local step (an hk allreduce
+ * named `name`, the same on every rank): *failed_rank gets the lowest
+ * rank whose failed_here was non-zero, or -1 when none was. Returns HK_OK
+ * or the allreduce's error.
+ */
+hk_status trainer_agree(trainer *t, const char *name, int failed_here,
+                        int *failed_rank);
+
+/**
+ * Ends a step only rank 0 does (a file it writes): every rank learns
+ * through trainer_agree (named `name`) whether it failed (bad, on rank 0).
+ * Returns HK_OK; or HK_ERR_SYSTEM with t->err set to err on rank 0 and to
+ * `other` elsewhere; or the agreement's hk error.
+ */
+hk_status trainer_rank0_outcome(trainer *t, const char *name, int bad,
+                                const char *err, const char *other);
 
 /** He-initialises the model on rank 0 (from f->seed) and broadcasts every
  *  tensor to the others; waits for all of them. */
@@ -117,5 +168,40 @@ hk_status trainer_broadcast_init(trainer *t, uint64_t seed);
 /** Trains one epoch (epoch is 1-based), then evaluates the test set split
  *  across the ranks; fills *s. */
 hk_status trainer_epoch(trainer *t, int epoch, progress *p, epoch_stats *s);
+
+/**
+ * The settings a checkpoint must match to be resumed bitwise, as
+ * "key=value\n" lines into out[cap] (ckpt.h): model and its shape, np,
+ * batch per rank and global, precision, optimiser and its
+ * hyper-parameters, the schedule (scaled peak rate, warm-up, total steps),
+ * seed, training samples, augmentation. Returns 0, -1 if cap is too small.
+ */
+int trainer_settings(const trainer *t, const train_flags *f, char *out,
+                     size_t cap);
+
+/** Rank 0 prepares f->checkpoint_dir (ckpt_prepare_dir); every rank
+ *  learns whether it could. Returns HK_OK, or HK_ERR_SYSTEM with t->err
+ *  naming the directory and the reason (elsewhere: that rank 0 failed). */
+hk_status trainer_checkpoint_dir(trainer *t, const train_flags *f);
+
+/**
+ * After epoch `epoch`: gathers every rank's augmentation rng state, then
+ * rank 0 writes the checkpoint (ckpt.h) into f->checkpoint_dir; every rank
+ * learns whether it was written. Returns HK_OK; or an hk error, or
+ * HK_ERR_SYSTEM when the write failed, with t->err saying why (on rank 0
+ * the file and the reason, elsewhere that rank 0 failed).
+ */
+hk_status trainer_checkpoint(trainer *t, const train_flags *f, int epoch);
+
+/**
+ * Every rank reads f->checkpoint_dir's checkpoint and checks it against
+ * this run (ckpt_read); every rank learns whether all could (an hk
+ * allreduce), and only then is the state installed: weights, optimiser
+ * state, step, shuffle and this rank's augmentation rng. *epochs_done gets
+ * the checkpoint's epoch. Returns HK_OK, or HK_ERR_INVALID_ARG (refused:
+ * t->err names the file and the problem, or says which rank refused it) or
+ * an hk error. The directory must be visible to every rank.
+ */
+hk_status trainer_resume(trainer *t, const train_flags *f, int *epochs_done);
 
 #endif

@@ -335,6 +335,21 @@ static void test_tunable_flags(void **state) {
   const char *topo0[] = {"--topology", NULL};
   assert_int_equal(parse(topo0, &a, err, sizeof err, argv), 0);
   assert_null(a.topology);
+  /* the flight recorder's commands (launcher/dump.h, diagnose.h) */
+  const char *dump[] = {"--dump", "4242", NULL};
+  assert_int_equal(parse(dump, &a, err, sizeof err, argv), 0);
+  assert_int_equal(a.action, HKRUN_DUMP);
+  assert_int_equal(a.dump_pid, 4242);
+  const char *dump_bad[] = {"--dump", "hkrun", NULL};
+  assert_int_equal(parse(dump_bad, &a, err, sizeof err, argv), -1);
+  assert_string_equal(err, "--dump: 'hkrun' is not a positive integer");
+  const char *dump_none[] = {"--dump", NULL};
+  assert_int_equal(parse(dump_none, &a, err, sizeof err, argv), -1);
+  assert_string_equal(err, "--dump: missing value");
+  const char *diag[] = {"--diagnose=records", NULL};
+  assert_int_equal(parse(diag, &a, err, sizeof err, argv), 0);
+  assert_int_equal(a.action, HKRUN_DIAGNOSE);
+  assert_string_equal(a.diagnose_dir, "records");
 }
 
 /* Horovod's and mpirun's flags: what each asks for, as HK_* assignments
@@ -418,6 +433,7 @@ static void test_horovodrun_flags(void **state) {
                       "5",
                       "--no-stall-check",
                       "--log-level=fatal",
+                      "--monitor",
                       "p",
                       NULL};
   argc = 0;
@@ -427,10 +443,11 @@ static void test_horovodrun_flags(void **state) {
   argv[argc] = NULL;
   assert_int_equal(hkrun_args_parse(argc, argv, &a, err, sizeof err), 0);
   assert_int_equal(hkrun_tunable_env(&a, buf, sizeof buf, vars, 16, &n), 0);
-  const char *want_no[] = {"HK_TIMELINE_MARK_CYCLES=0", "HK_LOG_LEVEL=error",
-                           "HK_HIERARCHICAL_ALLREDUCE=0",
-                           "HK_STALL_CHECK_TIME_S=0",
-                           "HK_STALL_SHUTDOWN_TIME_S=0"};
+  const char *want_no[] = {
+      "HK_TIMELINE_MARK_CYCLES=0",   "HK_LOG_LEVEL=error",
+      "HK_HIERARCHICAL_ALLREDUCE=0", "HK_STALL_CHECK_TIME_S=0",
+      "HK_STALL_SHUTDOWN_TIME_S=0",  "HK_MONITOR_LIVE=1"};
+  assert_int_equal(a.monitor, 1);
   assert_int_equal(n, (int)(sizeof want_no / sizeof want_no[0]));
   for (int i = 0; i < n; i++)
     assert_string_equal(vars[i], want_no[i]);
@@ -499,6 +516,8 @@ static void test_usage_texts(void **state) {
                         "--stall-check-warning-time-seconds",
                         "--stall-check-shutdown-time-seconds",
                         "--check-build",
+                        "--dump HKRUN_PID",
+                        "--diagnose DIR",
                         "-p, --ssh-port",
                         "--bind-to POLICY",
                         "SSH arguments",

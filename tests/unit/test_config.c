@@ -64,11 +64,54 @@ static void test_cross_transport(void **state) {
   unsetenv("HK_CROSS_TRANSPORT");
 }
 
+/* The monitor's settings (issue 15): off by default; each of HK_MONITOR,
+ * HK_MONITOR_REPORT_S, HK_METRICS_FILE and HK_MONITOR_LIVE turns it on;
+ * bad values are named. */
+static void test_monitor_settings(void **state) {
+  (void)state;
+  hk_config c;
+  assert_int_equal(hk_config_load(&c), HK_OK);
+  assert_int_equal(hk_config_monitoring(&c), 0);
+  assert_int_equal(c.monitor_window, 100);
+  assert_true(c.telemetry_s == 1 && c.metrics_interval_s == 5);
+  assert_string_equal(c.nvml_library, "");
+  const char *on[][2] = {{"HK_MONITOR", "1"},
+                         {"HK_MONITOR_REPORT_S", "30"},
+                         {"HK_METRICS_FILE", "job.prom"},
+                         {"HK_MONITOR_LIVE", "1"}};
+  for (int i = 0; i < 4; i++) {
+    setenv(on[i][0], on[i][1], 1);
+    assert_int_equal(hk_config_load(&c), HK_OK);
+    assert_int_equal(hk_config_monitoring(&c), 1);
+    unsetenv(on[i][0]);
+  }
+  setenv("HK_NVML_LIBRARY", "libstub-nvml.so", 1);
+  assert_int_equal(hk_config_load(&c), HK_OK);
+  assert_string_equal(c.nvml_library, "libstub-nvml.so");
+  unsetenv("HK_NVML_LIBRARY");
+  setenv("HK_MONITOR", "2", 1);
+  assert_int_equal(hk_config_load(&c), HK_ERR_CONFIG);
+  assert_non_null(strstr(hk_last_error(), "HK_MONITOR='2'"));
+  unsetenv("HK_MONITOR");
+  setenv("HK_MONITOR_WINDOW", "0", 1);
+  assert_int_equal(hk_config_load(&c), HK_ERR_CONFIG);
+  assert_non_null(strstr(hk_last_error(), "HK_MONITOR_WINDOW=0"));
+  unsetenv("HK_MONITOR_WINDOW");
+  char big[5000];
+  memset(big, 'a', sizeof big - 1);
+  big[sizeof big - 1] = '\0';
+  setenv("HK_METRICS_FILE", big, 1);
+  assert_int_equal(hk_config_load(&c), HK_ERR_CONFIG);
+  assert_non_null(strstr(hk_last_error(), "HK_METRICS_FILE is longer"));
+  unsetenv("HK_METRICS_FILE");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_defaults),
       cmocka_unit_test(test_sockets_per_peer),
       cmocka_unit_test(test_cross_transport),
+      cmocka_unit_test(test_monitor_settings),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

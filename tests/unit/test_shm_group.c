@@ -27,7 +27,9 @@
 
 #define MAXN 8
 
-enum { C_ALLREDUCE, C_HALVES, C_SEGMENTED, C_RS, C_AGV, C_BCAST };
+/* C_PIECES: C_SEGMENTED's layout, over shm as pieces scattered in memory
+ * (hk_ring_shm_allreduce_pieces, a fused batch in place) */
+enum { C_ALLREDUCE, C_HALVES, C_SEGMENTED, C_RS, C_AGV, C_BCAST, C_PIECES };
 
 typedef struct rank_arg {
   hk_ring links, shm;  /* the same ring over links and over shm */
@@ -41,6 +43,8 @@ typedef struct rank_arg {
   void *send, *recv;
   hk_status st;
   char err[512];
+  hk_shm_piece *pieces; /* C_PIECES over shm */
+  size_t npieces;
 } rank_arg;
 
 typedef struct world {
@@ -153,6 +157,13 @@ static void *rank_main(void *p) {
     a->st = hk_ring_allreduce_segmented(ring, a->send, a->recv, a->seg,
                                         a->dtype, a->op, &fin);
     break;
+  case C_PIECES:
+    a->st = a->use_shm
+                ? hk_ring_shm_allreduce_pieces(ring, a->pieces, a->npieces,
+                                               a->seg, a->dtype, a->op, &fin)
+                : hk_ring_allreduce_segmented(ring, a->send, a->recv, a->seg,
+                                              a->dtype, a->op, &fin);
+    break;
   case C_RS:
     a->st = hk_ring_reducescatter(ring, a->send, a->recv, a->seg, a->dtype,
                                   a->op, &fin);
@@ -218,6 +229,38 @@ static void fill(void *buf, size_t count, hk_dtype d, hk_op op, int r) {
   }
 }
 
+/* C_PIECES: cuts rank a's logical buffer of `total` elements into runs of
+ * 1..37 elements laid out in memory in reverse order (so no two runs that
+ * follow each other in the buffer are adjacent in memory), copies the
+ * input there: sh[0] the inputs, sh[1] the outputs (the same in place). */
+static void scatter_pieces(rank_arg *a, size_t total, size_t esz,
+                           uint8_t **sh) {
+  a->pieces = calloc(total + 1, sizeof *a->pieces);
+  sh[0] = malloc(total * esz + 8);
+  sh[1] = a->send == a->recv ? sh[0] : calloc(1, total * esz + 8);
+  assert_non_null(a->pieces);
+  a->npieces = 0;
+  for (size_t off = 0, len; off < total; off += len) {
+    len = 1 + (off * 7 + 3) % 37;
+    len = len < total - off ? len : total - off;
+    size_t at = (total - off - len) * esz; /* reversed placement */
+    memcpy(sh[0] + at, (uint8_t *)a->send + off * esz, len * esz);
+    a->pieces[a->npieces++] = (hk_shm_piece){off, len, sh[0] + at, sh[1] + at};
+  }
+}
+
+/* C_PIECES: the outputs back into a->recv in the buffer's order. */
+static void gather_pieces(rank_arg *a, size_t esz, uint8_t **sh) {
+  for (size_t i = 0; i < a->npieces; i++)
+    memcpy((uint8_t *)a->recv + a->pieces[i].off * esz, a->pieces[i].dst,
+           a->pieces[i].count * esz);
+  if (sh[1] != sh[0])
+    free(sh[1]);
+  free(sh[0]);
+  free(a->pieces);
+  a->pieces = NULL;
+}
+
 /* Runs coll over links, then over shm, from the same inputs; every rank's
  * output must match bitwise. out_elems: elements of each rank's output. */
 static void compare(int n, int coll, size_t count, hk_dtype d, hk_op op,
@@ -262,7 +305,14 @@ static void compare(int n, int coll, size_t count, hk_dtype d, hk_op op,
         memcpy(a->recv, a->send, total * esz);
       res[pass][r] = a->recv;
     }
+    uint8_t *shadow[MAXN][2] = {{NULL}};
+    if (coll == C_PIECES && pass == 1)
+      for (int r = 0; r < n; r++)
+        scatter_pieces(&w.a[r], total, esz, shadow[r]);
     run_all(&w, pass);
+    if (coll == C_PIECES && pass == 1)
+      for (int r = 0; r < n; r++)
+        gather_pieces(&w.a[r], esz, shadow[r]);
     for (int r = 0; r < n; r++) {
       if (w.a[r].st != HK_OK)
         fail_msg("n=%d coll %d %s %s count %zu pass %d rank %d: %s", n, coll,
@@ -311,9 +361,16 @@ static void test_allreduce_matches_ring(void **s) {
                 4096, 0);
       }
   compare(4, C_ALLREDUCE, 300007, HK_FLOAT32, HK_SUM, 1 << 20, 1);
-  /* one-shot at its largest (np 2: up to 1 MiB with 1 MiB slots) */
-  compare(2, C_ALLREDUCE, 200003, HK_FLOAT32, HK_SUM, 1 << 20, 0);
+  /* one-shot at its largest (np 2: up to 256 KiB), and just above */
+  compare(2, C_ALLREDUCE, 65536, HK_FLOAT32, HK_SUM, 1 << 20, 0);
+  compare(2, C_ALLREDUCE, 65537, HK_FLOAT32, HK_SUM, 1 << 20, 0);
   compare(3, C_SEGMENTED, 50000, HK_FLOAT64, HK_AVERAGE, 1 << 20, 1);
+  /* a fused batch in place (pieces): one-shot and rounds, every n */
+  for (int k = 1; k < 6; k++) {
+    compare(ns[k], C_PIECES, 20011, HK_FLOAT32, HK_SUM, 4096, 0);
+    compare(ns[k], C_PIECES, 5003, HK_BFLOAT16, HK_AVERAGE, 4096, 1);
+    compare(ns[k], C_PIECES, 777, HK_FLOAT64, HK_MAX, 1 << 20, 0);
+  }
   compare(3, C_ALLREDUCE, 0, HK_FLOAT32, HK_SUM, 4096, 1);
 }
 

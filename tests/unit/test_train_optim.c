@@ -214,7 +214,14 @@ static void test_flags_defaults_and_values(void **state) {
   char err[256];
   assert_int_equal(parse(&f, err, 0), 0);
   assert_int_equal(f.epochs, 5);
-  assert_int_equal(f.batch_size, 128);
+  assert_int_equal(f.batch_size, 32); /* per worker (Horovod's meaning) */
+  assert_int_equal(f.global_batch_size, 0);
+  assert_int_equal(f.lr_scaling, 1);
+  assert_int_equal(f.prefetch, TRAIN_DEFAULT_PREFETCH);
+  assert_int_equal(f.augment, 0);
+  assert_null(f.checkpoint_dir);
+  assert_int_equal(f.resume, 0);
+  assert_null(f.metrics);
   assert_int_equal(f.optimizer, OPTIM_ADAMW);
   assert_true(f.lr == TRAIN_DEFAULT_LR_ADAMW && f.weight_decay == 0.01f);
   assert_int_equal(f.warmup_steps, -1);
@@ -251,6 +258,23 @@ static void test_flags_defaults_and_values(void **state) {
   assert_int_equal(f.warmup_steps, 0);
   assert_int_equal(parse(&f, err, 1, "-h"), 1);
   assert_int_equal(parse(&f, err, 2, "--epochs", "--help"), -1);
+
+  /* The input pipeline, Horovod's conventions, checkpoints, metrics. */
+  assert_int_equal(parse(&f, err, 10, "--global-batch-size", "96",
+                         "--no-lr-scaling", "--prefetch=0", "--augment",
+                         "--checkpoint-dir", "ck", "--resume", "--metrics",
+                         "m.csv"),
+                   0);
+  assert_int_equal(f.global_batch_size, 96);
+  assert_int_equal(f.batch_size, 0);
+  assert_int_equal(f.lr_scaling, 0);
+  assert_int_equal(f.prefetch, 0);
+  assert_int_equal(f.augment, 1);
+  assert_string_equal(f.checkpoint_dir, "ck");
+  assert_int_equal(f.resume, 1);
+  assert_string_equal(f.metrics, "m.csv");
+  assert_int_equal(parse(&f, err, 2, "--prefetch", "64"), 0);
+  assert_int_equal(f.prefetch, 64);
 }
 
 static void expect_error(const char *want, int argc, char *a, char *b) {
@@ -317,6 +341,14 @@ static void test_flags_errors(void **state) {
   expect_error("--precision: 'fp64' is not fp32, bf16 or fp16", 2,
                "--precision", "fp64");
   expect_error("--data: empty value", 1, "--data=", NULL);
+  expect_error("--prefetch: '65' is not an integer in 0..64", 2, "--prefetch",
+               "65");
+  expect_error("--global-batch-size: '0' is not an integer", 2,
+               "--global-batch-size", "0");
+  expect_error("--batch-size and --global-batch-size: give one of them", 2,
+               "--batch-size=8", "--global-batch-size=16");
+  expect_error("--resume: needs --checkpoint-dir", 1, "--resume", NULL);
+  expect_error("--metrics: empty value", 1, "--metrics=", NULL);
 }
 
 int main(void) {

@@ -248,7 +248,7 @@ static void test_goodbye(void **state) {
   assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_ERR_PROTOCOL);
   assert_non_null(strstr(hk_last_error(), "trailing"));
   b.data[4] = 4;
-  b.data[3] = HK_MSG_GOODBYE + 1;
+  b.data[3] = HK_MSG_MONITOR + 1;
   assert_int_equal(hk_wire_decode(b.data, b.len - 1, &d), HK_ERR_PROTOCOL);
   assert_non_null(strstr(hk_last_error(), "unknown message type"));
   hk_buf_free(&b);
@@ -354,9 +354,91 @@ static void test_bad_fields_rejected(void **state) {
     assert_non_null(strstr(hk_last_error(), cases[i].needle));
     b.data[cases[i].at] = saved;
   }
-  /* a NUL inside a string (the name "t" is the byte before the empty group name
-   * and the 4-byte bit count at the end) */
-  b.data[b.len - 7] = 0;
+  /* a NUL inside a string (the name "t" is the byte before the empty group
+   * name, the 4-byte bit count and the sample flag at the end) */
+  b.data[b.len - 8] = 0;
+  assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_ERR_PROTOCOL);
+  assert_non_null(strstr(hk_last_error(), "NUL"));
+  hk_buf_free(&b);
+}
+
+/* A telemetry sample rides on REQUESTS (issue 15): every field comes back,
+ * and a sample is only there when the flag says so. */
+static void test_requests_sample(void **state) {
+  (void)state;
+  hk_msg m = {.type = HK_MSG_REQUESTS};
+  m.u.requests.has_sample = 1;
+  hk_wire_sample *s = &m.u.requests.sample;
+  *s = (hk_wire_sample){.seq = 9,
+                        .gpu_ok = 1,
+                        .util_pct = 97,
+                        .gpu_index = 5,
+                        .temp_c = 87,
+                        .sm_mhz = 1410,
+                        .sm_max_mhz = 1980,
+                        .power_mw = 300500,
+                        .power_limit_mw = 400000,
+                        .mem_used = 81ull << 30,
+                        .throttle = 0x60,
+                        .ncpu = 96,
+                        .load1 = 3.5,
+                        .cpu_s = 12.25,
+                        .run_delay_s = 0.5,
+                        .t_s = 1234.5};
+  hk_buf b = {0};
+  encode(&m, &b);
+  size_t with = b.len;
+  hk_msg d;
+  assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_OK);
+  assert_int_equal(d.u.requests.has_sample, 1);
+  assert_memory_equal(&d.u.requests.sample, s, sizeof *s);
+  hk_msg_free(&d);
+  /* bad values are named */
+  const struct {
+    size_t at; /* from the sample's first byte */
+    uint8_t value;
+    const char *needle;
+  } cases[] = {{4, 2, "sample GPU flag"}, {5, 101, "GPU utilisation"}};
+  size_t first = with - 76;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    uint8_t saved = b.data[first + cases[i].at];
+    b.data[first + cases[i].at] = cases[i].value;
+    assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_ERR_PROTOCOL);
+    assert_non_null(strstr(hk_last_error(), cases[i].needle));
+    b.data[first + cases[i].at] = saved;
+  }
+  b.data[with - 1] = 0xff; /* t_s's sign and exponent: a NaN */
+  b.data[with - 2] = 0xff;
+  assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_ERR_PROTOCOL);
+  assert_non_null(strstr(hk_last_error(), "sample time"));
+  b.data[first - 1] = 2;
+  assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_ERR_PROTOCOL);
+  assert_non_null(strstr(hk_last_error(), "sample flag 2"));
+  /* without a sample: 76 bytes fewer, flag 0 */
+  m.u.requests.has_sample = 0;
+  encode(&m, &b);
+  assert_int_equal(b.len, with - 76);
+  assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_OK);
+  assert_int_equal(d.u.requests.has_sample, 0);
+  hk_msg_free(&d);
+  hk_buf_free(&b);
+}
+
+/* MONITOR carries the live table to hkrun (issue 15). */
+static void test_monitor_roundtrip(void **state) {
+  (void)state;
+  hk_msg m = {.type = HK_MSG_MONITOR};
+  m.u.monitor.text = "rank 0 host a\nrank 1 host b\n";
+  hk_buf b = {0};
+  encode(&m, &b);
+  hk_msg d;
+  assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_OK);
+  assert_int_equal(d.type, HK_MSG_MONITOR);
+  assert_string_equal(d.u.monitor.text, m.u.monitor.text);
+  hk_msg_free(&d);
+  for (size_t cut = 0; cut < b.len; cut++)
+    assert_int_equal(hk_wire_decode(b.data, cut, &d), HK_ERR_PROTOCOL);
+  b.data[b.len - 1] = 0;
   assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_ERR_PROTOCOL);
   assert_non_null(strstr(hk_last_error(), "NUL"));
   hk_buf_free(&b);
@@ -364,6 +446,8 @@ static void test_bad_fields_rejected(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_requests_sample),
+      cmocka_unit_test(test_monitor_roundtrip),
       cmocka_unit_test(test_requests_roundtrip),
       cmocka_unit_test(test_responses_roundtrip),
       cmocka_unit_test(test_small_messages_roundtrip),

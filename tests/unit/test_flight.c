@@ -1,0 +1,356 @@
+/*
+ * test_flight.c - the flight recorder: the ring keeps the newest entries
+ * in order when it wraps (common/flight_record.h), the record file reads
+ * back as written (names with tabs, newlines and backslashes included),
+ * malformed records give errors naming the line and fault, and the
+ * worker's hooks (worker/flight.h) record a round's collectives, wrap,
+ * list the tensors in flight, and write on SIGUSR1 through the pipe.
+ */
+#include <poll.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "common/flight_record.h"
+#include "common/status.h"
+#include "common/strmap.h"
+#include "coordinator/wire.h"
+#include "worker/context.h"
+#include "worker/flight.h"
+
+/* A fresh folder under $TMPDIR (scripts/test.sh gives each run one). */
+static void make_dir(char *out, size_t cap) {
+  const char *t = getenv("TMPDIR");
+  snprintf(out, cap, "%s/hk-flight-test.XXXXXX", t && *t == '/' ? t : "/tmp");
+  assert_non_null(mkdtemp(out));
+}
+
+/* Removes the folder's files and the folder. */
+static void remove_dir(const char *dir, const char *job, int ranks) {
+  for (int r = 0; r < ranks; r++) {
+    char name[96], path[4200];
+    hk_flight_file_name(job, r, name, sizeof name);
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    unlink(path);
+  }
+  char path[4200];
+  snprintf(path, sizeof path, "%s/bad.txt", dir);
+  unlink(path);
+  assert_int_equal(rmdir(dir), 0);
+}
+
+static void test_ring_wraps_keeping_newest(void **s) {
+  (void)s;
+  hk_flight_ring r;
+  assert_int_equal(hk_flight_ring_init(&r, 5), HK_OK);
+  assert_int_equal(hk_flight_ring_count(&r), 0);
+  for (int i = 0; i < 3; i++)
+    snprintf(hk_flight_ring_push(&r)->name, 8, "e%d", i);
+  assert_int_equal(hk_flight_ring_count(&r), 3);
+  assert_string_equal(hk_flight_ring_at(&r, 0)->name, "e0");
+  for (int i = 3; i < 12; i++)
+    snprintf(hk_flight_ring_push(&r)->name, 8, "e%d", i);
+  assert_int_equal(hk_flight_ring_count(&r), 5);
+  for (size_t i = 0; i < 5; i++) { /* the newest 5, oldest first */
+    char want[8];
+    snprintf(want, sizeof want, "e%zu", i + 7);
+    assert_string_equal(hk_flight_ring_at(&r, i)->name, want);
+    assert_int_equal(hk_flight_ring_at(&r, i)->seq, i + 8);
+  }
+  assert_null(hk_flight_ring_find(&r, 7)); /* overwritten */
+  assert_null(hk_flight_ring_find(&r, 0));
+  assert_null(hk_flight_ring_find(&r, 13)); /* not yet */
+  assert_string_equal(hk_flight_ring_find(&r, 8)->name, "e7");
+  assert_string_equal(hk_flight_ring_find(&r, 12)->name, "e11");
+  hk_flight_ring_free(&r);
+}
+
+static void fill_header(hk_flight_header *h, int rank) {
+  memset(h, 0, sizeof *h);
+  memcpy(h->job, "0123456789abcdef", 17);
+  h->rank = rank;
+  h->size = 4;
+  snprintf(h->host, sizeof h->host, "host\tone");
+  h->pid = 4242;
+  snprintf(h->reason, sizeof h->reason, "a reason\nover two lines");
+  h->written_us = 1700000000000000;
+  h->rounds = 9;
+  h->capacity = 3;
+  h->recorded = 4;
+}
+
+static void test_record_round_trip(void **s) {
+  (void)s;
+  char dir[4096];
+  make_dir(dir, sizeof dir);
+  hk_flight_ring r;
+  assert_int_equal(hk_flight_ring_init(&r, 3), HK_OK);
+  for (int i = 0; i < 4; i++) {
+    hk_flight_entry *e = hk_flight_ring_push(&r);
+    e->round = (uint64_t)i + 1;
+    e->state = HK_FLIGHT_DONE;
+    e->kind = HK_COLL_ALLGATHER;
+    e->dtype = HK_BFLOAT16;
+    e->bytes = 1000u + (unsigned)i;
+    for (int k = 0; k < HK_FLIGHT_NTIMES; k++) {
+      e->real_us[k] = 1700000000000000 + 10 * i + k;
+      e->mono_us[k] = 5000 + 10 * i + k;
+    }
+    snprintf(e->name, sizeof e->name, "w\\%d\t\n", i);
+  }
+  hk_flight_entry pend = {.state = HK_FLIGHT_SUBMITTED,
+                          .kind = HK_COLL_BROADCAST,
+                          .dtype = HK_INT64,
+                          .bytes = 8};
+  pend.real_us[0] = 17;
+  snprintf(pend.name, sizeof pend.name, "pending one");
+  hk_flight_header h;
+  fill_header(&h, 2);
+  assert_int_equal(hk_flight_write(dir, &h, &r, &pend, 1), HK_OK);
+  char path[4200];
+  snprintf(path, sizeof path, "%s/hk-flight.0123456789abcdef.2.txt", dir);
+  hk_flight_file f;
+  assert_int_equal(hk_flight_read(path, &f), HK_OK);
+  assert_string_equal(f.h.job, "0123456789abcdef");
+  assert_int_equal(f.h.rank, 2);
+  assert_int_equal(f.h.size, 4);
+  assert_string_equal(f.h.host, "host\tone");
+  assert_int_equal(f.h.pid, 4242);
+  assert_string_equal(f.h.reason, "a reason\nover two lines");
+  assert_int_equal(f.h.rounds, 9);
+  assert_int_equal(f.h.recorded, 4);
+  assert_int_equal(f.nentries, 3);
+  for (size_t i = 0; i < 3; i++) {
+    const hk_flight_entry *e = &f.entries[i];
+    char want[16];
+    snprintf(want, sizeof want, "w\\%zu\t\n", i + 1);
+    assert_string_equal(e->name, want);
+    assert_int_equal(e->seq, i + 2);
+    assert_int_equal(e->round, i + 2);
+    assert_int_equal(e->state, HK_FLIGHT_DONE);
+    assert_int_equal(e->kind, HK_COLL_ALLGATHER);
+    assert_int_equal(e->dtype, HK_BFLOAT16);
+    assert_int_equal(e->bytes, 1001 + i);
+    assert_int_equal(e->real_us[3], 1700000000000000 + 10 * (i + 1) + 3);
+    assert_int_equal(e->mono_us[1], 5000 + 10 * (i + 1) + 1);
+  }
+  assert_int_equal(f.npending, 1);
+  assert_string_equal(f.pending[0].name, "pending one");
+  assert_int_equal(f.pending[0].kind, HK_COLL_BROADCAST);
+  assert_int_equal(f.pending[0].real_us[0], 17);
+  hk_flight_file_free(&f);
+  /* no temporary is left beside it */
+  char tmp[4300];
+  snprintf(tmp, sizeof tmp, "%s/.hk-flight.0123456789abcdef.2.txt.%ld.tmp", dir,
+           (long)getpid());
+  assert_int_equal(access(tmp, F_OK), -1);
+  hk_flight_ring_free(&r);
+  remove_dir(dir, "0123456789abcdef", 4);
+}
+
+/* Writes text as dir/bad.txt and reads it: the error message. */
+static void expect_bad(const char *dir, const char *text, const char *what) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/bad.txt", dir);
+  FILE *fp = fopen(path, "w");
+  assert_non_null(fp);
+  fputs(text, fp);
+  fclose(fp);
+  hk_flight_file f;
+  assert_int_equal(hk_flight_read(path, &f), HK_ERR_INVALID_ARG);
+  if (!strstr(hk_last_error(), what) || !strstr(hk_last_error(), path))
+    fail_msg("for %s: got '%s'", what, hk_last_error());
+  assert_null(f.entries);
+}
+
+static void test_record_errors(void **s) {
+  (void)s;
+  char dir[4096];
+  make_dir(dir, sizeof dir);
+  const char *head = "hk-flight\t1\njob\t0123456789abcdef\nrank\t1\nsize\t4\n"
+                     "host\th\npid\t7\nreason\tr\nwritten_us\t5\nrounds\t2\n"
+                     "capacity\t10\nrecorded\t1\n";
+  char buf[2048];
+  expect_bad(dir, "garbage\n",
+             "line 1: expected 'hk-flight<TAB>value' (this is not an hk "
+             "flight record)");
+  expect_bad(dir, "", "line 1: the file is empty");
+  snprintf(buf, sizeof buf, "%s", head);
+  expect_bad(dir, buf, "line 12: the record is cut short (no 'end' line)");
+  snprintf(buf, sizeof buf, "%sentry\t1\t1\tdone\tallreduce\n", head);
+  expect_bad(dir, buf, "line 12: 'entry' has 5 fields, expected 16");
+  snprintf(buf, sizeof buf,
+           "%sentry\t1\t1\tdone\tallreduce\tfloat33\t4\t0\t0\t0\t0\t0\t0\t0\t0"
+           "\tx\n",
+           head);
+  expect_bad(dir, buf, "line 12: unknown dtype");
+  snprintf(buf, sizeof buf,
+           "%sentry\t1\t1\tdone\tallreduce\tfloat32\t4\t0\t0\t0\t0\t0\t0\t0\t0"
+           "\tx\nend\t2\t0\n",
+           head);
+  expect_bad(dir, buf,
+             "line 13: 'end' counts 2 entries and 0 pending, the "
+             "file has 1 and 0");
+  snprintf(buf, sizeof buf, "%send\t0\t0\nmore\n", head);
+  expect_bad(dir, buf, "line 13: text after the 'end' line");
+  expect_bad(dir, "hk-flight\t1\njob\txyz\n",
+             "line 2: the job id is not 16 hex digits");
+  snprintf(buf, sizeof buf, "%send\t0\t0", head);
+  expect_bad(dir, buf, "line 12: the line is cut short (no newline)");
+  hk_flight_file f;
+  char missing[4200];
+  snprintf(missing, sizeof missing, "%s/none.txt", dir);
+  assert_int_equal(hk_flight_read(missing, &f), HK_ERR_SYSTEM);
+  assert_non_null(strstr(hk_last_error(), "none.txt"));
+  remove_dir(dir, "0123456789abcdef", 0);
+}
+
+/* A context with just what worker/flight.c uses. */
+static hk_ctx *make_ctx(const char *dir, size_t cap) {
+  hk_ctx *ctx = calloc(1, sizeof *ctx);
+  assert_non_null(ctx);
+  ctx->rank = 0;
+  ctx->size = 1;
+  ctx->cfg.flight_recorder = cap;
+  snprintf(ctx->cfg.flight_dir, sizeof ctx->cfg.flight_dir, "%s", dir);
+  pthread_mutex_init(&ctx->mu, NULL);
+  assert_int_equal(hk_strmap_create(&ctx->inflight), HK_OK);
+  assert_int_equal(hk_flight_open(ctx), HK_OK);
+  return ctx;
+}
+
+static void free_ctx(hk_ctx *ctx) {
+  hk_flight_close(ctx);
+  hk_strmap_destroy(ctx->inflight);
+  pthread_mutex_destroy(&ctx->mu);
+  free(ctx);
+}
+
+/* Reads the record ctx's rank wrote into dir. */
+static void read_own(const char *dir, hk_flight_file *f) {
+  char job[17], name[96], path[4200];
+  snprintf(job, sizeof job, "%016lx", (unsigned long)getpid());
+  hk_flight_file_name(job, 0, name, sizeof name);
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  assert_int_equal(hk_flight_read(path, f), HK_OK);
+}
+
+static void test_hooks_record_wrap_and_pending(void **s) {
+  (void)s;
+  char dir[4096];
+  make_dir(dir, sizeof dir);
+  hk_ctx *ctx = make_ctx(dir, 4);
+  struct hk_handle_s hs[7];
+  memset(hs, 0, sizeof hs);
+  for (int i = 0; i < 7; i++) { /* one round per tensor, all done */
+    hk_handle h = &hs[i];
+    snprintf(h->req.name, sizeof h->req.name, "grad.%d", i);
+    h->req.coll = HK_COLL_ALLREDUCE;
+    h->req.dtype = HK_FLOAT32;
+    h->req.count = 10;
+    h->t_submit = 100.0 + i;
+    hk_flight_taken(ctx, h);
+    hk_flight_round(ctx, 100.5 + i);
+    hk_flight_negotiated(ctx, h, 100.5 + i);
+    hk_flight_mark(ctx, h, HK_FLIGHT_RUNNING, 100.6 + i);
+    hk_flight_mark(ctx, h, HK_FLIGHT_DONE, 100.7 + i);
+  }
+  /* one taken and in flight, one still in the queue (no entry yet) */
+  struct hk_handle_s late = {0}, queued = {0};
+  snprintf(late.req.name, sizeof late.req.name, "late");
+  late.req.coll = HK_COLL_BROADCAST;
+  late.req.dtype = HK_INT32;
+  late.req.count = 3;
+  late.t_submit = 200;
+  hk_flight_taken(ctx, &late);
+  queued = late;
+  queued.flight_seq = 0;
+  snprintf(queued.req.name, sizeof queued.req.name, "queued");
+  assert_int_equal(hk_strmap_put(ctx->inflight, "late", &late), HK_OK);
+  assert_int_equal(hk_strmap_put(ctx->inflight, "queued", &queued), HK_OK);
+  hk_flight_dump(ctx, "unit test");
+  hk_flight_file f;
+  read_own(dir, &f);
+  assert_string_equal(f.h.reason, "unit test");
+  assert_int_equal(f.h.rounds, 7);
+  assert_int_equal(f.h.recorded, 8);
+  assert_int_equal(f.nentries, 4); /* grad.4, grad.5, grad.6, late */
+  for (int i = 0; i < 3; i++) {
+    const hk_flight_entry *e = &f.entries[i];
+    char want[16];
+    snprintf(want, sizeof want, "grad.%d", i + 4);
+    assert_string_equal(e->name, want);
+    assert_int_equal(e->round, i + 5);
+    assert_int_equal(e->state, HK_FLIGHT_DONE);
+    assert_int_equal(e->bytes, 40);
+    assert_int_equal(e->mono_us[HK_FLIGHT_T_SUBMIT], (104 + i) * 1000000);
+    assert_int_equal(e->mono_us[HK_FLIGHT_T_END],
+                     (int64_t)((100.7 + (i + 4)) * 1e6));
+    /* the wall clock is the monotonic one moved by an offset read once
+     * per round (two readings a few microseconds apart) */
+    int64_t d =
+        (e->real_us[3] - e->mono_us[3]) - (e->real_us[0] - e->mono_us[0]);
+    assert_true(d > -1000 && d < 1000);
+    assert_true(e->real_us[0] > 1600000000000000); /* after 2020 */
+  }
+  assert_string_equal(f.entries[3].name, "late");
+  assert_int_equal(f.entries[3].state, HK_FLIGHT_SUBMITTED);
+  assert_int_equal(f.entries[3].round, 0);
+  assert_int_equal(f.npending, 2);
+  int seen_late = 0, seen_queued = 0;
+  for (size_t i = 0; i < 2; i++) {
+    seen_late += !strcmp(f.pending[i].name, "late");
+    seen_queued += !strcmp(f.pending[i].name, "queued");
+    assert_int_equal(f.pending[i].kind, HK_COLL_BROADCAST);
+    assert_int_equal(f.pending[i].bytes, 12);
+    assert_int_equal(f.pending[i].mono_us[0], 200000000);
+  }
+  assert_int_equal(seen_late + seen_queued, 2);
+  hk_flight_file_free(&f);
+  /* SIGUSR1 only makes the pipe readable; the "background thread" (this
+   * test) writes the record when it sees it */
+  assert_int_equal(raise(SIGUSR1), 0);
+  struct pollfd p = {.fd = hk_flight_fd(ctx), .events = POLLIN};
+  assert_int_equal(poll(&p, 1, 10000), 1);
+  hk_flight_signalled(ctx);
+  read_own(dir, &f);
+  assert_string_equal(f.h.reason, "SIGUSR1 (a dump was asked for)");
+  hk_flight_file_free(&f);
+  assert_int_equal(poll(&p, 1, 0), 0); /* drained */
+  free_ctx(ctx);
+  char job[17];
+  snprintf(job, sizeof job, "%016lx", (unsigned long)getpid());
+  remove_dir(dir, job, 1);
+}
+
+static void test_off_records_nothing(void **s) {
+  (void)s;
+  hk_ctx *ctx = make_ctx(".", 0);
+  assert_null(ctx->flight);
+  assert_int_equal(hk_flight_fd(ctx), -1);
+  struct hk_handle_s h = {0};
+  hk_flight_taken(ctx, &h);
+  hk_flight_negotiated(ctx, &h, 1.0);
+  hk_flight_dump(ctx, "nothing");
+  assert_int_equal(h.flight_seq, 0);
+  free_ctx(ctx);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_ring_wraps_keeping_newest),
+      cmocka_unit_test(test_record_round_trip),
+      cmocka_unit_test(test_record_errors),
+      cmocka_unit_test(test_hooks_record_wrap_and_pending),
+      cmocka_unit_test(test_off_records_nothing),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

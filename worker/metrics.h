@@ -1,0 +1,32 @@
+/*
+ * metrics.h - HK_METRICS_FILE (issue 15, item 5): every monitor figure of
+ * every rank in the Prometheus text exposition format (version 0.0.4:
+ * "# HELP name text", "# TYPE name gauge|counter", then
+ * `name{label="value",...} number` lines), for node_exporter's textfile
+ * collector. Names follow Prometheus's naming conventions: the hk_
+ * prefix, base units (seconds, bytes, hertz, watts, celsius, ratio 0..1)
+ * named in the suffix, counters ending in _total. Labels on every
+ * per-rank sample: rank, host, local_rank, gpu (the NVML index, "" without
+ * GPU telemetry); hk_gpu_throttle_reason and
+ * hk_gpu_throttle_samples_total add reason (telemetry.h's names). The
+ * full list is README.md's "Metrics" table.
+ */
+#ifndef HK_WORKER_METRICS_H
+#define HK_WORKER_METRICS_H
+
+#include "common/buf.h"
+#include "worker/monitor.h"
+
+/** Appends the exposition text of *v to *out. Errors: HK_ERR_NOMEM. */
+hk_status hk_metrics_format(const hk_monitor_view *v, hk_buf *out);
+
+/**
+ * Replaces the file at path with text[0..len) atomically: writes
+ * "<path>.tmp.<pid>" in the same directory, then rename(2)s it over path,
+ * so a reader sees the old file or the new one, never a part. The
+ * temporary is removed on failure. Errors: HK_ERR_SYSTEM naming the path
+ * and errno.
+ */
+hk_status hk_metrics_write(const char *path, const char *text, size_t len);
+
+#endif
