@@ -171,10 +171,11 @@ hk_status trainer_epoch(trainer *t, int epoch, progress *p, epoch_stats *s);
 
 /**
  * The settings a checkpoint must match to be resumed bitwise, as
- * "key=value\n" lines into out[cap] (ckpt.h): model and its shape, np,
- * batch per rank and global, precision, optimiser and its
- * hyper-parameters, the schedule (scaled peak rate, warm-up, total steps),
- * seed, training samples, augmentation. Returns 0, -1 if cap is too small.
+ * "key=value\n" lines into out[cap] (ckpt.h): model kind and shape (the
+ * model table's description), np, batch per rank and global, precision,
+ * optimiser and its hyper-parameters, the schedule (cosine or plateau with
+ * its factor and patience, scaled peak rate, warm-up, total steps), seed,
+ * training samples, augmentation. Returns 0, -1 if cap is too small.
  */
 int trainer_settings(const trainer *t, const train_flags *f, char *out,
                      size_t cap);
@@ -197,7 +198,8 @@ hk_status trainer_checkpoint(trainer *t, const train_flags *f, int epoch);
  * Every rank reads f->checkpoint_dir's checkpoint and checks it against
  * this run (ckpt_read); every rank learns whether all could (an hk
  * allreduce), and only then is the state installed: weights, optimiser
- * state, step, shuffle and this rank's augmentation rng. *epochs_done gets
+ * state, step, shuffle and this rank's augmentation rng, the
+ * fp16 loss scaler and the plateau schedule. *epochs_done gets
  * the checkpoint's epoch. Returns HK_OK, or HK_ERR_INVALID_ARG (refused:
  * t->err names the file and the problem, or says which rank refused it) or
  * an hk error. The directory must be visible to every rank.

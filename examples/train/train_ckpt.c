@@ -3,8 +3,13 @@
  * it, and how a run resumes from it (see train.h; the format is ckpt.h).
  *
  * RNG states, in this order: the shuffle stream (the same on every rank),
- * then the augmentation stream of rank 0, 1, ..., size - 1. The model has
- * no dropout, so there is no other stream.
+ * then the augmentation stream of rank 0, 1, ..., size - 1. The models
+ * have no dropout, so there is no other stream. The fp16 loss scaler and
+ * the plateau schedule are the same on every rank (they decide from hk's
+ * bitwise-equal results), so rank 0's are written and every rank installs
+ * them. Batch norm's running statistics are buffers inside the
+ * parameters; the fp16/bf16 compute copy of the weights is rebuilt by
+ * every forward, so it is not saved.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +49,13 @@ static ckpt_state state_of(trainer *t, const char *settings, uint64_t *rng) {
   s.step = (uint64_t)t->step;
   s.n_rng = (uint32_t)t->size + 1;
   s.rng = rng;
+  s.loss_scale = t->scaler.scale;
+  s.scaler_good = (uint64_t)t->scaler.good;
+  s.scaler_skipped = (uint64_t)t->scaler.skipped;
+  s.plateau_best = t->plateau.best;
+  s.plateau_bad = (uint32_t)t->plateau.bad_epochs;
+  s.plateau_scale = t->plateau.scale;
+  s.plateau_reductions = (uint32_t)t->plateau.reductions;
   s.n_params = t->model.n_params;
   s.params = t->model.params;
   s.has_v = t->opt.v != NULL;
@@ -145,6 +157,13 @@ hk_status trainer_resume(trainer *t, const train_flags *f, int *epochs_done) {
     t->step = (long)s.step;
     t->shuffle.state = rng[0];
     t->augment_rng.state = rng[1 + t->rank];
+    t->scaler.scale = s.loss_scale;
+    t->scaler.good = (long)s.scaler_good;
+    t->scaler.skipped = (long)s.scaler_skipped;
+    t->plateau.best = s.plateau_best;
+    t->plateau.bad_epochs = (int)s.plateau_bad;
+    t->plateau.scale = s.plateau_scale;
+    t->plateau.reductions = (int)s.plateau_reductions;
     *epochs_done = (int)s.epoch;
   }
   free(rng);

@@ -699,6 +699,34 @@ static int kill9_job(pid_t hkrun, pid_t *pids) {
   return n;
 }
 
+/* Waits for rank 0's line saying the checkpoint of `epoch` is in ck, then
+ * SIGKILLs the started job p (hkrun and its workers) and checks that it
+ * died inside epoch + 1 (the slow steps of that epoch take far longer than
+ * the kill): no line for that epoch, so a resume has work to redo. */
+static void kill_after_checkpoint(hkt_proc *p, const char *ck, int epoch) {
+  hkt_result r;
+  char want[256];
+  snprintf(want, sizeof want, "[0] checkpoint %s/last.hkckpt epoch %d", ck,
+           epoch);
+  if (hkt_wait_line(p, want, RUN_S, NULL) != 0) {
+    hkt_finish(p, 10, &r);
+    dump(&r);
+    fail_msg("no checkpoint after epoch %d", epoch);
+  }
+  pid_t workers[8];
+  int n_workers = kill9_job(p->pid, workers);
+  hkt_finish(p, RUN_S, &r);
+  assert_int_equal(r.signal, SIGKILL);
+  snprintf(want, sizeof want, "epoch %d loss", epoch + 1);
+  if (strstr(r.out, want)) {
+    dump(&r);
+    fail_msg("the job finished epoch %d before the kill", epoch + 1);
+  }
+  hkt_result_free(&r);
+  for (int i = 0; i < n_workers; i++) /* the workers are gone */
+    assert_int_equal(hkt_wait_gone(workers[i], RUN_S), 0);
+}
+
 static void test_checkpoint_resume(void **state) {
   (void)state;
   const char *dir = tiny_set("resume");
@@ -721,26 +749,8 @@ static void test_checkpoint_resume(void **state) {
   train_job(2, env, &p, NULL, "--data", dir, "--epochs", "3", "--batch-size",
             "8", "--augment", "--save-all", part, "--checkpoint-dir", ck,
             "--metrics", csv, NULL);
+  kill_after_checkpoint(&p, ck, 1);
   char want[256];
-  snprintf(want, sizeof want, "[0] checkpoint %s/last.hkckpt epoch 1", ck);
-  if (hkt_wait_line(&p, want, RUN_S, NULL) != 0) {
-    hkt_finish(&p, 10, &r);
-    dump(&r);
-    fail_msg("no checkpoint after epoch 1");
-  }
-  pid_t workers[8];
-  int n_workers = kill9_job(p.pid, workers);
-  hkt_finish(&p, RUN_S, &r);
-  assert_int_equal(r.signal, SIGKILL);
-  /* Killed inside epoch 2 (its 16 slow steps take far longer than the
-   * kill): no epoch 2 line, so the resume has work to redo. */
-  if (strstr(r.out, "epoch 2 loss")) {
-    dump(&r);
-    fail_msg("the job finished epoch 2 before the kill");
-  }
-  hkt_result_free(&r);
-  for (int i = 0; i < n_workers; i++) /* the workers are gone */
-    assert_int_equal(hkt_wait_gone(workers[i], RUN_S), 0);
 
   /* What a job killed while writing a checkpoint leaves: a temporary
    * file, which the resumed run removes. */
@@ -812,6 +822,76 @@ static void damage(const char *path, long keep, long flip_at) {
   assert_int_equal(fwrite(b, 1, len, f), len);
   assert_int_equal(fclose(f), 0);
   free(b);
+}
+
+/* The CNN in fp16 with reduce-on-plateau, killed in epoch 4 after epoch
+ * 3's checkpoint: the resumed run must carry the loss scaler (an overflow
+ * injected at step 3 halves it, on top of one natural skip) and the
+ * plateau state (at this tiny rate the loss wanders by batch norm's
+ * batch composition: measured, it rises in epochs 2 and 4, so patience 0
+ * reduces after epoch 2 (before the kill) and after epoch 4 (against
+ * epoch 3's best, which only the checkpoint knows)). */
+static void test_checkpoint_resume_cnn_fp16(void **state) {
+  (void)state;
+  NEED_DATASET();
+  char ref[160], part[160], ck[160], a[200], b[200];
+  snprintf(ref, sizeof ref, "%s/cref", tmp);
+  snprintf(part, sizeof part, "%s/cpart", tmp);
+  snprintf(ck, sizeof ck, "%s/cck", tmp);
+#define CNN_RESUME_ARGS                                                        \
+  "--model", "cnn", "--precision", "fp16", "--schedule", "plateau",            \
+      "--plateau-patience", "0", "--lr", "1e-6", "--epochs", "4",              \
+      "--limit-train", "128", "--limit-test", "64", "--batch-size", "8"
+  char *env[] = {"TRAIN_INJECT_OVERFLOW=1:3", NULL};
+  hkt_result r;
+  run_train_env(2, env, &r, CNN_RESUME_ARGS, "--save-all", ref, NULL);
+  assert_exit(&r, 0);
+  double scale_ref, scale;
+  long skipped_ref, skipped;
+  if (!scale_of(r.out, 0, &scale_ref, &skipped_ref) ||
+      hkt_count_lines(r.out, "[0] plateau: loss ") != 2 ||
+      !strstr(r.out, "learning rate now 0.25 x the peak")) {
+    dump(&r);
+    fail_msg("the reference run did not reduce twice (after epochs 2, 4)");
+  }
+  assert_true(skipped_ref >= 1);
+  hkt_result_free(&r);
+
+  char *slow_env[] = {"TRAIN_INJECT_OVERFLOW=1:3", "HK_TRAIN_TEST_SLOW_STEP=40",
+                      NULL};
+  hkt_proc p;
+  train_job(2, slow_env, &p, NULL, CNN_RESUME_ARGS, "--save-all", part,
+            "--checkpoint-dir", ck, NULL);
+  kill_after_checkpoint(&p, ck, 3);
+
+  run_train_env(2, env, &r, CNN_RESUME_ARGS, "--save-all", part,
+                "--checkpoint-dir", ck, "--resume", NULL);
+#undef CNN_RESUME_ARGS
+  assert_exit(&r, 0);
+  /* Epoch 4 only, its reduction to 0.25 (from the restored 0.5 and best),
+   * and the reference's final loss scale and skip count on both ranks. */
+  char want[256];
+  snprintf(want, sizeof want, "[0] resumed %s/last.hkckpt after epoch 3", ck);
+  assert_int_equal(hkt_count_lines(r.out, want), 1);
+  assert_int_equal(hkt_count_lines(r.out, "[0] epoch 3 loss"), 0);
+  assert_int_equal(hkt_count_lines(r.out, "[0] epoch 4 loss"), 1);
+  for (int rank = 0; rank < 2; rank++)
+    if (!scale_of(r.out, rank, &scale, &skipped) || scale != scale_ref ||
+        skipped != skipped_ref ||
+        hkt_count_lines(r.out, "learning rate now 0.25 x the peak") != 1) {
+      dump(&r);
+      fail_msg("rank %d: scale %g skipped %ld (reference %g %ld), %d "
+               "reduction(s) to 0.25 (1 expected)",
+               rank, scale, skipped, scale_ref, skipped_ref,
+               hkt_count_lines(r.out, "learning rate now 0.25 x the peak"));
+    }
+  hkt_result_free(&r);
+  for (int rank = 0; rank < 2; rank++) {
+    snprintf(a, sizeof a, "%s.%d", ref, rank);
+    snprintf(b, sizeof b, "%s.%d", part, rank);
+    assert_files_equal(a, b);
+  }
+  assert_int_equal(stray_files(ck), 0);
 }
 
 static void test_checkpoint_refused(void **state) {
@@ -1032,6 +1112,7 @@ int main(void) {
       cmocka_unit_test(test_prefetch_same_weights),
       cmocka_unit_test(test_prefetch_keeps_ahead),
       cmocka_unit_test(test_checkpoint_resume),
+      cmocka_unit_test(test_checkpoint_resume_cnn_fp16),
       cmocka_unit_test(test_checkpoint_refused),
       cmocka_unit_test(test_metrics_and_plot),
       cmocka_unit_test(test_progress_not_a_terminal),
