@@ -11,8 +11,9 @@
  * communication); step s takes the global batch perm[s*G .. (s+1)*G) and
  * rank r trains on its contiguous shard, r-th in rank order, prepared
  * ahead by the input pipeline (prefetch.h: gather, --augment from a
- * per-rank rng, conversion). The loss is the mean over the shard; during
- * backward each gradient tensor is handed to
+ * per-rank rng, conversion, and with bf16/fp16 the
+ * rounding to the compute type in the pipeline's stage hook). The loss is the
+ * mean over the shard; during backward each gradient tensor is handed to
  * hk_allreduce_async(HK_AVERAGE) under its own name ("fc3.bias",
  * "fc3.weight", "fc2.bias", ...) the moment it is complete, last layer
  * first, so communication overlaps the rest of backward. All handles are
