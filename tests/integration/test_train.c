@@ -857,7 +857,10 @@ static void test_checkpoint_resume_cnn_fp16(void **state) {
   assert_true(skipped_ref >= 1);
   hkt_result_free(&r);
 
-  char *slow_env[] = {"TRAIN_INJECT_OVERFLOW=1:3", "HK_TRAIN_TEST_SLOW_STEP=40",
+  /* 8 extra passes per step: epoch 4 takes far longer than the kill
+   * (2.5 s measured at load average 12), epochs 1-3 stay short (40
+   * passes took 7-11 s per epoch there). */
+  char *slow_env[] = {"TRAIN_INJECT_OVERFLOW=1:3", "HK_TRAIN_TEST_SLOW_STEP=8",
                       NULL};
   hkt_proc p;
   train_job(2, slow_env, &p, NULL, CNN_RESUME_ARGS, "--save-all", part,
