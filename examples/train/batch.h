@@ -43,9 +43,11 @@ typedef struct batch {
 /**
  * The stage every prepared batch goes through before the step may use it,
  * called on the thread that prepared it (the prefetch thread when there is
- * one). On CPU there is none (NULL). This is the hook for the GPU backend:
- * a copy into pinned host memory and an asynchronous copy onto the device
- * on a stream of its own, recorded with an event the step waits on.
+ * one). The trainer's CPU path uses it only with --precision bf16|fp16,
+ * to round the batch to the compute type (train.c); otherwise there is
+ * none (NULL). This is also the hook for the GPU backend: a copy into
+ * pinned host memory and an asynchronous copy onto the device on a stream
+ * of its own, recorded with an event the step waits on.
  * Returns 0, or non-zero to fail the batch (prefetch_next then reports it).
  */
 typedef int (*batch_stage_fn)(void *ctx, batch *b);

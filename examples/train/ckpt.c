@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,10 +20,21 @@ int ckpt_path(const char *dir, char *out, size_t cap) {
   return n < 0 || (size_t)n >= cap ? -1 : 0;
 }
 
+/* Loss scaler (4 + 8 + 8) and plateau (8 + 4 + 4 + 4) states. */
+#define CKPT_SCHEDULE_BYTES 40
+
+static void put_f32(uint8_t *b, float v) { le_put_f32s(b, &v, 1); }
+
+static float get_f32(const uint8_t *b) {
+  float v;
+  le_get_f32s(b, &v, 1);
+  return v;
+}
+
 static size_t payload_size(const ckpt_state *s) {
   size_t n = (size_t)s->n_params;
-  return 4 + strlen(s->settings) + 4 + 8 + 4 + 8 * (size_t)s->n_rng + 8 +
-         4 * n + 4 + 24 + 4 * n * (s->has_v ? 2 : 1);
+  return 4 + strlen(s->settings) + 4 + 8 + 4 + 8 * (size_t)s->n_rng +
+         CKPT_SCHEDULE_BYTES + 8 + 4 * n + 4 + 24 + 4 * n * (s->has_v ? 2 : 1);
 }
 
 /* The whole file's bytes for s (malloc'ed), length in *len. */
@@ -42,6 +54,14 @@ static uint8_t *encode(const ckpt_state *s, size_t *len) {
   q += 16;
   for (uint32_t i = 0; i < s->n_rng; i++, q += 8)
     le_put_u64(q, s->rng[i]);
+  put_f32(q, s->loss_scale);
+  le_put_u64(q + 4, s->scaler_good);
+  le_put_u64(q + 12, s->scaler_skipped);
+  le_put_f64(q + 20, s->plateau_best);
+  le_put_u32(q + 28, s->plateau_bad);
+  put_f32(q + 32, s->plateau_scale);
+  le_put_u32(q + 36, s->plateau_reductions);
+  q += CKPT_SCHEDULE_BYTES;
   le_put_u64(q, s->n_params);
   le_put_f32s(q + 8, s->params, n);
   q += 8 + 4 * n;
@@ -297,9 +317,27 @@ static int decode(const uint8_t *b, size_t len, ckpt_state *s, char *why,
     snprintf(why, cap, "%u rng states, this run has %u", n_rng, s->n_rng);
     return -1;
   }
-  NEED(8 * (uint64_t)n_rng + 8, "the rng states");
+  NEED(8 * (uint64_t)n_rng + CKPT_SCHEDULE_BYTES + 8, "the rng states");
   const uint8_t *rngs = q;
   q += 8 * (size_t)n_rng;
+  float loss_scale = get_f32(q), plateau_scale = get_f32(q + 32);
+  uint64_t scaler_good = le_get_u64(q + 4), scaler_skipped = le_get_u64(q + 12);
+  double plateau_best = le_get_f64(q + 20);
+  uint32_t plateau_bad = le_get_u32(q + 28);
+  uint32_t plateau_reductions = le_get_u32(q + 36);
+  q += CKPT_SCHEDULE_BYTES;
+  if (!isfinite(loss_scale) || !(loss_scale > 0)) {
+    snprintf(why, cap, "loss scale %g is not a finite positive number",
+             (double)loss_scale);
+    return -1;
+  }
+  if (!(plateau_scale > 0 && plateau_scale <= 1) || isnan(plateau_best)) {
+    snprintf(why, cap,
+             "plateau state out of range (scale %g, best loss %g): the "
+             "scale must be in (0, 1], the best loss a number",
+             (double)plateau_scale, plateau_best);
+    return -1;
+  }
   uint64_t n = le_get_u64(q);
   q += 8;
   if (n != s->n_params) {
@@ -332,6 +370,13 @@ static int decode(const uint8_t *b, size_t len, ckpt_state *s, char *why,
   s->step = step;
   for (uint32_t i = 0; i < n_rng; i++)
     s->rng[i] = le_get_u64(rngs + 8 * i);
+  s->loss_scale = loss_scale;
+  s->scaler_good = scaler_good;
+  s->scaler_skipped = scaler_skipped;
+  s->plateau_best = plateau_best;
+  s->plateau_bad = plateau_bad;
+  s->plateau_scale = plateau_scale;
+  s->plateau_reductions = plateau_reductions;
   le_get_f32s(params, s->params, (size_t)n);
   s->opt_step = opt_step;
   s->b1_t = b1_t;

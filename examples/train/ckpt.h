@@ -1,7 +1,10 @@
 /*
- * ckpt.h - the trainer's checkpoint file, "HKCKPT" version 1: everything a
+ * ckpt.h - the trainer's checkpoint file, "HKCKPT" version 2: everything a
  * run needs to continue bitwise as if it had not stopped, for any model
- * whose parameters and optimiser state are flat float arrays.
+ * whose parameters and optimiser state are flat float arrays (model.h's
+ * table: the MLP, the CNN with its batch-norm buffers inside the
+ * parameters). Version 2 added the loss scaler and plateau states; a
+ * version-1 file is refused (its run had neither).
  *
  * Layout (little-endian, no padding; le.h):
  *
@@ -15,6 +18,11 @@
  *     4       epoch: epochs completed (uint32)
  *     8       step: optimiser steps completed (uint64)
  *     4 + 8R  R (uint32), then R rng states (uint64): the trainer's order
+     4+8+8   fp16 loss scaler (scaler.h): scale (binary32), good steps in
+             a row (uint64), skipped steps (uint64); 1, 0, 0 when off
+     8+4+4+4 reduce-on-plateau (optim.h): best loss (binary64, +inf before
+             the first epoch), bad epochs (uint32), scale so far
+             (binary32), reductions (uint32); inf, 0, 1, 0 for cosine
  *     8 + 4N  N (uint64), then N parameters (binary32)
  *     4       optimiser has a second moment (uint32 0 or 1)
  *     8+8+8   optimiser step (int64), b1_t, b2_t (binary64)
@@ -43,7 +51,7 @@
 #include <stdint.h>
 
 #define CKPT_MAGIC "HKCKPT\0\0"
-#define CKPT_VERSION 1u
+#define CKPT_VERSION 2u
 #define CKPT_HEADER 24
 /** The checkpoint's name inside --checkpoint-dir. */
 #define CKPT_FILE "last.hkckpt"
@@ -54,7 +62,9 @@
  * What a checkpoint holds. For ckpt_write every pointer is read; for
  * ckpt_read the settings, counts and has_v are what the run expects and
  * the arrays are where the file's values go (rng: n_rng states, params,
- * m: n_params floats, v: n_params floats when has_v).
+ * m: n_params floats, v: n_params floats when has_v). Reading refuses a
+ * loss scale that is not finite and > 0, a plateau scale outside (0, 1]
+ * and a NaN best loss.
  */
 typedef struct ckpt_state {
   const char *settings; /* "key=value\n" lines, NUL-terminated */
@@ -62,6 +72,12 @@ typedef struct ckpt_state {
   uint64_t step;
   uint32_t n_rng;
   uint64_t *rng;
+  float loss_scale; /* scaler.h's state */
+  uint64_t scaler_good, scaler_skipped;
+  double plateau_best; /* optim.h's plateau state */
+  uint32_t plateau_bad;
+  float plateau_scale;
+  uint32_t plateau_reductions;
   uint64_t n_params;
   float *params;
   int has_v;

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "data.h"
+#include "model.h"
 #include "prefetch.h"
 
 static const char usage[] =
@@ -23,15 +24,21 @@ static const char usage[] =
     "evenly;\n"
     "                      must be divisible by their number\n"
     "  --lr X              peak learning rate per worker, multiplied by the\n"
-    "                      number of workers (default 5e-4 adamw, 0.0125 "
-    "sgd)\n"
+    "                      number of workers (default adamw 5e-4, cnn "
+    "1.25e-3;\n"
+    "                      sgd 0.0125; lamb 2.5e-3)\n"
     "  --no-lr-scaling     use --lr as given, whatever the number of "
     "workers\n"
-    "  --optimizer NAME    adamw (default) or sgd (momentum 0.9)\n"
-    "  --weight-decay X    adamw: decoupled; sgd: L2 (default 0.01 adamw,\n"
+    "  --optimizer NAME    adamw (default), sgd (momentum 0.9) or lamb\n"
+    "                      (layer-wise trust ratio, You et al. 2020)\n"
+    "  --weight-decay X    adamw, lamb: decoupled; sgd: L2 (default 0.01,\n"
     "                      0 sgd); never applied to biases\n"
-    "  --warmup-steps N    linear warm-up steps, then cosine decay to 0\n"
+    "  --warmup-steps N    linear warm-up steps, then the schedule\n"
     "                      (default 5% of all steps)\n"
+    "  --schedule NAME     cosine (decay to 0, default) or plateau (the\n"
+    "                      rate times --plateau-factor X (default 0.5) when\n"
+    "                      the epoch's loss has not improved for more than\n"
+    "                      --plateau-patience N epochs (default 1))\n"
     "  --nesterov          Nesterov momentum (sgd)\n"
     "  --seed N            initialisation and shuffling seed (default 42)\n"
     "  --data DIR          Fashion-MNIST directory (default " DATA_DEFAULT_DIR
@@ -43,11 +50,17 @@ static const char usage[] =
     "  --checkpoint-dir D  rank 0 writes D/last.hkckpt after every epoch\n"
     "  --resume            continue from D/last.hkckpt (same settings)\n"
     "  --metrics FILE      rank 0 writes one CSV row per epoch\n"
-    "  --save FILE         rank 0 writes the final weights (HKMLP1 format)\n"
+    "  --save FILE         rank 0 writes the final weights (HKMLP1 for the\n"
+    "                      mlp, HKCNN1 for the cnn)\n"
     "  --save-all PREFIX   every rank writes its weights to PREFIX.<rank>\n"
     "  --limit-train N     use only the first N training samples\n"
     "  --limit-test N      use only the first N test samples\n"
     "  --progress          progress bar on stderr (on a terminal only)\n"
+    "  --model NAME        mlp (784-256-128-10, default) or cnn (two conv +\n"
+    "                      batch-norm + ReLU + maxpool blocks, then linear)\n"
+    "  --precision P       fp32 (default), bf16 or fp16: compute in that\n"
+    "                      type with float32 master weights; gradients\n"
+    "                      travel in it; fp16 with dynamic loss scaling\n"
     "  -h, --help          this text\n";
 
 const char *flags_usage(void) { return usage; }
@@ -93,6 +106,9 @@ int flags_parse(int argc, char **argv, train_flags *out, char *err,
   out->warmup_steps = -1;
   out->seed = 42;
   out->data_dir = DATA_DEFAULT_DIR;
+  out->model = "mlp";
+  out->plateau_factor = 0.5f;
+  out->plateau_patience = 1;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "-h") || !strcmp(a, "--help"))
@@ -128,12 +144,13 @@ int flags_parse(int argc, char **argv, train_flags *out, char *err,
     memcpy(opt, a, optlen);
     opt[optlen] = '\0';
     static const char *const valued[] = {
-        "--epochs",       "--batch-size", "--global-batch-size",
-        "--lr",           "--optimizer",  "--weight-decay",
-        "--warmup-steps", "--seed",       "--data",
-        "--save",         "--save-all",   "--limit-train",
-        "--limit-test",   "--prefetch",   "--checkpoint-dir",
-        "--metrics"};
+        "--epochs",       "--batch-size",     "--global-batch-size",
+        "--lr",           "--optimizer",      "--weight-decay",
+        "--warmup-steps", "--seed",           "--data",
+        "--save",         "--save-all",       "--limit-train",
+        "--limit-test",   "--prefetch",       "--checkpoint-dir",
+        "--metrics",      "--model",          "--precision",
+        "--schedule",     "--plateau-factor", "--plateau-patience"};
     int known = 0;
     for (size_t k = 0; k < sizeof valued / sizeof *valued; k++)
       known |= !strcmp(opt, valued[k]);
@@ -183,8 +200,37 @@ int flags_parse(int argc, char **argv, train_flags *out, char *err,
         out->optimizer = OPTIM_SGD;
       else if (!strcmp(val, "adamw"))
         out->optimizer = OPTIM_ADAMW;
+      else if (!strcmp(val, "lamb"))
+        out->optimizer = OPTIM_LAMB;
       else {
-        snprintf(err, err_cap, "--optimizer: '%s' is not sgd or adamw", val);
+        snprintf(err, err_cap, "--optimizer: '%s' is not sgd or adamw or lamb",
+                 val);
+        rc = -1;
+      }
+    } else if (!strcmp(opt, "--schedule")) {
+      out->plateau = !strcmp(val, "plateau");
+      if (!out->plateau && strcmp(val, "cosine")) {
+        snprintf(err, err_cap, "--schedule: '%s' is not cosine or plateau",
+                 val);
+        rc = -1;
+      }
+    } else if (!strcmp(opt, "--plateau-factor")) {
+      rc =
+          parse_float(opt, val, 0.01, 0.99, &out->plateau_factor, err, err_cap);
+    } else if (!strcmp(opt, "--plateau-patience")) {
+      rc = parse_long(opt, val, 0, 1000, &v, err, err_cap);
+      out->plateau_patience = (int)v;
+    } else if (!strcmp(opt, "--precision")) {
+      if (lowp_parse(val, &out->precision) != 0) {
+        snprintf(err, err_cap, "--precision: '%s' is not fp32, bf16 or fp16",
+                 val);
+        rc = -1;
+      }
+    } else if (!strcmp(opt, "--model")) {
+      out->model = val;
+      if (!model_find(val)) {
+        snprintf(err, err_cap, "--model: '%s' is not one of %s", val,
+                 model_names());
         rc = -1;
       }
     } else if (!*val) {
@@ -219,9 +265,23 @@ int flags_parse(int argc, char **argv, train_flags *out, char *err,
     snprintf(err, err_cap, "--nesterov: only with --optimizer sgd");
     return -1;
   }
-  if (out->lr < 0)
-    out->lr = out->optimizer == OPTIM_ADAMW ? TRAIN_DEFAULT_LR_ADAMW
-                                            : TRAIN_DEFAULT_LR_SGD;
+  /* Default peak rates per model and optimiser (flags.h). */
+  static const struct {
+    const char *model;
+    float lr[3]; /* by optim_kind */
+  } defaults[] = {
+      {"mlp",
+       {[OPTIM_SGD] = TRAIN_DEFAULT_LR_SGD,
+        [OPTIM_ADAMW] = TRAIN_DEFAULT_LR_ADAMW,
+        [OPTIM_LAMB] = TRAIN_DEFAULT_LR_LAMB}},
+      {"cnn",
+       {[OPTIM_SGD] = TRAIN_DEFAULT_LR_SGD,
+        [OPTIM_ADAMW] = TRAIN_DEFAULT_LR_ADAMW_CNN,
+        [OPTIM_LAMB] = TRAIN_DEFAULT_LR_LAMB}},
+  };
+  for (size_t k = 0; out->lr < 0 && k < sizeof defaults / sizeof *defaults; k++)
+    if (!strcmp(out->model, defaults[k].model))
+      out->lr = defaults[k].lr[out->optimizer];
   if (out->weight_decay < 0)
     out->weight_decay = optim_defaults(out->optimizer).weight_decay;
   return 0;

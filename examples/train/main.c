@@ -1,8 +1,9 @@
 /*
- * train - data-parallel training of a 784-256-128-10 MLP on Fashion-MNIST
- * with hk, the job hk exists for:
+ * train - data-parallel training of a 784-256-128-10 MLP or a small CNN
+ * (--model, model.h) on Fashion-MNIST with hk, the job hk exists for:
  *
  *   hkrun -np 4 build/train --epochs 5
+ *   hkrun -np 4 build/train --model cnn --precision bf16
  *
  * Order of events on every rank: parse flags (bad ones: message, exit 2),
  * load and validate the whole data set (any problem: message naming the
@@ -15,26 +16,31 @@
  * line per epoch with these fields in this order,
  *   epoch 1 loss 0.518123 test_acc 0.8159 train_acc 0.8012 samples/s 14890
  *   data_wait 0.1% data_ready 186/187 allreduce_wait 80.0% time_s 4.02
- * (one line in reality), "checkpoint DIR/last.hkckpt epoch N" after each
- * checkpoint, and at the end "done epochs N time_s S test_acc A" (S: wall
- * seconds from the initial broadcast, or the resume, to the last
- * evaluation) and, with --save, "saved FILE". loss is the mean training
- * loss over all ranks' samples of the epoch and train_acc the share of
- * them predicted right (both averaged across ranks through hk); test_acc
- * the accuracy on the (limited) test set after the epoch; samples/s the
- * global training throughput over rank 0's wall time of the epoch's steps
- * (time_s, evaluation excluded); data_wait the share of that time rank 0's
- * steps waited for their batch, data_ready how many steps found it
- * already prepared (prefetch.h); allreduce_wait the share rank 0 spent in
- * hk_wait on gradient allreduces. With --progress, progress.h's bar on
- * stderr (terminals only); with --metrics, metrics.h's CSV.
+ * (one line in reality); with --schedule plateau, after an epoch that
+ * reduced the rate, "plateau: loss L not below the best B for more than
+ * P epochs: learning rate now F x the peak"; "checkpoint DIR/last.hkckpt
+ * epoch N" after each checkpoint, and at the end "done epochs N time_s S
+ * test_acc A" (S: wall seconds from the initial broadcast, or the resume,
+ * to the last evaluation) and, with --save, "saved FILE". With --precision
+ * fp16 EVERY rank then prints "loss_scale S skipped_steps K" (its loss
+ * scaler's final scale and the steps it skipped; equal on all ranks).
+ * loss is the mean training loss over all ranks' samples of the epoch and
+ * train_acc the share of them predicted right (both averaged across ranks
+ * through hk); test_acc the accuracy on the (limited) test set after the
+ * epoch; samples/s the global training throughput over rank 0's wall time
+ * of the epoch's steps (time_s, evaluation excluded); data_wait the share
+ * of that time rank 0's steps waited for their batch, data_ready how many
+ * steps found it already prepared (prefetch.h); allreduce_wait the share
+ * rank 0 spent in hk_wait on gradient allreduces. With --progress,
+ * progress.h's bar on stderr (terminals only); with --metrics, metrics.h's
+ * CSV.
  *
  * A run that resumes (--resume) prints "resumed DIR/last.hkckpt after
  * epoch N" and trains epochs N+1 .. --epochs; a refused checkpoint stops
  * every rank before any training, with the file and the reason.
  *
  * Exit status: 0, 1 (data, checkpoint, hk or I/O failure), 2 (bad command
- * line).
+ * line, or a malformed TRAIN_INJECT_OVERFLOW, train.h's test hook).
  */
 #include <cblas.h>
 #include <stdio.h>
@@ -58,14 +64,14 @@ static int hk_failed(hk_status st, const char *what) {
 static int save_weights(const train_flags *f, const trainer *t) {
   char err[4200];
   if (f->save && t->rank == 0 &&
-      mlp_save(&t->model, f->save, err, sizeof err) != 0) {
+      model_save(&t->model, f->save, err, sizeof err) != 0) {
     fprintf(stderr, "train: %s\n", err);
     return -1;
   }
   if (f->save_all) {
     char path[4096];
     snprintf(path, sizeof path, "%s.%d", f->save_all, t->rank);
-    if (mlp_save(&t->model, path, err, sizeof err) != 0) {
+    if (model_save(&t->model, path, err, sizeof err) != 0) {
       fprintf(stderr, "train: %s\n", err);
       return -1;
     }
@@ -96,6 +102,11 @@ static hk_status report_epoch(trainer *t, int e, const epoch_stats *s,
          e, s->loss, s->test_acc, s->train_acc, s->samples_per_s,
          100.0 * s->data_share, s->data_ready, s->steps, 100.0 * s->wait_share,
          s->train_s);
+  if (s->lr_reduced)
+    printf("plateau: loss %.6f not below the best %.6f for more than %d "
+           "epoch%s: learning rate now %g x the peak\n",
+           s->loss, t->plateau.best, t->plateau.patience,
+           t->plateau.patience == 1 ? "" : "s", (double)t->plateau.scale);
   fflush(stdout);
   if (!mf->f)
     return HK_OK;
@@ -114,19 +125,21 @@ static hk_status report_epoch(trainer *t, int e, const epoch_stats *s,
 
 static void print_setup(const train_flags *f, const trainer *t,
                         const data_set *d) {
-  const mlp *m = &t->model;
-  printf("train: %d rank%s, model %d-%d-%d-%d (%zu parameters), %s lr %g "
-         "(%s) weight_decay %g, global batch %d (%d per rank), %ld "
-         "steps/epoch, warm-up %ld steps, %zu train / %zu test samples, "
-         "prefetch %d, augment %s\n",
-         t->size, t->size > 1 ? "s" : "", m->dims[0], m->dims[1], m->dims[2],
-         m->dims[3], m->n_params,
-         f->optimizer == OPTIM_ADAMW ? "adamw"
-         : f->nesterov               ? "sgd-nesterov"
-                                     : "sgd",
+  char shape[128];
+  t->model.ops->describe(&t->model, shape, sizeof shape);
+  printf("train: %d rank%s, model %s (%zu parameters), %s lr %g (%s) "
+         "weight_decay %g, global batch %d (%d per rank), %ld steps/epoch, "
+         "warm-up %ld steps, schedule %s, precision %s, %zu train / %zu "
+         "test samples, prefetch %d, augment %s\n",
+         t->size, t->size > 1 ? "s" : "", shape, t->model.n_params,
+         f->optimizer == OPTIM_ADAMW  ? "adamw"
+         : f->optimizer == OPTIM_LAMB ? "lamb"
+         : f->nesterov                ? "sgd-nesterov"
+                                      : "sgd",
          (double)t->peak_lr, f->lr_scaling ? "--lr x ranks" : "not scaled",
          (double)f->weight_decay, t->global_batch, t->shard, t->steps_per_epoch,
-         t->warmup_steps, d->train.n, d->test.n, f->prefetch,
+         t->warmup_steps, f->plateau ? "plateau" : "cosine",
+         lowp_name(t->model.lowp), d->train.n, d->test.n, f->prefetch,
          f->augment ? "on" : "off");
   fflush(stdout);
 }
@@ -223,6 +236,9 @@ int main(int argc, char **argv) {
     if (t.rank == 0)
       printf("done epochs %d time_s %.2f test_acc %.4f\n", f.epochs,
              progress_now() - start, s.test_acc);
+    if (t.scaler.enabled) /* every rank: the tests compare them */
+      printf("loss_scale %g skipped_steps %ld\n", (double)t.scaler.scale,
+             t.scaler.skipped);
     if (save_weights(&f, &t) != 0)
       status = 1;
   }

@@ -10,6 +10,8 @@
  */
 #include "mlp.h"
 
+#include "loss.h"
+
 #include <cblas.h>
 #include <math.h>
 #include <stdio.h>
@@ -113,7 +115,8 @@ const float *mlp_forward(const mlp *m, mlp_work *w, const float *x, int B) {
   for (int l = 0; l < m->n_layers; l++) {
     int nin = m->dims[l], nout = m->dims[l + 1];
     mlp_tensor wt = mlp_tensor_at(m, 2 * l), bt = mlp_tensor_at(m, 2 * l + 1);
-    const float *W = m->params + wt.offset, *b = m->params + bt.offset;
+    const float *P = m->compute ? m->compute : m->params;
+    const float *W = P + wt.offset, *b = P + bt.offset;
     float *out = w->act[l + 1];
     for (int i = 0; i < B; i++) /* out = broadcast b, then += in W^T */
       memcpy(out + (size_t)i * (size_t)nout, b, (size_t)nout * sizeof *b);
@@ -122,45 +125,16 @@ const float *mlp_forward(const mlp *m, mlp_work *w, const float *x, int B) {
     if (l + 1 < m->n_layers)
       for (size_t i = 0; i < (size_t)B * (size_t)nout; i++)
         out[i] = out[i] > 0.0f ? out[i] : 0.0f;
+    lowp_round(out, (size_t)B * (size_t)nout, m->lowp);
     in = out;
   }
   return w->act[m->n_layers];
 }
 
-/* Index of the largest of v[0..n), the first on ties. */
-static int argmax(const float *v, int n) {
-  int best = 0;
-  for (int k = 1; k < n; k++)
-    if (v[k] > v[best])
-      best = k;
-  return best;
-}
-
 double mlp_loss(const mlp *m, mlp_work *w, const uint8_t *y, int B,
                 long *correct) {
   int C = m->dims[m->n_layers];
-  const float *logits = w->act[m->n_layers];
-  float *d = w->delta[0];
-  double total = 0.0;
-  for (int i = 0; i < B; i++) {
-    const float *z = logits + (size_t)i * (size_t)C;
-    float *g = d + (size_t)i * (size_t)C;
-    int top = argmax(z, C);
-    if (correct && top == y[i])
-      (*correct)++;
-    /* Stable softmax: shift by the max so that exp never overflows. */
-    double sum = 0.0;
-    for (int k = 0; k < C; k++) {
-      g[k] = expf(z[k] - z[top]);
-      sum += g[k];
-    }
-    /* -log softmax(z)_y = log(sum exp(z - max)) - (z_y - max) */
-    total += log(sum) - (double)(z[y[i]] - z[top]);
-    float scale = (float)(1.0 / (sum * (double)B));
-    for (int k = 0; k < C; k++)
-      g[k] = g[k] * scale - (k == y[i] ? 1.0f / (float)B : 0.0f);
-  }
-  return total / (double)B;
+  return softmax_xent(w->act[m->n_layers], y, B, C, w->delta[0], correct);
 }
 
 int mlp_backward(const mlp *m, mlp_work *w, int B, float *grads,
@@ -188,10 +162,12 @@ int mlp_backward(const mlp *m, mlp_work *w, int B, float *grads,
       break;
     float *Dn = w->delta[1 - cur];
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, nin, nout, 1.0f,
-                D, nout, m->params + wt.offset, nin, 0.0f, Dn, nin);
+                D, nout, (m->compute ? m->compute : m->params) + wt.offset, nin,
+                0.0f, Dn, nin);
     for (size_t i = 0; i < (size_t)B * (size_t)nin; i++)
       if (A[i] <= 0.0f) /* relu'(z) = 0 where the output was clamped */
         Dn[i] = 0.0f;
+    lowp_round(Dn, (size_t)B * (size_t)nin, m->lowp);
     cur = 1 - cur;
   }
   return 0;
@@ -202,6 +178,6 @@ void mlp_count_correct(const mlp *m, mlp_work *w, const float *x,
   const float *z = mlp_forward(m, w, x, B);
   int C = m->dims[m->n_layers];
   for (int i = 0; i < B; i++)
-    if (argmax(z + (size_t)i * (size_t)C, C) == y[i])
+    if (loss_argmax(z + (size_t)i * (size_t)C, C) == y[i])
       (*correct)++;
 }

@@ -24,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "lowp.h"
 #include "rng.h"
 
 /** Most fully connected layers a model may have. */
@@ -36,6 +37,12 @@ typedef struct mlp {
   int dims[MLP_MAX_LAYERS + 1]; /* widths: inputs, hidden..., classes */
   size_t n_params;              /* floats in params */
   float *params;                /* owned */
+  /* Mixed precision (lowp.h), both zero after mlp_init: the passes round
+   * every layer's output and every delta to lowp (the GEMMs accumulate
+   * in float32), and read the weights from compute (a copy of params
+   * rounded to lowp, not owned) when it is not NULL. */
+  lowp_kind lowp;
+  const float *compute;
 } mlp;
 
 /** Where one named tensor sits in a params (or gradient) buffer. */

@@ -1,5 +1,6 @@
 /*
- * optim.c - SGD-momentum, AdamW and the warm-up + cosine schedule
+ * optim.c - SGD-momentum, AdamW, LAMB, the warm-up + cosine schedule and
+ * reduce-on-plateau
  * (formulas and sources in optim.h).
  */
 #include "optim.h"
@@ -15,8 +16,8 @@ optim_config optim_defaults(optim_kind kind) {
   c.momentum = 0.9f;
   c.beta1 = 0.9f;
   c.beta2 = 0.999f;
-  c.eps = 1e-8f;
-  c.weight_decay = kind == OPTIM_ADAMW ? 0.01f : 0.0f;
+  c.eps = kind == OPTIM_LAMB ? 1e-6f : 1e-8f;
+  c.weight_decay = kind == OPTIM_SGD ? 0.0f : 0.01f;
   return c;
 }
 
@@ -26,9 +27,9 @@ int optim_init(optim *o, const optim_config *cfg, size_t n) {
   o->n = n;
   o->b1_t = o->b2_t = 1.0;
   o->m = calloc(n ? n : 1, sizeof *o->m);
-  if (cfg->kind == OPTIM_ADAMW)
+  if (cfg->kind != OPTIM_SGD)
     o->v = calloc(n ? n : 1, sizeof *o->v);
-  if (!o->m || (cfg->kind == OPTIM_ADAMW && !o->v)) {
+  if (!o->m || (cfg->kind != OPTIM_SGD && !o->v)) {
     optim_free(o);
     return -1;
   }
@@ -75,13 +76,63 @@ static void adamw(const optim *o, float *p, const float *g, float *m, float *v,
   }
 }
 
+/* LAMB's u_i from the updated moments (bias-corrected Adam ratio plus
+ * decay), the same expression in both of lamb's passes. */
+static float lamb_u(float m, float v, float p, float c1, float c2, float eps,
+                    float wd) {
+  return (m / c1) / (sqrtf(v / c2) + eps) + wd * p;
+}
+
+static void lamb(const optim *o, float *p, const float *g, float *m, float *v,
+                 size_t count, float lr, float wd) {
+  const optim_config *c = &o->cfg;
+  float b1 = c->beta1, b2 = c->beta2;
+  float c1 = (float)(1.0 - o->b1_t), c2 = (float)(1.0 - o->b2_t);
+  double pn = 0.0, un = 0.0;
+  for (size_t i = 0; i < count; i++) {
+    m[i] = b1 * m[i] + (1.0f - b1) * g[i];
+    v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+    double u = lamb_u(m[i], v[i], p[i], c1, c2, c->eps, wd);
+    pn += (double)p[i] * p[i];
+    un += u * u;
+  }
+  float trust = pn > 0.0 && un > 0.0 ? (float)(sqrt(pn) / sqrt(un)) : 1.0f;
+  float step = lr * trust;
+  for (size_t i = 0; i < count; i++)
+    p[i] -= step * lamb_u(m[i], v[i], p[i], c1, c2, c->eps, wd);
+}
+
 void optim_update(optim *o, float *p, const float *g, size_t offset,
                   size_t count, float lr, int decay) {
   float wd = decay ? o->cfg.weight_decay : 0.0f;
   if (o->cfg.kind == OPTIM_SGD)
     sgd(&o->cfg, p, g, o->m + offset, count, lr, wd);
-  else
+  else if (o->cfg.kind == OPTIM_ADAMW)
     adamw(o, p, g, o->m + offset, o->v + offset, count, lr, wd);
+  else
+    lamb(o, p, g, o->m + offset, o->v + offset, count, lr, wd);
+}
+
+void plateau_init(plateau *p, float factor, int patience) {
+  memset(p, 0, sizeof *p);
+  p->factor = factor;
+  p->patience = patience;
+  p->best = INFINITY;
+  p->scale = 1.0f;
+}
+
+int plateau_step(plateau *p, double loss) {
+  if (loss < p->best * (1.0 - PLATEAU_THRESHOLD)) {
+    p->best = loss;
+    p->bad_epochs = 0;
+    return 0;
+  }
+  if (++p->bad_epochs <= p->patience)
+    return 0;
+  p->scale *= p->factor;
+  p->bad_epochs = 0;
+  p->reductions++;
+  return 1;
 }
 
 float lr_at(float peak, long step, long total, long warmup) {

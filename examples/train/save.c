@@ -1,5 +1,6 @@
 /*
- * save.c - writing and reading the HKMLP1 format (see save.h). Values are
+ * save.c - writing weight files (HKMLP1 and the model table's, see save.h
+ * and model.h) and reading HKMLP1. Values are
  * converted to little-endian byte by byte, so the file is the same on any
  * host.
  */
@@ -12,24 +13,25 @@
 
 #include "le.h"
 
-int mlp_save(const mlp *m, const char *path, char *err, size_t err_cap) {
+/* Writes magic, nw header words and n floats of p to path. */
+static int write_weights(const char *path, const char magic[8],
+                         const uint32_t *words, int nw, const float *p,
+                         size_t n, char *err, size_t err_cap) {
   FILE *f = fopen(path, "wb");
   if (!f) {
     snprintf(err, err_cap, "%s: cannot create: %s", path, strerror(errno));
     return -1;
   }
-  uint8_t head[12 + 4 * (MLP_MAX_LAYERS + 1)];
-  memcpy(head, SAVE_MAGIC, SAVE_MAGIC_LEN);
-  le_put_u32(head + 8, (uint32_t)m->n_layers);
-  for (int l = 0; l <= m->n_layers; l++)
-    le_put_u32(head + 12 + 4 * l, (uint32_t)m->dims[l]);
-  int ok = fwrite(head, 1, 12 + 4 * ((size_t)m->n_layers + 1), f) ==
-           12 + 4 * ((size_t)m->n_layers + 1);
+  uint8_t head[SAVE_MAGIC_LEN + 4 * MODEL_MAX_WORDS];
+  memcpy(head, magic, SAVE_MAGIC_LEN);
+  for (int i = 0; i < nw; i++)
+    le_put_u32(head + SAVE_MAGIC_LEN + 4 * i, words[i]);
+  size_t hlen = SAVE_MAGIC_LEN + 4 * (size_t)nw;
+  int ok = fwrite(head, 1, hlen, f) == hlen;
   uint8_t chunk[4096];
-  for (size_t i = 0; ok && i < m->n_params;) {
-    size_t k =
-        m->n_params - i < sizeof chunk / 4 ? m->n_params - i : sizeof chunk / 4;
-    le_put_f32s(chunk, m->params + i, k);
+  for (size_t i = 0; ok && i < n;) {
+    size_t k = n - i < sizeof chunk / 4 ? n - i : sizeof chunk / 4;
+    le_put_f32s(chunk, p + i, k);
     i += k;
     ok = fwrite(chunk, 4, k, f) == k;
   }
@@ -43,6 +45,23 @@ int mlp_save(const mlp *m, const char *path, char *err, size_t err_cap) {
     return -1;
   }
   return 0;
+}
+
+int mlp_save(const mlp *m, const char *path, char *err, size_t err_cap) {
+  uint32_t words[MLP_MAX_LAYERS + 2];
+  words[0] = (uint32_t)m->n_layers;
+  for (int l = 0; l <= m->n_layers; l++)
+    words[1 + l] = (uint32_t)m->dims[l];
+  return write_weights(path, SAVE_MAGIC, words, m->n_layers + 2, m->params,
+                       m->n_params, err, err_cap);
+}
+
+int model_save(const model *m, const char *path, char *err, size_t err_cap) {
+  char magic[SAVE_MAGIC_LEN];
+  uint32_t words[MODEL_MAX_WORDS];
+  int nw = m->ops->header(m, magic, words);
+  return write_weights(path, magic, words, nw, m->params, m->n_params, err,
+                       err_cap);
 }
 
 int mlp_load(mlp *m, const char *path, char *err, size_t err_cap) {

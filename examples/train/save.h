@@ -17,6 +17,12 @@
  * Writing the same model gives the same bytes, so ranks holding the same
  * weights write identical files (the tests compare them with cmp).
  *
+ * model_save (model.h) writes any model of the table the same way: 8
+ * magic bytes ("HKMLP1\0\0" for --model mlp, giving exactly this format;
+ * "HKCNN1\0\0" for cnn, see cnn.h), the kind's shape words, then every
+ * float of its parameter buffer, buffers such as batch norm's running
+ * statistics included.
+ *
  * Errors: 0 on success, -1 with one line in err[err_cap] naming the path.
  */
 #ifndef HK_TRAIN_SAVE_H
@@ -25,6 +31,7 @@
 #include <stddef.h>
 
 #include "mlp.h"
+#include "model.h"
 
 #define SAVE_MAGIC "HKMLP1\0\0"
 #define SAVE_MAGIC_LEN 8

@@ -3,6 +3,7 @@
  */
 #include "train.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,29 @@ hk_status trainer_check(trainer *t, hk_status st, const char *what,
              name ? name : "", hk_strerror(st), hk_last_error());
   }
   return st;
+}
+
+/* Reads TRAIN_INJECT_OVERFLOW ("R:S") into t; 0, or 2 with err. */
+static int read_inject(trainer *t, const train_flags *f, char *err,
+                       size_t err_cap) {
+  t->inject_rank = t->inject_step = -1;
+  const char *v = getenv("TRAIN_INJECT_OVERFLOW");
+  if (!v || !*v)
+    return 0;
+  char tail;
+  if (sscanf(v, "%ld:%ld%c", &t->inject_rank, &t->inject_step, &tail) != 2 ||
+      t->inject_rank < 0 || t->inject_step < 1) {
+    snprintf(err, err_cap,
+             "TRAIN_INJECT_OVERFLOW: '%s' is not RANK:STEP (STEP >= 1)", v);
+    return 2;
+  }
+  if (f->precision != LOWP_FP16) {
+    snprintf(err, err_cap,
+             "TRAIN_INJECT_OVERFLOW: only with --precision fp16 (loss "
+             "scaling is what skips the step)");
+    return 2;
+  }
+  return 0;
 }
 
 /* The per-worker and global batch of flags f on `size` ranks. */
@@ -71,14 +95,27 @@ hk_status trainer_rank0_outcome(trainer *t, const char *name, int bad,
   return t->failed = HK_ERR_SYSTEM;
 }
 
+/* The pipeline's stage for --precision bf16|fp16: rounds the prepared
+ * batch to the compute type on the thread that prepared it (the prefetch
+ * thread), so the step gets its input ready. ctx: the model's lowp_kind,
+ * set before the pipeline starts and never written again. */
+static int round_stage(void *ctx, batch *b) {
+  lowp_round(b->x, b->n * DATA_PIXELS, *(const lowp_kind *)ctx);
+  return 0;
+}
+
 int trainer_init(trainer *t, const train_flags *f, const data_set *d, int rank,
                  int size, char *err, size_t err_cap) {
   memset(t, 0, sizeof *t);
   int rc = batch_shape(t, f, d, size, err, err_cap);
   if (rc != 0)
     return rc;
+  rc = read_inject(t, f, err, err_cap);
+  if (rc)
+    return rc;
   t->rank = rank;
   t->size = size;
+  scaler_init(&t->scaler, f->precision == LOWP_FP16);
   t->data = d;
   t->steps_per_epoch = (long)(d->train.n / (size_t)t->global_batch);
   t->total_steps = t->steps_per_epoch * f->epochs;
@@ -90,6 +127,8 @@ int trainer_init(trainer *t, const train_flags *f, const data_set *d, int rank,
       t->warmup_steps = 1;
   }
   t->peak_lr = f->lr * (f->lr_scaling ? (float)size : 1.0f);
+  t->use_plateau = f->plateau;
+  plateau_init(&t->plateau, f->plateau_factor, f->plateau_patience);
   t->show_progress = f->progress && rank == 0;
   t->augment = f->augment;
   const char *slow = getenv(TRAIN_SLOW_STEP_ENV);
@@ -99,17 +138,20 @@ int trainer_init(trainer *t, const train_flags *f, const data_set *d, int rank,
   rng_seed(&t->augment_rng, f->seed ^ 0x4155474D454E54ull ^
                                 ((uint64_t)rank * 0x9E3779B97F4A7C15ull));
 
-  const int dims[] = {DATA_PIXELS, TRAIN_HIDDEN1, TRAIN_HIDDEN2, DATA_CLASSES};
   int rows = t->shard > TRAIN_EVAL_CHUNK ? t->shard : TRAIN_EVAL_CHUNK;
   optim_config oc = optim_defaults(f->optimizer);
   oc.weight_decay = f->weight_decay;
   oc.nesterov = f->nesterov;
-  if (mlp_init(&t->model, 3, dims) != 0 ||
-      mlp_work_init(&t->work, &t->model, rows) != 0 ||
+  if (model_create(&t->model, model_find(f->model), rows) != 0 ||
+      model_set_precision(&t->model, f->precision) != 0 ||
+      (f->precision != LOWP_FP32 &&
+       !(t->g16 = malloc(t->model.n_params * sizeof *t->g16))) ||
       optim_init(&t->opt, &oc, t->model.n_params) != 0 ||
       !(t->grads = calloc(t->model.n_params, sizeof *t->grads)) ||
       batch_init(&t->eval, TRAIN_EVAL_CHUNK) != 0 ||
-      prefetch_init(&t->pipe, f->prefetch, (size_t)t->shard, NULL, NULL) != 0 ||
+      prefetch_init(&t->pipe, f->prefetch, (size_t)t->shard,
+                    f->precision != LOWP_FP32 ? round_stage : NULL,
+                    &t->model.lowp) != 0 ||
       !(t->perm = malloc(d->train.n * sizeof *t->perm))) {
     trainer_free(t);
     snprintf(err, err_cap, "out of memory");
@@ -119,47 +161,71 @@ int trainer_init(trainer *t, const train_flags *f, const data_set *d, int rank,
 }
 
 void trainer_free(trainer *t) {
-  mlp_free(&t->model);
-  mlp_work_free(&t->work);
+  model_free(&t->model);
   optim_free(&t->opt);
   free(t->grads);
+  free(t->g16);
   batch_free(&t->eval);
   prefetch_free(&t->pipe);
   free(t->perm);
   memset(t, 0, sizeof *t);
 }
 
-hk_status trainer_broadcast_init(trainer *t, uint64_t seed) {
-  if (t->rank == 0) {
-    rng r;
-    rng_seed(&r, seed);
-    mlp_init_he(&t->model, &r);
-  }
-  int n = mlp_n_tensors(&t->model), started = 0;
-  for (int i = 0; i < n; i++) {
-    mlp_tensor d = mlp_tensor_at(&t->model, i);
-    char name[MLP_NAME_CAP + 8];
-    snprintf(name, sizeof name, "init.%s", d.name);
-    if (trainer_check(t,
-                      hk_broadcast_async(name, t->model.params + d.offset,
-                                         d.count, HK_FLOAT32, 0,
-                                         &t->handles[i]),
-                      "hk_broadcast_async", name) != HK_OK)
+/* Starts one in-place collective per tensor of the params (all of them,
+ * or only the buffers), named "<prefix>.<tensor name>": a broadcast from
+ * rank 0, or an average; then waits for every one started. */
+static hk_status per_tensor(trainer *t, const char *prefix, int buffers_only,
+                            int broadcast, const char *what) {
+  int started = 0;
+  for (int i = 0; i < t->model.n_tensors; i++) {
+    model_tensor d = model_tensor_at(&t->model, i);
+    if (buffers_only && d.trainable)
+      continue;
+    char name[MODEL_NAME_CAP + 16];
+    snprintf(name, sizeof name, "%s.%s", prefix, d.name);
+    float *p = t->model.params + d.offset;
+    hk_handle *h = &t->handles[started];
+    hk_status st = broadcast
+                       ? hk_broadcast_async(name, p, d.count, HK_FLOAT32, 0, h)
+                       : hk_allreduce_async(name, p, p, d.count, HK_FLOAT32,
+                                            HK_AVERAGE, h);
+    if (trainer_check(t, st,
+                      broadcast ? "hk_broadcast_async" : "hk_allreduce_async",
+                      name) != HK_OK)
       break;
     started++;
   }
   for (int i = 0; i < started; i++)
-    trainer_check(t, hk_wait(t->handles[i]), "broadcast of the initial weights",
-                  NULL);
+    trainer_check(t, hk_wait(t->handles[i]), what, NULL);
   return t->failed;
 }
 
-/* mlp_backward's callback: launch the allreduce of a finished gradient. */
+hk_status trainer_broadcast_init(trainer *t, uint64_t seed) {
+  if (t->rank == 0) {
+    rng r;
+    rng_seed(&r, seed);
+    t->model.ops->init(&t->model, &r);
+  }
+  return per_tensor(t, "init", 0, 1, "broadcast of the initial weights");
+}
+
+/* model_backward's callback: launch the allreduce of a finished gradient
+ * (packed into 16 bits first when computing in bf16/fp16). */
 static int launch(void *ctx, int tensor, float *grad, size_t count) {
   trainer *t = ctx;
-  mlp_tensor d = mlp_tensor_at(&t->model, tensor);
+  model_tensor d = model_tensor_at(&t->model, tensor);
+  if (t->launched == 0 && t->rank == t->inject_rank &&
+      t->step + 1 == t->inject_step)
+    grad[0] *= INFINITY; /* the test hook (train.h) */
+  void *buf = grad;
+  hk_dtype type = HK_FLOAT32;
+  if (t->g16) {
+    buf = t->g16 + d.offset;
+    type = t->model.lowp == LOWP_BF16 ? HK_BFLOAT16 : HK_FLOAT16;
+    lowp_pack(buf, grad, count, t->model.lowp);
+  }
   if (trainer_check(t,
-                    hk_allreduce_async(d.name, grad, grad, count, HK_FLOAT32,
+                    hk_allreduce_async(d.name, buf, buf, count, type,
                                        HK_AVERAGE, &t->handles[t->launched]),
                     "hk_allreduce_async", d.name) != HK_OK)
     return 1;
@@ -167,21 +233,62 @@ static int launch(void *ctx, int tensor, float *grad, size_t count) {
   return 0;
 }
 
-/* One step on the pipeline's next batch; adds the shard's mean loss to
- * *loss, its correct predictions to *correct and the time waited in
- * hk_wait to *wait_s. */
+/* After the allreduces: widens 16-bit gradients back into t->grads, lets
+ * the loss scaler decide, and unscales. Returns 1 to apply the step. */
+static int finish_gradients(trainer *t) {
+  model *m = &t->model;
+  int finite = 1;
+  for (int i = 0; i < m->n_tensors; i++) {
+    model_tensor d = model_tensor_at(m, i);
+    if (!d.trainable)
+      continue;
+    float *g = t->grads + d.offset;
+    if (t->g16)
+      lowp_unpack(g, t->g16 + d.offset, d.count, m->lowp);
+    if (t->scaler.enabled && finite)
+      finite = scaler_all_finite(g, d.count);
+  }
+  float inv = 1.0f / t->scaler.scale; /* exact: a power of two */
+  if (!scaler_update(&t->scaler, finite))
+    return 0;
+  for (int i = 0; inv != 1.0f && i < m->n_tensors; i++) {
+    model_tensor d = model_tensor_at(m, i);
+    for (size_t k = 0; d.trainable && k < d.count; k++)
+      t->grads[d.offset + k] *= inv;
+  }
+  return 1;
+}
+
+/* The rate of step t->step: warm-up, then cosine or the plateau's scale. */
+static float learning_rate(const trainer *t) {
+  if (!t->use_plateau || t->step < t->warmup_steps)
+    return lr_at(t->peak_lr, t->step, t->total_steps, t->warmup_steps);
+  return t->peak_lr * t->plateau.scale;
+}
+
+/* One step on the pipeline's next batch (already rounded to the compute
+ * type by the pipeline's stage); adds the shard's mean loss to *loss, its
+ * correct predictions to *correct and the time waited in hk_wait to
+ * *wait_s. */
 static hk_status step(trainer *t, double *loss, long *correct, double *wait_s) {
   const batch *b = prefetch_next(&t->pipe);
   if (!b) {
     snprintf(t->err, sizeof t->err, "input pipeline: staging a batch failed");
     return t->failed = HK_ERR_SYSTEM;
   }
-  mlp_forward(&t->model, &t->work, b->x, t->shard);
-  *loss += mlp_loss(&t->model, &t->work, b->y, t->shard, correct);
+  model *m = &t->model;
+  const float *z = model_forward(m, b->x, t->shard, 1);
+  *loss += model_loss(m, z, b->y, t->shard, correct);
+  size_t nd = (size_t)t->shard * (size_t)m->classes;
+  for (size_t i = 0; t->scaler.enabled && i < nd; i++)
+    m->dlogits[i] *= t->scaler.scale;
+  lowp_round(m->dlogits, nd, m->lowp);
   t->launched = 0;
-  mlp_backward(&t->model, &t->work, t->shard, t->grads, launch, t);
-  for (int i = 0; i < t->slow_passes; i++) /* test hook, see train.h */
-    mlp_forward(&t->model, &t->work, b->x, t->shard);
+  m->ops->backward(m, t->shard, t->grads, launch, t);
+  /* Test hook (train.h): evaluation-mode passes, which leave batch
+   * norm's running statistics alone, so the run's results do not change. */
+  for (int i = 0; i < t->slow_passes; i++)
+    model_forward(m, b->x, t->shard, 0);
   prefetch_release(&t->pipe);
   double w0 = progress_now();
   for (int i = 0; i < t->launched; i++)
@@ -189,12 +296,17 @@ static hk_status step(trainer *t, double *loss, long *correct, double *wait_s) {
   *wait_s += progress_now() - w0;
   if (t->failed)
     return t->failed;
+  if (!finish_gradients(t)) {
+    t->step++; /* skipped (fp16 overflow): the schedule still moves on */
+    return HK_OK;
+  }
   optim_begin_step(&t->opt);
-  float lr = lr_at(t->peak_lr, t->step, t->total_steps, t->warmup_steps);
-  for (int i = 0; i < mlp_n_tensors(&t->model); i++) {
-    mlp_tensor d = mlp_tensor_at(&t->model, i);
-    optim_update(&t->opt, t->model.params + d.offset, t->grads + d.offset,
-                 d.offset, d.count, lr, !d.is_bias);
+  float lr = learning_rate(t);
+  for (int i = 0; i < m->n_tensors; i++) {
+    model_tensor d = model_tensor_at(m, i);
+    if (d.trainable)
+      optim_update(&t->opt, m->params + d.offset, t->grads + d.offset, d.offset,
+                   d.count, lr, d.decay);
   }
   t->last_lr = lr;
   t->step++;
@@ -211,8 +323,8 @@ static hk_status evaluate(trainer *t, double *acc) {
   for (size_t i = lo; i < hi; i += TRAIN_EVAL_CHUNK) {
     size_t k = hi - i < TRAIN_EVAL_CHUNK ? hi - i : TRAIN_EVAL_CHUNK;
     batch_fill(&t->eval, &t->data->test, NULL, i, k, NULL);
-    mlp_count_correct(&t->model, &t->work, t->eval.x, t->eval.y, (int)k,
-                      &correct);
+    lowp_round(t->eval.x, k * DATA_PIXELS, t->model.lowp);
+    model_count_correct(&t->model, t->eval.x, t->eval.y, (int)k, &correct);
   }
   int64_t total = correct;
   if (trainer_check(
@@ -264,6 +376,8 @@ hk_status trainer_epoch(trainer *t, int epoch, progress *p, epoch_stats *s) {
     return t->failed;
   s->loss = m[0];
   s->train_acc = m[1];
+  /* Every rank holds the same mean (hk's result), so all reduce alike. */
+  s->lr_reduced = t->use_plateau && plateau_step(&t->plateau, m[0]);
   s->steps = t->steps_per_epoch;
   s->lr = t->last_lr;
   s->samples_per_s = (double)t->steps_per_epoch * t->global_batch /
@@ -271,5 +385,9 @@ hk_status trainer_epoch(trainer *t, int epoch, progress *p, epoch_stats *s) {
   s->wait_share = s->train_s > 0 ? wait_s / s->train_s : 0.0;
   s->data_share = s->train_s > 0 ? t->pipe.wait_s / s->train_s : 0.0;
   s->data_ready = t->pipe.ready;
+  /* Buffers (batch norm's running statistics, each rank's own during the
+   * epoch) averaged, so that every rank evaluates and saves one model. */
+  if (per_tensor(t, "epoch", 1, 0, "running statistics average") != HK_OK)
+    return t->failed;
   return evaluate(t, &s->test_acc);
 }

@@ -1,6 +1,6 @@
 /*
- * train.h - data-parallel training of the MLP the Horovod way, through hk's
- * public API only.
+ * train.h - data-parallel training of a model of model.h's table (--model
+ * mlp|cnn) the Horovod way, through hk's public API only.
  *
  * Every rank holds the whole data set (read once, kept in memory) and a
  * full model replica. Batches follow Horovod's convention: each of the
@@ -11,8 +11,9 @@
  * communication); step s takes the global batch perm[s*G .. (s+1)*G) and
  * rank r trains on its contiguous shard, r-th in rank order, prepared
  * ahead by the input pipeline (prefetch.h: gather, --augment from a
- * per-rank rng, conversion). The loss is the mean over the shard; during
- * backward each gradient tensor is handed to
+ * per-rank rng, conversion, and with bf16/fp16 the
+ * rounding to the compute type in the pipeline's stage hook). The loss is the
+ * mean over the shard; during backward each gradient tensor is handed to
  * hk_allreduce_async(HK_AVERAGE) under its own name ("fc3.bias",
  * "fc3.weight", "fc2.bias", ...) the moment it is complete, last layer
  * first, so communication overlaps the rest of backward. All handles are
@@ -20,8 +21,28 @@
  * every rank and the update is elementwise, so replicas stay bitwise equal.
  * The average of the equal-sized shards' mean gradients is the gradient of
  * the mean over the global batch: any world size dividing G trains the
- * same model up to float rounding. The last n mod G samples of each epoch
- * (after shuffling) are dropped, as PyTorch's drop_last=True does.
+ * same model up to float rounding (for the CNN, up to its batch norm,
+ * whose statistics are each rank's local shard's: cnn.h).
+ * Buffers (batch norm's running statistics) are averaged over the ranks
+ * with hk_allreduce at the end of every epoch, before the evaluation, so
+ * every rank evaluates and saves the same model. The last n mod G samples of
+ * each epoch (after shuffling) are dropped, as PyTorch's drop_last=True does.
+ *
+ * Mixed precision (--precision bf16|fp16, model_set_precision): the
+ * input batch and dLoss/dlogits are rounded to the type, the model
+ * computes in it (model.h), and each gradient tensor is packed into
+ * 16-bit words and allreduced as an HK_BFLOAT16 / HK_FLOAT16 tensor (each
+ * pairwise sum rounded in that type, hk.h), then widened back to float32
+ * for the optimiser, which updates the float32 master weights. fp16 adds
+ * dynamic loss scaling (scaler.h): dLoss/dlogits is multiplied by the
+ * scale; a step whose allreduced gradients hold an inf or NaN is skipped
+ * (identically on every rank, as hk's results are bitwise equal) and the
+ * scale halved.
+ *
+ * Test hook: the environment variable TRAIN_INJECT_OVERFLOW="R:S" (fp16
+ * only) makes rank R multiply the first element of its first gradient
+ * tensor of step S (1-based, counted over the run) by inf before handing
+ * it to hk; every rank must then skip that step.
  *
  * Learning rate: the peak is --lr times the number of workers (Horovod's
  * `lr * hvd.size()`, the linear scaling rule of Goyal et al., "Accurate,
@@ -43,15 +64,13 @@
 #include "data.h"
 #include "flags.h"
 #include "hk/hk.h"
-#include "mlp.h"
+#include "model.h"
 #include "optim.h"
 #include "prefetch.h"
 #include "progress.h"
 #include "rng.h"
+#include "scaler.h"
 
-/** Hidden widths of the model: 784-256-128-10. */
-#define TRAIN_HIDDEN1 256
-#define TRAIN_HIDDEN2 128
 /** Test samples evaluated per forward pass. */
 #define TRAIN_EVAL_CHUNK 500
 /** Test-only hook: this environment variable, set to K, adds K extra
@@ -63,23 +82,28 @@ typedef struct trainer {
   int rank, size;
   int global_batch, shard; /* samples per step: all ranks, this rank */
   long steps_per_epoch, total_steps, warmup_steps;
-  long step;            /* steps done so far (schedule position) */
-  float peak_lr;        /* --lr, times size unless --no-lr-scaling */
-  float last_lr;        /* rate of the last step taken */
+  long step;       /* steps done so far (schedule position) */
+  float peak_lr;   /* --lr, times size unless --no-lr-scaling */
+  float last_lr;   /* rate of the last step taken */
+  int use_plateau; /* --schedule plateau: peak_lr * plateau.scale */
+  plateau plateau;
   int show_progress;    /* --progress: rank 0 reports each epoch's progress */
   int augment;          /* --augment */
   int slow_passes;      /* TRAIN_SLOW_STEP_ENV's extra forward passes */
   const data_set *data; /* not owned */
-  mlp model;
-  mlp_work work;
+  model model;
   optim opt;
-  float *grads;    /* model.n_params floats, same layout as the params */
-  batch eval;      /* TRAIN_EVAL_CHUNK test samples */
-  prefetch pipe;   /* the training batches */
-  uint32_t *perm;  /* training order of the current epoch */
-  rng shuffle;     /* same seed on every rank */
-  rng augment_rng; /* --augment's draws: seeded per rank */
-  hk_handle handles[2 * MLP_MAX_LAYERS];
+  float *grads;  /* model.n_params floats, same layout as the params */
+  uint16_t *g16; /* bf16/fp16: the gradients as hk receives them, same
+                    layout; NULL for fp32 */
+  loss_scaler scaler;
+  long inject_rank, inject_step; /* TRAIN_INJECT_OVERFLOW, or -1 */
+  batch eval;                    /* TRAIN_EVAL_CHUNK test samples */
+  prefetch pipe;                 /* the training batches */
+  uint32_t *perm;                /* training order of the current epoch */
+  rng shuffle;                   /* same seed on every rank */
+  rng augment_rng;               /* --augment's draws: seeded per rank */
+  hk_handle handles[MODEL_MAX_TENSORS];
   int launched; /* tensors handed to hk this step */
   hk_status failed;
   char err[4608]; /* room for a path and a reason */
@@ -98,6 +122,7 @@ typedef struct epoch_stats {
   long steps;           /* steps of the epoch */
   double lr;            /* learning rate of the epoch's last step */
   double train_s;       /* wall seconds of the epoch's steps */
+  int lr_reduced;       /* --schedule plateau reduced the rate after it */
 } epoch_stats;
 
 /**
@@ -106,8 +131,9 @@ typedef struct epoch_stats {
  * least one global batch. Returns 0; or, with a message in err, 2 for a
  * batch/world-size/data-size combination that cannot train (a usage error,
  * the same on every rank: nothing here communicates) or 1 when out of
- * memory (or no thread for the pipeline). Free with trainer_free (also
- * after a failure).
+ * memory or with no thread for the pipeline (a malformed
+ * TRAIN_INJECT_OVERFLOW is a usage error too). Free with trainer_free
+ * (also after a failure).
  */
 int trainer_init(trainer *t, const train_flags *f, const data_set *d, int rank,
                  int size, char *err, size_t err_cap);
@@ -146,10 +172,11 @@ hk_status trainer_epoch(trainer *t, int epoch, progress *p, epoch_stats *s);
 
 /**
  * The settings a checkpoint must match to be resumed bitwise, as
- * "key=value\n" lines into out[cap] (ckpt.h): model and its shape, np,
- * batch per rank and global, precision, optimiser and its
- * hyper-parameters, the schedule (scaled peak rate, warm-up, total steps),
- * seed, training samples, augmentation. Returns 0, -1 if cap is too small.
+ * "key=value\n" lines into out[cap] (ckpt.h): model kind and shape (the
+ * model table's description), np, batch per rank and global, precision,
+ * optimiser and its hyper-parameters, the schedule (cosine or plateau with
+ * its factor and patience, scaled peak rate, warm-up, total steps), seed,
+ * training samples, augmentation. Returns 0, -1 if cap is too small.
  */
 int trainer_settings(const trainer *t, const train_flags *f, char *out,
                      size_t cap);
@@ -172,7 +199,8 @@ hk_status trainer_checkpoint(trainer *t, const train_flags *f, int epoch);
  * Every rank reads f->checkpoint_dir's checkpoint and checks it against
  * this run (ckpt_read); every rank learns whether all could (an hk
  * allreduce), and only then is the state installed: weights, optimiser
- * state, step, shuffle and this rank's augmentation rng. *epochs_done gets
+ * state, step, shuffle and this rank's augmentation rng, the
+ * fp16 loss scaler and the plateau schedule. *epochs_done gets
  * the checkpoint's epoch. Returns HK_OK, or HK_ERR_INVALID_ARG (refused:
  * t->err names the file and the problem, or says which rank refused it) or
  * an hk error. The directory must be visible to every rank.

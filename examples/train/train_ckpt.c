@@ -3,8 +3,13 @@
  * it, and how a run resumes from it (see train.h; the format is ckpt.h).
  *
  * RNG states, in this order: the shuffle stream (the same on every rank),
- * then the augmentation stream of rank 0, 1, ..., size - 1. The model has
- * no dropout, so there is no other stream.
+ * then the augmentation stream of rank 0, 1, ..., size - 1. The models
+ * have no dropout, so there is no other stream. The fp16 loss scaler and
+ * the plateau schedule are the same on every rank (they decide from hk's
+ * bitwise-equal results), so rank 0's are written and every rank installs
+ * them. Batch norm's running statistics are buffers inside the
+ * parameters; the fp16/bf16 compute copy of the weights is rebuilt by
+ * every forward, so it is not saved.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,23 +20,24 @@
 
 int trainer_settings(const trainer *t, const train_flags *f, char *out,
                      size_t cap) {
-  const mlp *m = &t->model;
-  char shape[96];
-  int k = 0;
-  for (int l = 0; l <= m->n_layers; l++)
-    k += snprintf(shape + k, sizeof shape - (size_t)k, "%s%d", l ? "-" : "",
-                  m->dims[l]);
+  char shape[128]; /* the model table's kind and shape, "mlp 784-256-128-10" */
+  t->model.ops->describe(&t->model, shape, sizeof shape);
+  static const char *const optimizers[] = {
+      [OPTIM_SGD] = "sgd", [OPTIM_ADAMW] = "adamw", [OPTIM_LAMB] = "lamb"};
   const optim_config *c = &t->opt.cfg;
   int n = snprintf(
       out, cap,
-      "model=mlp %s\nnp=%d\nbatch=%d\nglobal_batch=%d\nprecision=fp32\n"
+      "model=%s\nnp=%d\nbatch=%d\nglobal_batch=%d\nprecision=%s\n"
       "optimizer=%s\nweight_decay=%.9g\nmomentum=%.9g\nnesterov=%d\n"
-      "beta1=%.9g\nbeta2=%.9g\neps=%.9g\npeak_lr=%.9g\nwarmup_steps=%ld\n"
-      "total_steps=%ld\nseed=%llu\ntrain_samples=%zu\naugment=%d\n",
-      shape, t->size, t->shard, t->global_batch,
-      c->kind == OPTIM_ADAMW ? "adamw" : "sgd", (double)c->weight_decay,
-      (double)c->momentum, c->nesterov, (double)c->beta1, (double)c->beta2,
-      (double)c->eps, (double)t->peak_lr, t->warmup_steps, t->total_steps,
+      "beta1=%.9g\nbeta2=%.9g\neps=%.9g\nschedule=%s\n"
+      "plateau_factor=%.9g\nplateau_patience=%d\npeak_lr=%.9g\n"
+      "warmup_steps=%ld\ntotal_steps=%ld\nseed=%llu\ntrain_samples=%zu\n"
+      "augment=%d\n",
+      shape, t->size, t->shard, t->global_batch, lowp_name(t->model.lowp),
+      optimizers[c->kind], (double)c->weight_decay, (double)c->momentum,
+      c->nesterov, (double)c->beta1, (double)c->beta2, (double)c->eps,
+      t->use_plateau ? "plateau" : "cosine", (double)t->plateau.factor,
+      t->plateau.patience, (double)t->peak_lr, t->warmup_steps, t->total_steps,
       (unsigned long long)f->seed, t->data->train.n, t->augment);
   return n < 0 || (size_t)n >= cap ? -1 : 0;
 }
@@ -43,6 +49,13 @@ static ckpt_state state_of(trainer *t, const char *settings, uint64_t *rng) {
   s.step = (uint64_t)t->step;
   s.n_rng = (uint32_t)t->size + 1;
   s.rng = rng;
+  s.loss_scale = t->scaler.scale;
+  s.scaler_good = (uint64_t)t->scaler.good;
+  s.scaler_skipped = (uint64_t)t->scaler.skipped;
+  s.plateau_best = t->plateau.best;
+  s.plateau_bad = (uint32_t)t->plateau.bad_epochs;
+  s.plateau_scale = t->plateau.scale;
+  s.plateau_reductions = (uint32_t)t->plateau.reductions;
   s.n_params = t->model.n_params;
   s.params = t->model.params;
   s.has_v = t->opt.v != NULL;
@@ -144,6 +157,13 @@ hk_status trainer_resume(trainer *t, const train_flags *f, int *epochs_done) {
     t->step = (long)s.step;
     t->shuffle.state = rng[0];
     t->augment_rng.state = rng[1 + t->rank];
+    t->scaler.scale = s.loss_scale;
+    t->scaler.good = (long)s.scaler_good;
+    t->scaler.skipped = (long)s.scaler_skipped;
+    t->plateau.best = s.plateau_best;
+    t->plateau.bad_epochs = (int)s.plateau_bad;
+    t->plateau.scale = s.plateau_scale;
+    t->plateau.reductions = (int)s.plateau_reductions;
     *epochs_done = (int)s.epoch;
   }
   free(rng);

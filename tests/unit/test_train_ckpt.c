@@ -3,7 +3,8 @@
  * CSV (metrics.h): a checkpoint reads back bit for bit; a truncated,
  * lengthened, bit-flipped, foreign, wrong-version or other-settings file is
  * refused with the path and the reason and leaves the reader's buffers
- * untouched; writing leaves no temporary file; the CSV has its header and
+ * untouched (so is a version-1 file, and a loss scaler or plateau state
+ * out of range); writing leaves no temporary file; the CSV has its header and
  * rows, and a resumed run appends without a second header.
  */
 #include <dirent.h>
@@ -62,6 +63,13 @@ static void write_sample(void) {
   s.opt_step = 99;
   s.b1_t = 0.9 * 0.9;
   s.b2_t = 0.999;
+  s.loss_scale = 32768.0f;
+  s.scaler_good = 1999;
+  s.scaler_skipped = 3;
+  s.plateau_best = 0.3125;
+  s.plateau_bad = 2;
+  s.plateau_scale = 0.25f;
+  s.plateau_reductions = 2;
   char err[512];
   if (ckpt_write(dir, &s, err, sizeof err) != 0)
     fail_msg("%s", err);
@@ -108,6 +116,11 @@ static void test_roundtrip(void **state) {
   assert_true(s.step == 123456789012ull);
   assert_int_equal(s.opt_step, 99);
   assert_true(s.b1_t == 0.9 * 0.9 && s.b2_t == 0.999);
+  assert_true(s.loss_scale == 32768.0f);
+  assert_true(s.scaler_good == 1999 && s.scaler_skipped == 3);
+  assert_true(s.plateau_best == 0.3125 && s.plateau_scale == 0.25f);
+  assert_int_equal(s.plateau_bad, 2);
+  assert_int_equal(s.plateau_reductions, 2);
   assert_true(a.rng[0] == 0x0123456789abcdefull &&
               a.rng[1] == 0xffffffffffffffffull && a.rng[2] == 7);
   for (int i = 0; i < NP; i++) {
@@ -130,7 +143,8 @@ static void test_roundtrip(void **state) {
   /* The size the format says: 24 + payload. */
   struct stat st;
   assert_int_equal(stat(path(), &st), 0);
-  size_t payload = 4 + strlen(settings) + 16 + 8 * 3 + 8 + 4 * NP + 28 + 8 * NP;
+  size_t payload =
+      4 + strlen(settings) + 16 + 8 * 3 + 40 + 8 + 4 * NP + 28 + 8 * NP;
   assert_int_equal((size_t)st.st_size, CKPT_HEADER + payload);
 }
 
@@ -172,6 +186,20 @@ static void rewrite(long keep, long flip_at, const char *append) {
   assert_int_equal(fclose(f), 0);
 }
 
+/* Writes the sample with the given loss and plateau scales; expects the
+ * refusal `why`. */
+static void bad_schedule(float loss_scale, float plateau_scale,
+                         const char *why) {
+  arrays a = {0};
+  ckpt_state s = state_over(&a, settings);
+  s.loss_scale = loss_scale;
+  s.plateau_scale = plateau_scale;
+  char err[512];
+  if (ckpt_write(dir, &s, err, sizeof err) != 0)
+    fail_msg("%s", err);
+  expect_refused(settings, 1, NP, why);
+}
+
 static void test_refusals(void **state) {
   (void)state;
   write_sample();
@@ -201,8 +229,25 @@ static void test_refusals(void **state) {
   rewrite(-1, 2, NULL); /* the magic */
   expect_refused(settings, 1, NP, "bad magic: not an hk checkpoint");
   write_sample();
-  rewrite(-1, 8, NULL); /* the version */
-  expect_refused(settings, 1, NP, "unsupported version 17");
+  rewrite(-1, 8, NULL); /* the version: 2 ^ 0x10 */
+  expect_refused(settings, 1, NP,
+                 "unsupported version 18 (this trainer reads 2)");
+  write_sample();
+  /* A version-1 file (no scaler and plateau state): refused by version. */
+  {
+    FILE *f = fopen(path(), "r+b");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 8, SEEK_SET), 0);
+    assert_int_equal(fputc(1, f), 1);
+    assert_int_equal(fclose(f), 0);
+  }
+  expect_refused(settings, 1, NP,
+                 "unsupported version 1 (this trainer reads 2)");
+  write_sample();
+  /* Values a sane writer never stores, under a valid CRC. */
+  bad_schedule(-1.0f, 1.0f, "loss scale -1 is not a finite positive number");
+  bad_schedule(65536.0f, 2.0f, "plateau state out of range (scale 2,");
+  bad_schedule(65536.0f, 0.0f, "plateau state out of range (scale 0,");
   unlink(path());
   expect_refused(settings, 1, NP, "cannot open: No such file or directory");
 }

@@ -1,7 +1,9 @@
 /*
  * test_train_optim.c - the trainer's optimisers against the textbook
- * formulas computed in double (optim.h cites them), the warm-up + cosine
- * schedule at its landmarks, and the command-line parser.
+ * formulas computed in double (optim.h cites them) and LAMB against
+ * hand-computed values, the warm-up + cosine schedule at its landmarks,
+ * reduce-on-plateau on a hand-traced loss sequence, and the command-line
+ * parser.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -118,6 +120,82 @@ static void test_schedule(void **state) {
   assert_true(fabsf(lr_at(1.0f, 1, 4, 4) - 0.5f) < 1e-7f); /* warm-up only */
 }
 
+/* LAMB, two steps on a 3-element tensor with decay, against values
+ * computed by hand from Algorithm 2 (in double, Python):
+ *   step 1: g (0.5, -1, 0.25): m_hat/sqrt(v_hat) = g/|g| (up to eps), so
+ *     u ~ (1, -1, 1) + 0.01 p; trust ||p|| / ||u|| = sqrt(5.25) / ||u||
+ *     = 1.3294256882; p = (0.8657282714,
+ *     2.1302835845, -0.6322773242);
+ *   step 2: g (-0.25, 0.5, 1): trust 2.5046001484, p = (0.7968533581,
+ *     2.1916547704, -0.8521943675). */
+static void test_lamb(void **state) {
+  (void)state;
+  optim_config c = optim_defaults(OPTIM_LAMB);
+  assert_true(c.beta1 == 0.9f && c.beta2 == 0.999f && c.eps == 1e-6f);
+  assert_true(c.weight_decay == 0.01f);
+  optim o;
+  assert_int_equal(optim_init(&o, &c, 4), 0);
+  float p[4] = {1.0f, 2.0f, -0.5f, 3.0f};
+  float g1[4] = {0.5f, -1.0f, 0.25f, 0.0f}, g2[4] = {-0.25f, 0.5f, 1.0f, 0.0f};
+  const double want1[3] = {0.8657282714, 2.1302835845, -0.6322773242};
+  const double want2[3] = {0.7968533581, 2.1916547704, -0.8521943675};
+  optim_begin_step(&o);
+  optim_update(&o, p, g1, 0, 3, 0.1f, 1);
+  /* The 4th element is a tensor of its own, without decay: zero gradient
+   * and zero moments give u = 0, so the trust ratio falls back to 1 and
+   * nothing moves. */
+  optim_update(&o, p + 3, g1 + 3, 3, 1, 0.1f, 0);
+  for (int i = 0; i < 3; i++)
+    if (fabs(p[i] - want1[i]) > 2e-6)
+      fail_msg("step 1: p[%d] = %.9f, by hand %.9f", i, p[i], want1[i]);
+  assert_true(p[3] == 3.0f);
+  optim_begin_step(&o);
+  optim_update(&o, p, g2, 0, 3, 0.1f, 1);
+  for (int i = 0; i < 3; i++)
+    if (fabs(p[i] - want2[i]) > 2e-6)
+      fail_msg("step 2: p[%d] = %.9f, by hand %.9f", i, p[i], want2[i]);
+  /* Scale invariance of the trust ratio: a tensor 10x larger moves 10x
+   * farther for the same gradient (unlike Adam). */
+  optim_free(&o);
+  optim a, b;
+  assert_int_equal(optim_init(&a, &c, 2), 0);
+  assert_int_equal(optim_init(&b, &c, 2), 0);
+  float pa[2] = {1.0f, -1.0f}, pb[2] = {10.0f, -10.0f}, g[2] = {0.3f, 0.1f};
+  optim_begin_step(&a);
+  optim_begin_step(&b);
+  optim_update(&a, pa, g, 0, 2, 0.01f, 0);
+  optim_update(&b, pb, g, 0, 2, 0.01f, 0);
+  for (int i = 0; i < 2; i++)
+    assert_true(fabsf((pb[i] - (i ? -10.0f : 10.0f)) -
+                      10.0f * (pa[i] - (i ? -1.0f : 1.0f))) < 1e-5f);
+  optim_free(&a);
+  optim_free(&b);
+}
+
+/* Reduce-on-plateau, factor 0.5, patience 1, by hand: losses 1.0 (best),
+ * 0.9 (best), 0.95 (bad 1), 0.91 (bad 2 > 1: reduce to 0.5), 0.89 (best),
+ * 0.8999 (bad 1: not better than 0.89 by 1e-4), 0.88995 (above
+ * 0.89 * (1 - 1e-4) = 0.889911: bad 2, reduce to 0.25). */
+static void test_plateau(void **state) {
+  (void)state;
+  plateau p;
+  plateau_init(&p, 0.5f, 1);
+  const double loss[] = {1.0, 0.9, 0.95, 0.91, 0.89, 0.8999, 0.88995};
+  const int reduced[] = {0, 0, 0, 1, 0, 0, 1};
+  const float scale[] = {1, 1, 1, 0.5f, 0.5f, 0.5f, 0.25f};
+  for (int e = 0; e < 7; e++) {
+    assert_int_equal(plateau_step(&p, loss[e]), reduced[e]);
+    assert_true(p.scale == scale[e]);
+  }
+  assert_int_equal(p.reductions, 2);
+  assert_true(p.best == 0.89);
+  /* Patience 0: the first epoch that does not improve reduces. */
+  plateau_init(&p, 0.1f, 0);
+  assert_int_equal(plateau_step(&p, 2.0), 0);
+  assert_int_equal(plateau_step(&p, 2.0), 1);
+  assert_true(fabsf(p.scale - 0.1f) < 1e-8f);
+}
+
 /* ---- flags ---- */
 
 static int parse(train_flags *f, char *err, int argc, ...) {
@@ -207,6 +285,36 @@ static void expect_error(const char *want, int argc, char *a, char *b) {
     fail_msg("message '%s' should contain '%s'", err, want);
 }
 
+static void test_flags_new_options(void **state) {
+  (void)state;
+  train_flags f;
+  char err[256] = "";
+  assert_int_equal(parse(&f, err, 0), 0);
+  assert_string_equal(f.model, "mlp");
+  assert_int_equal(f.precision, LOWP_FP32);
+  assert_int_equal(f.plateau, 0);
+  assert_true(f.plateau_factor == 0.5f);
+  assert_int_equal(f.plateau_patience, 1);
+  assert_int_equal(parse(&f, err, 10, "--optimizer", "lamb", "--schedule",
+                         "plateau", "--plateau-factor", "0.2",
+                         "--plateau-patience", "3", "--model", "cnn"),
+                   0);
+  assert_int_equal(f.optimizer, OPTIM_LAMB);
+  assert_true(f.lr == TRAIN_DEFAULT_LR_LAMB && f.weight_decay == 0.01f);
+  assert_int_equal(f.plateau, 1);
+  assert_true(f.plateau_factor == 0.2f);
+  assert_int_equal(f.plateau_patience, 3);
+  assert_string_equal(f.model, "cnn");
+  assert_int_equal(parse(&f, err, 2, "--model", "cnn"), 0);
+  assert_true(f.lr == TRAIN_DEFAULT_LR_ADAMW_CNN);
+  assert_int_equal(parse(&f, err, 4, "--model", "cnn", "--lr", "0.1"), 0);
+  assert_true(f.lr == 0.1f);
+  assert_int_equal(parse(&f, err, 2, "--precision=bf16", "--schedule=cosine"),
+                   0);
+  assert_int_equal(f.precision, LOWP_BF16);
+  assert_int_equal(f.plateau, 0);
+}
+
 static void test_flags_errors(void **state) {
   (void)state;
   expect_error("unknown option '--epoch'", 2, "--epoch", "3");
@@ -223,6 +331,15 @@ static void test_flags_errors(void **state) {
   expect_error("--optimizer: 'adam' is not sgd or adamw", 2, "--optimizer",
                "adam");
   expect_error("--nesterov: only with --optimizer sgd", 1, "--nesterov", NULL);
+  expect_error("--schedule: 'step' is not cosine or plateau", 2, "--schedule",
+               "step");
+  expect_error("--plateau-factor: '1' is not a number in [0.01, 0.99]", 2,
+               "--plateau-factor", "1");
+  expect_error("--plateau-patience: '-1' is not an integer in 0..1000", 2,
+               "--plateau-patience", "-1");
+  expect_error("--model: 'vgg' is not one of mlp|cnn", 2, "--model", "vgg");
+  expect_error("--precision: 'fp64' is not fp32, bf16 or fp16", 2,
+               "--precision", "fp64");
   expect_error("--data: empty value", 1, "--data=", NULL);
   expect_error("--prefetch: '65' is not an integer in 0..64", 2, "--prefetch",
                "65");
@@ -239,6 +356,9 @@ int main(void) {
       cmocka_unit_test(test_sgd_momentum),
       cmocka_unit_test(test_adamw),
       cmocka_unit_test(test_schedule),
+      cmocka_unit_test(test_lamb),
+      cmocka_unit_test(test_plateau),
+      cmocka_unit_test(test_flags_new_options),
       cmocka_unit_test(test_flags_defaults_and_values),
       cmocka_unit_test(test_flags_errors),
   };

@@ -1,0 +1,75 @@
+/*
+ * model.c - the table of model kinds and what every kind shares (see
+ * model.h). A new kind is one more row here and its own file.
+ */
+#include "model.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+extern const model_ops model_mlp_ops; /* model_mlp.c */
+extern const model_ops model_cnn_ops; /* cnn.c */
+
+static const model_ops *const kinds[] = {&model_mlp_ops, &model_cnn_ops};
+
+const model_ops *model_find(const char *name) {
+  for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++)
+    if (!strcmp(kinds[k]->name, name))
+      return kinds[k];
+  return NULL;
+}
+
+const char *model_names(void) { return "mlp|cnn"; }
+
+int model_create(model *m, const model_ops *ops, int max_batch) {
+  memset(m, 0, sizeof *m);
+  if (max_batch < 1)
+    return -1;
+  m->ops = ops;
+  m->max_batch = max_batch;
+  if (ops->create(m, max_batch) != 0) {
+    memset(m, 0, sizeof *m);
+    return -1;
+  }
+  return 0;
+}
+
+void model_free(model *m) {
+  if (m->ops)
+    m->ops->destroy(m);
+  free(m->compute);
+  memset(m, 0, sizeof *m);
+}
+
+int model_set_precision(model *m, lowp_kind k) {
+  float *c = NULL;
+  if (k != LOWP_FP32 && !(c = malloc(m->n_params * sizeof *c)))
+    return -1;
+  free(m->compute);
+  m->compute = c;
+  m->lowp = k;
+  return 0;
+}
+
+const float *model_forward(model *m, const float *x, int B, int train) {
+  if (m->compute)
+    lowp_copy(m->compute, m->params, m->n_params, m->lowp);
+  return m->ops->forward(m, x, B, train);
+}
+
+model_tensor model_tensor_at(const model *m, int t) {
+  return m->ops->tensor_at(m, t);
+}
+
+double model_loss(model *m, const float *logits, const uint8_t *y, int B,
+                  long *correct) {
+  return softmax_xent(logits, y, B, m->classes, m->dlogits, correct);
+}
+
+void model_count_correct(model *m, const float *x, const uint8_t *y, int B,
+                         long *correct) {
+  const float *z = model_forward(m, x, B, 0);
+  for (int i = 0; i < B; i++)
+    if (loss_argmax(z + (size_t)i * (size_t)m->classes, m->classes) == y[i])
+      (*correct)++;
+}
