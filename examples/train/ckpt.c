@@ -214,16 +214,25 @@ static int compare_settings(const char *file, size_t flen, const char *run,
                  (int)(line_end - p), p);
         return -1;
       }
-      size_t klen = (size_t)(eq - p), vlen = (size_t)(line_end - eq - 1), ov;
+      size_t klen = (size_t)(eq - p), vlen = (size_t)(line_end - eq - 1),
+             ov = 0;
       const char *other = find_setting(b, blen, p, klen, &ov);
       if (!other || ov != vlen || memcmp(other, eq + 1, vlen) != 0) {
         const char *fv = pass ? eq + 1 : other, *rv = pass ? other : eq + 1;
         int fl = (int)(pass ? vlen : ov), rl = (int)(pass ? ov : vlen);
+        /* the schedule's step counts follow from --epochs (and the batch,
+         * the data, the world size): say so, since the user set none */
+        int derived = (klen == 12 && !memcmp(p, "warmup_steps", 12)) ||
+                      (klen == 11 && !memcmp(p, "total_steps", 11));
         snprintf(why, cap,
                  "settings differ: %.*s is %.*s in the checkpoint, %.*s in "
-                 "this run",
+                 "this run%s",
                  (int)klen, p, fv ? fl : 6, fv ? fv : "absent", rv ? rl : 6,
-                 rv ? rv : "absent");
+                 rv ? rv : "absent",
+                 derived ? " (it follows from --epochs and the batch: a run "
+                           "resumes with the settings it started with, so "
+                           "it cannot be extended)"
+                         : "");
         return -1;
       }
       p = line_end + 1;

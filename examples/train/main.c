@@ -233,7 +233,11 @@ int main(int argc, char **argv) {
     fprintf(stderr, "train: %s\n", t.err);
     status = 1;
   } else {
-    if (t.rank == 0)
+    if (t.rank == 0 && done >= f.epochs) /* resumed a finished run */
+      printf("done epochs %d time_s %.2f: the checkpoint already holds all "
+             "%d epochs, nothing to train\n",
+             f.epochs, progress_now() - start, f.epochs);
+    else if (t.rank == 0)
       printf("done epochs %d time_s %.2f test_acc %.4f\n", f.epochs,
              progress_now() - start, s.test_acc);
     if (t.scaler.enabled) /* every rank: the tests compare them */

@@ -297,6 +297,9 @@ static hk_status step(trainer *t, double *loss, long *correct, double *wait_s) {
   if (t->failed)
     return t->failed;
   if (!finish_gradients(t)) {
+    if (t->inject_rank >= 0) /* the test hook's witness, on every rank */
+      printf("[%d] skipped step %ld scale %g\n", t->rank, t->step + 1,
+             (double)t->scaler.scale);
     t->step++; /* skipped (fp16 overflow): the schedule still moves on */
     return HK_OK;
   }
