@@ -14,8 +14,8 @@
 # Each stage prints ctest's summary; the script fails on the first failure.
 # Warnings are errors here (HK_WERROR=ON), not in users' builds.
 #
-# 32 minutes on the 2-core machine at load ~20 (normal 11, ASan 9, TSan 9,
-# fuzz 4; two build folders from an earlier run; fresh builds add ~10).
+# 22 minutes on the 2-core machine (normal 8, ASan 6, TSan 6.5, fuzz 1.5;
+# the build folders of an earlier run; fresh builds add ~10).
 # A quick subset:
 #   ctest --test-dir build -L unit           (~10 s)
 #   ctest --test-dir build -R test_hkrun     (one test; -LE netbed: no beds)
