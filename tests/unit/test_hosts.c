@@ -1,6 +1,7 @@
 /*
  * test_hosts.c - the -H and host-file parsers (launcher/hosts.h), table
- * driven: case C7 of ../shared/cases/README.md and its neighbours.
+ * driven: reported case C7 (a host list that lost a host's slots) and its
+ * neighbours.
  */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -2,7 +2,7 @@
  * test_iface.c - interface name or subnet -> IPv4 address
  * (collectives/transport/iface.h): the choice over given lists, table
  * driven, and this machine's `lo` and a name that does not exist (case
- * C8 of ../shared/cases/README.md); the default choice when none is
+ * reported case C8); the default choice when none is
  * named.
  */
 #include <setjmp.h>

@@ -20,10 +20,9 @@
 static hk_topo *load(const char *dir, const char *name) {
   struct stat sb;
   if (strcmp(dir, HK_CONFIGS_DIR) != 0 && stat(HK_TOPO_DIR, &sb) != 0) {
-    print_message("skipped: %s is missing (CI puts ../shared beside the "
-                  "repository)\n",
-                  HK_TOPO_DIR);
-    skip();
+    fail_msg("%s is missing: the given topology files are part of the "
+             "tree (tests/data/topologies/given)",
+             HK_TOPO_DIR);
   }
   char path[1024];
   snprintf(path, sizeof path, "%s/%s", dir, name);
