@@ -78,6 +78,14 @@ INT_KERNELS(u8, uint8_t, uint8_t, int)
 INT_KERNELS(i32, int32_t, uint32_t, int32_t)
 INT_KERNELS(i64, int64_t, uint64_t, int64_t)
 
+/* float_finish_note: an average over a power-of-two number of ranks
+ * multiplies by the reciprocal instead of dividing. Both are one IEEE
+ * operation on the same exact value (x / 2^k is x * 2^-k, and 2^-k is a
+ * normal number for every world size below 2^24), correctly rounded, so
+ * the bits are the same for every input: subnormals, zeros, infinities
+ * and NaNs included; a division costs 4-10 times a multiplication's
+ * throughput (measured: the divide was 7 % of a small1000 step at np 2). */
+
 /* ---- binary32/binary64: min/max select a when a < b (a > b) or when a is
  * NaN, else b, so a NaN in either operand gives NaN (not fmin semantics);
  * written as a select so it vectorises to compare + blend. */
@@ -113,7 +121,13 @@ INT_KERNELS(i64, int64_t, uint64_t, int64_t)
   }                                                                            \
   static void NAME##_finish(void *dv, size_t n, int size) {                    \
     T *d = dv;                                                                 \
-    const T s = (T)size; /* exact: size < 2^24 */                              \
+    const T s = (T)size;            /* exact: size < 2^24 */                   \
+    if ((size & (size - 1)) == 0) { /* see float_finish_note */                \
+      const T r = (T)1 / s;                                                    \
+      for (size_t i = 0; i < n; i++)                                           \
+        d[i] = d[i] * r;                                                       \
+      return;                                                                  \
+    }                                                                          \
     for (size_t i = 0; i < n; i++)                                             \
       d[i] = d[i] / s;                                                         \
   }

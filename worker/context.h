@@ -46,7 +46,8 @@ struct hk_handle_s {
   struct hk_handle_s *parent; /* a group member's group handle */
   int phantom;              /* made up for a rank that joined: not in flight */
   int pending;              /* [mu] a group handle: members not yet complete */
-  int done;                 /* [mu] 1 once completed */
+  int done;                 /* [mu] 1 once completed (stored with release order:
+                               hk_queue_wait also polls it without mu, acquire) */
   hk_status status;         /* [mu] valid once done */
   char *reason;             /* [mu] malloc'd message when status != HK_OK */
   struct hk_handle_s *next; /* [mu] in the submit queue */
@@ -107,6 +108,10 @@ typedef struct hk_ctx {
   int launcher_parent;        /* the pid of hkrun (HK_LAUNCHER_PID) when it
                                  is our parent process; 0 otherwise */
   hk_config cfg;
+  /* how long hk_wait polls before it sleeps, us: HK_SPIN_US when this
+   * host's ranks have a core each, else 0 (set before the background
+   * thread starts; read-only after; see hk_queue_wait) */
+  double wait_spin_us;
   hk_secret secret;
   hk_mesh mesh;
   struct hk_intra *intra; /* shared memory with this host's ranks
@@ -156,10 +161,14 @@ typedef struct hk_ctx {
   int stopped;            /* [mu] background loop has ended */
   hk_status failure;      /* [mu] HK_OK, or why the job failed/stopped */
   char failure_reason[HK_WIRE_MAX_REASON_LEN + 1]; /* [mu] */
-  uint64_t barrier_seq;         /* [mu] names barriers hk.barrier.<n> */
-  uint64_t join_seq;            /* [mu] names joins hk.join.<n> */
-  hk_collective_timing timing;  /* [mu] written by the background thread */
-  hk_negotiation_counts counts; /* [mu] written by the background thread */
+  uint64_t barrier_seq; /* [mu] names barriers hk.barrier.<n> */
+  uint64_t join_seq;    /* [mu] names joins hk.join.<n> */
+  /* the introspection record (worker/introspect.h) has a lock of its
+   * own: the background thread writes it per tensor, and sharing mu made
+   * every submit of the trainer wait on it */
+  pthread_mutex_t introspect_mu;
+  hk_collective_timing timing;  /* [introspect_mu] background thread */
+  hk_negotiation_counts counts; /* [introspect_mu] background thread */
 
   hk_negotiator *negotiator; /* [bg] rank 0 only */
   hk_buf scratch;            /* [bg] message encoding/decoding */

@@ -170,8 +170,8 @@ static void complete_locked(hk_ctx *ctx, hk_handle h, hk_status status,
       p->status = status;
       p->reason = reason ? strdup(reason) : NULL;
     }
-    if (--p->pending == 0)
-      p->done = 1;
+    if (--p->pending == 0) /* release: hk_queue_wait polls it unlocked */
+      __atomic_store_n(&p->done, 1, __ATOMIC_RELEASE);
     free(h->splits);
     free(h);
     return;
@@ -187,7 +187,7 @@ static void complete_locked(hk_ctx *ctx, hk_handle h, hk_status status,
   h->status = status;
   if (status != HK_OK && reason)
     h->reason = strdup(reason);
-  h->done = 1;
+  __atomic_store_n(&h->done, 1, __ATOMIC_RELEASE); /* after status, reason */
 }
 
 void hk_queue_complete(hk_ctx *ctx, hk_handle h, hk_status status,
@@ -245,21 +245,33 @@ void hk_queue_fail_all(hk_ctx *ctx, hk_status status, const char *reason) {
   pthread_mutex_unlock(&ctx->mu);
 }
 
+double hk_queue_wait_spin_us(const hk_config *cfg, int local_size) {
+  cpu_set_t cpus;
+  int ncpu = sched_getaffinity(0, sizeof cpus, &cpus) == 0
+                 ? CPU_COUNT(&cpus)
+                 : (int)sysconf(_SC_NPROCESSORS_ONLN);
+  return local_size >= 1 && local_size <= ncpu ? cfg->spin_us : 0;
+}
+
 hk_status hk_queue_wait(hk_ctx *ctx, hk_handle h) {
   if (ctx) {
-    /* HK_SPIN_US of polling, yielding the core, before sleeping on the
-     * condition variable (common/config.c: a sleeping thread is slow to
-     * wake on a virtual machine; a small allreduce completes sooner) */
-    const double until = hk_now() + ctx->cfg.spin_us * 1e-6;
-    pthread_mutex_lock(&ctx->mu);
-    while (!h->done && hk_now() < until) {
-      pthread_mutex_unlock(&ctx->mu);
+    /* ctx->wait_spin_us of polling, yielding the core, before sleeping on
+     * the condition variable (common/config.c: a sleeping thread is slow
+     * to wake on a virtual machine; a small allreduce completes sooner) */
+    const double until = hk_now() + ctx->wait_spin_us * 1e-6;
+    /* polled without the lock, which the background thread needs to
+     * complete it (a polling waiter holding it made the background thread
+     * sleep on the lock and cost a futex wake per unlock) */
+    int done;
+    while (!(done = __atomic_load_n(&h->done, __ATOMIC_ACQUIRE)) &&
+           hk_now() < until)
       sched_yield();
+    if (!done) {
       pthread_mutex_lock(&ctx->mu);
+      while (!h->done)
+        pthread_cond_wait(&ctx->done_cv, &ctx->mu);
+      pthread_mutex_unlock(&ctx->mu);
     }
-    while (!h->done)
-      pthread_cond_wait(&ctx->done_cv, &ctx->mu);
-    pthread_mutex_unlock(&ctx->mu);
   }
   hk_status st = h->status;
   if (st != HK_OK)

@@ -114,6 +114,7 @@ static void destroy(hk_ctx *ctx) {
   if (ctx->wake_fd >= 0)
     close(ctx->wake_fd);
   pthread_mutex_destroy(&ctx->mu);
+  pthread_mutex_destroy(&ctx->introspect_mu);
   pthread_cond_destroy(&ctx->done_cv);
   free(ctx);
 }
@@ -171,7 +172,16 @@ hk_status hk_init(void) {
     return hk_fail(HK_ERR_NOMEM, "cannot allocate the runtime context");
   ctx->mesh = (hk_mesh){-1, -1, NULL, -1, NULL, NULL};
   ctx->wake_fd = -1;
-  pthread_mutex_init(&ctx->mu, NULL);
+  /* adaptive: a thread that finds mu taken spins briefly before it
+   * sleeps; the trainer's submits and the background thread's takes and
+   * completions hold it for a few hundred ns, and a sleep costs each
+   * side a futex call and a context switch */
+  pthread_mutexattr_t ma;
+  pthread_mutexattr_init(&ma);
+  pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ADAPTIVE_NP);
+  pthread_mutex_init(&ctx->mu, &ma);
+  pthread_mutexattr_destroy(&ma);
+  pthread_mutex_init(&ctx->introspect_mu, NULL);
   pthread_cond_init(&ctx->done_cv, NULL);
   hk_status st = hk_config_load(&ctx->cfg);
   if (st == HK_OK)
@@ -220,6 +230,8 @@ hk_status hk_init(void) {
     st = hk_agree_settings(ctx);
   if (st == HK_OK)
     st = hk_monitor_start(ctx);
+  if (st == HK_OK)
+    ctx->wait_spin_us = hk_queue_wait_spin_us(&ctx->cfg, ctx->local_size);
   if (st == HK_OK) {
     /* SIGUSR1 (the flight recorder's) is for the trainer's threads: the
      * background thread and those it starts are woken through a pipe and

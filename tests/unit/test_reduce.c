@@ -642,6 +642,62 @@ static void test_finish_average_all_dtypes(void **state) {
   }
 }
 
+/* An average over a power-of-two world size multiplies by the reciprocal
+ * (reduce.c's float_finish_note): the bits must be the division's for
+ * every bit pattern, subnormals, zeros, infinities and NaNs included. */
+static void test_finish_power_of_two_is_division(void **state) {
+  (void)state;
+  enum { N = 200000 };
+  static const int sizes[] = {2, 4, 16, 1024, 1 << 23};
+  static const uint32_t special32[] = {
+      0x00000000, 0x80000000, 0x00000001, 0x80000001, 0x00000003,
+      0x007FFFFF, 0x00800000, 0x00800001, 0x7F7FFFFF, 0x7F800000,
+      0xFF800000, 0x7FC00001, 0xFFC00000, 0x3F800000, 0x33800001};
+  uint32_t *f = malloc(N * sizeof *f), *w = malloc(N * sizeof *w);
+  uint64_t *d = malloc(N * sizeof *d), *wd = malloc(N * sizeof *wd);
+  assert_true(f && w && d && wd);
+  for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+    srand((unsigned)si + 7);
+    for (size_t i = 0; i < N; i++) {
+      f[i] = i < sizeof special32 / sizeof special32[0]
+                 ? special32[i]
+                 : ((uint32_t)rand() << 16) ^ (uint32_t)rand();
+      d[i] = i < 4 ? (uint64_t)i : ((uint64_t)f[i] << 32) ^ (uint64_t)rand();
+      float v;
+      memcpy(&v, &f[i], 4);
+      v /= (float)sizes[si];
+      memcpy(&w[i], &v, 4);
+      double x;
+      memcpy(&x, &d[i], 8);
+      x /= sizes[si];
+      memcpy(&wd[i], &x, 8);
+    }
+    hk_reduce_finish_average(f, N, HK_FLOAT32, sizes[si]);
+    hk_reduce_finish_average(d, N, HK_FLOAT64, sizes[si]);
+    for (size_t i = 0; i < N; i++) {
+      float a, b;
+      memcpy(&a, &f[i], 4);
+      memcpy(&b, &w[i], 4);
+      if (isnan(b))
+        assert_true(isnan(a));
+      else if (f[i] != w[i])
+        fail_msg("float32 %zu / %d: 0x%08x, division gives 0x%08x", i,
+                 sizes[si], f[i], w[i]);
+      double x, y;
+      memcpy(&x, &d[i], 8);
+      memcpy(&y, &wd[i], 8);
+      if (isnan(y))
+        assert_true(isnan(x));
+      else if (d[i] != wd[i])
+        fail_msg("float64 %zu / %d differs from the division", i, sizes[si]);
+    }
+  }
+  free(f);
+  free(w);
+  free(d);
+  free(wd);
+}
+
 /* ---- enums: support, sizes, names ---- */
 
 static void test_supported_pairs(void **state) {
@@ -754,6 +810,7 @@ int main(void) {
       cmocka_unit_test(test_finish_average_integers),
       cmocka_unit_test(test_finish_average_floats),
       cmocka_unit_test(test_finish_average_all_dtypes),
+      cmocka_unit_test(test_finish_power_of_two_is_division),
       cmocka_unit_test(test_average_pre_division),
       cmocka_unit_test(test_count_inf),
       cmocka_unit_test(test_supported_pairs),
