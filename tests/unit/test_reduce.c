@@ -674,23 +674,8 @@ static void test_finish_power_of_two_is_division(void **state) {
     }
     hk_reduce_finish_average(f, N, HK_FLOAT32, sizes[si]);
     hk_reduce_finish_average(d, N, HK_FLOAT64, sizes[si]);
-    for (size_t i = 0; i < N; i++) {
-      float a, b;
-      memcpy(&a, &f[i], 4);
-      memcpy(&b, &w[i], 4);
-      if (isnan(b))
-        assert_true(isnan(a));
-      else if (f[i] != w[i])
-        fail_msg("float32 %zu / %d: 0x%08x, division gives 0x%08x", i,
-                 sizes[si], f[i], w[i]);
-      double x, y;
-      memcpy(&x, &d[i], 8);
-      memcpy(&y, &wd[i], 8);
-      if (isnan(y))
-        assert_true(isnan(x));
-      else if (d[i] != wd[i])
-        fail_msg("float64 %zu / %d differs from the division", i, sizes[si]);
-    }
+    check_buf(HK_FLOAT32, HK_AVERAGE, "power-of-two finish", f, w, N);
+    check_buf(HK_FLOAT64, HK_AVERAGE, "power-of-two finish", d, wd, N);
   }
   free(f);
   free(w);
