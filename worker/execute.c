@@ -34,7 +34,9 @@ typedef struct hk_exec_plan {
   uint8_t *taken;
   uint32_t *order, *starts;
   size_t *counts, *seg, *where;
-  uint32_t cap; /* responses the arrays hold */
+  hk_shm_piece *pieces; /* run_fused_in_place: cap x size pieces */
+  size_t *firsts;       /* and cap x (size + 1) segment offsets */
+  uint32_t cap;         /* responses the arrays hold */
 } plan;
 
 /* The timeline's name for what this rank's links are: the kinds in use,
@@ -64,6 +66,8 @@ static void plan_free(plan *p) {
   free(p->counts);
   free(p->seg);
   free(p->where);
+  free(p->pieces);
+  free(p->firsts);
   memset(p, 0, sizeof *p);
 }
 
@@ -86,7 +90,8 @@ static hk_status plan_get(hk_ctx *ctx, uint32_t n, plan **out) {
     if (!GROW(p->h, c) || !GROW(p->done, c) || !GROW(p->items, c) ||
         !GROW(p->taken, c) || !GROW(p->order, c) || !GROW(p->starts, c + 1) ||
         !GROW(p->counts, c) || !GROW(p->seg, size + 1) ||
-        !GROW(p->where, c * size)) {
+        !GROW(p->where, c * size) || !GROW(p->pieces, c * size) ||
+        !GROW(p->firsts, c * (size + 1))) {
       plan_free(p);
       return hk_fail(HK_ERR_NOMEM, "cannot plan %u responses", n);
     }
@@ -412,7 +417,8 @@ static hk_status run_device(hk_ctx *ctx, plan *p, uint32_t a, uint32_t b,
  * so the bits are the fusion buffer's. Returns -1 (nothing done) where it
  * does not apply: another algorithm or transport, a pre- or postscale
  * (applied while copying through the fusion buffer; the caller also keeps
- * a 16-bit average's pre-division there), no memory. */
+ * a 16-bit average's pre-division there). The pieces and segment tables
+ * are the plan's (grown with it), so a step allocates nothing here. */
 static int run_fused_in_place(hk_ctx *ctx, plan *p, uint32_t a, uint32_t k,
                               hk_status *st) {
   const int n = ctx->size;
@@ -428,13 +434,8 @@ static int run_fused_in_place(hk_ctx *ctx, plan *p, uint32_t a, uint32_t k,
   }
   const hk_wire_request *q0 = &p->h[p->order[a]]->req;
   const size_t esz = hk_dtype_size((hk_dtype)q0->dtype);
-  hk_shm_piece *pc = malloc((size_t)k * (size_t)n * sizeof *pc);
-  size_t *first = malloc((size_t)k * (size_t)(n + 1) * sizeof *first);
-  if (!pc || !first) {
-    free(pc);
-    free(first);
-    return -1;
-  }
+  hk_shm_piece *pc = p->pieces;
+  size_t *first = p->firsts;
   for (uint32_t i = 0; i < k; i++)
     hk_ring_default_segments(p->counts[i], n, first + (size_t)i * (n + 1));
   size_t np = 0; /* segment-major, as the layout: increasing offsets */
@@ -450,8 +451,6 @@ static int run_fused_in_place(hk_ctx *ctx, plan *p, uint32_t a, uint32_t k,
   hk_ring_finish fin = {it->divisor, 1.0, 1.0};
   *st = hk_ring_shm_allreduce_pieces(&ctx->ring, pc, np, p->seg,
                                      (hk_dtype)q0->dtype, (hk_op)q0->op, &fin);
-  free(pc);
-  free(first);
   return 0;
 }
 
