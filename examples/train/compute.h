@@ -31,6 +31,8 @@
 
 /** Room for a compute object's error message. */
 #define COMPUTE_ERR_CAP 512
+/** Threads per block of the CUDA row's kernels. */
+#define COMPUTE_THREADS 256
 
 typedef struct compute compute;
 
@@ -48,7 +50,9 @@ typedef struct compute_ops {
   /* bytes of row memory (uninitialised), or NULL with c->err set. */
   void *(*alloc)(compute *c, size_t bytes);
   void (*release)(compute *c, void *p);
-  /* host src -> row dst; the host buffer may be reused on return. */
+  /* host src -> row dst. The copy may still be in flight on return (the
+   * CUDA row queues it): src must stay unchanged until the next to_host
+   * has returned. */
   void (*to_dev)(compute *c, void *dst, const void *src, size_t bytes);
   /* row src -> host dst, after everything queued before; 0 or -1. */
   int (*to_host)(compute *c, void *dst, const void *src, size_t bytes);
@@ -104,8 +108,9 @@ typedef struct compute_ops {
 
 struct compute {
   const compute_ops *ops;
-  void *impl; /* the row's own state */
-  int failed; /* 1 after the first failure */
+  int device_index; /* the GPU a device row opens (compute_open sets it) */
+  void *impl;       /* the row's own state */
+  int failed;       /* 1 after the first failure */
   char err[COMPUTE_ERR_CAP];
 };
 
@@ -127,17 +132,27 @@ static inline int compute_failed(const compute *c) { return c->failed; }
 /** The module's file name (looked for beside `train`, then by dlopen's
  *  own search: LD_LIBRARY_PATH, the run path). */
 #define COMPUTE_CUDA_MODULE "libhk_train_cuda.so"
+/** This environment variable, when set, is the module's path (and no
+ *  other place is tried): for tests and relocated installs. Read until
+ *  a load succeeds; the loaded module then stays for the process. */
+#define COMPUTE_CUDA_MODULE_ENV "HK_TRAIN_CUDA_MODULE"
 
 /**
- * Opens the row `device` names ("cpu", "cuda" or "auto") into *c:
- * "cuda" loads COMPUTE_CUDA_MODULE from the folder of the running
- * executable (else dlopen's search), then opens it (a usable GPU).
- * "auto" is "cuda" when that works, else "cpu". Returns 0, or -1 with
- * err[cap] naming the device and why ("--device cuda: no CUDA device:
- * cudaGetDeviceCount: no CUDA-capable device is detected"). Close with
- * compute_close. Not thread-safe (dlopen once, at start-up).
+ * Opens the row `device` names ("cpu", "cuda" or "auto") into *c, on GPU
+ * device_index for a device row: "cuda" loads COMPUTE_CUDA_MODULE
+ * (COMPUTE_CUDA_MODULE_ENV's path when set; else from the folder of the
+ * running executable, else through dlopen's own search), then opens it (a
+ * usable GPU, its stream, cuBLAS). "auto" is "cuda" when that works, else
+ * "cpu", and then err[cap] says why cuda was not taken (empty otherwise).
+ * Returns 0; or -1 with err naming the device and why, e.g. "--device cuda: no
+ * CUDA device (cudaGetDeviceCount: no CUDA-capable device is detected)" or
+ * "--device cuda: libhk_train_cuda.so: cannot open shared object file
+ * ...". Close with compute_close (also after a failure). Not
+ * thread-safe: call it at start-up (the module stays loaded for the
+ * process's life, as the CUDA runtime expects).
  */
-int compute_open(compute *c, const char *device, char *err, size_t cap);
+int compute_open(compute *c, const char *device, int device_index, char *err,
+                 size_t cap);
 void compute_close(compute *c);
 
 #endif

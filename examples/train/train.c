@@ -104,6 +104,44 @@ static int round_stage(void *ctx, batch *b) {
   return 0;
 }
 
+/* Opens the compute row --device names (train.h); 0, or 1 / 2 with err. */
+static int open_device(trainer *t, const train_flags *f, char *err,
+                       size_t err_cap) {
+  const char *dev = f->device ? f->device : "auto";
+  int cuda = !strcmp(dev, "cuda");
+  if (!model_find(f->model)->any_row || t->inject_rank >= 0) {
+    if (cuda) {
+      snprintf(err, err_cap,
+               t->inject_rank >= 0
+                   ? "--device cuda: TRAIN_INJECT_OVERFLOW works on the CPU "
+                     "row only (use --device cpu)"
+                   : "--device cuda: --model %s runs on the CPU row only "
+                     "(--model cnn has a CUDA row)",
+               f->model);
+      return 2;
+    }
+    dev = "cpu";
+  }
+  const char *g = getenv("HK_GPU");
+  int index = g && *g ? atoi(g) : hk_local_rank();
+  if (compute_open(&t->cp, dev, index, t->device_note, sizeof t->device_note) !=
+      0) {
+    snprintf(err, err_cap, "%s", t->device_note);
+    return 1;
+  }
+  t->on_device = !t->cp.ops->host;
+  return 0;
+}
+
+/* The row's failure, if any, as the trainer's error. */
+static hk_status check_device(trainer *t) {
+  if (!t->on_device || !compute_failed(&t->cp) || t->failed)
+    return t->failed;
+  snprintf(t->err, sizeof t->err, "--device %s: %s", t->cp.ops->name,
+           t->cp.err);
+  return t->failed = HK_ERR_SYSTEM;
+}
+
 int trainer_init(trainer *t, const train_flags *f, const data_set *d, int rank,
                  int size, char *err, size_t err_cap) {
   memset(t, 0, sizeof *t);
@@ -138,13 +176,22 @@ int trainer_init(trainer *t, const train_flags *f, const data_set *d, int rank,
   rng_seed(&t->augment_rng, f->seed ^ 0x4155474D454E54ull ^
                                 ((uint64_t)rank * 0x9E3779B97F4A7C15ull));
 
+  if ((rc = open_device(t, f, err, err_cap)) != 0) {
+    trainer_free(t);
+    return rc;
+  }
   int rows = t->shard > TRAIN_EVAL_CHUNK ? t->shard : TRAIN_EVAL_CHUNK;
   optim_config oc = optim_defaults(f->optimizer);
   oc.weight_decay = f->weight_decay;
   oc.nesterov = f->nesterov;
-  if (model_create(&t->model, model_find(f->model), rows) != 0 ||
-      model_set_precision(&t->model, f->precision) != 0 ||
-      (f->precision != LOWP_FP32 &&
+  if (model_create_on(&t->model, model_find(f->model), rows, &t->cp) != 0) {
+    snprintf(err, err_cap, "--device %s: %s", t->cp.ops->name,
+             t->cp.err[0] ? t->cp.err : "out of memory");
+    trainer_free(t);
+    return 1;
+  }
+  if (model_set_precision(&t->model, f->precision) != 0 ||
+      (f->precision != LOWP_FP32 && !t->on_device &&
        !(t->g16 = malloc(t->model.n_params * sizeof *t->g16))) ||
       optim_init(&t->opt, &oc, t->model.n_params) != 0 ||
       !(t->grads = calloc(t->model.n_params, sizeof *t->grads)) ||
@@ -161,7 +208,8 @@ int trainer_init(trainer *t, const train_flags *f, const data_set *d, int rank,
 }
 
 void trainer_free(trainer *t) {
-  model_free(&t->model);
+  model_free(&t->model); /* before its row closes */
+  compute_close(&t->cp);
   optim_free(&t->opt);
   free(t->grads);
   free(t->g16);
@@ -219,7 +267,9 @@ static int launch(void *ctx, int tensor, float *grad, size_t count) {
     grad[0] *= INFINITY; /* the test hook (train.h) */
   void *buf = grad;
   hk_dtype type = HK_FLOAT32;
-  if (t->g16) {
+  if (t->on_device) /* grad is device memory, queued on the stream */
+    hk_set_stream(t->cp.ops->stream(&t->cp));
+  else if (t->g16) {
     buf = t->g16 + d.offset;
     type = t->model.lowp == LOWP_BF16 ? HK_BFLOAT16 : HK_FLOAT16;
     lowp_pack(buf, grad, count, t->model.lowp);
@@ -291,10 +341,20 @@ static hk_status step(trainer *t, double *loss, long *correct, double *wait_s) {
     model_forward(m, b->x, t->shard, 0);
   prefetch_release(&t->pipe);
   double w0 = progress_now();
-  for (int i = 0; i < t->launched; i++)
-    trainer_check(t, hk_wait(t->handles[i]), "gradient allreduce", NULL);
+  if (t->on_device) { /* the stream waits GPU-side, then one copy back */
+    void *s = t->cp.ops->stream(&t->cp);
+    for (int i = 0; i < t->launched; i++)
+      trainer_check(t, hk_wait_stream(t->handles[i], s), "gradient allreduce",
+                    NULL);
+    if (!t->failed)
+      (void)t->cp.ops->to_host(&t->cp, t->grads, m->dev_grads,
+                               m->n_params * sizeof *t->grads);
+  } else {
+    for (int i = 0; i < t->launched; i++)
+      trainer_check(t, hk_wait(t->handles[i]), "gradient allreduce", NULL);
+  }
   *wait_s += progress_now() - w0;
-  if (t->failed)
+  if (check_device(t) != HK_OK)
     return t->failed;
   if (!finish_gradients(t)) {
     if (t->inject_rank >= 0) /* the test hook's witness, on every rank */
@@ -329,6 +389,8 @@ static hk_status evaluate(trainer *t, double *acc) {
     lowp_round(t->eval.x, k * DATA_PIXELS, t->model.lowp);
     model_count_correct(&t->model, t->eval.x, t->eval.y, (int)k, &correct);
   }
+  if (check_device(t) != HK_OK)
+    return t->failed;
   int64_t total = correct;
   if (trainer_check(
           t, hk_allreduce("eval.correct", &total, &total, 1, HK_INT64, HK_SUM),

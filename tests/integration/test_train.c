@@ -588,6 +588,52 @@ static void test_usage_errors(void **state) {
   hkt_result_free(&r);
 }
 
+/* ---- --device: the compute row ---- */
+
+/* A bad name and the MLP on cuda are usage errors (2); --device cuda
+ * where no GPU (or no module) is: exit 1, every rank naming the device
+ * and why; where one is, the run says it ran on cuda. --device cpu runs
+ * and says so. */
+static void test_device(void **state) {
+  (void)state;
+  hkt_result r;
+  run_train(2, &r, "--device", "gpu", NULL);
+  assert_exit(&r, 2);
+  assert_every_rank_says(&r, 2, "--device: 'gpu' is not cpu, cuda or auto");
+  hkt_result_free(&r);
+
+  const char *dir = tiny_set("device");
+  run_train(2, &r, "--data", dir, "--device", "cuda", NULL);
+  assert_exit(&r, 2);
+  assert_every_rank_says(&r, 2,
+                         "--device cuda: --model mlp runs on the CPU row "
+                         "only (--model cnn has a CUDA row)");
+  hkt_result_free(&r);
+
+  run_train(2, &r, "--data", dir, "--device", "cuda", "--model", "cnn",
+            "--epochs", "1", NULL);
+  if (r.exited && r.exit_code == 0) { /* a GPU is here */
+    assert_non_null(strstr(r.out, ", device cuda\n"));
+    print_message("a GPU is here: --device cuda ran\n");
+  } else {
+    assert_exit(&r, 1);
+    assert_every_rank_says(&r, 2, "--device cuda: ");
+    if (!strstr(r.err, "--device cuda: no CUDA device (") &&
+        !strstr(r.err, "libhk_train_cuda.so")) {
+      dump(&r);
+      fail_msg("--device cuda failed without saying the GPU or the module "
+               "is missing");
+    }
+  }
+  hkt_result_free(&r);
+
+  run_train(1, &r, "--data", dir, "--device", "cpu", "--model", "cnn",
+            "--epochs", "1", NULL);
+  assert_exit(&r, 0);
+  assert_non_null(strstr(r.out, ", device cpu\n"));
+  hkt_result_free(&r);
+}
+
 /* ---- (e) the input pipeline ---- */
 
 static void assert_files_equal(const char *a, const char *b) {
@@ -1119,6 +1165,7 @@ int main(void) {
       cmocka_unit_test(test_low_precision_learns),
       cmocka_unit_test(test_fp16_overflow_skips_everywhere),
       cmocka_unit_test(test_lamb_plateau),
+      cmocka_unit_test(test_device),
       cmocka_unit_test(test_malformed_data),
       cmocka_unit_test(test_missing_data_dir),
       cmocka_unit_test(test_usage_errors),
