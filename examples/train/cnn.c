@@ -311,10 +311,14 @@ static const float *forward(model *m, const float *x, int N, int train) {
     o->to_dev(cp, c->dW, W, c->n_trainable * sizeof(float));
     o->to_dev(cp, c->dW + c->n_trainable, P + c->n_trainable,
               nb * sizeof(float));
-    o->to_dev(cp, c->dx, x,
-              (size_t)N * (size_t)c->s.h * (size_t)c->s.w * sizeof(float));
+    if (m->dev_x) { /* staged by the input pipeline */
+      x = m->dev_x;
+    } else {
+      o->to_dev(cp, c->dx, x,
+                (size_t)N * (size_t)c->s.h * (size_t)c->s.w * sizeof(float));
+      x = c->dx;
+    }
     W = P = c->dW;
-    x = c->dx;
   }
   block_forward(cp, &c->b[0], x, N, P, W, t, train, m->lowp);
   block_forward(cp, &c->b[1], c->b[0].out, N, P, W, t, train, m->lowp);

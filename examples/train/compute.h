@@ -104,6 +104,21 @@ typedef struct compute_ops {
   /* The row's compute stream (a cudaStream_t), NULL for the CPU row:
    * what the trainer hands hk_set_stream / hk_wait_stream. */
   void *(*stream)(compute *c);
+  /* Input staging (NULL on the CPU row): `slots` pairs of a pinned host
+   * buffer and a device buffer of `bytes` each, a copy stream of their
+   * own and an event per slot. stage_init on the compute thread, before
+   * any stage_put; 0 or -1 (c->err). */
+  int (*stage_init)(compute *c, int slots, size_t bytes);
+  /* On the input pipeline's thread (the only caller besides the compute
+   * thread's stage_take, which never touches the same slot at once):
+   * copies host (bytes <= stage_init's) into slot's pinned buffer, queues
+   * the copy onto the device on the copy stream and records the slot's
+   * event. 0, or -1 with c->stage_err (written by this thread only) set.
+   * The slot must not be in use by the compute stream any more. */
+  int (*stage_put)(compute *c, int slot, const void *host, size_t bytes);
+  /* On the compute thread: makes the compute stream wait (GPU-side) for
+   * slot's event and returns its device buffer. */
+  const float *(*stage_take)(compute *c, int slot);
 } compute_ops;
 
 struct compute {
@@ -112,6 +127,7 @@ struct compute {
   void *impl;       /* the row's own state */
   int failed;       /* 1 after the first failure */
   char err[COMPUTE_ERR_CAP];
+  char stage_err[COMPUTE_ERR_CAP]; /* stage_put's failure (its thread) */
 };
 
 /** The CPU row (compute_cpu.c); never fails. */

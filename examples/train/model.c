@@ -60,7 +60,9 @@ int model_set_precision(model *m, lowp_kind k) {
 const float *model_forward(model *m, const float *x, int B, int train) {
   if (m->compute)
     lowp_copy(m->compute, m->params, m->n_params, m->lowp);
-  return m->ops->forward(m, x, B, train);
+  const float *z = m->ops->forward(m, x, B, train);
+  m->dev_x = NULL;
+  return z;
 }
 
 model_tensor model_tensor_at(const model *m, int t) {

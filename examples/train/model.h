@@ -97,16 +97,20 @@ struct model {
   int n_tensors;   /* <= MODEL_MAX_TENSORS */
   int classes;
   int max_batch;
-  float *dlogits;   /* max_batch x classes, written by model_loss */
-  lowp_kind lowp;   /* compute precision; LOWP_FP32 after create */
-  float *compute;   /* the weights the passes read: params rounded to lowp
-                       by model_forward (owned; NULL for LOWP_FP32) */
-  compute *cp;      /* the row the passes run on (compute.h; not owned) */
-  float *dev_grads; /* rows whose memory is not the host's: the gradient
-                       buffer (n_params floats, row memory) backward
-                       writes and hands to `ready` instead of the caller's
-                       host buffer; NULL on the CPU row */
-  void *impl;       /* the kind's own state */
+  float *dlogits;     /* max_batch x classes, written by model_loss */
+  lowp_kind lowp;     /* compute precision; LOWP_FP32 after create */
+  float *compute;     /* the weights the passes read: params rounded to lowp
+                         by model_forward (owned; NULL for LOWP_FP32) */
+  compute *cp;        /* the row the passes run on (compute.h; not owned) */
+  float *dev_grads;   /* rows whose memory is not the host's: the gradient
+                         buffer (n_params floats, row memory) backward
+                         writes and hands to `ready` instead of the caller's
+                         host buffer; NULL on the CPU row */
+  const float *dev_x; /* rows whose memory is not the host's: when not
+                         NULL, the next model_forward reads its input
+                         from here (row memory, e.g. compute_ops.stage_take)
+                         instead of copying x over; model_forward clears it */
+  void *impl;         /* the kind's own state */
 };
 
 /** The ops of kind `name`, or NULL for an unknown name. */

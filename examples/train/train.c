@@ -104,6 +104,18 @@ static int round_stage(void *ctx, batch *b) {
   return 0;
 }
 
+/* The pipeline's stage on a device row: the rounding above, then the
+ * batch into its slot's pinned buffer and onto the device on the row's
+ * copy stream (compute_ops.stage_put), on the preparing thread. ctx: the
+ * trainer, whose model.lowp, pipe.slots and cp are set before the
+ * pipeline starts; the slot is the batch's index in the ring. */
+static int device_stage(void *ctx, batch *b) {
+  trainer *t = ctx;
+  lowp_round(b->x, b->n * DATA_PIXELS, t->model.lowp);
+  return t->cp.ops->stage_put(&t->cp, (int)(b - t->pipe.slots), b->x,
+                              b->n * DATA_PIXELS * sizeof(float));
+}
+
 /* Opens the compute row --device names (train.h); 0, or 1 / 2 with err. */
 static int open_device(trainer *t, const train_flags *f, char *err,
                        size_t err_cap) {
@@ -196,12 +208,23 @@ int trainer_init(trainer *t, const train_flags *f, const data_set *d, int rank,
       optim_init(&t->opt, &oc, t->model.n_params) != 0 ||
       !(t->grads = calloc(t->model.n_params, sizeof *t->grads)) ||
       batch_init(&t->eval, TRAIN_EVAL_CHUNK) != 0 ||
-      prefetch_init(&t->pipe, f->prefetch, (size_t)t->shard,
-                    f->precision != LOWP_FP32 ? round_stage : NULL,
-                    &t->model.lowp) != 0 ||
+      (t->on_device
+           ? prefetch_init(&t->pipe, f->prefetch, (size_t)t->shard,
+                           device_stage, t)
+           : prefetch_init(&t->pipe, f->prefetch, (size_t)t->shard,
+                           f->precision != LOWP_FP32 ? round_stage : NULL,
+                           &t->model.lowp)) != 0 ||
       !(t->perm = malloc(d->train.n * sizeof *t->perm))) {
     trainer_free(t);
     snprintf(err, err_cap, "out of memory");
+    return 1;
+  }
+  if (t->on_device && t->cp.ops->stage_init(&t->cp, t->pipe.n_slots,
+                                            (size_t)t->shard * DATA_PIXELS *
+                                                sizeof(float)) != 0) {
+    snprintf(err, err_cap, "--device %s: input staging: %s", t->cp.ops->name,
+             t->cp.err);
+    trainer_free(t);
     return 1;
   }
   return 0;
@@ -323,10 +346,14 @@ static float learning_rate(const trainer *t) {
 static hk_status step(trainer *t, double *loss, long *correct, double *wait_s) {
   const batch *b = prefetch_next(&t->pipe);
   if (!b) {
-    snprintf(t->err, sizeof t->err, "input pipeline: staging a batch failed");
+    snprintf(t->err, sizeof t->err,
+             "input pipeline: staging a batch failed%s%s",
+             t->cp.stage_err[0] ? ": " : "", t->cp.stage_err);
     return t->failed = HK_ERR_SYSTEM;
   }
   model *m = &t->model;
+  if (t->on_device) /* the compute stream waits for the batch's copy */
+    m->dev_x = t->cp.ops->stage_take(&t->cp, (int)(b - t->pipe.slots));
   const float *z = model_forward(m, b->x, t->shard, 1);
   *loss += model_loss(m, z, b->y, t->shard, correct);
   size_t nd = (size_t)t->shard * (size_t)m->classes;

@@ -48,7 +48,11 @@
  * exactly that work; the step then orders the compute stream after every
  * result (hk_wait_stream) and copies the reduced gradients to the host,
  * where the optimiser updates the float32 master weights as on the CPU
- * row. With bf16/fp16 the device gradients travel as float32
+ * row. The input pipeline's stage (on its thread) copies each prepared
+ * batch into a pinned buffer of its ring slot and onto the device on the
+ * row's copy stream, recording an event; the step makes the compute
+ * stream wait for that event (compute_ops.stage_*), so the copy overlaps
+ * the previous step. With bf16/fp16 the device gradients travel as float32
  * (HK_COMPRESSION=bf16|fp16 casts them inside hk); loss scaling works
  * alike. GPU index: HK_GPU, else the local rank (hk's own choice).
  *

@@ -19,6 +19,9 @@
  *   2e-4 of its largest element, and handed over in the same order;
  * - one AdamW step on each row's gradients: weights within 1e-5
  *   (AdamW's normalised step hides the gradients' last bits);
+ * - the input staged through a pinned slot and the copy stream gives
+ *   the logits of the input the forward copies itself, bit for bit; a
+ *   slot out of range is refused naming it;
  * - bf16: logits within 2e-2 relative (a bf16 rounding boundary crossed
  *   differently is one bf16 ulp, 2^-8 relative, and may carry on).
  */
@@ -203,6 +206,20 @@ static void test_cuda_matches_cpu(void **state) {
   assert_close(cpu.params, gpu.params, nt, 1e-5, "weights after AdamW");
   optim_free(&oa);
   optim_free(&ob);
+
+  /* the input through the staging slots (pinned, copy stream, event):
+   * the same logits as the input copied by the forward, bit for bit */
+  float z1[NB * 4], z2[NB * 4];
+  memcpy(z1, model_forward(&gpu, x, NB, 0), sizeof z1);
+  assert_int_equal(row.ops->stage_init(&row, 2, sizeof x), 0);
+  assert_int_equal(row.ops->stage_put(&row, 1, x, sizeof x), 0);
+  gpu.dev_x = row.ops->stage_take(&row, 1);
+  memcpy(z2, model_forward(&gpu, NULL, NB, 0), sizeof z2);
+  assert_null(gpu.dev_x); /* model_forward cleared it */
+  assert_int_equal(compute_failed(&row), 0);
+  assert_memory_equal(z1, z2, sizeof z1);
+  assert_int_equal(row.ops->stage_put(&row, 2, x, sizeof x), -1);
+  assert_non_null(strstr(row.stage_err, "slot 2 of 2"));
 
   /* bf16: the same passes in the low type on both rows */
   assert_int_equal(model_set_precision(&cpu, LOWP_BF16), 0);

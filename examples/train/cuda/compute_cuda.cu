@@ -41,9 +41,19 @@ extern "C" {
 #define BN_MOMENTUM 0.1f
 #define T COMPUTE_THREADS
 
+/* Most input staging slots (the pipeline's ring: --prefetch + 1). */
+#define MAX_SLOTS 65
+
 typedef struct cuda_row {
   cudaStream_t stream;
   cublasHandle_t blas;
+  /* input staging (stage_init) */
+  cudaStream_t copy;
+  int slots;
+  size_t slot_bytes;
+  void *pinned[MAX_SLOTS];
+  float *dev[MAX_SLOTS];
+  cudaEvent_t ready[MAX_SLOTS];
 } cuda_row;
 
 static void fail(compute *c, const char *fmt, ...) {
@@ -124,6 +134,18 @@ static void close_cuda(compute *c) {
     return;
   if (r->stream)
     (void)cudaStreamSynchronize(r->stream);
+  if (r->copy)
+    (void)cudaStreamSynchronize(r->copy);
+  for (int i = 0; i < r->slots; i++) {
+    if (r->ready[i])
+      (void)cudaEventDestroy(r->ready[i]);
+    if (r->dev[i])
+      (void)cudaFree(r->dev[i]);
+    if (r->pinned[i])
+      (void)cudaFreeHost(r->pinned[i]);
+  }
+  if (r->copy)
+    (void)cudaStreamDestroy(r->copy);
   if (r->blas)
     (void)cublasDestroy(r->blas);
   if (r->stream)
@@ -476,6 +498,67 @@ static void colsum_cuda(compute *c, const float *D, int N, int C, float *out) {
 
 static void *stream_cuda(compute *c) { return (void *)st(c); }
 
+static int stage_init_cuda(compute *c, int slots, size_t bytes) {
+  cuda_row *r = row(c);
+  if (c->failed)
+    return -1;
+  if (slots < 1 || slots > MAX_SLOTS || r->slots) {
+    fail(c, "stage_init: %d slots (1..%d, once)", slots, MAX_SLOTS);
+    return -1;
+  }
+  if (!ok(c, cudaStreamCreateWithFlags(&r->copy, cudaStreamNonBlocking),
+          "cudaStreamCreateWithFlags (copy stream)"))
+    return -1;
+  r->slot_bytes = bytes;
+  for (int i = 0; i < slots; i++) {
+    r->slots = i + 1; /* what close_cuda frees */
+    if (!ok(c, cudaMallocHost(&r->pinned[i], bytes ? bytes : 4),
+            "cudaMallocHost") ||
+        !ok(c, cudaMalloc((void **)&r->dev[i], bytes ? bytes : 4),
+            "cudaMalloc") ||
+        !ok(c, cudaEventCreateWithFlags(&r->ready[i], cudaEventDisableTiming),
+            "cudaEventCreateWithFlags"))
+      return -1;
+  }
+  return 0;
+}
+
+/* The pipeline's thread: its own error buffer, never c->err. */
+static int stage_fail(compute *c, cudaError_t e, const char *what) {
+  snprintf(c->stage_err, sizeof c->stage_err, "%s: %s", what,
+           cudaGetErrorString(e));
+  return -1;
+}
+
+static int stage_put_cuda(compute *c, int slot, const void *host,
+                          size_t bytes) {
+  cuda_row *r = row(c);
+  if (slot < 0 || slot >= r->slots || bytes > r->slot_bytes) {
+    snprintf(c->stage_err, sizeof c->stage_err,
+             "stage_put: slot %d of %d, %zu bytes of %zu", slot, r->slots,
+             bytes, r->slot_bytes);
+    return -1;
+  }
+  cudaError_t e = cudaSetDevice(c->device_index); /* this thread's device */
+  if (e != cudaSuccess)
+    return stage_fail(c, e, "cudaSetDevice (input pipeline)");
+  memcpy(r->pinned[slot], host, bytes);
+  if ((e = cudaMemcpyAsync(r->dev[slot], r->pinned[slot], bytes,
+                           cudaMemcpyHostToDevice, r->copy)) != cudaSuccess)
+    return stage_fail(c, e, "cudaMemcpyAsync (input, pinned to device)");
+  if ((e = cudaEventRecord(r->ready[slot], r->copy)) != cudaSuccess)
+    return stage_fail(c, e, "cudaEventRecord (input)");
+  return 0;
+}
+
+static const float *stage_take_cuda(compute *c, int slot) {
+  cuda_row *r = row(c);
+  if (!c->failed)
+    ok(c, cudaStreamWaitEvent(st(c), r->ready[slot], 0),
+       "cudaStreamWaitEvent (input)");
+  return r->dev[slot];
+}
+
 static const compute_ops cuda_ops = {
     /* .name = */ "cuda",
     /* .host = */ 0,
@@ -499,6 +582,9 @@ static const compute_ops cuda_ops = {
     /* .rows = */ rows_cuda,
     /* .colsum = */ colsum_cuda,
     /* .stream = */ stream_cuda,
+    /* .stage_init = */ stage_init_cuda,
+    /* .stage_put = */ stage_put_cuda,
+    /* .stage_take = */ stage_take_cuda,
 };
 
 /* The module's one entry point (COMPUTE_CUDA_SYMBOL). */
