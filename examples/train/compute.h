@@ -24,8 +24,10 @@
 #ifndef HK_TRAIN_COMPUTE_H
 #define HK_TRAIN_COMPUTE_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "lowp.h"
 
@@ -136,9 +138,18 @@ extern const compute_ops compute_cpu_ops;
 /** A shared, opened CPU compute object (static; never closed). */
 compute *compute_cpu(void);
 
-/** Records the first failure of c as one printf-formatted line. */
-void compute_fail(compute *c, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+/** Records the first failure of c as one printf-formatted line (inline:
+ *  the CUDA module uses it too, linking nothing of train's). */
+static inline __attribute__((format(printf, 2, 3))) void
+compute_fail(compute *c, const char *fmt, ...) {
+  if (c->failed)
+    return;
+  c->failed = 1;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(c->err, sizeof c->err, fmt, ap);
+  va_end(ap);
+}
 
 /** 1 when an operation of c has failed (c->err says which), else 0. */
 static inline int compute_failed(const compute *c) { return c->failed; }

@@ -8,23 +8,12 @@
 
 #include <cblas.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define BN_EPS 1e-5f
 #define BN_MOMENTUM 0.1f
-
-void compute_fail(compute *c, const char *fmt, ...) {
-  if (c->failed)
-    return;
-  c->failed = 1;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(c->err, sizeof c->err, fmt, ap);
-  va_end(ap);
-}
 
 static int open_cpu(compute *c) {
   (void)c;

@@ -56,28 +56,18 @@ typedef struct cuda_row {
   cudaEvent_t ready[MAX_SLOTS];
 } cuda_row;
 
-static void fail(compute *c, const char *fmt, ...) {
-  if (c->failed)
-    return;
-  c->failed = 1;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(c->err, sizeof c->err, fmt, ap);
-  va_end(ap);
-}
-
 /* 1 when call e succeeded; else records "<what>: <reason>". */
 static int ok(compute *c, cudaError_t e, const char *what) {
   if (e == cudaSuccess)
     return 1;
-  fail(c, "%s: %s", what, cudaGetErrorString(e));
+  compute_fail(c, "%s: %s", what, cudaGetErrorString(e));
   return 0;
 }
 
 static int blas_ok(compute *c, cublasStatus_t s, const char *what) {
   if (s == CUBLAS_STATUS_SUCCESS)
     return 1;
-  fail(c, "%s: %s", what, cublasGetStatusString(s));
+  compute_fail(c, "%s: %s", what, cublasGetStatusString(s));
   return 0;
 }
 
@@ -91,7 +81,7 @@ static unsigned blocks(size_t n) {
 }
 
 #define LOOP(i, n)                                                             \
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);     \
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);      \
        i += (size_t)gridDim.x * blockDim.x)
 
 /* Checks the launch just made (configuration errors; faults show later,
@@ -102,19 +92,20 @@ static int open_cuda(compute *c) {
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0) {
-    fail(c, "no CUDA device (cudaGetDeviceCount: %s)",
-         e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    compute_fail(c, "no CUDA device (cudaGetDeviceCount: %s)",
+                 e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
     (void)cudaGetLastError();
     return -1;
   }
   if (c->device_index < 0 || c->device_index >= count) {
-    fail(c, "device %d requested (HK_GPU, or the local rank), %d visible",
-         c->device_index, count);
+    compute_fail(c,
+                 "device %d requested (HK_GPU, or the local rank), %d visible",
+                 c->device_index, count);
     return -1;
   }
   cuda_row *r = (cuda_row *)calloc(1, sizeof *r);
   if (!r) {
-    fail(c, "out of memory");
+    compute_fail(c, "out of memory");
     return -1;
   }
   c->impl = r;
@@ -184,8 +175,7 @@ static int to_host_cuda(compute *c, void *dst, const void *src, size_t bytes) {
       !ok(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, st(c)),
           "cudaMemcpyAsync (device to host)"))
     return -1;
-  return ok(c, cudaStreamSynchronize(st(c)), "cudaStreamSynchronize") ? 0
-                                                                       : -1;
+  return ok(c, cudaStreamSynchronize(st(c)), "cudaStreamSynchronize") ? 0 : -1;
 }
 
 static void copy_cuda(compute *c, void *dst, const void *src, size_t bytes) {
@@ -271,8 +261,8 @@ static void col2im_cuda(compute *c, const float *dcol, int cin, int N, int h,
                         int w, float *dA) {
   if (c->failed)
     return;
-  k_col2im<<<blocks((size_t)cin * N * h * w), T, 0, st(c)>>>(dcol, cin, N, h,
-                                                             w, dA);
+  k_col2im<<<blocks((size_t)cin * N * h * w), T, 0, st(c)>>>(dcol, cin, N, h, w,
+                                                             dA);
   LAUNCHED(c, "col2im");
 }
 
@@ -318,10 +308,9 @@ __global__ void k_bn_stats(const float *Z, size_t n, float *rm, float *rv,
   }
 }
 
-__global__ void k_bn_apply(const float *Z, int C, size_t n,
-                           const float *gamma, const float *beta,
-                           const float *mean, const float *invstd,
-                           float *xhat, float *Y) {
+__global__ void k_bn_apply(const float *Z, int C, size_t n, const float *gamma,
+                           const float *beta, const float *mean,
+                           const float *invstd, float *xhat, float *Y) {
   LOOP(i, (size_t)C * n) {
     size_t c = i / n;
     float xh = (Z[i] - mean[c]) * invstd[c];
@@ -340,8 +329,8 @@ static void bn_relu_cuda(compute *c, const float *Z, int C, size_t n,
   k_bn_stats<<<C, T, 0, st(c)>>>(Z, n, rm, rv, train, mean, invstd);
   if (!LAUNCHED(c, "bn_stats"))
     return;
-  k_bn_apply<<<blocks((size_t)C * n), T, 0, st(c)>>>(Z, C, n, gamma, beta,
-                                                     mean, invstd, xhat, Y);
+  k_bn_apply<<<blocks((size_t)C * n), T, 0, st(c)>>>(Z, C, n, gamma, beta, mean,
+                                                     invstd, xhat, Y);
   LAUNCHED(c, "bn_apply");
 }
 
@@ -369,8 +358,8 @@ static void pool_cuda(compute *c, const float *Y, int C, int N, int h, int w,
                       float *out, uint32_t *arg) {
   if (c->failed)
     return;
-  k_pool<<<blocks((size_t)C * N * h * w / 4), T, 0, st(c)>>>(Y, C, N, h, w,
-                                                             out, arg);
+  k_pool<<<blocks((size_t)C * N * h * w / 4), T, 0, st(c)>>>(Y, C, N, h, w, out,
+                                                             arg);
   LAUNCHED(c, "pool");
 }
 
@@ -394,8 +383,7 @@ static void pool_back_cuda(compute *c, const float *Y, const uint32_t *arg,
   if (!ok(c, cudaMemsetAsync(dY, 0, (size_t)C * n * sizeof(float), st(c)),
           "cudaMemsetAsync"))
     return;
-  k_pool_back<<<blocks((size_t)C * n / 4), T, 0, st(c)>>>(Y, arg, dP, C, n,
-                                                          dY);
+  k_pool_back<<<blocks((size_t)C * n / 4), T, 0, st(c)>>>(Y, arg, dP, C, n, dY);
   LAUNCHED(c, "pool_back");
 }
 
@@ -503,7 +491,7 @@ static int stage_init_cuda(compute *c, int slots, size_t bytes) {
   if (c->failed)
     return -1;
   if (slots < 1 || slots > MAX_SLOTS || r->slots) {
-    fail(c, "stage_init: %d slots (1..%d, once)", slots, MAX_SLOTS);
+    compute_fail(c, "stage_init: %d slots (1..%d, once)", slots, MAX_SLOTS);
     return -1;
   }
   if (!ok(c, cudaStreamCreateWithFlags(&r->copy, cudaStreamNonBlocking),
