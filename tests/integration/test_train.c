@@ -645,6 +645,41 @@ static void assert_files_equal(const char *a, const char *b) {
   free(y);
 }
 
+/* The trainer's device path without a GPU: `--device cuda` with a
+ * stand-in module (tests/unit/train_fake_row.c: the CPU row's arithmetic
+ * behind the device interface) runs the model on the row's own buffers,
+ * hands the gradients to hk from them with hk_set_stream/hk_wait_stream,
+ * copies them back and stages the batches through the row's slots: the
+ * weights on every rank must equal the CPU row's bit for bit. */
+static void test_device_path_fake_row(void **state) {
+  (void)state;
+  const char *dir = tiny_set("fakerow");
+  char ref[160], dev[160], a[200], b[200];
+  snprintf(ref, sizeof ref, "%s/rowcpu", tmp);
+  snprintf(dev, sizeof dev, "%s/rowfake", tmp);
+  hkt_result r;
+  run_train(2, &r, "--data", dir, "--model", "cnn", "--epochs", "2",
+            "--batch-size", "16", "--augment", "--device", "cpu", "--save-all",
+            ref, NULL);
+  assert_exit(&r, 0);
+  hkt_result_free(&r);
+  char *env[] = {"HK_TRAIN_CUDA_MODULE=" FAKE_ROW_PATH, NULL};
+  run_train_env(2, env, &r, "--data", dir, "--model", "cnn", "--epochs", "2",
+                "--batch-size", "16", "--augment", "--device", "cuda",
+                "--save-all", dev, NULL);
+  assert_exit(&r, 0);
+  if (!strstr(r.out, ", device fake\n")) {
+    dump(&r);
+    fail_msg("the stand-in row did not run");
+  }
+  hkt_result_free(&r);
+  for (int rank = 0; rank < 2; rank++) {
+    snprintf(a, sizeof a, "%s.%d", ref, rank);
+    snprintf(b, sizeof b, "%s.%d", dev, rank);
+    assert_files_equal(a, b);
+  }
+}
+
 /* Prefetching (and its thread) changes nothing computed: with augmentation
  * on, --prefetch 0 and 4 end with bitwise equal weights on every rank. */
 static void test_prefetch_same_weights(void **state) {
@@ -1166,6 +1201,7 @@ int main(void) {
       cmocka_unit_test(test_fp16_overflow_skips_everywhere),
       cmocka_unit_test(test_lamb_plateau),
       cmocka_unit_test(test_device),
+      cmocka_unit_test(test_device_path_fake_row),
       cmocka_unit_test(test_malformed_data),
       cmocka_unit_test(test_missing_data_dir),
       cmocka_unit_test(test_usage_errors),
