@@ -136,10 +136,39 @@ static int open_device(trainer *t, const train_flags *f, char *err,
   }
   const char *g = getenv("HK_GPU");
   int index = g && *g ? atoi(g) : hk_local_rank();
-  if (compute_open(&t->cp, dev, index, t->device_note, sizeof t->device_note) !=
-      0) {
-    snprintf(err, err_cap, "%s", t->device_note);
+  int failed = compute_open(&t->cp, dev, index, t->device_note,
+                            sizeof t->device_note) != 0;
+  int on_host = !t->cp.ops || t->cp.ops->host;
+  /* Every rank learns whether some rank could not open its row, or
+   * (auto) ended on the CPU: then all fail (cuda) or all run on the CPU
+   * (auto), never a mix of device and host tensors. Lowest such rank:
+   * the max of -rank. */
+  int64_t v[4] = {failed, failed ? -(int64_t)t->rank : -(int64_t)t->size,
+                  on_host, on_host ? -(int64_t)t->rank : -(int64_t)t->size};
+  hk_status st = hk_allreduce("device.agree", v, v, 4, HK_INT64, HK_MAX);
+  if (st != HK_OK) {
+    snprintf(err, err_cap, "hk_allreduce device.agree: %s: %s", hk_strerror(st),
+             hk_last_error());
     return 1;
+  }
+  if (v[0]) {
+    if (failed)
+      snprintf(err, err_cap, "%s", t->device_note);
+    else
+      snprintf(err, err_cap, "--device %s: rank %d could not open it", dev,
+               (int)-v[1]);
+    return 1;
+  }
+  if (v[2] && !on_host) { /* auto, and some rank is on the CPU */
+    compute_close(&t->cp);
+    snprintf(t->device_note, sizeof t->device_note,
+             "--device auto: rank %d runs on the cpu, so every rank does",
+             (int)-v[3]);
+    char why[COMPUTE_ERR_CAP + 64];
+    if (compute_open(&t->cp, "cpu", 0, why, sizeof why) != 0) {
+      snprintf(err, err_cap, "%s", why);
+      return 1;
+    }
   }
   t->on_device = !t->cp.ops->host;
   return 0;

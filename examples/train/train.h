@@ -54,7 +54,11 @@
  * stream wait for that event (compute_ops.stage_*), so the copy overlaps
  * the previous step. With bf16/fp16 the device gradients travel as float32
  * (HK_COMPRESSION=bf16|fp16 casts them inside hk); loss scaling works
- * alike. GPU index: HK_GPU, else the local rank (hk's own choice).
+ * alike. GPU index: HK_GPU, else the local rank (hk's own choice). The
+ * ranks agree on the row (one hk allreduce in trainer_init): if a rank
+ * cannot open --device cuda every rank fails; with auto, if one rank
+ * ends on the CPU, every rank does (hk refuses a tensor that is on the
+ * device on some ranks and on the host on others).
  *
  * Test hook: the environment variable TRAIN_INJECT_OVERFLOW="R:S" (fp16
  * only) makes rank R multiply the first element of its first gradient
@@ -150,7 +154,8 @@ typedef struct epoch_stats {
  * --global-batch-size divides by size and that the training set holds at
  * least one global batch. Returns 0; or, with a message in err, 2 for a
  * batch/world-size/data-size combination that cannot train (a usage error,
- * the same on every rank: nothing here communicates) or 1 when out of
+ * the same on every rank, checked before the one collective here, the
+ * device agreement above) or 1 when out of
  * memory, with no thread for the pipeline, or when --device cuda cannot
  * be opened (err: "--device cuda: no CUDA device (...)"); --device cuda
  * with the MLP or with TRAIN_INJECT_OVERFLOW, and a malformed

@@ -80,6 +80,10 @@ static void train_argv(char **argv, char *nps, int np, va_list ap) {
   argv[k++] = nps;
   argv[k++] = "--";
   argv[k++] = TRAIN_PATH;
+  /* the CPU row, which these tests' exact figures are for, also where a
+   * GPU is (a test's own --device comes later and wins) */
+  argv[k++] = "--device";
+  argv[k++] = "cpu";
   char *a;
   while ((a = va_arg(ap, char *)) != NULL && k < 39)
     argv[k++] = a;
@@ -610,14 +614,14 @@ static void test_device(void **state) {
                          "only (--model cnn has a CUDA row)");
   hkt_result_free(&r);
 
-  run_train(2, &r, "--data", dir, "--device", "cuda", "--model", "cnn",
+  run_train(1, &r, "--data", dir, "--device", "cuda", "--model", "cnn",
             "--epochs", "1", NULL);
   if (r.exited && r.exit_code == 0) { /* a GPU is here */
     assert_non_null(strstr(r.out, ", device cuda\n"));
     print_message("a GPU is here: --device cuda ran\n");
   } else {
     assert_exit(&r, 1);
-    assert_every_rank_says(&r, 2, "--device cuda: ");
+    assert_every_rank_says(&r, 1, "--device cuda: ");
     if (!strstr(r.err, "--device cuda: no CUDA device (") &&
         !strstr(r.err, "libhk_train_cuda.so")) {
       dump(&r);
@@ -631,6 +635,31 @@ static void test_device(void **state) {
             "--epochs", "1", NULL);
   assert_exit(&r, 0);
   assert_non_null(strstr(r.out, ", device cpu\n"));
+  hkt_result_free(&r);
+
+  /* The ranks agree on the row. The stand-in row opens device 0 only, so
+   * at np 2 rank 1 (local rank 1) cannot: with cuda every rank fails,
+   * rank 1 saying why and rank 0 who; with auto both run on the cpu. */
+  char *env[] = {"HK_TRAIN_CUDA_MODULE=" FAKE_ROW_PATH, NULL};
+  run_train_env(2, env, &r, "--data", dir, "--device", "cuda", "--model", "cnn",
+                "--epochs", "1", NULL);
+  assert_exit(&r, 1);
+  assert_int_equal(hkt_count_lines(r.err, "[1] train: --device cuda: fake: "
+                                          "device 1 requested, only device 0 "
+                                          "here"),
+                   1);
+  assert_int_equal(hkt_count_lines(r.err,
+                                   "[0] train: --device cuda: rank 1 could not "
+                                   "open it"),
+                   1);
+  hkt_result_free(&r);
+  run_train_env(2, env, &r, "--data", dir, "--device", "auto", "--model", "cnn",
+                "--epochs", "1", NULL);
+  assert_exit(&r, 0);
+  assert_non_null(strstr(r.out, ", device cpu\n"));
+  assert_non_null(strstr(r.out, "[0] train: --device auto: rank 1 runs on "
+                                "the cpu, so every rank does; running on "
+                                "the cpu\n"));
   hkt_result_free(&r);
 }
 
@@ -663,7 +692,7 @@ static void test_device_path_fake_row(void **state) {
             ref, NULL);
   assert_exit(&r, 0);
   hkt_result_free(&r);
-  char *env[] = {"HK_TRAIN_CUDA_MODULE=" FAKE_ROW_PATH, NULL};
+  char *env[] = {"HK_TRAIN_CUDA_MODULE=" FAKE_ROW_PATH, "HK_GPU=0", NULL};
   run_train_env(2, env, &r, "--data", dir, "--model", "cnn", "--epochs", "2",
                 "--batch-size", "16", "--augment", "--device", "cuda",
                 "--save-all", dev, NULL);

@@ -10,9 +10,10 @@
  * pipeline's staging slots. Same arithmetic, so the weights must equal
  * the CPU row's bit for bit (tests/integration/test_train.c).
  *
- * Row name "fake". Staging: malloc'd slots, stage_put a memcpy on the
- * pipeline's thread, stage_take the slot's buffer (the pipeline's lock
- * orders the two).
+ * Row name "fake"; only device 0 opens (a one-GPU machine: at np 2 the
+ * local rank 1 fails unless HK_GPU=0). Staging: malloc'd slots, stage_put a
+ * memcpy on the pipeline's thread, stage_take the slot's buffer (the pipeline's
+ * lock orders the two).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,11 @@ typedef struct fake {
 } fake;
 
 static int open_fake(compute *c) {
+  if (c->device_index != 0) { /* a machine with one GPU */
+    compute_fail(c, "fake: device %d requested, only device 0 here",
+                 c->device_index);
+    return -1;
+  }
   if (!(c->impl = calloc(1, sizeof(fake)))) {
     compute_fail(c, "out of memory");
     return -1;
