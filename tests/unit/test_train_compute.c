@@ -8,7 +8,10 @@
  * "auto" always opens, on cuda or with a note saying why not.
  *
  * With a GPU (the module built and a device seen; else skipped, unless
- * HK_TEST_GPU=1 turns the skip into a failure naming why): the same CNN
+ * HK_TEST_GPU=1 turns the skip into a failure naming why), or with the
+ * module TEST_TRAIN_ROW_MODULE names instead (ctest's
+ * test_train_compute_fake: the stand-in row tests/unit/train_fake_row.c,
+ * so that this test's own logic runs in CI): the same CNN
  * (shape 12x12, c1 3, c2 5, classes 4, batch 6, random weights and
  * batch-norm parameters) on both rows:
  * - training forward: logits within 1e-4 (relative to the largest
@@ -17,8 +20,11 @@
  * - running statistics after it: within 1e-5 relative;
  * - backward from the same dLoss/dlogits: every gradient tensor within
  *   2e-4 of its largest element, and handed over in the same order;
- * - one AdamW step on each row's gradients: weights within 1e-5
- *   (AdamW's normalised step hides the gradients' last bits);
+ * - one AdamW step on each row's gradients: the first step moves each
+ *   weight by about lr sign(g), so weights agree within 1e-6 wherever
+ *   the gradient is above 1e-4 of its tensor's largest (below, a sign
+ *   flip at rounding level may move a weight by 2 lr), and every weight
+ *   within 2.5 lr;
  * - the input staged through a pinned slot and the copy stream gives
  *   the logits of the input the forward copies itself, bit for bit; a
  *   slot out of range is refused naming it;
@@ -54,10 +60,14 @@ static void test_open_names(void **state) {
   assert_int_equal(compute_open(&c, "cuda", 0, err, sizeof err), -1);
   assert_non_null(strstr(err, "/nonexistent/libhk_train_cuda.so"));
   compute_close(&c);
+  const char *row = getenv("TEST_TRAIN_ROW_MODULE");
+  if (row && *row)
+    setenv(COMPUTE_CUDA_MODULE_ENV, row, 1);
+  else
 #ifdef TRAIN_CUDA_MODULE
-  setenv(COMPUTE_CUDA_MODULE_ENV, TRAIN_CUDA_MODULE, 1);
+    setenv(COMPUTE_CUDA_MODULE_ENV, TRAIN_CUDA_MODULE, 1);
 #else
-  unsetenv(COMPUTE_CUDA_MODULE_ENV);
+    unsetenv(COMPUTE_CUDA_MODULE_ENV);
 #endif
 
   assert_int_equal(compute_open(&c, "cpu", 0, err, sizeof err), 0);
@@ -71,8 +81,7 @@ static void test_open_names(void **state) {
   compute_close(&c);
 
   if (compute_open(&c, "cuda", 0, err, sizeof err) == 0) {
-    assert_string_equal(c.ops->name, "cuda");
-    assert_int_equal(c.ops->host, 0);
+    assert_int_equal(c.ops->host, 0); /* "cuda", or the stand-in */
   } else {
     assert_int_equal(strncmp(err, "--device cuda: ", 15), 0);
     assert_true(strlen(err) > 20); /* and says why */
@@ -203,7 +212,21 @@ static void test_cuda_matches_cpu(void **state) {
     optim_update(&ob, gpu.params + d.offset, gg + d.offset, d.offset, d.count,
                  1e-3f, d.decay);
   }
-  assert_close(cpu.params, gpu.params, nt, 1e-5, "weights after AdamW");
+  for (int t = 0; t < cpu.n_tensors; t++) {
+    model_tensor d = model_tensor_at(&cpu, t);
+    double big = 0.0;
+    for (size_t i = 0; d.trainable && i < d.count; i++)
+      big = fmax(big, fabs((double)gc[d.offset + i]));
+    for (size_t i = 0; d.trainable && i < d.count; i++) {
+      size_t k = d.offset + i;
+      double diff = fabs((double)cpu.params[k] - (double)gpu.params[k]);
+      double tol = fabs((double)gc[k]) > 1e-4 * big ? 1e-6 : 2.5e-3;
+      if (diff > tol)
+        fail_msg("%s[%zu] after AdamW: %g vs %g (gradient %g vs %g)", d.name, i,
+                 (double)cpu.params[k], (double)gpu.params[k], (double)gc[k],
+                 (double)gg[k]);
+    }
+  }
   optim_free(&oa);
   optim_free(&ob);
 

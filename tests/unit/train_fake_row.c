@@ -15,6 +15,7 @@
  * memcpy on the pipeline's thread, stage_take the slot's buffer (the pipeline's
  * lock orders the two).
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -70,7 +71,9 @@ static int stage_put_fake(compute *c, int slot, const void *host,
                           size_t bytes) {
   fake *f = c->impl;
   if (slot < 0 || slot >= f->slots || bytes > f->bytes) {
-    strcpy(c->stage_err, "stage_put: bad slot");
+    snprintf(c->stage_err, sizeof c->stage_err,
+             "stage_put: slot %d of %d, %zu bytes of %zu", slot, f->slots,
+             bytes, f->bytes);
     return -1;
   }
   memcpy(f->slot[slot], host, bytes);
