@@ -25,6 +25,16 @@
 #   pair*     two processes on the GPU in one NCCL communicator: plain,
 #             NCCL_MULTI_RANK_GPU_ENABLE=1 (NCCL 2.30+; older ones ignore
 #             it), and a NCCL_HOSTID per process over loopback sockets
+#   train-vs-torch  examples/train's CNN: `train --device cuda --model cnn
+#             --precision bf16` at np 1 and the same model in PyTorch
+#             (examples/train/torch_cnn.py, bf16 autocast) at the same batch
+#             size, 3 rounds interleaved, 1 epoch of up to
+#             DEVICE_CHECK_TRAIN_SAMPLES (8000) samples each (each run
+#             under 25 s); samples/s,
+#             accuracy, data wait of both and the ratio go to the summary.
+#             Data: DEVICE_CHECK_DATA, /usr/share/datasets/fashion-mnist,
+#             .devdeps/fashion-mnist (scripts/device-deps.sh), else a
+#             synthetic IDX set (random pixels: speed only, accuracy ~0.1)
 #   ctest     every test with HK_DEVICE=cuda HK_TEST_GPU=1, except label
 #             netbed (several hosts in network namespaces: needs ip, tc,
 #             CAP_NET_ADMIN, and 2-3 minutes; not a GPU matter), and
@@ -339,6 +349,73 @@ if [ $FAILED = 0 ]; then
   fi
 fi
 
+# ---- examples/train's CNN next to the same model in PyTorch ----
+# synth_idx DIR N_TRAIN N_TEST: random Fashion-MNIST-shaped IDX files
+synth_idx() {
+  python3 - "$@" <<'PY'
+import gzip, os, random, struct, sys
+d, ntr, nte = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+os.makedirs(d, exist_ok=True)
+rnd = random.Random(1)
+for prefix, n in (("train", ntr), ("t10k", nte)):
+    with gzip.open(os.path.join(d, prefix + "-images-idx3-ubyte.gz"), "wb") as f:
+        f.write(struct.pack(">IIII", 0x803, n, 28, 28) + rnd.randbytes(n * 784))
+    with gzip.open(os.path.join(d, prefix + "-labels-idx1-ubyte.gz"), "wb") as f:
+        f.write(struct.pack(">II", 0x801, n) +
+                bytes(rnd.randrange(10) for _ in range(n)))
+PY
+}
+# median of the numbers on stdin
+median() { sort -g | awk '{v[NR] = $1} END {if (NR) print v[int((NR + 1) / 2)]}'; }
+# train_vs_torch: 3 rounds of train then torch_cnn.py, same data, batch
+# and precision; prints "train-vs-torch: ..." lines for the summary
+train_vs_torch() {
+  local data="" d
+  for d in "${DEVICE_CHECK_DATA:-}" /usr/share/datasets/fashion-mnist \
+    "$DEPS/fashion-mnist"; do
+    if [ -n "$d" ] && [ -e "$d/train-images-idx3-ubyte.gz" ]; then
+      data=$d
+      break
+    fi
+  done
+  local kind=fashion-mnist
+  if [ -z "$data" ]; then
+    data=$WORK/synthetic-idx
+    kind="synthetic (random pixels: accuracy means nothing)"
+    synth_idx "$data" "${DEVICE_CHECK_TRAIN_SAMPLES:-8000}" 2000 || return 1
+  fi
+  local n=${DEVICE_CHECK_TRAIN_SAMPLES:-8000} b=32 r line rc=0
+  local args=(--data "$data" --limit-train "$n" --limit-test 2000
+    --batch-size "$b" --epochs 1 --precision bf16)
+  echo "data: $data ($kind)"
+  : >"$WORK/tvt-hk" && : >"$WORK/tvt-torch"
+  for r in 1 2 3; do
+    line=$(timeout 25 "$BUILD/hkrun" -np 1 "$BUILD/train" --device cuda \
+      --model cnn --prefetch 2 "${args[@]}" 2>&1 | tee /dev/stderr |
+      grep -m1 'epoch 1 loss')
+    [ -n "$line" ] || rc=1
+    # "[0] epoch 1 loss L test_acc A train_acc T samples/s S data_wait D% ..."
+    echo "$line" | awk '{for (i = 1; i < NF; i++) {
+      if ($i == "samples/s") s = $(i + 1); if ($i == "test_acc") a = $(i + 1)
+      if ($i == "data_wait") w = $(i + 1)} print s, a, w}' >>"$WORK/tvt-hk"
+    line=$(timeout 25 python3 "$ROOT/examples/train/torch_cnn.py" \
+      --device cuda "${args[@]}" 2>&1 | tee /dev/stderr | grep -m1 '^torch_cnn:')
+    [ -n "$line" ] || rc=1
+    echo "$line" | awk '{for (i = 1; i < NF; i++) {
+      if ($i == "samples/s") s = $(i + 1); if ($i == "test_acc") a = $(i + 1)
+      if ($i == "data_wait") w = $(i + 1)} print s, a, w}' >>"$WORK/tvt-torch"
+  done
+  local hs ts
+  hs=$(awk '{print $1}' "$WORK/tvt-hk" | median)
+  ts=$(awk '{print $1}' "$WORK/tvt-torch" | median)
+  echo "train-vs-torch: data $kind, $n samples, batch $b, bf16, 1 epoch, 3 rounds interleaved"
+  echo "train-vs-torch: hk train --device cuda (samples/s test_acc data_wait per round): $(tr '\n' ';' <"$WORK/tvt-hk")"
+  echo "train-vs-torch: torch_cnn.py (samples/s test_acc data_wait per round): $(tr '\n' ';' <"$WORK/tvt-torch")"
+  echo "train-vs-torch: median samples/s hk ${hs:-?} torch ${ts:-?} ratio hk/torch $(awk -v h="${hs:-0}" -v t="${ts:-0}" 'BEGIN {if (t > 0) printf "%.2f", h / t; else print "?"}')"
+  return $rc
+}
+export -f synth_idx median train_vs_torch
+
 # (DEVICE_CHECK_FORCE on a machine without a GPU: auto, so that what
 # does not need a GPU still passes)
 if [ "$TEST_GPU" = 1 ]; then
@@ -356,6 +433,9 @@ if [ $BUILT = 1 ]; then
   for f in pair pair-multi-rank pair-hostid; do
     log "  $f: $(grep -h '^cuda_pair: \(works\|refused\|FAILED\|skipped\)' "$OUT"/*-"$f".log)"
   done
+  step train-vs-torch 160 withlibs train_vs_torch
+  grep -h '^train-vs-torch:' "$OUT"/*-train-vs-torch.log | sed 's/^/  /' |
+    tee -a "$SUMMARY"
   # test_hosts_cli compares hkrun's mpirun command, which forwards every
   # HK_* variable set (-x HK_DEVICE -x HK_TEST_GPU here), with a fixed
   # list: it runs alone, without them

@@ -9,6 +9,10 @@
 #   .devdeps/nccl/     this machine's nccl.h (CUDA's), for an NCCL wheel
 #                      that ships no header
 #   .devdeps/MANIFEST  package, version and size of every .deb
+#   .devdeps/fashion-mnist/  the first DEVDEPS_DATA (8000; 0: none)
+#                      training and 2000 test records of this machine's
+#                      Fashion-MNIST (Debian's dataset-fashion-mnist), for
+#                      device-check.sh's train-vs-torch step (~4 MB)
 # .devdeps/ is git-ignored; it travels as a carried folder. The device
 # tool carries at most 64 MiB in all (tree + carried folders): the script
 # prints the total and fails above DEVDEPS_LIMIT_MB (default 60).
@@ -60,6 +64,32 @@ rm -f "$out/apt.err"
 
 if [ -f /usr/local/cuda/include/nccl.h ]; then
   cp /usr/local/cuda/include/nccl.h "$out/nccl/"
+fi
+
+# the head of each IDX file: header with the count rewritten, n records
+rm -rf "$out/fashion-mnist"
+data=/usr/share/datasets/fashion-mnist
+if [ "${DEVDEPS_DATA:-8000}" != 0 ] && [ -e "$data/t10k-labels-idx1-ubyte.gz" ]; then
+  python3 - "$data" "$out/fashion-mnist" "${DEVDEPS_DATA:-8000}" <<'PY'
+import gzip, os, struct, sys
+src, dst, ntrain = sys.argv[1], sys.argv[2], int(sys.argv[3])
+os.makedirs(dst, exist_ok=True)
+for name, n in (("train-images-idx3-ubyte", ntrain), ("train-labels-idx1-ubyte", ntrain),
+                ("t10k-images-idx3-ubyte", 2000), ("t10k-labels-idx1-ubyte", 2000)):
+    with gzip.open(os.path.join(src, name + ".gz"), "rb") as f:
+        data = f.read()
+    dims = data[3]
+    shape = list(struct.unpack(">" + "I" * dims, data[4:4 + 4 * dims]))
+    n = min(n, shape[0])
+    rec = 1
+    for d in shape[1:]:
+        rec *= d
+    shape[0] = n
+    head = data[:4] + struct.pack(">" + "I" * dims, *shape)
+    body = data[4 + 4 * dims:4 + 4 * dims + n * rec]
+    with gzip.open(os.path.join(dst, name + ".gz"), "wb") as f:
+        f.write(head + body)
+PY
 fi
 
 (

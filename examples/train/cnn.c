@@ -16,14 +16,10 @@
  */
 #include "cnn.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define BN_EPS 1e-5f
-#define BN_MOMENTUM 0.1f
 
 enum {
   T_CONV1,
@@ -52,22 +48,31 @@ typedef struct block {
   uint32_t *arg;             /* argmax of each window, index into y's plane */
   float *mean, *invstd;      /* cout, of the last forward */
   float *dg, *db;            /* cout: this pass's gamma and beta gradients */
-  const float *in;           /* input of the last forward (not owned) */
 } block;
 
+/* Every pointer below but params, dlogits and hlogits is the compute
+ * row's memory (compute.h); on a host row dW, dG, dx and ddl are NULL
+ * and the passes read the model's own host buffers instead. */
 typedef struct cnn {
   cnn_shape s;
+  compute *cp; /* the row the passes run on (not owned) */
   model_tensor t[T_COUNT];
   size_t n_trainable; /* floats before the buffers */
-  int feat;           /* c2 * (h/4) * (w/4) */
+  size_t n_params;
+  int feat; /* c2 * (h/4) * (w/4) */
   block b[2];
   float *flat;    /* N x feat */
   float *logits;  /* N x classes */
-  float *dlogits; /* N x classes */
   float *dflat;   /* N x feat */
   float *dp2;     /* c2 x N*(h/4)*(w/4) */
   float *dp1;     /* c1 x N*(h/2)*(w/2) */
-  float *params;  /* n_params, owned */
+  float *params;  /* n_params, host, owned */
+  float *dlogits; /* N x classes, host (model_loss writes it) */
+  float *hlogits; /* N x classes, host copy of logits (device rows) */
+  float *dW;      /* device rows: the weights and running statistics */
+  float *dG;      /* device rows: the gradients (params' layout) */
+  float *dx;      /* device rows: the input batch */
+  float *ddl;     /* device rows: dlogits */
   int B;          /* batch of the last forward */
 } cnn;
 
@@ -106,18 +111,29 @@ static void lay_out(cnn *c) {
     if (i == T_FC_B)
       c->n_trainable = off;
   }
+  c->n_params = off;
 }
 
-static int block_alloc(block *b, int N) {
+/* Row memory of `floats` 4-byte words (NULL on failure: cp->err says). */
+static void *row_alloc(compute *cp, size_t floats) {
+  return cp->ops->alloc(cp, floats * sizeof(float));
+}
+
+static void row_free(compute *cp, void *p) {
+  if (p)
+    cp->ops->release(cp, p);
+}
+
+static int block_alloc(compute *cp, block *b, int N) {
   size_t n = (size_t)N * (size_t)b->h * (size_t)b->w;
   size_t np = n / 4, co = (size_t)b->cout;
-  b->col = malloc((size_t)b->cin * 9 * n * sizeof(float));
-  b->xhat = malloc(co * n * sizeof(float));
-  b->y = malloc(co * n * sizeof(float));
-  b->dy = malloc(co * n * sizeof(float));
-  b->out = malloc(co * np * sizeof(float));
-  b->arg = malloc(co * np * sizeof(uint32_t));
-  b->mean = malloc(co * 4 * sizeof(float));
+  b->col = row_alloc(cp, (size_t)b->cin * 9 * n);
+  b->xhat = row_alloc(cp, co * n);
+  b->y = row_alloc(cp, co * n);
+  b->dy = row_alloc(cp, co * n);
+  b->out = row_alloc(cp, co * np);
+  b->arg = row_alloc(cp, co * np); /* uint32_t: 4 bytes too */
+  b->mean = row_alloc(cp, co * 4);
   if (!b->col || !b->xhat || !b->y || !b->dy || !b->out || !b->arg || !b->mean)
     return -1;
   b->invstd = b->mean + co;
@@ -126,29 +142,30 @@ static int block_alloc(block *b, int N) {
   return 0;
 }
 
-static void block_free(block *b) {
-  free(b->col);
-  free(b->xhat);
-  free(b->y);
-  free(b->dy);
-  free(b->out);
-  free(b->arg);
-  free(b->mean);
+static void block_free(compute *cp, block *b) {
+  row_free(cp, b->col);
+  row_free(cp, b->xhat);
+  row_free(cp, b->y);
+  row_free(cp, b->dy);
+  row_free(cp, b->out);
+  row_free(cp, b->arg);
+  row_free(cp, b->mean);
 }
 
 static void destroy(model *m) {
   cnn *c = m->impl;
   if (!c)
     return;
+  compute *cp = c->cp;
   for (int i = 0; i < 2; i++)
-    block_free(&c->b[i]);
-  free(c->flat);
-  free(c->logits);
-  free(c->dlogits);
-  free(c->dflat);
-  free(c->dp2);
-  free(c->dp1);
+    block_free(cp, &c->b[i]);
+  float *rows[] = {c->flat, c->logits, c->dflat, c->dp2, c->dp1,
+                   c->dW,   c->dG,     c->dx,    c->ddl};
+  for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)
+    row_free(cp, rows[i]);
   free(c->params);
+  free(c->dlogits);
+  free(c->hlogits);
   free(c);
   m->impl = NULL;
 }
@@ -159,7 +176,7 @@ static int bad_shape(const cnn_shape *s) {
          s->classes < 2 || s->classes > 1024;
 }
 
-int cnn_create(model *m, const cnn_shape *s, int max_batch) {
+int cnn_create_on(model *m, const cnn_shape *s, int max_batch, compute *cp) {
   memset(m, 0, sizeof *m);
   if (bad_shape(s) || max_batch < 1)
     return -1;
@@ -168,6 +185,7 @@ int cnn_create(model *m, const cnn_shape *s, int max_batch) {
     return -1;
   m->impl = c;
   m->ops = &model_cnn_ops;
+  c->cp = cp;
   c->s = *s;
   c->feat = s->c2 * (s->h / 4) * (s->w / 4);
   lay_out(c);
@@ -185,20 +203,29 @@ int cnn_create(model *m, const cnn_shape *s, int max_batch) {
                     .t_conv = T_CONV2,
                     .t_gamma = T_BN2_W,
                     .t_rm = T_BN2_RM};
-  size_t N = (size_t)max_batch,
-         n_params = c->t[T_COUNT - 1].offset + c->t[T_COUNT - 1].count;
+  size_t N = (size_t)max_batch, n_params = c->n_params;
   size_t p1 = (size_t)s->c1 * N * (size_t)(s->h / 2) * (size_t)(s->w / 2);
-  size_t p2 = (size_t)c->feat * N;
+  size_t p2 = (size_t)c->feat * N, nl = N * (size_t)s->classes;
+  int dev = !cp->ops->host;
   c->params = calloc(n_params, sizeof(float));
-  c->flat = malloc(p2 * sizeof(float));
-  c->dflat = malloc(p2 * sizeof(float));
-  c->dp2 = malloc(p2 * sizeof(float));
-  c->dp1 = malloc(p1 * sizeof(float));
-  c->logits = malloc(N * (size_t)s->classes * sizeof(float));
-  c->dlogits = malloc(N * (size_t)s->classes * sizeof(float));
-  if (!c->params || !c->flat || !c->dflat || !c->dp2 || !c->dp1 || !c->logits ||
-      !c->dlogits || block_alloc(&c->b[0], max_batch) != 0 ||
-      block_alloc(&c->b[1], max_batch) != 0) {
+  c->dlogits = malloc(nl * sizeof(float));
+  c->flat = row_alloc(cp, p2);
+  c->dflat = row_alloc(cp, p2);
+  c->dp2 = row_alloc(cp, p2);
+  c->dp1 = row_alloc(cp, p1);
+  c->logits = row_alloc(cp, nl);
+  int fail = !c->params || !c->dlogits || !c->flat || !c->dflat || !c->dp2 ||
+             !c->dp1 || !c->logits || block_alloc(cp, &c->b[0], max_batch) ||
+             block_alloc(cp, &c->b[1], max_batch);
+  if (!fail && dev) {
+    c->hlogits = malloc(nl * sizeof(float));
+    c->dW = row_alloc(cp, n_params);
+    c->dG = row_alloc(cp, n_params);
+    c->dx = row_alloc(cp, N * (size_t)s->h * (size_t)s->w);
+    c->ddl = row_alloc(cp, nl);
+    fail = !c->hlogits || !c->dW || !c->dG || !c->dx || !c->ddl;
+  }
+  if (fail) {
     destroy(m);
     memset(m, 0, sizeof *m);
     return -1;
@@ -209,13 +236,19 @@ int cnn_create(model *m, const cnn_shape *s, int max_batch) {
   m->classes = s->classes;
   m->max_batch = max_batch;
   m->dlogits = c->dlogits;
+  m->cp = cp;
+  m->dev_grads = c->dG;
   return 0;
+}
+
+int cnn_create(model *m, const cnn_shape *s, int max_batch) {
+  return cnn_create_on(m, s, max_batch, compute_cpu());
 }
 
 static int create(model *m, int max_batch) {
   const model_ops *ops = m->ops;
   cnn_shape s = CNN_DEFAULT_SHAPE;
-  int rc = cnn_create(m, &s, max_batch);
+  int rc = cnn_create_on(m, &s, max_batch, m->cp ? m->cp : compute_cpu());
   if (rc == 0)
     m->ops = ops;
   return rc;
@@ -243,253 +276,147 @@ static void init(model *m, rng *r) {
   }
 }
 
-/* The output columns x whose input column x + kx - 1 lies in 0..w-1. */
-static int x_lo(int kx) { return kx == 0 ? 1 : 0; }
-static int x_hi(int kx, int w) { return kx == 2 ? w - 1 : w; }
-
-/* col (cin*9 x N*h*w) from A (cin x N x h x w), zero padding 1. */
-static void im2col(const float *A, int cin, int N, int h, int w, float *col) {
-  size_t plane = (size_t)N * (size_t)h * (size_t)w;
-  for (int ci = 0; ci < cin; ci++)
-    for (int ky = 0; ky < 3; ky++)
-      for (int kx = 0; kx < 3; kx++) {
-        float *row = col + ((size_t)ci * 9 + (size_t)(ky * 3 + kx)) * plane;
-        const float *a = A + (size_t)ci * plane;
-        int lo = x_lo(kx), hi = x_hi(kx, w);
-        for (int b = 0; b < N; b++)
-          for (int y = 0; y < h; y++) {
-            int iy = y + ky - 1;
-            float *o = row + ((size_t)b * (size_t)h + (size_t)y) * (size_t)w;
-            if (iy < 0 || iy >= h) {
-              memset(o, 0, (size_t)w * sizeof *o);
-              continue;
-            }
-            const float *src =
-                a + ((size_t)b * (size_t)h + (size_t)iy) * (size_t)w;
-            o[0] = o[w - 1] = 0.0f; /* the padding column, if any */
-            memcpy(o + lo, src + lo + kx - 1, (size_t)(hi - lo) * sizeof *o);
-          }
-      }
-}
-
-/* dA (cin x N x h x w) = the adjoint of im2col applied to dcol. */
-static void col2im(const float *dcol, int cin, int N, int h, int w, float *dA) {
-  size_t plane = (size_t)N * (size_t)h * (size_t)w;
-  memset(dA, 0, (size_t)cin * plane * sizeof *dA);
-  for (int ci = 0; ci < cin; ci++)
-    for (int ky = 0; ky < 3; ky++)
-      for (int kx = 0; kx < 3; kx++) {
-        const float *row =
-            dcol + ((size_t)ci * 9 + (size_t)(ky * 3 + kx)) * plane;
-        float *a = dA + (size_t)ci * plane;
-        int lo = x_lo(kx), hi = x_hi(kx, w);
-        for (int b = 0; b < N; b++)
-          for (int y = 0; y < h; y++) {
-            int iy = y + ky - 1;
-            if (iy < 0 || iy >= h)
-              continue;
-            const float *g =
-                row + ((size_t)b * (size_t)h + (size_t)y) * (size_t)w;
-            float *dst =
-                a + ((size_t)b * (size_t)h + (size_t)iy) * (size_t)w + kx - 1;
-            for (int x = lo; x < hi; x++)
-              dst[x] += g[x];
-          }
-      }
-}
-
-/* Batch norm + ReLU of channel plane z (n values) into xhat and y. */
-static void bn_relu(block *b, int c, const float *z, size_t n, float *params,
-                    const float *W, const model_tensor *t, int train) {
-  float *rm = params + t[b->t_rm].offset, *rv = params + t[b->t_rm + 1].offset;
-  float gamma = W[t[b->t_gamma].offset + (size_t)c];
-  float beta = W[t[b->t_gamma + 1].offset + (size_t)c];
-  double mean = rm[c], var = rv[c];
-  if (train) { /* two passes in double: mean, then squared deviations */
-    double s = 0.0, q = 0.0;
-    for (size_t i = 0; i < n; i++)
-      s += z[i];
-    mean = s / (double)n;
-    for (size_t i = 0; i < n; i++)
-      q += (z[i] - mean) * (z[i] - mean);
-    var = q / (double)n;
-    rm[c] = (1.0f - BN_MOMENTUM) * rm[c] + BN_MOMENTUM * (float)mean;
-    rv[c] =
-        (1.0f - BN_MOMENTUM) * rv[c] +
-        BN_MOMENTUM * (float)(n > 1 ? var * (double)n / (double)(n - 1) : var);
-  }
-  float mu = (float)mean, is = (float)(1.0 / sqrt(var + (double)BN_EPS));
-  b->mean[c] = mu;
-  b->invstd[c] = is;
-  float *xh = b->xhat + (size_t)c * n, *y = b->y + (size_t)c * n;
-  for (size_t i = 0; i < n; i++) {
-    xh[i] = (z[i] - mu) * is;
-    float v = gamma * xh[i] + beta;
-    y[i] = v > 0.0f ? v : 0.0f;
-  }
-}
-
-static void block_forward(block *b, const float *in, int N, float *params,
-                          const float *W, const model_tensor *t, int train,
-                          lowp_kind lp) {
-  b->in = in;
-  int K = b->cin * 9, h2 = b->h / 2, w2 = b->w / 2;
+/* A block's forward: P holds the running statistics, W the weights the
+ * pass reads (both row memory). */
+static void block_forward(compute *cp, block *b, const float *in, int N,
+                          float *P, const float *W, const model_tensor *t,
+                          int train, lowp_kind lp) {
+  const compute_ops *o = cp->ops;
+  int K = b->cin * 9;
   size_t n = (size_t)N * (size_t)b->h * (size_t)b->w;
-  im2col(in, b->cin, N, b->h, b->w, b->col);
+  o->im2col(cp, in, b->cin, N, b->h, b->w, b->col);
   /* Z into dy (free until backward), then normalised into xhat. */
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, b->cout, (int)n, K,
-              1.0f, W + t[b->t_conv].offset, K, b->col, (int)n, 0.0f, b->dy,
-              (int)n);
-  lowp_round(b->dy, (size_t)b->cout * n, lp);
-  for (int c = 0; c < b->cout; c++)
-    bn_relu(b, c, b->dy + (size_t)c * n, n, params, W, t, train);
-  lowp_round(b->y, (size_t)b->cout * n, lp);
-  size_t np = n / 4;
-  for (int c = 0; c < b->cout; c++) {
-    const float *y = b->y + (size_t)c * n;
-    float *o = b->out + (size_t)c * np;
-    uint32_t *arg = b->arg + (size_t)c * np;
-    for (int s = 0; s < N; s++)
-      for (int oy = 0; oy < h2; oy++)
-        for (int ox = 0; ox < w2; ox++) {
-          size_t i0 =
-              ((size_t)s * (size_t)b->h + 2 * (size_t)oy) * (size_t)b->w +
-              2 * (size_t)ox;
-          size_t cand[4] = {i0, i0 + 1, i0 + (size_t)b->w,
-                            i0 + (size_t)b->w + 1};
-          size_t best = cand[0];
-          for (int k = 1; k < 4; k++)
-            if (y[cand[k]] > y[best])
-              best = cand[k];
-          size_t j =
-              ((size_t)s * (size_t)h2 + (size_t)oy) * (size_t)w2 + (size_t)ox;
-          o[j] = y[best];
-          arg[j] = (uint32_t)best;
-        }
-  }
+  o->gemm(cp, 0, 0, b->cout, (int)n, K, 1.0f, W + t[b->t_conv].offset, K,
+          b->col, (int)n, 0.0f, b->dy, (int)n);
+  o->round(cp, b->dy, (size_t)b->cout * n, lp);
+  o->bn_relu(cp, b->dy, b->cout, n, W + t[b->t_gamma].offset,
+             W + t[b->t_gamma + 1].offset, P + t[b->t_rm].offset,
+             P + t[b->t_rm + 1].offset, train, b->mean, b->invstd, b->xhat,
+             b->y);
+  o->round(cp, b->y, (size_t)b->cout * n, lp);
+  o->pool(cp, b->y, b->cout, N, b->h, b->w, b->out, b->arg);
 }
 
 static const float *forward(model *m, const float *x, int N, int train) {
   cnn *c = m->impl;
+  compute *cp = c->cp;
+  const compute_ops *o = cp->ops;
   const model_tensor *t = c->t;
   const float *W = m->compute ? m->compute : m->params;
+  float *P = m->params;
+  size_t nb = c->n_params - c->n_trainable;
+  int C = c->s.classes;
   c->B = N;
-  block_forward(&c->b[0], x, N, m->params, W, t, train, m->lowp);
-  block_forward(&c->b[1], c->b[0].out, N, m->params, W, t, train, m->lowp);
+  if (!o->host) { /* this step's weights, statistics and batch over */
+    o->to_dev(cp, c->dW, W, c->n_trainable * sizeof(float));
+    o->to_dev(cp, c->dW + c->n_trainable, P + c->n_trainable,
+              nb * sizeof(float));
+    if (m->dev_x) { /* staged by the input pipeline */
+      x = m->dev_x;
+    } else {
+      o->to_dev(cp, c->dx, x,
+                (size_t)N * (size_t)c->s.h * (size_t)c->s.w * sizeof(float));
+      x = c->dx;
+    }
+    W = P = c->dW;
+  }
+  block_forward(cp, &c->b[0], x, N, P, W, t, train, m->lowp);
+  block_forward(cp, &c->b[1], c->b[0].out, N, P, W, t, train, m->lowp);
   /* Flatten c2 x N x S into N x (c2 * S), S = (h/4)(w/4). */
-  int S = c->feat / c->s.c2, C = c->s.classes;
-  for (int k = 0; k < c->s.c2; k++)
-    for (int s = 0; s < N; s++)
-      memcpy(c->flat + (size_t)s * (size_t)c->feat + (size_t)k * (size_t)S,
-             c->b[1].out + ((size_t)k * (size_t)N + (size_t)s) * (size_t)S,
-             (size_t)S * sizeof(float));
-  for (int s = 0; s < N; s++)
-    memcpy(c->logits + (size_t)s * (size_t)C, W + t[T_FC_B].offset,
-           (size_t)C * sizeof(float));
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, C, c->feat, 1.0f,
-              c->flat, c->feat, W + t[T_FC_W].offset, c->feat, 1.0f, c->logits,
-              C);
-  lowp_round(c->logits, (size_t)N * (size_t)C, m->lowp);
-  return c->logits;
+  o->flatten(cp, c->b[1].out, c->s.c2, N, c->feat / c->s.c2, c->flat, 0);
+  o->rows(cp, c->logits, W + t[T_FC_B].offset, N, C);
+  o->gemm(cp, 0, 1, N, C, c->feat, 1.0f, c->flat, c->feat, W + t[T_FC_W].offset,
+          c->feat, 1.0f, c->logits, C);
+  o->round(cp, c->logits, (size_t)N * (size_t)C, m->lowp);
+  if (o->host)
+    return c->logits;
+  /* The updated running statistics back into the host buffers (what the
+   * trainer averages, checkpoints and saves), then the logits; a failed
+   * row leaves zeros, and the caller reads compute_failed(). */
+  if (train)
+    o->to_host(cp, m->params + c->n_trainable, c->dW + c->n_trainable,
+               nb * sizeof(float));
+  if (o->to_host(cp, c->hlogits, c->logits,
+                 (size_t)N * (size_t)C * sizeof(float)) != 0)
+    memset(c->hlogits, 0, (size_t)N * (size_t)C * sizeof(float));
+  return c->hlogits;
 }
 
-/* Hands tensor i's finished gradient to ready (if any). */
+/* Hands tensor i's finished gradient (in G, row memory) to ready. */
 static int hand(model_grad_ready ready, void *ctx, const cnn *c, int i,
-                float *grads) {
+                float *G) {
   const model_tensor *d = &c->t[i];
-  return ready ? ready(ctx, i, grads + d->offset, d->count) : 0;
+  return ready ? ready(ctx, i, G + d->offset, d->count) : 0;
 }
 
-static int block_backward(const cnn *c, block *b, int N, const float *dp,
-                          float *dA, const float *params, lowp_kind lp,
-                          float *grads, model_grad_ready ready, void *ctx) {
+static int block_backward(const cnn *c, const block *b, int N, const float *dp,
+                          float *dA, const float *W, lowp_kind lp, float *G,
+                          model_grad_ready ready, void *ctx) {
+  compute *cp = c->cp;
+  const compute_ops *o = cp->ops;
   const model_tensor *t = c->t;
   int K = b->cin * 9;
-  size_t n = (size_t)N * (size_t)b->h * (size_t)b->w, np = n / 4;
-  memset(b->dy, 0, (size_t)b->cout * n * sizeof(float));
-  for (int k = 0; k < b->cout; k++) {
-    const float *y = b->y + (size_t)k * n, *g = dp + (size_t)k * np;
-    const uint32_t *arg = b->arg + (size_t)k * np;
-    float *dy = b->dy + (size_t)k * n;
-    for (size_t j = 0; j < np; j++)
-      if (y[arg[j]] > 0.0f) /* relu'(.) = 0 where the output was clamped */
-        dy[arg[j]] = g[j];
-  }
-  for (int k = 0; k < b->cout; k++) {
-    const float *dy = b->dy + (size_t)k * n, *xh = b->xhat + (size_t)k * n;
-    double sg = 0.0, sb = 0.0;
-    for (size_t i = 0; i < n; i++) {
-      sb += dy[i];
-      sg += (double)dy[i] * xh[i];
-    }
-    b->dg[k] = (float)sg;
-    b->db[k] = (float)sb;
-  }
-  memcpy(grads + t[b->t_gamma + 1].offset, b->db, (size_t)b->cout * 4);
-  int rc = hand(ready, ctx, c, b->t_gamma + 1, grads);
+  size_t n = (size_t)N * (size_t)b->h * (size_t)b->w;
+  o->pool_back(cp, b->y, b->arg, dp, b->cout, N, b->h, b->w, b->dy);
+  o->bn_sums(cp, b->dy, b->xhat, b->cout, n, b->dg, b->db);
+  o->copy(cp, G + t[b->t_gamma + 1].offset, b->db, (size_t)b->cout * 4);
+  int rc = hand(ready, ctx, c, b->t_gamma + 1, G);
   if (rc)
     return rc;
-  memcpy(grads + t[b->t_gamma].offset, b->dg, (size_t)b->cout * 4);
-  if ((rc = hand(ready, ctx, c, b->t_gamma, grads)))
+  o->copy(cp, G + t[b->t_gamma].offset, b->dg, (size_t)b->cout * 4);
+  if ((rc = hand(ready, ctx, c, b->t_gamma, G)))
     return rc;
-  for (int k = 0; k < b->cout; k++) { /* dY -> dZ in place */
-    float *dy = b->dy + (size_t)k * n;
-    const float *xh = b->xhat + (size_t)k * n;
-    float gamma = params[t[b->t_gamma].offset + (size_t)k];
-    float a = gamma * b->invstd[k] / (float)n, dbk = b->db[k], dgk = b->dg[k];
-    for (size_t i = 0; i < n; i++)
-      dy[i] = a * ((float)n * dy[i] - dbk - xh[i] * dgk);
-  }
-  lowp_round(b->dy, (size_t)b->cout * n, lp);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, b->cout, K, (int)n, 1.0f,
-              b->dy, (int)n, b->col, (int)n, 0.0f, grads + t[b->t_conv].offset,
-              K);
-  if ((rc = hand(ready, ctx, c, b->t_conv, grads)))
+  o->bn_back(cp, b->dy, b->xhat, b->cout, n, W + t[b->t_gamma].offset,
+             b->invstd, b->dg, b->db); /* dY -> dZ in place */
+  o->round(cp, b->dy, (size_t)b->cout * n, lp);
+  o->gemm(cp, 0, 1, b->cout, K, (int)n, 1.0f, b->dy, (int)n, b->col, (int)n,
+          0.0f, G + t[b->t_conv].offset, K);
+  if ((rc = hand(ready, ctx, c, b->t_conv, G)))
     return rc;
   if (!dA)
     return 0;
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, (int)n, b->cout, 1.0f,
-              params + t[b->t_conv].offset, K, b->dy, (int)n, 0.0f, b->col,
-              (int)n);
-  col2im(b->col, b->cin, N, b->h, b->w, dA);
+  o->gemm(cp, 1, 0, K, (int)n, b->cout, 1.0f, W + t[b->t_conv].offset, K, b->dy,
+          (int)n, 0.0f, b->col, (int)n);
+  o->col2im(cp, b->col, b->cin, N, b->h, b->w, dA);
   return 0;
 }
 
 static int backward(model *m, int N, float *grads, model_grad_ready ready,
                     void *ctx) {
   cnn *c = m->impl;
+  compute *cp = c->cp;
+  const compute_ops *o = cp->ops;
   const model_tensor *t = c->t;
   const float *W = m->compute ? m->compute : m->params;
   int C = c->s.classes, S = c->feat / c->s.c2;
   const float *D = c->dlogits;
-  float *gb = grads + t[T_FC_B].offset;
-  memset(gb, 0, (size_t)C * sizeof *gb);
-  for (int s = 0; s < N; s++)
-    for (int k = 0; k < C; k++)
-      gb[k] += D[(size_t)s * (size_t)C + (size_t)k];
-  int rc = hand(ready, ctx, c, T_FC_B, grads);
+  float *G = grads;
+  if (!o->host) { /* the weights are still in dW from the forward */
+    o->to_dev(cp, c->ddl, c->dlogits, (size_t)N * (size_t)C * sizeof(float));
+    D = c->ddl;
+    W = c->dW;
+    G = c->dG;
+  }
+  o->colsum(cp, D, N, C, G + t[T_FC_B].offset);
+  int rc = hand(ready, ctx, c, T_FC_B, G);
   if (rc)
     return rc;
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, C, c->feat, N, 1.0f, D,
-              C, c->flat, c->feat, 0.0f, grads + t[T_FC_W].offset, c->feat);
-  if ((rc = hand(ready, ctx, c, T_FC_W, grads)))
+  o->gemm(cp, 1, 0, C, c->feat, N, 1.0f, D, C, c->flat, c->feat, 0.0f,
+          G + t[T_FC_W].offset, c->feat);
+  if ((rc = hand(ready, ctx, c, T_FC_W, G)))
     return rc;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, c->feat, C, 1.0f, D,
-              C, W + t[T_FC_W].offset, c->feat, 0.0f, c->dflat, c->feat);
-  lowp_round(c->dflat, (size_t)N * (size_t)c->feat, m->lowp);
-  for (int k = 0; k < c->s.c2; k++) /* un-flatten into c2 x N x S */
-    for (int s = 0; s < N; s++)
-      memcpy(c->dp2 + ((size_t)k * (size_t)N + (size_t)s) * (size_t)S,
-             c->dflat + (size_t)s * (size_t)c->feat + (size_t)k * (size_t)S,
-             (size_t)S * sizeof(float));
-  if ((rc = block_backward(c, &c->b[1], N, c->dp2, c->dp1, W, m->lowp, grads,
-                           ready, ctx)))
+  o->gemm(cp, 0, 0, N, c->feat, C, 1.0f, D, C, W + t[T_FC_W].offset, c->feat,
+          0.0f, c->dflat, c->feat);
+  o->round(cp, c->dflat, (size_t)N * (size_t)c->feat, m->lowp);
+  o->flatten(cp, c->dflat, c->s.c2, N, S, c->dp2, 1); /* into c2 x N x S */
+  if ((rc = block_backward(c, &c->b[1], N, c->dp2, c->dp1, W, m->lowp, G, ready,
+                           ctx)))
     return rc;
-  lowp_round(c->dp1,
-             (size_t)c->s.c1 * (size_t)N * (size_t)(c->s.h / 2) *
-                 (size_t)(c->s.w / 2),
-             m->lowp);
-  return block_backward(c, &c->b[0], N, c->dp1, NULL, W, m->lowp, grads, ready,
+  o->round(cp, c->dp1,
+           (size_t)c->s.c1 * (size_t)N * (size_t)(c->s.h / 2) *
+               (size_t)(c->s.w / 2),
+           m->lowp);
+  return block_backward(c, &c->b[0], N, c->dp1, NULL, W, m->lowp, G, ready,
                         ctx);
 }
 
@@ -512,6 +439,7 @@ static void describe(const model *m, char *out, size_t cap) {
 
 const model_ops model_cnn_ops = {
     .name = "cnn",
+    .any_row = 1,
     .create = create,
     .destroy = destroy,
     .tensor_at = tensor_at,

@@ -61,6 +61,9 @@ static const char usage[] =
     "  --precision P       fp32 (default), bf16 or fp16: compute in that\n"
     "                      type with float32 master weights; gradients\n"
     "                      travel in it; fp16 with dynamic loss scaling\n"
+    "  --device D          auto (default: cuda where libhk_train_cuda.so\n"
+    "                      loads and sees a GPU, else cpu), cuda or cpu:\n"
+    "                      where the model's passes run (cuda: cnn only)\n"
     "  -h, --help          this text\n";
 
 const char *flags_usage(void) { return usage; }
@@ -107,6 +110,7 @@ int flags_parse(int argc, char **argv, train_flags *out, char *err,
   out->seed = 42;
   out->data_dir = DATA_DEFAULT_DIR;
   out->model = "mlp";
+  out->device = "auto";
   out->plateau_factor = 0.5f;
   out->plateau_patience = 1;
   for (int i = 1; i < argc; i++) {
@@ -150,7 +154,8 @@ int flags_parse(int argc, char **argv, train_flags *out, char *err,
         "--save",         "--save-all",       "--limit-train",
         "--limit-test",   "--prefetch",       "--checkpoint-dir",
         "--metrics",      "--model",          "--precision",
-        "--schedule",     "--plateau-factor", "--plateau-patience"};
+        "--schedule",     "--plateau-factor", "--plateau-patience",
+        "--device"};
     int known = 0;
     for (size_t k = 0; k < sizeof valued / sizeof *valued; k++)
       known |= !strcmp(opt, valued[k]);
@@ -224,6 +229,12 @@ int flags_parse(int argc, char **argv, train_flags *out, char *err,
       if (lowp_parse(val, &out->precision) != 0) {
         snprintf(err, err_cap, "--precision: '%s' is not fp32, bf16 or fp16",
                  val);
+        rc = -1;
+      }
+    } else if (!strcmp(opt, "--device")) {
+      out->device = val;
+      if (strcmp(val, "cpu") && strcmp(val, "cuda") && strcmp(val, "auto")) {
+        snprintf(err, err_cap, "--device: '%s' is not cpu, cuda or auto", val);
         rc = -1;
       }
     } else if (!strcmp(opt, "--model")) {

@@ -9,7 +9,8 @@
  *         [--checkpoint-dir DIR [--resume]] [--metrics FILE.csv]
  *         [--save FILE] [--save-all PREFIX] [--limit-train N]
  *         [--limit-test N] [--progress] [--model mlp|cnn]
- *         [--precision fp32|bf16|fp16] [-h|--help]
+ *         [--precision fp32|bf16|fp16] [--device cpu|cuda|auto]
+ *         [-h|--help]
  *
  * Options taking a value accept `--opt VALUE` and `--opt=VALUE`.
  */
@@ -50,6 +51,8 @@ typedef struct train_flags {
   const char *metrics;        /* rank 0 writes one CSV row per epoch, or NULL */
   const char *model;          /* model kind (model.h's table); default "mlp" */
   lowp_kind precision;        /* compute precision (lowp.h); default fp32 */
+  const char *device;         /* compute row (compute.h): "cpu", "cuda", "auto"
+                                 (default); points into argv or static */
 } train_flags;
 
 /** Default peak learning rates per worker, by model and optimiser

@@ -130,7 +130,7 @@ static void print_setup(const train_flags *f, const trainer *t,
   printf("train: %d rank%s, model %s (%zu parameters), %s lr %g (%s) "
          "weight_decay %g, global batch %d (%d per rank), %ld steps/epoch, "
          "warm-up %ld steps, schedule %s, precision %s, %zu train / %zu "
-         "test samples, prefetch %d, augment %s\n",
+         "test samples, prefetch %d, augment %s, device %s\n",
          t->size, t->size > 1 ? "s" : "", shape, t->model.n_params,
          f->optimizer == OPTIM_ADAMW  ? "adamw"
          : f->optimizer == OPTIM_LAMB ? "lamb"
@@ -140,7 +140,9 @@ static void print_setup(const train_flags *f, const trainer *t,
          (double)f->weight_decay, t->global_batch, t->shard, t->steps_per_epoch,
          t->warmup_steps, f->plateau ? "plateau" : "cosine",
          lowp_name(t->model.lowp), d->train.n, d->test.n, f->prefetch,
-         f->augment ? "on" : "off");
+         f->augment ? "on" : "off", t->cp.ops->name);
+  if (t->device_note[0])
+    printf("train: %s; running on the cpu\n", t->device_note);
   fflush(stdout);
 }
 

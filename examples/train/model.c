@@ -22,10 +22,16 @@ const model_ops *model_find(const char *name) {
 const char *model_names(void) { return "mlp|cnn"; }
 
 int model_create(model *m, const model_ops *ops, int max_batch) {
+  return model_create_on(m, ops, max_batch, compute_cpu());
+}
+
+int model_create_on(model *m, const model_ops *ops, int max_batch,
+                    compute *cp) {
   memset(m, 0, sizeof *m);
-  if (max_batch < 1)
+  if (max_batch < 1 || (!ops->any_row && !cp->ops->host))
     return -1;
   m->ops = ops;
+  m->cp = cp;
   m->max_batch = max_batch;
   if (ops->create(m, max_batch) != 0) {
     memset(m, 0, sizeof *m);
@@ -54,7 +60,9 @@ int model_set_precision(model *m, lowp_kind k) {
 const float *model_forward(model *m, const float *x, int B, int train) {
   if (m->compute)
     lowp_copy(m->compute, m->params, m->n_params, m->lowp);
-  return m->ops->forward(m, x, B, train);
+  const float *z = m->ops->forward(m, x, B, train);
+  m->dev_x = NULL;
+  return z;
 }
 
 model_tensor model_tensor_at(const model *m, int t) {

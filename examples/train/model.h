@@ -30,6 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "compute.h"
 #include "loss.h"
 #include "lowp.h"
 #include "rng.h"
@@ -65,9 +66,11 @@ typedef struct model model;
 /** One model kind's operations (a row of the table in model.c). */
 typedef struct model_ops {
   const char *name; /* "mlp", "cnn": the --model value */
+  int any_row;      /* 1: runs on any compute row (compute.h); 0: the
+                       CPU row only */
   /* Allocates parameters (zeroed) and scratch for batches of up to
-   * max_batch samples; sets n_params, params, n_tensors, classes,
-   * dlogits, impl. 0, or -1 (out of memory). */
+   * max_batch samples on the row m->cp; sets n_params, params, n_tensors,
+   * classes, dlogits, dev_grads, impl. 0, or -1 (out of memory). */
   int (*create)(model *m, int max_batch);
   void (*destroy)(model *m);
   model_tensor (*tensor_at)(const model *m, int t);
@@ -94,11 +97,20 @@ struct model {
   int n_tensors;   /* <= MODEL_MAX_TENSORS */
   int classes;
   int max_batch;
-  float *dlogits; /* max_batch x classes, written by model_loss */
-  lowp_kind lowp; /* compute precision; LOWP_FP32 after create */
-  float *compute; /* the weights the passes read: params rounded to lowp
-                     by model_forward (owned; NULL for LOWP_FP32) */
-  void *impl;     /* the kind's own state */
+  float *dlogits;     /* max_batch x classes, written by model_loss */
+  lowp_kind lowp;     /* compute precision; LOWP_FP32 after create */
+  float *compute;     /* the weights the passes read: params rounded to lowp
+                         by model_forward (owned; NULL for LOWP_FP32) */
+  compute *cp;        /* the row the passes run on (compute.h; not owned) */
+  float *dev_grads;   /* rows whose memory is not the host's: the gradient
+                         buffer (n_params floats, row memory) backward
+                         writes and hands to `ready` instead of the caller's
+                         host buffer; NULL on the CPU row */
+  const float *dev_x; /* rows whose memory is not the host's: when not
+                         NULL, the next model_forward reads its input
+                         from here (row memory, e.g. compute_ops.stage_take)
+                         instead of copying x over; model_forward clears it */
+  void *impl;         /* the kind's own state */
 };
 
 /** The ops of kind `name`, or NULL for an unknown name. */
@@ -107,9 +119,15 @@ const model_ops *model_find(const char *name);
 /** The names model_find accepts, e.g. "mlp|cnn" (static storage). */
 const char *model_names(void);
 
-/** Creates a model of the given kind (see model_ops.create); on failure
- *  *m is zeroed. Returns 0 or -1 (out of memory or max_batch < 1). */
+/** Creates a model of the given kind (see model_ops.create) on the CPU
+ *  row; on failure *m is zeroed. Returns 0 or -1 (out of memory or
+ *  max_batch < 1). */
 int model_create(model *m, const model_ops *ops, int max_batch);
+
+/** model_create on compute row cp (opened, not owned, outliving the
+ *  model). -1 also when ops->any_row is 0 and cp is not the CPU row, or
+ *  when cp fails an allocation (cp->err then says why). */
+int model_create_on(model *m, const model_ops *ops, int max_batch, compute *cp);
 void model_free(model *m);
 
 /**

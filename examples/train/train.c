@@ -104,6 +104,85 @@ static int round_stage(void *ctx, batch *b) {
   return 0;
 }
 
+/* The pipeline's stage on a device row: the rounding above, then the
+ * batch into its slot's pinned buffer and onto the device on the row's
+ * copy stream (compute_ops.stage_put), on the preparing thread. ctx: the
+ * trainer, whose model.lowp, pipe.slots and cp are set before the
+ * pipeline starts; the slot is the batch's index in the ring. */
+static int device_stage(void *ctx, batch *b) {
+  trainer *t = ctx;
+  lowp_round(b->x, b->n * DATA_PIXELS, t->model.lowp);
+  return t->cp.ops->stage_put(&t->cp, (int)(b - t->pipe.slots), b->x,
+                              b->n * DATA_PIXELS * sizeof(float));
+}
+
+/* Opens the compute row --device names (train.h); 0, or 1 / 2 with err. */
+static int open_device(trainer *t, const train_flags *f, char *err,
+                       size_t err_cap) {
+  const char *dev = f->device ? f->device : "auto";
+  int cuda = !strcmp(dev, "cuda");
+  if (!model_find(f->model)->any_row || t->inject_rank >= 0) {
+    if (cuda) {
+      snprintf(err, err_cap,
+               t->inject_rank >= 0
+                   ? "--device cuda: TRAIN_INJECT_OVERFLOW works on the CPU "
+                     "row only (use --device cpu)"
+                   : "--device cuda: --model %s runs on the CPU row only "
+                     "(--model cnn has a CUDA row)",
+               f->model);
+      return 2;
+    }
+    dev = "cpu";
+  }
+  const char *g = getenv("HK_GPU");
+  int index = g && *g ? atoi(g) : hk_local_rank();
+  int failed = compute_open(&t->cp, dev, index, t->device_note,
+                            sizeof t->device_note) != 0;
+  int on_host = !t->cp.ops || t->cp.ops->host;
+  /* Every rank learns whether some rank could not open its row, or
+   * (auto) ended on the CPU: then all fail (cuda) or all run on the CPU
+   * (auto), never a mix of device and host tensors. Lowest such rank:
+   * the max of -rank. */
+  int64_t v[4] = {failed, failed ? -(int64_t)t->rank : -(int64_t)t->size,
+                  on_host, on_host ? -(int64_t)t->rank : -(int64_t)t->size};
+  hk_status st = hk_allreduce("device.agree", v, v, 4, HK_INT64, HK_MAX);
+  if (st != HK_OK) {
+    snprintf(err, err_cap, "hk_allreduce device.agree: %s: %s", hk_strerror(st),
+             hk_last_error());
+    return 1;
+  }
+  if (v[0]) {
+    if (failed)
+      snprintf(err, err_cap, "%s", t->device_note);
+    else
+      snprintf(err, err_cap, "--device %s: rank %d could not open it", dev,
+               (int)-v[1]);
+    return 1;
+  }
+  if (v[2] && !on_host) { /* auto, and some rank is on the CPU */
+    compute_close(&t->cp);
+    snprintf(t->device_note, sizeof t->device_note,
+             "--device auto: rank %d runs on the cpu, so every rank does",
+             (int)-v[3]);
+    char why[COMPUTE_ERR_CAP + 64];
+    if (compute_open(&t->cp, "cpu", 0, why, sizeof why) != 0) {
+      snprintf(err, err_cap, "%s", why);
+      return 1;
+    }
+  }
+  t->on_device = !t->cp.ops->host;
+  return 0;
+}
+
+/* The row's failure, if any, as the trainer's error. */
+static hk_status check_device(trainer *t) {
+  if (!t->on_device || !compute_failed(&t->cp) || t->failed)
+    return t->failed;
+  snprintf(t->err, sizeof t->err, "--device %s: %s", t->cp.ops->name,
+           t->cp.err);
+  return t->failed = HK_ERR_SYSTEM;
+}
+
 int trainer_init(trainer *t, const train_flags *f, const data_set *d, int rank,
                  int size, char *err, size_t err_cap) {
   memset(t, 0, sizeof *t);
@@ -138,30 +217,51 @@ int trainer_init(trainer *t, const train_flags *f, const data_set *d, int rank,
   rng_seed(&t->augment_rng, f->seed ^ 0x4155474D454E54ull ^
                                 ((uint64_t)rank * 0x9E3779B97F4A7C15ull));
 
+  if ((rc = open_device(t, f, err, err_cap)) != 0) {
+    trainer_free(t);
+    return rc;
+  }
   int rows = t->shard > TRAIN_EVAL_CHUNK ? t->shard : TRAIN_EVAL_CHUNK;
   optim_config oc = optim_defaults(f->optimizer);
   oc.weight_decay = f->weight_decay;
   oc.nesterov = f->nesterov;
-  if (model_create(&t->model, model_find(f->model), rows) != 0 ||
-      model_set_precision(&t->model, f->precision) != 0 ||
-      (f->precision != LOWP_FP32 &&
+  if (model_create_on(&t->model, model_find(f->model), rows, &t->cp) != 0) {
+    snprintf(err, err_cap, "--device %s: %s", t->cp.ops->name,
+             t->cp.err[0] ? t->cp.err : "out of memory");
+    trainer_free(t);
+    return 1;
+  }
+  if (model_set_precision(&t->model, f->precision) != 0 ||
+      (f->precision != LOWP_FP32 && !t->on_device &&
        !(t->g16 = malloc(t->model.n_params * sizeof *t->g16))) ||
       optim_init(&t->opt, &oc, t->model.n_params) != 0 ||
       !(t->grads = calloc(t->model.n_params, sizeof *t->grads)) ||
       batch_init(&t->eval, TRAIN_EVAL_CHUNK) != 0 ||
-      prefetch_init(&t->pipe, f->prefetch, (size_t)t->shard,
-                    f->precision != LOWP_FP32 ? round_stage : NULL,
-                    &t->model.lowp) != 0 ||
+      (t->on_device
+           ? prefetch_init(&t->pipe, f->prefetch, (size_t)t->shard,
+                           device_stage, t)
+           : prefetch_init(&t->pipe, f->prefetch, (size_t)t->shard,
+                           f->precision != LOWP_FP32 ? round_stage : NULL,
+                           &t->model.lowp)) != 0 ||
       !(t->perm = malloc(d->train.n * sizeof *t->perm))) {
     trainer_free(t);
     snprintf(err, err_cap, "out of memory");
+    return 1;
+  }
+  if (t->on_device && t->cp.ops->stage_init(&t->cp, t->pipe.n_slots,
+                                            (size_t)t->shard * DATA_PIXELS *
+                                                sizeof(float)) != 0) {
+    snprintf(err, err_cap, "--device %s: input staging: %s", t->cp.ops->name,
+             t->cp.err);
+    trainer_free(t);
     return 1;
   }
   return 0;
 }
 
 void trainer_free(trainer *t) {
-  model_free(&t->model);
+  model_free(&t->model); /* before its row closes */
+  compute_close(&t->cp);
   optim_free(&t->opt);
   free(t->grads);
   free(t->g16);
@@ -219,7 +319,9 @@ static int launch(void *ctx, int tensor, float *grad, size_t count) {
     grad[0] *= INFINITY; /* the test hook (train.h) */
   void *buf = grad;
   hk_dtype type = HK_FLOAT32;
-  if (t->g16) {
+  if (t->on_device) /* grad is device memory, queued on the stream */
+    hk_set_stream(t->cp.ops->stream(&t->cp));
+  else if (t->g16) {
     buf = t->g16 + d.offset;
     type = t->model.lowp == LOWP_BF16 ? HK_BFLOAT16 : HK_FLOAT16;
     lowp_pack(buf, grad, count, t->model.lowp);
@@ -273,10 +375,14 @@ static float learning_rate(const trainer *t) {
 static hk_status step(trainer *t, double *loss, long *correct, double *wait_s) {
   const batch *b = prefetch_next(&t->pipe);
   if (!b) {
-    snprintf(t->err, sizeof t->err, "input pipeline: staging a batch failed");
+    snprintf(t->err, sizeof t->err,
+             "input pipeline: staging a batch failed%s%s",
+             t->cp.stage_err[0] ? ": " : "", t->cp.stage_err);
     return t->failed = HK_ERR_SYSTEM;
   }
   model *m = &t->model;
+  if (t->on_device) /* the compute stream waits for the batch's copy */
+    m->dev_x = t->cp.ops->stage_take(&t->cp, (int)(b - t->pipe.slots));
   const float *z = model_forward(m, b->x, t->shard, 1);
   *loss += model_loss(m, z, b->y, t->shard, correct);
   size_t nd = (size_t)t->shard * (size_t)m->classes;
@@ -291,10 +397,20 @@ static hk_status step(trainer *t, double *loss, long *correct, double *wait_s) {
     model_forward(m, b->x, t->shard, 0);
   prefetch_release(&t->pipe);
   double w0 = progress_now();
-  for (int i = 0; i < t->launched; i++)
-    trainer_check(t, hk_wait(t->handles[i]), "gradient allreduce", NULL);
+  if (t->on_device) { /* the stream waits GPU-side, then one copy back */
+    void *s = t->cp.ops->stream(&t->cp);
+    for (int i = 0; i < t->launched; i++)
+      trainer_check(t, hk_wait_stream(t->handles[i], s), "gradient allreduce",
+                    NULL);
+    if (!t->failed)
+      (void)t->cp.ops->to_host(&t->cp, t->grads, m->dev_grads,
+                               m->n_params * sizeof *t->grads);
+  } else {
+    for (int i = 0; i < t->launched; i++)
+      trainer_check(t, hk_wait(t->handles[i]), "gradient allreduce", NULL);
+  }
   *wait_s += progress_now() - w0;
-  if (t->failed)
+  if (check_device(t) != HK_OK)
     return t->failed;
   if (!finish_gradients(t)) {
     if (t->inject_rank >= 0) /* the test hook's witness, on every rank */
@@ -329,6 +445,8 @@ static hk_status evaluate(trainer *t, double *acc) {
     lowp_round(t->eval.x, k * DATA_PIXELS, t->model.lowp);
     model_count_correct(&t->model, t->eval.x, t->eval.y, (int)k, &correct);
   }
+  if (check_device(t) != HK_OK)
+    return t->failed;
   int64_t total = correct;
   if (trainer_check(
           t, hk_allreduce("eval.correct", &total, &total, 1, HK_INT64, HK_SUM),

@@ -39,6 +39,27 @@
  * (identically on every rank, as hk's results are bitwise equal) and the
  * scale halved.
  *
+ * Device (--device cpu|cuda|auto, compute.h): the model's passes run on
+ * a compute row. On the CUDA row (the CNN only; the MLP runs on the CPU
+ * row) activations and gradients live on the GPU (cnn_create_on); each
+ * gradient is handed to hk as a float32 DEVICE tensor the moment
+ * backward has queued it, with the row's compute stream set as its
+ * producer (hk_set_stream before each submit), so hk's stream waits for
+ * exactly that work; the step then orders the compute stream after every
+ * result (hk_wait_stream) and copies the reduced gradients to the host,
+ * where the optimiser updates the float32 master weights as on the CPU
+ * row. The input pipeline's stage (on its thread) copies each prepared
+ * batch into a pinned buffer of its ring slot and onto the device on the
+ * row's copy stream, recording an event; the step makes the compute
+ * stream wait for that event (compute_ops.stage_*), so the copy overlaps
+ * the previous step. With bf16/fp16 the device gradients travel as float32
+ * (HK_COMPRESSION=bf16|fp16 casts them inside hk); loss scaling works
+ * alike. GPU index: HK_GPU, else the local rank (hk's own choice). The
+ * ranks agree on the row (one hk allreduce in trainer_init): if a rank
+ * cannot open --device cuda every rank fails; with auto, if one rank
+ * ends on the CPU, every rank does (hk refuses a tensor that is on the
+ * device on some ranks and on the host on others).
+ *
  * Test hook: the environment variable TRAIN_INJECT_OVERFLOW="R:S" (fp16
  * only) makes rank R multiply the first element of its first gradient
  * tensor of step S (1-based, counted over the run) by inf before handing
@@ -87,10 +108,13 @@ typedef struct trainer {
   float last_lr;   /* rate of the last step taken */
   int use_plateau; /* --schedule plateau: peak_lr * plateau.scale */
   plateau plateau;
-  int show_progress;    /* --progress: rank 0 reports each epoch's progress */
-  int augment;          /* --augment */
-  int slow_passes;      /* TRAIN_SLOW_STEP_ENV's extra forward passes */
-  const data_set *data; /* not owned */
+  int show_progress; /* --progress: rank 0 reports each epoch's progress */
+  int augment;       /* --augment */
+  int slow_passes;   /* TRAIN_SLOW_STEP_ENV's extra forward passes */
+  compute cp;        /* the row the model runs on (--device) */
+  int on_device;     /* cp's memory is not the host's */
+  char device_note[COMPUTE_ERR_CAP + 64]; /* --device auto: why not cuda */
+  const data_set *data;                   /* not owned */
   model model;
   optim opt;
   float *grads;  /* model.n_params floats, same layout as the params */
@@ -130,9 +154,12 @@ typedef struct epoch_stats {
  * --global-batch-size divides by size and that the training set holds at
  * least one global batch. Returns 0; or, with a message in err, 2 for a
  * batch/world-size/data-size combination that cannot train (a usage error,
- * the same on every rank: nothing here communicates) or 1 when out of
- * memory or with no thread for the pipeline (a malformed
- * TRAIN_INJECT_OVERFLOW is a usage error too). Free with trainer_free
+ * the same on every rank, checked before the one collective here, the
+ * device agreement above) or 1 when out of
+ * memory, with no thread for the pipeline, or when --device cuda cannot
+ * be opened (err: "--device cuda: no CUDA device (...)"); --device cuda
+ * with the MLP or with TRAIN_INJECT_OVERFLOW, and a malformed
+ * TRAIN_INJECT_OVERFLOW, are usage errors (2). Free with trainer_free
  * (also after a failure).
  */
 int trainer_init(trainer *t, const train_flags *f, const data_set *d, int rank,
@@ -176,7 +203,9 @@ hk_status trainer_epoch(trainer *t, int epoch, progress *p, epoch_stats *s);
  * model table's description), np, batch per rank and global, precision,
  * optimiser and its hyper-parameters, the schedule (cosine or plateau with
  * its factor and patience, scaled peak rate, warm-up, total steps), seed,
- * training samples, augmentation. Returns 0, -1 if cap is too small.
+ * training samples, augmentation, the compute row (--device: a run
+ * resumes bitwise on the row it ran on). Returns 0, -1 if cap is too
+ * small.
  */
 int trainer_settings(const trainer *t, const train_flags *f, char *out,
                      size_t cap);

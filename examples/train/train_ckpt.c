@@ -32,13 +32,14 @@ int trainer_settings(const trainer *t, const train_flags *f, char *out,
       "beta1=%.9g\nbeta2=%.9g\neps=%.9g\nschedule=%s\n"
       "plateau_factor=%.9g\nplateau_patience=%d\npeak_lr=%.9g\n"
       "warmup_steps=%ld\ntotal_steps=%ld\nseed=%llu\ntrain_samples=%zu\n"
-      "augment=%d\n",
+      "augment=%d\ndevice=%s\n",
       shape, t->size, t->shard, t->global_batch, lowp_name(t->model.lowp),
       optimizers[c->kind], (double)c->weight_decay, (double)c->momentum,
       c->nesterov, (double)c->beta1, (double)c->beta2, (double)c->eps,
       t->use_plateau ? "plateau" : "cosine", (double)t->plateau.factor,
       t->plateau.patience, (double)t->peak_lr, t->warmup_steps, t->total_steps,
-      (unsigned long long)f->seed, t->data->train.n, t->augment);
+      (unsigned long long)f->seed, t->data->train.n, t->augment,
+      t->cp.ops ? t->cp.ops->name : "cpu");
   return n < 0 || (size_t)n >= cap ? -1 : 0;
 }
 

@@ -80,6 +80,10 @@ static void train_argv(char **argv, char *nps, int np, va_list ap) {
   argv[k++] = nps;
   argv[k++] = "--";
   argv[k++] = TRAIN_PATH;
+  /* the CPU row, which these tests' exact figures are for, also where a
+   * GPU is (a test's own --device comes later and wins) */
+  argv[k++] = "--device";
+  argv[k++] = "cpu";
   char *a;
   while ((a = va_arg(ap, char *)) != NULL && k < 39)
     argv[k++] = a;
@@ -588,6 +592,77 @@ static void test_usage_errors(void **state) {
   hkt_result_free(&r);
 }
 
+/* ---- --device: the compute row ---- */
+
+/* A bad name and the MLP on cuda are usage errors (2); --device cuda
+ * where no GPU (or no module) is: exit 1, every rank naming the device
+ * and why; where one is, the run says it ran on cuda. --device cpu runs
+ * and says so. */
+static void test_device(void **state) {
+  (void)state;
+  hkt_result r;
+  run_train(2, &r, "--device", "gpu", NULL);
+  assert_exit(&r, 2);
+  assert_every_rank_says(&r, 2, "--device: 'gpu' is not cpu, cuda or auto");
+  hkt_result_free(&r);
+
+  const char *dir = tiny_set("device");
+  run_train(2, &r, "--data", dir, "--device", "cuda", NULL);
+  assert_exit(&r, 2);
+  assert_every_rank_says(&r, 2,
+                         "--device cuda: --model mlp runs on the CPU row "
+                         "only (--model cnn has a CUDA row)");
+  hkt_result_free(&r);
+
+  run_train(1, &r, "--data", dir, "--device", "cuda", "--model", "cnn",
+            "--epochs", "1", NULL);
+  if (r.exited && r.exit_code == 0) { /* a GPU is here */
+    assert_non_null(strstr(r.out, ", device cuda\n"));
+    print_message("a GPU is here: --device cuda ran\n");
+  } else {
+    assert_exit(&r, 1);
+    assert_every_rank_says(&r, 1, "--device cuda: ");
+    if (!strstr(r.err, "--device cuda: no CUDA device (") &&
+        !strstr(r.err, "libhk_train_cuda.so")) {
+      dump(&r);
+      fail_msg("--device cuda failed without saying the GPU or the module "
+               "is missing");
+    }
+  }
+  hkt_result_free(&r);
+
+  run_train(1, &r, "--data", dir, "--device", "cpu", "--model", "cnn",
+            "--epochs", "1", NULL);
+  assert_exit(&r, 0);
+  assert_non_null(strstr(r.out, ", device cpu\n"));
+  hkt_result_free(&r);
+
+  /* The ranks agree on the row. The stand-in row opens device 0 only, so
+   * at np 2 rank 1 (local rank 1) cannot: with cuda every rank fails,
+   * rank 1 saying why and rank 0 who; with auto both run on the cpu. */
+  char *env[] = {"HK_TRAIN_CUDA_MODULE=" FAKE_ROW_PATH, NULL};
+  run_train_env(2, env, &r, "--data", dir, "--device", "cuda", "--model", "cnn",
+                "--epochs", "1", NULL);
+  assert_exit(&r, 1);
+  assert_int_equal(hkt_count_lines(r.err, "[1] train: --device cuda: fake: "
+                                          "device 1 requested, only device 0 "
+                                          "here"),
+                   1);
+  assert_int_equal(hkt_count_lines(r.err,
+                                   "[0] train: --device cuda: rank 1 could not "
+                                   "open it"),
+                   1);
+  hkt_result_free(&r);
+  run_train_env(2, env, &r, "--data", dir, "--device", "auto", "--model", "cnn",
+                "--epochs", "1", NULL);
+  assert_exit(&r, 0);
+  assert_non_null(strstr(r.out, ", device cpu\n"));
+  assert_non_null(strstr(r.out, "[0] train: --device auto: rank 1 runs on "
+                                "the cpu, so every rank does; running on "
+                                "the cpu\n"));
+  hkt_result_free(&r);
+}
+
 /* ---- (e) the input pipeline ---- */
 
 static void assert_files_equal(const char *a, const char *b) {
@@ -597,6 +672,41 @@ static void assert_files_equal(const char *a, const char *b) {
     fail_msg("%s and %s differ", a, b);
   free(x);
   free(y);
+}
+
+/* The trainer's device path without a GPU: `--device cuda` with a
+ * stand-in module (tests/unit/train_fake_row.c: the CPU row's arithmetic
+ * behind the device interface) runs the model on the row's own buffers,
+ * hands the gradients to hk from them with hk_set_stream/hk_wait_stream,
+ * copies them back and stages the batches through the row's slots: the
+ * weights on every rank must equal the CPU row's bit for bit. */
+static void test_device_path_fake_row(void **state) {
+  (void)state;
+  const char *dir = tiny_set("fakerow");
+  char ref[160], dev[160], a[200], b[200];
+  snprintf(ref, sizeof ref, "%s/rowcpu", tmp);
+  snprintf(dev, sizeof dev, "%s/rowfake", tmp);
+  hkt_result r;
+  run_train(2, &r, "--data", dir, "--model", "cnn", "--epochs", "2",
+            "--batch-size", "16", "--augment", "--device", "cpu", "--save-all",
+            ref, NULL);
+  assert_exit(&r, 0);
+  hkt_result_free(&r);
+  char *env[] = {"HK_TRAIN_CUDA_MODULE=" FAKE_ROW_PATH, "HK_GPU=0", NULL};
+  run_train_env(2, env, &r, "--data", dir, "--model", "cnn", "--epochs", "2",
+                "--batch-size", "16", "--augment", "--device", "cuda",
+                "--save-all", dev, NULL);
+  assert_exit(&r, 0);
+  if (!strstr(r.out, ", device fake\n")) {
+    dump(&r);
+    fail_msg("the stand-in row did not run");
+  }
+  hkt_result_free(&r);
+  for (int rank = 0; rank < 2; rank++) {
+    snprintf(a, sizeof a, "%s.%d", ref, rank);
+    snprintf(b, sizeof b, "%s.%d", dev, rank);
+    assert_files_equal(a, b);
+  }
 }
 
 /* Prefetching (and its thread) changes nothing computed: with augmentation
@@ -1119,6 +1229,8 @@ int main(void) {
       cmocka_unit_test(test_low_precision_learns),
       cmocka_unit_test(test_fp16_overflow_skips_everywhere),
       cmocka_unit_test(test_lamb_plateau),
+      cmocka_unit_test(test_device),
+      cmocka_unit_test(test_device_path_fake_row),
       cmocka_unit_test(test_malformed_data),
       cmocka_unit_test(test_missing_data_dir),
       cmocka_unit_test(test_usage_errors),

@@ -1,0 +1,582 @@
+/*
+ * compute_cuda.cu - the CUDA row of the trainer's compute table
+ * (examples/train/compute.h), built as the module libhk_train_cuda.so and
+ * opened by compute_load.c with dlopen: `train` never links CUDA.
+ *
+ * Everything runs on one non-blocking stream per compute object, in call
+ * order. GEMMs are cuBLAS's cublasGemmEx on float32 storage with float32
+ * compute (CUBLAS_COMPUTE_32F, default math mode: no TF32), the row-major
+ * product computed as its column-major transpose (C^T = op(B)^T op(A)^T).
+ * With bf16/fp16 the values are the rounded ones held in float32, as on
+ * the CPU row (compute.h): the same arithmetic, not tensor-core 16-bit
+ * GEMMs. The other operations are the kernels below, one thread per
+ * output element (grid-stride loops), except the per-channel sums of
+ * batch norm: one block per channel, reduced in double in shared memory.
+ *
+ * Bits: built with -fmad=false (no multiply-add contraction), so the
+ * elementwise kernels round as the CPU row does; the reductions (batch
+ * norm's sums, cuBLAS's dot products) sum in another order than the CPU
+ * row, so results agree within rounding, not bitwise
+ * (tests/unit/test_train_compute.c states the tolerances).
+ *
+ * Errors: every CUDA runtime and cuBLAS call and every kernel launch is
+ * checked; the first failure goes into c->err as "<call>: <reason>" and
+ * the operations after it return without doing anything.
+ */
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "compute.h"
+}
+
+#define BN_EPS 1e-5
+#define BN_MOMENTUM 0.1f
+#define T COMPUTE_THREADS
+
+/* Most input staging slots (the pipeline's ring: --prefetch + 1). */
+#define MAX_SLOTS 65
+
+typedef struct cuda_row {
+  cudaStream_t stream;
+  cublasHandle_t blas;
+  /* input staging (stage_init) */
+  cudaStream_t copy;
+  int slots;
+  size_t slot_bytes;
+  void *pinned[MAX_SLOTS];
+  float *dev[MAX_SLOTS];
+  cudaEvent_t ready[MAX_SLOTS];
+} cuda_row;
+
+/* 1 when call e succeeded; else records "<what>: <reason>". */
+static int ok(compute *c, cudaError_t e, const char *what) {
+  if (e == cudaSuccess)
+    return 1;
+  compute_fail(c, "%s: %s", what, cudaGetErrorString(e));
+  return 0;
+}
+
+static int blas_ok(compute *c, cublasStatus_t s, const char *what) {
+  if (s == CUBLAS_STATUS_SUCCESS)
+    return 1;
+  compute_fail(c, "%s: %s", what, cublasGetStatusString(s));
+  return 0;
+}
+
+static cuda_row *row(compute *c) { return (cuda_row *)c->impl; }
+static cudaStream_t st(compute *c) { return row(c)->stream; }
+
+/* Blocks for n elements of a grid-stride loop (at least 1). */
+static unsigned blocks(size_t n) {
+  size_t b = (n + T - 1) / T;
+  return b == 0 ? 1u : b > 65535u * 16u ? 65535u * 16u : (unsigned)b;
+}
+
+#define LOOP(i, n)                                                             \
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);      \
+       i += (size_t)gridDim.x * blockDim.x)
+
+/* Checks the launch just made (configuration errors; faults show later,
+ * at the next synchronising call). */
+#define LAUNCHED(c, name) ok((c), cudaGetLastError(), "kernel " name)
+
+static int open_cuda(compute *c) {
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0) {
+    compute_fail(c, "no CUDA device (cudaGetDeviceCount: %s)",
+                 e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    (void)cudaGetLastError();
+    return -1;
+  }
+  if (c->device_index < 0 || c->device_index >= count) {
+    compute_fail(c,
+                 "device %d requested (HK_GPU, or the local rank), %d visible",
+                 c->device_index, count);
+    return -1;
+  }
+  cuda_row *r = (cuda_row *)calloc(1, sizeof *r);
+  if (!r) {
+    compute_fail(c, "out of memory");
+    return -1;
+  }
+  c->impl = r;
+  if (!ok(c, cudaSetDevice(c->device_index), "cudaSetDevice") ||
+      !ok(c, cudaStreamCreateWithFlags(&r->stream, cudaStreamNonBlocking),
+          "cudaStreamCreateWithFlags") ||
+      !blas_ok(c, cublasCreate(&r->blas), "cublasCreate") ||
+      !blas_ok(c, cublasSetStream(r->blas, r->stream), "cublasSetStream")) {
+    return -1; /* close_cuda frees what was made */
+  }
+  return 0;
+}
+
+static void close_cuda(compute *c) {
+  cuda_row *r = row(c);
+  if (!r)
+    return;
+  if (r->stream)
+    (void)cudaStreamSynchronize(r->stream);
+  if (r->copy)
+    (void)cudaStreamSynchronize(r->copy);
+  for (int i = 0; i < r->slots; i++) {
+    if (r->ready[i])
+      (void)cudaEventDestroy(r->ready[i]);
+    if (r->dev[i])
+      (void)cudaFree(r->dev[i]);
+    if (r->pinned[i])
+      (void)cudaFreeHost(r->pinned[i]);
+  }
+  if (r->copy)
+    (void)cudaStreamDestroy(r->copy);
+  if (r->blas)
+    (void)cublasDestroy(r->blas);
+  if (r->stream)
+    (void)cudaStreamDestroy(r->stream);
+  free(r);
+  c->impl = NULL;
+}
+
+static void *alloc_cuda(compute *c, size_t bytes) {
+  void *p = NULL;
+  if (c->failed)
+    return NULL;
+  if (!ok(c, cudaMalloc(&p, bytes ? bytes : 4), "cudaMalloc"))
+    return NULL;
+  return p;
+}
+
+static void release_cuda(compute *c, void *p) {
+  (void)c;
+  if (!p)
+    return;
+  (void)cudaStreamSynchronize(st(c)); /* nothing queued still uses it */
+  (void)cudaFree(p);
+}
+
+static void to_dev_cuda(compute *c, void *dst, const void *src, size_t bytes) {
+  if (!c->failed && bytes)
+    ok(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, st(c)),
+       "cudaMemcpyAsync (host to device)");
+}
+
+static int to_host_cuda(compute *c, void *dst, const void *src, size_t bytes) {
+  if (c->failed)
+    return -1;
+  if (bytes &&
+      !ok(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, st(c)),
+          "cudaMemcpyAsync (device to host)"))
+    return -1;
+  return ok(c, cudaStreamSynchronize(st(c)), "cudaStreamSynchronize") ? 0 : -1;
+}
+
+static void copy_cuda(compute *c, void *dst, const void *src, size_t bytes) {
+  if (!c->failed && bytes && dst != src)
+    ok(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, st(c)),
+       "cudaMemcpyAsync (device to device)");
+}
+
+static void gemm_cuda(compute *c, int ta, int tb, int M, int N, int K,
+                      float alpha, const float *A, int lda, const float *B,
+                      int ldb, float beta, float *Cm, int ldc) {
+  if (c->failed)
+    return;
+  /* row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T */
+  blas_ok(c,
+          cublasGemmEx(row(c)->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                       ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B,
+                       CUDA_R_32F, ldb, A, CUDA_R_32F, lda, &beta, Cm,
+                       CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
+                       CUBLAS_GEMM_DEFAULT),
+          "cublasGemmEx");
+}
+
+__global__ void k_round(float *v, size_t n, int kind) {
+  LOOP(i, n) {
+    v[i] = kind == LOWP_BF16 ? __bfloat162float(__float2bfloat16_rn(v[i]))
+                             : __half2float(__float2half_rn(v[i]));
+  }
+}
+
+static void round_cuda(compute *c, float *v, size_t n, lowp_kind k) {
+  if (c->failed || k == LOWP_FP32 || !n)
+    return;
+  k_round<<<blocks(n), T, 0, st(c)>>>(v, n, (int)k);
+  LAUNCHED(c, "round");
+}
+
+__global__ void k_im2col(const float *A, int cin, int N, int h, int w,
+                         float *col) {
+  size_t plane = (size_t)N * h * w, total = (size_t)cin * 9 * plane;
+  LOOP(i, total) {
+    size_t r = i / plane, p = i % plane;
+    int ci = (int)(r / 9), k = (int)(r % 9), ky = k / 3, kx = k % 3;
+    int x = (int)(p % w), y = (int)((p / w) % h);
+    size_t b = p / ((size_t)h * w);
+    int iy = y + ky - 1, ix = x + kx - 1;
+    col[i] = iy >= 0 && iy < h && ix >= 0 && ix < w
+                 ? A[ci * plane + (b * h + iy) * w + ix]
+                 : 0.0f;
+  }
+}
+
+static void im2col_cuda(compute *c, const float *A, int cin, int N, int h,
+                        int w, float *col) {
+  if (c->failed)
+    return;
+  k_im2col<<<blocks((size_t)cin * 9 * N * h * w), T, 0, st(c)>>>(A, cin, N, h,
+                                                                 w, col);
+  LAUNCHED(c, "im2col");
+}
+
+/* dA[ci][b][y][x] = sum over (ky, kx) of the col entry that read it; the
+ * CPU row adds them in the order ky, kx too. */
+__global__ void k_col2im(const float *dcol, int cin, int N, int h, int w,
+                         float *dA) {
+  size_t plane = (size_t)N * h * w, total = (size_t)cin * plane;
+  LOOP(i, total) {
+    size_t ci = i / plane, p = i % plane;
+    int x = (int)(p % w), y = (int)((p / w) % h);
+    size_t b = p / ((size_t)h * w);
+    float s = 0.0f;
+    for (int ky = 0; ky < 3; ky++)
+      for (int kx = 0; kx < 3; kx++) {
+        int oy = y - ky + 1, ox = x - kx + 1;
+        if (oy >= 0 && oy < h && ox >= 0 && ox < w)
+          s += dcol[(ci * 9 + ky * 3 + kx) * plane + (b * h + oy) * w + ox];
+      }
+    dA[i] = s;
+  }
+}
+
+static void col2im_cuda(compute *c, const float *dcol, int cin, int N, int h,
+                        int w, float *dA) {
+  if (c->failed)
+    return;
+  k_col2im<<<blocks((size_t)cin * N * h * w), T, 0, st(c)>>>(dcol, cin, N, h, w,
+                                                             dA);
+  LAUNCHED(c, "col2im");
+}
+
+/* Sum of v over the block (T threads), in double; every thread gets it. */
+__device__ double block_sum(double v, double *sh) {
+  sh[threadIdx.x] = v;
+  __syncthreads();
+  for (int s = T / 2; s > 0; s >>= 1) {
+    if ((int)threadIdx.x < s)
+      sh[threadIdx.x] += sh[threadIdx.x + s];
+    __syncthreads();
+  }
+  double r = sh[0];
+  __syncthreads();
+  return r;
+}
+
+/* One block per channel: batch (train) or running statistics. */
+__global__ void k_bn_stats(const float *Z, size_t n, float *rm, float *rv,
+                           int train, float *mean_out, float *invstd) {
+  __shared__ double sh[T];
+  int c = blockIdx.x;
+  const float *z = Z + (size_t)c * n;
+  double mean = rm[c], var = rv[c];
+  if (train) {
+    double s = 0.0, q = 0.0;
+    for (size_t i = threadIdx.x; i < n; i += T)
+      s += z[i];
+    mean = block_sum(s, sh) / (double)n;
+    for (size_t i = threadIdx.x; i < n; i += T)
+      q += (z[i] - mean) * (z[i] - mean);
+    var = block_sum(q, sh) / (double)n;
+    if (threadIdx.x == 0) {
+      rm[c] = (1.0f - BN_MOMENTUM) * rm[c] + BN_MOMENTUM * (float)mean;
+      rv[c] = (1.0f - BN_MOMENTUM) * rv[c] +
+              BN_MOMENTUM *
+                  (float)(n > 1 ? var * (double)n / (double)(n - 1) : var);
+    }
+  }
+  if (threadIdx.x == 0) {
+    mean_out[c] = (float)mean;
+    invstd[c] = (float)(1.0 / sqrt(var + BN_EPS));
+  }
+}
+
+__global__ void k_bn_apply(const float *Z, int C, size_t n, const float *gamma,
+                           const float *beta, const float *mean,
+                           const float *invstd, float *xhat, float *Y) {
+  LOOP(i, (size_t)C * n) {
+    size_t c = i / n;
+    float xh = (Z[i] - mean[c]) * invstd[c];
+    float v = gamma[c] * xh + beta[c];
+    xhat[i] = xh;
+    Y[i] = v > 0.0f ? v : 0.0f;
+  }
+}
+
+static void bn_relu_cuda(compute *c, const float *Z, int C, size_t n,
+                         const float *gamma, const float *beta, float *rm,
+                         float *rv, int train, float *mean, float *invstd,
+                         float *xhat, float *Y) {
+  if (c->failed)
+    return;
+  k_bn_stats<<<C, T, 0, st(c)>>>(Z, n, rm, rv, train, mean, invstd);
+  if (!LAUNCHED(c, "bn_stats"))
+    return;
+  k_bn_apply<<<blocks((size_t)C * n), T, 0, st(c)>>>(Z, C, n, gamma, beta, mean,
+                                                     invstd, xhat, Y);
+  LAUNCHED(c, "bn_apply");
+}
+
+__global__ void k_pool(const float *Y, int C, int N, int h, int w, float *out,
+                       uint32_t *arg) {
+  int h2 = h / 2, w2 = w / 2;
+  size_t n = (size_t)N * h * w, np = n / 4;
+  LOOP(i, (size_t)C * np) {
+    size_t c = i / np, j = i % np;
+    int ox = (int)(j % w2), oy = (int)((j / w2) % h2);
+    size_t s = j / ((size_t)h2 * w2);
+    const float *y = Y + c * n;
+    size_t i0 = (s * h + 2 * (size_t)oy) * w + 2 * (size_t)ox;
+    size_t cand[4] = {i0, i0 + 1, i0 + (size_t)w, i0 + (size_t)w + 1};
+    size_t best = cand[0];
+    for (int k = 1; k < 4; k++)
+      if (y[cand[k]] > y[best])
+        best = cand[k];
+    out[i] = y[best];
+    arg[i] = (uint32_t)best;
+  }
+}
+
+static void pool_cuda(compute *c, const float *Y, int C, int N, int h, int w,
+                      float *out, uint32_t *arg) {
+  if (c->failed)
+    return;
+  k_pool<<<blocks((size_t)C * N * h * w / 4), T, 0, st(c)>>>(Y, C, N, h, w, out,
+                                                             arg);
+  LAUNCHED(c, "pool");
+}
+
+/* Each window's arg is its own position: no two threads write one. */
+__global__ void k_pool_back(const float *Y, const uint32_t *arg,
+                            const float *dP, int C, size_t n, float *dY) {
+  size_t np = n / 4;
+  LOOP(i, (size_t)C * np) {
+    size_t c = i / np, a = c * n + arg[i];
+    if (Y[a] > 0.0f)
+      dY[a] = dP[i];
+  }
+}
+
+static void pool_back_cuda(compute *c, const float *Y, const uint32_t *arg,
+                           const float *dP, int C, int N, int h, int w,
+                           float *dY) {
+  if (c->failed)
+    return;
+  size_t n = (size_t)N * h * w;
+  if (!ok(c, cudaMemsetAsync(dY, 0, (size_t)C * n * sizeof(float), st(c)),
+          "cudaMemsetAsync"))
+    return;
+  k_pool_back<<<blocks((size_t)C * n / 4), T, 0, st(c)>>>(Y, arg, dP, C, n, dY);
+  LAUNCHED(c, "pool_back");
+}
+
+__global__ void k_bn_sums(const float *dY, const float *xhat, size_t n,
+                          float *dgamma, float *dbeta) {
+  __shared__ double sh[T];
+  int k = blockIdx.x;
+  const float *dy = dY + (size_t)k * n, *xh = xhat + (size_t)k * n;
+  double sg = 0.0, sb = 0.0;
+  for (size_t i = threadIdx.x; i < n; i += T) {
+    sb += dy[i];
+    sg += (double)dy[i] * xh[i];
+  }
+  sb = block_sum(sb, sh);
+  sg = block_sum(sg, sh);
+  if (threadIdx.x == 0) {
+    dgamma[k] = (float)sg;
+    dbeta[k] = (float)sb;
+  }
+}
+
+static void bn_sums_cuda(compute *c, const float *dY, const float *xhat, int C,
+                         size_t n, float *dgamma, float *dbeta) {
+  if (c->failed)
+    return;
+  k_bn_sums<<<C, T, 0, st(c)>>>(dY, xhat, n, dgamma, dbeta);
+  LAUNCHED(c, "bn_sums");
+}
+
+__global__ void k_bn_back(float *dY, const float *xhat, int C, size_t n,
+                          const float *gamma, const float *invstd,
+                          const float *dgamma, const float *dbeta) {
+  LOOP(i, (size_t)C * n) {
+    size_t k = i / n;
+    float a = gamma[k] * invstd[k] / (float)n;
+    dY[i] = a * ((float)n * dY[i] - dbeta[k] - xhat[i] * dgamma[k]);
+  }
+}
+
+static void bn_back_cuda(compute *c, float *dY, const float *xhat, int C,
+                         size_t n, const float *gamma, const float *invstd,
+                         const float *dgamma, const float *dbeta) {
+  if (c->failed)
+    return;
+  k_bn_back<<<blocks((size_t)C * n), T, 0, st(c)>>>(dY, xhat, C, n, gamma,
+                                                    invstd, dgamma, dbeta);
+  LAUNCHED(c, "bn_back");
+}
+
+__global__ void k_flatten(const float *src, int C, int N, int S, float *dst,
+                          int back) {
+  size_t F = (size_t)C * S;
+  LOOP(i, (size_t)N * F) {
+    if (!back) { /* dst N x C*S */
+      size_t s = i / F, r = i % F, k = r / S, q = r % S;
+      dst[i] = src[(k * N + s) * S + q];
+    } else { /* dst C x N x S */
+      size_t k = i / ((size_t)N * S), s = (i / S) % N, q = i % S;
+      dst[i] = src[s * F + k * S + q];
+    }
+  }
+}
+
+static void flatten_cuda(compute *c, const float *src, int C, int N, int S,
+                         float *dst, int back) {
+  if (c->failed)
+    return;
+  k_flatten<<<blocks((size_t)N * C * S), T, 0, st(c)>>>(src, C, N, S, dst,
+                                                        back);
+  LAUNCHED(c, "flatten");
+}
+
+__global__ void k_rows(float *Y, const float *bias, int N, int C) {
+  LOOP(i, (size_t)N * C) { Y[i] = bias[i % C]; }
+}
+
+static void rows_cuda(compute *c, float *Y, const float *bias, int N, int C) {
+  if (c->failed)
+    return;
+  k_rows<<<blocks((size_t)N * C), T, 0, st(c)>>>(Y, bias, N, C);
+  LAUNCHED(c, "rows");
+}
+
+/* One thread per column, rows in order: the CPU row's sum exactly. */
+__global__ void k_colsum(const float *D, int N, int C, float *out) {
+  LOOP(k, (size_t)C) {
+    float s = 0.0f;
+    for (int r = 0; r < N; r++)
+      s += D[(size_t)r * C + k];
+    out[k] = s;
+  }
+}
+
+static void colsum_cuda(compute *c, const float *D, int N, int C, float *out) {
+  if (c->failed)
+    return;
+  k_colsum<<<blocks((size_t)C), T, 0, st(c)>>>(D, N, C, out);
+  LAUNCHED(c, "colsum");
+}
+
+static void *stream_cuda(compute *c) { return (void *)st(c); }
+
+static int stage_init_cuda(compute *c, int slots, size_t bytes) {
+  cuda_row *r = row(c);
+  if (c->failed)
+    return -1;
+  if (slots < 1 || slots > MAX_SLOTS || r->slots) {
+    compute_fail(c, "stage_init: %d slots (1..%d, once)", slots, MAX_SLOTS);
+    return -1;
+  }
+  if (!ok(c, cudaStreamCreateWithFlags(&r->copy, cudaStreamNonBlocking),
+          "cudaStreamCreateWithFlags (copy stream)"))
+    return -1;
+  r->slot_bytes = bytes;
+  for (int i = 0; i < slots; i++) {
+    r->slots = i + 1; /* what close_cuda frees */
+    if (!ok(c, cudaMallocHost(&r->pinned[i], bytes ? bytes : 4),
+            "cudaMallocHost") ||
+        !ok(c, cudaMalloc((void **)&r->dev[i], bytes ? bytes : 4),
+            "cudaMalloc") ||
+        !ok(c, cudaEventCreateWithFlags(&r->ready[i], cudaEventDisableTiming),
+            "cudaEventCreateWithFlags"))
+      return -1;
+  }
+  return 0;
+}
+
+/* The pipeline's thread: its own error buffer, never c->err. */
+static int stage_fail(compute *c, cudaError_t e, const char *what) {
+  snprintf(c->stage_err, sizeof c->stage_err, "%s: %s", what,
+           cudaGetErrorString(e));
+  return -1;
+}
+
+static int stage_put_cuda(compute *c, int slot, const void *host,
+                          size_t bytes) {
+  cuda_row *r = row(c);
+  if (slot < 0 || slot >= r->slots || bytes > r->slot_bytes) {
+    snprintf(c->stage_err, sizeof c->stage_err,
+             "stage_put: slot %d of %d, %zu bytes of %zu", slot, r->slots,
+             bytes, r->slot_bytes);
+    return -1;
+  }
+  cudaError_t e = cudaSetDevice(c->device_index); /* this thread's device */
+  if (e != cudaSuccess)
+    return stage_fail(c, e, "cudaSetDevice (input pipeline)");
+  memcpy(r->pinned[slot], host, bytes);
+  if ((e = cudaMemcpyAsync(r->dev[slot], r->pinned[slot], bytes,
+                           cudaMemcpyHostToDevice, r->copy)) != cudaSuccess)
+    return stage_fail(c, e, "cudaMemcpyAsync (input, pinned to device)");
+  if ((e = cudaEventRecord(r->ready[slot], r->copy)) != cudaSuccess)
+    return stage_fail(c, e, "cudaEventRecord (input)");
+  return 0;
+}
+
+static const float *stage_take_cuda(compute *c, int slot) {
+  cuda_row *r = row(c);
+  if (!c->failed)
+    ok(c, cudaStreamWaitEvent(st(c), r->ready[slot], 0),
+       "cudaStreamWaitEvent (input)");
+  return r->dev[slot];
+}
+
+static const compute_ops cuda_ops = {
+    /* .name = */ "cuda",
+    /* .host = */ 0,
+    /* .open = */ open_cuda,
+    /* .close = */ close_cuda,
+    /* .alloc = */ alloc_cuda,
+    /* .release = */ release_cuda,
+    /* .to_dev = */ to_dev_cuda,
+    /* .to_host = */ to_host_cuda,
+    /* .copy = */ copy_cuda,
+    /* .gemm = */ gemm_cuda,
+    /* .round = */ round_cuda,
+    /* .im2col = */ im2col_cuda,
+    /* .col2im = */ col2im_cuda,
+    /* .bn_relu = */ bn_relu_cuda,
+    /* .pool = */ pool_cuda,
+    /* .pool_back = */ pool_back_cuda,
+    /* .bn_sums = */ bn_sums_cuda,
+    /* .bn_back = */ bn_back_cuda,
+    /* .flatten = */ flatten_cuda,
+    /* .rows = */ rows_cuda,
+    /* .colsum = */ colsum_cuda,
+    /* .stream = */ stream_cuda,
+    /* .stage_init = */ stage_init_cuda,
+    /* .stage_put = */ stage_put_cuda,
+    /* .stage_take = */ stage_take_cuda,
+};
+
+/* The module's one entry point (COMPUTE_CUDA_SYMBOL). */
+extern "C" __attribute__((visibility("default"))) const compute_ops *
+hk_train_compute_cuda(void) {
+  return &cuda_ops;
+}
