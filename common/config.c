@@ -2,10 +2,12 @@
 
 #include <errno.h>
 #include <math.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "common/log.h"
 #include "common/status.h"
@@ -369,4 +371,13 @@ void hk_config_print_table(void) {
          "1: rank 0 sends hkrun its live table (hkrun --monitor sets it)");
   printf("%-22s %12s  %-24s %s\n", "HK_LOG_LEVEL", "warning",
          "error|warning|info|debug", "diagnostics written to stderr");
+}
+
+int hk_usable_cpus(void) {
+  cpu_set_t set;
+  int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  if (online > 0 && online < cpus)
+    cpus = (int)online;
+  return cpus > 0 ? cpus : 1;
 }

@@ -246,11 +246,7 @@ void hk_queue_fail_all(hk_ctx *ctx, hk_status status, const char *reason) {
 }
 
 double hk_queue_wait_spin_us(const hk_config *cfg, int local_size) {
-  cpu_set_t cpus;
-  int ncpu = sched_getaffinity(0, sizeof cpus, &cpus) == 0
-                 ? CPU_COUNT(&cpus)
-                 : (int)sysconf(_SC_NPROCESSORS_ONLN);
-  return local_size >= 1 && local_size <= ncpu ? cfg->spin_us : 0;
+  return local_size >= 1 && local_size <= hk_usable_cpus() ? cfg->spin_us : 0;
 }
 
 hk_status hk_queue_wait(hk_ctx *ctx, hk_handle h) {

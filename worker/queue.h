@@ -69,7 +69,8 @@ void hk_queue_fail_all(hk_ctx *ctx, hk_status status, const char *reason);
 /**
  * How long hk_queue_wait polls before it sleeps, us: cfg->spin_us
  * (HK_SPIN_US) when the local_size ranks of this host have at least a
- * core each (the CPUs this process may run on), else 0. With more ranks
+ * core each (hk_usable_cpus: the CPUs this process may run on; the rule
+ * the shm engine's waits follow too, shm_seg.c), else 0. With more ranks
  * than cores a polling trainer thread takes turns from the background
  * threads that have the step's work to do: measured on the 2-core VM at
  * np 4 (chrt -r 1, hkbench --raw, 8 B), sleeping at once took the

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/config.h"
 #include "common/status.h"
 
 #define PAGE ((size_t)4096)
@@ -62,12 +63,7 @@ size_t hk_shm_seg_bytes(const hk_shm_layout *layout) {
 
 /* HK_SHM_SPIN_S if n ranks fit the CPUs this process may run on. */
 static double spin_budget(int n) {
-  cpu_set_t set;
-  int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
-  long online = sysconf(_SC_NPROCESSORS_ONLN);
-  if (online > 0 && online < cpus)
-    cpus = (int)online;
-  return n <= cpus ? HK_SHM_SPIN_S : 0.0;
+  return n <= hk_usable_cpus() ? HK_SHM_SPIN_S : 0.0;
 }
 
 static hk_status map(int fd, size_t bytes, const char *name, hk_shm_seg *seg) {
