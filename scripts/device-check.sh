@@ -25,7 +25,13 @@
 #   pair*     two processes on the GPU in one NCCL communicator: plain,
 #             NCCL_MULTI_RANK_GPU_ENABLE=1 (NCCL 2.30+; older ones ignore
 #             it), and a NCCL_HOSTID per process over loopback sockets
-#   train-vs-torch  examples/train's CNN: `train --device cuda --model cnn
+#   ctest     every test with HK_DEVICE=cuda HK_TEST_GPU=1, except label
+#             netbed (several hosts in network namespaces: needs ip, tc,
+#             CAP_NET_ADMIN, and 2-3 minutes; not a GPU matter), and
+#             test_hosts_cli, which runs alone without those two variables
+#             (it expects hkrun's mpirun command to forward no HK_* but its
+#             own)
+#   train-vs-torch  (after every test) examples/train's CNN: `train --device cuda --model cnn
 #             --precision bf16` at np 1 and the same model in PyTorch
 #             (examples/train/torch_cnn.py, bf16 autocast) at the same batch
 #             size, 3 rounds interleaved, 1 epoch of up to
@@ -35,12 +41,6 @@
 #             Data: DEVICE_CHECK_DATA, /usr/share/datasets/fashion-mnist,
 #             .devdeps/fashion-mnist (scripts/device-deps.sh), else a
 #             synthetic IDX set (random pixels: speed only, accuracy ~0.1)
-#   ctest     every test with HK_DEVICE=cuda HK_TEST_GPU=1, except label
-#             netbed (several hosts in network namespaces: needs ip, tc,
-#             CAP_NET_ADMIN, and 2-3 minutes; not a GPU matter), and
-#             test_hosts_cli, which runs alone without those two variables
-#             (it expects hkrun's mpirun command to forward no HK_* but its
-#             own)
 #   monitor-* the straggler report and metrics with the real NVML (4
 #             ranks on GPU 0, one 50 ms late), and the monitor's cost on
 #             hkbench --model resnet50 (bench/monitor_overhead.sh)
@@ -433,9 +433,6 @@ if [ $BUILT = 1 ]; then
   for f in pair pair-multi-rank pair-hostid; do
     log "  $f: $(grep -h '^cuda_pair: \(works\|refused\|FAILED\|skipped\)' "$OUT"/*-"$f".log)"
   done
-  step train-vs-torch 160 withlibs train_vs_torch
-  grep -h '^train-vs-torch:' "$OUT"/*-train-vs-torch.log | sed 's/^/  /' |
-    tee -a "$SUMMARY"
   # test_hosts_cli compares hkrun's mpirun command, which forwards every
   # HK_* variable set (-x HK_DEVICE -x HK_TEST_GPU here), with a fixed
   # list: it runs alone, without them
@@ -445,6 +442,10 @@ if [ $BUILT = 1 ]; then
     "$OUT"/*-ctest.log | sed 's/^/  /' | tee -a "$SUMMARY"
   must ctest-hosts-cli 60 withlibs env -u HK_DEVICE -u HK_TEST_GPU \
     ctest --test-dir "$BUILD" --output-on-failure -R '^test_hosts_cli$'
+  # after every test: the comparison may take the rest of its 160 s
+  step train-vs-torch 160 withlibs train_vs_torch
+  grep -h '^train-vs-torch:' "$OUT"/*-train-vs-torch.log | sed 's/^/  /' |
+    tee -a "$SUMMARY"
 fi
 
 # ==== GPU benchmarks =====================================================
