@@ -188,6 +188,11 @@ static void prefetch_next(const hk_shm_job *job, int out, size_t hint) {
       __builtin_prefetch(a + o, 0, 3);
 }
 
+/* 1 when the job's inputs are multiplied as they are read (in_scale). */
+static int scaled(const hk_shm_job *job) {
+  return job->in_scale != 0.0 && job->in_scale != 1.0;
+}
+
 /* Copies elements [lo, lo + ne) of the job's input (from_out = 0) or
  * output (1) to `to`. */
 static void copy_from_job(const hk_shm_job *job, int from_out, size_t lo,
@@ -199,7 +204,10 @@ static void copy_from_job(const hk_shm_job *job, int from_out, size_t lo,
     const uint8_t *p = run_at(job, from_out, lo, &m, &hint);
     m = m < ne ? m : ne;
     prefetch_next(job, from_out, hint);
-    memcpy(to, p, m * esz);
+    if (!from_out && scaled(job))
+      hk_scale_copy(to, p, m, job->dtype, job->in_scale);
+    else
+      memcpy(to, p, m * esz);
     to += m * esz;
     lo += m;
     ne -= m;
@@ -250,21 +258,31 @@ static void fold_core(const hk_shm_job *job, const uint8_t *const *in, int n,
 
 /* Folds segment j's slice (ne elements at element offset lo) over every
  * position, in ring order from start[j], into acc, and copies the result
- * to the owned segment's output (own_out, or the job's output). */
+ * to the owned segment's output (own_out, or the job's output). A scaled
+ * job's own input goes through `own` block by block (it is not in a slot,
+ * where the copy-in scaled the peers' inputs). */
 static void fold(hk_shm_group *g, const hk_shm_job *job, int j, int half,
                  size_t lo, size_t ne, uint8_t *acc) {
   const int n = g->n;
   const size_t esz = hk_dtype_size(job->dtype);
   const size_t off = (size_t)j * g->slice;
+  const int scale = scaled(job);
   const uint8_t *in[HK_SHM_MAX_RANKS];
+  uint8_t own_block[FOLD_BLOCK];
   size_t hint = 0, hint_out = 0;
   for (size_t done = 0, m, mo; done < ne; done += m) {
-    /* this rank's own input, one contiguous run of it at a time; the
-     * output's runs are the same (a piece has both, or both are whole) */
+    /* this rank's own input, one contiguous run of it at a time (a block
+     * at most when scaled); the output's runs are the same (a piece has
+     * both, or both are whole) */
     const uint8_t *own = run_at(job, 0, lo + done, &m, &hint);
     uint8_t *out = job->own_out ? job->own_out + (lo + done - job->seg[j]) * esz
                                 : run_at(job, 1, lo + done, &mo, &hint_out);
     m = m < ne - done ? m : ne - done;
+    if (scale) {
+      m = m < FOLD_BLOCK / esz ? m : FOLD_BLOCK / esz;
+      hk_scale_copy(own_block, own, m, job->dtype, job->in_scale);
+      own = own_block;
+    }
     for (int i = 0; i < n; i++) {
       int q = (job->start[j] + i) % n;
       in[i] = q == g->me ? own : g->slot[2 * q + half] + off + done * esz;

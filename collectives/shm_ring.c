@@ -63,7 +63,9 @@ hk_status hk_ring_shm_allreduce_pieces(hk_ring *ring,
                     .fin = fin,
                     .finish = 1,
                     .pieces = pieces,
-                    .npieces = npieces};
+                    .npieces = npieces,
+                    /* the pre-division a fusion buffer's copy-in does */
+                    .in_scale = fin && fin->pre > 1.0 ? 1.0 / fin->pre : 1.0};
   return hk_shm_group_run(g, &job);
 }
 

@@ -416,11 +416,12 @@ static hk_status run_device(hk_ctx *ctx, plan *p, uint32_t a, uint32_t b,
  * where the fusion layout p->seg/p->where puts each tensor's segments,
  * so the bits are the fusion buffer's. Returns -1 (nothing done) where it
  * does not apply: another algorithm or transport, a pre- or postscale
- * (applied while copying through the fusion buffer; the caller also keeps
- * a 16-bit average's pre-division there). The pieces and segment tables
- * are the plan's (grown with it), so a step allocates nothing here. */
+ * (applied while copying through the fusion buffer). A 16-bit average's
+ * pre-division (pre > 1) is the engine's as it reads the inputs. The
+ * pieces and segment tables are the plan's (grown with it), so a step
+ * allocates nothing here. */
 static int run_fused_in_place(hk_ctx *ctx, plan *p, uint32_t a, uint32_t k,
-                              hk_status *st) {
+                              double pre, hk_status *st) {
   const int n = ctx->size;
   const hk_fusion_item *it = &p->items[p->order[a]];
   if (n < 2 || ctx->ring.ops != &hk_ring_shm_ops ||
@@ -448,7 +449,7 @@ static int run_fused_in_place(hk_ctx *ctx, plan *p, uint32_t a, uint32_t k,
                                   (const uint8_t *)h->sendbuf + f[j] * esz,
                                   (uint8_t *)h->recvbuf + f[j] * esz};
     }
-  hk_ring_finish fin = {it->divisor, 1.0, 1.0};
+  hk_ring_finish fin = {it->divisor, 1.0, pre};
   *st = hk_ring_shm_allreduce_pieces(&ctx->ring, pc, np, p->seg,
                                      (hk_dtype)q0->dtype, (hk_op)q0->op, &fin);
   return 0;
@@ -472,7 +473,7 @@ static hk_status run_fused(hk_ctx *ctx, plan *p, uint32_t a, uint32_t b,
   const double pre = hk_average_pre_divisor(dtype, (hk_op)q0->op,
                                             it->divisor > 0 ? it->divisor : n);
   hk_status st = HK_OK;
-  if (pre == 1.0 && run_fused_in_place(ctx, p, a, k, &st) == 0) {
+  if (run_fused_in_place(ctx, p, a, k, pre, &st) == 0) {
     t[1] = t[0];
     t[2] = t[3] = hk_now();
     if (st == HK_OK) {
