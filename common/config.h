@@ -111,9 +111,10 @@ void hk_config_print_table(void);
 /**
  * The CPUs this process may run on: its affinity mask (taskset, cgroup
  * cpusets, hkrun --bind-to), at most the online CPUs; at least 1. What
- * decides whether a host's ranks each have a core, so that a waiting
- * thread may poll (HK_SPIN_US, the shm engine's spin) rather than hand
- * its core to a peer at once. Thread-safe; a system call per call.
+ * decides whether a host's ranks each have a core, so that the shm
+ * engine's waits may poll longer rather than hand the core to a peer at
+ * once (collectives/transport/shm_seg.c). Thread-safe; a system call per
+ * call.
  */
 int hk_usable_cpus(void);
 

@@ -108,10 +108,6 @@ typedef struct hk_ctx {
   int launcher_parent;        /* the pid of hkrun (HK_LAUNCHER_PID) when it
                                  is our parent process; 0 otherwise */
   hk_config cfg;
-  /* how long hk_wait polls before it sleeps, us: HK_SPIN_US when this
-   * host's ranks have a core each, else 0 (set before the background
-   * thread starts; read-only after; see hk_queue_wait) */
-  double wait_spin_us;
   hk_secret secret;
   hk_mesh mesh;
   struct hk_intra *intra; /* shared memory with this host's ranks

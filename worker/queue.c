@@ -245,16 +245,12 @@ void hk_queue_fail_all(hk_ctx *ctx, hk_status status, const char *reason) {
   pthread_mutex_unlock(&ctx->mu);
 }
 
-double hk_queue_wait_spin_us(const hk_config *cfg, int local_size) {
-  return local_size >= 1 && local_size <= hk_usable_cpus() ? cfg->spin_us : 0;
-}
-
 hk_status hk_queue_wait(hk_ctx *ctx, hk_handle h) {
   if (ctx) {
-    /* ctx->wait_spin_us of polling, yielding the core, before sleeping on
-     * the condition variable (common/config.c: a sleeping thread is slow
-     * to wake on a virtual machine; a small allreduce completes sooner) */
-    const double until = hk_now() + ctx->wait_spin_us * 1e-6;
+    /* HK_SPIN_US of polling, yielding the core, before sleeping on the
+     * condition variable (common/config.c: a sleeping thread is slow to
+     * wake on a virtual machine; a small allreduce completes sooner) */
+    const double until = hk_now() + ctx->cfg.spin_us * 1e-6;
     /* polled without the lock, which the background thread needs to
      * complete it (a polling waiter holding it made the background thread
      * sleep on the lock and cost a futex wake per unlock) */

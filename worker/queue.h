@@ -66,21 +66,6 @@ void hk_queue_complete_ok(hk_ctx *ctx, hk_handle *hs, size_t n);
  */
 void hk_queue_fail_all(hk_ctx *ctx, hk_status status, const char *reason);
 
-/**
- * How long hk_queue_wait polls before it sleeps, us: cfg->spin_us
- * (HK_SPIN_US) when the local_size ranks of this host have at least a
- * core each (hk_usable_cpus: the CPUs this process may run on; the rule
- * the shm engine's waits follow too, shm_seg.c), else 0. With more ranks
- * than cores a polling trainer thread takes turns from the background
- * threads that have the step's work to do: measured on the 2-core VM at
- * np 4 (chrt -r 1, hkbench --raw, 8 B), sleeping at once took the
- * collective from 13.7 to 9.4 us and the control path from 35.6 to
- * 23.7 us, the public API's time unchanged (51 us); at np 2 polling
- * is as fast for small buffers and faster from 1 MiB (181 against 222
- * us). Thread-safe (reads only).
- */
-double hk_queue_wait_spin_us(const hk_config *cfg, int local_size);
-
 /** Blocks until h completes; returns its status, sets this thread's last
  *  error to its reason, and frees h. ctx NULL (after hk_shutdown, when
  *  every handle has completed) only collects the outcome. */

@@ -230,8 +230,6 @@ hk_status hk_init(void) {
     st = hk_agree_settings(ctx);
   if (st == HK_OK)
     st = hk_monitor_start(ctx);
-  if (st == HK_OK)
-    ctx->wait_spin_us = hk_queue_wait_spin_us(&ctx->cfg, ctx->local_size);
   if (st == HK_OK) {
     /* SIGUSR1 (the flight recorder's) is for the trainer's threads: the
      * background thread and those it starts are woken through a pipe and
