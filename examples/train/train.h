@@ -117,9 +117,17 @@ typedef struct trainer {
   const data_set *data;                   /* not owned */
   model model;
   optim opt;
-  float *grads;  /* model.n_params floats, same layout as the params */
-  uint16_t *g16; /* bf16/fp16: the gradients as hk receives them, same
-                    layout; NULL for fp32 */
+  float *grads;       /* model.n_params floats, same layout as the params
+                         (the CPU row's gradient buffer) */
+  float *row_m;       /* the optimiser's state in the row's memory: opt.m and */
+  float *row_v;       /* opt.v on the CPU row; device copies otherwise (row_v
+                         NULL for sgd) */
+  double *row_acc;    /* 4 doubles, row memory: the epoch's loss sum and
+                         correct count (xent), then evaluation's */
+  double host_acc[4]; /* row_acc's host side (to_dev's source) */
+  uint8_t *row_y;     /* labels of the current batch, row memory */
+  uint16_t *g16;      /* bf16/fp16: the gradients as hk receives them, same
+                         layout; NULL for fp32 */
   loss_scaler scaler;
   long inject_rank, inject_step; /* TRAIN_INJECT_OVERFLOW, or -1 */
   batch eval;                    /* TRAIN_EVAL_CHUNK test samples */
@@ -192,6 +200,18 @@ hk_status trainer_rank0_outcome(trainer *t, const char *name, int bad,
 /** He-initialises the model on rank 0 (from f->seed) and broadcasts every
  *  tensor to the others; waits for all of them. */
 hk_status trainer_broadcast_init(trainer *t, uint64_t seed);
+
+/**
+ * Device rows: copies the weights (row_params) and the optimiser state
+ * back into the host buffers (model.params, opt.m, opt.v) for a
+ * checkpoint, a weight file or the end; nothing on the CPU row. Returns
+ * HK_OK, or HK_ERR_SYSTEM with t->err "--device cuda: <call>: <reason>".
+ */
+hk_status trainer_to_host(trainer *t);
+
+/** After the host weights and optimiser state were replaced (a resume):
+ *  queues them into the row (device rows; nothing on the CPU row). */
+void trainer_state_loaded(trainer *t);
 
 /** Trains one epoch (epoch is 1-based), then evaluates the test set split
  *  across the ranks; fills *s. */

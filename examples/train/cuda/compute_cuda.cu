@@ -43,6 +43,9 @@ extern "C" {
 
 /* Most input staging slots (the pipeline's ring: --prefetch + 1). */
 #define MAX_SLOTS 65
+/* Most blocks of LAMB's norm pass: its partial sums, one pair per block,
+ * are then added by one block in a fixed order (deterministic). */
+#define LAMB_BLOCKS 256
 
 typedef struct cuda_row {
   cudaStream_t stream;
@@ -54,6 +57,14 @@ typedef struct cuda_row {
   void *pinned[MAX_SLOTS];
   float *dev[MAX_SLOTS];
   cudaEvent_t ready[MAX_SLOTS];
+  /* the step's tail (open allocates them) */
+  int *flag;      /* finite: 1 when a value was not */
+  double *part;   /* lamb: 2 x LAMB_BLOCKS partial norms */
+  float *lamb_lr; /* lamb: lr x the trust ratio, computed on the device */
+  /* xent: per-sample loss and hit, xent_cap samples (grown on demand) */
+  double *xent_loss;
+  int *xent_hit;
+  int xent_cap;
 } cuda_row;
 
 /* 1 when call e succeeded; else records "<what>: <reason>". */
@@ -113,7 +124,11 @@ static int open_cuda(compute *c) {
       !ok(c, cudaStreamCreateWithFlags(&r->stream, cudaStreamNonBlocking),
           "cudaStreamCreateWithFlags") ||
       !blas_ok(c, cublasCreate(&r->blas), "cublasCreate") ||
-      !blas_ok(c, cublasSetStream(r->blas, r->stream), "cublasSetStream")) {
+      !blas_ok(c, cublasSetStream(r->blas, r->stream), "cublasSetStream") ||
+      !ok(c, cudaMalloc((void **)&r->flag, sizeof(int)), "cudaMalloc") ||
+      !ok(c, cudaMalloc((void **)&r->part, 2 * LAMB_BLOCKS * sizeof(double)),
+          "cudaMalloc") ||
+      !ok(c, cudaMalloc((void **)&r->lamb_lr, sizeof(float)), "cudaMalloc")) {
     return -1; /* close_cuda frees what was made */
   }
   return 0;
@@ -135,6 +150,10 @@ static void close_cuda(compute *c) {
     if (r->pinned[i])
       (void)cudaFreeHost(r->pinned[i]);
   }
+  void *scratch[] = {r->flag, r->part, r->lamb_lr, r->xent_loss, r->xent_hit};
+  for (size_t i = 0; i < sizeof scratch / sizeof *scratch; i++)
+    if (scratch[i])
+      (void)cudaFree(scratch[i]);
   if (r->copy)
     (void)cudaStreamDestroy(r->copy);
   if (r->blas)
@@ -547,6 +566,212 @@ static const float *stage_take_cuda(compute *c, int slot) {
   return r->dev[slot];
 }
 
+/* ---- the step's tail: loss, loss scaling, finite check, optimiser ---- */
+
+__global__ void k_scale(float *v, size_t n, float s) { LOOP(i, n) v[i] *= s; }
+
+static void scale_cuda(compute *c, float *v, size_t n, float s) {
+  if (c->failed || !n)
+    return;
+  k_scale<<<blocks(n), T, 0, st(c)>>>(v, n, s);
+  LAUNCHED(c, "scale");
+}
+
+/* Every thread that meets an inf or NaN writes 1 (the same value). */
+__global__ void k_nonfinite(const float *v, size_t n, int *flag) {
+  LOOP(i, n) {
+    if (!isfinite(v[i]))
+      *flag = 1;
+  }
+}
+
+static int finite_cuda(compute *c, const float *v, size_t n) {
+  cuda_row *r = row(c);
+  if (c->failed || !ok(c, cudaMemsetAsync(r->flag, 0, sizeof(int), st(c)),
+                       "cudaMemsetAsync (finite flag)"))
+    return -1;
+  if (n) {
+    k_nonfinite<<<blocks(n), T, 0, st(c)>>>(v, n, r->flag);
+    if (!LAUNCHED(c, "finite"))
+      return -1;
+  }
+  int bad = 0;
+  if (to_host_cuda(c, &bad, r->flag, sizeof bad) != 0)
+    return -1;
+  return bad ? 0 : 1;
+}
+
+/* One thread per sample: loss.c's softmax_xent for row i (stable
+ * softmax, the loss in double, dlogits = (softmax - onehot) / B). expf
+ * here is CUDA's (within 2 ulp, not glibc's correctly rounded one). */
+__global__ void k_xent(const float *Z, const uint8_t *y, int B, int C, float *D,
+                       double *loss, int *hit) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= B)
+    return;
+  const float *z = Z + (size_t)i * C;
+  float *g = D + (size_t)i * C;
+  int top = 0;
+  for (int k = 1; k < C; k++)
+    if (z[k] > z[top])
+      top = k;
+  hit[i] = top == y[i];
+  double sum = 0.0;
+  for (int k = 0; k < C; k++) {
+    g[k] = expf(z[k] - z[top]);
+    sum += g[k];
+  }
+  loss[i] = log(sum) - (double)(z[y[i]] - z[top]);
+  float scale = (float)(1.0 / (sum * (double)B));
+  for (int k = 0; k < C; k++)
+    g[k] = g[k] * scale - (k == y[i] ? 1.0f / (float)B : 0.0f);
+}
+
+/* One thread: the samples' losses and hits in index order, as the CPU
+ * row adds them, into the accumulators. */
+__global__ void k_xent_sum(const double *loss, const int *hit, int B,
+                           double *acc) {
+  double total = 0.0;
+  long n = 0;
+  for (int i = 0; i < B; i++) {
+    total += loss[i];
+    n += hit[i];
+  }
+  acc[0] += total / (double)B;
+  acc[1] += (double)n;
+}
+
+static void xent_cuda(compute *c, const float *logits, const uint8_t *y, int B,
+                      int C, float *dlogits, double *acc) {
+  cuda_row *r = row(c);
+  if (c->failed || B < 1)
+    return;
+  if (B > r->xent_cap) { /* once, at the largest batch */
+    if (!ok(c, cudaStreamSynchronize(st(c)), "cudaStreamSynchronize"))
+      return;
+    (void)cudaFree(r->xent_loss);
+    (void)cudaFree(r->xent_hit);
+    r->xent_loss = NULL;
+    r->xent_hit = NULL;
+    r->xent_cap = 0;
+    if (!ok(c, cudaMalloc((void **)&r->xent_loss, (size_t)B * sizeof(double)),
+            "cudaMalloc") ||
+        !ok(c, cudaMalloc((void **)&r->xent_hit, (size_t)B * sizeof(int)),
+            "cudaMalloc"))
+      return;
+    r->xent_cap = B;
+  }
+  k_xent<<<(B + T - 1) / T, T, 0, st(c)>>>(logits, y, B, C, dlogits,
+                                           r->xent_loss, r->xent_hit);
+  if (!LAUNCHED(c, "xent"))
+    return;
+  k_xent_sum<<<1, 1, 0, st(c)>>>(r->xent_loss, r->xent_hit, B, acc);
+  LAUNCHED(c, "xent_sum");
+}
+
+/* optim.c's sgd, elementwise, the same operations in the same order. */
+__global__ void k_sgd(float *p, const float *g, float *vel, size_t n, float mu,
+                      float lr, float wd, int nesterov) {
+  LOOP(i, n) {
+    float gi = g[i] + wd * p[i];
+    vel[i] = mu * vel[i] + gi;
+    p[i] -= lr * (nesterov ? gi + mu * vel[i] : vel[i]);
+  }
+}
+
+/* optim.c's adamw (step, eps and keep from optim_args_of). */
+__global__ void k_adamw(float *p, const float *g, float *m, float *v, size_t n,
+                        float b1, float b2, float step, float eps, float keep) {
+  LOOP(i, n) {
+    p[i] *= keep;
+    m[i] = b1 * m[i] + (1.0f - b1) * g[i];
+    v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+    p[i] -= step * m[i] / (sqrtf(v[i]) + eps);
+  }
+}
+
+/* optim.c's lamb_u. */
+__device__ float lamb_u(float m, float v, float p, float c1, float c2,
+                        float eps, float wd) {
+  return (m / c1) / (sqrtf(v / c2) + eps) + wd * p;
+}
+
+/* LAMB's first pass: the moments, and each block's partial sums of p^2
+ * and u^2 in double into part[block] and part[gridDim.x + block]. */
+__global__ void k_lamb_moments(const float *p, const float *g, float *m,
+                               float *v, size_t n, float b1, float b2, float c1,
+                               float c2, float eps, float wd, double *part) {
+  __shared__ double sh[T];
+  double pn = 0.0, un = 0.0;
+  LOOP(i, n) {
+    m[i] = b1 * m[i] + (1.0f - b1) * g[i];
+    v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+    double u = lamb_u(m[i], v[i], p[i], c1, c2, eps, wd);
+    pn += (double)p[i] * p[i];
+    un += u * u;
+  }
+  pn = block_sum(pn, sh);
+  un = block_sum(un, sh);
+  if (threadIdx.x == 0) {
+    part[blockIdx.x] = pn;
+    part[gridDim.x + blockIdx.x] = un;
+  }
+}
+
+/* One block: the nb partial pairs in a fixed order, then lr x the trust
+ * ratio ||p|| / ||u|| (1 when either norm is 0), as optim.c. */
+__global__ void k_lamb_trust(const double *part, int nb, float lr,
+                             float *step) {
+  __shared__ double sh[T];
+  double pn = 0.0, un = 0.0;
+  for (int b = threadIdx.x; b < nb; b += T) {
+    pn += part[b];
+    un += part[nb + b];
+  }
+  pn = block_sum(pn, sh);
+  un = block_sum(un, sh);
+  if (threadIdx.x == 0) {
+    float trust = pn > 0.0 && un > 0.0 ? (float)(sqrt(pn) / sqrt(un)) : 1.0f;
+    *step = lr * trust;
+  }
+}
+
+__global__ void k_lamb_apply(float *p, const float *m, const float *v, size_t n,
+                             float c1, float c2, float eps, float wd,
+                             const float *step) {
+  float s = *step;
+  LOOP(i, n) { p[i] -= s * lamb_u(m[i], v[i], p[i], c1, c2, eps, wd); }
+}
+
+static void optim_cuda(compute *c, const optim_args *a, float *p,
+                       const float *g, float *m, float *v, size_t count) {
+  cuda_row *r = row(c);
+  if (c->failed || !count)
+    return;
+  unsigned nb = blocks(count);
+  if (a->kind == OPTIM_SGD) {
+    k_sgd<<<nb, T, 0, st(c)>>>(p, g, m, count, a->mu, a->lr, a->wd,
+                               a->nesterov);
+    LAUNCHED(c, "sgd");
+  } else if (a->kind == OPTIM_ADAMW) {
+    k_adamw<<<nb, T, 0, st(c)>>>(p, g, m, v, count, a->b1, a->b2, a->step,
+                                 a->eps, a->keep);
+    LAUNCHED(c, "adamw");
+  } else {
+    nb = nb > LAMB_BLOCKS ? LAMB_BLOCKS : nb; /* depends on count only */
+    k_lamb_moments<<<nb, T, 0, st(c)>>>(p, g, m, v, count, a->b1, a->b2, a->c1,
+                                        a->c2, a->eps, a->wd, r->part);
+    if (!LAUNCHED(c, "lamb_moments"))
+      return;
+    k_lamb_trust<<<1, T, 0, st(c)>>>(r->part, (int)nb, a->lr, r->lamb_lr);
+    if (!LAUNCHED(c, "lamb_trust"))
+      return;
+    k_lamb_apply<<<blocks(count), T, 0, st(c)>>>(p, m, v, count, a->c1, a->c2,
+                                                 a->eps, a->wd, r->lamb_lr);
+    LAUNCHED(c, "lamb_apply");
+  }
+}
+
 static const compute_ops cuda_ops = {
     /* .name = */ "cuda",
     /* .host = */ 0,
@@ -573,6 +798,10 @@ static const compute_ops cuda_ops = {
     /* .stage_init = */ stage_init_cuda,
     /* .stage_put = */ stage_put_cuda,
     /* .stage_take = */ stage_take_cuda,
+    /* .scale = */ scale_cuda,
+    /* .finite = */ finite_cuda,
+    /* .xent = */ xent_cuda,
+    /* .optim = */ optim_cuda,
 };
 
 /* The module's one entry point (COMPUTE_CUDA_SYMBOL). */
