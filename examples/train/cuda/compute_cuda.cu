@@ -11,7 +11,11 @@
  * the CPU row (compute.h): the same arithmetic, not tensor-core 16-bit
  * GEMMs. The other operations are the kernels below, one thread per
  * output element (grid-stride loops), except the per-channel sums of
- * batch norm: one block per channel, reduced in double in shared memory.
+ * batch norm (one block per channel, reduced in double in shared memory),
+ * the loss (one thread per sample, then one thread adds them in index
+ * order) and LAMB's norms (at most LAMB_BLOCKS blocks of partial sums in
+ * double, then one block adds them: the shape depends on the tensor's
+ * size only, so equal inputs give equal bits on every rank).
  *
  * Bits: built with -fmad=false (no multiply-add contraction), so the
  * elementwise kernels round as the CPU row does; the reductions (batch
