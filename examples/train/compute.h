@@ -144,6 +144,15 @@ typedef struct compute_ops {
    * so equal inputs give equal bits on every GPU of a kind. */
   void (*optim)(compute *c, const optim_args *a, float *p, const float *g,
                 float *m, float *v, size_t count);
+  /* The passes' compute type (model_set_precision tells the row). The
+   * CUDA row's gemm then reads 16-bit copies of its operands (bf16 or
+   * fp16, made on the GPU: exact, as every operand the CNN hands it is
+   * already rounded to that type) through cublasGemmEx with CUDA_R_16BF /
+   * CUDA_R_16F inputs, float32 output and accumulation
+   * (CUBLAS_COMPUTE_32F: tensor cores); LOWP_FP32 goes back to float32
+   * inputs. The CPU row does nothing (cblas_sgemm on the rounded floats).
+   * A failure (scratch memory) is recorded in c->err. */
+  void (*set_lowp)(compute *c, lowp_kind k);
 } compute_ops;
 
 struct compute {

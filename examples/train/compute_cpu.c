@@ -279,6 +279,11 @@ static void optim_cpu(compute *cp, const optim_args *a, float *p,
   optim_apply(a, p, g, m, v, count);
 }
 
+static void set_lowp_cpu(compute *cp, lowp_kind k) {
+  (void)cp;
+  (void)k;
+}
+
 const compute_ops compute_cpu_ops = {
     .name = "cpu",
     .host = 1,
@@ -306,6 +311,7 @@ const compute_ops compute_cpu_ops = {
     .finite = finite_cpu,
     .xent = xent_cpu,
     .optim = optim_cpu,
+    .set_lowp = set_lowp_cpu,
 };
 
 compute *compute_cpu(void) {

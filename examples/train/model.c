@@ -58,6 +58,7 @@ int model_set_precision(model *m, lowp_kind k) {
   free(m->compute);
   m->compute = c;
   m->lowp = k;
+  m->cp->ops->set_lowp(m->cp, k);
   return 0;
 }
 

@@ -146,8 +146,9 @@ void model_free(model *m);
  * delta to it at layer boundaries, and accumulate their GEMMs in float32
  * (cblas_sgemm on the rounded values); batch norm's statistics, softmax
  * and the loss stay float32 (as PyTorch's autocast keeps them). The
- * caller rounds the input batch and the (scaled) dlogits. 0, or -1 (out
- * of memory; the precision is then unchanged).
+ * caller rounds the input batch and the (scaled) dlogits. Tells the row
+ * (compute_ops.set_lowp: the CUDA row's GEMMs then take 16-bit inputs). 0, or
+ * -1 (out of memory; the precision is then unchanged).
  */
 int model_set_precision(model *m, lowp_kind k);
 

@@ -26,8 +26,10 @@
  * - the input staged through a pinned slot and the copy stream gives
  *   the logits of the input the forward copies itself, bit for bit; a
  *   slot out of range is refused naming it;
- * - bf16: logits within 2e-2 relative (a bf16 rounding boundary crossed
- *   differently is one bf16 ulp, 2^-8 relative, and may carry on).
+ * - a GEMM with 16-bit inputs (set_lowp): test_gemm16_matches_cpu;
+ * - bf16 (the GEMMs on 16-bit inputs): logits within 2e-2 relative (a
+ *   bf16 rounding boundary crossed differently is one bf16 ulp, 2^-8
+ *   relative, and may carry on).
  */
 #include <math.h>
 #include <setjmp.h>
@@ -385,11 +387,73 @@ static void test_step_tail_matches_cpu(void **state) {
   compute_close(&row);
 }
 
+#define GM 24 /* the 16-bit GEMM test's shape: M x K times K x N */
+#define GK 64
+#define GN 40
+
+/* The row's GEMM after set_lowp(bf16 | fp16) (16-bit inputs, float32
+ * accumulation on the CUDA row) against cblas_sgemm on the same values,
+ * rounded to that type first (what the CNN hands it), for the four
+ * transposition cases and beta 0 and 1: within 1e-5 of the largest
+ * |C|. The products of 16-bit values are exact in float32, so only the
+ * order of the K sums differs (bounded by K 2^-24 sum |a b|, about 6e-6
+ * of |C| here). Bit for bit on the stand-in row (set_lowp does nothing
+ * there). set_lowp(fp32) then gives float32 inputs again. */
+static void test_gemm16_matches_cpu(void **state) {
+  (void)state;
+  compute row;
+  open_gpu_or_skip(&row);
+  int fake = strcmp(row.ops->name, "cuda") != 0;
+  const compute_ops *o = row.ops;
+  compute *cpu = compute_cpu();
+  rng r;
+  rng_seed(&r, 17);
+  static float A[GM * GK], B[GK * GN], C0[GM * GN], Cc[GM * GN], Cg[GM * GN];
+  const lowp_kind kinds[2] = {LOWP_BF16, LOWP_FP16};
+  for (int k = 0; k < 2; k++) {
+    for (int i = 0; i < GM * GK; i++)
+      A[i] = (float)rng_normal(&r);
+    for (int i = 0; i < GK * GN; i++)
+      B[i] = (float)rng_normal(&r);
+    for (int i = 0; i < GM * GN; i++)
+      C0[i] = (float)rng_normal(&r);
+    lowp_round(A, GM * GK, kinds[k]);
+    lowp_round(B, GK * GN, kinds[k]);
+    o->set_lowp(&row, kinds[k]);
+    float *dA = row_floats(&row, A, GM * GK),
+          *dB = row_floats(&row, B, GK * GN);
+    float *dC = row_floats(&row, C0, GM * GN);
+    for (int t = 0; t < 8; t++) {
+      int ta = t & 1, tb = (t >> 1) & 1;
+      float beta = (t >> 2) ? 1.0f : 0.0f;
+      /* A read as M x K (lda K) or, transposed, as K x M (lda M) */
+      int lda = ta ? GM : GK, ldb = tb ? GK : GN;
+      memcpy(Cc, C0, sizeof Cc);
+      o->to_dev(&row, dC, C0, sizeof C0);
+      cpu->ops->gemm(cpu, ta, tb, GM, GN, GK, 1.0f, A, lda, B, ldb, beta, Cc,
+                     GN);
+      o->gemm(&row, ta, tb, GM, GN, GK, 1.0f, dA, lda, dB, ldb, beta, dC, GN);
+      host_copy(&row, dC, Cg, GM * GN);
+      assert_int_equal(compute_failed(&row), 0);
+      if (fake)
+        assert_memory_equal(Cc, Cg, sizeof Cc);
+      else
+        assert_close(Cc, Cg, GM * GN, 1e-5, "16-bit gemm");
+    }
+    o->set_lowp(&row, LOWP_FP32);
+    o->release(&row, dA);
+    o->release(&row, dB);
+    o->release(&row, dC);
+  }
+  compute_close(&row);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_open_names),
       cmocka_unit_test(test_cuda_matches_cpu),
       cmocka_unit_test(test_step_tail_matches_cpu),
+      cmocka_unit_test(test_gemm16_matches_cpu),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,15 +7,18 @@
  * order. GEMMs are cuBLAS's cublasGemmEx on float32 storage with float32
  * compute (CUBLAS_COMPUTE_32F, default math mode: no TF32), the row-major
  * product computed as its column-major transpose (C^T = op(B)^T op(A)^T).
- * With bf16/fp16 the values are the rounded ones held in float32, as on
- * the CPU row (compute.h): the same arithmetic, not tensor-core 16-bit
- * GEMMs. The other operations are the kernels below, one thread per
- * output element (grid-stride loops), except the per-channel sums of
- * batch norm (one block per channel, reduced in double in shared memory),
- * the loss (one thread per sample, then one thread adds them in index
- * order) and LAMB's norms (at most LAMB_BLOCKS blocks of partial sums in
- * double, then one block adds them: the shape depends on the tensor's
- * size only, so equal inputs give equal bits on every rank).
+ * With bf16/fp16 (set_lowp) the activations and weights are the rounded
+ * values held in float32, as on the CPU row (compute.h), and each GEMM
+ * first copies its two operands into 16-bit scratch (exact: they are
+ * rounded already), so cuBLAS runs 16-bit inputs with float32
+ * accumulation on the tensor cores; the products are exact in float32,
+ * only the order of the sums differs from the CPU row's. The other operations
+ * are the kernels below, one thread per output element (grid-stride loops),
+ * except the per-channel sums of batch norm (one block per channel, reduced in
+ * double in shared memory), the loss (one thread per sample, then one thread
+ * adds them in index order) and LAMB's norms (at most LAMB_BLOCKS blocks of
+ * partial sums in double, then one block adds them: the shape depends on the
+ * tensor's size only, so equal inputs give equal bits on every rank).
  *
  * Bits: built with -fmad=false (no multiply-add contraction), so the
  * elementwise kernels round as the CPU row does; the reductions (batch
@@ -69,6 +72,10 @@ typedef struct cuda_row {
   double *xent_loss;
   int *xent_hit;
   int xent_cap;
+  /* set_lowp: the GEMMs' input type, and their 16-bit operand copies */
+  lowp_kind lowp;
+  void *g16[2];
+  size_t g16_cap[2]; /* elements */
 } cuda_row;
 
 /* 1 when call e succeeded; else records "<what>: <reason>". */
@@ -154,7 +161,8 @@ static void close_cuda(compute *c) {
     if (r->pinned[i])
       (void)cudaFreeHost(r->pinned[i]);
   }
-  void *scratch[] = {r->flag, r->part, r->lamb_lr, r->xent_loss, r->xent_hit};
+  void *scratch[] = {r->flag,     r->part,   r->lamb_lr, r->xent_loss,
+                     r->xent_hit, r->g16[0], r->g16[1]};
   for (size_t i = 0; i < sizeof scratch / sizeof *scratch; i++)
     if (scratch[i])
       (void)cudaFree(scratch[i]);
@@ -207,19 +215,67 @@ static void copy_cuda(compute *c, void *dst, const void *src, size_t bytes) {
        "cudaMemcpyAsync (device to device)");
 }
 
+/* src (n floats) as bf16 (kind LOWP_BF16) or fp16 words into dst. */
+__global__ void k_to16(const float *src, size_t n, int kind, void *dst) {
+  LOOP(i, n) {
+    if (kind == LOWP_BF16)
+      ((__nv_bfloat16 *)dst)[i] = __float2bfloat16_rn(src[i]);
+    else
+      ((__half *)dst)[i] = __float2half_rn(src[i]);
+  }
+}
+
+/* The 16-bit copy of a rows x cols operand with leading dimension ld
+ * (row-major) in scratch slot k, grown on demand; NULL on failure. */
+static const void *operand16(compute *c, int k, const float *X, int rows,
+                             int cols, int ld) {
+  cuda_row *r = row(c);
+  size_t n = rows > 0 && cols > 0 ? (size_t)(rows - 1) * ld + cols : 0;
+  if (n > r->g16_cap[k]) { /* once per larger size: the layers' maximum */
+    if (!ok(c, cudaStreamSynchronize(st(c)), "cudaStreamSynchronize"))
+      return NULL;
+    (void)cudaFree(r->g16[k]);
+    r->g16[k] = NULL;
+    r->g16_cap[k] = 0;
+    if (!ok(c, cudaMalloc(&r->g16[k], n * 2), "cudaMalloc (16-bit operand)"))
+      return NULL;
+    r->g16_cap[k] = n;
+  }
+  if (n) {
+    k_to16<<<blocks(n), T, 0, st(c)>>>(X, n, (int)r->lowp, r->g16[k]);
+    if (!LAUNCHED(c, "to16"))
+      return NULL;
+  }
+  return r->g16[k];
+}
+
 static void gemm_cuda(compute *c, int ta, int tb, int M, int N, int K,
                       float alpha, const float *A, int lda, const float *B,
                       int ldb, float beta, float *Cm, int ldc) {
   if (c->failed)
     return;
+  cuda_row *r = row(c);
+  const void *a = A, *b = B;
+  cudaDataType in = CUDA_R_32F;
+  if (r->lowp != LOWP_FP32) { /* 16-bit inputs, float32 out (set_lowp) */
+    in = r->lowp == LOWP_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    a = operand16(c, 0, A, ta ? K : M, ta ? M : K, lda);
+    b = operand16(c, 1, B, tb ? N : K, tb ? K : N, ldb);
+    if (!a || !b)
+      return;
+  }
   /* row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T */
   blas_ok(c,
-          cublasGemmEx(row(c)->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                       ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B,
-                       CUDA_R_32F, ldb, A, CUDA_R_32F, lda, &beta, Cm,
-                       CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
-                       CUBLAS_GEMM_DEFAULT),
+          cublasGemmEx(r->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                       ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, b, in,
+                       ldb, a, in, lda, &beta, Cm, CUDA_R_32F, ldc,
+                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
           "cublasGemmEx");
+}
+
+static void set_lowp_cuda(compute *c, lowp_kind k) {
+  if (row(c))
+    row(c)->lowp = k;
 }
 
 __global__ void k_round(float *v, size_t n, int kind) {
@@ -806,6 +862,7 @@ static const compute_ops cuda_ops = {
     /* .finite = */ finite_cuda,
     /* .xent = */ xent_cuda,
     /* .optim = */ optim_cuda,
+    /* .set_lowp = */ set_lowp_cuda,
 };
 
 /* The module's one entry point (COMPUTE_CUDA_SYMBOL). */
