@@ -69,10 +69,14 @@ typedef struct cnn {
   float *params;  /* n_params, host, owned */
   float *dlogits; /* N x classes, host (model_loss writes it) */
   float *hlogits; /* N x classes, host copy of logits (device rows) */
-  float *dW;      /* device rows: the weights and running statistics */
+  float *dW;      /* device rows: the weights and running statistics
+                     (the model's row_params: the master copy) */
+  float *dWc;     /* device rows: the weights rounded to the compute type
+                     (n_trainable; read when m->lowp is not fp32) */
+  const float *W; /* the weights the last forward read (row memory) */
   float *dG;      /* device rows: the gradients (params' layout) */
   float *dx;      /* device rows: the input batch */
-  float *ddl;     /* device rows: dlogits */
+  float *ddl;     /* device rows: dlogits (the model's row_dlogits) */
   int B;          /* batch of the last forward */
 } cnn;
 
@@ -160,7 +164,7 @@ static void destroy(model *m) {
   for (int i = 0; i < 2; i++)
     block_free(cp, &c->b[i]);
   float *rows[] = {c->flat, c->logits, c->dflat, c->dp2, c->dp1,
-                   c->dW,   c->dG,     c->dx,    c->ddl};
+                   c->dW,   c->dWc,    c->dG,    c->dx,  c->ddl};
   for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)
     row_free(cp, rows[i]);
   free(c->params);
@@ -220,10 +224,11 @@ int cnn_create_on(model *m, const cnn_shape *s, int max_batch, compute *cp) {
   if (!fail && dev) {
     c->hlogits = malloc(nl * sizeof(float));
     c->dW = row_alloc(cp, n_params);
+    c->dWc = row_alloc(cp, c->n_trainable);
     c->dG = row_alloc(cp, n_params);
     c->dx = row_alloc(cp, N * (size_t)s->h * (size_t)s->w);
     c->ddl = row_alloc(cp, nl);
-    fail = !c->hlogits || !c->dW || !c->dG || !c->dx || !c->ddl;
+    fail = !c->hlogits || !c->dW || !c->dWc || !c->dG || !c->dx || !c->ddl;
   }
   if (fail) {
     destroy(m);
@@ -238,6 +243,9 @@ int cnn_create_on(model *m, const cnn_shape *s, int max_batch, compute *cp) {
   m->dlogits = c->dlogits;
   m->cp = cp;
   m->dev_grads = c->dG;
+  m->row_params = dev ? c->dW : c->params;
+  m->row_dlogits = dev ? c->ddl : c->dlogits;
+  m->host_logits = c->hlogits;
   return 0;
 }
 
@@ -304,13 +312,15 @@ static const float *forward(model *m, const float *x, int N, int train) {
   const model_tensor *t = c->t;
   const float *W = m->compute ? m->compute : m->params;
   float *P = m->params;
-  size_t nb = c->n_params - c->n_trainable;
   int C = c->s.classes;
   c->B = N;
-  if (!o->host) { /* this step's weights, statistics and batch over */
-    o->to_dev(cp, c->dW, W, c->n_trainable * sizeof(float));
-    o->to_dev(cp, c->dW + c->n_trainable, P + c->n_trainable,
-              nb * sizeof(float));
+  if (!o->host) { /* weights and statistics stay in dW; the batch over */
+    W = P = c->dW;
+    if (m->lowp != LOWP_FP32) { /* the pass reads rounded weights */
+      o->copy(cp, c->dWc, c->dW, c->n_trainable * sizeof(float));
+      o->round(cp, c->dWc, c->n_trainable, m->lowp);
+      W = c->dWc;
+    }
     if (m->dev_x) { /* staged by the input pipeline */
       x = m->dev_x;
     } else {
@@ -318,8 +328,8 @@ static const float *forward(model *m, const float *x, int N, int train) {
                 (size_t)N * (size_t)c->s.h * (size_t)c->s.w * sizeof(float));
       x = c->dx;
     }
-    W = P = c->dW;
   }
+  c->W = W;
   block_forward(cp, &c->b[0], x, N, P, W, t, train, m->lowp);
   block_forward(cp, &c->b[1], c->b[0].out, N, P, W, t, train, m->lowp);
   /* Flatten c2 x N x S into N x (c2 * S), S = (h/4)(w/4). */
@@ -328,18 +338,7 @@ static const float *forward(model *m, const float *x, int N, int train) {
   o->gemm(cp, 0, 1, N, C, c->feat, 1.0f, c->flat, c->feat, W + t[T_FC_W].offset,
           c->feat, 1.0f, c->logits, C);
   o->round(cp, c->logits, (size_t)N * (size_t)C, m->lowp);
-  if (o->host)
-    return c->logits;
-  /* The updated running statistics back into the host buffers (what the
-   * trainer averages, checkpoints and saves), then the logits; a failed
-   * row leaves zeros, and the caller reads compute_failed(). */
-  if (train)
-    o->to_host(cp, m->params + c->n_trainable, c->dW + c->n_trainable,
-               nb * sizeof(float));
-  if (o->to_host(cp, c->hlogits, c->logits,
-                 (size_t)N * (size_t)C * sizeof(float)) != 0)
-    memset(c->hlogits, 0, (size_t)N * (size_t)C * sizeof(float));
-  return c->hlogits;
+  return c->logits;
 }
 
 /* Hands tensor i's finished gradient (in G, row memory) to ready. */
@@ -387,16 +386,10 @@ static int backward(model *m, int N, float *grads, model_grad_ready ready,
   compute *cp = c->cp;
   const compute_ops *o = cp->ops;
   const model_tensor *t = c->t;
-  const float *W = m->compute ? m->compute : m->params;
+  const float *W = c->W; /* what the forward read */
   int C = c->s.classes, S = c->feat / c->s.c2;
-  const float *D = c->dlogits;
-  float *G = grads;
-  if (!o->host) { /* the weights are still in dW from the forward */
-    o->to_dev(cp, c->ddl, c->dlogits, (size_t)N * (size_t)C * sizeof(float));
-    D = c->ddl;
-    W = c->dW;
-    G = c->dG;
-  }
+  const float *D = m->row_dlogits;
+  float *G = o->host ? grads : c->dG;
   o->colsum(cp, D, N, C, G + t[T_FC_B].offset);
   int rc = hand(ready, ctx, c, T_FC_B, G);
   if (rc)

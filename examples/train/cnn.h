@@ -61,12 +61,12 @@ int cnn_create(model *m, const cnn_shape *s, int max_batch);
 /**
  * cnn_create on compute row cp (compute.h; opened, not owned, outliving
  * the model). On a row whose memory is not the host's, every activation,
- * gradient and scratch buffer lives in the row's memory; the float32
- * master weights and running statistics stay in m->params (host), are
- * copied over at each forward (weights as the passes read them: rounded
- * to the compute type) and the running statistics copied back after a
- * training forward; the logits come back to the host for the loss, and
- * dLoss/dlogits goes over before backward, which writes the gradients
+ * gradient and scratch buffer lives in the row's memory, and so do the
+ * float32 master weights and running statistics (m->row_params: the
+ * passes read and update them there; model_to_row / model_to_host move
+ * them from and to m->params); with bf16/fp16 each forward rounds a copy
+ * of the weights on the row. The logits stay on the row (model_loss
+ * copies them back), backward reads m->row_dlogits, writes the gradients
  * into m->dev_grads and hands those row pointers to `ready`. -1 also
  * when cp fails an allocation (cp->err says why).
  */

@@ -30,6 +30,7 @@
 #include <stdio.h>
 
 #include "lowp.h"
+#include "optim.h"
 
 /** Room for a compute object's error message. */
 #define COMPUTE_ERR_CAP 512
@@ -121,6 +122,37 @@ typedef struct compute_ops {
   /* On the compute thread: makes the compute stream wait (GPU-side) for
    * slot's event and returns its device buffer. */
   const float *(*stage_take)(compute *c, int slot);
+  /* The step's tail, so that on a device row the weights, optimiser
+   * state, loss and gradients stay in row memory: */
+  /* v[0..n) *= s, each product rounded to float (the loss scale on
+   * dLoss/dlogits, its inverse on the gradients). */
+  void (*scale)(compute *c, float *v, size_t n, float s);
+  /* 1 when v[0..n) holds only finite values, else 0 (scaler.h's check;
+   * on the CUDA row one int comes back); -1 with c->err when the row has
+   * failed. Returns after the check. */
+  int (*finite)(compute *c, const float *v, size_t n);
+  /* Softmax cross-entropy (loss.h's softmax_xent) of logits (B x C)
+   * against labels y (B bytes): writes dlogits (B x C) = (softmax -
+   * onehot) / B, adds the mean loss over the B samples (nats) to acc[0]
+   * and the samples whose first largest logit is the label to acc[1].
+   * All row memory; acc is 2 doubles, read with to_host when needed. */
+  void (*xent)(compute *c, const float *logits, const uint8_t *y, int B, int C,
+               float *dlogits, double *acc);
+  /* One tensor's optimiser update (optim.h's optim_apply from the same
+   * optim_args): p, g, m, v count floats of row memory (v NULL for sgd).
+   * LAMB's two norms: a fixed-shape reduction in double on the CUDA row,
+   * so equal inputs give equal bits on every GPU of a kind. */
+  void (*optim)(compute *c, const optim_args *a, float *p, const float *g,
+                float *m, float *v, size_t count);
+  /* The passes' compute type (model_set_precision tells the row). The
+   * CUDA row's gemm then reads 16-bit copies of its operands (bf16 or
+   * fp16, made on the GPU: exact, as every operand the CNN hands it is
+   * already rounded to that type) through cublasGemmEx with CUDA_R_16BF /
+   * CUDA_R_16F inputs, float32 output and accumulation
+   * (CUBLAS_COMPUTE_32F: tensor cores); LOWP_FP32 goes back to float32
+   * inputs. The CPU row does nothing (cblas_sgemm on the rounded floats).
+   * A failure (scratch memory) is recorded in c->err. */
+  void (*set_lowp)(compute *c, lowp_kind k);
 } compute_ops;
 
 struct compute {

@@ -5,6 +5,8 @@
  * CPU results are bitwise what they were.
  */
 #include "compute.h"
+#include "loss.h"
+#include "scaler.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -252,6 +254,36 @@ static void *stream_cpu(compute *c) {
   return NULL;
 }
 
+static void scale_cpu(compute *cp, float *v, size_t n, float s) {
+  (void)cp;
+  for (size_t i = 0; i < n; i++)
+    v[i] *= s;
+}
+
+static int finite_cpu(compute *cp, const float *v, size_t n) {
+  (void)cp;
+  return scaler_all_finite(v, n);
+}
+
+static void xent_cpu(compute *cp, const float *logits, const uint8_t *y, int B,
+                     int C, float *dlogits, double *acc) {
+  (void)cp;
+  long correct = 0;
+  acc[0] += softmax_xent(logits, y, B, C, dlogits, &correct);
+  acc[1] += (double)correct;
+}
+
+static void optim_cpu(compute *cp, const optim_args *a, float *p,
+                      const float *g, float *m, float *v, size_t count) {
+  (void)cp;
+  optim_apply(a, p, g, m, v, count);
+}
+
+static void set_lowp_cpu(compute *cp, lowp_kind k) {
+  (void)cp;
+  (void)k;
+}
+
 const compute_ops compute_cpu_ops = {
     .name = "cpu",
     .host = 1,
@@ -275,6 +307,11 @@ const compute_ops compute_cpu_ops = {
     .rows = rows_cpu,
     .colsum = colsum_cpu,
     .stream = stream_cpu,
+    .scale = scale_cpu,
+    .finite = finite_cpu,
+    .xent = xent_cpu,
+    .optim = optim_cpu,
+    .set_lowp = set_lowp_cpu,
 };
 
 compute *compute_cpu(void) {

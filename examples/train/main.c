@@ -245,8 +245,12 @@ int main(int argc, char **argv) {
     if (t.scaler.enabled) /* every rank: the tests compare them */
       printf("loss_scale %g skipped_steps %ld\n", (double)t.scaler.scale,
              t.scaler.skipped);
-    if (save_weights(&f, &t) != 0)
+    if (trainer_to_host(&t) != HK_OK) { /* the weights from a device row */
+      fprintf(stderr, "train: %s\n", t.err);
       status = 1;
+    } else if (save_weights(&f, &t) != 0) {
+      status = 1;
+    }
   }
   trainer_free(&t);
   data_free(&data);

@@ -37,6 +37,10 @@ int model_create_on(model *m, const model_ops *ops, int max_batch,
     memset(m, 0, sizeof *m);
     return -1;
   }
+  if (!m->row_params) /* a kind that runs on the CPU row only */
+    m->row_params = m->params;
+  if (!m->row_dlogits)
+    m->row_dlogits = m->dlogits;
   return 0;
 }
 
@@ -54,11 +58,12 @@ int model_set_precision(model *m, lowp_kind k) {
   free(m->compute);
   m->compute = c;
   m->lowp = k;
+  m->cp->ops->set_lowp(m->cp, k);
   return 0;
 }
 
 const float *model_forward(model *m, const float *x, int B, int train) {
-  if (m->compute)
+  if (m->compute && m->cp->ops->host)
     lowp_copy(m->compute, m->params, m->n_params, m->lowp);
   const float *z = m->ops->forward(m, x, B, train);
   m->dev_x = NULL;
@@ -69,14 +74,43 @@ model_tensor model_tensor_at(const model *m, int t) {
   return m->ops->tensor_at(m, t);
 }
 
+void model_to_row(model *m) {
+  if (!m->cp->ops->host)
+    m->cp->ops->to_dev(m->cp, m->row_params, m->params,
+                       m->n_params * sizeof(float));
+}
+
+int model_to_host(model *m) {
+  if (m->cp->ops->host)
+    return 0;
+  return m->cp->ops->to_host(m->cp, m->params, m->row_params,
+                             m->n_params * sizeof(float));
+}
+
+/* The B x classes logits z on the host (a copy for device rows; zeros
+ * when the row has failed: the caller reads compute_failed). */
+static const float *host_logits(model *m, const float *z, int B) {
+  if (m->cp->ops->host)
+    return z;
+  size_t bytes = (size_t)B * (size_t)m->classes * sizeof(float);
+  if (m->cp->ops->to_host(m->cp, m->host_logits, z, bytes) != 0)
+    memset(m->host_logits, 0, bytes);
+  return m->host_logits;
+}
+
 double model_loss(model *m, const float *logits, const uint8_t *y, int B,
                   long *correct) {
-  return softmax_xent(logits, y, B, m->classes, m->dlogits, correct);
+  const float *z = host_logits(m, logits, B);
+  double l = softmax_xent(z, y, B, m->classes, m->dlogits, correct);
+  if (!m->cp->ops->host)
+    m->cp->ops->to_dev(m->cp, m->row_dlogits, m->dlogits,
+                       (size_t)B * (size_t)m->classes * sizeof(float));
+  return l;
 }
 
 void model_count_correct(model *m, const float *x, const uint8_t *y, int B,
                          long *correct) {
-  const float *z = model_forward(m, x, B, 0);
+  const float *z = host_logits(m, model_forward(m, x, B, 0), B);
   for (int i = 0; i < B; i++)
     if (loss_argmax(z + (size_t)i * (size_t)m->classes, m->classes) == y[i])
       (*correct)++;

@@ -78,9 +78,10 @@ typedef struct model_ops {
   void (*init)(model *m, rng *r);
   /* Forward of B <= max_batch samples; x stays unchanged until backward.
    * train: 1 uses and updates batch statistics, 0 the running ones.
-   * Returns the logits (B x classes, inside the model). */
+   * Reads the weights and statistics from row_params. Returns the logits
+   * (B x classes, inside the model, row memory). */
   const float *(*forward)(model *m, const float *x, int B, int train);
-  /* Backward of the last forward (train = 1) from m->dlogits. */
+  /* Backward of the last forward (train = 1) from m->row_dlogits. */
   int (*backward)(model *m, int B, float *grads, model_grad_ready ready,
                   void *ctx);
   /* The weight file's header: its 8 magic bytes and shape words. Returns
@@ -110,6 +111,14 @@ struct model {
                          NULL, the next model_forward reads its input
                          from here (row memory, e.g. compute_ops.stage_take)
                          instead of copying x over; model_forward clears it */
+  float *row_params;  /* the params in the row's memory: params itself on
+                         the CPU row; on a device row the copy the passes
+                         read and the optimiser updates (model_to_row /
+                         model_to_host move them; row memory, owned) */
+  float *row_dlogits; /* where backward reads dLoss/dlogits (max_batch x
+                         classes, row memory): dlogits on the CPU row */
+  float *host_logits; /* device rows: model_loss's host copy of the
+                         logits (max_batch x classes); NULL on the CPU */
   void *impl;         /* the kind's own state */
 };
 
@@ -137,21 +146,34 @@ void model_free(model *m);
  * delta to it at layer boundaries, and accumulate their GEMMs in float32
  * (cblas_sgemm on the rounded values); batch norm's statistics, softmax
  * and the loss stay float32 (as PyTorch's autocast keeps them). The
- * caller rounds the input batch and the (scaled) dlogits. 0, or -1 (out
- * of memory; the precision is then unchanged).
+ * caller rounds the input batch and the (scaled) dlogits. Tells the row
+ * (compute_ops.set_lowp: the CUDA row's GEMMs then take 16-bit inputs). 0, or
+ * -1 (out of memory; the precision is then unchanged).
  */
 int model_set_precision(model *m, lowp_kind k);
 
-/** Forward (model_ops.forward) after refreshing m->compute. */
+/** Forward (model_ops.forward) after refreshing m->compute (CPU row; a
+ *  device row rounds its own copy). The logits are row memory. */
 const float *model_forward(model *m, const float *x, int B, int train);
+
+/** Device rows: queues the host params (all n_params floats) into
+ *  row_params, e.g. after the initial broadcast or a resume. Nothing on
+ *  the CPU row. Failures land in m->cp (compute_failed). */
+void model_to_row(model *m);
+
+/** Device rows: copies row_params back into the host params (for a
+ *  checkpoint, a weight file, the end). 0, or -1 (m->cp->err says why);
+ *  0 at once on the CPU row. */
+int model_to_host(model *m);
 
 /** Describes tensor t, 0 <= t < m->n_tensors. */
 model_tensor model_tensor_at(const model *m, int t);
 
 /**
- * After model_forward: softmax cross-entropy of the logits against labels
- * y[0..B) (each < classes). Returns the MEAN loss over the B samples (in
- * nats), writes dLoss/dlogits = (softmax - onehot) / B into m->dlogits,
+ * After model_forward: softmax cross-entropy of the logits (row memory)
+ * against labels y[0..B) (each < classes, host). Returns the MEAN loss
+ * over the B samples (in nats), writes dLoss/dlogits = (softmax -
+ * onehot) / B into m->dlogits (and, on a device row, row_dlogits),
  * and adds to *correct (if not NULL) the samples whose largest logit
  * (first one on ties) is the label.
  */

@@ -48,26 +48,46 @@ void optim_begin_step(optim *o) {
   o->b2_t *= o->cfg.beta2;
 }
 
-static void sgd(const optim_config *c, float *p, const float *g, float *vel,
-                size_t count, float lr, float wd) {
-  float mu = c->momentum;
+optim_args optim_args_of(const optim *o, float lr, int decay) {
+  const optim_config *c = &o->cfg;
+  optim_args a;
+  memset(&a, 0, sizeof a);
+  a.kind = c->kind;
+  a.lr = lr;
+  a.wd = decay ? c->weight_decay : 0.0f;
+  a.mu = c->momentum;
+  a.nesterov = c->nesterov;
+  a.b1 = c->beta1;
+  a.b2 = c->beta2;
+  if (c->kind == OPTIM_ADAMW) {
+    /* Bias corrections folded into the step size and eps, as in Kingma &
+     * Ba section 2 ("the efficiency ... could be improved"): equivalent
+     * to m_hat / (sqrt(v_hat) + eps) exactly in real arithmetic. */
+    float c1 = (float)(1.0 - o->b1_t), c2 = (float)sqrt(1.0 - o->b2_t);
+    a.step = lr * c2 / c1;
+    a.eps = c->eps * c2;
+    a.keep = 1.0f - lr * a.wd;
+  } else if (c->kind == OPTIM_LAMB) {
+    a.c1 = (float)(1.0 - o->b1_t);
+    a.c2 = (float)(1.0 - o->b2_t);
+    a.eps = c->eps;
+  }
+  return a;
+}
+
+static void sgd(const optim_args *a, float *p, const float *g, float *vel,
+                size_t count) {
+  float mu = a->mu, lr = a->lr, wd = a->wd;
   for (size_t i = 0; i < count; i++) {
     float gi = g[i] + wd * p[i];
     vel[i] = mu * vel[i] + gi;
-    p[i] -= lr * (c->nesterov ? gi + mu * vel[i] : vel[i]);
+    p[i] -= lr * (a->nesterov ? gi + mu * vel[i] : vel[i]);
   }
 }
 
-static void adamw(const optim *o, float *p, const float *g, float *m, float *v,
-                  size_t count, float lr, float wd) {
-  const optim_config *c = &o->cfg;
-  float b1 = c->beta1, b2 = c->beta2;
-  /* Bias corrections folded into the step size and eps, as in Kingma &
-   * Ba section 2 ("the efficiency ... could be improved"): equivalent to
-   * m_hat / (sqrt(v_hat) + eps) exactly in real arithmetic. */
-  float c1 = (float)(1.0 - o->b1_t), c2 = (float)sqrt(1.0 - o->b2_t);
-  float step = lr * c2 / c1, eps = c->eps * c2;
-  float keep = 1.0f - lr * wd;
+static void adamw(const optim_args *a, float *p, const float *g, float *m,
+                  float *v, size_t count) {
+  float b1 = a->b1, b2 = a->b2, step = a->step, eps = a->eps, keep = a->keep;
   for (size_t i = 0; i < count; i++) {
     p[i] *= keep;
     m[i] = b1 * m[i] + (1.0f - b1) * g[i];
@@ -83,34 +103,37 @@ static float lamb_u(float m, float v, float p, float c1, float c2, float eps,
   return (m / c1) / (sqrtf(v / c2) + eps) + wd * p;
 }
 
-static void lamb(const optim *o, float *p, const float *g, float *m, float *v,
-                 size_t count, float lr, float wd) {
-  const optim_config *c = &o->cfg;
-  float b1 = c->beta1, b2 = c->beta2;
-  float c1 = (float)(1.0 - o->b1_t), c2 = (float)(1.0 - o->b2_t);
+static void lamb(const optim_args *a, float *p, const float *g, float *m,
+                 float *v, size_t count) {
+  float b1 = a->b1, b2 = a->b2, c1 = a->c1, c2 = a->c2, wd = a->wd;
   double pn = 0.0, un = 0.0;
   for (size_t i = 0; i < count; i++) {
     m[i] = b1 * m[i] + (1.0f - b1) * g[i];
     v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
-    double u = lamb_u(m[i], v[i], p[i], c1, c2, c->eps, wd);
+    double u = lamb_u(m[i], v[i], p[i], c1, c2, a->eps, wd);
     pn += (double)p[i] * p[i];
     un += u * u;
   }
   float trust = pn > 0.0 && un > 0.0 ? (float)(sqrt(pn) / sqrt(un)) : 1.0f;
-  float step = lr * trust;
+  float step = a->lr * trust;
   for (size_t i = 0; i < count; i++)
-    p[i] -= step * lamb_u(m[i], v[i], p[i], c1, c2, c->eps, wd);
+    p[i] -= step * lamb_u(m[i], v[i], p[i], c1, c2, a->eps, wd);
+}
+
+void optim_apply(const optim_args *a, float *p, const float *g, float *m,
+                 float *v, size_t count) {
+  if (a->kind == OPTIM_SGD)
+    sgd(a, p, g, m, count);
+  else if (a->kind == OPTIM_ADAMW)
+    adamw(a, p, g, m, v, count);
+  else
+    lamb(a, p, g, m, v, count);
 }
 
 void optim_update(optim *o, float *p, const float *g, size_t offset,
                   size_t count, float lr, int decay) {
-  float wd = decay ? o->cfg.weight_decay : 0.0f;
-  if (o->cfg.kind == OPTIM_SGD)
-    sgd(&o->cfg, p, g, o->m + offset, count, lr, wd);
-  else if (o->cfg.kind == OPTIM_ADAMW)
-    adamw(o, p, g, o->m + offset, o->v + offset, count, lr, wd);
-  else
-    lamb(o, p, g, o->m + offset, o->v + offset, count, lr, wd);
+  optim_args a = optim_args_of(o, lr, decay);
+  optim_apply(&a, p, g, o->m + offset, o->v ? o->v + offset : NULL, count);
 }
 
 void plateau_init(plateau *p, float factor, int patience) {

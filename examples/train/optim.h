@@ -84,6 +84,37 @@ void optim_free(optim *o);
 void optim_begin_step(optim *o);
 
 /**
+ * One tensor's update as plain numbers (what a compute row's `optim`
+ * entry takes, compute.h): the kind, the rate and decay, and the scalars
+ * optim.c derives from the step count, so every row does the same
+ * arithmetic from the same float values.
+ */
+typedef struct optim_args {
+  optim_kind kind;
+  float lr;     /* this step's learning rate */
+  float wd;     /* weight decay of this tensor (0 for biases) */
+  float mu;     /* sgd: momentum */
+  int nesterov; /* sgd: 1 for Nesterov */
+  float b1, b2; /* adamw, lamb: the moment decays */
+  float step;   /* adamw: lr * sqrt(1 - b2^t) / (1 - b1^t) */
+  float eps;    /* adamw: eps * sqrt(1 - b2^t); lamb: eps */
+  float keep;   /* adamw: 1 - lr * wd (decoupled decay) */
+  float c1, c2; /* lamb: 1 - b1^t, 1 - b2^t */
+} optim_args;
+
+/** The arguments of the current step (after optim_begin_step) for a
+ *  tensor with (decay 1) or without (0) weight decay, at rate lr. */
+optim_args optim_args_of(const optim *o, float lr, int decay);
+
+/**
+ * The update of one tensor: params p, gradients g, state m and v (v
+ * unused by sgd), count floats each, host memory; LAMB's trust ratio is
+ * over exactly these count values. The CPU row of the compute table.
+ */
+void optim_apply(const optim_args *a, float *p, const float *g, float *m,
+                 float *v, size_t count);
+
+/**
  * Updates params p[0..count) from gradients g[0..count) at learning rate
  * lr; `offset` locates them in the flat parameter vector (for the state),
  * offset + count <= n. decay: 1 to apply weight decay (weights), 0 not

@@ -183,6 +183,49 @@ static hk_status check_device(trainer *t) {
   return t->failed = HK_ERR_SYSTEM;
 }
 
+/* The optimiser state, the metric accumulators and the labels in the
+ * row's memory (the host buffers themselves on the CPU row). 0, or -1
+ * (t->cp.err says why when the row failed). */
+static int row_state_init(trainer *t) {
+  compute *cp = &t->cp;
+  size_t n = t->model.n_params * sizeof(float);
+  int rows = t->shard > TRAIN_EVAL_CHUNK ? t->shard : TRAIN_EVAL_CHUNK;
+  if (!(t->row_acc = cp->ops->alloc(cp, sizeof t->host_acc)) ||
+      !(t->row_y = cp->ops->alloc(cp, (size_t)rows)))
+    return -1;
+  if (!t->on_device) {
+    t->row_m = t->opt.m;
+    t->row_v = t->opt.v;
+    return 0;
+  }
+  if (!(t->row_m = cp->ops->alloc(cp, n)) ||
+      (t->opt.v && !(t->row_v = cp->ops->alloc(cp, n))))
+    return -1;
+  return 0;
+}
+
+/* Device rows: the weights and optimiser state from the host into the
+ * row (after the initial broadcast or a resume). */
+static void state_to_row(trainer *t) {
+  if (!t->on_device)
+    return;
+  size_t n = t->model.n_params * sizeof(float);
+  model_to_row(&t->model);
+  t->cp.ops->to_dev(&t->cp, t->row_m, t->opt.m, n);
+  if (t->row_v)
+    t->cp.ops->to_dev(&t->cp, t->row_v, t->opt.v, n);
+}
+
+hk_status trainer_to_host(trainer *t) {
+  if (!t->on_device)
+    return t->failed;
+  size_t n = t->model.n_params * sizeof(float);
+  if (model_to_host(&t->model) == 0 &&
+      t->cp.ops->to_host(&t->cp, t->opt.m, t->row_m, n) == 0 && t->row_v)
+    (void)t->cp.ops->to_host(&t->cp, t->opt.v, t->row_v, n);
+  return check_device(t);
+}
+
 int trainer_init(trainer *t, const train_flags *f, const data_set *d, int rank,
                  int size, char *err, size_t err_cap) {
   memset(t, 0, sizeof *t);
@@ -248,6 +291,12 @@ int trainer_init(trainer *t, const train_flags *f, const data_set *d, int rank,
     snprintf(err, err_cap, "out of memory");
     return 1;
   }
+  if (row_state_init(t) != 0) {
+    snprintf(err, err_cap, "--device %s: %s", t->cp.ops->name,
+             t->cp.err[0] ? t->cp.err : "out of memory");
+    trainer_free(t);
+    return 1;
+  }
   if (t->on_device && t->cp.ops->stage_init(&t->cp, t->pipe.n_slots,
                                             (size_t)t->shard * DATA_PIXELS *
                                                 sizeof(float)) != 0) {
@@ -261,6 +310,13 @@ int trainer_init(trainer *t, const train_flags *f, const data_set *d, int rank,
 
 void trainer_free(trainer *t) {
   model_free(&t->model); /* before its row closes */
+  if (t->cp.ops) {
+    void *rows[] = {t->row_acc, t->row_y, t->on_device ? t->row_m : NULL,
+                    t->on_device ? t->row_v : NULL};
+    for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)
+      if (rows[i])
+        t->cp.ops->release(&t->cp, rows[i]);
+  }
   compute_close(&t->cp);
   optim_free(&t->opt);
   free(t->grads);
@@ -275,7 +331,12 @@ void trainer_free(trainer *t) {
  * or only the buffers), named "<prefix>.<tensor name>": a broadcast from
  * rank 0, or an average; then waits for every one started. */
 static hk_status per_tensor(trainer *t, const char *prefix, int buffers_only,
-                            int broadcast, const char *what) {
+                            int broadcast, const char *what, int on_row) {
+  /* on_row: the tensors are row_params (device memory on a device row,
+   * queued on the compute stream: hk is told so, and the stream waits
+   * for the results); else the host params */
+  float *base = on_row ? t->model.row_params : t->model.params;
+  void *s = on_row && t->on_device ? t->cp.ops->stream(&t->cp) : NULL;
   int started = 0;
   for (int i = 0; i < t->model.n_tensors; i++) {
     model_tensor d = model_tensor_at(&t->model, i);
@@ -283,8 +344,10 @@ static hk_status per_tensor(trainer *t, const char *prefix, int buffers_only,
       continue;
     char name[MODEL_NAME_CAP + 16];
     snprintf(name, sizeof name, "%s.%s", prefix, d.name);
-    float *p = t->model.params + d.offset;
+    float *p = base + d.offset;
     hk_handle *h = &t->handles[started];
+    if (s)
+      hk_set_stream(s);
     hk_status st = broadcast
                        ? hk_broadcast_async(name, p, d.count, HK_FLOAT32, 0, h)
                        : hk_allreduce_async(name, p, p, d.count, HK_FLOAT32,
@@ -296,7 +359,9 @@ static hk_status per_tensor(trainer *t, const char *prefix, int buffers_only,
     started++;
   }
   for (int i = 0; i < started; i++)
-    trainer_check(t, hk_wait(t->handles[i]), what, NULL);
+    trainer_check(t,
+                  s ? hk_wait_stream(t->handles[i], s) : hk_wait(t->handles[i]),
+                  what, NULL);
   return t->failed;
 }
 
@@ -306,8 +371,14 @@ hk_status trainer_broadcast_init(trainer *t, uint64_t seed) {
     rng_seed(&r, seed);
     t->model.ops->init(&t->model, &r);
   }
-  return per_tensor(t, "init", 0, 1, "broadcast of the initial weights");
+  if (per_tensor(t, "init", 0, 1, "broadcast of the initial weights", 0) !=
+      HK_OK)
+    return t->failed;
+  state_to_row(t);
+  return check_device(t);
 }
+
+void trainer_state_loaded(trainer *t) { state_to_row(t); }
 
 /* model_backward's callback: launch the allreduce of a finished gradient
  * (packed into 16 bits first when computing in bf16/fp16). */
@@ -335,28 +406,40 @@ static int launch(void *ctx, int tensor, float *grad, size_t count) {
   return 0;
 }
 
-/* After the allreduces: widens 16-bit gradients back into t->grads, lets
- * the loss scaler decide, and unscales. Returns 1 to apply the step. */
-static int finish_gradients(trainer *t) {
-  model *m = &t->model;
-  int finite = 1;
+/* Floats of the trainable tensors (they come first, model.h). */
+static size_t trainable_floats(const model *m) {
+  size_t n = 0;
   for (int i = 0; i < m->n_tensors; i++) {
     model_tensor d = model_tensor_at(m, i);
-    if (!d.trainable)
-      continue;
-    float *g = t->grads + d.offset;
-    if (t->g16)
-      lowp_unpack(g, t->g16 + d.offset, d.count, m->lowp);
-    if (t->scaler.enabled && finite)
-      finite = scaler_all_finite(g, d.count);
+    if (d.trainable && d.offset + d.count > n)
+      n = d.offset + d.count;
   }
+  return n;
+}
+
+/* After the allreduces, on the row's gradient buffer g: widens 16-bit
+ * gradients back into it (CPU row), lets the loss scaler decide from the
+ * row's finite check (one flag from a device), and unscales. Returns 1
+ * to apply the step, 0 to skip it, -1 when the row failed. */
+static int finish_gradients(trainer *t, float *g) {
+  model *m = &t->model;
+  compute *cp = &t->cp;
+  for (int i = 0; t->g16 && i < m->n_tensors; i++) {
+    model_tensor d = model_tensor_at(m, i);
+    if (d.trainable)
+      lowp_unpack(g + d.offset, t->g16 + d.offset, d.count, m->lowp);
+  }
+  int finite = 1;
+  if (t->scaler.enabled &&
+      (finite = cp->ops->finite(cp, g, trainable_floats(m))) < 0)
+    return -1;
   float inv = 1.0f / t->scaler.scale; /* exact: a power of two */
   if (!scaler_update(&t->scaler, finite))
     return 0;
   for (int i = 0; inv != 1.0f && i < m->n_tensors; i++) {
     model_tensor d = model_tensor_at(m, i);
-    for (size_t k = 0; d.trainable && k < d.count; k++)
-      t->grads[d.offset + k] *= inv;
+    if (d.trainable)
+      cp->ops->scale(cp, g + d.offset, d.count, inv);
   }
   return 1;
 }
@@ -369,10 +452,10 @@ static float learning_rate(const trainer *t) {
 }
 
 /* One step on the pipeline's next batch (already rounded to the compute
- * type by the pipeline's stage); adds the shard's mean loss to *loss, its
- * correct predictions to *correct and the time waited in hk_wait to
- * *wait_s. */
-static hk_status step(trainer *t, double *loss, long *correct, double *wait_s) {
+ * type by the pipeline's stage); adds the shard's mean loss and its
+ * correct predictions to row_acc[0..1] (on the row) and the time waited
+ * in hk_wait to *wait_s. */
+static hk_status step(trainer *t, double *wait_s) {
   const batch *b = prefetch_next(&t->pipe);
   if (!b) {
     snprintf(t->err, sizeof t->err,
@@ -383,12 +466,16 @@ static hk_status step(trainer *t, double *loss, long *correct, double *wait_s) {
   model *m = &t->model;
   if (t->on_device) /* the compute stream waits for the batch's copy */
     m->dev_x = t->cp.ops->stage_take(&t->cp, (int)(b - t->pipe.slots));
+  compute *cp = &t->cp;
+  const compute_ops *o = cp->ops;
   const float *z = model_forward(m, b->x, t->shard, 1);
-  *loss += model_loss(m, z, b->y, t->shard, correct);
+  /* the loss on the row: its sums stay there (row_acc) until read */
+  o->to_dev(cp, t->row_y, b->y, (size_t)t->shard);
+  o->xent(cp, z, t->row_y, t->shard, m->classes, m->row_dlogits, t->row_acc);
   size_t nd = (size_t)t->shard * (size_t)m->classes;
-  for (size_t i = 0; t->scaler.enabled && i < nd; i++)
-    m->dlogits[i] *= t->scaler.scale;
-  lowp_round(m->dlogits, nd, m->lowp);
+  if (t->scaler.enabled)
+    o->scale(cp, m->row_dlogits, nd, t->scaler.scale);
+  o->round(cp, m->row_dlogits, nd, m->lowp);
   t->launched = 0;
   m->ops->backward(m, t->shard, t->grads, launch, t);
   /* Test hook (train.h): evaluation-mode passes, which leave batch
@@ -397,14 +484,12 @@ static hk_status step(trainer *t, double *loss, long *correct, double *wait_s) {
     model_forward(m, b->x, t->shard, 0);
   prefetch_release(&t->pipe);
   double w0 = progress_now();
-  if (t->on_device) { /* the stream waits GPU-side, then one copy back */
-    void *s = t->cp.ops->stream(&t->cp);
+  float *g = t->on_device ? m->dev_grads : t->grads;
+  if (t->on_device) { /* the stream waits GPU-side; nothing comes back */
+    void *s = o->stream(cp);
     for (int i = 0; i < t->launched; i++)
       trainer_check(t, hk_wait_stream(t->handles[i], s), "gradient allreduce",
                     NULL);
-    if (!t->failed)
-      (void)t->cp.ops->to_host(&t->cp, t->grads, m->dev_grads,
-                               m->n_params * sizeof *t->grads);
   } else {
     for (int i = 0; i < t->launched; i++)
       trainer_check(t, hk_wait(t->handles[i]), "gradient allreduce", NULL);
@@ -412,7 +497,10 @@ static hk_status step(trainer *t, double *loss, long *correct, double *wait_s) {
   *wait_s += progress_now() - w0;
   if (check_device(t) != HK_OK)
     return t->failed;
-  if (!finish_gradients(t)) {
+  int apply = finish_gradients(t, g);
+  if (apply < 0)
+    return check_device(t);
+  if (!apply) {
     if (t->inject_rank >= 0) /* the test hook's witness, on every rank */
       printf("[%d] skipped step %ld scale %g\n", t->rank, t->step + 1,
              (double)t->scaler.scale);
@@ -423,9 +511,12 @@ static hk_status step(trainer *t, double *loss, long *correct, double *wait_s) {
   float lr = learning_rate(t);
   for (int i = 0; i < m->n_tensors; i++) {
     model_tensor d = model_tensor_at(m, i);
-    if (d.trainable)
-      optim_update(&t->opt, m->params + d.offset, t->grads + d.offset, d.offset,
-                   d.count, lr, d.decay);
+    if (!d.trainable)
+      continue;
+    optim_args a = optim_args_of(&t->opt, lr, d.decay);
+    o->optim(cp, &a, m->row_params + d.offset, g + d.offset,
+             t->row_m + d.offset, t->row_v ? t->row_v + d.offset : NULL,
+             d.count);
   }
   t->last_lr = lr;
   t->step++;
@@ -438,16 +529,25 @@ static hk_status evaluate(trainer *t, double *acc) {
   size_t n = t->data->test.n;
   size_t lo = n * (size_t)t->rank / (size_t)t->size;
   size_t hi = n * (size_t)(t->rank + 1) / (size_t)t->size;
-  long correct = 0;
+  compute *cp = &t->cp;
+  model *m = &t->model;
+  t->host_acc[2] = t->host_acc[3] = 0.0;
+  cp->ops->to_dev(cp, t->row_acc + 2, t->host_acc + 2, 2 * sizeof(double));
   for (size_t i = lo; i < hi; i += TRAIN_EVAL_CHUNK) {
     size_t k = hi - i < TRAIN_EVAL_CHUNK ? hi - i : TRAIN_EVAL_CHUNK;
     batch_fill(&t->eval, &t->data->test, NULL, i, k, NULL);
-    lowp_round(t->eval.x, k * DATA_PIXELS, t->model.lowp);
-    model_count_correct(&t->model, t->eval.x, t->eval.y, (int)k, &correct);
+    lowp_round(t->eval.x, k * DATA_PIXELS, m->lowp);
+    const float *z = model_forward(m, t->eval.x, (int)k, 0);
+    cp->ops->to_dev(cp, t->row_y, t->eval.y, k);
+    /* the counts on the row (its dLoss/dlogits are scratch here) */
+    cp->ops->xent(cp, z, t->row_y, (int)k, m->classes, m->row_dlogits,
+                  t->row_acc + 2);
   }
+  (void)cp->ops->to_host(cp, t->host_acc + 2, t->row_acc + 2,
+                         2 * sizeof(double));
   if (check_device(t) != HK_OK)
     return t->failed;
-  int64_t total = correct;
+  int64_t total = (int64_t)t->host_acc[3];
   if (trainer_check(
           t, hk_allreduce("eval.correct", &total, &total, 1, HK_INT64, HK_SUM),
           "hk_allreduce", "eval.correct") != HK_OK)
@@ -473,16 +573,27 @@ hk_status trainer_epoch(trainer *t, int epoch, progress *p, epoch_stats *s) {
   }
 
   progress_start(p, t->show_progress, epoch, t->steps_per_epoch);
-  double loss = 0.0, wait_s = 0.0, t0 = progress_now();
-  long correct = 0;
+  compute *cp = &t->cp;
+  double wait_s = 0.0, t0 = progress_now();
+  t->host_acc[0] = t->host_acc[1] = 0.0;
+  cp->ops->to_dev(cp, t->row_acc, t->host_acc, 2 * sizeof(double));
   for (long k = 0; k < t->steps_per_epoch; k++) {
-    if (step(t, &loss, &correct, &wait_s) != HK_OK) {
+    if (step(t, &wait_s) != HK_OK) {
       prefetch_end(&t->pipe);
       progress_end(p);
       return t->failed;
     }
-    progress_update(p, k + 1, loss / (double)(k + 1));
+    if (t->show_progress) /* the running loss: two doubles back */
+      (void)cp->ops->to_host(cp, t->host_acc, t->row_acc, 2 * sizeof(double));
+    progress_update(p, k + 1, t->host_acc[0] / (double)(k + 1));
   }
+  (void)cp->ops->to_host(cp, t->host_acc, t->row_acc, 2 * sizeof(double));
+  if (check_device(t) != HK_OK) {
+    prefetch_end(&t->pipe);
+    progress_end(p);
+    return t->failed;
+  }
+  double loss = t->host_acc[0], correct = t->host_acc[1];
   s->train_s = progress_now() - t0;
   prefetch_end(&t->pipe);
   progress_end(p);
@@ -490,7 +601,7 @@ hk_status trainer_epoch(trainer *t, int epoch, progress *p, epoch_stats *s) {
   /* Mean over ranks of the per-rank mean shard loss = mean over samples;
    * the correct counts likewise (equal shards). */
   double m[2] = {loss / (double)t->steps_per_epoch,
-                 (double)correct / ((double)t->steps_per_epoch * t->shard)};
+                 correct / ((double)t->steps_per_epoch * t->shard)};
   if (trainer_check(
           t, hk_allreduce("epoch.metrics", m, m, 2, HK_FLOAT64, HK_AVERAGE),
           "hk_allreduce", "epoch.metrics") != HK_OK)
@@ -508,7 +619,7 @@ hk_status trainer_epoch(trainer *t, int epoch, progress *p, epoch_stats *s) {
   s->data_ready = t->pipe.ready;
   /* Buffers (batch norm's running statistics, each rank's own during the
    * epoch) averaged, so that every rank evaluates and saves one model. */
-  if (per_tensor(t, "epoch", 1, 0, "running statistics average") != HK_OK)
+  if (per_tensor(t, "epoch", 1, 0, "running statistics average", 1) != HK_OK)
     return t->failed;
   return evaluate(t, &s->test_acc);
 }

@@ -46,19 +46,26 @@
  * backward has queued it, with the row's compute stream set as its
  * producer (hk_set_stream before each submit), so hk's stream waits for
  * exactly that work; the step then orders the compute stream after every
- * result (hk_wait_stream) and copies the reduced gradients to the host,
- * where the optimiser updates the float32 master weights as on the CPU
- * row. The input pipeline's stage (on its thread) copies each prepared
- * batch into a pinned buffer of its ring slot and onto the device on the
- * row's copy stream, recording an event; the step makes the compute
- * stream wait for that event (compute_ops.stage_*), so the copy overlaps
- * the previous step. With bf16/fp16 the device gradients travel as float32
- * (HK_COMPRESSION=bf16|fp16 casts them inside hk); loss scaling works
- * alike. GPU index: HK_GPU, else the local rank (hk's own choice). The
- * ranks agree on the row (one hk allreduce in trainer_init): if a rank
- * cannot open --device cuda every rank fails; with auto, if one rank
- * ends on the CPU, every rank does (hk refuses a tensor that is on the
- * device on some ranks and on the host on others).
+ * result (hk_wait_stream). The rest of the step runs on the row too
+ * (compute_ops' tail): the loss and its sums (row_acc: read once per
+ * epoch, per step only for the progress bar), the loss scaling, fp16's
+ * finite check of the allreduced gradients (one flag back; the decision
+ * on the host, identical everywhere), and the optimiser on the row's
+ * float32 master weights (model.row_params) and state (row_m, row_v).
+ * The running statistics are averaged through hk from the row, and the
+ * test set is evaluated there. The weights and state go over after the
+ * initial broadcast and a resume (trainer_state_loaded) and come back
+ * for a checkpoint, --save and the end (trainer_to_host). The input pipeline's
+ * stage (on its thread) copies each prepared batch into a pinned buffer of its
+ * ring slot and onto the device on the row's copy stream, recording an event;
+ * the step makes the compute stream wait for that event (compute_ops.stage_*),
+ * so the copy overlaps the previous step. With bf16/fp16 the device gradients
+ * travel as float32 (HK_COMPRESSION=bf16|fp16 casts them inside hk); loss
+ * scaling works alike. GPU index: HK_GPU, else the local rank (hk's own
+ * choice). The ranks agree on the row (one hk allreduce in trainer_init): if a
+ * rank cannot open --device cuda every rank fails; with auto, if one rank ends
+ * on the CPU, every rank does (hk refuses a tensor that is on the device on
+ * some ranks and on the host on others).
  *
  * Test hook: the environment variable TRAIN_INJECT_OVERFLOW="R:S" (fp16
  * only) makes rank R multiply the first element of its first gradient
@@ -117,9 +124,17 @@ typedef struct trainer {
   const data_set *data;                   /* not owned */
   model model;
   optim opt;
-  float *grads;  /* model.n_params floats, same layout as the params */
-  uint16_t *g16; /* bf16/fp16: the gradients as hk receives them, same
-                    layout; NULL for fp32 */
+  float *grads;       /* model.n_params floats, same layout as the params
+                         (the CPU row's gradient buffer) */
+  float *row_m;       /* the optimiser's state in the row's memory: opt.m and */
+  float *row_v;       /* opt.v on the CPU row; device copies otherwise (row_v
+                         NULL for sgd) */
+  double *row_acc;    /* 4 doubles, row memory: the epoch's loss sum and
+                         correct count (xent), then evaluation's */
+  double host_acc[4]; /* row_acc's host side (to_dev's source) */
+  uint8_t *row_y;     /* labels of the current batch, row memory */
+  uint16_t *g16;      /* bf16/fp16: the gradients as hk receives them, same
+                         layout; NULL for fp32 */
   loss_scaler scaler;
   long inject_rank, inject_step; /* TRAIN_INJECT_OVERFLOW, or -1 */
   batch eval;                    /* TRAIN_EVAL_CHUNK test samples */
@@ -192,6 +207,18 @@ hk_status trainer_rank0_outcome(trainer *t, const char *name, int bad,
 /** He-initialises the model on rank 0 (from f->seed) and broadcasts every
  *  tensor to the others; waits for all of them. */
 hk_status trainer_broadcast_init(trainer *t, uint64_t seed);
+
+/**
+ * Device rows: copies the weights (row_params) and the optimiser state
+ * back into the host buffers (model.params, opt.m, opt.v) for a
+ * checkpoint, a weight file or the end; nothing on the CPU row. Returns
+ * HK_OK, or HK_ERR_SYSTEM with t->err "--device cuda: <call>: <reason>".
+ */
+hk_status trainer_to_host(trainer *t);
+
+/** After the host weights and optimiser state were replaced (a resume):
+ *  queues them into the row (device rows; nothing on the CPU row). */
+void trainer_state_loaded(trainer *t);
 
 /** Trains one epoch (epoch is 1-based), then evaluates the test set split
  *  across the ranks; fills *s. */

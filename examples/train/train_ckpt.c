@@ -87,6 +87,13 @@ hk_status trainer_checkpoint(trainer *t, const train_flags *f, int epoch) {
     snprintf(err, sizeof err, "checkpoint: out of memory");
     bad = 1;
   }
+  /* rank 0 writes: its weights and optimiser state back from a device
+   * row (a failure is its outcome, which every rank learns below) */
+  if (!bad && t->rank == 0 && trainer_to_host(t) != HK_OK) {
+    snprintf(err, sizeof err, "checkpoint: %.4000s", t->err);
+    t->failed = HK_OK;
+    bad = 1;
+  }
   /* Rank r contributes its augmentation state at slot 1 + r, zeros
    * elsewhere: the sum is every rank's state (adding zeros is exact). */
   if (rng) {
@@ -166,6 +173,7 @@ hk_status trainer_resume(trainer *t, const train_flags *f, int *epochs_done) {
     t->plateau.scale = s.plateau_scale;
     t->plateau.reductions = (int)s.plateau_reductions;
     *epochs_done = (int)s.epoch;
+    trainer_state_loaded(t);
   }
   free(rng);
   free(params);

@@ -674,37 +674,110 @@ static void assert_files_equal(const char *a, const char *b) {
   free(y);
 }
 
+static void kill_after_checkpoint(hkt_proc *p, const char *ck, int epoch);
+
+/* Rank 0's "epoch E loss ... train_acc X" (the figures before the
+ * timings) from out into line[cap]; fails when there is none. */
+static void epoch_figures(const char *out, int epoch, char *line, size_t cap) {
+  char want[64];
+  snprintf(want, sizeof want, "[0] epoch %d loss ", epoch);
+  const char *at = strstr(out, want), *end = at ? strstr(at, " samples/s") : 0;
+  if (!end)
+    fail_msg("no '%s' line", want);
+  snprintf(line, cap, "%.*s", (int)(end - at), at);
+}
+
 /* The trainer's device path without a GPU: `--device cuda` with a
  * stand-in module (tests/unit/train_fake_row.c: the CPU row's arithmetic
  * behind the device interface) runs the model on the row's own buffers,
  * hands the gradients to hk from them with hk_set_stream/hk_wait_stream,
- * copies them back and stages the batches through the row's slots: the
- * weights on every rank must equal the CPU row's bit for bit. */
+ * keeps the weights, the optimiser state, the loss sums and the running
+ * statistics (averaged through hk from the row) in the row's memory,
+ * checks fp16 overflow there, and stages the batches through the row's
+ * slots: in fp32 with adamw, lamb and sgd-nesterov the weights on every
+ * rank must equal the CPU row's bit for bit, and so must rank 0's epoch
+ * figures (loss, test and train accuracy); in fp16 (lamb, with the loss
+ * scaler's check on the row) and bf16 (adamw) the ranks' weights must be
+ * equal and the last epoch's loss within 1e-3 relative of the CPU row's
+ * (which allreduces 16-bit gradients). Then the adamw run on
+ * the stand-in row, killed after epoch 1's checkpoint (the weights and
+ * state come back from the row) and resumed (they go back onto it),
+ * ends with the same weights again. */
 static void test_device_path_fake_row(void **state) {
   (void)state;
   const char *dir = tiny_set("fakerow");
-  char ref[160], dev[160], a[200], b[200];
-  snprintf(ref, sizeof ref, "%s/rowcpu", tmp);
-  snprintf(dev, sizeof dev, "%s/rowfake", tmp);
-  hkt_result r;
-  run_train(2, &r, "--data", dir, "--model", "cnn", "--epochs", "2",
-            "--batch-size", "16", "--augment", "--device", "cpu", "--save-all",
-            ref, NULL);
-  assert_exit(&r, 0);
-  hkt_result_free(&r);
+  /* optimiser, precision, a flag; the low precisions last: their
+   * gradients travel as float32 from a device row (16-bit words from the
+   * CPU row's), so those runs are not the CPU row's bits */
+  static const char *const conf[][3] = {{"adamw", "fp32", "--augment"},
+                                        {"lamb", "fp32", "--augment"},
+                                        {"sgd", "fp32", "--nesterov"},
+                                        {"lamb", "fp16", "--augment"},
+                                        {"adamw", "bf16", "--augment"}};
+  char ref[160], dev[160], a[200], b[200], fig_cpu[256], fig_dev[256];
   char *env[] = {"HK_TRAIN_CUDA_MODULE=" FAKE_ROW_PATH, "HK_GPU=0", NULL};
+  hkt_result r;
+  for (int c = 0; c < 5; c++) {
+    int exact = strcmp(conf[c][1], "fp32") == 0;
+    snprintf(ref, sizeof ref, "%s/rowcpu%d", tmp, c);
+    snprintf(dev, sizeof dev, "%s/rowfake%d", tmp, c);
+    run_train(2, &r, "--data", dir, "--model", "cnn", "--epochs", "2",
+              "--batch-size", "16", "--optimizer", conf[c][0], "--precision",
+              conf[c][1], conf[c][2], "--device", "cpu", "--save-all", ref,
+              NULL);
+    assert_exit(&r, 0);
+    epoch_figures(r.out, 2, fig_cpu, sizeof fig_cpu);
+    hkt_result_free(&r);
+    run_train_env(2, env, &r, "--data", dir, "--model", "cnn", "--epochs", "2",
+                  "--batch-size", "16", "--optimizer", conf[c][0],
+                  "--precision", conf[c][1], conf[c][2], "--device", "cuda",
+                  "--save-all", dev, NULL);
+    assert_exit(&r, 0);
+    if (!strstr(r.out, ", device fake\n")) {
+      dump(&r);
+      fail_msg("the stand-in row did not run");
+    }
+    epoch_figures(r.out, 2, fig_dev, sizeof fig_dev);
+    double lc = 0.0, ld = -1.0;
+    assert_int_equal(sscanf(fig_cpu, "[0] epoch 2 loss %lf", &lc), 1);
+    assert_int_equal(sscanf(fig_dev, "[0] epoch 2 loss %lf", &ld), 1);
+    if (exact ? strcmp(fig_cpu, fig_dev) != 0 : fabs(lc - ld) > 1e-3 * lc) {
+      dump(&r);
+      fail_msg("%s %s: cpu '%s', stand-in row '%s'", conf[c][0], conf[c][1],
+               fig_cpu, fig_dev);
+    }
+    hkt_result_free(&r);
+    for (int rank = 0; rank < 2; rank++) { /* the CPU row's, or rank 0's */
+      snprintf(a, sizeof a, "%s.%d", exact ? ref : dev, exact ? rank : 0);
+      snprintf(b, sizeof b, "%s.%d", dev, rank);
+      assert_files_equal(a, b);
+    }
+  }
+
+  /* killed after epoch 1's checkpoint on the stand-in row, resumed there */
+  char part[160], ck[160];
+  snprintf(ref, sizeof ref, "%s/rowcpu0", tmp);
+  snprintf(part, sizeof part, "%s/rowpart", tmp);
+  snprintf(ck, sizeof ck, "%s/rowck", tmp);
+  char *slow_env[] = {"HK_TRAIN_CUDA_MODULE=" FAKE_ROW_PATH, "HK_GPU=0",
+                      "HK_TRAIN_TEST_SLOW_STEP=8", NULL};
+  hkt_proc p;
+  train_job(2, slow_env, &p, NULL, "--data", dir, "--model", "cnn", "--epochs",
+            "2", "--batch-size", "16", "--augment", "--device", "cuda",
+            "--save-all", part, "--checkpoint-dir", ck, NULL);
+  kill_after_checkpoint(&p, ck, 1);
   run_train_env(2, env, &r, "--data", dir, "--model", "cnn", "--epochs", "2",
                 "--batch-size", "16", "--augment", "--device", "cuda",
-                "--save-all", dev, NULL);
+                "--save-all", part, "--checkpoint-dir", ck, "--resume", NULL);
   assert_exit(&r, 0);
-  if (!strstr(r.out, ", device fake\n")) {
-    dump(&r);
-    fail_msg("the stand-in row did not run");
-  }
+  char want[256];
+  snprintf(want, sizeof want, "[0] resumed %s/last.hkckpt after epoch 1", ck);
+  assert_int_equal(hkt_count_lines(r.out, want), 1);
+  assert_int_equal(hkt_count_lines(r.out, "[0] epoch 2 loss"), 1);
   hkt_result_free(&r);
   for (int rank = 0; rank < 2; rank++) {
     snprintf(a, sizeof a, "%s.%d", ref, rank);
-    snprintf(b, sizeof b, "%s.%d", dev, rank);
+    snprintf(b, sizeof b, "%s.%d", part, rank);
     assert_files_equal(a, b);
   }
 }

@@ -6,7 +6,10 @@
  * model and the trainer: weights, statistics, batch, dLoss/dlogits and
  * gradients in the row's own buffers, the gradients handed to hk from
  * them with hk_set_stream / hk_wait_stream (host memory to hk, so those
- * are the host tensor's submit and wait), the copy back, and the input
+ * are the host tensor's submit and wait), the step's tail on the row
+ * (loss sums, loss scaling, finite check, optimiser on the row's weights
+ * and state: the CPU row's entries), the copies to and from the host for
+ * the initial weights, checkpoints, resume and the end, and the input
  * pipeline's staging slots. Same arithmetic, so the weights must equal
  * the CPU row's bit for bit (tests/integration/test_train.c).
  *

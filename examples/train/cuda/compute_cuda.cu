@@ -7,11 +7,18 @@
  * order. GEMMs are cuBLAS's cublasGemmEx on float32 storage with float32
  * compute (CUBLAS_COMPUTE_32F, default math mode: no TF32), the row-major
  * product computed as its column-major transpose (C^T = op(B)^T op(A)^T).
- * With bf16/fp16 the values are the rounded ones held in float32, as on
- * the CPU row (compute.h): the same arithmetic, not tensor-core 16-bit
- * GEMMs. The other operations are the kernels below, one thread per
- * output element (grid-stride loops), except the per-channel sums of
- * batch norm: one block per channel, reduced in double in shared memory.
+ * With bf16/fp16 (set_lowp) the activations and weights are the rounded
+ * values held in float32, as on the CPU row (compute.h), and each GEMM
+ * first copies its two operands into 16-bit scratch (exact: they are
+ * rounded already), so cuBLAS runs 16-bit inputs with float32
+ * accumulation on the tensor cores; the products are exact in float32,
+ * only the order of the sums differs from the CPU row's. The other operations
+ * are the kernels below, one thread per output element (grid-stride loops),
+ * except the per-channel sums of batch norm (one block per channel, reduced in
+ * double in shared memory), the loss (one thread per sample, then one thread
+ * adds them in index order) and LAMB's norms (at most LAMB_BLOCKS blocks of
+ * partial sums in double, then one block adds them: the shape depends on the
+ * tensor's size only, so equal inputs give equal bits on every rank).
  *
  * Bits: built with -fmad=false (no multiply-add contraction), so the
  * elementwise kernels round as the CPU row does; the reductions (batch
@@ -43,6 +50,9 @@ extern "C" {
 
 /* Most input staging slots (the pipeline's ring: --prefetch + 1). */
 #define MAX_SLOTS 65
+/* Most blocks of LAMB's norm pass: its partial sums, one pair per block,
+ * are then added by one block in a fixed order (deterministic). */
+#define LAMB_BLOCKS 256
 
 typedef struct cuda_row {
   cudaStream_t stream;
@@ -54,6 +64,18 @@ typedef struct cuda_row {
   void *pinned[MAX_SLOTS];
   float *dev[MAX_SLOTS];
   cudaEvent_t ready[MAX_SLOTS];
+  /* the step's tail (open allocates them) */
+  int *flag;      /* finite: 1 when a value was not */
+  double *part;   /* lamb: 2 x LAMB_BLOCKS partial norms */
+  float *lamb_lr; /* lamb: lr x the trust ratio, computed on the device */
+  /* xent: per-sample loss and hit, xent_cap samples (grown on demand) */
+  double *xent_loss;
+  int *xent_hit;
+  int xent_cap;
+  /* set_lowp: the GEMMs' input type, and their 16-bit operand copies */
+  lowp_kind lowp;
+  void *g16[2];
+  size_t g16_cap[2]; /* elements */
 } cuda_row;
 
 /* 1 when call e succeeded; else records "<what>: <reason>". */
@@ -113,7 +135,11 @@ static int open_cuda(compute *c) {
       !ok(c, cudaStreamCreateWithFlags(&r->stream, cudaStreamNonBlocking),
           "cudaStreamCreateWithFlags") ||
       !blas_ok(c, cublasCreate(&r->blas), "cublasCreate") ||
-      !blas_ok(c, cublasSetStream(r->blas, r->stream), "cublasSetStream")) {
+      !blas_ok(c, cublasSetStream(r->blas, r->stream), "cublasSetStream") ||
+      !ok(c, cudaMalloc((void **)&r->flag, sizeof(int)), "cudaMalloc") ||
+      !ok(c, cudaMalloc((void **)&r->part, 2 * LAMB_BLOCKS * sizeof(double)),
+          "cudaMalloc") ||
+      !ok(c, cudaMalloc((void **)&r->lamb_lr, sizeof(float)), "cudaMalloc")) {
     return -1; /* close_cuda frees what was made */
   }
   return 0;
@@ -135,6 +161,11 @@ static void close_cuda(compute *c) {
     if (r->pinned[i])
       (void)cudaFreeHost(r->pinned[i]);
   }
+  void *scratch[] = {r->flag,     r->part,   r->lamb_lr, r->xent_loss,
+                     r->xent_hit, r->g16[0], r->g16[1]};
+  for (size_t i = 0; i < sizeof scratch / sizeof *scratch; i++)
+    if (scratch[i])
+      (void)cudaFree(scratch[i]);
   if (r->copy)
     (void)cudaStreamDestroy(r->copy);
   if (r->blas)
@@ -184,19 +215,67 @@ static void copy_cuda(compute *c, void *dst, const void *src, size_t bytes) {
        "cudaMemcpyAsync (device to device)");
 }
 
+/* src (n floats) as bf16 (kind LOWP_BF16) or fp16 words into dst. */
+__global__ void k_to16(const float *src, size_t n, int kind, void *dst) {
+  LOOP(i, n) {
+    if (kind == LOWP_BF16)
+      ((__nv_bfloat16 *)dst)[i] = __float2bfloat16_rn(src[i]);
+    else
+      ((__half *)dst)[i] = __float2half_rn(src[i]);
+  }
+}
+
+/* The 16-bit copy of a rows x cols operand with leading dimension ld
+ * (row-major) in scratch slot k, grown on demand; NULL on failure. */
+static const void *operand16(compute *c, int k, const float *X, int rows,
+                             int cols, int ld) {
+  cuda_row *r = row(c);
+  size_t n = rows > 0 && cols > 0 ? (size_t)(rows - 1) * ld + cols : 0;
+  if (n > r->g16_cap[k]) { /* once per larger size: the layers' maximum */
+    if (!ok(c, cudaStreamSynchronize(st(c)), "cudaStreamSynchronize"))
+      return NULL;
+    (void)cudaFree(r->g16[k]);
+    r->g16[k] = NULL;
+    r->g16_cap[k] = 0;
+    if (!ok(c, cudaMalloc(&r->g16[k], n * 2), "cudaMalloc (16-bit operand)"))
+      return NULL;
+    r->g16_cap[k] = n;
+  }
+  if (n) {
+    k_to16<<<blocks(n), T, 0, st(c)>>>(X, n, (int)r->lowp, r->g16[k]);
+    if (!LAUNCHED(c, "to16"))
+      return NULL;
+  }
+  return r->g16[k];
+}
+
 static void gemm_cuda(compute *c, int ta, int tb, int M, int N, int K,
                       float alpha, const float *A, int lda, const float *B,
                       int ldb, float beta, float *Cm, int ldc) {
   if (c->failed)
     return;
+  cuda_row *r = row(c);
+  const void *a = A, *b = B;
+  cudaDataType in = CUDA_R_32F;
+  if (r->lowp != LOWP_FP32) { /* 16-bit inputs, float32 out (set_lowp) */
+    in = r->lowp == LOWP_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    a = operand16(c, 0, A, ta ? K : M, ta ? M : K, lda);
+    b = operand16(c, 1, B, tb ? N : K, tb ? K : N, ldb);
+    if (!a || !b)
+      return;
+  }
   /* row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T */
   blas_ok(c,
-          cublasGemmEx(row(c)->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                       ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B,
-                       CUDA_R_32F, ldb, A, CUDA_R_32F, lda, &beta, Cm,
-                       CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
-                       CUBLAS_GEMM_DEFAULT),
+          cublasGemmEx(r->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                       ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, b, in,
+                       ldb, a, in, lda, &beta, Cm, CUDA_R_32F, ldc,
+                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
           "cublasGemmEx");
+}
+
+static void set_lowp_cuda(compute *c, lowp_kind k) {
+  if (row(c))
+    row(c)->lowp = k;
 }
 
 __global__ void k_round(float *v, size_t n, int kind) {
@@ -547,6 +626,212 @@ static const float *stage_take_cuda(compute *c, int slot) {
   return r->dev[slot];
 }
 
+/* ---- the step's tail: loss, loss scaling, finite check, optimiser ---- */
+
+__global__ void k_scale(float *v, size_t n, float s) { LOOP(i, n) v[i] *= s; }
+
+static void scale_cuda(compute *c, float *v, size_t n, float s) {
+  if (c->failed || !n)
+    return;
+  k_scale<<<blocks(n), T, 0, st(c)>>>(v, n, s);
+  LAUNCHED(c, "scale");
+}
+
+/* Every thread that meets an inf or NaN writes 1 (the same value). */
+__global__ void k_nonfinite(const float *v, size_t n, int *flag) {
+  LOOP(i, n) {
+    if (!isfinite(v[i]))
+      *flag = 1;
+  }
+}
+
+static int finite_cuda(compute *c, const float *v, size_t n) {
+  cuda_row *r = row(c);
+  if (c->failed || !ok(c, cudaMemsetAsync(r->flag, 0, sizeof(int), st(c)),
+                       "cudaMemsetAsync (finite flag)"))
+    return -1;
+  if (n) {
+    k_nonfinite<<<blocks(n), T, 0, st(c)>>>(v, n, r->flag);
+    if (!LAUNCHED(c, "finite"))
+      return -1;
+  }
+  int bad = 0;
+  if (to_host_cuda(c, &bad, r->flag, sizeof bad) != 0)
+    return -1;
+  return bad ? 0 : 1;
+}
+
+/* One thread per sample: loss.c's softmax_xent for row i (stable
+ * softmax, the loss in double, dlogits = (softmax - onehot) / B). expf
+ * here is CUDA's (within 2 ulp, not glibc's correctly rounded one). */
+__global__ void k_xent(const float *Z, const uint8_t *y, int B, int C, float *D,
+                       double *loss, int *hit) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= B)
+    return;
+  const float *z = Z + (size_t)i * C;
+  float *g = D + (size_t)i * C;
+  int top = 0;
+  for (int k = 1; k < C; k++)
+    if (z[k] > z[top])
+      top = k;
+  hit[i] = top == y[i];
+  double sum = 0.0;
+  for (int k = 0; k < C; k++) {
+    g[k] = expf(z[k] - z[top]);
+    sum += g[k];
+  }
+  loss[i] = log(sum) - (double)(z[y[i]] - z[top]);
+  float scale = (float)(1.0 / (sum * (double)B));
+  for (int k = 0; k < C; k++)
+    g[k] = g[k] * scale - (k == y[i] ? 1.0f / (float)B : 0.0f);
+}
+
+/* One thread: the samples' losses and hits in index order, as the CPU
+ * row adds them, into the accumulators. */
+__global__ void k_xent_sum(const double *loss, const int *hit, int B,
+                           double *acc) {
+  double total = 0.0;
+  long n = 0;
+  for (int i = 0; i < B; i++) {
+    total += loss[i];
+    n += hit[i];
+  }
+  acc[0] += total / (double)B;
+  acc[1] += (double)n;
+}
+
+static void xent_cuda(compute *c, const float *logits, const uint8_t *y, int B,
+                      int C, float *dlogits, double *acc) {
+  cuda_row *r = row(c);
+  if (c->failed || B < 1)
+    return;
+  if (B > r->xent_cap) { /* once, at the largest batch */
+    if (!ok(c, cudaStreamSynchronize(st(c)), "cudaStreamSynchronize"))
+      return;
+    (void)cudaFree(r->xent_loss);
+    (void)cudaFree(r->xent_hit);
+    r->xent_loss = NULL;
+    r->xent_hit = NULL;
+    r->xent_cap = 0;
+    if (!ok(c, cudaMalloc((void **)&r->xent_loss, (size_t)B * sizeof(double)),
+            "cudaMalloc") ||
+        !ok(c, cudaMalloc((void **)&r->xent_hit, (size_t)B * sizeof(int)),
+            "cudaMalloc"))
+      return;
+    r->xent_cap = B;
+  }
+  k_xent<<<(B + T - 1) / T, T, 0, st(c)>>>(logits, y, B, C, dlogits,
+                                           r->xent_loss, r->xent_hit);
+  if (!LAUNCHED(c, "xent"))
+    return;
+  k_xent_sum<<<1, 1, 0, st(c)>>>(r->xent_loss, r->xent_hit, B, acc);
+  LAUNCHED(c, "xent_sum");
+}
+
+/* optim.c's sgd, elementwise, the same operations in the same order. */
+__global__ void k_sgd(float *p, const float *g, float *vel, size_t n, float mu,
+                      float lr, float wd, int nesterov) {
+  LOOP(i, n) {
+    float gi = g[i] + wd * p[i];
+    vel[i] = mu * vel[i] + gi;
+    p[i] -= lr * (nesterov ? gi + mu * vel[i] : vel[i]);
+  }
+}
+
+/* optim.c's adamw (step, eps and keep from optim_args_of). */
+__global__ void k_adamw(float *p, const float *g, float *m, float *v, size_t n,
+                        float b1, float b2, float step, float eps, float keep) {
+  LOOP(i, n) {
+    p[i] *= keep;
+    m[i] = b1 * m[i] + (1.0f - b1) * g[i];
+    v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+    p[i] -= step * m[i] / (sqrtf(v[i]) + eps);
+  }
+}
+
+/* optim.c's lamb_u. */
+__device__ float lamb_u(float m, float v, float p, float c1, float c2,
+                        float eps, float wd) {
+  return (m / c1) / (sqrtf(v / c2) + eps) + wd * p;
+}
+
+/* LAMB's first pass: the moments, and each block's partial sums of p^2
+ * and u^2 in double into part[block] and part[gridDim.x + block]. */
+__global__ void k_lamb_moments(const float *p, const float *g, float *m,
+                               float *v, size_t n, float b1, float b2, float c1,
+                               float c2, float eps, float wd, double *part) {
+  __shared__ double sh[T];
+  double pn = 0.0, un = 0.0;
+  LOOP(i, n) {
+    m[i] = b1 * m[i] + (1.0f - b1) * g[i];
+    v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+    double u = lamb_u(m[i], v[i], p[i], c1, c2, eps, wd);
+    pn += (double)p[i] * p[i];
+    un += u * u;
+  }
+  pn = block_sum(pn, sh);
+  un = block_sum(un, sh);
+  if (threadIdx.x == 0) {
+    part[blockIdx.x] = pn;
+    part[gridDim.x + blockIdx.x] = un;
+  }
+}
+
+/* One block: the nb partial pairs in a fixed order, then lr x the trust
+ * ratio ||p|| / ||u|| (1 when either norm is 0), as optim.c. */
+__global__ void k_lamb_trust(const double *part, int nb, float lr,
+                             float *step) {
+  __shared__ double sh[T];
+  double pn = 0.0, un = 0.0;
+  for (int b = threadIdx.x; b < nb; b += T) {
+    pn += part[b];
+    un += part[nb + b];
+  }
+  pn = block_sum(pn, sh);
+  un = block_sum(un, sh);
+  if (threadIdx.x == 0) {
+    float trust = pn > 0.0 && un > 0.0 ? (float)(sqrt(pn) / sqrt(un)) : 1.0f;
+    *step = lr * trust;
+  }
+}
+
+__global__ void k_lamb_apply(float *p, const float *m, const float *v, size_t n,
+                             float c1, float c2, float eps, float wd,
+                             const float *step) {
+  float s = *step;
+  LOOP(i, n) { p[i] -= s * lamb_u(m[i], v[i], p[i], c1, c2, eps, wd); }
+}
+
+static void optim_cuda(compute *c, const optim_args *a, float *p,
+                       const float *g, float *m, float *v, size_t count) {
+  cuda_row *r = row(c);
+  if (c->failed || !count)
+    return;
+  unsigned nb = blocks(count);
+  if (a->kind == OPTIM_SGD) {
+    k_sgd<<<nb, T, 0, st(c)>>>(p, g, m, count, a->mu, a->lr, a->wd,
+                               a->nesterov);
+    LAUNCHED(c, "sgd");
+  } else if (a->kind == OPTIM_ADAMW) {
+    k_adamw<<<nb, T, 0, st(c)>>>(p, g, m, v, count, a->b1, a->b2, a->step,
+                                 a->eps, a->keep);
+    LAUNCHED(c, "adamw");
+  } else {
+    nb = nb > LAMB_BLOCKS ? LAMB_BLOCKS : nb; /* depends on count only */
+    k_lamb_moments<<<nb, T, 0, st(c)>>>(p, g, m, v, count, a->b1, a->b2, a->c1,
+                                        a->c2, a->eps, a->wd, r->part);
+    if (!LAUNCHED(c, "lamb_moments"))
+      return;
+    k_lamb_trust<<<1, T, 0, st(c)>>>(r->part, (int)nb, a->lr, r->lamb_lr);
+    if (!LAUNCHED(c, "lamb_trust"))
+      return;
+    k_lamb_apply<<<blocks(count), T, 0, st(c)>>>(p, m, v, count, a->c1, a->c2,
+                                                 a->eps, a->wd, r->lamb_lr);
+    LAUNCHED(c, "lamb_apply");
+  }
+}
+
 static const compute_ops cuda_ops = {
     /* .name = */ "cuda",
     /* .host = */ 0,
@@ -573,6 +858,11 @@ static const compute_ops cuda_ops = {
     /* .stage_init = */ stage_init_cuda,
     /* .stage_put = */ stage_put_cuda,
     /* .stage_take = */ stage_take_cuda,
+    /* .scale = */ scale_cuda,
+    /* .finite = */ finite_cuda,
+    /* .xent = */ xent_cuda,
+    /* .optim = */ optim_cuda,
+    /* .set_lowp = */ set_lowp_cuda,
 };
 
 /* The module's one entry point (COMPUTE_CUDA_SYMBOL). */
