@@ -13,6 +13,10 @@
 #   SLOTS=2         runs at once
 #   LIMIT=600       seconds one run may take before it counts as a hang
 #   OUT=$BUILD/repeat  a log per failed run (slot-test-run.log), summary.txt
+#   STOP_AT=        a time (anything `date -d` reads, e.g. 16:20): no run
+#                   starts after it, so a campaign ends on time; the
+#                   summary then counts the runs that did (each test's own
+#                   count is in its row)
 #
 # The slots go through the tests in opposite orders, so different tests
 # overlap as well as copies of the same one. Prints, per test, runs,
@@ -24,6 +28,14 @@ RUNS=${RUNS:-20}
 SLOTS=${SLOTS:-2}
 LIMIT=${LIMIT:-600}
 OUT=${OUT:-$BUILD/repeat}
+STOP_AT=${STOP_AT:-}
+stop=
+if [ -n "$STOP_AT" ]; then
+  stop=$(date -d "$STOP_AT" +%s) || {
+    echo "repeat_tests: STOP_AT='$STOP_AT' is not a time date -d reads" >&2
+    exit 2
+  }
+fi
 if [ $# -gt 0 ]; then
   tests=("$@")
 else
@@ -31,7 +43,7 @@ else
     test_netbed test_netbed_collectives test_netbed_faults test_device)
 fi
 mkdir -p "$OUT"
-rm -f "$OUT"/*.log "$OUT"/results.*
+rm -f "$OUT"/*.log "$OUT"/results.* "$OUT"/stopped
 
 slot() { # slot index; writes "test rc seconds" lines to results.$1
   local s=$1 per=$(((RUNS + SLOTS - 1) / SLOTS)) order=("${tests[@]}")
@@ -42,6 +54,10 @@ slot() { # slot index; writes "test rc seconds" lines to results.$1
   for ((r = 1; r <= per; r++)); do
     for t in "${order[@]}"; do
       local log="$OUT/$s-$t-$r.log" t0 rc
+      if [ -n "$stop" ] && [ "$(date +%s)" -ge "$stop" ]; then
+        echo "slot $s: STOP_AT $STOP_AT reached in round $r" >>"$OUT/stopped"
+        return
+      fi
       t0=$(date +%s.%N)
       timeout -k 10 "$LIMIT" ctest --test-dir "$BUILD" -R "^$t\$" \
         --output-on-failure >"$log" 2>&1
@@ -60,6 +76,7 @@ wait
 {
   echo "# $(date -u +%FT%TZ) RUNS=$RUNS SLOTS=$SLOTS LIMIT=$LIMIT" \
     "load: $(cut -d' ' -f1-3 /proc/loadavg) wall $(($(date +%s) - start)) s"
+  [ -f "$OUT/stopped" ] && sed 's/^/# /' "$OUT/stopped"
   printf '%-26s %5s %6s %6s %9s\n' test runs failed hangs slowest_s
   cat "$OUT"/results.* | awk '
     { n[$1]++; if ($2 != 0) f[$1]++; if ($2 == 124 || $2 == 137) h[$1]++;
