@@ -78,7 +78,7 @@ wait
     "load: $(cut -d' ' -f1-3 /proc/loadavg) wall $(($(date +%s) - start)) s"
   [ -f "$OUT/stopped" ] && sed 's/^/# /' "$OUT/stopped"
   printf '%-26s %5s %6s %6s %9s\n' test runs failed hangs slowest_s
-  cat "$OUT"/results.* | awk '
+  cat "$OUT"/results.* 2>/dev/null | awk '
     { n[$1]++; if ($2 != 0) f[$1]++; if ($2 == 124 || $2 == 137) h[$1]++;
       if ($3 > m[$1]) m[$1] = $3 }
     END { for (t in n) printf "%-26s %5d %6d %6d %9.1f\n", t, n[t], f[t] + 0,
