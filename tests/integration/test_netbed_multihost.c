@@ -340,6 +340,7 @@ static void run_cut(int cut, int gate, const char *transport,
     hkt_result r;
     hkt_finish(&p, 1, &r);
     dump("hkrun", &r);
+    hkt_bed_dump_net(&bed);
     remove_dir(dir);
     fail_msg("the job never had the step in flight");
   }
