@@ -11,7 +11,9 @@
 #   BUILD=build     the build whose ctest runs (scripts/build.sh build)
 #   RUNS=20         runs of each test, in all (half in each of 2 slots)
 #   SLOTS=2         runs at once
-#   LIMIT=600       seconds one run may take before it counts as a hang
+#   LIMIT=1260      seconds one run may take before it counts as a hang:
+#                   above every test's own ctest TIMEOUT (1200 at most), so
+#                   that a slow run is ended by ctest's deadline, not here
 #   OUT=$BUILD/repeat  a log per failed run (slot-test-run.log), summary.txt
 #
 # Each run gets a scratch directory of its own for every temporary file
@@ -33,7 +35,7 @@ cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 RUNS=${RUNS:-20}
 SLOTS=${SLOTS:-2}
-LIMIT=${LIMIT:-600}
+LIMIT=${LIMIT:-1260}
 OUT=${OUT:-$BUILD/repeat}
 STOP_AT=${STOP_AT:-}
 stop=
@@ -73,8 +75,10 @@ slot() { # slot index; writes "test rc seconds" lines to results.$1
       t0=$(date +%s.%N)
       (
         hk_test_tmp "$tmp"
+        # --verbose: the output as it comes, so that a killed run's log
+        # shows where it was
         timeout -k 10 "$LIMIT" ctest --test-dir "$BUILD" -R "^$t\$" \
-          --output-on-failure >"$log" 2>&1
+          --verbose >"$log" 2>&1
       )
       rc=$?
       grep -q '\*\*\*Timeout' "$log" && rc=124 # ctest's own deadline
