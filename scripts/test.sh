@@ -33,13 +33,10 @@ scripts/setup.sh
 start=$(date +%s)
 stage() { echo; echo "=== $* ($(( $(date +%s) - start )) s) ==="; }
 
-TMPDIR=$(mktemp -d /tmp/hk-test.XXXXXX)
-export TMPDIR
-# Open MPI's shared-memory segments too (else /dev/shm)
-export OMPI_MCA_btl_vader_backing_directory=$TMPDIR
-# the flight records that failing test jobs write (worker/flight.h) too,
-# instead of each test's working directory
-export HK_FLIGHT_DIR=$TMPDIR
+# every temporary file of the tests (theirs, Open MPI's shared memory, the
+# flight records of failing test jobs) under one directory
+. scripts/test_tmp.sh
+hk_test_tmp "$(mktemp -d /tmp/hk-test.XXXXXX)"
 child=
 
 # The beds this run's tests own (same session) are gone, or 30 s passed.

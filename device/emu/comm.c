@@ -66,6 +66,7 @@
 #include <unistd.h>
 
 #include "collectives/reduce.h"
+#include "common/log.h"
 #include "common/status.h"
 #include "device/emu/emu.h"
 #include "device/emu/internal.h"
@@ -297,6 +298,10 @@ static hk_status attach_map(hk_dev_comm c, shm_header **out, char *msg,
   size_t bytes = layout_bytes(c->nranks);
   int fd;
   if (c->rank == 0) {
+    /* said before it exists, so that a job's own segments can be told
+     * from another job's (test_device checks every one it named is gone) */
+    hk_log(HK_LOG_DEBUG, "emu communicator: creating %s for %d ranks", c->name,
+           c->nranks);
     fd = shm_open(c->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0 || ftruncate(fd, (off_t)bytes) != 0) {
       snprintf(msg, cap, "emu communicator: creating %s: %s", c->name,

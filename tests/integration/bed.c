@@ -17,6 +17,9 @@
 #include "harness.h"
 
 #define BED_S 60.0 /* making or removing a bed of 4 takes ~2 s */
+/* how long a link set up again may take to carry traffic (a host
+ * answered at once in each of 20 tries here at a load of 9 to 17) */
+#define LINK_UP_S 10.0
 
 static void dump(const char *what, const hkt_result *r) {
   fprintf(stderr,
@@ -231,10 +234,61 @@ char *hkt_bed_pids(const hkt_bed *b, int h) {
   return hkt_output_of(argv, BED_S);
 }
 
+/* The launcher's address on the bed: its subnet's .1 (netbed.sh). */
+static void bridge_address(const hkt_bed *b, char *out, size_t cap) {
+  snprintf(out, cap, "%.*s1", (int)strcspn(b->subnet, "/") - 1, b->subnet);
+}
+
+/* 1 if host h and the launcher reach each other over h's link: from
+ * inside h's namespace a connection to the launcher's port 9, where
+ * nothing listens, is refused (the SYN went out, the reset came back),
+ * within 1 s. The agent's watchdog asks the same, the other way round. */
+static int host_answers(const hkt_bed *b, int h) {
+  char br[32], probe[160];
+  bridge_address(b, br, sizeof br);
+  snprintf(probe, sizeof probe,
+           "out=$( (exec 3<>/dev/tcp/%s/9) 2>&1); "
+           "case $out in *refused*) exit 0 ;; esac; exit 1",
+           br);
+  char *argv[] = {"ip",      "netns", "exec", (char *)b->ns[h],
+                  "timeout", "1",     "bash", "-c",
+                  probe,     NULL};
+  hkt_result r;
+  hkt_run(argv, NULL, 5, &r);
+  int ok = r.exited && r.exit_code == 0;
+  hkt_result_free(&r);
+  return ok;
+}
+
+void hkt_bed_dump_net(const hkt_bed *b) {
+  for (int h = 0; h < b->nhosts; h++) {
+    char *link[] = {"ip", "-n", (char *)b->ns[h], "-o", "link", "show", NULL};
+    char *neigh[] = {"ip", "-n", (char *)b->ns[h], "neigh", "show", NULL};
+    char *l = hkt_output_of(link, BED_S), *n = hkt_output_of(neigh, BED_S);
+    fprintf(stderr, "--- host %s (%s): answers %d\n%s%s", b->host[h], b->ns[h],
+            host_answers(b, h), l ? l : "(ip link failed)\n",
+            n ? n : "(ip neigh failed)\n");
+    free(l);
+    free(n);
+  }
+}
+
 int hkt_bed_link(const hkt_bed *b, int h, int down) {
   char *argv[] = {"ip", "link", "set", (char *)b->link[h], down ? "down" : "up",
                   NULL};
   char *out = hkt_output_of(argv, BED_S);
   free(out);
-  return out ? 0 : -1;
+  if (!out || down)
+    return out ? 0 : -1;
+  /* up: done once the host answers over it again (the next job's daemons
+   * connect back to mpirun at once), or never */
+  for (double until = hkt_now() + LINK_UP_S; hkt_now() < until;)
+    if (host_answers(b, h))
+      return 0;
+  fprintf(stderr,
+          "host %s does not answer over its link %s %.0f s after it "
+          "was set up again\n",
+          b->host[h], b->link[h], LINK_UP_S);
+  hkt_bed_dump_net(b);
+  return -1;
 }

@@ -69,9 +69,18 @@ char *hkt_bed_pids(const hkt_bed *b, int h);
 
 /**
  * Sets host h's link down (down = 1: the host is cut off the network, as
- * if its cable were pulled) or up again. Returns 0, or -1 (printed why).
+ * if its cable were pulled) or up again. Up returns once the host and the
+ * launcher reach each other over it again (a connection from the host to
+ * the launcher's port 9 is refused within 1 s), so that the next job
+ * finds the bed whole; -1 if it is not so within 10 s (printing every
+ * host's link and neighbour state). Returns 0, or -1 (printed why).
  */
 int hkt_bed_link(const hkt_bed *b, int h, int down);
+
+/** Prints every host's link and neighbour table and whether it answers
+ *  the launcher over its link, to stderr: what a failed start is read
+ *  with. */
+void hkt_bed_dump_net(const hkt_bed *b);
 
 /** Runs argv; returns its stdout (malloc'ed) if it exited 0, else NULL
  *  (printing what it said). */

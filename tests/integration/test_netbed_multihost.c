@@ -51,6 +51,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <regex.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -267,15 +268,20 @@ static unsigned peers_named(const char *msg, int self) {
   return mask;
 }
 
+static int remove_entry(const char *path, const struct stat *st, int flag,
+                        struct FTW *ftw) {
+  (void)st;
+  (void)flag;
+  (void)ftw;
+  return remove(path) == 0 || errno == ENOENT ? 0 : -1;
+}
+
+/* Removes the job's directory and all in it: the ranks' files, the gate,
+ * and the session directories of Open MPI's daemons (the job's TMPDIR:
+ * a daemon SIGKILLed with its host cut off cannot remove its own). */
 static void remove_dir(const char *dir) {
-  char path[512];
-  for (int r = 0; r < NP; r++) {
-    snprintf(path, sizeof path, "%s/rank-%d", dir, r);
-    unlink(path);
-  }
-  snprintf(path, sizeof path, "%s/gate", dir);
-  unlink(path);
-  rmdir(dir);
+  if (nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
+    fprintf(stderr, "cannot remove %s: %s\n", dir, strerror(errno));
 }
 
 /*
@@ -303,7 +309,10 @@ static void run_cut(int cut, int gate, const char *transport,
   char hier_env[64], tr_env[64];
   snprintf(hier_env, sizeof hier_env, "HK_HIERARCHICAL_ALLREDUCE=%s", hier);
   snprintf(tr_env, sizeof tr_env, "HK_CROSS_TRANSPORT=%s", transport);
+  char tmp_env[128];
+  snprintf(tmp_env, sizeof tmp_env, "TMPDIR=%s", dir);
   char *env[] = {"ASAN_OPTIONS=detect_leaks=0",
+                 tmp_env,
                  "HK_TIMEOUT_S=" XSTR(TIMEOUT_S),
                  "NETBED_ALIVE_S=" XSTR(ALIVE_S),
                  tr_env,
@@ -340,6 +349,7 @@ static void run_cut(int cut, int gate, const char *transport,
     hkt_result r;
     hkt_finish(&p, 1, &r);
     dump("hkrun", &r);
+    hkt_bed_dump_net(&bed);
     remove_dir(dir);
     fail_msg("the job never had the step in flight");
   }
@@ -437,7 +447,10 @@ static void test_mpirun_killed_after_cut(void **state) {
   assert_int_equal(hkt_mkdtemp("hk-netbed-kill-", dir, sizeof dir), 0);
   char hosts[512];
   hkt_bed_hostlist(&bed, HOSTS, SLOTS, hosts, sizeof hosts);
-  char *env[] = {"ASAN_OPTIONS=detect_leaks=0", "NETBED_ALIVE_S=600", NULL};
+  char tmp_env[128];
+  snprintf(tmp_env, sizeof tmp_env, "TMPDIR=%s", dir);
+  char *env[] = {"ASAN_OPTIONS=detect_leaks=0", "NETBED_ALIVE_S=600", tmp_env,
+                 NULL};
   char *argv[] = {HKRUN_PATH,
                   "-np",
                   "8",

@@ -18,7 +18,6 @@
  * (The exact serial checks of every collective at np 1-5 and 8 run over
  * shm in test_runtime.)
  */
-#include <dirent.h>
 #include <fcntl.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -32,21 +31,50 @@
 
 #include <cmocka.h>
 
+#include "collectives/transport/shm_seg.h"
+#include "common/auth.h"
 #include "harness.h"
 
 #define W(name) WORKER_DIR "/" name
 
-/* Entries of /dev/shm named like hk's segments ("hk-..."). */
-static int hk_segments(void) {
-  DIR *d = opendir("/dev/shm");
+/* The job's secret, from the "job secret <hex>" line its rank 0 printed
+ * (the SECRET_SH wrapper below); the test fails without it. */
+static hk_secret job_secret(const char *out) {
+  static const char key[] = "job secret ";
+  const char *p = out ? strstr(out, key) : NULL;
+  char hex[2 * HK_SECRET_LEN + 1] = "";
+  if (p)
+    snprintf(hex, sizeof hex, "%s", p + sizeof key - 1);
+  hk_secret s;
+  if (hk_secret_parse(hex, &s) != HK_OK)
+    fail_msg("no job secret in the job's output:\n%.3000s", out ? out : "");
+  return s;
+}
+
+/* This job's segments still in /dev/shm: the names hk derives from the
+ * job's secret for every host tag it can use (a host's first global rank,
+ * 0..np-1; shm_seg.h). Another job running at the same time (the other
+ * copy of this test, test_runtime) has other names and is not counted. */
+static int own_segments(const char *out, int np) {
+  hk_secret s = job_secret(out);
   int n = 0;
-  if (!d)
-    return 0;
-  for (struct dirent *e; (e = readdir(d));)
-    n += strncmp(e->d_name, "hk-", 3) == 0;
-  closedir(d);
+  for (int tag = 0; tag < np; tag++) {
+    char name[HK_SHM_NAME_CAP], path[HK_SHM_NAME_CAP + 16];
+    hk_shm_seg_name(&s, tag, name);
+    snprintf(path, sizeof path, "/dev/shm%s", name);
+    if (access(path, F_OK) == 0) {
+      fprintf(stderr, "test_shm: the job's %s is there\n", path);
+      n++;
+    }
+  }
   return n;
 }
+
+/* sh -c script: rank 0 prints its job's secret, then every rank execs
+ * "$0" "$@" (the worker and its arguments). */
+#define SECRET_SH                                                              \
+  "[ \"$HK_RANK\" != 0 ] || echo \"job secret $HK_SECRET\"; exec \"$0\" "      \
+  "\"$@\""
 
 /* Runs w_shm hash under env on np ranks (in hosts of `local` ranks when
  * local > 0); returns the hash every rank printed (malloc'd). */
@@ -162,15 +190,15 @@ static void ready_pids(const char *out, int n, long *pids) {
  * the victim's signal; /dev/shm holds nothing of the job. */
 static void test_kill9_rank_mid_transfer(void **s) {
   (void)s;
-  const int before = hk_segments();
   char *env[] = {"HK_INTRA_TRANSPORT=shm", "HK_TIMEOUT_S=8", NULL};
-  char *argv[] = {HKRUN_PATH, "-np", "4", W("w_fail"), "kill", NULL};
+  char *argv[] = {HKRUN_PATH, "-np",       "4",    "sh", "-c",
+                  SECRET_SH,  W("w_fail"), "kill", NULL};
   hkt_proc p;
   assert_int_equal(hkt_start(argv, env, &p), 0);
   assert_int_equal(hkt_wait_lines(&p, "ready pid=", 4, 120), 0);
   long pids[4];
   ready_pids(p.out.data, 4, pids);
-  assert_int_equal(hk_segments(), before); /* unlinked once mapped */
+  assert_int_equal(own_segments(p.out.data, 4), 0); /* unlinked once mapped */
   assert_int_equal(kill((pid_t)pids[2], SIGKILL), 0);
   double killed = hkt_now();
   hkt_result r;
@@ -197,7 +225,7 @@ static void test_kill9_rank_mid_transfer(void **s) {
       }
       fail_msg("rank %d (pid %ld) outlived hkrun: %s", i, pids[i], stat);
     }
-  assert_int_equal(hk_segments(), before);
+  assert_int_equal(own_segments(r.out, 4), 0);
   assert_int_equal(hkt_orphans(NULL, 0), 0);
   hkt_result_free(&r);
 }
@@ -206,9 +234,9 @@ static void test_kill9_rank_mid_transfer(void **s) {
  * (PR_SET_PDEATHSIG), and /dev/shm holds nothing of the job. */
 static void test_kill9_hkrun(void **s) {
   (void)s;
-  const int before = hk_segments();
   char *env[] = {"HK_INTRA_TRANSPORT=shm", NULL};
-  char *argv[] = {HKRUN_PATH, "-np", "4", W("w_fail"), "kill", NULL};
+  char *argv[] = {HKRUN_PATH, "-np",       "4",    "sh", "-c",
+                  SECRET_SH,  W("w_fail"), "kill", NULL};
   hkt_proc p;
   assert_int_equal(hkt_start(argv, env, &p), 0);
   assert_int_equal(hkt_wait_lines(&p, "ready pid=", 4, 120), 0);
@@ -219,7 +247,7 @@ static void test_kill9_hkrun(void **s) {
   hkt_finish(&p, 20, &r);
   for (int i = 0; i < 4; i++)
     assert_int_equal(hkt_wait_gone((pid_t)pids[i], 10), 0);
-  assert_int_equal(hk_segments(), before);
+  assert_int_equal(own_segments(r.out, 4), 0);
   assert_int_equal(hkt_orphans(NULL, 0), 0);
   hkt_result_free(&r);
 }
@@ -270,8 +298,8 @@ static void test_concurrent_jobs(void **s) {
  * removed by the job (w_shm squat checks, then removes it). */
 static void test_name_taken(void **s) {
   (void)s;
-  const int before = hk_segments();
-  char *argv[] = {HKRUN_PATH, "-np", "3", W("w_shm"), "squat", NULL};
+  char *argv[] = {HKRUN_PATH, "-np",      "3",     "sh", "-c",
+                  SECRET_SH,  W("w_shm"), "squat", NULL};
   char *autoenv[] = {"HK_LOG_LEVEL=info", NULL};
   hkt_result r;
   assert_int_equal(hkt_run(argv, autoenv, 120, &r), 0);
@@ -280,6 +308,7 @@ static void test_name_taken(void **s) {
       hkt_count_lines(r.err, "exists already") != 1)
     fail_msg("auto: exit %d\nstdout:\n%.3000s\nstderr:\n%.3000s", r.exit_code,
              r.out, r.err);
+  assert_int_equal(own_segments(r.out, 3), 0);
   hkt_result_free(&r);
   char *shmenv[] = {"HK_INTRA_TRANSPORT=shm", NULL};
   assert_int_equal(hkt_run(argv, shmenv, 120, &r), 0);
@@ -288,8 +317,8 @@ static void test_name_taken(void **s) {
                              "memory on this host: the shared-memory "
                              "segment /hk-") != 1)
     fail_msg("shm: exit %d\nstderr:\n%.3000s", r.exit_code, r.err);
+  assert_int_equal(own_segments(r.out, 3), 0);
   hkt_result_free(&r);
-  assert_int_equal(hk_segments(), before);
   assert_int_equal(hkt_orphans(NULL, 0), 0);
 }
 
