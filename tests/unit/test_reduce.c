@@ -648,7 +648,7 @@ static void test_finish_average_all_dtypes(void **state) {
 static void test_finish_power_of_two_is_division(void **state) {
   (void)state;
   enum { N = 200000 };
-  static const int sizes[] = {2, 4, 16, 1024, 1 << 23};
+  static const int sizes[] = {1, 2, 4, 16, 1024, 1 << 23, 1 << 24, 1 << 30};
   static const uint32_t special32[] = {
       0x00000000, 0x80000000, 0x00000001, 0x80000001, 0x00000003,
       0x007FFFFF, 0x00800000, 0x00800001, 0x7F7FFFFF, 0x7F800000,
