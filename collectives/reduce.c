@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "common/half.h"
+#include "common/half_inline.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define HK_X86_SIMD 1
@@ -441,13 +442,14 @@ void hk_reduce_finish_average_pre(void *buf, size_t count, hk_dtype dtype,
   const float p = (float)pre, s = (float)(size < 1 ? 1 : size);
   /* x * p is exact in binary32 (a power of two, p <= 2^31): the sum the
    * ranks would have had without the pre-division, then one division and
-   * one rounding, as hk_reduce_finish_average */
+   * one rounding, as hk_reduce_finish_average; a bfloat16 x * p beyond
+   * binary32 is divided first (hk_elem_undo_pre, common/half_inline.h) */
   if (dtype == HK_FLOAT16)
     for (size_t i = 0; i < count; i++)
-      b[i] = f16_round(hk_f16_to_f32(b[i]) * p / s);
+      b[i] = f16_round(hk_elem_undo_pre(hk_f16_to_f32(b[i]), p, s));
   else
     for (size_t i = 0; i < count; i++)
-      b[i] = bf16_round(hk_bf16_to_f32(b[i]) * p / s);
+      b[i] = bf16_round(hk_elem_undo_pre(hk_bf16_to_f32(b[i]), p, s));
 }
 
 size_t hk_count_inf(const void *buf, size_t count, hk_dtype dtype) {

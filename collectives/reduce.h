@@ -82,6 +82,9 @@ double hk_average_pre_divisor(hk_dtype dtype, hk_op op, int divisor);
  * rounded to nearest even once (a NaN stored canonical). Where no sum
  * overflowed or fell below the normal range this gives exactly the bits
  * of hk_reduce_finish_average on the sum taken without pre-division.
+ * A bfloat16 sum whose x * pre is beyond binary32 (inputs near
+ * bfloat16's largest value) is finished as x / size * pre instead: the
+ * average is finite where it is representable.
  * pre == 1 (or a dtype other than float16/bfloat16) is
  * hk_reduce_finish_average. count in ELEMENTS.
  */

@@ -100,4 +100,20 @@ HK_ELEM_FN uint16_t hk_elem_f32_to_bf16(float f) {
   return (uint16_t)(u >> 16);
 }
 
+/* The end of a 16-bit average whose inputs were divided by pre (a power
+ * of two, hk_average_pre_divisor): x * pre / divisor in binary32, one
+ * rounding (x * pre is exact). bfloat16 has binary32's range, so x * pre
+ * can pass binary32's largest value where the average does not (3 ranks
+ * of 1.5e38: 1.125e38 * 4): then x / divisor * pre, the same rounding of
+ * the same quotient, scaled by a power of two after it. The host finish
+ * (collectives/reduce.c) and the device kernels (device/elem.h) both use
+ * it, so their bits agree. */
+HK_ELEM_FN float hk_elem_undo_pre(float x, float pre, float divisor) {
+  const float y = x * pre;
+  /* y - y is NaN only for an infinite y (or NaN); x - x == 0: x finite */
+  if (y - y != 0.0f && x - x == 0.0f)
+    return x / divisor * pre;
+  return y / divisor;
+}
+
 #endif

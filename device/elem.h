@@ -55,8 +55,9 @@ HK_ELEM_FN uint16_t hk_elem_narrow16_canonical(float f, int dtype) {
  * Element i of one batched copy (device.h's hk_dev_copy): reads src[i] of
  * src_dtype, divides by divisor when divisor > 1 (HK_AVERAGE; a 16-bit
  * source is first multiplied by pre when pre > 1, the power of two its
- * inputs were divided by, hk_average_pre_divisor: x * pre / divisor in
- * binary32, one rounding, as hk_reduce_finish_average_pre), multiplies
+ * inputs were divided by, hk_average_pre_divisor: hk_elem_undo_pre's
+ * x * pre / divisor in binary32, one rounding, as
+ * hk_reduce_finish_average_pre), multiplies
  * by scale when scale != 1 (floats only), and stores dst[i] as dst_dtype.
  * Source and destination dtypes are equal, or one is float32 and the
  * other float16/bfloat16 (compression). Each step rounds to the stored
@@ -95,20 +96,18 @@ HK_ELEM_FN void hk_elem_copy(void *dst, const void *src, size_t i,
     uint16_t v = ((const uint16_t *)src)[i];
     if (dst_dtype == HK_ELEM_F32) { /* decompression: widen exactly */
       float x = hk_elem_widen16(v, src_dtype);
-      if (div && pre > 1.0f)
-        x = x * pre; /* exact: a power of two */
-      if (div)
-        x = x / (float)divisor;
+      if (div) /* x * pre exact (a power of two), then / divisor */
+        x = hk_elem_undo_pre(x, pre > 1.0f ? pre : 1.0f, (float)divisor);
       if (mul)
         x = x * (float)scale;
       ((float *)dst)[i] = x;
       return;
     }
     if (div)
-      v = hk_elem_narrow16_canonical(hk_elem_widen16(v, src_dtype) *
-                                         (pre > 1.0f ? pre : 1.0f) /
-                                         (float)divisor,
-                                     src_dtype);
+      v = hk_elem_narrow16_canonical(
+          hk_elem_undo_pre(hk_elem_widen16(v, src_dtype),
+                           pre > 1.0f ? pre : 1.0f, (float)divisor),
+          src_dtype);
     if (mul)
       v = hk_elem_narrow16(hk_elem_widen16(v, src_dtype) * (float)scale,
                            src_dtype);

@@ -25,12 +25,13 @@ static const compute_ops *load_cuda(char *why, size_t cap) {
   char self[PATH_MAX], path[PATH_MAX + sizeof COMPUTE_CUDA_MODULE];
   const char *env = getenv(COMPUTE_CUDA_MODULE_ENV);
   void *h = NULL;
-  char first[512] = "";
+  char first[512] = "", opened[PATH_MAX + 64] = COMPUTE_CUDA_MODULE;
   if (env && *env) { /* this file and no other */
     if (!(h = dlopen(env, RTLD_NOW | RTLD_LOCAL))) {
       snprintf(why, cap, "%s=%s: %s", COMPUTE_CUDA_MODULE_ENV, env, dlerror());
       return NULL;
     }
+    snprintf(opened, sizeof opened, "%s=%s", COMPUTE_CUDA_MODULE_ENV, env);
   }
   ssize_t n = h ? 0 : readlink("/proc/self/exe", self, sizeof self - 1);
   if (n > 0) {
@@ -42,6 +43,8 @@ static const compute_ops *load_cuda(char *why, size_t cap) {
       if (!(h = dlopen(path, RTLD_NOW | RTLD_LOCAL)) &&
           access(path, F_OK) == 0) /* there but unusable: say so */
         snprintf(first, sizeof first, "%s", dlerror());
+      else if (h)
+        snprintf(opened, sizeof opened, "%s", path);
     }
   }
   if (!h && !first[0] &&
@@ -58,8 +61,7 @@ static const compute_ops *load_cuda(char *why, size_t cap) {
   }
   entry_fn entry = (entry_fn)(void (*)(void))dlsym(h, COMPUTE_CUDA_SYMBOL);
   if (!entry) {
-    snprintf(why, cap, "%s: no symbol %s", COMPUTE_CUDA_MODULE,
-             COMPUTE_CUDA_SYMBOL);
+    snprintf(why, cap, "%s: no symbol %s", opened, COMPUTE_CUDA_SYMBOL);
     dlclose(h);
     return NULL;
   }

@@ -363,6 +363,19 @@ static void test_threads_random_order(void **s) {
   run_ok(argv, "threads ok: 200 tensors x 3 steps from 2 threads", 4, 280);
 }
 
+/* 4 threads per rank with tensors of their own: hk_poll loops and
+ * hk_wait calls racing the background thread's completions (the handle's
+ * done is polled without the lock), grouped allreduces, and mismatches
+ * whose reason reaches the waiting thread's hk_last_error; with the
+ * default polling and with HK_SPIN_US=0 (every wait sleeps at once). */
+static void test_threads_wait_poll_race(void **s) {
+  (void)s;
+  char *argv[] = {HKRUN_PATH, "-np", "3", W("w_waitrace"), NULL};
+  run_ok(argv, "waitrace ok: 4 threads x 24 steps", 3, 280);
+  char *sleep_env[] = {"HK_SPIN_US=0", NULL};
+  run_ok_env(argv, sleep_env, "waitrace ok: 4 threads x 24 steps", 3, 280);
+}
+
 static void test_negotiation_errors(void **s) {
   (void)s;
   char *argv2[] = {HKRUN_PATH, "-np", "2", W("w_errors"), NULL};
@@ -597,6 +610,7 @@ int main(void) {
       cmocka_unit_test(test_topo_file_ring_order),
       cmocka_unit_test(test_without_hkrun),
       cmocka_unit_test(test_threads_random_order),
+      cmocka_unit_test(test_threads_wait_poll_race),
       cmocka_unit_test(test_negotiation_errors),
       cmocka_unit_test(test_float16_average_and_overflow),
       cmocka_unit_test(test_kill9_mid_allreduce),

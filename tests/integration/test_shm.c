@@ -76,30 +76,38 @@ static int own_segments(const char *out, int np) {
   "[ \"$HK_RANK\" != 0 ] || echo \"job secret $HK_SECRET\"; exec \"$0\" "      \
   "\"$@\""
 
-/* Runs w_shm hash under env on np ranks (in hosts of `local` ranks when
- * local > 0); returns the hash every rank printed (malloc'd). */
-static char *hash_of(const char *np, int local, char *const env[]) {
-  char cmd[512];
+/* Runs `w_shm MODE` (hash or batch) under env on np ranks (in hosts of
+ * `local` ranks when local > 0); returns the hash every rank printed
+ * ("shm MODE <hex>", malloc'd). */
+static char *mode_hash_of(const char *mode, const char *np, int local,
+                          char *const env[]) {
+  char cmd[512], tag[32];
+  snprintf(tag, sizeof tag, "shm %s ", mode);
+  const size_t tl = strlen(tag);
   if (local > 0)
     snprintf(cmd, sizeof cmd,
-             "HK_LOCAL_RANK=$((HK_RANK %% %d)) HK_LOCAL_SIZE=%d exec %s hash",
-             local, local, W("w_shm"));
+             "HK_LOCAL_RANK=$((HK_RANK %% %d)) HK_LOCAL_SIZE=%d exec %s %s",
+             local, local, W("w_shm"), mode);
   else
-    snprintf(cmd, sizeof cmd, "exec %s hash", W("w_shm"));
+    snprintf(cmd, sizeof cmd, "exec %s %s", W("w_shm"), mode);
   char *argv[] = {HKRUN_PATH, "-np", (char *)np, "sh", "-c", cmd, NULL};
   hkt_result r;
   assert_int_equal(hkt_run(argv, env, 280, &r), 0);
-  if (r.exit_code != 0 || hkt_count_lines(r.out, "shm hash ") != atoi(np))
-    fail_msg("np %s: exit %d\nstdout:\n%.3000s\nstderr:\n%.3000s", np,
+  if (r.exit_code != 0 || hkt_count_lines(r.out, tag) != atoi(np))
+    fail_msg("np %s, %s: exit %d\nstdout:\n%.3000s\nstderr:\n%.3000s", np, mode,
              r.exit_code, r.out, r.err);
-  char *h = strstr(r.out, "shm hash ");
-  char *hash = strndup(h + 9, 16);
-  for (char *p = r.out; (p = strstr(p, "shm hash ")); p += 9)
-    if (strncmp(p + 9, hash, 16) != 0)
+  char *h = strstr(r.out, tag);
+  char *hash = strndup(h + tl, 16);
+  for (char *p = r.out; (p = strstr(p, tag)); p += tl)
+    if (strncmp(p + tl, hash, 16) != 0)
       fail_msg("np %s: ranks printed different hashes:\n%s", np, r.out);
   hkt_result_free(&r);
   assert_int_equal(hkt_orphans(NULL, 0), 0);
   return hash;
+}
+
+static char *hash_of(const char *np, int local, char *const env[]) {
+  return mode_hash_of("hash", np, local, env);
 }
 
 /* shm's and TCP's results of every collective are the same bits, with
@@ -138,6 +146,43 @@ static void test_bits_match_tcp(void **s) {
    * pre-division as the engine reads its inputs, against TCP's fusion
    * buffer) */
   same_bits_with("3", 0, "HK_ALLREDUCE_ALGO=ring", "HK_SHM_SLOT_BYTES=4096");
+}
+
+/* Mixed fused batches (1, 2, 3 elements, primes, one large tensor and
+ * 150 tiny ones, in and out of place, all at once; float16/bfloat16
+ * averages near the type's largest value): every element the serial
+ * result (w_shm batch checks), and shm's bits TCP's, at np 2, 3, 5, 7,
+ * with the smallest slots (many rounds of the in-place pieces) and the
+ * default ones (one-shot for the small batches). */
+static void test_batches_serial_and_tcp(void **s) {
+  (void)s;
+  const char *nps[] = {"2", "3", "5", "7"};
+  const int sanitizer = getenv("HKT_ALLREDUCE_BIG") != NULL;
+  for (int i = sanitizer ? 1 : 0; i < 4; i += sanitizer ? 2 : 1)
+    for (int small = 0; small < 2; small++) {
+      if (!small && (i == 0 || i == 2))
+        continue; /* default slots: np 3 and 7 */
+      const char *slot = small ? "HK_SHM_SLOT_BYTES=4096" : NULL;
+      char *shm_env[] = {"HK_INTRA_TRANSPORT=shm",
+                         "HK_ALLREDUCE_ALGO=ring",
+                         "HK_CYCLE_TIME_MS=0",
+                         "HK_CACHE_CAPACITY=4096",
+                         (char *)slot,
+                         NULL};
+      char *tcp_env[] = {"HK_INTRA_TRANSPORT=tcp",
+                         "HK_ALLREDUCE_ALGO=ring",
+                         "HK_CYCLE_TIME_MS=0",
+                         "HK_CACHE_CAPACITY=4096",
+                         (char *)slot,
+                         NULL};
+      char *a = mode_hash_of("batch", nps[i], 0, shm_env);
+      char *b = mode_hash_of("batch", nps[i], 0, tcp_env);
+      if (strcmp(a, b) != 0)
+        fail_msg("np %s, %s: shm gave %s, tcp %s", nps[i],
+                 slot ? slot : "default slots", a, b);
+      free(a);
+      free(b);
+    }
 }
 
 /* 2 pseudo-hosts of 2: shm inside each, TCP between. */
@@ -349,6 +394,7 @@ int main(void) {
   hkt_setup();
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bits_match_tcp),
+      cmocka_unit_test(test_batches_serial_and_tcp),
       cmocka_unit_test(test_mixed_hosts),
       cmocka_unit_test(test_kill9_rank_mid_transfer),
       cmocka_unit_test(test_kill9_hkrun),

@@ -661,6 +661,16 @@ static void test_device(void **state) {
                                 "the cpu, so every rank does; running on "
                                 "the cpu\n"));
   hkt_result_free(&r);
+  /* a module that loads but is not a row: the message names the file
+   * that was opened (HK_TRAIN_CUDA_MODULE's), not the default name */
+  char *not_row[] = {"HK_TRAIN_CUDA_MODULE=" LIBHK_PATH, NULL};
+  run_train_env(2, not_row, &r, "--data", dir, "--device", "cuda", "--model",
+                "cnn", "--epochs", "1", NULL);
+  assert_exit(&r, 1);
+  assert_every_rank_says(&r, 2,
+                         "--device cuda: HK_TRAIN_CUDA_MODULE=" LIBHK_PATH
+                         ": no symbol hk_train_compute_cuda");
+  hkt_result_free(&r);
 }
 
 /* ---- (e) the input pipeline ---- */

@@ -648,7 +648,7 @@ static void test_finish_average_all_dtypes(void **state) {
 static void test_finish_power_of_two_is_division(void **state) {
   (void)state;
   enum { N = 200000 };
-  static const int sizes[] = {2, 4, 16, 1024, 1 << 23};
+  static const int sizes[] = {1, 2, 4, 16, 1024, 1 << 23, 1 << 24, 1 << 30};
   static const uint32_t special32[] = {
       0x00000000, 0x80000000, 0x00000001, 0x80000001, 0x00000003,
       0x007FFFFF, 0x00800000, 0x00800001, 0x7F7FFFFF, 0x7F800000,
@@ -769,6 +769,35 @@ static void test_average_pre_division(void **state) {
   assert_int_equal(b, b2);
 }
 
+/* bfloat16 has binary32's range: an average whose inputs are near its
+ * largest value (each finite, the average finite) must end finite, as
+ * the pre-division promised, though the sum times the pre-divisor is
+ * beyond binary32 (3 ranks of 1.5e38: pre 4, the pre-divided sum 1.125e38,
+ * times 4 is 4.5e38 = inf in binary32, where 1.125e38 / 3 * 4 is not). */
+static void test_average_pre_division_bf16_near_max(void **state) {
+  (void)state;
+  static const float vals[] = {1.5e38f, 3.0e38f, 3.38e38f, -3.38e38f};
+  for (size_t vi = 0; vi < sizeof vals / sizeof vals[0]; vi++)
+    for (int n = 2; n <= 64; n++) {
+      const double p = hk_average_pre_divisor(HK_BFLOAT16, HK_AVERAGE, n);
+      uint16_t in = hk_f32_to_bf16(vals[vi]), part, acc;
+      hk_scale_copy(&part, &in, 1, HK_BFLOAT16, 1.0 / p);
+      acc = part;
+      for (int r = 1; r < n; r++)
+        hk_reduce(&acc, &acc, &part, 1, HK_BFLOAT16, HK_SUM);
+      const float sum = hk_bf16_to_f32(acc);
+      hk_reduce_finish_average_pre(&acc, 1, HK_BFLOAT16, n, p);
+      /* the pre-divided sum, divided, then scaled back: exact scalings by
+       * powers of two around one rounded division */
+      const uint16_t want = hk_f32_to_bf16(sum / (float)n * (float)p);
+      if (acc != want || hk_count_inf(&acc, 1, HK_BFLOAT16) != 0)
+        fail_msg("n=%d, bfloat16 average of %g: 0x%04x (%g), want 0x%04x "
+                 "(%g)",
+                 n, (double)vals[vi], acc, (double)hk_bf16_to_f32(acc), want,
+                 (double)hk_bf16_to_f32(want));
+    }
+}
+
 static void test_count_inf(void **state) {
   (void)state;
   const uint16_t h[4] = {0x7c00, 0xfc00, 0x7e00, 0x7bff}; /* +inf -inf nan */
@@ -797,6 +826,7 @@ int main(void) {
       cmocka_unit_test(test_finish_average_all_dtypes),
       cmocka_unit_test(test_finish_power_of_two_is_division),
       cmocka_unit_test(test_average_pre_division),
+      cmocka_unit_test(test_average_pre_division_bf16_near_max),
       cmocka_unit_test(test_count_inf),
       cmocka_unit_test(test_supported_pairs),
       cmocka_unit_test(test_dtype_sizes_and_names),

@@ -15,6 +15,15 @@
  *                     between ranks (their hashes are gathered at the end).
  *   w_shm hold FILE   hk_init, prints "holding", allreduces until FILE
  *                     exists (rank 0 looks, broadcasts), then as hash.
+ *   w_shm batch       mixed fused batches, each dtype x op: sizes 1, 2,
+ *                     3, primes up to 4099, one of 100003, and 150 of
+ *                     1-3 elements, every second one out of place, all
+ *                     submitted at once; small-integer values (exact in
+ *                     any order) checked against the serial result, and
+ *                     float16/bfloat16 averages of values near the
+ *                     type's largest (finite, exact). Prints "shm batch
+ *                     <hex>": a hash of every result, for comparing
+ *                     transports; exits 1 on a wrong element.
  *   w_shm squat       rank 0 creates the host's segment name (from
  *                     HK_SECRET) before hk_init, as a job killed while
  *                     starting would leave it; then an exact allreduce;
@@ -26,7 +35,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "collectives/reduce.h"
 #include "collectives/transport/shm_seg.h"
+#include "common/half.h"
 #include "wcommon.h"
 
 #define BIG 100003
@@ -199,6 +210,138 @@ static int hash_mode(void) {
   return 0;
 }
 
+/* ---- batch mode ---- */
+
+#define NTINY 150
+static const size_t batch_sizes[] = {1,  2,  3,   5,   7,   11,   13,   17,
+                                     31, 61, 127, 257, 509, 1021, 4099, 100003};
+#define NSIZED (sizeof batch_sizes / sizeof batch_sizes[0])
+#define NBATCH (NSIZED + NTINY)
+
+static size_t batch_count(int t) {
+  return t < (int)NSIZED ? batch_sizes[t] : (size_t)(t % 3) + 1;
+}
+
+/* Element i of rank r's tensor t as a double: small integers (near: a
+ * float16 or bfloat16 value near its type's largest, exact in sums of
+ * up to 7 after the pre-division) */
+static double batch_value(int near, hk_dtype d, int r, int t, size_t i) {
+  size_t k = ((size_t)r + i + (size_t)t) % 8;
+  if (near && d == HK_FLOAT16)
+    return 1024.0 * (double)(56 + k); /* 57344..64512 */
+  if (near)
+    return ldexp((double)(8 + k), 124); /* up to 2.55e38 */
+  return (double)((i * 7 + (size_t)t) % 5 + 1) * (r + 1);
+}
+
+static void put(void *buf, size_t i, hk_dtype d, double v) {
+  switch (d) {
+  case HK_FLOAT16:
+    ((uint16_t *)buf)[i] = hk_f32_to_f16((float)v);
+    break;
+  case HK_BFLOAT16:
+    ((uint16_t *)buf)[i] = hk_f32_to_bf16((float)v);
+    break;
+  case HK_FLOAT32:
+    ((float *)buf)[i] = (float)v;
+    break;
+  case HK_FLOAT64:
+    ((double *)buf)[i] = v;
+    break;
+  default:
+    ((int32_t *)buf)[i] = (int32_t)v;
+  }
+}
+
+/* The serial result of element i in the dtype's bits (written to want). */
+static void batch_expect(int near, hk_dtype d, hk_op op, int np, int t,
+                         size_t i, void *want) {
+  double s = 0, m = -1e300;
+  for (int r = 0; r < np; r++) {
+    double v = batch_value(near, d, r, t, i);
+    s += v;
+    m = v > m ? v : m;
+  }
+  if (op == HK_MAX) {
+    put(want, 0, d, m);
+    return;
+  }
+  if (op == HK_SUM) {
+    put(want, 0, d, s);
+    return;
+  }
+  if (d == HK_FLOAT16 || d == HK_BFLOAT16) {
+    /* the pre-divided sum (exact), divided by np in binary32 and scaled
+     * back by the pre-divisor (exact: the average is in range) */
+    double p = hk_average_pre_divisor(d, HK_AVERAGE, np);
+    float q = (float)(s / p) / (float)np;
+    put(want, 0, d, (double)(q * (float)p));
+    return;
+  }
+  if (d == HK_FLOAT32) {
+    ((float *)want)[0] = (float)s / (float)np;
+    return;
+  }
+  ((double *)want)[0] = s / np;
+}
+
+static void batch_one(int rank, int np, hk_dtype d, hk_op op, int near) {
+  const size_t esz = hk_dtype_size(d);
+  void *in[NBATCH], *out[NBATCH];
+  hk_handle h[NBATCH];
+  char name[64];
+  for (int t = 0; t < (int)NBATCH; t++) {
+    size_t n = batch_count(t);
+    in[t] = malloc(n * esz);
+    out[t] = t % 2 ? malloc(n * esz) : in[t];
+    for (size_t i = 0; i < n; i++)
+      put(in[t], i, d, batch_value(near, d, rank, t, i));
+    snprintf(name, sizeof name, "batch.%d.%d.%d.%d", d, op, near, t);
+    HKT_OK(hk_allreduce_async(name, in[t], out[t], n, d, op, &h[t]));
+  }
+  for (int t = 0; t < (int)NBATCH; t++) {
+    HKT_OK(hk_wait(h[t]));
+    size_t n = batch_count(t);
+    for (size_t i = 0; i < n; i++) {
+      uint64_t want = 0, got = 0;
+      batch_expect(near, d, op, np, t, i, &want);
+      memcpy(&got, (uint8_t *)out[t] + i * esz, esz);
+      HKT_CHECK(got == want,
+                "%s %s%s np %d: tensor %d (%zu elements), element %zu: bits "
+                "0x%llx, serial 0x%llx",
+                hk_dtype_name(d), hk_op_name(op), near ? " near max" : "", np,
+                t, n, i, (unsigned long long)got, (unsigned long long)want);
+    }
+    same_everywhere("batch", out[t], n, d);
+    if (out[t] != in[t])
+      free(out[t]);
+    free(in[t]);
+  }
+}
+
+static int batch_mode(void) {
+  const int rank = hk_rank(), np = hk_size();
+  static const hk_dtype ds[] = {HK_FLOAT16, HK_BFLOAT16, HK_FLOAT32, HK_FLOAT64,
+                                HK_INT32};
+  static const hk_op ops[] = {HK_SUM, HK_AVERAGE, HK_MAX};
+  for (size_t di = 0; di < sizeof ds / sizeof ds[0]; di++)
+    for (size_t oi = 0; oi < sizeof ops / sizeof ops[0]; oi++)
+      if (ds[di] != HK_INT32 || ops[oi] != HK_AVERAGE)
+        batch_one(rank, np, ds[di], ops[oi], 0);
+  batch_one(rank, np, HK_FLOAT16, HK_AVERAGE, 1);
+  batch_one(rank, np, HK_BFLOAT16, HK_AVERAGE, 1);
+  uint64_t mine = H, *all = NULL;
+  HKT_OK(
+      hk_allgather("batch.hashes", &mine, 1, 1, HK_INT64, (void **)&all, NULL));
+  for (int r = 0; r < np; r++)
+    HKT_CHECK(all[r] == H, "rank %d's batch results differ from rank %d's",
+              rank, r);
+  free(all);
+  HKT_OK(hk_shutdown());
+  printf("shm batch %016llx\n", (unsigned long long)H);
+  return 0;
+}
+
 static int hold_mode(const char *file) {
   printf("holding\n");
   fflush(stdout);
@@ -249,6 +392,8 @@ int main(int argc, char **argv) {
   if (!strcmp(mode, "squat"))
     return squat_mode();
   HKT_OK(hk_init());
+  if (!strcmp(mode, "batch"))
+    return batch_mode();
   if (!strcmp(mode, "hold") && argc > 2)
     return hold_mode(argv[2]);
   return hash_mode();
