@@ -5,6 +5,7 @@
 #include "common/flight_record.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,10 +105,21 @@ hk_status hk_flight_write(const char *dir, const hk_flight_header *h,
   hk_flight_file_name(h->job, h->rank, name, sizeof name);
   snprintf(path, sizeof path, "%s/%s", dir, name);
   snprintf(tmp, sizeof tmp, "%s/.%s.%ld.tmp", dir, name, (long)getpid());
-  FILE *f = fopen(tmp, "w");
-  if (!f)
-    return hk_fail_errno(HK_ERR_SYSTEM, errno,
+  /* The record is written into a file without a name (O_TMPFILE), which
+   * gets one only once it is complete: a process that exits or is killed
+   * while its background thread writes (a job failing on purpose, whose
+   * main thread calls exit) leaves nothing behind. Where the file system
+   * cannot do that, a named temporary file, as before. */
+  int fd = open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+  FILE *f = fd >= 0 ? fdopen(fd, "w") : fopen(tmp, "w");
+  if (!f) {
+    int e = errno;
+    if (fd >= 0)
+      close(fd);
+    return hk_fail_errno(HK_ERR_SYSTEM, e,
                          "cannot write the flight record '%s'", tmp);
+  }
+  const int unnamed = fd >= 0;
   fprintf(f, "hk-flight\t1\njob\t%s\nrank\t%d\nsize\t%d\nhost\t", h->job,
           h->rank, h->size);
   put_escaped(f, h->host);
@@ -123,8 +135,17 @@ hk_status hk_flight_write(const char *dir, const hk_flight_header *h,
   for (size_t i = 0; i < npending; i++)
     put_entry(f, "pending", &pending[i]);
   fprintf(f, "end\t%zu\t%zu\n", n, npending);
-  int bad = ferror(f);
+  int bad = fflush(f) != 0 || ferror(f);
   int err = errno;
+  if (!bad && unnamed) { /* name it (the link is made before the close) */
+    char proc[64];
+    snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+    unlink(tmp); /* a stale one of an earlier process with our pid */
+    if (linkat(AT_FDCWD, proc, AT_FDCWD, tmp, AT_SYMLINK_FOLLOW) != 0) {
+      bad = 1;
+      err = errno;
+    }
+  }
   if (fclose(f) != 0 && !bad) {
     bad = 1;
     err = errno;
