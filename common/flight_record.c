@@ -106,10 +106,11 @@ hk_status hk_flight_write(const char *dir, const hk_flight_header *h,
   snprintf(path, sizeof path, "%s/%s", dir, name);
   snprintf(tmp, sizeof tmp, "%s/.%s.%ld.tmp", dir, name, (long)getpid());
   /* The record is written into a file without a name (O_TMPFILE), which
-   * gets one only once it is complete: a process that exits or is killed
-   * while its background thread writes (a job failing on purpose, whose
-   * main thread calls exit) leaves nothing behind. Where the file system
-   * cannot do that, a named temporary file, as before. */
+   * gets the record's name only once it is complete: a process that exits
+   * or is killed while its background thread writes (a job failing on
+   * purpose, whose main thread calls exit) leaves no temporary file, only
+   * the previous record, none, or the new one. Where the file system
+   * cannot do that, a named temporary file renamed into place. */
   int fd = open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
   FILE *f = fd >= 0 ? fdopen(fd, "w") : fopen(tmp, "w");
   if (!f) {
@@ -137,11 +138,11 @@ hk_status hk_flight_write(const char *dir, const hk_flight_header *h,
   fprintf(f, "end\t%zu\t%zu\n", n, npending);
   int bad = fflush(f) != 0 || ferror(f);
   int err = errno;
-  if (!bad && unnamed) { /* name it (the link is made before the close) */
+  if (!bad && unnamed) { /* give it the record's name, replacing the old */
     char proc[64];
     snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
-    unlink(tmp); /* a stale one of an earlier process with our pid */
-    if (linkat(AT_FDCWD, proc, AT_FDCWD, tmp, AT_SYMLINK_FOLLOW) != 0) {
+    unlink(path);
+    if (linkat(AT_FDCWD, proc, AT_FDCWD, path, AT_SYMLINK_FOLLOW) != 0) {
       bad = 1;
       err = errno;
     }
@@ -150,12 +151,13 @@ hk_status hk_flight_write(const char *dir, const hk_flight_header *h,
     bad = 1;
     err = errno;
   }
-  if (!bad && rename(tmp, path) != 0) {
+  if (!bad && !unnamed && rename(tmp, path) != 0) {
     bad = 1;
     err = errno;
   }
   if (bad) {
-    unlink(tmp);
+    if (!unnamed)
+      unlink(tmp);
     return hk_fail_errno(HK_ERR_SYSTEM, err,
                          "cannot write the flight record '%s'", path);
   }

@@ -6,6 +6,7 @@
  * worker's hooks (worker/flight.h) record a round's collectives, wrap,
  * list the tensors in flight, and write on SIGUSR1 through the pipe.
  */
+#include <dirent.h>
 #include <poll.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -15,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -154,6 +156,81 @@ static void test_record_round_trip(void **s) {
   assert_int_equal(access(tmp, F_OK), -1);
   hk_flight_ring_free(&r);
   remove_dir(dir, "0123456789abcdef", 4);
+}
+
+/* 1 when process pid has a file open in dir (a flight record being
+ * written): one of its /proc/PID/fd links points into dir. */
+static int writing_into(pid_t pid, const char *dir) {
+  char fds[64];
+  snprintf(fds, sizeof fds, "/proc/%ld/fd", (long)pid);
+  DIR *d = opendir(fds);
+  int found = 0;
+  for (struct dirent *e; d && !found && (e = readdir(d));) {
+    char link[320], target[4200];
+    snprintf(link, sizeof link, "%s/%s", fds, e->d_name);
+    ssize_t n = readlink(link, target, sizeof target - 1);
+    if (n > 0) {
+      target[n] = 0;
+      found =
+          strncmp(target, dir, strlen(dir)) == 0 && target[strlen(dir)] == '/';
+    }
+  }
+  if (d)
+    closedir(d);
+  return found;
+}
+
+/* A process killed while it writes its flight record (as a rank is, or
+ * exits, while its background thread writes one) leaves no temporary
+ * file: only a whole record, or none. The child rewrites a record of
+ * 20000 entries over and over; it is killed once it is seen with the
+ * file open (mid-write), and the folder then holds nothing but a record
+ * that reads back whole. */
+static void test_killed_mid_write_leaves_nothing(void **s) {
+  (void)s;
+  char dir[4096];
+  make_dir(dir, sizeof dir);
+  for (int attempt = 0; attempt < 3; attempt++) {
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+      hk_flight_ring r;
+      if (hk_flight_ring_init(&r, 20000) != HK_OK)
+        _exit(3);
+      for (int i = 0; i < 20000; i++) {
+        hk_flight_entry *e = hk_flight_ring_push(&r);
+        e->state = HK_FLIGHT_DONE;
+        snprintf(e->name, sizeof e->name, "tensor %d", i);
+      }
+      hk_flight_header h;
+      fill_header(&h, 1);
+      for (;;)
+        if (hk_flight_write(dir, &h, &r, NULL, 0) != HK_OK)
+          _exit(4);
+    }
+    int st = 0;
+    while (!writing_into(pid, dir) && waitpid(pid, &st, WNOHANG) == 0)
+      ;
+    kill(pid, SIGKILL);
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFSIGNALED(st)); /* killed, not failed */
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    for (struct dirent *e; (e = readdir(d));)
+      if (e->d_name[0] == '.' && strcmp(e->d_name, ".") != 0 &&
+          strcmp(e->d_name, "..") != 0)
+        fail_msg("left in %s: %s", dir, e->d_name);
+    closedir(d);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/hk-flight.0123456789abcdef.1.txt", dir);
+    if (access(path, F_OK) == 0) {
+      hk_flight_file f;
+      assert_int_equal(hk_flight_read(path, &f), HK_OK);
+      assert_int_equal(f.nentries, 20000);
+      hk_flight_file_free(&f);
+    }
+  }
+  remove_dir(dir, "0123456789abcdef", 2);
 }
 
 /* Writes text as dir/bad.txt and reads it: the error message. */
@@ -348,6 +425,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_ring_wraps_keeping_newest),
       cmocka_unit_test(test_record_round_trip),
+      cmocka_unit_test(test_killed_mid_write_leaves_nothing),
       cmocka_unit_test(test_record_errors),
       cmocka_unit_test(test_hooks_record_wrap_and_pending),
       cmocka_unit_test(test_off_records_nothing),
