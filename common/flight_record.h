@@ -26,8 +26,11 @@
  *   pending <same fields as entry>  (every tensor in flight on the rank:
  *         submitted and not yet complete, whatever the ring still holds)
  *   end <number of entry lines> <number of pending lines>
- * The file is written to a temporary name in the same folder and renamed,
- * so a reader sees either the previous record or the whole new one.
+ * The file is written without a name (O_TMPFILE) and linked under its
+ * name once complete, so a writer that dies leaves no temporary file: a
+ * reader sees the previous record, none (between the old one's unlink
+ * and the new one's link), or the whole new one. Where the file system
+ * has no O_TMPFILE, a temporary name in the same folder renamed over it.
  */
 #ifndef HK_COMMON_FLIGHT_RECORD_H
 #define HK_COMMON_FLIGHT_RECORD_H
@@ -125,7 +128,7 @@ typedef struct hk_flight_header {
 
 /**
  * Writes the record of one rank into dir: hk-flight.<job>.<rank>.txt,
- * through a temporary file in dir renamed over it. Entries are taken from
+ * through an unnamed file linked in place (see above). Entries are taken from
  * ring oldest first; pending[0..npending) are the tensors in flight.
  * Errors: HK_ERR_SYSTEM naming the file and the system's reason.
  * Thread-safety: reentrant (touches only its arguments and the file).
