@@ -112,7 +112,7 @@ static void push_mru(hk_cache *c, uint32_t bit) {
 }
 
 static void make_live(hk_cache *c, uint32_t bit, const hk_wire_request *req) {
-  c->recs[bit].req = *req;
+  hk_wire_request_copy(&c->recs[bit].req, req);
   c->recs[bit].live = 1;
   c->nlive++;
   push_mru(c, bit);

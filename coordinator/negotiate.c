@@ -43,6 +43,10 @@ struct hk_negotiator {
   hk_strmap *groups; /* group name -> group, while some member is held */
   entry *ready_head, *ready_tail;
   uint32_t nready;
+  entry *spare;    /* entries handed over, kept for the next tensors (a step
+                      of 1000 tensors allocated and freed 1.2 MB a round, and
+                      the heap gave it back to the kernel and faulted it in
+                      again) */
   uint8_t *joined; /* joined[r]: rank r called hk_join (this round) */
   int njoined, last_joined;
   hk_lateness *lateness; /* NULL unless the monitor is on (borrowed) */
@@ -92,6 +96,10 @@ void hk_negotiator_destroy(hk_negotiator *n) {
   hk_strmap_destroy(n->groups);
   free(n->joined);
   for (entry *e = n->ready_head, *next; e; e = next) {
+    next = e->next;
+    free(e);
+  }
+  for (entry *e = n->spare, *next; e; e = next) {
     next = e->next;
     free(e);
   }
@@ -186,14 +194,18 @@ hk_status hk_negotiator_add(hk_negotiator *n, int rank,
     entry *e = hk_strmap_get(n->table, q->name);
     if (!e) {
       /* only the slots need zeroing: the rest is set here */
-      e = malloc(sizeof *e + (size_t)n->size * sizeof(slot));
+      e = n->spare;
+      if (e)
+        n->spare = e->next;
+      else
+        e = malloc(sizeof *e + (size_t)n->size * sizeof(slot));
       if (!e)
         return hk_fail(HK_ERR_NOMEM, "cannot allocate a table entry");
       memset(e->slots, 0, (size_t)n->size * sizeof(slot));
       e->submitted = 0;
       e->bit = via_bit;
       e->first_seen = now;
-      e->first = *q;
+      hk_wire_request_copy(&e->first, q);
       e->next = NULL;
       hk_status st = hk_strmap_put(n->table, q->name, e);
       if (st != HK_OK) {
@@ -501,7 +513,9 @@ hk_status hk_negotiator_take_ready(hk_negotiator *n, hk_wire_response **out,
   *count = 0;
   if (n->nready == 0)
     return HK_OK;
-  hk_wire_response *r = calloc(n->nready, sizeof *r);
+  /* not calloc: a response is 600 bytes, 512 of them its name, written
+   * below up to its NUL */
+  hk_wire_response *r = malloc(n->nready * sizeof *r);
   if (!r)
     return hk_fail(HK_ERR_NOMEM, "cannot allocate %u responses", n->nready);
   uint32_t i = 0;
@@ -510,8 +524,14 @@ hk_status hk_negotiator_take_ready(hk_negotiator *n, hk_wire_response **out,
     next = e->next;
     if (n->lateness)
       note_lateness(n, e);
-    memcpy(r[i].name, e->first.name, strlen(e->first.name) + 1);
+    r[i].status = HK_OK; /* field by field: a compound literal zeroes all */
+    r[i].flags = 0;
     r[i].cache_bit = HK_WIRE_NO_BIT;
+    r[i].reason = NULL;
+    r[i].params = NULL;
+    r[i].ncounts = 0;
+    r[i].counts = NULL;
+    memcpy(r[i].name, e->first.name, strlen(e->first.name) + 1);
     r[i].first_seen = e->first_seen;
     r[i].last_seen = e->last_seen;
     r[i].last_rank = e->last_rank;
@@ -523,7 +543,7 @@ hk_status hk_negotiator_take_ready(hk_negotiator *n, hk_wire_response **out,
         return hk_fail(HK_ERR_NOMEM, "cannot allocate a response");
       }
       r[i].flags |= HK_RESP_PARAMS;
-      *r[i].params = e->first;
+      hk_wire_request_copy(r[i].params, &e->first);
     }
     check_agreement(n, e, reason, sizeof reason);
     if (!reason[0] && e->first.coll == HK_COLL_ALLGATHER) {
@@ -550,7 +570,8 @@ hk_status hk_negotiator_take_ready(hk_negotiator *n, hk_wire_response **out,
         return hk_fail(HK_ERR_NOMEM, "cannot allocate a mismatch reason");
       }
     }
-    free(e);
+    e->next = n->spare;
+    n->spare = e;
   }
   *out = r;
   *count = n->nready;

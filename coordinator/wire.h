@@ -19,6 +19,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "common/buf.h"
 #include "hk/hk.h"
@@ -86,6 +87,32 @@ typedef struct hk_wire_request {
   char name[HK_MAX_NAME_LEN + 1];
   char group[HK_MAX_NAME_LEN + 1]; /* the group's name, "" when none */
 } hk_wire_request;
+
+/**
+ * Copies *src into *dst: every field before name, then name and group up to
+ * their NUL (the bytes after it are left as they were). A request is 1.1
+ * KB, almost all of it the two name arrays, and the per-tensor path copied
+ * or cleared whole ones five times (with the negotiator's entries reused,
+ * hkbench --model small1000 at np 2 went from 2.76 to 2.42 ms a step).
+ * Both must be valid requests (NUL-terminated strings); they must not
+ * overlap. Thread-safe (touches only its arguments); no errors.
+ */
+static inline void hk_wire_request_copy(hk_wire_request *dst,
+                                        const hk_wire_request *src) {
+  memcpy(dst, src, offsetof(hk_wire_request, name));
+  memcpy(dst->name, src->name, strlen(src->name) + 1);
+  memcpy(dst->group, src->group, strlen(src->group) + 1);
+}
+
+/**
+ * Sets *req to the empty request: every field before name zero, name and
+ * group "" (the rest of their bytes are not written). Thread-safe; no
+ * errors.
+ */
+static inline void hk_wire_request_clear(hk_wire_request *req) {
+  memset(req, 0, offsetof(hk_wire_request, name));
+  req->name[0] = req->group[0] = '\0';
+}
 
 /** Where a rank's buffers for one request live (device/device.h). The
  *  two mixed values are never valid: the negotiation fails the tensor on

@@ -310,24 +310,27 @@ static hk_cu_pointer_attr driver_attr(void) {
   return a;
 }
 
-static int driver_says_device(const void *p) {
-  hk_cu_pointer_attr attr = driver_attr();
+static int driver_says_device(hk_cu_pointer_attr attr, const void *p) {
   unsigned int type = 0;
   return attr && attr(&type, 2, (unsigned long long)(uintptr_t)p) == 0 &&
          type == 2;
 }
 
-static int is_device(const hk_ctx *ctx, const void *p) {
+/* attr: driver_attr()'s answer, asked once per tensor (it walks the loaded
+ * objects) and only without a device backend */
+static int is_device(const hk_ctx *ctx, hk_cu_pointer_attr attr,
+                     const void *p) {
   if (!p)
     return 0;
   if (ctx->dev)
     return ctx->dev->ops->pointer_kind(ctx->dev, p, NULL) == HK_MEM_DEVICE;
-  return driver_says_device(p);
+  return driver_says_device(attr, p);
 }
 
 void hk_devplane_classify(const hk_ctx *ctx, hk_wire_request *req,
                           const void *send, const void *recv) {
-  int sd = is_device(ctx, send), rd = is_device(ctx, recv);
+  hk_cu_pointer_attr attr = ctx->dev || (!send && !recv) ? NULL : driver_attr();
+  int sd = is_device(ctx, attr, send), rd = is_device(ctx, attr, recv);
   if (!send)
     sd = rd;
   if (!recv)

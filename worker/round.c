@@ -79,7 +79,7 @@ hk_status hk_round_split(hk_ctx *ctx, hk_round *R, hk_handle list, int sorted,
   for (hk_handle h = list; h && st == HK_OK; h = h->next) {
     uint32_t bit = hk_cache_lookup(ctx->cache, &h->req);
     if (bit == HK_WIRE_NO_BIT) {
-      R->reqs[n++] = h->req;
+      hk_wire_request_copy(&R->reqs[n++], &h->req);
     } else if (!sorted) {
       R->bits[nb++] = bit;
     } else {

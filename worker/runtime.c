@@ -313,7 +313,7 @@ static hk_status check_common(const char *fn, const char *name, size_t count,
     return hk_fail(HK_ERR_INVALID_ARG,
                    "%s: tensor '%s': count %zu elements is too large", fn, name,
                    count);
-  memset(req, 0, sizeof *req);
+  hk_wire_request_clear(req);
   memcpy(req->name, name, len + 1);
   req->prescale = req->postscale = 1.0;
   req->dtype = (uint8_t)dtype;
