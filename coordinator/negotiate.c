@@ -513,8 +513,7 @@ hk_status hk_negotiator_take_ready(hk_negotiator *n, hk_wire_response **out,
   *count = 0;
   if (n->nready == 0)
     return HK_OK;
-  /* not calloc: a response is 600 bytes, 512 of them its name, written
-   * below up to its NUL */
+  /* not calloc: hk_wire_response_clear says why */
   hk_wire_response *r = malloc(n->nready * sizeof *r);
   if (!r)
     return hk_fail(HK_ERR_NOMEM, "cannot allocate %u responses", n->nready);
@@ -524,13 +523,7 @@ hk_status hk_negotiator_take_ready(hk_negotiator *n, hk_wire_response **out,
     next = e->next;
     if (n->lateness)
       note_lateness(n, e);
-    r[i].status = HK_OK; /* field by field: a compound literal zeroes all */
-    r[i].flags = 0;
-    r[i].cache_bit = HK_WIRE_NO_BIT;
-    r[i].reason = NULL;
-    r[i].params = NULL;
-    r[i].ncounts = 0;
-    r[i].counts = NULL;
+    hk_wire_response_clear(&r[i]);
     memcpy(r[i].name, e->first.name, strlen(e->first.name) + 1);
     r[i].first_seen = e->first_seen;
     r[i].last_seen = e->last_seen;

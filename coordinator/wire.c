@@ -226,6 +226,8 @@ static const uint8_t *take(reader *r, size_t n, const char *what) {
 
 static void *alloc_array(reader *r, uint32_t n, size_t elem, size_t min_wire,
                          const char *what);
+static void *alloc_array_raw(reader *r, uint32_t n, size_t elem,
+                             size_t min_wire, const char *what);
 
 static uint8_t get_u8(reader *r, const char *what) {
   const uint8_t *p = take(r, 1, what);
@@ -371,8 +373,8 @@ static void get_request(reader *r, hk_wire_request *q) {
 
 /* Refuses an array count that cannot fit in what is left, so a forged
  * count never makes us allocate more than the frame could describe. */
-static void *alloc_array(reader *r, uint32_t n, size_t elem, size_t min_wire,
-                         const char *what) {
+static void *alloc_checked(reader *r, uint32_t n, size_t elem, size_t min_wire,
+                           const char *what, int zero) {
   if (r->st != HK_OK)
     return NULL;
   if ((size_t)n > r->left / min_wire) {
@@ -383,10 +385,22 @@ static void *alloc_array(reader *r, uint32_t n, size_t elem, size_t min_wire,
   }
   if (n == 0)
     return NULL;
-  void *p = calloc(n, elem);
+  /* n * elem cannot overflow: n <= left / min_wire and left fits in memory */
+  void *p = zero ? calloc(n, elem) : malloc((size_t)n * elem);
   if (!p)
     r->st = hk_fail(HK_ERR_NOMEM, "cannot allocate %u %s", n, what);
   return p;
+}
+
+static void *alloc_array(reader *r, uint32_t n, size_t elem, size_t min_wire,
+                         const char *what) {
+  return alloc_checked(r, n, elem, min_wire, what, 1);
+}
+
+/* Not zeroed: the caller initialises every element. */
+static void *alloc_array_raw(reader *r, uint32_t n, size_t elem,
+                             size_t min_wire, const char *what) {
+  return alloc_checked(r, n, elem, min_wire, what, 0);
 }
 
 hk_status hk_wire_header(const uint8_t hdr[HK_WIRE_HEADER_LEN], uint8_t *type,
@@ -524,8 +538,11 @@ static void decode_payload(reader *r, hk_msg *m) {
     uint32_t n = get_u32(r, "response count");
     /* smallest response on the wire: 2 + 1 + 4 + 2 + 2 bytes */
     m->u.responses.resps =
-        alloc_array(r, n, sizeof(hk_wire_response), 11, "responses");
-    m->u.responses.n = n;
+        alloc_array_raw(r, n, sizeof(hk_wire_response), 11, "responses");
+    /* every entry cleared first: a decode failing half-way frees them all */
+    for (uint32_t i = 0; i < n && m->u.responses.resps; i++)
+      hk_wire_response_clear(&m->u.responses.resps[i]);
+    m->u.responses.n = m->u.responses.resps ? n : 0;
     for (uint32_t i = 0; i < n && r->st == HK_OK; i++) {
       hk_wire_response *s = &m->u.responses.resps[i];
       s->status = get_u16(r, "status");

@@ -150,6 +150,27 @@ typedef struct hk_wire_response {
 } hk_wire_response;
 
 /**
+ * Sets *r to the empty response: HK_OK, no flags, cache_bit
+ * HK_WIRE_NO_BIT, name "" (its other 511 bytes are not written: a
+ * response is 600 bytes, and a RESPONSES of 1000 tensors calloc'd 600 KB
+ * on every rank per round), no reason, params or counts, zero times.
+ * Thread-safe; no errors.
+ */
+static inline void hk_wire_response_clear(hk_wire_response *r) {
+  r->status = 0;
+  r->flags = 0;
+  r->cache_bit = HK_WIRE_NO_BIT;
+  r->name[0] = '\0';
+  r->reason = NULL;
+  r->divisor = 0;
+  r->params = NULL;
+  r->ncounts = 0;
+  r->counts = NULL;
+  r->first_seen = r->last_seen = 0;
+  r->last_rank = 0;
+}
+
+/**
  * One telemetry sample of a rank (worker/telemetry.h), carried to rank 0
  * in its REQUESTS when a new one exists (REQUESTS.has_sample). Fixed size
  * on the wire: 76 bytes. GPU fields are 0 unless gpu_ok.
