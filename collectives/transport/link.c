@@ -26,63 +26,53 @@ static void set_name(hk_link *link, int peer) {
 
 /* ---- TCP ---- */
 
-static hk_status tcp_send_some(hk_link *link, const void *p, size_t n,
-                               size_t *done) {
+/* Moves up to n bytes of the stream in one direction (send: from sp;
+ * else into rp), in stream order over the k sockets (link.h): the rest of
+ * the current block on its socket, then the next socket, stopping at the
+ * first socket that is full (sending) or has nothing yet (receiving), or
+ * at an error once some bytes moved (handed over; the next call meets the
+ * error again). With k = 1, the plain call on the one connection. */
+static hk_status tcp_move_some(hk_link *link, int send, const void *sp,
+                               void *rp, size_t n, size_t *done) {
   if (link->nfds == 1) /* the default: exactly today's one connection */
-    return hk_tcp_send_some(link->fds[0], p, n, done, link->name);
-  const uint8_t *src = p;
+    return send ? hk_tcp_send_some(link->fds[0], sp, n, done, link->name)
+                : hk_tcp_recv_some(link->fds[0], rp, n, done, link->name);
+  int *sock = send ? &link->send_sock : &link->recv_sock;
+  size_t *left = send ? &link->send_left : &link->recv_left;
   size_t total = 0;
   *done = 0;
   while (n > 0) {
-    size_t want = n < link->send_left ? n : link->send_left, got;
-    hk_status st = hk_tcp_send_some(link->fds[link->send_sock], src, want, &got,
-                                    link->name);
+    size_t want = n < *left ? n : *left, got;
+    int fd = link->fds[*sock];
+    hk_status st = send ? hk_tcp_send_some(fd, (const uint8_t *)sp + total,
+                                           want, &got, link->name)
+                        : hk_tcp_recv_some(fd, (uint8_t *)rp + total, want,
+                                           &got, link->name);
     if (st != HK_OK && total == 0)
       return st;
     if (st != HK_OK)
-      break; /* hand over what moved; the next call meets the error again */
-    src += got;
+      break;
     n -= got;
     total += got;
-    link->send_left -= got;
-    if (link->send_left == 0) { /* block done: the next goes on the next */
-      link->send_sock = (link->send_sock + 1) % link->nfds;
-      link->send_left = link->block;
+    *left -= got;
+    if (*left == 0) { /* block done: the next goes on the next socket */
+      *sock = (*sock + 1) % link->nfds;
+      *left = link->block;
     }
     if (got < want)
-      break; /* this socket is full; later bytes must wait behind it */
+      break; /* later bytes must wait behind this socket's */
   }
   *done = total;
   return HK_OK;
 }
 
+static hk_status tcp_send_some(hk_link *link, const void *p, size_t n,
+                               size_t *done) {
+  return tcp_move_some(link, 1, p, NULL, n, done);
+}
+
 static hk_status tcp_recv_some(hk_link *link, void *p, size_t n, size_t *done) {
-  if (link->nfds == 1)
-    return hk_tcp_recv_some(link->fds[0], p, n, done, link->name);
-  uint8_t *dst = p;
-  size_t total = 0;
-  *done = 0;
-  while (n > 0) {
-    size_t want = n < link->recv_left ? n : link->recv_left, got;
-    hk_status st = hk_tcp_recv_some(link->fds[link->recv_sock], dst, want, &got,
-                                    link->name);
-    if (st != HK_OK && total == 0)
-      return st;
-    if (st != HK_OK)
-      break; /* hand over what moved; the next call meets the error again */
-    dst += got;
-    n -= got;
-    total += got;
-    link->recv_left -= got;
-    if (link->recv_left == 0) {
-      link->recv_sock = (link->recv_sock + 1) % link->nfds;
-      link->recv_left = link->block;
-    }
-    if (got < want)
-      break; /* the next bytes have not arrived on this socket yet */
-  }
-  *done = total;
-  return HK_OK;
+  return tcp_move_some(link, 0, NULL, p, n, done);
 }
 
 static hk_status tcp_test(hk_link *link, int want_send, int want_recv,
