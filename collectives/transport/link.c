@@ -19,9 +19,21 @@
 #include "collectives/transport/shm_wait.h"
 #include "common/status.h"
 
-static void set_name(hk_link *link, int peer) {
+/* The fields that say which peer and which kind a link is. */
+static void set_kind(hk_link *link, int peer, hk_link_kind kind,
+                     const hk_link_ops *ops) {
   link->peer = peer;
   snprintf(link->name, sizeof link->name, "rank %d", peer);
+  link->kind = kind;
+  link->ops = ops;
+}
+
+/* Takes over a connected socket: non-blocking from now on. */
+static int take_socket(int fd) {
+  int fl = fcntl(fd, F_GETFL);
+  if (fl >= 0 && !(fl & O_NONBLOCK))
+    fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+  return fd;
 }
 
 /* ---- TCP ---- */
@@ -94,7 +106,7 @@ static void tcp_close(hk_link *link) {
     hk_tcp_close(&link->fds[i]);
 }
 
-static uint64_t all_sent(const hk_link *link) { return link->sent_total; }
+uint64_t hk_link_all_sent(const hk_link *link) { return link->sent_total; }
 
 static const hk_link_ops tcp_ops = {.name = "tcp",
                                     .wait_class = HK_LINK_WAIT_POLL,
@@ -103,7 +115,7 @@ static const hk_link_ops tcp_ops = {.name = "tcp",
                                     .recv_some = tcp_recv_some,
                                     .test = tcp_test,
                                     .pollfd = tcp_pollfd,
-                                    .released = all_sent,
+                                    .released = hk_link_all_sent,
                                     .arm = NULL,
                                     .close = tcp_close};
 
@@ -167,16 +179,10 @@ hk_status hk_link_init_tcp(hk_link *link, int peer, const int *fds, int k,
                    "a TCP link over %d sockets with %zu-byte blocks (1 to %d "
                    "sockets, blocks of at least 1 byte)",
                    k, block, HK_LINK_MAX_SOCKETS);
-  set_name(link, peer);
-  link->kind = HK_LINK_TCP;
-  link->ops = &tcp_ops;
+  set_kind(link, peer, HK_LINK_TCP, &tcp_ops);
   link->nfds = k;
-  for (int i = 0; i < k; i++) {
-    link->fds[i] = fds[i];
-    int fl = fcntl(fds[i], F_GETFL);
-    if (fl >= 0 && !(fl & O_NONBLOCK))
-      fcntl(fds[i], F_SETFL, fl | O_NONBLOCK);
-  }
+  for (int i = 0; i < k; i++)
+    link->fds[i] = take_socket(fds[i]);
   link->block = k > 1 ? block : SIZE_MAX;
   link->send_left = link->recv_left = link->block;
   return HK_OK;
@@ -188,22 +194,15 @@ hk_status hk_link_init_mpi(hk_link *link, int peer, const void *comm,
   hk_status st = hk_link_mpi_open(&link->mpi, peer, comm, chunk);
   if (st != HK_OK)
     return st;
-  set_name(link, peer);
-  link->kind = HK_LINK_MPI;
-  link->ops = &mpi_ops;
+  set_kind(link, peer, HK_LINK_MPI, &mpi_ops);
   return HK_OK;
 }
 
 void hk_link_init_shm_fields(hk_link *link, int peer, int fd) {
   clear(link);
-  set_name(link, peer);
-  link->kind = HK_LINK_SHM;
-  link->ops = &hk_link_shm_ops;
+  set_kind(link, peer, HK_LINK_SHM, &hk_link_shm_ops);
   link->nfds = 1;
-  link->fds[0] = fd;
-  int fl = fcntl(fd, F_GETFL);
-  if (fl >= 0 && !(fl & O_NONBLOCK))
-    fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+  link->fds[0] = take_socket(fd);
   link->block = SIZE_MAX;
 }
 
