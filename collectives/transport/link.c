@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "collectives/transport/exchange.h"
 #include "collectives/transport/link_mpi.h"
 #include "collectives/transport/link_shm.h"
 #include "collectives/transport/shm_wait.h"
@@ -518,31 +519,34 @@ hk_status hk_link_drain(hk_link *link, const hk_io *io, const char *what) {
   return spin(&w, io, what);
 }
 
+/* hk_link_exchange's two links, for hk_exchange_run. */
+typedef struct link_pair {
+  hk_link *send, *recv;
+  const hk_io *io;
+  const char *what;
+} link_pair;
+
+static hk_status pair_send(void *ctx, const void *p, size_t n, size_t *done) {
+  return hk_link_send_some(((link_pair *)ctx)->send, p, n, done);
+}
+
+static hk_status pair_recv(void *ctx, void *p, size_t n, size_t *done) {
+  return hk_link_recv_some(((link_pair *)ctx)->recv, p, n, done);
+}
+
+static hk_status pair_wait(void *ctx, int want_send, int want_recv) {
+  const link_pair *x = ctx;
+  return hk_link_wait(x->send, want_send, x->recv, want_recv, x->io, x->what);
+}
+
+static const hk_exchange_ops link_pair_ops = {pair_send, pair_recv, pair_wait};
+
 hk_status hk_link_exchange(hk_link *send, const void *sp, size_t sn,
                            hk_link *recv, void *rp, size_t rn, const hk_io *io,
                            const char *what) {
-  const uint8_t *s = sp;
-  uint8_t *r = rp;
-  while (sn > 0 || rn > 0) {
-    size_t ds = 0, dr = 0;
-    hk_status st = HK_OK;
-    if (sn > 0)
-      st = hk_link_send_some(send, s, sn, &ds);
-    if (st == HK_OK && rn > 0)
-      st = hk_link_recv_some(recv, r, rn, &dr);
-    if (st != HK_OK)
-      return st;
-    s += ds;
-    sn -= ds;
-    r += dr;
-    rn -= dr;
-    if (ds == 0 && dr == 0 && (sn > 0 || rn > 0)) {
-      st = hk_link_wait(send, sn > 0, recv, rn > 0, io, what);
-      if (st != HK_OK)
-        return st;
-    }
-  }
-  return hk_link_drain(send, io, what);
+  link_pair x = {send, recv, io, what};
+  hk_status st = hk_exchange_run(&link_pair_ops, &x, sp, sn, rp, rn);
+  return st != HK_OK ? st : hk_link_drain(send, io, what);
 }
 
 void hk_link_close(hk_link *link) {
