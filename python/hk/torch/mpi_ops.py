@@ -213,6 +213,36 @@ def _contig(t):
     return t if t.is_contiguous() else t.contiguous()
 
 
+def _finisher(tensor, detached, out, inplace):
+    """The finish() of a handle whose result hk writes into ``out``: out of
+    place, ``out`` itself; in place, ``tensor``, with ``out`` copied into
+    it first when ``out`` is a contiguous copy and not ``detached``
+    (``tensor.detach()``) itself."""
+    if not inplace:
+        return lambda: out
+    if out is detached:
+        return lambda: tensor
+
+    def finish():
+        with torch.no_grad():
+            tensor.copy_(out)
+        return tensor
+    return finish
+
+
+def _suffixed(name, suffix):
+    """The name of a collective derived from the user's ``name`` (None
+    stays None: hk then numbers it)."""
+    return None if name is None else name + suffix
+
+
+def _summed_grad(grad, name):
+    """The backward of allgather and broadcast: the sum over the ranks of
+    ``grad``, as the allreduce named after the forward's ``name``."""
+    return _allreduce_submit(grad, False, _op_name(
+        "allreduce", _suffixed(name, ".grad")), Sum, 1.0, 1.0).synchronize()
+
+
 _NO_RESULT = object()
 
 
@@ -365,18 +395,8 @@ def _allreduce_submit(tensor, inplace, hk_name, op, prescale, postscale):
                                          _ptr(out), src.numel(), dt, hop, pre,
                                          post, ctypes.byref(h))
     check(st)
-    if inplace and src is not t:
-        def finish():
-            with torch.no_grad():
-                tensor.copy_(src)
-            return tensor
-    elif inplace:
-        def finish():
-            return tensor
-    else:
-        def finish():
-            return out
-    return Handle("allreduce", hk_name, [h], finish, (tensor, src, out),
+    return Handle("allreduce", hk_name, [h],
+                  _finisher(tensor, t, out, inplace), (tensor, src, out),
                   src.device)
 
 
@@ -413,8 +433,8 @@ class _AllreduceFn(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         g = _allreduce_submit(grad, False,
-                              _op_name("allreduce", None if ctx.name is None
-                                       else ctx.name + ".grad"),
+                              _op_name("allreduce",
+                                       _suffixed(ctx.name, ".grad")),
                               ctx.op, ctx.pre, ctx.post).synchronize()
         return g, None, None, None, None
 
@@ -636,12 +656,9 @@ class _AllgatherFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        g = _allreduce_submit(grad, False, _op_name(
-            "allreduce", None if ctx.name is None else ctx.name + ".grad"),
-            Sum, 1.0, 1.0).synchronize()
+        g = _summed_grad(grad, ctx.name)
         dims = allgather(torch.tensor([ctx.dim0], dtype=torch.int64),
-                         name=None if ctx.name is None
-                         else ctx.name + ".dims")
+                         name=_suffixed(ctx.name, ".dims"))
         off = int(dims[:_hk.rank()].sum())
         return g.narrow(0, off, ctx.dim0), None
 
@@ -672,19 +689,8 @@ def _broadcast_submit(tensor, root_rank, inplace, hk_name):
     _set_stream(buf)
     check(_lib().hk_broadcast_async(hk_name.encode(), _ptr(buf), buf.numel(),
                                     dt, root_rank, ctypes.byref(h)))
-    if inplace and buf is not t:
-        def finish():
-            with torch.no_grad():
-                tensor.copy_(buf)
-            return tensor
-    elif inplace:
-        def finish():
-            return tensor
-    else:
-        def finish():
-            return buf
-    return Handle("broadcast", hk_name, [h], finish, (tensor, buf),
-                  buf.device)
+    return Handle("broadcast", hk_name, [h], _finisher(tensor, t, buf, inplace),
+                  (tensor, buf), buf.device)
 
 
 def broadcast_async(tensor, root_rank, name=None,
@@ -711,9 +717,7 @@ class _BroadcastFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        g = _allreduce_submit(grad, False, _op_name(
-            "allreduce", None if ctx.name is None else ctx.name + ".grad"),
-            Sum, 1.0, 1.0).synchronize()
+        g = _summed_grad(grad, ctx.name)
         if _hk.rank() != ctx.root:
             g = g * 0
         return g, None, None
