@@ -606,6 +606,41 @@ def _rows_shape(t):
     return shape, row
 
 
+def _host_rows(tensor):
+    """``tensor`` detached, in host memory (a CUDA tensor is staged: see
+    the module doc) and contiguous, with its shape as rows:
+    (src, shape, elements per row)."""
+    src = tensor.detach()
+    if src.is_cuda:
+        src = src.cpu()
+    src = _contig(src)
+    shape, row = _rows_shape(src)
+    return src, shape, row
+
+
+def _from_hk_buffer(out_ptr, counts, shape, dtype, device):
+    """A new tensor on ``device`` of sum(counts) rows shaped like
+    ``shape``'s, copied out of the host buffer hk allocated at
+    ``out_ptr`` (allgather, alltoall); the buffer stays hk's to free."""
+    out = torch.empty((sum(counts),) + shape[1:], dtype=dtype)
+    nbytes = out.numel() * out.element_size()
+    if nbytes:
+        ctypes.memmove(out.data_ptr(), out_ptr.value, nbytes)
+    if device.type != "cpu":
+        out = out.to(device)
+    return out
+
+
+def _hk_buffer_freer(L, out_ptr):
+    """The Handle cleanup that frees the buffer hk allocated at ``out_ptr``
+    (once: the pointer is cleared)."""
+    def cleanup():
+        if out_ptr.value:
+            L.hk_free(out_ptr)
+            out_ptr.value = None
+    return cleanup
+
+
 def allgather_async(tensor, name=None, process_set=global_process_set):
     """Starts an allgather: the concatenation along the first dimension of
     every rank's tensor (the first dimension may differ between ranks, the
@@ -615,11 +650,7 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     _require_init()
     hk_name = _op_name("allgather", name)
     device = tensor.device
-    src = tensor.detach()
-    if src.is_cuda:
-        src = src.cpu()  # staged through host memory (see the module doc)
-    src = _contig(src)
-    shape, row = _rows_shape(src)
+    src, shape, row = _host_rows(tensor)
     n = _hk.size()
     L = _lib()
     out_ptr = ctypes.c_void_p()
@@ -630,21 +661,9 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
                                ctypes.byref(h)))
 
     def finish():
-        total = sum(per_rank)
-        out = torch.empty((total,) + shape[1:], dtype=src.dtype)
-        nbytes = out.numel() * out.element_size()
-        if nbytes:
-            ctypes.memmove(out.data_ptr(), out_ptr.value, nbytes)
-        if device.type != "cpu":
-            out = out.to(device)
-        return out
-
-    def cleanup():
-        if out_ptr.value:
-            L.hk_free(out_ptr)
-            out_ptr.value = None
+        return _from_hk_buffer(out_ptr, per_rank, shape, src.dtype, device)
     return Handle("allgather", hk_name, [h], finish, (src, per_rank),
-                  None, cleanup)
+                  None, _hk_buffer_freer(L, out_ptr))
 
 
 class _AllgatherFn(torch.autograd.Function):
@@ -750,11 +769,7 @@ def alltoall_async(tensor, splits=None, name=None,
     n = _hk.size()
     hk_name = _op_name("alltoall", name)
     device = tensor.device
-    src = tensor.detach()
-    if src.is_cuda:
-        src = src.cpu()  # staged through host memory (see the module doc)
-    src = _contig(src)
-    shape, row = _rows_shape(src)
+    src, shape, row = _host_rows(tensor)
     want_splits = splits is not None
     if splits is None:
         if shape[0] % n:
@@ -781,23 +796,12 @@ def alltoall_async(tensor, splits=None, name=None,
                               ctypes.byref(out_ptr), recv, ctypes.byref(h)))
 
     def finish():
-        total = sum(recv)
-        out = torch.empty((total,) + shape[1:], dtype=src.dtype)
-        nbytes = out.numel() * out.element_size()
-        if nbytes:
-            ctypes.memmove(out.data_ptr(), out_ptr.value, nbytes)
-        if device.type != "cpu":
-            out = out.to(device)
+        out = _from_hk_buffer(out_ptr, recv, shape, src.dtype, device)
         if want_splits:
             return out, torch.tensor(list(recv), dtype=torch.int32)
         return out
-
-    def cleanup():
-        if out_ptr.value:
-            L.hk_free(out_ptr)
-            out_ptr.value = None
     return Handle("alltoall", hk_name, [h], finish, (src, c_splits, recv),
-                  None, cleanup)
+                  None, _hk_buffer_freer(L, out_ptr))
 
 
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
