@@ -269,23 +269,28 @@ static hk_status timed_out(const hk_io *io, const char *what, const sides *w) {
                  what, s, *s && *r ? " or " : "", r);
 }
 
-/* Tests both sides once. When the two sides are one link, one call. The
- * send side is tested even when not wanted if it is an MPI link: its
- * posted sends may need this rank's progress (link.h). */
+/* Whether a side takes part in a wait: when wanted, and always when it is
+ * an MPI link (its posted sends may need this rank's progress; link.h). */
+static int takes_part(const hk_link *l, int wanted) {
+  return l && (wanted || l->kind == HK_LINK_MPI);
+}
+
+/* Tests both sides once, each that takes part. When the two sides are
+ * one link, one call. */
 static hk_status test_sides(const sides *w, int *ready) {
   int r = 0, r2 = 0;
   hk_status st = HK_OK;
   *ready = 0;
   if (w->send == w->recv) {
-    if (w->want_send || w->want_recv || w->send->kind == HK_LINK_MPI)
+    if (takes_part(w->send, w->want_send || w->want_recv))
       st =
           w->send->ops->test(w->send, w->want_send, w->want_recv, w->drain, &r);
     *ready = r || (w->release && w->send->ops->released(w->send) >= w->release);
     return st;
   }
-  if (w->send && (w->want_send || w->send->kind == HK_LINK_MPI))
+  if (takes_part(w->send, w->want_send))
     st = w->send->ops->test(w->send, w->want_send, 0, w->drain, &r);
-  if (st == HK_OK && w->recv && (w->want_recv || w->recv->kind == HK_LINK_MPI))
+  if (st == HK_OK && takes_part(w->recv, w->want_recv))
     st = w->recv->ops->test(w->recv, 0, w->want_recv, 0, &r2);
   *ready =
       r || r2 || (w->release && w->send->ops->released(w->send) >= w->release);
@@ -317,11 +322,9 @@ static int shm_peers(const sides *w, hk_shm_peer *p) {
 
 static int wait_class(const sides *w) {
   int c = HK_LINK_WAIT_FUTEX;
-  if (w->send && (w->want_send || w->send->kind == HK_LINK_MPI) &&
-      (int)w->send->ops->wait_class > c)
+  if (takes_part(w->send, w->want_send) && (int)w->send->ops->wait_class > c)
     c = (int)w->send->ops->wait_class;
-  if (w->recv && (w->want_recv || w->recv->kind == HK_LINK_MPI) &&
-      (int)w->recv->ops->wait_class > c)
+  if (takes_part(w->recv, w->want_recv) && (int)w->recv->ops->wait_class > c)
     c = (int)w->recv->ops->wait_class;
   return c;
 }
