@@ -157,6 +157,16 @@ static hk_status pick_word(const char *var, const char *const *words, int n,
   return hk_fail(HK_ERR_CONFIG, "%s='%s' is not one of %s", var, s, list);
 }
 
+/* A string variable copied into dst (cap bytes, its NUL included); unset:
+ * "". Longer than cap - 1 bytes is an error, not a cut. */
+static hk_status read_string(const char *var, char *dst, size_t cap) {
+  const char *v = getenv(var);
+  if (v && strlen(v) >= cap)
+    return hk_fail(HK_ERR_CONFIG, "%s is longer than %zu bytes", var, cap - 1);
+  snprintf(dst, cap, "%s", v ? v : "");
+  return HK_OK;
+}
+
 /* An integer variable in [min, max]; unset: def. */
 static hk_status read_int(const char *var, int def, int min, int max,
                           int *out) {
@@ -232,38 +242,24 @@ hk_status hk_config_load(hk_config *cfg) {
     else
       *(double *)field = v;
   }
-  const char *tl = getenv("HK_TIMELINE");
-  if (tl && strlen(tl) >= sizeof cfg->timeline)
-    return hk_fail(HK_ERR_CONFIG, "HK_TIMELINE is longer than %zu bytes",
-                   sizeof cfg->timeline - 1);
-  snprintf(cfg->timeline, sizeof cfg->timeline, "%s", tl ? tl : "");
-  static const struct {
-    const char *var;
-    size_t off;
-  } paths[] = {{"HK_METRICS_FILE", OFF(metrics_file)},
-               {"HK_NVML_LIBRARY", OFF(nvml_library)}};
-  for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
-    const char *v = getenv(paths[i].var);
-    if (v && strlen(v) >= sizeof cfg->metrics_file)
-      return hk_fail(HK_ERR_CONFIG, "%s is longer than %zu bytes", paths[i].var,
-                     sizeof cfg->metrics_file - 1);
-    snprintf((char *)cfg + paths[i].off, sizeof cfg->metrics_file, "%s",
-             v ? v : "");
-  }
-  const char *fdir = getenv("HK_FLIGHT_DIR");
-  if (fdir && strlen(fdir) >= sizeof cfg->flight_dir)
-    return hk_fail(HK_ERR_CONFIG, "HK_FLIGHT_DIR is longer than %zu bytes",
-                   sizeof cfg->flight_dir - 1);
-  snprintf(cfg->flight_dir, sizeof cfg->flight_dir, "%s", fdir ? fdir : "");
-  const char *ifn = getenv("HK_SOCKET_IFNAME");
-  if (ifn && strlen(ifn) >= sizeof cfg->socket_ifname)
-    return hk_fail(HK_ERR_CONFIG, "HK_SOCKET_IFNAME is longer than %zu bytes",
-                   sizeof cfg->socket_ifname - 1);
-  snprintf(cfg->socket_ifname, sizeof cfg->socket_ifname, "%s", ifn ? ifn : "");
+  hk_status st =
+      read_string("HK_TIMELINE", cfg->timeline, sizeof cfg->timeline);
+  if (st == HK_OK)
+    st = read_string("HK_METRICS_FILE", cfg->metrics_file,
+                     sizeof cfg->metrics_file);
+  if (st == HK_OK)
+    st = read_string("HK_NVML_LIBRARY", cfg->nvml_library,
+                     sizeof cfg->nvml_library);
+  if (st == HK_OK)
+    st = read_string("HK_FLIGHT_DIR", cfg->flight_dir, sizeof cfg->flight_dir);
+  if (st == HK_OK)
+    st = read_string("HK_SOCKET_IFNAME", cfg->socket_ifname,
+                     sizeof cfg->socket_ifname);
+  if (st != HK_OK)
+    return st;
   /* words ignore case, as every word-valued setting does */
   static const char *const transports[] = {"tcp", "mpi"};
-  hk_status st =
-      pick_word("HK_CROSS_TRANSPORT", transports, 2, &cfg->cross_transport);
+  st = pick_word("HK_CROSS_TRANSPORT", transports, 2, &cfg->cross_transport);
   if (st != HK_OK)
     return st;
   cfg->hierarchical = -1;

@@ -322,9 +322,22 @@ static hk_status check_common(const char *fn, const char *name, size_t count,
   return HK_OK;
 }
 
-/* rows x row_elems must fit, in bytes, in a size_t. */
+/* The reduction op is one of hk_op's. */
+static hk_status check_op(const char *fn, const char *name, hk_op op) {
+  if ((unsigned)op > HK_PRODUCT)
+    return hk_fail(HK_ERR_INVALID_ARG, "%s: tensor '%s': unknown op %d", fn,
+                   name, (int)op);
+  return HK_OK;
+}
+
+/* check_common for a tensor of rows x row_elems elements, which must
+ * fit, in bytes, in a size_t. */
 static hk_status check_rows(const char *fn, const char *name, size_t rows,
-                            size_t row_elems, hk_wire_request *req) {
+                            size_t row_elems, hk_dtype dtype,
+                            hk_wire_request *req) {
+  hk_status st = check_common(fn, name, rows, dtype, req);
+  if (st != HK_OK)
+    return st;
   if (row_elems == 0 || (rows && row_elems > SIZE_MAX / 8 / rows))
     return hk_fail(HK_ERR_INVALID_ARG,
                    "%s: tensor '%s': %zu rows of %zu elements is not a "
@@ -347,12 +360,10 @@ hk_status hk_allreduce_scaled_async(const char *name, const void *sendbuf,
                                     hk_handle *handle) {
   hk_wire_request req;
   hk_status st = check_common("hk_allreduce_async", name, count, dtype, &req);
+  if (st == HK_OK)
+    st = check_op("hk_allreduce_async", name, op);
   if (st != HK_OK)
     return st;
-  if ((unsigned)op > HK_PRODUCT)
-    return hk_fail(HK_ERR_INVALID_ARG,
-                   "hk_allreduce_async: tensor '%s': unknown op %d", name,
-                   (int)op);
   if (!handle || (count > 0 && (!sendbuf || !recvbuf)))
     return hk_fail(HK_ERR_INVALID_ARG,
                    "hk_allreduce_async: tensor '%s': NULL %s", name,
@@ -404,9 +415,7 @@ hk_status hk_allgather_async(const char *name, const void *sendbuf, size_t rows,
                              size_t *rows_per_rank, hk_handle *handle) {
   const char *fn = "hk_allgather_async";
   hk_wire_request req;
-  hk_status st = check_common(fn, name, rows, dtype, &req);
-  if (st == HK_OK)
-    st = check_rows(fn, name, rows, row_elems, &req);
+  hk_status st = check_rows(fn, name, rows, row_elems, dtype, &req);
   if (st != HK_OK)
     return st;
   if (!handle || !recvbuf || (rows > 0 && !sendbuf))
@@ -425,14 +434,11 @@ hk_status hk_reducescatter_async(const char *name, const void *sendbuf,
                                  hk_handle *handle) {
   const char *fn = "hk_reducescatter_async";
   hk_wire_request req;
-  hk_status st = check_common(fn, name, rows, dtype, &req);
+  hk_status st = check_rows(fn, name, rows, row_elems, dtype, &req);
   if (st == HK_OK)
-    st = check_rows(fn, name, rows, row_elems, &req);
+    st = check_op(fn, name, op);
   if (st != HK_OK)
     return st;
-  if ((unsigned)op > HK_PRODUCT)
-    return hk_fail(HK_ERR_INVALID_ARG, "%s: tensor '%s': unknown op %d", fn,
-                   name, (int)op);
   if (!handle || (rows > 0 && (!sendbuf || !recvbuf)))
     return hk_fail(HK_ERR_INVALID_ARG, "%s: tensor '%s': NULL %s", fn, name,
                    !handle ? "handle pointer" : "buffer");
@@ -462,9 +468,7 @@ hk_status hk_alltoall_async(const char *name, const void *sendbuf,
     rows += splits[r];
   }
   hk_wire_request req;
-  hk_status st = check_common(fn, name, rows, dtype, &req);
-  if (st == HK_OK)
-    st = check_rows(fn, name, rows, row_elems, &req);
+  hk_status st = check_rows(fn, name, rows, row_elems, dtype, &req);
   if (st != HK_OK)
     return st;
   if (rows > 0 && !sendbuf)

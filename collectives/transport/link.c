@@ -14,75 +14,78 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "collectives/transport/exchange.h"
 #include "collectives/transport/link_mpi.h"
 #include "collectives/transport/link_shm.h"
 #include "collectives/transport/shm_wait.h"
 #include "common/status.h"
 
-static void set_name(hk_link *link, int peer) {
+/* The fields that say which peer and which kind a link is. */
+static void set_kind(hk_link *link, int peer, hk_link_kind kind,
+                     const hk_link_ops *ops) {
   link->peer = peer;
   snprintf(link->name, sizeof link->name, "rank %d", peer);
+  link->kind = kind;
+  link->ops = ops;
+}
+
+/* Takes over a connected socket: non-blocking from now on. */
+static int take_socket(int fd) {
+  int fl = fcntl(fd, F_GETFL);
+  if (fl >= 0 && !(fl & O_NONBLOCK))
+    fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+  return fd;
 }
 
 /* ---- TCP ---- */
 
-static hk_status tcp_send_some(hk_link *link, const void *p, size_t n,
-                               size_t *done) {
+/* Moves up to n bytes of the stream in one direction (send: from sp;
+ * else into rp), in stream order over the k sockets (link.h): the rest of
+ * the current block on its socket, then the next socket, stopping at the
+ * first socket that is full (sending) or has nothing yet (receiving), or
+ * at an error once some bytes moved (handed over; the next call meets the
+ * error again). With k = 1, the plain call on the one connection. */
+static hk_status tcp_move_some(hk_link *link, int send, const void *sp,
+                               void *rp, size_t n, size_t *done) {
   if (link->nfds == 1) /* the default: exactly today's one connection */
-    return hk_tcp_send_some(link->fds[0], p, n, done, link->name);
-  const uint8_t *src = p;
+    return send ? hk_tcp_send_some(link->fds[0], sp, n, done, link->name)
+                : hk_tcp_recv_some(link->fds[0], rp, n, done, link->name);
+  int *sock = send ? &link->send_sock : &link->recv_sock;
+  size_t *left = send ? &link->send_left : &link->recv_left;
   size_t total = 0;
   *done = 0;
   while (n > 0) {
-    size_t want = n < link->send_left ? n : link->send_left, got;
-    hk_status st = hk_tcp_send_some(link->fds[link->send_sock], src, want, &got,
-                                    link->name);
+    size_t want = n < *left ? n : *left, got;
+    int fd = link->fds[*sock];
+    hk_status st = send ? hk_tcp_send_some(fd, (const uint8_t *)sp + total,
+                                           want, &got, link->name)
+                        : hk_tcp_recv_some(fd, (uint8_t *)rp + total, want,
+                                           &got, link->name);
     if (st != HK_OK && total == 0)
       return st;
     if (st != HK_OK)
-      break; /* hand over what moved; the next call meets the error again */
-    src += got;
+      break;
     n -= got;
     total += got;
-    link->send_left -= got;
-    if (link->send_left == 0) { /* block done: the next goes on the next */
-      link->send_sock = (link->send_sock + 1) % link->nfds;
-      link->send_left = link->block;
+    *left -= got;
+    if (*left == 0) { /* block done: the next goes on the next socket */
+      *sock = (*sock + 1) % link->nfds;
+      *left = link->block;
     }
     if (got < want)
-      break; /* this socket is full; later bytes must wait behind it */
+      break; /* later bytes must wait behind this socket's */
   }
   *done = total;
   return HK_OK;
 }
 
+static hk_status tcp_send_some(hk_link *link, const void *p, size_t n,
+                               size_t *done) {
+  return tcp_move_some(link, 1, p, NULL, n, done);
+}
+
 static hk_status tcp_recv_some(hk_link *link, void *p, size_t n, size_t *done) {
-  if (link->nfds == 1)
-    return hk_tcp_recv_some(link->fds[0], p, n, done, link->name);
-  uint8_t *dst = p;
-  size_t total = 0;
-  *done = 0;
-  while (n > 0) {
-    size_t want = n < link->recv_left ? n : link->recv_left, got;
-    hk_status st = hk_tcp_recv_some(link->fds[link->recv_sock], dst, want, &got,
-                                    link->name);
-    if (st != HK_OK && total == 0)
-      return st;
-    if (st != HK_OK)
-      break; /* hand over what moved; the next call meets the error again */
-    dst += got;
-    n -= got;
-    total += got;
-    link->recv_left -= got;
-    if (link->recv_left == 0) {
-      link->recv_sock = (link->recv_sock + 1) % link->nfds;
-      link->recv_left = link->block;
-    }
-    if (got < want)
-      break; /* the next bytes have not arrived on this socket yet */
-  }
-  *done = total;
-  return HK_OK;
+  return tcp_move_some(link, 0, NULL, p, n, done);
 }
 
 static hk_status tcp_test(hk_link *link, int want_send, int want_recv,
@@ -104,7 +107,7 @@ static void tcp_close(hk_link *link) {
     hk_tcp_close(&link->fds[i]);
 }
 
-static uint64_t all_sent(const hk_link *link) { return link->sent_total; }
+uint64_t hk_link_all_sent(const hk_link *link) { return link->sent_total; }
 
 static const hk_link_ops tcp_ops = {.name = "tcp",
                                     .wait_class = HK_LINK_WAIT_POLL,
@@ -113,7 +116,7 @@ static const hk_link_ops tcp_ops = {.name = "tcp",
                                     .recv_some = tcp_recv_some,
                                     .test = tcp_test,
                                     .pollfd = tcp_pollfd,
-                                    .released = all_sent,
+                                    .released = hk_link_all_sent,
                                     .arm = NULL,
                                     .close = tcp_close};
 
@@ -177,16 +180,10 @@ hk_status hk_link_init_tcp(hk_link *link, int peer, const int *fds, int k,
                    "a TCP link over %d sockets with %zu-byte blocks (1 to %d "
                    "sockets, blocks of at least 1 byte)",
                    k, block, HK_LINK_MAX_SOCKETS);
-  set_name(link, peer);
-  link->kind = HK_LINK_TCP;
-  link->ops = &tcp_ops;
+  set_kind(link, peer, HK_LINK_TCP, &tcp_ops);
   link->nfds = k;
-  for (int i = 0; i < k; i++) {
-    link->fds[i] = fds[i];
-    int fl = fcntl(fds[i], F_GETFL);
-    if (fl >= 0 && !(fl & O_NONBLOCK))
-      fcntl(fds[i], F_SETFL, fl | O_NONBLOCK);
-  }
+  for (int i = 0; i < k; i++)
+    link->fds[i] = take_socket(fds[i]);
   link->block = k > 1 ? block : SIZE_MAX;
   link->send_left = link->recv_left = link->block;
   return HK_OK;
@@ -198,22 +195,15 @@ hk_status hk_link_init_mpi(hk_link *link, int peer, const void *comm,
   hk_status st = hk_link_mpi_open(&link->mpi, peer, comm, chunk);
   if (st != HK_OK)
     return st;
-  set_name(link, peer);
-  link->kind = HK_LINK_MPI;
-  link->ops = &mpi_ops;
+  set_kind(link, peer, HK_LINK_MPI, &mpi_ops);
   return HK_OK;
 }
 
 void hk_link_init_shm_fields(hk_link *link, int peer, int fd) {
   clear(link);
-  set_name(link, peer);
-  link->kind = HK_LINK_SHM;
-  link->ops = &hk_link_shm_ops;
+  set_kind(link, peer, HK_LINK_SHM, &hk_link_shm_ops);
   link->nfds = 1;
-  link->fds[0] = fd;
-  int fl = fcntl(fd, F_GETFL);
-  if (fl >= 0 && !(fl & O_NONBLOCK))
-    fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+  link->fds[0] = take_socket(fd);
   link->block = SIZE_MAX;
 }
 
@@ -279,23 +269,28 @@ static hk_status timed_out(const hk_io *io, const char *what, const sides *w) {
                  what, s, *s && *r ? " or " : "", r);
 }
 
-/* Tests both sides once. When the two sides are one link, one call. The
- * send side is tested even when not wanted if it is an MPI link: its
- * posted sends may need this rank's progress (link.h). */
+/* Whether a side takes part in a wait: when wanted, and always when it is
+ * an MPI link (its posted sends may need this rank's progress; link.h). */
+static int takes_part(const hk_link *l, int wanted) {
+  return l && (wanted || l->kind == HK_LINK_MPI);
+}
+
+/* Tests both sides once, each that takes part. When the two sides are
+ * one link, one call. */
 static hk_status test_sides(const sides *w, int *ready) {
   int r = 0, r2 = 0;
   hk_status st = HK_OK;
   *ready = 0;
   if (w->send == w->recv) {
-    if (w->want_send || w->want_recv || w->send->kind == HK_LINK_MPI)
+    if (takes_part(w->send, w->want_send || w->want_recv))
       st =
           w->send->ops->test(w->send, w->want_send, w->want_recv, w->drain, &r);
     *ready = r || (w->release && w->send->ops->released(w->send) >= w->release);
     return st;
   }
-  if (w->send && (w->want_send || w->send->kind == HK_LINK_MPI))
+  if (takes_part(w->send, w->want_send))
     st = w->send->ops->test(w->send, w->want_send, 0, w->drain, &r);
-  if (st == HK_OK && w->recv && (w->want_recv || w->recv->kind == HK_LINK_MPI))
+  if (st == HK_OK && takes_part(w->recv, w->want_recv))
     st = w->recv->ops->test(w->recv, 0, w->want_recv, 0, &r2);
   *ready =
       r || r2 || (w->release && w->send->ops->released(w->send) >= w->release);
@@ -327,11 +322,9 @@ static int shm_peers(const sides *w, hk_shm_peer *p) {
 
 static int wait_class(const sides *w) {
   int c = HK_LINK_WAIT_FUTEX;
-  if (w->send && (w->want_send || w->send->kind == HK_LINK_MPI) &&
-      (int)w->send->ops->wait_class > c)
+  if (takes_part(w->send, w->want_send) && (int)w->send->ops->wait_class > c)
     c = (int)w->send->ops->wait_class;
-  if (w->recv && (w->want_recv || w->recv->kind == HK_LINK_MPI) &&
-      (int)w->recv->ops->wait_class > c)
+  if (takes_part(w->recv, w->want_recv) && (int)w->recv->ops->wait_class > c)
     c = (int)w->recv->ops->wait_class;
   return c;
 }
@@ -529,31 +522,34 @@ hk_status hk_link_drain(hk_link *link, const hk_io *io, const char *what) {
   return spin(&w, io, what);
 }
 
+/* hk_link_exchange's two links, for hk_exchange_run. */
+typedef struct link_pair {
+  hk_link *send, *recv;
+  const hk_io *io;
+  const char *what;
+} link_pair;
+
+static hk_status pair_send(void *ctx, const void *p, size_t n, size_t *done) {
+  return hk_link_send_some(((link_pair *)ctx)->send, p, n, done);
+}
+
+static hk_status pair_recv(void *ctx, void *p, size_t n, size_t *done) {
+  return hk_link_recv_some(((link_pair *)ctx)->recv, p, n, done);
+}
+
+static hk_status pair_wait(void *ctx, int want_send, int want_recv) {
+  const link_pair *x = ctx;
+  return hk_link_wait(x->send, want_send, x->recv, want_recv, x->io, x->what);
+}
+
+static const hk_exchange_ops link_pair_ops = {pair_send, pair_recv, pair_wait};
+
 hk_status hk_link_exchange(hk_link *send, const void *sp, size_t sn,
                            hk_link *recv, void *rp, size_t rn, const hk_io *io,
                            const char *what) {
-  const uint8_t *s = sp;
-  uint8_t *r = rp;
-  while (sn > 0 || rn > 0) {
-    size_t ds = 0, dr = 0;
-    hk_status st = HK_OK;
-    if (sn > 0)
-      st = hk_link_send_some(send, s, sn, &ds);
-    if (st == HK_OK && rn > 0)
-      st = hk_link_recv_some(recv, r, rn, &dr);
-    if (st != HK_OK)
-      return st;
-    s += ds;
-    sn -= ds;
-    r += dr;
-    rn -= dr;
-    if (ds == 0 && dr == 0 && (sn > 0 || rn > 0)) {
-      st = hk_link_wait(send, sn > 0, recv, rn > 0, io, what);
-      if (st != HK_OK)
-        return st;
-    }
-  }
-  return hk_link_drain(send, io, what);
+  link_pair x = {send, recv, io, what};
+  hk_status st = hk_exchange_run(&link_pair_ops, &x, sp, sn, rp, rn);
+  return st != HK_OK ? st : hk_link_drain(send, io, what);
 }
 
 void hk_link_close(hk_link *link) {

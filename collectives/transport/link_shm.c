@@ -102,8 +102,6 @@ static void shm_close(hk_link *link) {
   hk_tcp_close(&link->fds[0]);
 }
 
-static uint64_t shm_released(const hk_link *link) { return link->sent_total; }
-
 const hk_link_ops hk_link_shm_ops = {.name = "shm",
                                      .wait_class = HK_LINK_WAIT_FUTEX,
                                      .needs_drain = 0,
@@ -111,7 +109,7 @@ const hk_link_ops hk_link_shm_ops = {.name = "shm",
                                      .recv_some = shm_recv_some,
                                      .test = shm_test,
                                      .pollfd = shm_pollfd,
-                                     .released = shm_released,
+                                     .released = hk_link_all_sent,
                                      .arm = shm_arm,
                                      .close = shm_close};
 

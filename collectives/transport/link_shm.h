@@ -34,4 +34,10 @@ extern const hk_link_ops hk_link_shm_ops;
  *  over the pair's socket fd (taken over, made non-blocking). */
 void hk_link_init_shm_fields(hk_link *link, int peer, int fd);
 
+/** link.c: the ops' `released` of the kinds whose sent bytes are out of
+ *  the caller's memory at once (tcp: in the kernel; shm: in the ring):
+ *  every byte hk_link_send_some took (link->sent_total). Reads the link
+ *  only; the link's thread. */
+uint64_t hk_link_all_sent(const hk_link *link);
+
 #endif

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "collectives/transport/exchange.h"
 #include "common/log.h"
 #include "common/status.h"
 
@@ -418,37 +419,41 @@ hk_status hk_tcp_recv_msg(int fd, hk_msg *out, hk_buf *scratch, const hk_io *io,
   return HK_OK;
 }
 
+/* hk_tcp_exchange's two sockets, for hk_exchange_run. */
+typedef struct fd_pair {
+  int send_fd, recv_fd;
+  const hk_io *io;
+  const char *send_who, *recv_who;
+} fd_pair;
+
+static hk_status pair_send(void *ctx, const void *p, size_t n, size_t *done) {
+  const fd_pair *x = ctx;
+  return hk_tcp_send_some(x->send_fd, p, n, done, x->send_who);
+}
+
+static hk_status pair_recv(void *ctx, void *p, size_t n, size_t *done) {
+  const fd_pair *x = ctx;
+  return hk_tcp_recv_some(x->recv_fd, p, n, done, x->recv_who);
+}
+
+static hk_status pair_wait(void *ctx, int want_send, int want_recv) {
+  const fd_pair *x = ctx;
+  char what[160];
+  if (want_send && want_recv)
+    snprintf(what, sizeof what, "sending to %s and receiving from %s",
+             x->send_who, x->recv_who);
+  else
+    snprintf(what, sizeof what, "%s %s",
+             want_send ? "sending to" : "receiving from",
+             want_send ? x->send_who : x->recv_who);
+  return hk_tcp_wait(x->send_fd, want_send, x->recv_fd, want_recv, x->io, what);
+}
+
+static const hk_exchange_ops fd_pair_ops = {pair_send, pair_recv, pair_wait};
+
 hk_status hk_tcp_exchange(int send_fd, const void *sp, size_t sn, int recv_fd,
                           void *rp, size_t rn, const hk_io *io,
                           const char *send_who, const char *recv_who) {
-  const uint8_t *s = sp;
-  uint8_t *r = rp;
-  while (sn > 0 || rn > 0) {
-    size_t ds = 0, dr = 0;
-    hk_status st = HK_OK;
-    if (sn > 0)
-      st = hk_tcp_send_some(send_fd, s, sn, &ds, send_who);
-    if (st == HK_OK && rn > 0)
-      st = hk_tcp_recv_some(recv_fd, r, rn, &dr, recv_who);
-    if (st != HK_OK)
-      return st;
-    s += ds;
-    sn -= ds;
-    r += dr;
-    rn -= dr;
-    if (ds == 0 && dr == 0 && (sn > 0 || rn > 0)) {
-      char what[160];
-      if (sn > 0 && rn > 0)
-        snprintf(what, sizeof what, "sending to %s and receiving from %s",
-                 send_who, recv_who);
-      else
-        snprintf(what, sizeof what, "%s %s",
-                 sn > 0 ? "sending to" : "receiving from",
-                 sn > 0 ? send_who : recv_who);
-      st = hk_tcp_wait(send_fd, sn > 0, recv_fd, rn > 0, io, what);
-      if (st != HK_OK)
-        return st;
-    }
-  }
-  return HK_OK;
+  fd_pair x = {send_fd, recv_fd, io, send_who, recv_who};
+  return hk_exchange_run(&fd_pair_ops, &x, sp, sn, rp, rn);
 }

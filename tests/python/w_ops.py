@@ -267,13 +267,19 @@ xs = [data(r, torch.float32, (40,), "sum", 10) for r in range(N)]
 got = hvd.allreduce(dev(xs[R]), op=hvd.Sum, compression=hvd.Compression.fp16)
 same(got, dev(serial("sum", xs, torch.float32)), "allreduce fp16 compression")
 
-# 8. autograd through allreduce and allgather
+# 8. autograd through allreduce, allgather and broadcast
 x = dev(torch.ones(3)).requires_grad_()
 hvd.allreduce(x, op=hvd.Sum, name="grad.x").sum().backward()
 same(x.grad, dev(torch.full((3,), float(N))), "allreduce backward")
 y = dev(torch.ones(R + 1, 2)).requires_grad_()
 (hvd.allgather(y, name="grad.y") * 2).sum().backward()
 same(y.grad, dev(torch.full((R + 1, 2), 2.0 * N)), "allgather backward")
+z = dev(torch.full((2,), float(R + 1))).requires_grad_()
+zb = hvd.broadcast(z, N - 1, name="grad.z")
+same(zb.detach(), dev(torch.full((2,), float(N))), "broadcast with grad")
+(zb * 3).sum().backward()  # the root gets the sum, the others nothing
+same(z.grad, dev(torch.full((2,), 3.0 * N if R == N - 1 else 0.0)),
+     "broadcast backward")
 
 # 9. objects, barrier, join (the last rank joins first: the others'
 #    allreduce then sums N-1 contributions)

@@ -137,6 +137,45 @@ static void test_monitor_settings(void **state) {
   unsetenv("HK_METRICS_FILE");
 }
 
+/* The string settings: unset is "", the longest that fits is kept whole,
+ * one byte more is an error naming the variable and its limit. */
+#define FIELD(f) offsetof(hk_config, f), sizeof(((hk_config *)0)->f)
+static void test_string_settings(void **state) {
+  (void)state;
+  static const struct {
+    const char *var;
+    size_t off, cap;
+  } vars[] = {{"HK_TIMELINE", FIELD(timeline)},
+              {"HK_METRICS_FILE", FIELD(metrics_file)},
+              {"HK_NVML_LIBRARY", FIELD(nvml_library)},
+              {"HK_FLIGHT_DIR", FIELD(flight_dir)},
+              {"HK_SOCKET_IFNAME", FIELD(socket_ifname)}};
+  static char value[4097];
+  hk_config cfg;
+  const char *field = (const char *)&cfg;
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+    unsetenv(vars[i].var);
+    assert_int_equal(hk_config_load(&cfg), HK_OK);
+    assert_string_equal(field + vars[i].off, "");
+    assert_true(vars[i].cap < sizeof value);
+    memset(value, 'a', vars[i].cap - 1);
+    value[vars[i].cap - 1] = '\0';
+    setenv(vars[i].var, value, 1);
+    assert_int_equal(hk_config_load(&cfg), HK_OK);
+    assert_string_equal(field + vars[i].off, value);
+    value[vars[i].cap - 1] = 'a';
+    value[vars[i].cap] = '\0';
+    setenv(vars[i].var, value, 1);
+    assert_int_equal(hk_config_load(&cfg), HK_ERR_CONFIG);
+    char want[96];
+    snprintf(want, sizeof want, "%s is longer than %zu bytes", vars[i].var,
+             vars[i].cap - 1);
+    assert_string_equal(hk_last_error(), want);
+    unsetenv(vars[i].var);
+  }
+}
+#undef FIELD
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_defaults),
@@ -144,6 +183,7 @@ int main(void) {
       cmocka_unit_test(test_numbers_beyond_double),
       cmocka_unit_test(test_cross_transport),
       cmocka_unit_test(test_monitor_settings),
+      cmocka_unit_test(test_string_settings),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

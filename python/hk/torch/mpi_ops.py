@@ -213,6 +213,36 @@ def _contig(t):
     return t if t.is_contiguous() else t.contiguous()
 
 
+def _finisher(tensor, detached, out, inplace):
+    """The finish() of a handle whose result hk writes into ``out``: out of
+    place, ``out`` itself; in place, ``tensor``, with ``out`` copied into
+    it first when ``out`` is a contiguous copy and not ``detached``
+    (``tensor.detach()``) itself."""
+    if not inplace:
+        return lambda: out
+    if out is detached:
+        return lambda: tensor
+
+    def finish():
+        with torch.no_grad():
+            tensor.copy_(out)
+        return tensor
+    return finish
+
+
+def _suffixed(name, suffix):
+    """The name of a collective derived from the user's ``name`` (None
+    stays None: hk then numbers it)."""
+    return None if name is None else name + suffix
+
+
+def _summed_grad(grad, name):
+    """The backward of allgather and broadcast: the sum over the ranks of
+    ``grad``, as the allreduce named after the forward's ``name``."""
+    return _allreduce_submit(grad, False, _op_name(
+        "allreduce", _suffixed(name, ".grad")), Sum, 1.0, 1.0).synchronize()
+
+
 _NO_RESULT = object()
 
 
@@ -365,18 +395,8 @@ def _allreduce_submit(tensor, inplace, hk_name, op, prescale, postscale):
                                          _ptr(out), src.numel(), dt, hop, pre,
                                          post, ctypes.byref(h))
     check(st)
-    if inplace and src is not t:
-        def finish():
-            with torch.no_grad():
-                tensor.copy_(src)
-            return tensor
-    elif inplace:
-        def finish():
-            return tensor
-    else:
-        def finish():
-            return out
-    return Handle("allreduce", hk_name, [h], finish, (tensor, src, out),
+    return Handle("allreduce", hk_name, [h],
+                  _finisher(tensor, t, out, inplace), (tensor, src, out),
                   src.device)
 
 
@@ -413,8 +433,8 @@ class _AllreduceFn(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         g = _allreduce_submit(grad, False,
-                              _op_name("allreduce", None if ctx.name is None
-                                       else ctx.name + ".grad"),
+                              _op_name("allreduce",
+                                       _suffixed(ctx.name, ".grad")),
                               ctx.op, ctx.pre, ctx.post).synchronize()
         return g, None, None, None, None
 
@@ -586,6 +606,41 @@ def _rows_shape(t):
     return shape, row
 
 
+def _host_rows(tensor):
+    """``tensor`` detached, in host memory (a CUDA tensor is staged: see
+    the module doc) and contiguous, with its shape as rows:
+    (src, shape, elements per row)."""
+    src = tensor.detach()
+    if src.is_cuda:
+        src = src.cpu()
+    src = _contig(src)
+    shape, row = _rows_shape(src)
+    return src, shape, row
+
+
+def _from_hk_buffer(out_ptr, counts, shape, dtype, device):
+    """A new tensor on ``device`` of sum(counts) rows shaped like
+    ``shape``'s, copied out of the host buffer hk allocated at
+    ``out_ptr`` (allgather, alltoall); the buffer stays hk's to free."""
+    out = torch.empty((sum(counts),) + shape[1:], dtype=dtype)
+    nbytes = out.numel() * out.element_size()
+    if nbytes:
+        ctypes.memmove(out.data_ptr(), out_ptr.value, nbytes)
+    if device.type != "cpu":
+        out = out.to(device)
+    return out
+
+
+def _hk_buffer_freer(L, out_ptr):
+    """The Handle cleanup that frees the buffer hk allocated at ``out_ptr``
+    (once: the pointer is cleared)."""
+    def cleanup():
+        if out_ptr.value:
+            L.hk_free(out_ptr)
+            out_ptr.value = None
+    return cleanup
+
+
 def allgather_async(tensor, name=None, process_set=global_process_set):
     """Starts an allgather: the concatenation along the first dimension of
     every rank's tensor (the first dimension may differ between ranks, the
@@ -595,11 +650,7 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     _require_init()
     hk_name = _op_name("allgather", name)
     device = tensor.device
-    src = tensor.detach()
-    if src.is_cuda:
-        src = src.cpu()  # staged through host memory (see the module doc)
-    src = _contig(src)
-    shape, row = _rows_shape(src)
+    src, shape, row = _host_rows(tensor)
     n = _hk.size()
     L = _lib()
     out_ptr = ctypes.c_void_p()
@@ -610,21 +661,9 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
                                ctypes.byref(h)))
 
     def finish():
-        total = sum(per_rank)
-        out = torch.empty((total,) + shape[1:], dtype=src.dtype)
-        nbytes = out.numel() * out.element_size()
-        if nbytes:
-            ctypes.memmove(out.data_ptr(), out_ptr.value, nbytes)
-        if device.type != "cpu":
-            out = out.to(device)
-        return out
-
-    def cleanup():
-        if out_ptr.value:
-            L.hk_free(out_ptr)
-            out_ptr.value = None
+        return _from_hk_buffer(out_ptr, per_rank, shape, src.dtype, device)
     return Handle("allgather", hk_name, [h], finish, (src, per_rank),
-                  None, cleanup)
+                  None, _hk_buffer_freer(L, out_ptr))
 
 
 class _AllgatherFn(torch.autograd.Function):
@@ -636,12 +675,9 @@ class _AllgatherFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        g = _allreduce_submit(grad, False, _op_name(
-            "allreduce", None if ctx.name is None else ctx.name + ".grad"),
-            Sum, 1.0, 1.0).synchronize()
+        g = _summed_grad(grad, ctx.name)
         dims = allgather(torch.tensor([ctx.dim0], dtype=torch.int64),
-                         name=None if ctx.name is None
-                         else ctx.name + ".dims")
+                         name=_suffixed(ctx.name, ".dims"))
         off = int(dims[:_hk.rank()].sum())
         return g.narrow(0, off, ctx.dim0), None
 
@@ -672,19 +708,8 @@ def _broadcast_submit(tensor, root_rank, inplace, hk_name):
     _set_stream(buf)
     check(_lib().hk_broadcast_async(hk_name.encode(), _ptr(buf), buf.numel(),
                                     dt, root_rank, ctypes.byref(h)))
-    if inplace and buf is not t:
-        def finish():
-            with torch.no_grad():
-                tensor.copy_(buf)
-            return tensor
-    elif inplace:
-        def finish():
-            return tensor
-    else:
-        def finish():
-            return buf
-    return Handle("broadcast", hk_name, [h], finish, (tensor, buf),
-                  buf.device)
+    return Handle("broadcast", hk_name, [h], _finisher(tensor, t, buf, inplace),
+                  (tensor, buf), buf.device)
 
 
 def broadcast_async(tensor, root_rank, name=None,
@@ -711,9 +736,7 @@ class _BroadcastFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        g = _allreduce_submit(grad, False, _op_name(
-            "allreduce", None if ctx.name is None else ctx.name + ".grad"),
-            Sum, 1.0, 1.0).synchronize()
+        g = _summed_grad(grad, ctx.name)
         if _hk.rank() != ctx.root:
             g = g * 0
         return g, None, None
@@ -746,11 +769,7 @@ def alltoall_async(tensor, splits=None, name=None,
     n = _hk.size()
     hk_name = _op_name("alltoall", name)
     device = tensor.device
-    src = tensor.detach()
-    if src.is_cuda:
-        src = src.cpu()  # staged through host memory (see the module doc)
-    src = _contig(src)
-    shape, row = _rows_shape(src)
+    src, shape, row = _host_rows(tensor)
     want_splits = splits is not None
     if splits is None:
         if shape[0] % n:
@@ -777,23 +796,12 @@ def alltoall_async(tensor, splits=None, name=None,
                               ctypes.byref(out_ptr), recv, ctypes.byref(h)))
 
     def finish():
-        total = sum(recv)
-        out = torch.empty((total,) + shape[1:], dtype=src.dtype)
-        nbytes = out.numel() * out.element_size()
-        if nbytes:
-            ctypes.memmove(out.data_ptr(), out_ptr.value, nbytes)
-        if device.type != "cpu":
-            out = out.to(device)
+        out = _from_hk_buffer(out_ptr, recv, shape, src.dtype, device)
         if want_splits:
             return out, torch.tensor(list(recv), dtype=torch.int32)
         return out
-
-    def cleanup():
-        if out_ptr.value:
-            L.hk_free(out_ptr)
-            out_ptr.value = None
     return Handle("alltoall", hk_name, [h], finish, (src, c_splits, recv),
-                  None, cleanup)
+                  None, _hk_buffer_freer(L, out_ptr))
 
 
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
