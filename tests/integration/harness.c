@@ -447,6 +447,41 @@ int hkt_kill_group(pid_t pgid, int sig) {
   return kill(-pgid, sig);
 }
 
+/* 1 if pid has been SIGKILLed and can never run its own code again:
+ * SIGKILL pending (/proc/PID/status SigPnd or ShdPnd, bit 8) or the
+ * kernel tearing it down (PF_EXITING, 0x4, in /proc/PID/stat's flags).
+ * hkrun SIGKILLs what a job left in its process groups just before it
+ * exits; on a loaded machine such a process can still be there, dying,
+ * when the test looks: killed is not left behind. */
+static int proc_dying(pid_t pid) {
+  char path[64], buf[2048];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return 1; /* gone */
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  const char *paren = strrchr(buf, ')');
+  unsigned long flags = 0;
+  if (paren && sscanf(paren + 1, " %*c %*d %*d %*d %*d %*d %lu", &flags) == 1 &&
+      (flags & 0x4))
+    return 1;
+  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+  if (!(f = fopen(path, "r")))
+    return 1;
+  int dying = 0;
+  while (!dying && fgets(buf, sizeof buf, f)) {
+    unsigned long long mask;
+    if ((sscanf(buf, "SigPnd: %llx", &mask) == 1 ||
+         sscanf(buf, "ShdPnd: %llx", &mask) == 1) &&
+        (mask & (1ull << (SIGKILL - 1))))
+      dying = 1;
+  }
+  fclose(f);
+  return dying;
+}
+
 int hkt_orphans(pid_t *pids, int max) {
   DIR *d = opendir("/proc");
   if (!d)
@@ -463,7 +498,7 @@ int hkt_orphans(pid_t *pids, int max) {
     pid_t ppid;
     if (proc_stat((pid_t)v, &state, &ppid) != 0 || ppid != self)
       continue;
-    if (!hkt_pid_alive((pid_t)v)) /* reaps a zombie */
+    if (!hkt_pid_alive((pid_t)v) || proc_dying((pid_t)v)) /* reaps zombies */
       continue;
     if (n < max)
       pids[n] = (pid_t)v;

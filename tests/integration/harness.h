@@ -158,9 +158,10 @@ int hkt_kill_group(pid_t pgid, int sig);
 
 /**
  * Lists this process's live children (zombies among them are reaped, not
- * listed) into pids[0..max), returning how many there are (possibly more
- * than max). Call it when no hkt_proc is running: every child found is
- * then a process that some tested program left behind.
+ * listed; so are processes already SIGKILLed and dying) into pids[0..max),
+ * returning how many there are (possibly more than max). Call it when no
+ * hkt_proc is running: every child found is then a process that some
+ * tested program left behind.
  */
 int hkt_orphans(pid_t *pids, int max);
 
