@@ -1013,15 +1013,9 @@ static void test_rendezvous_auth_timeout(void **state) {
   hkt_result_free(&r);
 }
 
-/* A test named TEST that runs FN with *state pointing to a TYPE holding
- * VALUE (a compound literal, alive while main runs the tests); a goodbye
- * case runs test_goodbye_case. */
-#define CASE_TEST(test, fn, type, value)                                       \
-  {                                                                            \
-    .name = #test, .test_func = fn, .initial_state = &(type) { value }         \
-  }
+/* A goodbye case: test_goodbye_case with the case HOW (HKT_CASE_TEST). */
 #define GOODBYE_TEST(name, how)                                                \
-  CASE_TEST(name, test_goodbye_case, enum goodbye_case, how)
+  HKT_CASE_TEST(name, test_goodbye_case, enum goodbye_case, how)
 
 int main(void) {
   if (hkt_setup() != 0)
@@ -1038,9 +1032,10 @@ int main(void) {
       cmocka_unit_test(test_first_failure_terminates_others),
       cmocka_unit_test(test_sigkill_after_sigterm),
       cmocka_unit_test(test_kill9_one_worker),
-      CASE_TEST(test_sigterm_forwarded, test_signal_forwarded, int, SIGTERM),
-      CASE_TEST(test_sigint_forwarded, test_signal_forwarded, int, SIGINT),
-      CASE_TEST(test_sighup_forwarded, test_signal_forwarded, int, SIGHUP),
+      HKT_CASE_TEST(test_sigterm_forwarded, test_signal_forwarded, int,
+                    SIGTERM),
+      HKT_CASE_TEST(test_sigint_forwarded, test_signal_forwarded, int, SIGINT),
+      HKT_CASE_TEST(test_sighup_forwarded, test_signal_forwarded, int, SIGHUP),
       cmocka_unit_test(test_sigint_then_sigterm_then_sigkill),
       cmocka_unit_test(test_background_child_is_cleaned_up),
       cmocka_unit_test(test_bad_command_lines),

@@ -456,13 +456,6 @@ static void test_cut(void **state) {
   run_cut(c->cut, c->gate, c->transport, c->hier);
 }
 
-/* A test named TEST that runs FN with *state pointing to a TYPE made of
- * the rest (a compound literal, alive while main runs the tests). */
-#define CASE_TEST(test, fn, type, ...)                                         \
-  {                                                                            \
-    .name = #test, .test_func = fn, .initial_state = &(type) { __VA_ARGS__ }   \
-  }
-
 int main(int argc, char **argv) {
   if (hkt_setup() != 0)
     return 1;
@@ -475,23 +468,26 @@ int main(int argc, char **argv) {
   int failed = 0;
   if (all || !strcmp(which, "collectives")) {
     const struct CMUnitTest tests[] = {
-        CASE_TEST(test_tcp_flat, test_check, check_case, "tcp", "0"),
-        CASE_TEST(test_tcp_hierarchical, test_check, check_case, "tcp", "1"),
-        CASE_TEST(test_mpi_flat, test_check, check_case, "mpi", "0"),
-        CASE_TEST(test_mpi_hierarchical, test_check, check_case, "mpi", "1"),
+        HKT_CASE_TEST(test_tcp_flat, test_check, check_case, "tcp", "0"),
+        HKT_CASE_TEST(test_tcp_hierarchical, test_check, check_case, "tcp",
+                      "1"),
+        HKT_CASE_TEST(test_mpi_flat, test_check, check_case, "mpi", "0"),
+        HKT_CASE_TEST(test_mpi_hierarchical, test_check, check_case, "mpi",
+                      "1"),
     };
     failed += cmocka_run_group_tests_name("collectives", tests, group_setup,
                                           group_teardown);
   }
   if (all || !strcmp(which, "faults")) {
     const struct CMUnitTest tests[] = {
-        CASE_TEST(test_cut_mid_transfer, test_cut, cut_case, 2, 0, "tcp", "0"),
-        CASE_TEST(test_cut_mid_negotiation, test_cut, cut_case, 0, 1, "tcp",
-                  "1"),
+        HKT_CASE_TEST(test_cut_mid_transfer, test_cut, cut_case, 2, 0, "tcp",
+                      "0"),
+        HKT_CASE_TEST(test_cut_mid_negotiation, test_cut, cut_case, 0, 1, "tcp",
+                      "1"),
         /* Over MPI links (Open MPI's TCP, which has no timeout of its own):
          * hk's waits on them time out. */
-        CASE_TEST(test_cut_mid_transfer_mpi, test_cut, cut_case, 1, 0, "mpi",
-                  "1"),
+        HKT_CASE_TEST(test_cut_mid_transfer_mpi, test_cut, cut_case, 1, 0,
+                      "mpi", "1"),
         cmocka_unit_test(test_mpirun_killed_after_cut),
     };
     failed += cmocka_run_group_tests_name("faults", tests, group_setup,
