@@ -216,6 +216,27 @@ void hkt_bed_need(const hkt_bed *b) {
   }
 }
 
+void hkt_bed_job_argv(const hkt_bed *b, char **argv, const char *hkrun,
+                      const char *np, const char *hosts, int tag_output,
+                      const char *const *args) {
+  int k = 0;
+  argv[k++] = (char *)hkrun;
+  argv[k++] = "-np";
+  argv[k++] = (char *)np;
+  argv[k++] = "-H";
+  argv[k++] = (char *)hosts;
+  if (!tag_output)
+    argv[k++] = "--no-tag-output";
+  argv[k++] = "--network-interface";
+  argv[k++] = (char *)b->subnet;
+  argv[k++] = "--mpi-args";
+  argv[k++] = (char *)b->agent_args;
+  argv[k++] = "--";
+  for (int i = 0; k < HKT_BED_ARGV - 1 && args[i]; i++)
+    argv[k++] = (char *)args[i];
+  argv[k] = NULL;
+}
+
 void hkt_bed_hostlist(const hkt_bed *b, int hosts, int slots, char *out,
                       size_t cap) {
   size_t at = 0;

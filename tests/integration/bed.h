@@ -82,6 +82,20 @@ int hkt_bed_link(const hkt_bed *b, int h, int down);
  *  with. */
 void hkt_bed_dump_net(const hkt_bed *b);
 
+/** Room hkt_bed_job_argv needs. */
+#define HKT_BED_ARGV 32
+
+/**
+ * The command line of an hk job across bed b, into argv[HKT_BED_ARGV]:
+ * `hkrun -np NP -H HOSTS [--no-tag-output] --network-interface <b's
+ * subnet> --mpi-args <b's agent args> -- ARGS...`, --no-tag-output where
+ * tag_output is 0; args up to its first NULL (at most 19 are taken).
+ * argv points into its arguments and b, which must outlive it.
+ */
+void hkt_bed_job_argv(const hkt_bed *b, char **argv, const char *hkrun,
+                      const char *np, const char *hosts, int tag_output,
+                      const char *const *args);
+
 /** Runs argv; returns its stdout (malloc'ed) if it exited 0, else NULL
  *  (printing what it said). */
 char *hkt_output_of(char **argv, double timeout_s);

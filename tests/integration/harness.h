@@ -173,4 +173,15 @@ int hkt_kill_orphans(void);
  *  substring. */
 int hkt_count_lines(const char *text, const char *substring);
 
+/**
+ * A cmocka test (struct CMUnitTest) named TEST that runs FN with *state
+ * pointing to a TYPE initialised with the rest ({...}): one test function
+ * serves several named cases. The TYPE is a compound literal, alive while
+ * the block that holds the tests array runs (main's).
+ */
+#define HKT_CASE_TEST(test, fn, type, ...)                                     \
+  {                                                                            \
+    .name = #test, .test_func = fn, .initial_state = &(type) { __VA_ARGS__ }   \
+  }
+
 #endif

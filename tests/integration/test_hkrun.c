@@ -126,21 +126,54 @@ static void assert_exit(const hkt_result *r, int code) {
   }
 }
 
+/* Asserts that the job's stderr contains expect (dumps the job if not). */
+static void assert_err_has(const hkt_result *r, const char *expect) {
+  if (!strstr(r->err, expect)) {
+    dump(r);
+    fail_msg("stderr lacks '%s'", expect);
+  }
+}
+
+/* The command line "hkrun FLAGS sh -c SCRIPT": flags are split at spaces
+ * into words (a copy in words[]); script is used as is, not copied. */
+typedef struct {
+  char *argv[16];
+  char words[128];
+} sh_job;
+
+static char **sh_job_argv(sh_job *j, const char *flags, const char *script) {
+  int k = 0;
+  j->argv[k++] = HKRUN_PATH;
+  snprintf(j->words, sizeof j->words, "%s", flags);
+  char *save = NULL;
+  for (char *w = strtok_r(j->words, " ", &save); w && k < 12;
+       w = strtok_r(NULL, " ", &save))
+    j->argv[k++] = w;
+  j->argv[k++] = "sh";
+  j->argv[k++] = "-c";
+  j->argv[k++] = (char *)script;
+  j->argv[k] = NULL;
+  return j->argv;
+}
+
+/* Runs hkrun FLAGS sh -c SCRIPT to its end (FAST_S at most) into *r
+ * (caller: hkt_result_free) and asserts that it exited 0. */
+static void run_ok(const char *flags, const char *script, hkt_result *r) {
+  sh_job job;
+  hkt_run(sh_job_argv(&job, flags, script), NULL, FAST_S, r);
+  assert_exit(r, 0);
+}
+
 /* ---- environment, output prefixing ---- */
 
 static void test_env_and_tags(void **state) {
   (void)state;
-  char *argv[] = {HKRUN_PATH,
-                  "-np",
-                  "3",
-                  "--",
-                  "sh",
-                  "-c",
-                  "echo rank=$HK_RANK size=$HK_SIZE "
-                  "local=$HK_LOCAL_RANK/$HK_LOCAL_SIZE; "
-                  "echo \"secret=$HK_SECRET rdv=$HK_RENDEZVOUS "
-                  "launcher=$HK_LAUNCHER_PID\" >&2",
-                  NULL};
+  sh_job job;
+  char **argv = sh_job_argv(&job, "-np 3 --",
+                            "echo rank=$HK_RANK size=$HK_SIZE "
+                            "local=$HK_LOCAL_RANK/$HK_LOCAL_SIZE; "
+                            "echo \"secret=$HK_SECRET rdv=$HK_RENDEZVOUS "
+                            "launcher=$HK_LAUNCHER_PID\" >&2");
   /* Inherited values of hkrun's own variables must not leak through. */
   char *env[] = {"HK_RANK=99", "HK_SECRET=nope", NULL};
   hkt_proc p;
@@ -184,12 +217,8 @@ static void test_env_and_tags(void **state) {
 
 static void test_no_tag_output(void **state) {
   (void)state;
-  char *argv[] = {HKRUN_PATH,           "-np", "2",
-                  "--no-tag-output",    "sh",  "-c",
-                  "echo line-$HK_RANK", NULL};
   hkt_result r;
-  hkt_run(argv, NULL, FAST_S, &r);
-  assert_exit(&r, 0);
+  run_ok("-np 2 --no-tag-output", "echo line-$HK_RANK", &r);
   const char *expect[] = {"line-0", "line-1"};
   assert_lines_any_order(r.out, expect, 2);
   hkt_result_free(&r);
@@ -209,9 +238,9 @@ static void test_interleaving(void **state) {
            "i=0; while [ $i -lt %d ]; do printf '%%s:%%05d:' $HK_RANK $i; "
            "printf '%%s\\n' %s; i=$((i+1)); done",
            LINES, pad);
-  char *argv[] = {HKRUN_PATH, "-np", "4", "sh", "-c", script, NULL};
+  sh_job job;
   hkt_result r;
-  hkt_run(argv, NULL, SLOW_S, &r);
+  hkt_run(sh_job_argv(&job, "-np 4", script), NULL, SLOW_S, &r);
   assert_exit(&r, 0);
   int n;
   char **lines = split_lines(r.out, &n);
@@ -237,17 +266,9 @@ static void test_interleaving(void **state) {
 
 static void test_partial_last_line(void **state) {
   (void)state;
-  char *argv[] = {HKRUN_PATH,
-                  "-np",
-                  "2",
-                  "sh",
-                  "-c",
-                  "printf 'first\\nno newline %s' $HK_RANK; "
-                  "printf 'err tail' >&2",
-                  NULL};
   hkt_result r;
-  hkt_run(argv, NULL, FAST_S, &r);
-  assert_exit(&r, 0);
+  run_ok("-np 2",
+         "printf 'first\\nno newline %s' $HK_RANK; printf 'err tail' >&2", &r);
   const char *expect[] = {"[0] first", "[0] no newline 0", "[1] first",
                           "[1] no newline 1"};
   assert_lines_any_order(r.out, expect, 4);
@@ -261,12 +282,8 @@ static void test_partial_last_line(void **state) {
  * piece prefixed. */
 static void test_long_line(void **state) {
   (void)state;
-  char *argv[] = {HKRUN_PATH, "-np", "1",
-                  "sh",       "-c",  "head -c 150000 /dev/zero | tr '\\0' a",
-                  NULL};
   hkt_result r;
-  hkt_run(argv, NULL, FAST_S, &r);
-  assert_exit(&r, 0);
+  run_ok("-np 1", "head -c 150000 /dev/zero | tr '\\0' a", &r);
   int n;
   char **lines = split_lines(r.out, &n);
   assert_int_equal(n, 3);
@@ -283,10 +300,12 @@ static void test_long_line(void **state) {
 /* Rank 0 gets hkrun's stdin; the others read /dev/null. */
 static void test_stdin_goes_to_rank0(void **state) {
   (void)state;
-  char *argv[] = {HKRUN_PATH, "-np", "2", "sh", "-c", "read x; echo \"got=$x\"",
-                  NULL};
+  sh_job job;
   hkt_proc p;
-  assert_int_equal(hkt_start(argv, NULL, &p), 0);
+  assert_int_equal(
+      hkt_start(sh_job_argv(&job, "-np 2", "read x; echo \"got=$x\""), NULL,
+                &p),
+      0);
   assert_int_equal(write(p.in_fd, "hello\n", 6), 6);
   hkt_result r;
   hkt_finish(&p, FAST_S, &r);
@@ -322,21 +341,18 @@ static void test_stdout_closed(void **state) {
 
 static void test_rank1_exits_3(void **state) {
   (void)state;
-  char *argv[] = {HKRUN_PATH, "-np", "3",
-                  "sh",       "-c",  "echo pid=$$; [ $HK_RANK != 1 ] || exit 3",
-                  NULL};
+  sh_job job;
   hkt_result r;
-  hkt_run(argv, NULL, FAST_S, &r);
+  hkt_run(
+      sh_job_argv(&job, "-np 3", "echo pid=$$; [ $HK_RANK != 1 ] || exit 3"),
+      NULL, FAST_S, &r);
   assert_exit(&r, 3);
   long pid1 = find_int_after(r.out, "[1] pid=", "pid=");
   assert_true(pid1 > 0);
   char expect[128];
   snprintf(expect, sizeof expect,
            "hkrun: rank 1 (pid %ld) exited with status 3\n", pid1);
-  if (!strstr(r.err, expect)) {
-    dump(&r);
-    fail_msg("stderr lacks '%s'", expect);
-  }
+  assert_err_has(&r, expect);
   hkt_result_free(&r);
 }
 
@@ -355,16 +371,11 @@ static void pids_from_verbose(const char *err, long *pids, int n) {
  * waits the default 2 s grace period, terminates the others and exits 3. */
 static void test_first_failure_terminates_others(void **state) {
   (void)state;
-  char *argv[] = {HKRUN_PATH,
-                  "-np",
-                  "4",
-                  "-v",
-                  "sh",
-                  "-c",
-                  "[ $HK_RANK != 0 ] || exit 3; exec sleep 1000",
-                  NULL};
+  sh_job job;
   hkt_result r;
-  hkt_run(argv, NULL, FAST_S, &r);
+  hkt_run(sh_job_argv(&job, "-np 4 -v",
+                      "[ $HK_RANK != 0 ] || exit 3; exec sleep 1000"),
+          NULL, FAST_S, &r);
   assert_exit(&r, 3);
   assert_true(r.elapsed_s < 10.0);
   assert_true(r.elapsed_s > 1.8); /* the grace period was honoured */
@@ -373,10 +384,7 @@ static void test_first_failure_terminates_others(void **state) {
   char expect[128];
   snprintf(expect, sizeof expect,
            "hkrun: rank 0 (pid %ld) exited with status 3\n", pids[0]);
-  if (!strstr(r.err, expect)) {
-    dump(&r);
-    fail_msg("stderr lacks '%s'", expect);
-  }
+  assert_err_has(&r, expect);
   /* The survivors were terminated, and hkrun said so. */
   assert_int_equal(hkt_count_lines(r.err, "was killed by signal 15"), 3);
   assert_non_null(strstr(r.err, "hkrun: sent SIGTERM to 3 worker(s)"));
@@ -384,31 +392,32 @@ static void test_first_failure_terminates_others(void **state) {
   hkt_result_free(&r);
 }
 
+/* Starts argv, whose ranks first..first+n-1 each print "ready pid=P";
+ * waits for those n lines and reads their pids into pids[0..n-1]. */
+static void start_ready_job(char *const *argv, hkt_proc *p, int first, int n,
+                            long *pids) {
+  assert_int_equal(hkt_start(argv, NULL, p), 0);
+  assert_int_equal(hkt_wait_lines(p, "ready pid=", n, FAST_S), 0);
+  for (int k = 0; k < n; k++) {
+    char marker[32];
+    snprintf(marker, sizeof marker, "[%d] ready pid=", first + k);
+    pids[k] = find_int_after(p->out.data, marker, "pid=");
+    assert_true(pids[k] > 0);
+  }
+}
+
 /* Workers that ignore SIGTERM are SIGKILLed 2 s after it. Rank 0 fails
  * only once the others ignore SIGTERM (the test tells it via stdin). */
 static void test_sigkill_after_sigterm(void **state) {
   (void)state;
-  char *argv[] = {HKRUN_PATH,
-                  "-np",
-                  "3",
-                  "-v",
-                  "--grace-period",
-                  "0",
-                  "sh",
-                  "-c",
-                  "if [ $HK_RANK = 0 ]; then read x; exit 5; fi; "
-                  "trap '' TERM; echo \"ready pid=$$\"; exec sleep 1000",
-                  NULL};
+  sh_job job;
   hkt_proc p;
-  assert_int_equal(hkt_start(argv, NULL, &p), 0);
-  assert_int_equal(hkt_wait_lines(&p, "ready pid=", 2, FAST_S), 0);
   long pids[2];
-  for (int k = 1; k < 3; k++) {
-    char marker[32];
-    snprintf(marker, sizeof marker, "[%d] ready pid=", k);
-    pids[k - 1] = find_int_after(p.out.data, marker, "pid=");
-    assert_true(pids[k - 1] > 0);
-  }
+  start_ready_job(
+      sh_job_argv(&job, "-np 3 -v --grace-period 0",
+                  "if [ $HK_RANK = 0 ]; then read x; exit 5; fi; "
+                  "trap '' TERM; echo \"ready pid=$$\"; exec sleep 1000"),
+      &p, 1, 2, pids);
   double t0 = hkt_now();
   assert_int_equal(write(p.in_fd, "go\n", 3), 3);
   hkt_result r;
@@ -424,20 +433,12 @@ static void test_sigkill_after_sigterm(void **state) {
 /* C5: kill -9 of one worker. */
 static void test_kill9_one_worker(void **state) {
   (void)state;
-  char *argv[] = {
-      HKRUN_PATH, "-np", "4",  "--grace-period",
-      "1",        "sh",  "-c", "echo \"ready pid=$$\"; exec sleep 1000",
-      NULL};
+  sh_job job;
   hkt_proc p;
-  assert_int_equal(hkt_start(argv, NULL, &p), 0);
-  assert_int_equal(hkt_wait_lines(&p, "ready pid=", 4, FAST_S), 0);
   long pids[4];
-  for (int k = 0; k < 4; k++) {
-    char marker[32];
-    snprintf(marker, sizeof marker, "[%d] ready pid=", k);
-    pids[k] = find_int_after(p.out.data, marker, "pid=");
-    assert_true(pids[k] > 0);
-  }
+  start_ready_job(sh_job_argv(&job, "-np 4 --grace-period 1",
+                              "echo \"ready pid=$$\"; exec sleep 1000"),
+                  &p, 0, 4, pids);
   double killed_at = hkt_now();
   assert_int_equal(kill((pid_t)pids[2], SIGKILL), 0);
 
@@ -458,21 +459,17 @@ static void test_kill9_one_worker(void **state) {
   hkt_result_free(&r);
 }
 
-/* A signal to hkrun reaches every worker; hkrun exits 128+sig. */
-static void check_signal_forwarded(int sig) {
-  char *argv[] = {HKRUN_PATH, "-np", "3",
-                  "sh",       "-c",  "echo \"ready pid=$$\"; exec sleep 1000",
-                  NULL};
+/* A signal to hkrun reaches every worker; hkrun exits 128+sig. *state
+ * points to the signal (SIGTERM, SIGINT, or SIGHUP: a closed terminal
+ * must not leave the workers, in their own sessions, running). */
+static void test_signal_forwarded(void **state) {
+  int sig = *(const int *)*state;
+  sh_job job;
   hkt_proc p;
-  assert_int_equal(hkt_start(argv, NULL, &p), 0);
-  assert_int_equal(hkt_wait_lines(&p, "ready pid=", 3, FAST_S), 0);
   long pids[3];
-  for (int k = 0; k < 3; k++) {
-    char marker[32];
-    snprintf(marker, sizeof marker, "[%d] ready pid=", k);
-    pids[k] = find_int_after(p.out.data, marker, "pid=");
-    assert_true(pids[k] > 0);
-  }
+  start_ready_job(
+      sh_job_argv(&job, "-np 3", "echo \"ready pid=$$\"; exec sleep 1000"), &p,
+      0, 3, pids);
   assert_int_equal(kill(p.pid, sig), 0);
   hkt_result r;
   hkt_finish(&p, FAST_S, &r);
@@ -480,16 +477,6 @@ static void check_signal_forwarded(int sig) {
   assert_true(r.elapsed_s < 10.0);
   assert_no_process_left(pids, 3);
   hkt_result_free(&r);
-}
-
-static void test_sigterm_forwarded(void **state) {
-  (void)state;
-  check_signal_forwarded(SIGTERM);
-}
-
-static void test_sigint_forwarded(void **state) {
-  (void)state;
-  check_signal_forwarded(SIGINT);
 }
 
 /* Ctrl-C while the workers ignore SIGINT (busy in their own code): SIGINT
@@ -500,18 +487,11 @@ static void sigint_to_busy_workers(const char *traps, const char *last_sent) {
   char script[160];
   snprintf(script, sizeof script,
            "trap '' %s; echo \"ready pid=$$\"; exec sleep 1000", traps);
-  char *argv[] = {HKRUN_PATH, "-np", "3",  "-v",   "--grace-period",
-                  "1",        "sh",  "-c", script, NULL};
+  sh_job job;
   hkt_proc p;
-  assert_int_equal(hkt_start(argv, NULL, &p), 0);
-  assert_int_equal(hkt_wait_lines(&p, "ready pid=", 3, FAST_S), 0);
   long pids[3];
-  for (int k = 0; k < 3; k++) {
-    char marker[32];
-    snprintf(marker, sizeof marker, "[%d] ready pid=", k);
-    pids[k] = find_int_after(p.out.data, marker, "pid=");
-    assert_true(pids[k] > 0);
-  }
+  start_ready_job(sh_job_argv(&job, "-np 3 -v --grace-period 1", script), &p, 0,
+                  3, pids);
   double t0 = hkt_now();
   assert_int_equal(kill(p.pid, SIGINT), 0);
   hkt_result r;
@@ -532,21 +512,11 @@ static void test_sigint_then_sigterm_then_sigkill(void **state) {
   sigint_to_busy_workers("INT TERM", "hkrun: sent SIGKILL to 3 worker(s)");
 }
 
-/* A closed terminal must not leave the workers (own sessions) running. */
-static void test_sighup_forwarded(void **state) {
-  (void)state;
-  check_signal_forwarded(SIGHUP);
-}
-
 /* What a worker leaves in its process group does not outlive the job. */
 static void test_background_child_is_cleaned_up(void **state) {
   (void)state;
-  char *argv[] = {HKRUN_PATH, "-np", "1",
-                  "sh",       "-c",  "sleep 1000 & echo bg=$!; exit 0",
-                  NULL};
   hkt_result r;
-  hkt_run(argv, NULL, FAST_S, &r);
-  assert_exit(&r, 0);
+  run_ok("-np 1", "sleep 1000 & echo bg=$!; exit 0", &r);
   assert_true(r.elapsed_s < 5.0);
   long bg = find_int_after(r.out, "bg=", "bg=");
   assert_true(bg > 0);
@@ -731,55 +701,69 @@ static void local_addr(int fd, char *out, size_t cap) {
   snprintf(out, cap, "127.0.0.1:%u", (unsigned)ntohs(a.sin_port));
 }
 
-/* Starts a 1-rank job whose worker prints its rendezvous address and
- * secret, then waits for its stdin to close. */
-static void start_listening_job(hkt_proc *p, char *const *argv, char *rdv,
-                                hk_secret *secret) {
-  assert_int_equal(hkt_start(argv, NULL, p), 0);
+/* Closes fd, then waits for hkrun's warning about it, "hkrun warning:
+ * WHAT ADDR: ..." (ADDR: fd's local address), and asserts that the line
+ * contains why, or with whole, that it is exactly "...: WHY". */
+static void close_expect_warning(hkt_proc *p, int fd, const char *what,
+                                 const char *why, int whole) {
+  char me[64], prefix[160], expect[320];
+  local_addr(fd, me, sizeof me);
+  close(fd);
+  snprintf(prefix, sizeof prefix, "hkrun warning: %s %s: ", what, me);
+  char *line = NULL;
+  assert_int_equal(hkt_wait_line(p, prefix, FAST_S, &line), 0);
+  snprintf(expect, sizeof expect, "%s%s", prefix, why);
+  if (whole)
+    assert_string_equal(line, expect);
+  else if (!strstr(line, why))
+    fail_msg("'%s' does not say '%s'", line, why);
+  free(line);
+}
+
+/* Where a job's rendezvous listens, and its secret. */
+typedef struct {
+  char addr[64];
+  hk_secret secret;
+} rdv_info;
+
+/* Starts a 1-rank job (hkrun FLAGS) whose worker prints its rendezvous
+ * address and secret (read into *rdv), then runs tail (it waits for its
+ * stdin to close). */
+static void start_listening_job(hkt_proc *p, const char *flags,
+                                const char *tail, rdv_info *rdv) {
+  char script[256];
+  snprintf(script, sizeof script,
+           "echo \"rdv=$HK_RENDEZVOUS secret=$HK_SECRET\"; %s", tail);
+  sh_job job;
+  assert_int_equal(hkt_start(sh_job_argv(&job, flags, script), NULL, p), 0);
   char *line = NULL;
   assert_int_equal(hkt_wait_line(p, "rdv=", FAST_S, &line), 0);
   char hex[80];
-  assert_int_equal(sscanf(line, "[%*d] rdv=%63s secret=%79s", rdv, hex), 2);
+  assert_int_equal(sscanf(line, "[%*d] rdv=%63s secret=%79s", rdv->addr, hex),
+                   2);
   free(line);
-  assert_int_equal(hk_secret_parse(hex, secret), HK_OK);
+  assert_int_equal(hk_secret_parse(hex, &rdv->secret), HK_OK);
 }
 
 static void test_rendezvous_handshake(void **state) {
   (void)state;
-  char *argv[] = {HKRUN_PATH,
-                  "-np",
-                  "1",
-                  "sh",
-                  "-c",
-                  "echo \"rdv=$HK_RENDEZVOUS secret=$HK_SECRET\"; read x; "
-                  "echo stdin closed",
-                  NULL};
   hkt_proc p;
-  char rdv[64];
-  hk_secret secret;
-  start_listening_job(&p, argv, rdv, &secret);
+  rdv_info rdv;
+  start_listening_job(&p, "-np 1", "read x; echo stdin closed", &rdv);
 
   /* 1. Without the secret: refused, closed, logged. */
-  int fd = connect_to(rdv);
+  int fd = connect_to(rdv.addr);
   uint8_t nonce_s[HK_NONCE_LEN], wrong[HK_AUTH_CLIENT_MSG_LEN];
   assert_int_equal(read_exact(fd, nonce_s, sizeof nonce_s, FAST_S),
                    HK_NONCE_LEN);
   memset(wrong, 0x5a, sizeof wrong);
   write_exact(fd, wrong, sizeof wrong);
   assert_closed_by_server(fd, FAST_S);
-  char me[64], expect[160];
-  local_addr(fd, me, sizeof me);
-  close(fd);
-  snprintf(expect, sizeof expect,
-           "hkrun warning: refused a connection from %s: bad secret", me);
-  char *line = NULL;
-  assert_int_equal(hkt_wait_line(&p, expect, FAST_S, &line), 0);
-  assert_string_equal(line, expect);
-  free(line);
+  close_expect_warning(&p, fd, "refused a connection from", "bad secret", 1);
 
   /* 2. With it: REGISTER as rank 0 of 1 completes the rendezvous. */
-  fd = connect_to(rdv);
-  handshake(fd, &secret);
+  fd = connect_to(rdv.addr);
+  handshake(fd, &rdv.secret);
   send_register(fd, 0, 1, 4242);
   hk_msg m;
   recv_msg(fd, &m);
@@ -802,31 +786,20 @@ static void test_rendezvous_handshake(void **state) {
       {-1, 1, "closing the connection from", "rank -1 out of range"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    int fd2 = connect_to(rdv);
-    handshake(fd2, &secret);
+    int fd2 = connect_to(rdv.addr);
+    handshake(fd2, &rdv.secret);
     send_register(fd2, bad[i].rank, bad[i].size, 1);
     assert_closed_by_server(fd2, FAST_S);
-    local_addr(fd2, me, sizeof me);
-    close(fd2);
-    snprintf(expect, sizeof expect, "hkrun warning: %s %s: ", bad[i].what, me);
-    assert_int_equal(hkt_wait_line(&p, expect, FAST_S, &line), 0);
-    if (!strstr(line, bad[i].why))
-      fail_msg("'%s' does not say '%s'", line, bad[i].why);
-    free(line);
+    close_expect_warning(&p, fd2, bad[i].what, bad[i].why, 0);
   }
 
   /* 4. GOODBYE on a connection that never registered: refused. */
-  int fd3 = connect_to(rdv);
-  handshake(fd3, &secret);
+  int fd3 = connect_to(rdv.addr);
+  handshake(fd3, &rdv.secret);
   send_goodbye(fd3, 0);
   assert_closed_by_server(fd3, FAST_S);
-  local_addr(fd3, me, sizeof me);
-  close(fd3);
-  snprintf(expect, sizeof expect,
-           "hkrun warning: refused a goodbye from %s: the connection never "
-           "registered",
-           me);
-  assert_int_equal(hkt_wait_line(&p, expect, FAST_S, NULL), 0);
+  close_expect_warning(&p, fd3, "refused a goodbye from",
+                       "the connection never registered", 0);
 
   /* The registered connection stays open while the job runs. */
   struct pollfd pfd = {.fd = fd, .events = POLLIN};
@@ -856,17 +829,12 @@ static void test_rendezvous_abort(void **state) {
   snprintf(fifo_env, sizeof fifo_env, "HKT_FIFO=%s", fifo);
   char *env[] = {fifo_env, NULL};
   /* A long grace period: rank 0 ends when the test closes its stdin. */
-  char *argv[] = {HKRUN_PATH,
-                  "-np",
-                  "2",
-                  "--grace-period",
-                  "60",
-                  "sh",
-                  "-c",
+  sh_job job;
+  char **argv =
+      sh_job_argv(&job, "-np 2 --grace-period 60",
                   "if [ $HK_RANK = 1 ]; then echo pid=$$; read x < $HKT_FIFO; "
                   "exit 4; fi; "
-                  "echo \"rdv=$HK_RENDEZVOUS secret=$HK_SECRET\"; read x",
-                  NULL};
+                  "echo \"rdv=$HK_RENDEZVOUS secret=$HK_SECRET\"; read x");
   hkt_proc p;
   assert_int_equal(hkt_start(argv, env, &p), 0);
   char *line = NULL;
@@ -946,25 +914,17 @@ enum goodbye_case {
   SIGNALLED
 };
 
-static void run_goodbye_case(enum goodbye_case how) {
-  char *argv[] = {
-      HKRUN_PATH,
-      "-np",
-      "1",
-      "-v",
-      "sh",
-      "-c",
-      "echo \"rdv=$HK_RENDEZVOUS secret=$HK_SECRET\"; read x; exit 0",
-      NULL};
+/* *state points to the case. */
+static void test_goodbye_case(void **state) {
+  enum goodbye_case how = *(const enum goodbye_case *)*state;
   hkt_proc p;
-  char rdv[64];
-  hk_secret secret;
-  start_listening_job(&p, argv, rdv, &secret);
+  rdv_info rdv;
+  start_listening_job(&p, "-np 1 -v", "read x; exit 0", &rdv);
   long pid =
       find_int_after(p.err.data, "hkrun: started rank 0 as pid ", "pid ");
   assert_true(pid > 0);
-  int fd = connect_to(rdv);
-  handshake(fd, &secret);
+  int fd = connect_to(rdv.addr);
+  handshake(fd, &rdv.secret);
   send_register(fd, 0, 1, 4242);
   hk_msg m;
   recv_msg(fd, &m);
@@ -1011,10 +971,7 @@ static void run_goodbye_case(enum goodbye_case how) {
     assert_null(strstr(r.err, "without calling hk_shutdown"));
   } else {
     assert_exit(&r, 1);
-    if (!strstr(r.err, expect)) {
-      dump(&r);
-      fail_msg("stderr lacks '%s'", expect);
-    }
+    assert_err_has(&r, expect);
   }
   if (how == HELD_OPEN)
     assert_true(hkt_now() - exit_seen > 1.5);
@@ -1033,52 +990,13 @@ static void run_goodbye_case(enum goodbye_case how) {
   assert_no_process_left(NULL, 0);
 }
 
-static void test_goodbye_after_exit(void **state) {
-  (void)state;
-  run_goodbye_case(BYE_AFTER_EXIT);
-}
-
-static void test_eof_after_exit(void **state) {
-  (void)state;
-  run_goodbye_case(EOF_AFTER_EXIT);
-}
-
-static void test_eof_before_exit(void **state) {
-  (void)state;
-  run_goodbye_case(EOF_BEFORE_EXIT);
-}
-
-static void test_connection_held_open(void **state) {
-  (void)state;
-  run_goodbye_case(HELD_OPEN);
-}
-
-static void test_goodbye_wrong_rank(void **state) {
-  (void)state;
-  run_goodbye_case(WRONG_RANK);
-}
-
-static void test_signal_while_waiting(void **state) {
-  (void)state;
-  run_goodbye_case(SIGNALLED);
-}
-
 /* A connection that never authenticates is closed after 10 s. */
 static void test_rendezvous_auth_timeout(void **state) {
   (void)state;
-  char *argv[] = {HKRUN_PATH,
-                  "-np",
-                  "1",
-                  "sh",
-                  "-c",
-                  "echo \"rdv=$HK_RENDEZVOUS secret=$HK_SECRET\"; read x; "
-                  "exit 0",
-                  NULL};
   hkt_proc p;
-  char rdv[64];
-  hk_secret secret;
-  start_listening_job(&p, argv, rdv, &secret);
-  int fd = connect_to(rdv);
+  rdv_info rdv;
+  start_listening_job(&p, "-np 1", "read x; exit 0", &rdv);
+  int fd = connect_to(rdv.addr);
   double t0 = hkt_now();
   uint8_t nonce_s[HK_NONCE_LEN];
   assert_int_equal(read_exact(fd, nonce_s, sizeof nonce_s, FAST_S),
@@ -1087,19 +1005,17 @@ static void test_rendezvous_auth_timeout(void **state) {
   assert_closed_by_server(fd, 30.0);
   double waited = hkt_now() - t0;
   assert_true(waited > 9.5 && waited < 30.0);
-  char me[64], expect[160];
-  local_addr(fd, me, sizeof me);
-  close(fd);
-  snprintf(expect, sizeof expect,
-           "hkrun warning: refused a connection from %s: no authentication "
-           "within 10 s",
-           me);
-  assert_int_equal(hkt_wait_line(&p, expect, FAST_S, NULL), 0);
+  close_expect_warning(&p, fd, "refused a connection from",
+                       "no authentication within 10 s", 0);
   hkt_result r;
   hkt_finish(&p, FAST_S, &r);
   assert_exit(&r, 0);
   hkt_result_free(&r);
 }
+
+/* A goodbye case: test_goodbye_case with the case HOW (HKT_CASE_TEST). */
+#define GOODBYE_TEST(name, how)                                                \
+  HKT_CASE_TEST(name, test_goodbye_case, enum goodbye_case, how)
 
 int main(void) {
   if (hkt_setup() != 0)
@@ -1116,9 +1032,10 @@ int main(void) {
       cmocka_unit_test(test_first_failure_terminates_others),
       cmocka_unit_test(test_sigkill_after_sigterm),
       cmocka_unit_test(test_kill9_one_worker),
-      cmocka_unit_test(test_sigterm_forwarded),
-      cmocka_unit_test(test_sigint_forwarded),
-      cmocka_unit_test(test_sighup_forwarded),
+      HKT_CASE_TEST(test_sigterm_forwarded, test_signal_forwarded, int,
+                    SIGTERM),
+      HKT_CASE_TEST(test_sigint_forwarded, test_signal_forwarded, int, SIGINT),
+      HKT_CASE_TEST(test_sighup_forwarded, test_signal_forwarded, int, SIGHUP),
       cmocka_unit_test(test_sigint_then_sigterm_then_sigkill),
       cmocka_unit_test(test_background_child_is_cleaned_up),
       cmocka_unit_test(test_bad_command_lines),
@@ -1126,12 +1043,12 @@ int main(void) {
       cmocka_unit_test(test_rendezvous_handshake),
       cmocka_unit_test(test_rendezvous_abort),
       cmocka_unit_test(test_rendezvous_auth_timeout),
-      cmocka_unit_test(test_goodbye_after_exit),
-      cmocka_unit_test(test_eof_after_exit),
-      cmocka_unit_test(test_eof_before_exit),
-      cmocka_unit_test(test_connection_held_open),
-      cmocka_unit_test(test_goodbye_wrong_rank),
-      cmocka_unit_test(test_signal_while_waiting),
+      GOODBYE_TEST(test_goodbye_after_exit, BYE_AFTER_EXIT),
+      GOODBYE_TEST(test_eof_after_exit, EOF_AFTER_EXIT),
+      GOODBYE_TEST(test_eof_before_exit, EOF_BEFORE_EXIT),
+      GOODBYE_TEST(test_connection_held_open, HELD_OPEN),
+      GOODBYE_TEST(test_goodbye_wrong_rank, WRONG_RANK),
+      GOODBYE_TEST(test_signal_while_waiting, SIGNALLED),
   };
   int failed = cmocka_run_group_tests(tests, NULL, NULL);
   hkt_kill_orphans(); /* after a failed test: leave nothing running */

@@ -93,11 +93,45 @@ static void assert_namespaces_empty(void) {
   }
 }
 
+/* Runs `hkrun -np 4 -H <the 2 hosts, 2 slots each> ... -- ARGS` across
+ * the bed (hkt_bed_job_argv: args NULL-terminated, tagged output where
+ * tag_output) with extra environment env, to its end into *r (caller:
+ * job_done); hosts (96 bytes) gets the host list. Skips without a bed. */
+static void run_across(const char *const *args, int tag_output,
+                       char *const *env, char *hosts, hkt_result *r) {
+  need_bed();
+  hkt_bed_hostlist(&bed, 2, 2, hosts, 96);
+  char *argv[HKT_BED_ARGV];
+  hkt_bed_job_argv(&bed, argv, HKRUN_PATH, "4", hosts, tag_output, args);
+  hkt_run(argv, env, JOB_S, r);
+}
+
+/* Fails the test, dumping the job, unless it exited with status code and
+ * ok holds; the message (printf format) says what failed. */
+static void assert_job(const hkt_result *r, int code, int ok, const char *fmt,
+                       ...) {
+  if (!r->timed_out && r->exited && r->exit_code == code && ok)
+    return;
+  dump("hkrun", r);
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  fail_msg("%s", msg);
+}
+
+/* Frees the job's result and checks that it left no process behind. */
+static void job_done(hkt_result *r) {
+  hkt_result_free(r);
+  assert_namespaces_empty();
+}
+
 static void test_ranks_in_namespaces(void **state) {
   (void)state;
   need_bed();
   char hosts[96];
-  snprintf(hosts, sizeof hosts, "%s:2,%s:2", bed.host[0], bed.host[1]);
+  hkt_bed_hostlist(&bed, 2, 2, hosts, sizeof hosts);
   char *argv[] = {HKRUN_PATH,
                   "-np",
                   "4",
@@ -114,10 +148,7 @@ static void test_ranks_in_namespaces(void **state) {
                   NULL};
   hkt_result r;
   hkt_run(argv, job_env, JOB_S, &r);
-  if (r.timed_out || !r.exited || r.exit_code != 0) {
-    dump("hkrun", &r);
-    fail_msg("hkrun -H %s failed", hosts);
-  }
+  assert_job(&r, 0, 1, "hkrun -H %s failed", hosts);
   for (int rank = 0; rank < 4; rank++) {
     char line[256];
     snprintf(line, sizeof line, "rank=%d ns=%s host=%s", rank, bed.ns[rank / 2],
@@ -128,35 +159,16 @@ static void test_ranks_in_namespaces(void **state) {
     }
   }
   assert_int_equal(hkt_count_lines(r.out, "rank="), 4);
-  hkt_result_free(&r);
-  assert_namespaces_empty();
+  job_done(&r);
 }
 
 static void test_exchange_across_hosts(void **state) {
   (void)state;
-  need_bed();
   char hosts[96];
-  snprintf(hosts, sizeof hosts, "%s:2,%s:2", bed.host[0], bed.host[1]);
-  char *argv[] = {HKRUN_PATH,
-                  "-np",
-                  "4",
-                  "-H",
-                  hosts,
-                  "--no-tag-output",
-                  "--network-interface",
-                  bed.subnet,
-                  "--mpi-args",
-                  bed.agent_args,
-                  "--",
-                  W_MPI_EXCHANGE,
-                  "own",
-                  NULL};
   hkt_result r;
-  hkt_run(argv, job_env, JOB_S, &r);
-  if (r.timed_out || !r.exited || r.exit_code != 0) {
-    dump("hkrun", &r);
-    fail_msg("hkrun -H %s w_mpi_exchange failed", hosts);
-  }
+  run_across((const char *[]){W_MPI_EXCHANGE, "own", NULL}, 0, job_env, hosts,
+             &r);
+  assert_job(&r, 0, 1, "hkrun -H %s w_mpi_exchange failed", hosts);
   for (int rank = 0; rank < 4; rank++) {
     const char *h = bed.host[rank / 2];
     char line[256];
@@ -168,8 +180,7 @@ static void test_exchange_across_hosts(void **state) {
       fail_msg("missing line: %s", line);
     }
   }
-  hkt_result_free(&r);
-  assert_namespaces_empty();
+  job_done(&r);
 }
 
 /* hk's own runtime across the hosts: hkrun -H execs mpirun, hk_init
@@ -178,31 +189,12 @@ static void test_exchange_across_hosts(void **state) {
  * its serial computation on 2 hosts x 2 ranks. */
 static void test_hk_collectives_across_hosts(void **state) {
   (void)state;
-  need_bed();
   char hosts[96];
-  snprintf(hosts, sizeof hosts, "%s:2,%s:2", bed.host[0], bed.host[1]);
-  char *argv[] = {HKRUN_PATH,
-                  "-np",
-                  "4",
-                  "-H",
-                  hosts,
-                  "--no-tag-output",
-                  "--network-interface",
-                  bed.subnet,
-                  "--mpi-args",
-                  bed.agent_args,
-                  "--",
-                  W_COLLECTIVES,
-                  NULL};
   hkt_result r;
-  hkt_run(argv, job_env, JOB_S, &r);
-  if (r.timed_out || !r.exited || r.exit_code != 0 ||
-      hkt_count_lines(r.out, "collectives ok: np=4") != 4) {
-    dump("hkrun", &r);
-    fail_msg("hk collectives across %s failed", hosts);
-  }
-  hkt_result_free(&r);
-  assert_namespaces_empty();
+  run_across((const char *[]){W_COLLECTIVES, NULL}, 0, job_env, hosts, &r);
+  assert_job(&r, 0, hkt_count_lines(r.out, "collectives ok: np=4") == 4,
+             "hk collectives across %s failed", hosts);
+  job_done(&r);
 }
 
 /* Issue 5, item 2: the ring across the hosts over MPI point-to-point
@@ -213,51 +205,29 @@ static void test_hk_collectives_across_hosts(void **state) {
  * then the same over TCP only, 3 sockets per peer across the bed. */
 static void test_links_across_hosts(void **state) {
   (void)state;
-  need_bed();
   char hosts[96];
-  snprintf(hosts, sizeof hosts, "%s:2,%s:2", bed.host[0], bed.host[1]);
   const char *cross[] = {"HK_CROSS_TRANSPORT=mpi", "HK_CROSS_TRANSPORT=tcp"};
   for (int c = 0; c < 2; c++) {
     char *env[] = {"ASAN_OPTIONS=detect_leaks=0", (char *)cross[c],
                    "HK_SOCKETS_PER_PEER=3", "HK_LOG_LEVEL=info", NULL};
     const char *workers[] = {W_COLLECTIVES, W_ALLREDUCE};
     for (int w = 0; w < 2; w++) {
-      char *argv[] = {HKRUN_PATH,
-                      "-np",
-                      "4",
-                      "-H",
-                      hosts,
-                      "--no-tag-output",
-                      "--network-interface",
-                      bed.subnet,
-                      "--mpi-args",
-                      bed.agent_args,
-                      "--",
-                      (char *)workers[w],
-                      "0",
-                      "1",
-                      "3",
-                      "4",
-                      "100003",
-                      NULL};
-      if (w == 0)
-        argv[12] = NULL; /* w_collectives takes no arguments */
+      /* w_collectives takes no arguments */
+      const char *args[] = {
+          workers[w], w == 0 ? NULL : "0", "1", "3", "4", "100003", NULL};
       hkt_result r;
-      hkt_run(argv, env, JOB_S, &r);
+      run_across(args, 0, env, hosts, &r);
       const char *ok = w == 0 ? "collectives ok: np=4" : "allreduce ok: np=4";
       const char *links = c == 0 ? "data links: 1 over TCP (3 sockets each), "
                                    "2 over MPI"
                                  : "data links: 3 over TCP (3 sockets each), "
                                    "0 over MPI";
-      if (r.timed_out || !r.exited || r.exit_code != 0 ||
-          hkt_count_lines(r.out, ok) != 4 ||
-          hkt_count_lines(r.err, links) != 4) {
-        dump("hkrun", &r);
-        fail_msg("%s, 3 sockets per peer: %s across %s failed", cross[c],
+      assert_job(&r, 0,
+                 hkt_count_lines(r.out, ok) == 4 &&
+                     hkt_count_lines(r.err, links) == 4,
+                 "%s, 3 sockets per peer: %s across %s failed", cross[c],
                  workers[w], hosts);
-      }
-      hkt_result_free(&r);
-      assert_namespaces_empty();
+      job_done(&r);
     }
   }
 }
@@ -265,31 +235,12 @@ static void test_links_across_hosts(void **state) {
 /* A rank that fails on the second host: hkrun exits with its status. */
 static void test_failure_across_hosts(void **state) {
   (void)state;
-  need_bed();
   char hosts[96];
-  snprintf(hosts, sizeof hosts, "%s:2,%s:2", bed.host[0], bed.host[1]);
-  char *argv[] = {HKRUN_PATH,
-                  "-np",
-                  "4",
-                  "-H",
-                  hosts,
-                  "--network-interface",
-                  bed.subnet,
-                  "--mpi-args",
-                  bed.agent_args,
-                  "--",
-                  W_MPI_EXCHANGE,
-                  "fail",
-                  "3",
-                  NULL};
   hkt_result r;
-  hkt_run(argv, job_env, JOB_S, &r);
-  if (r.timed_out || !r.exited || r.exit_code != 3) {
-    dump("hkrun", &r);
-    fail_msg("expected exit status 3 from rank 3 on %s", bed.host[1]);
-  }
-  hkt_result_free(&r);
-  assert_namespaces_empty();
+  run_across((const char *[]){W_MPI_EXCHANGE, "fail", "3", NULL}, 1, job_env,
+             hosts, &r);
+  assert_job(&r, 3, 1, "expected exit status 3 from rank 3 on %s", bed.host[1]);
+  job_done(&r);
 }
 
 /* Asserts that no namespace, link or directory of bed `id` is left. */

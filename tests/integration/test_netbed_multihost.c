@@ -146,6 +146,20 @@ static void assert_namespaces_empty(void) {
 
 /* ---- collectives ---- */
 
+/* A collectives case: the cross-host transport and whether the allreduce
+ * is hierarchical ("0" or "1"). */
+typedef struct check_case {
+  const char *transport, *hier;
+} check_case;
+
+static void run_check(const char *transport, const char *hier);
+
+/* *state points to the case. */
+static void test_check(void **state) {
+  const check_case *c = *state;
+  run_check(c->transport, c->hier);
+}
+
 static void run_check(const char *transport, const char *hier) {
   hkt_bed_need(&bed);
   char hosts[512];
@@ -156,21 +170,9 @@ static void run_check(const char *transport, const char *hier) {
   /* Open MPI's own allocations are not ours to report under ASan */
   char *env[] = {"ASAN_OPTIONS=detect_leaks=0", tr_env, hier_env,
                  "HK_INTRA_TRANSPORT=shm", NULL};
-  char *argv[] = {HKRUN_PATH,
-                  "-np",
-                  "8",
-                  "-H",
-                  hosts,
-                  "--no-tag-output",
-                  "--network-interface",
-                  bed.subnet,
-                  "--mpi-args",
-                  bed.agent_args,
-                  "--",
-                  W_NETBED,
-                  "check",
-                  "2",
-                  NULL};
+  char *argv[HKT_BED_ARGV];
+  hkt_bed_job_argv(&bed, argv, HKRUN_PATH, "8", hosts, 0,
+                   (const char *[]){W_NETBED, "check", "2", NULL});
   hkt_result r;
   hkt_run(argv, env, JOB_S, &r);
   if (r.timed_out || !r.exited || r.exit_code != 0) {
@@ -206,26 +208,6 @@ static void run_check(const char *transport, const char *hier) {
   assert_int_equal(hkt_count_lines(r.out, "netbed ok: "), NP);
   hkt_result_free(&r);
   assert_namespaces_empty();
-}
-
-static void test_tcp_flat(void **state) {
-  (void)state;
-  run_check("tcp", "0");
-}
-
-static void test_tcp_hierarchical(void **state) {
-  (void)state;
-  run_check("tcp", "1");
-}
-
-static void test_mpi_flat(void **state) {
-  (void)state;
-  run_check("mpi", "0");
-}
-
-static void test_mpi_hierarchical(void **state) {
-  (void)state;
-  run_check("mpi", "1");
 }
 
 /* ---- faults ---- */
@@ -320,25 +302,11 @@ static void run_cut(int cut, int gate, const char *transport,
                  NULL};
   char mark[16];
   snprintf(mark, sizeof mark, "%d", MARK_AFTER);
-  char *argv[] = {HKRUN_PATH,
-                  "-np",
-                  "8",
-                  "-H",
-                  hosts,
-                  "--no-tag-output",
-                  "--network-interface",
-                  bed.subnet,
-                  "--mpi-args",
-                  bed.agent_args,
-                  "--",
-                  W_NETBED,
-                  "loop",
-                  mark,
-                  COUNT,
-                  dir,
-                  gate ? fifo : NULL, /* without a gate, the end */
-                  gate_host,
-                  NULL};
+  char *argv[HKT_BED_ARGV];
+  const char *args[] = {W_NETBED,           "loop", mark, COUNT, dir,
+                        gate ? fifo : NULL, /* without a gate, the end */
+                        gate_host,          NULL};
+  hkt_bed_job_argv(&bed, argv, HKRUN_PATH, "8", hosts, 0, args);
   hkt_proc p;
   assert_int_equal(hkt_start(argv, env, &p), 0);
   /* the step is in flight on every rank (gate: on every rank but the cut
@@ -451,23 +419,9 @@ static void test_mpirun_killed_after_cut(void **state) {
   snprintf(tmp_env, sizeof tmp_env, "TMPDIR=%s", dir);
   char *env[] = {"ASAN_OPTIONS=detect_leaks=0", "NETBED_ALIVE_S=600", tmp_env,
                  NULL};
-  char *argv[] = {HKRUN_PATH,
-                  "-np",
-                  "8",
-                  "-H",
-                  hosts,
-                  "--no-tag-output",
-                  "--network-interface",
-                  bed.subnet,
-                  "--mpi-args",
-                  bed.agent_args,
-                  "--",
-                  W_NETBED,
-                  "loop",
-                  "1",
-                  "1000",
-                  dir,
-                  NULL};
+  char *argv[HKT_BED_ARGV];
+  hkt_bed_job_argv(&bed, argv, HKRUN_PATH, "8", hosts, 0,
+                   (const char *[]){W_NETBED, "loop", "1", "1000", dir, NULL});
   hkt_proc p;
   assert_int_equal(hkt_start(argv, env, &p), 0);
   int ok = hkt_wait_lines(&p, "netbed mid-allreduce: ", NP, JOB_S) == 0;
@@ -490,21 +444,16 @@ static void test_mpirun_killed_after_cut(void **state) {
   remove_dir(dir);
 }
 
-static void test_cut_mid_transfer(void **state) {
-  (void)state;
-  run_cut(2, 0, "tcp", "0");
-}
+/* A cut case: run_cut's arguments. */
+typedef struct cut_case {
+  int cut, gate;
+  const char *transport, *hier;
+} cut_case;
 
-static void test_cut_mid_negotiation(void **state) {
-  (void)state;
-  run_cut(0, 1, "tcp", "1");
-}
-
-/* Over MPI links (Open MPI's TCP, which has no timeout of its own): hk's
- * waits on them time out. */
-static void test_cut_mid_transfer_mpi(void **state) {
-  (void)state;
-  run_cut(1, 0, "mpi", "1");
+/* *state points to the case. */
+static void test_cut(void **state) {
+  const cut_case *c = *state;
+  run_cut(c->cut, c->gate, c->transport, c->hier);
 }
 
 int main(int argc, char **argv) {
@@ -519,19 +468,26 @@ int main(int argc, char **argv) {
   int failed = 0;
   if (all || !strcmp(which, "collectives")) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_tcp_flat),
-        cmocka_unit_test(test_tcp_hierarchical),
-        cmocka_unit_test(test_mpi_flat),
-        cmocka_unit_test(test_mpi_hierarchical),
+        HKT_CASE_TEST(test_tcp_flat, test_check, check_case, "tcp", "0"),
+        HKT_CASE_TEST(test_tcp_hierarchical, test_check, check_case, "tcp",
+                      "1"),
+        HKT_CASE_TEST(test_mpi_flat, test_check, check_case, "mpi", "0"),
+        HKT_CASE_TEST(test_mpi_hierarchical, test_check, check_case, "mpi",
+                      "1"),
     };
     failed += cmocka_run_group_tests_name("collectives", tests, group_setup,
                                           group_teardown);
   }
   if (all || !strcmp(which, "faults")) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_cut_mid_transfer),
-        cmocka_unit_test(test_cut_mid_negotiation),
-        cmocka_unit_test(test_cut_mid_transfer_mpi),
+        HKT_CASE_TEST(test_cut_mid_transfer, test_cut, cut_case, 2, 0, "tcp",
+                      "0"),
+        HKT_CASE_TEST(test_cut_mid_negotiation, test_cut, cut_case, 0, 1, "tcp",
+                      "1"),
+        /* Over MPI links (Open MPI's TCP, which has no timeout of its own):
+         * hk's waits on them time out. */
+        HKT_CASE_TEST(test_cut_mid_transfer_mpi, test_cut, cut_case, 1, 0,
+                      "mpi", "1"),
         cmocka_unit_test(test_mpirun_killed_after_cut),
     };
     failed += cmocka_run_group_tests_name("faults", tests, group_setup,

@@ -93,17 +93,22 @@ static void train_argv(char **argv, char *nps, int np, va_list ap) {
 /* `hkrun -np np train args...` (args NULL-terminated) with extra
  * environment env (NULL-terminated "NAME=value", or NULL): started into
  * *p when p is not NULL (hkt_start), else run to its end into *r. */
-static void train_job(int np, char *const *env, hkt_proc *p, hkt_result *r,
-                      ...) {
+static void train_vjob(int np, char *const *env, hkt_proc *p, hkt_result *r,
+                       va_list ap) {
   char *argv[40], nps[16];
-  va_list ap;
-  va_start(ap, r);
   train_argv(argv, nps, np, ap);
-  va_end(ap);
   if (p)
     assert_int_equal(hkt_start(argv, env, p), 0);
   else
     hkt_run(argv, env, RUN_S, r);
+}
+
+static void train_job(int np, char *const *env, hkt_proc *p, hkt_result *r,
+                      ...) {
+  va_list ap;
+  va_start(ap, r);
+  train_vjob(np, env, p, r, ap);
+  va_end(ap);
 }
 #define run_train(np, r, ...) train_job(np, NULL, NULL, r, __VA_ARGS__)
 #define run_train_env(np, env, r, ...) train_job(np, env, NULL, r, __VA_ARGS__)
@@ -252,6 +257,19 @@ static void assert_every_rank_says(const hkt_result *r, int np,
   }
 }
 
+/* Runs `hkrun -np np train args...` (args NULL-terminated) to its end and
+ * asserts its exit status and that every rank said `what` once. */
+static void expect_every_rank(int np, int code, const char *what, ...) {
+  hkt_result r;
+  va_list ap;
+  va_start(ap, what);
+  train_vjob(np, NULL, NULL, &r, ap);
+  va_end(ap);
+  assert_exit(&r, code);
+  assert_every_rank_says(&r, np, what);
+  hkt_result_free(&r);
+}
+
 /* ---- (a) a short run learns; ranks end with identical weights ---- */
 
 static void test_short_run(void **state) {
@@ -306,7 +324,14 @@ static void world_size_losses(const char *model, const char *optimizer,
   }
 }
 
-static void assert_losses_within(const double loss[3], double rel) {
+/* world_size_losses, then asserts that the losses at np 2 and 4 are
+ * within rel (relative) of np 1's. */
+static void assert_world_sizes_agree(const char *model, const char *optimizer,
+                                     const char *lr,
+                                     void (*same)(const char *, int),
+                                     double rel) {
+  double loss[3];
+  world_size_losses(model, optimizer, lr, same, loss);
   for (int i = 1; i < 3; i++)
     if (fabs(loss[i] - loss[0]) > rel * loss[0])
       fail_msg("np=%d loss %.6f vs np=1 loss %.6f", 1 << i, loss[i], loss[0]);
@@ -315,11 +340,9 @@ static void assert_losses_within(const double loss[3], double rel) {
 static void test_world_sizes_agree(void **state) {
   (void)state;
   NEED_DATASET();
-  double loss[3];
   /* SGD: unlike Adam, its steps scale with the gradient, so a sum
    * where an average belongs would show. */
-  world_size_losses("mlp", "sgd", "0.05", assert_same_weights, loss);
-  assert_losses_within(loss, 1e-3);
+  assert_world_sizes_agree("mlp", "sgd", "0.05", assert_same_weights, 1e-3);
 }
 
 /* ---- (b2) the CNN: same loss on 1, 2, 4 ranks, same weights ---- */
@@ -327,12 +350,11 @@ static void test_world_sizes_agree(void **state) {
 static void test_cnn_world_sizes_agree(void **state) {
   (void)state;
   NEED_DATASET();
-  double loss[3];
-  world_size_losses("cnn", "adamw", "5e-3", assert_same_cnn_weights, loss);
   /* Batch norm normalises with each rank's shard (64, 32, 16 samples), so
    * unlike the MLP the runs differ beyond rounding: by 0.4% measured;
    * 2% allowed. */
-  assert_losses_within(loss, 2e-2);
+  assert_world_sizes_agree("cnn", "adamw", "5e-3", assert_same_cnn_weights,
+                           2e-2);
 }
 
 /* ---- (b3) bf16 and fp16: finite, learning, identical on every rank ---- */
@@ -470,13 +492,9 @@ static void test_lamb_plateau(void **state) {
 
 static void expect_data_error(const char *dir, const char *file,
                               const char *problem) {
-  hkt_result r;
-  run_train(2, &r, "--data", dir, "--epochs", "1", NULL);
-  assert_exit(&r, 1);
   char what[512];
   snprintf(what, sizeof what, "%s/%s: %s", dir, file, problem);
-  assert_every_rank_says(&r, 2, what);
-  hkt_result_free(&r);
+  expect_every_rank(2, 1, what, "--data", dir, "--epochs", "1", NULL);
 }
 
 static void test_malformed_data(void **state) {
@@ -489,31 +507,35 @@ static void test_malformed_data(void **state) {
   assert_int_equal(hkt_count_lines(r.out, "[0] epoch 1 loss "), 1);
   hkt_result_free(&r);
 
-  /* Truncated: half the training images' records are missing. */
-  dir = tiny_set("truncated");
-  write_idx(dir, "train-images-idx3-ubyte.gz", 3, 256, 28, 28, 128);
-  expect_data_error(dir, "train-images-idx3-ubyte.gz",
-                    "truncated: the header declares 256 records of 784 "
-                    "bytes, the file ends after 128 of them");
-
-  /* Bad magic: test labels with an images header. */
-  dir = tiny_set("magic");
-  write_idx(dir, "t10k-labels-idx1-ubyte.gz", 3, 64, 28, 28, 64);
-  expect_data_error(dir, "t10k-labels-idx1-ubyte.gz",
-                    "bad magic 0x00000803 (expected 0x00000801");
-
-  /* Counts: 255 training labels for 256 images. */
-  dir = tiny_set("counts");
-  write_idx(dir, "train-labels-idx1-ubyte.gz", 1, 255, 0, 0, 255);
-  expect_data_error(dir, "train-labels-idx1-ubyte.gz",
-                    "count mismatch: 255 labels, but "
-                    "train-images-idx3-ubyte.gz holds 256 images");
-
-  /* Dims: 28x27 test images. */
-  dir = tiny_set("dims");
-  write_idx(dir, "t10k-images-idx3-ubyte.gz", 3, 64, 28, 27, 64);
-  expect_data_error(dir, "t10k-images-idx3-ubyte.gz",
-                    "wrong dims 28x27 (expected 28x28)");
+  /* One file of a good set replaced by a bad IDX file (write_idx: ndims,
+   * count, rows, cols, records). */
+  static const struct {
+    const char *set, *file;
+    int ndims;
+    uint32_t count, rows, cols, records;
+    const char *problem;
+  } bad[] = {
+      /* Truncated: half the training images' records are missing. */
+      {"truncated", "train-images-idx3-ubyte.gz", 3, 256, 28, 28, 128,
+       "truncated: the header declares 256 records of 784 "
+       "bytes, the file ends after 128 of them"},
+      /* Bad magic: test labels with an images header. */
+      {"magic", "t10k-labels-idx1-ubyte.gz", 3, 64, 28, 28, 64,
+       "bad magic 0x00000803 (expected 0x00000801"},
+      /* Counts: 255 training labels for 256 images. */
+      {"counts", "train-labels-idx1-ubyte.gz", 1, 255, 0, 0, 255,
+       "count mismatch: 255 labels, but "
+       "train-images-idx3-ubyte.gz holds 256 images"},
+      /* Dims: 28x27 test images. */
+      {"dims", "t10k-images-idx3-ubyte.gz", 3, 64, 28, 27, 64,
+       "wrong dims 28x27 (expected 28x28)"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    dir = tiny_set(bad[i].set);
+    write_idx(dir, bad[i].file, bad[i].ndims, bad[i].count, bad[i].rows,
+              bad[i].cols, bad[i].records);
+    expect_data_error(dir, bad[i].file, bad[i].problem);
+  }
 
   /* Not gzip, not IDX: garbage bytes. */
   dir = tiny_set("garbage");
@@ -527,27 +549,20 @@ static void test_missing_data_dir(void **state) {
   (void)state;
   char dir[128];
   snprintf(dir, sizeof dir, "%s/absent", tmp);
-  hkt_result r;
-  run_train(2, &r, "--data", dir, NULL);
-  assert_exit(&r, 1);
   char what[256];
   snprintf(what, sizeof what,
            "%s: cannot read the data directory: No such file or directory",
            dir);
-  assert_every_rank_says(&r, 2, what);
-  hkt_result_free(&r);
+  expect_every_rank(2, 1, what, "--data", dir, NULL);
 
   /* A directory without the files names the first one missing. */
   snprintf(dir, sizeof dir, "%s/empty", tmp);
   assert_int_equal(mkdir(dir, 0700), 0);
-  run_train(2, &r, "--data", dir, NULL);
-  assert_exit(&r, 1);
   snprintf(what, sizeof what,
            "%s/train-images-idx3-ubyte.gz: cannot open: No such file or "
            "directory",
            dir);
-  assert_every_rank_says(&r, 2, what);
-  hkt_result_free(&r);
+  expect_every_rank(2, 1, what, "--data", dir, NULL);
 }
 
 /* ---- usage errors: exit 2 on every rank ---- */
@@ -555,35 +570,25 @@ static void test_missing_data_dir(void **state) {
 static void test_usage_errors(void **state) {
   (void)state;
   hkt_result r;
-  run_train(2, &r, "--model", "resnet", NULL);
-  assert_exit(&r, 2);
-  assert_every_rank_says(&r, 2, "--model: 'resnet' is not one of mlp|cnn");
-  hkt_result_free(&r);
+  expect_every_rank(2, 2, "--model: 'resnet' is not one of mlp|cnn", "--model",
+                    "resnet", NULL);
 
-  run_train(2, &r, "--precision", "fp8", NULL);
-  assert_exit(&r, 2);
-  assert_every_rank_says(&r, 2, "--precision: 'fp8' is not fp32, bf16 or fp16");
-  hkt_result_free(&r);
+  expect_every_rank(2, 2, "--precision: 'fp8' is not fp32, bf16 or fp16",
+                    "--precision", "fp8", NULL);
 
-  run_train(2, &r, "--epochs", "x", NULL);
-  assert_exit(&r, 2);
-  assert_every_rank_says(&r, 2, "--epochs: 'x' is not an integer in 1..100000");
-  hkt_result_free(&r);
+  expect_every_rank(2, 2, "--epochs: 'x' is not an integer in 1..100000",
+                    "--epochs", "x", NULL);
 
   /* 3 ranks cannot split a global batch of 32. */
   const char *dir = tiny_set("batch");
-  run_train(3, &r, "--data", dir, "--global-batch-size", "32", NULL);
-  assert_exit(&r, 2);
-  assert_every_rank_says(
-      &r, 3, "--global-batch-size 32 is not divisible by the 3 ranks");
-  hkt_result_free(&r);
+  expect_every_rank(3, 2,
+                    "--global-batch-size 32 is not divisible by the 3 ranks",
+                    "--data", dir, "--global-batch-size", "32", NULL);
   /* 256 samples do not fill a global batch of 3 x 100. */
-  run_train(3, &r, "--data", dir, "--batch-size", "100", NULL);
-  assert_exit(&r, 2);
-  assert_every_rank_says(&r, 3,
-                         "the 256 training samples do not fill one global "
-                         "batch of 300 (100 per rank x 3 ranks)");
-  hkt_result_free(&r);
+  expect_every_rank(3, 2,
+                    "the 256 training samples do not fill one global "
+                    "batch of 300 (100 per rank x 3 ranks)",
+                    "--data", dir, "--batch-size", "100", NULL);
 
   char *help[] = {TRAIN_PATH, "--help", NULL};
   hkt_run(help, NULL, RUN_S, &r);
@@ -601,18 +606,14 @@ static void test_usage_errors(void **state) {
 static void test_device(void **state) {
   (void)state;
   hkt_result r;
-  run_train(2, &r, "--device", "gpu", NULL);
-  assert_exit(&r, 2);
-  assert_every_rank_says(&r, 2, "--device: 'gpu' is not cpu, cuda or auto");
-  hkt_result_free(&r);
+  expect_every_rank(2, 2, "--device: 'gpu' is not cpu, cuda or auto",
+                    "--device", "gpu", NULL);
 
   const char *dir = tiny_set("device");
-  run_train(2, &r, "--data", dir, "--device", "cuda", NULL);
-  assert_exit(&r, 2);
-  assert_every_rank_says(&r, 2,
-                         "--device cuda: --model mlp runs on the CPU row "
-                         "only (--model cnn has a CUDA row)");
-  hkt_result_free(&r);
+  expect_every_rank(2, 2,
+                    "--device cuda: --model mlp runs on the CPU row "
+                    "only (--model cnn has a CUDA row)",
+                    "--data", dir, "--device", "cuda", NULL);
 
   run_train(1, &r, "--data", dir, "--device", "cuda", "--model", "cnn",
             "--epochs", "1", NULL);
@@ -682,6 +683,16 @@ static void assert_files_equal(const char *a, const char *b) {
     fail_msg("%s and %s differ", a, b);
   free(x);
   free(y);
+}
+
+/* Asserts that for every rank of np, file A.rank equals file B.rank. */
+static void assert_rank_files_equal(const char *a, const char *b, int np) {
+  for (int rank = 0; rank < np; rank++) {
+    char fa[256], fb[256];
+    snprintf(fa, sizeof fa, "%s.%d", a, rank);
+    snprintf(fb, sizeof fb, "%s.%d", b, rank);
+    assert_files_equal(fa, fb);
+  }
 }
 
 static void kill_after_checkpoint(hkt_proc *p, const char *ck, int epoch);
@@ -785,11 +796,7 @@ static void test_device_path_fake_row(void **state) {
   assert_int_equal(hkt_count_lines(r.out, want), 1);
   assert_int_equal(hkt_count_lines(r.out, "[0] epoch 2 loss"), 1);
   hkt_result_free(&r);
-  for (int rank = 0; rank < 2; rank++) {
-    snprintf(a, sizeof a, "%s.%d", ref, rank);
-    snprintf(b, sizeof b, "%s.%d", part, rank);
-    assert_files_equal(a, b);
-  }
+  assert_rank_files_equal(ref, part, 2);
 }
 
 /* Prefetching (and its thread) changes nothing computed: with augmentation
@@ -811,11 +818,7 @@ static void test_prefetch_same_weights(void **state) {
             "--augment", "--prefetch", "4", "--save-all", p4, NULL);
   assert_exit(&r, 0);
   hkt_result_free(&r);
-  for (int rank = 0; rank < 2; rank++) {
-    snprintf(a, sizeof a, "%s.%d", p0, rank);
-    snprintf(b, sizeof b, "%s.%d", p4, rank);
-    assert_files_equal(a, b);
-  }
+  assert_rank_files_equal(p0, p4, 2);
   /* ... and augmentation does change the batches (so it was on). */
   snprintf(p4, sizeof p4, "%s/plain", tmp);
   run_train(2, &r, "--data", dir, "--epochs", "2", "--batch-size", "16",
@@ -933,7 +936,7 @@ static void kill_after_checkpoint(hkt_proc *p, const char *ck, int epoch) {
 static void test_checkpoint_resume(void **state) {
   (void)state;
   const char *dir = tiny_set("resume");
-  char ref[160], part[160], ck[160], csv[180], a[200], b[200];
+  char ref[160], part[160], ck[160], csv[180];
   snprintf(ref, sizeof ref, "%s/ref", tmp);
   snprintf(part, sizeof part, "%s/part", tmp);
   snprintf(ck, sizeof ck, "%s/ck", tmp);
@@ -975,11 +978,7 @@ static void test_checkpoint_resume(void **state) {
   assert_int_equal(hkt_count_lines(r.out, "[0] epoch 1 loss"), 0);
   assert_int_equal(hkt_count_lines(r.out, "[0] epoch 3 loss"), 1);
   hkt_result_free(&r);
-  for (int rank = 0; rank < 2; rank++) {
-    snprintf(a, sizeof a, "%s.%d", ref, rank);
-    snprintf(b, sizeof b, "%s.%d", part, rank);
-    assert_files_equal(a, b);
-  }
+  assert_rank_files_equal(ref, part, 2);
   assert_int_equal(stray_files(ck), 0);
   /* The metrics file goes on where the killed run left it: one header,
    * epochs 1, 2, 3. */
@@ -996,10 +995,11 @@ static void test_checkpoint_resume(void **state) {
 
 /* A resume from a damaged or foreign checkpoint stops every rank before
  * any training, naming the file and the problem. */
-static void expect_refused(int np, const char *dir, const char *ck,
-                           const char *problem) {
+static void expect_refused_run(int np, const char *dir, const char *ck,
+                               const char *epochs, const char *batch,
+                               const char *problem) {
   hkt_result r;
-  run_train(np, &r, "--data", dir, "--epochs", "1", "--batch-size", "16",
+  run_train(np, &r, "--data", dir, "--epochs", epochs, "--batch-size", batch,
             "--checkpoint-dir", ck, "--resume", NULL);
   assert_exit(&r, 1);
   char what[512];
@@ -1011,6 +1011,13 @@ static void expect_refused(int np, const char *dir, const char *ck,
     fail_msg("trained from a refused checkpoint");
   }
   hkt_result_free(&r);
+}
+
+/* expect_refused_run with the settings the checkpoint was written with
+ * (--epochs 1 --batch-size 16). */
+static void expect_refused(int np, const char *dir, const char *ck,
+                           const char *problem) {
+  expect_refused_run(np, dir, ck, "1", "16", problem);
 }
 
 static void damage(const char *path, long keep, long flip_at) {
@@ -1037,7 +1044,7 @@ static void damage(const char *path, long keep, long flip_at) {
 static void test_checkpoint_resume_cnn_fp16(void **state) {
   (void)state;
   NEED_DATASET();
-  char ref[160], part[160], ck[160], a[200], b[200];
+  char ref[160], part[160], ck[160];
   snprintf(ref, sizeof ref, "%s/cref", tmp);
   snprintf(part, sizeof part, "%s/cpart", tmp);
   snprintf(ck, sizeof ck, "%s/cck", tmp);
@@ -1092,11 +1099,7 @@ static void test_checkpoint_resume_cnn_fp16(void **state) {
                hkt_count_lines(r.out, "learning rate now 0.25 x the peak"));
     }
   hkt_result_free(&r);
-  for (int rank = 0; rank < 2; rank++) {
-    snprintf(a, sizeof a, "%s.%d", ref, rank);
-    snprintf(b, sizeof b, "%s.%d", part, rank);
-    assert_files_equal(a, b);
-  }
+  assert_rank_files_equal(ref, part, 2);
   assert_int_equal(stray_files(ck), 0);
 }
 
@@ -1137,25 +1140,13 @@ static void test_checkpoint_refused(void **state) {
   /* Other settings: np, then the batch. */
   expect_refused(1, dir, ck,
                  "settings differ: np is 2 in the checkpoint, 1 in this run");
-  run_train(2, &r, "--data", dir, "--epochs", "1", "--batch-size", "8",
-            "--checkpoint-dir", ck, "--resume", NULL);
-  assert_exit(&r, 1);
-  snprintf(what, sizeof what,
-           "%s: checkpoint refused: settings differ: batch is 16 in the "
-           "checkpoint, 8 in this run",
-           file);
-  assert_every_rank_says(&r, 2, what);
-  hkt_result_free(&r);
+  expect_refused_run(2, dir, ck, "1", "8",
+                     "settings differ: batch is 16 in the checkpoint, 8 in "
+                     "this run");
   /* More epochs change the schedule (cosine over all steps). */
-  run_train(2, &r, "--data", dir, "--epochs", "2", "--batch-size", "16",
-            "--checkpoint-dir", ck, "--resume", NULL);
-  assert_exit(&r, 1);
-  snprintf(what, sizeof what,
-           "%s: checkpoint refused: settings differ: total_steps is 8 in "
-           "the checkpoint, 16 in this run",
-           file);
-  assert_every_rank_says(&r, 2, what);
-  hkt_result_free(&r);
+  expect_refused_run(2, dir, ck, "2", "16",
+                     "settings differ: total_steps is 8 in the checkpoint, "
+                     "16 in this run");
 
   /* One bit flipped in the parameters. */
   damage(file, -1, (long)len / 2);

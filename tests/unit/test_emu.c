@@ -42,10 +42,57 @@ static hk_device *open_emu(int index) {
   return dev;
 }
 
+/* The streams and events a test made with new_stream and new_event, on
+ * the one device it then gives to close_emu. */
+enum { MADE_MAX = 4 };
+static struct {
+  hk_dev_stream streams[MADE_MAX];
+  hk_dev_event events[MADE_MAX];
+  int n_streams, n_events;
+} made;
+
+static hk_dev_stream new_stream(hk_device *dev) {
+  assert_true(made.n_streams < MADE_MAX);
+  hk_dev_stream s = NULL;
+  assert_int_equal(dev->ops->stream_create(dev, &s), HK_OK);
+  return made.streams[made.n_streams++] = s;
+}
+
+static hk_dev_event new_event(hk_device *dev) {
+  assert_true(made.n_events < MADE_MAX);
+  hk_dev_event e = NULL;
+  assert_int_equal(dev->ops->event_create(dev, &e), HK_OK);
+  return made.events[made.n_events++] = e;
+}
+
+/* Destroys what new_event and new_stream made (events first; a stream's
+ * destroy waits for its queued work), closes dev and asserts that no
+ * device memory is left allocated. */
 static void close_emu(hk_device *dev) {
+  for (int i = 0; i < made.n_events; i++)
+    dev->ops->event_destroy(dev, made.events[i]);
+  for (int i = 0; i < made.n_streams; i++)
+    dev->ops->stream_destroy(dev, made.streams[i]);
+  made.n_events = made.n_streams = 0;
   hk_device_close(dev);
   assert_int_equal(hk_emu_live_allocations(), 0);
 }
+
+/* cmocka setup and teardown: *state is emu device 0 while the test runs;
+ * emu_down then destroys the streams and events the test made with
+ * new_stream and new_event and asserts that the test freed all device
+ * memory (close_emu). */
+static int emu_up(void **state) {
+  *state = open_emu(0);
+  return 0;
+}
+
+static int emu_down(void **state) {
+  close_emu(*state);
+  return 0;
+}
+
+#define EMU_TEST(test) cmocka_unit_test_setup_teardown(test, emu_up, emu_down)
 
 /* A one-shot flag with a condition: host callbacks set it (latch) or
  * block until it is set (gate). */
@@ -99,6 +146,14 @@ static void sync_stream(hk_device *dev, hk_dev_stream s) {
   flag_done(&f);
 }
 
+/* Asserts that event_query says e is done (want 1) or not (want 0); the
+ * flag it fills starts at !want, so a query that writes nothing fails. */
+static void expect_done(hk_device *dev, hk_dev_event e, int want) {
+  int done = !want;
+  assert_int_equal(dev->ops->event_query(dev, e, &done), HK_OK);
+  assert_int_equal(done, want);
+}
+
 /* A log host callbacks append to, in the order streams run them. */
 typedef struct logbook {
   pthread_mutex_t mu;
@@ -116,6 +171,13 @@ static void log_fn(void *arg) {
   pthread_mutex_lock(&a->b->mu);
   a->b->v[a->b->n++] = a->value;
   pthread_mutex_unlock(&a->b->mu);
+}
+
+/* Asserts that the log holds exactly want[0..n-1], in that order. */
+static void expect_log(const logbook *b, const int *want, int n) {
+  assert_int_equal(b->n, n);
+  for (int i = 0; i < n; i++)
+    assert_int_equal(b->v[i], want[i]);
 }
 
 static uint64_t rng_next(uint64_t *s) {
@@ -157,8 +219,7 @@ static void expect_segv(void *p, int write) {
 }
 
 static void test_host_deref_crashes(void **state) {
-  (void)state;
-  hk_device *dev = open_emu(0);
+  hk_device *dev = *state; /* emu device 0, see emu_up */
   char *d;
   assert_int_equal(dev->ops->mem_alloc(dev, 10000, (void **)&d), HK_OK);
   /* the backend itself can write it */
@@ -175,7 +236,6 @@ static void test_host_deref_crashes(void **state) {
   for (int i = 0; i < 16; i++)
     assert_int_equal(back[i], 0x5a);
   dev->ops->mem_free(dev, d);
-  close_emu(dev);
 }
 
 static void test_pointer_kind(void **state) {
@@ -238,8 +298,7 @@ static void test_pointer_kind(void **state) {
 }
 
 static void test_free_errors(void **state) {
-  (void)state;
-  hk_device *dev = open_emu(0);
+  hk_device *dev = *state; /* emu device 0, see emu_up */
   char *d;
   char host[8];
   assert_int_equal(dev->ops->mem_alloc(dev, 256, (void **)&d), HK_OK);
@@ -255,15 +314,12 @@ static void test_free_errors(void **state) {
   assert_string_equal(hk_last_error(), "");
   dev->ops->mem_free(dev, d); /* twice */
   assert_non_null(strstr(hk_last_error(), "not an emu device allocation"));
-  close_emu(dev);
 }
 
 static void test_copies_round_trip(void **state) {
-  (void)state;
-  hk_device *dev = open_emu(0);
+  hk_device *dev = *state; /* emu device 0, see emu_up */
   const hk_device_ops *ops = dev->ops;
-  hk_dev_stream s;
-  assert_int_equal(ops->stream_create(dev, &s), HK_OK);
+  hk_dev_stream s = new_stream(dev);
   static const size_t sizes[] = {0, 1, 7, 4096, 4097, (3u << 20) + 5};
   for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
     size_t n = sizes[k];
@@ -290,13 +346,10 @@ static void test_copies_round_trip(void **state) {
     free(dst);
     free(h2h);
   }
-  ops->stream_destroy(dev, s);
-  close_emu(dev);
 }
 
 static void test_bounds_and_overlap(void **state) {
-  (void)state;
-  hk_device *dev = open_emu(0);
+  hk_device *dev = *state; /* emu device 0, see emu_up */
   const hk_device_ops *ops = dev->ops;
   char *d, *e;
   char host[256];
@@ -353,12 +406,10 @@ static void test_bounds_and_overlap(void **state) {
                    HK_ERR_INVALID_ARG);
   sync_stream(dev, NULL);
   ops->mem_free(dev, d);
-  close_emu(dev);
 }
 
 static void test_fill(void **state) {
-  (void)state;
-  hk_device *dev = open_emu(0);
+  hk_device *dev = *state; /* emu device 0, see emu_up */
   const hk_device_ops *ops = dev->ops;
   for (int t = HK_FLOAT16; t <= HK_INT64; t++) {
     size_t es = hk_dtype_size((hk_dtype)t), n = 1001;
@@ -378,7 +429,6 @@ static void test_fill(void **state) {
     free(back);
     ops->mem_free(dev, d);
   }
-  close_emu(dev);
 }
 
 /* ---- batch_copy against the host kernels ---- */
@@ -514,8 +564,7 @@ static void run_batch(hk_device *dev, hk_dtype st, hk_dtype dt, int src_host,
 }
 
 static void test_batch_copy_bits(void **state) {
-  (void)state;
-  hk_device *dev = open_emu(0);
+  hk_device *dev = *state; /* emu device 0, see emu_up */
   static const pair pairs[] = {
       {HK_FLOAT32, HK_FLOAT32}, {HK_FLOAT64, HK_FLOAT64},
       {HK_FLOAT16, HK_FLOAT16}, {HK_BFLOAT16, HK_BFLOAT16},
@@ -529,17 +578,14 @@ static void test_batch_copy_bits(void **state) {
   /* unpack to the host and pack from it */
   run_batch(dev, HK_FLOAT32, HK_FLOAT16, 0, 1);
   run_batch(dev, HK_BFLOAT16, HK_FLOAT32, 1, 0);
-  close_emu(dev);
 }
 
 /* The items array is copied at enqueue: clobbering it afterwards changes
  * nothing. */
 static void test_batch_items_copied(void **state) {
-  (void)state;
-  hk_device *dev = open_emu(0);
+  hk_device *dev = *state; /* emu device 0, see emu_up */
   const hk_device_ops *ops = dev->ops;
-  hk_dev_stream s;
-  assert_int_equal(ops->stream_create(dev, &s), HK_OK);
+  hk_dev_stream s = new_stream(dev);
   float src[64], out[64];
   for (int i = 0; i < 64; i++)
     src[i] = (float)i;
@@ -563,16 +609,13 @@ static void test_batch_items_copied(void **state) {
   for (int i = 32; i < 64; i++)
     assert_true(out[i] == (float)i / 4.0f);
   flag_done(&gate);
-  ops->stream_destroy(dev, s);
   ops->mem_free(dev, d);
-  close_emu(dev);
 }
 
 /* ---- streams ---- */
 
 static void test_stream_order(void **state) {
-  (void)state;
-  hk_device *dev = open_emu(0);
+  hk_device *dev = *state; /* emu device 0, see emu_up */
   const hk_device_ops *ops = dev->ops;
   hk_dev_stream s;
   assert_int_equal(ops->stream_create(dev, &s), HK_OK);
@@ -599,14 +642,12 @@ static void test_stream_order(void **state) {
   for (int i = 0; i < 41; i++)
     assert_int_equal(out[i], 12345);
   ops->mem_free(dev, d);
-  close_emu(dev);
 }
 
 static void set_int(void *arg) { *(int *)arg = 1; }
 
 static void test_stream_destroy_waits(void **state) {
-  (void)state;
-  hk_device *dev = open_emu(0);
+  hk_device *dev = *state; /* emu device 0, see emu_up */
   const hk_device_ops *ops = dev->ops;
   hk_dev_stream s;
   assert_int_equal(ops->stream_create(dev, &s), HK_OK);
@@ -623,16 +664,13 @@ static void test_stream_destroy_waits(void **state) {
   for (size_t i = 0; i < sizeof out; i++)
     assert_int_equal(out[i], 0x77);
   ops->mem_free(dev, d);
-  close_emu(dev);
 }
 
 /* mem_free while an op on the memory is queued: the op still sees it. */
 static void test_free_while_queued(void **state) {
-  (void)state;
-  hk_device *dev = open_emu(0);
+  hk_device *dev = *state; /* emu device 0, see emu_up */
   const hk_device_ops *ops = dev->ops;
-  hk_dev_stream s;
-  assert_int_equal(ops->stream_create(dev, &s), HK_OK);
+  hk_dev_stream s = new_stream(dev);
   char *d;
   unsigned char out[100] = {0};
   assert_int_equal(ops->mem_alloc(dev, 100, (void **)&d), HK_OK);
@@ -649,13 +687,10 @@ static void test_free_while_queued(void **state) {
   for (int i = 0; i < 100; i++)
     assert_int_equal(out[i], 0x33);
   flag_done(&gate);
-  ops->stream_destroy(dev, s);
-  close_emu(dev);
 }
 
 static void test_default_stream(void **state) {
-  (void)state;
-  hk_device *dev = open_emu(0), *dev2 = open_emu(1);
+  hk_device *dev = *state, *dev2 = open_emu(1);
   const hk_device_ops *ops = dev->ops;
   /* two handles share the process's default stream: order across them */
   logbook b = {PTHREAD_MUTEX_INITIALIZER, 0, {0}};
@@ -666,20 +701,13 @@ static void test_default_stream(void **state) {
   assert_int_equal(hk_emu_stream_host_fn(dev2, NULL, log_fn, &a2), HK_OK);
   log_fn(&a1);
   flag_set(&gate);
-  hk_dev_event e;
-  assert_int_equal(ops->event_create(dev, &e), HK_OK);
+  hk_dev_event e = new_event(dev);
   assert_int_equal(ops->event_record(dev, e, NULL), HK_OK);
   sync_stream(dev2, NULL);
-  int done = 0;
-  assert_int_equal(ops->event_query(dev, e, &done), HK_OK);
-  assert_int_equal(done, 1);
-  assert_int_equal(b.n, 2);
-  assert_int_equal(b.v[0], 1);
-  assert_int_equal(b.v[1], 2);
-  ops->event_destroy(dev, e);
+  expect_done(dev, e, 1);
+  expect_log(&b, (const int[]){1, 2}, 2);
   flag_done(&gate);
   hk_device_close(dev2);
-  close_emu(dev);
 }
 
 /* ---- events ---- */
@@ -687,14 +715,10 @@ static void test_default_stream(void **state) {
 /* A waiting stream really waits: the producer is delayed by the backend and
  * the consumer must still see the producer's data, and run after it. */
 static void test_wait_event_waits(void **state) {
-  (void)state;
-  hk_device *dev = open_emu(0);
+  hk_device *dev = *state; /* emu device 0, see emu_up */
   const hk_device_ops *ops = dev->ops;
-  hk_dev_stream a, b;
-  assert_int_equal(ops->stream_create(dev, &a), HK_OK);
-  assert_int_equal(ops->stream_create(dev, &b), HK_OK);
-  hk_dev_event e;
-  assert_int_equal(ops->event_create(dev, &e), HK_OK);
+  hk_dev_stream a = new_stream(dev), b = new_stream(dev);
+  hk_dev_event e = new_event(dev);
   logbook book = {PTHREAD_MUTEX_INITIALIZER, 0, {0}};
   log_arg la = {&book, 'A'}, lb = {&book, 'B'};
   enum { N = 1 << 16 };
@@ -717,30 +741,20 @@ static void test_wait_event_waits(void **state) {
   assert_int_equal(hk_emu_stream_host_fn(dev, b, log_fn, &lb), HK_OK);
   assert_int_equal(ops->memcpy_async(dev, out, d, N * 4, b), HK_OK);
   sync_stream(dev, b);
-  assert_int_equal(book.n, 2);
-  assert_int_equal(book.v[0], 'A');
-  assert_int_equal(book.v[1], 'B');
+  expect_log(&book, (const int[]){'A', 'B'}, 2);
   assert_memory_equal(out, src, N * 4);
-  ops->event_destroy(dev, e);
-  ops->stream_destroy(dev, a);
-  ops->stream_destroy(dev, b);
   ops->mem_free(dev, d);
   free(src);
   free(out);
-  close_emu(dev);
 }
 
 /* stream_wait_event waits for the record current at the call; a later
  * re-record moves the event (query) but not that wait. */
 static void test_wait_uses_record_at_call(void **state) {
-  (void)state;
-  hk_device *dev = open_emu(0);
+  hk_device *dev = *state; /* emu device 0, see emu_up */
   const hk_device_ops *ops = dev->ops;
-  hk_dev_stream a, b;
-  assert_int_equal(ops->stream_create(dev, &a), HK_OK);
-  assert_int_equal(ops->stream_create(dev, &b), HK_OK);
-  hk_dev_event e;
-  assert_int_equal(ops->event_create(dev, &e), HK_OK);
+  hk_dev_stream a = new_stream(dev), b = new_stream(dev);
+  hk_dev_event e = new_event(dev);
   flag gate, b_done;
   flag_init(&gate);
   flag_init(&b_done);
@@ -756,38 +770,22 @@ static void test_wait_uses_record_at_call(void **state) {
   assert_int_equal(hk_emu_stream_host_fn(dev, b, flag_set, &b_done), HK_OK);
   /* b finishes while a is held at the gate */
   assert_true(flag_wait(&b_done));
-  int done = 1;
-  assert_int_equal(ops->event_query(dev, e, &done), HK_OK);
-  assert_int_equal(done, 0); /* the event now stands behind the gate */
+  expect_done(dev, e, 0); /* the event now stands behind the gate */
   flag_set(&gate);
   sync_stream(dev, a);
-  assert_int_equal(ops->event_query(dev, e, &done), HK_OK);
-  assert_int_equal(done, 1);
-  assert_int_equal(book.n, 3);
-  assert_int_equal(book.v[0], 1);
-  assert_int_equal(book.v[1], 3);
-  assert_int_equal(book.v[2], 2);
-  ops->event_destroy(dev, e);
-  ops->stream_destroy(dev, a);
-  ops->stream_destroy(dev, b);
+  expect_done(dev, e, 1);
+  expect_log(&book, (const int[]){1, 3, 2}, 3);
   flag_done(&gate);
   flag_done(&b_done);
-  close_emu(dev);
 }
 
 static void test_event_query_rules(void **state) {
-  (void)state;
-  hk_device *dev = open_emu(0);
+  hk_device *dev = *state; /* emu device 0, see emu_up */
   const hk_device_ops *ops = dev->ops;
-  hk_dev_stream a, b;
-  assert_int_equal(ops->stream_create(dev, &a), HK_OK);
-  assert_int_equal(ops->stream_create(dev, &b), HK_OK);
-  hk_dev_event e;
-  assert_int_equal(ops->event_create(dev, &e), HK_OK);
-  int done = 0;
+  hk_dev_stream a = new_stream(dev), b = new_stream(dev);
+  hk_dev_event e = new_event(dev);
   /* never recorded: done, and waiting on it waits for nothing */
-  assert_int_equal(ops->event_query(dev, e, &done), HK_OK);
-  assert_int_equal(done, 1);
+  expect_done(dev, e, 1);
   flag gate;
   flag_init(&gate);
   assert_int_equal(hk_emu_stream_host_fn(dev, a, gate_fn, &gate), HK_OK);
@@ -796,19 +794,16 @@ static void test_event_query_rules(void **state) {
   sync_stream(dev, b); /* not held by anything */
   /* recorded behind a gate: not done until the stream passes it */
   assert_int_equal(ops->event_record(dev, e, a), HK_OK);
-  assert_int_equal(ops->event_query(dev, e, &done), HK_OK);
-  assert_int_equal(done, 0);
+  expect_done(dev, e, 0);
   flag_set(&gate);
   sync_stream(dev, a);
-  assert_int_equal(ops->event_query(dev, e, &done), HK_OK);
-  assert_int_equal(done, 1);
+  expect_done(dev, e, 1);
   /* re-recording moves the capture point */
   flag gate2;
   flag_init(&gate2);
   assert_int_equal(hk_emu_stream_host_fn(dev, a, gate_fn, &gate2), HK_OK);
   assert_int_equal(ops->event_record(dev, e, a), HK_OK);
-  assert_int_equal(ops->event_query(dev, e, &done), HK_OK);
-  assert_int_equal(done, 0);
+  expect_done(dev, e, 0);
   /* destroying an event whose record is still queued is fine */
   hk_dev_event e2;
   assert_int_equal(ops->event_create(dev, &e2), HK_OK);
@@ -816,26 +811,16 @@ static void test_event_query_rules(void **state) {
   ops->event_destroy(dev, e2);
   flag_set(&gate2);
   sync_stream(dev, a);
-  assert_int_equal(ops->event_query(dev, e, &done), HK_OK);
-  assert_int_equal(done, 1);
-  ops->event_destroy(dev, e);
-  ops->stream_destroy(dev, a);
-  ops->stream_destroy(dev, b);
+  expect_done(dev, e, 1);
   flag_done(&gate);
   flag_done(&gate2);
-  close_emu(dev);
 }
 
 static void test_event_elapsed(void **state) {
-  (void)state;
-  hk_device *dev = open_emu(0);
+  hk_device *dev = *state; /* emu device 0, see emu_up */
   const hk_device_ops *ops = dev->ops;
-  hk_dev_stream a;
-  assert_int_equal(ops->stream_create(dev, &a), HK_OK);
-  hk_dev_event e0, e1, never;
-  assert_int_equal(ops->event_create(dev, &e0), HK_OK);
-  assert_int_equal(ops->event_create(dev, &e1), HK_OK);
-  assert_int_equal(ops->event_create(dev, &never), HK_OK);
+  hk_dev_stream a = new_stream(dev);
+  hk_dev_event e0 = new_event(dev), e1 = new_event(dev), never = new_event(dev);
   float ms = -1;
   assert_int_equal(ops->event_elapsed(dev, e0, never, &ms), HK_ERR_INVALID_ARG);
   assert_non_null(strstr(hk_last_error(), "never recorded"));
@@ -854,12 +839,7 @@ static void test_event_elapsed(void **state) {
   float back = 0;
   assert_int_equal(ops->event_elapsed(dev, e1, e0, &back), HK_OK);
   assert_true(back <= -29.9f);
-  ops->event_destroy(dev, e0);
-  ops->event_destroy(dev, e1);
-  ops->event_destroy(dev, never);
-  ops->stream_destroy(dev, a);
   flag_done(&gate);
-  close_emu(dev);
 }
 
 static void test_open_errors(void **state) {
@@ -885,22 +865,22 @@ static void test_open_errors(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_host_deref_crashes),
+      EMU_TEST(test_host_deref_crashes),
       cmocka_unit_test(test_pointer_kind),
-      cmocka_unit_test(test_free_errors),
-      cmocka_unit_test(test_copies_round_trip),
-      cmocka_unit_test(test_bounds_and_overlap),
-      cmocka_unit_test(test_fill),
-      cmocka_unit_test(test_batch_copy_bits),
-      cmocka_unit_test(test_batch_items_copied),
-      cmocka_unit_test(test_stream_order),
-      cmocka_unit_test(test_stream_destroy_waits),
-      cmocka_unit_test(test_free_while_queued),
-      cmocka_unit_test(test_default_stream),
-      cmocka_unit_test(test_wait_event_waits),
-      cmocka_unit_test(test_wait_uses_record_at_call),
-      cmocka_unit_test(test_event_query_rules),
-      cmocka_unit_test(test_event_elapsed),
+      EMU_TEST(test_free_errors),
+      EMU_TEST(test_copies_round_trip),
+      EMU_TEST(test_bounds_and_overlap),
+      EMU_TEST(test_fill),
+      EMU_TEST(test_batch_copy_bits),
+      EMU_TEST(test_batch_items_copied),
+      EMU_TEST(test_stream_order),
+      EMU_TEST(test_stream_destroy_waits),
+      EMU_TEST(test_free_while_queued),
+      EMU_TEST(test_default_stream),
+      EMU_TEST(test_wait_event_waits),
+      EMU_TEST(test_wait_uses_record_at_call),
+      EMU_TEST(test_event_query_rules),
+      EMU_TEST(test_event_elapsed),
       cmocka_unit_test(test_open_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -158,24 +158,53 @@ static void job_finish(job *j) {
   assert_false(shm_present(j));
 }
 
-static void job_run(int np, rank_fn fn) {
-  job j;
-  job_init(&j, np);
-  job_start(&j, fn);
-  job_finish(&j);
+/* A job test: fn on np ranks (0: on 1, then 2, ... MAX_NP ranks), each
+ * given fault (zero: none). */
+typedef struct job_case {
+  int np;
+  hk_dev_fault fault;
+  rank_fn fn;
+} job_case;
+
+/* *state points to the case. */
+static void test_job(void **state) {
+  const job_case *c = *state;
+  int from = c->np ? c->np : 1, to = c->np ? c->np : MAX_NP;
+  for (int np = from; np <= to; np++) {
+    job j;
+    job_init(&j, np);
+    j.fault = c->fault;
+    job_start(&j, c->fn);
+    job_finish(&j);
+  }
+}
+
+/* Starts fn on j (made by job_init), waits for the byte `from` from a
+ * rank, answers `reply` to rank `to`, and waits for the job to end. */
+static void job_relay(job *j, rank_fn fn, char from, int to, char reply) {
+  job_start(j, fn);
+  assert_int_equal(get_byte(j->up[0]), from);
+  put_byte(j->down[to][1], reply);
+  job_finish(j);
 }
 
 /* ---- child side ---- */
 
+/* One rank's device, communicator and stream; rank_close also frees what
+ * rank_alloc and rank_event made (at most MADE_MAX of each). */
+enum { MADE_MAX = 2 };
 typedef struct rank_ctx {
   hk_device *dev;
   const hk_device_ops *ops;
   hk_dev_comm c;
   hk_dev_stream s;
+  void *mem[MADE_MAX];
+  hk_dev_event events[MADE_MAX];
+  int n_mem, n_events;
 } rank_ctx;
 
 static rank_ctx rank_open(job *j, int rank) {
-  rank_ctx x;
+  rank_ctx x = {0};
   hk_device_options o;
   memset(&o, 0, sizeof o);
   o.job_rank = rank;
@@ -187,10 +216,20 @@ static rank_ctx rank_open(job *j, int rank) {
   return x;
 }
 
-static void rank_close(rank_ctx *x, int abort_comm) {
-  if (abort_comm)
+/* How rank_close ends the communicator. */
+enum { COMM_DESTROY, COMM_ABORT, COMM_ABORTED /* already: nothing */ };
+
+/* Destroys the events and frees the memory rank_event and rank_alloc
+ * made, ends the communicator (how), destroys the stream, asserts that
+ * the rank freed all its device memory and closes the device. */
+static void rank_close(rank_ctx *x, int how) {
+  for (int i = 0; i < x->n_events; i++)
+    x->ops->event_destroy(x->dev, x->events[i]);
+  for (int i = 0; i < x->n_mem; i++)
+    x->ops->mem_free(x->dev, x->mem[i]);
+  if (how == COMM_ABORT)
     x->ops->comm_abort(x->c);
-  else
+  else if (how == COMM_DESTROY)
     x->ops->comm_destroy(x->c);
   x->ops->stream_destroy(x->dev, x->s);
   CHECK(hk_emu_live_allocations() == 0);
@@ -227,6 +266,40 @@ static const char *async_msg(rank_ctx *x, int *pending) {
   if (x->ops->comm_async_error(x->c, pending) == HK_OK)
     return "";
   return hk_last_error();
+}
+
+/* Checks that there is no async error and that the communicator's init
+ * is pending (want_pending 1) or complete (0); the flag starts at
+ * !want_pending, so a call that leaves it alone fails. */
+static void check_no_async_error(rank_ctx *x, int want_pending) {
+  int pending = !want_pending;
+  CHECK(strcmp(async_msg(x, &pending), "") == 0);
+  CHECK(pending == want_pending);
+}
+
+/* Frees one round's device buffers (dsend, drecv) and host ones. */
+static void free_round(rank_ctx *x, char *dsend, char *drecv, char *in,
+                       char *ref, char *out) {
+  x->ops->mem_free(x->dev, dsend);
+  x->ops->mem_free(x->dev, drecv);
+  free(in);
+  free(ref);
+  free(out);
+}
+
+/* Device memory and an event, freed by rank_close. */
+static void *rank_alloc(rank_ctx *x, size_t bytes) {
+  void *d = NULL;
+  CHECK(x->n_mem < MADE_MAX);
+  CHECK_OK(x->ops->mem_alloc(x->dev, bytes, &d));
+  return x->mem[x->n_mem++] = d;
+}
+
+static hk_dev_event rank_event(rank_ctx *x) {
+  hk_dev_event e = NULL;
+  CHECK(x->n_events < MADE_MAX);
+  CHECK_OK(x->ops->event_create(x->dev, &e));
+  return x->events[x->n_events++] = e;
 }
 
 static void *xmalloc(size_t n) {
@@ -332,25 +405,25 @@ static void rank_allreduce(job *j, int rank) {
       sync_stream(&x, x.s);
       CHECK(memcmp(out, ref, big * es) == 0);
     }
-    x.ops->mem_free(x.dev, dsend);
-    x.ops->mem_free(x.dev, drecv);
-    free(in);
-    free(ref);
-    free(out);
+    free_round(&x, dsend, drecv, in, ref, out);
   }
-  int pending = 1;
-  CHECK(strcmp(async_msg(&x, &pending), "") == 0);
-  CHECK(pending == 0);
-  rank_close(&x, 0);
-}
-
-static void test_allreduce_every_dtype_op(void **state) {
-  (void)state;
-  for (int np = 1; np <= MAX_NP; np++)
-    job_run(np, rank_allreduce);
+  check_no_async_error(&x, 0);
+  rank_close(&x, COMM_DESTROY);
 }
 
 /* ---- reducescatter, allgather, broadcast ---- */
+
+/* Reads an allgather's result, np blocks of `block` bytes, from drecv
+ * into out and checks it against rank r's input in + r * stride, r in
+ * rank order. */
+static void check_gathered(rank_ctx *x, char *out, const char *drecv,
+                           const char *in, int np, size_t block,
+                           size_t stride) {
+  CHECK_OK(x->ops->memcpy_async(x->dev, out, drecv, (size_t)np * block, x->s));
+  sync_stream(x, x->s);
+  for (int r = 0; r < np; r++)
+    CHECK(memcmp(out + (size_t)r * block, in + (size_t)r * stride, block) == 0);
+}
 
 static void rank_others(job *j, int rank) {
   rank_ctx x = rank_open(j, rank);
@@ -399,23 +472,13 @@ static void rank_others(job *j, int rank) {
       char *mine = in + (size_t)rank * total * es;
       CHECK_OK(x.ops->memcpy_async(x.dev, dsend, mine, n * es, x.s));
       CHECK_OK(x.ops->comm_allgather(x.c, dsend, drecv, n, dt, x.s));
-      CHECK_OK(
-          x.ops->memcpy_async(x.dev, out, drecv, (size_t)np * n * es, x.s));
-      sync_stream(&x, x.s);
-      for (int r = 0; r < np; r++)
-        CHECK(memcmp(out + (size_t)r * n * es, in + (size_t)r * total * es,
-                     n * es) == 0);
+      check_gathered(&x, out, drecv, in, np, n * es, total * es);
       /* allgather in place: send is this rank's block of recv */
       CHECK_OK(x.ops->memcpy_async(x.dev, drecv + (size_t)rank * n * es, mine,
                                    n * es, x.s));
       CHECK_OK(x.ops->comm_allgather(x.c, drecv + (size_t)rank * n * es, drecv,
                                      n, dt, x.s));
-      CHECK_OK(
-          x.ops->memcpy_async(x.dev, out, drecv, (size_t)np * n * es, x.s));
-      sync_stream(&x, x.s);
-      for (int r = 0; r < np; r++)
-        CHECK(memcmp(out + (size_t)r * n * es, in + (size_t)r * total * es,
-                     n * es) == 0);
+      check_gathered(&x, out, drecv, in, np, n * es, total * es);
       /* broadcast from every root */
       for (int root = 0; root < np; root++) {
         CHECK_OK(x.ops->memcpy_async(x.dev, drecv, mine, n * es, x.s));
@@ -425,28 +488,17 @@ static void rank_others(job *j, int rank) {
         CHECK(memcmp(out, in + (size_t)root * total * es, n * es) == 0);
       }
     }
-    x.ops->mem_free(x.dev, dsend);
-    x.ops->mem_free(x.dev, drecv);
-    free(in);
-    free(ref);
-    free(out);
+    free_round(&x, dsend, drecv, in, ref, out);
   }
   CHECK(strcmp(async_msg(&x, NULL), "") == 0);
-  rank_close(&x, 0);
-}
-
-static void test_reducescatter_allgather_broadcast(void **state) {
-  (void)state;
-  for (int np = 1; np <= MAX_NP; np++)
-    job_run(np, rank_others);
+  rank_close(&x, COMM_DESTROY);
 }
 
 /* ---- argument errors (one rank) ---- */
 
 static void rank_args(job *j, int rank) {
   rank_ctx x = rank_open(j, rank);
-  char *d, host[64];
-  CHECK_OK(x.ops->mem_alloc(x.dev, 64, (void **)&d));
+  char *d = rank_alloc(&x, 64), host[64];
   CHECK(x.ops->comm_allreduce(x.c, d, d, 4, HK_FLOAT32, HK_AVERAGE, x.s) ==
         HK_ERR_INVALID_ARG);
   CHECK(strstr(hk_last_error(), "HK_AVERAGE"));
@@ -471,23 +523,15 @@ static void rank_args(job *j, int rank) {
   CHECK_OK(x.ops->comm_allreduce(x.c, d, d, 16, HK_FLOAT32, HK_SUM, x.s));
   sync_stream(&x, x.s);
   CHECK(strcmp(async_msg(&x, NULL), "") == 0);
-  x.ops->mem_free(x.dev, d);
-  rank_close(&x, 0);
-}
-
-static void test_argument_errors(void **state) {
-  (void)state;
-  job_run(1, rank_args);
+  rank_close(&x, COMM_DESTROY);
 }
 
 /* ---- a mismatch, named on every rank ---- */
 
 static void rank_mismatch(job *j, int rank) {
   rank_ctx x = rank_open(j, rank);
-  float *d;
-  CHECK_OK(x.ops->mem_alloc(x.dev, 400, (void **)&d));
-  hk_dev_event e;
-  CHECK_OK(x.ops->event_create(x.dev, &e));
+  float *d = rank_alloc(&x, 400);
+  hk_dev_event e = rank_event(&x);
   /* op 0 agrees */
   CHECK_OK(x.ops->comm_allreduce(x.c, d, d, 10, HK_FLOAT32, HK_SUM, x.s));
   /* op 1: rank 1 says 100, the others 99 */
@@ -510,21 +554,13 @@ static void rank_mismatch(job *j, int rank) {
   CHECK(x.ops->event_query(x.dev, e, &done) == HK_ERR_SYSTEM);
   CHECK(done == 1);
   CHECK(strstr(hk_last_error(), want));
-  x.ops->event_destroy(x.dev, e);
-  x.ops->mem_free(x.dev, d);
-  rank_close(&x, 1);
-}
-
-static void test_mismatch_named_everywhere(void **state) {
-  (void)state;
-  job_run(3, rank_mismatch);
+  rank_close(&x, COMM_ABORT);
 }
 
 /* A different kind of op on one rank. */
 static void rank_kind_mismatch(job *j, int rank) {
   rank_ctx x = rank_open(j, rank);
-  float *d;
-  CHECK_OK(x.ops->mem_alloc(x.dev, 400, (void **)&d));
+  float *d = rank_alloc(&x, 400);
   if (rank == 1)
     CHECK_OK(x.ops->comm_broadcast(x.c, d, 7, HK_FLOAT16, 1, x.s));
   else
@@ -533,13 +569,7 @@ static void rank_kind_mismatch(job *j, int rank) {
   CHECK(strstr(async_msg(&x, NULL),
                "rank 1 issued broadcast of 7 float16 from root 1, rank 0 "
                "allreduce of 7 float32 max"));
-  x.ops->mem_free(x.dev, d);
-  rank_close(&x, 1);
-}
-
-static void test_kind_mismatch(void **state) {
-  (void)state;
-  job_run(2, rank_kind_mismatch);
+  rank_close(&x, COMM_ABORT);
 }
 
 /* ---- faults ---- */
@@ -551,12 +581,10 @@ static void rank_fault_error(job *j, int rank) {
   int32_t *d, v[8], out[8];
   for (int i = 0; i < 8; i++)
     v[i] = rank + 1;
-  CHECK_OK(x.ops->mem_alloc(x.dev, sizeof v, (void **)&d));
+  d = rank_alloc(&x, sizeof v);
   hk_dev_stream s2;
-  hk_dev_event e, e2;
   CHECK_OK(x.ops->stream_create(x.dev, &s2));
-  CHECK_OK(x.ops->event_create(x.dev, &e));
-  CHECK_OK(x.ops->event_create(x.dev, &e2));
+  hk_dev_event e = rank_event(&x), e2 = rank_event(&x);
   for (int k = 0; k < 2; k++) { /* ops 0 and 1 work */
     CHECK_OK(x.ops->memcpy_async(x.dev, d, v, sizeof v, x.s));
     CHECK_OK(x.ops->comm_allreduce(x.c, d, d, 8, HK_INT32, HK_SUM, x.s));
@@ -596,32 +624,16 @@ static void rank_fault_error(job *j, int rank) {
     x.ops->comm_abort(x.c);
   }
   sync_stream(&x, s2);
-  x.ops->event_destroy(x.dev, e);
-  x.ops->event_destroy(x.dev, e2);
   x.ops->stream_destroy(x.dev, s2);
-  x.ops->stream_destroy(x.dev, x.s);
-  x.ops->mem_free(x.dev, d);
-  CHECK(hk_emu_live_allocations() == 0);
-  hk_device_close(x.dev);
-}
-
-static void test_fault_error(void **state) {
-  (void)state;
-  job j;
-  job_init(&j, 2);
-  j.fault = (hk_dev_fault){HK_DEV_FAULT_ERROR, 1, 2, 0};
-  job_start(&j, rank_fault_error);
-  job_finish(&j);
+  rank_close(&x, COMM_ABORTED);
 }
 
 /* hang:1:0 - rank 1's op 0 never completes until rank 1 aborts; that
  * also ends rank 0's op, blocked waiting for it. */
 static void rank_fault_hang(job *j, int rank) {
   rank_ctx x = rank_open(j, rank);
-  float *d;
-  CHECK_OK(x.ops->mem_alloc(x.dev, 64, (void **)&d));
-  hk_dev_event e;
-  CHECK_OK(x.ops->event_create(x.dev, &e));
+  float *d = rank_alloc(&x, 64);
+  hk_dev_event e = rank_event(&x);
   CHECK_OK(x.ops->comm_allreduce(x.c, d, d, 16, HK_FLOAT32, HK_SUM, x.s));
   CHECK_OK(x.ops->event_record(x.dev, e, x.s));
   int done = 1;
@@ -629,8 +641,7 @@ static void rank_fault_hang(job *j, int rank) {
     CHECK_OK(hk_emu_comm_wait_arrived(x.c, 1)); /* rank 0 waits for us */
     CHECK_OK(x.ops->event_query(x.dev, e, &done));
     CHECK(done == 0); /* hung */
-    int pending = 1;
-    CHECK(strcmp(async_msg(&x, &pending), "") == 0 && pending == 0);
+    check_no_async_error(&x, 0);
     x.ops->comm_abort(x.c); /* the stream moves on */
     sync_stream(&x, x.s);
     CHECK(x.ops->event_query(x.dev, e, &done) == HK_ERR_SYSTEM && done);
@@ -645,29 +656,15 @@ static void rank_fault_hang(job *j, int rank) {
     CHECK(x.ops->event_query(x.dev, e, &done) == HK_ERR_SYSTEM && done);
     x.ops->comm_abort(x.c);
   }
-  x.ops->event_destroy(x.dev, e);
-  x.ops->mem_free(x.dev, d);
-  x.ops->stream_destroy(x.dev, x.s);
-  hk_device_close(x.dev);
-}
-
-static void test_fault_hang(void **state) {
-  (void)state;
-  job j;
-  job_init(&j, 2);
-  j.fault = (hk_dev_fault){HK_DEV_FAULT_HANG, 1, 0, 0};
-  job_start(&j, rank_fault_hang);
-  job_finish(&j);
+  rank_close(&x, COMM_ABORTED);
 }
 
 /* delay:0:1:80 - rank 0's op 1 starts 80 ms late and succeeds. */
 static void rank_fault_delay(job *j, int rank) {
   rank_ctx x = rank_open(j, rank);
   double *d, v[4] = {1.5, 2.5, 3.5, 4.5}, out[4];
-  CHECK_OK(x.ops->mem_alloc(x.dev, sizeof v, (void **)&d));
-  hk_dev_event e0, e1;
-  CHECK_OK(x.ops->event_create(x.dev, &e0));
-  CHECK_OK(x.ops->event_create(x.dev, &e1));
+  d = rank_alloc(&x, sizeof v);
+  hk_dev_event e0 = rank_event(&x), e1 = rank_event(&x);
   CHECK_OK(x.ops->comm_broadcast(x.c, d, 0, HK_FLOAT64, 0, x.s)); /* op 0 */
   CHECK_OK(x.ops->memcpy_async(x.dev, d, v, sizeof v, x.s));
   CHECK_OK(x.ops->event_record(x.dev, e0, x.s));
@@ -682,19 +679,7 @@ static void rank_fault_delay(job *j, int rank) {
   if (rank == 0)
     CHECK(ms >= 79.9f);
   CHECK(strcmp(async_msg(&x, NULL), "") == 0);
-  x.ops->event_destroy(x.dev, e0);
-  x.ops->event_destroy(x.dev, e1);
-  x.ops->mem_free(x.dev, d);
-  rank_close(&x, 0);
-}
-
-static void test_fault_delay(void **state) {
-  (void)state;
-  job j;
-  job_init(&j, 2);
-  j.fault = (hk_dev_fault){HK_DEV_FAULT_DELAY, 0, 1, 80};
-  job_start(&j, rank_fault_delay);
-  job_finish(&j);
+  rank_close(&x, COMM_DESTROY);
 }
 
 /* ---- abort ---- */
@@ -712,31 +697,29 @@ static void *abort_main(void *arg) {
   return NULL;
 }
 
+/* Aborts x's communicator from another thread, once wait_for ranks have
+ * arrived at its current op (0: at once), and joins that thread. */
+static void abort_from_thread(rank_ctx *x, int wait_for) {
+  pthread_t t;
+  abort_arg a = {x, wait_for};
+  CHECK(pthread_create(&t, NULL, abort_main, &a) == 0);
+  pthread_join(t, NULL);
+}
+
 /* np 3: ranks 0 and 2 enter an allreduce rank 1 never issues; rank 1
  * aborts from another thread once both are blocked. */
 static void rank_abort_peer(job *j, int rank) {
   rank_ctx x = rank_open(j, rank);
-  float *d;
-  CHECK_OK(x.ops->mem_alloc(x.dev, 64, (void **)&d));
+  float *d = rank_alloc(&x, 64);
   if (rank == 1) {
-    pthread_t t;
-    abort_arg a = {&x, 2};
-    CHECK(pthread_create(&t, NULL, abort_main, &a) == 0);
-    pthread_join(t, NULL);
+    abort_from_thread(&x, 2);
   } else {
     CHECK_OK(x.ops->comm_allreduce(x.c, d, d, 16, HK_FLOAT32, HK_SUM, x.s));
     sync_stream(&x, x.s);
     CHECK(strstr(async_msg(&x, NULL), "aborted by rank 1: "));
     x.ops->comm_abort(x.c);
   }
-  x.ops->mem_free(x.dev, d);
-  x.ops->stream_destroy(x.dev, x.s);
-  hk_device_close(x.dev);
-}
-
-static void test_abort_unblocks_peers(void **state) {
-  (void)state;
-  job_run(3, rank_abort_peer);
+  rank_close(&x, COMM_ABORTED);
 }
 
 /* ---- init: pending until all come; ops queued before wait ---- */
@@ -746,16 +729,14 @@ static void rank_init_pending(job *j, int rank) {
     get_byte(j->down[1][0]); /* rank 1 joins only when told */
   rank_ctx x = rank_open(j, rank);
   int32_t *d, v[3] = {rank + 10, 5, -7}, out[3];
-  CHECK_OK(x.ops->mem_alloc(x.dev, sizeof v, (void **)&d));
-  hk_dev_event e;
-  CHECK_OK(x.ops->event_create(x.dev, &e));
+  d = rank_alloc(&x, sizeof v);
+  hk_dev_event e = rank_event(&x);
   CHECK_OK(x.ops->memcpy_async(x.dev, d, v, sizeof v, x.s));
   CHECK_OK(x.ops->comm_allreduce(x.c, d, d, 3, HK_INT32, HK_PRODUCT, x.s));
   CHECK_OK(x.ops->event_record(x.dev, e, x.s));
   if (rank == 0) {
-    int pending = 0, done = 1;
-    CHECK(strcmp(async_msg(&x, &pending), "") == 0);
-    CHECK(pending == 1);
+    check_no_async_error(&x, 1);
+    int done = 1;
     CHECK_OK(x.ops->event_query(x.dev, e, &done));
     CHECK(done == 0);
     put_byte(j->up[1], 'i'); /* the parent lets rank 1 in */
@@ -763,25 +744,18 @@ static void rank_init_pending(job *j, int rank) {
   CHECK_OK(x.ops->memcpy_async(x.dev, out, d, sizeof out, x.s));
   sync_stream(&x, x.s);
   CHECK(out[0] == 10 * 11 && out[1] == 25 && out[2] == 49);
-  int pending = 1;
-  CHECK(strcmp(async_msg(&x, &pending), "") == 0);
-  CHECK(pending == 0);
+  check_no_async_error(&x, 0);
   char path[96];
   snprintf(path, sizeof path, "/dev/shm%s", j->shm);
   CHECK(access(path, F_OK) != 0); /* gone once init is complete */
-  x.ops->event_destroy(x.dev, e);
-  x.ops->mem_free(x.dev, d);
-  rank_close(&x, 0);
+  rank_close(&x, COMM_DESTROY);
 }
 
 static void test_init_pending(void **state) {
   (void)state;
   job j;
   job_init(&j, 2);
-  job_start(&j, rank_init_pending);
-  assert_int_equal(get_byte(j.up[0]), 'i');
-  put_byte(j.down[1][1], 'g');
-  job_finish(&j);
+  job_relay(&j, rank_init_pending, 'i', 1, 'g');
 }
 
 /* A rank that joins with another nranks fails its init; rank 0, whose
@@ -789,26 +763,19 @@ static void test_init_pending(void **state) {
 static void rank_init_mismatch(job *j, int rank) {
   rank_ctx x = rank_open(j, rank);
   if (rank == 1) {
-    float *d;
-    CHECK_OK(x.ops->mem_alloc(x.dev, 64, (void **)&d));
+    float *d = rank_alloc(&x, 64);
     CHECK_OK(x.ops->comm_allreduce(x.c, d, d, 4, HK_FLOAT32, HK_SUM, x.s));
     sync_stream(&x, x.s); /* the op fails with the init */
     CHECK(strstr(async_msg(&x, NULL),
                  "rank 1 joined with nranks 3, but rank 0 created it for 2"));
-    x.ops->mem_free(x.dev, d);
-    rank_close(&x, 1);
+    rank_close(&x, COMM_ABORT);
     put_byte(j->up[1], 'm');
     return;
   }
   get_byte(j->down[0][0]); /* after rank 1 has failed */
-  int pending = 0;
-  CHECK(strcmp(async_msg(&x, &pending), "") == 0 && pending == 1);
-  pthread_t t;
-  abort_arg a = {&x, 0};
-  CHECK(pthread_create(&t, NULL, abort_main, &a) == 0);
-  pthread_join(t, NULL);
-  x.ops->stream_destroy(x.dev, x.s);
-  hk_device_close(x.dev);
+  check_no_async_error(&x, 1);
+  abort_from_thread(&x, 0);
+  rank_close(&x, COMM_ABORTED);
 }
 
 static void test_init_nranks_mismatch(void **state) {
@@ -816,22 +783,17 @@ static void test_init_nranks_mismatch(void **state) {
   job j;
   job_init(&j, 2);
   j.np_seen[1] = 3;
-  job_start(&j, rank_init_mismatch);
-  assert_int_equal(get_byte(j.up[0]), 'm');
-  put_byte(j.down[0][1], 'a');
-  job_finish(&j);
+  job_relay(&j, rank_init_mismatch, 'm', 0, 'a');
 }
 
 /* After init nothing is in /dev/shm; rank 1 is SIGKILLed while rank 0 is
  * blocked in an op; rank 0's own abort (from another thread) ends it. */
 static void rank_sigkill(job *j, int rank) {
   rank_ctx x = rank_open(j, rank);
-  float *d;
-  CHECK_OK(x.ops->mem_alloc(x.dev, 64, (void **)&d));
+  float *d = rank_alloc(&x, 64);
   CHECK_OK(x.ops->comm_allreduce(x.c, d, d, 16, HK_FLOAT32, HK_SUM, x.s));
   sync_stream(&x, x.s);
-  int pending = 1;
-  CHECK(strcmp(async_msg(&x, &pending), "") == 0 && pending == 0);
+  check_no_async_error(&x, 0);
   if (rank == 1) {
     put_byte(j->up[1], 'r');
     for (;;)
@@ -841,21 +803,14 @@ static void rank_sigkill(job *j, int rank) {
   CHECK_OK(hk_emu_comm_wait_arrived(x.c, 1)); /* our op is blocked */
   put_byte(j->up[1], 'b');
   get_byte(j->down[0][0]); /* rank 1 is dead now */
-  pthread_t t;
-  abort_arg a = {&x, 1};
-  CHECK(pthread_create(&t, NULL, abort_main, &a) == 0);
-  pthread_join(t, NULL);
-  hk_dev_event e;
-  CHECK_OK(x.ops->event_create(x.dev, &e));
+  abort_from_thread(&x, 1);
+  hk_dev_event e = rank_event(&x);
   CHECK_OK(x.ops->event_record(x.dev, e, x.s));
   sync_stream(&x, x.s);
   int done = 0;
   CHECK(x.ops->event_query(x.dev, e, &done) == HK_ERR_SYSTEM && done);
   CHECK(strstr(hk_last_error(), "allreduce #1 aborted on rank 0 (comm_abort)"));
-  x.ops->event_destroy(x.dev, e);
-  x.ops->mem_free(x.dev, d);
-  x.ops->stream_destroy(x.dev, x.s);
-  hk_device_close(x.dev);
+  rank_close(&x, COMM_ABORTED);
 }
 
 static void test_no_shm_left_after_sigkill(void **state) {
@@ -877,17 +832,35 @@ static void test_no_shm_left_after_sigkill(void **state) {
   job_finish(&j);
 }
 
+/* A test named TEST that runs test_job with the case {NP, no fault, FN},
+ * or, FAULT_TEST, {2, {KIND, RANK, OP, MS}, FN} (compound literals, alive
+ * while main runs the tests). */
+#define JOB_TEST(test, np, fn)                                                 \
+  {                                                                            \
+    .name = #test, .test_func = test_job, .initial_state = &(job_case) {       \
+      np, {0}, fn                                                              \
+    }                                                                          \
+  }
+#define FAULT_TEST(test, kind, rank, op, ms, fn)                               \
+  {                                                                            \
+    .name = #test, .test_func = test_job, .initial_state = &(job_case) {       \
+      2, {kind, rank, op, ms}, fn                                              \
+    }                                                                          \
+  }
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_allreduce_every_dtype_op),
-      cmocka_unit_test(test_reducescatter_allgather_broadcast),
-      cmocka_unit_test(test_argument_errors),
-      cmocka_unit_test(test_mismatch_named_everywhere),
-      cmocka_unit_test(test_kind_mismatch),
-      cmocka_unit_test(test_fault_error),
-      cmocka_unit_test(test_fault_hang),
-      cmocka_unit_test(test_fault_delay),
-      cmocka_unit_test(test_abort_unblocks_peers),
+      JOB_TEST(test_allreduce_every_dtype_op, 0, rank_allreduce),
+      JOB_TEST(test_reducescatter_allgather_broadcast, 0, rank_others),
+      JOB_TEST(test_argument_errors, 1, rank_args),
+      JOB_TEST(test_mismatch_named_everywhere, 3, rank_mismatch),
+      JOB_TEST(test_kind_mismatch, 2, rank_kind_mismatch),
+      FAULT_TEST(test_fault_error, HK_DEV_FAULT_ERROR, 1, 2, 0,
+                 rank_fault_error),
+      FAULT_TEST(test_fault_hang, HK_DEV_FAULT_HANG, 1, 0, 0, rank_fault_hang),
+      FAULT_TEST(test_fault_delay, HK_DEV_FAULT_DELAY, 0, 1, 80,
+                 rank_fault_delay),
+      JOB_TEST(test_abort_unblocks_peers, 3, rank_abort_peer),
       cmocka_unit_test(test_init_pending),
       cmocka_unit_test(test_init_nranks_mismatch),
       cmocka_unit_test(test_no_shm_left_after_sigkill),

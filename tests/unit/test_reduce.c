@@ -31,25 +31,29 @@ static uint64_t rnd(void) {
   return rng_state * 0x2545F4914F6CDD1Dull;
 }
 
+/* malloc that fails the test when it fails (n 0: 1 byte). */
+static void *xmalloc(size_t n) {
+  void *p = malloc(n ? n : 1);
+  assert_non_null(p);
+  return p;
+}
+
 static uint16_t f16_bits(float f) { return hk_f32_to_f16(f); }
 static uint16_t bf16_bits(float f) { return hk_f32_to_bf16(f); }
 
 /* Random 16-bit float bits: 1/4 uniform over all patterns (NaN, inf,
  * subnormals included), else magnitudes 2^-4..2^6 where sums round. */
-static uint16_t rand_f16(void) {
+static uint16_t rand_half(unsigned exp_lo, int mant_bits) {
   uint64_t r = rnd();
   if ((r & 3) == 0)
     return (uint16_t)(r >> 16);
-  uint16_t exp = (uint16_t)(11 + (r >> 8) % 11); /* biased 11..21 */
-  return (uint16_t)((r >> 20 & 0x8000) | exp << 10 | (r >> 32 & 0x3FF));
+  unsigned exp = exp_lo + (unsigned)((r >> 8) % 11);
+  uint64_t mant = r >> 32 & ((1u << mant_bits) - 1);
+  return (uint16_t)((r >> 20 & 0x8000) | exp << mant_bits | mant);
 }
-static uint16_t rand_bf16(void) {
-  uint64_t r = rnd();
-  if ((r & 3) == 0)
-    return (uint16_t)(r >> 16);
-  uint16_t exp = (uint16_t)(123 + (r >> 8) % 11); /* biased 123..133 */
-  return (uint16_t)((r >> 20 & 0x8000) | exp << 7 | (r >> 32 & 0x7F));
-}
+/* fp16: biased exponents 11..21; bf16: 123..133 */
+static uint16_t rand_f16(void) { return rand_half(11, 10); }
+static uint16_t rand_bf16(void) { return rand_half(123, 7); }
 
 /* Random element of any dtype written to p. Floats: 1/8 raw bit patterns
  * (NaN, inf, subnormals), else values in (-50, 50). */
@@ -90,37 +94,35 @@ static void rand_elem(hk_dtype dt, void *p) {
 
 /* ---- the reference: one element, the obvious way ---- */
 
-static float ref_fop(hk_op op, float x, float y) {
-  if ((op == HK_MIN || op == HK_MAX) && (isnan(x) || isnan(y)))
-    return NAN;
-  switch (op) {
-  case HK_SUM:
-  case HK_AVERAGE:
-    return x + y;
-  case HK_PRODUCT:
-    return x * y;
-  case HK_MIN:
-    return x < y ? x : y;
-  default:
-    return x > y ? x : y;
+/* NAME: the op on two values of the floating type T (min and max give NaN
+ * when either is NaN); NAME_bytes: the same on one element of T at a and
+ * b, into out. */
+#define REF_FLOAT_OP(T, name)                                                  \
+  static T name(hk_op op, T x, T y) {                                          \
+    if ((op == HK_MIN || op == HK_MAX) && (isnan(x) || isnan(y)))              \
+      return NAN;                                                              \
+    switch (op) {                                                              \
+    case HK_SUM:                                                               \
+    case HK_AVERAGE:                                                           \
+      return x + y;                                                            \
+    case HK_PRODUCT:                                                           \
+      return x * y;                                                            \
+    case HK_MIN:                                                               \
+      return x < y ? x : y;                                                    \
+    default:                                                                   \
+      return x > y ? x : y;                                                    \
+    }                                                                          \
+  }                                                                            \
+  static void name##_bytes(hk_op op, void *out, const void *a,                 \
+                           const void *b) {                                    \
+    T x, y, v;                                                                 \
+    memcpy(&x, a, sizeof x);                                                   \
+    memcpy(&y, b, sizeof y);                                                   \
+    v = name(op, x, y);                                                        \
+    memcpy(out, &v, sizeof v);                                                 \
   }
-}
-
-static double ref_dop(hk_op op, double x, double y) {
-  if ((op == HK_MIN || op == HK_MAX) && (isnan(x) || isnan(y)))
-    return NAN;
-  switch (op) {
-  case HK_SUM:
-  case HK_AVERAGE:
-    return x + y;
-  case HK_PRODUCT:
-    return x * y;
-  case HK_MIN:
-    return x < y ? x : y;
-  default:
-    return x > y ? x : y;
-  }
-}
+REF_FLOAT_OP(float, ref_fop)
+REF_FLOAT_OP(double, ref_dop)
 
 /* Integer op on values widened to __int128 (exact), then wrapped to
  * `bits` bits two's complement, as the reference for the kernels' wrap. */
@@ -193,22 +195,12 @@ static void ref_elem(hk_dtype dt, hk_op op, void *out, const void *a,
     memcpy(out, &r, 2);
     break;
   }
-  case HK_FLOAT32: {
-    float x, y, v;
-    memcpy(&x, a, 4);
-    memcpy(&y, b, 4);
-    v = ref_fop(op, x, y);
-    memcpy(out, &v, 4);
+  case HK_FLOAT32:
+    ref_fop_bytes(op, out, a, b);
     break;
-  }
-  case HK_FLOAT64: {
-    double x, y, v;
-    memcpy(&x, a, 8);
-    memcpy(&y, b, 8);
-    v = ref_dop(op, x, y);
-    memcpy(out, &v, 8);
+  case HK_FLOAT64:
+    ref_dop_bytes(op, out, a, b);
     break;
-  }
   default: {
     int bits = (int)hk_dtype_size(dt) * 8;
     store_int(
@@ -265,13 +257,9 @@ static void test_all_dtypes_ops_counts(void **state) {
     size_t es = hk_dtype_size((hk_dtype)dt);
     for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++) {
       size_t n = counts[ci];
-      size_t bytes = n * es + 1; /* +1: malloc(0) may return NULL */
-      char *a = malloc(bytes), *b = malloc(bytes), *want = malloc(bytes);
-      char *dst = malloc(bytes);
-      assert_non_null(a);
-      assert_non_null(b);
-      assert_non_null(want);
-      assert_non_null(dst);
+      size_t bytes = n * es + 1; /* +1: the overrun canary */
+      char *a = xmalloc(bytes), *b = xmalloc(bytes), *want = xmalloc(bytes);
+      char *dst = xmalloc(bytes);
       for (size_t i = 0; i < n; i++) {
         rand_elem((hk_dtype)dt, a + i * es);
         rand_elem((hk_dtype)dt, b + i * es);
@@ -312,13 +300,9 @@ static void test_unaligned_buffers(void **state) {
   enum { N = 4099 };
   for (int dt = 0; dt < NDTYPES; dt++) {
     size_t es = hk_dtype_size((hk_dtype)dt);
-    char *a = malloc((N + 1) * es), *b = malloc((N + 3) * es);
-    char *dst = malloc((N + 5) * es), *want = malloc(N * es);
+    char *a = xmalloc((N + 1) * es), *b = xmalloc((N + 3) * es);
+    char *dst = xmalloc((N + 5) * es), *want = xmalloc(N * es);
     char *pa = a + es, *pb = b + 3 * es, *pd = dst + 5 * es;
-    assert_non_null(a);
-    assert_non_null(b);
-    assert_non_null(dst);
-    assert_non_null(want);
     for (size_t i = 0; i < N; i++) {
       rand_elem((hk_dtype)dt, pa + i * es);
       rand_elem((hk_dtype)dt, pb + i * es);
@@ -478,12 +462,8 @@ static void test_half_simd_matches_portable(void **state) {
     return;
   }
   enum { N = 1 << 20 };
-  uint16_t *a = malloc(N * 2), *b = malloc(N * 2);
-  uint16_t *d1 = malloc(N * 2), *d2 = malloc(N * 2);
-  assert_non_null(a);
-  assert_non_null(b);
-  assert_non_null(d1);
-  assert_non_null(d2);
+  uint16_t *a = xmalloc(N * 2), *b = xmalloc(N * 2);
+  uint16_t *d1 = xmalloc(N * 2), *d2 = xmalloc(N * 2);
   for (int dt = HK_FLOAT16; dt <= HK_BFLOAT16; dt++) {
     int mbits = dt == HK_FLOAT16 ? 10 : 7, emax = dt == HK_FLOAT16 ? 31 : 255;
     for (size_t i = 0; i < N; i++) {
@@ -603,9 +583,7 @@ static void test_finish_average_all_dtypes(void **state) {
   static const int sizes[] = {2, 3, 8, 255};
   for (int dt = 0; dt < NDTYPES; dt++) {
     size_t es = hk_dtype_size((hk_dtype)dt);
-    char *buf = malloc(N * es), *want = malloc(N * es);
-    assert_non_null(buf);
-    assert_non_null(want);
+    char *buf = xmalloc(N * es), *want = xmalloc(N * es);
     for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
       int size = sizes[si];
       for (size_t i = 0; i < N; i++) {

@@ -22,21 +22,7 @@
 
 #include "collectives/transport/link.h"
 #include "collectives/transport/shm_wait.h"
-
-static uint8_t byte_at(int side, size_t o) {
-  uint64_t x =
-      o * 0x9E3779B97F4A7C15ull + (uint64_t)side * 0xBF58476D1CE4E5B9ull;
-  x ^= x >> 29;
-  x *= 0x94D049BB133111EBull;
-  return (uint8_t)(x >> 56);
-}
-
-static uint32_t next_rand(uint32_t *s) {
-  *s ^= *s << 13;
-  *s ^= *s >> 17;
-  *s ^= *s << 5;
-  return *s;
-}
+#include "link_pump.h"
 
 static void new_name(char name[HK_SHM_NAME_CAP]) {
   hk_secret s;
@@ -126,118 +112,49 @@ static void test_doorbell(void **state) {
   pthread_join(t, NULL);
 }
 
-typedef struct side {
-  hk_link link;  /* the stream (shm), or the send side of a mixed pair */
-  hk_link other; /* mixed: the TCP link the side receives on */
-  int id, mixed;
-  size_t send_len, recv_len, max_call;
-  uint32_t seed;
-  hk_status st;
-  char err[512];
-  size_t bad_at;
-} side;
+/* Two shm links between local ranks 0 (a) and 1 (b) of a fresh 4 KiB-ring
+ * segment, each with its end of a socket pair; mixed: also a TCP link
+ * pair (a_tcp, b_tcp; else zeroed, which hk_link_close allows). */
+typedef struct pair {
+  hk_link a, b, a_tcp, b_tcp;
+  hk_shm_seg seg;
+} pair;
 
-/* Sends its stream and receives the other's at once, in random calls,
- * waiting only when neither moved. Mixed: side 0 sends over shm and
- * receives over TCP, side 1 the opposite. */
-static void *side_main(void *p) {
-  side *s = p;
-  hk_link *tx = &s->link, *rx = &s->link;
-  if (s->mixed && s->id == 0)
-    rx = &s->other;
-  if (s->mixed && s->id == 1)
-    tx = &s->other;
-  uint8_t *out = malloc(s->send_len + 1), *in = malloc(s->recv_len + 1);
-  for (size_t i = 0; i < s->send_len; i++)
-    out[i] = byte_at(s->id, i);
-  size_t sent = 0, got = 0;
-  hk_io io = {-1, 10};
-  s->st = HK_OK;
-  while (s->st == HK_OK && (sent < s->send_len || got < s->recv_len)) {
-    size_t ds = 0, dr = 0;
-    if (sent < s->send_len) {
-      size_t want = 1 + next_rand(&s->seed) % s->max_call;
-      if (want > s->send_len - sent)
-        want = s->send_len - sent;
-      s->st = hk_link_send_some(tx, out + sent, want, &ds);
-      sent += ds;
-    }
-    if (s->st == HK_OK && got < s->recv_len) {
-      size_t want = 1 + next_rand(&s->seed) % s->max_call;
-      if (want > s->recv_len - got)
-        want = s->recv_len - got;
-      s->st = hk_link_recv_some(rx, in + got, want, &dr);
-      got += dr;
-    }
-    if (s->st == HK_OK && ds == 0 && dr == 0)
-      s->st = hk_link_wait(tx, sent < s->send_len, rx, got < s->recv_len, &io,
-                           "in the test");
-  }
-  if (s->st == HK_OK)
-    s->st = hk_link_drain(tx, &io, "in the test");
-  snprintf(s->err, sizeof s->err, "%s", hk_last_error());
-  s->bad_at = SIZE_MAX;
-  for (size_t i = 0; i < got; i++)
-    if (in[i] != byte_at(1 - s->id, i)) {
-      s->bad_at = i;
-      break;
-    }
-  free(out);
-  free(in);
-  return NULL;
-}
-
-/* Two shm links between local ranks 0 and 1 of a fresh 4 KiB-ring
- * segment, each with its end of a socket pair; mixed: also a TCP link. */
-static void make_pair(side *a, side *b, hk_shm_seg *seg, int mixed) {
+static void make_pair(pair *p, int mixed) {
+  memset(p, 0, sizeof *p);
   char name[HK_SHM_NAME_CAP];
   new_name(name);
   hk_shm_layout lay = {2, 4096, 4096};
-  assert_int_equal(hk_shm_seg_create(name, &lay, seg), HK_OK);
+  assert_int_equal(hk_shm_seg_create(name, &lay, &p->seg), HK_OK);
   assert_int_equal(hk_shm_seg_unlink(name), HK_OK);
   int sv[2];
   assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-  assert_int_equal(hk_link_init_shm(&a->link, 1, seg, 0, 1, sv[0]), HK_OK);
-  assert_int_equal(hk_link_init_shm(&b->link, 0, seg, 1, 0, sv[1]), HK_OK);
-  assert_string_equal(hk_link_kind_name(&a->link), "shm");
+  assert_int_equal(hk_link_init_shm(&p->a, 1, &p->seg, 0, 1, sv[0]), HK_OK);
+  assert_int_equal(hk_link_init_shm(&p->b, 0, &p->seg, 1, 0, sv[1]), HK_OK);
+  assert_string_equal(hk_link_kind_name(&p->a), "shm");
   if (mixed) {
     assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-    assert_int_equal(hk_link_init_tcp(&a->other, 1, &sv[0], 1, 0), HK_OK);
-    assert_int_equal(hk_link_init_tcp(&b->other, 0, &sv[1], 1, 0), HK_OK);
+    assert_int_equal(hk_link_init_tcp(&p->a_tcp, 1, &sv[0], 1, 0), HK_OK);
+    assert_int_equal(hk_link_init_tcp(&p->b_tcp, 0, &sv[1], 1, 0), HK_OK);
   }
-  a->id = 0;
-  b->id = 1;
-  a->mixed = b->mixed = mixed;
 }
 
+/* Both streams at once (link_pump_run). Mixed: side 0 sends over shm and
+ * receives over TCP, side 1 the opposite. */
 static void run_pair(size_t len_a, size_t len_b, size_t max_call, int mixed,
                      uint32_t seed) {
-  side a, b;
-  memset(&a, 0, sizeof a);
-  memset(&b, 0, sizeof b);
-  hk_shm_seg seg;
-  make_pair(&a, &b, &seg, mixed);
-  a.send_len = b.recv_len = len_a;
-  b.send_len = a.recv_len = len_b;
-  a.max_call = b.max_call = max_call;
-  a.seed = seed;
-  b.seed = seed * 7 + 1;
-  pthread_t t;
-  pthread_create(&t, NULL, side_main, &b);
-  side_main(&a);
-  pthread_join(t, NULL);
-  side *s[2] = {&a, &b};
-  for (int i = 0; i < 2; i++) {
-    if (s[i]->st != HK_OK)
-      fail_msg("mixed=%d side %d: %s", mixed, i, s[i]->err);
-    if (s[i]->bad_at != SIZE_MAX)
-      fail_msg("mixed=%d side %d: byte %zu differs", mixed, i, s[i]->bad_at);
-  }
-  for (int i = 0; i < 2; i++) {
-    hk_link_close(&s[i]->link);
-    hk_link_close(&s[i]->other);
-  }
-  hk_shm_seg_close(&seg);
+  pair p;
+  make_pair(&p, mixed);
+  link_side a = {.tx = &p.a, .rx = mixed ? &p.a_tcp : &p.a};
+  link_side b = {.tx = mixed ? &p.b_tcp : &p.b, .rx = &p.b};
+  char what[32];
+  snprintf(what, sizeof what, "mixed=%d", mixed);
+  link_pump_run(&a, &b, len_a, len_b, max_call, seed, what);
+  hk_link_close(&p.a);
+  hk_link_close(&p.a_tcp);
+  hk_link_close(&p.b);
+  hk_link_close(&p.b_tcp);
+  hk_shm_seg_close(&p.seg);
 }
 
 /* Calls smaller and larger than the ring, wrapping anywhere. */
@@ -245,9 +162,9 @@ static void test_stream_random(void **state) {
   (void)state;
   uint32_t seed = 4242;
   for (int i = 0; i < 6; i++) {
-    size_t la = 1 + next_rand(&seed) % (1u << 20);
-    size_t lb = next_rand(&seed) % (1u << 19);
-    size_t max_call = i < 2 ? 7 : 1 + next_rand(&seed) % 20000;
+    size_t la = 1 + link_pump_rand(&seed) % (1u << 20);
+    size_t lb = link_pump_rand(&seed) % (1u << 19);
+    size_t max_call = i < 2 ? 7 : 1 + link_pump_rand(&seed) % 20000;
     if (i < 2)
       la %= 50000, lb %= 50000;
     run_pair(la, lb, max_call, 0, seed);
@@ -265,59 +182,45 @@ static void test_stream_mixed(void **state) {
  * read, then the wait fails naming it. */
 static void test_lost_peer(void **state) {
   (void)state;
-  side a, b;
-  memset(&a, 0, sizeof a);
-  memset(&b, 0, sizeof b);
-  hk_shm_seg seg;
-  make_pair(&a, &b, &seg, 0);
+  pair p;
+  make_pair(&p, 0);
   uint8_t buf[100];
   memset(buf, 1, sizeof buf);
   size_t done = 0;
-  assert_int_equal(hk_link_send_some(&b.link, buf, 15, &done), HK_OK);
+  assert_int_equal(hk_link_send_some(&p.b, buf, 15, &done), HK_OK);
   assert_int_equal(done, 15);
-  hk_link_close(&b.link);
+  hk_link_close(&p.b);
   hk_io io = {-1, 5};
   size_t got = 0;
-  hk_status st = HK_OK;
   double t0 = hk_now();
-  while (st == HK_OK) {
-    st = hk_link_recv_some(&a.link, buf, sizeof buf, &done);
-    got += done;
-    if (st == HK_OK && done == 0)
-      st = hk_link_wait(&a.link, 0, &a.link, 1, &io, "in the test");
-  }
+  hk_status st = link_pump_recv_until_error(&p.a, &io, &got);
   assert_int_equal(got, 15);
   assert_int_equal(st, HK_ERR_PEER_LOST);
   assert_non_null(strstr(hk_last_error(), "rank 1 closed the connection"));
   assert_true(hk_now() - t0 < 1.0);
-  hk_link_close(&a.link);
-  hk_shm_seg_close(&seg);
+  hk_link_close(&p.a);
+  hk_shm_seg_close(&p.seg);
 }
 
 /* A peer that never sends: the timeout names it and what was waited on;
  * a full ring the same on the send side. */
 static void test_stuck_peer(void **state) {
   (void)state;
-  side a, b;
-  memset(&a, 0, sizeof a);
-  memset(&b, 0, sizeof b);
-  hk_shm_seg seg;
-  make_pair(&a, &b, &seg, 0);
+  pair p;
+  make_pair(&p, 0);
   hk_io io = {-1, 0.2};
   uint8_t buf[8192] = {0};
-  hk_status st =
-      hk_link_exchange(&a.link, buf, 0, &a.link, buf, 16, &io, "in x");
+  hk_status st = hk_link_exchange(&p.a, buf, 0, &p.a, buf, 16, &io, "in x");
   assert_int_equal(st, HK_ERR_TIMEOUT);
   assert_string_equal(hk_last_error(), "timed out after 0.2 s in x: no "
                                        "progress receiving from rank 1");
-  st =
-      hk_link_exchange(&a.link, buf, sizeof buf, &a.link, NULL, 0, &io, "in y");
+  st = hk_link_exchange(&p.a, buf, sizeof buf, &p.a, NULL, 0, &io, "in y");
   assert_int_equal(st, HK_ERR_TIMEOUT);
   assert_string_equal(hk_last_error(), "timed out after 0.2 s in y: no "
                                        "progress sending to rank 1");
-  hk_link_close(&a.link);
-  hk_link_close(&b.link);
-  hk_shm_seg_close(&seg);
+  hk_link_close(&p.a);
+  hk_link_close(&p.b);
+  hk_shm_seg_close(&p.seg);
 }
 
 int main(void) {

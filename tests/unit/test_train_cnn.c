@@ -28,6 +28,35 @@ static const cnn_shape small = {8, 8, 3, 4, 3};
 
 /* A small CNN with random non-trivial parameters (batch-norm scales and
  * shifts included) and random inputs x (TB x 64) and labels y. */
+/* A small model and a batch for it, made by small_model; as a cmocka
+ * fixture (SMALL_TEST), small_up makes it into *state for one test and
+ * small_down frees it. */
+typedef struct small_case {
+  model m;
+  float x[TB * 64];
+  uint8_t y[TB];
+} small_case;
+
+static void small_model(model *m, float *x, uint8_t *y);
+
+static int small_up(void **state) {
+  small_case *c = malloc(sizeof *c);
+  assert_non_null(c);
+  small_model(&c->m, c->x, c->y);
+  *state = c;
+  return 0;
+}
+
+static int small_down(void **state) {
+  small_case *c = *state;
+  model_free(&c->m);
+  free(c);
+  return 0;
+}
+
+#define SMALL_TEST(test)                                                       \
+  cmocka_unit_test_setup_teardown(test, small_up, small_down)
+
 static void small_model(model *m, float *x, uint8_t *y) {
   assert_int_equal(cnn_create(m, &small, TB), 0);
   rng r;
@@ -150,33 +179,29 @@ static void naive_block(const model *m, int tconv, int tbn, int trm,
 }
 
 static void test_eval_forward_matches_naive(void **state) {
-  (void)state;
-  model m;
-  float x[TB * 64];
-  uint8_t y[TB];
-  small_model(&m, x, y);
+  small_case *c = *state; /* see small_up */
+  model *m = &c->m;
   /* Non-trivial running statistics. */
   for (int t = 8; t < 12; t++) {
-    model_tensor d = model_tensor_at(&m, t);
+    model_tensor d = model_tensor_at(m, t);
     for (size_t i = 0; i < d.count; i++)
-      m.params[d.offset + i] = t % 2 ? 0.5f + 0.25f * (float)i : 0.1f * i;
+      m->params[d.offset + i] = t % 2 ? 0.5f + 0.25f * (float)i : 0.1f * i;
   }
-  const float *z = m.ops->forward(&m, x, TB, 0);
+  const float *z = m->ops->forward(m, c->x, TB, 0);
   for (int b = 0; b < TB; b++) {
     double in[64], h1[3 * 16], h2[4 * 4];
     for (int i = 0; i < 64; i++)
-      in[i] = x[b * 64 + i];
-    naive_block(&m, 0, 1, 8, in, 1, 3, 8, 8, h1);
-    naive_block(&m, 3, 4, 10, h1, 3, 4, 4, 4, h2);
+      in[i] = c->x[b * 64 + i];
+    naive_block(m, 0, 1, 8, in, 1, 3, 8, 8, h1);
+    naive_block(m, 3, 4, 10, h1, 3, 4, 4, 4, h2);
     for (int k = 0; k < 3; k++) {
-      double s = P(&m, 7, (size_t)k);
+      double s = P(m, 7, (size_t)k);
       for (int f = 0; f < 16; f++)
-        s += P(&m, 6, (size_t)(k * 16 + f)) * h2[f];
+        s += P(m, 6, (size_t)(k * 16 + f)) * h2[f];
       if (fabs(z[b * 3 + k] - s) > 1e-4 * (1 + fabs(s)))
         fail_msg("sample %d logit %d: %g, naive %g", b, k, z[b * 3 + k], s);
     }
   }
-  model_free(&m);
 }
 
 /* ---- backward ---- */
@@ -187,24 +212,21 @@ static double loss_at(model *m, const float *x, const uint8_t *y) {
 }
 
 static void test_backward_matches_finite_differences(void **state) {
-  (void)state;
-  model m;
-  float x[TB * 64];
-  uint8_t y[TB];
-  small_model(&m, x, y);
-  float *g = calloc(m.n_params, sizeof *g);
-  loss_at(&m, x, y);
-  assert_int_equal(m.ops->backward(&m, TB, g, NULL, NULL), 0);
+  small_case *c = *state; /* see small_up */
+  model *m = &c->m;
+  float *g = calloc(m->n_params, sizeof *g);
+  loss_at(m, c->x, c->y);
+  assert_int_equal(m->ops->backward(m, TB, g, NULL, NULL), 0);
   const float h = 1e-3f;
   double worst = 0;
-  size_t n_train = model_tensor_at(&m, 8).offset;
+  size_t n_train = model_tensor_at(m, 8).offset;
   for (size_t i = 0; i < n_train; i++) {
-    float keep = m.params[i];
-    m.params[i] = keep + h;
-    double up = loss_at(&m, x, y);
-    m.params[i] = keep - h;
-    double down = loss_at(&m, x, y);
-    m.params[i] = keep;
+    float keep = m->params[i];
+    m->params[i] = keep + h;
+    double up = loss_at(m, c->x, c->y);
+    m->params[i] = keep - h;
+    double down = loss_at(m, c->x, c->y);
+    m->params[i] = keep;
     double num = (up - down) / (2.0 * h);
     /* Relative, with an absolute floor for the float32 loss's noise
      * (measured worst: 0.7%). */
@@ -216,7 +238,6 @@ static void test_backward_matches_finite_differences(void **state) {
   fprintf(stderr, "worst relative error %.3g over %zu parameters\n", worst,
           n_train);
   free(g);
-  model_free(&m);
 }
 
 typedef struct seen {
@@ -244,35 +265,31 @@ static int on_ready(void *ctx, int t, float *grad, size_t count) {
 }
 
 static void test_callbacks_last_layer_first(void **state) {
-  (void)state;
-  model m;
-  float x[TB * 64];
-  uint8_t y[TB];
-  small_model(&m, x, y);
-  float *g = calloc(m.n_params, sizeof *g);
-  float *want = calloc(m.n_params, sizeof *want);
-  loss_at(&m, x, y);
-  assert_int_equal(m.ops->backward(&m, TB, want, NULL, NULL), 0);
-  seen s = {.m = &m, .grads = g};
-  loss_at(&m, x, y);
-  assert_int_equal(m.ops->backward(&m, TB, g, on_ready, &s), 0);
+  small_case *c = *state; /* see small_up */
+  model *m = &c->m;
+  float *g = calloc(m->n_params, sizeof *g);
+  float *want = calloc(m->n_params, sizeof *want);
+  loss_at(m, c->x, c->y);
+  assert_int_equal(m->ops->backward(m, TB, want, NULL, NULL), 0);
+  seen s = {.m = m, .grads = g};
+  loss_at(m, c->x, c->y);
+  assert_int_equal(m->ops->backward(m, TB, g, on_ready, &s), 0);
   const int order[] = {7, 6, 5, 4, 3, 2, 1, 0};
   assert_int_equal(s.n, 8);
   assert_memory_equal(s.order, order, sizeof order);
   for (int i = 0; i < 8; i++) { /* final when handed over, unaffected */
-    model_tensor d = model_tensor_at(&m, s.order[i]);
+    model_tensor d = model_tensor_at(m, s.order[i]);
     assert_memory_equal(s.copy[i], want + d.offset, d.count * sizeof *g);
     free(s.copy[i]);
   }
-  seen s2 = {.m = &m, .grads = g, .stop_after = 3};
-  loss_at(&m, x, y);
-  assert_int_equal(m.ops->backward(&m, TB, g, on_ready, &s2), 7);
+  seen s2 = {.m = m, .grads = g, .stop_after = 3};
+  loss_at(m, c->x, c->y);
+  assert_int_equal(m->ops->backward(m, TB, g, on_ready, &s2), 7);
   assert_int_equal(s2.n, 3);
   for (int i = 0; i < 3; i++)
     free(s2.copy[i]);
   free(g);
   free(want);
-  model_free(&m);
 }
 
 /* Training forwards on one batch move the running statistics toward the
@@ -280,18 +297,15 @@ static void test_callbacks_last_layer_first(void **state) {
  * forward then reproduces the training one up to the unbiased variance's
  * n / (n - 1) (n = 4 x 64 and 4 x 16 here). */
 static void test_running_statistics(void **state) {
-  (void)state;
-  model m;
-  float x[TB * 64];
-  uint8_t y[TB];
-  small_model(&m, x, y);
+  small_case *c = *state; /* see small_up */
+  model *m = &c->m;
   float train_z[TB * 3];
   for (int k = 0; k < 300; k++)
-    memcpy(train_z, m.ops->forward(&m, x, TB, 1), sizeof train_z);
-  const float *rv = m.params + model_tensor_at(&m, 9).offset;
+    memcpy(train_z, m->ops->forward(m, c->x, TB, 1), sizeof train_z);
+  const float *rv = m->params + model_tensor_at(m, 9).offset;
   for (int c = 0; c < 3; c++)
     assert_true(rv[c] != 1.0f);
-  const float *z = m.ops->forward(&m, x, TB, 0);
+  const float *z = m->ops->forward(m, c->x, TB, 0);
   double worst = 0;
   for (int i = 0; i < TB * 3; i++) {
     double e = fabs(z[i] - train_z[i]) / (0.1 + fabs(train_z[i]));
@@ -299,7 +313,6 @@ static void test_running_statistics(void **state) {
   }
   if (worst > 0.05)
     fail_msg("evaluation vs training logits differ by %g", worst);
-  model_free(&m);
 }
 
 /* bf16 and fp16 (model_set_precision): the passes really run rounded
@@ -360,11 +373,8 @@ static void test_low_precision_passes(void **state) {
 /* model_save: "HKCNN1\0\0", the words h w c1 c2 classes, then every float
  * of the buffer (running statistics included), little-endian. */
 static void test_weight_file(void **state) {
-  (void)state;
-  model m;
-  float x[TB * 64];
-  uint8_t y[TB];
-  small_model(&m, x, y);
+  small_case *c = *state; /* see small_up */
+  model *m = &c->m;
   char path[128];
   snprintf(path, sizeof path, "%s/hk_test_train_cnn.XXXXXX",
            getenv("TMPDIR") && getenv("TMPDIR")[0] == '/' ? getenv("TMPDIR")
@@ -373,10 +383,10 @@ static void test_weight_file(void **state) {
   assert_true(fd >= 0);
   close(fd);
   char err[256];
-  assert_int_equal(model_save(&m, path, err, sizeof err), 0);
+  assert_int_equal(model_save(m, path, err, sizeof err), 0);
   FILE *f = fopen(path, "rb");
   assert_non_null(f);
-  size_t want = 8 + 4 * 5 + 4 * m.n_params;
+  size_t want = 8 + 4 * 5 + 4 * m->n_params;
   uint8_t *b = malloc(want + 1);
   assert_int_equal(fread(b, 1, want + 1, f), want); /* and nothing after */
   fclose(f);
@@ -385,30 +395,29 @@ static void test_weight_file(void **state) {
                             0,   0,   8,   0,   0,   0,   3, 0, 0, 0,
                             4,   0,   0,   0,   3,   0,   0, 0};
   assert_memory_equal(b, head, 28);
-  for (size_t i = 0; i < m.n_params; i++) {
+  for (size_t i = 0; i < m->n_params; i++) {
     const uint8_t *q = b + 28 + 4 * i;
     uint32_t bits = (uint32_t)q[0] | (uint32_t)q[1] << 8 |
                     (uint32_t)q[2] << 16 | (uint32_t)q[3] << 24,
              want_bits;
-    memcpy(&want_bits, &m.params[i], 4);
+    memcpy(&want_bits, &m->params[i], 4);
     assert_int_equal(bits, want_bits);
   }
   free(b);
-  assert_int_equal(model_save(&m, "/nonexistent/dir/w", err, sizeof err), -1);
+  assert_int_equal(model_save(m, "/nonexistent/dir/w", err, sizeof err), -1);
   assert_non_null(strstr(err, "/nonexistent/dir/w: cannot create"));
-  model_free(&m);
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_layout_and_table),
       cmocka_unit_test(test_init),
-      cmocka_unit_test(test_eval_forward_matches_naive),
-      cmocka_unit_test(test_backward_matches_finite_differences),
-      cmocka_unit_test(test_callbacks_last_layer_first),
-      cmocka_unit_test(test_running_statistics),
+      SMALL_TEST(test_eval_forward_matches_naive),
+      SMALL_TEST(test_backward_matches_finite_differences),
+      SMALL_TEST(test_callbacks_last_layer_first),
+      SMALL_TEST(test_running_statistics),
       cmocka_unit_test(test_low_precision_passes),
-      cmocka_unit_test(test_weight_file),
+      SMALL_TEST(test_weight_file),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
