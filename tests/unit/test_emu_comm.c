@@ -130,6 +130,10 @@ static void job_start(job *j, rank_fn fn) {
     }
     j->pid[r] = pid;
   }
+  /* only the ranks write up: a rank that dies before it speaks then ends
+   * the parent's read (EOF, byte 0: the test fails) instead of hanging */
+  close(j->up[1]);
+  j->up[1] = -1;
 }
 
 /* Waits for every child still running; each must have exited 0. */
@@ -149,7 +153,6 @@ static void job_finish(job *j) {
     j->pid[r] = 0;
   }
   close(j->up[0]);
-  close(j->up[1]);
   for (int r = 0; r < j->np; r++) {
     close(j->down[r][0]);
     close(j->down[r][1]);
