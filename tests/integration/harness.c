@@ -9,6 +9,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -44,6 +45,24 @@ int hkt_mkdtemp(const char *prefix, char *out, size_t cap) {
     return -1;
   }
   return 0;
+}
+
+static int remove_one(const char *path, const struct stat *sb, int type,
+                      struct FTW *ftw) {
+  (void)sb;
+  (void)type;
+  (void)ftw;
+  if (remove(path) != 0 && errno != ENOENT) {
+    fprintf(stderr, "harness: cannot remove %s: %s\n", path, strerror(errno));
+    return -1;
+  }
+  return 0;
+}
+
+int hkt_remove_tree(const char *dir) {
+  /* depth first, without following links; a missing tree is removed */
+  int rc = nftw(dir, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+  return rc == 0 || errno == ENOENT ? 0 : -1;
 }
 
 int hkt_mkstemp(const char *prefix, char *out, size_t cap) {

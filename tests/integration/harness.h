@@ -86,6 +86,11 @@ const char *hkt_tmpdir(void);
 /** Makes a directory <tmpdir>/<prefix>XXXXXX; its path into out[cap]. */
 int hkt_mkdtemp(const char *prefix, char *out, size_t cap);
 
+/** Removes dir and everything below it (links are removed, not
+ *  followed); 0, also when dir does not exist; -1 (said on stderr) when
+ *  something could not be removed. */
+int hkt_remove_tree(const char *dir);
+
 /** Makes an empty file <tmpdir>/<prefix>XXXXXX (closed); path in out. */
 int hkt_mkstemp(const char *prefix, char *out, size_t cap);
 

@@ -411,9 +411,12 @@ static void test_timeline_bounded(void **s) {
  * timeline that still parses. */
 static void test_timeline_survives_kill(void **s) {
   (void)s;
-  char path[96];
-  assert_int_equal(hkt_mkstemp("hk_timeline_", path, sizeof path), 0);
-  char env_tl[128];
+  /* a directory of its own: a rank that sees hkrun die before it dies
+   * writes its flight record beside the timeline (worker/flight.h) */
+  char dir[96], path[128];
+  assert_int_equal(hkt_mkdtemp("hk_timeline_", dir, sizeof dir), 0);
+  snprintf(path, sizeof path, "%s/timeline.json", dir);
+  char env_tl[160];
   snprintf(env_tl, sizeof env_tl, "HK_TIMELINE=%s", path);
   char *env[] = {env_tl, NULL};
   char *argv[] = {HKRUN_PATH, "-np", "2", W("w_fail"), "kill", NULL};
@@ -432,7 +435,7 @@ static void test_timeline_survives_kill(void **s) {
   json_t *root = load_timeline(path);
   assert_true(json_array_size(root) > 3);
   json_decref(root);
-  unlink(path);
+  assert_int_equal(hkt_remove_tree(dir), 0);
 }
 
 /* Case C1 with a shutdown time: warnings name both tensors and the

@@ -151,9 +151,7 @@ static void test_output_filename(void **state) {
       fail_msg("%s holds '%s', expected '%s'", path, text ? text : "(none)",
                want);
   }
-  char cmd[160];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  assert_int_equal(system(cmd), 0);
+  assert_int_equal(hkt_remove_tree(dir), 0);
 }
 
 /* ---- --bind-to ---- */
@@ -387,9 +385,7 @@ static void test_network_interface(void **state) {
                 "lo",       W_TIMELINE, NULL};
   run_expect(lo, NULL, 0, &r);
   hkt_result_free(&r);
-  char cmd[160];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  assert_int_equal(system(cmd), 0);
+  assert_int_equal(hkt_remove_tree(dir), 0);
 }
 
 /* ---- what hk has, and what it does not ---- */

@@ -124,9 +124,7 @@ static int setup_dir(void **state) {
 
 static int teardown_dir(void **state) {
   (void)state;
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  return system(cmd) == 0 ? 0 : -1;
+  return hkt_remove_tree(dir);
 }
 
 static void reset_records(void) {
