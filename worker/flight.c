@@ -166,17 +166,23 @@ void hk_flight_stall(hk_ctx *ctx, const char *what) {
   hk_flight_dump(ctx, why);
 }
 
+/* h's entry, state submitted, unless a dump already gave it one. */
+static void record_submit(struct hk_flight *f, hk_handle h) {
+  if (h->flight_seq)
+    return;
+  hk_flight_entry *e = hk_flight_ring_push(&f->ring);
+  describe(e, h);
+  e->state = HK_FLIGHT_SUBMITTED;
+  stamp(f, e, HK_FLIGHT_T_SUBMIT, h->t_submit);
+  h->flight_seq = e->seq;
+}
+
 void hk_flight_taken(hk_ctx *ctx, hk_handle list) {
   struct hk_flight *f = ctx->flight;
   if (!f || !list)
     return; /* the offset is the last round's: no clock read here */
-  for (hk_handle h = list; h; h = h->next) {
-    hk_flight_entry *e = hk_flight_ring_push(&f->ring);
-    describe(e, h);
-    e->state = HK_FLIGHT_SUBMITTED;
-    stamp(f, e, HK_FLIGHT_T_SUBMIT, h->t_submit);
-    h->flight_seq = e->seq;
-  }
+  for (hk_handle h = list; h; h = h->next)
+    record_submit(f, h);
 }
 
 void hk_flight_round(hk_ctx *ctx, double t_ready) {
@@ -272,12 +278,18 @@ void hk_flight_dump(hk_ctx *ctx, const char *reason) {
   h.pid = (long)getpid();
   snprintf(h.reason, sizeof h.reason, "%s", reason);
   h.written_us = clock_us(CLOCK_REALTIME);
-  h.rounds = f->round;
-  h.capacity = f->ring.cap;
-  h.recorded = f->ring.next;
   refresh_offset(f);
   pending_list pl = {f, NULL, 0, 0};
   pthread_mutex_lock(&ctx->mu);
+  /* what the trainer submitted and this thread has not taken from the
+   * queue yet (a dump asked for just after a submit, or a rank whose
+   * request is still unanswered) is recorded now, in submit order:
+   * a record shows every submit */
+  for (hk_handle q = ctx->queue_head; q; q = q->next)
+    record_submit(f, q);
+  h.rounds = f->round;
+  h.capacity = f->ring.cap;
+  h.recorded = f->ring.next;
   size_t n = hk_strmap_size(ctx->inflight);
   pl.e = n ? malloc(n * sizeof *pl.e) : NULL;
   pl.cap = pl.e ? n : 0;

@@ -57,7 +57,8 @@ int hk_flight_fd(const hk_ctx *ctx);
 void hk_flight_signalled(hk_ctx *ctx);
 
 /** Records the handles (a list linked by next) just taken from the queue:
- *  one entry each, state submitted, with their submit times. */
+ *  one entry each, state submitted, with their submit times (a handle a
+ *  dump recorded while it was queued keeps that entry). */
 void hk_flight_taken(hk_ctx *ctx, hk_handle list);
 
 /** A RESPONSES with n > 0 responses is being applied: the next round
@@ -76,9 +77,11 @@ void hk_flight_mark(hk_ctx *ctx, hk_handle h, hk_flight_state state, double t);
  *  writes its record through hkrun (see above), or rank 0 alone. */
 void hk_flight_stall(hk_ctx *ctx, const char *what);
 
-/** Writes this rank's record now, with `reason` on its reason line.
- *  Failures are logged (a warning naming the file), never returned: the
- *  job's own error matters more. */
+/** Writes this rank's record now, with `reason` on its reason line; the
+ *  tensors still waiting in the queue get their entries first, so the
+ *  record holds every submit. Failures are logged (a warning naming the
+ *  file), never returned: the job's own error matters more. Background
+ *  thread only. */
 void hk_flight_dump(hk_ctx *ctx, const char *reason);
 
 #endif

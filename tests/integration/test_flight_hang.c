@@ -81,14 +81,15 @@ static int wait_records(const char *dir, int n, double timeout_s) {
   return rc;
 }
 
-/* Starts the hang with HK_FLIGHT_DIR=dir (plus extra, may be NULL) and
- * waits until every rank has reached it; pids[4] get the ranks' pids. */
-static void start_hang(const char *dir, const char *extra, hkt_proc *p,
-                       int pids[4]) {
+/* Starts the hang (w_flight with its mode, NULL for the plain one) with
+ * HK_FLIGHT_DIR=dir (plus extra, may be NULL) and waits until every rank
+ * has reached it; pids[4] get the ranks' pids, in the order they said it. */
+static void start_hang(const char *dir, const char *extra, const char *mode,
+                       hkt_proc *p, int pids[4]) {
   char env_dir[4200];
   snprintf(env_dir, sizeof env_dir, "HK_FLIGHT_DIR=%s", dir);
   char *env[] = {env_dir, "HK_STALL_CHECK_TIME_S=0", (char *)extra, NULL};
-  char *argv[] = {HKRUN_PATH, "-np", "4", W_FLIGHT, NULL};
+  char *argv[] = {HKRUN_PATH, "-np", "4", W_FLIGHT, (char *)mode, NULL};
   assert_int_equal(hkt_start(argv, env, p), 0);
   assert_int_equal(hkt_wait_lines(p, "t7 pid=", 4, 120), 0);
   int n = 0;
@@ -137,6 +138,14 @@ static void expect_t7(const char *dir, const char *why, int nwhy) {
   hkt_result_free(&r);
 }
 
+/* After each test: a test that failed half-way leaves its hang running;
+ * it must not fail the next ones (their checks that nothing is left). */
+static int end_leftovers(void **s) {
+  (void)s;
+  hkt_kill_orphans();
+  return 0;
+}
+
 static void remove_dir(const char *dir) {
   assert_int_equal(hkt_remove_tree(dir), 0);
 }
@@ -147,7 +156,7 @@ static void test_sigusr1_to_ranks(void **s) {
   assert_int_equal(hkt_mkdtemp("hk-flight.", dir, sizeof dir), 0);
   hkt_proc p;
   int pids[4];
-  start_hang(dir, NULL, &p, pids);
+  start_hang(dir, NULL, NULL, &p, pids);
   for (int i = 0; i < 4; i++)
     assert_int_equal(kill(pids[i], SIGUSR1), 0);
   assert_int_equal(wait_records(dir, 4, 60), 0);
@@ -189,7 +198,7 @@ static void test_hkrun_dump(void **s) {
   assert_int_equal(hkt_mkdtemp("hk-flight.", dir, sizeof dir), 0);
   hkt_proc p;
   int pids[4];
-  start_hang(dir, "HK_FLIGHT_RECORDER=3", &p, pids);
+  start_hang(dir, "HK_FLIGHT_RECORDER=3", NULL, &p, pids);
   char pid[32];
   snprintf(pid, sizeof pid, "%d", (int)p.pid);
   char *argv[] = {HKRUN_PATH, "--dump", pid, NULL};
@@ -230,6 +239,41 @@ static void test_hkrun_dump(void **s) {
   remove_dir(dir);
 }
 
+/* A record holds what still waits in the rank's queue: rank 0 holds its
+ * answer to rank 1's request for t7 (HK_CYCLE_TIME_MS), so rank 1's t8,
+ * submitted after that request left, is not taken by its background
+ * thread when SIGUSR1 asks for the record. */
+static void test_dump_records_queued(void **s) {
+  (void)s;
+  char dir[4096];
+  assert_int_equal(hkt_mkdtemp("hk-flight.", dir, sizeof dir), 0);
+  hkt_proc p;
+  int pids[4];
+  start_hang(dir, "HK_CYCLE_TIME_MS=60000", "queued", &p, pids);
+  const char *one = strstr(p.out.data, "[1] waiting for t7 pid=");
+  assert_non_null(one);
+  assert_int_equal(kill(atoi(one + strlen("[1] waiting for t7 pid=")), SIGUSR1),
+                   0);
+  assert_int_equal(wait_records(dir, 1, 60), 0);
+  char rec[4200] = "";
+  assert_int_equal(count_records(dir, ".1.txt", rec, sizeof rec), 1);
+  hk_flight_file f;
+  assert_int_equal(hk_flight_read(rec, &f), HK_OK);
+  assert_int_equal(f.h.rank, 1);
+  assert_int_equal(f.h.recorded, 9); /* t0..t8 */
+  assert_true(f.nentries >= 2);
+  const hk_flight_entry *t7 = &f.entries[f.nentries - 2],
+                        *t8 = &f.entries[f.nentries - 1];
+  assert_string_equal(t7->name, "t7");
+  assert_int_equal(t7->state, HK_FLIGHT_SUBMITTED);
+  assert_string_equal(t8->name, "t8");
+  assert_int_equal(t8->state, HK_FLIGHT_SUBMITTED);
+  assert_int_equal(f.npending, 2);
+  hk_flight_file_free(&f);
+  end_hang(&p);
+  remove_dir(dir);
+}
+
 static void test_stall_path(void **s) {
   (void)s;
   char dir[4096], env_dir[4200];
@@ -260,7 +304,7 @@ static void test_stall_warning(void **s) {
   assert_int_equal(hkt_mkdtemp("hk-flight.", dir, sizeof dir), 0);
   hkt_proc p;
   int pids[4];
-  start_hang(dir, "HK_STALL_CHECK_TIME_S=1", &p, pids);
+  start_hang(dir, "HK_STALL_CHECK_TIME_S=1", NULL, &p, pids);
   assert_int_equal(wait_records(dir, 4, 60), 0);
   assert_int_equal(hkt_wait_line(&p, "warning: stall:", 30, NULL), 0);
   expect_t7(dir, "written on: SIGUSR1 (a dump was asked for)", 3);
@@ -273,10 +317,11 @@ static void test_stall_warning(void **s) {
 int main(void) {
   hkt_setup();
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_sigusr1_to_ranks),
-      cmocka_unit_test(test_hkrun_dump),
-      cmocka_unit_test(test_stall_path),
-      cmocka_unit_test(test_stall_warning),
+      cmocka_unit_test_teardown(test_sigusr1_to_ranks, end_leftovers),
+      cmocka_unit_test_teardown(test_hkrun_dump, end_leftovers),
+      cmocka_unit_test_teardown(test_dump_records_queued, end_leftovers),
+      cmocka_unit_test_teardown(test_stall_path, end_leftovers),
+      cmocka_unit_test_teardown(test_stall_warning, end_leftovers),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

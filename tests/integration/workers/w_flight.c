@@ -6,13 +6,29 @@
  * prints "skipping t7 pid=<pid>" and waits for signals until it is killed
  * (SIGUSR1, the flight recorder's, only wakes it). A rank whose wait on t7
  * ends prints what it returned and exits 1 on an error.
+ *
+ * w_flight queued: as above, but a rank other than 0 and the last one
+ * submits "t8" too once its request for t7 has gone to rank 0 (its
+ * REQUESTS count moved: worker/introspect.h), before it prints "waiting
+ * for t7": with the job's HK_CYCLE_TIME_MS holding rank 0's answer, t8
+ * then waits in the rank's queue, not yet taken by its background thread.
  */
+#include <sched.h>
 #include <signal.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "wcommon.h"
+#include "worker/introspect.h"
 
-int main(void) {
+static uint64_t requests_sent(void) {
+  hk_negotiation_counts c;
+  HKT_OK(hk_internal_negotiation_counts(&c));
+  return c.requests;
+}
+
+int main(int argc, char **argv) {
+  const int queued = argc > 1 && !strcmp(argv[1], "queued");
   setvbuf(stdout, NULL, _IOLBF, 0);
   HKT_OK(hk_init());
   const int rank = hk_rank(), size = hk_size();
@@ -33,9 +49,15 @@ int main(void) {
     for (;;)
       pause();
   }
-  float y[8] = {0};
-  hk_handle h;
+  float y[8] = {0}, z[8] = {0};
+  hk_handle h, h8;
+  const uint64_t sent = requests_sent();
   HKT_OK(hk_allreduce_async("t7", y, y, 8, HK_FLOAT32, HK_SUM, &h));
+  if (queued && rank > 0) {
+    while (requests_sent() == sent) /* bounded by the test's deadline */
+      sched_yield();
+    HKT_OK(hk_allreduce_async("t8", z, z, 8, HK_FLOAT32, HK_SUM, &h8));
+  }
   printf("waiting for t7 pid=%d\n", (int)getpid());
   hk_status st = hk_wait(h);
   fprintf(stderr, "rank %d: t7 gave %s: %s\n", rank, hk_strerror(st),
