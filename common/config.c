@@ -316,59 +316,6 @@ int hk_config_monitoring(const hk_config *cfg) {
          cfg->monitor_report_s > 0;
 }
 
-void hk_config_print_table(void) {
-  printf("%-22s %12s  %-24s %s\n", "variable", "default", "range", "meaning");
-  for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
-    const tunable *t = &table[i];
-    char range[64];
-    snprintf(range, sizeof range, "[%g, %g] %s", t->min, t->max, t->unit);
-    printf("%-22s %12g  %-24s %s\n", t->var, t->def, range, t->meaning);
-  }
-  printf("%-22s %12s  %-24s %s\n", "HK_TIMELINE", "\"\"", "a file path",
-         "rank 0 writes a Chrome trace of every tensor's phases");
-  printf("%-22s %12s  %-24s %s\n", "HK_TIMELINE_MARK_CYCLES", "0", "0|1",
-         "1: the timeline marks every negotiation round that ran work");
-  printf("%-22s %12s  %-24s %s\n", "HK_FLIGHT_DIR", "\"\"", "a folder",
-         "where flight records go; \"\": HK_TIMELINE's folder, else the "
-         "current directory");
-  printf("%-22s %12s  %-24s %s\n", "HK_SOCKET_IFNAME", "\"\"",
-         "interface or CIDR", "where ranks listen (checked at hk_init)");
-  printf("%-22s %12s  %-24s %s\n", "HK_CROSS_TRANSPORT", "tcp", "tcp|mpi",
-         "links to ranks on other hosts: hk's TCP, or MPI point-to-point "
-         "(needs mpirun/srun)");
-  printf("%-22s %12s  %-24s %s\n", "HK_INTRA_TRANSPORT", "auto", "auto|shm|tcp",
-         "links between ranks of one host: shared memory (auto: where it "
-         "can be set up), or loopback TCP");
-  printf("%-22s %12s  %-24s %s\n", "HK_ALLREDUCE_ALGO", "auto",
-         "auto|ring|hierarchical|rd",
-         "allreduce algorithm; auto: the cost model's choice per tensor");
-  printf("%-22s %12s  %-24s %s\n", "HK_HIERARCHICAL_ALLREDUCE", "\"\"", "0|1",
-         "1: hierarchical allreduce; 0: never; unset: auto decides");
-  printf("%-22s %12s  %-24s %s\n", "HK_TOPO_FILE", "\"\"",
-         "nvidia-smi text or XML", "this server's layout: ring order, model");
-  printf("%-22s %12s  %-24s %s\n", "HK_DEVICE", "auto", "auto|cuda|emu|none",
-         "GPU tensors' backend; auto: cuda where a GPU is found");
-  printf("%-22s %12s  %-24s %s\n", "HK_GPU", "local rank", "0..1023",
-         "the GPU (index among the visible ones) this process uses");
-  printf("%-22s %12s  %-24s %s\n", "HK_COMPRESSION", "none", "none|fp16|bf16",
-         "float32 device gradients travel in this type");
-  printf("%-22s %12s  %-24s %s\n", "HK_EMU_FAULT", "\"\"",
-         "error|hang|delay:R:OP[:MS]",
-         "emu backend: inject a fault into rank R's OP-th device "
-         "communicator operation");
-  printf("%-22s %12s  %-24s %s\n", "HK_MONITOR", "0", "0|1",
-         "1: rank 0 tracks which ranks are late and why (worker/monitor.h)");
-  printf("%-22s %12s  %-24s %s\n", "HK_METRICS_FILE", "\"\"", "a file path",
-         "rank 0 writes every rank's metrics there, Prometheus text format; "
-         "turns the monitor on");
-  printf("%-22s %12s  %-24s %s\n", "HK_NVML_LIBRARY", "libnvidia-ml.so.1",
-         "a library", "the NVML the telemetry loads");
-  printf("%-22s %12s  %-24s %s\n", "HK_MONITOR_LIVE", "0", "0|1",
-         "1: rank 0 sends hkrun its live table (hkrun --monitor sets it)");
-  printf("%-22s %12s  %-24s %s\n", "HK_LOG_LEVEL", "warning",
-         "error|warning|info|debug", "diagnostics written to stderr");
-}
-
 int hk_usable_cpus(void) {
   cpu_set_t set;
   int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;

@@ -105,9 +105,6 @@ hk_status hk_config_load(hk_config *cfg);
  *  HK_METRICS_FILE, HK_MONITOR_REPORT_S > 0). */
 int hk_config_monitoring(const hk_config *cfg);
 
-/** Prints the table (variable, default, range, meaning) to stdout. */
-void hk_config_print_table(void);
-
 /**
  * The CPUs this process may run on: its affinity mask (taskset, cgroup
  * cpusets, hkrun --bind-to), at most the online CPUs; at least 1. What
