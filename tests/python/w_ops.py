@@ -328,13 +328,17 @@ refused(ValueError, lambda: hvd.allreduce(torch.ones(2, dtype=torch.int32),
                                           prescale_factor=2.0),
         "int32 prescale")
 # a name submitted again while in flight: "dup.R" stays in flight until
-# every rank has submitted it, so the second submit is refused for sure
+# every rank has submitted it, and the others submit it only after the
+# barrier, which this rank enters after its second submit: so that submit
+# meets "dup.R" in flight for sure (without the barrier a slow rank could
+# find it already completed and its name free again)
 h = hvd.allreduce_async(torch.ones(2), name="dup.%d" % R)
 msg = refused(hvd.HKError, lambda: hvd.allreduce_async(torch.ones(2),
                                                        name="dup.%d" % R),
               "a name in flight")
 if "dup.%d" % R not in msg:
     fail("duplicate-name message does not name the tensor: %s" % msg)
+hvd.barrier()
 others = [hvd.allreduce_async(torch.ones(2), name="dup.%d" % r)
           for r in range(N) if r != R]
 for o in [h] + others:
