@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "collectives/transport/tcp.h"
+#include "common/clock.h"
 #include "common/strmap.h"
 #include "coordinator/wire.h"
 #include "worker/context.h"

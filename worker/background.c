@@ -60,8 +60,10 @@
 #include <unistd.h>
 
 #include "collectives/transport/tcp.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "coordinator/channel.h"
 #include "worker/execute.h"
 #include "worker/flight.h"
 #include "worker/introspect.h"
@@ -89,7 +91,7 @@ static void relay_failure(hk_ctx *ctx, hk_status st, const char *reason) {
     char who[32];
     snprintf(who, sizeof who, "rank %d", r);
     if (ctx->mesh.ctrl_fds[r] >= 0 &&
-        hk_tcp_send_msg(ctx->mesh.ctrl_fds[r], &m, &ctx->scratch, &io, who) !=
+        hk_channel_send(ctx->mesh.ctrl_fds[r], &m, &ctx->scratch, &io, who) !=
             HK_OK)
       hk_log(HK_LOG_DEBUG, "could not tell %s why the job failed: %s", who,
              hk_last_error());
@@ -111,7 +113,7 @@ static void fail_job(hk_ctx *ctx, hk_status st, const char *what, int relay) {
     struct pollfd p = {.fd = ctx->mesh.launcher_fd, .events = POLLIN};
     if (poll(&p, 1, 2000) > 0) {
       hk_msg m;
-      if (hk_tcp_recv_msg(ctx->mesh.launcher_fd, &m, &ctx->scratch, &io,
+      if (hk_channel_recv(ctx->mesh.launcher_fd, &m, &ctx->scratch, &io,
                           "hkrun") == HK_OK) {
         if (m.type == HK_MSG_ABORT)
           snprintf(reason, sizeof reason, "%s", m.u.abort.reason);
@@ -158,7 +160,7 @@ static void late_stop(hk_ctx *ctx, hk_round *R) {
   hk_io io = {-1, 1.0};
   hk_msg m;
   if (poll(&p, 1, 1000) <= 0 ||
-      hk_tcp_recv_msg(ctx->mesh.ctrl_fd, &m, &ctx->scratch, &io, "rank 0") !=
+      hk_channel_recv(ctx->mesh.ctrl_fd, &m, &ctx->scratch, &io, "rank 0") !=
           HK_OK)
     return;
   if (m.type == HK_MSG_RESPONSES && m.u.responses.abort_status) {
@@ -194,7 +196,7 @@ static hk_status worker_send(hk_ctx *ctx, hk_round *R) {
     m.u.requests.has_sample =
         (uint8_t)hk_monitor_take_sample(ctx->monitor, &m.u.requests.sample);
   st =
-      hk_tcp_send_msg(ctx->mesh.ctrl_fd, &m, &ctx->scratch, &ctx->io, "rank 0");
+      hk_channel_send(ctx->mesh.ctrl_fd, &m, &ctx->scratch, &ctx->io, "rank 0");
   if (st != HK_OK)
     return st;
   R->sent = 1;
@@ -207,7 +209,7 @@ static hk_status worker_send(hk_ctx *ctx, hk_round *R) {
 static hk_status worker_receive(hk_ctx *ctx, hk_round *R) {
   hk_msg m;
   hk_status st =
-      hk_tcp_recv_msg(ctx->mesh.ctrl_fd, &m, &ctx->scratch, &ctx->io, "rank 0");
+      hk_channel_recv(ctx->mesh.ctrl_fd, &m, &ctx->scratch, &ctx->io, "rank 0");
   if (st != HK_OK)
     return st;
   if (m.type != HK_MSG_RESPONSES) {

@@ -9,8 +9,10 @@
 #include "collectives/transport/iface.h"
 #include "collectives/transport/link.h"
 #include "collectives/transport/tcp.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "coordinator/channel.h"
 #include "worker/mpi_exchange.h"
 #include "worker/placement.h"
 
@@ -84,7 +86,7 @@ static hk_status accept_one(hk_ctx *ctx, data_plan *d, double deadline) {
   hk_msg m;
   hk_buf scratch = {0};
   hk_io io = {ctx->io.abort_fd, deadline - hk_now()};
-  st = hk_tcp_recv_msg(fd, &m, &scratch, &io, "a connecting peer");
+  st = hk_channel_recv(fd, &m, &scratch, &io, "a connecting peer");
   hk_buf_free(&scratch);
   if (st != HK_OK) {
     close(fd);
@@ -155,7 +157,7 @@ static hk_status connect_peer(hk_ctx *ctx, const hk_wire_peer *peer, int rank,
   hello.u.hello.stream = (uint8_t)stream;
   hello.u.hello.streams = (uint8_t)streams;
   hk_buf scratch = {0};
-  st = hk_tcp_send_msg(*fd, &hello, &scratch, &ctx->io, who);
+  st = hk_channel_send(*fd, &hello, &scratch, &ctx->io, who);
   hk_buf_free(&scratch);
   return st;
 }
@@ -180,14 +182,14 @@ static hk_status rendezvous(hk_ctx *ctx, const char *host, uint16_t port,
   reg.u.reg.port = my_port;
   snprintf(reg.u.reg.host, sizeof reg.u.reg.host, "%s", my_addr);
   hk_buf scratch = {0};
-  st = hk_tcp_send_msg(ctx->mesh.launcher_fd, &reg, &scratch, &io, "hkrun");
+  st = hk_channel_send(ctx->mesh.launcher_fd, &reg, &scratch, &io, "hkrun");
   if (st == HK_OK)
-    st = hk_tcp_recv_msg(ctx->mesh.launcher_fd, peers, &scratch, &io, "hkrun");
+    st = hk_channel_recv(ctx->mesh.launcher_fd, peers, &scratch, &io, "hkrun");
   if (st == HK_ERR_TIMEOUT) {
     /* hkrun's clock started before ours: it is about to say who is
      * missing (an ABORT naming the ranks); give it a moment to */
     io.timeout_s = RENDEZVOUS_GRACE_S;
-    if (hk_tcp_recv_msg(ctx->mesh.launcher_fd, peers, &scratch, &io, "hkrun") ==
+    if (hk_channel_recv(ctx->mesh.launcher_fd, peers, &scratch, &io, "hkrun") ==
         HK_OK)
       st = HK_OK;
   }

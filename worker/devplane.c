@@ -17,6 +17,7 @@
 #include "collectives/reduce.h"
 #include "collectives/ring.h"
 #include "collectives/transport/tcp.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/status.h"
 #include "worker/algo.h"

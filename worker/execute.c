@@ -15,6 +15,7 @@
 #include "collectives/ring.h"
 #include "collectives/shm_ring.h"
 #include "collectives/transport/tcp.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/status.h"
 #include "coordinator/fusion.h"

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "collectives/transport/tcp.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/status.h"
 #include "worker/devplane.h"

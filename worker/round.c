@@ -11,8 +11,10 @@
 #include <string.h>
 
 #include "collectives/transport/tcp.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "coordinator/channel.h"
 #include "worker/execute.h"
 #include "worker/flight.h"
 #include "worker/introspect.h"
@@ -207,7 +209,7 @@ static hk_status coordinator_receive(hk_ctx *ctx, hk_round *R, int r) {
   snprintf(who, sizeof who, "rank %d", r);
   hk_msg m;
   hk_status st =
-      hk_tcp_recv_msg(ctx->mesh.ctrl_fds[r], &m, &ctx->scratch, &ctx->io, who);
+      hk_channel_recv(ctx->mesh.ctrl_fds[r], &m, &ctx->scratch, &ctx->io, who);
   if (st != HK_OK)
     return st;
   if (m.type != HK_MSG_REQUESTS || R->waiting[r]) {

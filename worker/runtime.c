@@ -18,6 +18,7 @@
 #include "collectives/reduce.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "coordinator/channel.h"
 #include "topology/topo.h"
 #include "worker/agree.h"
 #include "worker/algo.h"
@@ -138,7 +139,7 @@ static void say_goodbye(hk_ctx *ctx) {
   hk_buf b = {0};
   char saved[HK_ERROR_MSG_CAP];
   snprintf(saved, sizeof saved, "%s", hk_last_error());
-  if (hk_tcp_send_msg(ctx->mesh.launcher_fd, &m, &b, &io, "hkrun") != HK_OK)
+  if (hk_channel_send(ctx->mesh.launcher_fd, &m, &b, &io, "hkrun") != HK_OK)
     hk_log(HK_LOG_INFO, "could not say goodbye to hkrun: %s", hk_last_error());
   hk_set_last_error(saved);
   hk_buf_free(&b);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "collectives/transport/tcp.h"
+#include "common/clock.h"
 #include "common/status.h"
 #include "topology/nvml_api.h"
 

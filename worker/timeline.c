@@ -10,6 +10,7 @@
 
 #include "collectives/transport/tcp.h"
 #include "common/buf.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/status.h"
 #include "common/strmap.h"

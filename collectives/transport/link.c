@@ -18,6 +18,7 @@
 #include "collectives/transport/link_mpi.h"
 #include "collectives/transport/link_shm.h"
 #include "collectives/transport/shm_wait.h"
+#include "common/clock.h"
 #include "common/status.h"
 
 /* The fields that say which peer and which kind a link is. */

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "collectives/transport/tcp.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/module.h"
 #include "common/status.h"

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/status.h"
 
 #define MAX_PEERS 16 /* peers named in one liveness check / message */

@@ -11,18 +11,12 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "collectives/transport/exchange.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/status.h"
-
-double hk_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 void hk_tcp_close(int *fd) {
   if (*fd >= 0)
@@ -373,50 +367,6 @@ hk_status hk_tcp_send_all(int fd, const void *p, size_t n, const hk_io *io,
 hk_status hk_tcp_recv_all(int fd, void *p, size_t n, const hk_io *io,
                           const char *who) {
   return hk_tcp_exchange(-1, NULL, 0, fd, p, n, io, who, who);
-}
-
-hk_status hk_tcp_send_msg(int fd, const hk_msg *msg, hk_buf *scratch,
-                          const hk_io *io, const char *who) {
-  hk_buf_clear(scratch);
-  hk_status st = hk_wire_encode(msg, scratch);
-  if (st != HK_OK)
-    return st;
-  return hk_tcp_send_all(fd, scratch->data, scratch->len, io, who);
-}
-
-hk_status hk_tcp_recv_msg(int fd, hk_msg *out, hk_buf *scratch, const hk_io *io,
-                          const char *who) {
-  hk_buf_clear(scratch);
-  hk_status st = hk_buf_reserve(scratch, HK_WIRE_HEADER_LEN);
-  if (st != HK_OK)
-    return st;
-  st = hk_tcp_recv_all(fd, scratch->data, HK_WIRE_HEADER_LEN, io, who);
-  if (st != HK_OK)
-    return st;
-  uint8_t type;
-  uint32_t payload;
-  st = hk_wire_header(scratch->data, &type, &payload);
-  if (st != HK_OK) {
-    char msg[HK_ERROR_MSG_CAP];
-    snprintf(msg, sizeof msg, "%s", hk_last_error());
-    return hk_fail(st, "from %s: %s", who, msg);
-  }
-  scratch->len = HK_WIRE_HEADER_LEN;
-  st = hk_buf_reserve(scratch, payload);
-  if (st != HK_OK)
-    return st;
-  st =
-      hk_tcp_recv_all(fd, scratch->data + HK_WIRE_HEADER_LEN, payload, io, who);
-  if (st != HK_OK)
-    return st;
-  scratch->len += payload;
-  st = hk_wire_decode(scratch->data, scratch->len, out);
-  if (st != HK_OK) {
-    char msg[HK_ERROR_MSG_CAP];
-    snprintf(msg, sizeof msg, "%s", hk_last_error());
-    return hk_fail(st, "from %s: %s", who, msg);
-  }
-  return HK_OK;
 }
 
 /* hk_tcp_exchange's two sockets, for hk_exchange_run. */

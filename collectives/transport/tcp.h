@@ -1,6 +1,7 @@
 /*
  * tcp.h - hk's TCP transport: listening, connecting with the secret
- * handshake (common/auth.h), framed control messages, and the non-blocking
+ * handshake (common/auth.h), blocking byte I/O (what the control channel,
+ * coordinator/channel.h, frames its messages over), and the non-blocking
  * primitives the ring uses to keep a send to the right neighbour and a
  * receive from the left neighbour in flight together.
  *
@@ -21,18 +22,8 @@
 #include <stdint.h>
 
 #include "common/auth.h"
-#include "common/buf.h"
-#include "coordinator/wire.h"
+#include "common/io.h"
 #include "hk/hk.h"
-
-/** How waits behave: which fd aborts them, how long without progress. */
-typedef struct hk_io {
-  int abort_fd;     /* launcher connection, or -1 */
-  double timeout_s; /* seconds without progress before HK_ERR_TIMEOUT */
-} hk_io;
-
-/** Seconds on CLOCK_MONOTONIC. */
-double hk_now(void);
 
 /**
  * Listens on host (numeric IPv4, e.g. "127.0.0.1") at an ephemeral port.
@@ -43,7 +34,8 @@ hk_status hk_tcp_listen(const char *host, int *fd, uint16_t *port);
 
 /**
  * Connects to host:port, retrying refused connections until `deadline`
- * (hk_now() seconds), then runs the client half of the secret handshake.
+ * (hk_now() seconds, common/clock.h), then runs the client half of the
+ * secret handshake.
  * `who` names the peer in messages ("rank 0", "hkrun").
  * Errors: HK_ERR_TIMEOUT, HK_ERR_AUTH (the peer failed to prove the
  * secret), HK_ERR_SYSTEM, HK_ERR_PEER_LOST.
@@ -102,17 +94,6 @@ hk_status hk_tcp_recv_all(int fd, void *p, size_t n, const hk_io *io,
 hk_status hk_tcp_exchange(int send_fd, const void *sp, size_t sn, int recv_fd,
                           void *rp, size_t rn, const hk_io *io,
                           const char *send_who, const char *recv_who);
-
-/** Encodes msg and sends it as one frame (scratch is reused). */
-hk_status hk_tcp_send_msg(int fd, const hk_msg *msg, hk_buf *scratch,
-                          const hk_io *io, const char *who);
-
-/**
- * Receives one frame and decodes it into *out (caller frees with
- * hk_msg_free). Errors: those of hk_tcp_recv_all, HK_ERR_PROTOCOL.
- */
-hk_status hk_tcp_recv_msg(int fd, hk_msg *out, hk_buf *scratch, const hk_io *io,
-                          const char *who);
 
 /**
  * Non-blocking send of up to n bytes; *done gets the count (0 if the

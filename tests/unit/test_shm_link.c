@@ -22,6 +22,7 @@
 
 #include "collectives/transport/link.h"
 #include "collectives/transport/shm_wait.h"
+#include "common/clock.h"
 #include "link_pump.h"
 
 static void new_name(char name[HK_SHM_NAME_CAP]) {

@@ -18,6 +18,8 @@
 #include <unistd.h>
 
 #include "collectives/transport/tcp.h"
+#include "common/clock.h"
+#include "coordinator/channel.h"
 
 typedef struct client {
   uint16_t port;
@@ -39,7 +41,7 @@ static void *client_main(void *p) {
     hello.u.hello.channel = HK_CHANNEL_DATA;
     hello.u.hello.streams = 1;
     hk_buf scratch = {0};
-    c->st = hk_tcp_send_msg(c->fd, &hello, &scratch, &io, "the server");
+    c->st = hk_channel_send(c->fd, &hello, &scratch, &io, "the server");
     hk_buf_free(&scratch);
   }
   return NULL;
@@ -83,7 +85,7 @@ static void test_bad_secret_refused_good_accepted(void **state) {
   hk_io io = {-1, 5};
   hk_msg m;
   hk_buf scratch = {0};
-  assert_int_equal(hk_tcp_recv_msg(acc.fd, &m, &scratch, &io, "friend"), HK_OK);
+  assert_int_equal(hk_channel_recv(acc.fd, &m, &scratch, &io, "friend"), HK_OK);
   assert_int_equal(m.type, HK_MSG_HELLO);
   assert_int_equal(m.u.hello.rank, 7);
   hk_msg_free(&m);

@@ -15,6 +15,7 @@
 
 #include "collectives/transport/link.h"
 #include "collectives/transport/mpi/impl.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/status.h"
 

@@ -31,6 +31,7 @@
 #include "collectives/ring.h"
 #include "collectives/transport/link.h"
 #include "common/auth.h"
+#include "common/clock.h"
 #include "common/status.h"
 #include "wcommon.h"
 #include "worker/mpi_exchange.h"
