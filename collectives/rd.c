@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "collectives/reduce.h"
 #include "common/status.h"
+#include "device/host/reduce.h"
 
 /* The real rank of virtual index v (e = ranks that sit out). */
 static int real_rank(int v, int e) { return v < e ? 2 * v + 1 : v + e; }

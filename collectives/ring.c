@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "collectives/reduce.h"
 #include "common/status.h"
+#include "device/host/reduce.h"
 
 /* One step of a schedule. The engine requires that step k sends exactly
  * the region step k-1 received (true of every ring algorithm here), so a

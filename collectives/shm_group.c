@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "collectives/reduce.h"
 #include "common/status.h"
+#include "device/host/reduce.h"
 
 /* The fold works through a slice in blocks of this many bytes, so the
  * running value stays in L1 while the n inputs stream past it. */

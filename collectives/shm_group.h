@@ -146,7 +146,7 @@ typedef struct hk_shm_job {
   size_t npieces;
   /* 0 or 1: inputs are read as they are; else every input element is
    * multiplied by it as it is read, rounded as hk_scale_copy rounds (a
-   * 16-bit average's pre-division, collectives/reduce.h, which the
+   * 16-bit average's pre-division, device/host/reduce.h, which the
    * fusion buffer's copy-in applies otherwise: the same bits) */
   double in_scale;
 } hk_shm_job;

@@ -6,7 +6,7 @@
  * These are the portable scalar reference: pure integer bit manipulation, no
  * dependence on the FPU rounding mode or on MXCSR flush-to-zero/denormals-
  * are-zero, identical on every CPU. The F16C/AVX2 kernels in
- * collectives/reduce.c are tested to give bit-identical results, and these
+ * device/host/reduce.c are tested to give bit-identical results, and these
  * binary16 conversions match the x86 F16C instructions VCVTPH2PS/VCVTPS2PH
  * (imm8 = round to nearest even) bit for bit, NaNs included.
  *

@@ -106,7 +106,7 @@ HK_ELEM_FN uint16_t hk_elem_f32_to_bf16(float f) {
  * can pass binary32's largest value where the average does not (3 ranks
  * of 1.5e38: 1.125e38 * 4): then x / divisor * pre, the same rounding of
  * the same quotient, scaled by a power of two after it. The host finish
- * (collectives/reduce.c) and the device kernels (device/elem.h) both use
+ * (device/host/reduce.c) and the device kernels (device/elem.h) both use
  * it, so their bits agree. */
 HK_ELEM_FN float hk_elem_undo_pre(float x, float pre, float divisor) {
   const float y = x * pre;

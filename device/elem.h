@@ -9,7 +9,7 @@
  * even done on integers, so no FPU mode matters); tests/unit/test_elem.c
  * compares every binary16 and a sweep of binary32 values with half.c.
  * The average's division and the scale match hk_reduce_finish_average and
- * hk_scale_copy (collectives/reduce.h) bit for bit, including the
+ * hk_scale_copy (device/host/reduce.h) bit for bit, including the
  * canonical NaN the average stores for 16-bit types.
  *
  * Thread-safety: pure functions.

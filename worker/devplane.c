@@ -14,12 +14,12 @@
 #include <time.h>
 
 #include "collectives/dev_allreduce.h"
-#include "collectives/reduce.h"
 #include "collectives/ring.h"
 #include "collectives/transport/tcp.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "device/host/reduce.h"
 #include "worker/algo.h"
 
 struct hk_devplane {
@@ -527,7 +527,7 @@ static hk_status layout(hk_ctx *ctx, hk_handle *hs, uint32_t k, size_t nseg,
   memset(g->off, 0, nseg * sizeof *g->off);
   /* a 16-bit average (as it travels: compression too) divides by a power
    * of two in the pack and multiplies it back in the unpack, so the sum
-   * cannot overflow where the average would not (collectives/reduce.h) */
+   * cannot overflow where the average would not (device/host/reduce.h) */
   const double pre = hk_average_pre_divisor(
       wire_dtype(ctx, (hk_dtype)hs[0]->req.dtype), (hk_op)hs[0]->req.op,
       divisor > 0 ? divisor : ctx->size);

@@ -15,10 +15,10 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
-#include "collectives/reduce.h"
 #include "common/log.h"
 #include "common/status.h"
 #include "coordinator/channel.h"
+#include "device/host/reduce.h"
 #include "topology/topo.h"
 #include "worker/agree.h"
 #include "worker/algo.h"

@@ -65,11 +65,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "collectives/reduce.h"
 #include "common/log.h"
 #include "common/status.h"
 #include "device/emu/emu.h"
 #include "device/emu/internal.h"
+#include "device/host/reduce.h"
 
 #define ID_MAGIC "HKEMUID1"
 #define ID_RANDOM 16

@@ -33,7 +33,7 @@
  * allreduce and reducescatter compute, on every rank,
  *     v = x[0];  for r = 1 .. nranks-1:  v = hk_reduce(v, x[r])
  * where x[r] is rank r's input (r = the communicator rank) and
- * hk_reduce(a, b) is collectives/reduce.h's a op b (a the running value,
+ * hk_reduce(a, b) is device/host/reduce.h's a op b (a the running value,
  * b rank r's: min/max ties and NaNs follow reduce.h's rules for that
  * order). float16/bfloat16 round to 16 bits after every step. Every rank
  * gets the same bits. Allgather concatenates in rank order; broadcast

@@ -1,7 +1,7 @@
 /*
  * test_elem - device/elem.h, the per-element arithmetic of the device
  * kernels (pack, unpack, average, scale, float16/bfloat16 compression),
- * against the host kernels hk's CPU path uses (collectives/reduce.h,
+ * against the host kernels hk's CPU path uses (device/host/reduce.h,
  * common/half.h), bit for bit: every 16-bit pattern, special and random
  * binary32/binary64 values, every dtype. (The conversions themselves are
  * one code, common/half_inline.h, which half.c wraps.)
@@ -15,9 +15,9 @@
 
 #include <cmocka.h>
 
-#include "collectives/reduce.h"
 #include "common/half.h"
 #include "device/elem.h"
+#include "device/host/reduce.h"
 
 static uint64_t mix(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;

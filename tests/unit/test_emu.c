@@ -23,11 +23,11 @@
 
 #include <cmocka.h>
 
-#include "collectives/reduce.h"
 #include "common/half.h"
 #include "common/status.h"
 #include "device/device.h"
 #include "device/emu/emu.h"
+#include "device/host/reduce.h"
 
 /* ---- helpers ---- */
 

@@ -31,10 +31,10 @@
 
 #include <cmocka.h>
 
-#include "collectives/reduce.h"
 #include "common/status.h"
 #include "device/device.h"
 #include "device/emu/emu.h"
+#include "device/host/reduce.h"
 
 #define MAX_NP 4
 

@@ -13,8 +13,8 @@
 
 #include <cmocka.h>
 
-#include "collectives/reduce.h"
 #include "common/half.h"
+#include "device/host/reduce.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>

@@ -22,7 +22,7 @@
 
 #include "collectives/hierarchical.h"
 #include "collectives/rd.h"
-#include "collectives/reduce.h"
+#include "device/host/reduce.h"
 
 #define MAXN 8
 

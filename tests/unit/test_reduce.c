@@ -1,5 +1,5 @@
 /*
- * test_reduce.c - the CPU reduction kernels (collectives/reduce.c) against a
+ * test_reduce.c - the CPU reduction kernels (device/host/reduce.c) against a
  * straightforward scalar reference written here, for every dtype x op,
  * counts 0, 1, 7 and 1000003, out of place and in place (dst == a,
  * dst == b); integer wrap-around; NaN propagation; the average's final
@@ -16,8 +16,8 @@
 
 #include <cmocka.h>
 
-#include "collectives/reduce.h"
 #include "common/half.h"
+#include "device/host/reduce.h"
 
 #define NDTYPES 8
 #define NOPS 5

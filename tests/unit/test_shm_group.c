@@ -21,9 +21,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "collectives/reduce.h"
 #include "collectives/shm_ring.h"
 #include "common/auth.h"
+#include "device/host/reduce.h"
 
 #define MAXN 8
 

@@ -38,11 +38,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "collectives/reduce.h"
 #include "collectives/ring.h"
 #include "common/half.h"
 #include "device/device.h"
 #include "device/emu/emu.h"
+#include "device/host/reduce.h"
 #include "hk/hk.h"
 #include "wcommon.h"
 

@@ -35,9 +35,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "collectives/reduce.h"
 #include "collectives/transport/shm_seg.h"
 #include "common/half.h"
+#include "device/host/reduce.h"
 #include "wcommon.h"
 
 #define BIG 100003

@@ -11,7 +11,7 @@
  * conversions match VCVTPH2PS/VCVTPS2PH (checked in tests/unit/test_half.c)
  * and NaN results are replaced by one canonical NaN in both.
  */
-#include "collectives/reduce.h"
+#include "device/host/reduce.h"
 
 #include <stdint.h>
 #include <string.h>

@@ -1,7 +1,10 @@
 /*
- * reduce.h - CPU reduction kernels: the elementwise arithmetic of allreduce
- * (dst = a op b), run in the ring's inner loop, and the final division of
- * HK_AVERAGE.
+ * reduce.h - the host reduction kernels: the elementwise arithmetic of
+ * allreduce (dst = a op b), run in the ring's inner loop, and the final
+ * division of HK_AVERAGE. They live under device/ (the host is the device
+ * of a host tensor) so that both the collectives' schedules and the
+ * emulated device (device/emu, whose kernels must match the host path
+ * bit for bit) use the one copy without an include pointing up a layer.
  *
  * Arithmetic: exactly the contract in include/hk/hk.h (see hk_op):
  * - float16/bfloat16: both operands widened to binary32, the op applied in
@@ -30,8 +33,8 @@
  * Thread-safety: all functions are pure apart from writing their output
  * buffer; concurrent calls on disjoint buffers are safe.
  */
-#ifndef HK_COLLECTIVES_REDUCE_H
-#define HK_COLLECTIVES_REDUCE_H
+#ifndef HK_DEVICE_HOST_REDUCE_H
+#define HK_DEVICE_HOST_REDUCE_H
 
 #include <stddef.h>
 
