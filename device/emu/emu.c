@@ -1,41 +1,15 @@
 /*
- * emu.c - the emu backend's table of operations and the process-wide
- * driver state behind its handles (emu.h, "Process-wide state"): the
- * number of open handles and the default stream, created on first use and
- * stopped when the last handle closes. The allocation table is memory.c's.
+ * emu.c - the emu backend's table of operations, and opening and closing
+ * its handles. The process-wide driver state behind them (emu.h,
+ * "Process-wide state") is stream.c's (the count of open handles and the
+ * default stream) and memory.c's (the allocation table).
  */
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "common/status.h"
 #include "device/emu/emu.h"
 #include "device/emu/internal.h"
-
-/* The emulated driver: process-wide, as CUDA's is (emu.h). */
-static struct {
-  pthread_mutex_t mu;
-  int opens;                    /* handles open */
-  hk_dev_stream default_stream; /* NULL until first used */
-} driver = {PTHREAD_MUTEX_INITIALIZER, 0, NULL};
-
-emu_device *emu_dev(hk_device *dev, const char *what) {
-  if (!dev || dev->ops != &hk_emu_device_ops) {
-    hk_fail(HK_ERR_INVALID_ARG, "emu: %s: not an emu device handle", what);
-    return NULL;
-  }
-  return (emu_device *)dev;
-}
-
-hk_status emu_default_stream(hk_dev_stream *out) {
-  hk_status st = HK_OK;
-  pthread_mutex_lock(&driver.mu);
-  if (!driver.default_stream)
-    st = emu_stream_new(&driver.default_stream);
-  *out = driver.default_stream;
-  pthread_mutex_unlock(&driver.mu);
-  return st;
-}
 
 static hk_status emu_open(const hk_device_options *opts, hk_device **out) {
   *out = NULL;
@@ -60,9 +34,7 @@ static hk_status emu_open(const hk_device_options *opts, hk_device **out) {
   d->fault = *f;
   atomic_init(&d->comm_ops, 0);
   snprintf(d->desc, sizeof d->desc, "emu %d", d->index);
-  pthread_mutex_lock(&driver.mu);
-  driver.opens++;
-  pthread_mutex_unlock(&driver.mu);
+  emu_driver_open();
   *out = &d->base;
   return HK_OK;
 }
@@ -71,15 +43,7 @@ static void emu_close(hk_device *dev) {
   emu_device *d = emu_dev(dev, "close");
   if (!d)
     return;
-  hk_dev_stream last = NULL;
-  pthread_mutex_lock(&driver.mu);
-  if (--driver.opens == 0) {
-    last = driver.default_stream;
-    driver.default_stream = NULL;
-  }
-  pthread_mutex_unlock(&driver.mu);
-  if (last)
-    emu_stream_free(last); /* waits for its queued work */
+  emu_driver_close();
   free(d);
 }
 

@@ -1,9 +1,10 @@
 /*
  * internal.h - what the files of the emu backend share (not for use outside
  * device/emu/). One file per job:
- *   emu.c     the ops table, open/close (the process-wide driver state)
+ *   emu.c     the ops table, open/close
  *   memory.c  device memory: the double mapping and the allocation table
- *   stream.c  stream threads, their FIFOs, events, delay and host callbacks
+ *   stream.c  stream threads, their FIFOs, events, delay and host
+ *             callbacks; the driver's count of handles, the default stream
  *   copy.c    memcpy, batch_copy (device/elem.h) and fill
  *   comm.c    the communicator over a shared-memory segment
  *   fault.c   HK_EMU_FAULT: which operation a fault hits, and its message
@@ -16,7 +17,9 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
+#include "common/status.h"
 #include "device/device.h"
 
 /** Capacity of the emu's error messages (bytes incl. NUL). */
@@ -32,8 +35,16 @@ typedef struct emu_device {
   char desc[32];        /* "emu 0" */
 } emu_device;
 
-/** dev as an emu_device, or NULL (message set) if it is not one. */
-emu_device *emu_dev(hk_device *dev, const char *what);
+/** dev as an emu_device, or NULL (HK_ERR_INVALID_ARG's message set) if
+ *  it is not one: a handle is the emu's when its table is named "emu"
+ *  (asked of the table, so no file of the backend needs emu.c's symbol). */
+static inline emu_device *emu_dev(hk_device *dev, const char *what) {
+  if (!dev || !dev->ops || strcmp(dev->ops->name, "emu") != 0) {
+    hk_fail(HK_ERR_INVALID_ARG, "emu: %s: not an emu device handle", what);
+    return NULL;
+  }
+  return (emu_device *)dev;
+}
 
 /* ---- memory.c ---- */
 
@@ -136,10 +147,16 @@ hk_status emu_stream_new(hk_dev_stream *out);
 /** Waits for s's queued work, stops its thread, frees it. */
 void emu_stream_free(hk_dev_stream s);
 
-/* ---- emu.c ---- */
+/* The process-wide driver state (emu.h, "Process-wide state"). */
 
-/** The process's default stream, created on first use. */
+/** The process's default stream, created on first use. Errors: as
+ *  emu_stream_new (HK_ERR_NOMEM, HK_ERR_SYSTEM). */
 hk_status emu_default_stream(hk_dev_stream *out);
+/** A handle was opened (emu.c's open): counted. */
+void emu_driver_open(void);
+/** A handle was closed: the last one stops the default stream (waiting
+ *  for its queued work). */
+void emu_driver_close(void);
 
 /* ---- fault.c ---- */
 

@@ -117,6 +117,41 @@ void emu_stream_free(hk_dev_stream s) {
   free(s);
 }
 
+/* The emulated driver: process-wide, as CUDA's is (emu.h). */
+static struct {
+  pthread_mutex_t mu;
+  int opens;                    /* handles open */
+  hk_dev_stream default_stream; /* NULL until first used */
+} driver = {PTHREAD_MUTEX_INITIALIZER, 0, NULL};
+
+void emu_driver_open(void) {
+  pthread_mutex_lock(&driver.mu);
+  driver.opens++;
+  pthread_mutex_unlock(&driver.mu);
+}
+
+void emu_driver_close(void) {
+  hk_dev_stream last = NULL;
+  pthread_mutex_lock(&driver.mu);
+  if (--driver.opens == 0) {
+    last = driver.default_stream;
+    driver.default_stream = NULL;
+  }
+  pthread_mutex_unlock(&driver.mu);
+  if (last)
+    emu_stream_free(last); /* waits for its queued work */
+}
+
+hk_status emu_default_stream(hk_dev_stream *out) {
+  hk_status st = HK_OK;
+  pthread_mutex_lock(&driver.mu);
+  if (!driver.default_stream)
+    st = emu_stream_new(&driver.default_stream);
+  *out = driver.default_stream;
+  pthread_mutex_unlock(&driver.mu);
+  return st;
+}
+
 hk_status emu_enqueue(hk_dev_stream s, emu_op *op) {
   if (!s) {
     hk_status st = emu_default_stream(&s);
