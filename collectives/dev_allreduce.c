@@ -7,41 +7,6 @@
 
 #include "common/status.h"
 
-static hk_status run_comm(hk_dev_sched *s, hk_ring *ring, void *buf,
-                          size_t nseg, size_t seglen, hk_dtype dtype, hk_op op);
-static hk_status run_staged(hk_dev_sched *s, hk_ring *ring, void *buf,
-                            size_t nseg, size_t seglen, hk_dtype dtype,
-                            hk_op op);
-static hk_status run_hier(hk_dev_sched *s, hk_ring *ring, void *buf,
-                          size_t nseg, size_t seglen, hk_dtype dtype, hk_op op);
-
-typedef hk_status (*sched_fn)(hk_dev_sched *, hk_ring *, void *, size_t, size_t,
-                              hk_dtype, hk_op);
-
-static const struct {
-  const char *name;
-  sched_fn run;
-} algos[HK_DEV_NALGOS] = {
-    [HK_DEV_COMM] = {"comm", run_comm},
-    [HK_DEV_STAGED] = {"staged", run_staged},
-    [HK_DEV_HIER] = {"hierarchical", run_hier},
-};
-
-const char *hk_dev_algo_name(hk_dev_algo a) {
-  return (unsigned)a < HK_DEV_NALGOS ? algos[a].name : "unknown";
-}
-
-hk_status hk_dev_allreduce(hk_dev_sched *sched, hk_dev_algo a, hk_ring *ring,
-                           void *buf, size_t nseg, size_t seglen,
-                           hk_dtype dtype, hk_op op) {
-  if ((unsigned)a >= HK_DEV_NALGOS)
-    return hk_fail(HK_ERR_INVALID_ARG, "unknown device schedule %d", (int)a);
-  if (nseg == 0 || seglen == 0)
-    return HK_OK;
-  return algos[a].run(sched, ring, buf, nseg, seglen, dtype,
-                      op == HK_AVERAGE ? HK_SUM : op);
-}
-
 static hk_status need_comm(const hk_dev_sched *s, const char *what) {
   return s->comm ? HK_OK
                  : hk_fail(HK_ERR_DEVICE,
@@ -50,7 +15,7 @@ static hk_status need_comm(const hk_dev_sched *s, const char *what) {
                            what);
 }
 
-static hk_status run_comm(hk_dev_sched *s, hk_ring *ring, void *buf,
+hk_status hk_dev_run_comm(hk_dev_sched *s, hk_ring *ring, void *buf,
                           size_t nseg, size_t seglen, hk_dtype dtype,
                           hk_op op) {
   (void)ring;
@@ -92,7 +57,7 @@ static hk_status grow_segs(hk_dev_sched *s, size_t nseg) {
   return HK_OK;
 }
 
-static hk_status run_staged(hk_dev_sched *s, hk_ring *ring, void *buf,
+hk_status hk_dev_run_staged(hk_dev_sched *s, hk_ring *ring, void *buf,
                             size_t nseg, size_t seglen, hk_dtype dtype,
                             hk_op op) {
   const hk_device_ops *o = s->dev->ops;
@@ -142,7 +107,7 @@ static hk_status run_staged(hk_dev_sched *s, hk_ring *ring, void *buf,
   return st;
 }
 
-static hk_status run_hier(hk_dev_sched *s, hk_ring *ring, void *buf,
+hk_status hk_dev_run_hier(hk_dev_sched *s, hk_ring *ring, void *buf,
                           size_t nseg, size_t seglen, hk_dtype dtype,
                           hk_op op) {
   const hk_device_ops *o = s->dev->ops;
@@ -161,7 +126,7 @@ static hk_status run_hier(hk_dev_sched *s, hk_ring *ring, void *buf,
                                  s->stream);
   }
   if (st == HK_OK && H > 1)
-    st = run_staged(s, ring, mine, H, seglen, dtype, op);
+    st = hk_dev_run_staged(s, ring, mine, H, seglen, dtype, op);
   if (st == HK_OK && L > 1) {
     st = need_comm(s, "the in-host allgather");
     if (st == HK_OK)

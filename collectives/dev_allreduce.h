@@ -74,31 +74,28 @@ typedef struct hk_dev_sched {
   void *wait_arg;
 } hk_dev_sched;
 
-/** Which schedule (the table in dev_allreduce.c). */
-typedef enum hk_dev_algo {
-  HK_DEV_COMM = 0,
-  HK_DEV_STAGED = 1,
-  HK_DEV_HIER = 2,
-  HK_DEV_NALGOS = 3,
-} hk_dev_algo;
-
-/** "comm", "staged", "hierarchical". */
-const char *hk_dev_algo_name(hk_dev_algo a);
-
 /**
- * Runs schedule `a` on the device buffer buf (nseg * seglen ELEMENTS of
- * dtype, already packed by work queued on sched->stream): on return every
- * rank's buf holds op over all ranks (the average not yet divided), or
+ * The three schedules (above), each an entry's run in the table of
+ * allreduce implementations (collectives/allreduce.h, which chooses
+ * among them). Each runs on the device buffer buf (nseg * seglen ELEMENTS
+ * of dtype, nseg and seglen > 0, already packed by work queued on
+ * sched->stream): on return every rank's buf holds op over all ranks, or
  * work queued on sched->stream will leave it so (comm, and hier's last
- * phase): the caller queues its unpack on sched->stream. `ring` is the
- * flat ring (staged) or the cross ring (hier); unused by comm. For hier,
- * nseg must be local_size * ring->size; for staged, ring->size.
+ * phase): the caller queues its unpack on sched->stream. op is never
+ * HK_AVERAGE (run as HK_SUM: the unpack divides). `ring` is the flat
+ * ring (staged) or the cross ring (hier); unused by comm. For hier, nseg
+ * must be local_size * ring->size; for staged, ring->size.
  * Errors: the watchdog's (HK_ERR_DEVICE, HK_ERR_TIMEOUT, HK_ERR_PEER_LOST),
  * the ring's (HK_ERR_PEER_LOST, HK_ERR_TIMEOUT naming the neighbour), the
- * backend's when enqueueing fails, HK_ERR_NOMEM.
+ * backend's when enqueueing fails, HK_ERR_NOMEM, HK_ERR_INVALID_ARG (nseg
+ * does not fit the ring).
  */
-hk_status hk_dev_allreduce(hk_dev_sched *sched, hk_dev_algo a, hk_ring *ring,
-                           void *buf, size_t nseg, size_t seglen,
-                           hk_dtype dtype, hk_op op);
+hk_status hk_dev_run_comm(hk_dev_sched *sched, hk_ring *ring, void *buf,
+                          size_t nseg, size_t seglen, hk_dtype dtype, hk_op op);
+hk_status hk_dev_run_staged(hk_dev_sched *sched, hk_ring *ring, void *buf,
+                            size_t nseg, size_t seglen, hk_dtype dtype,
+                            hk_op op);
+hk_status hk_dev_run_hier(hk_dev_sched *sched, hk_ring *ring, void *buf,
+                          size_t nseg, size_t seglen, hk_dtype dtype, hk_op op);
 
 #endif

@@ -184,6 +184,30 @@ static hk_status read_int(const char *var, int def, int min, int max,
   return HK_OK;
 }
 
+/* HK_ALLREDUCE_ALGO = auto | ring | hierarchical | rd (any case): the
+ * host allreduce every rank runs (collectives/allreduce.h); "tree" is
+ * only a prediction of NCCL's (hktopo), refused with that reason. */
+static hk_status read_allreduce_algo(hk_config *cfg) {
+  static const char *const algos[] = {"auto", "ring", "hierarchical", "rd"};
+  int i;
+  cfg->allreduce_algo[0] = '\0';
+  const char *v = getenv("HK_ALLREDUCE_ALGO");
+  if (v && *v && strcasecmp(v, "tree") == 0)
+    return hk_fail(HK_ERR_CONFIG,
+                   "HK_ALLREDUCE_ALGO=\"%.64s\": hk's collectives have no "
+                   "tree (hktopo predicts NCCL's); expected ring, "
+                   "hierarchical, rd or auto",
+                   v);
+  if (pick_word("HK_ALLREDUCE_ALGO", algos, 4, &i) != HK_OK)
+    return hk_fail(HK_ERR_CONFIG,
+                   "HK_ALLREDUCE_ALGO=\"%.64s\": expected ring, "
+                   "hierarchical, rd or auto",
+                   v);
+  if (i > 0)
+    snprintf(cfg->allreduce_algo, sizeof cfg->allreduce_algo, "%s", algos[i]);
+  return HK_OK;
+}
+
 /* HK_EMU_FAULT=error|hang|delay:RANK:OP[:MS] */
 static hk_status read_fault(hk_config *cfg) {
   cfg->emu_fault_kind = 0;
@@ -255,6 +279,10 @@ hk_status hk_config_load(hk_config *cfg) {
   if (st == HK_OK)
     st = read_string("HK_SOCKET_IFNAME", cfg->socket_ifname,
                      sizeof cfg->socket_ifname);
+  if (st == HK_OK)
+    st = read_string("HK_TOPO_FILE", cfg->topo_file, sizeof cfg->topo_file);
+  if (st == HK_OK)
+    st = read_allreduce_algo(cfg);
   if (st != HK_OK)
     return st;
   /* words ignore case, as every word-valued setting does */

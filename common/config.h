@@ -44,6 +44,10 @@ typedef struct hk_config {
   double net_gbit;          /* HK_NET_GBIT: each host's network, Gbit/s */
   double spin_us;           /* HK_SPIN_US: poll before sleeping, us */
   int hierarchical;         /* HK_HIERARCHICAL_ALLREDUCE: 1, 0, -1 unset */
+  char allreduce_algo[16];  /* HK_ALLREDUCE_ALGO: "ring", "hierarchical",
+                               "rd", or "" (auto); lower case */
+  char topo_file[4096];     /* HK_TOPO_FILE: a server layout file
+                               (topology/), or "" */
   int log_level;            /* HK_LOG_LEVEL: hk_log_level */
   char timeline[4096];      /* HK_TIMELINE: rank 0's trace file, or "" */
   int timeline_mark_cycles; /* HK_TIMELINE_MARK_CYCLES: 1 = an instant

@@ -22,7 +22,7 @@ uint32_t hk_fusion_plan(const hk_fusion_item *items, uint32_t n,
     for (uint32_t j = i + 1; j < n; j++) {
       const hk_fusion_item *b = &items[j];
       if (taken[j] || !b->fusable || b->dtype != a->dtype || b->op != a->op ||
-          b->mem != a->mem || b->divisor != a->divisor || b->algo != a->algo ||
+          b->mem != a->mem || b->divisor != a->divisor || b->impl != a->impl ||
           bytes + b->bytes > cap)
         continue;
       order[placed++] = j;

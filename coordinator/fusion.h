@@ -5,7 +5,7 @@
  * Plan (as Horovod's fusion buffer manager does): walk the responses in the
  * order rank 0 sent them; each allreduce that completed OK and fits opens a
  * group, which takes every later unplanned allreduce with the same dtype,
- * op, divisor and algorithm while the group's bytes stay within the
+ * op, divisor and implementation while the group's bytes stay within the
  * threshold (HK_FUSION_THRESHOLD, Horovod's default 128 MiB; 0 disables
  * fusion) and the opening item's own limit, if it has one.
  * Anything else, and any tensor larger than the threshold, runs alone and
@@ -36,13 +36,15 @@ typedef struct hk_fusion_item {
   uint8_t mem;     /* hk_wire_mem: host and device tensors never share a
                       fusion buffer */
   int32_t divisor; /* HK_AVERAGE's divisor (ranks that took part) */
-  uint8_t algo;    /* the allreduce algorithm (worker/algo.h): only
-                      tensors of one algorithm share a buffer, so a tensor's
-                      bits do not depend on fusion */
-  size_t bytes;    /* count * element size */
-  size_t limit;    /* a group it opens holds at most this many bytes (the
-                      size up to which its algorithm is the fast one);
-                      0: the threshold alone */
+  const struct hk_allreduce_impl *impl; /* the allreduce implementation
+                      that runs it (collectives/allreduce.h's table; only
+                      compared here): only tensors of one implementation
+                      share a buffer, so a tensor's bits do not depend on
+                      fusion */
+  size_t bytes;                         /* count * element size */
+  size_t limit; /* a group it opens holds at most this many bytes (the
+                   size up to which its algorithm is the fast one);
+                   0: the threshold alone */
 } hk_fusion_item;
 
 /**

@@ -1,31 +1,14 @@
-/* cost.c - the alpha-beta allreduce model and the algorithm choice
- * (cost.h; figures and their sources in figures.h). */
+/* cost.c - the alpha-beta allreduce model (cost.h; figures and their
+ * sources in figures.h). */
 #include "topology/cost.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "common/status.h"
 #include "topology/figures.h"
 #include "topology/ring.h"
-
-const char *hk_algo_name(hk_algo a) {
-  switch (a) {
-  case HK_ALGO_RING:
-    return "ring";
-  case HK_ALGO_TREE:
-    return "tree";
-  case HK_ALGO_HIERARCHICAL:
-    return "hierarchical";
-  case HK_ALGO_RD:
-    return "rd";
-  case HK_ALGO_AUTO:
-    return "auto";
-  }
-  return "?";
-}
 
 static int ceil_log2(int x) {
   int l = 0;
@@ -155,18 +138,22 @@ static double rd_us(const hk_host_model *h, int hosts, double intra, double net,
   return us;
 }
 
-hk_status hk_cost_allreduce(const hk_host_model *h, hk_algo algo, size_t bytes,
-                            int hosts, double net_gbit, hk_cost *out) {
+/* The model's formulas: what predict() computes for each. */
+typedef enum formula { RING, TREE, HIERARCHICAL, RD } formula;
+static const char *const formula_names[] = {"ring", "tree", "hierarchical",
+                                            "rd"};
+
+static hk_status predict(const hk_host_model *h, formula algo, size_t bytes,
+                         int hosts, double net_gbit, hk_cost *out) {
   memset(out, 0, sizeof *out);
   if (!h || h->gpus < 1 || hosts < 1 ||
       (double)h->gpus * hosts > (double)(1 << 24) ||
-      (h->gpus > 1 && !(h->intra_gbps > 0)) || (hosts > 1 && !(net_gbit > 0)) ||
-      algo == HK_ALGO_AUTO || (unsigned)algo > HK_ALGO_AUTO)
+      (h->gpus > 1 && !(h->intra_gbps > 0)) || (hosts > 1 && !(net_gbit > 0)))
     return hk_fail(HK_ERR_INVALID_ARG,
                    "cost model: %d GPUs/host, %.3g GB/s in host, %d hosts, "
                    "%.3g Gbit/s, algorithm %s",
                    h ? h->gpus : 0, h ? h->intra_gbps : 0.0, hosts, net_gbit,
-                   hk_algo_name(algo));
+                   formula_names[algo]);
   int n = h->gpus * hosts;
   double s = (double)bytes;
   double net = net_gbit / 8.0; /* GB/s */
@@ -176,11 +163,11 @@ hk_status hk_cost_allreduce(const hk_host_model *h, hk_algo algo, size_t bytes,
   double us = 0.0;
   if (n == 1) {
     us = 0.0;
-  } else if (algo == HK_ALGO_TREE) {
+  } else if (algo == TREE) {
     us = tree_us(h, hosts, flat, s, &proto);
-  } else if (algo == HK_ALGO_RD) {
+  } else if (algo == RD) {
     us = rd_us(h, hosts, intra, net, s);
-  } else if (algo == HK_ALGO_RING || hosts == 1) {
+  } else if (algo == RING || hosts == 1) {
     us = ring_us(h, h->gpus, hosts, flat, s, &proto);
   } else {
     /* hierarchical: each of the g cross-host rings carries bytes/g and
@@ -192,7 +179,7 @@ hk_status hk_cost_allreduce(const hk_host_model *h, hk_algo algo, size_t bytes,
     us = 2.0 * rs + cross;
     proto = p2;
   }
-  out->algo = algo;
+  out->algo = formula_names[algo];
   out->proto = proto;
   out->time_us = us;
   if (us > 0 && bytes > 0) {
@@ -202,62 +189,43 @@ hk_status hk_cost_allreduce(const hk_host_model *h, hk_algo algo, size_t bytes,
   return HK_OK;
 }
 
-hk_status hk_cost_choose_among(const hk_host_model *h, size_t bytes, int hosts,
-                               double net_gbit, unsigned mask, hk_cost *out) {
-  static const hk_algo order[] = {HK_ALGO_RING, HK_ALGO_HIERARCHICAL,
-                                  HK_ALGO_TREE, HK_ALGO_RD};
+hk_status hk_cost_ring(const hk_host_model *h, size_t bytes, int hosts,
+                       double net_gbit, hk_cost *out) {
+  return predict(h, RING, bytes, hosts, net_gbit, out);
+}
+
+hk_status hk_cost_tree(const hk_host_model *h, size_t bytes, int hosts,
+                       double net_gbit, hk_cost *out) {
+  return predict(h, TREE, bytes, hosts, net_gbit, out);
+}
+
+hk_status hk_cost_hierarchical(const hk_host_model *h, size_t bytes, int hosts,
+                               double net_gbit, hk_cost *out) {
+  return predict(h, HIERARCHICAL, bytes, hosts, net_gbit, out);
+}
+
+hk_status hk_cost_rd(const hk_host_model *h, size_t bytes, int hosts,
+                     double net_gbit, hk_cost *out) {
+  return predict(h, RD, bytes, hosts, net_gbit, out);
+}
+
+hk_status hk_cost_nccl(const hk_host_model *h, size_t bytes, int hosts,
+                       double net_gbit, hk_cost *out) {
+  /* NCCL's menu, simpler first (ties keep the earlier) */
+  static const formula menu[] = {RING, HIERARCHICAL, TREE};
   hk_cost best = {0};
-  int found = 0;
-  for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
-    if (!(mask & (1u << order[i])) ||
-        (order[i] == HK_ALGO_HIERARCHICAL && hosts == 1))
+  for (size_t i = 0; i < sizeof menu / sizeof menu[0]; i++) {
+    if (menu[i] == HIERARCHICAL && hosts == 1)
       continue; /* the same as the ring there */
     hk_cost c;
-    hk_status st = hk_cost_allreduce(h, order[i], bytes, hosts, net_gbit, &c);
+    hk_status st = predict(h, menu[i], bytes, hosts, net_gbit, &c);
     if (st != HK_OK)
       return st;
-    if (!found || c.time_us < best.time_us * (1.0 - 1e-12))
+    if (i == 0 || c.time_us < best.time_us * (1.0 - 1e-12))
       best = c;
-    found = 1;
   }
-  if (!found)
-    return hk_fail(HK_ERR_INVALID_ARG, "cost model: no algorithm to choose");
   *out = best;
   return HK_OK;
-}
-
-hk_status hk_cost_choose(const hk_host_model *h, size_t bytes, int hosts,
-                         double net_gbit, hk_algo forced, hk_cost *out) {
-  if (forced != HK_ALGO_AUTO)
-    return hk_cost_allreduce(h, forced, bytes, hosts, net_gbit, out);
-  /* NCCL's menu: what a GPU job would choose between */
-  return hk_cost_choose_among(h, bytes, hosts, net_gbit,
-                              1u << HK_ALGO_RING | 1u << HK_ALGO_HIERARCHICAL |
-                                  1u << HK_ALGO_TREE,
-                              out);
-}
-
-hk_status hk_cost_algo_from_env(hk_algo *out) {
-  const char *v = getenv("HK_ALLREDUCE_ALGO");
-  *out = HK_ALGO_AUTO;
-  if (!v || !*v || strcasecmp(v, "auto") == 0)
-    return HK_OK;
-  static const hk_algo all[] = {HK_ALGO_RING, HK_ALGO_HIERARCHICAL, HK_ALGO_RD};
-  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-    if (strcasecmp(v, hk_algo_name(all[i])) == 0) {
-      *out = all[i];
-      return HK_OK;
-    }
-  if (strcasecmp(v, hk_algo_name(HK_ALGO_TREE)) == 0)
-    return hk_fail(HK_ERR_CONFIG,
-                   "HK_ALLREDUCE_ALGO=\"%.64s\": hk's collectives have no "
-                   "tree (hktopo predicts NCCL's); expected ring, "
-                   "hierarchical, rd or auto",
-                   v);
-  return hk_fail(HK_ERR_CONFIG,
-                 "HK_ALLREDUCE_ALGO=\"%.64s\": expected ring, hierarchical, "
-                 "rd or auto",
-                 v);
 }
 
 hk_status hk_host_model_from_topo(const hk_topo *t, int local_size,

@@ -1,6 +1,9 @@
 /*
- * cost.h - an alpha-beta model of allreduce on one or many hosts, and the
- * choice of algorithm it implies.
+ * cost.h - an alpha-beta model of allreduce on one or many hosts: one
+ * formula per algorithm, the one copy of them that hk's choice of
+ * allreduce implementation (collectives/allreduce.h: each entry's cost)
+ * and hktopo's prediction of NCCL's choice (hk_cost_nccl) use. Which
+ * algorithm runs is not decided here.
  *
  * Model (NCCL's tuning model, with the figures of topology/figures.h):
  * time(algorithm, protocol) = latency + bytes / algbw, where
@@ -28,8 +31,7 @@
  * bandwidth of a host is its rate in Gbit/s / 8 (all its NICs together).
  * A host of one GPU has no in-host phase.
  *
- * Thread-safety: all functions are pure except hk_cost_algo_from_env
- * (reads the environment).
+ * Thread-safety: all functions are pure.
  */
 #ifndef HK_TOPOLOGY_COST_H
 #define HK_TOPOLOGY_COST_H
@@ -38,14 +40,6 @@
 
 #include "hk/hk.h"
 #include "topology/graph.h"
-
-typedef enum hk_algo {
-  HK_ALGO_RING = 0,
-  HK_ALGO_TREE = 1,
-  HK_ALGO_HIERARCHICAL = 2,
-  HK_ALGO_RD = 3, /* recursive doubling (collectives/rd.h) */
-  HK_ALGO_AUTO = 4,
-} hk_algo;
 
 /** Per-step figures of a transport other than NCCL's (hk's own TCP
  *  collectives): Simple protocol only, µs. */
@@ -66,7 +60,8 @@ typedef struct hk_host_model {
 } hk_host_model;
 
 typedef struct hk_cost {
-  hk_algo algo;
+  const char *algo;  /* the formula's name: "ring", "tree", "hierarchical",
+                        "rd" (static) */
   int proto;         /* hk_fig_proto of the (last) phase: 0 LL, 1 Simple */
   double time_us;    /* predicted time of one allreduce, µs */
   double algbw_gbps; /* bytes / time, GB/s */
@@ -75,43 +70,28 @@ typedef struct hk_cost {
 
 /**
  * Predicts an allreduce of `bytes` bytes over `hosts` hosts shaped like h,
- * linked at net_gbit Gbit/s per host, with algorithm algo (not AUTO).
- * Hierarchical on one host is the ring (reduce-scatter + allgather).
- * Errors: HK_ERR_INVALID_ARG (gpus < 1, hosts < 1, hosts*gpus > 1 << 24,
- * intra_gbps <= 0 with gpus > 1, net_gbit <= 0 with hosts > 1, algo AUTO).
- * bytes == 0 gives the latency alone.
+ * linked at net_gbit Gbit/s per host, by one formula each: the ring, NCCL's
+ * tree, hierarchical (on one host: the ring's formula), recursive doubling.
+ * bytes == 0 gives the latency alone. *out is zeroed on error.
+ * Errors: HK_ERR_INVALID_ARG (h NULL, gpus < 1, hosts < 1, hosts*gpus >
+ * 1 << 24, intra_gbps <= 0 with gpus > 1, net_gbit <= 0 with hosts > 1).
  */
-hk_status hk_cost_allreduce(const hk_host_model *h, hk_algo algo, size_t bytes,
-                            int hosts, double net_gbit, hk_cost *out);
+hk_status hk_cost_ring(const hk_host_model *h, size_t bytes, int hosts,
+                       double net_gbit, hk_cost *out);
+hk_status hk_cost_tree(const hk_host_model *h, size_t bytes, int hosts,
+                       double net_gbit, hk_cost *out);
+hk_status hk_cost_hierarchical(const hk_host_model *h, size_t bytes, int hosts,
+                               double net_gbit, hk_cost *out);
+hk_status hk_cost_rd(const hk_host_model *h, size_t bytes, int hosts,
+                     double net_gbit, hk_cost *out);
 
 /**
- * The algorithm to use: `forced` if not HK_ALGO_AUTO, else the one with
- * the least predicted time (ties: ring, then hierarchical, then tree: the
- * simpler first). *out gets its prediction. Errors: as hk_cost_allreduce.
+ * What NCCL would choose for a GPU job (hktopo's prediction): the fastest
+ * of the ring, hierarchical (with hosts > 1) and the tree, ties going to
+ * the earlier of those. *out gets its prediction. Errors: as hk_cost_ring.
  */
-hk_status hk_cost_choose(const hk_host_model *h, size_t bytes, int hosts,
-                         double net_gbit, hk_algo forced, hk_cost *out);
-
-/**
- * hk_cost_choose among the algorithms whose bit (1 << algo) is set in
- * `mask` (hierarchical only counts with hosts > 1): the runtime's choice
- * among the algorithms its collectives implement (ring, hierarchical, rd).
- * Ties go to the earlier of ring, hierarchical, tree, rd.
- * Errors: as hk_cost_allreduce; HK_ERR_INVALID_ARG for an empty mask.
- */
-hk_status hk_cost_choose_among(const hk_host_model *h, size_t bytes, int hosts,
-                               double net_gbit, unsigned mask, hk_cost *out);
-
-/**
- * HK_ALLREDUCE_ALGO: unset or empty or "auto" -> HK_ALGO_AUTO; "ring",
- * "hierarchical", "rd" (case-insensitive) -> that algorithm: those hk
- * runs. Errors: HK_ERR_CONFIG naming the value and the accepted ones
- * ("tree", which only the model knows, with that reason).
- */
-hk_status hk_cost_algo_from_env(hk_algo *out);
-
-/** "ring", "tree", "hierarchical", "rd", "auto". Never NULL. */
-const char *hk_algo_name(hk_algo a);
+hk_status hk_cost_nccl(const hk_host_model *h, size_t bytes, int hosts,
+                       double net_gbit, hk_cost *out);
 
 /**
  * The host model of layout t for a job of local_size ranks (GPUs

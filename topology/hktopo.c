@@ -81,7 +81,7 @@ int main(int argc, char **argv) {
   if (env && *env)
     return from_file(env);
   hk_topo *t;
-  if (hk_topo_load_env(&t) != HK_OK) {
+  if (hk_topo_load_setting(NULL, &t) != HK_OK) {
     fprintf(stderr,
             "hktopo: %s\nhktopo: pass a file: hktopo FILE "
             "(`nvidia-smi topo -m` text or NCCL topology XML)\n",

@@ -104,9 +104,9 @@ hk_status hk_topo_load_file(const char *path, hk_topo **out) {
   return st;
 }
 
-hk_status hk_topo_load_env(hk_topo **out) {
+hk_status hk_topo_load_setting(const char *topo_file, hk_topo **out) {
   *out = NULL;
-  const char *path = getenv("HK_TOPO_FILE");
+  const char *path = topo_file;
   if (path && *path) {
     hk_status st = hk_topo_load_file(path, out);
     if (st != HK_OK) {

@@ -144,15 +144,17 @@ hk_status hk_topo_load_file(const char *path, hk_topo **out);
 hk_status hk_topo_load_nvml(const char *lib, hk_topo **out);
 
 /**
- * The layout this process should use, as NCCL uses NCCL_TOPO_FILE:
- *  1. HK_TOPO_FILE set and not empty: that file (either format). Any error
- *     is returned: a layout asked for by name never falls back silently.
+ * The layout this process should use, as NCCL uses NCCL_TOPO_FILE, given
+ * the HK_TOPO_FILE setting (common/config.h's topo_file; NULL as ""):
+ *  1. topo_file not empty: that file (either format). Any error is
+ *     returned, its message prefixed "HK_TOPO_FILE=": a layout asked for
+ *     by name never falls back silently.
  *  2. else NVML (hk_topo_load_nvml(NULL)).
  * Errors: as hk_topo_load_file for 1; for 2, HK_ERR_SYSTEM with "no layout:
  * HK_TOPO_FILE is not set and NVML is unavailable: <why>". A caller that
  * can run without a layout (the CPU runtime) logs that message and keeps
  * its ring in rank order.
  */
-hk_status hk_topo_load_env(hk_topo **out);
+hk_status hk_topo_load_setting(const char *topo_file, hk_topo **out);
 
 #endif

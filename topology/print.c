@@ -136,14 +136,13 @@ static hk_status print_costs(FILE *f, const hk_host_model *h) {
         break;
       for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
         hk_cost c[3], best;
-        for (int a = 0; a < 3; a++) {
-          hk_status st = hk_cost_allreduce(h, (hk_algo)a, sizes[si], hosts[hi],
-                                           rates[ri], &c[a]);
-          if (st != HK_OK)
-            return st;
-        }
-        hk_status st = hk_cost_choose(h, sizes[si], hosts[hi], rates[ri],
-                                      HK_ALGO_AUTO, &best);
+        hk_status st = hk_cost_ring(h, sizes[si], hosts[hi], rates[ri], &c[0]);
+        if (st == HK_OK)
+          st = hk_cost_tree(h, sizes[si], hosts[hi], rates[ri], &c[1]);
+        if (st == HK_OK)
+          st = hk_cost_hierarchical(h, sizes[si], hosts[hi], rates[ri], &c[2]);
+        if (st == HK_OK)
+          st = hk_cost_nccl(h, sizes[si], hosts[hi], rates[ri], &best);
         if (st != HK_OK)
           return st;
         char rate[16];
@@ -153,7 +152,7 @@ static hk_status print_costs(FILE *f, const hk_host_model *h) {
           snprintf(rate, sizeof rate, "%.0f", rates[ri]);
         fprintf(f, "  %5d %7s %7s %9.2f %9.2f %9.2f  %s (%.0f us)\n", hosts[hi],
                 rate, size_name[si], c[0].busbw_gbps, c[1].busbw_gbps,
-                c[2].busbw_gbps, hk_algo_name(best.algo), best.time_us);
+                c[2].busbw_gbps, best.algo, best.time_us);
       }
     }
   return HK_OK;

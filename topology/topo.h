@@ -1,16 +1,15 @@
 /*
  * topo.h - what the rest of hk includes from topology/: a server's GPU/NIC
  * layout (graph.h), reading it from nvidia-smi text, NCCL XML, NVML or
- * HK_TOPO_FILE (parse.h), ring order (ring.h) and the allreduce cost model
- * with its algorithm choice (cost.h).
+ * HK_TOPO_FILE (parse.h), ring order (ring.h) and the allreduce cost
+ * model's formulas (cost.h).
  *
- * How the runtime uses it (the lead wires this in):
+ * How the runtime uses it (worker/rings.c, worker/algo.c):
  *   hk_topo *t;
- *   if (hk_topo_load_env(&t) == HK_OK) {          // HK_TOPO_FILE or NVML
+ *   if (hk_topo_load_setting(cfg->topo_file, &t) == HK_OK) { // or NVML
  *     hk_topo_ring_order(t, local_size, order);   // ring of local ranks
  *     hk_host_model h; hk_host_model_from_topo(t, local_size, &h);
- *     hk_algo forced; hk_cost_algo_from_env(&forced);   // HK_ALLREDUCE_ALGO
- *     hk_cost c; hk_cost_choose(&h, bytes, hosts, net_gbit, forced, &c);
+ *     hk_cost c; hk_cost_ring(&h, bytes, hosts, net_gbit, &c);
  *     hk_topo_free(t);
  *   } else { log hk_last_error(); keep rank order; }
  */

@@ -10,15 +10,16 @@
 
 #include "common/status.h"
 
-#define RECORD_BYTES 1024
+#define RECORD_BYTES 4096
 
 /* "NAME=value\n" lines: what this rank decided. */
 static void record(const hk_ctx *ctx, char *r) {
   size_t at = 0;
 #define ADD(...) at += (size_t)snprintf(r + at, RECORD_BYTES - at, __VA_ARGS__)
-  const char *h = getenv("HK_HIERARCHICAL_ALLREDUCE");
-  ADD("HK_ALLREDUCE_ALGO=%s\n", hk_algo_name(ctx->algo_forced));
-  ADD("HK_HIERARCHICAL_ALLREDUCE=%s\n", h && *h ? h : "(unset)");
+  static const char *const hier[] = {"(unset)", "0", "1"};
+  ADD("HK_ALLREDUCE_ALGO=%s\n",
+      ctx->cfg.allreduce_algo[0] ? ctx->cfg.allreduce_algo : "auto");
+  ADD("HK_HIERARCHICAL_ALLREDUCE=%s\n", hier[ctx->cfg.hierarchical + 1]);
   ADD("HK_NET_GBIT=%.17g\n", ctx->cfg.net_gbit);
   ADD("HK_FUSION_THRESHOLD=%zu\n", ctx->cfg.fusion_threshold);
   ADD("HK_FUSION_DIRECT_BYTES=%zu\n", ctx->cfg.fusion_direct);
@@ -33,7 +34,14 @@ static void record(const hk_ctx *ctx, char *r) {
    * together, worker/intra.c, and only a one-host job's algorithm choice
    * depends on it, worker/algo.c) */
   ADD("HK_TOPO_FILE's host model=%d GPUs, %.17g GB/s, nvlink %d\n",
-      ctx->model.gpus, ctx->model.intra_gbps, ctx->model.intra_nvlink);
+      ctx->ar.model.gpus, ctx->ar.model.intra_gbps, ctx->ar.model.intra_nvlink);
+  /* the choice itself, worked out from all of the above (and the job's
+   * shape): host and device tensors */
+  char choice[256];
+  hk_allreduce_describe(&ctx->ar, HK_MEM_HOST, choice, sizeof choice);
+  ADD("allreduce choice (host tensors)=%s\n", choice);
+  hk_allreduce_describe(&ctx->ar, HK_MEM_DEVICE, choice, sizeof choice);
+  ADD("allreduce choice (device tensors)=%s\n", choice);
   ADD("ring order (HK_TOPO_FILE)=");
   for (int p = 0; p < ctx->size && at < RECORD_BYTES - 16; p++)
     ADD("%s%d", p ? " " : "", ctx->ring.order[p]);

@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "collectives/allreduce.h"
 #include "collectives/ring.h"
 #include "common/auth.h"
 #include "common/buf.h"
@@ -23,7 +24,6 @@
 #include "coordinator/wire.h"
 #include "device/device.h"
 #include "hk/hk.h"
-#include "topology/cost.h"
 #include "worker/placement.h"
 
 /* An operation in flight: what the trainer submitted, and its outcome.
@@ -121,19 +121,9 @@ typedef struct hk_ctx {
   hk_ring local_ring;     /* [bg] hierarchical: this host's ranks */
   hk_ring cross_ring;     /* [bg] hierarchical: one rank per host */
   int have_hier;          /* local_ring and cross_ring are set up */
-  /* The allreduce algorithm choice (worker/algo.h). */
-  hk_algo algo_forced;     /* HK_ALLREDUCE_ALGO / _HIERARCHICAL_; or AUTO */
-  unsigned algo_mask;      /* the algorithms auto chooses among */
-  int algo_nspans;         /* auto's choice, worked out at hk_init as byte */
-  size_t algo_from[16];    /* thresholds: algo_span[i] runs allreduces of */
-  uint8_t algo_span[16];   /* algo_from[i] bytes up to algo_from[i + 1] */
-  hk_host_model model;     /* this job's hosts, for the cost model */
-  int model_hosts;         /* how many such hosts */
-  size_t rd_limit;         /* fuse recursive-doubling tensors up to this
-                              many bytes (0: the fusion threshold) */
-  hk_step_figures figures; /* hk's TCP step latencies (model.fig) */
-  uint8_t *rd_scratch;     /* [bg] recursive doubling's work buffer */
-  size_t rd_scratch_bytes;
+  hk_allreduce_env ar;    /* the allreduce implementations' environment and
+                             the worked-out choice (worker/algo.h); its
+                             scratch is [bg] */
   hk_strmap *overflow_warned; /* [bg] names whose 16-bit sum held an inf
                                  (warned once each) */
   int cache_warned;           /* [bg] rank 0 said the cache is full */

@@ -20,7 +20,6 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "device/host/reduce.h"
-#include "worker/algo.h"
 
 struct hk_devplane {
   hk_dev_sched sched;
@@ -182,6 +181,7 @@ static hk_status make_sched(hk_ctx *ctx, struct hk_devplane *g) {
   s->local_size = ctx->local_size;
   s->wait = dev_wait;
   s->wait_arg = ctx;
+  ctx->ar.dev = s; /* what the device entries of the allreduce table run on */
   hk_status st = o->stream_create(ctx->dev, &s->stream);
   if (st == HK_OK)
     st = o->stream_create(ctx->dev, &s->d2h);
@@ -219,6 +219,7 @@ hk_status hk_devplane_open(hk_ctx *ctx) {
 
 void hk_devplane_close(hk_ctx *ctx) {
   struct hk_devplane *g = ctx->gpu;
+  ctx->ar.dev = NULL;
   if (g) {
     hk_dev_sched *s = &g->sched;
     const hk_device_ops *o = ctx->dev->ops;
@@ -478,18 +479,6 @@ static hk_status ensure_fusion(hk_ctx *ctx, size_t bytes) {
   return HK_OK;
 }
 
-/* The schedule for a batch of `bytes` (as they travel): a pure function
- * of the bytes and settings every rank agreed on (worker/agree.c). */
-hk_dev_algo hk_devplane_algo_for(const hk_ctx *ctx, size_t bytes) {
-  const int one_host = ctx->local_size == ctx->size;
-  if (one_host)
-    return ctx->algo_forced == HK_ALGO_RING ? HK_DEV_STAGED : HK_DEV_COMM;
-  if (ctx->local_size > 1 && ctx->have_hier &&
-      hk_algo_for(ctx, bytes) == HK_ALGO_HIERARCHICAL)
-    return HK_DEV_HIER;
-  return HK_DEV_STAGED;
-}
-
 static hk_dtype wire_dtype(const hk_ctx *ctx, hk_dtype d) {
   if (d != HK_FLOAT32)
     return d;
@@ -559,8 +548,8 @@ static hk_status layout(hk_ctx *ctx, hk_handle *hs, uint32_t k, size_t nseg,
 }
 
 hk_status hk_devplane_allreduce(hk_ctx *ctx, hk_handle *hs, uint32_t k,
-                                int32_t divisor, hk_dev_algo a,
-                                const char **algo, double phase_s[3]) {
+                                int32_t divisor, const hk_allreduce_impl *a,
+                                double phase_s[3]) {
   hk_status st = need_device(ctx, hs[0]->req.name);
   if (st != HK_OK)
     return st;
@@ -573,17 +562,12 @@ hk_status hk_devplane_allreduce(hk_ctx *ctx, hk_handle *hs, uint32_t k,
   size_t total = 0;
   for (uint32_t i = 0; i < k; i++)
     total += hs[i]->req.count;
-  *algo = ctx->size == 1 ? "local" : hk_dev_algo_name(a);
-  const size_t nseg = a == HK_DEV_COMM ? 1
-                      : a == HK_DEV_STAGED
-                          ? (size_t)ctx->size
-                          : (size_t)ctx->local_size * (size_t)ctx->cross_size;
-  hk_ring *ring = a == HK_DEV_HIER ? &ctx->cross_ring : &ctx->ring;
+  const size_t nseg = a->segments(&ctx->ar);
   /* the padded layout is at most nseg elements per tensor longer */
   size_t bound = (total + (size_t)k * nseg) * wsz;
-  if (ctx->size > 1 && a != HK_DEV_STAGED)
+  if (a->needs & HK_ALLREDUCE_NEEDS_COMM)
     st = ensure_comm(ctx);
-  if (st == HK_OK && a != HK_DEV_COMM && ctx->size > 1)
+  if (st == HK_OK && (a->needs & HK_ALLREDUCE_NEEDS_SLOTS))
     st = ensure_slots(ctx);
   if (st == HK_OK)
     st = ensure_fusion(ctx, bound ? bound : 1);
@@ -599,9 +583,14 @@ hk_status hk_devplane_allreduce(hk_ctx *ctx, hk_handle *hs, uint32_t k,
     st = o->batch_copy(ctx->dev, g->items, n, dtype, wdt, s->stream);
   if (st == HK_OK)
     st = o->event_record(ctx->dev, g->ev_phase[1], s->stream);
-  if (st == HK_OK && ctx->size > 1)
-    st = hk_dev_allreduce(s, a, ring, g->fusion, nseg, seglen, wdt,
-                          (hk_op)hs[0]->req.op);
+  if (st == HK_OK) {
+    hk_allreduce_call call = {.dst = g->fusion,
+                              .nseg = nseg,
+                              .seglen = seglen,
+                              .dtype = wdt,
+                              .op = (hk_op)hs[0]->req.op};
+    st = a->run(&ctx->ar, &call);
+  }
   if (st == HK_OK)
     st = o->event_record(ctx->dev, g->ev_phase[2], s->stream);
   if (st == HK_OK)

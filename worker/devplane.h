@@ -2,8 +2,8 @@
  * devplane.h - the worker's side of the GPU data plane (DESIGN.md, "The
  * GPU data plane"): the device backend this process opened (HK_DEVICE),
  * hk's streams, the in-host device communicator, the persistent device
- * fusion buffer, and running a round's device tensors through the
- * schedules of collectives/dev_allreduce.h.
+ * fusion buffer, and running a round's device tensors through the device
+ * entries of collectives/allreduce.h's table.
  *
  * Which GPU: HK_GPU if set, else the local rank (modulo the number of
  * visible devices, so a process that sees one GPU through
@@ -14,7 +14,7 @@
 #ifndef HK_WORKER_DEVPLANE_H
 #define HK_WORKER_DEVPLANE_H
 
-#include "collectives/dev_allreduce.h"
+#include "collectives/allreduce.h"
 #include "worker/context.h"
 
 /**
@@ -67,31 +67,22 @@ void hk_devplane_release(hk_ctx *ctx, hk_handle h);
 
 /**
  * Background thread: allreduces device tensors hs[0..k) (one dtype and
- * op; k >= 1) as one fused batch: waits GPU-side for each producer, packs
- * them into the device fusion buffer (prescale and HK_COMPRESSION fused
- * in), runs the schedule hk_devplane_algo chose, unpacks (average
- * divisor, postscale, decompression fused in) and waits for the result
- * under the watchdog. `divisor` is the negotiated HK_AVERAGE divisor.
- * *algo receives the schedule's name, phase_s[0..3) the seconds the GPU
- * spent packing, in the schedule (communicator and staging) and
+ * op; k >= 1) as one fused batch with the device entry `a` of the table
+ * of allreduce implementations (collectives/allreduce.h;
+ * hk_allreduce_for chose it, so every rank runs the same): waits GPU-side
+ * for each producer, packs them into the device fusion buffer in
+ * a->segments() padded segments (prescale and HK_COMPRESSION fused in),
+ * runs the entry, unpacks (average divisor, postscale, decompression
+ * fused in) and waits for the result under the watchdog. `divisor` is the
+ * negotiated HK_AVERAGE divisor. phase_s[0..3) receives the seconds the
+ * GPU spent packing, in the schedule (communicator and staging) and
  * unpacking, timed by device events (for the timeline; 0 on failure).
  * Errors: HK_ERR_DEVICE, HK_ERR_TIMEOUT, HK_ERR_PEER_LOST, HK_ERR_NOMEM,
  * the ring's errors; the communicator is aborted on any device failure.
  */
 hk_status hk_devplane_allreduce(hk_ctx *ctx, hk_handle *hs, uint32_t k,
-                                int32_t divisor, hk_dev_algo a,
-                                const char **algo, double phase_s[3]);
-
-/**
- * The schedule for a device allreduce of `bytes` bytes (as the tensor's
- * own dtype): a pure function of the bytes and of settings every rank
- * agreed on at hk_init, so every rank picks the same one and a tensor
- * keeps its schedule, and its bits, fused or not (the fusion plan only
- * groups tensors of one schedule). One host: comm (HK_ALLREDUCE_ALGO=ring:
- * staged, hk's own ring); several: hierarchical where the cost model
- * picks it for the CPU path too and the hosts are alike, else staged.
- */
-hk_dev_algo hk_devplane_algo_for(const hk_ctx *ctx, size_t bytes);
+                                int32_t divisor, const hk_allreduce_impl *a,
+                                double phase_s[3]);
 
 /**
  * Background thread: copies `bytes` between host and device memory (dst

@@ -9,8 +9,6 @@
 #include <sys/mman.h>
 
 #include "collectives/alltoall.h"
-#include "collectives/hierarchical.h"
-#include "collectives/rd.h"
 #include "collectives/ring.h"
 #include "collectives/shm_ring.h"
 #include "collectives/transport/tcp.h"
@@ -19,7 +17,6 @@
 #include "common/status.h"
 #include "coordinator/fusion.h"
 #include "device/host/reduce.h"
-#include "worker/algo.h"
 #include "worker/devplane.h"
 #include "worker/flight.h"
 #include "worker/introspect.h"
@@ -132,44 +129,28 @@ void hk_execute_release(hk_ctx *ctx) {
   ctx->plan = NULL;
 }
 
-/* The timeline's name of a collective (Horovod's names). */
-static const char *coll_label(unsigned c) {
-  switch (c) {
-  case HK_COLL_ALLREDUCE:
-    return "ALLREDUCE";
-  case HK_COLL_BROADCAST:
-    return "BROADCAST";
-  case HK_COLL_ALLGATHER:
-    return "ALLGATHER";
-  case HK_COLL_REDUCESCATTER:
-    return "REDUCESCATTER";
-  case HK_COLL_ALLTOALL:
-    return "ALLTOALL";
-  case HK_COLL_JOIN:
-    return "JOIN";
-  default:
-    return "BARRIER";
-  }
-}
+/* Per collective: the timeline's name of it (Horovod's names) and of the
+ * algorithm that runs it. An allreduce's algorithm is its implementation's
+ * schedule (collectives/allreduce.h). A barrier and a join move no data:
+ * the negotiation that completed them was the synchronisation. Indexed by
+ * hk_wire_coll; the last row serves any other. */
+static const struct {
+  const char *coll, *algo;
+} labels[] = {
+    [HK_COLL_ALLREDUCE] = {"ALLREDUCE", NULL},
+    /* hk_ring_broadcast: root -> root+1 -> ..., pipelined */
+    [HK_COLL_BROADCAST] = {"BROADCAST", "chain"},
+    [HK_COLL_ALLGATHER] = {"ALLGATHER", "ring"},
+    [HK_COLL_REDUCESCATTER] = {"REDUCESCATTER", "ring"},
+    [HK_COLL_ALLTOALL] = {"ALLTOALL", "pairwise"},
+    [HK_COLL_JOIN] = {"JOIN", "negotiation"},
+    [HK_COLL_BARRIER] = {"BARRIER", "negotiation"},
+};
 
-/* The algorithm that ran: an allreduce's is the one chosen for it
- * (hk_algo_name: ring, hierarchical, rd); the others have one each. A
- * barrier and a join move no data: the negotiation that completed them
- * was the synchronisation. */
-static const char *algo_label(unsigned c, hk_algo a) {
-  switch (c) {
-  case HK_COLL_ALLREDUCE:
-    return hk_algo_name(a);
-  case HK_COLL_BROADCAST:
-    return "chain"; /* hk_ring_broadcast: root -> root+1 -> ..., pipelined */
-  case HK_COLL_ALLGATHER:
-  case HK_COLL_REDUCESCATTER:
-    return "ring";
-  case HK_COLL_ALLTOALL:
-    return "pairwise";
-  default:
-    return "negotiation";
-  }
+static unsigned label_of(unsigned c) {
+  return c < sizeof labels / sizeof labels[0] && labels[c].coll
+             ? c
+             : (unsigned)HK_COLL_BARRIER;
 }
 
 /* Rank 0's timeline of one tensor that ran in a group: NEGOTIATE from
@@ -192,7 +173,8 @@ static void trace(hk_ctx *ctx, const hk_wire_response *r, hk_handle h,
   hk_timeline_span(tl, name, "QUEUE", t_ready, t[0], NULL);
   if (fused)
     hk_timeline_span(tl, name, "MEMCPY_IN_FUSION_BUFFER", t[0], t[1], NULL);
-  hk_timeline_span(tl, name, coll_label(h->req.coll), t[1], t[2], args);
+  hk_timeline_span(tl, name, labels[label_of(h->req.coll)].coll, t[1], t[2],
+                   args);
   if (fused)
     hk_timeline_span(tl, name, "MEMCPY_OUT", t[2], t[3], NULL);
 }
@@ -204,22 +186,14 @@ static size_t rs_first_row(size_t rows, int n, int r) {
 }
 
 /* Allreduce of seg[size] elements split into seg (the ring's size
- * segments) with algorithm a; fin may be NULL. */
-static hk_status allreduce_with(hk_ctx *ctx, hk_algo a, const void *src,
-                                void *dst, const size_t *seg, hk_dtype dtype,
-                                hk_op op, const hk_ring_finish *fin) {
-  switch (a) {
-  case HK_ALGO_HIERARCHICAL:
-    return hk_hier_allreduce(&ctx->local_ring, &ctx->cross_ring, src, dst, seg,
-                             dtype, op, fin);
-  case HK_ALGO_RD:
-    return hk_rd_allreduce(ctx->rank, ctx->size, ctx->mesh.links, &ctx->io, src,
-                           dst, seg[ctx->size], dtype, op, fin,
-                           &ctx->rd_scratch, &ctx->rd_scratch_bytes);
-  default:
-    return hk_ring_allreduce_segmented(&ctx->ring, src, dst, seg, dtype, op,
-                                       fin);
-  }
+ * segments) with host implementation a; fin may be NULL. */
+static hk_status allreduce_with(hk_ctx *ctx, const hk_allreduce_impl *a,
+                                const void *src, void *dst, const size_t *seg,
+                                hk_dtype dtype, hk_op op,
+                                const hk_ring_finish *fin) {
+  hk_allreduce_call c = {
+      .src = src, .dst = dst, .seg = seg, .dtype = dtype, .op = op, .fin = fin};
+  return a->run(&ctx->ar, &c);
 }
 
 /* Runs one lone tensor on its own buffers. t[0..3] get the phase times;
@@ -244,8 +218,9 @@ static hk_status run_alone(hk_ctx *ctx, hk_handle h, int32_t divisor,
     }
     hk_ring_finish fin = {divisor, q->postscale, pre};
     hk_ring_default_segments(q->count, n, ctx->ring.segs);
-    st = allreduce_with(ctx, hk_algo_for(ctx, q->count * esz), src, h->recvbuf,
-                        ctx->ring.segs, dtype, (hk_op)q->op, &fin);
+    st = allreduce_with(
+        ctx, hk_allreduce_for(&ctx->ar, HK_MEM_HOST, q->count * esz), src,
+        h->recvbuf, ctx->ring.segs, dtype, (hk_op)q->op, &fin);
     break;
   }
   case HK_COLL_BROADCAST:
@@ -391,7 +366,7 @@ static hk_status run_alone_staged(hk_ctx *ctx, hk_handle h, int32_t divisor,
 
 /* Group members p->order[a..b) on device buffers: one device batch. */
 static hk_status run_device(hk_ctx *ctx, plan *p, uint32_t a, uint32_t b,
-                            int32_t divisor, const char **algo, double *t) {
+                            int32_t divisor, double *t) {
   hk_handle *hs = malloc((b - a) * sizeof *hs);
   if (!hs)
     return hk_fail(HK_ERR_NOMEM, "cannot list %u device tensors", b - a);
@@ -400,8 +375,7 @@ static hk_status run_device(hk_ctx *ctx, plan *p, uint32_t a, uint32_t b,
   double phase[3];
   t[0] = hk_now();
   hk_status st = hk_devplane_allreduce(ctx, hs, b - a, divisor,
-                                       (hk_dev_algo)p->items[p->order[a]].algo,
-                                       algo, phase);
+                                       p->items[p->order[a]].impl, phase);
   /* the phases on the GPU's clock, laid back from when the wait ended */
   t[3] = hk_now();
   t[2] = t[3] - phase[2];
@@ -425,9 +399,7 @@ static int run_fused_in_place(hk_ctx *ctx, plan *p, uint32_t a, uint32_t k,
                               double pre, hk_status *st) {
   const int n = ctx->size;
   const hk_fusion_item *it = &p->items[p->order[a]];
-  if (n < 2 || ctx->ring.ops != &hk_ring_shm_ops ||
-      (hk_algo)it->algo == HK_ALGO_HIERARCHICAL ||
-      (hk_algo)it->algo == HK_ALGO_RD || p->seg[n] == 0)
+  if (n < 2 || !it->impl->run_pieces || p->seg[n] == 0)
     return -1;
   for (uint32_t i = 0; i < k; i++) {
     const hk_wire_request *q = &p->h[p->order[a + i]]->req;
@@ -451,8 +423,8 @@ static int run_fused_in_place(hk_ctx *ctx, plan *p, uint32_t a, uint32_t k,
                                   (uint8_t *)h->recvbuf + f[j] * esz};
     }
   hk_ring_finish fin = {it->divisor, 1.0, pre};
-  *st = hk_ring_shm_allreduce_pieces(&ctx->ring, pc, np, p->seg,
-                                     (hk_dtype)q0->dtype, (hk_op)q0->op, &fin);
+  *st = it->impl->run_pieces(&ctx->ar, pc, np, p->seg, (hk_dtype)q0->dtype,
+                             (hk_op)q0->op, &fin);
   return 0;
 }
 
@@ -497,8 +469,8 @@ static hk_status run_fused(hk_ctx *ctx, plan *p, uint32_t a, uint32_t b,
   }
   t[1] = hk_now();
   hk_ring_finish fin = {it->divisor, 1.0, pre}; /* postscale: copying out */
-  st = allreduce_with(ctx, (hk_algo)it->algo, ctx->fusion, ctx->fusion, p->seg,
-                      dtype, (hk_op)q0->op, &fin);
+  st = allreduce_with(ctx, it->impl, ctx->fusion, ctx->fusion, p->seg, dtype,
+                      (hk_op)q0->op, &fin);
   t[2] = hk_now();
   if (st != HK_OK)
     return st;
@@ -751,9 +723,11 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
     const hk_wire_request *q = &p.h[i]->req;
     size_t bytes = q->count * hk_dtype_size((hk_dtype)q->dtype);
     const int device = q->mem == HK_WIRE_MEM_DEVICE;
-    int algo = q->coll != HK_COLL_ALLREDUCE ? (int)HK_ALGO_RING
-               : device ? (int)hk_devplane_algo_for(ctx, bytes)
-                        : (int)hk_algo_for(ctx, bytes);
+    const hk_allreduce_impl *impl =
+        q->coll != HK_COLL_ALLREDUCE
+            ? NULL
+            : hk_allreduce_for(&ctx->ar, device ? HK_MEM_DEVICE : HK_MEM_HOST,
+                               bytes);
     p.items[i] = (hk_fusion_item){
         .fusable = rs[i].status == HK_OK && q->coll == HK_COLL_ALLREDUCE &&
                    (device || bytes <= direct),
@@ -761,9 +735,9 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
         .op = q->op,
         .mem = q->mem,
         .divisor = rs[i].divisor,
-        .algo = (uint8_t)algo,
+        .impl = impl,
         .bytes = bytes,
-        .limit = !device && algo == HK_ALGO_RD ? ctx->rd_limit : 0};
+        .limit = hk_allreduce_fuse_limit(&ctx->ar, impl)};
   }
   /* The cache learns uncached tensors in response order (as every rank
    * does); reading the requests now, before any handle completes. */
@@ -800,11 +774,12 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
     double t[4] = {0, 0, 0, 0};
     int fused = b - a > 1;
     hk_handle h0 = p.h[p.order[a]];
-    const char *dev_algo = NULL;
+    const int dev_allreduce =
+        h0->req.mem == HK_WIRE_MEM_DEVICE && h0->req.coll == HK_COLL_ALLREDUCE;
     if (ctx->flight)
       flight_group(ctx, &p, a, b, HK_FLIGHT_RUNNING, hk_now());
-    if (h0->req.mem == HK_WIRE_MEM_DEVICE && h0->req.coll == HK_COLL_ALLREDUCE)
-      st = run_device(ctx, &p, a, b, rs[p.order[a]].divisor, &dev_algo, t);
+    if (dev_allreduce)
+      st = run_device(ctx, &p, a, b, rs[p.order[a]].divisor, t);
     else if (h0->req.mem == HK_WIRE_MEM_DEVICE)
       st =
           run_alone_staged(ctx, h0, rs[p.order[a]].divisor, &rs[p.order[a]], t);
@@ -825,13 +800,11 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
       size_t bytes = 0;
       for (uint32_t i = a; i < b; i++)
         bytes += p.items[p.order[i]].bytes;
-      const hk_wire_request *q0 = &p.h[p.order[a]]->req;
+      const hk_allreduce_impl *impl = p.items[p.order[a]].impl;
       snprintf(args, sizeof args,
                "\"algorithm\":\"%s\",\"transport\":\"%s\","
                "\"fused_tensors\":%u,\"bytes\":%zu",
-               dev_algo
-                   ? dev_algo
-                   : algo_label(q0->coll, (hk_algo)p.items[p.order[a]].algo),
+               impl ? impl->schedule : labels[label_of(h0->req.coll)].algo,
                ctx->size > 1 ? mesh_transport(ctx) : "none", b - a, bytes);
     }
     /* the batch's one collective is recorded once (under its last
@@ -850,7 +823,8 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
     for (uint32_t i = a; i < b; i++) {
       hk_handle h = p.h[p.order[i]];
       if (ctx->timeline && !h->phantom)
-        trace(ctx, &rs[p.order[i]], h, t_ready, t, fused || dev_algo, args);
+        trace(ctx, &rs[p.order[i]], h, t_ready, t, fused || dev_allreduce,
+              args);
       warn_if_sum_overflowed(ctx, h);
       if (h->phantom)
         free_phantom(ctx, h);

@@ -17,11 +17,11 @@
 static hk_status topo_order(const hk_ctx *ctx, int L, int *order) {
   for (int p = 0; p < L; p++)
     order[p] = p;
-  const char *file = getenv("HK_TOPO_FILE");
-  if (!file || !*file || L == 1)
+  const char *file = ctx->cfg.topo_file;
+  if (!*file || L == 1)
     return HK_OK;
   hk_topo *t = NULL;
-  hk_status st = hk_topo_load_env(&t);
+  hk_status st = hk_topo_load_setting(file, &t);
   if (st == HK_OK)
     st = hk_topo_ring_order(t, L, order);
   hk_topo_free(t);
@@ -45,8 +45,7 @@ static hk_status flat_order(const hk_ctx *ctx, int *order) {
   const hk_rank_layout *lay = ctx->layout;
   const int uniform = hk_layout_uniform(lay, n);
   const int L = uniform ? lay[0].local_size : 1, H = lay[0].cross_size;
-  const char *file = getenv("HK_TOPO_FILE");
-  if (file && *file && !uniform && ctx->rank == 0)
+  if (ctx->cfg.topo_file[0] && !uniform && ctx->rank == 0)
     hk_log(HK_LOG_WARNING, "HK_TOPO_FILE needs the same number of ranks on "
                            "every host: keeping local rank order");
   int *local = malloc((size_t)L * 2 * sizeof *local), *tmp = local + L;

@@ -106,7 +106,7 @@ static void destroy(hk_ctx *ctx) {
   free(ctx->inval);
   free(ctx->layout);
   free(ctx->hosts);
-  free(ctx->rd_scratch);
+  hk_allreduce_release(&ctx->ar);
   hk_negotiator_destroy(ctx->negotiator);
   hk_strmap_destroy(ctx->inflight);
   hk_strmap_destroy(ctx->overflow_warned);

@@ -44,8 +44,7 @@ static void check(const hk_topo *t) {
   hk_host_model h;
   hk_cost c;
   if (hk_host_model_from_topo(t, t->n_gpus, &h) != HK_OK ||
-      hk_cost_choose(&h, 1 << 20, 4, 25.0, HK_ALGO_AUTO, &c) != HK_OK ||
-      !(c.time_us > 0))
+      hk_cost_nccl(&h, 1 << 20, 4, 25.0, &c) != HK_OK || !(c.time_us > 0))
     abort();
 }
 

@@ -149,7 +149,8 @@ static void test_string_settings(void **state) {
               {"HK_METRICS_FILE", FIELD(metrics_file)},
               {"HK_NVML_LIBRARY", FIELD(nvml_library)},
               {"HK_FLIGHT_DIR", FIELD(flight_dir)},
-              {"HK_SOCKET_IFNAME", FIELD(socket_ifname)}};
+              {"HK_SOCKET_IFNAME", FIELD(socket_ifname)},
+              {"HK_TOPO_FILE", FIELD(topo_file)}};
   static char value[4097];
   hk_config cfg;
   const char *field = (const char *)&cfg;
@@ -176,6 +177,40 @@ static void test_string_settings(void **state) {
 }
 #undef FIELD
 
+/* HK_ALLREDUCE_ALGO: the host allreduce every rank is forced to run, as
+ * the word (lower case; "" for auto) collectives/allreduce.h looks up. */
+static void test_allreduce_algo(void **state) {
+  (void)state;
+  hk_config cfg;
+  unsetenv("HK_ALLREDUCE_ALGO");
+  assert_int_equal(hk_config_load(&cfg), HK_OK);
+  assert_string_equal(cfg.allreduce_algo, "");
+  static const struct {
+    const char *v, *a;
+  } ok[] = {{"ring", "ring"},
+            {"hierarchical", "hierarchical"},
+            {"Rd", "rd"},
+            {"auto", ""},
+            {"", ""}};
+  for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+    setenv("HK_ALLREDUCE_ALGO", ok[i].v, 1);
+    assert_int_equal(hk_config_load(&cfg), HK_OK);
+    assert_string_equal(cfg.allreduce_algo, ok[i].a);
+  }
+  setenv("HK_ALLREDUCE_ALGO", "butterfly", 1);
+  assert_int_equal(hk_config_load(&cfg), HK_ERR_CONFIG);
+  assert_non_null(strstr(hk_last_error(), "HK_ALLREDUCE_ALGO=\"butterfly\": "
+                                          "expected ring, hierarchical, rd or "
+                                          "auto"));
+  /* the error never offers what it then refuses */
+  assert_null(strstr(hk_last_error(), "tree"));
+  setenv("HK_ALLREDUCE_ALGO", "TREE", 1);
+  assert_int_equal(hk_config_load(&cfg), HK_ERR_CONFIG);
+  assert_non_null(strstr(hk_last_error(), "no tree"));
+  assert_non_null(strstr(hk_last_error(), "expected ring, hierarchical, rd"));
+  unsetenv("HK_ALLREDUCE_ALGO");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_defaults),
@@ -184,6 +219,7 @@ int main(void) {
       cmocka_unit_test(test_cross_transport),
       cmocka_unit_test(test_monitor_settings),
       cmocka_unit_test(test_string_settings),
+      cmocka_unit_test(test_allreduce_algo),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

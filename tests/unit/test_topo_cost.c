@@ -1,7 +1,9 @@
-/* Unit tests of the alpha-beta allreduce model and the algorithm choice:
- * hand-computed times, NVLink-over-PCIe factors on the real layouts, the
- * chooser's picks (tree for small messages over many hosts, hierarchical
- * over a slow network, ring inside a host), HK_ALLREDUCE_ALGO. */
+/* Unit tests of the alpha-beta allreduce model: hand-computed times,
+ * NVLink-over-PCIe factors on the real layouts, NCCL's predicted choice
+ * (tree for small messages over many hosts, hierarchical over a slow
+ * network, ring inside a host). The runtime's choice among hk's own
+ * implementations is tests/unit/test_allreduce_table.c's;
+ * HK_ALLREDUCE_ALGO's parsing is test_config.c's. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -33,14 +35,13 @@ static void test_ring_by_hand(void **state) {
    * us, a quarter of the bandwidth: 100000 us) loses. */
   hk_host_model h = {2, 40.0, 1, NULL};
   hk_cost c;
-  assert_int_equal(hk_cost_allreduce(&h, HK_ALGO_RING, 1000000000u, 1, 0, &c),
-                   HK_OK);
+  assert_int_equal(hk_cost_ring(&h, 1000000000u, 1, 0, &c), HK_OK);
   assert_close(c.time_us, 25015.2, 1e-9);
   assert_int_equal(c.proto, 1); /* Simple */
   assert_close(c.algbw_gbps, 1e9 / 25015.2e3, 1e-9);
   assert_close(c.busbw_gbps, c.algbw_gbps, 1e-12); /* 2(N-1)/N = 1 */
   /* 0 bytes: the latency alone, LL's */
-  assert_int_equal(hk_cost_allreduce(&h, HK_ALGO_RING, 0, 1, 0, &c), HK_OK);
+  assert_int_equal(hk_cost_ring(&h, 0, 1, 0, &c), HK_OK);
   assert_close(c.time_us, 3.6 + 2 * 0.47, 1e-9);
   assert_int_equal(c.proto, 0);
 }
@@ -53,17 +54,13 @@ static void test_hierarchical_by_hand(void **state) {
    * 9.6 + 2.5e8 / 3.125e3 = 80027.6 us; total 95078.6 us. */
   hk_host_model h = {4, 100.0, 0, NULL};
   hk_cost c;
-  assert_int_equal(
-      hk_cost_allreduce(&h, HK_ALGO_HIERARCHICAL, 1000000000u, 2, 100.0, &c),
-      HK_OK);
+  assert_int_equal(hk_cost_hierarchical(&h, 1000000000u, 2, 100.0, &c), HK_OK);
   assert_close(c.time_us, 95078.6, 1e-9);
   assert_close(c.busbw_gbps, 1e9 / 95078.6e3 * 2 * 7 / 8, 1e-9);
   /* on one host it is the ring */
   hk_cost r;
-  assert_int_equal(
-      hk_cost_allreduce(&h, HK_ALGO_HIERARCHICAL, 1u << 20, 1, 0, &c), HK_OK);
-  assert_int_equal(hk_cost_allreduce(&h, HK_ALGO_RING, 1u << 20, 1, 0, &r),
-                   HK_OK);
+  assert_int_equal(hk_cost_hierarchical(&h, 1u << 20, 1, 0, &c), HK_OK);
+  assert_int_equal(hk_cost_ring(&h, 1u << 20, 1, 0, &r), HK_OK);
   assert_close(c.time_us, r.time_us, 1e-12);
 }
 
@@ -73,8 +70,7 @@ static void test_tree_by_hand(void **state) {
    * + 8192 B / (12.5 x 0.9 / 3.8 x 0.5 GB/s) */
   hk_host_model h = {8, 120.0, 1, NULL};
   hk_cost c;
-  assert_int_equal(hk_cost_allreduce(&h, HK_ALGO_TREE, 8192, 16, 100.0, &c),
-                   HK_OK);
+  assert_int_equal(hk_cost_tree(&h, 8192, 16, 100.0, &c), HK_OK);
   assert_close(c.time_us, 51.68 + 8192 / (12.5 * 0.9 / 3.8 * 0.5 * 1e3), 1e-9);
   assert_int_equal(c.proto, 0);
 }
@@ -84,30 +80,26 @@ static void test_chooser(void **state) {
   hk_host_model v100 = {8, 120.0, 1, NULL};
   hk_cost c;
   /* small messages over many hosts: the tree's log2 latency wins */
-  assert_int_equal(hk_cost_choose(&v100, 8192, 16, 100.0, HK_ALGO_AUTO, &c),
-                   HK_OK);
-  assert_int_equal(c.algo, HK_ALGO_TREE);
+  assert_int_equal(hk_cost_nccl(&v100, 8192, 16, 100.0, &c), HK_OK);
+  assert_string_equal(c.algo, "tree");
   /* big messages over a slow network: hierarchical sends (h-1)/h of the
    * bytes over the NIC instead of (N-1)/N */
-  assert_int_equal(hk_cost_choose(&v100, GIB, 2, 10.0, HK_ALGO_AUTO, &c),
-                   HK_OK);
-  assert_int_equal(c.algo, HK_ALGO_HIERARCHICAL);
+  assert_int_equal(hk_cost_nccl(&v100, GIB, 2, 10.0, &c), HK_OK);
+  assert_string_equal(c.algo, "hierarchical");
   hk_cost ring;
-  assert_int_equal(hk_cost_allreduce(&v100, HK_ALGO_RING, GIB, 2, 10.0, &ring),
-                   HK_OK);
+  assert_int_equal(hk_cost_ring(&v100, GIB, 2, 10.0, &ring), HK_OK);
   assert_true(c.time_us < 0.6 * ring.time_us);
   /* inside one host: the ring */
-  assert_int_equal(hk_cost_choose(&v100, GIB, 1, 0, HK_ALGO_AUTO, &c), HK_OK);
-  assert_int_equal(c.algo, HK_ALGO_RING);
+  assert_int_equal(hk_cost_nccl(&v100, GIB, 1, 0, &c), HK_OK);
+  assert_string_equal(c.algo, "ring");
   assert_close(c.busbw_gbps, 120.0, 0.01);
-  /* forced */
-  assert_int_equal(hk_cost_choose(&v100, GIB, 1, 0, HK_ALGO_TREE, &c), HK_OK);
-  assert_int_equal(c.algo, HK_ALGO_TREE);
+  /* one formula asked for by name */
+  assert_int_equal(hk_cost_tree(&v100, GIB, 1, 0, &c), HK_OK);
+  assert_string_equal(c.algo, "tree");
   /* more bytes never take less time */
   double prev = 0;
   for (size_t b = 1; b <= GIB; b *= 4) {
-    assert_int_equal(hk_cost_choose(&v100, b, 4, 25.0, HK_ALGO_AUTO, &c),
-                     HK_OK);
+    assert_int_equal(hk_cost_nccl(&v100, b, 4, 25.0, &c), HK_OK);
     assert_true(c.time_us >= prev);
     prev = c.time_us;
   }
@@ -118,23 +110,15 @@ static void test_invalid_args(void **state) {
   hk_cost c;
   hk_host_model h = {8, 100.0, 0, NULL}, zero = {0, 100.0, 0, NULL},
                 nobw = {8, 0, 0, NULL};
-  assert_int_equal(hk_cost_allreduce(&zero, HK_ALGO_RING, 1, 1, 0, &c),
-                   HK_ERR_INVALID_ARG);
-  assert_int_equal(hk_cost_allreduce(&nobw, HK_ALGO_RING, 1, 1, 0, &c),
-                   HK_ERR_INVALID_ARG);
-  assert_int_equal(hk_cost_allreduce(&h, HK_ALGO_RING, 1, 2, 0, &c),
-                   HK_ERR_INVALID_ARG);
-  assert_int_equal(hk_cost_allreduce(&h, HK_ALGO_AUTO, 1, 1, 0, &c),
-                   HK_ERR_INVALID_ARG);
-  assert_int_equal(hk_cost_allreduce(&h, HK_ALGO_RING, 1, 0, 10, &c),
-                   HK_ERR_INVALID_ARG);
+  assert_int_equal(hk_cost_ring(&zero, 1, 1, 0, &c), HK_ERR_INVALID_ARG);
+  assert_int_equal(hk_cost_ring(&nobw, 1, 1, 0, &c), HK_ERR_INVALID_ARG);
+  assert_int_equal(hk_cost_ring(&h, 1, 2, 0, &c), HK_ERR_INVALID_ARG);
+  assert_int_equal(hk_cost_ring(NULL, 1, 1, 0, &c), HK_ERR_INVALID_ARG);
+  assert_int_equal(hk_cost_ring(&h, 1, 0, 10, &c), HK_ERR_INVALID_ARG);
   hk_host_model one = {1, 0, 0, NULL}; /* one GPU per host: no in-host phase */
-  assert_int_equal(hk_cost_allreduce(&one, HK_ALGO_RING, 1u << 20, 1, 0, &c),
-                   HK_OK);
+  assert_int_equal(hk_cost_ring(&one, 1u << 20, 1, 0, &c), HK_OK);
   assert_true(c.time_us == 0.0 && c.busbw_gbps == 0.0);
-  assert_int_equal(
-      hk_cost_allreduce(&one, HK_ALGO_HIERARCHICAL, 1u << 20, 4, 25, &c),
-      HK_OK);
+  assert_int_equal(hk_cost_hierarchical(&one, 1u << 20, 4, 25, &c), HK_OK);
   assert_true(c.time_us > 0.0);
 }
 
@@ -149,83 +133,18 @@ static void test_rd_by_hand(void **state) {
   hk_host_model h = {4, 4.0, 0, &f};
   hk_cost c;
   const size_t b = 1 << 20;
-  assert_int_equal(hk_cost_allreduce(&h, HK_ALGO_RD, b, 1, 0, &c), HK_OK);
+  assert_int_equal(hk_cost_rd(&h, b, 1, 0, &c), HK_OK);
   assert_float_equal(c.time_us, 2 * (16.0 + b / 4e3), 1e-9);
-  assert_int_equal(hk_cost_allreduce(&h, HK_ALGO_RD, b, 2, 10.0, &c), HK_OK);
+  assert_int_equal(hk_cost_rd(&h, b, 2, 10.0, &c), HK_OK);
   assert_float_equal(c.time_us, 2 * (16.0 + b / 4e3) + 30.0 + 4.0 * b / 1.25e3,
                      1e-9);
   hk_host_model six = {6, 4.0, 0, &f};
-  assert_int_equal(hk_cost_allreduce(&six, HK_ALGO_RD, b, 1, 0, &c), HK_OK);
+  assert_int_equal(hk_cost_rd(&six, b, 1, 0, &c), HK_OK);
   assert_float_equal(c.time_us, 4 * (16.0 + b / 4e3), 1e-9);
   /* Simple only: the ring has no LL term with these figures either:
    * 6 steps of 16 us + 1.5 x bytes / 4 GB/s */
-  assert_int_equal(hk_cost_allreduce(&h, HK_ALGO_RING, b, 1, 0, &c), HK_OK);
+  assert_int_equal(hk_cost_ring(&h, b, 1, 0, &c), HK_OK);
   assert_float_equal(c.time_us, 6 * 16.0 + 1.5 * b / 4e3, 1e-9);
-}
-
-/* The runtime's menu (ring, hierarchical, rd): rd for small messages, the
- * ring for large ones on one host; NCCL's menu never offers rd. */
-static void test_choose_among(void **state) {
-  (void)state;
-  hk_step_figures f = {0.0, 16.0, 30.0};
-  hk_host_model h = {4, 4.0, 0, &f};
-  unsigned menu =
-      1u << HK_ALGO_RING | 1u << HK_ALGO_HIERARCHICAL | 1u << HK_ALGO_RD;
-  hk_cost c;
-  assert_int_equal(hk_cost_choose_among(&h, 1024, 1, 10.0, menu, &c), HK_OK);
-  assert_int_equal(c.algo, HK_ALGO_RD);
-  assert_int_equal(hk_cost_choose_among(&h, 64 << 20, 1, 10.0, menu, &c),
-                   HK_OK);
-  assert_int_equal(c.algo, HK_ALGO_RING);
-  /* across 4 hosts, with a fast host inside: hierarchical (with a 4 GB/s
-   * inside, the two in-host phases cost more than the ring's extra
-   * network bytes: 1.575 vs 1.5 s per GB) */
-  hk_host_model fast = {4, 40.0, 0, &f};
-  assert_int_equal(hk_cost_choose_among(&fast, 64 << 20, 4, 10.0, menu, &c),
-                   HK_OK);
-  assert_int_equal(c.algo, HK_ALGO_HIERARCHICAL);
-  assert_int_equal(hk_cost_choose_among(&h, 64 << 20, 4, 10.0, menu, &c),
-                   HK_OK);
-  assert_int_equal(c.algo, HK_ALGO_RING);
-  assert_int_equal(hk_cost_choose_among(&h, 1024, 1, 10.0, 0, &c),
-                   HK_ERR_INVALID_ARG);
-  for (size_t b = 1; b <= (1u << 30); b *= 4) {
-    assert_int_equal(hk_cost_choose(&h, b, 4, 10.0, HK_ALGO_AUTO, &c), HK_OK);
-    assert_int_not_equal(c.algo, HK_ALGO_RD);
-  }
-}
-
-static void test_env_override(void **state) {
-  (void)state;
-  hk_algo a;
-  unsetenv("HK_ALLREDUCE_ALGO");
-  assert_int_equal(hk_cost_algo_from_env(&a), HK_OK);
-  assert_int_equal(a, HK_ALGO_AUTO);
-  static const struct {
-    const char *v;
-    hk_algo a;
-  } ok[] = {{"ring", HK_ALGO_RING},
-            {"hierarchical", HK_ALGO_HIERARCHICAL},
-            {"Rd", HK_ALGO_RD},
-            {"auto", HK_ALGO_AUTO},
-            {"", HK_ALGO_AUTO}};
-  for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
-    setenv("HK_ALLREDUCE_ALGO", ok[i].v, 1);
-    assert_int_equal(hk_cost_algo_from_env(&a), HK_OK);
-    assert_int_equal(a, ok[i].a);
-  }
-  setenv("HK_ALLREDUCE_ALGO", "butterfly", 1);
-  assert_int_equal(hk_cost_algo_from_env(&a), HK_ERR_CONFIG);
-  assert_non_null(strstr(hk_last_error(), "HK_ALLREDUCE_ALGO=\"butterfly\": "
-                                          "expected ring, hierarchical, rd or "
-                                          "auto"));
-  /* the error never offers what it then refuses */
-  assert_null(strstr(hk_last_error(), "tree"));
-  setenv("HK_ALLREDUCE_ALGO", "TREE", 1);
-  assert_int_equal(hk_cost_algo_from_env(&a), HK_ERR_CONFIG);
-  assert_non_null(strstr(hk_last_error(), "no tree"));
-  assert_non_null(strstr(hk_last_error(), "expected ring, hierarchical, rd"));
-  unsetenv("HK_ALLREDUCE_ALGO");
 }
 
 static hk_host_model model_of(const char *sub, const char *name) {
@@ -248,7 +167,7 @@ static hk_host_model model_of(const char *sub, const char *name) {
 
 static double busbw(const hk_host_model *h, size_t bytes) {
   hk_cost c;
-  assert_int_equal(hk_cost_allreduce(h, HK_ALGO_RING, bytes, 1, 0, &c), HK_OK);
+  assert_int_equal(hk_cost_ring(h, bytes, 1, 0, &c), HK_OK);
   return c.busbw_gbps;
 }
 
@@ -288,8 +207,6 @@ int main(void) {
       cmocka_unit_test(test_chooser),
       cmocka_unit_test(test_invalid_args),
       cmocka_unit_test(test_rd_by_hand),
-      cmocka_unit_test(test_choose_among),
-      cmocka_unit_test(test_env_override),
       cmocka_unit_test(test_nvlink_over_pcie),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -114,9 +114,8 @@ static void test_hk_topo_file(void **state) {
   need_shared();
   const char *path =
       HK_TOPO_DIR "/smi/v100-sxm2-8gpu-dgx1-hybrid-cube-mesh-1nic.txt";
-  setenv("HK_TOPO_FILE", path, 1);
   hk_topo *t;
-  assert_int_equal(hk_topo_load_env(&t), HK_OK);
+  assert_int_equal(hk_topo_load_setting(path, &t), HK_OK);
   assert_int_equal(t->n_gpus, 8);
   int order[8];
   assert_int_equal(hk_topo_ring_order(t, 8, order), HK_OK);
@@ -124,8 +123,8 @@ static void test_hk_topo_file(void **state) {
   assert_memory_equal(order, want, sizeof want);
   hk_topo_free(t);
 
-  setenv("HK_TOPO_FILE", "/nonexistent/hk-topo.txt", 1);
-  assert_int_equal(hk_topo_load_env(&t), HK_ERR_SYSTEM);
+  assert_int_equal(hk_topo_load_setting("/nonexistent/hk-topo.txt", &t),
+                   HK_ERR_SYSTEM);
   assert_null(t);
   assert_non_null(strstr(hk_last_error(),
                          "HK_TOPO_FILE=/nonexistent/hk-topo.txt: cannot open"));
@@ -139,8 +138,7 @@ static void test_hk_topo_file(void **state) {
   const char bad[] = "\tGPU0\tGPU1\nGPU0\t X \tNV2\nGPU1\tNV2\tXX\n";
   assert_int_equal(write(fd, bad, sizeof bad - 1), (ssize_t)(sizeof bad - 1));
   close(fd);
-  setenv("HK_TOPO_FILE", tmp, 1);
-  assert_int_equal(hk_topo_load_env(&t), HK_ERR_CONFIG);
+  assert_int_equal(hk_topo_load_setting(tmp, &t), HK_ERR_CONFIG);
   char want_msg[256];
   snprintf(want_msg, sizeof want_msg,
            "HK_TOPO_FILE=%s: line 3: row GPU1, column GPU1: unknown legend "
@@ -149,7 +147,6 @@ static void test_hk_topo_file(void **state) {
   if (!strstr(hk_last_error(), want_msg))
     fail_msg("%s", hk_last_error());
   unlink(tmp);
-  unsetenv("HK_TOPO_FILE");
 }
 
 static void test_nvml_absent(void **state) {
@@ -161,9 +158,8 @@ static void test_nvml_absent(void **state) {
   assert_non_null(
       strstr(hk_last_error(), "cannot load NVML: libhk-no-such-nvml.so.1: "));
   /* what a job sees without HK_TOPO_FILE: NVML, or why not */
-  unsetenv("HK_TOPO_FILE");
   void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-  hk_status st = hk_topo_load_env(&t);
+  hk_status st = hk_topo_load_setting("", &t);
   if (!lib) {
     assert_int_equal(st, HK_ERR_SYSTEM);
     assert_non_null(strstr(hk_last_error(),
