@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # compare_mpi.sh - hk next to Open MPI's MPI_Allreduce on this machine:
-# the comparison README.md's "Benchmarks" table quotes.
+# the comparison of bench/RESULTS.md's "hk next to Open MPI over loopback
+# TCP" table.
 #
 #   bench/compare_mpi.sh [BUILD]          (default BUILD: build)
 #

@@ -339,6 +339,20 @@ hk_status hk_config_load(hk_config *cfg) {
   return HK_OK;
 }
 
+int hk_config_tunable(size_t i, hk_tunable_info *out) {
+  if (i >= sizeof table / sizeof table[0])
+    return 0;
+  const tunable *t = &table[i];
+  *out = (hk_tunable_info){.var = t->var,
+                           .def = t->def,
+                           .min = t->min,
+                           .max = t->max,
+                           .unit = t->unit,
+                           .meaning = t->meaning,
+                           .is_integer = t->is_size};
+  return 1;
+}
+
 int hk_config_monitoring(const hk_config *cfg) {
   return cfg->monitor || cfg->monitor_live || cfg->metrics_file[0] ||
          cfg->monitor_report_s > 0;

@@ -105,6 +105,30 @@ typedef enum hk_compression {
  */
 hk_status hk_config_load(hk_config *cfg);
 
+/** One numeric tunable of the table hk_config_load reads (config.c). */
+typedef struct hk_tunable_info {
+  const char *var;     /* the HK_* environment variable */
+  double def;          /* its value when unset or empty */
+  double min, max;     /* the valid range, both ends included */
+  const char *unit;    /* "bytes", "s", "ms", "MiB", ... */
+  const char *meaning; /* what it does, one or two sentences for users */
+  int is_integer;      /* 1: stored as a whole number (size_t), else double */
+} hk_tunable_info;
+
+/**
+ * Describes the i-th numeric tunable of config.c's table, in table order,
+ * for the generator of docs/tuning.md's table (tests/docs/tunables_md.c),
+ * so that the documentation is printed from the very table hk_config_load
+ * uses. Settings parsed outside the table (strings and words such as
+ * HK_TIMELINE or HK_DEVICE) are not described here.
+ * Returns 1 and fills *out when i is less than the table's length; 0
+ * (leaving *out untouched) otherwise, so `for (i = 0;
+ * hk_config_tunable(i, &t); i++)` visits every entry.
+ * Ownership: the strings in *out are static; never free them.
+ * Thread-safety: any thread (reads a constant table). Errors: none.
+ */
+int hk_config_tunable(size_t i, hk_tunable_info *out);
+
 /** 1 if any monitoring setting above is on (HK_MONITOR, HK_MONITOR_LIVE,
  *  HK_METRICS_FILE, HK_MONITOR_REPORT_S > 0). */
 int hk_config_monitoring(const hk_config *cfg);

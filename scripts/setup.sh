@@ -13,6 +13,7 @@ packages=(
   iproute2                            # multi-host test bed (network namespaces)
   libjansson-dev                      # tests: reading the timeline back
   gnuplot-nox                         # bench/plot.sh
+  python3                             # tests: the documentation checks (scripts/check-docs.py)
 )
 missing=()
 for p in "${packages[@]}"; do

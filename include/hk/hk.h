@@ -402,7 +402,7 @@ HK_API hk_status hk_barrier(void);
  * Completion: hk_wait() (host), or hk_wait_stream(), which also orders
  * the caller's stream after the result.
  *
- * Algorithms for device allreduce (DESIGN.md, "The GPU data plane"): one
+ * Algorithms for device allreduce (docs/design.md, "The GPU data plane"): one
  * host: the device communicator (NCCL); several hosts: NCCL reduce-
  * scatter inside each host, the shard's ring allreduce across hosts from
  * pinned host memory over hk's links, NCCL allgather; one GPU per host,
