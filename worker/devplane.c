@@ -3,8 +3,6 @@
  */
 #include "worker/devplane.h"
 
-#include <dlfcn.h>
-#include <link.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -19,6 +17,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "device/foreign.h"
 #include "device/host/reduce.h"
 
 struct hk_devplane {
@@ -266,73 +265,23 @@ static _Thread_local void *tl_stream;
 void *hk_devplane_stream(void) { return tl_stream; }
 void hk_devplane_set_stream(void *stream) { tl_stream = stream; }
 
-/* Without a backend, a CUDA pointer can still reach hk: the process has
- * the CUDA driver loaded (it allocated the memory), hk has no module.
- * Asking the driver already in the process (never loading it) turns what
- * would be a crash into HK_ERR_DEVICE saying what is missing. The driver
- * API's values: CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2, CU_MEMORYTYPE_DEVICE
- * = 2 (cuda.h). */
-typedef int (*hk_cu_pointer_attr)(void *, int, unsigned long long);
-
-/* The number of objects the dynamic linker has loaded and unloaded
- * (dl_iterate_phdr's dlpi_adds / dlpi_subs, the same in every entry). */
-static int count_loads(struct dl_phdr_info *info, size_t size, void *arg) {
-  (void)size;
-  unsigned long long *n = arg;
-  n[0] = info->dlpi_adds;
-  n[1] = info->dlpi_subs;
-  return 1; /* the first entry says it */
-}
-
-/* cuPointerGetAttribute of the driver already in the process, or NULL.
- * dlopen(RTLD_NOLOAD) searches the library path on every call (four
- * failed openat(2)s here, tens of microseconds a submit), so the answer
- * is kept until the set of loaded objects changes: the driver a trainer
- * loads after hk_init (PyTorch's first CUDA call) is still found. Found,
- * the handle stays open (the driver is never unloaded under a live CUDA
- * context). Thread-safe (any trainer thread submits). */
-static hk_cu_pointer_attr driver_attr(void) {
-  static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-  static unsigned long long seen[2] = {~0ull, ~0ull};
-  static hk_cu_pointer_attr attr;
-  unsigned long long now[2] = {0, 0};
-  dl_iterate_phdr(count_loads, now);
-  pthread_mutex_lock(&mu);
-  if (!attr && (now[0] != seen[0] || now[1] != seen[1])) {
-    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-    if (h) {
-      attr = (hk_cu_pointer_attr)dlsym(h, "cuPointerGetAttribute");
-      if (!attr)
-        dlclose(h);
-    }
-    dl_iterate_phdr(count_loads, seen); /* after our own dlopen/dlclose */
-  }
-  hk_cu_pointer_attr a = attr;
-  pthread_mutex_unlock(&mu);
-  return a;
-}
-
-static int driver_says_device(hk_cu_pointer_attr attr, const void *p) {
-  unsigned int type = 0;
-  return attr && attr(&type, 2, (unsigned long long)(uintptr_t)p) == 0 &&
-         type == 2;
-}
-
-/* attr: driver_attr()'s answer, asked once per tensor (it walks the loaded
- * objects) and only without a device backend */
-static int is_device(const hk_ctx *ctx, hk_cu_pointer_attr attr,
-                     const void *p) {
+/* Whether p is device memory: the backend's answer, or without one the
+ * answer of a CUDA driver the process loaded itself (device/foreign.h),
+ * found once per tensor. */
+static int is_device(const hk_ctx *ctx, hk_foreign_driver drv, const void *p) {
   if (!p)
     return 0;
   if (ctx->dev)
     return ctx->dev->ops->pointer_kind(ctx->dev, p, NULL) == HK_MEM_DEVICE;
-  return driver_says_device(attr, p);
+  return hk_foreign_is_device(drv, p);
 }
 
 void hk_devplane_classify(const hk_ctx *ctx, hk_wire_request *req,
                           const void *send, const void *recv) {
-  hk_cu_pointer_attr attr = ctx->dev || (!send && !recv) ? NULL : driver_attr();
-  int sd = is_device(ctx, attr, send), rd = is_device(ctx, attr, recv);
+  hk_foreign_driver drv = {NULL};
+  if (!ctx->dev && (send || recv))
+    drv = hk_foreign_driver_find();
+  int sd = is_device(ctx, drv, send), rd = is_device(ctx, drv, recv);
   if (!send)
     sd = rd;
   if (!recv)
