@@ -58,7 +58,9 @@ trap 'exit 130' INT TERM
 
 trial() { # phase victim n
   local phase=$1 victim=$2 n=$3 log="$OUT/$1-$2-$3.log"
-  setsid "$HKRUN" -np "$NP" ${HKRUN_ARGS:-} "$W" "$phase" "$victim" \
+  # the rank as a third argument: who the victim is before hk_init
+  setsid "$HKRUN" -np "$NP" ${HKRUN_ARGS:-} \
+    sh -c 'exec "$0" "$1" "$2" "$HK_RANK"' "$W" "$phase" "$victim" \
     >"$log.out" 2>"$log.err" &
   local hk=$! pid="" t_kill t_end i
   current=$hk

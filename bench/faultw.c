@@ -3,8 +3,10 @@
  * and kills with SIGKILL in one phase of its life (issue 13's fault
  * matrix). It asserts nothing; it says where it is and what it got.
  *
- *   hkrun -np 4 hkfaultw PHASE VICTIM
+ *   hkrun -np 4 sh -c 'exec hkfaultw PHASE VICTIM "$HK_RANK"'
  *
+ * (the third argument, the rank hkrun gave this process, says who the
+ * victim is before hk_init can tell; fault_matrix.sh passes it)
  * Every rank prints "phase PHASE rank R pid P t T" (T: CLOCK_REALTIME
  * seconds) when it enters PHASE, and the killer kills rank VICTIM then.
  * What each phase does, so that the kill lands inside it:
@@ -60,15 +62,14 @@ static int done(void) {
 }
 
 int main(int argc, char **argv) {
-  if (argc != 3) {
+  if (argc != 4) {
     fprintf(stderr, "usage: hkfaultw startup|negotiation|ring|fusion|"
-                    "shutdown VICTIM\n");
+                    "shutdown VICTIM RANK\n");
     return 2;
   }
   const char *phase = argv[1];
   int victim = atoi(argv[2]);
-  const char *r = getenv("HK_RANK");
-  rank_ = r ? atoi(r) : -1;
+  rank_ = atoi(argv[3]);
   int me = rank_ == victim;
   if (strcmp(phase, "startup") == 0) {
     say_phase(phase);

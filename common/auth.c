@@ -20,7 +20,7 @@ static int hexval(char c) {
 }
 
 hk_status hk_secret_parse(const char *hex, hk_secret *out) {
-  if (!hex)
+  if (!hex || !*hex)
     return hk_fail(HK_ERR_CONFIG, "HK_SECRET is not set");
   size_t len = strlen(hex);
   if (len != 2 * HK_SECRET_LEN)

@@ -37,7 +37,8 @@ typedef struct hk_secret {
 
 /**
  * Parses `hex` (exactly 64 hex digits, either case) into *out.
- * Errors: HK_ERR_CONFIG naming what is wrong (length, a non-hex digit).
+ * Errors: HK_ERR_CONFIG naming what is wrong ("HK_SECRET is not set" for
+ * NULL or "", the length, a non-hex digit).
  */
 hk_status hk_secret_parse(const char *hex, hk_secret *out);
 

@@ -1,6 +1,7 @@
 #include "common/config.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <sched.h>
 #include <stdio.h>
@@ -18,35 +19,81 @@
  * 1 MiB matches
  * the write size at which loopback TCP reaches its peak on the reference
  * machine (bench/peers/results/limits.txt, tcp_ring 1024 KiB). */
-typedef struct tunable {
+typedef struct tunable tunable;
+struct tunable {
   const char *var;
-  double def, min, max;
-  const char *unit, *meaning;
-  size_t offset;
-  int is_size; /* stored as size_t, else double */
-} tunable;
+  double def, min, max; /* numbers and integers: default and range */
+  const char *unit;     /* numbers and integers: the unit; else "" */
+  const char *meaning;  /* for users (docs/tuning.md is printed from it) */
+  size_t offset;        /* the hk_config field it fills */
+  hk_tunable_kind kind;
+  size_t cap;               /* strings: the field's capacity (with NUL) */
+  const char *const *words; /* words: the accepted ones; the first is the
+                               default and the field gets the index */
+  int nwords;
+  /* settings parsed by a function of their own (v: the value, "" when
+   * unset or empty), the launcher's (checked where they are used), and
+   * extra checks of a number: */
+  hk_status (*parse)(hk_config *cfg, const char *v);
+  const char *def_text;    /* how the default reads, where it is no number */
+  const char *values_text; /* what values are accepted, where it says more
+                              than the range or the words */
+};
 
 #define OFF(f) offsetof(hk_config, f)
+#define STRING(v, f, d, what, m)                                               \
+  {                                                                            \
+    v, .meaning = m, .offset = OFF(f), .kind = HK_TUNABLE_STRING,              \
+       .cap = sizeof((hk_config *)0)->f, .def_text = d, .values_text = what    \
+  }
+#define STRING_BY_HKRUN(v, f, m)                                               \
+  {                                                                            \
+    v, .meaning = m, .offset = OFF(f), .kind = HK_TUNABLE_LAUNCHER,            \
+       .cap = sizeof((hk_config *)0)->f, .def_text = "(set by hkrun)"          \
+  }
+#define WORD(v, f, w, m)                                                       \
+  {                                                                            \
+    v, .meaning = m, .offset = OFF(f), .kind = HK_TUNABLE_WORD, .words = w,    \
+       .nwords = (int)(sizeof w / sizeof w[0])                                 \
+  }
+#define INT(v, d, lo, hi, f, dt, m)                                            \
+  { v, d, lo, hi, "", m, OFF(f), HK_TUNABLE_INTEGER, .def_text = dt }
+#define LAUNCHER(v, m)                                                         \
+  { v, .meaning = m, .kind = HK_TUNABLE_LAUNCHER, .def_text = "(set by hkrun)" }
+
+static hk_status check_slot_bytes(hk_config *cfg, const char *v);
+static hk_status parse_allreduce_algo(hk_config *cfg, const char *v);
+static hk_status parse_hierarchical(hk_config *cfg, const char *v);
+static hk_status parse_fault(hk_config *cfg, const char *v);
+static hk_status parse_log_level(hk_config *cfg, const char *v);
+static hk_status parse_launcher_pid(hk_config *cfg, const char *v);
+
+/* words ignore case, as every word-valued setting does */
+static const char *const transports[] = {"tcp", "mpi"};
+static const char *const devices[] = {"auto", "cuda", "emu", "none"};
+static const char *const comps[] = {"none", "fp16", "bf16"};
+static const char *const intra[] = {"auto", "shm", "tcp"};
+
 static const tunable table[] = {
     {"HK_CYCLE_TIME_MS", 0, 0, 60000, "ms",
      "upper bound on how long a batch may wait to grow: rank 0 may hold the "
      "answer to a request none of whose tensors is ready yet this long; 0: "
      "answer at once (a tensor ready on every rank never waits)",
-     OFF(cycle_time_ms), 0},
+     .offset = OFF(cycle_time_ms), .kind = HK_TUNABLE_NUMBER},
     {"HK_TIMEOUT_S", 60, 0.1, 86400, "s",
      "a transfer or negotiation making no progress for this long fails",
-     OFF(timeout_s), 0},
+     .offset = OFF(timeout_s), .kind = HK_TUNABLE_NUMBER},
     {"HK_START_TIMEOUT_S", 60, 0.1, 86400, "s",
-     "hk_init fails if the job has not assembled by then", OFF(start_timeout_s),
-     0},
+     "hk_init fails if the job has not assembled by then",
+     .offset = OFF(start_timeout_s), .kind = HK_TUNABLE_NUMBER},
     {"HK_RING_CHUNK_BYTES", 1 << 20, 4096, 1 << 30, "bytes",
      "pipeline chunk of the ring (receive staging buffer)",
-     OFF(ring_chunk_bytes), 1},
+     .offset = OFF(ring_chunk_bytes), .kind = HK_TUNABLE_SIZE},
     /* Horovod's HOROVOD_FUSION_THRESHOLD default (128 MiB since v0.21) */
     {"HK_FUSION_THRESHOLD", 128 << 20, 0, 1ull << 36, "bytes",
      "tensors reduced together in one fusion buffer, at most this many "
      "bytes; 0 disables fusion",
-     OFF(fusion_threshold), 1},
+     .offset = OFF(fusion_threshold), .kind = HK_TUNABLE_SIZE},
     /* hk's own: copying a tensor into and out of the fusion buffer costs
      * 2b / B_mem; running it alone costs one more ring start-up,
      * ~2(n-1) alpha. With alpha ~16 us (loopback half round trip) and
@@ -55,18 +102,19 @@ static const tunable table[] = {
     {"HK_FUSION_DIRECT_BYTES", 0, 0, 1ull << 36, "bytes",
      "allreduces larger than this run alone on their own buffers instead "
      "of being copied into the fusion buffer; 0: (size-1) x 256 KiB",
-     OFF(fusion_direct), 1},
+     .offset = OFF(fusion_direct), .kind = HK_TUNABLE_SIZE},
     /* Horovod's HOROVOD_CACHE_CAPACITY default */
     {"HK_CACHE_CAPACITY", 1024, 0, 262144, "tensors",
-     "response cache entries; 0 disables the cache", OFF(cache_capacity), 1},
+     "response cache entries; 0 disables the cache",
+     .offset = OFF(cache_capacity), .kind = HK_TUNABLE_SIZE},
     /* Horovod's HOROVOD_STALL_CHECK_TIME_SECONDS default */
     {"HK_STALL_CHECK_TIME_S", 60, 0, 86400, "s",
      "rank 0 warns about tensors some ranks did not submit for this long; 0 "
      "disables",
-     OFF(stall_check_s), 0},
+     .offset = OFF(stall_check_s), .kind = HK_TUNABLE_NUMBER},
     {"HK_STALL_SHUTDOWN_TIME_S", 0, 0, 86400, "s",
      "the job stops on every rank when a tensor stalls this long; 0: never",
-     OFF(stall_shutdown_s), 0},
+     .offset = OFF(stall_shutdown_s), .kind = HK_TUNABLE_NUMBER},
     /* NCCL_NSOCKS_PERTHREAD's idea: several TCP streams to one peer when
      * one stream cannot fill the link (per-flow limits, one core per
      * stream's interrupts, a large bandwidth-delay product). Each link
@@ -76,12 +124,12 @@ static const tunable table[] = {
     {"HK_SOCKETS_PER_PEER", 1, 1, 8, "sockets",
      "TCP connections between each pair of ranks; a transfer is striped "
      "over them in fixed blocks",
-     OFF(sockets_per_peer), 1},
+     .offset = OFF(sockets_per_peer), .kind = HK_TUNABLE_SIZE},
     /* 100 steps x 200 tensors take ~16 MB: 1 GiB holds ~6000 such steps */
     {"HK_TIMELINE_MAX_MB", 1024, 0, 1 << 20, "MiB",
      "the timeline stops (still valid JSON, with a note of what was cut) "
      "before it grows past this; 0: no bound",
-     OFF(timeline_max_mb), 0},
+     .offset = OFF(timeline_max_mb), .kind = HK_TUNABLE_NUMBER},
     /* collectives/shm_group.h: a round moves slot/N bytes of every
      * segment per rank through one half of the rank's slot; 2 halves per
      * rank. Large enough that a round's three phases cost little next
@@ -90,28 +138,29 @@ static const tunable table[] = {
     {"HK_SHM_SLOT_BYTES", 1 << 20, 4096, 1 << 30, "bytes",
      "each rank's shared-memory slot half: one round of the shm "
      "collectives moves this many bytes per rank",
-     OFF(shm_slot_bytes), 1},
+     .offset = OFF(shm_slot_bytes), .kind = HK_TUNABLE_SIZE,
+     .parse = check_slot_bytes, .values_text = "a multiple of 64"},
     /* worker/monitor.h: a window of 100 rounds is a few training steps of
      * a model with ~100 gradient batches (resnet50's 161 tensors fuse
      * into fewer), enough to average out one-off scheduling noise */
     {"HK_MONITOR_WINDOW", 100, 1, 1e9, "rounds",
      "the monitor averages lateness over windows of this many negotiation "
      "rounds",
-     OFF(monitor_window), 1},
+     .offset = OFF(monitor_window), .kind = HK_TUNABLE_SIZE},
     {"HK_MONITOR_REPORT_S", 0, 0, 86400, "s",
      "rank 0 prints the straggler report this often (and at exit); 0: only "
      "at exit. Turns the monitor on",
-     OFF(monitor_report_s), 0},
+     .offset = OFF(monitor_report_s), .kind = HK_TUNABLE_NUMBER},
     /* once a second, as nvidia-smi dmon's default interval */
     {"HK_TELEMETRY_INTERVAL_S", 1, 0.01, 3600, "s",
      "with the monitor on, each rank samples its GPU (NVML) and host this "
      "often",
-     OFF(telemetry_s), 0},
+     .offset = OFF(telemetry_s), .kind = HK_TUNABLE_NUMBER},
     /* node_exporter's textfile collector reads on every scrape (15 s by
      * default in Prometheus): 5 s keeps every scrape fresh */
     {"HK_METRICS_INTERVAL_S", 5, 0.01, 86400, "s",
      "rank 0 rewrites HK_METRICS_FILE this often (and at exit)",
-     OFF(metrics_interval_s), 0},
+     .offset = OFF(metrics_interval_s), .kind = HK_TUNABLE_NUMBER},
     /* Waking a thread that sleeps on another core costs 20-40 us on a
      * virtual machine (the idle vCPU halts and the host must wake it:
      * futex round trip 17.7 us across cores against 3.5 us on one core,
@@ -124,96 +173,265 @@ static const tunable table[] = {
     {"HK_SPIN_US", 200, 0, 1e6, "us",
      "a waiting thread (background thread, hk_wait) polls this long, "
      "yielding its core, before it sleeps; 0: sleep at once",
-     OFF(spin_us), 0},
+     .offset = OFF(spin_us), .kind = HK_TUNABLE_NUMBER},
     /* PyTorch's TORCH_NCCL_TRACE_BUFFER_SIZE idea; 2000 entries of ~200
      * bytes (worker/flight.h): ~0.4 MB per rank, seconds of a training
      * step's collectives */
     {"HK_FLIGHT_RECORDER", 2000, 0, 1 << 24, "collectives",
      "each rank keeps its last this many collectives and writes them on a "
      "hang, a failure or SIGUSR1 (hkrun --dump); 0: off",
-     OFF(flight_recorder), 1},
+     .offset = OFF(flight_recorder), .kind = HK_TUNABLE_SIZE},
     /* the slowest link the seed customers name (10 GbE) */
     {"HK_NET_GBIT", 10, 0.001, 1e5, "Gbit/s",
      "each host's network rate, for the cost model's algorithm choice",
-     OFF(net_gbit), 0},
+     .offset = OFF(net_gbit), .kind = HK_TUNABLE_NUMBER},
+    STRING("HK_TIMELINE", timeline, "(none)", "a file",
+           "rank 0 writes a Chrome trace of every tensor to this file"),
+    STRING("HK_METRICS_FILE", metrics_file, "(none)", "a file",
+           "rank 0's Prometheus text file, rewritten every "
+           "HK_METRICS_INTERVAL_S; turns the monitor on"),
+    STRING("HK_NVML_LIBRARY", nvml_library, "libnvidia-ml.so.1", "a library",
+           "the NVML library the GPU telemetry loads"),
+    STRING("HK_FLIGHT_DIR", flight_dir, "HK_TIMELINE's folder, else .",
+           "a folder",
+           "where flight records (hk-flight.JOB.RANK.txt) are written"),
+    STRING("HK_SOCKET_IFNAME", socket_ifname, "(none)",
+           "an interface name or a CIDR subnet",
+           "the interface (name or CIDR subnet) ranks listen on; one that "
+           "does not exist fails hk_init, naming those that do "
+           "(hkrun --network-interface)"),
+    STRING("HK_TOPO_FILE", topo_file, "(none)", "a file",
+           "the server's layout (nvidia-smi topo -m text or NCCL XML): the "
+           "ring order inside each host and the cost model's host"),
+    {"HK_ALLREDUCE_ALGO",
+     .meaning = "the host allreduce every rank runs "
+                "where it applies; auto: chosen per "
+                "size by the cost model",
+     .kind = HK_TUNABLE_SPECIAL, .parse = parse_allreduce_algo,
+     .def_text = "auto", .values_text = "auto, ring, hierarchical, rd"},
+    WORD("HK_CROSS_TRANSPORT", cross_transport, transports,
+         "how links to ranks on other hosts move bytes: hk's TCP, or MPI "
+         "point-to-point (jobs started by mpirun)"),
+    {"HK_HIERARCHICAL_ALLREDUCE",
+     .meaning = "1 forces the hierarchical allreduce (Horovod's variable); 0 "
+                "keeps auto from choosing it",
+     .kind = HK_TUNABLE_SPECIAL, .parse = parse_hierarchical,
+     .def_text = "(unset: the cost model decides)", .values_text = "0, 1"},
+    WORD("HK_DEVICE", device, devices,
+         "the backend of device tensors: cuda where libhk_cuda.so loads "
+         "and sees a GPU (auto), the emulated GPU, or host tensors only"),
+    WORD("HK_INTRA_TRANSPORT", intra_transport, intra,
+         "how ranks of one host reach each other: shared memory where it "
+         "can be set up (auto), shared memory or fail, or loopback TCP"),
+    WORD("HK_COMPRESSION", compression, comps,
+         "float32 device gradients travel in this type"),
+    INT("HK_GPU", -1, 0, 1023, gpu, "the local rank",
+        "the GPU this process uses, an index among those it sees"),
+    INT("HK_TEST_GPU", 0, 0, 1, test_gpu, "0",
+        "1: tests that need a real GPU fail instead of skipping"),
+    INT("HK_TIMELINE_MARK_CYCLES", 0, 0, 1, timeline_mark_cycles, "0",
+        "1: the timeline marks every negotiation round that ran something "
+        "(CYCLE_START)"),
+    INT("HK_MONITOR", 0, 0, 1, monitor, "0",
+        "1: rank 0 tracks which ranks are late and why"),
+    INT("HK_MONITOR_LIVE", 0, 0, 1, monitor_live, "0",
+        "1: rank 0 sends hkrun its live table (hkrun --monitor sets it)"),
+    {"HK_EMU_FAULT",
+     .meaning = "the emulated device only: a fault in rank R's OP-th device "
+                "communicator operation (counted from 0)",
+     .kind = HK_TUNABLE_SPECIAL, .parse = parse_fault, .def_text = "(none)",
+     .values_text = "error:R:OP, hang:R:OP, delay:R:OP:MS"},
+    {"HK_LOG_LEVEL", .meaning = "what hk logs on stderr",
+     .kind = HK_TUNABLE_SPECIAL, .parse = parse_log_level,
+     .def_text = "warning", .values_text = "error, warning, info, debug"},
+    /* set by hkrun for each worker (under mpirun or srun hk reads their
+     * variables instead, worker/placement.c) */
+    LAUNCHER("HK_RANK", "this process's rank in the job"),
+    LAUNCHER("HK_SIZE", "the number of ranks in the job"),
+    LAUNCHER("HK_LOCAL_RANK", "this process's rank among its host's"),
+    LAUNCHER("HK_LOCAL_SIZE", "the number of ranks on this host"),
+    STRING_BY_HKRUN("HK_RENDEZVOUS", rendezvous,
+                    "where hkrun's rendezvous listens (host:port)"),
+    STRING_BY_HKRUN("HK_SECRET", secret,
+                    "the job's secret (hex): every connection into the job "
+                    "proves it knows it"),
+    {"HK_LAUNCHER_PID",
+     .meaning = "hkrun's process id: a worker whose parent it is dies with "
+                "it",
+     .kind = HK_TUNABLE_LAUNCHER, .parse = parse_launcher_pid,
+     .def_text = "(set by hkrun)"},
 };
 
-/* A variable that takes one of n words (case-insensitive); unset: 0. */
-static hk_status pick_word(const char *var, const char *const *words, int n,
-                           int *out) {
-  *out = 0;
-  const char *s = getenv(var);
-  if (!s || !*s)
-    return HK_OK;
-  for (int i = 0; i < n; i++)
-    if (strcasecmp(s, words[i]) == 0) {
-      *out = i;
-      return HK_OK;
-    }
-  char list[128] = "";
-  for (int i = 0; i < n; i++)
-    snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s",
-             i ? ", " : "", words[i]);
-  return hk_fail(HK_ERR_CONFIG, "%s='%s' is not one of %s", var, s, list);
-}
+#define NTABLE (sizeof table / sizeof table[0])
 
-/* A string variable copied into dst (cap bytes, its NUL included); unset:
- * "". Longer than cap - 1 bytes is an error, not a cut. */
-static hk_status read_string(const char *var, char *dst, size_t cap) {
-  const char *v = getenv(var);
-  if (v && strlen(v) >= cap)
-    return hk_fail(HK_ERR_CONFIG, "%s is longer than %zu bytes", var, cap - 1);
-  snprintf(dst, cap, "%s", v ? v : "");
+/* A number in [t->min, t->max] into its field; s not empty. */
+static hk_status read_number(const tunable *t, const char *s, hk_config *cfg) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (end == s || *end || isnan(v))
+    return hk_fail(HK_ERR_CONFIG, "%s='%s' is not a number (unit: %s)", t->var,
+                   s, t->unit);
+  /* a number, but beyond a double (1e400) or below its precision: say
+   * which way it is out of range */
+  if (errno == ERANGE || !isfinite(v))
+    return hk_fail(HK_ERR_CONFIG,
+                   "%s=%s is too %s: the range is [%.17g, %.17g] %s", t->var, s,
+                   fabs(v) > 1.0 ? "large" : "small", t->min, t->max, t->unit);
+  if (v < t->min || v > t->max)
+    return hk_fail(HK_ERR_CONFIG, "%s=%s is out of range [%.17g, %.17g] %s",
+                   t->var, s, t->min, t->max, t->unit);
+  char *field = (char *)cfg + t->offset;
+  if (t->kind == HK_TUNABLE_SIZE)
+    *(size_t *)field = (size_t)v;
+  else
+    *(double *)field = v;
   return HK_OK;
 }
 
-/* An integer variable in [min, max]; unset: def. */
-static hk_status read_int(const char *var, int def, int min, int max,
-                          int *out) {
-  *out = def;
-  const char *s = getenv(var);
-  if (!s || !*s)
-    return HK_OK;
+/* A whole decimal number in [t->min, t->max] into its int field. */
+static hk_status read_integer(const tunable *t, const char *s, hk_config *cfg) {
   char *end;
   errno = 0;
   long v = strtol(s, &end, 10);
-  if (errno || *end || v < min || v > max)
-    return hk_fail(HK_ERR_CONFIG, "%s='%s' is not an integer in [%d, %d]", var,
-                   s, min, max);
-  *out = (int)v;
+  if (errno || *end || v < t->min || v > t->max)
+    return hk_fail(HK_ERR_CONFIG, "%s='%s' is not an integer in [%d, %d]",
+                   t->var, s, (int)t->min, (int)t->max);
+  *(int *)((char *)cfg + t->offset) = (int)v;
+  return HK_OK;
+}
+
+/* One of t's words (case-insensitive): its index into the int field. */
+static hk_status read_word(const tunable *t, const char *s, hk_config *cfg) {
+  for (int i = 0; i < t->nwords; i++)
+    if (strcasecmp(s, t->words[i]) == 0) {
+      *(int *)((char *)cfg + t->offset) = i;
+      return HK_OK;
+    }
+  char list[128] = "";
+  for (int i = 0; i < t->nwords; i++)
+    snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s",
+             i ? ", " : "", t->words[i]);
+  return hk_fail(HK_ERR_CONFIG, "%s='%s' is not one of %s", t->var, s, list);
+}
+
+/* A string copied into its field (t->cap bytes with the NUL). Longer than
+ * that is an error, not a cut. */
+static hk_status read_text(const tunable *t, const char *s, hk_config *cfg) {
+  if (strlen(s) >= t->cap)
+    return hk_fail(HK_ERR_CONFIG, "%s is longer than %zu bytes", t->var,
+                   t->cap - 1);
+  snprintf((char *)cfg + t->offset, t->cap, "%s", s);
+  return HK_OK;
+}
+
+/* Sets t's field to its default (words: the first; strings: ""). */
+static void set_default(const tunable *t, hk_config *cfg) {
+  char *field = (char *)cfg + t->offset;
+  switch (t->kind) {
+  case HK_TUNABLE_NUMBER:
+    *(double *)field = t->def;
+    break;
+  case HK_TUNABLE_SIZE:
+    *(size_t *)field = (size_t)t->def;
+    break;
+  case HK_TUNABLE_INTEGER:
+    *(int *)field = (int)t->def;
+    break;
+  case HK_TUNABLE_WORD:
+    *(int *)field = 0;
+    break;
+  case HK_TUNABLE_STRING:
+    field[0] = '\0';
+    break;
+  default: /* special and the launcher's: their parse sets them */
+    if (t->cap)
+      field[0] = '\0';
+    break;
+  }
+}
+
+/* Loads one entry: its default, then its variable if set and not empty,
+ * then its parse (which also sees an unset one, as ""). */
+static hk_status load(const tunable *t, hk_config *cfg) {
+  const char *s = getenv(t->var);
+  const int set = s && *s;
+  hk_status st = HK_OK;
+  set_default(t, cfg);
+  if (set) {
+    switch (t->kind) {
+    case HK_TUNABLE_NUMBER:
+    case HK_TUNABLE_SIZE:
+      st = read_number(t, s, cfg);
+      break;
+    case HK_TUNABLE_INTEGER:
+      st = read_integer(t, s, cfg);
+      break;
+    case HK_TUNABLE_WORD:
+      st = read_word(t, s, cfg);
+      break;
+    default: /* strings, and the launcher's with a field */
+      if (t->cap)
+        st = read_text(t, s, cfg);
+      break;
+    }
+  }
+  if (st == HK_OK && t->parse)
+    st = t->parse(cfg, set ? s : "");
+  return st;
+}
+
+static hk_status check_slot_bytes(hk_config *cfg, const char *v) {
+  (void)v;
+  if (cfg->shm_slot_bytes % 64)
+    return hk_fail(HK_ERR_CONFIG,
+                   "HK_SHM_SLOT_BYTES=%zu is not a multiple of 64 bytes",
+                   cfg->shm_slot_bytes);
   return HK_OK;
 }
 
 /* HK_ALLREDUCE_ALGO = auto | ring | hierarchical | rd (any case): the
  * host allreduce every rank runs (collectives/allreduce.h); "tree" is
  * only a prediction of NCCL's (hktopo), refused with that reason. */
-static hk_status read_allreduce_algo(hk_config *cfg) {
+static hk_status parse_allreduce_algo(hk_config *cfg, const char *v) {
   static const char *const algos[] = {"auto", "ring", "hierarchical", "rd"};
-  int i;
   cfg->allreduce_algo[0] = '\0';
-  const char *v = getenv("HK_ALLREDUCE_ALGO");
-  if (v && *v && strcasecmp(v, "tree") == 0)
+  if (!*v)
+    return HK_OK;
+  if (strcasecmp(v, "tree") == 0)
     return hk_fail(HK_ERR_CONFIG,
                    "HK_ALLREDUCE_ALGO=\"%.64s\": hk's collectives have no "
                    "tree (hktopo predicts NCCL's); expected ring, "
                    "hierarchical, rd or auto",
                    v);
-  if (pick_word("HK_ALLREDUCE_ALGO", algos, 4, &i) != HK_OK)
+  for (int i = 0; i < 4; i++)
+    if (strcasecmp(v, algos[i]) == 0) {
+      snprintf(cfg->allreduce_algo, sizeof cfg->allreduce_algo, "%s",
+               i ? algos[i] : "");
+      return HK_OK;
+    }
+  return hk_fail(HK_ERR_CONFIG,
+                 "HK_ALLREDUCE_ALGO=\"%.64s\": expected ring, hierarchical, "
+                 "rd or auto",
+                 v);
+}
+
+static hk_status parse_hierarchical(hk_config *cfg, const char *v) {
+  cfg->hierarchical = -1;
+  if (!*v)
+    return HK_OK;
+  if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0)
     return hk_fail(HK_ERR_CONFIG,
-                   "HK_ALLREDUCE_ALGO=\"%.64s\": expected ring, "
-                   "hierarchical, rd or auto",
-                   v);
-  if (i > 0)
-    snprintf(cfg->allreduce_algo, sizeof cfg->allreduce_algo, "%s", algos[i]);
+                   "HK_HIERARCHICAL_ALLREDUCE='%s' is not 0 or 1", v);
+  cfg->hierarchical = v[0] == '1';
   return HK_OK;
 }
 
 /* HK_EMU_FAULT=error|hang|delay:RANK:OP[:MS] */
-static hk_status read_fault(hk_config *cfg) {
+static hk_status parse_fault(hk_config *cfg, const char *s) {
   cfg->emu_fault_kind = 0;
   cfg->emu_fault_rank = cfg->emu_fault_op = cfg->emu_fault_ms = 0;
-  const char *s = getenv("HK_EMU_FAULT");
-  if (!s || !*s)
+  if (!*s)
     return HK_OK;
   char kind[16];
   int rank, op, ms = 0, used = 0;
@@ -237,119 +455,76 @@ static hk_status read_fault(hk_config *cfg) {
   return HK_OK;
 }
 
-hk_status hk_config_load(hk_config *cfg) {
-  for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
-    const tunable *t = &table[i];
-    double v = t->def;
-    const char *s = getenv(t->var);
-    if (s && *s) {
-      char *end;
-      errno = 0;
-      v = strtod(s, &end);
-      if (end == s || *end || isnan(v))
-        return hk_fail(HK_ERR_CONFIG, "%s='%s' is not a number (unit: %s)",
-                       t->var, s, t->unit);
-      /* a number, but beyond a double (1e400) or below its precision:
-       * say which way it is out of range */
-      if (errno == ERANGE || !isfinite(v))
-        return hk_fail(HK_ERR_CONFIG,
-                       "%s=%s is too %s: the range is [%.17g, %.17g] %s",
-                       t->var, s, fabs(v) > 1.0 ? "large" : "small", t->min,
-                       t->max, t->unit);
-      if (v < t->min || v > t->max)
-        return hk_fail(HK_ERR_CONFIG, "%s=%s is out of range [%.17g, %.17g] %s",
-                       t->var, s, t->min, t->max, t->unit);
-    }
-    char *field = (char *)cfg + t->offset;
-    if (t->is_size)
-      *(size_t *)field = (size_t)v;
-    else
-      *(double *)field = v;
-  }
-  hk_status st =
-      read_string("HK_TIMELINE", cfg->timeline, sizeof cfg->timeline);
-  if (st == HK_OK)
-    st = read_string("HK_METRICS_FILE", cfg->metrics_file,
-                     sizeof cfg->metrics_file);
-  if (st == HK_OK)
-    st = read_string("HK_NVML_LIBRARY", cfg->nvml_library,
-                     sizeof cfg->nvml_library);
-  if (st == HK_OK)
-    st = read_string("HK_FLIGHT_DIR", cfg->flight_dir, sizeof cfg->flight_dir);
-  if (st == HK_OK)
-    st = read_string("HK_SOCKET_IFNAME", cfg->socket_ifname,
-                     sizeof cfg->socket_ifname);
-  if (st == HK_OK)
-    st = read_string("HK_TOPO_FILE", cfg->topo_file, sizeof cfg->topo_file);
-  if (st == HK_OK)
-    st = read_allreduce_algo(cfg);
-  if (st != HK_OK)
-    return st;
-  /* words ignore case, as every word-valued setting does */
-  static const char *const transports[] = {"tcp", "mpi"};
-  st = pick_word("HK_CROSS_TRANSPORT", transports, 2, &cfg->cross_transport);
-  if (st != HK_OK)
-    return st;
-  cfg->hierarchical = -1;
-  const char *hier = getenv("HK_HIERARCHICAL_ALLREDUCE");
-  if (hier && *hier) {
-    if (strcmp(hier, "0") != 0 && strcmp(hier, "1") != 0)
-      return hk_fail(HK_ERR_CONFIG,
-                     "HK_HIERARCHICAL_ALLREDUCE='%s' is not 0 or 1", hier);
-    cfg->hierarchical = hier[0] == '1';
-  }
-  static const char *const devices[] = {"auto", "cuda", "emu", "none"};
-  static const char *const comps[] = {"none", "fp16", "bf16"};
-  static const char *const intra[] = {"auto", "shm", "tcp"};
-  st = pick_word("HK_DEVICE", devices, 4, &cfg->device);
-  if (st == HK_OK)
-    st = pick_word("HK_INTRA_TRANSPORT", intra, 3, &cfg->intra_transport);
-  if (st == HK_OK && cfg->shm_slot_bytes % 64)
-    st = hk_fail(HK_ERR_CONFIG,
-                 "HK_SHM_SLOT_BYTES=%zu is not a multiple of 64 bytes",
-                 cfg->shm_slot_bytes);
-  if (st == HK_OK)
-    st = pick_word("HK_COMPRESSION", comps, 3, &cfg->compression);
-  if (st == HK_OK)
-    st = read_int("HK_GPU", -1, 0, 1023, &cfg->gpu);
-  if (st == HK_OK)
-    st = read_int("HK_TEST_GPU", 0, 0, 1, &cfg->test_gpu);
-  if (st == HK_OK)
-    st = read_int("HK_TIMELINE_MARK_CYCLES", 0, 0, 1,
-                  &cfg->timeline_mark_cycles);
-  if (st == HK_OK)
-    st = read_int("HK_MONITOR", 0, 0, 1, &cfg->monitor);
-  if (st == HK_OK)
-    st = read_int("HK_MONITOR_LIVE", 0, 0, 1, &cfg->monitor_live);
-  if (st == HK_OK)
-    st = read_fault(cfg);
-  if (st != HK_OK)
-    return st;
+static hk_status parse_log_level(hk_config *cfg, const char *v) {
   cfg->log_level = HK_LOG_WARNING;
-  const char *lvl = getenv("HK_LOG_LEVEL");
-  if (lvl && *lvl) {
-    int l = hk_log_level_parse(lvl);
-    if (l < 0)
-      return hk_fail(HK_ERR_CONFIG,
-                     "HK_LOG_LEVEL='%s' is not one of error, warning, info, "
-                     "debug",
-                     lvl);
-    cfg->log_level = l;
+  if (!*v)
+    return HK_OK;
+  int l = hk_log_level_parse(v);
+  if (l < 0)
+    return hk_fail(HK_ERR_CONFIG,
+                   "HK_LOG_LEVEL='%s' is not one of error, warning, info, "
+                   "debug",
+                   v);
+  cfg->log_level = l;
+  return HK_OK;
+}
+
+/* hkrun's pid, as hkrun wrote it; anything else is no launcher of ours
+ * (0), as before any of this was checked: it only decides whether this
+ * worker dies with its parent. */
+static hk_status parse_launcher_pid(hk_config *cfg, const char *v) {
+  char *end;
+  errno = 0;
+  long pid = *v ? strtol(v, &end, 10) : 0;
+  cfg->launcher_pid =
+      *v && !errno && !*end && pid > 0 && pid <= INT_MAX ? (int)pid : 0;
+  return HK_OK;
+}
+
+hk_status hk_config_load(hk_config *cfg) {
+  for (size_t i = 0; i < NTABLE; i++) {
+    hk_status st = load(&table[i], cfg);
+    if (st != HK_OK)
+      return st;
   }
   return HK_OK;
 }
 
+static const tunable *find(const char *var) {
+  for (size_t i = 0; var && i < NTABLE; i++)
+    if (strcmp(table[i].var, var) == 0)
+      return &table[i];
+  return NULL;
+}
+
+hk_status hk_config_load_var(hk_config *cfg, const char *var) {
+  const tunable *t = find(var);
+  if (!t)
+    return hk_fail(HK_ERR_INVALID_ARG, "%s is no setting of hk's",
+                   var ? var : "(null)");
+  return load(t, cfg);
+}
+
+const char *hk_config_env(const char *var) {
+  const tunable *t = find(var);
+  return t && t->kind == HK_TUNABLE_LAUNCHER ? getenv(var) : NULL;
+}
+
 int hk_config_tunable(size_t i, hk_tunable_info *out) {
-  if (i >= sizeof table / sizeof table[0])
+  if (i >= NTABLE)
     return 0;
   const tunable *t = &table[i];
   *out = (hk_tunable_info){.var = t->var,
+                           .kind = t->kind,
                            .def = t->def,
                            .min = t->min,
                            .max = t->max,
-                           .unit = t->unit,
+                           .unit = t->unit ? t->unit : "",
                            .meaning = t->meaning,
-                           .is_integer = t->is_size};
+                           .words = t->words,
+                           .nwords = t->nwords,
+                           .def_text = t->def_text,
+                           .values_text = t->values_text};
   return 1;
 }
 

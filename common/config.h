@@ -1,7 +1,11 @@
 /*
- * config.h - every tunable of hk, in one table (common/config.c): its
- * HK_* environment variable, default, unit and valid range. hkrun flags
- * override them by setting the variable for the workers.
+ * config.h - every HK_* environment variable of hk, in one table
+ * (common/config.c): its kind, default, unit, valid range or words, and
+ * what it means (docs/tuning.md's table is printed from it). No other
+ * file reads an HK_* variable (scripts/check-layers.py fails the tests on
+ * one that does). hkrun flags override them by setting the variable for
+ * the workers; the variables hkrun sets for its workers (rank, size,
+ * rendezvous, secret) are entries of the table too.
  */
 #ifndef HK_COMMON_CONFIG_H
 #define HK_COMMON_CONFIG_H
@@ -24,30 +28,35 @@ typedef enum hk_intra_transport {
 } hk_intra_transport;
 
 typedef struct hk_config {
-  double cycle_time_ms;     /* HK_CYCLE_TIME_MS: the longest a batch may
-                               wait to grow, ms; 0 = never waits */
-  double timeout_s;         /* HK_TIMEOUT_S: a stuck transfer fails, s */
-  double start_timeout_s;   /* HK_START_TIMEOUT_S: rendezvous + connect, s */
-  size_t ring_chunk_bytes;  /* HK_RING_CHUNK_BYTES: ring pipeline chunk */
-  size_t fusion_threshold;  /* HK_FUSION_THRESHOLD: bytes, 0 = no fusion */
-  size_t fusion_direct;     /* HK_FUSION_DIRECT_BYTES: larger run alone;
-                               0 = auto, (size - 1) x 256 KiB */
-  size_t cache_capacity;    /* HK_CACHE_CAPACITY: tensors, 0 = no cache */
-  double stall_check_s;     /* HK_STALL_CHECK_TIME_S: warn after, 0 = off */
-  double stall_shutdown_s;  /* HK_STALL_SHUTDOWN_TIME_S: abort after; 0 no */
-  size_t sockets_per_peer;  /* HK_SOCKETS_PER_PEER: TCP connections per
-                               pair of ranks, 1..8; a link stripes over them */
-  int cross_transport;      /* HK_CROSS_TRANSPORT: hk_cross_transport */
-  int intra_transport;      /* HK_INTRA_TRANSPORT: hk_intra_transport */
-  size_t shm_slot_bytes;    /* HK_SHM_SLOT_BYTES: each rank's shared slot
-                               half (collectives/shm_group.h), bytes */
-  double net_gbit;          /* HK_NET_GBIT: each host's network, Gbit/s */
-  double spin_us;           /* HK_SPIN_US: poll before sleeping, us */
-  int hierarchical;         /* HK_HIERARCHICAL_ALLREDUCE: 1, 0, -1 unset */
-  char allreduce_algo[16];  /* HK_ALLREDUCE_ALGO: "ring", "hierarchical",
-                               "rd", or "" (auto); lower case */
-  char topo_file[4096];     /* HK_TOPO_FILE: a server layout file
-                               (topology/), or "" */
+  double cycle_time_ms;    /* HK_CYCLE_TIME_MS: the longest a batch may
+                              wait to grow, ms; 0 = never waits */
+  double timeout_s;        /* HK_TIMEOUT_S: a stuck transfer fails, s */
+  double start_timeout_s;  /* HK_START_TIMEOUT_S: rendezvous + connect, s */
+  size_t ring_chunk_bytes; /* HK_RING_CHUNK_BYTES: ring pipeline chunk */
+  size_t fusion_threshold; /* HK_FUSION_THRESHOLD: bytes, 0 = no fusion */
+  size_t fusion_direct;    /* HK_FUSION_DIRECT_BYTES: larger run alone;
+                              0 = auto, (size - 1) x 256 KiB */
+  size_t cache_capacity;   /* HK_CACHE_CAPACITY: tensors, 0 = no cache */
+  double stall_check_s;    /* HK_STALL_CHECK_TIME_S: warn after, 0 = off */
+  double stall_shutdown_s; /* HK_STALL_SHUTDOWN_TIME_S: abort after; 0 no */
+  size_t sockets_per_peer; /* HK_SOCKETS_PER_PEER: TCP connections per
+                              pair of ranks, 1..8; a link stripes over them */
+  int cross_transport;     /* HK_CROSS_TRANSPORT: hk_cross_transport */
+  int intra_transport;     /* HK_INTRA_TRANSPORT: hk_intra_transport */
+  size_t shm_slot_bytes;   /* HK_SHM_SLOT_BYTES: each rank's shared slot
+                              half (collectives/shm_group.h), bytes */
+  double net_gbit;         /* HK_NET_GBIT: each host's network, Gbit/s */
+  double spin_us;          /* HK_SPIN_US: poll before sleeping, us */
+  int hierarchical;        /* HK_HIERARCHICAL_ALLREDUCE: 1, 0, -1 unset */
+  char allreduce_algo[16]; /* HK_ALLREDUCE_ALGO: "ring", "hierarchical",
+                              "rd", or "" (auto); lower case */
+  char topo_file[4096];    /* HK_TOPO_FILE: a server layout file
+                              (topology/), or "" */
+  /* set by hkrun for its workers */
+  char rendezvous[320];     /* HK_RENDEZVOUS: hkrun's host:port, or "" */
+  char secret[160];         /* HK_SECRET: the job's secret (hex), or "" */
+  int launcher_pid;         /* HK_LAUNCHER_PID: hkrun's pid, 0 if unset or
+                               not a pid */
   int log_level;            /* HK_LOG_LEVEL: hk_log_level */
   char timeline[4096];      /* HK_TIMELINE: rank 0's trace file, or "" */
   int timeline_mark_cycles; /* HK_TIMELINE_MARK_CYCLES: 1 = an instant
@@ -100,27 +109,64 @@ typedef enum hk_compression {
 } hk_compression;
 
 /**
- * Fills *cfg from the environment, defaults where a variable is unset.
- * Errors: HK_ERR_CONFIG naming the variable, its value and the valid range.
+ * Fills *cfg from the environment, defaults where a variable is unset or
+ * empty, in table order (the first bad variable is the one reported).
+ * Errors: HK_ERR_CONFIG naming the variable, its value and the valid
+ * range or words.
  */
 hk_status hk_config_load(hk_config *cfg);
 
-/** One numeric tunable of the table hk_config_load reads (config.c). */
+/**
+ * Loads only the entry of variable `var` into *cfg (its field, and what
+ * its parse sets), as hk_config_load would: for a program that needs one
+ * setting and must not fail on another's bad value (hkrun's HK_LOG_LEVEL,
+ * hktopo's HK_TOPO_FILE). Errors: as hk_config_load for that variable;
+ * HK_ERR_INVALID_ARG when var is no entry of the table.
+ */
+hk_status hk_config_load_var(hk_config *cfg, const char *var);
+
+/**
+ * The raw value of a variable the launcher sets (an entry of kind
+ * HK_TUNABLE_LAUNCHER: HK_RANK, HK_SIZE, HK_LOCAL_RANK, HK_LOCAL_SIZE,
+ * ...), or NULL when unset or when var is not such an entry: what
+ * worker/placement.c parses, with the other launchers' variables, into
+ * the job's placement. The string is the environment's (valid until it
+ * changes). Thread-safety: as getenv.
+ */
+const char *hk_config_env(const char *var);
+
+/** The kinds of entry of the table. */
+typedef enum hk_tunable_kind {
+  HK_TUNABLE_NUMBER = 0,   /* a double in [min, max] */
+  HK_TUNABLE_SIZE = 1,     /* a whole count in [min, max], stored as size_t */
+  HK_TUNABLE_INTEGER = 2,  /* an int in [min, max] (a flag: [0, 1]) */
+  HK_TUNABLE_WORD = 3,     /* one of words[0..nwords), any case */
+  HK_TUNABLE_STRING = 4,   /* a file, folder, interface... */
+  HK_TUNABLE_SPECIAL = 5,  /* parsed by a function of its own */
+  HK_TUNABLE_LAUNCHER = 6, /* set by hkrun for its workers */
+} hk_tunable_kind;
+
+/** One entry of the table hk_config_load reads (config.c). */
 typedef struct hk_tunable_info {
-  const char *var;     /* the HK_* environment variable */
-  double def;          /* its value when unset or empty */
-  double min, max;     /* the valid range, both ends included */
-  const char *unit;    /* "bytes", "s", "ms", "MiB", ... */
+  const char *var; /* the HK_* environment variable */
+  hk_tunable_kind kind;
+  double def;          /* numbers and integers: the value when unset */
+  double min, max;     /* numbers and integers: the range, ends included */
+  const char *unit;    /* numbers: "bytes", "s", "ms", "MiB", ...; else "" */
   const char *meaning; /* what it does, one or two sentences for users */
-  int is_integer;      /* 1: stored as a whole number (size_t), else double */
+  const char *const *words; /* words: the accepted ones, the first the
+                               default; else NULL */
+  int nwords;
+  const char *def_text;    /* the default in words where it is no number
+                              ("(none)", "the local rank"), or NULL */
+  const char *values_text; /* the accepted values in words where the range
+                              or the words do not say it all, or NULL */
 } hk_tunable_info;
 
 /**
- * Describes the i-th numeric tunable of config.c's table, in table order,
- * for the generator of docs/tuning.md's table (tests/docs/tunables_md.c),
- * so that the documentation is printed from the very table hk_config_load
- * uses. Settings parsed outside the table (strings and words such as
- * HK_TIMELINE or HK_DEVICE) are not described here.
+ * Describes the i-th entry of config.c's table, in table order, for the
+ * generator of docs/tuning.md's table (tests/docs/tunables_md.c), so that
+ * the documentation is printed from the very table hk_config_load uses.
  * Returns 1 and fills *out when i is less than the table's length; 0
  * (leaving *out untouched) otherwise, so `for (i = 0;
  * hk_config_tunable(i, &t); i++)` visits every entry.

@@ -185,8 +185,13 @@ static int run_mpirun(const hkrun_args *args, const hk_hostlist *hosts,
  * must exist here, as on many hosts (each rank checks it again at
  * hk_init); checked before anything starts. */
 static int check_local_interface(const hkrun_args *args) {
-  const char *ifname = getenv("HK_SOCKET_IFNAME");
-  if (!ifname || !*ifname)
+  hk_config cfg;
+  if (hk_config_load_var(&cfg, "HK_SOCKET_IFNAME") != HK_OK) {
+    hk_out_say("%s", hk_last_error()); /* longer than an interface name */
+    return 2;
+  }
+  const char *ifname = cfg.socket_ifname;
+  if (!*ifname)
     return HKRUN_RUN_LOCALLY;
   char addr[HK_IFACE_ADDR_CAP];
   if (hk_iface_address(ifname, addr, sizeof addr) == HK_OK)

@@ -600,10 +600,9 @@ int main(int argc, char **argv) {
   for (int i = 0; i < nvars; i++)
     putenv((char *)vars[i]);
 
-  int level = HK_LOG_WARNING;
-  const char *env_level = getenv("HK_LOG_LEVEL");
-  if (env_level && hk_log_level_parse(env_level) >= 0)
-    level = hk_log_level_parse(env_level);
+  hk_config lc; /* a bad HK_LOG_LEVEL is the workers' to report */
+  int level = hk_config_load_var(&lc, "HK_LOG_LEVEL") == HK_OK ? lc.log_level
+                                                               : HK_LOG_WARNING;
   if (args.verbose && level < HK_LOG_INFO)
     level = HK_LOG_INFO;
   hk_log_setup("hkrun", (hk_log_level)level);

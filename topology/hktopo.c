@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/config.h"
 #include "common/status.h"
 #include "topology/parse.h"
 #include "topology/print.h"
@@ -77,9 +78,13 @@ int main(int argc, char **argv) {
       return usage(stderr);
     return from_file(argv[1]);
   }
-  const char *env = getenv("HK_TOPO_FILE");
-  if (env && *env)
-    return from_file(env);
+  hk_config cfg;
+  if (hk_config_load_var(&cfg, "HK_TOPO_FILE") != HK_OK) {
+    fprintf(stderr, "hktopo: %s\n", hk_last_error());
+    return 1;
+  }
+  if (cfg.topo_file[0])
+    return from_file(cfg.topo_file);
   hk_topo *t;
   if (hk_topo_load_setting(NULL, &t) != HK_OK) {
     fprintf(stderr,

@@ -532,8 +532,8 @@ hk_status hk_bootstrap(hk_ctx *ctx) {
   st = choose_address(ctx, 1, addr, sizeof addr);
   if (st != HK_OK)
     return st;
-  const char *rdv = getenv("HK_RENDEZVOUS");
-  if (!rdv || !*rdv) {
+  const char *rdv = ctx->cfg.rendezvous;
+  if (!*rdv) {
     if (ctx->size > 1)
       return hk_fail(HK_ERR_CONFIG,
                      "HK_SIZE=%d but HK_RENDEZVOUS is not set: start the job "

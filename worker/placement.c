@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/config.h"
 #include "common/status.h"
 #include "coordinator/wire.h"
 
@@ -40,6 +41,13 @@ const char *hk_placement_source_name(hk_placement_source s) {
   }
 }
 
+/* A launcher's variable: hkrun's (HK_*) through the table of settings
+ * (common/config.h, the one reader of HK_* variables), the others' from
+ * the environment. NULL when unset. */
+static const char *env(const char *var) {
+  return strncmp(var, "HK_", 3) == 0 ? hk_config_env(var) : getenv(var);
+}
+
 /* Parses a whole decimal integer in [lo, hi]; 0 on success. */
 static int parse_int(const char *s, long lo, long hi, int *out) {
   if (!s || *s < '0' || *s > '9')
@@ -55,7 +63,7 @@ static int parse_int(const char *s, long lo, long hi, int *out) {
 
 /* Reads variable var (which must be set) as an integer in [lo, hi]. */
 static hk_status env_int(const char *var, long lo, long hi, int *out) {
-  const char *s = getenv(var);
+  const char *s = env(var);
   if (parse_int(s, lo, hi, out) != 0)
     return hk_fail(HK_ERR_CONFIG, "%s='%s' is not an integer in [%ld, %ld]",
                    var, s, lo, hi);
@@ -65,9 +73,9 @@ static hk_status env_int(const char *var, long lo, long hi, int *out) {
 /* The variable a launcher's size is in (its alternative if only that is
  * set), or NULL. */
 static const char *size_var(const launcher_vars *l) {
-  if (getenv(l->size))
+  if (env(l->size))
     return l->size;
-  if (l->size_alt && getenv(l->size_alt))
+  if (l->size_alt && env(l->size_alt))
     return l->size_alt;
   return NULL;
 }
@@ -107,7 +115,7 @@ int hk_slurm_tasks_on_node(const char *list, int node) {
 /* Slurm's local size, or -1 when none of its variables gives it. */
 static hk_status slurm_local_size(int size, int *out) {
   *out = -1;
-  const char *node_s = getenv("SLURM_NODEID");
+  const char *node_s = env("SLURM_NODEID");
   int node = -1;
   if (node_s && parse_int(node_s, 0, INT_MAX, &node) != 0)
     return hk_fail(HK_ERR_CONFIG, "SLURM_NODEID='%s' is not a node index",
@@ -115,7 +123,7 @@ static hk_status slurm_local_size(int size, int *out) {
   static const char *const lists[] = {"SLURM_STEP_TASKS_PER_NODE",
                                       "SLURM_TASKS_PER_NODE"};
   for (int i = 0; i < 2 && node >= 0; i++) {
-    const char *v = getenv(lists[i]);
+    const char *v = env(lists[i]);
     if (!v)
       continue;
     int n = hk_slurm_tasks_on_node(v, node);
@@ -127,7 +135,7 @@ static hk_status slurm_local_size(int size, int *out) {
     *out = n;
     return HK_OK;
   }
-  if (getenv("SLURM_NTASKS_PER_NODE"))
+  if (env("SLURM_NTASKS_PER_NODE"))
     return env_int("SLURM_NTASKS_PER_NODE", 1, size, out);
   return HK_OK;
 }
@@ -144,12 +152,12 @@ static hk_status read_launcher(const launcher_vars *l, hk_placement *out) {
     return st;
   if (l->local_size) {
     out->local_size = out->size; /* hkrun: unset means all local */
-    if (getenv(l->local_size))
+    if (env(l->local_size))
       st = env_int(l->local_size, 1, out->size, &out->local_size);
     else if (l->source != HK_PLACEMENT_HKRUN)
       return hk_fail(HK_ERR_CONFIG, "%s is set but %s is not", l->rank,
                      l->local_size);
-    else if (getenv(l->local_rank)) /* a host's rank without its size */
+    else if (env(l->local_rank)) /* a host's rank without its size */
       return hk_fail(HK_ERR_CONFIG,
                      "%s is set but %s is not: set both (the ranks of one "
                      "host) or neither (every rank on this host)",
@@ -160,7 +168,7 @@ static hk_status read_launcher(const launcher_vars *l, hk_placement *out) {
   if (st != HK_OK)
     return st;
   int lr_hi = out->local_size > 0 ? out->local_size - 1 : out->size - 1;
-  if (getenv(l->local_rank))
+  if (env(l->local_rank))
     return env_int(l->local_rank, 0, lr_hi, &out->local_rank);
   if (l->source == HK_PLACEMENT_HKRUN) {
     out->local_rank = out->rank;
@@ -178,7 +186,7 @@ static hk_status read_launcher(const launcher_vars *l, hk_placement *out) {
 hk_status hk_placement_from_env(hk_placement *out) {
   *out = (hk_placement){0, 1, 0, 1, HK_PLACEMENT_NONE};
   for (size_t i = 0; i < sizeof launchers / sizeof launchers[0]; i++) {
-    if (getenv(launchers[i].rank)) {
+    if (env(launchers[i].rank)) {
       hk_status st = read_launcher(&launchers[i], out);
       if (st != HK_OK)
         *out = (hk_placement){0, 1, 0, 1, HK_PLACEMENT_NONE};

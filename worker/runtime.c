@@ -76,8 +76,8 @@ static hk_status read_placement(hk_ctx *ctx) {
     ctx->size = ctx->local_size = 1;
     return HK_OK;
   }
-  const char *secret = getenv("HK_SECRET");
-  if (pl.source == HK_PLACEMENT_HKRUN || (secret && *secret))
+  const char *secret = ctx->cfg.secret;
+  if (pl.source == HK_PLACEMENT_HKRUN || *secret)
     st = hk_secret_parse(secret, &ctx->secret);
   else /* plain mpirun/srun: rank 0's secret is shared over MPI */
     ctx->secret_from_rank0 = 1;
@@ -87,8 +87,8 @@ static hk_status read_placement(hk_ctx *ctx) {
 /* If hkrun started us, die with it: no worker outlives its launcher (and
  * the flight recorder may ask it to signal every rank). */
 static void die_with_launcher(hk_ctx *ctx) {
-  const char *s = getenv("HK_LAUNCHER_PID");
-  ctx->launcher_parent = s && atol(s) == (long)getppid() ? (int)getppid() : 0;
+  const int pid = ctx->cfg.launcher_pid;
+  ctx->launcher_parent = pid && pid == (int)getppid() ? pid : 0;
   if (ctx->launcher_parent)
     prctl(PR_SET_PDEATHSIG, SIGKILL);
 }

@@ -194,7 +194,7 @@ static inline int compute_failed(const compute *c) { return c->failed; }
 /** This environment variable, when set, is the module's path (and no
  *  other place is tried): for tests and relocated installs. Read until
  *  a load succeeds; the loaded module then stays for the process. */
-#define COMPUTE_CUDA_MODULE_ENV "HK_TRAIN_CUDA_MODULE"
+#define COMPUTE_CUDA_MODULE_ENV "TRAIN_CUDA_MODULE"
 
 /**
  * Opens the row `device` names ("cpu", "cuda" or "auto") into *c, on GPU

@@ -66,6 +66,9 @@ static const char usage[] =
     "  --device D          auto (default: cuda where libhk_train_cuda.so\n"
     "                      loads and sees a GPU, else cpu), cuda or cpu:\n"
     "                      where the model's passes run (cuda: cnn only)\n"
+    "  --gpu N             the GPU of a cuda row, an index among those this\n"
+    "                      process sees (default: the local rank); give\n"
+    "                      the same as HK_GPU when you set that\n"
     "  -h, --help          this text\n";
 
 const char *flags_usage(void) { return usage; }
@@ -113,6 +116,7 @@ int flags_parse(int argc, char **argv, train_flags *out, char *err,
   out->data_dir = DATA_DEFAULT_DIR;
   out->model = "mlp";
   out->device = "auto";
+  out->gpu = -1;
   out->plateau_factor = 0.5f;
   out->plateau_patience = 1;
   for (int i = 1; i < argc; i++) {
@@ -149,15 +153,29 @@ int flags_parse(int argc, char **argv, train_flags *out, char *err,
     }
     memcpy(opt, a, optlen);
     opt[optlen] = '\0';
-    static const char *const valued[] = {
-        "--epochs",       "--batch-size",     "--global-batch-size",
-        "--lr",           "--optimizer",      "--weight-decay",
-        "--warmup-steps", "--seed",           "--data",
-        "--save",         "--save-all",       "--limit-train",
-        "--limit-test",   "--prefetch",       "--checkpoint-dir",
-        "--metrics",      "--model",          "--precision",
-        "--schedule",     "--plateau-factor", "--plateau-patience",
-        "--device"};
+    static const char *const valued[] = {"--epochs",
+                                         "--batch-size",
+                                         "--global-batch-size",
+                                         "--lr",
+                                         "--optimizer",
+                                         "--weight-decay",
+                                         "--warmup-steps",
+                                         "--seed",
+                                         "--data",
+                                         "--save",
+                                         "--save-all",
+                                         "--limit-train",
+                                         "--limit-test",
+                                         "--prefetch",
+                                         "--checkpoint-dir",
+                                         "--metrics",
+                                         "--model",
+                                         "--precision",
+                                         "--schedule",
+                                         "--plateau-factor",
+                                         "--plateau-patience",
+                                         "--device",
+                                         "--gpu"};
     int known = 0;
     for (size_t k = 0; k < sizeof valued / sizeof *valued; k++)
       known |= !strcmp(opt, valued[k]);
@@ -233,6 +251,9 @@ int flags_parse(int argc, char **argv, train_flags *out, char *err,
                  val);
         rc = -1;
       }
+    } else if (!strcmp(opt, "--gpu")) {
+      rc = parse_long(opt, val, 0, 1023, &v, err, err_cap);
+      out->gpu = (int)v;
     } else if (!strcmp(opt, "--device")) {
       out->device = val;
       if (strcmp(val, "cpu") && strcmp(val, "cuda") && strcmp(val, "auto")) {

@@ -9,7 +9,7 @@
  *         [--checkpoint-dir DIR [--resume]] [--metrics FILE.csv]
  *         [--save FILE] [--save-all PREFIX] [--limit-train N]
  *         [--limit-test N] [--progress] [--model mlp|cnn]
- *         [--precision fp32|bf16|fp16] [--device cpu|cuda|auto]
+ *         [--precision fp32|bf16|fp16] [--device cpu|cuda|auto] [--gpu N]
  *         [-h|--help]
  *
  * Options taking a value accept `--opt VALUE` and `--opt=VALUE`.
@@ -53,6 +53,7 @@ typedef struct train_flags {
   lowp_kind precision;        /* compute precision (lowp.h); default fp32 */
   const char *device;         /* compute row (compute.h): "cpu", "cuda", "auto"
                                  (default); points into argv or static */
+  int gpu; /* the cuda row's device index (--gpu), or -1: the local rank */
 } train_flags;
 
 /** Default peak learning rates per worker, by model and optimiser

@@ -134,8 +134,7 @@ static int open_device(trainer *t, const train_flags *f, char *err,
     }
     dev = "cpu";
   }
-  const char *g = getenv("HK_GPU");
-  int index = g && *g ? atoi(g) : hk_local_rank();
+  int index = f->gpu >= 0 ? f->gpu : hk_local_rank();
   int failed = compute_open(&t->cp, dev, index, t->device_note,
                             sizeof t->device_note) != 0;
   int on_host = !t->cp.ops || t->cp.ops->host;

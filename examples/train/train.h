@@ -61,11 +61,12 @@
  * the step makes the compute stream wait for that event (compute_ops.stage_*),
  * so the copy overlaps the previous step. With bf16/fp16 the device gradients
  * travel as float32 (HK_COMPRESSION=bf16|fp16 casts them inside hk); loss
- * scaling works alike. GPU index: HK_GPU, else the local rank (hk's own
- * choice). The ranks agree on the row (one hk allreduce in trainer_init): if a
- * rank cannot open --device cuda every rank fails; with auto, if one rank ends
- * on the CPU, every rank does (hk refuses a tensor that is on the device on
- * some ranks and on the host on others).
+ * scaling works alike. GPU index: --gpu, else the local rank (hk's own
+ * choice; with HK_GPU set for hk, pass the same --gpu). The ranks agree on the
+ * row (one hk allreduce in trainer_init): if a rank cannot open --device cuda
+ * every rank fails; with auto, if one rank ends on the CPU, every rank does (hk
+ * refuses a tensor that is on the device on some ranks and on the host on
+ * others).
  *
  * Test hook: the environment variable TRAIN_INJECT_OVERFLOW="R:S" (fp16
  * only) makes rank R multiply the first element of its first gradient
@@ -104,7 +105,7 @@
 /** Test-only hook: this environment variable, set to K, adds K extra
  *  forward passes of the batch to every step (real work that makes the
  *  step slow, so tests can watch the input pipeline keep ahead). */
-#define TRAIN_SLOW_STEP_ENV "HK_TRAIN_TEST_SLOW_STEP"
+#define TRAIN_SLOW_STEP_ENV "TRAIN_TEST_SLOW_STEP"
 
 typedef struct trainer {
   int rank, size;

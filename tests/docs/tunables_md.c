@@ -54,28 +54,57 @@ static void put_cell(FILE *f, const char *s) {
   }
 }
 
-/* The table, as a malloc'd string (NULL when out of memory). */
+/* One row: variable | default | values | unit | meaning. */
+static void put_row(FILE *f, const hk_tunable_info *t) {
+  const int numeric = t->kind == HK_TUNABLE_NUMBER ||
+                      t->kind == HK_TUNABLE_SIZE ||
+                      t->kind == HK_TUNABLE_INTEGER;
+  fprintf(f, "| `%s` | ", t->var);
+  if (t->def_text)
+    put_cell(f, t->def_text);
+  else if (numeric)
+    put_number(f, t->def, t->unit);
+  else if (t->nwords)
+    fprintf(f, "`%s`", t->words[0]);
+  fputs(" | ", f);
+  if (numeric) {
+    put_number(f, t->min, t->unit);
+    fputs(" to ", f);
+    put_number(f, t->max, t->unit);
+    if (t->values_text) {
+      fputs(", ", f);
+      put_cell(f, t->values_text);
+    }
+  } else if (t->nwords) {
+    for (int w = 0; w < t->nwords; w++)
+      fprintf(f, "%s`%s`", w ? ", " : "", t->words[w]);
+  } else if (t->values_text) {
+    put_cell(f, t->values_text);
+  }
+  fputs(" | ", f);
+  put_cell(f, t->unit);
+  fputs(" | ", f);
+  put_cell(f, t->meaning);
+  fputs(" |\n", f);
+}
+
+/* The tables (the user's settings, then those hkrun sets for its
+ * workers), as a malloc'd string (NULL when out of memory). */
 static char *table_markdown(void) {
   char *text = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&text, &len);
   if (!f)
     return NULL;
-  fputs("| variable | default | min | max | unit | meaning |\n", f);
-  fputs("|---|---|---|---|---|---|\n", f);
   hk_tunable_info t;
-  for (size_t i = 0; hk_config_tunable(i, &t); i++) {
-    fprintf(f, "| `%s` | ", t.var);
-    put_number(f, t.def, t.unit);
-    fputs(" | ", f);
-    put_number(f, t.min, t.unit);
-    fputs(" | ", f);
-    put_number(f, t.max, t.unit);
-    fputs(" | ", f);
-    put_cell(f, t.unit);
-    fputs(" | ", f);
-    put_cell(f, t.meaning);
-    fputs(" |\n", f);
+  for (int launcher = 0; launcher < 2; launcher++) {
+    if (launcher)
+      fputs("\nSet by hkrun for each of its workers:\n\n", f);
+    fputs("| variable | default | values | unit | meaning |\n", f);
+    fputs("|---|---|---|---|---|\n", f);
+    for (size_t i = 0; hk_config_tunable(i, &t); i++)
+      if ((t.kind == HK_TUNABLE_LAUNCHER) == launcher)
+        put_row(f, &t);
   }
   if (fclose(f) != 0) {
     free(text);

@@ -641,7 +641,7 @@ static void test_device(void **state) {
   /* The ranks agree on the row. The stand-in row opens device 0 only, so
    * at np 2 rank 1 (local rank 1) cannot: with cuda every rank fails,
    * rank 1 saying why and rank 0 who; with auto both run on the cpu. */
-  char *env[] = {"HK_TRAIN_CUDA_MODULE=" FAKE_ROW_PATH, NULL};
+  char *env[] = {"TRAIN_CUDA_MODULE=" FAKE_ROW_PATH, NULL};
   run_train_env(2, env, &r, "--data", dir, "--device", "cuda", "--model", "cnn",
                 "--epochs", "1", NULL);
   assert_exit(&r, 1);
@@ -663,13 +663,13 @@ static void test_device(void **state) {
                                 "the cpu\n"));
   hkt_result_free(&r);
   /* a module that loads but is not a row: the message names the file
-   * that was opened (HK_TRAIN_CUDA_MODULE's), not the default name */
-  char *not_row[] = {"HK_TRAIN_CUDA_MODULE=" LIBHK_PATH, NULL};
+   * that was opened (TRAIN_CUDA_MODULE's), not the default name */
+  char *not_row[] = {"TRAIN_CUDA_MODULE=" LIBHK_PATH, NULL};
   run_train_env(2, not_row, &r, "--data", dir, "--device", "cuda", "--model",
                 "cnn", "--epochs", "1", NULL);
   assert_exit(&r, 1);
   assert_every_rank_says(&r, 2,
-                         "--device cuda: HK_TRAIN_CUDA_MODULE=" LIBHK_PATH
+                         "--device cuda: TRAIN_CUDA_MODULE=" LIBHK_PATH
                          ": no symbol hk_train_compute_cuda");
   hkt_result_free(&r);
 }
@@ -736,7 +736,7 @@ static void test_device_path_fake_row(void **state) {
                                         {"lamb", "fp16", "--augment"},
                                         {"adamw", "bf16", "--augment"}};
   char ref[160], dev[160], a[200], b[200], fig_cpu[256], fig_dev[256];
-  char *env[] = {"HK_TRAIN_CUDA_MODULE=" FAKE_ROW_PATH, "HK_GPU=0", NULL};
+  char *env[] = {"TRAIN_CUDA_MODULE=" FAKE_ROW_PATH, "HK_GPU=0", NULL};
   hkt_result r;
   for (int c = 0; c < 5; c++) {
     int exact = strcmp(conf[c][1], "fp32") == 0;
@@ -752,7 +752,7 @@ static void test_device_path_fake_row(void **state) {
     run_train_env(2, env, &r, "--data", dir, "--model", "cnn", "--epochs", "2",
                   "--batch-size", "16", "--optimizer", conf[c][0],
                   "--precision", conf[c][1], conf[c][2], "--device", "cuda",
-                  "--save-all", dev, NULL);
+                  "--gpu", "0", "--save-all", dev, NULL);
     assert_exit(&r, 0);
     if (!strstr(r.out, ", device fake\n")) {
       dump(&r);
@@ -780,16 +780,17 @@ static void test_device_path_fake_row(void **state) {
   snprintf(ref, sizeof ref, "%s/rowcpu0", tmp);
   snprintf(part, sizeof part, "%s/rowpart", tmp);
   snprintf(ck, sizeof ck, "%s/rowck", tmp);
-  char *slow_env[] = {"HK_TRAIN_CUDA_MODULE=" FAKE_ROW_PATH, "HK_GPU=0",
-                      "HK_TRAIN_TEST_SLOW_STEP=8", NULL};
+  char *slow_env[] = {"TRAIN_CUDA_MODULE=" FAKE_ROW_PATH, "HK_GPU=0",
+                      "TRAIN_TEST_SLOW_STEP=8", NULL};
   hkt_proc p;
   train_job(2, slow_env, &p, NULL, "--data", dir, "--model", "cnn", "--epochs",
-            "2", "--batch-size", "16", "--augment", "--device", "cuda",
-            "--save-all", part, "--checkpoint-dir", ck, NULL);
+            "2", "--batch-size", "16", "--augment", "--device", "cuda", "--gpu",
+            "0", "--save-all", part, "--checkpoint-dir", ck, NULL);
   kill_after_checkpoint(&p, ck, 1);
   run_train_env(2, env, &r, "--data", dir, "--model", "cnn", "--epochs", "2",
-                "--batch-size", "16", "--augment", "--device", "cuda",
-                "--save-all", part, "--checkpoint-dir", ck, "--resume", NULL);
+                "--batch-size", "16", "--augment", "--device", "cuda", "--gpu",
+                "0", "--save-all", part, "--checkpoint-dir", ck, "--resume",
+                NULL);
   assert_exit(&r, 0);
   char want[256];
   snprintf(want, sizeof want, "[0] resumed %s/last.hkckpt after epoch 1", ck);
@@ -842,7 +843,7 @@ static void test_prefetch_same_weights(void **state) {
 static void test_prefetch_keeps_ahead(void **state) {
   (void)state;
   const char *dir = tiny_set("ahead");
-  char *env[] = {"HK_TRAIN_TEST_SLOW_STEP=20", NULL};
+  char *env[] = {"TRAIN_TEST_SLOW_STEP=20", NULL};
   hkt_result r;
   run_train_env(2, env, &r, "--data", dir, "--epochs", "2", "--batch-size", "8",
                 "--prefetch", "4", NULL);
@@ -950,7 +951,7 @@ static void test_checkpoint_resume(void **state) {
 
   /* The same run, made slow, killed in epoch 2 once epoch 1's checkpoint
    * exists (synchronised on rank 0's line saying so). */
-  char *env[] = {"HK_TRAIN_TEST_SLOW_STEP=60", NULL};
+  char *env[] = {"TRAIN_TEST_SLOW_STEP=60", NULL};
   hkt_proc p;
   train_job(2, env, &p, NULL, "--data", dir, "--epochs", "3", "--batch-size",
             "8", "--augment", "--save-all", part, "--checkpoint-dir", ck,
@@ -1070,7 +1071,7 @@ static void test_checkpoint_resume_cnn_fp16(void **state) {
   /* 8 extra passes per step: epoch 4 takes far longer than the kill
    * (2.5 s measured at load average 12), epochs 1-3 stay short (40
    * passes took 7-11 s per epoch there). */
-  char *slow_env[] = {"TRAIN_INJECT_OVERFLOW=1:3", "HK_TRAIN_TEST_SLOW_STEP=8",
+  char *slow_env[] = {"TRAIN_INJECT_OVERFLOW=1:3", "TRAIN_TEST_SLOW_STEP=8",
                       NULL};
   hkt_proc p;
   train_job(2, slow_env, &p, NULL, CNN_RESUME_ARGS, "--save-all", part,

@@ -2,7 +2,7 @@
  * train_fake_row.c - a test module standing in for libhk_train_cuda.so
  * (examples/train/compute.h): the CPU row's arithmetic behind the device
  * interface (host = 0), so that without a GPU `train --device cuda`
- * (HK_TRAIN_CUDA_MODULE pointing here) runs every device-side path of the
+ * (TRAIN_CUDA_MODULE pointing here) runs every device-side path of the
  * model and the trainer: weights, statistics, batch, dLoss/dlogits and
  * gradients in the row's own buffers, the gradients handed to hk from
  * them with hk_set_stream / hk_wait_stream (host memory to hk, so those

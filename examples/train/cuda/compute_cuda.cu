@@ -121,7 +121,7 @@ static int open_cuda(compute *c) {
   }
   if (c->device_index < 0 || c->device_index >= count) {
     compute_fail(c,
-                 "device %d requested (HK_GPU, or the local rank), %d visible",
+                 "device %d requested (--gpu, or the local rank), %d visible",
                  c->device_index, count);
     return -1;
   }
