@@ -1,5 +1,5 @@
 /*
- * dev_allreduce.h - the GPU allreduce schedules (DESIGN.md, "The GPU data
+ * dev_allreduce.h - the GPU allreduce schedules (docs/design.md, "The GPU data
  * plane"), over the device interface (device/device.h) and hk's host rings
  * (collectives/ring.h). They work on a device fusion buffer laid out in
  * nseg padded segments of seglen elements each (segment j holds segment j

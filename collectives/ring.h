@@ -129,7 +129,7 @@ typedef enum hk_ring_part {
 } hk_ring_part;
 
 /**
- * How a ring runs its collectives (DESIGN.md: variants are ops tables):
+ * How a ring runs its collectives (docs/design.md: variants are ops tables):
  * over the links to its neighbours (hk_ring_link_ops, this file's
  * schedules; the default), or through the host's shared memory when every
  * member is on this host (collectives/shm_ring.h). Every table gives the

@@ -1,7 +1,7 @@
 /*
  * device.h - the device interface: everything hk does with a GPU goes
  * through one table of operations (hk_device_ops), implemented by two
- * backends (DESIGN.md, "The GPU data plane"):
+ * backends (docs/design.md, "The GPU data plane"):
  *   - "cuda": cudart, NCCL and hk's kernels, in the separately loaded
  *     module libhk_cuda.so (device/cuda/), opened with dlopen at run time;
  *   - "emu": an emulated GPU for CPU machines (device/emu/): device memory

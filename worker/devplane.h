@@ -1,5 +1,5 @@
 /*
- * devplane.h - the worker's side of the GPU data plane (DESIGN.md, "The
+ * devplane.h - the worker's side of the GPU data plane (docs/design.md, "The
  * GPU data plane"): the device backend this process opened (HK_DEVICE),
  * hk's streams, the in-host device communicator, the persistent device
  * fusion buffer, and running a round's device tensors through the device
