@@ -234,15 +234,15 @@ static hk_status make_links(hk_ctx *ctx, data_plan *d) {
       if (st == HK_OK)
         for (int s = 0; s < d->k; s++)
           d->fds[r * d->k + s] = -1; /* the link's now */
-      m->peer_fds[r] = m->links[r].fds[0];
+      m->peer_fds[r] = hk_link_socket(&m->links[r], 0);
+      ntcp += st == HK_OK;
     } else {
       st = hk_link_init_mpi(&m->links[r], r, hk_mpi_comm_handle(),
                             HK_LINK_MPI_CHUNK_BYTES);
+      nmpi += st == HK_OK;
     }
     if (st != HK_OK)
       return st;
-    ntcp += m->links[r].kind == HK_LINK_TCP;
-    nmpi += m->links[r].kind == HK_LINK_MPI;
   }
   hk_log(HK_LOG_INFO,
          "data links: %d over TCP (%d sockets each), %d over MPI (those to "
@@ -315,10 +315,8 @@ static hk_status build_mesh(hk_ctx *ctx, const hk_wire_peer *peers,
    * (every TCP socket; an MPI link's waits time out by themselves) */
   for (int r = 0; r < ctx->size && st == HK_OK; r++) {
     const hk_link *l = &m->links[r];
-    for (int s = 0;
-         r != ctx->rank && l->kind == HK_LINK_TCP && s < l->nfds && st == HK_OK;
-         s++)
-      st = hk_tcp_set_liveness(l->fds[s], ctx->cfg.timeout_s);
+    for (int s = 0; hk_link_socket(l, s) >= 0 && st == HK_OK; s++)
+      st = hk_tcp_set_liveness(hk_link_socket(l, s), ctx->cfg.timeout_s);
     if (st == HK_OK && m->ctrl_fds && r > 0)
       st = hk_tcp_set_liveness(m->ctrl_fds[r], ctx->cfg.timeout_s);
   }

@@ -93,7 +93,7 @@ typedef struct hk_mesh {
   int ctrl_fd;     /* rank > 0: to rank 0 */
   int *ctrl_fds;   /* rank 0: ctrl_fds[r] from rank r (index 0 unused) */
   hk_link *links;  /* data: links[r] to rank r, size entries (links[rank]
-                      unused, kind HK_LINK_NONE): TCP over
+                      unused, closed): TCP over
                       HK_SOCKETS_PER_PEER sockets, or MPI to ranks on
                       other hosts with HK_CROSS_TRANSPORT=mpi */
 } hk_mesh;

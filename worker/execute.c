@@ -38,20 +38,12 @@ typedef struct hk_exec_plan {
 } plan;
 
 /* The timeline's name for what this rank's links are: the kinds in use,
- * "+"-joined in the order tcp, mpi, shm ("tcp", "shm+tcp", ...): TCP over
+ * "+"-joined (hk_link_kinds: "tcp", "shm+tcp", ...): TCP over
  * HK_SOCKETS_PER_PEER sockets, MPI (HK_CROSS_TRANSPORT=mpi), shared
  * memory (HK_INTRA_TRANSPORT). */
-static const char *mesh_transport(const hk_ctx *ctx) {
-  static const char *const names[8] = {"tcp",     "tcp",        "mpi",
-                                       "tcp+mpi", "shm",        "shm+tcp",
-                                       "shm+mpi", "shm+tcp+mpi"};
-  unsigned k = 0;
-  for (int r = 0; ctx->mesh.links && r < ctx->size; r++)
-    k |= ctx->mesh.links[r].kind == HK_LINK_TCP   ? 1u
-         : ctx->mesh.links[r].kind == HK_LINK_MPI ? 2u
-         : ctx->mesh.links[r].kind == HK_LINK_SHM ? 4u
-                                                  : 0u;
-  return names[k];
+static const char *mesh_transport(const hk_ctx *ctx, char *buf, size_t cap) {
+  return hk_link_kinds(ctx->mesh.links, ctx->mesh.links ? ctx->size : 0, buf,
+                       cap);
 }
 
 static void plan_free(plan *p) {
@@ -795,7 +787,7 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
       st = hk_fail(st, "tensor '%s': %s", p.h[p.order[a]]->req.name, msg);
       break;
     }
-    char args[160] = "";
+    char args[160] = "", kinds[32];
     if (ctx->timeline) {
       size_t bytes = 0;
       for (uint32_t i = a; i < b; i++)
@@ -805,7 +797,9 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
                "\"algorithm\":\"%s\",\"transport\":\"%s\","
                "\"fused_tensors\":%u,\"bytes\":%zu",
                impl ? impl->schedule : labels[label_of(h0->req.coll)].algo,
-               ctx->size > 1 ? mesh_transport(ctx) : "none", b - a, bytes);
+               ctx->size > 1 ? mesh_transport(ctx, kinds, sizeof kinds)
+                             : "none",
+               b - a, bytes);
     }
     /* the batch's one collective is recorded once (under its last
      * tensor's name), then all its handles complete under one lock */

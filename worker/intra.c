@@ -48,7 +48,7 @@ static const char *setting_name(int v) {
 }
 
 static int fd_to(const hk_ctx *ctx, int rank) {
-  return ctx->mesh.links[rank].fds[0];
+  return hk_link_socket(&ctx->mesh.links[rank], 0);
 }
 
 static hk_status send_msg(hk_ctx *ctx, int rank, int code, int value,
@@ -91,9 +91,7 @@ static hk_status convert_links(hk_ctx *ctx, struct hk_intra *in) {
       continue;
     const int r = in->ranks[i];
     hk_link *l = &ctx->mesh.links[r];
-    int fd = l->fds[0];
-    l->fds[0] = -1; /* kept: closing the link closes the others */
-    hk_link_close(l);
+    int fd = hk_link_take_socket(l); /* closes the others */
     hk_status st = hk_link_init_shm(l, r, &in->seg, in->me, i, fd);
     if (st != HK_OK) {
       hk_tcp_close(&fd);
@@ -282,8 +280,8 @@ hk_status hk_intra_setup(hk_ctx *ctx) {
         in->me = in->n;
       in->ranks[in->n++] = r;
     }
-  for (int i = 0; i < in->n; i++) /* the handshake runs over TCP links */
-    if (i != in->me && ctx->mesh.links[in->ranks[i]].kind != HK_LINK_TCP) {
+  for (int i = 0; i < in->n; i++) /* the handshake runs over their sockets */
+    if (i != in->me && hk_link_socket(&ctx->mesh.links[in->ranks[i]], 0) < 0) {
       free_intra(in);
       return HK_OK;
     }

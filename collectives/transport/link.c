@@ -1,7 +1,7 @@
 /*
- * link.c - hk_link (see link.h): the TCP kind (striped over k sockets),
- * the MPI kind's table (its calls are in link_mpi.c), and the waits that
- * mix kinds. The shm kind is in link_shm.c.
+ * link.c - hk_link (see link.h), whatever the kind: the calls through the
+ * kind's table (link_impl.h), the waits that mix kinds, the exchange and
+ * drain loops. The kinds are link_tcp.c, link_shm.c and link_mpi.c.
  */
 #include "collectives/transport/link.h"
 
@@ -12,204 +12,74 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "collectives/transport/exchange.h"
-#include "collectives/transport/link_mpi.h"
-#include "collectives/transport/link_shm.h"
+#include "collectives/transport/link_impl.h"
 #include "collectives/transport/shm_wait.h"
 #include "common/clock.h"
 #include "common/status.h"
 
-/* The fields that say which peer and which kind a link is. */
-static void set_kind(hk_link *link, int peer, hk_link_kind kind,
-                     const hk_link_ops *ops) {
+/* ---- what the kinds share (link_impl.h) ---- */
+
+void hk_link_set(hk_link *link, int peer, const hk_link_ops *ops, void *state) {
+  memset(link, 0, sizeof *link);
+  if (!ops)
+    return;
   link->peer = peer;
   snprintf(link->name, sizeof link->name, "rank %d", peer);
-  link->kind = kind;
   link->ops = ops;
+  link->state = state;
 }
 
-/* Takes over a connected socket: non-blocking from now on. */
-static int take_socket(int fd) {
+int hk_link_own_socket(int fd) {
   int fl = fcntl(fd, F_GETFL);
   if (fl >= 0 && !(fl & O_NONBLOCK))
     fcntl(fd, F_SETFL, fl | O_NONBLOCK);
   return fd;
 }
 
-/* ---- TCP ---- */
-
-/* Moves up to n bytes of the stream in one direction (send: from sp;
- * else into rp), in stream order over the k sockets (link.h): the rest of
- * the current block on its socket, then the next socket, stopping at the
- * first socket that is full (sending) or has nothing yet (receiving), or
- * at an error once some bytes moved (handed over; the next call meets the
- * error again). With k = 1, the plain call on the one connection. */
-static hk_status tcp_move_some(hk_link *link, int send, const void *sp,
-                               void *rp, size_t n, size_t *done) {
-  if (link->nfds == 1) /* the default: exactly today's one connection */
-    return send ? hk_tcp_send_some(link->fds[0], sp, n, done, link->name)
-                : hk_tcp_recv_some(link->fds[0], rp, n, done, link->name);
-  int *sock = send ? &link->send_sock : &link->recv_sock;
-  size_t *left = send ? &link->send_left : &link->recv_left;
-  size_t total = 0;
-  *done = 0;
-  while (n > 0) {
-    size_t want = n < *left ? n : *left, got;
-    int fd = link->fds[*sock];
-    hk_status st = send ? hk_tcp_send_some(fd, (const uint8_t *)sp + total,
-                                           want, &got, link->name)
-                        : hk_tcp_recv_some(fd, (uint8_t *)rp + total, want,
-                                           &got, link->name);
-    if (st != HK_OK && total == 0)
-      return st;
-    if (st != HK_OK)
-      break;
-    n -= got;
-    total += got;
-    *left -= got;
-    if (*left == 0) { /* block done: the next goes on the next socket */
-      *sock = (*sock + 1) % link->nfds;
-      *left = link->block;
-    }
-    if (got < want)
-      break; /* later bytes must wait behind this socket's */
-  }
-  *done = total;
-  return HK_OK;
-}
-
-static hk_status tcp_send_some(hk_link *link, const void *p, size_t n,
-                               size_t *done) {
-  return tcp_move_some(link, 1, p, NULL, n, done);
-}
-
-static hk_status tcp_recv_some(hk_link *link, void *p, size_t n, size_t *done) {
-  return tcp_move_some(link, 0, NULL, p, n, done);
-}
-
-static hk_status tcp_test(hk_link *link, int want_send, int want_recv,
-                          int drain, int *ready) {
-  (void)link;
-  (void)want_send;
-  (void)want_recv;
-  *ready = drain; /* the kernel has the bytes; else poll(2) tells */
-  return HK_OK;
-}
-
-static int tcp_pollfd(const hk_link *link, int send_side, short *events) {
-  *events = send_side ? POLLOUT : POLLIN;
-  return send_side ? link->fds[link->send_sock] : link->fds[link->recv_sock];
-}
-
-static void tcp_close(hk_link *link) {
-  for (int i = 0; i < link->nfds; i++)
-    hk_tcp_close(&link->fds[i]);
-}
-
 uint64_t hk_link_all_sent(const hk_link *link) { return link->sent_total; }
 
-static const hk_link_ops tcp_ops = {.name = "tcp",
-                                    .wait_class = HK_LINK_WAIT_POLL,
-                                    .needs_drain = 0,
-                                    .send_some = tcp_send_some,
-                                    .recv_some = tcp_recv_some,
-                                    .test = tcp_test,
-                                    .pollfd = tcp_pollfd,
-                                    .released = hk_link_all_sent,
-                                    .arm = NULL,
-                                    .close = tcp_close};
-
-/* ---- MPI (the calls are link_mpi.c's) ---- */
-
-static hk_status mpi_send_some(hk_link *link, const void *p, size_t n,
-                               size_t *done) {
-  return hk_link_mpi_send_some(link->mpi, p, n, done, link->name);
-}
-
-static hk_status mpi_recv_some(hk_link *link, void *p, size_t n, size_t *done) {
-  return hk_link_mpi_recv_some(link->mpi, p, n, done, link->name);
-}
-
-static hk_status mpi_test(hk_link *link, int want_send, int want_recv,
-                          int drain, int *ready) {
-  int cs, cr, dr;
-  hk_status st =
-      hk_link_mpi_progress(link->mpi, want_recv, &cs, &cr, &dr, link->name);
-  *ready = (want_send && (drain ? dr : cs)) || (want_recv && cr);
-  return st;
-}
-
-static int mpi_pollfd(const hk_link *link, int send_side, short *events) {
-  (void)link;
-  (void)send_side;
-  *events = 0;
-  return -1;
-}
-
-static uint64_t mpi_released(const hk_link *link) {
-  return hk_link_mpi_released(link->mpi);
-}
-
-static void mpi_close(hk_link *link) { hk_link_mpi_close(link->mpi); }
-
-static const hk_link_ops mpi_ops = {.name = "mpi",
-                                    .wait_class = HK_LINK_WAIT_SPIN,
-                                    .needs_drain = 1,
-                                    .send_some = mpi_send_some,
-                                    .recv_some = mpi_recv_some,
-                                    .test = mpi_test,
-                                    .pollfd = mpi_pollfd,
-                                    .released = mpi_released,
-                                    .arm = NULL,
-                                    .close = mpi_close};
-
-/* ---- set-up ---- */
-
-static void clear(hk_link *link) {
-  memset(link, 0, sizeof *link);
-  for (int i = 0; i < HK_LINK_MAX_SOCKETS; i++)
-    link->fds[i] = -1;
-}
-
-hk_status hk_link_init_tcp(hk_link *link, int peer, const int *fds, int k,
-                           size_t block) {
-  clear(link);
-  if (k < 1 || k > HK_LINK_MAX_SOCKETS || (k > 1 && block == 0))
-    return hk_fail(HK_ERR_INVALID_ARG,
-                   "a TCP link over %d sockets with %zu-byte blocks (1 to %d "
-                   "sockets, blocks of at least 1 byte)",
-                   k, block, HK_LINK_MAX_SOCKETS);
-  set_kind(link, peer, HK_LINK_TCP, &tcp_ops);
-  link->nfds = k;
-  for (int i = 0; i < k; i++)
-    link->fds[i] = take_socket(fds[i]);
-  link->block = k > 1 ? block : SIZE_MAX;
-  link->send_left = link->recv_left = link->block;
-  return HK_OK;
-}
-
-hk_status hk_link_init_mpi(hk_link *link, int peer, const void *comm,
-                           size_t chunk) {
-  clear(link);
-  hk_status st = hk_link_mpi_open(&link->mpi, peer, comm, chunk);
-  if (st != HK_OK)
-    return st;
-  set_kind(link, peer, HK_LINK_MPI, &mpi_ops);
-  return HK_OK;
-}
-
-void hk_link_init_shm_fields(hk_link *link, int peer, int fd) {
-  clear(link);
-  set_kind(link, peer, HK_LINK_SHM, &hk_link_shm_ops);
-  link->nfds = 1;
-  link->fds[0] = take_socket(fd);
-  link->block = SIZE_MAX;
-}
+/* ---- calls ---- */
 
 const char *hk_link_kind_name(const hk_link *link) {
   return link && link->ops ? link->ops->name : "none";
+}
+
+int hk_link_socket(const hk_link *link, int i) {
+  return link->ops && link->ops->socket ? link->ops->socket(link, i) : -1;
+}
+
+int hk_link_take_socket(hk_link *link) {
+  int fd =
+      link->ops && link->ops->take_socket ? link->ops->take_socket(link) : -1;
+  hk_link_close(link);
+  return fd;
+}
+
+const char *hk_link_kinds(const hk_link *links, int n, char *buf, size_t cap) {
+  const hk_link_ops *seen[8];
+  int m = 0;
+  for (int r = 0; r < n; r++) {
+    const hk_link_ops *o = links[r].ops;
+    int i = 0;
+    while (o && i < m && seen[i] != o)
+      i++;
+    if (!o || i < m || m == 8)
+      continue;
+    while (i > 0 && seen[i - 1]->wait_class > o->wait_class) {
+      seen[i] = seen[i - 1]; /* kept in order of wait class */
+      i--;
+    }
+    seen[i] = o;
+    m++;
+  }
+  size_t at = 0;
+  snprintf(buf, cap, "none");
+  for (int i = 0; i < m && at < cap; i++)
+    at += (size_t)snprintf(buf + at, cap - at, "%s%s", i ? "+" : "",
+                           seen[i]->name);
+  return buf;
 }
 
 hk_status hk_link_send_some(hk_link *link, const void *p, size_t n,
@@ -242,27 +112,24 @@ typedef struct sides {
   uint64_t release; /* also ready once send's released() reaches it */
 } sides;
 
-/* The state of an MPI link in words, " (MPI: ...)", or "" for others. */
-static void mpi_state(const hk_link *link, char *buf, size_t cap) {
+/* What the kind says of the link's state (" (MPI: ...)"), or "". */
+static void describe(const hk_link *link, char *buf, size_t cap) {
   buf[0] = '\0';
-  if (link->kind != HK_LINK_MPI)
-    return;
-  char st[224];
-  hk_link_mpi_describe(link->mpi, st, sizeof st);
-  snprintf(buf, cap, " (MPI: %s)", st);
+  if (link->ops && link->ops->describe)
+    link->ops->describe(link, buf, cap);
 }
 
 /* Replaces a timeout's message by one that names whom it waited for. */
 static hk_status timed_out(const hk_io *io, const char *what, const sides *w) {
   char s[320] = "", r[320] = "", ms[240], mr[240];
   if (w->want_send || w->release) {
-    mpi_state(w->send, ms, sizeof ms);
+    describe(w->send, ms, sizeof ms);
     snprintf(s, sizeof s, "%s %s%s",
              w->drain || !w->want_send ? "completing sends to" : "sending to",
              w->send->name, ms);
   }
   if (w->want_recv) {
-    mpi_state(w->recv, mr, sizeof mr);
+    describe(w->recv, mr, sizeof mr);
     snprintf(r, sizeof r, "receiving from %s%s", w->recv->name, mr);
   }
   return hk_fail(HK_ERR_TIMEOUT,
@@ -270,11 +137,16 @@ static hk_status timed_out(const hk_io *io, const char *what, const sides *w) {
                  what, s, *s && *r ? " or " : "", r);
 }
 
-/* Whether a side takes part in a wait: when wanted, and always when it is
- * an MPI link (its posted sends may need this rank's progress; link.h). */
+/* Whether a side takes part in a wait: when wanted, and always when its
+ * kind moves bytes only inside its calls (HK_LINK_WAIT_SPIN: an MPI link's
+ * posted sends may need this rank's progress; link.h). */
 static int takes_part(const hk_link *l, int wanted) {
-  return l && (wanted || l->kind == HK_LINK_MPI);
+  return l && (wanted || (l->ops && l->ops->wait_class == HK_LINK_WAIT_SPIN));
 }
+
+/* Whether the link's writer wakes a sleeping reader itself (shm): its
+ * pollfd is then a doorbell, not readiness (link_impl.h). */
+static int rings(const hk_link *l) { return l->ops->arm != NULL; }
 
 /* Tests both sides once, each that takes part. When the two sides are
  * one link, one call. */
@@ -310,14 +182,17 @@ static void arm_sides(const sides *w, uint32_t mode) {
     w->recv->ops->arm(w->recv, 0, 1, mode);
 }
 
-/* The peers of the shm sides (their liveness sockets). */
-static int shm_peers(const sides *w, hk_shm_peer *p) {
+/* The peers of the wanted sides that ring (shm): their doorbell sockets,
+ * where a hang-up shows. */
+static int bell_peers(const sides *w, hk_shm_peer *p) {
   int n = 0;
-  if (w->want_send && w->send->kind == HK_LINK_SHM)
-    p[n++] = (hk_shm_peer){w->send->fds[0], w->send->name};
-  if (w->want_recv && w->recv->kind == HK_LINK_SHM &&
-      !(n && w->recv == w->send))
-    p[n++] = (hk_shm_peer){w->recv->fds[0], w->recv->name};
+  short ev;
+  if (w->want_send && rings(w->send))
+    p[n++] =
+        (hk_shm_peer){w->send->ops->pollfd(w->send, 1, &ev), w->send->name};
+  if (w->want_recv && rings(w->recv) && !(n && w->recv == w->send))
+    p[n++] =
+        (hk_shm_peer){w->recv->ops->pollfd(w->recv, 0, &ev), w->recv->name};
   return n;
 }
 
@@ -330,23 +205,20 @@ static int wait_class(const sides *w) {
   return c;
 }
 
-/* Adds the poll(2) entries of the wanted sides: TCP sides for their
- * direction, shm sides their pair's socket (doorbell, hang-up). */
-static int add_pollfds(const sides *w, struct pollfd *p, int *is_shm) {
+/* Adds the poll(2) entries of the wanted sides (their kinds' pollfd:
+ * TCP sides for their direction, shm sides their pair's socket, a
+ * doorbell); bell[i] says which entries are doorbells. */
+static int add_pollfds(const sides *w, struct pollfd *p, int *bell) {
   int n = 0;
   for (int s = 0; s < 2; s++) {
     hk_link *l = s == 0 ? w->send : w->recv;
-    int want = s == 0 ? w->want_send : w->want_recv;
-    if (!want ||
-        (s == 1 && l == w->send && w->want_send && l->kind == HK_LINK_SHM))
+    if (!(s == 0 ? w->want_send : w->want_recv))
       continue;
     short ev;
-    int fd = l->kind == HK_LINK_SHM ? l->fds[0] : l->ops->pollfd(l, !s, &ev);
-    if (l->kind == HK_LINK_SHM)
-      ev = POLLIN | POLLRDHUP;
-    if (fd < 0)
-      continue;
-    is_shm[n] = l->kind == HK_LINK_SHM;
+    int fd = l->ops->pollfd(l, !s, &ev);
+    if (fd < 0 || (n > 0 && p[n - 1].fd == fd && p[n - 1].events == ev))
+      continue; /* none (MPI), or one link's doorbell for both sides */
+    bell[n] = rings(l);
     p[n++] = (struct pollfd){.fd = fd, .events = ev};
   }
   return n;
@@ -372,7 +244,7 @@ static hk_status spin(const sides *w, const hk_io *io, const char *what) {
     if (st != HK_OK || ready)
       return st;
     struct pollfd p[4];
-    int is_shm[4], n = add_pollfds(w, p, is_shm), abort_at = -1;
+    int bell[4], n = add_pollfds(w, p, bell), abort_at = -1;
     if (io->abort_fd >= 0) {
       abort_at = n;
       p[n++] = (struct pollfd){.fd = io->abort_fd, .events = POLLIN};
@@ -388,11 +260,11 @@ static hk_status spin(const sides *w, const hk_io *io, const char *what) {
         return hk_fail(HK_ERR_PEER_LOST,
                        "the launcher aborted the job (or died) %s", what);
       for (int i = 0; rc > 0 && i < n; i++)
-        if (i != abort_at && p[i].revents && !is_shm[i])
+        if (i != abort_at && p[i].revents && !bell[i])
           return HK_OK; /* a TCP side is ready (or failed: its call says) */
-      if (rc > 0) {     /* an shm pair's socket: a hang-up, or stray bytes */
+      if (rc > 0) {     /* a doorbell socket: a hang-up, or stray bytes */
         hk_shm_peer pe[2];
-        st = hk_shm_check_peers(pe, shm_peers(w, pe), -1, what);
+        st = hk_shm_check_peers(pe, bell_peers(w, pe), -1, what);
         if (st != HK_OK)
           return st;
       }
@@ -415,7 +287,7 @@ static hk_status poll_wait(const sides *w, const hk_io *io, const char *what) {
       return st;
     }
     struct pollfd p[4];
-    int is_shm[4], n = add_pollfds(w, p, is_shm), abort_at = -1;
+    int bell[4], n = add_pollfds(w, p, bell), abort_at = -1;
     if (io->abort_fd >= 0) {
       abort_at = n;
       p[n++] = (struct pollfd){.fd = io->abort_fd, .events = POLLIN};
@@ -433,13 +305,13 @@ static hk_status poll_wait(const sides *w, const hk_io *io, const char *what) {
     for (int i = 0; rc > 0 && i < n; i++) {
       if (i == abort_at || !p[i].revents)
         continue;
-      if (!is_shm[i])
+      if (!bell[i])
         return HK_OK; /* a TCP side is ready (or failed: its call says) */
       shm_bell = 1;
     }
     if (shm_bell) { /* discard the doorbell bytes; a hang-up is an error */
       hk_shm_peer pe[2];
-      st = hk_shm_check_peers(pe, shm_peers(w, pe), -1, what);
+      st = hk_shm_check_peers(pe, bell_peers(w, pe), -1, what);
       if (st != HK_OK)
         return st;
     }
@@ -460,17 +332,14 @@ static void cond_arm(void *arg, int on) {
 
 static int cond_waiting_for(void *arg, hk_shm_peer *peers, int max) {
   (void)max; /* at most 2 */
-  return shm_peers(arg, peers);
+  return bell_peers(arg, peers);
 }
 
 static hk_status futex_wait(sides *w, const hk_io *io, const char *what) {
   hk_link *any = w->want_send ? w->send : w->recv;
-  hk_shm_cond c = {cond_ready,
-                   cond_arm,
-                   cond_waiting_for,
-                   w,
-                   hk_link_shm_bell(any),
-                   hk_link_shm_spin(any)};
+  double spin_s;
+  hk_shm_doorbell *bell = any->ops->bell(any, &spin_s);
+  hk_shm_cond c = {cond_ready, cond_arm, cond_waiting_for, w, bell, spin_s};
   hk_status st = hk_shm_wait(&c, io, what);
   if (st == HK_ERR_TIMEOUT)
     return timed_out(io, what, w);
@@ -484,12 +353,14 @@ static hk_status wait_sides(sides *w, const hk_io *io, const char *what) {
   case HK_LINK_WAIT_SPIN:
     return spin(w, io, what);
   case HK_LINK_WAIT_POLL:
-    if (!(w->want_send && w->send->kind == HK_LINK_SHM) &&
-        !(w->want_recv && w->recv->kind == HK_LINK_SHM)) { /* TCP only */
-      hk_status st = hk_tcp_wait(
-          w->want_send ? w->send->fds[w->send->send_sock] : -1, w->want_send,
-          w->want_recv ? w->recv->fds[w->recv->recv_sock] : -1, w->want_recv,
-          io, what);
+    if (!(w->want_send && rings(w->send)) &&
+        !(w->want_recv && rings(w->recv))) { /* no doorbell: TCP only */
+      short ev;
+      hk_status st =
+          hk_tcp_wait(w->want_send ? w->send->ops->pollfd(w->send, 1, &ev) : -1,
+                      w->want_send,
+                      w->want_recv ? w->recv->ops->pollfd(w->recv, 0, &ev) : -1,
+                      w->want_recv, io, what);
       return st == HK_ERR_TIMEOUT ? timed_out(io, what, w) : st;
     }
     return poll_wait(w, io, what);
@@ -556,9 +427,6 @@ hk_status hk_link_exchange(hk_link *send, const void *sp, size_t sn,
 void hk_link_close(hk_link *link) {
   if (link->ops)
     link->ops->close(link);
-  link->mpi = NULL;
-  link->shm = NULL;
   link->ops = NULL;
-  link->nfds = 0;
-  link->kind = HK_LINK_NONE;
+  link->state = NULL;
 }

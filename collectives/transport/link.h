@@ -1,8 +1,10 @@
 /*
  * link.h - hk_link: one full-duplex byte stream to one peer rank, the
  * thing the rings (collectives/ring.h), recursive doubling and alltoall
- * send to their peers over. Three kinds, each an ops table
- * (hk_link_ops, below; DESIGN.md: variants are tables of operations):
+ * send to their peers over. Three kinds, each one file with its own state
+ * behind a table of operations (link_tcp.c, link_shm.c, link_mpi.c; the
+ * table is link_impl.h's hk_link_ops; DESIGN.md: variants are tables of
+ * operations); link.c dispatches and waits through the table alone:
  *
  * TCP, striped over k sockets (k = HK_SOCKETS_PER_PEER, 1..8). With
  *   k = 1 the link is the one connection and every call is the plain
@@ -15,7 +17,7 @@
  *   the next socket, and stops at the first socket that is full (empty).
  *   The kernel buffers of the k sockets keep k streams in flight.
  *
- * SHM, between two ranks of one host (collectives/transport/link_shm.h):
+ * SHM, between two ranks of one host (collectives/transport/link_shm.c):
  *   each direction is a single-producer single-consumer byte ring in the
  *   host's shared segment (collectives/transport/shm_seg.h); a send
  *   copies into the ring, a receive copies out, no system call unless the
@@ -72,64 +74,17 @@
 #define HK_LINK_MPI_TAG 0x484b     /* "HK": the stream's messages */
 #define HK_LINK_MPI_ACK_TAG 0x484c /* "HL": their acknowledgements */
 
-typedef enum hk_link_kind {
-  HK_LINK_NONE = 0, /* not set up (closed, or this rank's own entry) */
-  HK_LINK_TCP = 1,
-  HK_LINK_MPI = 2,
-  HK_LINK_SHM = 3,
-} hk_link_kind;
+struct hk_link_ops; /* a kind's operations (link_impl.h) */
 
-struct hk_link_mpi; /* collectives/transport/link_mpi.c */
-struct hk_link_shm; /* collectives/transport/link_shm.c */
-struct hk_link;
-
-/** How a kind's waits sleep; a wait over several kinds uses the largest. */
-typedef enum hk_link_wait_class {
-  HK_LINK_WAIT_FUTEX = 0, /* shm: futex doorbell (shm_wait.h) */
-  HK_LINK_WAIT_POLL = 1,  /* tcp: poll(2) */
-  HK_LINK_WAIT_SPIN = 2,  /* mpi: test, poll with no timeout, yield */
-} hk_link_wait_class;
-
-/** A kind of link: what link.c calls (internal to collectives/transport;
- *  every function takes the link it belongs to). */
-typedef struct hk_link_ops {
-  const char *name; /* "tcp", "mpi", "shm" (timeline, messages) */
-  hk_link_wait_class wait_class;
-  int needs_drain; /* sends may still read the caller's memory */
-  hk_status (*send_some)(struct hk_link *, const void *, size_t, size_t *);
-  hk_status (*recv_some)(struct hk_link *, void *, size_t, size_t *);
-  /* Without blocking: sets *ready if a wanted side can move now (for
-   * drain, if nothing sent is pending). MPI progresses here; TCP always
-   * says 0 (poll(2) tells). */
-  hk_status (*test)(struct hk_link *, int want_send, int want_recv, int drain,
-                    int *ready);
-  /* The fd poll(2) watches for one side and its events, or -1. */
-  int (*pollfd)(const struct hk_link *, int send_side, short *events);
-  /* Stream bytes sent whose memory the caller may reuse (MPI: sends
-   * completed as of the last test; others: everything sent). */
-  uint64_t (*released)(const struct hk_link *);
-  /* shm: set (mode HK_SHM_SLEEP_*) or clear (0) the waiter flags of the
-   * wanted sides; NULL for other kinds */
-  void (*arm)(struct hk_link *, int want_send, int want_recv, uint32_t mode);
-  void (*close)(struct hk_link *);
-} hk_link_ops;
-
+/** What every kind of link has; the kind's own state is behind `state`.
+ *  A zeroed link is closed. */
 typedef struct hk_link {
-  hk_link_kind kind;
-  int peer;      /* the peer's rank */
-  char name[32]; /* "rank 3", for messages */
-  /* TCP */
-  int nfds;                     /* k, 1..HK_LINK_MAX_SOCKETS */
-  int fds[HK_LINK_MAX_SOCKETS]; /* owned by the link; non-blocking */
-  size_t block;                 /* stripe block, bytes (k > 1) */
-  int send_sock, recv_sock;     /* socket of the next byte sent/received */
-  size_t send_left, recv_left;  /* bytes of the current block left there */
-  /* MPI */
-  struct hk_link_mpi *mpi;
-  /* SHM (fds[0], nfds 1: the pair's TCP connection, for liveness) */
-  struct hk_link_shm *shm;
-  const hk_link_ops *ops; /* NULL when kind is HK_LINK_NONE */
-  uint64_t sent_total;    /* stream bytes hk_link_send_some took so far */
+  const struct hk_link_ops *ops; /* the kind; NULL when closed (or this
+                                    rank's own entry) */
+  void *state;                   /* the kind's (owned by the link) */
+  int peer;                      /* the peer's rank */
+  char name[32];                 /* "rank 3", for messages */
+  uint64_t sent_total; /* stream bytes hk_link_send_some took so far */
 } hk_link;
 
 /**
@@ -137,7 +92,9 @@ typedef struct hk_link {
  * over by the link: hk_link_close closes them; they are made
  * non-blocking). The other end must pass its ends in the same order and
  * the same block. block is ignored when k == 1.
- * Errors: HK_ERR_INVALID_ARG (k outside 1..HK_LINK_MAX_SOCKETS, block 0).
+ * Errors: HK_ERR_INVALID_ARG (k outside 1..HK_LINK_MAX_SOCKETS, block 0),
+ * HK_ERR_NOMEM. Like every constructor here, a failed call leaves the
+ * link closed (hk_link_close is safe on it) and takes nothing over.
  */
 hk_status hk_link_init_tcp(hk_link *link, int peer, const int *fds, int k,
                            size_t block);
@@ -165,6 +122,39 @@ hk_status hk_link_init_shm(hk_link *link, int peer, const hk_shm_seg *seg,
 
 /** The kind's name ("tcp", "mpi", "shm"; "none" for a closed link). */
 const char *hk_link_kind_name(const hk_link *link);
+
+/** 1 if the link is set up (a constructor succeeded and it is not
+ *  closed), else 0. */
+static inline int hk_link_is_open(const hk_link *link) {
+  return link->ops != NULL;
+}
+
+/**
+ * The link's i-th socket (i from 0), or -1 past the last: a TCP link's k
+ * sockets in the order given, an shm link's pair connection; an MPI link
+ * and a closed one have none. Socket 0 is a connection to the peer on
+ * which its death shows (a hang-up); it is the link's: the caller may set
+ * options on it or send on it while the link carries nothing, not close
+ * it. Never fails.
+ */
+int hk_link_socket(const hk_link *link, int i);
+
+/**
+ * Closes the link but keeps its socket 0 (hk_link_socket), which the
+ * caller now owns: how a TCP link to a rank of this host becomes an shm
+ * link over its first connection (worker/intra.c). Returns the socket, or
+ * -1 when the link has none (it is closed all the same). Never fails.
+ */
+int hk_link_take_socket(hk_link *link);
+
+/**
+ * The kinds of the open links among links[0..n), each once, "+"-joined in
+ * the order of how their waits sleep (shm's futex, tcp's poll, mpi's
+ * spin: "tcp", "shm+tcp", "tcp+mpi", "shm+tcp+mpi", ...), into buf (cap
+ * bytes, always terminated, cut to fit); "none" when none is open.
+ * Returns buf. Reads the links only.
+ */
+const char *hk_link_kinds(const hk_link *links, int n, char *buf, size_t cap);
 
 /**
  * Non-blocking send of up to n bytes of the stream; *done gets how many
@@ -235,8 +225,9 @@ hk_status hk_link_exchange(hk_link *send, const void *sp, size_t sn,
 /**
  * Closes the sockets, frees the shm state (the segment stays mapped), or
  * frees the MPI state (pending receives cancelled,
- * pending sends released to MPI). Leaves kind HK_LINK_NONE; safe on a
- * zeroed or closed link, and more than once.
+ * pending sends released to MPI). Leaves the link closed
+ * (hk_link_is_open 0); safe on a zeroed or closed link, and more than
+ * once.
  */
 void hk_link_close(hk_link *link);
 

@@ -1,31 +1,39 @@
 /*
- * link_shm.c - the shm kind of hk_link (see link_shm.h).
+ * link_shm.c - the shm kind of hk_link (link.h): a byte stream per
+ * direction through a single-producer single-consumer ring in the host's
+ * segment (shm_seg.h: ring i -> j of link_bytes bytes, a power of two).
+ *
+ * The producer copies into the ring at head mod link_bytes (two memcpy
+ * when it wraps) and publishes the new head (release); the consumer
+ * reads head (acquire), copies out, publishes tail (release). Free space
+ * is link_bytes - (head - tail). After publishing, each side wakes the
+ * other if its waiter flag says it sleeps (shm_wait.h's protocol):
+ * reader_wait on the ring it wrote, writer_wait on the ring it read.
+ * No locks and no system call while nobody sleeps.
+ *
+ * Thread-safety: as hk_link; the two ends are different processes (or
+ * threads, in the unit tests).
  */
-#include "collectives/transport/link_shm.h"
-
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "collectives/transport/link_impl.h"
 #include "collectives/transport/shm_wait.h"
 #include "common/status.h"
 
-struct hk_link_shm {
+/* An shm link's own state (hk_link.state). */
+typedef struct shm_link {
   hk_shm_ring *out, *in; /* me -> peer, peer -> me */
   size_t cap;            /* link_bytes, a power of two */
   hk_shm_doorbell *mine, *theirs;
   double spin_s;
-};
-
-hk_shm_doorbell *hk_link_shm_bell(const hk_link *link) {
-  return link->shm->mine;
-}
-
-double hk_link_shm_spin(const hk_link *link) { return link->shm->spin_s; }
+  int fd; /* the pair's TCP connection: liveness, socket doorbells */
+} shm_link;
 
 static hk_status shm_send_some(hk_link *link, const void *p, size_t n,
                                size_t *done) {
-  struct hk_link_shm *s = link->shm;
+  shm_link *s = link->state;
   hk_shm_ring *r = s->out;
   uint64_t h = atomic_load_explicit(&r->head, memory_order_relaxed);
   uint64_t t = atomic_load_explicit(&r->tail, memory_order_acquire);
@@ -40,12 +48,12 @@ static hk_status shm_send_some(hk_link *link, const void *p, size_t n,
   if (m > first)
     memcpy(r->data, (const uint8_t *)p + first, m - first);
   atomic_store_explicit(&r->head, h + m, memory_order_release);
-  hk_shm_wake_flag(&r->reader_wait, s->theirs, link->fds[0]);
+  hk_shm_wake_flag(&r->reader_wait, s->theirs, s->fd);
   return HK_OK;
 }
 
 static hk_status shm_recv_some(hk_link *link, void *p, size_t n, size_t *done) {
-  struct hk_link_shm *s = link->shm;
+  shm_link *s = link->state;
   hk_shm_ring *r = s->in;
   uint64_t t = atomic_load_explicit(&r->tail, memory_order_relaxed);
   uint64_t h = atomic_load_explicit(&r->head, memory_order_acquire);
@@ -60,13 +68,13 @@ static hk_status shm_recv_some(hk_link *link, void *p, size_t n, size_t *done) {
   if (m > first)
     memcpy((uint8_t *)p + first, r->data, m - first);
   atomic_store_explicit(&r->tail, t + m, memory_order_release);
-  hk_shm_wake_flag(&r->writer_wait, s->theirs, link->fds[0]);
+  hk_shm_wake_flag(&r->writer_wait, s->theirs, s->fd);
   return HK_OK;
 }
 
 static hk_status shm_test(hk_link *link, int want_send, int want_recv,
                           int drain, int *ready) {
-  struct hk_link_shm *s = link->shm;
+  shm_link *s = link->state;
   int r = drain;
   if (want_send && !drain) {
     uint64_t h = atomic_load_explicit(&s->out->head, memory_order_relaxed);
@@ -82,53 +90,77 @@ static hk_status shm_test(hk_link *link, int want_send, int want_recv,
   return HK_OK;
 }
 
+/* Both sides: the pair's socket, the doorbell of mixed waits. */
 static int shm_pollfd(const hk_link *link, int send_side, short *events) {
   (void)send_side;
   *events = POLLIN | POLLRDHUP;
-  return link->fds[0];
+  return ((const shm_link *)link->state)->fd;
 }
 
 static void shm_arm(hk_link *link, int want_send, int want_recv,
                     uint32_t mode) {
-  struct hk_link_shm *s = link->shm;
+  shm_link *s = link->state;
   if (want_send)
     atomic_store_explicit(&s->out->writer_wait, mode, memory_order_seq_cst);
   if (want_recv)
     atomic_store_explicit(&s->in->reader_wait, mode, memory_order_seq_cst);
 }
 
-static void shm_close(hk_link *link) {
-  free(link->shm);
-  hk_tcp_close(&link->fds[0]);
+static hk_shm_doorbell *shm_bell(const hk_link *link, double *spin_s) {
+  const shm_link *s = link->state;
+  *spin_s = s->spin_s;
+  return s->mine;
 }
 
-const hk_link_ops hk_link_shm_ops = {.name = "shm",
-                                     .wait_class = HK_LINK_WAIT_FUTEX,
-                                     .needs_drain = 0,
-                                     .send_some = shm_send_some,
-                                     .recv_some = shm_recv_some,
-                                     .test = shm_test,
-                                     .pollfd = shm_pollfd,
-                                     .released = hk_link_all_sent,
-                                     .arm = shm_arm,
-                                     .close = shm_close};
+static int shm_socket(const hk_link *link, int i) {
+  return i == 0 ? ((const shm_link *)link->state)->fd : -1;
+}
+
+static int shm_take_socket(hk_link *link) {
+  shm_link *s = link->state;
+  int fd = s->fd;
+  s->fd = -1;
+  return fd;
+}
+
+static void shm_close(hk_link *link) {
+  shm_link *s = link->state;
+  hk_tcp_close(&s->fd);
+  free(s);
+}
+
+static const hk_link_ops shm_ops = {.name = "shm",
+                                    .wait_class = HK_LINK_WAIT_FUTEX,
+                                    .needs_drain = 0,
+                                    .send_some = shm_send_some,
+                                    .recv_some = shm_recv_some,
+                                    .test = shm_test,
+                                    .pollfd = shm_pollfd,
+                                    .released = hk_link_all_sent,
+                                    .arm = shm_arm,
+                                    .bell = shm_bell,
+                                    .describe = NULL,
+                                    .socket = shm_socket,
+                                    .take_socket = shm_take_socket,
+                                    .close = shm_close};
 
 hk_status hk_link_init_shm(hk_link *link, int peer, const hk_shm_seg *seg,
                            int me, int them, int fd) {
+  hk_link_set(link, peer, NULL, NULL);
   const int n = seg->hdr->layout.n;
   if (me < 0 || them < 0 || me >= n || them >= n || me == them)
     return hk_fail(HK_ERR_INVALID_ARG,
                    "an shm link from local rank %d to %d of %d", me, them, n);
-  struct hk_link_shm *s = calloc(1, sizeof *s);
+  shm_link *s = calloc(1, sizeof *s);
   if (!s)
     return hk_fail(HK_ERR_NOMEM, "cannot allocate an shm link");
-  hk_link_init_shm_fields(link, peer, fd);
   s->out = hk_shm_seg_ring(seg, me, them);
   s->in = hk_shm_seg_ring(seg, them, me);
   s->cap = seg->hdr->layout.link_bytes;
   s->mine = &hk_shm_seg_ctl(seg, me)->bell;
   s->theirs = &hk_shm_seg_ctl(seg, them)->bell;
   s->spin_s = seg->spin_s;
-  link->shm = s;
+  s->fd = hk_link_own_socket(fd);
+  hk_link_set(link, peer, &shm_ops, s);
   return HK_OK;
 }

@@ -12,7 +12,8 @@
  * (hk_mpi_host: error messages, logging, the clock) in attach(), so an
  * error found inside the module lands in libhk's hk_last_error().
  * worker/mpi_exchange.c and collectives/transport/link_mpi.c forward to
- * these operations; their headers document each one.
+ * these operations; worker/mpi_exchange.h documents the first ones, the
+ * table below the link ones.
  *
  * Loading (hk_mpi_module_get): common/module.h's search, with
  * RTLD_NOW | RTLD_GLOBAL (Open MPI loads its own components with dlopen
@@ -67,18 +68,35 @@ typedef struct hk_mpi_module_ops {
   hk_status (*check_threads)(const char *what);
   int (*owned)(void);
   void (*finalize_if_owned)(void);
-  /* collectives/transport/link_mpi.h */
+  /* The MPI kind of hk_link (collectives/transport/link_mpi.c; the
+   * protocol is link.h's). `name` is the peer's name for messages; every
+   * call but link_open needs a link it opened. Thread-safety: as hk_link. */
+  /* hk_link_init_mpi's: *out gets the new link (NULL on failure) */
   hk_status (*link_open)(struct hk_link_mpi **out, int peer, const void *comm,
                          size_t chunk);
+  /* hk_link_send_some / hk_link_recv_some */
   hk_status (*link_send_some)(struct hk_link_mpi *m, const void *p, size_t n,
                               size_t *done, const char *name);
   hk_status (*link_recv_some)(struct hk_link_mpi *m, void *p, size_t n,
                               size_t *done, const char *name);
+  /* Tests the link's requests once (this is what makes MPI progress),
+   * posting its receives first if want_recv and they are not yet. Sets
+   * *can_send (a send slot is free), *can_recv (a message is waiting) and
+   * *drained (no send pending). Errors: HK_ERR_PEER_LOST (an MPI call
+   * failed), HK_ERR_PROTOCOL, HK_ERR_NOMEM. */
   hk_status (*link_progress)(struct hk_link_mpi *m, int want_recv,
                              int *can_send, int *can_recv, int *drained,
                              const char *name);
+  /* Cancels the posted receives, releases pending sends, frees m. */
   void (*link_close)(struct hk_link_mpi *m);
+  /* Stream bytes whose MPI_Isend has completed, so their memory may be
+   * reused: everything posted before the oldest send still pending (as of
+   * the last test). */
   uint64_t (*link_released)(const struct hk_link_mpi *m);
+  /* The link's state in words, for a timeout's message: "3 of 4 sends
+   * pending, 17 of 19 messages acknowledged, 0 acknowledgements leaving,
+   * receives posted, none arrived" into buf (cap bytes, always
+   * terminated, cut to fit). Never fails. */
   void (*link_describe)(const struct hk_link_mpi *m, char *buf, size_t cap);
 } hk_mpi_module_ops;
 

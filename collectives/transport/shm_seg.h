@@ -9,7 +9,7 @@
  *     rank puts what its peers read (double buffering: a rank fills one
  *     half while its peers still read the other);
  *   - one byte ring per ordered pair of local ranks (i -> j, i != j):
- *     the stream of an shm link (collectives/transport/link_shm.h), a
+ *     the stream of an shm link (collectives/transport/link_shm.c), a
  *     single-producer single-consumer ring of link_bytes bytes.
  * Every part starts on its own page; counters and flags written by
  * different ranks sit on different cache lines (HK_SHM_LINE).

@@ -61,8 +61,8 @@ static void *rank_main(void *p) {
   snprintf(a->err, sizeof a->err, "%s", hk_last_error());
   if (a->st != HK_OK) /* as a failing worker does: its peers see EOF */
     for (int j = 0; j < a->n; j++)
-      if (a->links[j].kind == HK_LINK_TCP)
-        shutdown(a->links[j].fds[0], SHUT_RDWR);
+      if (hk_link_socket(&a->links[j], 0) >= 0)
+        shutdown(hk_link_socket(&a->links[j], 0), SHUT_RDWR);
   return NULL;
 }
 

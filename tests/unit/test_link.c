@@ -92,7 +92,7 @@ static void test_layout(void **state) {
   assert_int_equal(done, len);
   for (int sock = 0; sock < k; sock++) {
     uint8_t got[64];
-    ssize_t n = read(b.fds[sock], got, sizeof got);
+    ssize_t n = read(hk_link_socket(&b, sock), got, sizeof got);
     size_t expect = 0;
     for (size_t o = 0; o < len; o++)
       if ((int)((o / block) % (size_t)k) == sock) {

@@ -1,7 +1,7 @@
 /* Unit tests of the shared-memory primitives: the segment
  * (collectives/transport/shm_seg.h: its name, mode 0600, O_EXCL, unlink
  * while mapped), the futex doorbell (shm_wait.h), and the shm link
- * (link_shm.h): random call sizes both ways through a 4 KiB ring from two
+ * (link_shm.c): random call sizes both ways through a 4 KiB ring from two
  * threads (futex waits), a stream mixed with a TCP link in one wait
  * (socket doorbells), a peer that dies and one that is stuck, named in
  * the errors. Runs under TSan too. */

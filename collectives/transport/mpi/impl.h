@@ -2,7 +2,7 @@
  * impl.h - inside libhk_mpi.so only: the functions behind the module's
  * table (mpi_module.h). Each has the contract of the libhk function it
  * stands for: hk_mpim_X is worker/mpi_exchange.h's hk_mpi_X, and
- * hk_mpim_link_X is collectives/transport/link_mpi.h's hk_link_mpi_X.
+ * hk_mpim_link_X is the table's link_X (collectives/transport/mpi_module.h).
  * Errors are reported through hk_fail, which in the module is libhk's
  * (module.c forwards it through hk_mpi_host). Hidden symbols.
  */

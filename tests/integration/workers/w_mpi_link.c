@@ -187,9 +187,9 @@ int main(int argc, char **argv) {
       tcp_link_01(to_left, 2);
     else if (mixed && np_ > 2)
       tcp_link_01(NULL, 2);
-    if (to_left->kind == HK_LINK_NONE)
+    if (!hk_link_is_open(to_left))
       HKT_OK(hk_link_init_mpi(to_left, left, comm, chunk));
-    if (to_right->kind == HK_LINK_NONE)
+    if (!hk_link_is_open(to_right))
       HKT_OK(hk_link_init_mpi(to_right, right, comm, chunk));
     hk_ring ring;
     if (strcmp(mode, "stuck") == 0) {
