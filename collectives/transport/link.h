@@ -17,6 +17,37 @@
  *   the next socket, and stops at the first socket that is full (empty).
  *   The kernel buffers of the k sockets keep k streams in flight.
  *
+ * MPI, point-to-point with MPI_Isend/MPI_Irecv on hk's duplicate of
+ *   MPI_COMM_WORLD (worker/mpi_exchange.h), tag HK_LINK_MPI_TAG; the MPI
+ *   calls are in the MPI module (collectives/transport/mpi/link.c). Sends
+ *   go straight from the caller's memory as messages of at most `chunk`
+ *   bytes, up to HK_LINK_MPI_DEPTH in flight; a byte counts as sent
+ *   ("done") once its MPI_Isend is posted, so the caller must leave it
+ *   unchanged until hk_link_drain() has returned (the ring drains before
+ *   it returns: buffers are the user's), or until hk_link_released()
+ *   counts it. The receiver cannot know how large the sender's next
+ *   message is (a send covers whatever the caller had ready), so it keeps
+ *   HK_LINK_MPI_DEPTH receives of `chunk` bytes posted into buffers the
+ *   link owns (allocated on first use), learns each message's length with
+ *   MPI_Get_count, and copies out what the caller asks for; MPI's
+ *   non-overtaking rule (same source, tag and communicator) keeps the
+ *   stream in order. Both ends must use the same chunk (the runtime uses
+ *   the constant HK_LINK_MPI_CHUNK_BYTES); a larger message than the
+ *   receiver's chunk fails with HK_ERR_PROTOCOL. MPI only progresses
+ *   inside MPI calls: waits on an MPI link spin (MPI_Test, and poll(2)
+ *   with no timeout for the other sides and the abort fd), yielding the
+ *   CPU between rounds, and test every MPI link they are given, whichever
+ *   side they wait for (a rank waiting on its TCP side must still push
+ *   out its MPI sends, or a ring that crosses hosts deadlocks).
+ *   Acknowledgements: a completed MPI_Isend does not mean the bytes have
+ *   left this process (Open MPI's TCP transport may still hold a queued
+ *   fragment, or the FIN of a large message, and moves it only inside a
+ *   later MPI call). So the receiver answers every message it receives
+ *   with a 0-byte message (tag HK_LINK_MPI_ACK_TAG), and hk_link_drain
+ *   returns only once every message sent was acknowledged and this
+ *   link's own acknowledgements have completed: a rank that leaves a
+ *   collective leaves nothing its peers still wait for.
+ *
  * SHM, between two ranks of one host (collectives/transport/link_shm.c):
  *   each direction is a single-producer single-consumer byte ring in the
  *   host's shared segment (collectives/transport/shm_seg.h); a send
