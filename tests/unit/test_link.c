@@ -2,7 +2,8 @@
  * over k = 1..4 socket pairs with random call sizes, partial sends and
  * receives, both directions at once from two threads; the documented
  * layout (block i on socket i mod k); a lost peer and a stuck one named in
- * the error; alltoall-style exchange. Runs under TSan too. */
+ * the error; alltoall-style exchange; the link's sockets (hk_link_socket,
+ * hk_link_take_socket). Runs under TSan too. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -141,6 +142,37 @@ static void test_stuck_peer(void **state) {
 }
 
 /* init checks its arguments; close is safe on a zeroed or closed link. */
+/* hk_link_socket gives the k sockets in order (-1 outside); taking socket
+ * 0 closes the link and the others but leaves that one open, the
+ * caller's (worker/intra.c's TCP -> shm conversion). */
+static void test_sockets(void **state) {
+  (void)state;
+  hk_link a, b;
+  make_pair(&a, &b, 3, 10, 0);
+  int s[3];
+  for (int i = 0; i < 3; i++) {
+    s[i] = hk_link_socket(&a, i);
+    assert_true(s[i] >= 0);
+    for (int j = 0; j < i; j++)
+      assert_int_not_equal(s[i], s[j]);
+  }
+  assert_int_equal(hk_link_socket(&a, 3), -1);
+  assert_int_equal(hk_link_socket(&a, -1), -1);
+  int fd = hk_link_take_socket(&a);
+  assert_int_equal(fd, s[0]);
+  assert_false(hk_link_is_open(&a));
+  assert_int_equal(hk_link_socket(&a, 0), -1);
+  char c = 'x';
+  assert_int_equal(write(fd, &c, 1), 1); /* still open: b's socket 0 */
+  c = 0;
+  assert_int_equal(read(hk_link_socket(&b, 0), &c, 1), 1);
+  assert_int_equal(c, 'x');
+  assert_int_equal(read(hk_link_socket(&b, 1), &c, 1), 0); /* closed: EOF */
+  close(fd);
+  hk_link_close(&b);
+  assert_int_equal(hk_link_take_socket(&b), -1); /* closed: none */
+}
+
 static void test_init_and_close(void **state) {
   (void)state;
   hk_link l;
@@ -162,6 +194,7 @@ int main(void) {
       cmocka_unit_test(test_layout),
       cmocka_unit_test(test_lost_peer),
       cmocka_unit_test(test_stuck_peer),
+      cmocka_unit_test(test_sockets),
       cmocka_unit_test(test_init_and_close),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -4,7 +4,8 @@
  * (link_shm.c): random call sizes both ways through a 4 KiB ring from two
  * threads (futex waits), a stream mixed with a TCP link in one wait
  * (socket doorbells), a peer that dies and one that is stuck, named in
- * the errors. Runs under TSan too. */
+ * the errors; the name of a set of links' kinds (hk_link_kinds). Runs
+ * under TSan too. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -158,6 +159,30 @@ static void run_pair(size_t len_a, size_t len_b, size_t max_call, int mixed,
   hk_shm_seg_close(&p.seg);
 }
 
+/* The kinds of a set of links, each once, shm before tcp whatever the
+ * order (the timeline's transport name), cut to fit; an shm link's socket
+ * is its pair's connection. */
+static void test_kinds(void **state) {
+  (void)state;
+  pair p;
+  make_pair(&p, 1);
+  char buf[32];
+  hk_link l[4] = {p.a_tcp, {0}, p.a, p.b_tcp};
+  assert_string_equal(hk_link_kinds(l, 4, buf, sizeof buf), "shm+tcp");
+  assert_string_equal(hk_link_kinds(l, 2, buf, sizeof buf), "tcp");
+  assert_string_equal(hk_link_kinds(l + 1, 2, buf, sizeof buf), "shm");
+  assert_string_equal(hk_link_kinds(l + 1, 1, buf, sizeof buf), "none");
+  assert_string_equal(hk_link_kinds(l, 0, buf, sizeof buf), "none");
+  assert_string_equal(hk_link_kinds(l, 4, buf, 6), "shm+t");
+  assert_true(hk_link_socket(&p.a, 0) >= 0);
+  assert_int_equal(hk_link_socket(&p.a, 1), -1);
+  hk_link_close(&p.a);
+  hk_link_close(&p.a_tcp);
+  hk_link_close(&p.b);
+  hk_link_close(&p.b_tcp);
+  hk_shm_seg_close(&p.seg);
+}
+
 /* Calls smaller and larger than the ring, wrapping anywhere. */
 static void test_stream_random(void **state) {
   (void)state;
@@ -228,6 +253,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_segment_lifecycle),
       cmocka_unit_test(test_doorbell),
+      cmocka_unit_test(test_kinds),
       cmocka_unit_test(test_stream_random),
       cmocka_unit_test(test_stream_mixed),
       cmocka_unit_test(test_lost_peer),
