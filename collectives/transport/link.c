@@ -347,9 +347,10 @@ static hk_status futex_wait(sides *w, const hk_io *io, const char *what) {
 }
 
 static hk_status wait_sides(sides *w, const hk_io *io, const char *what) {
-  if (!(w->want_send || w->want_recv) && wait_class(w) != HK_LINK_WAIT_SPIN)
+  const int c = wait_class(w);
+  if (!(w->want_send || w->want_recv) && c != HK_LINK_WAIT_SPIN)
     return hk_tcp_wait(-1, 0, -1, 0, io, what); /* the abort fd, or time */
-  switch (wait_class(w)) {
+  switch (c) {
   case HK_LINK_WAIT_SPIN:
     return spin(w, io, what);
   case HK_LINK_WAIT_POLL:
