@@ -3,8 +3,8 @@
  * thing the rings (collectives/ring.h), recursive doubling and alltoall
  * send to their peers over. Three kinds, each one file with its own state
  * behind a table of operations (link_tcp.c, link_shm.c, link_mpi.c; the
- * table is link_impl.h's hk_link_ops; DESIGN.md: variants are tables of
- * operations); link.c dispatches and waits through the table alone:
+ * table is link_impl.h's hk_link_ops; docs/design.md: variants are tables
+ * of operations); link.c dispatches and waits through the table alone:
  *
  * TCP, striped over k sockets (k = HK_SOCKETS_PER_PEER, 1..8). With
  *   k = 1 the link is the one connection and every call is the plain
