@@ -9,7 +9,7 @@
 
 #include "device/device.h"
 #include "stats.h"
-#include "worker/introspect.h"
+#include "worker/internal.h"
 
 static hk_device *device(void) {
   hk_ctx *ctx = hk_runtime_context();

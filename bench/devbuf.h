@@ -4,7 +4,7 @@
  * emu on a CPU one), filled and checked through host copies outside the
  * timed region, and the pack/unpack kernel bandwidth table (--kernels).
  * Uses hk's internal device interface (device/device.h), as --raw uses
- * worker/introspect.h. Every function exits with a message on failure.
+ * worker/internal.h. Every function exits with a message on failure.
  * Thread-safety: the main thread only.
  */
 #ifndef HKB_DEVBUF_H

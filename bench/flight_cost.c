@@ -36,7 +36,7 @@ static double cost(size_t cap, long n) {
   double t0 = hk_now();
   for (long i = 0; i < n; i++) {
     h.t_submit = t0;
-    h.flight_seq = 0;
+    h.obs_slot = 0;
     hk_flight_taken(ctx, &h);
     if (i % 16 == 0) /* a round per 16 tensors */
       hk_flight_round(ctx, t0);

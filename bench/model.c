@@ -29,7 +29,7 @@ typedef struct replay {
   unsigned char *dtensors, *dfused; /* --device gpu: device copies */
 } replay;
 
-/* What a step's negotiation did on this rank (worker/introspect.h). */
+/* What a step's negotiation did on this rank (worker/internal.h). */
 typedef struct step_counts {
   double rounds, batches; /* rounds with work; collectives run */
 } step_counts;

@@ -12,7 +12,7 @@
  * - ratio = step / fused: what fusing the tensors into one buffer could
  *   gain at most (negotiation, per-tensor latency, small messages);
  * - ring(ms): the seconds the background thread spent inside ring
- *   collectives during the step (worker/introspect.h), max over ranks.
+ *   collectives during the step (worker/internal.h), max over ranks.
  * Tensors live in one page-aligned, pre-faulted mapping, each 64-byte
  * aligned; the fused buffer is a second one.
  */

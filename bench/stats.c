@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "worker/introspect.h"
+#include "worker/internal.h"
 
 double hkb_now(void) {
   struct timespec ts;

@@ -1,7 +1,7 @@
 /*
  * stats.h - timing and reporting helpers shared by the sweep and the model
  * replay: the clock, medians, the max over ranks of per-iteration times,
- * the ring-only time of the last collective (worker/introspect.h), and
+ * the ring-only time of the last collective (worker/internal.h), and
  * failing on an hk error.
  */
 #ifndef HKB_STATS_H
@@ -10,7 +10,7 @@
 #include <stddef.h>
 
 #include "hk/hk.h"
-#include "worker/introspect.h"
+#include "worker/internal.h"
 
 /** Seconds on CLOCK_MONOTONIC (the clock hk's background thread uses). */
 double hkb_now(void);
@@ -34,7 +34,7 @@ void hkb_max_over_ranks(double *v, int n, const char *what);
 long long hkb_sum_over_ranks(long long v, const char *what);
 
 /**
- * Ring-only time (worker/introspect.h), as the background thread measured
+ * Ring-only time (worker/internal.h), as the background thread measured
  * it around the collective itself: hkb_ring_last gives the duration in
  * seconds of the last ring collective, which must be tensor `name` (exits
  * with a message otherwise: something else ran in between); hkb_ring_busy
@@ -53,7 +53,7 @@ void hkb_ok(hk_status st, const char *what);
  *  seconds). */
 double hkb_ring_last_start(void);
 
-/** This rank's negotiation counters (worker/introspect.h). Exits on
+/** This rank's negotiation counters (worker/internal.h). Exits on
  *  failure. */
 hk_negotiation_counts hkb_counts(void);
 

@@ -7,7 +7,7 @@
  *   (data.h) and all ranks meet in hk_barrier; timed: one hk_allreduce
  *   through the public API (enqueue, negotiation, ring, completion);
  * - raw(us): the same call's ring collective alone, as the background
- *   thread timed it (worker/introspect.h);
+ *   thread timed it (worker/internal.h);
  * - one iteration's time = max over ranks; reported = median over
  *   iterations; iterations = min(-n 50, -B 1 GiB / size), at least
  *   min(-n, 5); warm-up = min(-w 5, iterations/5 + 1);

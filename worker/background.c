@@ -46,8 +46,8 @@
  * connections and the launcher fd; the only timeouts are rank 0's stall
  * inspector (while tensors are pending) and a held answer. A dead peer is
  * noticed by TCP keepalive within HK_TIMEOUT_S (collectives/transport/tcp.h).
- * Rank 0's side lives in worker/round.c; counters of all this:
- * worker/introspect.h.
+ * Rank 0's side lives in worker/round.c; every message is told to the
+ * observers (observe/observe.h: the message hook), which count them.
  */
 #include "worker/background.h"
 
@@ -66,7 +66,6 @@
 #include "coordinator/channel.h"
 #include "worker/execute.h"
 #include "worker/flight.h"
-#include "worker/introspect.h"
 #include "worker/monitor.h"
 #include "worker/queue.h"
 #include "worker/round.h"
@@ -201,7 +200,8 @@ static hk_status worker_send(hk_ctx *ctx, hk_round *R) {
     return st;
   R->sent = 1;
   R->shutdown_sent |= shut;
-  hk_introspect_count(ctx, HK_COUNT_REQUESTS, 1);
+  hk_obs_message sent = {.kind = HK_OBS_MSG_REQUESTS, .rank = 0};
+  hk_observe_message(&ctx->obs, &sent);
   return HK_OK;
 }
 
@@ -232,7 +232,8 @@ static hk_status worker_receive(hk_ctx *ctx, hk_round *R) {
     if (!m.u.responses.abort_status && m.u.responses.shutdown_rank < 0)
       st = worker_send(ctx, R); /* before running: overlap */
   }
-  hk_introspect_count(ctx, empty ? HK_COUNT_ANSWERS : HK_COUNT_ROUNDS, 1);
+  hk_obs_message got = {.kind = empty ? HK_OBS_MSG_ANSWER : HK_OBS_MSG_ROUND};
+  hk_observe_message(&ctx->obs, &got);
   if (st == HK_OK)
     st = apply_responses(ctx, R, &m, hk_now());
   hk_msg_free(&m);

@@ -24,6 +24,7 @@
 #include "coordinator/wire.h"
 #include "device/device.h"
 #include "hk/hk.h"
+#include "observe/observe.h"
 #include "worker/placement.h"
 
 /* An operation in flight: what the trainer submitted, and its outcome.
@@ -32,10 +33,11 @@
  * are freed by the background thread when they complete. */
 struct hk_handle_s {
   hk_wire_request req; /* name, collective, dtype, op, root, count, scales */
-  double t_submit;     /* hk_now() at submit, when the timeline or the
-                          flight recorder is on */
-  uint64_t flight_seq; /* [bg] its flight recorder entry (worker/flight.h),
-                          0 until the background thread took it */
+  double t_submit;     /* hk_now() at submit, when an observer asks for
+                          it (observe/observe.h: wants_submit_time) */
+  uint64_t obs_slot;   /* [bg] the observers' word for this tensor
+                          (hk_obs_tensor.slot: the flight recorder's
+                          entry), 0 until one writes it */
   const void *sendbuf;
   void *recvbuf;
   void **out_buf;             /* allgather/alltoall: where hk's buffer goes */
@@ -60,28 +62,6 @@ struct hk_handle_s {
   int detached;             /* [mu] hk_wait_stream returned before the
                                handle completed: completion frees it */
 };
-
-/* Timing of the ring collectives this worker ran (worker/introspect.h). */
-typedef struct hk_collective_timing {
-  uint64_t seq;                   /* ring collectives run so far; 0: none */
-  double start_s, end_s;          /* the last one, hk_now() seconds */
-  double busy_s;                  /* seconds inside any of them */
-  char name[HK_MAX_NAME_LEN + 1]; /* the last one's tensor */
-} hk_collective_timing;
-
-/* Counts of the negotiation protocol on this rank (worker/introspect.h,
- * worker/background.c). A job of one rank counts no requests, rounds or
- * answers: it sends nothing. */
-typedef struct hk_negotiation_counts {
-  uint64_t requests;      /* REQUESTS sent (rank > 0) or read (rank 0) */
-  uint64_t rounds;        /* RESPONSES with something to run (or a shutdown or
-                             an abort): sent to every rank (rank 0, once per
-                             broadcast) or received (rank > 0) */
-  uint64_t answers;       /* empty RESPONSES that only answered a REQUESTS */
-  uint64_t fused_batches; /* batches of > 1 tensor run through the fusion
-                             buffer (worker/execute.c) */
-  uint64_t fused_tensors; /* tensors in those batches */
-} hk_negotiation_counts;
 
 /* The connections of one worker (see worker/bootstrap.c). */
 typedef struct hk_mesh {
@@ -149,12 +129,6 @@ typedef struct hk_ctx {
   char failure_reason[HK_WIRE_MAX_REASON_LEN + 1]; /* [mu] */
   uint64_t barrier_seq; /* [mu] names barriers hk.barrier.<n> */
   uint64_t join_seq;    /* [mu] names joins hk.join.<n> */
-  /* the introspection record (worker/introspect.h) has a lock of its
-   * own: the background thread writes it per tensor, and sharing mu made
-   * every submit of the trainer wait on it */
-  pthread_mutex_t introspect_mu;
-  hk_collective_timing timing;  /* [introspect_mu] background thread */
-  hk_negotiation_counts counts; /* [introspect_mu] background thread */
 
   hk_negotiator *negotiator; /* [bg] rank 0 only */
   hk_buf scratch;            /* [bg] message encoding/decoding */
@@ -179,6 +153,23 @@ typedef struct hk_ctx {
 
   /* Straggler and telemetry monitoring (worker/monitor.h), or NULL. */
   struct hk_monitor *monitor;
+
+  /* The observers (observe/observe.h): attached by hk_init (worker/
+   * observers.h), detached by hk_shutdown; the list does not change while
+   * the background thread runs, which is the one that calls the hooks. */
+  hk_observers obs;
 } hk_ctx;
+
+/** The tensor hooks' view of h (observe/observe.h): borrowed from h; resp
+ *  NULL and t_ready 0 before h's round. */
+static inline hk_obs_tensor
+hk_observed(hk_handle h, const hk_wire_response *resp, double t_ready) {
+  return (hk_obs_tensor){.req = &h->req,
+                         .resp = resp,
+                         .t_ready = t_ready,
+                         .t_submit = h->t_submit,
+                         .slot = &h->obs_slot,
+                         .phantom = h->phantom};
+}
 
 #endif

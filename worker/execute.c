@@ -19,7 +19,6 @@
 #include "device/host/reduce.h"
 #include "worker/devplane.h"
 #include "worker/flight.h"
-#include "worker/introspect.h"
 #include "worker/queue.h"
 #include "worker/timeline.h"
 
@@ -34,6 +33,7 @@ typedef struct hk_exec_plan {
   size_t *counts, *seg, *where;
   hk_shm_piece *pieces; /* run_fused_in_place: cap x size pieces */
   size_t *firsts;       /* and cap x (size + 1) segment offsets */
+  hk_obs_tensor *obs;   /* a batch's tensors as the observers see them */
   uint32_t cap;         /* responses the arrays hold */
 } plan;
 
@@ -58,6 +58,7 @@ static void plan_free(plan *p) {
   free(p->where);
   free(p->pieces);
   free(p->firsts);
+  free(p->obs);
   memset(p, 0, sizeof *p);
 }
 
@@ -81,7 +82,7 @@ static hk_status plan_get(hk_ctx *ctx, uint32_t n, plan **out) {
         !GROW(p->taken, c) || !GROW(p->order, c) || !GROW(p->starts, c + 1) ||
         !GROW(p->counts, c) || !GROW(p->seg, size + 1) ||
         !GROW(p->where, c * size) || !GROW(p->pieces, c * size) ||
-        !GROW(p->firsts, c * (size + 1))) {
+        !GROW(p->firsts, c * (size + 1)) || !GROW(p->obs, c)) {
       plan_free(p);
       return hk_fail(HK_ERR_NOMEM, "cannot plan %u responses", n);
     }
@@ -441,10 +442,6 @@ static hk_status run_fused(hk_ctx *ctx, plan *p, uint32_t a, uint32_t b,
   if (run_fused_in_place(ctx, p, a, k, pre, &st) == 0) {
     t[1] = t[0];
     t[2] = t[3] = hk_now();
-    if (st == HK_OK) {
-      hk_introspect_count(ctx, HK_COUNT_FUSED_BATCHES, 1);
-      hk_introspect_count(ctx, HK_COUNT_FUSED_TENSORS, k);
-    }
     return st;
   }
   st = map_fusion_buffer(ctx);
@@ -475,8 +472,6 @@ static hk_status run_fused(hk_ctx *ctx, plan *p, uint32_t a, uint32_t b,
                     first[j + 1] - first[j], dtype, h->req.postscale);
   }
   t[3] = hk_now();
-  hk_introspect_count(ctx, HK_COUNT_FUSED_BATCHES, 1);
-  hk_introspect_count(ctx, HK_COUNT_FUSED_TENSORS, k);
   return HK_OK;
 }
 
@@ -692,6 +687,15 @@ static void flight_group(hk_ctx *ctx, const plan *p, uint32_t a, uint32_t b,
     hk_flight_mark(ctx, p->h[p->order[i]], state, t);
 }
 
+/* The batch p->order[a..b) as the observers see it (observe/observe.h),
+ * its tensors in p->obs[a..b). */
+static hk_obs_batch observed_batch(plan *p, const hk_wire_response *rs,
+                                   uint32_t a, uint32_t b, double t_ready) {
+  for (uint32_t i = a; i < b; i++)
+    p->obs[i] = hk_observed(p->h[p->order[i]], &rs[p->order[i]], t_ready);
+  return (hk_obs_batch){.tensors = p->obs + a, .n = b - a};
+}
+
 hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
                                uint32_t n, double t_ready) {
   if (n)
@@ -768,6 +772,7 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
     hk_handle h0 = p.h[p.order[a]];
     const int dev_allreduce =
         h0->req.mem == HK_WIRE_MEM_DEVICE && h0->req.coll == HK_COLL_ALLREDUCE;
+    hk_obs_batch ob = observed_batch(&p, rs, a, b, t_ready);
     if (ctx->flight)
       flight_group(ctx, &p, a, b, HK_FLIGHT_RUNNING, hk_now());
     if (dev_allreduce)
@@ -780,6 +785,9 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
                ? run_fused(ctx, &p, a, b, t)
                : run_alone(ctx, h0, rs[p.order[a]].divisor, &rs[p.order[a]], t);
     if (st != HK_OK) {
+      ob.status = st;
+      ob.t_end = hk_now();
+      hk_observe_batch_done(&ctx->obs, &ob);
       if (ctx->flight)
         flight_group(ctx, &p, a, b, HK_FLIGHT_FAILED, hk_now());
       char msg[HK_ERROR_MSG_CAP];
@@ -801,18 +809,14 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
                              : "none",
                b - a, bytes);
     }
-    /* the batch's one collective is recorded once (under its last
-     * tensor's name), then all its handles complete under one lock */
-    const char *ran = NULL;
+    /* the observers see the batch end, then its tensors; then all its
+     * handles complete under one lock */
+    memcpy(ob.t, t, sizeof ob.t);
+    ob.t_end = t[3];
+    ob.fused = fused && h0->req.mem != HK_WIRE_MEM_DEVICE ? b - a : 0;
+    ob.staged = fused || dev_allreduce;
+    hk_observe_batch_done(&ctx->obs, &ob);
     uint32_t ndone = 0;
-    for (uint32_t i = a; i < b; i++) {
-      hk_handle h = p.h[p.order[i]];
-      unsigned c = h->req.coll;
-      if (c != HK_COLL_BARRIER && c != HK_COLL_JOIN)
-        ran = h->req.name;
-    }
-    if (ran)
-      hk_introspect_record(ctx, ran, t[1], t[2]);
     flight_group(ctx, &p, a, b, HK_FLIGHT_DONE, t[3]);
     for (uint32_t i = a; i < b; i++) {
       hk_handle h = p.h[p.order[i]];

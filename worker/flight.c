@@ -169,13 +169,13 @@ void hk_flight_stall(hk_ctx *ctx, const char *what) {
 
 /* h's entry, state submitted, unless a dump already gave it one. */
 static void record_submit(struct hk_flight *f, hk_handle h) {
-  if (h->flight_seq)
+  if (h->obs_slot)
     return;
   hk_flight_entry *e = hk_flight_ring_push(&f->ring);
   describe(e, h);
   e->state = HK_FLIGHT_SUBMITTED;
   stamp(f, e, HK_FLIGHT_T_SUBMIT, h->t_submit);
-  h->flight_seq = e->seq;
+  h->obs_slot = e->seq;
 }
 
 void hk_flight_taken(hk_ctx *ctx, hk_handle list) {
@@ -197,12 +197,12 @@ void hk_flight_round(hk_ctx *ctx, double t_ready) {
 /* h's entry; a new one (submitted at no known time) when it has none or
  * the ring has overwritten it. */
 static hk_flight_entry *entry_of(struct hk_flight *f, hk_handle h) {
-  hk_flight_entry *e = hk_flight_ring_find(&f->ring, h->flight_seq);
+  hk_flight_entry *e = hk_flight_ring_find(&f->ring, h->obs_slot);
   if (!e) {
     e = hk_flight_ring_push(&f->ring);
     describe(e, h);
     stamp(f, e, HK_FLIGHT_T_SUBMIT, h->t_submit);
-    h->flight_seq = e->seq;
+    h->obs_slot = e->seq;
   }
   return e;
 }
@@ -241,7 +241,7 @@ static void add_pending(const char *key, void *value, void *arg) {
   if (pl->n == pl->cap)
     return; /* counted before; more cannot appear under the lock */
   hk_flight_entry *e = &pl->e[pl->n++];
-  const hk_flight_entry *r = hk_flight_ring_find(&pl->f->ring, h->flight_seq);
+  const hk_flight_entry *r = hk_flight_ring_find(&pl->f->ring, h->obs_slot);
   if (r) {
     *e = *r;
   } else { /* still in the queue, or overwritten in the ring */

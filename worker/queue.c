@@ -161,6 +161,27 @@ hk_handle hk_queue_find(hk_ctx *ctx, const char *name) {
   return h;
 }
 
+typedef struct each_args {
+  void (*fn)(void *arg, hk_handle h, int queued);
+  void *arg;
+} each_args;
+
+static void each_inflight(const char *key, void *value, void *arg) {
+  (void)key;
+  const each_args *a = arg;
+  a->fn(a->arg, value, 0);
+}
+
+void hk_queue_each(hk_ctx *ctx, void (*fn)(void *arg, hk_handle h, int queued),
+                   void *arg) {
+  each_args a = {fn, arg};
+  pthread_mutex_lock(&ctx->mu);
+  for (hk_handle q = ctx->queue_head; q; q = q->next)
+    fn(arg, q, 1);
+  hk_strmap_each(ctx->inflight, each_inflight, &a);
+  pthread_mutex_unlock(&ctx->mu);
+}
+
 /* Requires ctx->mu held; the background thread only (ctx->taken). */
 static void complete_locked(hk_ctx *ctx, hk_handle h, hk_status status,
                             const char *reason) {

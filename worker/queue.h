@@ -45,6 +45,16 @@ hk_handle hk_queue_take_quiet(hk_ctx *ctx);
 hk_handle hk_queue_find(hk_ctx *ctx, const char *name);
 
 /**
+ * Calls fn(arg, h, queued) under ctx->mu: first for every handle still in
+ * the submit queue (queued 1, in submit order), then for every handle in
+ * flight (queued 0: submitted and not complete; the queued ones again).
+ * The background thread only (the one that completes handles, so none
+ * goes away meanwhile); fn must not call into the queue.
+ */
+void hk_queue_each(hk_ctx *ctx, void (*fn)(void *arg, hk_handle h, int queued),
+                   void *arg);
+
+/**
  * Completes a handle with status (and reason, copied, when not HK_OK),
  * removes its name from the in-flight table and wakes waiters. A group
  * member is freed, its parent completing with the last member (with the

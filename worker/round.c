@@ -17,7 +17,6 @@
 #include "coordinator/channel.h"
 #include "worker/execute.h"
 #include "worker/flight.h"
-#include "worker/introspect.h"
 #include "worker/monitor.h"
 #include "worker/queue.h"
 #include "worker/timeline.h"
@@ -233,7 +232,8 @@ static hk_status coordinator_receive(hk_ctx *ctx, hk_round *R, int r) {
   hk_msg_free(&m);
   R->waiting[r] = 1;
   R->waiting_since[r] = hk_now();
-  hk_introspect_count(ctx, HK_COUNT_REQUESTS, 1);
+  hk_obs_message got = {.kind = HK_OBS_MSG_REQUESTS, .rank = r};
+  hk_observe_message(&ctx->obs, &got);
   return st;
 }
 
@@ -266,7 +266,8 @@ static hk_status answer_waiting(hk_ctx *ctx, hk_round *R) {
     R->waiting[r] = 0;
     st = hk_tcp_send_all(ctx->mesh.ctrl_fds[r], R->answer.data, R->answer.len,
                          &ctx->io, who);
-    hk_introspect_count(ctx, HK_COUNT_ANSWERS, 1);
+    hk_obs_message sent = {.kind = HK_OBS_MSG_ANSWER, .rank = r};
+    hk_observe_message(&ctx->obs, &sent);
   }
   return st;
 }
@@ -308,7 +309,8 @@ hk_status hk_round_coordinate(hk_ctx *ctx, hk_round *R,
     st = hk_wire_encode(&m, &ctx->scratch);
     if (st == HK_OK)
       st = broadcast(ctx, R);
-    hk_introspect_count(ctx, HK_COUNT_ROUNDS, 1);
+    hk_obs_message sent = {.kind = HK_OBS_MSG_ROUND, .rank = -1};
+    hk_observe_message(&ctx->obs, &sent);
   }
   ctx->ninval = 0; /* rank 0 retired them when it decided */
   if (ctx->timeline && n && ctx->cfg.timeline_mark_cycles)

@@ -28,10 +28,11 @@
 #include "worker/devplane.h"
 #include "worker/execute.h"
 #include "worker/flight.h"
+#include "worker/internal.h"
 #include "worker/intra.h"
-#include "worker/introspect.h"
 #include "worker/monitor.h"
 #include "worker/mpi_exchange.h"
+#include "worker/observers.h"
 #include "worker/placement.h"
 #include "worker/queue.h"
 #include "worker/rings.h"
@@ -44,7 +45,7 @@ static hk_ctx *g_ctx;
  * call without a context can say which side of the job it came from. */
 static int g_shut_down;
 
-/* Declared in worker/introspect.h (internal; not part of hk.h). */
+/* Declared in worker/internal.h (internal; not part of hk.h). */
 hk_ctx *hk_runtime_context(void) { return g_ctx; }
 
 /* HK_ERR_NOT_INITIALIZED for fn, called with no job: before hk_init, or
@@ -94,9 +95,10 @@ static void die_with_launcher(hk_ctx *ctx) {
 }
 
 static void destroy(hk_ctx *ctx) {
-  hk_monitor_stop(ctx, 0); /* (a no-op once hk_shutdown stopped it) */
-  hk_devplane_close(ctx);  /* before the mesh: a comm may use the network */
-  hk_rings_destroy(ctx);   /* (the shm group before the segment goes) */
+  hk_monitor_stop(ctx, 0);         /* (a no-op once hk_shutdown stopped it) */
+  hk_observe_detach(&ctx->obs, 0); /* (a no-op once hk_shutdown did) */
+  hk_devplane_close(ctx); /* before the mesh: a comm may use the network */
+  hk_rings_destroy(ctx);  /* (the shm group before the segment goes) */
   hk_mesh_close(&ctx->mesh, ctx->size);
   hk_intra_destroy(ctx);
   hk_execute_release(ctx);
@@ -115,7 +117,6 @@ static void destroy(hk_ctx *ctx) {
   if (ctx->wake_fd >= 0)
     close(ctx->wake_fd);
   pthread_mutex_destroy(&ctx->mu);
-  pthread_mutex_destroy(&ctx->introspect_mu);
   pthread_cond_destroy(&ctx->done_cv);
   free(ctx);
 }
@@ -182,7 +183,6 @@ hk_status hk_init(void) {
   pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ADAPTIVE_NP);
   pthread_mutex_init(&ctx->mu, &ma);
   pthread_mutexattr_destroy(&ma);
-  pthread_mutex_init(&ctx->introspect_mu, NULL);
   pthread_cond_init(&ctx->done_cv, NULL);
   hk_status st = hk_config_load(&ctx->cfg);
   if (st == HK_OK)
@@ -216,6 +216,8 @@ hk_status hk_init(void) {
   if (st == HK_OK)
     st = hk_flight_open(ctx);
   if (st == HK_OK)
+    st = hk_observers_open(ctx);
+  if (st == HK_OK)
     st = hk_bootstrap(ctx);
   if (st == HK_OK) {
     ctx->io.abort_fd = ctx->mesh.launcher_fd;
@@ -231,6 +233,8 @@ hk_status hk_init(void) {
     st = hk_agree_settings(ctx);
   if (st == HK_OK)
     st = hk_monitor_start(ctx);
+  if (st == HK_OK)
+    st = hk_observers_ready(ctx);
   if (st == HK_OK) {
     /* SIGUSR1 (the flight recorder's) is for the trainer's threads: the
      * background thread and those it starts are woken through a pipe and
@@ -272,6 +276,7 @@ hk_status hk_shutdown(void) {
   if (ctx->thread_started)
     pthread_join(ctx->thread, NULL);
   hk_monitor_stop(ctx, 1); /* rank 0: the report, the last metrics file */
+  hk_observe_detach(&ctx->obs, 1);
   say_goodbye(ctx);
   cache_report(ctx);
   hk_status st = ctx->failure;

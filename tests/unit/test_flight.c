@@ -349,7 +349,7 @@ static void test_hooks_record_wrap_and_pending(void **s) {
   late.t_submit = 200;
   hk_flight_taken(ctx, &late);
   queued = late;
-  queued.flight_seq = 0;
+  queued.obs_slot = 0;
   snprintf(queued.req.name, sizeof queued.req.name, "queued");
   assert_int_equal(hk_strmap_put(ctx->inflight, "late", &late), HK_OK);
   assert_int_equal(hk_strmap_put(ctx->inflight, "queued", &queued), HK_OK);
@@ -417,7 +417,7 @@ static void test_off_records_nothing(void **s) {
   hk_flight_taken(ctx, &h);
   hk_flight_negotiated(ctx, &h, 1.0);
   hk_flight_dump(ctx, "nothing");
-  assert_int_equal(h.flight_seq, 0);
+  assert_int_equal(h.obs_slot, 0);
   free_ctx(ctx);
 }
 

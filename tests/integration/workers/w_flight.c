@@ -9,7 +9,7 @@
  *
  * w_flight queued: as above, but a rank other than 0 and the last one
  * submits "t8" too once its request for t7 has gone to rank 0 (its
- * REQUESTS count moved: worker/introspect.h), before it prints "waiting
+ * REQUESTS count moved: worker/internal.h), before it prints "waiting
  * for t7": with the job's HK_CYCLE_TIME_MS holding rank 0's answer, t8
  * then waits in the rank's queue, not yet taken by its background thread.
  */
@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "wcommon.h"
-#include "worker/introspect.h"
+#include "worker/internal.h"
 
 static uint64_t requests_sent(void) {
   hk_negotiation_counts c;

@@ -12,7 +12,7 @@
  *                  (utime + stime, /proc/self/stat) over about 1 s: prints
  *                  "idle cpu <fraction of a core>".
  * Every mode then prints this rank's negotiation counters
- * (worker/introspect.h) as "counts requests=R rounds=D answers=A
+ * (worker/internal.h) as "counts requests=R rounds=D answers=A
  * fused_batches=B fused_tensors=T" and "negot ok".
  */
 #include <pthread.h>
@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "wcommon.h"
-#include "worker/introspect.h"
+#include "worker/internal.h"
 
 static void seq(int n) {
   const int rank = hk_rank(), np = hk_size();

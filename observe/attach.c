@@ -1,0 +1,19 @@
+/*
+ * attach.c - the observers a configuration asks for (attach.h).
+ */
+#include "observe/attach.h"
+
+#include "observe/introspect.h"
+
+/* Each attaches its observer when s->cfg asks for it (else does nothing). */
+static hk_status (*const attachers[])(hk_observers *, const hk_obs_setup *) = {
+    hk_introspect_attach,
+};
+
+hk_status hk_observe_open(hk_observers *o, const hk_obs_setup *s) {
+  hk_status st = HK_OK;
+  for (size_t i = 0; i < sizeof attachers / sizeof *attachers && st == HK_OK;
+       i++)
+    st = attachers[i](o, s);
+  return st;
+}

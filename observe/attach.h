@@ -1,0 +1,18 @@
+/*
+ * attach.h - which observers a configuration asks for: hk_init attaches
+ * them through here (the engine names none of them).
+ */
+#ifndef HK_OBSERVE_ATTACH_H
+#define HK_OBSERVE_ATTACH_H
+
+#include "observe/observe.h"
+
+/**
+ * Attaches, in this order: introspection (always: worker/internal.h reads
+ * it). On an error the observers attached so far stay attached
+ * (hk_observe_detach frees them). Errors: those of each observer's attach
+ * (HK_ERR_NOMEM, HK_ERR_SYSTEM naming what failed).
+ */
+hk_status hk_observe_open(hk_observers *o, const hk_obs_setup *s);
+
+#endif
