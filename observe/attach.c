@@ -4,10 +4,12 @@
 #include "observe/attach.h"
 
 #include "observe/introspect.h"
+#include "observe/timeline.h"
 
 /* Each attaches its observer when s->cfg asks for it (else does nothing). */
 static hk_status (*const attachers[])(hk_observers *, const hk_obs_setup *) = {
     hk_introspect_attach,
+    hk_timeline_attach,
 };
 
 hk_status hk_observe_open(hk_observers *o, const hk_obs_setup *s) {

@@ -9,9 +9,9 @@
 
 /**
  * Attaches, in this order: introspection (always: worker/internal.h reads
- * it). On an error the observers attached so far stay attached
- * (hk_observe_detach frees them). Errors: those of each observer's attach
- * (HK_ERR_NOMEM, HK_ERR_SYSTEM naming what failed).
+ * it), the timeline (rank 0 with HK_TIMELINE). On an error the observers
+ * attached so far stay attached (hk_observe_detach frees them). Errors: those
+ * of each observer's attach (HK_ERR_NOMEM, HK_ERR_SYSTEM naming what failed).
  */
 hk_status hk_observe_open(hk_observers *o, const hk_obs_setup *s);
 

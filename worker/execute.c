@@ -20,7 +20,6 @@
 #include "worker/devplane.h"
 #include "worker/flight.h"
 #include "worker/queue.h"
-#include "worker/timeline.h"
 
 /* Working arrays for the n responses of one message, kept between calls
  * (ctx->plan, grown as needed; hk_execute_release frees them). */
@@ -122,54 +121,24 @@ void hk_execute_release(hk_ctx *ctx) {
   ctx->plan = NULL;
 }
 
-/* Per collective: the timeline's name of it (Horovod's names) and of the
- * algorithm that runs it. An allreduce's algorithm is its implementation's
- * schedule (collectives/allreduce.h). A barrier and a join move no data:
- * the negotiation that completed them was the synchronisation. Indexed by
- * hk_wire_coll; the last row serves any other. */
-static const struct {
-  const char *coll, *algo;
-} labels[] = {
-    [HK_COLL_ALLREDUCE] = {"ALLREDUCE", NULL},
+/* Per collective: the name of the algorithm that runs it (the
+ * observers' hk_obs_batch.algorithm). An allreduce's is its
+ * implementation's schedule (collectives/allreduce.h). A barrier and a
+ * join move no data: the negotiation that completed them was the
+ * synchronisation. Indexed by hk_wire_coll; any other is a barrier's. */
+static const char *const algo_labels[] = {
     /* hk_ring_broadcast: root -> root+1 -> ..., pipelined */
-    [HK_COLL_BROADCAST] = {"BROADCAST", "chain"},
-    [HK_COLL_ALLGATHER] = {"ALLGATHER", "ring"},
-    [HK_COLL_REDUCESCATTER] = {"REDUCESCATTER", "ring"},
-    [HK_COLL_ALLTOALL] = {"ALLTOALL", "pairwise"},
-    [HK_COLL_JOIN] = {"JOIN", "negotiation"},
-    [HK_COLL_BARRIER] = {"BARRIER", "negotiation"},
+    [HK_COLL_BROADCAST] = "chain",    [HK_COLL_ALLGATHER] = "ring",
+    [HK_COLL_REDUCESCATTER] = "ring", [HK_COLL_ALLTOALL] = "pairwise",
+    [HK_COLL_JOIN] = "negotiation",   [HK_COLL_BARRIER] = "negotiation",
 };
 
-static unsigned label_of(unsigned c) {
-  return c < sizeof labels / sizeof labels[0] && labels[c].coll
-             ? c
-             : (unsigned)HK_COLL_BARRIER;
-}
-
-/* Rank 0's timeline of one tensor that ran in a group: NEGOTIATE from
- * the first rank's request to the response; inside it WAIT_FOR_DATA,
- * from the first rank's request to the last's (the straggler is
- * last_rank); QUEUE until this group started; the copies in and out of
- * the fusion buffer; the collective itself. */
-static void trace(hk_ctx *ctx, const hk_wire_response *r, hk_handle h,
-                  double t_ready, const double *t, int fused,
-                  const char *args) {
-  hk_timeline *tl = ctx->timeline;
-  const char *name = h->req.name;
-  char wait[64];
-  snprintf(wait, sizeof wait, "\"last_rank\":%d,\"memory\":\"%s\"",
-           (int)r->last_rank,
-           h->req.mem == HK_WIRE_MEM_DEVICE ? "device" : "host");
-  hk_timeline_span(tl, name, "NEGOTIATE", r->first_seen, t_ready, NULL);
-  hk_timeline_span(tl, name, "WAIT_FOR_DATA", r->first_seen, r->last_seen,
-                   wait);
-  hk_timeline_span(tl, name, "QUEUE", t_ready, t[0], NULL);
-  if (fused)
-    hk_timeline_span(tl, name, "MEMCPY_IN_FUSION_BUFFER", t[0], t[1], NULL);
-  hk_timeline_span(tl, name, labels[label_of(h->req.coll)].coll, t[1], t[2],
-                   args);
-  if (fused)
-    hk_timeline_span(tl, name, "MEMCPY_OUT", t[2], t[3], NULL);
+static const char *algo_label(unsigned c, const hk_allreduce_impl *impl) {
+  if (impl)
+    return impl->schedule;
+  return c < sizeof algo_labels / sizeof algo_labels[0] && algo_labels[c]
+             ? algo_labels[c]
+             : algo_labels[HK_COLL_BARRIER];
 }
 
 /* rows of a reduce-scatter split over n ranks: rank r's first row */
@@ -700,6 +669,9 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
                                uint32_t n, double t_ready) {
   if (n)
     hk_flight_round(ctx, t_ready);
+  if (n)
+    hk_observe_round_started(&ctx->obs,
+                             &(hk_obs_round){.n = n, .t_ready = t_ready});
   plan *pp = NULL;
   hk_status st = plan_get(ctx, n, &pp);
   if (st != HK_OK)
@@ -795,19 +767,13 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
       st = hk_fail(st, "tensor '%s': %s", p.h[p.order[a]]->req.name, msg);
       break;
     }
-    char args[160] = "", kinds[32];
-    if (ctx->timeline) {
-      size_t bytes = 0;
+    char kinds[32]; /* the transport's name, for tensor_done */
+    if (hk_observe_on(&ctx->obs, HK_OBS_BIT(HK_OBS_TENSOR_DONE))) {
       for (uint32_t i = a; i < b; i++)
-        bytes += p.items[p.order[i]].bytes;
-      const hk_allreduce_impl *impl = p.items[p.order[a]].impl;
-      snprintf(args, sizeof args,
-               "\"algorithm\":\"%s\",\"transport\":\"%s\","
-               "\"fused_tensors\":%u,\"bytes\":%zu",
-               impl ? impl->schedule : labels[label_of(h0->req.coll)].algo,
-               ctx->size > 1 ? mesh_transport(ctx, kinds, sizeof kinds)
-                             : "none",
-               b - a, bytes);
+        ob.bytes += p.items[p.order[i]].bytes;
+      ob.algorithm = algo_label(h0->req.coll, p.items[p.order[a]].impl);
+      ob.transport =
+          ctx->size > 1 ? mesh_transport(ctx, kinds, sizeof kinds) : "none";
     }
     /* the observers see the batch end, then its tensors; then all its
      * handles complete under one lock */
@@ -820,9 +786,7 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
     flight_group(ctx, &p, a, b, HK_FLIGHT_DONE, t[3]);
     for (uint32_t i = a; i < b; i++) {
       hk_handle h = p.h[p.order[i]];
-      if (ctx->timeline && !h->phantom)
-        trace(ctx, &rs[p.order[i]], h, t_ready, t, fused || dev_allreduce,
-              args);
+      hk_observe_tensor_done(&ctx->obs, &p.obs[i], &ob);
       warn_if_sum_overflowed(ctx, h);
       if (h->phantom)
         free_phantom(ctx, h);

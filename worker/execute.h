@@ -7,7 +7,8 @@
  * prescale), reduced once, and unpacked (applying each postscale); a lone
  * tensor, and any allreduce over HK_FUSION_DIRECT_BYTES, runs straight on its
  * own buffers. Uncached tensors that ran OK enter the response cache, in
- * response order, as on every other rank. Rank 0 writes the timeline.
+ * response order, as on every other rank. The observers (observe/observe.h)
+ * are told of the round, each tensor and each batch as it goes.
  * Background thread only.
  */
 #ifndef HK_WORKER_EXECUTE_H
@@ -16,7 +17,7 @@
 #include "worker/context.h"
 
 /**
- * Runs rs[0..n) (t_ready: when rank 0 made them ready, for the timeline).
+ * Runs rs[0..n) (t_ready: when rank 0 made them ready, for the observers).
  * Errors: HK_ERR_PROTOCOL (a response names a tensor this rank does not
  * have in flight, or an unknown cache bit), and what the ring returns
  * (HK_ERR_PEER_LOST, HK_ERR_TIMEOUT, HK_ERR_NOMEM): the job then fails.

@@ -38,7 +38,7 @@ static hk_status enqueue_locked(hk_ctx *ctx, hk_handle h) {
   hk_status st = hk_strmap_put(ctx->inflight, h->req.name, h);
   if (st != HK_OK)
     return st;
-  if (ctx->timeline || ctx->flight) /* read-only after hk_init */
+  if (ctx->flight) /* read-only after hk_init */
     h->t_submit = hk_now();
   if (ctx->queue_tail)
     ctx->queue_tail->next = h;

@@ -19,7 +19,6 @@
 #include "worker/flight.h"
 #include "worker/monitor.h"
 #include "worker/queue.h"
-#include "worker/timeline.h"
 
 int hk_round_shutdown_requested(hk_ctx *ctx) {
   pthread_mutex_lock(&ctx->mu);
@@ -313,8 +312,6 @@ hk_status hk_round_coordinate(hk_ctx *ctx, hk_round *R,
     hk_observe_message(&ctx->obs, &sent);
   }
   ctx->ninval = 0; /* rank 0 retired them when it decided */
-  if (ctx->timeline && n && ctx->cfg.timeline_mark_cycles)
-    hk_timeline_mark(ctx->timeline, "CYCLE_START", t_ready);
   if (st == HK_OK)
     st = hk_execute_responses(ctx, rs, n, t_ready);
   hk_negotiator_free_responses(rs, n);

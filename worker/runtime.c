@@ -36,7 +36,6 @@
 #include "worker/placement.h"
 #include "worker/queue.h"
 #include "worker/rings.h"
-#include "worker/timeline.h"
 
 /* The runtime context; set by hk_init before any other thread may use it,
  * cleared by hk_shutdown after the background thread has stopped. */
@@ -102,7 +101,6 @@ static void destroy(hk_ctx *ctx) {
   hk_mesh_close(&ctx->mesh, ctx->size);
   hk_intra_destroy(ctx);
   hk_execute_release(ctx);
-  hk_timeline_close(ctx->timeline);
   hk_flight_close(ctx);
   hk_cache_destroy(ctx->cache);
   free(ctx->inval);
@@ -208,11 +206,6 @@ hk_status hk_init(void) {
     st = hk_negotiator_create(ctx->size, &ctx->negotiator);
   if (st == HK_OK)
     st = hk_cache_create((uint32_t)ctx->cfg.cache_capacity, &ctx->cache);
-  if (st == HK_OK && ctx->rank == 0 && ctx->cfg.timeline[0]) {
-    st = hk_timeline_open(ctx->cfg.timeline, &ctx->timeline);
-    hk_timeline_set_limit(ctx->timeline,
-                          (size_t)(ctx->cfg.timeline_max_mb * 1048576.0));
-  }
   if (st == HK_OK)
     st = hk_flight_open(ctx);
   if (st == HK_OK)

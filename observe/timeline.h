@@ -2,7 +2,8 @@
  * timeline.h - HK_TIMELINE=file.json: a Chrome trace-event file (the JSON
  * array format that chrome://tracing and Perfetto open) of what rank 0's
  * background thread did: per tensor, one row ("thread") with its phases
- * (worker/execute.c writes them):
+ * (the timeline observer, observe/timeline_hooks.c, writes them from the
+ * tensor_done hook, observe/observe.h):
  *   NEGOTIATE      rank 0 had the first rank's request -> it sent the
  *                  response (times are rank 0's: when requests arrived)
  *   WAIT_FOR_DATA  inside it: the first rank's request -> the last
@@ -16,13 +17,13 @@
  *                  no data; transport; fused tensors; bytes)
  * and, with HK_TIMELINE_MARK_CYCLES=1 (hkrun --timeline-mark-cycles), an
  * instant CYCLE_START marker on row 0 per negotiation round that ran
- * something.
+ * something (the round_started hook), at the time the round was ready.
  *
  * The file is valid JSON after every event: each event is written with
  * the closing bracket behind it, in one pwrite(2) that overwrites the
  * previous closing bracket, so a job killed by an error or a signal (even
- * SIGKILL) leaves a file that parses. When HK_TIMELINE is unset the
- * runtime holds NULL and every call site is one branch.
+ * SIGKILL) leaves a file that parses. When HK_TIMELINE is unset no
+ * timeline observer is attached and the engine's hooks cost one branch.
  * A bound (HK_TIMELINE_MAX_MB, hk_timeline_set_limit) keeps a long job
  * from filling the disk: the event that would take the file past it is
  * not written; a TIMELINE_TRUNCATED instant takes its place, saying the
@@ -31,12 +32,21 @@
  * Times: seconds on hk_now()'s clock in, microseconds since open out.
  * Thread-safety: the background thread only.
  */
-#ifndef HK_WORKER_TIMELINE_H
-#define HK_WORKER_TIMELINE_H
+#ifndef HK_OBSERVE_TIMELINE_H
+#define HK_OBSERVE_TIMELINE_H
 
 #include "hk/hk.h"
+#include "observe/observe.h"
 
 typedef struct hk_timeline hk_timeline;
+
+/**
+ * Rank 0 with HK_TIMELINE set (s->cfg->timeline): opens the file (bounded
+ * by HK_TIMELINE_MAX_MB) and attaches the timeline observer, which closes
+ * it at detach; elsewhere does nothing. Errors: hk_timeline_open's, or
+ * hk_observe_attach's.
+ */
+hk_status hk_timeline_attach(hk_observers *o, const hk_obs_setup *s);
 
 /** Creates (truncates) path and writes the empty array "[]".
  *  Errors: HK_ERR_SYSTEM naming the file. */

@@ -1,4 +1,4 @@
-#include "worker/timeline.h"
+#include "observe/timeline.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -8,7 +8,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "collectives/transport/tcp.h"
 #include "common/buf.h"
 #include "common/clock.h"
 #include "common/log.h"
