@@ -3,6 +3,7 @@
  */
 #include "observe/attach.h"
 
+#include "observe/flight.h"
 #include "observe/introspect.h"
 #include "observe/timeline.h"
 
@@ -10,6 +11,7 @@
 static hk_status (*const attachers[])(hk_observers *, const hk_obs_setup *) = {
     hk_introspect_attach,
     hk_timeline_attach,
+    hk_flight_attach,
 };
 
 hk_status hk_observe_open(hk_observers *o, const hk_obs_setup *s) {

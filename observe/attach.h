@@ -9,7 +9,8 @@
 
 /**
  * Attaches, in this order: introspection (always: worker/internal.h reads
- * it), the timeline (rank 0 with HK_TIMELINE). On an error the observers
+ * it), the timeline (rank 0 with HK_TIMELINE), the flight recorder
+ * (unless HK_FLIGHT_RECORDER=0). On an error the observers
  * attached so far stay attached (hk_observe_detach frees them). Errors: those
  * of each observer's attach (HK_ERR_NOMEM, HK_ERR_SYSTEM naming what failed).
  */

@@ -65,7 +65,6 @@
 #include "common/status.h"
 #include "coordinator/channel.h"
 #include "worker/execute.h"
-#include "worker/flight.h"
 #include "worker/monitor.h"
 #include "worker/queue.h"
 #include "worker/round.h"
@@ -122,7 +121,7 @@ static void fail_job(hk_ctx *ctx, hk_status st, const char *what, int relay) {
   }
   hk_log(st == HK_ERR_SHUTDOWN ? HK_LOG_INFO : HK_LOG_ERROR, "%s", reason);
   if (st != HK_ERR_SHUTDOWN) /* before the handles complete: still pending */
-    hk_flight_dump(ctx, reason);
+    hk_observe_error(&ctx->obs, st, reason);
   if (relay && ctx->rank == 0 && ctx->size > 1)
     relay_failure(ctx, st, reason);
   hk_queue_fail_all(ctx, st, reason);
@@ -295,14 +294,16 @@ void *hk_background_main(void *arg) {
   hk_ctx *ctx = arg;
   hk_round R;
   ctx->next_stall_check = ctx->next_stall_warning = hk_now();
-  /* poll set: wake fd, launcher fd, flight recorder fd, then control fd(s) */
-  struct pollfd *pfds = calloc((size_t)ctx->size + 3, sizeof *pfds);
+  /* poll set: wake fd, launcher fd, the observers' fds (the flight
+   * recorder's SIGUSR1 pipe, ...), then control fd(s) */
+  struct pollfd *pfds =
+      calloc((size_t)ctx->size + 2 + HK_OBSERVE_MAX, sizeof *pfds);
   hk_status st0 = hk_round_init(ctx, &R);
   if (!pfds || st0 != HK_OK) {
     fail_job(ctx, HK_ERR_NOMEM, "cannot allocate the poll set", 1);
     goto out;
   }
-  int npfd = 0, wake_i, launcher_i = -1, flight_i = -1, first_ctrl;
+  int npfd = 0, wake_i, launcher_i = -1, obs_i, first_ctrl;
   pfds[npfd++] = (struct pollfd){.fd = ctx->wake_fd, .events = POLLIN};
   wake_i = 0;
   if (ctx->mesh.launcher_fd >= 0) {
@@ -310,10 +311,8 @@ void *hk_background_main(void *arg) {
     pfds[npfd++] =
         (struct pollfd){.fd = ctx->mesh.launcher_fd, .events = POLLIN};
   }
-  if (hk_flight_fd(ctx) >= 0) {
-    flight_i = npfd;
-    pfds[npfd++] = (struct pollfd){.fd = hk_flight_fd(ctx), .events = POLLIN};
-  }
+  obs_i = npfd;
+  npfd += hk_observe_poll_fds(&ctx->obs, pfds + npfd, HK_OBSERVE_MAX);
   first_ctrl = npfd;
   if (ctx->size > 1) {
     if (ctx->rank == 0)
@@ -339,8 +338,7 @@ void *hk_background_main(void *arg) {
       ssize_t rd = read(ctx->wake_fd, &v, sizeof v);
       (void)rd;
     }
-    if (flight_i >= 0 && pfds[flight_i].revents)
-      hk_flight_signalled(ctx); /* SIGUSR1: write the flight record */
+    hk_observe_polled(&ctx->obs, pfds + obs_i); /* SIGUSR1: a flight record */
     hk_status st = HK_OK;
     if (ctx->rank == 0) {
       st = hk_round_coordinate(ctx, &R, pfds, first_ctrl);

@@ -135,9 +135,6 @@ typedef struct hk_ctx {
   hk_cache *cache;           /* [bg] the response cache (same on all ranks) */
   uint32_t *inval;           /* [bg] rank 0: bits retired, not yet told */
   uint32_t ninval, cap_inval;
-  struct hk_flight *flight;  /* [bg] the flight recorder (worker/flight.h),
-                                NULL with HK_FLIGHT_RECORDER=0; the
-                                pointer is set by hk_init */
   uint8_t *fusion;           /* [bg] the fusion buffer, cfg.fusion_threshold
                                 bytes, mapped on first use and reused */
   struct hk_exec_plan *plan; /* [bg] worker/execute.c's working arrays,

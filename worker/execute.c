@@ -18,7 +18,6 @@
 #include "coordinator/fusion.h"
 #include "device/host/reduce.h"
 #include "worker/devplane.h"
-#include "worker/flight.h"
 #include "worker/queue.h"
 
 /* Working arrays for the n responses of one message, kept between calls
@@ -647,15 +646,6 @@ static void finish_handle(hk_ctx *ctx, hk_handle h, hk_status st,
     hk_queue_complete(ctx, h, st, reason);
 }
 
-/* The flight recorder's state of group members p->order[a..b) at t. */
-static void flight_group(hk_ctx *ctx, const plan *p, uint32_t a, uint32_t b,
-                         hk_flight_state state, double t) {
-  if (!ctx->flight)
-    return;
-  for (uint32_t i = a; i < b; i++)
-    hk_flight_mark(ctx, p->h[p->order[i]], state, t);
-}
-
 /* The batch p->order[a..b) as the observers see it (observe/observe.h),
  * its tensors in p->obs[a..b). */
 static hk_obs_batch observed_batch(plan *p, const hk_wire_response *rs,
@@ -667,8 +657,6 @@ static hk_obs_batch observed_batch(plan *p, const hk_wire_response *rs,
 
 hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
                                uint32_t n, double t_ready) {
-  if (n)
-    hk_flight_round(ctx, t_ready);
   if (n)
     hk_observe_round_started(&ctx->obs,
                              &(hk_obs_round){.n = n, .t_ready = t_ready});
@@ -687,7 +675,8 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
       break;
     if (!p.h[i]) /* a failure this rank (joined) takes no part in */
       continue;
-    hk_flight_negotiated(ctx, p.h[i], t_ready);
+    hk_obs_tensor ot = hk_observed(p.h[i], &rs[i], t_ready);
+    hk_observe_negotiated(&ctx->obs, &ot);
     const hk_wire_request *q = &p.h[i]->req;
     size_t bytes = q->count * hk_dtype_size((hk_dtype)q->dtype);
     const int device = q->mem == HK_WIRE_MEM_DEVICE;
@@ -727,7 +716,6 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
   if (st == HK_OK)
     for (uint32_t i = 0; i < n; i++) /* failed negotiations end at once */
       if (rs[i].status != HK_OK && p.h[i]) {
-        hk_flight_mark(ctx, p.h[i], HK_FLIGHT_FAILED, t_ready);
         finish_handle(ctx, p.h[i], (hk_status)rs[i].status, rs[i].reason);
         p.h[i] = NULL;
       }
@@ -745,8 +733,10 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
     const int dev_allreduce =
         h0->req.mem == HK_WIRE_MEM_DEVICE && h0->req.coll == HK_COLL_ALLREDUCE;
     hk_obs_batch ob = observed_batch(&p, rs, a, b, t_ready);
-    if (ctx->flight)
-      flight_group(ctx, &p, a, b, HK_FLIGHT_RUNNING, hk_now());
+    if (hk_observe_on(&ctx->obs, HK_OBS_BIT(HK_OBS_BATCH_STARTED))) {
+      ob.t_start = hk_now();
+      hk_observe_batch_started(&ctx->obs, &ob);
+    }
     if (dev_allreduce)
       st = run_device(ctx, &p, a, b, rs[p.order[a]].divisor, t);
     else if (h0->req.mem == HK_WIRE_MEM_DEVICE)
@@ -757,13 +747,11 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
                ? run_fused(ctx, &p, a, b, t)
                : run_alone(ctx, h0, rs[p.order[a]].divisor, &rs[p.order[a]], t);
     if (st != HK_OK) {
+      char msg[HK_ERROR_MSG_CAP];
+      snprintf(msg, sizeof msg, "%s", hk_last_error());
       ob.status = st;
       ob.t_end = hk_now();
       hk_observe_batch_done(&ctx->obs, &ob);
-      if (ctx->flight)
-        flight_group(ctx, &p, a, b, HK_FLIGHT_FAILED, hk_now());
-      char msg[HK_ERROR_MSG_CAP];
-      snprintf(msg, sizeof msg, "%s", hk_last_error());
       st = hk_fail(st, "tensor '%s': %s", p.h[p.order[a]]->req.name, msg);
       break;
     }
@@ -783,7 +771,6 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
     ob.staged = fused || dev_allreduce;
     hk_observe_batch_done(&ctx->obs, &ob);
     uint32_t ndone = 0;
-    flight_group(ctx, &p, a, b, HK_FLIGHT_DONE, t[3]);
     for (uint32_t i = a; i < b; i++) {
       hk_handle h = p.h[p.order[i]];
       hk_observe_tensor_done(&ctx->obs, &p.obs[i], &ob);

@@ -12,7 +12,6 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "worker/devplane.h"
-#include "worker/flight.h"
 
 static void wake(hk_ctx *ctx) {
   uint64_t one = 1;
@@ -38,7 +37,7 @@ static hk_status enqueue_locked(hk_ctx *ctx, hk_handle h) {
   hk_status st = hk_strmap_put(ctx->inflight, h->req.name, h);
   if (st != HK_OK)
     return st;
-  if (ctx->flight) /* read-only after hk_init */
+  if (hk_observe_wants_submit_time(&ctx->obs)) /* read-only after hk_init */
     h->t_submit = hk_now();
   if (ctx->queue_tail)
     ctx->queue_tail->next = h;
@@ -140,10 +139,12 @@ static hk_handle take(hk_ctx *ctx, int quiet) {
   ctx->wake_muted = quiet && list != NULL;
   pthread_mutex_unlock(&ctx->mu);
   /* the background thread's own index of them (a failed insert only
-   * sends hk_queue_find to the locked table) */
-  for (hk_handle h = list; h; h = h->next)
+   * sends hk_queue_find to the locked table); the observers see them */
+  for (hk_handle h = list; h; h = h->next) {
     (void)hk_strmap_put(ctx->taken, h->req.name, h);
-  hk_flight_taken(ctx, list);
+    hk_obs_tensor t = hk_observed(h, NULL, 0);
+    hk_observe_taken(&ctx->obs, &t);
+  }
   return list;
 }
 

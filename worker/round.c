@@ -16,7 +16,6 @@
 #include "common/status.h"
 #include "coordinator/channel.h"
 #include "worker/execute.h"
-#include "worker/flight.h"
 #include "worker/monitor.h"
 #include "worker/queue.h"
 
@@ -178,7 +177,7 @@ static void inspect_stalls(hk_ctx *ctx, hk_round *R) {
     hk_log(HK_LOG_WARNING,
            "stall: %u tensor(s) submitted by some ranks but not others: %s", n,
            what);
-    hk_flight_stall(ctx, what);
+    hk_observe_stall(&ctx->obs, what);
     ctx->next_stall_warning = now + check;
   }
   if (check > 0 && ctx->next_stall_warning > now &&

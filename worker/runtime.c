@@ -27,7 +27,6 @@
 #include "worker/context.h"
 #include "worker/devplane.h"
 #include "worker/execute.h"
-#include "worker/flight.h"
 #include "worker/internal.h"
 #include "worker/intra.h"
 #include "worker/monitor.h"
@@ -101,7 +100,6 @@ static void destroy(hk_ctx *ctx) {
   hk_mesh_close(&ctx->mesh, ctx->size);
   hk_intra_destroy(ctx);
   hk_execute_release(ctx);
-  hk_flight_close(ctx);
   hk_cache_destroy(ctx->cache);
   free(ctx->inval);
   free(ctx->layout);
@@ -206,8 +204,6 @@ hk_status hk_init(void) {
     st = hk_negotiator_create(ctx->size, &ctx->negotiator);
   if (st == HK_OK)
     st = hk_cache_create((uint32_t)ctx->cfg.cache_capacity, &ctx->cache);
-  if (st == HK_OK)
-    st = hk_flight_open(ctx);
   if (st == HK_OK)
     st = hk_observers_open(ctx);
   if (st == HK_OK)

@@ -3,8 +3,9 @@
  * in order when it wraps (common/flight_record.h), the record file reads
  * back as written (names with tabs, newlines and backslashes included),
  * malformed records give errors naming the line and fault, and the
- * worker's hooks (worker/flight.h) record a round's collectives, wrap,
- * list the tensors in flight, and write on SIGUSR1 through the pipe.
+ * recorder's hooks (observe/flight.h, through the dispatch of
+ * observe/observe.h) record a round's collectives, wrap, list the tensors
+ * in flight, and write on SIGUSR1 through the pipe.
  */
 #include <dirent.h>
 #include <poll.h>
@@ -21,12 +22,11 @@
 
 #include <cmocka.h>
 
+#include "common/config.h"
 #include "common/flight_record.h"
 #include "common/status.h"
-#include "common/strmap.h"
 #include "coordinator/wire.h"
-#include "worker/context.h"
-#include "worker/flight.h"
+#include "observe/flight.h"
 
 /* A fresh folder under $TMPDIR (scripts/test.sh gives each run one). */
 static void make_dir(char *out, size_t cap) {
@@ -290,28 +290,39 @@ static void test_record_errors(void **s) {
   remove_dir(dir, "0123456789abcdef", 0);
 }
 
-/* A context with just what worker/flight.c uses. */
-static hk_ctx *make_ctx(const char *dir, size_t cap) {
-  hk_ctx *ctx = calloc(1, sizeof *ctx);
-  assert_non_null(ctx);
-  ctx->rank = 0;
-  ctx->size = 1;
-  ctx->cfg.flight_recorder = cap;
-  snprintf(ctx->cfg.flight_dir, sizeof ctx->cfg.flight_dir, "%s", dir);
-  pthread_mutex_init(&ctx->mu, NULL);
-  assert_int_equal(hk_strmap_create(&ctx->inflight), HK_OK);
-  assert_int_equal(hk_flight_open(ctx), HK_OK);
-  return ctx;
+/* The engine a test plays: its tensors in flight (none queued). */
+typedef struct fake_engine {
+  const hk_obs_tensor *inflight[4];
+  size_t n;
+} fake_engine;
+
+static void each_pending(void *engine, hk_obs_visit visit, void *arg) {
+  fake_engine *e = engine;
+  for (size_t i = 0; i < e->n; i++)
+    visit(arg, e->inflight[i], 0);
 }
 
-static void free_ctx(hk_ctx *ctx) {
-  hk_flight_close(ctx);
-  hk_strmap_destroy(ctx->inflight);
-  pthread_mutex_destroy(&ctx->mu);
-  free(ctx);
+/* A rank 0 of one with a recorder of cap entries writing into dir,
+ * attached to o as hk_init attaches it. */
+static hk_config *attach(hk_observers *o, fake_engine *e, const char *dir,
+                         size_t cap) {
+  hk_config *cfg = calloc(1, sizeof *cfg);
+  assert_non_null(cfg);
+  cfg->flight_recorder = cap;
+  snprintf(cfg->flight_dir, sizeof cfg->flight_dir, "%s", dir);
+  memset(o, 0, sizeof *o);
+  hk_obs_setup s = {
+      .cfg = cfg, .rank = 0, .size = 1, .pending = {each_pending, e}};
+  assert_int_equal(hk_flight_attach(o, &s), HK_OK);
+  return cfg;
 }
 
-/* Reads the record ctx's rank wrote into dir. */
+static void detach(hk_observers *o, hk_config *cfg) {
+  hk_observe_detach(o, 0);
+  free(cfg);
+}
+
+/* Reads the record rank 0 wrote into dir. */
 static void read_own(const char *dir, hk_flight_file *f) {
   char job[17], name[96], path[4200];
   snprintf(job, sizeof job, "%016lx", (unsigned long)getpid());
@@ -320,40 +331,58 @@ static void read_own(const char *dir, hk_flight_file *f) {
   assert_int_equal(hk_flight_read(path, f), HK_OK);
 }
 
+/* A tensor of the test: its request, slot and view. */
+typedef struct tensor {
+  hk_wire_request req;
+  uint64_t slot;
+  hk_obs_tensor t;
+} tensor;
+
+static void make_tensor(tensor *x, const char *name, unsigned coll,
+                        unsigned dtype, size_t count, double t_submit) {
+  memset(x, 0, sizeof *x);
+  snprintf(x->req.name, sizeof x->req.name, "%s", name);
+  x->req.coll = (uint8_t)coll;
+  x->req.dtype = (uint8_t)dtype;
+  x->req.count = count;
+  x->t =
+      (hk_obs_tensor){.req = &x->req, .t_submit = t_submit, .slot = &x->slot};
+}
+
 static void test_hooks_record_wrap_and_pending(void **s) {
   (void)s;
   char dir[4096];
   make_dir(dir, sizeof dir);
-  hk_ctx *ctx = make_ctx(dir, 4);
-  struct hk_handle_s hs[7];
-  memset(hs, 0, sizeof hs);
+  fake_engine eng = {0};
+  hk_observers o;
+  hk_config *cfg = attach(&o, &eng, dir, 4);
+  hk_wire_response ok;
+  memset(&ok, 0, sizeof ok);
+  tensor hs[7];
   for (int i = 0; i < 7; i++) { /* one round per tensor, all done */
-    hk_handle h = &hs[i];
-    snprintf(h->req.name, sizeof h->req.name, "grad.%d", i);
-    h->req.coll = HK_COLL_ALLREDUCE;
-    h->req.dtype = HK_FLOAT32;
-    h->req.count = 10;
-    h->t_submit = 100.0 + i;
-    hk_flight_taken(ctx, h);
-    hk_flight_round(ctx, 100.5 + i);
-    hk_flight_negotiated(ctx, h, 100.5 + i);
-    hk_flight_mark(ctx, h, HK_FLIGHT_RUNNING, 100.6 + i);
-    hk_flight_mark(ctx, h, HK_FLIGHT_DONE, 100.7 + i);
+    char name[16];
+    snprintf(name, sizeof name, "grad.%d", i);
+    make_tensor(&hs[i], name, HK_COLL_ALLREDUCE, HK_FLOAT32, 10, 100.0 + i);
+    hk_obs_tensor *t = &hs[i].t;
+    hk_observe_taken(&o, t);
+    hk_observe_round_started(&o, &(hk_obs_round){1, 100.5 + i});
+    t->resp = &ok;
+    t->t_ready = 100.5 + i;
+    hk_observe_negotiated(&o, t);
+    hk_obs_batch b = {.tensors = t, .n = 1, .t_start = 100.6 + i};
+    hk_observe_batch_started(&o, &b);
+    b.status = HK_OK;
+    b.t_end = 100.7 + i;
+    hk_observe_batch_done(&o, &b);
   }
   /* one taken and in flight, one still in the queue (no entry yet) */
-  struct hk_handle_s late = {0}, queued = {0};
-  snprintf(late.req.name, sizeof late.req.name, "late");
-  late.req.coll = HK_COLL_BROADCAST;
-  late.req.dtype = HK_INT32;
-  late.req.count = 3;
-  late.t_submit = 200;
-  hk_flight_taken(ctx, &late);
-  queued = late;
-  queued.obs_slot = 0;
-  snprintf(queued.req.name, sizeof queued.req.name, "queued");
-  assert_int_equal(hk_strmap_put(ctx->inflight, "late", &late), HK_OK);
-  assert_int_equal(hk_strmap_put(ctx->inflight, "queued", &queued), HK_OK);
-  hk_flight_dump(ctx, "unit test");
+  tensor late, queued;
+  make_tensor(&late, "late", HK_COLL_BROADCAST, HK_INT32, 3, 200);
+  hk_observe_taken(&o, &late.t);
+  make_tensor(&queued, "queued", HK_COLL_BROADCAST, HK_INT32, 3, 200);
+  eng.inflight[eng.n++] = &late.t;
+  eng.inflight[eng.n++] = &queued.t;
+  hk_observe_error(&o, HK_ERR_TIMEOUT, "unit test");
   hk_flight_file f;
   read_own(dir, &f);
   assert_string_equal(f.h.reason, "unit test");
@@ -395,14 +424,15 @@ static void test_hooks_record_wrap_and_pending(void **s) {
   /* SIGUSR1 only makes the pipe readable; the "background thread" (this
    * test) writes the record when it sees it */
   assert_int_equal(raise(SIGUSR1), 0);
-  struct pollfd p = {.fd = hk_flight_fd(ctx), .events = POLLIN};
+  struct pollfd p;
+  assert_int_equal(hk_observe_poll_fds(&o, &p, 1), 1);
   assert_int_equal(poll(&p, 1, 10000), 1);
-  hk_flight_signalled(ctx);
+  hk_observe_polled(&o, &p);
   read_own(dir, &f);
   assert_string_equal(f.h.reason, "SIGUSR1 (a dump was asked for)");
   hk_flight_file_free(&f);
   assert_int_equal(poll(&p, 1, 0), 0); /* drained */
-  free_ctx(ctx);
+  detach(&o, cfg);
   char job[17];
   snprintf(job, sizeof job, "%016lx", (unsigned long)getpid());
   remove_dir(dir, job, 1);
@@ -410,15 +440,23 @@ static void test_hooks_record_wrap_and_pending(void **s) {
 
 static void test_off_records_nothing(void **s) {
   (void)s;
-  hk_ctx *ctx = make_ctx(".", 0);
-  assert_null(ctx->flight);
-  assert_int_equal(hk_flight_fd(ctx), -1);
-  struct hk_handle_s h = {0};
-  hk_flight_taken(ctx, &h);
-  hk_flight_negotiated(ctx, &h, 1.0);
-  hk_flight_dump(ctx, "nothing");
-  assert_int_equal(h.obs_slot, 0);
-  free_ctx(ctx);
+  fake_engine eng = {0};
+  hk_observers o;
+  hk_config *cfg = attach(&o, &eng, ".", 0);
+  assert_int_equal(o.n, 0); /* not attached */
+  struct pollfd p;
+  assert_int_equal(hk_observe_poll_fds(&o, &p, 1), 0);
+  tensor h;
+  make_tensor(&h, "", HK_COLL_ALLREDUCE, HK_FLOAT32, 0, 0);
+  hk_wire_response ok;
+  memset(&ok, 0, sizeof ok);
+  hk_observe_taken(&o, &h.t);
+  h.t.resp = &ok;
+  h.t.t_ready = 1.0;
+  hk_observe_negotiated(&o, &h.t);
+  hk_observe_error(&o, HK_ERR_TIMEOUT, "nothing");
+  assert_int_equal(h.slot, 0);
+  detach(&o, cfg);
 }
 
 int main(void) {
