@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# monitor_overhead.sh - what the straggler monitor (worker/monitor.h)
+# monitor_overhead.sh - what the straggler monitor (observe/monitor.h)
 # costs a training step: `hkbench --model resnet50` at np 4 with the
 # monitor off and on (HK_MONITOR=1, telemetry every second, no NVML on a
 # CPU machine), in interleaved pairs, medians of the per-run step medians.

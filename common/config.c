@@ -140,7 +140,7 @@ static const tunable table[] = {
      "collectives moves this many bytes per rank",
      .offset = OFF(shm_slot_bytes), .kind = HK_TUNABLE_SIZE,
      .parse = check_slot_bytes, .values_text = "a multiple of 64"},
-    /* worker/monitor.h: a window of 100 rounds is a few training steps of
+    /* observe/monitor.h: a window of 100 rounds is a few training steps of
      * a model with ~100 gradient batches (resnet50's 161 tensors fuse
      * into fewer), enough to average out one-off scheduling noise */
     {"HK_MONITOR_WINDOW", 100, 1, 1e9, "rounds",
@@ -175,7 +175,7 @@ static const tunable table[] = {
      "yielding its core, before it sleeps; 0: sleep at once",
      .offset = OFF(spin_us), .kind = HK_TUNABLE_NUMBER},
     /* PyTorch's TORCH_NCCL_TRACE_BUFFER_SIZE idea; 2000 entries of ~200
-     * bytes (worker/flight.h): ~0.4 MB per rank, seconds of a training
+     * bytes (observe/flight.h): ~0.4 MB per rank, seconds of a training
      * step's collectives */
     {"HK_FLIGHT_RECORDER", 2000, 0, 1 << 24, "collectives",
      "each rank keeps its last this many collectives and writes them on a "

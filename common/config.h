@@ -75,7 +75,7 @@ typedef struct hk_config {
   int compression; /* HK_COMPRESSION: hk_compression */
   int test_gpu;    /* HK_TEST_GPU: 1 = tests needing a GPU fail
                       instead of skipping */
-  /* Straggler and telemetry monitoring (worker/monitor.h) */
+  /* Straggler and telemetry monitoring (observe/monitor.h) */
   int monitor;               /* HK_MONITOR: 1 = on; also on with any of the
                                 three below or monitor_live */
   int monitor_live;          /* HK_MONITOR_LIVE: 1 = rank 0 sends hkrun its

@@ -1,13 +1,13 @@
 /*
  * flight_record.h - the flight recorder's data: the fixed ring of the last
  * collectives a rank took part in, and the record file every rank writes
- * when a job hangs or fails (worker/flight.h decides when; hkrun
+ * when a job hangs or fails (observe/flight.h decides when; hkrun
  * --diagnose reads the files back, launcher/diagnose.h).
  *
  * The ring: HK_FLIGHT_RECORDER entries allocated once (hk_flight_ring_init
  * at hk_init); recording overwrites the oldest entry, so it keeps the
  * newest `cap`, and never allocates. Thread-safety: none; the worker's
- * background thread is its only user (worker/flight.h).
+ * background thread is its only user (observe/flight.h).
  *
  * The record file, hk-flight.<job>.<rank>.txt, is text, one item per
  * line, fields separated by one tab:

@@ -22,7 +22,7 @@
  * Pure logic: no I/O, no threads, no clock of its own. Thread-safety: one
  * writer (rank 0's background thread) for hk_lateness_arrival / _tensor
  * / _end_round; readers of hk_lateness_window / _total must hold the lock
- * the writer holds around hk_lateness_end_round (worker/monitor.c).
+ * the writer holds around hk_lateness_end_round (observe/monitor.c).
  */
 #ifndef HK_COORDINATOR_LATENESS_H
 #define HK_COORDINATOR_LATENESS_H

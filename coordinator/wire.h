@@ -52,7 +52,7 @@ typedef enum hk_msg_type {
   HK_MSG_GOODBYE = 7,   /* worker -> hkrun: this rank left the job through
                            the API (hk_shutdown, or a failed hk_init) */
   HK_MSG_MONITOR = 8,   /* rank 0 -> hkrun: the live table of every rank
-                           (hkrun --monitor; worker/monitor.h) */
+                           (hkrun --monitor; observe/monitor.h) */
 } hk_msg_type;
 
 /** Which collective a request asks for. */
@@ -171,7 +171,7 @@ static inline void hk_wire_response_clear(hk_wire_response *r) {
 }
 
 /**
- * One telemetry sample of a rank (worker/telemetry.h), carried to rank 0
+ * One telemetry sample of a rank (observe/telemetry.h), carried to rank 0
  * in its REQUESTS when a new one exists (REQUESTS.has_sample). Fixed size
  * on the wire: 76 bytes. GPU fields are 0 unless gpu_ok.
  */
@@ -187,7 +187,7 @@ typedef struct hk_wire_sample {
   uint32_t power_limit_mw; /* enforced power limit, milliwatts */
   uint64_t mem_used;       /* GPU memory used, bytes */
   uint64_t throttle;       /* nvmlDeviceGetCurrentClocksThrottleReasons bits
-                              (worker/telemetry.h names them) */
+                              (observe/telemetry.h names them) */
   uint16_t ncpu;           /* the host's online CPUs */
   double load1;            /* the host's 1-minute load average */
   double cpu_s;            /* the process's CPU time, user + system, s */

@@ -1,6 +1,6 @@
 /*
  * dump.h - `hkrun --dump PID`: asks a running job to write its flight
- * records (worker/flight.h). PID is the process id of the job's hkrun
+ * records (observe/flight.h). PID is the process id of the job's hkrun
  * (printed by `hkrun -v`, or found with `pgrep hkrun`), or of the mpirun
  * that a multi-host hkrun became (Open MPI's mpirun forwards SIGUSR1 to
  * every rank); hkrun forwards SIGUSR1 to each rank's process.

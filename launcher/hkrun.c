@@ -26,7 +26,7 @@
  *   process holds it), no GOODBYE is coming. A worker that never
  *   registered (a plain program) is judged by its exit status alone.
  * - SIGUSR1 to hkrun (`hkrun --dump PID`) is forwarded to every worker's
- *   process: each rank writes its flight record (worker/flight.h); the job
+ *   process: each rank writes its flight record (observe/flight.h); the job
  *   goes on.
  * - SIGINT/SIGTERM/SIGHUP to hkrun are forwarded to every worker's process
  *   group, as mpirun and horovodrun do; workers still running after the

@@ -1,7 +1,7 @@
 /*
  * monitor.h - hkrun --monitor's display (issue 15, item 4): the table
  * rank 0 sends over its rendezvous connection every
- * HK_TELEMETRY_INTERVAL_S (HK_MSG_MONITOR; worker/monitor.h), one line
+ * HK_TELEMETRY_INTERVAL_S (HK_MSG_MONITOR; observe/monitor.h), one line
  * per rank. On a terminal each refresh redraws the table in place (ANSI
  * "cursor up" and "erase line"; worker output printed in between scrolls
  * it, and the next refresh draws it again below); otherwise each refresh

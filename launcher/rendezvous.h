@@ -83,7 +83,7 @@ hk_status hk_rdv_start(uv_loop_t *loop, int size, const hk_secret *secret,
                        uint16_t *port);
 
 /** Called with the text of each HK_MSG_MONITOR rank 0 sends (hkrun
- *  --monitor; worker/monitor.h), on the loop thread; text is borrowed for
+ *  --monitor; observe/monitor.h), on the loop thread; text is borrowed for
  *  the call. */
 typedef void (*hk_rdv_monitor_fn)(const char *text, void *ctx);
 

@@ -5,6 +5,7 @@
 
 #include "observe/flight.h"
 #include "observe/introspect.h"
+#include "observe/monitor.h"
 #include "observe/timeline.h"
 
 /* Each attaches its observer when s->cfg asks for it (else does nothing). */
@@ -12,6 +13,7 @@ static hk_status (*const attachers[])(hk_observers *, const hk_obs_setup *) = {
     hk_introspect_attach,
     hk_timeline_attach,
     hk_flight_attach,
+    hk_monitor_attach,
 };
 
 hk_status hk_observe_open(hk_observers *o, const hk_obs_setup *s) {

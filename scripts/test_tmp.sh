@@ -4,7 +4,7 @@
 # that removing DIR removes them all: the tests' own (TMPDIR, which the
 # harness and mktemp use), Open MPI's shared-memory segments (else in
 # /dev/shm), and the flight records that failing test jobs write
-# (worker/flight.h; else in each test's working directory, the build).
+# (observe/flight.h; else in each test's working directory, the build).
 hk_test_tmp() {
   export TMPDIR=$1
   export OMPI_MCA_btl_vader_backing_directory=$1

@@ -65,7 +65,6 @@
 #include "common/status.h"
 #include "coordinator/channel.h"
 #include "worker/execute.h"
-#include "worker/monitor.h"
 #include "worker/queue.h"
 #include "worker/round.h"
 
@@ -190,9 +189,9 @@ static hk_status worker_send(hk_ctx *ctx, hk_round *R) {
   m.u.requests.reqs = R->reqs;
   m.u.requests.nbits = nbits;
   m.u.requests.bits = R->bits;
-  if (ctx->monitor) /* telemetry rides on the request (worker/monitor.h) */
-    m.u.requests.has_sample =
-        (uint8_t)hk_monitor_take_sample(ctx->monitor, &m.u.requests.sample);
+  /* telemetry may ride on the request (observe/monitor.h) */
+  m.u.requests.has_sample =
+      (uint8_t)hk_observe_sample(&ctx->obs, &m.u.requests.sample);
   st =
       hk_channel_send(ctx->mesh.ctrl_fd, &m, &ctx->scratch, &ctx->io, "rank 0");
   if (st != HK_OK)
@@ -295,7 +294,8 @@ void *hk_background_main(void *arg) {
   hk_round R;
   ctx->next_stall_check = ctx->next_stall_warning = hk_now();
   /* poll set: wake fd, launcher fd, the observers' fds (the flight
-   * recorder's SIGUSR1 pipe, ...), then control fd(s) */
+   * recorder's SIGUSR1 pipe, the monitor's live table), then control
+   * fd(s) */
   struct pollfd *pfds =
       calloc((size_t)ctx->size + 2 + HK_OBSERVE_MAX, sizeof *pfds);
   hk_status st0 = hk_round_init(ctx, &R);
@@ -338,12 +338,11 @@ void *hk_background_main(void *arg) {
       ssize_t rd = read(ctx->wake_fd, &v, sizeof v);
       (void)rd;
     }
-    hk_observe_polled(&ctx->obs, pfds + obs_i); /* SIGUSR1: a flight record */
+    /* a flight record asked for by SIGUSR1, hkrun --monitor's table */
+    hk_observe_polled(&ctx->obs, pfds + obs_i);
     hk_status st = HK_OK;
     if (ctx->rank == 0) {
       st = hk_round_coordinate(ctx, &R, pfds, first_ctrl);
-      if (ctx->monitor && ctx->cfg.monitor_live)
-        hk_monitor_background(ctx->monitor); /* hkrun --monitor's table */
     } else {
       if (pfds[first_ctrl].revents)
         st = worker_receive(ctx, &R);

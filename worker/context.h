@@ -147,9 +147,6 @@ typedef struct hk_ctx {
   char dev_missing[512];   /* with dev NULL: why there is none */
   struct hk_devplane *gpu; /* [bg] streams, communicator, buffers */
 
-  /* Straggler and telemetry monitoring (worker/monitor.h), or NULL. */
-  struct hk_monitor *monitor;
-
   /* The observers (observe/observe.h): attached by hk_init (worker/
    * observers.h), detached by hk_shutdown; the list does not change while
    * the background thread runs, which is the one that calls the hooks. */

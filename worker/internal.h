@@ -1,18 +1,15 @@
 /*
  * internal.h - internal hooks into the worker runtime for bench/hkbench
  * and hk's own tests (NOT part of the public API in include/hk/hk.h, and
- * no stable interface): the runtime context, and the introspection
- * observer's record (observe/introspect.h says what it measures).
+ * no stable interface): the runtime context (worker/runtime.h), and the
+ * introspection observer's record (observe/introspect.h says what it
+ * measures).
  */
 #ifndef HK_WORKER_INTERNAL_H
 #define HK_WORKER_INTERNAL_H
 
 #include "observe/introspect.h"
-#include "worker/context.h"
-
-/** The runtime context between hk_init and hk_shutdown, else NULL.
- *  Defined in worker/runtime.c, which owns the one pointer to it. */
-hk_ctx *hk_runtime_context(void);
+#include "worker/runtime.h"
 
 /**
  * Any thread: copies the record of the collectives this rank ran (all

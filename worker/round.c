@@ -16,7 +16,6 @@
 #include "common/status.h"
 #include "coordinator/channel.h"
 #include "worker/execute.h"
-#include "worker/monitor.h"
 #include "worker/queue.h"
 
 int hk_round_shutdown_requested(hk_ctx *ctx) {
@@ -223,15 +222,16 @@ static hk_status coordinator_receive(hk_ctx *ctx, hk_round *R, int r) {
   }
   st = feed(ctx, r, m.u.requests.reqs, m.u.requests.n, m.u.requests.bits,
             m.u.requests.nbits);
-  if (m.u.requests.has_sample && ctx->monitor)
-    hk_monitor_add_sample(ctx->monitor, r, &m.u.requests.sample);
+  hk_obs_message got = {.kind = HK_OBS_MSG_REQUESTS,
+                        .rank = r,
+                        .sample = m.u.requests.has_sample ? &m.u.requests.sample
+                                                          : NULL};
+  hk_observe_message(&ctx->obs, &got);
   if (m.u.requests.shutdown && R->shutdown_rank < 0)
     R->shutdown_rank = r;
   hk_msg_free(&m);
   R->waiting[r] = 1;
   R->waiting_since[r] = hk_now();
-  hk_obs_message got = {.kind = HK_OBS_MSG_REQUESTS, .rank = r};
-  hk_observe_message(&ctx->obs, &got);
   return st;
 }
 
@@ -292,8 +292,6 @@ hk_status hk_round_coordinate(hk_ctx *ctx, hk_round *R,
     return st;
   if (n == 0 && R->shutdown_rank < 0 && !R->abort_status)
     return answer_waiting(ctx, R);
-  if (n && ctx->monitor)
-    hk_monitor_round_end(ctx->monitor);
   hk_msg m = {.type = HK_MSG_RESPONSES};
   m.u.responses.shutdown_rank = R->shutdown_rank;
   m.u.responses.abort_status = (uint16_t)R->abort_status;

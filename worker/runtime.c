@@ -27,14 +27,13 @@
 #include "worker/context.h"
 #include "worker/devplane.h"
 #include "worker/execute.h"
-#include "worker/internal.h"
 #include "worker/intra.h"
-#include "worker/monitor.h"
 #include "worker/mpi_exchange.h"
 #include "worker/observers.h"
 #include "worker/placement.h"
 #include "worker/queue.h"
 #include "worker/rings.h"
+#include "worker/runtime.h"
 
 /* The runtime context; set by hk_init before any other thread may use it,
  * cleared by hk_shutdown after the background thread has stopped. */
@@ -43,7 +42,7 @@ static hk_ctx *g_ctx;
  * call without a context can say which side of the job it came from. */
 static int g_shut_down;
 
-/* Declared in worker/internal.h (internal; not part of hk.h). */
+/* Declared in worker/runtime.h (internal; not part of hk.h). */
 hk_ctx *hk_runtime_context(void) { return g_ctx; }
 
 /* HK_ERR_NOT_INITIALIZED for fn, called with no job: before hk_init, or
@@ -93,7 +92,6 @@ static void die_with_launcher(hk_ctx *ctx) {
 }
 
 static void destroy(hk_ctx *ctx) {
-  hk_monitor_stop(ctx, 0);         /* (a no-op once hk_shutdown stopped it) */
   hk_observe_detach(&ctx->obs, 0); /* (a no-op once hk_shutdown did) */
   hk_devplane_close(ctx); /* before the mesh: a comm may use the network */
   hk_rings_destroy(ctx);  /* (the shm group before the segment goes) */
@@ -221,8 +219,6 @@ hk_status hk_init(void) {
   if (st == HK_OK)
     st = hk_agree_settings(ctx);
   if (st == HK_OK)
-    st = hk_monitor_start(ctx);
-  if (st == HK_OK)
     st = hk_observers_ready(ctx);
   if (st == HK_OK) {
     /* SIGUSR1 (the flight recorder's) is for the trainer's threads: the
@@ -264,7 +260,8 @@ hk_status hk_shutdown(void) {
   (void)w;
   if (ctx->thread_started)
     pthread_join(ctx->thread, NULL);
-  hk_monitor_stop(ctx, 1); /* rank 0: the report, the last metrics file */
+  /* the observers go (rank 0's monitor: the report, the last metrics
+   * file) */
   hk_observe_detach(&ctx->obs, 1);
   say_goodbye(ctx);
   cache_report(ctx);

@@ -1,6 +1,6 @@
 /*
  * stub_nvml.c - a stand-in NVML for the monitor tests (test_monitor): the
- * entry points worker/telemetry.c loads, with the signatures of NVIDIA's
+ * entry points observe/telemetry.c loads, with the signatures of NVIDIA's
  * NVML API reference, returning scripted figures. Four GPUs; the one
  * whose index is STUB_NVML_HOT_GPU (unset: none) runs hot: 87 C, SM clock
  * 1410 of 1980 MHz, thermal slowdown (nvmlClocksEventReasonSwThermalSlowdown

@@ -412,7 +412,7 @@ static void test_timeline_bounded(void **s) {
 static void test_timeline_survives_kill(void **s) {
   (void)s;
   /* a directory of its own: a rank that sees hkrun die before it dies
-   * writes its flight record beside the timeline (worker/flight.h) */
+   * writes its flight record beside the timeline (observe/flight.h) */
   char dir[96], path[128];
   assert_int_equal(hkt_mkdtemp("hk_timeline_", dir, sizeof dir), 0);
   snprintf(path, sizeof path, "%s/timeline.json", dir);

@@ -1,8 +1,8 @@
 /*
  * test_monitor_report - the pure parts of issue 15's monitor: lateness
  * accounting (coordinator/lateness.h) against hand-computed rounds, the
- * straggler rule and the causes the report may claim (worker/report.h)
- * at and around each threshold, and the metrics text (worker/metrics.h).
+ * straggler rule and the causes the report may claim (observe/report.h)
+ * at and around each threshold, and the metrics text (observe/metrics.h).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,9 +15,9 @@
 #include <cmocka.h>
 
 #include "coordinator/lateness.h"
-#include "worker/metrics.h"
-#include "worker/report.h"
-#include "worker/telemetry.h"
+#include "observe/metrics.h"
+#include "observe/report.h"
+#include "observe/telemetry.h"
 
 static void test_lateness_rounds(void **state) {
   (void)state;

@@ -1,5 +1,5 @@
 /* telemetry.c - this rank's GPU and host samples (telemetry.h). */
-#include "worker/telemetry.h"
+#include "observe/telemetry.h"
 
 #include <dirent.h>
 #include <stdio.h>
@@ -8,7 +8,6 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "collectives/transport/tcp.h"
 #include "common/clock.h"
 #include "common/status.h"
 #include "topology/nvml_api.h"

@@ -1,12 +1,14 @@
 /* monitor.c - rank 0's straggler view and every rank's telemetry thread
  * (monitor.h). */
-#include "worker/monitor.h"
+#include "observe/monitor.h"
 
 #include <errno.h>
 #include <linux/sockios.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -16,18 +18,24 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/status.h"
-#include "worker/metrics.h"
-#include "worker/report.h"
-#include "worker/telemetry.h"
+#include "coordinator/negotiate.h"
+#include "observe/metrics.h"
+#include "observe/report.h"
+#include "observe/telemetry.h"
 
-struct hk_monitor {
-  hk_ctx *ctx; /* borrowed: the read-only settings, mesh and layout */
+typedef struct hk_monitor {
+  const hk_config *cfg; /* borrowed: the settings */
+  int rank, size;
+  int launcher_fd; /* hkrun's connection, or -1 (set at ready) */
+  int table_fd;    /* eventfd: a live table is queued (rank 0 with
+                      HK_MONITOR_LIVE and hkrun), or -1 */
+  struct hk_negotiator *negotiator; /* rank 0's, fed lateness at ready */
   pthread_mutex_t mu;
-  pthread_cond_t cv; /* [mu] signalled by hk_monitor_stop */
+  pthread_cond_t cv; /* [mu] signalled at detach */
   int stop;          /* [mu] */
   pthread_t thread;
   int started;
-  double t0;              /* hk_now() at start */
+  double t0;              /* hk_now() at ready */
   hk_telemetry *tel;      /* [thread] this rank's sampler */
   hk_wire_sample newest;  /* [mu] this rank's newest sample */
   int unsent;             /* [mu] newest not yet taken for a REQUESTS */
@@ -35,8 +43,8 @@ struct hk_monitor {
   hk_monitor_rank *ranks; /* [mu] rank 0: size entries */
   int metrics_failed;     /* [thread] a write failed: warned once */
   hk_buf table;           /* [mu] rank 0: the live table's frame, not yet
-                             sent (hk_monitor_background) */
-};
+                             sent (on_readable) */
+} hk_monitor;
 
 /* This host's name (cut to HK_MONITOR_HOST_CAP). */
 static void own_host(char *out) {
@@ -63,7 +71,8 @@ static const uint64_t cause_bits[HK_CAUSE_COUNT] = {
     HK_THROTTLE_HW_SLOWDOWN | HK_THROTTLE_HW_POWER_BRAKE,
 };
 
-void hk_monitor_add_sample(hk_monitor *m, int rank, const hk_wire_sample *s) {
+/* Rank 0: files rank `rank`'s sample (rank in range, the caller's). */
+static void add_sample(hk_monitor *m, int rank, const hk_wire_sample *s) {
   pthread_mutex_lock(&m->mu);
   hk_rank_telemetry *t = &m->ranks[rank].tel;
   if (t->samples++ == 0)
@@ -84,7 +93,10 @@ void hk_monitor_add_sample(hk_monitor *m, int rank, const hk_wire_sample *s) {
   pthread_mutex_unlock(&m->mu);
 }
 
-int hk_monitor_take_sample(hk_monitor *m, hk_wire_sample *out) {
+/* The sample hook (ranks > 0, building a REQUESTS): copies the newest
+ * sample into *out and returns 1 if it was not sent yet, else 0. */
+static int on_sample(void *self, hk_wire_sample *out) {
+  hk_monitor *m = self;
   pthread_mutex_lock(&m->mu);
   int fresh = m->unsent;
   if (fresh)
@@ -94,7 +106,19 @@ int hk_monitor_take_sample(hk_monitor *m, hk_wire_sample *out) {
   return fresh;
 }
 
-void hk_monitor_round_end(hk_monitor *m) {
+/* The message hook: rank 0 files the sample a REQUESTS carried. */
+static void on_message(void *self, const hk_obs_message *msg) {
+  if (msg->kind == HK_OBS_MSG_REQUESTS && msg->sample)
+    add_sample(self, msg->rank, msg->sample);
+}
+
+/* Rank 0's round_started hook: a RESPONSES with work was decided, which
+ * ends the lateness accounting's round. */
+static void on_round_started(void *self, const hk_obs_round *r) {
+  (void)r;
+  hk_monitor *m = self;
+  if (!m->lat)
+    return;
   pthread_mutex_lock(&m->mu);
   hk_lateness_end_round(m->lat, hk_now());
   pthread_mutex_unlock(&m->mu);
@@ -104,8 +128,9 @@ static double period(const hk_lateness_sums *s) {
   return s->rounds > 1 ? (s->last_s - s->first_s) / (double)(s->rounds - 1) : 0;
 }
 
-hk_status hk_monitor_view_take(hk_monitor *m, hk_monitor_view *v) {
-  const int size = m->ctx->size;
+/* Rank 0: copies the state into *v. Errors: HK_ERR_NOMEM. */
+static hk_status view_take(hk_monitor *m, hk_monitor_view *v) {
+  const int size = m->size;
   memset(v, 0, sizeof *v);
   v->ranks = malloc((size_t)size * sizeof *v->ranks);
   if (!v->ranks)
@@ -130,16 +155,11 @@ hk_status hk_monitor_view_take(hk_monitor *m, hk_monitor_view *v) {
   return HK_OK;
 }
 
-void hk_monitor_view_free(hk_monitor_view *v) {
-  free(v->ranks);
-  memset(v, 0, sizeof *v);
-}
-
 /* Prints the report on stderr, whole lines at once. */
 static void print_report(hk_monitor *m) {
   hk_monitor_view v;
   hk_buf b = {0};
-  if (hk_monitor_view_take(m, &v) == HK_OK && hk_report_format(&v, &b) == HK_OK)
+  if (view_take(m, &v) == HK_OK && hk_report_format(&v, &b) == HK_OK)
     fwrite(b.data, 1, b.len, stderr);
   fflush(stderr);
   hk_monitor_view_free(&v);
@@ -150,12 +170,11 @@ static void print_report(hk_monitor *m) {
 static void write_metrics(hk_monitor *m) {
   hk_monitor_view v;
   hk_buf b = {0};
-  hk_status st = hk_monitor_view_take(m, &v);
+  hk_status st = view_take(m, &v);
   if (st == HK_OK)
     st = hk_metrics_format(&v, &b);
   if (st == HK_OK)
-    st =
-        hk_metrics_write(m->ctx->cfg.metrics_file, (const char *)b.data, b.len);
+    st = hk_metrics_write(m->cfg->metrics_file, (const char *)b.data, b.len);
   if (st != HK_OK && !m->metrics_failed) {
     hk_log(HK_LOG_WARNING, "%s", hk_last_error());
     m->metrics_failed = 1;
@@ -179,11 +198,11 @@ static int room_for(int fd, size_t bytes) {
 
 /* Rank 0's monitor thread: encodes the live table for hkrun --monitor
  * and wakes the background thread, which sends it (only the background
- * thread touches the network: hk_monitor_background). */
+ * thread touches the network: on_readable). */
 static void queue_table(hk_monitor *m) {
   hk_monitor_view v;
   hk_buf t = {0}, frame = {0};
-  if (hk_monitor_view_take(m, &v) != HK_OK)
+  if (view_take(m, &v) != HK_OK)
     return;
   hk_status st = hk_report_table(&v, &t);
   if (st == HK_OK && t.len > HK_WIRE_MAX_MONITOR_LEN) {
@@ -205,7 +224,7 @@ static void queue_table(hk_monitor *m) {
     frame = old;
     pthread_mutex_unlock(&m->mu);
     uint64_t one = 1;
-    ssize_t w = write(m->ctx->wake_fd, &one, sizeof one);
+    ssize_t w = write(m->table_fd, &one, sizeof one);
     (void)w; /* the counter cannot overflow at one write a second */
   }
   hk_monitor_view_free(&v);
@@ -213,12 +232,23 @@ static void queue_table(hk_monitor *m) {
   hk_buf_free(&frame);
 }
 
-void hk_monitor_background(hk_monitor *m) {
+static int on_poll_fd(void *self) { return ((hk_monitor *)self)->table_fd; }
+
+/* Rank 0's background thread, the eventfd readable: sends hkrun the live
+ * table the monitor thread queued, if any, and only when it fits whole in
+ * the launcher connection's empty send buffer (else that refresh is
+ * dropped: a frame cut by a timeout would break the connection's
+ * framing, and hkrun would take rank 0 for gone). */
+static void on_readable(void *self) {
+  hk_monitor *m = self;
+  uint64_t n;
+  ssize_t rd = read(m->table_fd, &n, sizeof n);
+  (void)rd; /* nonblocking: 0 or more tables since the last read */
   pthread_mutex_lock(&m->mu);
   hk_buf frame = m->table;
   m->table = (hk_buf){0};
   pthread_mutex_unlock(&m->mu);
-  const int fd = m->ctx->mesh.launcher_fd;
+  const int fd = m->launcher_fd;
   if (frame.len && room_for(fd, frame.len)) {
     hk_io io = {-1, 1.0}; /* fits in the buffer: does not wait */
     if (hk_tcp_send_all(fd, frame.data, frame.len, &io, "hkrun") != HK_OK)
@@ -252,8 +282,8 @@ static int wait_until(hk_monitor *m, double until) {
 static void sample_once(hk_monitor *m) {
   hk_wire_sample s;
   hk_telemetry_sample(m->tel, &s);
-  if (m->ctx->rank == 0) {
-    hk_monitor_add_sample(m, 0, &s);
+  if (m->rank == 0) {
+    add_sample(m, 0, &s);
     return;
   }
   pthread_mutex_lock(&m->mu);
@@ -264,9 +294,9 @@ static void sample_once(hk_monitor *m) {
 
 static void *monitor_main(void *arg) {
   hk_monitor *m = arg;
-  const hk_config *cfg = &m->ctx->cfg;
-  const int coord = m->ctx->rank == 0;
-  const int live = coord && cfg->monitor_live && m->ctx->mesh.launcher_fd >= 0;
+  const hk_config *cfg = m->cfg;
+  const int coord = m->rank == 0;
+  const int live = m->table_fd >= 0;
   double now = hk_now();
   double next_sample = now, next_report = now + cfg->monitor_report_s;
   double next_metrics = now + cfg->metrics_interval_s;
@@ -299,6 +329,8 @@ static void *monitor_main(void *arg) {
 
 /* Frees what m holds (the thread has stopped or never ran). */
 static void destroy(hk_monitor *m) {
+  if (m->table_fd >= 0)
+    close(m->table_fd);
   hk_buf_free(&m->table);
   hk_telemetry_close(m->tel);
   hk_lateness_destroy(m->lat);
@@ -308,30 +340,96 @@ static void destroy(hk_monitor *m) {
   free(m);
 }
 
-/* Rank 0: every rank's host and local rank. ctx->hosts holds the names
+/* Rank 0: every rank's host and local rank. The engine gives the names
  * where the launcher told them (MPI); hkrun starts every rank on its own
  * host, so elsewhere this host's name is every rank's. */
-static void name_ranks(hk_monitor *m) {
-  hk_ctx *ctx = m->ctx;
+static void name_ranks(hk_monitor *m, const hk_obs_ready *e) {
   char mine[HK_MONITOR_HOST_CAP];
   own_host(mine);
-  for (int r = 0; r < ctx->size; r++) {
-    const char *h =
-        ctx->hosts ? ctx->hosts + (size_t)r * HK_HOST_NAME_CAP : mine;
+  for (int r = 0; r < m->size; r++) {
+    const char *h = e->hosts ? e->hosts + (size_t)r * e->host_stride : mine;
     snprintf(m->ranks[r].host, HK_MONITOR_HOST_CAP, "%s", h);
-    m->ranks[r].local_rank = ctx->layout ? ctx->layout[r].local_rank : r;
+    m->ranks[r].local_rank = e->local_ranks[r];
   }
 }
 
-hk_status hk_monitor_start(hk_ctx *ctx) {
-  ctx->monitor = NULL;
-  if (!hk_config_monitoring(&ctx->cfg))
+/* Rank 0 with HK_MONITOR_LIVE and hkrun: the eventfd through which the
+ * monitor thread tells the background thread a table is queued. */
+static hk_status open_table_fd(hk_monitor *m) {
+  if (m->rank != 0 || !m->cfg->monitor_live || m->launcher_fd < 0)
+    return HK_OK;
+  m->table_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  return m->table_fd >= 0 ? HK_OK
+                          : hk_fail_errno(HK_ERR_SYSTEM, errno,
+                                          "eventfd for the monitor's table");
+}
+
+static hk_status on_ready(void *self, const hk_obs_ready *e) {
+  hk_monitor *m = self;
+  m->t0 = hk_now();
+  m->launcher_fd = e->launcher_fd;
+  m->negotiator = e->negotiator;
+  if (m->rank == 0)
+    name_ranks(m, e);
+  char why[512];
+  int gpu = m->cfg->gpu >= 0 ? m->cfg->gpu : e->local_rank;
+  hk_status st =
+      hk_telemetry_open(m->cfg->nvml_library, gpu, &m->tel, why, sizeof why);
+  if (st == HK_OK && why[0])
+    hk_log(HK_LOG_INFO, "no GPU telemetry: %s", why);
+  if (st == HK_OK)
+    st = open_table_fd(m);
+  if (st == HK_OK && pthread_create(&m->thread, NULL, monitor_main, m) != 0)
+    st = hk_fail(HK_ERR_SYSTEM, "cannot start the monitor thread");
+  if (st != HK_OK)
+    return st;
+  m->started = 1;
+  if (m->negotiator)
+    hk_negotiator_set_lateness(m->negotiator, m->lat);
+  return HK_OK;
+}
+
+static void on_detach(void *self, int final) {
+  hk_monitor *m = self;
+  pthread_mutex_lock(&m->mu);
+  m->stop = 1;
+  pthread_cond_broadcast(&m->cv);
+  pthread_mutex_unlock(&m->mu);
+  if (m->started)
+    pthread_join(m->thread, NULL);
+  if (m->started && m->rank == 0) {
+    if (final) {
+      print_report(m);
+      if (m->cfg->metrics_file[0])
+        write_metrics(m);
+    }
+    if (m->negotiator)
+      hk_negotiator_set_lateness(m->negotiator, NULL);
+  }
+  destroy(m);
+}
+
+static const hk_observer_ops monitor_ops = {
+    .name = "monitor",
+    .ready = on_ready,
+    .detach = on_detach,
+    .sample = on_sample,
+    .message = on_message,
+    .round_started = on_round_started,
+    .poll_fd = on_poll_fd,
+    .readable = on_readable,
+};
+
+hk_status hk_monitor_attach(hk_observers *o, const hk_obs_setup *s) {
+  if (!hk_config_monitoring(s->cfg))
     return HK_OK;
   hk_monitor *m = calloc(1, sizeof *m);
   if (!m)
     return hk_fail(HK_ERR_NOMEM, "cannot allocate the monitor");
-  m->ctx = ctx;
-  m->t0 = hk_now();
+  m->cfg = s->cfg;
+  m->rank = s->rank;
+  m->size = s->size;
+  m->launcher_fd = m->table_fd = -1;
   pthread_mutex_init(&m->mu, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
@@ -339,52 +437,15 @@ hk_status hk_monitor_start(hk_ctx *ctx) {
   pthread_cond_init(&m->cv, &ca);
   pthread_condattr_destroy(&ca);
   hk_status st = HK_OK;
-  if (ctx->rank == 0) {
-    m->ranks = calloc((size_t)ctx->size, sizeof *m->ranks);
+  if (m->rank == 0) {
+    m->ranks = calloc((size_t)m->size, sizeof *m->ranks);
     st = m->ranks ? hk_lateness_create(
-                        ctx->size, (uint32_t)ctx->cfg.monitor_window, &m->lat)
+                        m->size, (uint32_t)m->cfg->monitor_window, &m->lat)
                   : hk_fail(HK_ERR_NOMEM, "cannot allocate the monitor");
-    if (st == HK_OK)
-      name_ranks(m);
   }
-  char why[512];
-  int gpu = ctx->cfg.gpu >= 0 ? ctx->cfg.gpu : ctx->local_rank;
   if (st == HK_OK)
-    st =
-        hk_telemetry_open(ctx->cfg.nvml_library, gpu, &m->tel, why, sizeof why);
-  if (st == HK_OK && why[0])
-    hk_log(HK_LOG_INFO, "no GPU telemetry: %s", why);
-  if (st == HK_OK && pthread_create(&m->thread, NULL, monitor_main, m) != 0)
-    st = hk_fail(HK_ERR_SYSTEM, "cannot start the monitor thread");
-  if (st != HK_OK) {
+    st = hk_observe_attach(o, &monitor_ops, m);
+  if (st != HK_OK)
     destroy(m);
-    return st;
-  }
-  m->started = 1;
-  if (ctx->rank == 0)
-    hk_negotiator_set_lateness(ctx->negotiator, m->lat);
-  ctx->monitor = m;
-  return HK_OK;
-}
-
-void hk_monitor_stop(hk_ctx *ctx, int final) {
-  hk_monitor *m = ctx->monitor;
-  if (!m)
-    return;
-  pthread_mutex_lock(&m->mu);
-  m->stop = 1;
-  pthread_cond_broadcast(&m->cv);
-  pthread_mutex_unlock(&m->mu);
-  if (m->started)
-    pthread_join(m->thread, NULL);
-  if (ctx->rank == 0) {
-    if (final) {
-      print_report(m);
-      if (ctx->cfg.metrics_file[0])
-        write_metrics(m);
-    }
-    hk_negotiator_set_lateness(ctx->negotiator, NULL);
-  }
-  ctx->monitor = NULL;
-  destroy(m);
+  return st;
 }

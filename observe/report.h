@@ -1,7 +1,7 @@
 /*
  * report.h - the attribution report and the live table (issue 15, items
  * 3 and 4): which ranks hold the job back, and what their telemetry
- * shows. Pure formatting of a monitor view (worker/monitor.h): no I/O.
+ * shows. Pure formatting of a monitor view (observe/monitor.h): no I/O.
  *
  * A rank is named (a straggler) when its mean lateness per round exceeds
  * the median of the other ranks' by at least HK_REPORT_MIN_LATE_S and at
@@ -26,11 +26,11 @@
  *     by >= HK_REPORT_STARVED_S per second of wall time.
  * Otherwise: "no cause visible in telemetry".
  */
-#ifndef HK_WORKER_REPORT_H
-#define HK_WORKER_REPORT_H
+#ifndef HK_OBSERVE_REPORT_H
+#define HK_OBSERVE_REPORT_H
 
 #include "common/buf.h"
-#include "worker/monitor.h"
+#include "observe/monitor_view.h"
 
 #define HK_REPORT_MIN_LATE_S 0.005
 #define HK_REPORT_REL_LATE 0.10

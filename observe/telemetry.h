@@ -1,6 +1,6 @@
 /*
  * telemetry.h - one rank's own GPU and host figures (issue 15, item 2),
- * sampled by the monitor's thread (worker/monitor.h) every
+ * sampled by the monitor's thread (observe/monitor.h) every
  * HK_TELEMETRY_INTERVAL_S.
  *
  * GPU: through NVML (topology/nvml_api.h: the one loader), library
@@ -17,8 +17,8 @@
  * delay from /proc/self/task/<tid>/schedstat (field 2, ns: time runnable
  * but not running), getloadavg(3) and the online CPU count.
  */
-#ifndef HK_WORKER_TELEMETRY_H
-#define HK_WORKER_TELEMETRY_H
+#ifndef HK_OBSERVE_TELEMETRY_H
+#define HK_OBSERVE_TELEMETRY_H
 
 #include "coordinator/wire.h"
 #include "hk/hk.h"

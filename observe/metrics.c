@@ -1,5 +1,5 @@
 /* metrics.c - the Prometheus text file (metrics.h). */
-#include "worker/metrics.h"
+#include "observe/metrics.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -8,8 +8,8 @@
 #include <unistd.h>
 
 #include "common/status.h"
-#include "worker/report.h"
-#include "worker/telemetry.h"
+#include "observe/report.h"
+#include "observe/telemetry.h"
 
 /* How a metric gets its value from one rank (NULL: not per rank). */
 typedef double (*rank_value)(const hk_monitor_view *v, int r);

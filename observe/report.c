@@ -1,5 +1,5 @@
 /* report.c - the attribution report and the live table (report.h). */
-#include "worker/report.h"
+#include "observe/report.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "common/status.h"
-#include "worker/telemetry.h"
+#include "observe/telemetry.h"
 
 /* Appends formatted text to a NUL-terminated buffer, cutting at cap. */
 static void add(char *out, size_t cap, const char *fmt, ...)

@@ -11,11 +11,11 @@
  * hk_gpu_throttle_samples_total add reason (telemetry.h's names). The
  * full list is README.md's "Metrics" table.
  */
-#ifndef HK_WORKER_METRICS_H
-#define HK_WORKER_METRICS_H
+#ifndef HK_OBSERVE_METRICS_H
+#define HK_OBSERVE_METRICS_H
 
 #include "common/buf.h"
-#include "worker/monitor.h"
+#include "observe/monitor_view.h"
 
 /** Appends the exposition text of *v to *out. Errors: HK_ERR_NOMEM. */
 hk_status hk_metrics_format(const hk_monitor_view *v, hk_buf *out);
