@@ -16,7 +16,7 @@ static hk_status (*const attachers[])(hk_observers *, const hk_obs_setup *) = {
     hk_monitor_attach,
 };
 
-hk_status hk_observe_open(hk_observers *o, const hk_obs_setup *s) {
+hk_status hk_observe_attach_all(hk_observers *o, const hk_obs_setup *s) {
   hk_status st = HK_OK;
   for (size_t i = 0; i < sizeof attachers / sizeof *attachers && st == HK_OK;
        i++)

@@ -13,8 +13,8 @@
  * (unless HK_FLIGHT_RECORDER=0), the monitor (hk_config_monitoring). On an
  * error the observers attached so far stay attached (hk_observe_detach frees
  * them). Errors: those of each observer's attach (HK_ERR_NOMEM, HK_ERR_SYSTEM
- * naming what failed).
+ * naming what failed). hk_init's thread, before the background thread starts.
  */
-hk_status hk_observe_open(hk_observers *o, const hk_obs_setup *s);
+hk_status hk_observe_attach_all(hk_observers *o, const hk_obs_setup *s);
 
 #endif

@@ -27,7 +27,7 @@ static void each_pending(void *engine, hk_obs_visit visit, void *arg) {
   hk_queue_each(engine, visit_handle, &va);
 }
 
-hk_status hk_observers_open(hk_ctx *ctx) {
+hk_status hk_observers_attach(hk_ctx *ctx) {
   hk_obs_setup s = {
       .cfg = &ctx->cfg,
       .rank = ctx->rank,
@@ -36,7 +36,7 @@ hk_status hk_observers_open(hk_ctx *ctx) {
       .secret = ctx->placement == HK_PLACEMENT_NONE ? NULL : &ctx->secret,
       .pending = {each_pending, ctx},
   };
-  return hk_observe_open(&ctx->obs, &s);
+  return hk_observe_attach_all(&ctx->obs, &s);
 }
 
 hk_status hk_observers_ready(hk_ctx *ctx) {

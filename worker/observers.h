@@ -15,7 +15,7 @@
  * hkrun may already forward a dump request): attaches the observers
  * ctx->cfg asks for to ctx->obs (observe/attach.h). Errors: theirs.
  */
-hk_status hk_observers_open(hk_ctx *ctx);
+hk_status hk_observers_attach(hk_ctx *ctx);
 
 /**
  * hk_init, once the mesh, rings, negotiator and agreed settings exist,

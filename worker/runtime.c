@@ -203,7 +203,7 @@ hk_status hk_init(void) {
   if (st == HK_OK)
     st = hk_cache_create((uint32_t)ctx->cfg.cache_capacity, &ctx->cache);
   if (st == HK_OK)
-    st = hk_observers_open(ctx);
+    st = hk_observers_attach(ctx);
   if (st == HK_OK)
     st = hk_bootstrap(ctx);
   if (st == HK_OK) {
