@@ -35,7 +35,8 @@ typedef struct hk_exec_plan {
   uint32_t cap;         /* responses the arrays hold */
 } plan;
 
-/* The timeline's name for what this rank's links are: the kinds in use,
+/* The name of what this rank's links are (the observers'
+ * hk_obs_batch.transport): the kinds in use,
  * "+"-joined (hk_link_kinds: "tcp", "shm+tcp", ...): TCP over
  * HK_SOCKETS_PER_PEER sockets, MPI (HK_CROSS_TRANSPORT=mpi), shared
  * memory (HK_INTRA_TRANSPORT). */
