@@ -101,7 +101,7 @@ static const metric metrics[] = {
      "Share of the last window's rounds in which this rank was last",
      v_last_ratio, 0},
     {"hk_rank_straggler", "gauge",
-     "1 if the report names this rank as a straggler (README: Monitoring)",
+     "1 if the report names this rank as a straggler (docs/monitoring.md)",
      v_straggler, 0},
     {"hk_telemetry_samples_total", "counter",
      "Telemetry samples rank 0 received from this rank", v_samples, 0},

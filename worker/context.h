@@ -1,6 +1,6 @@
 /*
- * context.h - the one runtime context of a worker process (DESIGN.md: "one
- * runtime context struct holds a worker's state"). hk_init creates it;
+ * context.h - the one runtime context of a worker process (docs/design.md,
+ * "Rules of the house": one struct holds a worker's state). hk_init creates it;
  * every worker module takes it as an argument.
  *
  * Locking: `mu` guards the fields marked [mu]; the background thread owns

@@ -20,7 +20,7 @@
  *   ring_off + (i*n+j)*R ring i -> j: head line,      R = 2 lines + data
  *                        tail line, link_bytes data
  *
- * Lifetime (DESIGN.md: "segments belong to the job's user only and are
+ * Lifetime (docs/design.md: "segments belong to the job's user only and are
  * removed however the job ends"): the first local rank creates the object
  * (O_CREAT|O_EXCL, mode 0600) under a name derived from the job's secret,
  * the others open it, and the creator shm_unlink()s it as soon as every
