@@ -189,25 +189,17 @@ static hk_status predict(const hk_host_model *h, formula algo, size_t bytes,
   return HK_OK;
 }
 
-hk_status hk_cost_ring(const hk_host_model *h, size_t bytes, int hosts,
-                       double net_gbit, hk_cost *out) {
-  return predict(h, RING, bytes, hosts, net_gbit, out);
-}
-
-hk_status hk_cost_tree(const hk_host_model *h, size_t bytes, int hosts,
-                       double net_gbit, hk_cost *out) {
-  return predict(h, TREE, bytes, hosts, net_gbit, out);
-}
-
-hk_status hk_cost_hierarchical(const hk_host_model *h, size_t bytes, int hosts,
-                               double net_gbit, hk_cost *out) {
-  return predict(h, HIERARCHICAL, bytes, hosts, net_gbit, out);
-}
-
-hk_status hk_cost_rd(const hk_host_model *h, size_t bytes, int hosts,
-                     double net_gbit, hk_cost *out) {
-  return predict(h, RD, bytes, hosts, net_gbit, out);
-}
+/* The public formulas: predict() with one formula each. */
+#define FORMULA(fn, f)                                                         \
+  hk_status fn(const hk_host_model *h, size_t bytes, int hosts,                \
+               double net_gbit, hk_cost *out) {                                \
+    return predict(h, f, bytes, hosts, net_gbit, out);                         \
+  }
+FORMULA(hk_cost_ring, RING)
+FORMULA(hk_cost_tree, TREE)
+FORMULA(hk_cost_hierarchical, HIERARCHICAL)
+FORMULA(hk_cost_rd, RD)
+#undef FORMULA
 
 hk_status hk_cost_nccl(const hk_host_model *h, size_t bytes, int hosts,
                        double net_gbit, hk_cost *out) {
