@@ -14,10 +14,11 @@
 # Each stage prints ctest's summary; the script fails on the first failure.
 # Warnings are errors here (HK_WERROR=ON), not in users' builds.
 #
-# 22 minutes on the 2-core machine (normal 8, ASan 6, TSan 6.5, fuzz 1.5;
-# the build folders of an earlier run; fresh builds add ~10).
+# 25 minutes on the 2-core machine (normal 9 with a rebuild of build/,
+# ASan 7, TSan 7, fuzz 2; the build folders of an earlier run; fresh
+# builds add ~10).
 # A quick subset:
-#   ctest --test-dir build -L unit           (~10 s)
+#   ctest --test-dir build -L unit           (~25 s)
 #   ctest --test-dir build -R test_hkrun     (one test; -LE netbed: no beds)
 #
 # Nothing is left behind, however the run ends (a failure, Ctrl-C,
