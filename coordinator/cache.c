@@ -55,6 +55,8 @@ void hk_cache_destroy(hk_cache *c) {
 static int same_params(const hk_wire_request *a, const hk_wire_request *b) {
   return a->coll == b->coll && a->dtype == b->dtype && a->op == b->op &&
          a->mem == b->mem && a->root == b->root && a->count == b->count &&
+         a->set == b->set && a->ndims == b->ndims &&
+         memcmp(a->shape, b->shape, a->ndims * sizeof a->shape[0]) == 0 &&
          memcmp(&a->prescale, &b->prescale, sizeof a->prescale) == 0 &&
          memcmp(&a->postscale, &b->postscale, sizeof a->postscale) == 0;
 }

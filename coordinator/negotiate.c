@@ -16,6 +16,8 @@ typedef struct slot {
   uint64_t count, row_elems;
   double prescale, postscale;
   uint32_t group_size;
+  uint8_t ndims;                   /* the shape given, or 0 */
+  int64_t shape[HK_WIRE_MAX_DIMS]; /* ndims extents */
   double seen; /* when this rank's request arrived (hk_negotiator_add) */
 } slot;
 
@@ -229,7 +231,9 @@ hk_status hk_negotiator_add(hk_negotiator *n, int rank,
                 .prescale = q->prescale,
                 .postscale = q->postscale,
                 .group_size = q->group_size,
+                .ndims = q->ndims,
                 .seen = now};
+    memcpy(s->shape, q->shape, q->ndims * sizeof q->shape[0]);
     e->last_seen = now;
     e->last_rank = rank;
     if (e->bit != via_bit)
@@ -313,6 +317,28 @@ static void fmt_count(const slot *s, char *o, size_t c) {
 static void fmt_row_elems(const slot *s, char *o, size_t c) {
   snprintf(o, c, "%llu", (unsigned long long)s->row_elems);
 }
+/* "17x1311", "(none)" when no shape was given; from extent `from` on
+ * (an allgather's first extent, its rows, may differ between ranks). */
+static void fmt_extents(const slot *s, unsigned from, char *o, size_t c) {
+  if (!s->ndims) {
+    snprintf(o, c, "(none)");
+    return;
+  }
+  o[0] = '\0';
+  size_t at = 0;
+  for (unsigned d = 0; d < s->ndims && at + 1 < c; d++) {
+    int w = d < from ? snprintf(o + at, c - at, "%s*", d ? "x" : "")
+                     : snprintf(o + at, c - at, "%s%lld", d ? "x" : "",
+                                (long long)s->shape[d]);
+    at += w > 0 ? (size_t)w : 0;
+  }
+}
+static void fmt_shape(const slot *s, char *o, size_t c) {
+  fmt_extents(s, 0, o, c);
+}
+static void fmt_row_shape(const slot *s, char *o, size_t c) {
+  fmt_extents(s, 1, o, c);
+}
 static void fmt_group(const slot *s, char *o, size_t c) {
   snprintf(o, c, "%u", (unsigned)s->group_size);
 }
@@ -343,7 +369,7 @@ static void append(char *buf, size_t cap, const char *fmt, ...) {
  * (Ranks that joined and did not submit it have no say.) */
 static int describe_field(const entry *e, int size, const char *label,
                           field_fmt fmt, char *out, size_t cap) {
-  char first[64] = "", v[64], w[64];
+  char first[192] = "", v[192], w[192];
   int have = 0, differs = 0;
   for (int r = 0; r < size && !differs; r++) {
     if (!e->slots[r].present)
@@ -417,11 +443,22 @@ static int describe_mixed(const entry *e, int size, char *out, size_t cap) {
 /* 1 if two submissions agree on every field a collective compares (what
  * check_agreement would describe). Cheap: no text is made unless some
  * field differs. */
+static int same_shape(const slot *a, const slot *b) {
+  unsigned from = a->coll == HK_COLL_ALLGATHER; /* rows may differ */
+  if (a->ndims != b->ndims)
+    return 0;
+  for (unsigned d = from; d < a->ndims; d++)
+    if (a->shape[d] != b->shape[d])
+      return 0;
+  return 1;
+}
+
 static int same_slot(const slot *a, const slot *b) {
   return a->coll == b->coll && a->dtype == b->dtype && a->op == b->op &&
-         a->mem == b->mem && a->mem < HK_WIRE_MEM_SEND_DEVICE_RECV_HOST &&
-         a->root == b->root && a->count == b->count &&
-         a->row_elems == b->row_elems && a->group_size == b->group_size &&
+         same_shape(a, b) && a->mem == b->mem &&
+         a->mem < HK_WIRE_MEM_SEND_DEVICE_RECV_HOST && a->root == b->root &&
+         a->count == b->count && a->row_elems == b->row_elems &&
+         a->group_size == b->group_size &&
          memcmp(&a->prescale, &b->prescale, sizeof a->prescale) == 0 &&
          memcmp(&a->postscale, &b->postscale, sizeof a->postscale) == 0;
 }
@@ -468,6 +505,10 @@ static void check_agreement(const hk_negotiator *n, const entry *e, char *out,
     if (c == HK_COLL_ALLGATHER || c == HK_COLL_REDUCESCATTER ||
         c == HK_COLL_ALLTOALL)
       bad |= describe_field(e, size, "row size", fmt_row_elems, out, cap);
+    if (c != HK_COLL_BARRIER && c != HK_COLL_JOIN)
+      bad |= describe_field(e, size, "shape",
+                            c == HK_COLL_ALLGATHER ? fmt_row_shape : fmt_shape,
+                            out, cap);
     if (c == HK_COLL_ALLREDUCE || c == HK_COLL_REDUCESCATTER)
       bad |= describe_field(e, size, "op", fmt_op, out, cap);
     if (c == HK_COLL_ALLREDUCE) {

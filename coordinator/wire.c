@@ -93,6 +93,10 @@ static void put_request(writer *w, const hk_wire_request *r) {
   put_f64(w, r->postscale);
   put_u32(w, r->group_size);
   put_u32(w, r->group_index);
+  put_i32(w, r->set);
+  put_u8(w, r->ndims);
+  for (unsigned d = 0; d < r->ndims && d < HK_WIRE_MAX_DIMS; d++)
+    put_u64(w, (uint64_t)r->shape[d]);
   put_str(w, r->name, HK_MAX_NAME_LEN, "tensor name");
   put_str(w, r->group, HK_MAX_NAME_LEN, "group name");
 }
@@ -354,6 +358,15 @@ static void get_request(reader *r, hk_wire_request *q) {
   q->postscale = get_f64(r, "postscale");
   q->group_size = get_u32(r, "group size");
   q->group_index = get_u32(r, "group index");
+  q->set = get_i32(r, "process set");
+  q->ndims = get_u8(r, "dimensions");
+  check(r, q->ndims <= HK_WIRE_MAX_DIMS, "%lld dimensions", q->ndims);
+  for (unsigned d = 0; d < q->ndims && d < HK_WIRE_MAX_DIMS && r->st == HK_OK;
+       d++) {
+    uint64_t x = get_u64(r, "extent");
+    check(r, x <= INT64_MAX, "extent %lld out of range", (long long)x);
+    q->shape[d] = (int64_t)x;
+  }
   get_str(r, q->name, HK_MAX_NAME_LEN, "tensor name");
   get_str(r, q->group, HK_MAX_NAME_LEN, "group name");
   check(r, q->coll >= HK_COLL_ALLREDUCE && q->coll <= HK_COLL_JOIN,
@@ -365,6 +378,7 @@ static void get_request(reader *r, hk_wire_request *q) {
   check(r, q->root >= 0 && q->root < HK_WIRE_MAX_RANKS,
         "root %lld out of range", q->root);
   check(r, q->name[0] != '\0', "empty tensor name%.0lld", 0);
+  check(r, q->set >= 0, "process set %lld", q->set);
   check(r, q->group_size == 0 || q->group_index < q->group_size,
         "group index %lld out of range", q->group_index);
   check(r, (q->group_size == 0) == (q->group[0] == '\0'),

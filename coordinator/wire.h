@@ -25,8 +25,9 @@
 #include "hk/hk.h"
 
 #define HK_WIRE_VERSION                                                        \
-  6 /* 3: HK_MSG_GOODBYE; 4: RESPONSES.answer; 5: request memory kind;         \
-       6: REQUESTS.sample (telemetry), HK_MSG_MONITOR */
+  7 /* 3: HK_MSG_GOODBYE; 4: RESPONSES.answer; 5: request memory kind;         \
+       6: REQUESTS.sample (telemetry), HK_MSG_MONITOR; 7: request process      \
+       set and shape */
 #define HK_WIRE_HEADER_LEN 8
 #define HK_WIRE_MAX_PAYLOAD (64u << 20) /* bytes */
 #define HK_WIRE_MAX_HOST_LEN 255        /* bytes, excluding NUL */
@@ -35,6 +36,7 @@
 #define HK_WIRE_MAX_STREAMS 8 /* data connections per pair of ranks */
 #define HK_WIRE_MAX_CACHE_BITS (1u << 20) /* response-cache bit indices */
 #define HK_WIRE_NO_BIT 0xffffffffu
+#define HK_WIRE_MAX_DIMS HK_MAX_DIMS /* a tensor's dimensions (hk.h) */
 #define HK_WIRE_ANSWER_OFFSET HK_WIRE_HEADER_LEN /* RESPONSES.answer */
 #define HK_WIRE_MAX_MONITOR_LEN                                                \
   60000 /* MONITOR text, bytes (under the                                      \
@@ -80,10 +82,13 @@ typedef struct hk_wire_request {
   uint8_t mem;   /* hk_wire_mem: where this rank's buffers are */
   int32_t root;  /* broadcast root; 0 otherwise */
   uint64_t count;
-  uint64_t row_elems;         /* elements per row (allgather etc.); 1 */
-  double prescale, postscale; /* allreduce factors (1.0: none) */
-  uint32_t group_size;        /* grouped allreduce: members; 0: none */
-  uint32_t group_index;       /* this member's index in its group */
+  uint64_t row_elems;              /* elements per row (allgather etc.); 1 */
+  double prescale, postscale;      /* allreduce factors (1.0: none) */
+  uint32_t group_size;             /* grouped allreduce: members; 0: none */
+  uint32_t group_index;            /* this member's index in its group */
+  int32_t set;                     /* the process set (hk.h); 0: the world */
+  uint8_t ndims;                   /* the shape's dimensions; 0: none given */
+  int64_t shape[HK_WIRE_MAX_DIMS]; /* ndims extents, each >= 0 */
   char name[HK_MAX_NAME_LEN + 1];
   char group[HK_MAX_NAME_LEN + 1]; /* the group's name, "" when none */
 } hk_wire_request;

@@ -217,13 +217,15 @@ static hk_status run_alone(hk_ctx *ctx, hk_handle h, int32_t divisor,
         hk_average_pre_divisor(dtype, (hk_op)q->op, divisor > 0 ? divisor : n);
     const void *src = h->sendbuf;
     void *scaled = NULL;
-    if (pre != 1.0 && seg[n]) { /* the input divided first, as allreduce */
+    /* the input scaled first (prescale, and a 16-bit average's division),
+     * as allreduce's */
+    if ((pre != 1.0 || q->prescale != 1.0) && seg[n]) {
       if (!(scaled = malloc(seg[n] * esz)))
         return hk_fail(HK_ERR_NOMEM, "cannot allocate %zu bytes", seg[n] * esz);
-      hk_scale_copy(scaled, h->sendbuf, seg[n], dtype, 1.0 / pre);
+      hk_scale_copy(scaled, h->sendbuf, seg[n], dtype, q->prescale / pre);
       src = scaled;
     }
-    hk_ring_finish fin = {divisor, 1.0, pre};
+    hk_ring_finish fin = {divisor, q->postscale, pre};
     st = hk_ring_reducescatter(&ctx->ring, src, h->recvbuf, seg, dtype,
                                (hk_op)q->op, &fin);
     free(scaled);

@@ -13,4 +13,9 @@
  *  race it. */
 hk_ctx *hk_runtime_context(void);
 
+/** HK_ERR_NOT_INITIALIZED for API function fn called with no job: the
+ *  message says whether before hk_init or after hk_shutdown ended it.
+ *  Any thread. */
+hk_status hk_runtime_no_job(const char *fn);
+
 #endif

@@ -50,6 +50,9 @@ extern "C" {
 /** Longest tensor name accepted, in bytes, excluding the terminating NUL. */
 #define HK_MAX_NAME_LEN 511
 
+/** Most dimensions a tensor's shape may have (hk_collective.shape). */
+#define HK_MAX_DIMS 8
+
 /** Result of every fallible hk call. HK_OK is 0; the others are errors. */
 typedef enum hk_status {
   HK_OK = 0,
@@ -313,6 +316,122 @@ HK_API hk_status hk_grouped_allreduce_async(const char *const *names,
                                             const size_t *counts, size_t n,
                                             hk_dtype dtype, hk_op op,
                                             hk_handle *handle);
+
+/*
+ * One way to describe any collective: hk_collective and hk_submit
+ *
+ * The functions above are shorthands for the common cases. hk_submit takes
+ * a whole description instead, which is the one way to reach what they do
+ * not spell out: a process set, a tensor's shape (checked across ranks
+ * like its dtype), and groups of allgathers or reduce-scatters.
+ */
+
+/** A process set: a group of ranks with its own negotiation, fusion,
+ *  response cache, rings and device communicator (MPI's communicator,
+ *  NCCL's split communicator). HK_WORLD is every rank. */
+typedef int32_t hk_process_set;
+#define HK_WORLD 0
+
+/** The collectives hk_submit runs. */
+typedef enum hk_collective_kind {
+  HK_ALLREDUCE = 1,
+  HK_BROADCAST = 2,
+  HK_ALLGATHER = 4,
+  HK_REDUCESCATTER = 5,
+  HK_ALLTOALL = 6,
+} hk_collective_kind;
+
+/**
+ * One collective, described whole. Zero-initialise it
+ * (`hk_collective c = {0};` or designated initialisers) and set the fields
+ * its kind uses; the others are ignored. Every buffer and count means what
+ * the shorthand above for that kind says it means (hk_allreduce_async,
+ * hk_broadcast_async, hk_allgather_async, hk_reducescatter_async,
+ * hk_alltoall_async), with ranks counted within the process set:
+ *
+ *   field        allreduce broadcast allgather reducescatter alltoall
+ *   sendbuf          x                   x          x           x
+ *   recvbuf          x       x (in/out)             x
+ *   count            x       x
+ *   rows                                 x          x
+ *   row_elems                            x          x           x
+ *   op               x                              x
+ *   prescale,        x                              x
+ *    postscale
+ *   root                     x
+ *   splits                                                      x
+ *   recvbuf_out                          x                      x
+ *   rows_out                             x          x (1)       x
+ *
+ * row_elems 0 is taken as 1. prescale and postscale 0 are taken as 1 (a
+ * zero-initialised description is unscaled); otherwise they multiply
+ * every rank's input before the reduction and the result after it (after
+ * HK_AVERAGE's division), as in hk_allreduce_scaled_async, for every
+ * dtype: floating types in the type (binary32 for 16-bit ones), integers
+ * through binary64, truncated toward zero and saturated to the type's
+ * range. shape (ndims extents, 0 < ndims <= HK_MAX_DIMS; ndims 0: none
+ * given) is the tensor's shape: its product must be count (allreduce,
+ * broadcast) or rows x row_elems (allgather, reducescatter, where
+ * shape[0] is the rows); ranks that pass different shapes (every extent;
+ * for allgather every extent but the first) get HK_ERR_MISMATCH on every
+ * rank, naming both shapes and the ranks. set: HK_WORLD, or a set this
+ * rank belongs to.
+ */
+typedef struct hk_collective {
+  hk_collective_kind kind;
+  const char *name;   /* the tensor's name, as for the shorthands */
+  hk_process_set set; /* HK_WORLD (0) or a process set */
+  hk_dtype dtype;
+  hk_op op;             /* allreduce, reducescatter */
+  const void *sendbuf;  /* allreduce, allgather, reducescatter, alltoall */
+  void *recvbuf;        /* allreduce, reducescatter; broadcast's buffer */
+  size_t count;         /* allreduce, broadcast: elements */
+  size_t rows;          /* allgather: this rank's rows; reducescatter: rows */
+  size_t row_elems;     /* elements per row (allgather, reducescatter,
+                           alltoall); 0 is 1 */
+  int root;             /* broadcast: the root's rank in the set */
+  double prescale;      /* allreduce, reducescatter; 0 is 1 */
+  double postscale;     /* allreduce, reducescatter; 0 is 1 */
+  const size_t *splits; /* alltoall: rows to each rank of the set */
+  void **recvbuf_out;   /* allgather, alltoall: receives hk's output buffer
+                           (free it with hk_free; NULL when empty) */
+  size_t *rows_out;     /* allgather, alltoall: rows from each rank of the
+                           set (set-size entries); reducescatter: this
+                           rank's rows (one entry); may be NULL */
+  int ndims;            /* the shape's dimensions; 0: no shape given */
+  const int64_t *shape; /* ndims extents, each >= 0 */
+} hk_collective;
+
+/**
+ * Starts the collective c describes (copied: c and its name, shape and
+ * splits may go once this returns; the buffers may not). On HK_OK
+ * *handle receives a handle for hk_wait, as the shorthands do.
+ * Thread-safety: as the shorthands. Errors (at once, on this rank only):
+ * HK_ERR_INVALID_ARG naming the field (an unknown kind, dtype or op, a
+ * shape whose product is not the count, a rank outside the set, a root
+ * outside the set, NULL buffers where the kind needs them),
+ * HK_ERR_DUPLICATE_NAME, HK_ERR_NOT_INITIALIZED, the job's failure status;
+ * later, through hk_wait: HK_ERR_MISMATCH (ranks disagree: dtype, count,
+ * shape, op, ...) and the transfer's errors.
+ */
+HK_API hk_status hk_submit(const hk_collective *c, hk_handle *handle);
+
+/**
+ * Starts n collectives of one kind and one process set as a group (the
+ * generalisation of hk_grouped_allreduce_async): they are negotiated as
+ * one unit, none runs before all are ready on every rank of the set, and
+ * they are then run together: allreduces and reduce-scatters of one
+ * dtype and op, and allgathers of one dtype, share a fusion buffer (up to
+ * HK_FUSION_THRESHOLD bytes each); broadcasts and alltoalls run one after
+ * the other. The group is identified by cs[0].name and n, which must
+ * agree across ranks. One handle covers the group; it completes when
+ * every member has, with the first error among them.
+ * Errors as hk_submit; n == 0, members of different kinds or sets, and a
+ * name twice in the group are HK_ERR_INVALID_ARG (the last
+ * HK_ERR_DUPLICATE_NAME).
+ */
+HK_API hk_status hk_submit_group(const hk_collective *cs, size_t n,
+                                 hk_handle *handle);
 
 /**
  * Horovod's join, for ranks that run out of data early: blocks until every

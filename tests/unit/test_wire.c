@@ -33,6 +33,11 @@ static void test_requests_roundtrip(void **state) {
   reqs[2].root = 7;
   reqs[1].prescale = 0.5;
   reqs[1].postscale = -3.25;
+  reqs[1].set = 3;
+  reqs[1].ndims = 3;
+  reqs[1].shape[0] = 17;
+  reqs[1].shape[1] = (int64_t)1 << 40;
+  reqs[1].shape[2] = 0;
   uint32_t bits[3] = {0, 7, 1000};
   hk_msg m = {.type = HK_MSG_REQUESTS};
   m.u.requests.shutdown = 1;
@@ -57,6 +62,10 @@ static void test_requests_roundtrip(void **state) {
     assert_string_equal(d.u.requests.reqs[i].name, reqs[i].name);
     assert_true(d.u.requests.reqs[i].prescale == reqs[i].prescale);
     assert_true(d.u.requests.reqs[i].postscale == reqs[i].postscale);
+    assert_int_equal(d.u.requests.reqs[i].set, reqs[i].set);
+    assert_int_equal(d.u.requests.reqs[i].ndims, reqs[i].ndims);
+    for (int k = 0; k < reqs[i].ndims; k++)
+      assert_true(d.u.requests.reqs[i].shape[k] == reqs[i].shape[k]);
   }
   assert_int_equal(d.u.requests.nbits, 3);
   assert_int_equal(d.u.requests.bits[2], 1000);
@@ -313,7 +322,10 @@ static void test_oversized_rejected(void **state) {
   hk_buf b = {0};
   assert_int_equal(hk_wire_encode(&m, &b), HK_OK); /* exactly the limit */
   /* Patch the name length on the wire to one over the limit. */
-  size_t name_len_at = HK_WIRE_HEADER_LEN + 1 + 4 + 4 + 4 + 8 + 8 + 16 + 8;
+  /* (header, n, sample flag, coll/dtype/op/mem, root, count, row size,
+   * scales, group size and index, process set, no dimensions) */
+  size_t name_len_at =
+      HK_WIRE_HEADER_LEN + 1 + 4 + 4 + 4 + 8 + 8 + 16 + 8 + 4 + 1;
   uint16_t over = HK_MAX_NAME_LEN + 1;
   b.data[name_len_at] = (uint8_t)over;
   b.data[name_len_at + 1] = (uint8_t)(over >> 8);
@@ -354,6 +366,17 @@ static void test_bad_fields_rejected(void **state) {
     assert_non_null(strstr(hk_last_error(), cases[i].needle));
     b.data[cases[i].at] = saved;
   }
+  /* the process set and the number of dimensions (after root, count, row
+   * size, the scales and the group: 4 + 8 + 8 + 16 + 8 bytes) */
+  const size_t set_at = HK_WIRE_HEADER_LEN + 9 + 4 + 8 + 8 + 16 + 8;
+  b.data[set_at + 3] = 0x80; /* a negative set */
+  assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_ERR_PROTOCOL);
+  assert_non_null(strstr(hk_last_error(), "process set"));
+  b.data[set_at + 3] = 0;
+  b.data[set_at + 4] = HK_WIRE_MAX_DIMS + 1;
+  assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_ERR_PROTOCOL);
+  assert_non_null(strstr(hk_last_error(), "dimensions"));
+  b.data[set_at + 4] = 0;
   /* a NUL inside a string (the name "t" is the byte before the empty group
    * name, the 4-byte bit count and the sample flag at the end) */
   b.data[b.len - 8] = 0;
