@@ -34,17 +34,22 @@ struct tunable {
   /* settings parsed by a function of their own (v: the value, "" when
    * unset or empty), the launcher's (checked where they are used), and
    * extra checks of a number: */
-  hk_status (*parse)(hk_config *cfg, const char *v);
+  hk_status (*parse)(hk_config *cfg, const char *name, const char *v);
   const char *def_text;    /* how the default reads, where it is no number */
   const char *values_text; /* what values are accepted, where it says more
                               than the range or the words */
+  const char *alias;       /* Horovod's variable for the same setting, read when
+                              this one is unset (a Horovod job's scripts set
+                              them), or NULL */
 };
 
 #define OFF(f) offsetof(hk_config, f)
-#define STRING(v, f, d, what, m)                                               \
+/* (each takes, last, optional fields such as .alias = "HOROVOD_...") */
+#define STRING(v, f, d, what, m, ...)                                          \
   {                                                                            \
     v, .meaning = m, .offset = OFF(f), .kind = HK_TUNABLE_STRING,              \
-       .cap = sizeof((hk_config *)0)->f, .def_text = d, .values_text = what    \
+       .cap = sizeof((hk_config *)0)->f, .def_text = d, .values_text = what,   \
+       __VA_ARGS__                                                             \
   }
 #define STRING_BY_HKRUN(v, f, m)                                               \
   {                                                                            \
@@ -56,17 +61,27 @@ struct tunable {
     v, .meaning = m, .offset = OFF(f), .kind = HK_TUNABLE_WORD, .words = w,    \
        .nwords = (int)(sizeof w / sizeof w[0])                                 \
   }
-#define INT(v, d, lo, hi, f, dt, m)                                            \
-  { v, d, lo, hi, "", m, OFF(f), HK_TUNABLE_INTEGER, .def_text = dt }
+#define INT(v, d, lo, hi, f, dt, m, ...)                                       \
+  {                                                                            \
+    v, d, lo, hi, "", m, OFF(f), HK_TUNABLE_INTEGER, .def_text = dt,           \
+                                                     __VA_ARGS__               \
+  }
 #define LAUNCHER(v, m)                                                         \
   { v, .meaning = m, .kind = HK_TUNABLE_LAUNCHER, .def_text = "(set by hkrun)" }
 
-static hk_status check_slot_bytes(hk_config *cfg, const char *v);
-static hk_status parse_allreduce_algo(hk_config *cfg, const char *v);
-static hk_status parse_hierarchical(hk_config *cfg, const char *v);
-static hk_status parse_fault(hk_config *cfg, const char *v);
-static hk_status parse_log_level(hk_config *cfg, const char *v);
-static hk_status parse_launcher_pid(hk_config *cfg, const char *v);
+static hk_status check_slot_bytes(hk_config *cfg, const char *name,
+                                  const char *v);
+static hk_status parse_allreduce_algo(hk_config *cfg, const char *name,
+                                      const char *v);
+static hk_status parse_hierarchical(hk_config *cfg, const char *name,
+                                    const char *v);
+static hk_status parse_fault(hk_config *cfg, const char *name, const char *v);
+static hk_status parse_log_level(hk_config *cfg, const char *name,
+                                 const char *v);
+static hk_status parse_launcher_pid(hk_config *cfg, const char *name,
+                                    const char *v);
+static hk_status parse_stall_disable(hk_config *cfg, const char *name,
+                                     const char *v);
 
 /* words ignore case, as every word-valued setting does */
 static const char *const transports[] = {"tcp", "mpi"};
@@ -79,7 +94,8 @@ static const tunable table[] = {
      "upper bound on how long a batch may wait to grow: rank 0 may hold the "
      "answer to a request none of whose tensors is ready yet this long; 0: "
      "answer at once (a tensor ready on every rank never waits)",
-     .offset = OFF(cycle_time_ms), .kind = HK_TUNABLE_NUMBER},
+     .offset = OFF(cycle_time_ms), .kind = HK_TUNABLE_NUMBER,
+     .alias = "HOROVOD_CYCLE_TIME"},
     {"HK_TIMEOUT_S", 60, 0.1, 86400, "s",
      "a transfer or negotiation making no progress for this long fails",
      .offset = OFF(timeout_s), .kind = HK_TUNABLE_NUMBER},
@@ -93,7 +109,8 @@ static const tunable table[] = {
     {"HK_FUSION_THRESHOLD", 128 << 20, 0, 1ull << 36, "bytes",
      "tensors reduced together in one fusion buffer, at most this many "
      "bytes; 0 disables fusion",
-     .offset = OFF(fusion_threshold), .kind = HK_TUNABLE_SIZE},
+     .offset = OFF(fusion_threshold), .kind = HK_TUNABLE_SIZE,
+     .alias = "HOROVOD_FUSION_THRESHOLD"},
     /* hk's own: copying a tensor into and out of the fusion buffer costs
      * 2b / B_mem; running it alone costs one more ring start-up,
      * ~2(n-1) alpha. With alpha ~16 us (loopback half round trip) and
@@ -106,15 +123,18 @@ static const tunable table[] = {
     /* Horovod's HOROVOD_CACHE_CAPACITY default */
     {"HK_CACHE_CAPACITY", 1024, 0, 262144, "tensors",
      "response cache entries; 0 disables the cache",
-     .offset = OFF(cache_capacity), .kind = HK_TUNABLE_SIZE},
+     .offset = OFF(cache_capacity), .kind = HK_TUNABLE_SIZE,
+     .alias = "HOROVOD_CACHE_CAPACITY"},
     /* Horovod's HOROVOD_STALL_CHECK_TIME_SECONDS default */
     {"HK_STALL_CHECK_TIME_S", 60, 0, 86400, "s",
      "rank 0 warns about tensors some ranks did not submit for this long; 0 "
      "disables",
-     .offset = OFF(stall_check_s), .kind = HK_TUNABLE_NUMBER},
+     .offset = OFF(stall_check_s), .kind = HK_TUNABLE_NUMBER,
+     .alias = "HOROVOD_STALL_CHECK_TIME_SECONDS"},
     {"HK_STALL_SHUTDOWN_TIME_S", 0, 0, 86400, "s",
      "the job stops on every rank when a tensor stalls this long; 0: never",
-     .offset = OFF(stall_shutdown_s), .kind = HK_TUNABLE_NUMBER},
+     .offset = OFF(stall_shutdown_s), .kind = HK_TUNABLE_NUMBER,
+     .alias = "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"},
     /* NCCL_NSOCKS_PERTHREAD's idea: several TCP streams to one peer when
      * one stream cannot fill the link (per-flow limits, one core per
      * stream's interrupts, a large bandwidth-delay product). Each link
@@ -186,7 +206,8 @@ static const tunable table[] = {
      "each host's network rate, for the cost model's algorithm choice",
      .offset = OFF(net_gbit), .kind = HK_TUNABLE_NUMBER},
     STRING("HK_TIMELINE", timeline, "(none)", "a file",
-           "rank 0 writes a Chrome trace of every tensor to this file"),
+           "rank 0 writes a Chrome trace of every tensor to this file",
+           .alias = "HOROVOD_TIMELINE"),
     STRING("HK_METRICS_FILE", metrics_file, "(none)", "a file",
            "rank 0's Prometheus text file, rewritten every "
            "HK_METRICS_INTERVAL_S; turns the monitor on"),
@@ -199,7 +220,8 @@ static const tunable table[] = {
            "an interface name or a CIDR subnet",
            "the interface (name or CIDR subnet) ranks listen on; one that "
            "does not exist fails hk_init, naming those that do "
-           "(hkrun --network-interface)"),
+           "(hkrun --network-interface)",
+           .alias = "HOROVOD_GLOO_IFACE"),
     STRING("HK_TOPO_FILE", topo_file, "(none)", "a file",
            "the server's layout (nvidia-smi topo -m text or NCCL XML): the "
            "ring order inside each host and the cost model's host"),
@@ -213,10 +235,11 @@ static const tunable table[] = {
          "how links to ranks on other hosts move bytes: hk's TCP, or MPI "
          "point-to-point (jobs started by mpirun)"),
     {"HK_HIERARCHICAL_ALLREDUCE",
-     .meaning = "1 forces the hierarchical allreduce (Horovod's variable); 0 "
-                "keeps auto from choosing it",
+     .meaning = "1 forces the hierarchical allreduce; 0 keeps auto from "
+                "choosing it",
      .kind = HK_TUNABLE_SPECIAL, .parse = parse_hierarchical,
-     .def_text = "(unset: the cost model decides)", .values_text = "0, 1"},
+     .def_text = "(unset: the cost model decides)", .values_text = "0, 1",
+     .alias = "HOROVOD_HIERARCHICAL_ALLREDUCE"},
     WORD("HK_DEVICE", device, devices,
          "the backend of device tensors: cuda where libhk_cuda.so loads "
          "and sees a GPU (auto), the emulated GPU, or host tensors only"),
@@ -231,7 +254,8 @@ static const tunable table[] = {
         "1: tests that need a real GPU fail instead of skipping"),
     INT("HK_TIMELINE_MARK_CYCLES", 0, 0, 1, timeline_mark_cycles, "0",
         "1: the timeline marks every negotiation round that ran something "
-        "(CYCLE_START)"),
+        "(CYCLE_START)",
+        .alias = "HOROVOD_TIMELINE_MARK_CYCLES"),
     INT("HK_MONITOR", 0, 0, 1, monitor, "0",
         "1: rank 0 tracks which ranks are late and why"),
     INT("HK_MONITOR_LIVE", 0, 0, 1, monitor_live, "0",
@@ -241,9 +265,17 @@ static const tunable table[] = {
                 "communicator operation (counted from 0)",
      .kind = HK_TUNABLE_SPECIAL, .parse = parse_fault, .def_text = "(none)",
      .values_text = "error:R:OP, hang:R:OP, delay:R:OP:MS"},
-    {"HK_LOG_LEVEL", .meaning = "what hk logs on stderr",
+    {"HK_LOG_LEVEL",
+     .meaning = "what hk logs on stderr (Horovod's trace "
+                "is debug here, its fatal error)",
      .kind = HK_TUNABLE_SPECIAL, .parse = parse_log_level,
-     .def_text = "warning", .values_text = "error, warning, info, debug"},
+     .def_text = "warning", .values_text = "error, warning, info, debug",
+     .alias = "HOROVOD_LOG_LEVEL"},
+    {"HOROVOD_STALL_CHECK_DISABLE",
+     .meaning = "Horovod's: 1 turns the stall check off (as "
+                "HK_STALL_CHECK_TIME_S=0)",
+     .kind = HK_TUNABLE_SPECIAL, .parse = parse_stall_disable, .def_text = "0",
+     .values_text = "0, 1"},
     /* set by hkrun for each worker (under mpirun or srun hk reads their
      * variables instead, worker/placement.c) */
     LAUNCHER("HK_RANK", "this process's rank in the job"),
@@ -265,22 +297,23 @@ static const tunable table[] = {
 #define NTABLE (sizeof table / sizeof table[0])
 
 /* A number in [t->min, t->max] into its field; s not empty. */
-static hk_status read_number(const tunable *t, const char *s, hk_config *cfg) {
+static hk_status read_number(const tunable *t, const char *name, const char *s,
+                             hk_config *cfg) {
   char *end;
   errno = 0;
   double v = strtod(s, &end);
   if (end == s || *end || isnan(v))
-    return hk_fail(HK_ERR_CONFIG, "%s='%s' is not a number (unit: %s)", t->var,
-                   s, t->unit);
+    return hk_fail(HK_ERR_CONFIG, "%s='%s' is not a number (unit: %s)", name, s,
+                   t->unit);
   /* a number, but beyond a double (1e400) or below its precision: say
    * which way it is out of range */
   if (errno == ERANGE || !isfinite(v))
     return hk_fail(HK_ERR_CONFIG,
-                   "%s=%s is too %s: the range is [%.17g, %.17g] %s", t->var, s,
+                   "%s=%s is too %s: the range is [%.17g, %.17g] %s", name, s,
                    fabs(v) > 1.0 ? "large" : "small", t->min, t->max, t->unit);
   if (v < t->min || v > t->max)
     return hk_fail(HK_ERR_CONFIG, "%s=%s is out of range [%.17g, %.17g] %s",
-                   t->var, s, t->min, t->max, t->unit);
+                   name, s, t->min, t->max, t->unit);
   char *field = (char *)cfg + t->offset;
   if (t->kind == HK_TUNABLE_SIZE)
     *(size_t *)field = (size_t)v;
@@ -290,19 +323,21 @@ static hk_status read_number(const tunable *t, const char *s, hk_config *cfg) {
 }
 
 /* A whole decimal number in [t->min, t->max] into its int field. */
-static hk_status read_integer(const tunable *t, const char *s, hk_config *cfg) {
+static hk_status read_integer(const tunable *t, const char *name, const char *s,
+                              hk_config *cfg) {
   char *end;
   errno = 0;
   long v = strtol(s, &end, 10);
   if (errno || *end || v < t->min || v > t->max)
-    return hk_fail(HK_ERR_CONFIG, "%s='%s' is not an integer in [%d, %d]",
-                   t->var, s, (int)t->min, (int)t->max);
+    return hk_fail(HK_ERR_CONFIG, "%s='%s' is not an integer in [%d, %d]", name,
+                   s, (int)t->min, (int)t->max);
   *(int *)((char *)cfg + t->offset) = (int)v;
   return HK_OK;
 }
 
 /* One of t's words (case-insensitive): its index into the int field. */
-static hk_status read_word(const tunable *t, const char *s, hk_config *cfg) {
+static hk_status read_word(const tunable *t, const char *name, const char *s,
+                           hk_config *cfg) {
   for (int i = 0; i < t->nwords; i++)
     if (strcasecmp(s, t->words[i]) == 0) {
       *(int *)((char *)cfg + t->offset) = i;
@@ -312,14 +347,15 @@ static hk_status read_word(const tunable *t, const char *s, hk_config *cfg) {
   for (int i = 0; i < t->nwords; i++)
     snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s",
              i ? ", " : "", t->words[i]);
-  return hk_fail(HK_ERR_CONFIG, "%s='%s' is not one of %s", t->var, s, list);
+  return hk_fail(HK_ERR_CONFIG, "%s='%s' is not one of %s", name, s, list);
 }
 
 /* A string copied into its field (t->cap bytes with the NUL). Longer than
  * that is an error, not a cut. */
-static hk_status read_text(const tunable *t, const char *s, hk_config *cfg) {
+static hk_status read_text(const tunable *t, const char *name, const char *s,
+                           hk_config *cfg) {
   if (strlen(s) >= t->cap)
-    return hk_fail(HK_ERR_CONFIG, "%s is longer than %zu bytes", t->var,
+    return hk_fail(HK_ERR_CONFIG, "%s is longer than %zu bytes", name,
                    t->cap - 1);
   snprintf((char *)cfg + t->offset, t->cap, "%s", s);
   return HK_OK;
@@ -354,7 +390,11 @@ static void set_default(const tunable *t, hk_config *cfg) {
 /* Loads one entry: its default, then its variable if set and not empty,
  * then its parse (which also sees an unset one, as ""). */
 static hk_status load(const tunable *t, hk_config *cfg) {
-  const char *s = getenv(t->var);
+  const char *name = t->var, *s = getenv(name);
+  if (!(s && *s) && t->alias) { /* Horovod's name for it */
+    name = t->alias;
+    s = getenv(name);
+  }
   const int set = s && *s;
   hk_status st = HK_OK;
   set_default(t, cfg);
@@ -362,26 +402,28 @@ static hk_status load(const tunable *t, hk_config *cfg) {
     switch (t->kind) {
     case HK_TUNABLE_NUMBER:
     case HK_TUNABLE_SIZE:
-      st = read_number(t, s, cfg);
+      st = read_number(t, name, s, cfg);
       break;
     case HK_TUNABLE_INTEGER:
-      st = read_integer(t, s, cfg);
+      st = read_integer(t, name, s, cfg);
       break;
     case HK_TUNABLE_WORD:
-      st = read_word(t, s, cfg);
+      st = read_word(t, name, s, cfg);
       break;
     default: /* strings, and the launcher's with a field */
       if (t->cap)
-        st = read_text(t, s, cfg);
+        st = read_text(t, name, s, cfg);
       break;
     }
   }
   if (st == HK_OK && t->parse)
-    st = t->parse(cfg, set ? s : "");
+    st = t->parse(cfg, name, set ? s : "");
   return st;
 }
 
-static hk_status check_slot_bytes(hk_config *cfg, const char *v) {
+static hk_status check_slot_bytes(hk_config *cfg, const char *name,
+                                  const char *v) {
+  (void)name;
   (void)v;
   if (cfg->shm_slot_bytes % 64)
     return hk_fail(HK_ERR_CONFIG,
@@ -393,7 +435,9 @@ static hk_status check_slot_bytes(hk_config *cfg, const char *v) {
 /* HK_ALLREDUCE_ALGO = auto | ring | hierarchical | rd (any case): the
  * host allreduce every rank runs (collectives/allreduce.h); "tree" is
  * only a prediction of NCCL's (hktopo), refused with that reason. */
-static hk_status parse_allreduce_algo(hk_config *cfg, const char *v) {
+static hk_status parse_allreduce_algo(hk_config *cfg, const char *name,
+                                      const char *v) {
+  (void)name;
   static const char *const algos[] = {"auto", "ring", "hierarchical", "rd"};
   cfg->allreduce_algo[0] = '\0';
   if (!*v)
@@ -416,19 +460,20 @@ static hk_status parse_allreduce_algo(hk_config *cfg, const char *v) {
                  v);
 }
 
-static hk_status parse_hierarchical(hk_config *cfg, const char *v) {
+static hk_status parse_hierarchical(hk_config *cfg, const char *name,
+                                    const char *v) {
   cfg->hierarchical = -1;
   if (!*v)
     return HK_OK;
   if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0)
-    return hk_fail(HK_ERR_CONFIG,
-                   "HK_HIERARCHICAL_ALLREDUCE='%s' is not 0 or 1", v);
+    return hk_fail(HK_ERR_CONFIG, "%s='%s' is not 0 or 1", name, v);
   cfg->hierarchical = v[0] == '1';
   return HK_OK;
 }
 
 /* HK_EMU_FAULT=error|hang|delay:RANK:OP[:MS] */
-static hk_status parse_fault(hk_config *cfg, const char *s) {
+static hk_status parse_fault(hk_config *cfg, const char *name, const char *s) {
+  (void)name;
   cfg->emu_fault_kind = 0;
   cfg->emu_fault_rank = cfg->emu_fault_op = cfg->emu_fault_ms = 0;
   if (!*s)
@@ -455,15 +500,18 @@ static hk_status parse_fault(hk_config *cfg, const char *s) {
   return HK_OK;
 }
 
-static hk_status parse_log_level(hk_config *cfg, const char *v) {
+static hk_status parse_log_level(hk_config *cfg, const char *name,
+                                 const char *v) {
   cfg->log_level = HK_LOG_WARNING;
   if (!*v)
     return HK_OK;
-  int l = hk_log_level_parse(v);
+  /* Horovod's trace and fatal are the nearest of hk's levels */
+  int l = strcasecmp(v, "trace") == 0   ? HK_LOG_DEBUG
+          : strcasecmp(v, "fatal") == 0 ? HK_LOG_ERROR
+                                        : hk_log_level_parse(v);
   if (l < 0)
     return hk_fail(HK_ERR_CONFIG,
-                   "HK_LOG_LEVEL='%s' is not one of error, warning, info, "
-                   "debug",
+                   "%s='%s' is not one of error, warning, info, debug", name,
                    v);
   cfg->log_level = l;
   return HK_OK;
@@ -472,12 +520,26 @@ static hk_status parse_log_level(hk_config *cfg, const char *v) {
 /* hkrun's pid, as hkrun wrote it; anything else is no launcher of ours
  * (0), as before any of this was checked: it only decides whether this
  * worker dies with its parent. */
-static hk_status parse_launcher_pid(hk_config *cfg, const char *v) {
+static hk_status parse_launcher_pid(hk_config *cfg, const char *name,
+                                    const char *v) {
+  (void)name;
   char *end;
   errno = 0;
   long pid = *v ? strtol(v, &end, 10) : 0;
   cfg->launcher_pid =
       *v && !errno && !*end && pid > 0 && pid <= INT_MAX ? (int)pid : 0;
+  return HK_OK;
+}
+
+/* HOROVOD_STALL_CHECK_DISABLE=1: no stall check (after
+ * HK_STALL_CHECK_TIME_S in the table, so it wins, as in Horovod). */
+static hk_status parse_stall_disable(hk_config *cfg, const char *name,
+                                     const char *v) {
+  if (!*v || strcmp(v, "0") == 0)
+    return HK_OK;
+  if (strcmp(v, "1") != 0)
+    return hk_fail(HK_ERR_CONFIG, "%s='%s' is not 0 or 1", name, v);
+  cfg->stall_check_s = 0;
   return HK_OK;
 }
 
@@ -524,7 +586,8 @@ int hk_config_tunable(size_t i, hk_tunable_info *out) {
                            .words = t->words,
                            .nwords = t->nwords,
                            .def_text = t->def_text,
-                           .values_text = t->values_text};
+                           .values_text = t->values_text,
+                           .alias = t->alias};
   return 1;
 }
 

@@ -1,7 +1,9 @@
 /*
  * config.h - every HK_* environment variable of hk, in one table
  * (common/config.c): its kind, default, unit, valid range or words, and
- * what it means (docs/tuning.md's table is printed from it). No other
+ * what it means (docs/tuning.md's table is printed from it), and, where
+ * Horovod has the same setting, Horovod's variable, read when hk's is
+ * unset (so a Horovod job's scripts keep working). No other
  * file reads an HK_* variable (scripts/check-layers.py fails the tests on
  * one that does). hkrun flags override them by setting the variable for
  * the workers; the variables hkrun sets for its workers (rank, size,
@@ -161,6 +163,8 @@ typedef struct hk_tunable_info {
                               ("(none)", "the local rank"), or NULL */
   const char *values_text; /* the accepted values in words where the range
                               or the words do not say it all, or NULL */
+  const char *alias;       /* Horovod's variable for the same setting, read
+                              when this one is unset or empty, or NULL */
 } hk_tunable_info;
 
 /**

@@ -17,7 +17,11 @@ static const char *const per_process[] = {
 const char *const *hk_mpirun_per_process_vars(void) { return per_process; }
 
 int hk_mpirun_forwarded(const char *name, size_t len) {
-  if (len <= 3 || strncmp(name, "HK_", 3) != 0)
+  /* hk's variables, and Horovod's that hk reads in their place */
+  size_t prefix = len > 3 && strncmp(name, "HK_", 3) == 0        ? 3
+                  : len > 8 && strncmp(name, "HOROVOD_", 8) == 0 ? 8
+                                                                 : 0;
+  if (!prefix)
     return 0;
   for (size_t i = 0; i < len; i++) {
     char c = name[i];

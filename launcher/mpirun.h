@@ -26,7 +26,8 @@
  *   CPUs (with -H the slots are declared, and np <= their total is checked
  *   before this is built).
  * - -x NAME (the value comes from mpirun's environment, so the secret
- *   never appears on a command line) for every HK_* variable of `envp`
+ *   never appears on a command line) for every HK_* (and HOROVOD_*)
+ *   variable of `envp`
  *   except those that describe one process of one launch, which Open MPI
  *   provides instead (hk reads OMPI_COMM_WORLD_*): see hk_mpirun_forwarded.
  *   The caller puts HK_SECRET (and HK_SOCKET_IFNAME for --network-
@@ -98,7 +99,9 @@ const char *hk_mpirun_rsh_args(const char *rsh_args, const char *port,
 
 /**
  * 1 if the environment variable NAME (the part before '=') is forwarded
- * with -x: it starts with "HK_", has only [A-Z0-9_], and is not one of
+ * with -x: it starts with "HK_" (or "HOROVOD_": Horovod's variables, which
+ * common/config.h reads where hk's are unset), has only [A-Z0-9_], and
+ * is not one of
  * HK_RANK, HK_SIZE, HK_LOCAL_RANK, HK_LOCAL_SIZE, HK_CROSS_RANK,
  * HK_CROSS_SIZE, HK_RENDEZVOUS, HK_LAUNCHER_PID (one process's place, or
  * a local hkrun's address, all wrong on another host). len is NAME's

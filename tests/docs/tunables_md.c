@@ -85,6 +85,9 @@ static void put_row(FILE *f, const hk_tunable_info *t) {
   put_cell(f, t->unit);
   fputs(" | ", f);
   put_cell(f, t->meaning);
+  fputs(" | ", f);
+  if (t->alias)
+    fprintf(f, "`%s`", t->alias);
   fputs(" |\n", f);
 }
 
@@ -100,8 +103,8 @@ static char *table_markdown(void) {
   for (int launcher = 0; launcher < 2; launcher++) {
     if (launcher)
       fputs("\nSet by hkrun for each of its workers:\n\n", f);
-    fputs("| variable | default | values | unit | meaning |\n", f);
-    fputs("|---|---|---|---|---|\n", f);
+    fputs("| variable | default | values | unit | meaning | Horovod's |\n", f);
+    fputs("|---|---|---|---|---|---|\n", f);
     for (size_t i = 0; hk_config_tunable(i, &t); i++)
       if ((t.kind == HK_TUNABLE_LAUNCHER) == launcher)
         put_row(f, &t);

@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "common/config.h"
+#include "common/log.h"
 #include "common/status.h"
 
 static void test_defaults(void **state) {
@@ -211,6 +212,55 @@ static void test_allreduce_algo(void **state) {
   unsetenv("HK_ALLREDUCE_ALGO");
 }
 
+/* Horovod's variables stand in for hk's where those are unset (a Horovod
+ * job's scripts set them): hk's win, and a bad value is named as set. */
+static void test_horovod_aliases(void **state) {
+  (void)state;
+  hk_config cfg;
+  static const char *const vars[] = {"HK_FUSION_THRESHOLD",
+                                     "HOROVOD_FUSION_THRESHOLD",
+                                     "HK_LOG_LEVEL",
+                                     "HOROVOD_LOG_LEVEL",
+                                     "HOROVOD_STALL_CHECK_DISABLE",
+                                     "HK_HIERARCHICAL_ALLREDUCE",
+                                     "HOROVOD_HIERARCHICAL_ALLREDUCE",
+                                     "HOROVOD_TIMELINE",
+                                     "HOROVOD_CYCLE_TIME"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+    unsetenv(vars[i]);
+  setenv("HOROVOD_FUSION_THRESHOLD", "4096", 1);
+  setenv("HOROVOD_LOG_LEVEL", "TRACE", 1);
+  setenv("HOROVOD_STALL_CHECK_DISABLE", "1", 1);
+  setenv("HOROVOD_HIERARCHICAL_ALLREDUCE", "1", 1);
+  setenv("HOROVOD_TIMELINE", "/nonexistent/tl.json", 1);
+  setenv("HOROVOD_CYCLE_TIME", "2.5", 1);
+  assert_int_equal(hk_config_load(&cfg), HK_OK);
+  assert_int_equal(cfg.fusion_threshold, 4096);
+  assert_int_equal(cfg.log_level, HK_LOG_DEBUG);
+  assert_true(cfg.stall_check_s == 0.0);
+  assert_int_equal(cfg.hierarchical, 1);
+  assert_string_equal(cfg.timeline, "/nonexistent/tl.json");
+  assert_true(cfg.cycle_time_ms == 2.5);
+  /* hk's own variable wins */
+  setenv("HK_FUSION_THRESHOLD", "8192", 1);
+  setenv("HK_HIERARCHICAL_ALLREDUCE", "0", 1);
+  assert_int_equal(hk_config_load(&cfg), HK_OK);
+  assert_int_equal(cfg.fusion_threshold, 8192);
+  assert_int_equal(cfg.hierarchical, 0);
+  /* a bad value is named as the variable that held it */
+  unsetenv("HK_FUSION_THRESHOLD");
+  setenv("HOROVOD_FUSION_THRESHOLD", "lots", 1);
+  assert_int_equal(hk_config_load(&cfg), HK_ERR_CONFIG);
+  assert_non_null(strstr(hk_last_error(), "HOROVOD_FUSION_THRESHOLD='lots'"));
+  unsetenv("HOROVOD_FUSION_THRESHOLD");
+  setenv("HOROVOD_STALL_CHECK_DISABLE", "yes", 1);
+  assert_int_equal(hk_config_load(&cfg), HK_ERR_CONFIG);
+  assert_string_equal(hk_last_error(),
+                      "HOROVOD_STALL_CHECK_DISABLE='yes' is not 0 or 1");
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+    unsetenv(vars[i]);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_defaults),
@@ -220,6 +270,7 @@ int main(void) {
       cmocka_unit_test(test_monitor_settings),
       cmocka_unit_test(test_string_settings),
       cmocka_unit_test(test_allreduce_algo),
+      cmocka_unit_test(test_horovod_aliases),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -308,15 +308,28 @@ static void test_forwarded(void **state) {
     const char *name;
     int forwarded;
   } cases[] = {
-      {"HK_SECRET", 1},     {"HK_SOCKET_IFNAME", 1},
-      {"HK_TIMEOUT_S", 1},  {"HK_HIERARCHICAL_ALLREDUCE", 1},
-      {"HK_RANK", 0},       {"HK_SIZE", 0},
-      {"HK_LOCAL_RANK", 0}, {"HK_LOCAL_SIZE", 0},
-      {"HK_CROSS_RANK", 0}, {"HK_CROSS_SIZE", 0},
-      {"HK_RENDEZVOUS", 0}, {"HK_LAUNCHER_PID", 0},
-      {"HK_", 0},           {"HK_a", 0},
-      {"PATH", 0},          {"XHK_RANK", 0},
+      {"HK_SECRET", 1},
+      {"HK_SOCKET_IFNAME", 1},
+      {"HK_TIMEOUT_S", 1},
+      {"HK_HIERARCHICAL_ALLREDUCE", 1},
+      {"HK_RANK", 0},
+      {"HK_SIZE", 0},
+      {"HK_LOCAL_RANK", 0},
+      {"HK_LOCAL_SIZE", 0},
+      {"HK_CROSS_RANK", 0},
+      {"HK_CROSS_SIZE", 0},
+      {"HK_RENDEZVOUS", 0},
+      {"HK_LAUNCHER_PID", 0},
+      {"HK_", 0},
+      {"HK_a", 0},
+      {"PATH", 0},
+      {"XHK_RANK", 0},
       {"HK_RANKS", 1}, /* only exact names are per-process */
+      /* Horovod's, which hk reads where its own are unset */
+      {"HOROVOD_FUSION_THRESHOLD", 1},
+      {"HOROVOD_", 0},
+      {"HOROVOD_x", 0},
+      {"XHOROVOD_TIMELINE", 0},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     if (hk_mpirun_forwarded(cases[i].name, strlen(cases[i].name)) !=
