@@ -3,9 +3,10 @@
  * together in one fusion buffer, and where each lands in it.
  *
  * Plan (as Horovod's fusion buffer manager does): walk the responses in the
- * order rank 0 sent them; each allreduce that completed OK and fits opens a
- * group, which takes every later unplanned allreduce with the same dtype,
- * op, divisor and implementation while the group's bytes stay within the
+ * order rank 0 sent them; each fusable collective (allreduce, allgather or
+ * reduce-scatter) that completed OK and fits opens a group, which takes
+ * every later unplanned one of the same kind, dtype, op, divisor and
+ * implementation while the group's bytes stay within the
  * threshold (HK_FUSION_THRESHOLD, Horovod's default 128 MiB; 0 disables
  * fusion) and the opening item's own limit, if it has one.
  * Anything else, and any tensor larger than the threshold, runs alone and
@@ -31,7 +32,9 @@
 
 /** What the plan needs to know of one response. */
 typedef struct hk_fusion_item {
-  int fusable; /* an allreduce that completed negotiation OK */
+  int fusable;  /* a collective that completed negotiation OK and may run
+                   with others of its kind */
+  uint8_t coll; /* hk_wire_coll: only one kind shares a buffer */
   uint8_t dtype, op;
   uint8_t mem;     /* hk_wire_mem: host and device tensors never share a
                       fusion buffer */

@@ -446,6 +446,178 @@ static hk_status run_fused(hk_ctx *ctx, plan *p, uint32_t a, uint32_t b,
   return HK_OK;
 }
 
+/* Bytes an allgather or reduce-scatter puts through a fusion buffer:
+ * every rank's rows (an allgather's from the response's counts). */
+static size_t rows_bytes(const hk_ctx *ctx, const hk_wire_request *q,
+                         const hk_wire_response *r) {
+  const size_t row = q->row_elems * hk_dtype_size((hk_dtype)q->dtype);
+  if (q->coll == HK_COLL_REDUCESCATTER)
+    return q->count * row;
+  size_t rows = 0;
+  for (uint32_t j = 0; j < r->ncounts && j < (uint32_t)ctx->size; j++)
+    rows += r->counts[j];
+  return rows * row;
+}
+
+/* Gives each member of a fused allgather its output: the rows of every
+ * rank, in rank order, out of the gathered buffer `all` (rank r's block at
+ * seg[r], the members' rows one after the other in group order). */
+static hk_status unpack_allgather(hk_ctx *ctx, plan *p,
+                                  const hk_wire_response *rs, uint32_t a,
+                                  uint32_t k, const uint8_t *all,
+                                  const size_t *seg, size_t esz) {
+  const int n = ctx->size;
+  hk_status st = HK_OK;
+  for (uint32_t i = 0; i < k && st == HK_OK; i++) {
+    hk_handle h = p->h[p->order[a + i]];
+    const hk_wire_response *r = &rs[p->order[a + i]];
+    const size_t row = h->req.row_elems * esz;
+    size_t total = 0;
+    for (int j = 0; j < n; j++)
+      total += (size_t)r->counts[j];
+    uint8_t *out = total ? malloc(total * row) : NULL;
+    if (total && !out) {
+      st = hk_fail(HK_ERR_NOMEM, "cannot allocate %zu bytes", total * row);
+      break;
+    }
+    size_t at = 0;
+    for (int j = 0; j < n; j++) {
+      size_t before = 0; /* this rank's rows of the members before i */
+      for (uint32_t m = 0; m < i; m++) {
+        hk_handle hm = p->h[p->order[a + m]];
+        before += (size_t)rs[p->order[a + m]].counts[j] * hm->req.row_elems;
+      }
+      const size_t len = (size_t)r->counts[j] * row;
+      if (len)
+        memcpy(out + at, all + (seg[j] + before) * esz, len);
+      at += len;
+    }
+    if (h->phantom || !h->out_buf) {
+      free(out);
+      continue;
+    }
+    *h->out_buf = out;
+    if (h->out_counts)
+      for (int j = 0; j < n; j++)
+        h->out_counts[j] = (size_t)r->counts[j];
+  }
+  return st;
+}
+
+/* Group members p->order[a..b) (k > 1 allgathers of one dtype) as one
+ * allgatherv through the fusion buffer: rank r's block is its rows of
+ * every member in group order, the result is cut back into each member's
+ * output. Copies only, so the bytes are those of the members alone. */
+static hk_status run_fused_allgather(hk_ctx *ctx, plan *p,
+                                     const hk_wire_response *rs, uint32_t a,
+                                     uint32_t b, double *t) {
+  const int n = ctx->size;
+  const uint32_t k = b - a;
+  const hk_dtype dtype = (hk_dtype)p->h[p->order[a]]->req.dtype;
+  const size_t esz = hk_dtype_size(dtype);
+  t[0] = hk_now();
+  size_t *seg = p->seg; /* n + 1 offsets, elements */
+  seg[0] = 0;
+  for (int j = 0; j < n; j++) {
+    size_t block = 0;
+    for (uint32_t i = 0; i < k; i++)
+      block += (size_t)rs[p->order[a + i]].counts[j] *
+               p->h[p->order[a + i]]->req.row_elems;
+    seg[j + 1] = seg[j] + block;
+  }
+  hk_status st = map_fusion_buffer(ctx);
+  if (st != HK_OK)
+    return st;
+  uint8_t *mine = ctx->fusion + seg[ctx->rank] * esz;
+  for (uint32_t i = 0; i < k; i++) {
+    hk_handle h = p->h[p->order[a + i]];
+    const size_t len = h->req.count * h->req.row_elems * esz;
+    if (len)
+      memcpy(mine, h->sendbuf, len);
+    mine += len;
+  }
+  t[1] = hk_now();
+  st = hk_ring_allgatherv(&ctx->ring, ctx->fusion + seg[ctx->rank] * esz,
+                          ctx->fusion, seg, dtype);
+  t[2] = hk_now();
+  if (st == HK_OK)
+    st = unpack_allgather(ctx, p, rs, a, k, ctx->fusion, seg, esz);
+  t[3] = hk_now();
+  return st;
+}
+
+/* Group members p->order[a..b) (k > 1 reduce-scatters of one dtype, op and
+ * divisor) as one reduce-scatter through the fusion buffer: segment j is
+ * rank j's rows of every member in group order (each member split as it
+ * is alone), so every element is reduced in the order, and to the bits, it
+ * would be alone. Prescale while copying in, postscale while copying out,
+ * as run_fused. */
+static hk_status run_fused_reducescatter(hk_ctx *ctx, plan *p, uint32_t a,
+                                         uint32_t b, double *t) {
+  const int n = ctx->size, me = ctx->rank;
+  const uint32_t k = b - a;
+  const hk_wire_request *q0 = &p->h[p->order[a]]->req;
+  const hk_dtype dtype = (hk_dtype)q0->dtype;
+  const size_t esz = hk_dtype_size(dtype);
+  const hk_fusion_item *it = &p->items[p->order[a]];
+  const double pre = hk_average_pre_divisor(dtype, (hk_op)q0->op,
+                                            it->divisor > 0 ? it->divisor : n);
+  t[0] = hk_now();
+  size_t *seg = p->seg;
+  seg[0] = 0;
+  for (int j = 0; j < n; j++) {
+    size_t block = 0;
+    for (uint32_t i = 0; i < k; i++) {
+      const hk_wire_request *q = &p->h[p->order[a + i]]->req;
+      block +=
+          (rs_first_row(q->count, n, j + 1) - rs_first_row(q->count, n, j)) *
+          q->row_elems;
+    }
+    seg[j + 1] = seg[j] + block;
+  }
+  hk_status st = map_fusion_buffer(ctx);
+  uint8_t *out = NULL;
+  if (st == HK_OK && seg[me + 1] > seg[me] &&
+      !(out = malloc((seg[me + 1] - seg[me]) * esz)))
+    st = hk_fail(HK_ERR_NOMEM, "cannot allocate %zu bytes",
+                 (seg[me + 1] - seg[me]) * esz);
+  if (st != HK_OK)
+    return st;
+  for (int j = 0; j < n; j++) { /* segment j: member i's block j, in order */
+    uint8_t *at = ctx->fusion + seg[j] * esz;
+    for (uint32_t i = 0; i < k; i++) {
+      hk_handle h = p->h[p->order[a + i]];
+      const hk_wire_request *q = &h->req;
+      const size_t from = rs_first_row(q->count, n, j) * q->row_elems;
+      const size_t len = rs_first_row(q->count, n, j + 1) * q->row_elems - from;
+      if (len)
+        hk_scale_copy(at, (const uint8_t *)h->sendbuf + from * esz, len, dtype,
+                      q->prescale / pre);
+      at += len * esz;
+    }
+  }
+  t[1] = hk_now();
+  hk_ring_finish fin = {it->divisor, 1.0, pre}; /* postscale: copying out */
+  st = hk_ring_reducescatter(&ctx->ring, ctx->fusion, out, seg, dtype,
+                             (hk_op)q0->op, &fin);
+  t[2] = hk_now();
+  const uint8_t *from = out;
+  for (uint32_t i = 0; i < k && st == HK_OK; i++) {
+    hk_handle h = p->h[p->order[a + i]];
+    const hk_wire_request *q = &h->req;
+    const size_t rows =
+        rs_first_row(q->count, n, me + 1) - rs_first_row(q->count, n, me);
+    if (rows)
+      hk_scale_copy(h->recvbuf, from, rows * q->row_elems, dtype, q->postscale);
+    from += rows * q->row_elems * esz;
+    if (h->out_rows)
+      *h->out_rows = rows;
+  }
+  free(out);
+  t[3] = hk_now();
+  return st;
+}
+
 /* The identity of op in dtype, count elements, into buf: what a rank
  * that joined contributes (0 for sum and average, 1 for product, the
  * largest/smallest value for min/max). */
@@ -688,16 +860,23 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
             ? NULL
             : hk_allreduce_for(&ctx->ar, device ? HK_MEM_DEVICE : HK_MEM_HOST,
                                bytes);
-    p.items[i] = (hk_fusion_item){
-        .fusable = rs[i].status == HK_OK && q->coll == HK_COLL_ALLREDUCE &&
-                   (device || bytes <= direct),
-        .dtype = q->dtype,
-        .op = q->op,
-        .mem = q->mem,
-        .divisor = rs[i].divisor,
-        .impl = impl,
-        .bytes = bytes,
-        .limit = hk_allreduce_fuse_limit(&ctx->ar, impl)};
+    const int rows =
+        q->coll == HK_COLL_ALLGATHER || q->coll == HK_COLL_REDUCESCATTER;
+    if (rows) /* what the fusion buffer holds: every rank's rows */
+      bytes = rows_bytes(ctx, q, &rs[i]);
+    p.items[i] =
+        (hk_fusion_item){.fusable = rs[i].status == HK_OK &&
+                                    (q->coll == HK_COLL_ALLREDUCE
+                                         ? device || bytes <= direct
+                                         : rows && !device && bytes <= direct),
+                         .coll = q->coll,
+                         .dtype = q->dtype,
+                         .op = q->op,
+                         .mem = q->mem,
+                         .divisor = rs[i].divisor,
+                         .impl = impl,
+                         .bytes = bytes,
+                         .limit = hk_allreduce_fuse_limit(&ctx->ar, impl)};
   }
   /* The cache learns uncached tensors in response order (as every rank
    * does); reading the requests now, before any handle completes. */
@@ -745,10 +924,14 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
     else if (h0->req.mem == HK_WIRE_MEM_DEVICE)
       st =
           run_alone_staged(ctx, h0, rs[p.order[a]].divisor, &rs[p.order[a]], t);
+    else if (!fused)
+      st = run_alone(ctx, h0, rs[p.order[a]].divisor, &rs[p.order[a]], t);
+    else if (h0->req.coll == HK_COLL_ALLGATHER)
+      st = run_fused_allgather(ctx, &p, rs, a, b, t);
+    else if (h0->req.coll == HK_COLL_REDUCESCATTER)
+      st = run_fused_reducescatter(ctx, &p, a, b, t);
     else
-      st = fused
-               ? run_fused(ctx, &p, a, b, t)
-               : run_alone(ctx, h0, rs[p.order[a]].divisor, &rs[p.order[a]], t);
+      st = run_fused(ctx, &p, a, b, t);
     if (st != HK_OK) {
       char msg[HK_ERROR_MSG_CAP];
       snprintf(msg, sizeof msg, "%s", hk_last_error());

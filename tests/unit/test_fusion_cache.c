@@ -42,6 +42,14 @@ static void test_plan_groups_compatible_within_threshold(void **s) {
   it[2].divisor = 3;
   g = hk_fusion_plan(it, 7, 1000, taken, order, starts);
   assert_int_equal(order[1], 6);
+  /* another kind of collective (an allgather beside allreduces) never
+   * shares a buffer either */
+  it[2].divisor = 4;
+  it[2].coll = 4;
+  g = hk_fusion_plan(it, 7, 1000, taken, order, starts);
+  assert_int_equal(order[1], 6);
+  assert_int_equal(order[2], 1);
+  it[2].coll = 0;
   /* threshold 0: nothing fuses */
   assert_int_equal(hk_fusion_plan(it, 7, 0, taken, order, starts), 7);
   for (uint32_t i = 0; i < 7; i++)
