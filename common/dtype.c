@@ -11,6 +11,7 @@ static const struct {
 } dtypes[] = {
     {2, "float16"}, {2, "bfloat16"}, {4, "float32"}, {8, "float64"},
     {1, "int8"},    {1, "uint8"},    {4, "int32"},   {8, "int64"},
+    {2, "int16"},   {1, "bool"},
 };
 
 /* Indexed by hk_op. */

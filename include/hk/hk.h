@@ -98,7 +98,14 @@ typedef enum hk_status {
   HK_ERR_DEVICE = 15,
 } hk_status;
 
-/** Element types. Sizes in bytes: 2, 2, 4, 8, 1, 1, 4, 8. */
+/**
+ * Element types. Sizes in bytes: 2, 2, 4, 8, 1, 1, 4, 8, 2, 1. The values
+ * are fixed (the wire and the Python front carry them); new types are
+ * appended.
+ * HK_BOOL is one byte per element, moved as it is (any byte value):
+ * broadcast, allgather and alltoall take it; allreduce and reduce-scatter
+ * do not (HK_ERR_INVALID_ARG at submit), as Horovod reduces no bool.
+ */
 typedef enum hk_dtype {
   HK_FLOAT16 = 0,  /**< IEEE 754 binary16 */
   HK_BFLOAT16 = 1, /**< bfloat16: the top 16 bits of a binary32 */
@@ -108,6 +115,8 @@ typedef enum hk_dtype {
   HK_UINT8 = 5,
   HK_INT32 = 6,
   HK_INT64 = 7,
+  HK_INT16 = 8,
+  HK_BOOL = 9, /**< one byte; not reduced (see above) */
 } hk_dtype;
 
 /**

@@ -19,7 +19,8 @@
 #include "common/half.h"
 #include "device/host/reduce.h"
 
-#define NDTYPES 8
+#define NDTYPES 8    /* the dtypes hk reduces */
+#define NALLTYPES 10 /* every dtype: those and bool */
 #define NOPS 5
 
 /* xorshift64*: deterministic test data. */
@@ -676,17 +677,20 @@ static void test_supported_pairs(void **state) {
 
 static void test_dtype_sizes_and_names(void **state) {
   (void)state;
-  static const size_t sizes[NDTYPES] = {2, 2, 4, 8, 1, 1, 4, 8};
-  static const char *const names[NDTYPES] = {"float16", "bfloat16", "float32",
-                                             "float64", "int8",     "uint8",
-                                             "int32",   "int64"};
-  for (int dt = 0; dt < NDTYPES; dt++) {
+  /* the values are fixed (the wire and the Python front carry them) */
+  assert_int_equal(HK_INT16, 8);
+  assert_int_equal(HK_BOOL, 9);
+  static const size_t sizes[NALLTYPES] = {2, 2, 4, 8, 1, 1, 4, 8, 2, 1};
+  static const char *const names[NALLTYPES] = {
+      "float16", "bfloat16", "float32", "float64", "int8",
+      "uint8",   "int32",    "int64",   "int16",   "bool"};
+  for (int dt = 0; dt < NALLTYPES; dt++) {
     assert_int_equal(hk_dtype_size((hk_dtype)dt), sizes[dt]);
     assert_string_equal(hk_dtype_name((hk_dtype)dt), names[dt]);
   }
-  assert_int_equal(hk_dtype_size((hk_dtype)8), 0);
+  assert_int_equal(hk_dtype_size((hk_dtype)NALLTYPES), 0);
   assert_int_equal(hk_dtype_size((hk_dtype)-1), 0);
-  assert_string_equal(hk_dtype_name((hk_dtype)8), "unknown");
+  assert_string_equal(hk_dtype_name((hk_dtype)NALLTYPES), "unknown");
   assert_string_equal(hk_dtype_name((hk_dtype)-1), "unknown");
   static const char *const ops[NOPS] = {"sum", "average", "min", "max",
                                         "product"};
