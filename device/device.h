@@ -60,7 +60,8 @@ typedef struct hk_dev_comm_s *hk_dev_comm;     /* ncclComm_t, or emu's */
  * on emu and cuda:
  * - src_dtype == dst_dtype: scale == 1 copies the bytes; otherwise floats
  *   multiply in the type (binary32 for 16-bit types, rounded back to
- *   nearest even), integers are copied unscaled.
+ *   nearest even), integers in binary64, truncated toward zero and
+ *   saturated to the type (hk_scale_copy's rule); bool is copied.
  * - float32 -> float16/bfloat16 (compression): x * scale in binary32, then
  *   rounded to nearest even; float16/bfloat16 -> float32: widened exactly,
  *   then multiplied by scale in binary32.

@@ -33,6 +33,8 @@ enum {
   HK_ELEM_U8 = 5,
   HK_ELEM_I32 = 6,
   HK_ELEM_I64 = 7,
+  HK_ELEM_I16 = 8,
+  HK_ELEM_BOOL = 9,
 };
 
 /* A 16-bit float widened (dtype HK_ELEM_F16 or HK_ELEM_BF16). */
@@ -52,13 +54,49 @@ HK_ELEM_FN uint16_t hk_elem_narrow16_canonical(float f, int dtype) {
 }
 
 /**
+ * Horovod's scale factor on an integer x of a type whose range is
+ * [lo, hi]: x * f in binary64 (x converted first, exactly up to 2^53 in
+ * magnitude), truncated toward zero, and saturated to [lo, hi]; a NaN
+ * product (no finite factor gives one) is 0. Horovod's ScaleBuffer
+ * (horovod/common/ops/collective_operations.h, cuda_kernels.cu) computes
+ * the same product and truncates, but leaves a result outside the type
+ * undefined (C++'s conversion), where this saturates.
+ */
+HK_ELEM_FN int64_t hk_elem_scale_int(int64_t x, double f, int64_t lo,
+                                     int64_t hi) {
+  double y = (double)x * f;
+  if (y != y)
+    return 0;
+  if (y <= (double)lo) /* -2^63 and the narrower limits are exact */
+    return lo;
+  if (y >= (double)hi) /* (double)INT64_MAX is 2^63, itself beyond */
+    return hi;
+  return (int64_t)y; /* in (lo, hi): truncation toward zero is defined */
+}
+
+/* One integer case of hk_elem_copy: the average's C division in W (int,
+ * or the type itself for 32 and 64 bits), then the scale. */
+#define HK_ELEM_INT_CASE(TAG, T, W, LO, HI)                                    \
+  case TAG: {                                                                  \
+    T x = ((const T *)src)[i];                                                 \
+    if (div)                                                                   \
+      x = (T)((W)x / (W)divisor);                                              \
+    if (mul)                                                                   \
+      x = (T)hk_elem_scale_int((int64_t)x, scale, LO, HI);                     \
+    ((T *)dst)[i] = x;                                                         \
+    return;                                                                    \
+  }
+
+/**
  * Element i of one batched copy (device.h's hk_dev_copy): reads src[i] of
  * src_dtype, divides by divisor when divisor > 1 (HK_AVERAGE; a 16-bit
  * source is first multiplied by pre when pre > 1, the power of two its
  * inputs were divided by, hk_average_pre_divisor: hk_elem_undo_pre's
  * x * pre / divisor in binary32, one rounding, as
  * hk_reduce_finish_average_pre), multiplies
- * by scale when scale != 1 (floats only), and stores dst[i] as dst_dtype.
+ * by scale when scale != 1 (integers by hk_elem_scale_int), and stores
+ * dst[i] as dst_dtype. bool is copied as it is (it is never divided or
+ * scaled: hk does not reduce it).
  * Source and destination dtypes are equal, or one is float32 and the
  * other float16/bfloat16 (compression). Each step rounds to the stored
  * type as the host kernels do: a 16-bit value is divided in binary32 and
@@ -114,27 +152,17 @@ HK_ELEM_FN void hk_elem_copy(void *dst, const void *src, size_t i,
     ((uint16_t *)dst)[i] = v;
     return;
   }
-  case HK_ELEM_I8: {
-    int8_t x = ((const int8_t *)src)[i];
-    ((int8_t *)dst)[i] = div ? (int8_t)((int)x / divisor) : x;
+    HK_ELEM_INT_CASE(HK_ELEM_I8, int8_t, int, INT8_MIN, INT8_MAX)
+    HK_ELEM_INT_CASE(HK_ELEM_U8, uint8_t, int, 0, UINT8_MAX)
+    HK_ELEM_INT_CASE(HK_ELEM_I16, int16_t, int, INT16_MIN, INT16_MAX)
+    HK_ELEM_INT_CASE(HK_ELEM_I32, int32_t, int32_t, INT32_MIN, INT32_MAX)
+    HK_ELEM_INT_CASE(HK_ELEM_I64, int64_t, int64_t, INT64_MIN, INT64_MAX)
+  case HK_ELEM_BOOL:
+    ((uint8_t *)dst)[i] = ((const uint8_t *)src)[i];
     return;
-  }
-  case HK_ELEM_U8: {
-    uint8_t x = ((const uint8_t *)src)[i];
-    ((uint8_t *)dst)[i] = div ? (uint8_t)((int)x / divisor) : x;
-    return;
-  }
-  case HK_ELEM_I32: {
-    int32_t x = ((const int32_t *)src)[i];
-    ((int32_t *)dst)[i] = div ? (int32_t)(x / (int32_t)divisor) : x;
-    return;
-  }
-  default: {
-    int64_t x = ((const int64_t *)src)[i];
-    ((int64_t *)dst)[i] = div ? (int64_t)(x / (int64_t)divisor) : x;
-    return;
-  }
   }
 }
+
+#undef HK_ELEM_INT_CASE
 
 #endif

@@ -18,6 +18,7 @@
 
 #include "common/half.h"
 #include "common/half_inline.h"
+#include "device/elem.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define HK_X86_SIMD 1
@@ -40,8 +41,11 @@ enum { K_SUM, K_MIN, K_MAX, K_PROD, K_NOPS };
  * definition; converting the result back to a signed T is implementation-
  * defined (modulo 2^bits on every compiler hk supports), never undefined.
  * uint8 operands promote to int, whose product (<= 255 * 255) cannot
- * overflow. The average divides in W (int, or int64_t for int64): size is
- * never narrowed to T, and |x / size| <= |x| fits T. */
+ * overflow; int16 computes in uint32_t, as uint16_t operands would promote
+ * to int and 65535 * 65535 overflow it (the low 16 bits of the 32-bit
+ * product are the 16-bit one's). The average divides in W (int, or
+ * int64_t for int64): size is never narrowed to T, and |x / size| <= |x|
+ * fits T. */
 #define INT_KERNELS(NAME, T, U, W)                                             \
   static void NAME##_sum(void *dv, const void *av, const void *bv, size_t n) { \
     T *d = dv;                                                                 \
@@ -76,6 +80,7 @@ enum { K_SUM, K_MIN, K_MAX, K_PROD, K_NOPS };
 
 INT_KERNELS(i8, int8_t, uint8_t, int)
 INT_KERNELS(u8, uint8_t, uint8_t, int)
+INT_KERNELS(i16, int16_t, uint32_t, int)
 INT_KERNELS(i32, int32_t, uint32_t, int32_t)
 INT_KERNELS(i64, int64_t, uint64_t, int64_t)
 
@@ -297,8 +302,9 @@ static HK_AVX2 void bf16_finish_avx2(void *dv, size_t n, int size) {
 #define HALF_ROW(PFX, PATH)                                                    \
   { PFX##_sum_##PATH, PFX##_min_##PATH, PFX##_max_##PATH, PFX##_prod_##PATH }
 
-/* Indexed [dtype][K_*]. */
-static const kernel_fn kernels_portable[8][K_NOPS] = {
+/* Indexed [dtype][K_*]; a dtype without a row (bool) is not reduced. */
+#define NDTYPES (HK_BOOL + 1)
+static const kernel_fn kernels_portable[NDTYPES][K_NOPS] = {
     [HK_FLOAT16] = HALF_ROW(f16, scalar),
     [HK_BFLOAT16] = HALF_ROW(bf16, scalar),
     [HK_FLOAT32] = ROW(f32),
@@ -307,8 +313,9 @@ static const kernel_fn kernels_portable[8][K_NOPS] = {
     [HK_UINT8] = ROW(u8),
     [HK_INT32] = ROW(i32),
     [HK_INT64] = ROW(i64),
+    [HK_INT16] = ROW(i16),
 };
-static const finish_fn finish_portable[8] = {
+static const finish_fn finish_portable[NDTYPES] = {
     [HK_FLOAT16] = f16_finish_scalar,
     [HK_BFLOAT16] = bf16_finish_scalar,
     [HK_FLOAT32] = f32_finish,
@@ -317,11 +324,13 @@ static const finish_fn finish_portable[8] = {
     [HK_UINT8] = u8_finish,
     [HK_INT32] = i32_finish,
     [HK_INT64] = i64_finish,
+    [HK_INT16] = i16_finish,
 };
 
 int hk_reduce_supported(hk_dtype dtype, hk_op op) {
   /* Compare as unsigned so that negative out-of-range values fail too. */
-  return (unsigned)dtype <= (unsigned)HK_INT64 &&
+  return (unsigned)dtype < (unsigned)NDTYPES &&
+         kernels_portable[dtype][K_SUM] != NULL &&
          (unsigned)op <= (unsigned)HK_PRODUCT;
 }
 
@@ -473,11 +482,9 @@ size_t hk_count_inf(const void *buf, size_t count, hk_dtype dtype) {
 
 void hk_scale_copy(void *dst, const void *src, size_t count, hk_dtype dtype,
                    double factor) {
-  if (count == 0)
+  if (count == 0 || !hk_dtype_size(dtype))
     return;
-  int is_float = dtype == HK_FLOAT16 || dtype == HK_BFLOAT16 ||
-                 dtype == HK_FLOAT32 || dtype == HK_FLOAT64;
-  if (factor == 1.0 || !is_float) {
+  if (factor == 1.0 || dtype == HK_BOOL) {
     if (dst != src)
       memcpy(dst, src, count * hk_dtype_size(dtype));
     return;
@@ -497,7 +504,8 @@ void hk_scale_copy(void *dst, const void *src, size_t count, hk_dtype dtype,
       d[i] = s[i] * factor;
     break;
   }
-  default: { /* 16-bit floats: widen, scale in binary32, round back */
+  case HK_FLOAT16:
+  case HK_BFLOAT16: { /* widen, scale in binary32, round back */
     float (*widen)(uint16_t) =
         dtype == HK_FLOAT16 ? hk_f16_to_f32 : hk_bf16_to_f32;
     uint16_t (*narrow)(float) =
@@ -509,5 +517,9 @@ void hk_scale_copy(void *dst, const void *src, size_t count, hk_dtype dtype,
       d[i] = narrow(widen(s[i]) * f);
     break;
   }
+  default: /* integers: device/elem.h's rule, the device kernels' too */
+    for (size_t i = 0; i < count; i++)
+      hk_elem_copy(dst, src, i, (int)dtype, (int)dtype, factor, 1, 1.0f);
+    break;
   }
 }

@@ -14,7 +14,9 @@
  *   common/half.h), so the bits do not depend on the CPU or the code path.
  * - float32/float64: IEEE arithmetic in the type (current rounding mode; a
  *   NaN result carries whatever sign/payload the hardware gives).
- * - Integers: sum and product wrap modulo 2^bits; no undefined behaviour.
+ * - Integers (int8, uint8, int16, int32, int64): sum and product wrap
+ *   modulo 2^bits; no undefined behaviour.
+ * - bool is not reduced (hk_reduce_supported is 0 for it).
  * - min/max on floats: NaN if either operand is NaN; otherwise
  *   min = (a < b ? a : b), max = (a > b ? a : b), so min(+0, -0) is -0 and
  *   min(-0, +0) is +0 (b wins ties).
@@ -102,16 +104,20 @@ size_t hk_count_inf(const void *buf, size_t count, hk_dtype dtype);
  * dst[i] = src[i] * factor for i in [0, count) (ELEMENTS): Horovod's
  * prescale/postscale factors, applied while data is copied anyway (into or
  * out of the fusion buffer) or to the values a ring step just finished.
- * Floating dtypes only: float32 multiplies by (float)factor, float64 by
- * factor, float16/bfloat16 in binary32 then round to nearest even.
- * dst may equal src. factor == 1 with dst != src is a plain copy; integer
- * dtypes are copied unscaled (the API rejects factors for them).
+ * float32 multiplies by (float)factor, float64 by factor, float16/bfloat16
+ * in binary32 then round to nearest even; integers multiply in binary64,
+ * truncate toward zero and saturate to the type's range (device/elem.h's
+ * hk_elem_scale_int, which the device kernels use too: -7 * 0.5 is -3,
+ * 100 * 2 in int8 is 127, -1 * 2 in uint8 is 0). bool is copied.
+ * dst may equal src. factor == 1 is exact (a plain copy when
+ * dst != src), so int64 values beyond 2^53 pass unrounded; an unknown
+ * dtype does nothing.
  */
 void hk_scale_copy(void *dst, const void *src, size_t count, hk_dtype dtype,
                    double factor);
 
-/** 1 if (dtype, op) is a valid pair (all 8 dtypes x 5 ops are), 0 if either
- *  enum value is out of range. */
+/** 1 if (dtype, op) is a pair hk reduces (every dtype but bool, with each
+ *  of the 5 ops), 0 for bool or an enum value out of range. */
 int hk_reduce_supported(hk_dtype dtype, hk_op op);
 
 /** 1 if this CPU runs the AVX2+F16C float16/bfloat16 kernels, 0 if it runs

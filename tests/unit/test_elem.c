@@ -36,6 +36,8 @@ static void test_dtype_values_match_hk_h(void **s) {
   assert_int_equal(HK_ELEM_U8, HK_UINT8);
   assert_int_equal(HK_ELEM_I32, HK_INT32);
   assert_int_equal(HK_ELEM_I64, HK_INT64);
+  assert_int_equal(HK_ELEM_I16, HK_INT16);
+  assert_int_equal(HK_ELEM_BOOL, HK_BOOL);
 }
 
 /* n elements of dtype d: random bits, with specials mixed in for floats. */
@@ -63,19 +65,19 @@ static void fill(void *buf, size_t n, hk_dtype d, uint64_t salt) {
 }
 
 /* The unpack's divisor and scale vs hk_reduce_finish_average then
- * hk_scale_copy, for every dtype. */
+ * hk_scale_copy, for every dtype hk reduces (integers scaled too: the
+ * division is the host's, the scale the rule both share). */
 static void test_divide_and_scale_match_host(void **s) {
   (void)s;
   enum { N = 65536 };
   static uint8_t in[N * 8], want[N * 8], got[N * 8];
   const int divisors[] = {1, 2, 3, 7};
-  const double scales[] = {1.0, 0.5, 3.0, 1.0 / 3.0};
-  for (int d = HK_FLOAT16; d <= HK_INT64; d++) {
+  const double scales[] = {1.0, 0.5, 3.0, 1.0 / 3.0, -2.5};
+  for (int d = HK_FLOAT16; d <= HK_INT16; d++) {
     const size_t esz = hk_dtype_size((hk_dtype)d);
-    const int is_float = d <= HK_FLOAT64;
     for (int k = 0; k < 4; k++)
-      for (int m = 0; m < 4; m++) {
-        double sc = is_float ? scales[m] : 1.0;
+      for (int m = 0; m < 5; m++) {
+        double sc = scales[m];
         fill(in, N, (hk_dtype)d, (uint64_t)(d * 100 + k * 10 + m));
         memcpy(want, in, N * esz);
         hk_reduce_finish_average(want, N, (hk_dtype)d, divisors[k]);
@@ -165,12 +167,43 @@ static void test_pre_division_matches_host(void **s) {
   assert_int_equal(avg, hk_f32_to_f16(hk_f16_to_f32(sum) * 16.0f / 16.0f));
 }
 
+/* bool is copied as it is, whatever the scale and divisor (it is never
+ * reduced, so the unpack never asks for them); int16 divides as C does
+ * and its scale saturates. */
+static void test_bool_and_int16(void **s) {
+  (void)s;
+  const uint8_t b[4] = {0, 1, 2, 255};
+  uint8_t bo[4] = {9, 9, 9, 9};
+  for (size_t i = 0; i < 4; i++)
+    hk_elem_copy(bo, b, i, HK_ELEM_BOOL, HK_ELEM_BOOL, 3.0, 7, 1.0f);
+  assert_memory_equal(bo, b, 4);
+  const int16_t x[5] = {-7, 7, INT16_MIN, 30000, -30000};
+  int16_t y[5];
+  for (size_t i = 0; i < 5; i++)
+    hk_elem_copy(y, x, i, HK_ELEM_I16, HK_ELEM_I16, 1.0, 2, 1.0f);
+  assert_int_equal(y[0], -3);
+  assert_int_equal(y[1], 3);
+  assert_int_equal(y[2], -16384);
+  assert_int_equal(y[3], 15000);
+  for (size_t i = 0; i < 5; i++)
+    hk_elem_copy(y, x, i, HK_ELEM_I16, HK_ELEM_I16, 1.5, 1, 1.0f);
+  assert_int_equal(y[0], -10); /* -10.5 toward zero */
+  assert_int_equal(y[1], 10);
+  assert_int_equal(y[2], INT16_MIN);
+  assert_int_equal(y[3], INT16_MAX); /* 45000 saturated */
+  assert_int_equal(y[4], INT16_MIN);
+  /* the average's division, then the scale: -7 / 2 = -3, * -3.5 = 10.5 */
+  hk_elem_copy(y, x, 0, HK_ELEM_I16, HK_ELEM_I16, -3.5, 2, 1.0f);
+  assert_int_equal(y[0], 10);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_dtype_values_match_hk_h),
       cmocka_unit_test(test_divide_and_scale_match_host),
       cmocka_unit_test(test_compression_round_trip),
       cmocka_unit_test(test_pre_division_matches_host),
+      cmocka_unit_test(test_bool_and_int16),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

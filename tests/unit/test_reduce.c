@@ -4,7 +4,10 @@
  * counts 0, 1, 7 and 1000003, out of place and in place (dst == a,
  * dst == b); integer wrap-around; NaN propagation; the average's final
  * division; bit-equality of the AVX2+F16C and portable 16-bit paths on
- * adversarial inputs; and the dtype/op names and sizes of common/dtype.c.
+ * adversarial inputs; the scale factors on integers (truncation toward
+ * zero, saturation) against a reference in long double; bool, which is
+ * moved but not reduced; and the dtype/op names and sizes of
+ * common/dtype.c.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -19,7 +22,7 @@
 #include "common/half.h"
 #include "device/host/reduce.h"
 
-#define NDTYPES 8    /* the dtypes hk reduces */
+#define NDTYPES 9    /* the dtypes hk reduces: 0 .. HK_INT16 */
 #define NALLTYPES 10 /* every dtype: those and bool */
 #define NOPS 5
 
@@ -154,6 +157,8 @@ static __int128 load_int(hk_dtype dt, const void *p) {
     return *(const int8_t *)p;
   case HK_UINT8:
     return *(const uint8_t *)p;
+  case HK_INT16:
+    return *(const int16_t *)p;
   case HK_INT32:
     return *(const int32_t *)p;
   default:
@@ -167,6 +172,9 @@ static void store_int(hk_dtype dt, void *p, __int128 v) {
     break;
   case HK_UINT8:
     *(uint8_t *)p = (uint8_t)v;
+    break;
+  case HK_INT16:
+    *(int16_t *)p = (int16_t)v;
     break;
   case HK_INT32:
     *(int32_t *)p = (int32_t)v;
@@ -367,6 +375,21 @@ static void test_integer_wrap(void **state) {
               INT64_MIN);
   assert_int_equal(REDUCE1(uint8_t, HK_UINT8, HK_MAX, 200, 100), 200);
   assert_int_equal(REDUCE1(int8_t, HK_INT8, HK_MAX, -56, 100), 100);
+  /* int16: every op wraps or compares as int16 */
+  assert_int_equal(REDUCE1(int16_t, HK_INT16, HK_SUM, INT16_MAX, 1), INT16_MIN);
+  assert_int_equal(REDUCE1(int16_t, HK_INT16, HK_SUM, -32768, -1), 32767);
+  assert_int_equal(REDUCE1(int16_t, HK_INT16, HK_AVERAGE, 20000, 20000),
+                   -25536); /* 40000 - 2^16: the average sums */
+  assert_int_equal(REDUCE1(int16_t, HK_INT16, HK_PRODUCT, 256, 256), 0);
+  assert_int_equal(REDUCE1(int16_t, HK_INT16, HK_PRODUCT, -32768, -1), -32768);
+  assert_int_equal(REDUCE1(int16_t, HK_INT16, HK_PRODUCT, -1, -1), 1);
+  assert_int_equal(REDUCE1(int16_t, HK_INT16, HK_PRODUCT, 181, 182),
+                   -32594); /* 32942 - 2^16 */
+  assert_int_equal(REDUCE1(int16_t, HK_INT16, HK_PRODUCT, 32767, 32767),
+                   1); /* (2^15-1)^2 = 2^30 - 2^16 + 1: beyond int */
+  assert_int_equal(REDUCE1(int16_t, HK_INT16, HK_MIN, -32768, 32767), -32768);
+  assert_int_equal(REDUCE1(int16_t, HK_INT16, HK_MAX, -1, -2), -1);
+  assert_int_equal(REDUCE1(int16_t, HK_INT16, HK_MAX, 300, -30000), 300);
 }
 
 /* ---- floats: NaN, infinities, signed zeros, 16-bit rounding ---- */
@@ -531,6 +554,17 @@ static void test_finish_average_integers(void **state) {
   assert_int_equal(i32[0], -3);
   assert_int_equal(i32[1], -1073741824);
   assert_int_equal(i32[2], 1073741823);
+  int16_t i16[] = {-7, 7, INT16_MIN, INT16_MAX, 1};
+  hk_reduce_finish_average(i16, 5, HK_INT16, 2);
+  assert_int_equal(i16[0], -3);
+  assert_int_equal(i16[1], 3);
+  assert_int_equal(i16[2], -16384);
+  assert_int_equal(i16[3], 16383);
+  assert_int_equal(i16[4], 0);
+  int16_t i16big[] = {INT16_MIN, INT16_MAX};
+  hk_reduce_finish_average(i16big, 2, HK_INT16, 40000); /* size > INT16_MAX */
+  assert_int_equal(i16big[0], 0);
+  assert_int_equal(i16big[1], 0);
   int64_t i64[] = {-7, INT64_MIN, 10};
   hk_reduce_finish_average(i64, 3, HK_INT64, 3);
   assert_true(i64[0] == -2);
@@ -669,7 +703,9 @@ static void test_supported_pairs(void **state) {
   for (int dt = 0; dt < NDTYPES; dt++)
     for (int op = 0; op < NOPS; op++)
       assert_int_equal(hk_reduce_supported((hk_dtype)dt, (hk_op)op), 1);
-  assert_int_equal(hk_reduce_supported((hk_dtype)8, HK_SUM), 0);
+  for (int op = 0; op < NOPS; op++)
+    assert_int_equal(hk_reduce_supported(HK_BOOL, (hk_op)op), 0);
+  assert_int_equal(hk_reduce_supported((hk_dtype)NALLTYPES, HK_SUM), 0);
   assert_int_equal(hk_reduce_supported((hk_dtype)-1, HK_SUM), 0);
   assert_int_equal(hk_reduce_supported(HK_FLOAT32, (hk_op)5), 0);
   assert_int_equal(hk_reduce_supported(HK_FLOAT32, (hk_op)-1), 0);
@@ -780,6 +816,178 @@ static void test_average_pre_division_bf16_near_max(void **state) {
     }
 }
 
+/* ---- the scale factors on integers ---- */
+
+/* The rule of hk.h (hk_allreduce_scaled_async), written independently of
+ * device/elem.h: the binary64 product x * f, truncated toward zero by
+ * truncl and clamped in long double (whose 64-bit significand holds every
+ * int64 and 2^63 exactly). */
+static __int128 ref_scale(__int128 x, double f, __int128 lo, __int128 hi) {
+  double y = (double)(int64_t)x * f; /* the product hk.h names */
+  if (isnan(y))
+    return 0;
+  long double t = truncl((long double)y);
+  if (t <= (long double)lo)
+    return lo;
+  if (t >= (long double)hi)
+    return hi;
+  return (__int128)t;
+}
+
+static void int_limits(hk_dtype dt, __int128 *lo, __int128 *hi) {
+  switch (dt) {
+  case HK_INT8:
+    *lo = INT8_MIN, *hi = INT8_MAX;
+    break;
+  case HK_UINT8:
+    *lo = 0, *hi = UINT8_MAX;
+    break;
+  case HK_INT16:
+    *lo = INT16_MIN, *hi = INT16_MAX;
+    break;
+  case HK_INT32:
+    *lo = INT32_MIN, *hi = INT32_MAX;
+    break;
+  default:
+    *lo = INT64_MIN, *hi = INT64_MAX;
+    break;
+  }
+}
+
+#define SCALE1(T, DT, X, F)                                                    \
+  ({                                                                           \
+    T x_ = (X), r_;                                                            \
+    hk_scale_copy(&r_, &x_, 1, DT, F);                                         \
+    r_;                                                                        \
+  })
+
+/* Worked cases on every integer type: truncation toward zero, saturation
+ * at both limits, negative factors, factor 1 exact beyond 2^53. */
+static void test_scale_integers_cases(void **state) {
+  (void)state;
+  /* truncation toward zero, both signs */
+  assert_int_equal(SCALE1(int8_t, HK_INT8, -7, 0.5), -3);
+  assert_int_equal(SCALE1(int8_t, HK_INT8, 7, 0.5), 3);
+  assert_int_equal(SCALE1(uint8_t, HK_UINT8, 7, 0.5), 3);
+  assert_int_equal(SCALE1(int16_t, HK_INT16, -7, 0.5), -3);
+  assert_int_equal(SCALE1(int32_t, HK_INT32, -7, 0.5), -3);
+  assert_true(SCALE1(int64_t, HK_INT64, -7, 0.5) == -3);
+  assert_int_equal(SCALE1(int16_t, HK_INT16, 10, 1.0 / 3.0), 3);
+  assert_int_equal(SCALE1(int32_t, HK_INT32, 3, 1.0 / 3.0),
+                   1); /* 3 * 0.333..33 rounds to 1.0 exactly */
+  assert_int_equal(SCALE1(int32_t, HK_INT32, 49, 1.0 / 49.0),
+                   0); /* 0.99999999999999989: truncated, not rounded */
+  assert_int_equal(SCALE1(int16_t, HK_INT16, -1, 0.999), 0);
+  /* negative factors */
+  assert_int_equal(SCALE1(int8_t, HK_INT8, 5, -2.5), -12);
+  assert_int_equal(SCALE1(int16_t, HK_INT16, -300, -1.5), 450);
+  assert_int_equal(SCALE1(uint8_t, HK_UINT8, 5, -1.0), 0);    /* saturated */
+  assert_int_equal(SCALE1(uint8_t, HK_UINT8, 1, -0.5), 0);    /* -0 */
+  assert_int_equal(SCALE1(int8_t, HK_INT8, -128, -1.0), 127); /* 128 */
+  assert_int_equal(SCALE1(int16_t, HK_INT16, INT16_MIN, -1.0), INT16_MAX);
+  assert_int_equal(SCALE1(int32_t, HK_INT32, INT32_MIN, -1.0), INT32_MAX);
+  assert_true(SCALE1(int64_t, HK_INT64, INT64_MIN, -1.0) == INT64_MAX);
+  /* saturation at the top and the bottom */
+  assert_int_equal(SCALE1(int8_t, HK_INT8, 100, 2.0), 127);
+  assert_int_equal(SCALE1(int8_t, HK_INT8, -100, 2.0), -128);
+  assert_int_equal(SCALE1(int8_t, HK_INT8, 64, 1.99), 127); /* 127.36 */
+  assert_int_equal(SCALE1(uint8_t, HK_UINT8, 200, 2.0), 255);
+  assert_int_equal(SCALE1(int16_t, HK_INT16, 30000, 2.0), INT16_MAX);
+  assert_int_equal(SCALE1(int16_t, HK_INT16, -30000, 1.5), INT16_MIN);
+  assert_int_equal(SCALE1(int16_t, HK_INT16, 16384, 1.9999), 32766);
+  assert_int_equal(SCALE1(int32_t, HK_INT32, INT32_MAX, 2.0), INT32_MAX);
+  assert_int_equal(SCALE1(int32_t, HK_INT32, -2, 1e300), INT32_MIN);
+  assert_true(SCALE1(int64_t, HK_INT64, INT64_MAX, 2.0) == INT64_MAX);
+  assert_true(SCALE1(int64_t, HK_INT64, INT64_MIN, 2.0) == INT64_MIN);
+  assert_true(SCALE1(int64_t, HK_INT64, 3, 1e30) == INT64_MAX);
+  assert_true(SCALE1(int64_t, HK_INT64, -3, 1e30) == INT64_MIN);
+  assert_true(SCALE1(int64_t, HK_INT64, INT64_MAX, 1e308) ==
+              INT64_MAX); /* the product is +inf */
+  assert_true(SCALE1(int64_t, HK_INT64, 1LL << 62, 2.0) ==
+              INT64_MAX); /* 2^63: one past the largest */
+  assert_true(SCALE1(int64_t, HK_INT64, -(1LL << 62), 2.0) ==
+              INT64_MIN); /* -2^63 exactly: in range */
+  assert_true(SCALE1(int64_t, HK_INT64, 1LL << 61, 3.0) ==
+              3LL << 61); /* 0.75 * 2^63: in range, exact */
+  /* binary64: an int64 beyond 2^53 is rounded by the conversion, unless
+   * the factor is 1, which is exact */
+  assert_true(SCALE1(int64_t, HK_INT64, (1LL << 53) + 1, 2.0) == (1LL << 54));
+  assert_true(SCALE1(int64_t, HK_INT64, (1LL << 53) + 1, 1.0) ==
+              (1LL << 53) + 1);
+  assert_true(SCALE1(int64_t, HK_INT64, INT64_MAX, 1.0) == INT64_MAX);
+  /* a zero factor gives zeros; a NaN (which the API refuses) gives 0 */
+  assert_int_equal(SCALE1(int16_t, HK_INT16, -300, 0.0), 0);
+  assert_int_equal(SCALE1(int32_t, HK_INT32, 5, NAN), 0);
+  /* in place, over many elements */
+  int16_t v[1000];
+  for (int i = 0; i < 1000; i++)
+    v[i] = (int16_t)(i * 65 - 32500);
+  hk_scale_copy(v, v, 1000, HK_INT16, -0.75);
+  for (int i = 0; i < 1000; i++)
+    assert_int_equal(v[i], (int16_t)(-(i * 65 - 32500) * 3 / 4));
+}
+
+/* Random values of every integer type x factors (fractional, negative,
+ * huge, tiny) against ref_scale, out of place and in place. */
+static void test_scale_integers_sweep(void **state) {
+  (void)state;
+  static const hk_dtype ints[] = {HK_INT8, HK_UINT8, HK_INT16, HK_INT32,
+                                  HK_INT64};
+  static const double factors[] = {
+      0.5,  -0.5,  2.5,     -2.5,         1.0 / 3.0, 3.0,
+      -3.0, 1e-3,  1e30,    -1e30,        1e-30,     0.0,
+      -1.0, 255.5, 65536.0, 4294967296.0, 0.9999999, 1.0000001};
+  enum { N = 4099 };
+  for (size_t t = 0; t < sizeof ints / sizeof ints[0]; t++) {
+    const hk_dtype dt = ints[t];
+    const size_t es = hk_dtype_size(dt);
+    __int128 lo, hi;
+    int_limits(dt, &lo, &hi);
+    char *in = xmalloc(N * es + 1), *out = xmalloc(N * es + 1),
+         *want = xmalloc(N * es + 1);
+    for (size_t i = 0; i < N; i++) {
+      uint64_t r = rnd();
+      if (i % 4 == 1) /* small values, where fractions matter */
+        r = (uint64_t)((int64_t)(r % 2001) - 1000);
+      memcpy(in + i * es, &r, es);
+    }
+    for (size_t f = 0; f < sizeof factors / sizeof factors[0]; f++) {
+      for (size_t i = 0; i < N; i++)
+        store_int(dt, want + i * es,
+                  ref_scale(load_int(dt, in + i * es), factors[f], lo, hi));
+      memset(out, 0x5A, N * es + 1);
+      hk_scale_copy(out, in, N, dt, factors[f]);
+      check_buf(dt, HK_SUM, "scale", out, want, N);
+      assert_int_equal((unsigned char)out[N * es], 0x5A); /* no overrun */
+      memcpy(out, in, N * es);
+      hk_scale_copy(out, out, N, dt, factors[f]);
+      check_buf(dt, HK_SUM, "scale in place", out, want, N);
+    }
+    free(in);
+    free(out);
+    free(want);
+  }
+}
+
+/* bool: hk moves it and never reduces it: every op does nothing, the
+ * average's end does nothing, a scale copies the bytes as they are. */
+static void test_bool_is_not_reduced(void **state) {
+  (void)state;
+  uint8_t a[5] = {0, 1, 2, 255, 1}, b[5] = {1, 1, 0, 7, 0};
+  uint8_t d[5] = {9, 9, 9, 9, 9};
+  for (int op = 0; op < NOPS; op++) {
+    hk_reduce(d, a, b, 5, HK_BOOL, (hk_op)op);
+    for (int i = 0; i < 5; i++)
+      assert_int_equal(d[i], 9);
+  }
+  hk_reduce_finish_average(a, 5, HK_BOOL, 2);
+  assert_int_equal(a[1], 1);
+  assert_int_equal(a[2], 2);
+  hk_scale_copy(d, a, 5, HK_BOOL, 3.0);
+  assert_memory_equal(d, a, 5);
+  assert_int_equal(hk_count_inf(a, 5, HK_BOOL), 0);
+}
+
 static void test_count_inf(void **state) {
   (void)state;
   const uint16_t h[4] = {0x7c00, 0xfc00, 0x7e00, 0x7bff}; /* +inf -inf nan */
@@ -809,6 +1017,9 @@ int main(void) {
       cmocka_unit_test(test_finish_power_of_two_is_division),
       cmocka_unit_test(test_average_pre_division),
       cmocka_unit_test(test_average_pre_division_bf16_near_max),
+      cmocka_unit_test(test_scale_integers_cases),
+      cmocka_unit_test(test_scale_integers_sweep),
+      cmocka_unit_test(test_bool_is_not_reduced),
       cmocka_unit_test(test_count_inf),
       cmocka_unit_test(test_supported_pairs),
       cmocka_unit_test(test_dtype_sizes_and_names),
