@@ -167,9 +167,13 @@ static void enter_quiet(const cuda_dev *d) {
       (void)cudaGetLastError();
 }
 
+/* hk_dtype_size's table (the module does not link libhk), indexed by
+ * hk_dtype. */
 static size_t dtype_bytes(int dtype) {
-  static const size_t bytes[] = {2, 2, 4, 8, 1, 1, 4, 8};
-  return dtype >= 0 && dtype < 8 ? bytes[dtype] : 0;
+  static const size_t bytes[] = {2, 2, 4, 8, 1, 1, 4, 8, 2, 1};
+  return dtype >= 0 && dtype < (int)(sizeof bytes / sizeof *bytes)
+             ? bytes[dtype]
+             : 0;
 }
 
 /* Decodes ncclGetVersion's code (major*10000 + minor*100 + patch since
@@ -583,6 +587,8 @@ static hk_status fail_nccl(ncclResult_t r, ncclComm_t nc, const char *what) {
                       r, nc, what);
 }
 
+/* NCCL's type for a dtype it reduces; 0 for int16 (NCCL has no 16-bit
+ * integer: comm_int16 reduces it in int32) and bool (hk reduces none). */
 static int nccl_dtype(hk_dtype t, ncclDataType_t *out) {
   switch (t) {
   case HK_FLOAT16:
@@ -609,8 +615,25 @@ static int nccl_dtype(hk_dtype t, ncclDataType_t *out) {
   case HK_INT64:
     *out = ncclInt64;
     return 1;
+  case HK_INT16:
+  case HK_BOOL:
+    return 0;
   }
   return 0;
+}
+
+/* For a move (allgather, broadcast), which does no arithmetic: NCCL's
+ * type, or for a dtype it lacks (int16, bool) its bytes as ncclUint8,
+ * *count multiplied to match. 0 for an unknown dtype. */
+static int nccl_move_type(hk_dtype t, size_t *count, ncclDataType_t *out) {
+  if (nccl_dtype(t, out))
+    return 1;
+  size_t esz = dtype_bytes((int)t);
+  if (!esz)
+    return 0;
+  *count *= esz;
+  *out = ncclUint8;
+  return 1;
 }
 
 static hk_status nccl_op(hk_op op, ncclRedOp_t *out) {
@@ -756,21 +779,70 @@ static hk_status cuda_comm_init(hk_device *dev,
   return HK_OK;
 }
 
+/* NCCL has no 16-bit integer type: an int16 allreduce (scatter 0) or
+ * reduce-scatter (1) runs in int32, in a buffer of the stream
+ * (cudaMallocAsync; cudaFreeAsync after the narrowing, whatever failed).
+ * The int32 sums and products wrap modulo 2^32, and their low 16 bits are
+ * the int16 ones wrapped; min and max are exact: the bits of an int16
+ * reduction. send holds count elements (allreduce) or nranks * recvcount
+ * (reduce-scatter, reduced in place in int32: this rank's block at
+ * rank * recvcount); recv receives recvcount (allreduce: count). The
+ * communicator has been entered (comm_enter). */
+static hk_status comm_int16(hk_dev_comm c, const void *send, void *recv,
+                            size_t recvcount, ncclRedOp_t o, int scatter,
+                            hk_dev_stream s) {
+  const char *what = scatter ? "ncclReduceScatter" : "ncclAllReduce";
+  const size_t count = scatter ? recvcount * (size_t)c->nranks : recvcount;
+  const int tb = c->dev->target_blocks;
+  cudaStream_t cs = as_stream(s);
+  int32_t *w = NULL;
+  cudaError_t e = cudaMallocAsync((void **)&w, count ? count * 4 : 4, cs);
+  if (e != cudaSuccess) {
+    char msg[96];
+    snprintf(msg, sizeof msg, "%s of int16: cudaMallocAsync of %zu bytes", what,
+             count * 4);
+    return fail_cuda(e, msg);
+  }
+  hk_status st = HK_OK;
+  int32_t *mine = scatter ? w + (size_t)c->rank * recvcount : w;
+  e = hkc_int16_convert(w, send, count, 1, tb, cs);
+  if (e != cudaSuccess)
+    st = fail_cuda(e, "int16 widened to int32");
+  if (st == HK_OK)
+    st = comm_result(
+        c,
+        scatter ? ncclReduceScatter(w, mine, recvcount, ncclInt32, o, c->nc, cs)
+                : ncclAllReduce(w, w, count, ncclInt32, o, c->nc, cs),
+        what, recvcount);
+  if (st == HK_OK &&
+      (e = hkc_int16_convert(recv, mine, recvcount, 0, tb, cs)) != cudaSuccess)
+    st = fail_cuda(e, "int32 narrowed to int16");
+  e = cudaFreeAsync(w, cs);
+  if (e != cudaSuccess && st == HK_OK)
+    st = fail_cuda(e, "cudaFreeAsync of the int16 reduction's buffer");
+  return st;
+}
+
 /* The collectives: ncclAllReduce / ncclReduceScatter / ncclAllGather /
  * ncclBroadcast on s (NULL: the legacy default stream), counts in elements
  * (device.h); float16 and bfloat16 reduce natively (ncclFloat16,
  * ncclBfloat16), in NCCL's order (its channels), so ranks agree bit for
- * bit but the order is not hk's. Queued when they return (comm_result). */
+ * bit but the order is not hk's; int16 reduces in int32 (comm_int16);
+ * bool is not reduced (HK_ERR_INVALID_ARG). Queued when they return
+ * (comm_result). */
 static hk_status cuda_comm_allreduce(hk_dev_comm c, const void *send,
                                      void *recv, size_t count, hk_dtype dtype,
                                      hk_op op, hk_dev_stream s) {
   ncclDataType_t t;
   ncclRedOp_t o;
-  if (!nccl_dtype(dtype, &t))
-    return fail(HK_ERR_INVALID_ARG, "allreduce: unknown dtype %d", dtype);
+  if (!nccl_dtype(dtype, &t) && dtype != HK_INT16)
+    return fail(HK_ERR_INVALID_ARG, "allreduce: dtype %d is not reduced",
+                dtype);
   hk_status st = nccl_op(op, &o);
   if (st != HK_OK || (st = comm_enter(c, "ncclAllReduce")) != HK_OK)
     return st;
+  if (dtype == HK_INT16)
+    return comm_int16(c, send, recv, count, o, 0, s);
   return comm_result(
       c, ncclAllReduce(send, recv, count, t, o, c->nc, as_stream(s)),
       "ncclAllReduce", count);
@@ -782,11 +854,14 @@ static hk_status cuda_comm_reducescatter(hk_dev_comm c, const void *send,
                                          hk_dev_stream s) {
   ncclDataType_t t;
   ncclRedOp_t o;
-  if (!nccl_dtype(dtype, &t))
-    return fail(HK_ERR_INVALID_ARG, "reducescatter: unknown dtype %d", dtype);
+  if (!nccl_dtype(dtype, &t) && dtype != HK_INT16)
+    return fail(HK_ERR_INVALID_ARG, "reducescatter: dtype %d is not reduced",
+                dtype);
   hk_status st = nccl_op(op, &o);
   if (st != HK_OK || (st = comm_enter(c, "ncclReduceScatter")) != HK_OK)
     return st;
+  if (dtype == HK_INT16)
+    return comm_int16(c, send, recv, recvcount, o, 1, s);
   return comm_result(
       c, ncclReduceScatter(send, recv, recvcount, t, o, c->nc, as_stream(s)),
       "ncclReduceScatter", recvcount);
@@ -796,7 +871,7 @@ static hk_status cuda_comm_allgather(hk_dev_comm c, const void *send,
                                      void *recv, size_t sendcount,
                                      hk_dtype dtype, hk_dev_stream s) {
   ncclDataType_t t;
-  if (!nccl_dtype(dtype, &t))
+  if (!nccl_move_type(dtype, &sendcount, &t))
     return fail(HK_ERR_INVALID_ARG, "allgather: unknown dtype %d", dtype);
   hk_status st = comm_enter(c, "ncclAllGather");
   if (st != HK_OK)
@@ -810,7 +885,7 @@ static hk_status cuda_comm_broadcast(hk_dev_comm c, void *buf, size_t count,
                                      hk_dtype dtype, int root,
                                      hk_dev_stream s) {
   ncclDataType_t t;
-  if (!nccl_dtype(dtype, &t))
+  if (!nccl_move_type(dtype, &count, &t))
     return fail(HK_ERR_INVALID_ARG, "broadcast: unknown dtype %d", dtype);
   hk_status st = comm_enter(c, "ncclBroadcast");
   if (st != HK_OK)

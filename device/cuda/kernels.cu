@@ -2,14 +2,15 @@
  * kernels.cu - the cuda backend's kernels: the batched copy that packs
  * tensors into and unpacks them out of the fusion buffer (with scaling,
  * the average's division and float16/bfloat16 conversion fused in), and
- * fill. Interface and conventions: device/cuda/kernels.h.
+ * fill, and the int16 <-> int32 conversion of the communicator's int16
+ * reductions. Interface and conventions: device/cuda/kernels.h.
  *
  * Bits: every element that is not a plain byte copy goes through
  * device/elem.h's hk_elem_copy, the function the CPU tests and the emu
  * backend use. The fast paths only change how bytes are moved (16-byte
  * vectors, several loads in flight per thread), never the arithmetic; a
- * plain copy (same dtype, no divisor, scale 1 or an integer dtype) is what
- * hk_elem_copy does too: it loads and stores the element unchanged.
+ * plain copy (same dtype, no divisor, scale 1) is what hk_elem_copy does
+ * too: it loads and stores the element unchanged.
  *
  * Work split: one launch takes up to HKC_ITEMS_PER_LAUNCH items in its
  * parameter; the host gives each item a range of blocks in proportion to
@@ -91,6 +92,7 @@ __host__ __device__ constexpr int dtype_bytes(int dtype) {
   switch (dtype) {
   case HK_ELEM_F16:
   case HK_ELEM_BF16:
+  case HK_ELEM_I16:
     return 2;
   case HK_ELEM_F32:
   case HK_ELEM_I32:
@@ -270,10 +272,14 @@ batch_kernel elems_kernel_for(int sdt, int ddt) {
       return elems_kernel<HK_ELEM_I8, HK_ELEM_I8>;
     case HK_ELEM_U8:
       return elems_kernel<HK_ELEM_U8, HK_ELEM_U8>;
+    case HK_ELEM_I16:
+      return elems_kernel<HK_ELEM_I16, HK_ELEM_I16>;
     case HK_ELEM_I32:
       return elems_kernel<HK_ELEM_I32, HK_ELEM_I32>;
     case HK_ELEM_I64:
       return elems_kernel<HK_ELEM_I64, HK_ELEM_I64>;
+    case HK_ELEM_BOOL:
+      return elems_kernel<HK_ELEM_BOOL, HK_ELEM_BOOL>;
     default:
       return NULL;
     }
@@ -309,15 +315,25 @@ __global__ void __launch_bounds__(HKC_THREADS)
     v[i] = pattern;
 }
 
-bool is_float(int dtype) {
-  return dtype == HK_ELEM_F16 || dtype == HK_ELEM_BF16 ||
-         dtype == HK_ELEM_F32 || dtype == HK_ELEM_F64;
+/* A plain byte copy: what hk_elem_copy does with no divisor and no scale
+ * (bool, which it never scales, also with one). */
+bool is_raw(const hk_dev_copy *c, int sdt, int ddt) {
+  return sdt == ddt && c->divisor <= 1 &&
+         (c->scale == 1.0 || sdt == HK_ELEM_BOOL);
 }
 
-/* A plain byte copy: what hk_elem_copy does with no divisor and no scale
- * (integers ignore the scale). */
-bool is_raw(const hk_dev_copy *c, int sdt, int ddt) {
-  return sdt == ddt && c->divisor <= 1 && (c->scale == 1.0 || !is_float(sdt));
+/* n int16 at src sign-extended to int32 at dst (wide), or the low 16 bits
+ * of n int32 at src to int16 at dst (narrow). */
+__global__ void __launch_bounds__(HKC_THREADS)
+    int16_kernel(void *dst, const void *src, size_t n, int wide) {
+  size_t stride = (size_t)gridDim.x * HKC_THREADS;
+  for (size_t i = (size_t)blockIdx.x * HKC_THREADS + threadIdx.x; i < n;
+       i += stride) {
+    if (wide)
+      ((int32_t *)dst)[i] = ((const int16_t *)src)[i];
+    else /* two's complement: uint16_t's modulo, read back as int16 */
+      ((uint16_t *)dst)[i] = (uint16_t)((const int32_t *)src)[i];
+  }
 }
 
 /* Enqueues the items of items[0..n) that `want` selects (plain copies, or
@@ -401,6 +417,21 @@ extern "C" cudaError_t hkc_batch_copy(const hk_dev_copy *items, size_t n,
     return cudaErrorInvalidValue;
   return launch_items(items, n, src_dtype, dst_dtype, 0, k, target_blocks,
                       stream);
+}
+
+extern "C" cudaError_t hkc_int16_convert(void *dst, const void *src,
+                                         size_t count, int wide,
+                                         int target_blocks,
+                                         cudaStream_t stream) {
+  if (count == 0)
+    return cudaSuccess;
+  size_t blocks = (count + HKC_THREADS - 1) / HKC_THREADS;
+  if (blocks > (size_t)target_blocks)
+    blocks = (size_t)target_blocks;
+  if (blocks < 1)
+    blocks = 1;
+  HKC_LAUNCH(int16_kernel, (unsigned)blocks, stream, dst, src, count, wide);
+  return cudaGetLastError();
 }
 
 extern "C" cudaError_t hkc_fill(void *p, size_t count, int elem_bytes,

@@ -67,6 +67,18 @@ cudaError_t hkc_fill(void *p, size_t count, int elem_bytes,
                      const unsigned char value[8], int target_blocks,
                      cudaStream_t stream);
 
+/**
+ * The conversions of the communicator's int16 reductions (NCCL has no
+ * 16-bit integer type; cuda.c reduces int16 in int32): wide != 0
+ * sign-extends count int16 at src into int32 at dst; wide == 0 stores the
+ * low 16 bits of count int32 at src as int16 at dst (two's complement: an
+ * int32 sum or product of int16 values, wrapped, gives the int16 one
+ * wrapped; a min or max is exact). src and dst must not overlap; each is
+ * aligned to its element size.
+ */
+cudaError_t hkc_int16_convert(void *dst, const void *src, size_t count,
+                              int wide, int target_blocks, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -736,8 +736,9 @@ static hk_status comm_enqueue(hk_dev_comm c, int kind, const void *send,
                      "sums and divides in the unpack; device.h)",
                      name);
     if (!hk_reduce_supported(dtype, op))
-      return hk_fail(HK_ERR_INVALID_ARG, "emu: comm_%s: bad op %d", name,
-                     (int)op);
+      return hk_fail(HK_ERR_INVALID_ARG,
+                     "emu: comm_%s: op %d on %s is not a reduction hk runs",
+                     name, (int)op, hk_dtype_name(dtype));
   }
   if (kind == K_BROADCAST && (root < 0 || root >= c->nranks))
     return hk_fail(HK_ERR_INVALID_ARG,

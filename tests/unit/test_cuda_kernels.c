@@ -7,7 +7,8 @@
  * 16-byte vector / tail split and the choice of vector width for every
  * relative alignment of src and dst; byte for byte against hk_elem_copy
  * (device/elem.h) with guard bytes around every item, for every dtype pair,
- * scale and divisor, at several grid sizes (target_blocks); and fill.
+ * scale and divisor, at several grid sizes (target_blocks); fill; and the
+ * int16 <-> int32 conversion of the communicator's int16 reductions.
  * Under ASan (test.sh) an index past an item's end is an error too.
  */
 #include <setjmp.h>
@@ -34,7 +35,7 @@ static uint64_t rnd(void) {
 }
 
 static size_t dsize(int dtype) {
-  static const size_t s[] = {2, 2, 4, 8, 1, 1, 4, 8};
+  static const size_t s[] = {2, 2, 4, 8, 1, 1, 4, 8, 2, 1};
   return s[dtype];
 }
 
@@ -43,6 +44,7 @@ static const int pairs[][2] = {
     {HK_ELEM_F32, HK_ELEM_F32}, {HK_ELEM_F64, HK_ELEM_F64},
     {HK_ELEM_I8, HK_ELEM_I8},   {HK_ELEM_U8, HK_ELEM_U8},
     {HK_ELEM_I32, HK_ELEM_I32}, {HK_ELEM_I64, HK_ELEM_I64},
+    {HK_ELEM_I16, HK_ELEM_I16}, {HK_ELEM_BOOL, HK_ELEM_BOOL},
     {HK_ELEM_F32, HK_ELEM_F16}, {HK_ELEM_F32, HK_ELEM_BF16},
     {HK_ELEM_F16, HK_ELEM_F32}, {HK_ELEM_BF16, HK_ELEM_F32},
 };
@@ -149,7 +151,7 @@ static void test_fill(void **state) {
   static const size_t counts[] = {1, 2, 3, 15, 16, 17, 255, 1000, 65537};
   static const unsigned char value[8] = {0x11, 0x22, 0x33, 0x44,
                                          0x55, 0x66, 0x77, 0x88};
-  for (int dt = 0; dt < 8; dt++)
+  for (int dt = 0; dt <= HK_ELEM_BOOL; dt++)
     for (size_t k = 0; k < sizeof counts / sizeof *counts; k++)
       for (size_t off = 0; off < 9; off++)
         for (int blocks = 1; blocks <= 64; blocks *= 8) {
@@ -172,6 +174,46 @@ static void test_fill(void **state) {
         }
 }
 
+/* The communicator's int16 reductions run in int32 (cuda.c): widening
+ * sign-extends, narrowing keeps the low 16 bits (a wrapped int32 sum of
+ * int16 values narrows to the wrapped int16 sum), at every grid size,
+ * with guard elements around. */
+static void test_int16_convert(void **state) {
+  (void)state;
+  static const size_t counts[] = {0, 1, 255, 256, 257, 4099, 100003};
+  for (size_t k = 0; k < sizeof counts / sizeof *counts; k++)
+    for (int blocks = 1; blocks <= 64; blocks *= 4) {
+      const size_t n = counts[k];
+      int16_t *h = malloc((n + 2) * 2), *back = malloc((n + 2) * 2);
+      int32_t *w = malloc((n + 2) * 4), *sum = malloc((n + 2) * 4);
+      for (size_t i = 0; i < n + 2; i++)
+        h[i] = (int16_t)(rnd() >> 40);
+      memset(w, 0xA5, (n + 2) * 4);
+      assert_int_equal(hkc_int16_convert(w + 1, h + 1, n, 1, blocks, NULL),
+                       cudaSuccess);
+      assert_true(w[0] == (int32_t)0xA5A5A5A5 &&
+                  w[n + 1] == (int32_t)0xA5A5A5A5);
+      for (size_t i = 1; i <= n; i++) {
+        if (w[i] != h[i])
+          fail_msg("widen: element %zu: %d, want %d", i, w[i], h[i]);
+        sum[i] = (int32_t)((uint32_t)w[i] * 3u + 40000u); /* beyond int16 */
+      }
+      memset(back, 0x5A, (n + 2) * 2);
+      assert_int_equal(hkc_int16_convert(back + 1, sum + 1, n, 0, blocks, NULL),
+                       cudaSuccess);
+      assert_true(back[0] == (int16_t)0x5A5A && back[n + 1] == (int16_t)0x5A5A);
+      for (size_t i = 1; i <= n; i++) {
+        int16_t want = (int16_t)(uint16_t)((uint16_t)h[i] * 3u + 40000u);
+        if (back[i] != want)
+          fail_msg("narrow: element %zu: %d, want %d", i, back[i], want);
+      }
+      free(h);
+      free(back);
+      free(w);
+      free(sum);
+    }
+}
+
 static void test_occupancy(void **state) {
   (void)state;
   int n = 0;
@@ -184,6 +226,7 @@ int main(void) {
       cmocka_unit_test(test_batch_copy_bits),
       cmocka_unit_test(test_batch_copy_shapes),
       cmocka_unit_test(test_fill),
+      cmocka_unit_test(test_int16_convert),
       cmocka_unit_test(test_occupancy),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

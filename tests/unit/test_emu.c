@@ -411,7 +411,7 @@ static void test_bounds_and_overlap(void **state) {
 static void test_fill(void **state) {
   hk_device *dev = *state; /* emu device 0, see emu_up */
   const hk_device_ops *ops = dev->ops;
-  for (int t = HK_FLOAT16; t <= HK_INT64; t++) {
+  for (int t = HK_FLOAT16; t <= HK_BOOL; t++) {
     size_t es = hk_dtype_size((hk_dtype)t), n = 1001;
     unsigned char value[8] = {0x81, 0x42, 0x13, 0x74, 0x25, 0x96, 0x37, 0x08};
     char *d;
@@ -570,6 +570,7 @@ static void test_batch_copy_bits(void **state) {
       {HK_FLOAT16, HK_FLOAT16}, {HK_BFLOAT16, HK_BFLOAT16},
       {HK_INT8, HK_INT8},       {HK_UINT8, HK_UINT8},
       {HK_INT32, HK_INT32},     {HK_INT64, HK_INT64},
+      {HK_INT16, HK_INT16},     {HK_BOOL, HK_BOOL},
       {HK_FLOAT32, HK_FLOAT16}, {HK_FLOAT32, HK_BFLOAT16},
       {HK_FLOAT16, HK_FLOAT32}, {HK_BFLOAT16, HK_FLOAT32},
   };

@@ -363,7 +363,7 @@ static const hk_op ops4[] = {HK_SUM, HK_MIN, HK_MAX, HK_PRODUCT};
 static void rank_allreduce(job *j, int rank) {
   rank_ctx x = rank_open(j, rank);
   int np = j->np;
-  for (int t = HK_FLOAT16; t <= HK_INT64; t++) {
+  for (int t = HK_FLOAT16; t <= HK_INT16; t++) {
     hk_dtype dt = (hk_dtype)t;
     size_t es = hk_dtype_size(dt);
     size_t big = 2 * (HK_EMU_CHUNK_BYTES / es) + 3;
@@ -431,7 +431,8 @@ static void check_gathered(rank_ctx *x, char *out, const char *drecv,
 static void rank_others(job *j, int rank) {
   rank_ctx x = rank_open(j, rank);
   int np = j->np;
-  static const hk_dtype types[] = {HK_FLOAT32, HK_FLOAT16, HK_INT64, HK_INT8};
+  static const hk_dtype types[] = {HK_FLOAT32, HK_FLOAT16, HK_INT64, HK_INT8,
+                                   HK_INT16};
   for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
     hk_dtype dt = types[ti];
     size_t es = hk_dtype_size(dt);
