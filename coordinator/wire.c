@@ -371,7 +371,8 @@ static void get_request(reader *r, hk_wire_request *q) {
   get_str(r, q->group, HK_MAX_NAME_LEN, "group name");
   check(r, q->coll >= HK_COLL_ALLREDUCE && q->coll <= HK_COLL_JOIN,
         "unknown collective %lld", q->coll);
-  check(r, q->dtype <= HK_INT64, "unknown dtype %lld", q->dtype);
+  check(r, hk_dtype_size((hk_dtype)q->dtype) != 0, "unknown dtype %lld",
+        q->dtype);
   check(r, q->op <= HK_PRODUCT, "unknown op %lld", q->op);
   check(r, q->mem <= HK_WIRE_MEM_SEND_HOST_RECV_DEVICE,
         "unknown memory kind %lld", q->mem);

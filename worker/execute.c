@@ -656,6 +656,13 @@ static void fill_identity(void *buf, size_t count, hk_dtype d, hk_op op) {
     memcpy(one, &v, 1);
     break;
   }
+  case HK_INT16: {
+    int16_t v = op == HK_PRODUCT ? 1 : big ? INT16_MAX : small ? INT16_MIN : 0;
+    memcpy(one, &v, 2);
+    break;
+  }
+  case HK_BOOL: /* never reduced: broadcast, allgather, alltoall */
+    break;
   case HK_INT32: {
     int32_t v = op == HK_PRODUCT ? 1 : big ? INT32_MAX : small ? INT32_MIN : 0;
     memcpy(one, &v, 4);

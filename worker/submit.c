@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "common/status.h"
+#include "device/host/reduce.h"
 #include "worker/queue.h"
 #include "worker/runtime.h"
 
@@ -30,7 +31,7 @@ static hk_status check_common(const char *fn, const char *name, size_t count,
                    "%s: tensor name '%.40s...' is %zu bytes, over the limit "
                    "of %d",
                    fn, name, len, HK_MAX_NAME_LEN);
-  if ((unsigned)dtype > HK_INT64)
+  if (!hk_dtype_size(dtype))
     return hk_fail(HK_ERR_INVALID_ARG, "%s: tensor '%s': unknown dtype %d", fn,
                    name, (int)dtype);
   if (count > SIZE_MAX / 8)
@@ -46,11 +47,20 @@ static hk_status check_common(const char *fn, const char *name, size_t count,
   return HK_OK;
 }
 
-/* The reduction op is one of hk_op's. */
-static hk_status check_op(const char *fn, const char *name, hk_op op) {
+/* The reduction op is one of hk_op's, and the dtype (checked known) one
+ * hk reduces: all but bool (device/host/reduce.h). */
+static hk_status check_op(const char *fn, const char *name, hk_dtype dtype,
+                          hk_op op) {
   if ((unsigned)op > HK_PRODUCT)
     return hk_fail(HK_ERR_INVALID_ARG, "%s: tensor '%s': unknown op %d", fn,
                    name, (int)op);
+  if (!hk_reduce_supported(dtype, op))
+    return hk_fail(HK_ERR_INVALID_ARG,
+                   "%s: tensor '%s': %s tensors are not reduced (as in "
+                   "Horovod, they take broadcast, allgather and alltoall); "
+                   "reduce them as uint8, where max is a logical or and min "
+                   "a logical and",
+                   fn, name, hk_dtype_name(dtype));
   return HK_OK;
 }
 
@@ -71,18 +81,15 @@ static hk_status check_rows(const char *fn, const char *name, size_t rows,
   return HK_OK;
 }
 
-/* prescale and postscale: finite, and other than 1 only for a floating
- * dtype. */
+/* prescale and postscale: finite (any dtype; integers scale as
+ * hk_scale_copy says). */
 static hk_status check_scales(const char *fn, const char *name, hk_dtype dtype,
                               double prescale, double postscale,
                               hk_wire_request *req) {
-  int is_float = dtype <= HK_FLOAT64;
-  if ((prescale != 1.0 || postscale != 1.0) &&
-      (!is_float || !isfinite(prescale) || !isfinite(postscale)))
+  if (!isfinite(prescale) || !isfinite(postscale))
     return hk_fail(HK_ERR_INVALID_ARG,
                    "%s: tensor '%s': prescale %g / postscale %g: factors "
-                   "other than 1 need a floating dtype and finite values "
-                   "(dtype is %s)",
+                   "must be finite (dtype %s)",
                    fn, name, prescale, postscale, hk_dtype_name(dtype));
   req->prescale = prescale;
   req->postscale = postscale;
@@ -155,7 +162,7 @@ static hk_status check_allreduce(const char *fn, const hk_ctx *ctx,
   (void)ctx;
   hk_status st = check_common(fn, c->name, c->count, c->dtype, req);
   if (st == HK_OK)
-    st = check_op(fn, c->name, c->op);
+    st = check_op(fn, c->name, c->dtype, c->op);
   if (st != HK_OK)
     return st;
   if (c->count > 0 && (!c->sendbuf || !c->recvbuf))
@@ -220,7 +227,7 @@ static hk_status check_reducescatter(const char *fn, const hk_ctx *ctx,
   (void)ctx;
   hk_status st = check_rows(fn, c->name, c->rows, c->row_elems, c->dtype, req);
   if (st == HK_OK)
-    st = check_op(fn, c->name, c->op);
+    st = check_op(fn, c->name, c->dtype, c->op);
   if (st != HK_OK)
     return st;
   if (c->rows > 0 && (!c->sendbuf || !c->recvbuf))

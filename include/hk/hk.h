@@ -57,7 +57,8 @@ extern "C" {
 typedef enum hk_status {
   HK_OK = 0,
   /** An argument was invalid (NULL pointer, unknown dtype/op, bad root,
-   *  empty or over-long name, buffers that overlap partially). */
+   *  empty or over-long name, buffers that overlap partially, a bool
+   *  tensor given to a reduction, a scale factor that is not finite). */
   HK_ERR_INVALID_ARG = 1,
   /** hk_init() was not called, or hk_shutdown() already was. */
   HK_ERR_NOT_INITIALIZED = 2,
@@ -130,8 +131,9 @@ typedef enum hk_dtype {
  *   `(__half)((float)a + (float)b)`). A sum over N ranks is therefore N-1
  *   such rounded additions, as in NCCL.
  * - float32/float64: IEEE arithmetic in the type itself.
- * - Integers: sum and product wrap modulo 2^bits (two's complement), as in
- *   NCCL and MPI; no undefined behaviour.
+ * - Integers (int8, uint8, int16, int32, int64): sum and product wrap
+ *   modulo 2^bits (two's complement), as in NCCL and MPI; no undefined
+ *   behaviour. bool is not reduced (HK_BOOL).
  * - HK_SUM of float16 (largest finite 65504) or bfloat16 can overflow to
  *   +-inf although every input is finite: 16 ranks summing 5000.0 give
  *   +inf in float16. hk warns once per tensor name when a sum's result
@@ -139,17 +141,20 @@ typedef enum hk_dtype {
  * - HK_AVERAGE: the sum as above, then divided by the world size once, at
  *   the end: floats `x / size` in the type (binary32 for 16-bit types, then
  *   rounded to nearest even); integers truncate toward zero (C division) of
- *   the wrapped sum. For float16/bfloat16 each rank's input is first
- *   divided by the smallest power of two P >= size, which is exact (it
- *   only moves the exponent) and keeps every partial sum in range, and the
- *   end computes `x * P / size` in binary32: an average whose value is
- *   representable is representable (16 ranks averaging float16 5000.0 give
- *   5000.0), and where no sum overflowed the bits are those of dividing
- *   the plain sum. Inputs below 2^-14 * P (float16's normal range) keep
- *   fewer significant bits, as with NCCL's ncclAvg, which pre-multiplies.
- *   The same holds for device tensors (the pack divides, the unpack
- *   multiplies back), and for float32 travelling as float16/bfloat16
- *   under HK_COMPRESSION.
+ *   the wrapped sum, exactly, as NCCL's ncclAvg does (Horovod's NCCL path;
+ *   its MPI and Gloo paths multiply the sum by the binary64 1.0 / size and
+ *   truncate, which can come out one nearer zero: a sum of 49 over 49 ranks
+ *   gives 0 there, as 49 * (1.0 / 49) is 0.99999999999999989, and 1 in hk).
+ *   For float16/bfloat16 each rank's input is first divided by the smallest
+ *   power of two P >= size, which is exact (it only moves the exponent) and
+ *   keeps every partial sum in range, and the end computes `x * P / size`
+ *   in binary32: an average whose value is representable is representable
+ *   (16 ranks averaging float16 5000.0 give 5000.0), and where no sum
+ *   overflowed the bits are those of dividing the plain sum. Inputs below
+ *   2^-14 * P (float16's normal range) keep fewer significant bits, as with
+ *   NCCL's ncclAvg, which pre-multiplies. The same holds for device tensors
+ *   (the pack divides, the unpack multiplies back), and for float32
+ *   travelling as float16/bfloat16 under HK_COMPRESSION.
  * - HK_MIN/HK_MAX on floats: if either operand is NaN, the result is NaN.
  * Summation order: the ring reduces segment s starting from rank s+1 in ring
  * order, so floating-point sums may differ in the last bits from a serial
@@ -239,11 +244,28 @@ HK_API hk_status hk_allreduce_async(const char *name, const void *sendbuf,
  * hk_allreduce_async with Horovod's scale factors: every rank's input is
  * multiplied by `prescale` before the reduction (while it is copied into
  * the fusion buffer, or into recvbuf for a tensor that runs alone) and the
- * result by `postscale` after it (after the division of HK_AVERAGE), in
- * the tensor's type (binary32 for 16-bit types). Both must be finite and
- * equal on every rank (else HK_ERR_MISMATCH); factors other than 1 need a
- * floating dtype (else HK_ERR_INVALID_ARG). Otherwise as
- * hk_allreduce_async, which is this call with 1.0 and 1.0.
+ * result by `postscale` after it (after the division of HK_AVERAGE). Both
+ * must be finite (else HK_ERR_INVALID_ARG) and equal on every rank (else
+ * HK_ERR_MISMATCH). A factor of exactly 1 changes nothing. Otherwise, on
+ * host and device tensors alike:
+ * - floating types multiply in the type (binary32 for float16/bfloat16,
+ *   then rounded to nearest even);
+ * - integers multiply in binary64, `(double)x * factor` (an int64 beyond
+ *   2^53 is rounded by the conversion), then truncate toward zero and
+ *   saturate to the type's range: 0.5 on int32 -7 gives -3, 2.0 on int8
+ *   100 gives 127, -1.0 on uint8 5 gives 0, 1e30 on int64 gives
+ *   INT64_MAX. This is Horovod's rule (its ScaleBuffer computes
+ *   `factor * x` with a double factor and converts back, on CPU and GPU)
+ *   where the result fits the type; where it does not, Horovod's C++
+ *   conversion is undefined (what comes out depends on the compiler and
+ *   the processor), and hk saturates. Horovod scales no int16 (its
+ *   ScaleBuffer has no case for it; its PyTorch front reduces no int16).
+ *   With HK_AVERAGE, hk divides the wrapped sum by the world size (hk_op)
+ *   and then multiplies by postscale: Horovod's NCCL path does the same;
+ *   its MPI and Gloo paths multiply once, by postscale / size, so results
+ *   differ where the division truncated (a sum of 5 over 2 ranks with
+ *   postscale 2: 5 there, 4 in hk).
+ * Otherwise as hk_allreduce_async, which is this call with 1.0 and 1.0.
  */
 HK_API hk_status hk_allreduce_scaled_async(const char *name,
                                            const void *sendbuf, void *recvbuf,

@@ -355,6 +355,7 @@ static void test_bad_fields_rejected(void **state) {
       {3, 99, "type"},
       {HK_WIRE_HEADER_LEN + 5, 9, "collective"},
       {HK_WIRE_HEADER_LEN + 6, 200, "dtype"},
+      {HK_WIRE_HEADER_LEN + 6, HK_BOOL + 1, "dtype"},
       {HK_WIRE_HEADER_LEN + 7, 77, "op"},
       {HK_WIRE_HEADER_LEN + 8, 4, "memory kind"},
       {HK_WIRE_HEADER_LEN + 0, 2, "shutdown"},
@@ -366,6 +367,14 @@ static void test_bad_fields_rejected(void **state) {
     assert_non_null(strstr(hk_last_error(), cases[i].needle));
     b.data[cases[i].at] = saved;
   }
+  /* the last dtypes of the enum are known */
+  for (int dt = HK_INT16; dt <= HK_BOOL; dt++) {
+    b.data[HK_WIRE_HEADER_LEN + 6] = (uint8_t)dt;
+    assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_OK);
+    assert_int_equal(d.u.requests.reqs[0].dtype, dt);
+    hk_msg_free(&d);
+  }
+  b.data[HK_WIRE_HEADER_LEN + 6] = HK_FLOAT32;
   /* the process set and the number of dimensions (after root, count, row
    * size, the scales and the group: 4 + 8 + 8 + 16 + 8 bytes) */
   const size_t set_at = HK_WIRE_HEADER_LEN + 9 + 4 + 8 + 8 + 16 + 8;
