@@ -52,9 +52,12 @@ static void store_float(void *dst, hk_dtype t, double v) {
  * memcpy of the same-width integer) as integer type t. */
 static void store_int(void *dst, hk_dtype t, uint64_t v) {
   uint8_t b = (uint8_t)v;
+  uint16_t h = (uint16_t)v;
   uint32_t w = (uint32_t)v;
   if (t == HK_INT8 || t == HK_UINT8)
     memcpy(dst, &b, 1);
+  else if (t == HK_INT16)
+    memcpy(dst, &h, 2);
   else if (t == HK_INT32)
     memcpy(dst, &w, 4);
   else
@@ -68,6 +71,8 @@ static int64_t wrapped(hk_dtype t, uint64_t v) {
     return (int64_t)(v & 0xff) - ((v & 0x80) ? 0x100 : 0);
   case HK_UINT8:
     return (int64_t)(v & 0xff);
+  case HK_INT16:
+    return (int64_t)(v & 0xffff) - ((v & 0x8000) ? 0x10000 : 0);
   case HK_INT32:
     return (int64_t)(v & 0xffffffffu) - ((v & 0x80000000u) ? 0x100000000 : 0);
   default:

@@ -5,12 +5,13 @@
  * Inputs are small integers, so every order of reduction gives the same,
  * exactly representable value and #wrong is an exact comparison (the
  * method of nccl-tests' -c and of bench/peers):
- * - sum, average on float32, float64, int32, int64: x = (rank+1) *
- *   (i%13+1), the peers' inputs (sums stay below 2^24 up to 1600 ranks);
+ * - sum, average on float32, float64, int16, int32, int64: x = (rank+1) *
+ *   (i%13+1), the peers' inputs (sums stay below 2^24 up to 1600 ranks;
+ *   int16 sums wrap, exactly, past 70 ranks);
  * - sum, average on float16, bfloat16, int8, uint8: x = (rank%2+1) *
  *   (i%3+1), in 1..6, so sums stay exact in bfloat16's 8 significant bits
  *   (256) up to 42 ranks; 8-bit integer sums wrap, exactly, as documented;
- * - min, max: x = 1 + (rank+i) % 13 (% 3 for the 16- and 8-bit types), so
+ * - min, max: x = 1 + (rank+i) % 13 (% 3 for the narrow types above), so
  *   no one rank holds every extreme and a rank's own input fails -c;
  * - prod: x = 1 + (rank+i)%2, products are powers of two (exact, or
  *   infinity/wrapped to 0 past the type's range on every path alike).

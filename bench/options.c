@@ -10,6 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "device/host/reduce.h"
+
 #ifndef HKB_MODEL_DIR /* the source tree's bench/models (CMake) */
 #define HKB_MODEL_DIR "bench/models"
 #endif
@@ -37,14 +39,17 @@ static const char *default_model_dir(void) {
 }
 
 /* Indexed by hk_dtype: nccl-tests' type names, printed in the type column
- * (float32 prints "float", as bench/peers does). */
-static const char *const type_names[] = {"half", "bfloat16", "float", "double",
-                                         "int8", "uint8",    "int32", "int64"};
+ * (float32 prints "float", as bench/peers does; nccl-tests has no int16 or
+ * bool, which print as hk names them). */
+static const char *const type_names[] = {"half",  "bfloat16", "float", "double",
+                                         "int8",  "uint8",    "int32", "int64",
+                                         "int16", "bool"};
+#define NTYPES (int)(sizeof type_names / sizeof type_names[0])
 /* Indexed by hk_op: nccl-tests' names (ncclSum, ncclProd, ..., ncclAvg). */
 static const char *const op_names[] = {"sum", "avg", "min", "max", "prod"};
 
 const char *hkb_type_name(hk_dtype t) {
-  return (unsigned)t <= HK_INT64 ? type_names[t] : "unknown";
+  return (unsigned)t < (unsigned)NTYPES ? type_names[t] : "unknown";
 }
 
 const char *hkb_op_name(hk_op op) {
@@ -61,9 +66,11 @@ static void usage(FILE *f) {
           "       -f factor (4)  -n iters (50)  -w warmup (5)  -B budget "
           "bytes per size (1G)\n"
           "       -c 0|1 check results (1)\n"
-          "       -d float32|float16|bfloat16|float64|int8|uint8|int32|int64|"
-          "all (float32;\n"
-          "          nccl-tests' float, half, double, int are accepted too)\n"
+          "       -d float32|float16|bfloat16|float64|int8|uint8|int16|int32|"
+          "int64|all\n"
+          "          (float32; nccl-tests' float, half, double, int are "
+          "accepted too;\n"
+          "          all: every dtype hk reduces, which bool is not)\n"
           "       -o sum|average|min|max|prod|all (sum; avg, product too)\n"
           "       --raw  also print raw(us): the ring collective alone, as "
           "timed by the\n"
@@ -116,14 +123,13 @@ static int parse_types(const char *s, hkb_opts *o) {
                {"double", HK_FLOAT64},
                {"int", HK_INT32}};
   o->ntypes = 0;
-  if (!strcmp(s, "all")) {
-    for (int t = HK_FLOAT16; t <= HK_INT64; t++)
+  int all = !strcmp(s, "all");
+  for (int t = 0; t < NTYPES; t++)
+    if (hk_reduce_supported((hk_dtype)t, HK_SUM) &&
+        (all || !strcmp(s, hk_dtype_name((hk_dtype)t))))
       o->types[o->ntypes++] = (hk_dtype)t;
+  if (all)
     return 1;
-  }
-  for (int t = HK_FLOAT16; t <= HK_INT64; t++)
-    if (!strcmp(s, hk_dtype_name((hk_dtype)t)))
-      o->types[o->ntypes++] = (hk_dtype)t;
   for (size_t i = 0; i < sizeof alias / sizeof alias[0]; i++)
     if (!strcmp(s, alias[i].name))
       o->types[o->ntypes++] = alias[i].t;

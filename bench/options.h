@@ -10,8 +10,8 @@
 
 #include "hk/hk.h"
 
-/** Upper bound on -d all x -o all: 8 dtypes, 5 ops. */
-#define HKB_MAX_TYPES 8
+/** Upper bound on -d all x -o all: 9 dtypes (all but bool), 5 ops. */
+#define HKB_MAX_TYPES 9
 #define HKB_MAX_OPS 5
 
 typedef struct hkb_opts {

@@ -152,11 +152,13 @@ static void test_all_types_ops_raw(void **s) {
   hkt_result r;
   run_ok(argv, 120, &r);
   long long wrong, raw_us;
-  /* 8 types x 5 ops x sizes 8, 64, 512, 4096 B */
-  assert_int_equal(sum_column(r.out, "#wrong", &wrong), 160);
+  /* 9 types (every dtype but bool) x 5 ops x sizes 8, 64, 512, 4096 B */
+  assert_int_equal(sum_column(r.out, "#wrong", &wrong), 180);
   assert_int_equal(wrong, 0);
-  assert_int_equal(sum_column(r.out, "raw(us)", &raw_us), 160);
+  assert_int_equal(sum_column(r.out, "raw(us)", &raw_us), 180);
   assert_int_equal(hkt_count_lines(r.out, " bfloat16   prod "), 4);
+  assert_int_equal(hkt_count_lines(r.out, "    int16   prod "), 4);
+  assert_int_equal(hkt_count_lines(r.out, " bool "), 0);
   FILE *f = fopen(csv, "r");
   assert_non_null(f);
   char line[512];
@@ -167,7 +169,7 @@ static void test_all_types_ops_raw(void **s) {
     lines++;
   fclose(f);
   unlink(csv);
-  assert_int_equal(lines, 160);
+  assert_int_equal(lines, 180);
   hkt_result_free(&r);
 }
 
@@ -221,6 +223,19 @@ static void test_model_malformed(void **s) {
   hkt_result_free(&r);
 }
 
+/* hkbench sweeps allreduces: -d takes every dtype hk reduces (int16
+ * among them), not bool, which is refused with status 2. */
+static void test_bool_refused(void **s) {
+  (void)s;
+  char *argv[] = {HKBENCH_PATH, "-d", "bool", NULL};
+  hkt_result r;
+  assert_int_equal(hkt_run(argv, NULL, 30, &r), 0);
+  assert_int_equal(r.exit_code, 2);
+  if (!strstr(r.err, "bad value 'bool' for -d"))
+    fail_msg("expected the refusal of -d bool in:\n%s", r.err);
+  hkt_result_free(&r);
+}
+
 int main(void) {
   hkt_setup();
   const struct CMUnitTest tests[] = {
@@ -230,6 +245,7 @@ int main(void) {
       cmocka_unit_test(test_model),
       cmocka_unit_test(test_model_list),
       cmocka_unit_test(test_model_malformed),
+      cmocka_unit_test(test_bool_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
