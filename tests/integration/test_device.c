@@ -147,6 +147,16 @@ static void test_fusion_300(void **s) {
   run_mode(2, 0, env, "fusion 300", "fusion", 280);
 }
 
+/* Integer prescale/postscale on device tensors give the host's bits:
+ * one host (the communicator), and the staged ring. */
+static void test_integer_scales(void **s) {
+  (void)s;
+  run_mode(2, 0, emu_env, "intscale", "intscale", 280);
+  run_mode(3, 0, emu_env, "intscale", "intscale", 280);
+  char *env[] = {"HK_DEVICE=emu", "HK_ALLREDUCE_ALGO=ring", NULL};
+  run_mode(3, 0, env, "intscale", "intscale", 280);
+}
+
 static void test_producer_stream_delay(void **s) {
   (void)s;
   run_mode(2, 0, emu_env, "delay", "delay", 120);
@@ -243,6 +253,7 @@ int main(void) {
       cmocka_unit_test(test_hier_3x2),
       cmocka_unit_test(test_staged_one_gpu_per_host),
       cmocka_unit_test(test_fusion_300),
+      cmocka_unit_test(test_integer_scales),
       cmocka_unit_test(test_producer_stream_delay),
       cmocka_unit_test(test_compression),
       cmocka_unit_test(test_half16_average),

@@ -24,6 +24,9 @@
  *                              name over steps) and hk_join on device
  *                              tensors
  *   w_device fault             allreduces until one fails (HK_EMU_FAULT)
+ *   w_device intscale          integer prescale/postscale on device
+ *                              tensors (allreduce fused, reduce-scatter)
+ *                              vs the same tensors on the host
  *   w_device half16 COUNT      16-bit averages whose sum would overflow:
  *                              float16 5000 and 60000, and float32 60000
  *                              (travelling as float16 under
@@ -110,6 +113,9 @@ static void fill_input(void *buf, size_t count, hk_dtype d, int r,
       break;
     case HK_UINT8:
       ((uint8_t *)buf)[i] = (uint8_t)(x % 5);
+      break;
+    case HK_INT16:
+      ((int16_t *)buf)[i] = (int16_t)((int)(x % 20001) - 10000);
       break;
     case HK_INT32:
       ((int32_t *)buf)[i] = (int32_t)(x % 200001) - 100000;
@@ -278,7 +284,7 @@ static void mode_cases(int argc, char **argv, int L, int H, int vs_host,
   for (int a = 2; a < argc; a++) {
     size_t count = strtoull(argv[a], NULL, 10);
     int big = count > 100000;
-    for (int d = HK_FLOAT16; d <= HK_INT64; d++)
+    for (int d = HK_FLOAT16; d <= HK_INT16; d++)
       for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {
         /* the big count on a few pairs: the rest adds time, not cover */
         if (big && !((d == HK_FLOAT32 && ops[o] == HK_SUM) ||
@@ -554,6 +560,94 @@ static void mode_collectives(void) {
   printf("device ok: collectives np=%d\n", size);
 }
 
+/* Integer prescale/postscale on device tensors (the pack and the unpack,
+ * device/elem.h) against the same tensors on the host, whose results
+ * test_dtypes checks against a serial computation: every integer dtype x
+ * op x (prescale, postscale), the allreduces of a dtype submitted at once
+ * (fused), and reduce-scatters (hk_submit). */
+static void mode_intscale(void) {
+  static const hk_dtype ints[] = {HK_INT8, HK_UINT8, HK_INT16, HK_INT32,
+                                  HK_INT64};
+  static const double sc[][2] = {{0.5, -2.5}, {2.0, 1.0}, {-1.5, 1e10}};
+  enum { NO = sizeof ops / sizeof ops[0], NS = sizeof sc / sizeof sc[0] };
+  enum { N = 1001, ROWS = 7, RE = 3 };
+  int cases = 0;
+  for (size_t t = 0; t < sizeof ints / sizeof ints[0]; t++) {
+    const hk_dtype d = ints[t];
+    const size_t esz = hk_dtype_size(d);
+    void *in = malloc(N * esz), *hbuf[NO * NS], *dbuf[NO * NS];
+    hk_handle hh[NO * NS], hd[NO * NS];
+    for (size_t k = 0; k < NO * NS; k++) { /* all at once: fused */
+      const hk_op op = ops[k / NS];
+      const double pre = sc[k % NS][0], post = sc[k % NS][1];
+      fill_input(in, N, d, rank, 40 + k);
+      hbuf[k] = malloc(N * esz);
+      memcpy(hbuf[k], in, N * esz);
+      dbuf[k] = dalloc(N * esz);
+      up(dbuf[k], in, N * esz);
+      char name[64];
+      snprintf(name, sizeof name, "is.%s.%zu", hk_dtype_name(d), k);
+      HKT_OK(hk_allreduce_scaled_async(name, dbuf[k], dbuf[k], N, d, op, pre,
+                                       post, &hd[k]));
+      strcat(name, ".h");
+      HKT_OK(hk_allreduce_scaled_async(name, hbuf[k], hbuf[k], N, d, op, pre,
+                                       post, &hh[k]));
+    }
+    void *got = malloc(N * esz);
+    for (size_t k = 0; k < NO * NS; k++, cases++) {
+      HKT_OK(hk_wait(hd[k]));
+      HKT_OK(hk_wait(hh[k]));
+      down(got, dbuf[k], N * esz);
+      check_bits(got, hbuf[k], N, d, "scaled allreduce, device vs host");
+      dev->ops->mem_free(dev, dbuf[k]);
+      free(hbuf[k]);
+    }
+    /* reduce-scatter: rows split over the ranks, scaled on both sides */
+    for (size_t k = 0; k < NO * NS; k++, cases++) {
+      const size_t rows = ROWS + (size_t)size;
+      void *hin = malloc(rows * RE * esz), *hout = malloc(rows * RE * esz);
+      fill_input(hin, rows * RE, d, rank, 90 + k);
+      void *din = dalloc(rows * RE * esz), *dout = dalloc(rows * RE * esz);
+      up(din, hin, rows * RE * esz);
+      size_t hrows = 0, drows = 0;
+      char name[64];
+      snprintf(name, sizeof name, "isrs.%s.%zu", hk_dtype_name(d), k);
+      hk_collective c = {.kind = HK_REDUCESCATTER,
+                         .name = name,
+                         .dtype = d,
+                         .op = ops[k / NS],
+                         .sendbuf = din,
+                         .recvbuf = dout,
+                         .rows = rows,
+                         .row_elems = RE,
+                         .prescale = sc[k % NS][0],
+                         .postscale = sc[k % NS][1],
+                         .rows_out = &drows};
+      HKT_OK(hk_submit(&c, &hd[0]));
+      HKT_OK(hk_wait(hd[0]));
+      strcat(name, ".h");
+      c.sendbuf = hin;
+      c.recvbuf = hout;
+      c.rows_out = &hrows;
+      HKT_OK(hk_submit(&c, &hh[0]));
+      HKT_OK(hk_wait(hh[0]));
+      HKT_CHECK(drows == hrows, "%s: %zu rows on the device, %zu on the host",
+                name, drows, hrows);
+      void *rgot = malloc(rows * RE * esz);
+      down(rgot, dout, drows * RE * esz);
+      check_bits(rgot, hout, drows * RE, d, name);
+      free(rgot);
+      free(hin);
+      free(hout);
+      dev->ops->mem_free(dev, din);
+      dev->ops->mem_free(dev, dout);
+    }
+    free(got);
+    free(in);
+  }
+  printf("device ok: intscale np=%d cases=%d\n", size, cases);
+}
+
 /* Sum over ranks [0, upto) of fill_input(salt), the ranks from upto on
  * contributing zeros (a joined rank's identity), in the documented order
  * for this job's hosts (one host: the communicator's rank-order fold;
@@ -724,6 +818,8 @@ int main(int argc, char **argv) {
     mode_features();
   else if (!strcmp(m, "fault"))
     mode_fault();
+  else if (!strcmp(m, "intscale"))
+    mode_intscale();
   else if (!strcmp(m, "half16"))
     mode_half16(argc > 2 ? strtoull(argv[2], NULL, 10) : 1001);
   else
