@@ -206,6 +206,7 @@ static void test_collectives(void **s) {
   (void)s;
   run_mode(3, 0, emu_env, "collectives", "collectives", 120);
   run_mode(4, 2, emu_env, "collectives", "collectives", 120);
+  run_mode(3, 0, emu_env, "moves", "moves", 120); /* int16 and bool */
 }
 
 /* An injected fault on rank 1: every rank fails within HK_TIMEOUT_S (5 s)

@@ -24,6 +24,8 @@
  *                              name over steps) and hk_join on device
  *                              tensors
  *   w_device fault             allreduces until one fails (HK_EMU_FAULT)
+ *   w_device moves             int16 and bool on device buffers:
+ *                              broadcast, allgather and alltoall vs host
  *   w_device intscale          integer prescale/postscale on device
  *                              tensors (allreduce fused, reduce-scatter)
  *                              vs the same tensors on the host
@@ -116,6 +118,9 @@ static void fill_input(void *buf, size_t count, hk_dtype d, int r,
       break;
     case HK_INT16:
       ((int16_t *)buf)[i] = (int16_t)((int)(x % 20001) - 10000);
+      break;
+    case HK_BOOL: /* any byte: hk moves bool as it is */
+      ((uint8_t *)buf)[i] = (uint8_t)(x >> 8);
       break;
     case HK_INT32:
       ((int32_t *)buf)[i] = (int32_t)(x % 200001) - 100000;
@@ -648,6 +653,68 @@ static void mode_intscale(void) {
   printf("device ok: intscale np=%d cases=%d\n", size, cases);
 }
 
+/* int16 and bool on device buffers: broadcast, allgather and alltoall
+ * give the host tensors' results, byte for byte. */
+static void mode_moves(void) {
+  static const hk_dtype ts[] = {HK_INT16, HK_BOOL};
+  enum { ROWS = 5, ROW = 3, N = ROWS * ROW };
+  for (size_t t = 0; t < sizeof ts / sizeof ts[0]; t++) {
+    const hk_dtype d = ts[t];
+    const size_t esz = hk_dtype_size(d);
+    uint8_t in[N * 2], hb[N * 2], got[N * 2 * 64];
+    fill_input(in, N, d, rank, 13 + t);
+    void *dbuf = dalloc(N * esz);
+    char name[64];
+    /* broadcast from the last rank */
+    memcpy(hb, in, N * esz);
+    up(dbuf, in, N * esz);
+    snprintf(name, sizeof name, "mv.bcast.%s", hk_dtype_name(d));
+    HKT_OK(hk_broadcast(name, dbuf, N, d, size - 1));
+    strcat(name, ".h");
+    HKT_OK(hk_broadcast(name, hb, N, d, size - 1));
+    down(got, dbuf, N * esz);
+    check_bits(got, hb, N, d, name);
+    /* allgather: rank r gives r % ROWS + 1 rows */
+    up(dbuf, in, N * esz);
+    size_t rows = (size_t)(rank % ROWS) + 1, per[64], hper[64], total = 0;
+    void *dout = NULL, *hout = NULL;
+    snprintf(name, sizeof name, "mv.gather.%s", hk_dtype_name(d));
+    HKT_OK(hk_allgather(name, dbuf, rows, ROW, d, &dout, per));
+    strcat(name, ".h");
+    HKT_OK(hk_allgather(name, in, rows, ROW, d, &hout, hper));
+    for (int r = 0; r < size; r++) {
+      HKT_CHECK(per[r] == hper[r], "%s: rows of rank %d", name, r);
+      total += per[r];
+    }
+    down(got, dout, total * ROW * esz);
+    check_bits(got, hout, total * ROW, d, name);
+    hk_free(dout);
+    hk_free(hout);
+    /* alltoall: one row to each of the first ROWS ranks */
+    size_t splits[64], rsplits[64], hsplits[64];
+    for (int r = 0; r < size; r++)
+      splits[r] = r < ROWS ? 1 : 0;
+    dout = hout = NULL;
+    snprintf(name, sizeof name, "mv.a2a.%s", hk_dtype_name(d));
+    HKT_OK(hk_alltoall(name, dbuf, splits, ROW, d, &dout, rsplits));
+    strcat(name, ".h");
+    HKT_OK(hk_alltoall(name, in, splits, ROW, d, &hout, hsplits));
+    total = 0;
+    for (int r = 0; r < size; r++) {
+      HKT_CHECK(rsplits[r] == hsplits[r], "%s: rows from rank %d", name, r);
+      total += hsplits[r];
+    }
+    if (total) {
+      down(got, dout, total * ROW * esz);
+      check_bits(got, hout, total * ROW, d, name);
+    }
+    hk_free(dout);
+    hk_free(hout);
+    dev->ops->mem_free(dev, dbuf);
+  }
+  printf("device ok: moves np=%d\n", size);
+}
+
 /* Sum over ranks [0, upto) of fill_input(salt), the ranks from upto on
  * contributing zeros (a joined rank's identity), in the documented order
  * for this job's hosts (one host: the communicator's rank-order fold;
@@ -818,6 +885,8 @@ int main(int argc, char **argv) {
     mode_features();
   else if (!strcmp(m, "fault"))
     mode_fault();
+  else if (!strcmp(m, "moves"))
+    mode_moves();
   else if (!strcmp(m, "intscale"))
     mode_intscale();
   else if (!strcmp(m, "half16"))
