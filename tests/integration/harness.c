@@ -538,6 +538,16 @@ int hkt_kill_orphans(void) {
   return n;
 }
 
+void hkt_hosts_cmd(char *out, size_t cap, int local, const char *prog,
+                   const char *args) {
+  if (local > 0)
+    snprintf(out, cap,
+             "HK_LOCAL_RANK=$((HK_RANK %% %d)) HK_LOCAL_SIZE=%d exec %s %s",
+             local, local, prog, args);
+  else
+    snprintf(out, cap, "exec %s %s", prog, args);
+}
+
 int hkt_count_lines(const char *text, const char *substring) {
   int n = 0;
   size_t sublen = strlen(substring);

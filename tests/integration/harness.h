@@ -179,6 +179,15 @@ int hkt_kill_orphans(void);
 int hkt_count_lines(const char *text, const char *substring);
 
 /**
+ * Writes into out (cap bytes) the sh -c command that runs "prog args" as a
+ * rank of hkrun's job; with local > 0 the rank is told it is on a host of
+ * `local` ranks (HK_LOCAL_RANK = rank % local, HK_LOCAL_SIZE = local): how
+ * one machine runs several hosts' ranks, for the hierarchical schedules.
+ */
+void hkt_hosts_cmd(char *out, size_t cap, int local, const char *prog,
+                   const char *args);
+
+/**
  * A cmocka test (struct CMUnitTest) named TEST that runs FN with *state
  * pointing to a TYPE initialised with the rest ({...}): one test function
  * serves several named cases. The TYPE is a compound literal, alive while

@@ -61,12 +61,7 @@ static void run_mode(int np, int local, char *const env[], const char *args,
                      const char *mode, double timeout) {
   char cmd[1024], npb[8], ok[64];
   snprintf(npb, sizeof npb, "%d", np);
-  if (local)
-    snprintf(cmd, sizeof cmd,
-             "HK_LOCAL_RANK=$((HK_RANK %% %d)) HK_LOCAL_SIZE=%d exec %s %s",
-             local, local, W_DEVICE, args);
-  else
-    snprintf(cmd, sizeof cmd, "exec %s %s", W_DEVICE, args);
+  hkt_hosts_cmd(cmd, sizeof cmd, local, W_DEVICE, args);
   char *argv[] = {HKRUN_PATH, "-np", npb, "sh", "-c", cmd, NULL};
   char *denv[16];
   hkt_result r;

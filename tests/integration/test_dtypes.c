@@ -27,12 +27,7 @@
 static void run_mode(int np, int local, char *const env[], const char *mode) {
   char n[16], cmd[512], ok[64];
   snprintf(n, sizeof n, "%d", np);
-  if (local > 0)
-    snprintf(cmd, sizeof cmd,
-             "HK_LOCAL_RANK=$((HK_RANK %% %d)) HK_LOCAL_SIZE=%d exec %s %s",
-             local, local, W_DTYPES, mode);
-  else
-    snprintf(cmd, sizeof cmd, "exec %s %s", W_DTYPES, mode);
+  hkt_hosts_cmd(cmd, sizeof cmd, local, W_DTYPES, mode);
   char *argv[] = {HKRUN_PATH, "-np", n, "sh", "-c", cmd, NULL};
   snprintf(ok, sizeof ok, "dtypes ok: %s np=%d", mode, np);
   hkt_result r;

@@ -834,24 +834,11 @@ static __int128 ref_scale(__int128 x, double f, __int128 lo, __int128 hi) {
   return (__int128)t;
 }
 
+/* The range of integer dtype dt (uint8 the only unsigned one). */
 static void int_limits(hk_dtype dt, __int128 *lo, __int128 *hi) {
-  switch (dt) {
-  case HK_INT8:
-    *lo = INT8_MIN, *hi = INT8_MAX;
-    break;
-  case HK_UINT8:
-    *lo = 0, *hi = UINT8_MAX;
-    break;
-  case HK_INT16:
-    *lo = INT16_MIN, *hi = INT16_MAX;
-    break;
-  case HK_INT32:
-    *lo = INT32_MIN, *hi = INT32_MAX;
-    break;
-  default:
-    *lo = INT64_MIN, *hi = INT64_MAX;
-    break;
-  }
+  const int bits = (int)hk_dtype_size(dt) * 8;
+  *hi = dt == HK_UINT8 ? 255 : ((__int128)1 << (bits - 1)) - 1;
+  *lo = dt == HK_UINT8 ? 0 : -*hi - 1;
 }
 
 #define SCALE1(T, DT, X, F)                                                    \

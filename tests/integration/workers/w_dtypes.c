@@ -42,24 +42,11 @@ static const double scales[][2] = {
     {0.5, 1.0}, {1.0, -2.5}, {2.0, 0.75}, {-1.5, 3.0}, {1.0 / 3.0, 1e10}};
 #define NSCALES (sizeof scales / sizeof scales[0])
 
+/* The range of integer dtype d (uint8 the only unsigned one). */
 static void limits(hk_dtype d, int64_t *lo, int64_t *hi) {
-  switch (d) {
-  case HK_INT8:
-    *lo = INT8_MIN, *hi = INT8_MAX;
-    break;
-  case HK_UINT8:
-    *lo = 0, *hi = UINT8_MAX;
-    break;
-  case HK_INT16:
-    *lo = INT16_MIN, *hi = INT16_MAX;
-    break;
-  case HK_INT32:
-    *lo = INT32_MIN, *hi = INT32_MAX;
-    break;
-  default:
-    *lo = INT64_MIN, *hi = INT64_MAX;
-    break;
-  }
+  const unsigned bits = 8 * (unsigned)hk_dtype_size(d);
+  *hi = d == HK_UINT8 ? 255 : (int64_t)(UINT64_MAX >> (65 - bits));
+  *lo = d == HK_UINT8 ? 0 : -*hi - 1;
 }
 
 static int64_t load(hk_dtype d, const void *p, size_t i) {
