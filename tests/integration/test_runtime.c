@@ -57,7 +57,7 @@ static void allreduce_np(const char *np) {
                   (char *)(big && *big ? big : "1000003"),
                   NULL};
   char ok[64];
-  snprintf(ok, sizeof ok, "allreduce ok: np=%s cases=200", np);
+  snprintf(ok, sizeof ok, "allreduce ok: np=%s cases=225", np);
   /* one host: shared memory (the flat ring through the shm engine); the
    * TCP links are exercised by the socket and algorithm tests below */
   char *env[] = {"HK_INTRA_TRANSPORT=shm", NULL};
@@ -122,7 +122,7 @@ static void test_three_sockets_per_peer(void **s) {
                 "3",
                 (char *)(big && *big ? big : "1000003"),
                 NULL};
-  run_ok_env(ar, env, "allreduce ok: np=3 cases=200", 3, 280);
+  run_ok_env(ar, env, "allreduce ok: np=3 cases=225", 3, 280);
   const char *nps[] = {"2", "3", "5"};
   for (int i = 0; i < 3; i++) {
     char ok[64];
@@ -353,7 +353,7 @@ static void test_without_hkrun(void **s) {
   unsetenv("HK_RENDEZVOUS");
   assert_int_equal(hkt_run(argv, NULL, 120, &r), 0);
   assert_int_equal(r.exit_code, 0);
-  assert_int_equal(hkt_count_lines(r.out, "allreduce ok: np=1 cases=120"), 1);
+  assert_int_equal(hkt_count_lines(r.out, "allreduce ok: np=1 cases=135"), 1);
   hkt_result_free(&r);
 }
 

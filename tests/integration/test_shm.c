@@ -197,7 +197,7 @@ static void test_mixed_hosts(void **s) {
   hkt_result r;
   assert_int_equal(hkt_run(argv, env, 280, &r), 0);
   if (r.exit_code != 0 ||
-      hkt_count_lines(r.out, "allreduce ok: np=4 cases=200") != 4 ||
+      hkt_count_lines(r.out, "allreduce ok: np=4 cases=225") != 4 ||
       hkt_count_lines(r.err, "shared memory with the 1 other rank(s)") != 4)
     fail_msg("exit %d\nstdout:\n%.3000s\nstderr:\n%.3000s", r.exit_code, r.out,
              r.err);

@@ -1,6 +1,6 @@
 /*
- * w_allreduce - every dtype x op for counts {0, 1, np-1, np, 1000003}
- * (or the counts given as arguments), in place and out of place, all
+ * w_allreduce - every dtype hk reduces x op for counts {0, 1, np-1, np,
+ * 1000003} (or the counts given as arguments), in place and out of place, all
  * submitted at once per (dtype, op). Rank 0 regenerates every rank's input
  * and compares each element with a serial computation; every rank then
  * compares its result bitwise with rank 0's (broadcast).
@@ -91,6 +91,9 @@ static void store(void *buf, size_t i, int dtype, double v) {
   case HK_UINT8:
     ((uint8_t *)buf)[i] = (uint8_t)v;
     break;
+  case HK_INT16:
+    ((int16_t *)buf)[i] = (int16_t)v;
+    break;
   case HK_INT32:
     ((int32_t *)buf)[i] = (int32_t)v;
     break;
@@ -119,6 +122,7 @@ static void serial(void *ref, size_t i, int dtype, int op, int np) {
     if (op == HK_AVERAGE) { /* divide the WRAPPED sum, truncating */
       int64_t wrapped = dtype == HK_INT8    ? (int8_t)acc
                         : dtype == HK_UINT8 ? (uint8_t)acc
+                        : dtype == HK_INT16 ? (int16_t)acc
                         : dtype == HK_INT32 ? (int32_t)acc
                                             : acc;
       acc = wrapped / np;
@@ -126,6 +130,7 @@ static void serial(void *ref, size_t i, int dtype, int op, int np) {
     store(ref, i, dtype,
           (double)(dtype == HK_UINT8   ? (uint8_t)acc
                    : dtype == HK_INT8  ? (int8_t)acc
+                   : dtype == HK_INT16 ? (int16_t)acc
                    : dtype == HK_INT32 ? (int32_t)acc
                                        : acc));
     return;
@@ -172,6 +177,8 @@ static double as_double(const void *buf, size_t i, int dtype) {
     return ((const int8_t *)buf)[i];
   case HK_UINT8:
     return ((const uint8_t *)buf)[i];
+  case HK_INT16:
+    return ((const int16_t *)buf)[i];
   case HK_INT32:
     return ((const int32_t *)buf)[i];
   default:
@@ -190,7 +197,7 @@ int main(int argc, char **argv) {
       counts[c] = strtoull(argv[c + 1], NULL, 10);
   }
   long cases = 0, elements = 0;
-  for (int dtype = HK_FLOAT16; dtype <= HK_INT64; dtype++) {
+  for (int dtype = HK_FLOAT16; dtype <= HK_INT16; dtype++) {
     size_t esz = hk_dtype_size((hk_dtype)dtype);
     for (int op = HK_SUM; op <= HK_PRODUCT; op++) {
       void *send[NCOUNTS], *recv[NCOUNTS];
