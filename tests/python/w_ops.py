@@ -179,13 +179,6 @@ for dtype in DTYPES[:4]:
     same(hvd.allreduce(dev(xs[R]), postscale_factor=2.0), dev(wantavg),
          "allreduce average postscale %s" % dtype)
 
-# integers scale too (hk.h): x * 2.5 in binary64, truncated toward zero
-xs = [data(r, torch.int32, (33,), "sum", 3) for r in range(N)]
-want = serial("sum", [torch.trunc(x.double() * 2.5).to(torch.int32)
-                      for x in xs], torch.int32)
-same(hvd.allreduce(dev(xs[R]), op=hvd.Sum, prescale_factor=2.5), dev(want),
-     "allreduce int32 prescale")
-
 # 3. random floats within a tolerance (the ring's order differs from a
 #    serial left-to-right sum)
 for dtype, atol in [(torch.float32, 1e-5), (torch.float64, 1e-12),
@@ -331,6 +324,10 @@ refused(ValueError, lambda: hvd.allreduce(torch.ones(2), average=True,
                                           op=hvd.Sum), "average and op")
 refused(NotImplementedError, lambda: hvd.allreduce(
     torch.ones(2), process_set=hvd.ProcessSet([0])), "a process set")
+# integers take scale factors as in Horovod (float64, truncated)
+same(hvd.allreduce(dev(torch.ones(2, dtype=torch.int32)), op=hvd.Sum,
+                   prescale_factor=2.0, name="int32.prescale"),
+     dev(torch.full((2,), 2 * N, dtype=torch.int32)), "int32 prescale")
 # a name submitted again while in flight: "dup.R" stays in flight until
 # every rank has submitted it, and the others submit it only after the
 # barrier, which this rank enters after its second submit: so that submit
