@@ -183,3 +183,15 @@ uint32_t hk_cache_live(const hk_cache *c) { return c->nlive; }
 uint32_t hk_cache_capacity(const hk_cache *c) { return c->capacity; }
 
 hk_cache_stats hk_cache_get_stats(const hk_cache *c) { return c->stats; }
+
+void hk_cache_apply(hk_cache *c, const hk_wire_response *r,
+                    const hk_wire_request *req) {
+  if (r->status != HK_OK)
+    return;
+  const unsigned k = req->coll;
+  if (r->flags & HK_RESP_CACHED)
+    hk_cache_touch(c, r->cache_bit);
+  else if (k == HK_COLL_ALLREDUCE || k == HK_COLL_BROADCAST ||
+           k == HK_COLL_REDUCESCATTER)
+    hk_cache_insert(c, req);
+}

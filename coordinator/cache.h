@@ -72,6 +72,17 @@ void hk_cache_touch(hk_cache *c, uint32_t bit);
 /** Retires a live bit (its name becomes uncached). No-op otherwise. */
 void hk_cache_retire(hk_cache *c, uint32_t bit);
 
+/**
+ * Response r ran (on the members of its set; rank 0 follows the cache of
+ * a set it is not in the same way), for request req (the one it ran, or
+ * the one every rank agreed on): an OK cached response touches its bit;
+ * an OK uncached allreduce, broadcast or reduce-scatter is inserted (per
+ * rank counts, allgather's and alltoall's, cannot be shared by a bit).
+ * The one rule every rank applies in response order.
+ */
+void hk_cache_apply(hk_cache *c, const hk_wire_response *r,
+                    const hk_wire_request *req);
+
 /** Number of live entries. */
 uint32_t hk_cache_live(const hk_cache *c);
 

@@ -52,7 +52,24 @@ struct hk_negotiator {
   uint8_t *joined; /* joined[r]: rank r called hk_join (this round) */
   int njoined, last_joined;
   hk_lateness *lateness; /* NULL unless the monitor is on (borrowed) */
+  int32_t set;           /* the process set it negotiates (messages) */
+  int keep_requests;     /* hk_negotiator_keep_requests */
+  int *names;            /* names[r]: the job rank of table rank r, or NULL
+                            (the same) */
 };
+
+/* The job rank of table rank r, for messages. */
+static int job_rank(const hk_negotiator *n, int r) {
+  return n->names ? n->names[r] : r;
+}
+
+/* " in process set 3", or "" for the world. */
+static const char *set_words(const hk_negotiator *n, char *buf, size_t cap) {
+  if (n->set == 0)
+    return "";
+  snprintf(buf, cap, " in process set %d", (int)n->set);
+  return buf;
+}
 
 hk_status hk_negotiator_create(int size, hk_negotiator **out) {
   hk_negotiator *n = calloc(1, sizeof *n);
@@ -97,6 +114,7 @@ void hk_negotiator_destroy(hk_negotiator *n) {
   hk_strmap_each(n->groups, free_group, NULL);
   hk_strmap_destroy(n->groups);
   free(n->joined);
+  free(n->names);
   for (entry *e = n->ready_head, *next; e; e = next) {
     next = e->next;
     free(e);
@@ -106,6 +124,17 @@ void hk_negotiator_destroy(hk_negotiator *n) {
     free(e);
   }
   free(n);
+}
+
+hk_status hk_negotiator_name(hk_negotiator *n, int32_t set, const int *ranks) {
+  int *names = malloc((size_t)n->size * sizeof *names);
+  if (!names)
+    return hk_fail(HK_ERR_NOMEM, "cannot allocate the negotiator's ranks");
+  memcpy(names, ranks, (size_t)n->size * sizeof *names);
+  free(n->names);
+  n->names = names;
+  n->set = set;
+  return HK_OK;
 }
 
 uint32_t hk_negotiator_pending(const hk_negotiator *n) {
@@ -284,6 +313,10 @@ static const char *coll_name(unsigned c) {
     return "alltoall";
   case HK_COLL_JOIN:
     return "join";
+  case HK_COLL_SET_ADD:
+    return "process set add";
+  case HK_COLL_SET_REMOVE:
+    return "process set remove";
   }
   return "unknown";
 }
@@ -367,8 +400,10 @@ static void append(char *buf, size_t cap, const char *fmt, ...) {
 /* If the field differs across the ranks that submitted the tensor,
  * describes it as "count 16 on ranks 0, 2, 3; 12 on rank 1" and returns 1.
  * (Ranks that joined and did not submit it have no say.) */
-static int describe_field(const entry *e, int size, const char *label,
-                          field_fmt fmt, char *out, size_t cap) {
+static int describe_field(const hk_negotiator *n, const entry *e,
+                          const char *label, field_fmt fmt, char *out,
+                          size_t cap) {
+  const int size = n->size;
   char first[192] = "", v[192], w[192];
   int have = 0, differs = 0;
   for (int r = 0; r < size && !differs; r++) {
@@ -414,7 +449,7 @@ static int describe_field(const entry *e, int size, const char *label,
         continue;
       fmt(&e->slots[q], w, sizeof w);
       if (strcmp(v, w) == 0)
-        append(out, cap, "%s %d", k++ ? "," : "", q);
+        append(out, cap, "%s %d", k++ ? "," : "", job_rank(n, q));
     }
   }
   append(out, cap, ". ");
@@ -423,9 +458,10 @@ static int describe_field(const entry *e, int size, const char *label,
 
 /* Buffers of one rank in two kinds of memory: never valid, even when every
  * rank does it. */
-static int describe_mixed(const entry *e, int size, char *out, size_t cap) {
+static int describe_mixed(const hk_negotiator *n, const entry *e, char *out,
+                          size_t cap) {
   int bad = 0;
-  for (int r = 0; r < size; r++) {
+  for (int r = 0; r < n->size; r++) {
     if (!e->slots[r].present ||
         e->slots[r].mem < HK_WIRE_MEM_SEND_DEVICE_RECV_HOST)
       continue;
@@ -434,7 +470,7 @@ static int describe_mixed(const entry *e, int size, char *out, size_t cap) {
     append(out, cap,
            "%srank %d has %s: a tensor's buffers must all be in host memory "
            "or all in device memory. ",
-           bad++ ? "" : "", r, v);
+           bad++ ? "" : "", job_rank(n, r), v);
     break; /* the first such rank is enough to name */
   }
   return bad;
@@ -488,42 +524,49 @@ static void check_agreement(const hk_negotiator *n, const entry *e, char *out,
     out[0] = '\0'; /* the common case: nothing to describe */
     return;
   }
-  snprintf(out, cap, "tensor '%s': ranks disagree: ", e->first.name);
-  int bad = describe_field(e, size, "collective", fmt_coll, out, cap);
+  char in_set[40];
+  snprintf(out, cap, "tensor '%s'%s: ranks disagree: ", e->first.name,
+           set_words(n, in_set, sizeof in_set));
+  int bad = describe_field(n, e, "collective", fmt_coll, out, cap);
   if (!bad) {
     unsigned c = e->first.coll;
-    bad |= describe_field(e, size, "dtype", fmt_dtype, out, cap);
-    if (c != HK_COLL_BARRIER && c != HK_COLL_JOIN) {
-      bad |= describe_field(e, size, "memory kind", fmt_mem, out, cap);
-      bad |= describe_mixed(e, size, out, cap);
+    /* a barrier, a join and the process set calls move no data */
+    const int data = c != HK_COLL_BARRIER && c != HK_COLL_JOIN &&
+                     c != HK_COLL_SET_ADD && c != HK_COLL_SET_REMOVE;
+    bad |= describe_field(n, e, "dtype", fmt_dtype, out, cap);
+    if (data) {
+      bad |= describe_field(n, e, "memory kind", fmt_mem, out, cap);
+      bad |= describe_mixed(n, e, out, cap);
     }
     if (c == HK_COLL_ALLREDUCE || c == HK_COLL_BROADCAST ||
-        c == HK_COLL_REDUCESCATTER)
-      bad |=
-          describe_field(e, size, c == HK_COLL_REDUCESCATTER ? "rows" : "count",
-                         fmt_count, out, cap);
+        c == HK_COLL_REDUCESCATTER || c == HK_COLL_SET_REMOVE)
+      bad |= describe_field(n, e,
+                            c == HK_COLL_REDUCESCATTER ? "rows"
+                            : c == HK_COLL_SET_REMOVE  ? "process set"
+                                                       : "count",
+                            fmt_count, out, cap);
     if (c == HK_COLL_ALLGATHER || c == HK_COLL_REDUCESCATTER ||
         c == HK_COLL_ALLTOALL)
-      bad |= describe_field(e, size, "row size", fmt_row_elems, out, cap);
-    if (c != HK_COLL_BARRIER && c != HK_COLL_JOIN)
-      bad |= describe_field(e, size, "shape",
+      bad |= describe_field(n, e, "row size", fmt_row_elems, out, cap);
+    if (data)
+      bad |= describe_field(n, e, "shape",
                             c == HK_COLL_ALLGATHER ? fmt_row_shape : fmt_shape,
                             out, cap);
     if (c == HK_COLL_ALLREDUCE || c == HK_COLL_REDUCESCATTER)
-      bad |= describe_field(e, size, "op", fmt_op, out, cap);
+      bad |= describe_field(n, e, "op", fmt_op, out, cap);
     if (c == HK_COLL_ALLREDUCE) {
-      bad |= describe_field(e, size, "prescale", fmt_prescale, out, cap);
-      bad |= describe_field(e, size, "postscale", fmt_postscale, out, cap);
-      bad |= describe_field(e, size, "group size", fmt_group, out, cap);
+      bad |= describe_field(n, e, "prescale", fmt_prescale, out, cap);
+      bad |= describe_field(n, e, "postscale", fmt_postscale, out, cap);
+      bad |= describe_field(n, e, "group size", fmt_group, out, cap);
     }
     if (c == HK_COLL_BROADCAST) {
-      bad |= describe_field(e, size, "root", fmt_root, out, cap);
+      bad |= describe_field(n, e, "root", fmt_root, out, cap);
       int root = e->first.root;
       if (!bad && root < size && !e->slots[root].present) {
         snprintf(out, cap,
-                 "tensor '%s': the broadcast's root, rank %d, has joined "
+                 "tensor '%s'%s: the broadcast's root, rank %d, has joined "
                  "(hk_join) and has no data to send",
-                 e->first.name, root);
+                 e->first.name, in_set, job_rank(n, root));
         return;
       }
     }
@@ -535,6 +578,10 @@ static void check_agreement(const hk_negotiator *n, const entry *e, char *out,
   size_t len = strlen(out);
   if (len >= 2 && out[len - 2] == '.' && out[len - 1] == ' ')
     out[len - 1] = '\0'; /* drop the trailing space */
+}
+
+void hk_negotiator_keep_requests(hk_negotiator *n, int on) {
+  n->keep_requests = on;
 }
 
 void hk_negotiator_set_lateness(hk_negotiator *n, hk_lateness *L) {
@@ -596,6 +643,14 @@ hk_status hk_negotiator_take_ready(hk_negotiator *n, hk_wire_response **out,
       r[i].cache_bit = e->bit;
       r[i].name[0] = '\0';
     }
+    if (!reason[0] && n->keep_requests) {
+      r[i].agreed = malloc(sizeof *r[i].agreed);
+      if (!r[i].agreed) {
+        hk_negotiator_free_responses(r, i + 1);
+        return hk_fail(HK_ERR_NOMEM, "cannot keep a request");
+      }
+      hk_wire_request_copy(r[i].agreed, &e->first);
+    }
     if (reason[0]) {
       r[i].status = HK_ERR_MISMATCH;
       r[i].reason = strdup(reason);
@@ -619,6 +674,7 @@ void hk_negotiator_free_responses(hk_wire_response *r, uint32_t count) {
     free(r[i].reason);
     free(r[i].counts);
     free(r[i].params);
+    free(r[i].agreed);
   }
   free(r);
 }
@@ -633,15 +689,16 @@ typedef struct stall_args {
 
 /* Appends "rank 2" / "ranks 0, 1, 3" for the ranks whose presence is
  * `present`. */
-static void append_ranks(char *out, size_t cap, const entry *e, int size,
-                         int present) {
+static void append_ranks(char *out, size_t cap, const hk_negotiator *n,
+                         const entry *e, int present) {
+  const int size = n->size;
   int k = 0, total = 0;
   for (int r = 0; r < size; r++)
     total += e->slots[r].present == present;
   append(out, cap, "rank%s", total > 1 ? "s" : "");
   for (int r = 0; r < size; r++)
     if (e->slots[r].present == present)
-      append(out, cap, "%s %d", k++ ? "," : "", r);
+      append(out, cap, "%s %d", k++ ? "," : "", job_rank(n, r));
 }
 
 static void stall_one(const char *key, void *value, void *arg) {
@@ -653,11 +710,13 @@ static void stall_one(const char *key, void *value, void *arg) {
     a->oldest = age;
   if (age < a->min_age)
     return;
-  append(a->out, a->cap, "%stensor '%s' (waiting %.0f s): missing on ",
-         a->count++ ? "; " : "", e->first.name, age);
-  append_ranks(a->out, a->cap, e, a->n->size, 0);
+  char in_set[40];
+  append(a->out, a->cap, "%stensor '%s'%s (waiting %.0f s): missing on ",
+         a->count++ ? "; " : "", e->first.name,
+         set_words(a->n, in_set, sizeof in_set), age);
+  append_ranks(a->out, a->cap, a->n, e, 0);
   append(a->out, a->cap, ", submitted by ");
-  append_ranks(a->out, a->cap, e, a->n->size, 1);
+  append_ranks(a->out, a->cap, a->n, e, 1);
 }
 
 uint32_t hk_negotiator_stalled(const hk_negotiator *n, double now,

@@ -24,6 +24,16 @@ typedef struct hk_negotiator hk_negotiator;
 /** Creates a table for `size` ranks. Errors: HK_ERR_NOMEM. */
 hk_status hk_negotiator_create(int size, hk_negotiator **out);
 
+/**
+ * Makes the table's messages (mismatches, stalls) speak of process set
+ * `set` and name table rank r as job rank ranks[r] (size entries, copied;
+ * a process set's table counts its members 0..size-1, hk.h): "tensor 'w'
+ * in process set 2: ranks disagree: ... on ranks 4, 6". Without it (the
+ * world's table) the two are the same and no set is named.
+ * Errors: HK_ERR_NOMEM (the table is unchanged).
+ */
+hk_status hk_negotiator_name(hk_negotiator *n, int32_t set, const int *ranks);
+
 /** Frees the table and everything pending in it. NULL is fine. */
 void hk_negotiator_destroy(hk_negotiator *n);
 
@@ -63,6 +73,14 @@ hk_status hk_negotiator_take_ready(hk_negotiator *n, hk_wire_response **out,
 
 /** Frees what hk_negotiator_take_ready returned. */
 void hk_negotiator_free_responses(hk_wire_response *r, uint32_t count);
+
+/**
+ * With on = 1, every agreed response hk_negotiator_take_ready hands over
+ * carries a copy of the request the ranks agreed on (hk_wire_response.
+ * agreed): rank 0 follows the response cache of a process set it is not
+ * a member of with them. Off by default (a copy per tensor).
+ */
+void hk_negotiator_keep_requests(hk_negotiator *n, int on);
 
 struct hk_lateness;
 

@@ -101,6 +101,27 @@ static void put_request(writer *w, const hk_wire_request *r) {
   put_str(w, r->group, HK_MAX_NAME_LEN, "group name");
 }
 
+/* The cache bits of a REQUESTS as runs: u32 runs, then per run the set
+ * (i32), its bit count (u32) and its bits (u32 each); a run for each
+ * change of set along bit_sets (NULL: every bit of the world). */
+static void put_bits(writer *w, const uint32_t *bits, const int32_t *sets,
+                     uint32_t n) {
+  uint32_t runs = 0;
+  for (uint32_t i = 0; i < n; i++)
+    runs += i == 0 || (sets && sets[i] != sets[i - 1]);
+  put_u32(w, runs);
+  for (uint32_t i = 0; i < n;) {
+    const int32_t set = sets ? sets[i] : 0;
+    uint32_t k = i;
+    while (k < n && (sets ? sets[k] : 0) == set)
+      k++;
+    put_i32(w, set);
+    put_u32(w, k - i);
+    for (; i < k; i++)
+      put_u32(w, bits[i]);
+  }
+}
+
 hk_status hk_wire_encode(const hk_msg *m, hk_buf *out) {
   size_t start = out->len;
   writer w = {out, HK_OK};
@@ -143,9 +164,8 @@ hk_status hk_wire_encode(const hk_msg *m, hk_buf *out) {
       const hk_wire_request *r = &m->u.requests.reqs[i];
       put_request(&w, r);
     }
-    put_u32(&w, m->u.requests.nbits);
-    for (uint32_t i = 0; i < m->u.requests.nbits; i++)
-      put_u32(&w, m->u.requests.bits[i]);
+    put_bits(&w, m->u.requests.bits, m->u.requests.bit_sets,
+             m->u.requests.nbits);
     put_u8(&w, m->u.requests.has_sample);
     if (m->u.requests.has_sample)
       put_sample(&w, &m->u.requests.sample);
@@ -155,6 +175,7 @@ hk_status hk_wire_encode(const hk_msg *m, hk_buf *out) {
     break;
   case HK_MSG_RESPONSES:
     put_u8(&w, m->u.responses.answer); /* first: HK_WIRE_ANSWER_OFFSET */
+    put_i32(&w, m->u.responses.set);
     put_i32(&w, m->u.responses.shutdown_rank);
     put_u16(&w, m->u.responses.abort_status);
     put_str(&w, m->u.responses.abort_reason, HK_WIRE_MAX_REASON_LEN,
@@ -324,6 +345,44 @@ static double get_amount(reader *r, const char *what) {
   return v;
 }
 
+/* Reads put_bits' runs into bits and their sets (*n entries each): the
+ * sets of the runs ascend, and the bits of a run ascend below
+ * HK_WIRE_MAX_CACHE_BITS; at most HK_WIRE_MAX_CACHE_BITS bits in all. */
+static void get_bits(reader *r, uint32_t **bits, int32_t **sets, uint32_t *n) {
+  *bits = NULL;
+  *sets = NULL;
+  *n = 0;
+  uint32_t runs = get_u32(r, "cache bit runs"), total = 0;
+  /* smallest run on the wire: its set and count, 8 bytes */
+  check(r, runs <= r->left / 8, "%lld cache bit runs do not fit", runs);
+  /* every bit takes 4 bytes: what is left bounds them */
+  const uint32_t cap = (uint32_t)(r->left / 4);
+  if (r->st == HK_OK && runs && cap) {
+    *bits = malloc((size_t)cap * sizeof **bits);
+    *sets = malloc((size_t)cap * sizeof **sets);
+    if (!*bits || !*sets)
+      r->st = hk_fail(HK_ERR_NOMEM, "cannot allocate %u cache bits", cap);
+  }
+  int32_t prev_set = -1;
+  for (uint32_t k = 0; k < runs && r->st == HK_OK; k++) {
+    const int32_t set = get_i32(r, "cache bit set");
+    const uint32_t count = get_u32(r, "cache bit count");
+    check(r, set > prev_set, "cache bit set %lld out of order", set);
+    check(r, count > 0 && count <= cap - total && count <= r->left / 4,
+          "%lld cache bits do not fit", count);
+    for (uint32_t i = 0; i < count && r->st == HK_OK; i++) {
+      uint32_t b = get_u32(r, "cache bit");
+      check(r, b < HK_WIRE_MAX_CACHE_BITS && (i == 0 || b > (*bits)[total - 1]),
+            "cache bit %lld out of range or not ascending", b);
+      (*bits)[total] = b;
+      (*sets)[total++] = set;
+    }
+    prev_set = set;
+  }
+  check(r, total <= HK_WIRE_MAX_CACHE_BITS, "%lld cache bits", total);
+  *n = total;
+}
+
 static void get_sample(reader *r, hk_wire_sample *s) {
   s->seq = get_u32(r, "sample number");
   s->gpu_ok = get_u8(r, "sample GPU flag");
@@ -369,7 +428,7 @@ static void get_request(reader *r, hk_wire_request *q) {
   }
   get_str(r, q->name, HK_MAX_NAME_LEN, "tensor name");
   get_str(r, q->group, HK_MAX_NAME_LEN, "group name");
-  check(r, q->coll >= HK_COLL_ALLREDUCE && q->coll <= HK_COLL_JOIN,
+  check(r, q->coll >= HK_COLL_ALLREDUCE && q->coll <= HK_COLL_LAST,
         "unknown collective %lld", q->coll);
   check(r, hk_dtype_size((hk_dtype)q->dtype) != 0, "unknown dtype %lld",
         q->dtype);
@@ -509,8 +568,8 @@ static void decode_payload(reader *r, hk_msg *m) {
       get_request(r, &m->u.requests.reqs[i]);
     }
     m->u.requests.n = n;
-    m->u.requests.bits = get_u32_list(r, &m->u.requests.nbits,
-                                      HK_WIRE_MAX_CACHE_BITS, "cache bits");
+    get_bits(r, &m->u.requests.bits, &m->u.requests.bit_sets,
+             &m->u.requests.nbits);
     m->u.requests.has_sample = get_u8(r, "sample flag");
     check(r, m->u.requests.has_sample <= 1, "sample flag %lld is not 0 or 1",
           m->u.requests.has_sample);
@@ -532,6 +591,8 @@ static void decode_payload(reader *r, hk_msg *m) {
     m->u.responses.answer = get_u8(r, "answer flag");
     check(r, m->u.responses.answer <= 1, "answer flag %lld is not 0 or 1",
           m->u.responses.answer);
+    m->u.responses.set = get_i32(r, "process set");
+    check(r, m->u.responses.set >= 0, "process set %lld", m->u.responses.set);
     m->u.responses.shutdown_rank = get_i32(r, "shutdown rank");
     check(r,
           m->u.responses.shutdown_rank >= -1 &&
@@ -641,6 +702,7 @@ void hk_msg_free(hk_msg *m) {
   case HK_MSG_REQUESTS:
     free(m->u.requests.reqs);
     free(m->u.requests.bits);
+    free(m->u.requests.bit_sets);
     break;
   case HK_MSG_MONITOR:
     free(m->u.monitor.text);

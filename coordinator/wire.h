@@ -25,9 +25,10 @@
 #include "hk/hk.h"
 
 #define HK_WIRE_VERSION                                                        \
-  7 /* 3: HK_MSG_GOODBYE; 4: RESPONSES.answer; 5: request memory kind;         \
+  8 /* 3: HK_MSG_GOODBYE; 4: RESPONSES.answer; 5: request memory kind;         \
        6: REQUESTS.sample (telemetry), HK_MSG_MONITOR; 7: request process      \
-       set and shape */
+       set and shape; 8: process sets: RESPONSES.set, each cache bit's set     \
+       in REQUESTS, HK_COLL_SET_ADD and HK_COLL_SET_REMOVE */
 #define HK_WIRE_HEADER_LEN 8
 #define HK_WIRE_MAX_PAYLOAD (64u << 20) /* bytes */
 #define HK_WIRE_MAX_HOST_LEN 255        /* bytes, excluding NUL */
@@ -66,7 +67,14 @@ typedef enum hk_coll {
   HK_COLL_REDUCESCATTER = 5, /* count = rows (all ranks) */
   HK_COLL_ALLTOALL = 6,      /* count = rows this rank sends */
   HK_COLL_JOIN = 7,          /* this rank ran out of data */
+  HK_COLL_SET_ADD = 8,       /* hk_process_set_add (world only; the member
+                                lists are compared when it runs) */
+  HK_COLL_SET_REMOVE = 9,    /* hk_process_set_remove (world only): count =
+                                the set's id */
 } hk_coll;
+
+/** The last hk_coll (the decoder's bound). */
+#define HK_COLL_LAST HK_COLL_SET_REMOVE
 
 /** Channels between workers, named in HELLO. */
 typedef enum hk_channel {
@@ -152,6 +160,11 @@ typedef struct hk_wire_response {
   double last_seen;        /* rank 0 only, never on the wire: when the last
                               rank did (or joined past it) */
   int32_t last_rank;       /* rank 0 only, never on the wire: that rank */
+  hk_wire_request *agreed; /* rank 0 only, never on the wire: the request
+                              every rank agreed on, for a process set rank
+                              0 is not a member of (its cache follows the
+                              members', coordinator/cache.h); else NULL.
+                              Owned by the negotiator's response array */
 } hk_wire_response;
 
 /**
@@ -173,6 +186,7 @@ static inline void hk_wire_response_clear(hk_wire_response *r) {
   r->counts = NULL;
   r->first_seen = r->last_seen = 0;
   r->last_rank = 0;
+  r->agreed = NULL;
 }
 
 /**
@@ -242,7 +256,12 @@ typedef struct hk_msg {
       uint32_t n;
       hk_wire_request *reqs;
       uint32_t nbits;        /* response-cache bits this rank has ready */
-      uint32_t *bits;        /* nbits indices, ascending */
+      uint32_t *bits;        /* nbits indices, ascending within a set */
+      int32_t *bit_sets;     /* nbits entries: the process set whose
+                                response cache bits[i] is of; the pairs
+                                (bit_sets[i], bits[i]) ascend. On the wire
+                                a run (set, count) precedes each set's
+                                bits */
       uint8_t has_sample;    /* 1: sample holds a new telemetry sample */
       hk_wire_sample sample; /* inline: no allocation */
     } requests;
@@ -252,6 +271,10 @@ typedef struct hk_msg {
                                 payload byte (offset HK_WIRE_HEADER_LEN),
                                 so one encoding can be sent to every rank
                                 with only this byte set per recipient */
+      int32_t set;           /* the process set these responses and
+                                invalidations are of (its members get
+                                them; its response cache); 0: the world,
+                                the only set that carries a stop */
       int32_t shutdown_rank; /* >= 0: that rank shut down; everyone stops */
       uint16_t abort_status; /* != 0: the job fails with this hk_status */
       char *abort_reason;    /* with abort_status; owned by the message */

@@ -135,6 +135,82 @@ static void test_responses_roundtrip(void **state) {
   hk_buf_free(&b);
 }
 
+/* Process sets on the wire: a RESPONSES says whose responses and cache
+ * bits it carries; a REQUESTS says each cache bit's set, as runs (a set,
+ * its count, its bits): bits without sets are the world's, and the
+ * decoder wants the runs' sets ascending, each run's bits ascending and
+ * the counts within the frame. The add and the remove are collectives. */
+static void test_process_sets(void **state) {
+  (void)state;
+  hk_buf b = {0};
+  hk_msg d;
+  hk_msg m = {.type = HK_MSG_RESPONSES};
+  m.u.responses.set = 5;
+  m.u.responses.shutdown_rank = -1;
+  encode(&m, &b);
+  assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_OK);
+  assert_int_equal(d.u.responses.set, 5);
+  hk_msg_free(&d);
+  b.data[HK_WIRE_ANSWER_OFFSET + 4] = 0x80; /* a negative set */
+  assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_ERR_PROTOCOL);
+  assert_non_null(strstr(hk_last_error(), "process set"));
+
+  hk_wire_request req = {.coll = HK_COLL_SET_REMOVE, .count = 4};
+  strcpy(req.name, "hk.process_set.0");
+  uint32_t bits[5] = {2, 9, 0, 1, 7};
+  int32_t sets[5] = {0, 0, 3, 3, 8};
+  m = (hk_msg){.type = HK_MSG_REQUESTS};
+  m.u.requests.n = 1;
+  m.u.requests.reqs = &req;
+  m.u.requests.nbits = 5;
+  m.u.requests.bits = bits;
+  m.u.requests.bit_sets = sets;
+  encode(&m, &b);
+  assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_OK);
+  assert_int_equal(d.u.requests.reqs[0].coll, HK_COLL_SET_REMOVE);
+  assert_int_equal(d.u.requests.nbits, 5);
+  for (int i = 0; i < 5; i++) {
+    assert_int_equal(d.u.requests.bits[i], bits[i]);
+    assert_int_equal(d.u.requests.bit_sets[i], sets[i]);
+  }
+  hk_msg_free(&d);
+  /* 3 runs of 4 + 4 bytes each, and 4 per bit: after the request, the
+   * sample flag last */
+  const size_t runs_at = b.len - 1 - (4 + 3 * 8 + 5 * 4);
+  assert_int_equal(b.data[runs_at], 3);
+  m.u.requests.bit_sets = NULL; /* every bit the world's: one run */
+  bits[2] = 10;
+  bits[3] = 11;
+  bits[4] = 12;
+  encode(&m, &b);
+  assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_OK);
+  assert_int_equal(d.u.requests.nbits, 5);
+  assert_int_equal(d.u.requests.bit_sets[4], 0);
+  assert_int_equal(d.u.requests.bits[4], 12);
+  hk_msg_free(&d);
+  /* sets out of order, bits out of order within a set, a count past the
+   * frame */
+  m.u.requests.bit_sets = sets;
+  sets[4] = 1;
+  encode(&m, &b);
+  assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_ERR_PROTOCOL);
+  assert_non_null(strstr(hk_last_error(), "out of order"));
+  sets[4] = 8;
+  bits[3] = 1;
+  bits[2] = 5;
+  encode(&m, &b);
+  assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_ERR_PROTOCOL);
+  assert_non_null(strstr(hk_last_error(), "not ascending"));
+  bits[2] = 0;
+  encode(&m, &b);
+  const size_t count_at = b.len - 1 - (4 + 3 * 8 + 5 * 4) + 4 + 4;
+  assert_int_equal(b.data[count_at], 2); /* the first run's count */
+  b.data[count_at] = 200;
+  assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_ERR_PROTOCOL);
+  assert_non_null(strstr(hk_last_error(), "do not fit"));
+  hk_buf_free(&b);
+}
+
 static void test_small_messages_roundtrip(void **state) {
   (void)state;
   hk_buf b = {0};
@@ -353,7 +429,7 @@ static void test_bad_fields_rejected(void **state) {
       {0, 'X', "magic"},
       {2, HK_WIRE_VERSION + 1, "version"},
       {3, 99, "type"},
-      {HK_WIRE_HEADER_LEN + 5, 9, "collective"},
+      {HK_WIRE_HEADER_LEN + 5, HK_COLL_LAST + 1, "collective"},
       {HK_WIRE_HEADER_LEN + 6, 200, "dtype"},
       {HK_WIRE_HEADER_LEN + 6, HK_BOOL + 1, "dtype"},
       {HK_WIRE_HEADER_LEN + 7, 77, "op"},
@@ -481,6 +557,7 @@ int main(void) {
       cmocka_unit_test(test_requests_sample),
       cmocka_unit_test(test_monitor_roundtrip),
       cmocka_unit_test(test_requests_roundtrip),
+      cmocka_unit_test(test_process_sets),
       cmocka_unit_test(test_responses_roundtrip),
       cmocka_unit_test(test_small_messages_roundtrip),
       cmocka_unit_test(test_hello_streams),
