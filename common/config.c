@@ -82,6 +82,8 @@ static hk_status parse_launcher_pid(hk_config *cfg, const char *name,
                                     const char *v);
 static hk_status parse_stall_disable(hk_config *cfg, const char *name,
                                      const char *v);
+static hk_status parse_process_sets(hk_config *cfg, const char *name,
+                                    const char *v);
 
 /* words ignore case, as every word-valued setting does */
 static const char *const transports[] = {"tcp", "mpi"};
@@ -222,6 +224,13 @@ static const tunable table[] = {
            "does not exist fails hk_init, naming those that do "
            "(hkrun --network-interface)",
            .alias = "HOROVOD_GLOO_IFACE"),
+    {"HK_PROCESS_SETS",
+     .meaning = "process sets hk_init adds, as hk_process_set_add would, in "
+                "order (ids 1, 2, ...); every rank must give the same",
+     .offset = OFF(process_sets), .kind = HK_TUNABLE_STRING,
+     .cap = sizeof((hk_config *)0)->process_sets, .parse = parse_process_sets,
+     .def_text = "(none)",
+     .values_text = "ranks by commas, sets by semicolons: 0,1;2,3"},
     STRING("HK_TOPO_FILE", topo_file, "(none)", "a file",
            "the server's layout (nvidia-smi topo -m text or NCCL XML): the "
            "ring order inside each host and the cost model's host"),
@@ -458,6 +467,68 @@ static hk_status parse_allreduce_algo(hk_config *cfg, const char *name,
                  "HK_ALLREDUCE_ALGO=\"%.64s\": expected ring, hierarchical, "
                  "rd or auto",
                  v);
+}
+
+int hk_config_next_set(const char **pos, int *ranks, int cap, int *n,
+                       hk_status *st) {
+  const char *p = *pos;
+  *n = 0;
+  *st = HK_OK;
+  while (*p == ' ' || *p == '\t')
+    p++;
+  if (!*p)
+    return 0;
+  for (;;) {
+    while (*p == ' ' || *p == '\t')
+      p++;
+    char *end;
+    errno = 0;
+    long r = *p >= '0' && *p <= '9' ? strtol(p, &end, 10) : -1;
+    if (r < 0 || errno || r >= HK_CONFIG_SET_RANKS || *n == cap) {
+      *st = hk_fail(HK_ERR_CONFIG,
+                    "HK_PROCESS_SETS: '%.40s' %s (ranks by commas, sets by "
+                    "semicolons: 0,1;2,3)",
+                    p,
+                    *n == cap && r >= 0 ? "lists more ranks than the job has"
+                    : r >= HK_CONFIG_SET_RANKS ? "is too large a rank"
+                                               : "is not a rank");
+      return 0;
+    }
+    ranks[(*n)++] = (int)r;
+    p = end;
+    while (*p == ' ' || *p == '\t')
+      p++;
+    if (*p == ',') {
+      p++;
+      continue;
+    }
+    if (*p == ';' || !*p) {
+      *pos = *p ? p + 1 : p;
+      return 1;
+    }
+    *st = hk_fail(HK_ERR_CONFIG,
+                  "HK_PROCESS_SETS: '%.40s' is not a rank (ranks by commas, "
+                  "sets by semicolons: 0,1;2,3)",
+                  p);
+    return 0;
+  }
+}
+
+/* HK_PROCESS_SETS: the syntax only (the job's ranks are known later). */
+static hk_status parse_process_sets(hk_config *cfg, const char *name,
+                                    const char *v) {
+  int *ranks = malloc(HK_CONFIG_SET_RANKS * sizeof *ranks);
+  if (!ranks)
+    return hk_fail(HK_ERR_NOMEM, "cannot read HK_PROCESS_SETS");
+  const char *pos = v;
+  int n;
+  hk_status st = HK_OK;
+  while (hk_config_next_set(&pos, ranks, HK_CONFIG_SET_RANKS, &n, &st))
+    ;
+  free(ranks);
+  (void)cfg;
+  (void)name;
+  return st;
 }
 
 static hk_status parse_hierarchical(hk_config *cfg, const char *name,

@@ -71,6 +71,9 @@ typedef struct hk_config {
                                0 = none */
   char socket_ifname[256];  /* HK_SOCKET_IFNAME: the interface (name or
                                CIDR subnet) ranks listen on, or "" */
+  char process_sets[4096];  /* HK_PROCESS_SETS: the process sets hk_init
+                               adds ("0,1;2,3"), or "" (read with
+                               hk_config_next_set) */
   /* GPU tensors (device/device.h) */
   int device;      /* HK_DEVICE: hk_device_choice */
   int gpu;         /* HK_GPU: device index; -1 = the local rank */
@@ -109,6 +112,22 @@ typedef enum hk_compression {
   HK_COMPRESS_FP16 = 1,
   HK_COMPRESS_BF16 = 2,
 } hk_compression;
+
+/** Most ranks one process set of HK_PROCESS_SETS may list. */
+#define HK_CONFIG_SET_RANKS 65536
+
+/**
+ * Reads the next process set of HK_PROCESS_SETS's text ("0,1;2,3": sets
+ * separated by ';', their ranks by ',', blanks allowed around both) from
+ * *pos: ranks[0..*n) gets its ranks as written (at most cap; more is an
+ * error), *pos moves past it and its ';'. Returns 1 when it read one, 0 at
+ * the end of the text. The ranks are not checked against the job (the
+ * set's add does that). Errors (returned through *st, with 0): HK_ERR_CONFIG
+ * naming HK_PROCESS_SETS and the bad text (not a rank, an empty set, a
+ * rank at or over HK_CONFIG_SET_RANKS, more than cap ranks).
+ */
+int hk_config_next_set(const char **pos, int *ranks, int cap, int *n,
+                       hk_status *st);
 
 /**
  * Fills *cfg from the environment, defaults where a variable is unset or
