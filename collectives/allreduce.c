@@ -80,7 +80,7 @@ static hk_status run_hier(hk_allreduce_env *env, const hk_allreduce_call *c) {
 }
 
 static hk_status run_rd(hk_allreduce_env *env, const hk_allreduce_call *c) {
-  return hk_rd_allreduce(env->rank, env->size, env->links, env->io, c->src,
+  return hk_rd_allreduce(env->rank, env->size, env->peers, env->io, c->src,
                          c->dst, c->seg[env->size], c->dtype, c->op, c->fin,
                          &env->rd_scratch, &env->rd_scratch_bytes);
 }

@@ -72,23 +72,25 @@ typedef struct hk_allreduce_span {
 
 /**
  * What the implementations run over and what their choice depends on: one
- * per job, filled by the worker at hk_init (the rings, the mesh's links,
+ * per job and one per process set (over the set's members, ranks counted
+ * in the set), filled by the worker at hk_init (a set's when it is added) (the rings, the mesh's links,
  * the device schedules once a device is open, the settings every rank
  * agreed on, the cost model's view of the job), then hk_allreduce_setup.
  * The rings, links, io and dev are the worker's (borrowed, not owned);
  * rd_scratch is owned (freed by hk_allreduce_release).
  */
 typedef struct hk_allreduce_env {
-  int rank, size;   /* this rank, world size */
-  int hosts;        /* hosts of the job */
-  int local_size;   /* ranks on this rank's host */
+  int rank, size;   /* this rank, world size (a process set's: this
+                       rank's rank in it, its size) */
+  int hosts;        /* hosts of the job (of the set's members) */
+  int local_size;   /* ranks on this rank's host (the set's there) */
   int one_host_shm; /* one host, and the flat ring runs through shared
                        memory (collectives/shm_ring.h) */
   hk_ring *ring;    /* the flat ring over every rank */
   hk_ring *local_ring, *cross_ring; /* hierarchical's rings: NULL unless
                                        every host has the same number
                                        (> 1) of ranks and hosts > 1 */
-  hk_link *links;                   /* links[r] to rank r (rd) */
+  hk_link *const *peers;            /* peers[r]: the link to rank r (rd) */
   const hk_io *io;
   hk_dev_sched *dev; /* the device schedules, or NULL */
   /* settings every rank agreed on (worker/agree.c checks them) */

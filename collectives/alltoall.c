@@ -7,19 +7,18 @@
 
 #include "common/status.h"
 
-hk_status hk_alltoall_pairwise(int rank, int n, hk_link *links, const hk_io *io,
-                               const void *sendbuf, const size_t *send_rows,
-                               size_t row_bytes, void **out,
-                               size_t *recv_rows) {
+hk_status hk_alltoall_pairwise(int rank, int n, hk_link *const *peers,
+                               const hk_io *io, const void *sendbuf,
+                               const size_t *send_rows, size_t row_bytes,
+                               void **out, size_t *recv_rows) {
   *out = NULL;
   recv_rows[rank] = send_rows[rank];
   /* 1. block sizes */
   for (int k = 1; k < n; k++) {
     int dst = (rank + k) % n, src = (rank - k + n) % n;
     uint64_t mine = send_rows[dst], theirs = 0;
-    hk_status st =
-        hk_link_exchange(&links[dst], &mine, sizeof mine, &links[src], &theirs,
-                         sizeof theirs, io, "in alltoall");
+    hk_status st = hk_link_exchange(peers[dst], &mine, sizeof mine, peers[src],
+                                    &theirs, sizeof theirs, io, "in alltoall");
     if (st != HK_OK)
       return st;
     if (row_bytes && theirs > SIZE_MAX / row_bytes / (size_t)n)
@@ -54,8 +53,8 @@ hk_status hk_alltoall_pairwise(int rank, int n, hk_link *links, const hk_io *io,
     for (int j = 0; j < src; j++)
       roff += recv_rows[j];
     hk_status st = hk_link_exchange(
-        &links[dst], src_buf + soff * row_bytes, send_rows[dst] * row_bytes,
-        &links[src], dst_buf + roff * row_bytes, recv_rows[src] * row_bytes, io,
+        peers[dst], src_buf + soff * row_bytes, send_rows[dst] * row_bytes,
+        peers[src], dst_buf + roff * row_bytes, recv_rows[src] * row_bytes, io,
         "in alltoall");
     if (st != HK_OK) {
       free(dst_buf);

@@ -21,11 +21,13 @@
  * sendbuf holds send_rows[0] + ... + send_rows[n-1] rows of row_bytes
  * bytes, in rank order. On HK_OK *out is a malloc'd buffer (NULL if empty;
  * the caller frees it) of the rows received from every rank in rank order,
- * recv_rows[j] (n entries) how many came from rank j. links[j] is the
- * link to rank j (n entries; links[rank] unused). Errors: HK_ERR_PEER_LOST,
+ * recv_rows[j] (n entries) how many came from rank j. peers[j] is the
+ * link to rank j (n entries; peers[rank] unused): the job's ranks, or a
+ * process set's (ranks within the set). Errors: HK_ERR_PEER_LOST,
  * HK_ERR_TIMEOUT, HK_ERR_NOMEM, HK_ERR_PROTOCOL (an absurd block size).
  */
-hk_status hk_alltoall_pairwise(int rank, int n, hk_link *links, const hk_io *io,
+hk_status hk_alltoall_pairwise(int rank, int n, hk_link *const *peers,
+                               const hk_io *io,
                                const void *sendbuf, const size_t *send_rows,
                                size_t row_bytes, void **out, size_t *recv_rows);
 

@@ -91,10 +91,11 @@ static hk_status step(const xchg *x, hk_dtype dtype, hk_op op, const hk_io *io,
   return hk_link_drain(x->link, io, what);
 }
 
-hk_status hk_rd_allreduce(int rank, int n, hk_link *links, const hk_io *io,
-                          const void *sendbuf, void *recvbuf, size_t count,
-                          hk_dtype dtype, hk_op op, const hk_ring_finish *fin,
-                          uint8_t **scratch, size_t *scratch_bytes) {
+hk_status hk_rd_allreduce(int rank, int n, hk_link *const *peers,
+                          const hk_io *io, const void *sendbuf, void *recvbuf,
+                          size_t count, hk_dtype dtype, hk_op op,
+                          const hk_ring_finish *fin, uint8_t **scratch,
+                          size_t *scratch_bytes) {
   const size_t esz = hk_dtype_size(dtype), bytes = count * esz;
   if (bytes && sendbuf != recvbuf)
     memcpy(recvbuf, sendbuf, bytes);
@@ -119,14 +120,14 @@ hk_status hk_rd_allreduce(int rank, int n, hk_link *links, const hk_io *io,
   xchg x = {NULL, recvbuf, bytes, chunk, esz, *scratch, 1, 0};
   if (n > 1 && bytes) {
     if (rank < 2 * e && rank % 2 == 0) { /* sits out: hand over, get back */
-      hk_link *l = &links[rank + 1];
+      hk_link *l = peers[rank + 1];
       st = hk_link_exchange(l, recvbuf, bytes, l, NULL, 0, io, what);
       if (st == HK_OK)
         st = hk_link_exchange(l, NULL, 0, l, recvbuf, bytes, io, what);
       return st; /* finished by rank+1, bits and all */
     }
     if (rank < 2 * e) { /* take rank-1's values: (lower) op (higher) */
-      x.link = &links[rank - 1];
+      x.link = peers[rank - 1];
       x.send = 0;
       x.peer_first = 1;
       st = step(&x, dtype, op, io, what);
@@ -136,7 +137,7 @@ hk_status hk_rd_allreduce(int rank, int n, hk_link *links, const hk_io *io,
     const int v = rank < 2 * e ? rank / 2 : rank - e;
     for (int mask = 1; mask < p; mask <<= 1) {
       const int peer = real_rank(v ^ mask, e);
-      x.link = &links[peer];
+      x.link = peers[peer];
       x.send = 1;
       x.peer_first = peer < rank;
       st = step(&x, dtype, op, io, what);
@@ -147,7 +148,7 @@ hk_status hk_rd_allreduce(int rank, int n, hk_link *links, const hk_io *io,
   if (bytes)
     hk_ring_finish_apply(recvbuf, count, dtype, op, fin, n);
   if (n > 1 && bytes && rank < 2 * e) { /* odd: hand the result back */
-    hk_link *l = &links[rank - 1];
+    hk_link *l = peers[rank - 1];
     st = hk_link_exchange(l, recvbuf, bytes, l, NULL, 0, io, what);
   }
   return st;

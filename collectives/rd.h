@@ -49,8 +49,9 @@
 
 /**
  * Allreduce of count ELEMENTS (sendbuf == recvbuf allowed) among n ranks,
- * this one being `rank`; links[j] is the link to rank j (n entries;
- * links[rank] unused; collectives/transport/link.h). fin may
+ * this one being `rank`; peers[j] is the link to rank j (n entries;
+ * peers[rank] unused; collectives/transport/link.h): the job's ranks, or
+ * a process set's (ranks within the set). fin may
  * be NULL (HK_AVERAGE divides by n). *scratch / *scratch_bytes is a work
  * buffer of at most 2 x HK_RD_CHUNK_BYTES (less for small buffers), grown
  * with realloc and kept by the caller.
@@ -58,7 +59,8 @@
  * Errors: HK_ERR_PEER_LOST, HK_ERR_TIMEOUT (naming the peer rank),
  * HK_ERR_NOMEM.
  */
-hk_status hk_rd_allreduce(int rank, int n, hk_link *links, const hk_io *io,
+hk_status hk_rd_allreduce(int rank, int n, hk_link *const *peers,
+                          const hk_io *io,
                           const void *sendbuf, void *recvbuf, size_t count,
                           hk_dtype dtype, hk_op op, const hk_ring_finish *fin,
                           uint8_t **scratch, size_t *scratch_bytes);

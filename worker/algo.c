@@ -4,6 +4,7 @@
 #include "worker/algo.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "collectives/allreduce.h"
@@ -31,14 +32,16 @@
  * recursive doubling over the shm links or faster at every size (np 2:
  * 3.0 against 3.9 us at 256 B; np 4: 15.6 against 17.6 us). */
 
-static hk_status host_model(hk_ctx *ctx, hk_allreduce_env *e) {
+/* The model's hosts for ranks spread over `hosts` hosts, `per_host` on
+ * each when uniform (hosts of unequal size: modelled as one host of every
+ * rank, `size`). */
+static hk_status host_model(hk_ctx *ctx, hk_allreduce_env *e, int uniform,
+                            int hosts, int per_host, int size) {
   const char *file = ctx->cfg.topo_file;
   e->figures = (hk_step_figures){0.0, HK_TCP_INTRA_STEP_US, HK_TCP_NET_STEP_US};
-  /* hosts of unequal size: modelled as one host of every rank */
-  int uniform = hk_layout_uniform(ctx->layout, ctx->size);
-  e->model_hosts = uniform ? ctx->cross_size : 1;
-  e->model = (hk_host_model){uniform ? ctx->local_size : ctx->size,
-                             HK_TCP_INTRA_GBPS, 0, &e->figures};
+  e->model_hosts = uniform ? hosts : 1;
+  e->model = (hk_host_model){uniform ? per_host : size, HK_TCP_INTRA_GBPS, 0,
+                             &e->figures};
   if (!*file || e->model.gpus == 1)
     return HK_OK;
   hk_topo *t = NULL;
@@ -92,11 +95,12 @@ hk_status hk_algo_setup(hk_ctx *ctx) {
   e->ring = &ctx->ring;
   e->local_ring = ctx->have_hier ? &ctx->local_ring : NULL;
   e->cross_ring = ctx->have_hier ? &ctx->cross_ring : NULL;
-  e->links = ctx->mesh.links;
+  e->peers = ctx->sets[0]->peers;
   e->io = &ctx->io;
   e->no_hierarchical = ctx->cfg.hierarchical == 0;
   e->net_gbit = ctx->cfg.net_gbit;
-  st = host_model(ctx, e);
+  st = host_model(ctx, e, hk_layout_uniform(ctx->layout, ctx->size),
+                  ctx->cross_size, ctx->local_size, ctx->size);
   if (st == HK_OK)
     st = hk_allreduce_setup(e);
   if (st == HK_OK && ctx->rank == 0 && ctx->size > 1) {
@@ -109,5 +113,43 @@ hk_status hk_algo_setup(hk_ctx *ctx) {
            e->forced ? e->forced->name : "auto", line,
            hk_allreduce_fuse_limit(e, hk_allreduce_find(HK_MEM_HOST, "rd")));
   }
+  return st;
+}
+
+hk_status hk_algo_setup_set(hk_ctx *ctx, hk_set *s) {
+  hk_allreduce_env *e = &s->own_ar;
+  hk_allreduce_release(e);
+  memset(e, 0, sizeof *e);
+  /* the members' hosts: how many, and how many members on each */
+  int *on = calloc((size_t)ctx->cross_size, sizeof *on);
+  if (!on)
+    return hk_fail(HK_ERR_NOMEM, "cannot count process set %d's hosts",
+                   (int)s->id);
+  for (int j = 0; j < s->size; j++)
+    on[ctx->layout[s->ranks[j]].cross_rank]++;
+  int hosts = 0, per_host = 0, uniform = 1;
+  for (int h = 0; h < ctx->cross_size; h++) {
+    if (!on[h])
+      continue;
+    uniform &= !per_host || on[h] == per_host;
+    per_host = on[h];
+    hosts++;
+  }
+  const int here = on[ctx->cross_rank];
+  free(on);
+  e->forced = ctx->ar.forced; /* the settings every rank agreed on */
+  e->rank = s->rank;
+  e->size = s->size;
+  e->hosts = hosts;
+  e->local_size = here;
+  e->one_host_shm = 0; /* its ring runs over links (hk_rings_set) */
+  e->ring = &s->own_ring;
+  e->peers = s->peers;
+  e->io = &ctx->io;
+  e->no_hierarchical = ctx->cfg.hierarchical == 0;
+  e->net_gbit = ctx->cfg.net_gbit;
+  hk_status st = host_model(ctx, e, uniform, hosts, per_host, s->size);
+  if (st == HK_OK)
+    st = hk_allreduce_setup(e);
   return st;
 }

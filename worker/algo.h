@@ -32,4 +32,17 @@
  */
 hk_status hk_algo_setup(hk_ctx *ctx);
 
+/**
+ * Fills s->own_ar, process set s's environment (this rank a member; its
+ * ring s->own_ring set up), and works its choice out: ranks counted in
+ * the set, the members' hosts for the cost model, the job's settings;
+ * hierarchical never applies (a set has no local and cross rings: the
+ * ring runs where it is forced), nor the single-copy engine (the set's
+ * ring runs over links); the device entries see the set's members on
+ * this host (worker/devplane.h gives it a communicator). Called on the
+ * background thread when the set is added (hk_init's, for
+ * HK_PROCESS_SETS). Errors: HK_ERR_NOMEM, HK_TOPO_FILE's HK_ERR_CONFIG.
+ */
+hk_status hk_algo_setup_set(hk_ctx *ctx, hk_set *s);
+
 #endif

@@ -67,6 +67,7 @@
 #include "worker/execute.h"
 #include "worker/queue.h"
 #include "worker/round.h"
+#include "worker/sets.h"
 
 /* Send buffer of a control connection: a RESPONSES of ~20k cached
  * tensors at the default net.core.wmem_max (212992, doubled). */
@@ -126,12 +127,20 @@ static void fail_job(hk_ctx *ctx, hk_status st, const char *what, int relay) {
   hk_queue_fail_all(ctx, st, reason);
 }
 
-/* Applies a RESPONSES message on this rank: retire, then run. */
+/* Applies a RESPONSES message on this rank: retire, then run, in the
+ * process set it is of (worker/sets.h). */
 static hk_status apply_responses(hk_ctx *ctx, hk_round *R, const hk_msg *m,
                                  double t_ready) {
+  hk_set *s = hk_sets_live(ctx, m->u.responses.set);
+  if (!s || s->rank < 0)
+    return hk_fail(HK_ERR_PROTOCOL,
+                   "rank 0 sent responses of process set %d, which rank %d "
+                   "%s",
+                   (int)m->u.responses.set, ctx->rank,
+                   s ? "is not a member of" : "does not have");
   for (uint32_t i = 0; i < m->u.responses.ninval; i++)
-    hk_cache_retire(ctx->cache, m->u.responses.inval[i]);
-  hk_status st = hk_execute_responses(ctx, m->u.responses.resps,
+    hk_cache_retire(s->cache, m->u.responses.inval[i]);
+  hk_status st = hk_execute_responses(ctx, s, m->u.responses.resps,
                                       m->u.responses.n, t_ready);
   R->shutdown_rank = m->u.responses.shutdown_rank;
   if (st == HK_OK && m->u.responses.abort_status) {
@@ -189,6 +198,7 @@ static hk_status worker_send(hk_ctx *ctx, hk_round *R) {
   m.u.requests.reqs = R->reqs;
   m.u.requests.nbits = nbits;
   m.u.requests.bits = R->bits;
+  m.u.requests.bit_sets = R->bit_sets;
   /* telemetry may ride on the request (observe/monitor.h) */
   m.u.requests.has_sample =
       (uint8_t)hk_observe_sample(&ctx->obs, &m.u.requests.sample);

@@ -40,11 +40,17 @@ struct hk_handle_s {
                           entry), 0 until one writes it */
   const void *sendbuf;
   void *recvbuf;
-  void **out_buf;             /* allgather/alltoall: where hk's buffer goes */
-  size_t *out_counts;         /* rows per rank (allgather, alltoall), or NULL */
-  size_t *out_rows;           /* reducescatter: this rank's rows, or NULL */
-  size_t *splits;             /* alltoall: rows for each rank (owned copy) */
-  int out_int;                /* join: the rank that joined last */
+  void **out_buf;     /* allgather/alltoall: where hk's buffer goes */
+  size_t *out_counts; /* rows per rank (allgather, alltoall), or NULL */
+  size_t *out_rows;   /* reducescatter: this rank's rows, or NULL */
+  size_t *splits;     /* alltoall: rows for each rank (owned copy) */
+  int out_int;        /* process set add: the new id */
+  int *members;       /* process set add: the ranks given (a
+                         malloc'd copy), nmembers of them */
+  int nmembers;
+  int members_problem;        /* process set add: what is wrong with the
+                                 arguments on this rank (worker/sets.h,
+                                 HK_SETS_*), 0: nothing */
   struct hk_handle_s *parent; /* a group member's group handle */
   int phantom;              /* made up for a rank that joined: not in flight */
   int pending;              /* [mu] a group handle: members not yet complete */
@@ -79,6 +85,45 @@ typedef struct hk_mesh {
 } hk_mesh;
 
 #define HK_HOST_NAME_CAP (HK_WIRE_MAX_HOST_LEN + 1) /* ctx->hosts stride */
+
+struct hk_devset;
+
+/*
+ * A process set (include/hk/hk.h): a group of the job's ranks with its
+ * own negotiation, response cache, rings and device communicator. The
+ * world is set 0. Its members are counted 0..size-1 in the order of
+ * their job ranks (ranks ascend); every rank of the job holds every set's
+ * entry (worker/sets.h made it, in the same order everywhere), the
+ * members and rank 0 what runs it.
+ */
+typedef struct hk_set {
+  int32_t id;
+  int size;    /* members */
+  int *ranks;  /* ranks[j]: the job rank of set rank j, ascending */
+  int rank;    /* this rank's rank in the set, -1: not a member */
+  int removed; /* [mu] hk_process_set_remove ran (the parts below are
+                  gone; the entry stays, to say so) */
+  uint64_t barrier_seq, join_seq; /* [mu] name this rank's barriers and
+                                     joins on the set */
+  /* [bg] what the members run the set's collectives over */
+  hk_ring *ring;         /* over the members (the world: &ctx->ring) */
+  hk_allreduce_env *ar;  /* its allreduce table's environment (the
+                            world: &ctx->ar) */
+  hk_link **peers;       /* peers[j]: the link to set rank j (NULL for
+                            this rank) */
+  struct hk_devset *dev; /* its device communicator (worker/devplane.h),
+                            or NULL */
+  /* [bg] the members and rank 0 */
+  hk_cache *cache; /* the set's response cache (the same on its members
+                      and rank 0) */
+  /* [bg] rank 0: the set's negotiation */
+  hk_negotiator *neg;
+  uint32_t *inval; /* bits retired, not yet told */
+  uint32_t ninval, cap_inval;
+  /* a set other than the world: the storage of ring and ar */
+  hk_ring own_ring;
+  hk_allreduce_env own_ar;
+} hk_set;
 
 typedef struct hk_ctx {
   int rank, size, local_rank, local_size;
@@ -127,14 +172,15 @@ typedef struct hk_ctx {
   int stopped;            /* [mu] background loop has ended */
   hk_status failure;      /* [mu] HK_OK, or why the job failed/stopped */
   char failure_reason[HK_WIRE_MAX_REASON_LEN + 1]; /* [mu] */
-  uint64_t barrier_seq; /* [mu] names barriers hk.barrier.<n> */
-  uint64_t join_seq;    /* [mu] names joins hk.join.<n> */
+  hk_set **sets;    /* [mu] the process sets by id (sets[0]: the world);
+                       the background thread, the only one that adds and
+                       removes them, also reads them without mu */
+  int32_t nsets;    /* [mu] ids given so far (a removed id is not given
+                       again) */
+  uint64_t set_seq; /* [mu] names this rank's process set adds and
+                       removes hk.process_set.<n> */
 
-  hk_negotiator *negotiator; /* [bg] rank 0 only */
   hk_buf scratch;            /* [bg] message encoding/decoding */
-  hk_cache *cache;           /* [bg] the response cache (same on all ranks) */
-  uint32_t *inval;           /* [bg] rank 0: bits retired, not yet told */
-  uint32_t ninval, cap_inval;
   uint8_t *fusion;           /* [bg] the fusion buffer, cfg.fusion_threshold
                                 bytes, mapped on first use and reused */
   struct hk_exec_plan *plan; /* [bg] worker/execute.c's working arrays,

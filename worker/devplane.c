@@ -20,11 +20,20 @@
 #include "device/foreign.h"
 #include "device/host/reduce.h"
 
-struct hk_devplane {
-  hk_dev_sched sched;
-  uint8_t uid[HK_DEV_UID_BYTES]; /* this host's communicator id */
+/* One process set's device communicator and what its schedules run on:
+ * the world's streams, events and staging slots, its own communicator
+ * among its members on this host. */
+struct hk_devset {
+  hk_ctx *ctx;
+  hk_dev_sched sched;            /* wait_arg: this; segs: its own */
+  uint8_t uid[HK_DEV_UID_BYTES]; /* its communicator's id on this host */
   int comm_tried;                /* comm_init was called (once) */
-  uint8_t *fusion;               /* device fusion buffer, grown on demand */
+};
+
+struct hk_devplane {
+  struct hk_devset world; /* the world's (process set 0's): owns the
+                             streams, events and slots */
+  uint8_t *fusion;        /* device fusion buffer, grown on demand */
   size_t fusion_bytes;
   hk_dev_copy *items; /* pack/unpack work lists */
   size_t items_cap;
@@ -39,8 +48,8 @@ struct hk_devplane {
 
 /* ---- the watchdog ---- */
 
-static void abort_comm(hk_ctx *ctx) {
-  hk_dev_sched *s = &ctx->gpu->sched;
+static void abort_comm(struct hk_devset *ds) {
+  hk_dev_sched *s = &ds->sched;
   if (s->comm) {
     s->dev->ops->comm_abort(s->comm);
     s->comm = NULL;
@@ -58,8 +67,8 @@ static int launcher_says_abort(const hk_ctx *ctx) {
  * HK_TIMEOUT_S. Polls with a back-off from 2 us to 1 ms: the event has
  * no file descriptor to sleep on. */
 static hk_status dev_wait(void *arg, hk_dev_event e, const char *what) {
-  hk_ctx *ctx = arg;
-  struct hk_devplane *g = ctx->gpu;
+  struct hk_devset *ds = arg;
+  hk_ctx *ctx = ds->ctx;
   const hk_device_ops *o = ctx->dev->ops;
   const double deadline = hk_now() + ctx->cfg.timeout_s;
   long ns = 2000;
@@ -69,19 +78,19 @@ static hk_status dev_wait(void *arg, hk_dev_event e, const char *what) {
     if (st != HK_OK) {
       char msg[HK_ERROR_MSG_CAP];
       snprintf(msg, sizeof msg, "%s", hk_last_error());
-      abort_comm(ctx);
+      abort_comm(ds);
       return hk_fail(HK_ERR_DEVICE, "%s failed on rank %d: %s", what, ctx->rank,
                      msg);
     }
     if (done)
       return HK_OK;
-    if (g->sched.comm) {
+    if (ds->sched.comm) {
       int pending = 0;
-      st = o->comm_async_error(g->sched.comm, &pending);
+      st = o->comm_async_error(ds->sched.comm, &pending);
       if (st != HK_OK) {
         char msg[HK_ERROR_MSG_CAP];
         snprintf(msg, sizeof msg, "%s", hk_last_error());
-        abort_comm(ctx);
+        abort_comm(ds);
         return hk_fail(HK_ERR_DEVICE,
                        "the device communicator (%s) failed on rank %d "
                        "during %s: %s; it was aborted",
@@ -89,13 +98,13 @@ static hk_status dev_wait(void *arg, hk_dev_event e, const char *what) {
       }
     }
     if (launcher_says_abort(ctx)) {
-      abort_comm(ctx);
+      abort_comm(ds);
       return hk_fail(HK_ERR_PEER_LOST,
                      "hkrun stopped the job while rank %d waited for %s",
                      ctx->rank, what);
     }
     if (hk_now() > deadline) {
-      abort_comm(ctx);
+      abort_comm(ds);
       return hk_fail(HK_ERR_TIMEOUT,
                      "%s did not complete within HK_TIMEOUT_S = %g s on rank "
                      "%d (device work hung: a rank stopped inside the device "
@@ -131,7 +140,8 @@ static hk_status exchange_ids(hk_ctx *ctx, struct hk_devplane *g) {
       if (ctx->layout[r].cross_rank == ctx->cross_rank &&
           ctx->layout[r].local_rank == 0)
         leader = r;
-    memcpy(g->uid, all + (size_t)leader * HK_DEV_UID_BYTES, HK_DEV_UID_BYTES);
+    memcpy(g->world.uid, all + (size_t)leader * HK_DEV_UID_BYTES,
+           HK_DEV_UID_BYTES);
   }
   free(all);
   return st;
@@ -173,14 +183,16 @@ static hk_status open_backend(hk_ctx *ctx) {
 }
 
 static hk_status make_sched(hk_ctx *ctx, struct hk_devplane *g) {
-  hk_dev_sched *s = &g->sched;
+  hk_dev_sched *s = &g->world.sched;
   const hk_device_ops *o = ctx->dev->ops;
+  g->world.ctx = ctx;
   s->dev = ctx->dev;
   s->local_rank = ctx->local_rank;
   s->local_size = ctx->local_size;
   s->wait = dev_wait;
-  s->wait_arg = ctx;
+  s->wait_arg = &g->world;
   ctx->ar.dev = s; /* what the device entries of the allreduce table run on */
+  ctx->sets[0]->dev = &g->world;
   hk_status st = o->stream_create(ctx->dev, &s->stream);
   if (st == HK_OK)
     st = o->stream_create(ctx->dev, &s->d2h);
@@ -219,8 +231,10 @@ hk_status hk_devplane_open(hk_ctx *ctx) {
 void hk_devplane_close(hk_ctx *ctx) {
   struct hk_devplane *g = ctx->gpu;
   ctx->ar.dev = NULL;
+  if (ctx->sets)
+    ctx->sets[0]->dev = NULL;
   if (g) {
-    hk_dev_sched *s = &g->sched;
+    hk_dev_sched *s = &g->world.sched;
     const hk_device_ops *o = ctx->dev->ops;
     if (s->comm)
       o->comm_destroy(s->comm);
@@ -334,7 +348,7 @@ hk_status hk_devplane_order_after(hk_ctx *ctx, void *stream, hk_dev_event e) {
  * event cannot be made is simply waited on the host. */
 static void publish(hk_ctx *ctx, hk_handle *hs, uint32_t k) {
   const hk_device_ops *o = ctx->dev->ops;
-  hk_dev_stream s = ctx->gpu->sched.stream;
+  hk_dev_stream s = ctx->gpu->world.sched.stream;
   for (uint32_t i = 0; i < k; i++) {
     if (hs[i]->phantom || hs[i]->parent)
       continue; /* nobody waits on it alone */
@@ -363,22 +377,23 @@ static hk_status need_device(hk_ctx *ctx, const char *name) {
                  ctx->dev_missing);
 }
 
-static hk_status ensure_comm(hk_ctx *ctx) {
-  struct hk_devplane *g = ctx->gpu;
-  if (g->sched.comm || ctx->local_size == 1)
+static hk_status ensure_comm(hk_ctx *ctx, struct hk_devset *ds) {
+  hk_dev_sched *s = &ds->sched;
+  if (s->comm || s->local_size == 1)
     return HK_OK;
-  if (g->comm_tried)
+  if (ds->comm_tried)
     return hk_fail(HK_ERR_DEVICE,
                    "the device communicator was aborted after an earlier "
                    "failure");
-  g->comm_tried = 1;
+  ds->comm_tried = 1;
   /* non-blocking: the first operation's wait watches its progress */
-  return ctx->dev->ops->comm_init(ctx->dev, g->uid, ctx->local_size,
-                                  ctx->local_rank, &g->sched.comm);
+  return ctx->dev->ops->comm_init(ctx->dev, ds->uid, s->local_size,
+                                  s->local_rank, &s->comm);
 }
 
-static hk_status ensure_slots(hk_ctx *ctx) {
-  hk_dev_sched *s = &ctx->gpu->sched;
+/* The world's staging slots, made on first use, lent to ds. */
+static hk_status ensure_slots(hk_ctx *ctx, struct hk_devset *ds) {
+  hk_dev_sched *s = &ctx->gpu->world.sched;
   for (int i = 0; i < HK_DEV_SLOTS; i++)
     if (!s->slot[i]) {
       void *p;
@@ -387,6 +402,7 @@ static hk_status ensure_slots(hk_ctx *ctx) {
         return st;
       s->slot[i] = p;
     }
+  memcpy(ds->sched.slot, s->slot, sizeof s->slot);
   return HK_OK;
 }
 
@@ -408,9 +424,10 @@ static hk_status ensure_fusion(hk_ctx *ctx, size_t bytes) {
     return HK_OK;
   const hk_device_ops *o = ctx->dev->ops;
   if (g->fusion) { /* the old one may still be read by queued work */
-    hk_status st = o->event_record(ctx->dev, g->ev_done, g->sched.stream);
+    hk_status st = o->event_record(ctx->dev, g->ev_done, g->world.sched.stream);
     if (st == HK_OK)
-      st = dev_wait(ctx, g->ev_done, "the device fusion buffer's last use");
+      st = dev_wait(&g->world, g->ev_done,
+                    "the device fusion buffer's last use");
     if (st != HK_OK)
       return st;
     o->mem_free(ctx->dev, g->fusion);
@@ -440,8 +457,8 @@ static hk_dtype wire_dtype(const hk_ctx *ctx, hk_dtype d) {
  * the pack (to_dev) or unpack copies. Returns the padded segment length
  * through *seglen. */
 static hk_status layout(hk_ctx *ctx, hk_handle *hs, uint32_t k, size_t nseg,
-                        int pack, int32_t divisor, size_t wsz, size_t *seglen,
-                        size_t *nitems) {
+                        int pack, int32_t divisor, int size, size_t wsz,
+                        size_t *seglen, size_t *nitems) {
   struct hk_devplane *g = ctx->gpu;
   hk_status st = grow((void **)&g->items, &g->items_cap, (size_t)k * nseg,
                       sizeof *g->items);
@@ -468,7 +485,7 @@ static hk_status layout(hk_ctx *ctx, hk_handle *hs, uint32_t k, size_t nseg,
    * cannot overflow where the average would not (device/host/reduce.h) */
   const double pre = hk_average_pre_divisor(
       wire_dtype(ctx, (hk_dtype)hs[0]->req.dtype), (hk_op)hs[0]->req.op,
-      divisor > 0 ? divisor : ctx->size);
+      divisor > 0 ? divisor : size);
   size_t n = 0;
   for (uint32_t i = 0; i < k; i++) {
     const hk_wire_request *q = &hs[i]->req;
@@ -496,14 +513,15 @@ static hk_status layout(hk_ctx *ctx, hk_handle *hs, uint32_t k, size_t nseg,
   return HK_OK;
 }
 
-hk_status hk_devplane_allreduce(hk_ctx *ctx, hk_handle *hs, uint32_t k,
-                                int32_t divisor, const hk_allreduce_impl *a,
-                                double phase_s[3]) {
+hk_status hk_devplane_allreduce(hk_ctx *ctx, hk_set *set, hk_handle *hs,
+                                uint32_t k, int32_t divisor,
+                                const hk_allreduce_impl *a, double phase_s[3]) {
   hk_status st = need_device(ctx, hs[0]->req.name);
   if (st != HK_OK)
     return st;
   struct hk_devplane *g = ctx->gpu;
-  hk_dev_sched *s = &g->sched;
+  struct hk_devset *ds = set->dev;
+  hk_dev_sched *s = &ds->sched;
   const hk_device_ops *o = ctx->dev->ops;
   const hk_dtype dtype = (hk_dtype)hs[0]->req.dtype;
   const hk_dtype wdt = wire_dtype(ctx, dtype);
@@ -511,13 +529,13 @@ hk_status hk_devplane_allreduce(hk_ctx *ctx, hk_handle *hs, uint32_t k,
   size_t total = 0;
   for (uint32_t i = 0; i < k; i++)
     total += hs[i]->req.count;
-  const size_t nseg = a->segments(&ctx->ar);
+  const size_t nseg = a->segments(set->ar);
   /* the padded layout is at most nseg elements per tensor longer */
   size_t bound = (total + (size_t)k * nseg) * wsz;
   if (a->needs & HK_ALLREDUCE_NEEDS_COMM)
-    st = ensure_comm(ctx);
+    st = ensure_comm(ctx, ds);
   if (st == HK_OK && (a->needs & HK_ALLREDUCE_NEEDS_SLOTS))
-    st = ensure_slots(ctx);
+    st = ensure_slots(ctx, ds);
   if (st == HK_OK)
     st = ensure_fusion(ctx, bound ? bound : 1);
   for (uint32_t i = 0; i < k && st == HK_OK; i++) /* wait for producers */
@@ -527,7 +545,7 @@ hk_status hk_devplane_allreduce(hk_ctx *ctx, hk_handle *hs, uint32_t k,
   if (st == HK_OK)
     st = o->event_record(ctx->dev, g->ev_phase[0], s->stream);
   if (st == HK_OK)
-    st = layout(ctx, hs, k, nseg, 1, divisor, wsz, &seglen, &n);
+    st = layout(ctx, hs, k, nseg, 1, divisor, set->size, wsz, &seglen, &n);
   if (st == HK_OK && n)
     st = o->batch_copy(ctx->dev, g->items, n, dtype, wdt, s->stream);
   if (st == HK_OK)
@@ -538,12 +556,12 @@ hk_status hk_devplane_allreduce(hk_ctx *ctx, hk_handle *hs, uint32_t k,
                               .seglen = seglen,
                               .dtype = wdt,
                               .op = (hk_op)hs[0]->req.op};
-    st = a->run(&ctx->ar, &call);
+    st = a->run(set->ar, &call);
   }
   if (st == HK_OK)
     st = o->event_record(ctx->dev, g->ev_phase[2], s->stream);
   if (st == HK_OK)
-    st = layout(ctx, hs, k, nseg, 0, divisor, wsz, &seglen, &n);
+    st = layout(ctx, hs, k, nseg, 0, divisor, set->size, wsz, &seglen, &n);
   if (st == HK_OK && n)
     st = o->batch_copy(ctx->dev, g->items, n, wdt, dtype, s->stream);
   if (st == HK_OK)
@@ -551,7 +569,7 @@ hk_status hk_devplane_allreduce(hk_ctx *ctx, hk_handle *hs, uint32_t k,
   if (st == HK_OK)
     publish(ctx, hs, k);
   if (st == HK_OK)
-    st = dev_wait(ctx, g->ev_done, "the device allreduce");
+    st = dev_wait(ds, g->ev_done, "the device allreduce");
   /* the GPU's own clock for the timeline: pack, schedule, unpack */
   hk_dev_event ends[4] = {g->ev_phase[0], g->ev_phase[1], g->ev_phase[2],
                           g->ev_done};
@@ -572,14 +590,66 @@ hk_status hk_devplane_copy(hk_ctx *ctx, hk_handle h, void *dst, const void *src,
   struct hk_devplane *g = ctx->gpu;
   const hk_device_ops *o = ctx->dev->ops;
   if (h && h->ready)
-    st = o->stream_wait_event(ctx->dev, g->sched.stream, h->ready);
+    st = o->stream_wait_event(ctx->dev, g->world.sched.stream, h->ready);
   if (st == HK_OK)
-    st = o->memcpy_async(ctx->dev, dst, src, bytes, g->sched.stream);
+    st = o->memcpy_async(ctx->dev, dst, src, bytes, g->world.sched.stream);
   if (st == HK_OK)
-    st = o->event_record(ctx->dev, g->ev_done, g->sched.stream);
+    st = o->event_record(ctx->dev, g->ev_done, g->world.sched.stream);
   if (st == HK_OK)
-    st = dev_wait(ctx, g->ev_done, "a staging copy");
+    st = dev_wait(&g->world, g->ev_done, "a staging copy");
   return st;
+}
+
+/* ---- process sets ---- */
+
+hk_status hk_devplane_set_uid(hk_ctx *ctx, uint8_t uid[HK_DEV_UID_BYTES]) {
+  if (!ctx->gpu)
+    return HK_OK;
+  return ctx->dev->ops->comm_unique_id(ctx->dev, uid);
+}
+
+hk_status hk_devplane_set_open(hk_ctx *ctx, hk_set *s, const uint8_t *uid) {
+  struct hk_devplane *g = ctx->gpu;
+  if (!g)
+    return HK_OK;
+  struct hk_devset *ds = calloc(1, sizeof *ds);
+  if (!ds)
+    return hk_fail(HK_ERR_NOMEM,
+                   "cannot allocate process set %d's device "
+                   "communicator",
+                   (int)s->id);
+  ds->ctx = ctx;
+  ds->sched = g->world.sched; /* the world's streams, events, slots */
+  ds->sched.comm = NULL;
+  ds->sched.segs = NULL;
+  ds->sched.segs_cap = 0;
+  ds->sched.wait_arg = ds;
+  /* its members on this host, in rank order */
+  const int host = ctx->cross_rank;
+  ds->sched.local_size = 0;
+  for (int j = 0; j < s->size; j++)
+    if (ctx->layout[s->ranks[j]].cross_rank == host) {
+      if (s->ranks[j] == ctx->rank)
+        ds->sched.local_rank = ds->sched.local_size;
+      ds->sched.local_size++;
+    }
+  if (uid)
+    memcpy(ds->uid, uid, HK_DEV_UID_BYTES);
+  s->dev = ds;
+  s->own_ar.dev = &ds->sched;
+  return HK_OK;
+}
+
+void hk_devplane_set_close(hk_ctx *ctx, hk_set *s) {
+  struct hk_devset *ds = s->dev;
+  if (!ds || s->id == 0) /* the world's goes with the plane */
+    return;
+  if (ds->sched.comm)
+    ctx->dev->ops->comm_destroy(ds->sched.comm);
+  free(ds->sched.segs);
+  free(ds);
+  s->dev = NULL;
+  s->own_ar.dev = NULL;
 }
 
 hk_status hk_devplane_alloc(hk_ctx *ctx, size_t bytes, void **out) {

@@ -67,9 +67,10 @@ void hk_devplane_release(hk_ctx *ctx, hk_handle h);
 
 /**
  * Background thread: allreduces device tensors hs[0..k) (one dtype and
- * op; k >= 1) as one fused batch with the device entry `a` of the table
- * of allreduce implementations (collectives/allreduce.h;
- * hk_allreduce_for chose it, so every rank runs the same): waits GPU-side
+ * op; k >= 1) of process set `set` (the world: ctx->sets[0]) as one fused
+ * batch with the device entry `a` of the set's table of allreduce
+ * implementations (collectives/allreduce.h; hk_allreduce_for chose it,
+ * so every member runs the same), over the set's communicator: waits GPU-side
  * for each producer, packs them into the device fusion buffer in
  * a->segments() padded segments (prescale and HK_COMPRESSION fused in),
  * runs the entry, unpacks (average divisor, postscale, decompression
@@ -80,9 +81,29 @@ void hk_devplane_release(hk_ctx *ctx, hk_handle h);
  * Errors: HK_ERR_DEVICE, HK_ERR_TIMEOUT, HK_ERR_PEER_LOST, HK_ERR_NOMEM,
  * the ring's errors; the communicator is aborted on any device failure.
  */
-hk_status hk_devplane_allreduce(hk_ctx *ctx, hk_handle *hs, uint32_t k,
-                                int32_t divisor, const hk_allreduce_impl *a,
-                                double phase_s[3]);
+hk_status hk_devplane_allreduce(hk_ctx *ctx, hk_set *set, hk_handle *hs,
+                                uint32_t k, int32_t divisor,
+                                const hk_allreduce_impl *a, double phase_s[3]);
+
+/**
+ * A process set's device communicator (worker/sets.h): the set's members
+ * on one host share one (NCCL's ncclCommSplit, made from a unique id like
+ * the world's), on the world's streams and staging slots.
+ * hk_devplane_set_uid: a new communicator id into uid (left as it is
+ * without a device backend), made by the set's first member on each host
+ * that holds several; the add gives every member its host's.
+ * hk_devplane_set_open: s->dev for set s (this rank a member; uid: its
+ * host's id, or NULL when it has no other member here), its environment's
+ * device schedules (s->own_ar.dev); nothing without a device backend. The
+ * communicator itself is made at the set's first device collective that
+ * needs it. hk_devplane_set_close: frees it (safe on a set without one;
+ * the world's goes with hk_devplane_close).
+ * Background thread (hk_init's for HK_PROCESS_SETS). Errors: the
+ * backend's, HK_ERR_NOMEM.
+ */
+hk_status hk_devplane_set_uid(hk_ctx *ctx, uint8_t uid[HK_DEV_UID_BYTES]);
+hk_status hk_devplane_set_open(hk_ctx *ctx, hk_set *s, const uint8_t *uid);
+void hk_devplane_set_close(hk_ctx *ctx, hk_set *s);
 
 /**
  * Background thread: copies `bytes` between host and device memory (dst

@@ -19,6 +19,7 @@
 #include "device/host/reduce.h"
 #include "worker/devplane.h"
 #include "worker/queue.h"
+#include "worker/sets.h"
 
 /* Working arrays for the n responses of one message, kept between calls
  * (ctx->plan, grown as needed; hk_execute_release frees them). */
@@ -35,15 +36,21 @@ typedef struct hk_exec_plan {
   uint32_t cap;         /* responses the arrays hold */
 } plan;
 
-/* The name of what this rank's links are (the observers'
- * hk_obs_batch.transport): the kinds in use,
+/* The name of what this rank's links to the members of S are (the
+ * observers' hk_obs_batch.transport): the kinds in use,
  * "+"-joined (hk_link_kinds: "tcp", "shm+tcp", ...): TCP over
  * HK_SOCKETS_PER_PEER sockets, MPI (HK_CROSS_TRANSPORT=mpi), shared
  * memory (HK_INTRA_TRANSPORT). */
-static const char *mesh_transport(const hk_ctx *ctx, char *buf, size_t cap) {
-  return hk_link_kinds(ctx->mesh.links, ctx->mesh.links ? ctx->size : 0, buf,
-                       cap);
+static const char *mesh_transport(const hk_set *S, char *buf, size_t cap) {
+  return hk_link_kinds(S->peers, S->size, buf, cap);
 }
+
+/* What a process set call did for its handle (the others run or fail the
+ * job): HK_OK, or the failure every rank gets, and why. */
+typedef struct verdict {
+  hk_status st;
+  char why[HK_WIRE_MAX_REASON_LEN + 1];
+} verdict;
 
 static void plan_free(plan *p) {
   free(p->h);
@@ -148,24 +155,26 @@ static size_t rs_first_row(size_t rows, int n, int r) {
 }
 
 /* Allreduce of seg[size] elements split into seg (the ring's size
- * segments) with host implementation a; fin may be NULL. */
-static hk_status allreduce_with(hk_ctx *ctx, const hk_allreduce_impl *a,
+ * segments) with host implementation a of set S; fin may be NULL. */
+static hk_status allreduce_with(hk_set *S, const hk_allreduce_impl *a,
                                 const void *src, void *dst, const size_t *seg,
                                 hk_dtype dtype, hk_op op,
                                 const hk_ring_finish *fin) {
   hk_allreduce_call c = {
       .src = src, .dst = dst, .seg = seg, .dtype = dtype, .op = op, .fin = fin};
-  return a->run(&ctx->ar, &c);
+  return a->run(S->ar, &c);
 }
 
-/* Runs one lone tensor on its own buffers. t[0..3] get the phase times;
- * divisor is the response's (ranks that took part). */
-static hk_status run_alone(hk_ctx *ctx, hk_handle h, int32_t divisor,
-                           const hk_wire_response *r, double *t) {
+/* Runs one lone tensor of set S on its own buffers. t[0..3] get the phase
+ * times; divisor is the response's (ranks that took part); v what a
+ * process set call did. */
+static hk_status run_alone(hk_ctx *ctx, hk_set *S, hk_handle h, int32_t divisor,
+                           const hk_wire_response *r, double *t, verdict *v) {
   const hk_wire_request *q = &h->req;
   const hk_dtype dtype = (hk_dtype)q->dtype;
   const size_t esz = hk_dtype_size(dtype);
-  const int n = ctx->size;
+  const int n = S->size;
+  hk_ring *ring = S->ring;
   hk_status st = HK_OK;
   t[0] = t[1] = hk_now();
   switch (q->coll) {
@@ -179,17 +188,16 @@ static hk_status run_alone(hk_ctx *ctx, hk_handle h, int32_t divisor,
       src = h->recvbuf;
     }
     hk_ring_finish fin = {divisor, q->postscale, pre};
-    hk_ring_default_segments(q->count, n, ctx->ring.segs);
-    st = allreduce_with(
-        ctx, hk_allreduce_for(&ctx->ar, HK_MEM_HOST, q->count * esz), src,
-        h->recvbuf, ctx->ring.segs, dtype, (hk_op)q->op, &fin);
+    hk_ring_default_segments(q->count, n, ring->segs);
+    st = allreduce_with(S, hk_allreduce_for(S->ar, HK_MEM_HOST, q->count * esz),
+                        src, h->recvbuf, ring->segs, dtype, (hk_op)q->op, &fin);
     break;
   }
   case HK_COLL_BROADCAST:
-    st = hk_ring_broadcast(&ctx->ring, h->recvbuf, q->count, dtype, q->root);
+    st = hk_ring_broadcast(ring, h->recvbuf, q->count, dtype, q->root);
     break;
   case HK_COLL_ALLGATHER: {
-    size_t *seg = ctx->ring.segs, total = 0;
+    size_t *seg = ring->segs, total = 0;
     for (int j = 0; j < n; j++) {
       seg[j] = total;
       total += (size_t)r->counts[j] * q->row_elems;
@@ -198,7 +206,7 @@ static hk_status run_alone(hk_ctx *ctx, hk_handle h, int32_t divisor,
     void *out = total ? malloc(total * esz) : NULL;
     if (total && !out)
       return hk_fail(HK_ERR_NOMEM, "cannot allocate %zu bytes", total * esz);
-    st = hk_ring_allgatherv(&ctx->ring, h->sendbuf, out, seg, dtype);
+    st = hk_ring_allgatherv(ring, h->sendbuf, out, seg, dtype);
     if (st != HK_OK || !h->out_buf) {
       free(out);
       break;
@@ -210,7 +218,7 @@ static hk_status run_alone(hk_ctx *ctx, hk_handle h, int32_t divisor,
     break;
   }
   case HK_COLL_REDUCESCATTER: {
-    size_t *seg = ctx->ring.segs;
+    size_t *seg = ring->segs;
     for (int j = 0; j <= n; j++)
       seg[j] = rs_first_row(q->count, n, j) * q->row_elems;
     const double pre =
@@ -226,12 +234,12 @@ static hk_status run_alone(hk_ctx *ctx, hk_handle h, int32_t divisor,
       src = scaled;
     }
     hk_ring_finish fin = {divisor, q->postscale, pre};
-    st = hk_ring_reducescatter(&ctx->ring, src, h->recvbuf, seg, dtype,
-                               (hk_op)q->op, &fin);
+    st = hk_ring_reducescatter(ring, src, h->recvbuf, seg, dtype, (hk_op)q->op,
+                               &fin);
     free(scaled);
     if (st == HK_OK && h->out_rows)
-      *h->out_rows = rs_first_row(q->count, n, ctx->rank + 1) -
-                     rs_first_row(q->count, n, ctx->rank);
+      *h->out_rows = rs_first_row(q->count, n, S->rank + 1) -
+                     rs_first_row(q->count, n, S->rank);
     break;
   }
   case HK_COLL_ALLTOALL: {
@@ -239,9 +247,8 @@ static hk_status run_alone(hk_ctx *ctx, hk_handle h, int32_t divisor,
     void *out = NULL;
     if (!recv_rows)
       return hk_fail(HK_ERR_NOMEM, "cannot allocate alltoall counts");
-    st = hk_alltoall_pairwise(ctx->rank, n, ctx->mesh.links, &ctx->io,
-                              h->sendbuf, h->splits, q->row_elems * esz, &out,
-                              recv_rows);
+    st = hk_alltoall_pairwise(S->rank, n, S->peers, &ctx->io, h->sendbuf,
+                              h->splits, q->row_elems * esz, &out, recv_rows);
     if (st == HK_OK && h->out_buf)
       *h->out_buf = out;
     else
@@ -251,8 +258,15 @@ static hk_status run_alone(hk_ctx *ctx, hk_handle h, int32_t divisor,
     free(recv_rows);
     break;
   }
-  case HK_COLL_JOIN:
-    h->out_int = divisor; /* the rank that joined last */
+  case HK_COLL_JOIN: /* the rank that joined last, in the set */
+    if (h->out_rows)
+      *h->out_rows = (size_t)divisor;
+    break;
+  case HK_COLL_SET_ADD:
+    st = hk_sets_run_add(ctx, h, &v->st, v->why, sizeof v->why);
+    break;
+  case HK_COLL_SET_REMOVE:
+    st = hk_sets_run_remove(ctx, h, &v->st, v->why, sizeof v->why);
     break;
   default: /* a barrier: agreement itself was the synchronisation */
     break;
@@ -261,25 +275,27 @@ static hk_status run_alone(hk_ctx *ctx, hk_handle h, int32_t divisor,
   return st;
 }
 
-/* Bytes of a request's input and output (elements x size) on this rank. */
-static void io_bytes(const hk_ctx *ctx, const hk_wire_request *q, size_t *in,
+/* Bytes of a request's input and output (elements x size) on this rank
+ * of set S. */
+static void io_bytes(const hk_set *S, const hk_wire_request *q, size_t *in,
                      size_t *out) {
   const size_t esz = hk_dtype_size((hk_dtype)q->dtype);
   const size_t row = q->row_elems * esz;
   *in = q->count * row;
   *out = q->coll == HK_COLL_BROADCAST ? *in
          : q->coll == HK_COLL_REDUCESCATTER
-             ? (q->count + (size_t)ctx->size - 1) / (size_t)ctx->size * row
+             ? (q->count + (size_t)S->size - 1) / (size_t)S->size * row
              : 0;
 }
 
 /* A collective other than allreduce on device buffers: staged through
  * host memory (input copied down, the host algorithm, output copied up;
  * outputs hk allocates are allocated on the device). */
-static hk_status run_alone_staged(hk_ctx *ctx, hk_handle h, int32_t divisor,
-                                  const hk_wire_response *r, double *t) {
+static hk_status run_alone_staged(hk_ctx *ctx, hk_set *S, hk_handle h,
+                                  int32_t divisor, const hk_wire_response *r,
+                                  double *t, verdict *v) {
   size_t in, out;
-  io_bytes(ctx, &h->req, &in, &out);
+  io_bytes(S, &h->req, &in, &out);
   struct hk_handle_s tmp = *h;
   void *host_out = NULL;
   size_t *rows = NULL;
@@ -292,19 +308,19 @@ static hk_status run_alone_staged(hk_ctx *ctx, hk_handle h, int32_t divisor,
   tmp.out_buf = &host_out;
   if (h->out_counts || h->req.coll == HK_COLL_ALLGATHER ||
       h->req.coll == HK_COLL_ALLTOALL) {
-    rows = calloc((size_t)ctx->size, sizeof *rows);
+    rows = calloc((size_t)S->size, sizeof *rows);
     tmp.out_counts = rows;
     if (!rows)
       st = hk_fail(HK_ERR_NOMEM, "cannot allocate row counts");
   }
   if (st == HK_OK)
-    st = run_alone(ctx, &tmp, divisor, r, t);
+    st = run_alone(ctx, S, &tmp, divisor, r, t, v);
   if (st == HK_OK && out)
     st = hk_devplane_copy(ctx, NULL, h->recvbuf, tmp.recvbuf, out);
   if (st == HK_OK &&
       (h->req.coll == HK_COLL_ALLGATHER || h->req.coll == HK_COLL_ALLTOALL)) {
     size_t total = 0;
-    for (int j = 0; j < ctx->size; j++)
+    for (int j = 0; j < S->size; j++)
       total += rows[j];
     size_t bytes = total * h->req.row_elems * hk_dtype_size(h->req.dtype);
     void *dev = NULL;
@@ -320,7 +336,7 @@ static hk_status run_alone_staged(hk_ctx *ctx, hk_handle h, int32_t divisor,
     else
       hk_devplane_free(ctx, dev);
     if (st == HK_OK && h->out_counts)
-      memcpy(h->out_counts, rows, (size_t)ctx->size * sizeof *rows);
+      memcpy(h->out_counts, rows, (size_t)S->size * sizeof *rows);
   }
   free(host_out);
   free(rows);
@@ -329,8 +345,8 @@ static hk_status run_alone_staged(hk_ctx *ctx, hk_handle h, int32_t divisor,
 }
 
 /* Group members p->order[a..b) on device buffers: one device batch. */
-static hk_status run_device(hk_ctx *ctx, plan *p, uint32_t a, uint32_t b,
-                            int32_t divisor, double *t) {
+static hk_status run_device(hk_ctx *ctx, hk_set *S, plan *p, uint32_t a,
+                            uint32_t b, int32_t divisor, double *t) {
   hk_handle *hs = malloc((b - a) * sizeof *hs);
   if (!hs)
     return hk_fail(HK_ERR_NOMEM, "cannot list %u device tensors", b - a);
@@ -338,7 +354,7 @@ static hk_status run_device(hk_ctx *ctx, plan *p, uint32_t a, uint32_t b,
     hs[i - a] = p->h[p->order[i]];
   double phase[3];
   t[0] = hk_now();
-  hk_status st = hk_devplane_allreduce(ctx, hs, b - a, divisor,
+  hk_status st = hk_devplane_allreduce(ctx, S, hs, b - a, divisor,
                                        p->items[p->order[a]].impl, phase);
   /* the phases on the GPU's clock, laid back from when the wait ended */
   t[3] = hk_now();
@@ -359,9 +375,9 @@ static hk_status run_device(hk_ctx *ctx, plan *p, uint32_t a, uint32_t b,
  * pre-division (pre > 1) is the engine's as it reads the inputs. The
  * pieces and segment tables are the plan's (grown with it), so a step
  * allocates nothing here. */
-static int run_fused_in_place(hk_ctx *ctx, plan *p, uint32_t a, uint32_t k,
+static int run_fused_in_place(hk_set *S, plan *p, uint32_t a, uint32_t k,
                               double pre, hk_status *st) {
-  const int n = ctx->size;
+  const int n = S->size;
   const hk_fusion_item *it = &p->items[p->order[a]];
   if (n < 2 || !it->impl->run_pieces || p->seg[n] == 0)
     return -1;
@@ -387,16 +403,16 @@ static int run_fused_in_place(hk_ctx *ctx, plan *p, uint32_t a, uint32_t k,
                                   (uint8_t *)h->recvbuf + f[j] * esz};
     }
   hk_ring_finish fin = {it->divisor, 1.0, pre};
-  *st = it->impl->run_pieces(&ctx->ar, pc, np, p->seg, (hk_dtype)q0->dtype,
+  *st = it->impl->run_pieces(S->ar, pc, np, p->seg, (hk_dtype)q0->dtype,
                              (hk_op)q0->op, &fin);
   return 0;
 }
 
 /* Runs group members p->order[a..b) (k > 1 allreduces of one dtype/op)
  * through the fusion buffer, or in place on one host (above). */
-static hk_status run_fused(hk_ctx *ctx, plan *p, uint32_t a, uint32_t b,
-                           double *t) {
-  const int n = ctx->size;
+static hk_status run_fused(hk_ctx *ctx, hk_set *S, plan *p, uint32_t a,
+                           uint32_t b, double *t) {
+  const int n = S->size;
   const uint32_t k = b - a;
   const hk_wire_request *q0 = &p->h[p->order[a]]->req;
   const hk_dtype dtype = (hk_dtype)q0->dtype;
@@ -410,7 +426,7 @@ static hk_status run_fused(hk_ctx *ctx, plan *p, uint32_t a, uint32_t b,
   const double pre = hk_average_pre_divisor(dtype, (hk_op)q0->op,
                                             it->divisor > 0 ? it->divisor : n);
   hk_status st = HK_OK;
-  if (run_fused_in_place(ctx, p, a, k, pre, &st) == 0) {
+  if (run_fused_in_place(S, p, a, k, pre, &st) == 0) {
     t[1] = t[0];
     t[2] = t[3] = hk_now();
     return st;
@@ -418,7 +434,7 @@ static hk_status run_fused(hk_ctx *ctx, plan *p, uint32_t a, uint32_t b,
   st = map_fusion_buffer(ctx);
   if (st != HK_OK)
     return st;
-  size_t *first = ctx->ring.segs; /* a tensor's own default segments */
+  size_t *first = S->ring->segs; /* a tensor's own default segments */
   for (uint32_t i = 0; i < k; i++) {
     hk_handle h = p->h[p->order[a + i]];
     hk_ring_default_segments(h->req.count, n, first);
@@ -429,7 +445,7 @@ static hk_status run_fused(hk_ctx *ctx, plan *p, uint32_t a, uint32_t b,
   }
   t[1] = hk_now();
   hk_ring_finish fin = {it->divisor, 1.0, pre}; /* postscale: copying out */
-  st = allreduce_with(ctx, it->impl, ctx->fusion, ctx->fusion, p->seg, dtype,
+  st = allreduce_with(S, it->impl, ctx->fusion, ctx->fusion, p->seg, dtype,
                       (hk_op)q0->op, &fin);
   t[2] = hk_now();
   if (st != HK_OK)
@@ -448,25 +464,26 @@ static hk_status run_fused(hk_ctx *ctx, plan *p, uint32_t a, uint32_t b,
 
 /* Bytes an allgather or reduce-scatter puts through a fusion buffer:
  * every rank's rows (an allgather's from the response's counts). */
-static size_t rows_bytes(const hk_ctx *ctx, const hk_wire_request *q,
+static size_t rows_bytes(const hk_set *S, const hk_wire_request *q,
                          const hk_wire_response *r) {
   const size_t row = q->row_elems * hk_dtype_size((hk_dtype)q->dtype);
   if (q->coll == HK_COLL_REDUCESCATTER)
     return q->count * row;
   size_t rows = 0;
-  for (uint32_t j = 0; j < r->ncounts && j < (uint32_t)ctx->size; j++)
+  for (uint32_t j = 0; j < r->ncounts && j < (uint32_t)S->size; j++)
     rows += r->counts[j];
   return rows * row;
 }
 
 /* Gives each member of a fused allgather its output: the rows of every
- * rank, in rank order, out of the gathered buffer `all` (rank r's block at
- * seg[r], the members' rows one after the other in group order). */
-static hk_status unpack_allgather(hk_ctx *ctx, plan *p,
+ * rank of set S, in rank order, out of the gathered buffer `all` (rank r's
+ * block at seg[r], the members' rows one after the other in group
+ * order). */
+static hk_status unpack_allgather(const hk_set *S, plan *p,
                                   const hk_wire_response *rs, uint32_t a,
                                   uint32_t k, const uint8_t *all,
                                   const size_t *seg, size_t esz) {
-  const int n = ctx->size;
+  const int n = S->size;
   hk_status st = HK_OK;
   for (uint32_t i = 0; i < k && st == HK_OK; i++) {
     hk_handle h = p->h[p->order[a + i]];
@@ -508,10 +525,10 @@ static hk_status unpack_allgather(hk_ctx *ctx, plan *p,
  * allgatherv through the fusion buffer: rank r's block is its rows of
  * every member in group order, the result is cut back into each member's
  * output. Copies only, so the bytes are those of the members alone. */
-static hk_status run_fused_allgather(hk_ctx *ctx, plan *p,
+static hk_status run_fused_allgather(hk_ctx *ctx, hk_set *S, plan *p,
                                      const hk_wire_response *rs, uint32_t a,
                                      uint32_t b, double *t) {
-  const int n = ctx->size;
+  const int n = S->size;
   const uint32_t k = b - a;
   const hk_dtype dtype = (hk_dtype)p->h[p->order[a]]->req.dtype;
   const size_t esz = hk_dtype_size(dtype);
@@ -528,7 +545,7 @@ static hk_status run_fused_allgather(hk_ctx *ctx, plan *p,
   hk_status st = map_fusion_buffer(ctx);
   if (st != HK_OK)
     return st;
-  uint8_t *mine = ctx->fusion + seg[ctx->rank] * esz;
+  uint8_t *mine = ctx->fusion + seg[S->rank] * esz;
   for (uint32_t i = 0; i < k; i++) {
     hk_handle h = p->h[p->order[a + i]];
     const size_t len = h->req.count * h->req.row_elems * esz;
@@ -537,11 +554,11 @@ static hk_status run_fused_allgather(hk_ctx *ctx, plan *p,
     mine += len;
   }
   t[1] = hk_now();
-  st = hk_ring_allgatherv(&ctx->ring, ctx->fusion + seg[ctx->rank] * esz,
+  st = hk_ring_allgatherv(S->ring, ctx->fusion + seg[S->rank] * esz,
                           ctx->fusion, seg, dtype);
   t[2] = hk_now();
   if (st == HK_OK)
-    st = unpack_allgather(ctx, p, rs, a, k, ctx->fusion, seg, esz);
+    st = unpack_allgather(S, p, rs, a, k, ctx->fusion, seg, esz);
   t[3] = hk_now();
   return st;
 }
@@ -552,9 +569,9 @@ static hk_status run_fused_allgather(hk_ctx *ctx, plan *p,
  * is alone), so every element is reduced in the order, and to the bits, it
  * would be alone. Prescale while copying in, postscale while copying out,
  * as run_fused. */
-static hk_status run_fused_reducescatter(hk_ctx *ctx, plan *p, uint32_t a,
-                                         uint32_t b, double *t) {
-  const int n = ctx->size, me = ctx->rank;
+static hk_status run_fused_reducescatter(hk_ctx *ctx, hk_set *S, plan *p,
+                                         uint32_t a, uint32_t b, double *t) {
+  const int n = S->size, me = S->rank;
   const uint32_t k = b - a;
   const hk_wire_request *q0 = &p->h[p->order[a]]->req;
   const hk_dtype dtype = (hk_dtype)q0->dtype;
@@ -598,7 +615,7 @@ static hk_status run_fused_reducescatter(hk_ctx *ctx, plan *p, uint32_t a,
   }
   t[1] = hk_now();
   hk_ring_finish fin = {it->divisor, 1.0, pre}; /* postscale: copying out */
-  st = hk_ring_reducescatter(&ctx->ring, ctx->fusion, out, seg, dtype,
+  st = hk_ring_reducescatter(S->ring, ctx->fusion, out, seg, dtype,
                              (hk_op)q0->op, &fin);
   t[2] = hk_now();
   const uint8_t *from = out;
@@ -682,8 +699,8 @@ static void fill_identity(void *buf, size_t count, hk_dtype d, hk_op op) {
 /* A rank that joined takes part in a collective it never submitted: a
  * handle (not in flight) with buffers holding the identity of the op, no
  * rows to gather or send, and outputs that are thrown away. */
-static hk_status make_phantom(hk_ctx *ctx, const hk_wire_request *q,
-                              hk_handle *out) {
+static hk_status make_phantom(hk_ctx *ctx, const hk_set *S,
+                              const hk_wire_request *q, hk_handle *out) {
   hk_handle h = calloc(1, sizeof *h);
   if (!h)
     return hk_fail(HK_ERR_NOMEM, "cannot allocate a handle");
@@ -698,7 +715,7 @@ static hk_status make_phantom(hk_ctx *ctx, const hk_wire_request *q,
   if (q->coll == HK_COLL_ALLGATHER || q->coll == HK_COLL_ALLTOALL)
     h->req.count = 0;
   if (q->coll == HK_COLL_ALLTOALL)
-    h->splits = calloc((size_t)ctx->size, sizeof(size_t));
+    h->splits = calloc((size_t)S->size, sizeof(size_t));
   void *buf = malloc(elems * esz + 1);
   if (!buf || (q->coll == HK_COLL_ALLTOALL && !h->splits)) {
     free(buf);
@@ -735,23 +752,23 @@ static void free_phantom(hk_ctx *ctx, hk_handle h) {
 
 /* Finds the in-flight handle a response is about (or, on a rank that
  * joined, makes one up from the parameters the response carries). */
-static hk_status resolve(hk_ctx *ctx, const hk_wire_response *r,
-                         hk_handle *out) {
+static hk_status resolve(hk_ctx *ctx, const hk_set *S,
+                         const hk_wire_response *r, hk_handle *out) {
   const char *name = r->name;
   if (r->flags & HK_RESP_CACHED) {
     /* a bit names one tensor for the cache's life (cache.h), so one
      * evicted since rank 0 decided still says which */
-    const hk_wire_request *q = hk_cache_get(ctx->cache, r->cache_bit);
+    const hk_wire_request *q = hk_cache_get(S->cache, r->cache_bit);
     if (!q)
       return hk_fail(HK_ERR_PROTOCOL,
-                     "rank 0 scheduled cache bit %u, which rank %d never "
-                     "gave out",
-                     r->cache_bit, ctx->rank);
+                     "rank 0 scheduled cache bit %u of process set %d, which "
+                     "rank %d never gave out",
+                     r->cache_bit, (int)S->id, ctx->rank);
     name = q->name;
   }
   *out = hk_queue_find(ctx, name);
   if (!*out && (r->flags & HK_RESP_PARAMS)) /* this rank joined */
-    return r->status == HK_OK ? make_phantom(ctx, r->params, out) : HK_OK;
+    return r->status == HK_OK ? make_phantom(ctx, S, r->params, out) : HK_OK;
   if (!*out)
     return hk_fail(HK_ERR_PROTOCOL,
                    "rank 0 scheduled tensor '%s', which rank %d never "
@@ -764,7 +781,7 @@ static hk_status resolve(hk_ctx *ctx, const hk_wire_response *r,
  * infinity: said once per tensor name (hk.h, hk_op). Averages divide
  * first and cannot overflow; other types have the range to spare, and
  * scanning their results would cost a pass over every gradient. */
-static void warn_if_sum_overflowed(hk_ctx *ctx, hk_handle h) {
+static void warn_if_sum_overflowed(hk_ctx *ctx, const hk_set *S, hk_handle h) {
   const hk_wire_request *q = &h->req;
   const hk_dtype d = (hk_dtype)q->dtype;
   if (h->phantom || q->op != HK_SUM || q->mem == HK_WIRE_MEM_DEVICE ||
@@ -772,12 +789,12 @@ static void warn_if_sum_overflowed(hk_ctx *ctx, hk_handle h) {
       (q->coll != HK_COLL_ALLREDUCE && q->coll != HK_COLL_REDUCESCATTER) ||
       hk_strmap_get(ctx->overflow_warned, q->name))
     return;
-  if (q->coll == HK_COLL_ALLREDUCE && ctx->rank != 0)
-    return; /* every rank holds these bits: rank 0 says it */
+  if (q->coll == HK_COLL_ALLREDUCE && S->rank != 0)
+    return; /* every member holds these bits: its rank 0 says it */
   size_t count = q->coll == HK_COLL_ALLREDUCE
                      ? q->count
-                     : (rs_first_row(q->count, ctx->size, ctx->rank + 1) -
-                        rs_first_row(q->count, ctx->size, ctx->rank)) *
+                     : (rs_first_row(q->count, S->size, S->rank + 1) -
+                        rs_first_row(q->count, S->size, S->rank)) *
                            q->row_elems;
   size_t inf = hk_count_inf(h->recvbuf, count, d);
   if (!inf)
@@ -795,14 +812,14 @@ static void warn_if_sum_overflowed(hk_ctx *ctx, hk_handle h) {
 
 /* The first eviction (rank 0 says it, once): more tensors are alive than
  * the cache holds, so some are negotiated by name every step. */
-static void cache_full_warning(hk_ctx *ctx) {
-  if (ctx->rank != 0 || ctx->cache_warned)
+static void cache_full_warning(hk_ctx *ctx, const hk_set *S) {
+  if (ctx->rank != 0 || ctx->cache_warned || !S->cache)
     return;
-  hk_cache_stats s = hk_cache_get_stats(ctx->cache);
+  hk_cache_stats s = hk_cache_get_stats(S->cache);
   if (!s.evictions && !s.out_of_bits)
     return;
   ctx->cache_warned = 1;
-  unsigned cap = hk_cache_capacity(ctx->cache);
+  unsigned cap = hk_cache_capacity(S->cache);
   if (s.evictions)
     hk_log(HK_LOG_WARNING,
            "the response cache is full (HK_CACHE_CAPACITY=%u tensors): more "
@@ -837,8 +854,9 @@ static hk_obs_batch observed_batch(plan *p, const hk_wire_response *rs,
   return (hk_obs_batch){.tensors = p->obs + a, .n = b - a};
 }
 
-hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
-                               uint32_t n, double t_ready) {
+hk_status hk_execute_responses(hk_ctx *ctx, hk_set *S,
+                               const hk_wire_response *rs, uint32_t n,
+                               double t_ready) {
   if (n)
     hk_observe_round_started(&ctx->obs,
                              &(hk_obs_round){.n = n, .t_ready = t_ready});
@@ -850,9 +868,9 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
   /* a tensor this large costs more to copy than to reduce on its own */
   const size_t direct = ctx->cfg.fusion_direct
                             ? ctx->cfg.fusion_direct
-                            : (size_t)(ctx->size - 1) * (256u << 10);
+                            : (size_t)(S->size - 1) * (256u << 10);
   for (uint32_t i = 0; i < n && st == HK_OK; i++) {
-    st = resolve(ctx, &rs[i], &p.h[i]);
+    st = resolve(ctx, S, &rs[i], &p.h[i]);
     if (st != HK_OK)
       break;
     if (!p.h[i]) /* a failure this rank (joined) takes no part in */
@@ -865,12 +883,12 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
     const hk_allreduce_impl *impl =
         q->coll != HK_COLL_ALLREDUCE
             ? NULL
-            : hk_allreduce_for(&ctx->ar, device ? HK_MEM_DEVICE : HK_MEM_HOST,
+            : hk_allreduce_for(S->ar, device ? HK_MEM_DEVICE : HK_MEM_HOST,
                                bytes);
     const int rows =
         q->coll == HK_COLL_ALLGATHER || q->coll == HK_COLL_REDUCESCATTER;
     if (rows) /* what the fusion buffer holds: every rank's rows */
-      bytes = rows_bytes(ctx, q, &rs[i]);
+      bytes = rows_bytes(S, q, &rs[i]);
     p.items[i] =
         (hk_fusion_item){.fusable = rs[i].status == HK_OK &&
                                     (q->coll == HK_COLL_ALLREDUCE
@@ -883,25 +901,16 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
                          .divisor = rs[i].divisor,
                          .impl = impl,
                          .bytes = bytes,
-                         .limit = hk_allreduce_fuse_limit(&ctx->ar, impl)};
+                         .limit = hk_allreduce_fuse_limit(S->ar, impl)};
   }
   /* The cache learns uncached tensors in response order (as every rank
    * does); reading the requests now, before any handle completes. */
-  for (uint32_t i = 0; i < n && st == HK_OK; i++) {
-    /* per-rank counts (allgather, alltoall) cannot be shared by a bit */
-    if (!p.h[i])
-      continue;
-    unsigned c = p.h[i]->req.coll;
-    if (rs[i].status == HK_OK && (rs[i].flags & HK_RESP_CACHED))
-      hk_cache_touch(ctx->cache, rs[i].cache_bit);
-    else if (rs[i].status == HK_OK &&
-             (c == HK_COLL_ALLREDUCE || c == HK_COLL_BROADCAST ||
-              c == HK_COLL_REDUCESCATTER))
-      hk_cache_insert(ctx->cache, (rs[i].flags & HK_RESP_PARAMS)
-                                      ? rs[i].params
-                                      : &p.h[i]->req);
-  }
-  cache_full_warning(ctx);
+  for (uint32_t i = 0; i < n && st == HK_OK; i++)
+    if (p.h[i])
+      hk_cache_apply(S->cache, &rs[i],
+                     (rs[i].flags & HK_RESP_PARAMS) ? rs[i].params
+                                                    : &p.h[i]->req);
+  cache_full_warning(ctx, S);
   if (st == HK_OK)
     for (uint32_t i = 0; i < n; i++) /* failed negotiations end at once */
       if (rs[i].status != HK_OK && p.h[i]) {
@@ -926,19 +935,21 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
       ob.t_start = hk_now();
       hk_observe_batch_started(&ctx->obs, &ob);
     }
+    verdict v = {HK_OK, ""};
     if (dev_allreduce)
-      st = run_device(ctx, &p, a, b, rs[p.order[a]].divisor, t);
+      st = run_device(ctx, S, &p, a, b, rs[p.order[a]].divisor, t);
     else if (h0->req.mem == HK_WIRE_MEM_DEVICE)
-      st =
-          run_alone_staged(ctx, h0, rs[p.order[a]].divisor, &rs[p.order[a]], t);
+      st = run_alone_staged(ctx, S, h0, rs[p.order[a]].divisor, &rs[p.order[a]],
+                            t, &v);
     else if (!fused)
-      st = run_alone(ctx, h0, rs[p.order[a]].divisor, &rs[p.order[a]], t);
+      st =
+          run_alone(ctx, S, h0, rs[p.order[a]].divisor, &rs[p.order[a]], t, &v);
     else if (h0->req.coll == HK_COLL_ALLGATHER)
-      st = run_fused_allgather(ctx, &p, rs, a, b, t);
+      st = run_fused_allgather(ctx, S, &p, rs, a, b, t);
     else if (h0->req.coll == HK_COLL_REDUCESCATTER)
-      st = run_fused_reducescatter(ctx, &p, a, b, t);
+      st = run_fused_reducescatter(ctx, S, &p, a, b, t);
     else
-      st = run_fused(ctx, &p, a, b, t);
+      st = run_fused(ctx, S, &p, a, b, t);
     if (st != HK_OK) {
       char msg[HK_ERROR_MSG_CAP];
       snprintf(msg, sizeof msg, "%s", hk_last_error());
@@ -953,8 +964,7 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
       for (uint32_t i = a; i < b; i++)
         ob.bytes += p.items[p.order[i]].bytes;
       ob.algorithm = algo_label(h0->req.coll, p.items[p.order[a]].impl);
-      ob.transport =
-          ctx->size > 1 ? mesh_transport(ctx, kinds, sizeof kinds) : "none";
+      ob.transport = mesh_transport(S, kinds, sizeof kinds);
     }
     /* the observers see the batch end, then its tensors; then all its
      * handles complete under one lock */
@@ -967,9 +977,11 @@ hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
     for (uint32_t i = a; i < b; i++) {
       hk_handle h = p.h[p.order[i]];
       hk_observe_tensor_done(&ctx->obs, &p.obs[i], &ob);
-      warn_if_sum_overflowed(ctx, h);
+      warn_if_sum_overflowed(ctx, S, h);
       if (h->phantom)
         free_phantom(ctx, h);
+      else if (v.st != HK_OK) /* a process set call that failed */
+        hk_queue_complete(ctx, h, v.st, v.why);
       else
         p.done[ndone++] = h;
       p.h[p.order[i]] = NULL;

@@ -17,13 +17,17 @@
 #include "worker/context.h"
 
 /**
- * Runs rs[0..n) (t_ready: when rank 0 made them ready, for the observers).
+ * Runs rs[0..n), responses of process set S (this rank a member; the
+ * world: ctx->sets[0]) over S's ring, links, allreduce environment and
+ * response cache (t_ready: when rank 0 made them ready, for the
+ * observers).
  * Errors: HK_ERR_PROTOCOL (a response names a tensor this rank does not
  * have in flight, or an unknown cache bit), and what the ring returns
  * (HK_ERR_PEER_LOST, HK_ERR_TIMEOUT, HK_ERR_NOMEM): the job then fails.
  */
-hk_status hk_execute_responses(hk_ctx *ctx, const hk_wire_response *rs,
-                               uint32_t n, double t_ready);
+hk_status hk_execute_responses(hk_ctx *ctx, hk_set *S,
+                               const hk_wire_response *rs, uint32_t n,
+                               double t_ready);
 
 /** Unmaps the fusion buffer, if it was mapped, and frees the working
  *  arrays kept between rounds. */

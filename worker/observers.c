@@ -48,7 +48,7 @@ hk_status hk_observers_ready(hk_ctx *ctx) {
   hk_obs_ready e = {
       .local_rank = ctx->local_rank,
       .launcher_fd = ctx->mesh.launcher_fd,
-      .negotiator = ctx->negotiator,
+      .negotiator = ctx->sets[0]->neg, /* the world's */
       .hosts = ctx->hosts,
       .host_stride = HK_HOST_NAME_CAP,
       .local_ranks = local,

@@ -64,14 +64,18 @@ hk_status hk_queue_submit(hk_ctx *ctx, const hk_wire_request *req,
   hk_status cst = hk_devplane_capture(ctx, h, hk_devplane_stream());
   if (cst != HK_OK) {
     free(outputs ? outputs->splits : NULL);
+    free(outputs ? outputs->members : NULL);
     free(h);
     return cst;
   }
-  if (outputs) { /* where results go; the splits copy becomes ours */
+  if (outputs) { /* where results go; the splits and members become ours */
     h->out_buf = outputs->out_buf;
     h->out_counts = outputs->out_counts;
     h->out_rows = outputs->out_rows;
     h->splits = outputs->splits;
+    h->members = outputs->members;
+    h->nmembers = outputs->nmembers;
+    h->members_problem = outputs->members_problem;
   }
   pthread_mutex_lock(&ctx->mu);
   /* one wake-up per batch: the background thread takes the whole queue,
@@ -84,6 +88,7 @@ hk_status hk_queue_submit(hk_ctx *ctx, const hk_wire_request *req,
   if (st != HK_OK) {
     hk_devplane_release(ctx, h);
     free(h->splits);
+    free(h->members);
     free(h);
     return st;
   }
@@ -200,6 +205,7 @@ static void complete_locked(hk_ctx *ctx, hk_handle h, hk_status status,
     if (--p->pending == 0) /* release: hk_queue_wait polls it unlocked */
       __atomic_store_n(&p->done, 1, __ATOMIC_RELEASE);
     free(h->splits);
+    free(h->members);
     free(h);
     return;
   }
@@ -237,14 +243,56 @@ void hk_queue_complete_ok(hk_ctx *ctx, hk_handle *hs, size_t n) {
 
 typedef struct fail_args {
   hk_handle list;
+  int all; /* every handle, or only those of `set` */
+  int32_t set;
 } fail_args;
 
 static void collect(const char *key, void *value, void *arg) {
   (void)key;
   fail_args *a = arg;
   hk_handle h = value;
+  if (!a->all && h->req.set != a->set)
+    return;
   h->next = a->list;
   a->list = h;
+}
+
+/* Requires ctx->mu held: completes the handles a->list with status and
+ * "tensor '<name>': <reason>" (the reason alone when it is about that very
+ * tensor already). */
+static void fail_listed(hk_ctx *ctx, const fail_args *a, hk_status status,
+                        const char *reason) {
+  for (hk_handle h = a->list, next; h; h = next) {
+    next = h->next;
+    char msg[HK_WIRE_MAX_REASON_LEN + HK_MAX_NAME_LEN + 32];
+    char own[HK_MAX_NAME_LEN + 16];
+    snprintf(own, sizeof own, "tensor '%s': ", h->req.name);
+    if (strncmp(reason, own, strlen(own)) == 0)
+      snprintf(msg, sizeof msg, "%s", reason);
+    else
+      snprintf(msg, sizeof msg, "%s%s", own, reason);
+    complete_locked(ctx, h, status, msg);
+  }
+}
+
+void hk_queue_fail_set(hk_ctx *ctx, int32_t set, hk_status status,
+                       const char *reason) {
+  pthread_mutex_lock(&ctx->mu);
+  hk_handle *pp = &ctx->queue_head;
+  ctx->queue_tail = NULL;
+  while (*pp) { /* (still in flight: failed below) */
+    if ((*pp)->req.set == set) {
+      *pp = (*pp)->next;
+    } else {
+      ctx->queue_tail = *pp;
+      pp = &(*pp)->next;
+    }
+  }
+  fail_args a = {NULL, 0, set};
+  hk_strmap_each(ctx->inflight, collect, &a);
+  fail_listed(ctx, &a, status, reason);
+  pthread_cond_broadcast(&ctx->done_cv);
+  pthread_mutex_unlock(&ctx->mu);
 }
 
 void hk_queue_fail_all(hk_ctx *ctx, hk_status status, const char *reason) {
@@ -254,20 +302,9 @@ void hk_queue_fail_all(hk_ctx *ctx, hk_status status, const char *reason) {
     snprintf(ctx->failure_reason, sizeof ctx->failure_reason, "%s", reason);
   }
   ctx->queue_head = ctx->queue_tail = NULL;
-  fail_args a = {NULL};
+  fail_args a = {NULL, 1, 0};
   hk_strmap_each(ctx->inflight, collect, &a);
-  for (hk_handle h = a.list, next; h; h = next) {
-    next = h->next;
-    char msg[HK_WIRE_MAX_REASON_LEN + HK_MAX_NAME_LEN + 32];
-    /* the reason may already be about this very tensor */
-    char own[HK_MAX_NAME_LEN + 16];
-    snprintf(own, sizeof own, "tensor '%s': ", h->req.name);
-    if (strncmp(ctx->failure_reason, own, strlen(own)) == 0)
-      snprintf(msg, sizeof msg, "%s", ctx->failure_reason);
-    else
-      snprintf(msg, sizeof msg, "%s%s", own, ctx->failure_reason);
-    complete_locked(ctx, h, ctx->failure, msg);
-  }
+  fail_listed(ctx, &a, ctx->failure, ctx->failure_reason);
   pthread_cond_broadcast(&ctx->done_cv);
   pthread_mutex_unlock(&ctx->mu);
 }
@@ -299,6 +336,7 @@ hk_status hk_queue_wait(hk_ctx *ctx, hk_handle h) {
     hk_clear_error();
   free(h->reason);
   free(h->splits);
+  free(h->members);
   free(h);
   return st;
 }

@@ -14,7 +14,8 @@
  * Validates and enqueues one operation (request fields already filled in
  * `req`), then wakes the background thread. `outputs`, if not NULL, gives
  * the output fields (out_buf, out_counts, out_rows) and a malloc'd splits
- * array, which the handle takes over (also on failure). On HK_OK *out is
+ * array and members list (a process set add's), which the handle takes
+ * over (also on failure). On HK_OK *out is
  * the handle. Errors: HK_ERR_DUPLICATE_NAME (name in flight on this rank),
  * HK_ERR_NOMEM, or the job's failure status once it failed/shut down.
  */
@@ -75,6 +76,15 @@ void hk_queue_complete_ok(hk_ctx *ctx, hk_handle *hs, size_t n);
  * handle with that status and reason; later submits fail at once.
  */
 void hk_queue_fail_all(hk_ctx *ctx, hk_status status, const char *reason);
+
+/**
+ * Completes every handle of process set `set` still queued or in flight on
+ * this rank with status and "tensor '<name>': <reason>" (the set was
+ * removed), as hk_queue_complete would; the queued ones leave the queue.
+ * Background thread.
+ */
+void hk_queue_fail_set(hk_ctx *ctx, int32_t set, hk_status status,
+                       const char *reason);
 
 /** Blocks until h completes; returns its status, sets this thread's last
  *  error to its reason, and frees h. ctx NULL (after hk_shutdown, when

@@ -125,6 +125,39 @@ hk_status hk_rings_setup(hk_ctx *ctx) {
   return st;
 }
 
+hk_status hk_rings_set(hk_ctx *ctx, hk_set *s) {
+  const int m = s->size;
+  int *order = malloc((size_t)m * sizeof *order);
+  if (!order)
+    return hk_fail(HK_ERR_NOMEM, "cannot allocate process set %d's ring",
+                   (int)s->id);
+  int k = 0; /* set ranks in flat-ring order */
+  for (int p = 0; p < ctx->size && k < m; p++) {
+    const int r = ctx->ring.order[p];
+    for (int j = 0; j < m; j++)
+      if (s->ranks[j] == r)
+        order[k++] = j;
+  }
+  int me = 0;
+  while (order[me] != s->rank)
+    me++;
+  hk_link *left = NULL, *right = NULL;
+  if (m > 1) {
+    left = s->peers[order[(me + m - 1) % m]];
+    right = s->peers[order[(me + 1) % m]];
+  }
+  hk_status st = hk_ring_init(&s->own_ring, s->rank, m, left, right, &ctx->io,
+                              ctx->cfg.ring_chunk_bytes, order);
+  if (st == HK_OK && m > 1) {
+    snprintf(s->own_ring.left_name, sizeof s->own_ring.left_name, "rank %d",
+             s->ranks[order[(me + m - 1) % m]]);
+    snprintf(s->own_ring.right_name, sizeof s->own_ring.right_name, "rank %d",
+             s->ranks[order[(me + 1) % m]]);
+  }
+  free(order);
+  return st;
+}
+
 void hk_rings_destroy(hk_ctx *ctx) {
   hk_ring_destroy(&ctx->ring);
   hk_ring_destroy(&ctx->local_ring);

@@ -25,6 +25,17 @@
  */
 hk_status hk_rings_setup(hk_ctx *ctx);
 
+/**
+ * Sets up s->own_ring, process set s's ring (this rank a member): its
+ * members in the flat ring's order, so it keeps the flat ring's host
+ * boundaries and topology order, over the mesh's links to them (shared
+ * memory links inside a host, TCP across: the host's single-copy engine
+ * belongs to the flat or local ring, worker/intra.h). Its ranks are set
+ * ranks (a broadcast's root, an allgather's blocks); messages name
+ * neighbours by their rank in the job. Errors: HK_ERR_NOMEM.
+ */
+hk_status hk_rings_set(hk_ctx *ctx, hk_set *s);
+
 /** Frees what hk_rings_setup set up (safe on a partly set up ctx). */
 void hk_rings_destroy(hk_ctx *ctx);
 

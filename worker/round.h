@@ -23,9 +23,12 @@ typedef struct hk_round {
   hk_buf answer;         /* rank 0: the encoded empty answer */
   hk_wire_request *reqs; /* this round's requests by name */
   uint32_t cap_reqs;
-  uint32_t *bits; /* this round's cache bits */
+  uint32_t *bits;     /* this round's cache bits */
+  int32_t *bit_sets;  /* the process set of each (REQUESTS.bit_sets) */
+  uint64_t *bit_keys; /* rank > 0: (set, bit) keys that sort the bits of
+                         several sets */
   uint32_t cap_bits;
-  uint64_t *seen; /* rank > 0: bitmap that sorts the bits */
+  uint64_t *seen; /* rank > 0: bitmap that sorts the bits of one set */
   size_t seen_words;
 } hk_round;
 
@@ -41,9 +44,12 @@ int hk_round_shutdown_requested(hk_ctx *ctx);
 
 /**
  * Splits a list of handles taken from the queue into requests by name
- * (R->reqs, *nreqs) and the response-cache bits of those the cache knows
- * (R->bits, *nbits); with `sorted` the bits ascend, as the wire wants (a
- * bitmap pass, linear in the bits and their range). Errors: HK_ERR_NOMEM.
+ * (R->reqs, *nreqs) and the response-cache bits of those their process
+ * set's cache knows (R->bits and R->bit_sets, *nbits); with `sorted` the
+ * (set, bit) pairs ascend, as the wire wants (one set: a bitmap pass,
+ * linear in the bits and their range; several: a sort). A handle whose
+ * set was removed after it was submitted completes here with
+ * HK_ERR_SHUTDOWN, naming the set. Errors: HK_ERR_NOMEM.
  */
 hk_status hk_round_split(hk_ctx *ctx, hk_round *R, hk_handle list, int sorted,
                          uint32_t *nreqs, uint32_t *nbits);
@@ -51,11 +57,14 @@ hk_status hk_round_split(hk_ctx *ctx, hk_round *R, hk_handle list, int sorted,
 /**
  * Rank 0, after every wake-up of the loop: feeds its own queue, reads the
  * REQUESTS of every rank r whose control connection is readable
- * (pfds[first_ctrl + r - 1].revents), then either sends every rank one
- * RESPONSES and runs it (a tensor is ready, a rank shut down, or the job
- * must stop: R->shutdown_rank / R->abort_status say so), or answers the
- * waiting requests with the empty answer. Errors: what the connections,
- * the negotiator and the collectives return; the job then fails.
+ * (pfds[first_ctrl + r - 1].revents) into the negotiators of their
+ * process sets, then, for every set with tensors ready (the other sets
+ * first, the world last, which also carries a stop: a rank shut down, or
+ * the job must stop, R->shutdown_rank / R->abort_status), sends the
+ * set's members one RESPONSES and runs it where rank 0 is a member (else
+ * follows the set's response cache), and answers the requests still
+ * waiting with the empty answer. Errors: what the connections, the
+ * negotiators and the collectives return; the job then fails.
  */
 hk_status hk_round_coordinate(hk_ctx *ctx, hk_round *R,
                               const struct pollfd *pfds, int first_ctrl);

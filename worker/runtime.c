@@ -34,6 +34,7 @@
 #include "worker/queue.h"
 #include "worker/rings.h"
 #include "worker/runtime.h"
+#include "worker/sets.h"
 
 /* The runtime context; set by hk_init before any other thread may use it,
  * cleared by hk_shutdown after the background thread has stopped. */
@@ -92,17 +93,15 @@ static void die_with_launcher(hk_ctx *ctx) {
 
 static void destroy(hk_ctx *ctx) {
   hk_observe_detach(&ctx->obs, 0); /* (a no-op once hk_shutdown did) */
+  hk_sets_close(ctx);              /* their rings and communicators first */
   hk_devplane_close(ctx); /* before the mesh: a comm may use the network */
   hk_rings_destroy(ctx);  /* (the shm group before the segment goes) */
   hk_mesh_close(&ctx->mesh, ctx->size);
   hk_intra_destroy(ctx);
   hk_execute_release(ctx);
-  hk_cache_destroy(ctx->cache);
-  free(ctx->inval);
   free(ctx->layout);
   free(ctx->hosts);
   hk_allreduce_release(&ctx->ar);
-  hk_negotiator_destroy(ctx->negotiator);
   hk_strmap_destroy(ctx->inflight);
   hk_strmap_destroy(ctx->overflow_warned);
   hk_strmap_destroy(ctx->taken);
@@ -142,9 +141,10 @@ static void say_goodbye(hk_ctx *ctx) {
 /* Rank 0's response-cache figures at info level, at the end of the job
  * (the background thread, the cache's owner, has stopped). */
 static void cache_report(const hk_ctx *ctx) {
-  if (ctx->rank != 0 || ctx->size < 2 || !ctx->cache)
+  if (ctx->rank != 0 || ctx->size < 2 || !ctx->sets)
     return;
-  hk_cache_stats s = hk_cache_get_stats(ctx->cache);
+  const hk_cache *c = hk_sets_world(ctx)->cache;
+  hk_cache_stats s = hk_cache_get_stats(c);
   uint64_t all = s.hits + s.misses;
   if (!all)
     return;
@@ -153,9 +153,9 @@ static void cache_report(const hk_ctx *ctx) {
          "cache bit); %u of %u entries live, %llu evicted, %llu names "
          "without a bit (HK_CACHE_CAPACITY=%u)",
          100.0 * (double)s.hits / (double)all, (unsigned long long)s.hits,
-         (unsigned long long)all, hk_cache_live(ctx->cache),
-         hk_cache_capacity(ctx->cache), (unsigned long long)s.evictions,
-         (unsigned long long)s.out_of_bits, hk_cache_capacity(ctx->cache));
+         (unsigned long long)all, hk_cache_live(c), hk_cache_capacity(c),
+         (unsigned long long)s.evictions, (unsigned long long)s.out_of_bits,
+         hk_cache_capacity(c));
 }
 
 hk_status hk_init(void) {
@@ -196,11 +196,8 @@ hk_status hk_init(void) {
     st = hk_strmap_create(&ctx->inflight);
   if (st == HK_OK)
     st = hk_strmap_create(&ctx->overflow_warned);
-  st = hk_strmap_create(&ctx->taken);
-  if (st == HK_OK && ctx->rank == 0)
-    st = hk_negotiator_create(ctx->size, &ctx->negotiator);
   if (st == HK_OK)
-    st = hk_cache_create((uint32_t)ctx->cfg.cache_capacity, &ctx->cache);
+    st = hk_strmap_create(&ctx->taken);
   if (st == HK_OK)
     st = hk_observers_attach(ctx);
   if (st == HK_OK)
@@ -212,11 +209,15 @@ hk_status hk_init(void) {
   if (st == HK_OK)
     st = hk_rings_setup(ctx);
   if (st == HK_OK)
+    st = hk_sets_open(ctx);
+  if (st == HK_OK)
     st = hk_algo_setup(ctx);
   if (st == HK_OK)
     st = hk_devplane_open(ctx);
   if (st == HK_OK)
     st = hk_agree_settings(ctx);
+  if (st == HK_OK)
+    st = hk_sets_static(ctx);
   if (st == HK_OK)
     st = hk_observers_ready(ctx);
   if (st == HK_OK) {

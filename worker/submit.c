@@ -15,6 +15,7 @@
 #include "device/host/reduce.h"
 #include "worker/queue.h"
 #include "worker/runtime.h"
+#include "worker/sets.h"
 
 /* ---- what every kind checks ---- */
 
@@ -131,35 +132,36 @@ static hk_status check_shape(const char *fn, const hk_collective *c,
   return HK_OK;
 }
 
-/* The process set: the world, until sets exist. */
-static hk_status check_set(const char *fn, const hk_collective *c,
-                           hk_wire_request *req) {
-  if (c->set != HK_WORLD)
-    return hk_fail(HK_ERR_INVALID_ARG,
-                   "%s: tensor '%s': unknown process set %d", fn, c->name,
-                   (int)c->set);
-  req->set = c->set;
-  return HK_OK;
-}
-
 /* ---- each kind ---- */
 
 /* What a kind's check fills besides the request: the buffers and where
- * the outputs go (out's splits is malloc'd, owned by the caller). */
+ * the outputs go (out's splits is malloc'd, owned by the caller); and
+ * what it checks against: the process set's size and this rank's rank
+ * in it (the world's: the job's). */
 typedef struct prepared {
   const void *send;
   void *recv;
   struct hk_handle_s out;
+  int size, rank;
 } prepared;
 
-typedef hk_status (*kind_check)(const char *fn, const hk_ctx *ctx,
-                                const hk_collective *c, hk_wire_request *req,
-                                prepared *p);
+/* The process set: this rank must be a member of a live one
+ * (worker/sets.h says why not, naming the set and the rank). */
+static hk_status check_set(const char *fn, hk_ctx *ctx, const hk_collective *c,
+                           prepared *p) {
+  p->size = ctx->size;
+  p->rank = ctx->rank;
+  if (c->set == HK_WORLD)
+    return HK_OK; /* (no lock on the common path) */
+  return hk_sets_find(ctx, fn, c->name ? c->name : "(null)", c->set, &p->size,
+                      &p->rank);
+}
 
-static hk_status check_allreduce(const char *fn, const hk_ctx *ctx,
-                                 const hk_collective *c, hk_wire_request *req,
-                                 prepared *p) {
-  (void)ctx;
+typedef hk_status (*kind_check)(const char *fn, const hk_collective *c,
+                                hk_wire_request *req, prepared *p);
+
+static hk_status check_allreduce(const char *fn, const hk_collective *c,
+                                 hk_wire_request *req, prepared *p) {
   hk_status st = check_common(fn, c->name, c->count, c->dtype, req);
   if (st == HK_OK)
     st = check_op(fn, c->name, c->dtype, c->op);
@@ -185,16 +187,20 @@ static hk_status check_allreduce(const char *fn, const hk_ctx *ctx,
   return st;
 }
 
-static hk_status check_broadcast(const char *fn, const hk_ctx *ctx,
-                                 const hk_collective *c, hk_wire_request *req,
-                                 prepared *p) {
+static hk_status check_broadcast(const char *fn, const hk_collective *c,
+                                 hk_wire_request *req, prepared *p) {
   hk_status st = check_common(fn, c->name, c->count, c->dtype, req);
   if (st != HK_OK)
     return st;
-  if (c->root < 0 || c->root >= ctx->size)
-    return hk_fail(HK_ERR_INVALID_ARG,
-                   "%s: tensor '%s': root %d is not a rank in [0, %d)", fn,
-                   c->name, c->root, ctx->size);
+  if (c->root < 0 || c->root >= p->size)
+    return c->set == HK_WORLD
+               ? hk_fail(HK_ERR_INVALID_ARG,
+                         "%s: tensor '%s': root %d is not a rank in [0, %d)",
+                         fn, c->name, c->root, p->size)
+               : hk_fail(HK_ERR_INVALID_ARG,
+                         "%s: tensor '%s': root %d is not a rank of process "
+                         "set %d, whose ranks are [0, %d)",
+                         fn, c->name, c->root, (int)c->set, p->size);
   if (c->count > 0 && !c->recvbuf)
     return hk_fail(HK_ERR_INVALID_ARG, "%s: tensor '%s': NULL buffer", fn,
                    c->name);
@@ -204,10 +210,8 @@ static hk_status check_broadcast(const char *fn, const hk_ctx *ctx,
   return check_shape(fn, c, c->count, req);
 }
 
-static hk_status check_allgather(const char *fn, const hk_ctx *ctx,
-                                 const hk_collective *c, hk_wire_request *req,
-                                 prepared *p) {
-  (void)ctx;
+static hk_status check_allgather(const char *fn, const hk_collective *c,
+                                 hk_wire_request *req, prepared *p) {
   hk_status st = check_rows(fn, c->name, c->rows, c->row_elems, c->dtype, req);
   if (st != HK_OK)
     return st;
@@ -221,10 +225,8 @@ static hk_status check_allgather(const char *fn, const hk_ctx *ctx,
   return check_shape(fn, c, c->rows * c->row_elems, req);
 }
 
-static hk_status check_reducescatter(const char *fn, const hk_ctx *ctx,
-                                     const hk_collective *c,
+static hk_status check_reducescatter(const char *fn, const hk_collective *c,
                                      hk_wire_request *req, prepared *p) {
-  (void)ctx;
   hk_status st = check_rows(fn, c->name, c->rows, c->row_elems, c->dtype, req);
   if (st == HK_OK)
     st = check_op(fn, c->name, c->dtype, c->op);
@@ -244,15 +246,14 @@ static hk_status check_reducescatter(const char *fn, const hk_ctx *ctx,
   return st;
 }
 
-static hk_status check_alltoall(const char *fn, const hk_ctx *ctx,
-                                const hk_collective *c, hk_wire_request *req,
-                                prepared *p) {
+static hk_status check_alltoall(const char *fn, const hk_collective *c,
+                                hk_wire_request *req, prepared *p) {
   if (!c->splits || !c->recvbuf_out)
     return hk_fail(HK_ERR_INVALID_ARG, "%s: tensor '%s': NULL %s", fn,
                    c->name ? c->name : "(null)",
                    !c->splits ? "splits" : "recvbuf pointer");
   size_t rows = 0;
-  for (int r = 0; r < ctx->size; r++) {
+  for (int r = 0; r < p->size; r++) {
     if (c->splits[r] > SIZE_MAX / 16 - rows)
       return hk_fail(HK_ERR_INVALID_ARG, "%s: splits overflow", fn);
     rows += c->splits[r];
@@ -263,10 +264,10 @@ static hk_status check_alltoall(const char *fn, const hk_ctx *ctx,
   if (rows > 0 && !c->sendbuf)
     return hk_fail(HK_ERR_INVALID_ARG, "%s: tensor '%s': NULL sendbuf", fn,
                    c->name);
-  p->out.splits = malloc((size_t)ctx->size * sizeof(size_t));
+  p->out.splits = malloc((size_t)p->size * sizeof(size_t));
   if (!p->out.splits)
     return hk_fail(HK_ERR_NOMEM, "cannot copy the splits");
-  memcpy(p->out.splits, c->splits, (size_t)ctx->size * sizeof(size_t));
+  memcpy(p->out.splits, c->splits, (size_t)p->size * sizeof(size_t));
   req->coll = HK_COLL_ALLTOALL;
   p->send = c->sendbuf;
   p->out.out_buf = c->recvbuf_out;
@@ -274,29 +275,68 @@ static hk_status check_alltoall(const char *fn, const hk_ctx *ctx,
   return check_shape(fn, c, rows * c->row_elems, req);
 }
 
+/* A barrier and a join: no data; the name is given by submit_sync (it
+ * counts them per set). rows_out, for a join, receives the set rank that
+ * joined last. */
+static hk_status check_sync(const char *fn, const hk_collective *c,
+                            hk_wire_request *req, prepared *p) {
+  (void)fn;
+  hk_wire_request_clear(req);
+  req->coll = (uint8_t)c->kind; /* HK_BARRIER, HK_JOIN: hk_coll's values */
+  req->row_elems = 1;
+  req->prescale = req->postscale = 1.0;
+  p->out.out_rows = c->kind == HK_JOIN ? c->rows_out : NULL;
+  return HK_OK;
+}
+
 /* The kinds, by hk_collective_kind. */
 static const kind_check kinds[] = {
-    [HK_ALLREDUCE] = check_allreduce, [HK_BROADCAST] = check_broadcast,
-    [HK_ALLGATHER] = check_allgather, [HK_REDUCESCATTER] = check_reducescatter,
+    [HK_ALLREDUCE] = check_allreduce,
+    [HK_BROADCAST] = check_broadcast,
+    [HK_BARRIER] = check_sync,
+    [HK_ALLGATHER] = check_allgather,
+    [HK_REDUCESCATTER] = check_reducescatter,
     [HK_ALLTOALL] = check_alltoall,
+    [HK_JOIN] = check_sync,
 };
+_Static_assert((int)HK_BARRIER == HK_COLL_BARRIER &&
+                   (int)HK_JOIN == HK_COLL_JOIN &&
+                   (int)HK_ALLTOALL == HK_COLL_ALLTOALL,
+               "hk_collective_kind's values are hk_coll's");
 
-/* Checks c as its kind does, then its set. */
-static hk_status prepare(const char *fn, const hk_ctx *ctx,
-                         const hk_collective *c, hk_wire_request *req,
-                         prepared *p) {
+/* Checks c's set, then c as its kind does. */
+static hk_status prepare(const char *fn, hk_ctx *ctx, const hk_collective *c,
+                         hk_wire_request *req, prepared *p) {
   memset(p, 0, sizeof *p);
   if ((unsigned)c->kind >= sizeof kinds / sizeof kinds[0] || !kinds[c->kind])
     return hk_fail(HK_ERR_INVALID_ARG, "%s: tensor '%s': unknown kind %d", fn,
                    c->name ? c->name : "(null)", (int)c->kind);
-  hk_status st = kinds[c->kind](fn, ctx, c, req, p);
+  hk_status st = check_set(fn, ctx, c, p);
   if (st == HK_OK)
-    st = check_set(fn, c, req);
+    st = kinds[c->kind](fn, c, req, p);
+  req->set = c->set;
   if (st != HK_OK) {
     free(p->out.splits);
     p->out.splits = NULL;
   }
   return st;
+}
+
+/* A barrier's or a join's name: its sequence on this rank in its set (the
+ * n-th pairs with the n-th on every other member): hk.barrier.<n>,
+ * hk.join.<n> in the world, hk.set<id>.barrier.<n> in a set. */
+static void name_sync(hk_ctx *ctx, const hk_collective *c,
+                      hk_wire_request *req) {
+  const int join = c->kind == HK_JOIN;
+  pthread_mutex_lock(&ctx->mu); /* (the entry stays when a set goes) */
+  hk_set *s = ctx->sets[c->set];
+  uint64_t seq = join ? s->join_seq++ : s->barrier_seq++;
+  pthread_mutex_unlock(&ctx->mu);
+  char set[32] = "";
+  if (c->set != HK_WORLD)
+    snprintf(set, sizeof set, "set%d.", (int)c->set);
+  snprintf(req->name, sizeof req->name, "hk.%s%s.%llu", set,
+           join ? "join" : "barrier", (unsigned long long)seq);
 }
 
 /* hk_submit under the name of the function the caller called. */
@@ -314,6 +354,8 @@ static hk_status submit_as(const char *fn, const hk_collective *c,
   hk_status st = prepare(fn, ctx, c, &req, &p);
   if (st != HK_OK)
     return st;
+  if (c->kind == HK_BARRIER || c->kind == HK_JOIN)
+    name_sync(ctx, c, &req);
   return hk_queue_submit(ctx, &req, p.send, p.recv, &p.out, handle);
 }
 
@@ -351,6 +393,11 @@ static hk_status submit_group_as(const char *fn, const hk_collective *cs,
   hk_status st = HK_OK;
   for (size_t i = 0; i < n && st == HK_OK; i++) {
     const hk_collective *c = &cs[i];
+    if (c->kind == HK_BARRIER || c->kind == HK_JOIN) {
+      st = hk_fail(HK_ERR_INVALID_ARG,
+                   "%s: a barrier or a join cannot be a member of a group", fn);
+      break;
+    }
     if (c->kind != cs[0].kind || c->set != cs[0].set) {
       st = hk_fail(HK_ERR_INVALID_ARG,
                    "%s: tensor '%s': a group's members are of one kind and "
@@ -524,48 +571,24 @@ hk_status hk_grouped_allreduce_async(const char *const *names,
   return st;
 }
 
-/* The negotiated synchronisations: a barrier and a join are requests with
- * no data, named by their sequence on this rank (the n-th pairs with the
- * n-th on every other rank). */
-static hk_status submit_sync(const char *fn, hk_coll coll, const char *prefix,
-                             hk_handle *h) {
-  hk_ctx *ctx = hk_runtime_context();
-  if (!ctx)
-    return hk_runtime_no_job(fn);
-  hk_wire_request req;
-  hk_wire_request_clear(&req);
-  req.coll = (uint8_t)coll;
-  req.row_elems = 1;
-  req.prescale = req.postscale = 1.0;
-  pthread_mutex_lock(&ctx->mu);
-  uint64_t seq = coll == HK_COLL_JOIN ? ctx->join_seq++ : ctx->barrier_seq++;
-  pthread_mutex_unlock(&ctx->mu);
-  snprintf(req.name, sizeof req.name, "%s%llu", prefix,
-           (unsigned long long)seq);
-  return hk_queue_submit(ctx, &req, NULL, NULL, NULL, h);
-}
-
+/* The world's negotiated synchronisations: hk_submit's HK_JOIN and
+ * HK_BARRIER on HK_WORLD. */
 hk_status hk_join(int *last_rank) {
+  size_t last = 0;
+  hk_collective c = {.kind = HK_JOIN, .set = HK_WORLD, .rows_out = &last};
   hk_handle h;
-  hk_status st = submit_sync("hk_join", HK_COLL_JOIN, "hk.join.", &h);
-  if (st != HK_OK)
-    return st;
-  hk_ctx *ctx = hk_runtime_context();
-  int last = -1;
-  pthread_mutex_lock(&ctx->mu);
-  while (!h->done)
-    pthread_cond_wait(&ctx->done_cv, &ctx->mu);
-  last = h->out_int;
-  pthread_mutex_unlock(&ctx->mu);
-  st = hk_wait(h);
+  hk_status st = submit_as("hk_join", &c, &h);
+  if (st == HK_OK)
+    st = hk_wait(h);
   if (st == HK_OK && last_rank)
-    *last_rank = last;
+    *last_rank = (int)last;
   return st;
 }
 
 hk_status hk_barrier(void) {
+  hk_collective c = {.kind = HK_BARRIER, .set = HK_WORLD};
   hk_handle h;
-  hk_status st = submit_sync("hk_barrier", HK_COLL_BARRIER, "hk.barrier.", &h);
+  hk_status st = submit_as("hk_barrier", &c, &h);
   return st != HK_OK ? st : hk_wait(h);
 }
 

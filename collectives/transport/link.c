@@ -57,11 +57,11 @@ int hk_link_take_socket(hk_link *link) {
   return fd;
 }
 
-const char *hk_link_kinds(const hk_link *links, int n, char *buf, size_t cap) {
+const char *hk_link_kinds(hk_link *const *links, int n, char *buf, size_t cap) {
   const hk_link_ops *seen[8];
   int m = 0;
   for (int r = 0; r < n; r++) {
-    const hk_link_ops *o = links[r].ops;
+    const hk_link_ops *o = links[r] ? links[r]->ops : NULL;
     int i = 0;
     while (o && i < m && seen[i] != o)
       i++;

@@ -179,13 +179,14 @@ int hk_link_socket(const hk_link *link, int i);
 int hk_link_take_socket(hk_link *link);
 
 /**
- * The kinds of the open links among links[0..n), each once, "+"-joined in
+ * The kinds of the open links among *links[0..n) (NULL entries are
+ * none), each once, "+"-joined in
  * the order of how their waits sleep (shm's futex, tcp's poll, mpi's
  * spin: "tcp", "shm+tcp", "tcp+mpi", "shm+tcp+mpi", ...), into buf (cap
  * bytes, always terminated, cut to fit); "none" when none is open.
  * Returns buf. Reads the links only.
  */
-const char *hk_link_kinds(const hk_link *links, int n, char *buf, size_t cap);
+const char *hk_link_kinds(hk_link *const *links, int n, char *buf, size_t cap);
 
 /**
  * Non-blocking send of up to n bytes of the stream; *done gets how many

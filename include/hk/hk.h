@@ -74,7 +74,8 @@ typedef enum hk_status {
    *  job cannot continue; every later call returns this status too. */
   HK_ERR_PEER_LOST = 6,
   /** hk_shutdown() was called (on this or another rank) while the
-   *  operation was pending. */
+   *  operation was pending, or the operation's process set was removed
+   *  (hk_process_set_remove) before it ran. */
   HK_ERR_SHUTDOWN = 7,
   /** A network operation did not complete within HK_TIMEOUT_S (or the
    *  start-up rendezvous within HK_START_TIMEOUT_S). */
@@ -359,7 +360,8 @@ HK_API hk_status hk_grouped_allreduce_async(const char *const *names,
 
 /** A process set: a group of ranks with its own negotiation, fusion,
  *  response cache, rings and device communicator (MPI's communicator,
- *  NCCL's split communicator). HK_WORLD is every rank. */
+ *  NCCL's split communicator). HK_WORLD is every rank. See "Process
+ *  sets" below. */
 typedef int32_t hk_process_set;
 #define HK_WORLD 0
 
@@ -367,9 +369,11 @@ typedef int32_t hk_process_set;
 typedef enum hk_collective_kind {
   HK_ALLREDUCE = 1,
   HK_BROADCAST = 2,
+  HK_BARRIER = 3, /* every member of the set: as hk_barrier */
   HK_ALLGATHER = 4,
   HK_REDUCESCATTER = 5,
   HK_ALLTOALL = 6,
+  HK_JOIN = 7, /* as hk_join, among the members of the set */
 } hk_collective_kind;
 
 /**
@@ -394,6 +398,11 @@ typedef enum hk_collective_kind {
  *   recvbuf_out                          x                      x
  *   rows_out                             x          x (1)       x
  *
+ * HK_BARRIER and HK_JOIN take only set (and a join rows_out: one entry,
+ * the rank in the set that joined last); they are named by their order
+ * on this rank's set, as hk_barrier and hk_join are, so name is ignored.
+ * hk_submit's handle makes them asynchronous (MPI_Ibarrier).
+ *
  * row_elems 0 is taken as 1. prescale and postscale 0 are taken as 1 (a
  * zero-initialised description is unscaled); otherwise they multiply
  * every rank's input before the reduction and the result after it (after
@@ -405,8 +414,10 @@ typedef enum hk_collective_kind {
  * broadcast) or rows x row_elems (allgather, reducescatter, where
  * shape[0] is the rows); ranks that pass different shapes (every extent;
  * for allgather every extent but the first) get HK_ERR_MISMATCH on every
- * rank, naming both shapes and the ranks. set: HK_WORLD, or a set this
- * rank belongs to.
+ * rank, naming both shapes and the ranks. set: HK_WORLD, or a process
+ * set this rank is a member of; ranks (root, the blocks of allgather and
+ * alltoall, a reduce-scatter's rows, splits and rows_out entries) are
+ * then ranks in the set, and HK_AVERAGE divides by its size.
  */
 typedef struct hk_collective {
   hk_collective_kind kind;
@@ -420,7 +431,8 @@ typedef struct hk_collective {
   size_t rows;          /* allgather: this rank's rows; reducescatter: rows */
   size_t row_elems;     /* elements per row (allgather, reducescatter,
                            alltoall); 0 is 1 */
-  int root;             /* broadcast: the root's rank in the set */
+  int root;             /* broadcast: the root's rank in the set (the
+                           world: its rank) */
   double prescale;      /* allreduce, reducescatter; 0 is 1 */
   double postscale;     /* allreduce, reducescatter; 0 is 1 */
   const size_t *splits; /* alltoall: rows to each rank of the set */
@@ -464,6 +476,95 @@ HK_API hk_status hk_submit(const hk_collective *c, hk_handle *handle);
 HK_API hk_status hk_submit_group(const hk_collective *cs, size_t n,
                                  hk_handle *handle);
 
+/*
+ * Process sets
+ *
+ * A process set is a group of the job's ranks that runs collectives of its
+ * own (hk_collective.set), concurrently with the other sets and the world:
+ * MPI's communicators, NCCL's ncclCommSplit, Horovod's process sets. Each
+ * has its own negotiation (rank 0 of the job coordinates every set but
+ * answers each only to its members, so a set whose tensors wait never
+ * holds up another's), response cache, fusion (a fused batch holds
+ * tensors of one set), ring over its members (in the flat ring's
+ * topology order, over the links between them: shared memory inside a
+ * host, TCP across) and, for device tensors, device communicator among
+ * its members on each host. hk_collective.set names the set; the
+ * shorthands above run on HK_WORLD.
+ *
+ * Ranks in a set: the members are numbered 0..size-1 in the order of
+ * their ranks in the job (hk_process_set_ranks), whatever order they were
+ * given in; a broadcast's root, the blocks of allgather and alltoall,
+ * reduce-scatter's split and the rank a join reports are counted so, as
+ * ranks in an MPI communicator are. (Horovod's Python API takes a
+ * broadcast's root_rank as a rank of the job; hk.torch translates it.)
+ *
+ * Names: a tensor name is in flight on a rank once, whatever its set (the
+ * names of hk.h's conventions are this rank's, across sets).
+ * Ids are given in the order sets are added, the same on every rank
+ * (HK_PROCESS_SETS's first, from 1); an id is never given twice, so a
+ * removed set's id stays an error. The same ranks may form several sets.
+ * Every call below is safe on any thread; the two that change the table
+ * are collectives of the whole job.
+ */
+
+/**
+ * Adds a process set of the n ranks ranks[0..n) (ranks of the job, in any
+ * order; the set numbers them in ascending order) and puts its id in
+ * *out. A collective of the world: every rank of the job calls it, in the
+ * same order relative to its other hk_process_set_add and
+ * hk_process_set_remove calls, with the same ranks (as a set), members or
+ * not; a rank outside the set gets the id too (hk_process_set_rank then
+ * says -1). Blocks until every rank has called it (it is negotiated like
+ * a barrier, so collectives already submitted run meanwhile) and every
+ * member has made the set's ring (and device communicator id).
+ * Thread-safety: any thread; one at a time per process is what makes the
+ * order the same everywhere.
+ * Errors, the same on EVERY rank, and no set is added: HK_ERR_INVALID_ARG
+ * when any rank passed a NULL ranks or out, n outside [1, size], a rank
+ * outside [0, size) or a rank twice (the message names the rank that did
+ * and what it passed); HK_ERR_MISMATCH when ranks passed different sets
+ * (the message names which ranks gave which members, the first 8 of
+ * each); a rank calling hk_process_set_remove instead is HK_ERR_MISMATCH
+ * naming both calls. HK_ERR_NOT_INITIALIZED, and the job's failure.
+ */
+HK_API hk_status hk_process_set_add(const int *ranks, int n,
+                                    hk_process_set *out);
+
+/**
+ * Removes process set `set`: a collective of the world, as
+ * hk_process_set_add (every rank calls it with the same set, in the same
+ * order relative to the other adds and removes). Operations of the set
+ * that have not run when the removal runs (submitted on some members and
+ * not yet on others, or queued here) complete with HK_ERR_SHUTDOWN on
+ * every rank that submitted them, naming the set: nothing waits for a set
+ * that is gone. Later submits to it are HK_ERR_INVALID_ARG. Its ring,
+ * device communicator, response cache and negotiation are freed; its id
+ * is not given again.
+ * Errors, the same on every rank: HK_ERR_INVALID_ARG for HK_WORLD, an id
+ * never given or a set removed already; HK_ERR_MISMATCH when ranks named
+ * different sets (naming which ranks gave which). HK_ERR_NOT_INITIALIZED,
+ * and the job's failure.
+ */
+HK_API hk_status hk_process_set_remove(hk_process_set set);
+
+/** This rank's rank in process set `set` (0..size-1, in the order of the
+ *  members' ranks in the job), or -1: not a member, an unknown or removed
+ *  set, or before hk_init. HK_WORLD: hk_rank(). Thread-safe. */
+HK_API int hk_process_set_rank(hk_process_set set);
+
+/** The number of ranks in process set `set`, or -1 for an unknown or
+ *  removed set or before hk_init (a member or not). Thread-safe. */
+HK_API int hk_process_set_size(hk_process_set set);
+
+/**
+ * Writes the job ranks of process set `set`, ascending (set rank j is
+ * ranks[j]), into ranks[0..size) (hk_process_set_size). Thread-safe.
+ * Errors: HK_ERR_INVALID_ARG (an unknown or removed set, a NULL array,
+ * cap below the set's size: the message says its size),
+ * HK_ERR_NOT_INITIALIZED.
+ */
+HK_API hk_status hk_process_set_ranks(hk_process_set set, int *ranks, int cap);
+
 /**
  * Horovod's join, for ranks that run out of data early: blocks until every
  * rank has called hk_join. Meanwhile the other ranks' collectives do not
@@ -472,7 +573,8 @@ HK_API hk_status hk_submit_group(const hk_collective *cs, size_t n,
  * min/max) and no rows for allgather and alltoall, and HK_AVERAGE divides
  * by the number of ranks that contributed. A broadcast whose root has
  * joined fails with HK_ERR_MISMATCH. *last_rank (if not NULL) receives the
- * rank that joined last. Errors as hk_wait.
+ * rank that joined last. Errors as hk_wait. In a process set:
+ * hk_submit's HK_JOIN (the join and what it covers are the set's).
  */
 HK_API hk_status hk_join(int *last_rank);
 
@@ -522,7 +624,8 @@ HK_API hk_status hk_broadcast(const char *name, void *buf, size_t count,
 
 /**
  * Blocks until every rank has called hk_barrier (the n-th call on one rank
- * pairs with the n-th call on every other). Errors as hk_wait.
+ * pairs with the n-th call on every other). Errors as hk_wait. A process
+ * set's barrier: hk_submit's HK_BARRIER.
  */
 HK_API hk_status hk_barrier(void);
 

@@ -28,7 +28,8 @@
 
 typedef struct rank_arg {
   int rank, n, L, H;
-  hk_link links[MAXN]; /* to every other rank (links[rank] unused) */
+  hk_link links[MAXN];  /* to every other rank (links[rank] unused) */
+  hk_link *peers[MAXN]; /* peers[j] = &links[j], as rd takes them */
   hk_ring flat, local, cross;
   int algo; /* 0 flat ring, 1 hierarchical, 2 recursive doubling */
   size_t count;
@@ -55,7 +56,7 @@ static void *rank_main(void *p) {
     a->st = hk_hier_allreduce(&a->local, &a->cross, a->send, a->recv, seg,
                               a->dtype, a->op, &a->fin);
   else
-    a->st = hk_rd_allreduce(a->rank, a->n, a->links, &io, a->send, a->recv,
+    a->st = hk_rd_allreduce(a->rank, a->n, a->peers, &io, a->send, a->recv,
                             a->count, a->dtype, a->op, &a->fin, &a->scratch,
                             &a->scratch_bytes);
   snprintf(a->err, sizeof a->err, "%s", hk_last_error());
@@ -83,8 +84,11 @@ static void ring_of(rank_arg *a, hk_ring *ring, const int *members, int m,
 
 static void make_job(rank_arg *a, int L, int H, size_t chunk) {
   int n = L * H;
-  for (int i = 0; i < n; i++)
+  for (int i = 0; i < n; i++) {
     memset(a[i].links, 0, sizeof a[i].links);
+    for (int j = 0; j < MAXN; j++)
+      a[i].peers[j] = &a[i].links[j];
+  }
   for (int i = 0; i < n; i++)
     for (int j = i + 1; j < n; j++) {
       int sv[2];

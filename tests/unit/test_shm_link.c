@@ -167,11 +167,13 @@ static void test_kinds(void **state) {
   pair p;
   make_pair(&p, 1);
   char buf[32];
-  hk_link l[4] = {p.a_tcp, {0}, p.a, p.b_tcp};
+  hk_link closed = {0};
+  hk_link *l[5] = {&p.a_tcp, &closed, &p.a, &p.b_tcp, NULL};
   assert_string_equal(hk_link_kinds(l, 4, buf, sizeof buf), "shm+tcp");
   assert_string_equal(hk_link_kinds(l, 2, buf, sizeof buf), "tcp");
   assert_string_equal(hk_link_kinds(l + 1, 2, buf, sizeof buf), "shm");
   assert_string_equal(hk_link_kinds(l + 1, 1, buf, sizeof buf), "none");
+  assert_string_equal(hk_link_kinds(l + 4, 1, buf, sizeof buf), "none");
   assert_string_equal(hk_link_kinds(l, 0, buf, sizeof buf), "none");
   assert_string_equal(hk_link_kinds(l, 4, buf, 6), "shm+t");
   assert_true(hk_link_socket(&p.a, 0) >= 0);
