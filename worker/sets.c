@@ -163,6 +163,20 @@ hk_set *hk_sets_live(const hk_ctx *ctx, int32_t id) {
   return ctx->sets[id];
 }
 
+/* "[0, 2, 5]", "[0, 1, 2, 3, 4, 5, 6, 7, ... (12 ranks)]": the first
+ * HK_SETS_SHOWN of the n ranks r (which holds at least that many, or n). */
+static void show_ranks(const int *r, int n, char *out, size_t cap) {
+  size_t at = 0;
+  const int k = n < HK_SETS_SHOWN ? n : HK_SETS_SHOWN;
+  at += (size_t)snprintf(out, cap, "[");
+  for (int i = 0; i < k && at < cap; i++)
+    at += (size_t)snprintf(out + at, cap - at, "%s%d", i ? ", " : "", r[i]);
+  if (at < cap && n > k)
+    at += (size_t)snprintf(out + at, cap - at, ", ... (%d ranks)", n);
+  if (at < cap)
+    snprintf(out + at, cap - at, "]");
+}
+
 hk_status hk_sets_find(hk_ctx *ctx, const char *fn, const char *name,
                        int32_t id, int *size, int *rank) {
   hk_status st = HK_OK;
@@ -178,13 +192,14 @@ hk_status hk_sets_find(hk_ctx *ctx, const char *fn, const char *name,
                  "%s: tensor '%s': process set %d was removed "
                  "(hk_process_set_remove)",
                  fn, name, (int)id);
-  else if (s->rank < 0)
+  else if (s->rank < 0) {
+    char members[128];
+    show_ranks(s->ranks, s->size, members, sizeof members);
     st = hk_fail(HK_ERR_INVALID_ARG,
                  "%s: tensor '%s': rank %d is not a member of process set "
-                 "%d (ranks %d%s)",
-                 fn, name, ctx->rank, (int)id, s->ranks[0],
-                 s->size > 1 ? " and more" : " only");
-  else {
+                 "%d, whose ranks are %s",
+                 fn, name, ctx->rank, (int)id, members);
+  } else {
     *size = s->size;
     *rank = s->rank;
   }
@@ -216,18 +231,9 @@ static uint64_t hash_ranks(const int *r, int n) {
   return h;
 }
 
-/* "[0, 2, 5]", "[0, 1, ..., 7, ... (12 ranks)]" */
+/* "[0, 1, ..., 7, ... (12 ranks)]" of an add's record */
 static void show_list(const add_record *a, char *out, size_t cap) {
-  size_t at = 0;
-  const int k = a->n < HK_SETS_SHOWN ? a->n : HK_SETS_SHOWN;
-  at += (size_t)snprintf(out, cap, "[");
-  for (int i = 0; i < k && at < cap; i++)
-    at += (size_t)snprintf(out + at, cap - at, "%s%d", i ? ", " : "",
-                           a->shown[i]);
-  if (at < cap && a->n > k)
-    at += (size_t)snprintf(out + at, cap - at, ", ... (%d ranks)", a->n);
-  if (at < cap)
-    snprintf(out + at, cap - at, "]");
+  show_ranks(a->shown, a->n, out, cap);
 }
 
 /* What rank r got wrong, in words. */

@@ -204,6 +204,20 @@ static void test_collectives(void **s) {
   run_mode(3, 0, emu_env, "moves", "moves", 120); /* int16 and bool */
 }
 
+/* Device tensors on process sets: one host (each set's own communicator,
+ * bit for bit against its fold in set-rank order; two pairs at once, each
+ * on its own), the ring forced (staged over the set's ring), and
+ * pseudo-hosts of 2 (sets across hosts: staged; pairs inside a host: their
+ * communicator). */
+static void test_sets(void **s) {
+  (void)s;
+  run_mode(4, 0, emu_env, "sets fold", "sets np=4", 120);
+  run_mode(3, 0, emu_env, "sets fold", "sets np=3", 120);
+  char *ring[] = {"HK_DEVICE=emu", "HK_ALLREDUCE_ALGO=ring", NULL};
+  run_mode(4, 0, ring, "sets", "sets np=4", 120);
+  run_mode(4, 2, emu_env, "sets", "sets np=4", 120);
+}
+
 /* An injected fault on rank 1: every rank fails within HK_TIMEOUT_S (5 s)
  * plus start-up, naming the cause; hkrun exits non-zero; nothing stays. */
 static void fault(const char *spec, const char *cause) {
@@ -245,6 +259,7 @@ int main(void) {
       cmocka_unit_test(test_dtypes_np3),
       cmocka_unit_test(test_dtypes_np4),
       cmocka_unit_test(test_ring_equals_host),
+      cmocka_unit_test(test_sets),
       cmocka_unit_test(test_hier_2x2),
       cmocka_unit_test(test_hier_3x2),
       cmocka_unit_test(test_staged_one_gpu_per_host),

@@ -34,6 +34,16 @@
  *                              (travelling as float16 under
  *                              HK_COMPRESSION=fp16), finite and within
  *                              float16's rounding of the partial sums
+ *   w_device sets [fold]       device tensors on process sets: every rank
+ *                              (given in reverse), ranks 1..np-1 (rank 0
+ *                              coordinates it from outside) and pairs
+ *                              {0,1}, {2,3}, ... running at once: int32
+ *                              and int64 sums, a fused group, a broadcast
+ *                              from the set's last rank and an allgather
+ *                              against serial results over the members;
+ *                              with fold (one host, auto: the set's own
+ *                              communicator), a float32 sum bit for bit
+ *                              against the emu's fold in set-rank order
  * Prints "device ok: <mode> ..." on success; exits 1 with a message else.
  */
 #include <math.h>
@@ -856,6 +866,173 @@ static void mode_half16(size_t count) {
   printf("device ok: half16 np=%d\n", size);
 }
 
+/* acc = the sum over set members ranks[0..n) of their inputs (d: int32 or
+ * int64, exact), or with fold the float32 fold in set-rank order. */
+static void set_model(void *want, const int *ranks, int n, size_t count,
+                      hk_dtype d, uint64_t salt) {
+  const size_t esz = hk_dtype_size(d);
+  uint8_t *in = malloc(count * esz + 8);
+  memset(want, 0, count * esz);
+  for (int j = 0; j < n; j++) {
+    fill_input(in, count, d, ranks[j], salt);
+    for (size_t i = 0; i < count; i++) {
+      uint8_t *w = (uint8_t *)want + i * esz;
+      if (j == 0)
+        memcpy(w, in + i * esz, esz);
+      else
+        fold_combine(w, in + i * esz, d, HK_SUM);
+    }
+  }
+  free(in);
+}
+
+/* One allreduce of `count` elements of d on device memory in set s (this
+ * rank a member; its ranks[0..n)), against set_model. */
+static void set_allreduce(hk_process_set s, const int *ranks, int n,
+                          const char *name, size_t count, hk_dtype d,
+                          uint64_t salt) {
+  const size_t esz = hk_dtype_size(d);
+  uint8_t *host = malloc(count * esz + 8), *want = malloc(count * esz + 8);
+  void *dv = dalloc(count * esz);
+  fill_input(host, count, d, rank, salt);
+  up(dv, host, count * esz);
+  hk_collective c = {.kind = HK_ALLREDUCE,
+                     .set = s,
+                     .name = name,
+                     .dtype = d,
+                     .op = HK_SUM,
+                     .sendbuf = dv,
+                     .recvbuf = dv,
+                     .count = count};
+  hk_handle h;
+  HKT_OK(hk_submit(&c, &h));
+  HKT_OK(hk_wait(h));
+  down(host, dv, count * esz);
+  set_model(want, ranks, n, count, d, salt);
+  check_bits(host, want, count, d, name);
+  dev->ops->mem_free(dev, dv);
+  free(host);
+  free(want);
+}
+
+static void mode_sets(int fold) {
+  int all[64], up_from_1[64], pair[2] = {-1, -1};
+  HKT_CHECK(size <= 64, "sets wants np <= 64");
+  for (int r = 0; r < size; r++)
+    all[r] = size - 1 - r;
+  for (int r = 1; r < size; r++)
+    up_from_1[r - 1] = r;
+  hk_process_set sets[3], mine_pair = -1;
+  int nsets = 0;
+  HKT_OK(hk_process_set_add(all, size, &sets[nsets++]));
+  if (size > 1)
+    HKT_OK(hk_process_set_add(up_from_1, size - 1, &sets[nsets++]));
+  for (int p = 0; p + 1 < size; p += 2) { /* every rank adds every pair */
+    int two[2] = {p, p + 1};
+    hk_process_set id;
+    HKT_OK(hk_process_set_add(two, 2, &id));
+    if (rank / 2 == p / 2) {
+      mine_pair = id;
+      pair[0] = p;
+      pair[1] = p + 1;
+    }
+  }
+  if (mine_pair >= 0)
+    sets[nsets++] = mine_pair;
+  for (int k = 0; k < nsets; k++) {
+    int n = hk_process_set_size(sets[k]), ranks[64];
+    if (hk_process_set_rank(sets[k]) < 0)
+      continue;
+    HKT_OK(hk_process_set_ranks(sets[k], ranks, 64));
+    if (sets[k] == mine_pair)
+      HKT_CHECK(ranks[0] == pair[0] && ranks[1] == pair[1], "pair");
+    char name[64];
+    for (int step = 0; step < 2; step++) { /* the second from the cache */
+      snprintf(name, sizeof name, "set%d.i32", (int)sets[k]);
+      set_allreduce(sets[k], ranks, n, name, 1001, HK_INT32, 50 + k);
+      snprintf(name, sizeof name, "set%d.i64", (int)sets[k]);
+      set_allreduce(sets[k], ranks, n, name, 77, HK_INT64, 60 + k);
+      if (fold) {
+        snprintf(name, sizeof name, "set%d.f32", (int)sets[k]);
+        set_allreduce(sets[k], ranks, n, name, 4099, HK_FLOAT32, 70 + k);
+      }
+    }
+    /* a fused group of three */
+    enum { G = 3, C = 333 };
+    int32_t *gh = malloc(G * C * 4), *gw = malloc(C * 4);
+    int32_t *gd = dalloc(G * C * 4);
+    hk_collective gc[G];
+    char gn[G][64];
+    for (int i = 0; i < G; i++) {
+      fill_input(gh + i * C, C, HK_INT32, rank, 80 + (uint64_t)i);
+      snprintf(gn[i], sizeof gn[i], "set%d.g%d", (int)sets[k], i);
+      gc[i] = (hk_collective){.kind = HK_ALLREDUCE,
+                              .set = sets[k],
+                              .name = gn[i],
+                              .dtype = HK_INT32,
+                              .op = HK_SUM,
+                              .sendbuf = gd + i * C,
+                              .recvbuf = gd + i * C,
+                              .count = C};
+    }
+    up(gd, gh, G * C * 4);
+    hk_handle h;
+    HKT_OK(hk_submit_group(gc, G, &h));
+    HKT_OK(hk_wait(h));
+    down(gh, gd, G * C * 4);
+    for (int i = 0; i < G; i++) {
+      set_model(gw, ranks, n, C, HK_INT32, 80 + (uint64_t)i);
+      check_bits(gh + i * C, gw, C, HK_INT32, gn[i]);
+    }
+    dev->ops->mem_free(dev, gd);
+    free(gh);
+    free(gw);
+    /* broadcast from the set's last rank; allgather of 2 rows each */
+    int64_t b[17], bw[17], *bd = dalloc(sizeof b);
+    fill_input(b, 17, HK_INT64, rank, 90);
+    up(bd, b, sizeof b);
+    snprintf(name, sizeof name, "set%d.bcast", (int)sets[k]);
+    hk_collective bc = {.kind = HK_BROADCAST,
+                        .set = sets[k],
+                        .name = name,
+                        .dtype = HK_INT64,
+                        .recvbuf = bd,
+                        .count = 17,
+                        .root = n - 1};
+    HKT_OK(hk_submit(&bc, &h));
+    HKT_OK(hk_wait(h));
+    down(b, bd, sizeof b);
+    fill_input(bw, 17, HK_INT64, ranks[n - 1], 90);
+    check_bits(b, bw, 17, HK_INT64, name);
+    void *gout = NULL;
+    size_t rows[64];
+    snprintf(name, sizeof name, "set%d.gather", (int)sets[k]);
+    hk_collective ag = {.kind = HK_ALLGATHER,
+                        .set = sets[k],
+                        .name = name,
+                        .dtype = HK_INT64,
+                        .sendbuf = bd,
+                        .rows = 2,
+                        .row_elems = 3,
+                        .recvbuf_out = &gout,
+                        .rows_out = rows};
+    HKT_OK(hk_submit(&ag, &h));
+    HKT_OK(hk_wait(h));
+    int64_t *g = malloc((size_t)n * 6 * 8);
+    down(g, gout, (size_t)n * 6 * 8);
+    for (int j = 0; j < n; j++) {
+      fill_input(bw, 17, HK_INT64, ranks[n - 1], 90); /* the broadcast's */
+      HKT_CHECK(rows[j] == 2, "allgather rows[%d] = %zu", j, rows[j]);
+      check_bits(g + j * 6, bw, 6, HK_INT64, name);
+    }
+    free(g);
+    hk_free(gout);
+    dev->ops->mem_free(dev, bd);
+  }
+  HKT_OK(hk_barrier()); /* a rank's hk_shutdown ends every set's work */
+  printf("device ok: sets np=%d sets=%d\n", size, nsets);
+}
+
 int main(int argc, char **argv) {
   HKT_CHECK(argc >= 2, "usage: w_device MODE [ARGS...]");
   HKT_OK(hk_init());
@@ -881,6 +1058,8 @@ int main(int argc, char **argv) {
     mode_mismatch();
   else if (!strcmp(m, "collectives"))
     mode_collectives();
+  else if (!strcmp(m, "sets"))
+    mode_sets(argc > 2 && !strcmp(argv[2], "fold"));
   else if (!strcmp(m, "features"))
     mode_features();
   else if (!strcmp(m, "fault"))
