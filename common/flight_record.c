@@ -57,10 +57,12 @@ hk_flight_entry *hk_flight_ring_find(const hk_flight_ring *r, uint64_t seq) {
 static const char *const state_names[HK_FLIGHT_NSTATES] = {
     "submitted", "negotiated", "running", "done", "failed"};
 
-/* indexed by HK_COLL_* (coordinator/wire.h): 1 allreduce ... 7 join */
+/* indexed by HK_COLL_* (coordinator/wire.h): 1 allreduce ... 7 join, 8
+ * and 9 the process set calls */
 static const char *const kind_names[] = {
     "?",         "allreduce",     "broadcast", "barrier",
-    "allgather", "reducescatter", "alltoall",  "join"};
+    "allgather", "reducescatter", "alltoall",  "join",
+    "set_add",   "set_remove"};
 
 const char *hk_flight_state_name(unsigned state) {
   return state < HK_FLIGHT_NSTATES ? state_names[state] : "?";
@@ -85,10 +87,10 @@ static void put_escaped(FILE *f, const char *s) {
 }
 
 static void put_entry(FILE *f, const char *tag, const hk_flight_entry *e) {
-  fprintf(f, "%s\t%" PRIu64 "\t%" PRIu64 "\t%s\t%s\t%s\t%" PRIu64, tag, e->seq,
-          e->round, hk_flight_state_name(e->state),
-          hk_flight_kind_name(e->kind), hk_dtype_name((hk_dtype)e->dtype),
-          e->bytes);
+  fprintf(f, "%s\t%" PRIu64 "\t%" PRIu64 "\t%s\t%s\t%d\t%s\t%" PRIu64, tag,
+          e->seq, e->round, hk_flight_state_name(e->state),
+          hk_flight_kind_name(e->kind), (int)e->set,
+          hk_dtype_name((hk_dtype)e->dtype), e->bytes);
   for (int i = 0; i < HK_FLIGHT_NTIMES; i++)
     fprintf(f, "\t%" PRId64, e->real_us[i]);
   for (int i = 0; i < HK_FLIGHT_NTIMES; i++)
@@ -121,7 +123,7 @@ hk_status hk_flight_write(const char *dir, const hk_flight_header *h,
                          "cannot write the flight record '%s'", tmp);
   }
   const int unnamed = fd >= 0;
-  fprintf(f, "hk-flight\t1\njob\t%s\nrank\t%d\nsize\t%d\nhost\t", h->job,
+  fprintf(f, "hk-flight\t2\njob\t%s\nrank\t%d\nsize\t%d\nhost\t", h->job,
           h->rank, h->size);
   put_escaped(f, h->host);
   fprintf(f, "\npid\t%ld\nreason\t", h->pid);
@@ -247,7 +249,7 @@ static int dtype_of(const char *word) {
   return -1;
 }
 
-#define ENTRY_FIELDS (7 + 2 * HK_FLIGHT_NTIMES + 1)
+#define ENTRY_FIELDS (8 + 2 * HK_FLIGHT_NTIMES + 1)
 
 /* Parses an entry/pending line's fields; NULL, or what is wrong. */
 static const char *parse_entry(char **f, int n, hk_flight_entry *e, char *why,
@@ -261,25 +263,29 @@ static const char *parse_entry(char **f, int n, hk_flight_entry *e, char *why,
   int state = word_index(f[3], state_names, HK_FLIGHT_NSTATES);
   int kind = word_index(f[4], kind_names + 1,
                         (int)(sizeof kind_names / sizeof kind_names[0]) - 1);
-  int dtype = dtype_of(f[5]);
+  int dtype = dtype_of(f[6]);
+  int64_t set = -1;
   if (parse_u64(f[1], &e->seq) || parse_u64(f[2], &e->round))
     return "a sequence or round number is not a number";
+  if (parse_i64(f[5], &set) || set < 0 || set > INT32_MAX)
+    return "the process set is not a number of one";
   if (state < 0)
     return "unknown state";
   if (kind < 0)
     return "unknown collective kind";
   if (dtype < 0)
     return "unknown dtype";
-  if (parse_u64(f[6], &e->bytes))
+  if (parse_u64(f[7], &e->bytes))
     return "bytes is not a number";
   for (int i = 0; i < HK_FLIGHT_NTIMES; i++)
-    if (parse_i64(f[7 + i], &e->real_us[i]) ||
-        parse_i64(f[7 + HK_FLIGHT_NTIMES + i], &e->mono_us[i]))
+    if (parse_i64(f[8 + i], &e->real_us[i]) ||
+        parse_i64(f[8 + HK_FLIGHT_NTIMES + i], &e->mono_us[i]))
       return "a time is not a number";
   if (unescape(f[ENTRY_FIELDS - 1], e->name, sizeof e->name))
     return "malformed escape in the tensor name";
   e->state = (uint8_t)state;
   e->kind = (uint8_t)(kind + 1);
+  e->set = (int32_t)set;
   e->dtype = (uint8_t)dtype;
   return NULL;
 }
@@ -311,7 +317,7 @@ static const char *header_field(int k, const char *v, hk_flight_header *h) {
   int64_t s;
   switch (k) {
   case 0:
-    return strcmp(v, "1") ? "unsupported format version" : NULL;
+    return strcmp(v, "2") ? "unsupported format version" : NULL;
   case 1:
     if (strlen(v) != 16 || strspn(v, "0123456789abcdef") != 16)
       return "the job id is not 16 hex digits";

@@ -11,14 +11,15 @@
  *
  * The record file, hk-flight.<job>.<rank>.txt, is text, one item per
  * line, fields separated by one tab:
- *   hk-flight 1                     (magic, format version)
+ *   hk-flight 2                     (magic, format version)
  *   job <16 hex digits>             (the same on every rank of one job)
  *   rank <r>  size <n>  host <name>  pid <pid>
  *   reason <text>                   (why it was written)
  *   written_us <CLOCK_REALTIME microseconds>
- *   rounds <negotiation rounds this rank ran>
+ *   rounds <negotiation rounds of the world this rank ran>
  *   capacity <ring entries>  recorded <entries ever recorded>
- *   entry <seq> <round> <state> <kind> <dtype> <bytes> then the submit,
+ *   entry <seq> <round> <state> <kind> <set> <dtype> <bytes> then the
+ *         submit,
  *         negotiated, start and end times as CLOCK_REALTIME microseconds,
  *         then the same four on CLOCK_MONOTONIC (0: not reached), then
  *         the tensor name (escaped: bytes below 0x20, 0x7f and '\' as
@@ -68,13 +69,15 @@ enum {
 /** One collective (or one pending tensor). */
 typedef struct hk_flight_entry {
   uint64_t seq;   /* 1, 2, ...: order of recording on this rank; 0: empty */
-  uint64_t round; /* the rank's negotiation round that carried it (counted
-                     from 1, the same on every rank); 0: not negotiated */
+  uint64_t round; /* the negotiation round of its process set that
+                     carried it (counted from 1 per set, the same on every
+                     member); 0: not negotiated */
   uint64_t bytes; /* this rank's input bytes */
   int64_t real_us[HK_FLIGHT_NTIMES]; /* CLOCK_REALTIME, us; 0: not yet */
   int64_t mono_us[HK_FLIGHT_NTIMES]; /* CLOCK_MONOTONIC, us; 0: not yet */
   uint8_t state;                     /* hk_flight_state */
   uint8_t kind;                      /* HK_COLL_* (coordinator/wire.h) */
+  int32_t set;                       /* its process set; 0: the world */
   uint8_t dtype;                     /* hk_dtype */
   char name[HK_FLIGHT_NAME_LEN + 1]; /* truncated, NUL-terminated */
 } hk_flight_entry;
@@ -110,7 +113,8 @@ hk_flight_entry *hk_flight_ring_find(const hk_flight_ring *r, uint64_t seq);
 const char *hk_flight_state_name(unsigned state);
 
 /** A collective kind's word ("allreduce", "broadcast", "barrier",
- *  "allgather", "reducescatter", "alltoall", "join"); "?" otherwise. */
+ *  "allgather", "reducescatter", "alltoall", "join", "set_add",
+ *  "set_remove"); "?" otherwise. */
 const char *hk_flight_kind_name(unsigned kind);
 
 /** What a record file says about its rank (header lines). */
@@ -121,7 +125,7 @@ typedef struct hk_flight_header {
   long pid;
   char reason[HK_FLIGHT_REASON_LEN + 1];
   int64_t written_us; /* CLOCK_REALTIME */
-  uint64_t rounds;    /* negotiation rounds run */
+  uint64_t rounds;    /* negotiation rounds of the world run */
   uint64_t capacity;  /* ring entries */
   uint64_t recorded;  /* entries ever recorded (> capacity: wrapped) */
 } hk_flight_header;

@@ -615,7 +615,7 @@ hk_status hk_negotiator_take_ready(hk_negotiator *n, hk_wire_response **out,
     memcpy(r[i].name, e->first.name, strlen(e->first.name) + 1);
     r[i].first_seen = e->first_seen;
     r[i].last_seen = e->last_seen;
-    r[i].last_rank = e->last_rank;
+    r[i].last_rank = job_rank(n, e->last_rank);
     r[i].divisor = e->first.coll == HK_COLL_JOIN ? e->first.root : e->submitted;
     if (e->submitted < n->size) { /* joined ranks run it from the response */
       r[i].params = malloc(sizeof *r[i].params);

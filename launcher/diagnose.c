@@ -176,14 +176,19 @@ typedef struct job_view {
   int size;
 } job_view;
 
-/* The tensors rank r was waiting for, as "'a', 'b'" into out. */
+/* The tensors rank r was waiting for, as "'a' (submitted), 'b' (process
+ * set 2, negotiated)" into out. */
 static void pending_names(const hk_flight_file *f, char *out, size_t cap) {
   size_t o = 0;
   out[0] = '\0';
-  for (size_t i = 0; i < f->npending && i < MAX_NAMED && o < cap; i++)
-    o += (size_t)snprintf(out + o, cap - o, "%s'%s' (%s)", i ? ", " : "",
-                          f->pending[i].name,
+  for (size_t i = 0; i < f->npending && i < MAX_NAMED && o < cap; i++) {
+    char set[32] = "";
+    if (f->pending[i].set)
+      snprintf(set, sizeof set, "process set %d, ", (int)f->pending[i].set);
+    o += (size_t)snprintf(out + o, cap - o, "%s'%s' (%s%s)", i ? ", " : "",
+                          f->pending[i].name, set,
                           hk_flight_state_name(f->pending[i].state));
+  }
   if (f->npending > MAX_NAMED && o < cap)
     snprintf(out + o, cap - o, " and %zu more", f->npending - MAX_NAMED);
 }
@@ -204,8 +209,8 @@ static void report_round_gap(const job_view *j, uint64_t lo, FILE *out) {
       const hk_flight_entry *e = &j->at[r]->entries[i];
       char quoted[HK_FLIGHT_NAME_LEN + 3];
       snprintf(quoted, sizeof quoted, "'%s'", e->name);
-      if (e->round != R || named >= MAX_NAMED || o >= sizeof names ||
-          strstr(names, quoted))
+      if (e->set != 0 || e->round != R || named >= MAX_NAMED ||
+          o >= sizeof names || strstr(names, quoted))
         continue;
       o += (size_t)snprintf(names + o, sizeof names - o, "%s%s",
                             named ? ", " : "", quoted);
@@ -226,8 +231,29 @@ static void report_round_gap(const job_view *j, uint64_t lo, FILE *out) {
   free(reached);
 }
 
-/* Every rank stopped after the same round: the tensors pending on some
- * ranks only. Returns 1 if there was a divergence. -1 out of memory. */
+/* The tensors of process sets pending on a rank: a set's members are not
+ * in the records, so they are listed, not compared. Returns how many. */
+static size_t report_set_pending(const job_view *j, FILE *out) {
+  size_t n = 0;
+  for (int r = 0; r < j->size; r++)
+    for (size_t i = 0; j->at[r] && i < j->at[r]->npending; i++) {
+      const hk_flight_entry *e = &j->at[r]->pending[i];
+      if (e->set == 0)
+        continue;
+      if (n++ < MAX_NAMED)
+        fprintf(out, "pending in process set %d on rank %d: '%s' (%s, %s)\n",
+                (int)e->set, r, e->name, hk_flight_kind_name(e->kind),
+                hk_flight_state_name(e->state));
+    }
+  if (n > MAX_NAMED)
+    fprintf(out, "... and %zu more pending in process sets\n", n - MAX_NAMED);
+  return n;
+}
+
+/* Every rank stopped after the same round of the world: the world's
+ * tensors pending on some ranks only (those of process sets: listed by
+ * report_set_pending). Returns 1 if there was a divergence. -1 out of
+ * memory. */
 static int report_pending(const job_view *j, uint64_t last, FILE *out) {
   seen_set s = {.size = j->size};
   if (hk_strmap_create(&s.index) != HK_OK)
@@ -235,7 +261,8 @@ static int report_pending(const job_view *j, uint64_t last, FILE *out) {
   int rc = 0;
   for (int r = 0; r < j->size && rc == 0; r++)
     for (size_t i = 0; j->at[r] && i < j->at[r]->npending && rc == 0; i++)
-      if (j->at[r]->pending[i].state == HK_FLIGHT_SUBMITTED)
+      if (j->at[r]->pending[i].state == HK_FLIGHT_SUBMITTED &&
+          j->at[r]->pending[i].set == 0)
         rc = seen_add(&s, r, &j->at[r]->pending[i], 1);
   if (rc) {
     seen_free(&s);
@@ -302,7 +329,7 @@ static int report_unfinished(const job_view *j, uint64_t last, FILE *out) {
   for (int r0 = 0; r0 < j->size; r0++) {
     for (size_t i = 0; j->at[r0] && i < j->at[r0]->nentries; i++) {
       const hk_flight_entry *e = &j->at[r0]->entries[i];
-      if (e->round != last || e->state == HK_FLIGHT_DONE)
+      if (e->set != 0 || e->round != last || e->state == HK_FLIGHT_DONE)
         continue;
       /* first rank (r0) where it is unfinished: report it once */
       int earlier = 0;
@@ -310,7 +337,7 @@ static int report_unfinished(const job_view *j, uint64_t last, FILE *out) {
       for (int r = 0; r < j->size; r++)
         for (size_t k = 0; j->at[r] && k < j->at[r]->nentries; k++) {
           const hk_flight_entry *x = &j->at[r]->entries[k];
-          if (x->round == last && !strcmp(x->name, e->name)) {
+          if (x->set == 0 && x->round == last && !strcmp(x->name, e->name)) {
             st[r] = x->state;
             earlier |= r < r0 && x->state != HK_FLIGHT_DONE;
           }
@@ -410,6 +437,7 @@ static int analyse(const records *rs, const char *job, const char *dir,
     found = p;
     found |= report_unfinished(&j, lo, out) > 0;
   }
+  found |= report_set_pending(&j, out) > 0;
   if (!found)
     fprintf(out,
             "no divergence: every rank present ran rounds up to %" PRIu64

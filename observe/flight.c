@@ -18,7 +18,10 @@
 
 typedef struct hk_flight {
   hk_flight_ring ring;
-  uint64_t round; /* rounds with responses applied so far */
+  uint64_t round;   /* the world's rounds with responses applied so far */
+  uint64_t *rounds; /* rounds[s]: process set s's (s >= 1; index 0 unused),
+                       nrounds entries; grown as sets appear */
+  size_t nrounds;
   int64_t off_us; /* CLOCK_REALTIME - CLOCK_MONOTONIC, us */
   int pipe_fd[2]; /* SIGUSR1 -> background thread */
   struct sigaction old_usr1;
@@ -72,6 +75,7 @@ static void describe(hk_flight_entry *e, const hk_obs_tensor *t) {
   const hk_wire_request *q = t->req;
   size_t rows = q->row_elems ? q->row_elems : 1;
   e->kind = (uint8_t)q->coll;
+  e->set = q->set;
   e->dtype = (uint8_t)q->dtype;
   e->bytes = (uint64_t)q->count * rows * hk_dtype_size((hk_dtype)q->dtype);
   size_t len = strnlen(q->name, HK_FLIGHT_NAME_LEN); /* truncated */
@@ -201,19 +205,38 @@ static void on_taken(void *self, const hk_obs_tensor *t) {
   record_submit(self, t); /* the offset is the last round's: no clock read */
 }
 
+/* Process set s's round counter (the world's: f->round); NULL when there
+ * is no memory to count a new set's (its entries then say round 0). */
+static uint64_t *round_of(hk_flight *f, int32_t s) {
+  if (s <= 0)
+    return &f->round;
+  if ((size_t)s >= f->nrounds) {
+    size_t n = (size_t)s + 8;
+    uint64_t *p = realloc(f->rounds, n * sizeof *p);
+    if (!p)
+      return NULL;
+    memset(p + f->nrounds, 0, (n - f->nrounds) * sizeof *p);
+    f->rounds = p;
+    f->nrounds = n;
+  }
+  return &f->rounds[s];
+}
+
 static void on_round_started(void *self, const hk_obs_round *r) {
-  (void)r;
   hk_flight *f = self;
-  f->round++;
+  uint64_t *n = round_of(f, r->set);
+  if (n)
+    (*n)++;
   refresh_offset(f);
 }
 
-/* Scheduled in the current round at t_ready; a failed negotiation ends
- * there too. */
+/* Scheduled in the current round of its set at t_ready; a failed
+ * negotiation ends there too. */
 static void on_negotiated(void *self, const hk_obs_tensor *t) {
   hk_flight *f = self;
   hk_flight_entry *e = entry_of(f, t);
-  e->round = f->round;
+  const uint64_t *n = round_of(f, t->req->set);
+  e->round = n ? *n : 0;
   e->state = HK_FLIGHT_NEGOTIATED;
   stamp(f, e, HK_FLIGHT_T_NEGOTIATED, t->t_ready);
   if (t->resp->status != HK_OK)
@@ -279,6 +302,7 @@ static void on_detach(void *self, int final) {
     if (f->pipe_fd[i] >= 0)
       close(f->pipe_fd[i]);
   hk_flight_ring_free(&f->ring);
+  free(f->rounds);
   free(f);
 }
 

@@ -148,6 +148,8 @@ typedef struct hk_obs_message {
 typedef struct hk_obs_round {
   uint32_t n;     /* responses it holds (> 0) */
   double t_ready; /* as hk_obs_tensor.t_ready */
+  int32_t set;    /* the process set whose responses they are (0: the
+                     world; its members only see a set's rounds) */
 } hk_obs_round;
 
 /** Calls visit(arg, t, queued) for the engine's tensors, for an

@@ -23,6 +23,8 @@ static const char *const coll_labels[] = {
     [HK_COLL_ALLTOALL] = "ALLTOALL",
     [HK_COLL_JOIN] = "JOIN",
     [HK_COLL_BARRIER] = "BARRIER",
+    [HK_COLL_SET_ADD] = "PROCESS_SET_ADD",
+    [HK_COLL_SET_REMOVE] = "PROCESS_SET_REMOVE",
 };
 
 static const char *coll_label(unsigned c) {
@@ -49,14 +51,16 @@ static void on_tensor_done(void *self, const hk_obs_tensor *t,
     return;
   const hk_wire_response *r = t->resp;
   const char *name = t->req->name;
-  char wait[64], args[160];
-  snprintf(wait, sizeof wait, "\"last_rank\":%d,\"memory\":\"%s\"",
+  char wait[96], args[192];
+  snprintf(wait, sizeof wait,
+           "\"last_rank\":%d,\"memory\":\"%s\",\"process_set\":%d",
            (int)r->last_rank,
-           t->req->mem == HK_WIRE_MEM_DEVICE ? "device" : "host");
+           t->req->mem == HK_WIRE_MEM_DEVICE ? "device" : "host",
+           (int)t->req->set);
   snprintf(args, sizeof args,
            "\"algorithm\":\"%s\",\"transport\":\"%s\","
-           "\"fused_tensors\":%u,\"bytes\":%zu",
-           b->algorithm, b->transport, b->n, b->bytes);
+           "\"fused_tensors\":%u,\"bytes\":%zu,\"process_set\":%d",
+           b->algorithm, b->transport, b->n, b->bytes, (int)t->req->set);
   hk_timeline_span(tl, name, "NEGOTIATE", r->first_seen, t->t_ready, NULL);
   hk_timeline_span(tl, name, "WAIT_FOR_DATA", r->first_seen, r->last_seen,
                    wait);

@@ -135,9 +135,15 @@ void hk_execute_release(hk_ctx *ctx) {
  * synchronisation. Indexed by hk_wire_coll; any other is a barrier's. */
 static const char *const algo_labels[] = {
     /* hk_ring_broadcast: root -> root+1 -> ..., pipelined */
-    [HK_COLL_BROADCAST] = "chain",    [HK_COLL_ALLGATHER] = "ring",
-    [HK_COLL_REDUCESCATTER] = "ring", [HK_COLL_ALLTOALL] = "pairwise",
-    [HK_COLL_JOIN] = "negotiation",   [HK_COLL_BARRIER] = "negotiation",
+    [HK_COLL_BROADCAST] = "chain",
+    [HK_COLL_ALLGATHER] = "ring",
+    [HK_COLL_REDUCESCATTER] = "ring",
+    [HK_COLL_ALLTOALL] = "pairwise",
+    [HK_COLL_JOIN] = "negotiation",
+    [HK_COLL_BARRIER] = "negotiation",
+    /* the members' lists, allgathered over the world's ring */
+    [HK_COLL_SET_ADD] = "ring",
+    [HK_COLL_SET_REMOVE] = "negotiation",
 };
 
 static const char *algo_label(unsigned c, const hk_allreduce_impl *impl) {
@@ -858,8 +864,8 @@ hk_status hk_execute_responses(hk_ctx *ctx, hk_set *S,
                                const hk_wire_response *rs, uint32_t n,
                                double t_ready) {
   if (n)
-    hk_observe_round_started(&ctx->obs,
-                             &(hk_obs_round){.n = n, .t_ready = t_ready});
+    hk_observe_round_started(
+        &ctx->obs, &(hk_obs_round){.n = n, .t_ready = t_ready, .set = S->id});
   plan *pp = NULL;
   hk_status st = plan_get(ctx, n, &pp);
   if (st != HK_OK)

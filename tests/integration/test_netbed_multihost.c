@@ -6,8 +6,8 @@
  *   hkrun -np 8 -H A:2,B:2,C:2,D:2 --network-interface <the bed's /24>
  *         --mpi-args "$NETBED_AGENT_ARGS" -- w_netbed ...
  *
- * Two groups, each on a bed of its own made once for the group (argv[1]
- * picks one; none runs both):
+ * Three groups, each on a bed of its own made once for the group (argv[1]
+ * picks one; none runs them all):
  *
  * collectives: for each of {HK_CROSS_TRANSPORT=tcp, mpi} x
  *   {HK_HIERARCHICAL_ALLREDUCE=0, 1} (variables hkrun forwards to mpirun;
@@ -46,6 +46,14 @@
  *     any namespace (the cut host's daemon cannot hear mpirun is gone; the
  *     bed's sessions die with mpirun).
  *
+ * sets: process sets across 2 hosts x 2 slots (a bed of its own):
+ *   workers/w_sets.c's collectives (every collective on a set of every
+ *   rank, on ranks 1..3 and on the even ranks, one per host, against
+ *   serial results) and concurrent (a set inside each host, each over its
+ *   host's shared memory, at once with the world's collectives across the
+ *   hosts) with HK_INTRA_TRANSPORT=shm: a set's ring mixes shm links
+ *   inside a host and TCP between them.
+ *
  * Skips (cmocka skip, printing the reason) where no bed can be made: not
  * root, no CAP_NET_ADMIN, no ip/tc/unshare, or no mpirun.
  */
@@ -78,6 +86,9 @@
 #endif
 #ifndef W_NETBED
 #error "W_NETBED must name the worker"
+#endif
+#ifndef W_SETS
+#error "W_SETS must name workers/w_sets"
 #endif
 
 #define HOSTS 4
@@ -456,13 +467,52 @@ static void test_cut(void **state) {
   run_cut(c->cut, c->gate, c->transport, c->hier);
 }
 
+/* ---- process sets ---- */
+
+static int sets_setup(void **state) {
+  (void)state;
+  return hkt_bed_up(&bed, NETBED_SH, 2, "1gbit");
+}
+
+/* w_sets `mode` `arg` on 2 hosts x 2 slots: every rank prints `ok`. */
+static void run_sets(const char *mode, const char *arg, const char *ok) {
+  hkt_bed_need(&bed);
+  char hosts[512];
+  hkt_bed_hostlist(&bed, 2, SLOTS, hosts, sizeof hosts);
+  char *env[] = {"ASAN_OPTIONS=detect_leaks=0", "HK_INTRA_TRANSPORT=shm", NULL};
+  char *argv[HKT_BED_ARGV];
+  hkt_bed_job_argv(&bed, argv, HKRUN_PATH, "4", hosts, 0,
+                   (const char *[]){W_SETS, mode, arg, NULL});
+  hkt_result r;
+  hkt_run(argv, env, JOB_S, &r);
+  if (r.timed_out || !r.exited || r.exit_code != 0 ||
+      hkt_count_lines(r.out, ok) != 4) {
+    dump("hkrun", &r);
+    fail_msg("w_sets %s across 2 hosts: %d x '%s'", mode,
+             hkt_count_lines(r.out, ok), ok);
+  }
+  hkt_result_free(&r);
+  assert_namespaces_empty();
+}
+
+static void test_sets_collectives(void **state) {
+  (void)state;
+  run_sets("collectives", "2", "sets ok: collectives np=4 sets=3");
+}
+
+static void test_sets_concurrent(void **state) {
+  (void)state;
+  run_sets("concurrent", "10", "sets ok: concurrent np=4");
+}
+
 int main(int argc, char **argv) {
   if (hkt_setup() != 0)
     return 1;
   const char *which = argc > 1 ? argv[1] : "all";
   int all = !strcmp(which, "all");
-  if (!all && strcmp(which, "collectives") && strcmp(which, "faults")) {
-    fprintf(stderr, "usage: %s [collectives|faults|all]\n", argv[0]);
+  if (!all && strcmp(which, "collectives") && strcmp(which, "faults") &&
+      strcmp(which, "sets")) {
+    fprintf(stderr, "usage: %s [collectives|faults|sets|all]\n", argv[0]);
     return 2;
   }
   int failed = 0;
@@ -492,6 +542,14 @@ int main(int argc, char **argv) {
     };
     failed += cmocka_run_group_tests_name("faults", tests, group_setup,
                                           group_teardown);
+  }
+  if (all || !strcmp(which, "sets")) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sets_collectives),
+        cmocka_unit_test(test_sets_concurrent),
+    };
+    failed +=
+        cmocka_run_group_tests_name("sets", tests, sets_setup, group_teardown);
   }
   hkt_kill_orphans();
   return failed;

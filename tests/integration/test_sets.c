@@ -12,7 +12,9 @@
  *  - membership that differs, bad arguments, removal (in flight too) and
  *    re-adding, unknown and removed sets, roots outside the set: the same
  *    status and message on every rank, and the job goes on;
- *  - the stall inspector naming a set's missing rank;
+ *  - the stall inspector naming a set's missing rank, and the flight
+ *    records (hkrun --diagnose) listing the set's tensor with its set;
+ *  - the timeline naming each tensor's set;
  *  - HK_PROCESS_SETS: sets at hk_init, and hk_init failing on every rank
  *    when ranks were given different ones.
  */
@@ -94,11 +96,14 @@ static void test_errors(void **s) {
 
 /* A tensor of set {1,2} that rank 2 never submits: rank 0 warns naming the
  * set and its missing rank, then stops the job; every rank's wait says
- * why. */
+ * why; the flight records say which set rank 1's pending tensor is of. */
 static void test_stall(void **s) {
   (void)s;
+  char dir[96], env_dir[128];
+  assert_int_equal(hkt_mkdtemp("hk_sets_", dir, sizeof dir), 0);
+  snprintf(env_dir, sizeof env_dir, "HK_FLIGHT_DIR=%s", dir);
   char *env[] = {"HK_STALL_CHECK_TIME_S=1", "HK_STALL_SHUTDOWN_TIME_S=3",
-                 "HK_FLIGHT_RECORDER=0", NULL};
+                 env_dir, NULL};
   char *argv[] = {HKRUN_PATH, "-np", "3", W("w_sets"), "stall", NULL};
   hkt_result r;
   assert_int_equal(hkt_run(argv, env, 60, &r), 0);
@@ -119,6 +124,41 @@ static void test_stall(void **s) {
   }
   hkt_result_free(&r);
   assert_int_equal(hkt_orphans(NULL, 0), 0);
+  char *diag[] = {HKRUN_PATH, "--diagnose", dir, NULL};
+  assert_int_equal(hkt_run(diag, NULL, 30, &r), 0);
+  if (!strstr(r.out, "pending in process set 1 on rank 1: 'stuck' "
+                     "(allreduce, submitted)"))
+    fail_msg("hkrun --diagnose:\n%s\n%s", r.out, r.err);
+  hkt_result_free(&r);
+  assert_int_equal(hkt_remove_tree(dir), 0);
+}
+
+/* Rank 0's timeline: each tensor's spans say its process set (rank 0 is in
+ * sets 1 and 3 of w_sets collectives), and the adds are there. */
+static void test_timeline(void **s) {
+  (void)s;
+  char dir[96], path[160], env_tl[192];
+  assert_int_equal(hkt_mkdtemp("hk_sets_", dir, sizeof dir), 0);
+  snprintf(path, sizeof path, "%s/timeline.json", dir);
+  snprintf(env_tl, sizeof env_tl, "HK_TIMELINE=%s", path);
+  char *env[] = {env_tl, NULL};
+  char *argv[] = {HKRUN_PATH,    "-np", "3", W("w_sets"),
+                  "collectives", "1",   NULL};
+  run_ok(argv, env, 3, "sets ok: collectives np=3");
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
+  static char text[1 << 20];
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  text[n] = '\0';
+  fclose(f);
+  const char *want[] = {"\"PROCESS_SET_ADD\"", "\"process_set\":0",
+                        "\"process_set\":1", "\"process_set\":3"};
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+    if (!strstr(text, want[i]))
+      fail_msg("no %s in the timeline:\n%.3000s", want[i], text);
+  if (strstr(text, "\"process_set\":2")) /* rank 0 is not in set 2 */
+    fail_msg("set 2 in rank 0's timeline:\n%.3000s", text);
+  assert_int_equal(hkt_remove_tree(dir), 0);
 }
 
 /* hkrun whose ranks get HK_PROCESS_SETS=`mine`, and rank 3 `rank3`. */
@@ -176,6 +216,7 @@ int main(void) {
       cmocka_unit_test(test_concurrent),
       cmocka_unit_test(test_errors),
       cmocka_unit_test(test_stall),
+      cmocka_unit_test(test_timeline),
       cmocka_unit_test(test_static),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

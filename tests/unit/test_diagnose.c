@@ -177,6 +177,62 @@ static void test_unfinished_collective(void **s) {
   free(err);
 }
 
+/* Process sets: rank 1 and 2 (a set's members) ran more of their set's
+ * rounds and hold a set's tensor in flight; the world's rounds agree. The
+ * set's entries neither make a round gap nor a divergence: its tensor is
+ * listed with its set. */
+static void test_process_set_entries(void **s) {
+  fixture *fx = *s;
+  for (int r = 0; r < 3; r++) {
+    hk_flight_ring ring;
+    assert_int_equal(hk_flight_ring_init(&ring, 10), HK_OK);
+    for (int i = 1; i <= 4; i++) {
+      hk_flight_entry *e = hk_flight_ring_push(&ring);
+      e->round = (uint64_t)i;
+      e->state = HK_FLIGHT_DONE;
+      e->kind = HK_COLL_ALLREDUCE;
+      e->dtype = HK_FLOAT32;
+      snprintf(e->name, sizeof e->name, "g%d", i);
+    }
+    hk_flight_entry p = {.state = HK_FLIGHT_SUBMITTED,
+                         .kind = HK_COLL_ALLGATHER,
+                         .set = 2,
+                         .dtype = HK_FLOAT32};
+    snprintf(p.name, sizeof p.name, "s.x");
+    if (r > 0) { /* the set's: round 9 of set 2, unfinished */
+      hk_flight_entry *e = hk_flight_ring_push(&ring);
+      e->round = 9;
+      e->set = 2;
+      e->state = HK_FLIGHT_RUNNING;
+      e->kind = HK_COLL_ALLREDUCE;
+      e->dtype = HK_FLOAT32;
+      snprintf(e->name, sizeof e->name, "s.y");
+    }
+    hk_flight_header h;
+    memset(&h, 0, sizeof h);
+    snprintf(h.job, sizeof h.job, "%s", JOB);
+    h.rank = r;
+    h.size = 3;
+    snprintf(h.host, sizeof h.host, "hostA");
+    h.rounds = 4;
+    h.capacity = 10;
+    h.recorded = r > 0 ? 5 : 4;
+    assert_int_equal(hk_flight_write(fx->dir, &h, &ring, &p, r > 0 ? 1 : 0),
+                     HK_OK);
+    hk_flight_ring_free(&ring);
+  }
+  char *out, *err;
+  assert_int_equal(diagnose(fx->dir, &out, &err), 0);
+  expect(out, "pending in process set 2 on rank 1: 's.x' (allgather, "
+              "submitted)");
+  expect(out, "pending in process set 2 on rank 2: 's.x'");
+  if (strstr(out, "divergence") || strstr(out, "round 9") ||
+      strstr(out, "round 4: 's.y'"))
+    fail_msg("a set's entries taken for the world's:\n%s", out);
+  free(out);
+  free(err);
+}
+
 static void test_newest_job_chosen(void **s) {
   fixture *fx = *s;
   write_rank(fx->dir, "00000000000000bb", 0, 2, 3, HK_FLIGHT_DONE, NULL, 0);
@@ -218,7 +274,7 @@ static void test_errors(void **s) {
   snprintf(path, sizeof path, "%s/hk-flight." JOB ".1.txt", fx->dir);
   FILE *f = fopen(path, "w");
   assert_non_null(f);
-  fputs("hk-flight\t1\njob\t" JOB "\nrank\t1\nsize\tfour\n", f);
+  fputs("hk-flight\t2\njob\t" JOB "\nrank\t1\nsize\tfour\n", f);
   fclose(f);
   assert_int_equal(diagnose(fx->dir, &out, &err), 1);
   expect(err, path);
@@ -234,6 +290,8 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(test_round_gap, setup, teardown),
       cmocka_unit_test_setup_teardown(test_unfinished_collective, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_process_set_entries, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_newest_job_chosen, setup, teardown),
       cmocka_unit_test_setup_teardown(test_errors, setup, teardown),

@@ -110,6 +110,7 @@ static void test_record_round_trip(void **s) {
   }
   hk_flight_entry pend = {.state = HK_FLIGHT_SUBMITTED,
                           .kind = HK_COLL_BROADCAST,
+                          .set = 3,
                           .dtype = HK_INT64,
                           .bytes = 8};
   pend.real_us[0] = 17;
@@ -147,6 +148,8 @@ static void test_record_round_trip(void **s) {
   assert_int_equal(f.npending, 1);
   assert_string_equal(f.pending[0].name, "pending one");
   assert_int_equal(f.pending[0].kind, HK_COLL_BROADCAST);
+  assert_int_equal(f.pending[0].set, 3);
+  assert_int_equal(f.entries[0].set, 0);
   assert_int_equal(f.pending[0].real_us[0], 17);
   hk_flight_file_free(&f);
   /* no temporary is left beside it */
@@ -252,7 +255,7 @@ static void test_record_errors(void **s) {
   (void)s;
   char dir[4096];
   make_dir(dir, sizeof dir);
-  const char *head = "hk-flight\t1\njob\t0123456789abcdef\nrank\t1\nsize\t4\n"
+  const char *head = "hk-flight\t2\njob\t0123456789abcdef\nrank\t1\nsize\t4\n"
                      "host\th\npid\t7\nreason\tr\nwritten_us\t5\nrounds\t2\n"
                      "capacity\t10\nrecorded\t1\n";
   char buf[2048];
@@ -263,15 +266,20 @@ static void test_record_errors(void **s) {
   snprintf(buf, sizeof buf, "%s", head);
   expect_bad(dir, buf, "line 12: the record is cut short (no 'end' line)");
   snprintf(buf, sizeof buf, "%sentry\t1\t1\tdone\tallreduce\n", head);
-  expect_bad(dir, buf, "line 12: 'entry' has 5 fields, expected 16");
+  expect_bad(dir, buf, "line 12: 'entry' has 5 fields, expected 17");
   snprintf(buf, sizeof buf,
-           "%sentry\t1\t1\tdone\tallreduce\tfloat33\t4\t0\t0\t0\t0\t0\t0\t0\t0"
-           "\tx\n",
+           "%sentry\t1\t1\tdone\tallreduce\t0\tfloat33\t4\t0\t0\t0\t0\t0\t0\t0"
+           "\t0\tx\n",
            head);
   expect_bad(dir, buf, "line 12: unknown dtype");
   snprintf(buf, sizeof buf,
-           "%sentry\t1\t1\tdone\tallreduce\tfloat32\t4\t0\t0\t0\t0\t0\t0\t0\t0"
-           "\tx\nend\t2\t0\n",
+           "%sentry\t1\t1\tdone\tallreduce\t-1\tfloat32\t4\t0\t0\t0\t0\t0\t0"
+           "\t0\t0\tx\n",
+           head);
+  expect_bad(dir, buf, "line 12: the process set is not a number of one");
+  snprintf(buf, sizeof buf,
+           "%sentry\t1\t1\tdone\tallreduce\t0\tfloat32\t4\t0\t0\t0\t0\t0\t0\t0"
+           "\t0\tx\nend\t2\t0\n",
            head);
   expect_bad(dir, buf,
              "line 13: 'end' counts 2 entries and 0 pending, the "
@@ -279,6 +287,8 @@ static void test_record_errors(void **s) {
   snprintf(buf, sizeof buf, "%send\t0\t0\nmore\n", head);
   expect_bad(dir, buf, "line 13: text after the 'end' line");
   expect_bad(dir, "hk-flight\t1\njob\txyz\n",
+             "line 1: unsupported format version");
+  expect_bad(dir, "hk-flight\t2\njob\txyz\n",
              "line 2: the job id is not 16 hex digits");
   snprintf(buf, sizeof buf, "%send\t0\t0", head);
   expect_bad(dir, buf, "line 12: the line is cut short (no newline)");
@@ -365,7 +375,7 @@ static void test_hooks_record_wrap_and_pending(void **s) {
     make_tensor(&hs[i], name, HK_COLL_ALLREDUCE, HK_FLOAT32, 10, 100.0 + i);
     hk_obs_tensor *t = &hs[i].t;
     hk_observe_taken(&o, t);
-    hk_observe_round_started(&o, &(hk_obs_round){1, 100.5 + i});
+    hk_observe_round_started(&o, &(hk_obs_round){1, 100.5 + i, 0});
     t->resp = &ok;
     t->t_ready = 100.5 + i;
     hk_observe_negotiated(&o, t);
