@@ -178,6 +178,53 @@ static void test_string_settings(void **state) {
 }
 #undef FIELD
 
+/* HK_PROCESS_SETS: sets by ';', ranks by ',', blanks around both, read
+ * back one set at a time as written; anything else names the bad text. */
+static void test_process_sets(void **state) {
+  (void)state;
+  hk_config cfg;
+  unsetenv("HK_PROCESS_SETS");
+  assert_int_equal(hk_config_load(&cfg), HK_OK);
+  assert_string_equal(cfg.process_sets, "");
+  setenv("HK_PROCESS_SETS", "3,1; 0 ,2 ;2;", 1);
+  assert_int_equal(hk_config_load(&cfg), HK_OK);
+  const int want[3][2] = {{3, 1}, {0, 2}, {2, -1}};
+  const char *pos = cfg.process_sets;
+  int ranks[4], n;
+  hk_status st;
+  for (int k = 0; k < 3; k++) {
+    assert_int_equal(hk_config_next_set(&pos, ranks, 4, &n, &st), 1);
+    assert_int_equal(st, HK_OK);
+    assert_int_equal(n, want[k][1] < 0 ? 1 : 2);
+    for (int i = 0; i < n; i++)
+      assert_int_equal(ranks[i], want[k][i]);
+  }
+  assert_int_equal(hk_config_next_set(&pos, ranks, 4, &n, &st), 0);
+  assert_int_equal(st, HK_OK);
+  pos = "0,1,2";
+  assert_int_equal(hk_config_next_set(&pos, ranks, 2, &n, &st), 0);
+  assert_int_equal(st, HK_ERR_CONFIG);
+  assert_non_null(strstr(hk_last_error(), "lists more ranks than the job"));
+  static const struct {
+    const char *value, *error;
+  } bad[] = {
+      {"0,,1", "HK_PROCESS_SETS: ',1' is not a rank"},
+      {";0", "HK_PROCESS_SETS: ';0' is not a rank"},
+      {"0;x", "HK_PROCESS_SETS: 'x' is not a rank"},
+      {"0 1", "HK_PROCESS_SETS: '1' is not a rank"},
+      {"-1", "HK_PROCESS_SETS: '-1' is not a rank"},
+      {"0,65536", "HK_PROCESS_SETS: '65536' is too large a rank"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    setenv("HK_PROCESS_SETS", bad[i].value, 1);
+    assert_int_equal(hk_config_load(&cfg), HK_ERR_CONFIG);
+    if (!strstr(hk_last_error(), bad[i].error))
+      fail_msg("HK_PROCESS_SETS='%s': '%s', want '%s'", bad[i].value,
+               hk_last_error(), bad[i].error);
+  }
+  unsetenv("HK_PROCESS_SETS");
+}
+
 /* HK_ALLREDUCE_ALGO: the host allreduce every rank is forced to run, as
  * the word (lower case; "" for auto) collectives/allreduce.h looks up. */
 static void test_allreduce_algo(void **state) {
@@ -270,6 +317,7 @@ int main(void) {
       cmocka_unit_test(test_monitor_settings),
       cmocka_unit_test(test_string_settings),
       cmocka_unit_test(test_allreduce_algo),
+      cmocka_unit_test(test_process_sets),
       cmocka_unit_test(test_horovod_aliases),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

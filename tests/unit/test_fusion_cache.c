@@ -119,6 +119,43 @@ static void test_cache_insert_lookup_retire(void **s) {
 /* Full: the least recently used entry goes, where "used" is a cached run
  * (touch) or a run by name (insert of a live name), as every rank sees
  * them in the response stream; figures for the hit rate. */
+/* The one rule every member applies to each response that ran (and rank 0
+ * for a set it is not in): an OK uncached allreduce, broadcast or
+ * reduce-scatter enters; an allgather, an alltoall and a failure do not;
+ * a cached response counts as a hit. */
+static void test_cache_apply(void **s) {
+  (void)s;
+  hk_cache *c;
+  assert_int_equal(hk_cache_create(8, &c), HK_OK);
+  static const struct {
+    uint8_t coll;
+    int enters;
+  } kinds[] = {{HK_COLL_ALLREDUCE, 1},     {HK_COLL_BROADCAST, 1},
+               {HK_COLL_REDUCESCATTER, 1}, {HK_COLL_ALLGATHER, 0},
+               {HK_COLL_ALLTOALL, 0},      {HK_COLL_BARRIER, 0}};
+  hk_wire_response r;
+  for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+    hk_wire_request q = {
+        .coll = kinds[i].coll, .dtype = HK_FLOAT32, .count = 4, .set = 2};
+    snprintf(q.name, sizeof q.name, "t%zu", i);
+    hk_wire_response_clear(&r);
+    r.status = HK_ERR_MISMATCH; /* failed: never */
+    hk_cache_apply(c, &r, &q);
+    assert_int_equal(hk_cache_lookup(c, &q), HK_WIRE_NO_BIT);
+    r.status = HK_OK;
+    hk_cache_apply(c, &r, &q);
+    assert_int_equal(hk_cache_lookup(c, &q) != HK_WIRE_NO_BIT, kinds[i].enters);
+  }
+  assert_int_equal(hk_cache_live(c), 3);
+  hk_wire_response_clear(&r);
+  r.flags = HK_RESP_CACHED;
+  r.cache_bit = 0;
+  hk_wire_request q0 = {.coll = HK_COLL_ALLREDUCE};
+  hk_cache_apply(c, &r, &q0);
+  assert_int_equal(hk_cache_get_stats(c).hits, 1);
+  hk_cache_destroy(c);
+}
+
 static void test_cache_evicts_least_recently_used(void **s) {
   (void)s;
   hk_cache *c;
@@ -179,6 +216,7 @@ int main(void) {
       cmocka_unit_test(test_plan_groups_compatible_within_threshold),
       cmocka_unit_test(test_layout_segment_major),
       cmocka_unit_test(test_cache_insert_lookup_retire),
+      cmocka_unit_test(test_cache_apply),
       cmocka_unit_test(test_cache_evicts_least_recently_used),
       cmocka_unit_test(test_cache_disabled_and_bounded),
   };

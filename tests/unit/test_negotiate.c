@@ -56,6 +56,56 @@ static void test_ready_only_when_all_submitted(void **state) {
   hk_negotiator_destroy(n);
 }
 
+/* A process set's table: its members are 0..size-1, its messages name
+ * them by their job ranks and say which set; the agreed request is kept
+ * for rank 0 (when asked) and the straggler is a job rank. */
+static void test_process_set_names(void **state) {
+  (void)state;
+  hk_negotiator *n;
+  assert_int_equal(hk_negotiator_create(2, &n), HK_OK);
+  const int ranks[2] = {4, 6};
+  assert_int_equal(hk_negotiator_name(n, 3, ranks), HK_OK);
+  hk_negotiator_keep_requests(n, 1);
+  for (int r = 0; r < 2; r++) {
+    hk_wire_request q = req("w", r ? 12 : 16);
+    q.set = 3;
+    assert_int_equal(hk_negotiator_add(n, r, &q, 1, HK_WIRE_NO_BIT, r), HK_OK);
+    hk_wire_request rm = {.coll = HK_COLL_SET_REMOVE, .count = r ? 9 : 2};
+    strcpy(rm.name, "hk.process_set.0");
+    assert_int_equal(hk_negotiator_add(n, r, &rm, 1, HK_WIRE_NO_BIT, r), HK_OK);
+  }
+  hk_wire_request ok = req("fine", 8);
+  assert_int_equal(hk_negotiator_add(n, 1, &ok, 1, HK_WIRE_NO_BIT, 1), HK_OK);
+  assert_int_equal(hk_negotiator_add(n, 0, &ok, 1, HK_WIRE_NO_BIT, 2), HK_OK);
+  hk_wire_request x = req("x", 8);
+  assert_int_equal(hk_negotiator_add(n, 0, &x, 1, HK_WIRE_NO_BIT, 0), HK_OK);
+  char what[512];
+  double oldest;
+  assert_int_equal(hk_negotiator_stalled(n, 5, 0, what, sizeof what, &oldest),
+                   1);
+  assert_string_equal(what, "tensor 'x' in process set 3 (waiting 5 s): "
+                            "missing on rank 6, submitted by rank 4");
+  hk_wire_response *rs;
+  uint32_t cnt;
+  assert_int_equal(hk_negotiator_take_ready(n, &rs, &cnt), HK_OK);
+  assert_int_equal(cnt, 3);
+  assert_string_equal(rs[0].reason,
+                      "tensor 'w' in process set 3: ranks disagree: count "
+                      "differs: count 16 on rank 4; count 12 on rank 6.");
+  assert_null(rs[0].agreed);
+  assert_string_equal(rs[1].reason, "tensor 'hk.process_set.0' in process "
+                                    "set 3: ranks disagree: process set "
+                                    "differs: process set 2 on rank 4; "
+                                    "process set 9 on rank 6.");
+  assert_int_equal(rs[2].status, HK_OK);
+  assert_int_equal(rs[2].last_rank, 4); /* set rank 0 came last */
+  assert_non_null(rs[2].agreed);
+  assert_string_equal(rs[2].agreed->name, "fine");
+  assert_int_equal(rs[2].agreed->count, 8);
+  hk_negotiator_free_responses(rs, cnt);
+  hk_negotiator_destroy(n);
+}
+
 static void test_count_mismatch_reason(void **state) {
   (void)state;
   hk_negotiator *n;
@@ -142,6 +192,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_ready_only_when_all_submitted),
       cmocka_unit_test(test_count_mismatch_reason),
+      cmocka_unit_test(test_process_set_names),
       cmocka_unit_test(test_several_fields_and_root),
       cmocka_unit_test(test_duplicate_and_bad_rank),
       cmocka_unit_test(test_long_reason_truncated),
