@@ -496,7 +496,8 @@ HK_API hk_status hk_submit_group(const hk_collective *cs, size_t n,
  * given in; a broadcast's root, the blocks of allgather and alltoall,
  * reduce-scatter's split and the rank a join reports are counted so, as
  * ranks in an MPI communicator are. (Horovod's Python API takes a
- * broadcast's root_rank as a rank of the job; hk.torch translates it.)
+ * broadcast's root_rank as a rank of the job: a front end for it maps it
+ * with hk_process_set_ranks.)
  *
  * Names: a tensor name is in flight on a rank once, whatever its set (the
  * names of hk.h's conventions are this rank's, across sets).
