@@ -87,27 +87,22 @@ static const hk_set *live_locked(const hk_ctx *ctx, hk_process_set set) {
   return ctx->sets[set];
 }
 
-int hk_process_set_rank(hk_process_set set) {
+/* This rank's rank in set `set` (rank) or its size, or -1 (no job, an
+ * unknown or removed set). */
+static int ask(hk_process_set set, int rank) {
   hk_ctx *ctx = hk_runtime_context();
   if (!ctx)
     return -1;
   pthread_mutex_lock(&ctx->mu);
   const hk_set *s = live_locked(ctx, set);
-  int rank = s ? s->rank : -1;
+  int v = !s ? -1 : rank ? s->rank : s->size;
   pthread_mutex_unlock(&ctx->mu);
-  return rank;
+  return v;
 }
 
-int hk_process_set_size(hk_process_set set) {
-  hk_ctx *ctx = hk_runtime_context();
-  if (!ctx)
-    return -1;
-  pthread_mutex_lock(&ctx->mu);
-  const hk_set *s = live_locked(ctx, set);
-  int size = s ? s->size : -1;
-  pthread_mutex_unlock(&ctx->mu);
-  return size;
-}
+int hk_process_set_rank(hk_process_set set) { return ask(set, 1); }
+
+int hk_process_set_size(hk_process_set set) { return ask(set, 0); }
 
 hk_status hk_process_set_ranks(hk_process_set set, int *ranks, int cap) {
   const char *fn = "hk_process_set_ranks";

@@ -866,6 +866,13 @@ static void mode_half16(size_t count) {
   printf("device ok: half16 np=%d\n", size);
 }
 
+/* hk_submit(c), then hk_wait: either failing exits. */
+static void submit_wait(const hk_collective *c) {
+  hk_handle h;
+  HKT_OK(hk_submit(c, &h));
+  HKT_OK(hk_wait(h));
+}
+
 /* acc = the sum over set members ranks[0..n) of their inputs (d: int32 or
  * int64, exact), or with fold the float32 fold in set-rank order. */
 static void set_model(void *want, const int *ranks, int n, size_t count,
@@ -904,9 +911,7 @@ static void set_allreduce(hk_process_set s, const int *ranks, int n,
                      .sendbuf = dv,
                      .recvbuf = dv,
                      .count = count};
-  hk_handle h;
-  HKT_OK(hk_submit(&c, &h));
-  HKT_OK(hk_wait(h));
+  submit_wait(&c);
   down(host, dv, count * esz);
   set_model(want, ranks, n, count, d, salt);
   check_bits(host, want, count, d, name);
@@ -999,8 +1004,7 @@ static void mode_sets(int fold) {
                         .recvbuf = bd,
                         .count = 17,
                         .root = n - 1};
-    HKT_OK(hk_submit(&bc, &h));
-    HKT_OK(hk_wait(h));
+    submit_wait(&bc);
     down(b, bd, sizeof b);
     fill_input(bw, 17, HK_INT64, ranks[n - 1], 90);
     check_bits(b, bw, 17, HK_INT64, name);
@@ -1016,8 +1020,7 @@ static void mode_sets(int fold) {
                         .row_elems = 3,
                         .recvbuf_out = &gout,
                         .rows_out = rows};
-    HKT_OK(hk_submit(&ag, &h));
-    HKT_OK(hk_wait(h));
+    submit_wait(&ag);
     int64_t *g = malloc((size_t)n * 6 * 8);
     down(g, gout, (size_t)n * 6 * 8);
     for (int j = 0; j < n; j++) {

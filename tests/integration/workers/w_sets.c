@@ -78,6 +78,13 @@ static set_info info(hk_process_set id) {
   return s;
 }
 
+/* hk_submit(c), then hk_wait: either failing exits. */
+static void submit_wait(const hk_collective *c) {
+  hk_handle h;
+  HKT_OK(hk_submit(c, &h));
+  HKT_OK(hk_wait(h));
+}
+
 static hk_process_set add(const int *ranks, int n) {
   hk_process_set id = -1;
   HKT_OK(hk_process_set_add(ranks, n, &id));
@@ -311,7 +318,6 @@ static void join_in(const set_info *s) {
   const int n = s->n, last = n - 1;
   size_t who = 99;
   hk_collective j = {.kind = HK_JOIN, .set = s->id, .rows_out = &who};
-  hk_handle h;
   if (s->me != last) {
     double x[4];
     for (int i = 0; i < 4; i++)
@@ -324,8 +330,7 @@ static void join_in(const set_info *s) {
                        .sendbuf = x,
                        .recvbuf = x,
                        .count = 4};
-    HKT_OK(hk_submit(&d, &h));
-    HKT_OK(hk_wait(h));
+    submit_wait(&d);
     for (int i = 0; i < 4; i++) {
       double sum = 0;
       for (int k = 0; k < last; k++)
@@ -334,8 +339,7 @@ static void join_in(const set_info *s) {
                 sum / last);
     }
   }
-  HKT_OK(hk_submit(&j, &h));
-  HKT_OK(hk_wait(h));
+  submit_wait(&j);
   HKT_CHECK(n == 1 ? who == 0 : who < (size_t)last,
             "set %d: the last to join was set rank %zu", (int)s->id, who);
 }
@@ -466,9 +470,7 @@ static int mode_concurrent(int iters) {
                          .sendbuf = &y,
                          .rows = 1,
                          .recvbuf_out = &out};
-      hk_handle h;
-      HKT_OK(hk_submit(&g, &h));
-      HKT_OK(hk_wait(h));
+      submit_wait(&g);
       HKT_CHECK(((float *)out)[0] == (float)(2 + k) &&
                     ((float *)out)[1] == (float)(3 + k),
                 "set b: allgather %d", k);
@@ -665,9 +667,7 @@ static int mode_static(const char *spec) {
                          .sendbuf = &v,
                          .recvbuf = &v,
                          .count = 1};
-      hk_handle h;
-      HKT_OK(hk_submit(&d, &h));
-      HKT_OK(hk_wait(h));
+      submit_wait(&d);
       int32_t sum = 0;
       for (int j = 0; j < n; j++)
         sum += want[j];
