@@ -196,6 +196,13 @@ static void test_process_sets(void **state) {
   assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_ERR_PROTOCOL);
   assert_non_null(strstr(hk_last_error(), "out of order"));
   sets[4] = 8;
+  encode(&m, &b); /* a set in two runs: the third run's set made 3 */
+  /* from the end: the sample flag, the third run's bit, count and set */
+  const size_t third_at = b.len - 1 - 4 - 4 - 4;
+  assert_int_equal(b.data[third_at], 8);
+  b.data[third_at] = 3;
+  assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_ERR_PROTOCOL);
+  assert_non_null(strstr(hk_last_error(), "out of order"));
   bits[3] = 1;
   bits[2] = 5;
   encode(&m, &b);
