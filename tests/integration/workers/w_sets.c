@@ -212,6 +212,39 @@ static void all_collectives(const set_info *s, int it) {
                       .recvbuf_out = &at_out,
                       .rows_out = at_rows};
   HKT_OK(hk_submit(&d, &h[nh++]));
+  /* a group of two allgathers (set rank j gives j + 2 rows of 1) and one of
+   * two reduce-scatters (n + 2 rows of 1), each fused in the set */
+  int64_t gg_in[2][66];
+  void *gg_out[2] = {NULL, NULL};
+  size_t gg_rows[2][64];
+  int32_t gr_in[2][66], gr_out[2][66];
+  size_t gr_got[2] = {0, 0};
+  hk_collective ga[2], gr[2];
+  for (int k = 0; k < 2; k++) {
+    for (int i = 0; i < me + 2; i++)
+      gg_in[k][i] = val(rank, (size_t)i, salt + 60 + k);
+    for (int i = 0; i < n + 2; i++)
+      gr_in[k][i] = val(rank, (size_t)i, salt + 70 + k);
+    ga[k] = (hk_collective){.kind = HK_ALLGATHER,
+                            .set = s->id,
+                            .name = nm[9 + k],
+                            .dtype = HK_INT64,
+                            .sendbuf = gg_in[k],
+                            .rows = (size_t)me + 2,
+                            .recvbuf_out = &gg_out[k],
+                            .rows_out = gg_rows[k]};
+    gr[k] = (hk_collective){.kind = HK_REDUCESCATTER,
+                            .set = s->id,
+                            .name = nm[11 + k],
+                            .dtype = HK_INT32,
+                            .op = HK_SUM,
+                            .sendbuf = gr_in[k],
+                            .recvbuf = gr_out[k],
+                            .rows = (size_t)n + 2,
+                            .rows_out = &gr_got[k]};
+  }
+  HKT_OK(hk_submit_group(ga, 2, &h[nh++]));
+  HKT_OK(hk_submit_group(gr, 2, &h[nh++]));
   /* a barrier of the set */
   d = (hk_collective){.kind = HK_BARRIER, .set = s->id};
   HKT_OK(hk_submit(&d, &h[nh++]));
@@ -280,6 +313,35 @@ static void all_collectives(const set_info *s, int it) {
                 "set %d: alltoall from %d [%zu]", (int)s->id, j, i);
   }
   hk_free(at_out);
+  for (int k = 0; k < 2; k++) {
+    const int64_t *o = gg_out[k];
+    at = 0;
+    for (int j = 0; j < n; j++) {
+      HKT_CHECK(gg_rows[k][j] == (size_t)j + 2,
+                "set %d: group allgather %d "
+                "rows[%d] = %zu",
+                (int)s->id, k, j, gg_rows[k][j]);
+      for (int i = 0; i < j + 2; i++, at++)
+        HKT_CHECK(o[at] == val(s->ranks[j], (size_t)i, salt + 60 + k),
+                  "set %d: group allgather %d block %d [%d]", (int)s->id, k, j,
+                  i);
+    }
+    hk_free(gg_out[k]);
+    const size_t rows = (size_t)n + 2, q2 = rows / (size_t)n,
+                 m2 = rows % (size_t)n;
+    const size_t first2 = (size_t)me * q2 + ((size_t)me < m2 ? (size_t)me : m2);
+    const size_t mine2 = q2 + ((size_t)me < m2);
+    HKT_CHECK(gr_got[k] == mine2, "set %d: group reduce-scatter %d: %zu rows",
+              (int)s->id, k, gr_got[k]);
+    for (size_t i = 0; i < mine2; i++) {
+      int32_t want = 0;
+      for (int j = 0; j < n; j++)
+        want += val(s->ranks[j], first2 + i, salt + 70 + k);
+      HKT_CHECK(gr_out[k][i] == want,
+                "set %d: group reduce-scatter %d [%zu] = %d, want %d",
+                (int)s->id, k, i, gr_out[k][i], want);
+    }
+  }
   free(a1);
   free(a2);
   free(r2);

@@ -309,11 +309,13 @@ static void refusals(void) {
   c.ndims = HK_MAX_DIMS + 1;
   expect_refused(&c, "a shape of 9 dimensions");
   c.ndims = 0;
-  c.kind = (hk_collective_kind)3; /* a barrier is no kind of hk_submit */
-  expect_refused(&c, "unknown kind 3");
+  c.kind = (hk_collective_kind)8; /* past HK_JOIN, the last kind */
+  expect_refused(&c, "unknown kind 8");
+  c.kind = (hk_collective_kind)0;
+  expect_refused(&c, "unknown kind 0");
   c.kind = HK_ALLREDUCE;
   c.set = 7;
-  expect_refused(&c, "unknown process set 7");
+  expect_refused(&c, "process set 7 does not exist");
   c.set = HK_WORLD;
   hk_collective g[2] = {c, c};
   g[1].kind = HK_BROADCAST;
