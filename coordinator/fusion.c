@@ -21,7 +21,7 @@ uint32_t hk_fusion_plan(const hk_fusion_item *items, uint32_t n,
     size_t bytes = a->bytes;
     for (uint32_t j = i + 1; j < n; j++) {
       const hk_fusion_item *b = &items[j];
-      if (taken[j] || !b->fusable || b->coll != a->coll ||
+      if (taken[j] || !b->fusable || b->coll != a->coll || b->set != a->set ||
           b->dtype != a->dtype || b->op != a->op || b->mem != a->mem ||
           b->divisor != a->divisor || b->impl != a->impl ||
           bytes + b->bytes > cap)

@@ -5,8 +5,8 @@
  * Plan (as Horovod's fusion buffer manager does): walk the responses in the
  * order rank 0 sent them; each fusable collective (allreduce, allgather or
  * reduce-scatter) that completed OK and fits opens a group, which takes
- * every later unplanned one of the same kind, dtype, op, divisor and
- * implementation while the group's bytes stay within the
+ * every later unplanned one of the same kind, process set, dtype, op,
+ * divisor and implementation while the group's bytes stay within the
  * threshold (HK_FUSION_THRESHOLD, Horovod's default 128 MiB; 0 disables
  * fusion) and the opening item's own limit, if it has one.
  * Anything else, and any tensor larger than the threshold, runs alone and
@@ -35,6 +35,9 @@ typedef struct hk_fusion_item {
   int fusable;  /* a collective that completed negotiation OK and may run
                    with others of its kind */
   uint8_t coll; /* hk_wire_coll: only one kind shares a buffer */
+  int32_t set;  /* the process set: only one set's tensors share a buffer
+                   (a round's responses are one set's; the plan checks it
+                   all the same) */
   uint8_t dtype, op;
   uint8_t mem;     /* hk_wire_mem: host and device tensors never share a
                       fusion buffer */

@@ -901,6 +901,7 @@ hk_status hk_execute_responses(hk_ctx *ctx, hk_set *S,
                                          ? device || bytes <= direct
                                          : rows && !device && bytes <= direct),
                          .coll = q->coll,
+                         .set = q->set,
                          .dtype = q->dtype,
                          .op = q->op,
                          .mem = q->mem,

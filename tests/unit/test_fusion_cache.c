@@ -50,6 +50,12 @@ static void test_plan_groups_compatible_within_threshold(void **s) {
   assert_int_equal(order[1], 6);
   assert_int_equal(order[2], 1);
   it[2].coll = 0;
+  /* nor a tensor of another process set */
+  it[2].set = 3;
+  g = hk_fusion_plan(it, 7, 1000, taken, order, starts);
+  assert_int_equal(order[1], 6);
+  assert_int_equal(order[2], 1);
+  it[2].set = 0;
   /* threshold 0: nothing fuses */
   assert_int_equal(hk_fusion_plan(it, 7, 0, taken, order, starts), 7);
   for (uint32_t i = 0; i < 7; i++)
