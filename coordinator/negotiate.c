@@ -351,7 +351,8 @@ static void fmt_row_elems(const slot *s, char *o, size_t c) {
   snprintf(o, c, "%llu", (unsigned long long)s->row_elems);
 }
 /* "17x1311", "(none)" when no shape was given; from extent `from` on
- * (an allgather's first extent, its rows, may differ between ranks). */
+ * (the first extent of an allgather or an alltoall, its rows, may differ
+ * between ranks). */
 static void fmt_extents(const slot *s, unsigned from, char *o, size_t c) {
   if (!s->ndims) {
     snprintf(o, c, "(none)");
@@ -479,8 +480,14 @@ static int describe_mixed(const hk_negotiator *n, const entry *e, char *out,
 /* 1 if two submissions agree on every field a collective compares (what
  * check_agreement would describe). Cheap: no text is made unless some
  * field differs. */
+/* The collectives whose first extent (the rows a rank sends) may differ
+ * between ranks. */
+static int rows_may_differ(unsigned coll) {
+  return coll == HK_COLL_ALLGATHER || coll == HK_COLL_ALLTOALL;
+}
+
 static int same_shape(const slot *a, const slot *b) {
-  unsigned from = a->coll == HK_COLL_ALLGATHER; /* rows may differ */
+  unsigned from = (unsigned)rows_may_differ(a->coll);
   if (a->ndims != b->ndims)
     return 0;
   for (unsigned d = from; d < a->ndims; d++)
@@ -550,8 +557,8 @@ static void check_agreement(const hk_negotiator *n, const entry *e, char *out,
       bad |= describe_field(n, e, "row size", fmt_row_elems, out, cap);
     if (data)
       bad |= describe_field(n, e, "shape",
-                            c == HK_COLL_ALLGATHER ? fmt_row_shape : fmt_shape,
-                            out, cap);
+                            rows_may_differ(c) ? fmt_row_shape : fmt_shape, out,
+                            cap);
     if (c == HK_COLL_ALLREDUCE || c == HK_COLL_REDUCESCATTER)
       bad |= describe_field(n, e, "op", fmt_op, out, cap);
     if (c == HK_COLL_ALLREDUCE) {

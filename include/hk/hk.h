@@ -413,11 +413,12 @@ typedef enum hk_collective_kind {
  * given) is the tensor's shape: its product must be count (allreduce,
  * broadcast) or rows x row_elems (allgather, reducescatter, where
  * shape[0] is the rows); ranks that pass different shapes (every extent;
- * for allgather every extent but the first) get HK_ERR_MISMATCH on every
- * rank, naming both shapes and the ranks. set: HK_WORLD, or a process
- * set this rank is a member of; ranks (root, the blocks of allgather and
- * alltoall, a reduce-scatter's rows, splits and rows_out entries) are
- * then ranks in the set, and HK_AVERAGE divides by its size.
+ * for allgather and alltoall every extent but the first) get
+ * HK_ERR_MISMATCH on every rank, naming both shapes and the ranks. set:
+ * HK_WORLD, or a process set this rank is a member of; ranks (root, the
+ * blocks of allgather and alltoall, a reduce-scatter's rows, splits and
+ * rows_out entries) are then ranks in the set, and HK_AVERAGE divides by
+ * its size.
  */
 typedef struct hk_collective {
   hk_collective_kind kind;

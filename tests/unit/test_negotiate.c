@@ -188,6 +188,62 @@ static void test_long_reason_truncated(void **state) {
   hk_negotiator_destroy(n);
 }
 
+/* q with a shape of n extents. */
+static hk_wire_request shaped(const char *name, unsigned coll, int n,
+                              const int64_t *shape) {
+  uint64_t count = 1;
+  for (int d = 0; d < n; d++)
+    count *= (uint64_t)shape[d];
+  hk_wire_request q = req(name, count);
+  q.coll = (uint8_t)coll;
+  q.ndims = (uint8_t)n;
+  memcpy(q.shape, shape, (size_t)n * sizeof shape[0]);
+  if (coll != HK_COLL_ALLREDUCE) { /* rows of shape[1..] */
+    q.count = (uint64_t)shape[0];
+    q.row_elems = count / (shape[0] ? (uint64_t)shape[0] : 1);
+  }
+  return q;
+}
+
+/* Shapes: an allreduce of 17x1311 against 391x57 (the same count) fails
+ * naming both; an allgather's and an alltoall's first extent (the rows a
+ * rank sends) may differ, their other extents may not. */
+static void test_shapes(void **state) {
+  (void)state;
+  hk_negotiator *n;
+  assert_int_equal(hk_negotiator_create(2, &n), HK_OK);
+  const int64_t s0[] = {17, 1311}, s1[] = {391, 57};
+  const int64_t g0[] = {3, 4, 5}, g1[] = {7, 4, 5}, g2[] = {7, 4, 6};
+  hk_wire_request q[2][4] = {{shaped("ar", HK_COLL_ALLREDUCE, 2, s0),
+                              shaped("ag", HK_COLL_ALLGATHER, 3, g0),
+                              shaped("a2a", HK_COLL_ALLTOALL, 3, g0),
+                              shaped("a2a.bad", HK_COLL_ALLTOALL, 3, g0)},
+                             {shaped("ar", HK_COLL_ALLREDUCE, 2, s1),
+                              shaped("ag", HK_COLL_ALLGATHER, 3, g1),
+                              shaped("a2a", HK_COLL_ALLTOALL, 3, g1),
+                              shaped("a2a.bad", HK_COLL_ALLTOALL, 3, g2)}};
+  q[1][3].row_elems = q[0][3].row_elems; /* only the shape tells */
+  for (int r = 0; r < 2; r++)
+    assert_int_equal(hk_negotiator_add(n, r, q[r], 4, HK_WIRE_NO_BIT, 0),
+                     HK_OK);
+  hk_wire_response *rs;
+  uint32_t cnt;
+  assert_int_equal(hk_negotiator_take_ready(n, &rs, &cnt), HK_OK);
+  assert_int_equal(cnt, 4);
+  assert_int_equal(rs[0].status, HK_ERR_MISMATCH);
+  assert_string_equal(rs[0].reason,
+                      "tensor 'ar': ranks disagree: shape differs: shape "
+                      "17x1311 on rank 0; shape 391x57 on rank 1.");
+  assert_int_equal(rs[1].status, HK_OK);
+  assert_int_equal(rs[2].status, HK_OK);
+  assert_int_equal(rs[3].status, HK_ERR_MISMATCH);
+  assert_string_equal(rs[3].reason,
+                      "tensor 'a2a.bad': ranks disagree: shape differs: "
+                      "shape *x4x5 on rank 0; shape *x4x6 on rank 1.");
+  hk_negotiator_free_responses(rs, cnt);
+  hk_negotiator_destroy(n);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_ready_only_when_all_submitted),
@@ -196,6 +252,7 @@ int main(void) {
       cmocka_unit_test(test_several_fields_and_root),
       cmocka_unit_test(test_duplicate_and_bad_rank),
       cmocka_unit_test(test_long_reason_truncated),
+      cmocka_unit_test(test_shapes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
