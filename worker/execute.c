@@ -756,9 +756,27 @@ static void free_phantom(hk_ctx *ctx, hk_handle h) {
   free(h);
 }
 
+/* A rank that joined took part in a barrier the others held meanwhile:
+ * its own next barrier on that set pairs with their next one, so its
+ * sequence (hk_set's barrier_seq, which names barriers as submit.c does:
+ * hk.barrier.<n>, hk.set<id>.barrier.<n>) moves past this one. */
+static void passed_barrier(hk_ctx *ctx, hk_set *S, const hk_wire_request *q) {
+  char prefix[40] = "hk.barrier.";
+  if (S->id != HK_WORLD)
+    snprintf(prefix, sizeof prefix, "hk.set%d.barrier.", (int)S->id);
+  const size_t n = strlen(prefix);
+  if (q->coll != HK_COLL_BARRIER || strncmp(q->name, prefix, n))
+    return;
+  uint64_t seq = strtoull(q->name + n, NULL, 10);
+  pthread_mutex_lock(&ctx->mu);
+  if (S->barrier_seq <= seq)
+    S->barrier_seq = seq + 1;
+  pthread_mutex_unlock(&ctx->mu);
+}
+
 /* Finds the in-flight handle a response is about (or, on a rank that
  * joined, makes one up from the parameters the response carries). */
-static hk_status resolve(hk_ctx *ctx, const hk_set *S,
+static hk_status resolve(hk_ctx *ctx, hk_set *S,
                          const hk_wire_response *r, hk_handle *out) {
   const char *name = r->name;
   if (r->flags & HK_RESP_CACHED) {
@@ -773,8 +791,10 @@ static hk_status resolve(hk_ctx *ctx, const hk_set *S,
     name = q->name;
   }
   *out = hk_queue_find(ctx, name);
-  if (!*out && (r->flags & HK_RESP_PARAMS)) /* this rank joined */
-    return r->status == HK_OK ? make_phantom(ctx, S, r->params, out) : HK_OK;
+  if (!*out && (r->flags & HK_RESP_PARAMS)) { /* this rank joined */
+    passed_barrier(ctx, S, r->params);
+    return r->status == HK_OK ? make_phantom(ctx, r->params, out) : HK_OK;
+  }
   if (!*out)
     return hk_fail(HK_ERR_PROTOCOL,
                    "rank 0 scheduled tensor '%s', which rank %d never "

@@ -122,7 +122,9 @@ static void test_grouped(int rank, int np) {
   }
 }
 
-/* The last rank joins at once; the others keep reducing without it. */
+/* The last rank joins at once; the others keep reducing without it, and
+ * hold barriers among themselves; once all joined, a barrier needs every
+ * rank again (a joined rank's next barrier pairs with the others' next). */
 static void test_join(int rank, int np) {
   int joiner = np - 1, last = -1;
   if (rank == joiner) {
@@ -146,6 +148,8 @@ static void test_join(int rank, int np) {
         HKT_CHECK(mx[i] == (float)(i + step), "join: min %g", mx[i]);
       }
     }
+    HKT_OK(hk_barrier());
+    HKT_OK(hk_barrier());
     float b = 1;
     hk_status st = hk_broadcast("j.bcast", &b, 1, HK_FLOAT32, joiner);
     HKT_CHECK(st == HK_ERR_MISMATCH && strstr(hk_last_error(), "has joined"),
@@ -159,6 +163,7 @@ static void test_join(int rank, int np) {
   int32_t v = rank;
   HKT_OK(hk_allreduce("after.join", &v, &v, 1, HK_INT32, HK_SUM));
   HKT_CHECK(v == np * (np - 1) / 2, "after join: %d", v);
+  HKT_OK(hk_barrier());
 }
 
 int main(void) {
