@@ -18,46 +18,21 @@ import threading
 
 from . import _lib
 from ._lib import LibraryNotFound
+from .errors import (HKError, HKInternalError, HKInvalidArgument,
+                     HKDuplicateName, HKNotInitialized, HorovodInternalError,
+                     HostsUpdatedInterrupt, STATUS_NAMES, not_initialized)
+from . import errors as _errors
 
 __version__ = "0.1.0"
 
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank",
-    "local_size", "cross_rank", "cross_size", "library_path",
-    "library_reason", "HKError", "HKInvalidArgument", "LibraryNotFound",
+    "local_size", "cross_rank", "cross_size", "barrier", "join",
+    "library_path", "library_reason", "HKError", "HKInternalError",
+    "HKInvalidArgument", "HKDuplicateName", "HKNotInitialized",
+    "HorovodInternalError", "HostsUpdatedInterrupt", "LibraryNotFound",
     "STATUS_NAMES",
 ]
-
-#: hk_status values (hk.h), by number.
-STATUS_NAMES = {
-    0: "HK_OK", 1: "HK_ERR_INVALID_ARG", 2: "HK_ERR_NOT_INITIALIZED",
-    3: "HK_ERR_ALREADY_INITIALIZED", 4: "HK_ERR_MISMATCH",
-    5: "HK_ERR_DUPLICATE_NAME", 6: "HK_ERR_PEER_LOST", 7: "HK_ERR_SHUTDOWN",
-    8: "HK_ERR_TIMEOUT", 9: "HK_ERR_AUTH", 10: "HK_ERR_PROTOCOL",
-    11: "HK_ERR_SYSTEM", 12: "HK_ERR_NOMEM", 13: "HK_ERR_CONFIG",
-    14: "HK_ERR_STALLED", 15: "HK_ERR_DEVICE",
-}
-_INVALID_ARG = 1
-_NOT_INITIALIZED = 2
-
-
-class HKError(RuntimeError):
-    """An hk call failed. ``str(e)`` is hk's own message (hk_last_error():
-    it names the tensor, the ranks and the values involved); ``e.status``
-    is the hk_status number and ``e.status_name`` its name, e.g.
-    ``HK_ERR_MISMATCH`` or ``HK_ERR_PEER_LOST``.
-
-    ``hk.torch.HorovodInternalError`` is this class: Horovod raises its
-    HorovodInternalError (also a RuntimeError) for the same failures."""
-
-    def __init__(self, status, message):
-        self.status = status
-        self.status_name = STATUS_NAMES.get(status, "HK_ERR_%d" % status)
-        super().__init__(message)
-
-
-class HKInvalidArgument(HKError, ValueError):
-    """hk refused an argument (HK_ERR_INVALID_ARG); also a ValueError."""
 
 
 def lib():
@@ -76,17 +51,16 @@ def library_reason():
 
 
 def error_from(status):
-    """The exception for a failed hk call, with hk_last_error() of this
-    thread (call it right after the failing call, on the same thread)."""
+    """The exception for a failed hk call (hk.errors says which class),
+    with hk_last_error() of this thread (call it right after the failing
+    call, on the same thread)."""
     L = lib()
     msg = L.hk_last_error()
     msg = msg.decode("utf-8", "replace") if msg else ""
     if not msg:
         s = L.hk_strerror(status)
         msg = s.decode() if s else "hk status %d" % status
-    if status == _INVALID_ARG:
-        return HKInvalidArgument(status, msg)
-    return HKError(status, msg)
+    return _errors.error_for(status, msg)
 
 
 def check(status):
@@ -103,18 +77,14 @@ _atexit_registered = False
 _pending = {}
 
 
-def _not_initialized():
-    return ValueError("hk has not been initialized; use hvd.init().")
-
-
 def init():
     """Joins the job (hk_init): reads what hkrun set; without hkrun the
     process is a world of one. Calling it again while initialized does
     nothing (as in Horovod). Registers hk_shutdown to run at exit: under
     hkrun a process whose hk_init succeeded must shut down before exiting.
-    Raises HKError with hk's message when hk_init fails (HK_ERR_TIMEOUT,
-    HK_ERR_CONFIG naming the variable, ...) and LibraryNotFound when libhk
-    cannot be loaded."""
+    Raises HKInternalError (a HorovodInternalError) with hk's message when
+    hk_init fails (HK_ERR_TIMEOUT, HK_ERR_CONFIG naming the variable, ...)
+    and LibraryNotFound when libhk cannot be loaded."""
     global _initialized, _atexit_registered
     with _state_lock:
         if _initialized:
@@ -159,7 +129,7 @@ def is_initialized():
 
 def _query(fn):
     if not _initialized:
-        raise _not_initialized()
+        raise not_initialized()
     return getattr(lib(), fn)()
 
 
@@ -196,7 +166,7 @@ def cross_size():
 def barrier():
     """Blocks until every rank has called barrier() (hk_barrier)."""
     if not _initialized:
-        raise _not_initialized()
+        raise not_initialized()
     check(lib().hk_barrier())
 
 
@@ -205,7 +175,7 @@ def join():
     then this rank takes part in the others' collectives with the op's
     identity. Returns the rank that joined last."""
     if not _initialized:
-        raise _not_initialized()
+        raise not_initialized()
     last = ctypes.c_int(-1)
     check(lib().hk_join(ctypes.byref(last)))
     return last.value
