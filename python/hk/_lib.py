@@ -23,7 +23,9 @@ import ctypes.util
 import os
 import threading
 
-__all__ = ["load", "library_path", "library_reason", "LibraryNotFound"]
+__all__ = ["load", "library_path", "library_reason", "LibraryNotFound",
+           "Collective", "ALLREDUCE", "BROADCAST", "ALLGATHER",
+           "REDUCESCATTER", "ALLTOALL", "WORLD", "MAX_DIMS"]
 
 
 class LibraryNotFound(ImportError):
@@ -58,13 +60,46 @@ def _candidates():
     return out, False
 
 
+# hk_collective_kind (hk.h)
+ALLREDUCE, BROADCAST, ALLGATHER, REDUCESCATTER, ALLTOALL = 1, 2, 4, 5, 6
+#: HK_WORLD: the process set of every rank
+WORLD = 0
+#: HK_MAX_DIMS: the most dimensions a shape passed to hk may have
+MAX_DIMS = 8
+
+
+class Collective(ctypes.Structure):
+    """hk.h's hk_collective: one collective, described whole (the fields
+    each kind reads are in hk.h). Zero-initialised by ctypes."""
+
+    _fields_ = [
+        ("kind", ctypes.c_int),
+        ("name", ctypes.c_char_p),
+        ("set", ctypes.c_int32),
+        ("dtype", ctypes.c_int),
+        ("op", ctypes.c_int),
+        ("sendbuf", ctypes.c_void_p),
+        ("recvbuf", ctypes.c_void_p),
+        ("count", ctypes.c_size_t),
+        ("rows", ctypes.c_size_t),
+        ("row_elems", ctypes.c_size_t),
+        ("root", ctypes.c_int),
+        ("prescale", ctypes.c_double),
+        ("postscale", ctypes.c_double),
+        ("splits", ctypes.POINTER(ctypes.c_size_t)),
+        ("recvbuf_out", ctypes.POINTER(ctypes.c_void_p)),
+        ("rows_out", ctypes.POINTER(ctypes.c_size_t)),
+        ("ndims", ctypes.c_int),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+    ]
+
+
 def _declare(lib):
     c = ctypes
     st = c.c_int
-    sz = c.c_size_t
     vp = c.c_void_p
     h_p = c.POINTER(c.c_void_p)
-    szp = c.POINTER(c.c_size_t)
+    coll_p = c.POINTER(Collective)
     decl = {
         "hk_init": (st, []),
         "hk_shutdown": (st, []),
@@ -74,29 +109,8 @@ def _declare(lib):
         "hk_local_size": (c.c_int, []),
         "hk_cross_rank": (c.c_int, []),
         "hk_cross_size": (c.c_int, []),
-        "hk_allreduce_async": (st, [c.c_char_p, vp, vp, sz, c.c_int, c.c_int, h_p]),
-        "hk_allreduce_scaled_async": (
-            st,
-            [c.c_char_p, vp, vp, sz, c.c_int, c.c_int, c.c_double, c.c_double, h_p],
-        ),
-        "hk_broadcast_async": (st, [c.c_char_p, vp, sz, c.c_int, c.c_int, h_p]),
-        "hk_allgather_async": (
-            st,
-            [c.c_char_p, vp, sz, sz, c.c_int, c.POINTER(vp), szp, h_p],
-        ),
-        "hk_reducescatter_async": (
-            st,
-            [c.c_char_p, vp, sz, sz, c.c_int, c.c_int, vp, szp, h_p],
-        ),
-        "hk_alltoall_async": (
-            st,
-            [c.c_char_p, vp, szp, sz, c.c_int, c.POINTER(vp), szp, h_p],
-        ),
-        "hk_grouped_allreduce_async": (
-            st,
-            [c.POINTER(c.c_char_p), c.POINTER(vp), c.POINTER(vp), szp, sz,
-             c.c_int, c.c_int, h_p],
-        ),
+        "hk_submit": (st, [coll_p, h_p]),
+        "hk_submit_group": (st, [coll_p, c.c_size_t, h_p]),
         "hk_join": (st, [c.POINTER(c.c_int)]),
         "hk_wait": (st, [vp]),
         "hk_poll": (st, [vp, c.POINTER(c.c_int)]),
@@ -105,9 +119,6 @@ def _declare(lib):
         "hk_get_stream": (vp, []),
         "hk_wait_stream": (st, [vp, vp]),
         "hk_free": (None, [vp]),
-        "hk_dtype_size": (sz, [c.c_int]),
-        "hk_dtype_name": (c.c_char_p, [c.c_int]),
-        "hk_op_name": (c.c_char_p, [c.c_int]),
         "hk_strerror": (c.c_char_p, [c.c_int]),
         "hk_last_error": (c.c_char_p, []),
     }

@@ -6,30 +6,36 @@ A Horovod PyTorch script runs with that import instead of
 hk's negotiation, fusion, response cache, transports, timeline and stall
 inspector apply unchanged.
 
-Where hk differs from Horovod, the function's docstring (or its module's:
-mpi_ops, functions, optimizer, compression) says so. In short: no Adasum,
-no process sets, no elastic mode, no SyncBatchNorm, timeline from
-HK_TIMELINE / ``hkrun --timeline-filename`` (start_timeline is refused),
-and init() takes no MPI communicator.
+docs/pytorch.md has the table of every function and argument of
+horovod.torch with hk's status; where hk differs, the function's
+docstring (or its module's: mpi_ops, functions, optimizer, compression,
+process_sets) says so too.
 """
 
 import hk as _hk
 from hk import (is_initialized, rank, size, local_rank, local_size,
-                cross_rank, cross_size, HKError, HKInvalidArgument,
-                library_path, library_reason)
+                cross_rank, cross_size, library_path, library_reason)
+from hk.build import (mpi_threads_supported, mpi_enabled, mpi_built,
+                      gloo_enabled, gloo_built, nccl_built, ddl_built,
+                      ccl_built, cuda_built, rocm_built)
+from hk.errors import (HorovodInternalError, HostsUpdatedInterrupt, HKError,
+                       HKInternalError, HKInvalidArgument, HKDuplicateName,
+                       HKNotInitialized)
 
 from .compression import Compression
-from .mpi_ops import (Average, Sum, Adasum, Min, Max, Product,
-                      HorovodInternalError, ProcessSet, global_process_set,
-                      add_process_set, remove_process_set, Handle,
+from .mpi_ops import (Average, Sum, Adasum, Min, Max, Product, Handle,
                       allreduce, allreduce_, allreduce_async,
                       allreduce_async_, grouped_allreduce,
                       grouped_allreduce_, grouped_allreduce_async,
-                      grouped_allreduce_async_, allgather, allgather_async,
-                      broadcast, broadcast_, broadcast_async,
-                      broadcast_async_, alltoall, alltoall_async,
-                      reducescatter, reducescatter_async, synchronize, poll,
-                      join, barrier)
+                      grouped_allreduce_async_, sparse_allreduce_async,
+                      allgather, allgather_async, grouped_allgather,
+                      grouped_allgather_async, broadcast, broadcast_,
+                      broadcast_async, broadcast_async_, alltoall,
+                      alltoall_async, reducescatter, reducescatter_async,
+                      grouped_reducescatter, grouped_reducescatter_async,
+                      synchronize, poll, join, barrier)
+from .process_sets import (ProcessSet, global_process_set, add_process_set,
+                           remove_process_set, init_process_sets)
 from .functions import (broadcast_parameters, broadcast_optimizer_state,
                         broadcast_object, allgather_object)
 from .optimizer import DistributedOptimizer
@@ -40,78 +46,22 @@ _hk.lib()
 
 
 def init(comm=None, process_sets=None):
-    """Joins the job (hk_init; see hk.init). Horovod's ``comm`` (an MPI
-    communicator or a list of ranks) and ``process_sets`` are refused with
-    NotImplementedError: hk's world is the job hkrun started."""
+    """Joins the job (hk_init; see hk.init), then registers
+    ``process_sets`` (hvd.ProcessSet objects; see process_sets for what
+    libhk supports yet). Horovod's ``comm`` (an MPI communicator or a list
+    of ranks making the world) is refused with NotImplementedError: hk's
+    world is the job hkrun (or mpirun) started."""
     if comm is not None:
         raise NotImplementedError("hk.torch.init: comm is not supported; the "
                                   "world is the job hkrun started")
-    if process_sets is not None:
-        raise NotImplementedError("hk.torch.init: hk has no process sets")
     _hk.init()
+    global_process_set.ranks = list(range(_hk.size()))
+    init_process_sets(process_sets)
 
 
 def shutdown():
     """Leaves the job (hk_shutdown); runs at exit by itself too."""
     _hk.shutdown()
-
-
-def mpi_threads_supported():
-    """hk's API may be called from any thread: True."""
-    return True
-
-
-def mpi_enabled():
-    """False: hk's control plane is its own (MPI only carries links with
-    HK_CROSS_TRANSPORT=mpi)."""
-    return False
-
-
-def mpi_built():
-    """False (see mpi_enabled)."""
-    return False
-
-
-def gloo_enabled():
-    """False: hk is neither Gloo nor MPI."""
-    return False
-
-
-def gloo_built():
-    """False."""
-    return False
-
-
-def _cuda_module():
-    import os
-    return os.path.join(os.path.dirname(_hk.library_path()), "libhk_cuda.so")
-
-
-def nccl_built():
-    """True when hk's CUDA backend (libhk_cuda.so, NCCL inside) sits next
-    to the loaded libhk."""
-    import os
-    return os.path.exists(_cuda_module())
-
-
-def cuda_built():
-    """As nccl_built()."""
-    return nccl_built()
-
-
-def rocm_built():
-    """False."""
-    return False
-
-
-def ddl_built():
-    """False."""
-    return False
-
-
-def ccl_built():
-    """False."""
-    return False
 
 
 def start_timeline(file_path, mark_cycles=False):

@@ -21,9 +21,9 @@ import pickle
 import torch
 
 import hk as _hk
-from .mpi_ops import (_op_name, _require_init, _check_process_set,
-                      global_process_set, broadcast_async_, synchronize,
-                      allgather, broadcast_)
+from ._submit import op_name, require_init
+from .mpi_ops import (global_process_set, broadcast_async_, synchronize,
+                      allgather, broadcast_, _ps)
 
 __all__ = ["broadcast_parameters", "broadcast_optimizer_state",
            "broadcast_object", "allgather_object"]
@@ -46,7 +46,7 @@ def broadcast_parameters(params, root_rank, prefix=None):
     ``params``: a dict (``model.state_dict()``, sent in sorted key order),
     or a list of ``(name, tensor)`` pairs (``model.named_parameters()``),
     or a list of tensors. Every rank must pass the same names."""
-    _require_init()
+    require_init()
     if isinstance(params, dict):
         items = sorted(params.items())
     elif isinstance(params, (list, tuple)) or isinstance(
@@ -113,13 +113,16 @@ def _fill(obj, tensors):
     return obj
 
 
-def broadcast_optimizer_state(optimizer, root_rank, prefix="Parameter.",
-                              model=None):
+def broadcast_optimizer_state(optimizer, root_rank, model=None,
+                              prefix="Parameter."):
     """Makes every rank's optimizer state (per-parameter state such as
     momentum buffers, and the param_groups' hyperparameters such as lr)
-    equal to root_rank's. See the module docstring for how it differs from
-    Horovod. ``model`` is accepted for Horovod's signature and not used."""
-    _require_init()
+    equal to root_rank's. Parameters without state on the root (no
+    gradient yet, frozen, unused) have none anywhere afterwards, as after
+    Horovod's. See the module docstring for how it differs from Horovod.
+    ``model`` (Horovod's: to find sparse parameters for its dummy step) is
+    accepted and not needed."""
+    require_init()
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise ValueError("broadcast_optimizer_state: expected a "
                          "torch.optim.Optimizer, got %s" %
@@ -162,37 +165,39 @@ def broadcast_object(obj, root_rank=0, name=None,
                      process_set=global_process_set):
     """Returns root_rank's ``obj`` on every rank (pickled, broadcast as
     bytes, unpickled); the root gets its own object back."""
-    _check_process_set(process_set)
-    _require_init()
-    base = _op_name("broadcast_object", name)
+    process_set = _ps(process_set)
+    require_init()
+    base = op_name("broadcast_object", name)
     if _hk.rank() == root_rank:
         data = _dumps(obj)
         sz = torch.tensor([len(data)], dtype=torch.int64)
     else:
         sz = torch.zeros(1, dtype=torch.int64)
-    broadcast_(sz, root_rank, name=base + ".size")
+    broadcast_(sz, root_rank, name=base + ".size", process_set=process_set)
     n = int(sz.item())
     if _hk.rank() == root_rank:
         buf = torch.frombuffer(bytearray(data), dtype=torch.uint8) if n \
             else torch.zeros(0, dtype=torch.uint8)
     else:
         buf = torch.zeros(n, dtype=torch.uint8)
-    broadcast_(buf, root_rank, name=base + ".data")
+    broadcast_(buf, root_rank, name=base + ".data", process_set=process_set)
     if _hk.rank() == root_rank:
         return obj
     return pickle.loads(buf.numpy().tobytes())
 
 
 def allgather_object(obj, name=None, process_set=global_process_set):
-    """Returns the list of every rank's ``obj``, in rank order."""
-    _check_process_set(process_set)
-    _require_init()
-    base = _op_name("allgather_object", name)
+    """Returns the list of every rank's ``obj``, in rank order (of the
+    process set)."""
+    process_set = _ps(process_set)
+    require_init()
+    base = op_name("allgather_object", name)
     data = _dumps(obj)
     buf = torch.frombuffer(bytearray(data), dtype=torch.uint8)
     sizes = allgather(torch.tensor([len(data)], dtype=torch.int64),
-                      name=base + ".size")
-    allb = allgather(buf, name=base + ".data").numpy().tobytes()
+                      name=base + ".size", process_set=process_set)
+    allb = allgather(buf, name=base + ".data",
+                     process_set=process_set).numpy().tobytes()
     out, off = [], 0
     for s in sizes.tolist():
         out.append(pickle.loads(allb[off:off + s]))

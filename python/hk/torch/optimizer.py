@@ -8,11 +8,24 @@ Differences from Horovod
   state accumulated before wrapping is lost there; here it is kept).
 - Gradients go through hk in a world of one too (Horovod skips the hooks
   at size 1), so a one-process run exercises the same path.
-- op=Adasum is refused (NotImplementedError); process sets other than the
-  global one are refused.
+- op=Adasum is refused (NotImplementedError).
+- groups: formed as Horovod forms them (an int: Horovod's split_list of
+  the trainable parameters in order; lists: each list, and every other
+  parameter alone), in param_groups order on every rank (Horovod
+  broadcasts rank 0's order first). A group whose members did not all get
+  a gradient by synchronize() is reduced as a group anyway, with zeros for
+  the missing ones (Horovod reduces those members one by one, which can
+  differ between ranks).
+- A sparse gradient missing on this rank (its parameter unused this
+  step) is sent as an empty sparse tensor when the parameter had a sparse
+  gradient before (Horovod sends dense zeros, which cannot meet the other
+  ranks' sparse allgathers), and an empty one (what zero_grad() leaves) is
+  laid out as the parameter's sparse gradients are, so that its
+  allgathers match the other ranks'.
 - hk's names for gradients: ``allreduce.<parameter name>`` (from
-  named_parameters), else ``allreduce.noname.param.<index>``; a group:
-  ``grouped_allreduce.grad_group.<k>.<i>``.
+  named_parameters, else Horovod's ``noname.<group>.<index>``); a group:
+  ``grouped_allreduce.<its first parameter's name>.<i>``; a sparse
+  gradient: ``allgather.<name>.indices`` and ``allgather.<name>.values``.
 """
 
 import contextlib
@@ -20,33 +33,42 @@ import warnings
 
 import torch
 
-import hk as _hk
 from .compression import Compression
-from .mpi_ops import (Average, Adasum, _ADASUM, _HK_OP,
-                      _check_process_set, global_process_set,
-                      allreduce_async_, grouped_allreduce_async_,
-                      allgather_async, synchronize)
+from ._submit import ADASUM, HK_OP, require_init
+from .mpi_ops import (Average, Adasum, global_process_set, allreduce_async_,
+                      grouped_allreduce_async_, sparse_allreduce_async,
+                      synchronize, _ps)
 
 __all__ = ["DistributedOptimizer"]
+
+
+def split_list(items, n):
+    """Horovod's split of a list into n nearly equal consecutive chunks."""
+    d, r = divmod(len(items), n)
+    return [items[i * d + min(i, r):(i + 1) * d + min(i + 1, r)]
+            for i in range(n)]
 
 
 class _DistributedMixin:
     """Placed before the wrapped optimizer's class; see DistributedOptimizer."""
 
     def _hk_setup(self, named_parameters, compression, backward_passes_per_step,
-                  op, gradient_predivide_factor, groups, sparse_as_dense):
+                  op, gradient_predivide_factor, groups, sparse_as_dense,
+                  process_set):
         self._compression = compression
         self.backward_passes_per_step = backward_passes_per_step
         self.op = op
         self.gradient_predivide_factor = gradient_predivide_factor
         self.sparse_as_dense = sparse_as_dense
+        self.process_set = process_set
 
         all_params = [p for g in self.param_groups for p in g["params"]]
         if named_parameters is not None:
             named_parameters = list(named_parameters)
         else:
-            named_parameters = [("noname.param.%d" % i, p)
-                                for i, p in enumerate(all_params)]
+            named_parameters = [("noname.%d.%d" % (i, j), p)
+                                for i, g in enumerate(self.param_groups)
+                                for j, p in enumerate(g["params"])]
         if any(not isinstance(p, tuple) or len(p) != 2
                for p in named_parameters):
             raise ValueError("named_parameters should be a sequence of "
@@ -65,26 +87,23 @@ class _DistributedMixin:
                              "ids: %s" % ", ".join(str(i) for i in unnamed))
         self._parameter_names = {p: n for n, p in named_parameters}
 
-        # explicit groups: lists of parameters reduced together
         self._group_of = {}
         self._groups = []
-        if groups:
-            if isinstance(groups, int):
-                trainable = [p for p in all_params if p.requires_grad]
-                k = max(1, min(groups, len(trainable)))
-                per = -(-len(trainable) // k)
-                plist = [trainable[i:i + per]
-                         for i in range(0, len(trainable), per)]
+        if groups is not None:
+            trainable = [p for p in all_params if p.requires_grad]
+            if isinstance(groups, list):
+                ids = {id(p) for p in trainable}
+                plist = [[p for p in g if id(p) in ids] for g in groups]
+                grouped = {id(p) for g in plist for p in g}
+                plist += [[p] for p in trainable if id(p) not in grouped]
             else:
-                plist = [list(g) for g in groups]
-            for gi, g in enumerate(plist):
+                plist = split_list(trainable, groups)
+            for gi, g in enumerate(p for p in plist if p):
                 for p in g:
-                    if p in self._group_of:
-                        raise ValueError("groups: a parameter appears in two "
-                                         "groups")
                     self._group_of[p] = gi
                 self._groups.append(g)
         self._group_ready = [set() for _ in self._groups]
+        self._sparse_dims = {}  # p: sparse_dim of its sparse gradients
 
         self._handles = {}
         self._grad_accs = []
@@ -93,7 +112,24 @@ class _DistributedMixin:
         self._should_synchronize = True
         self._allreduce_delay = {p: backward_passes_per_step
                                  for p in all_params}
-        self._register_hooks()
+        if process_set.included():
+            self._register_hooks()
+
+    def set_backward_passes_per_step(self, passes):
+        """Changes backward_passes_per_step (and restarts its count)."""
+        self.backward_passes_per_step = passes
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = passes
+
+    def load_state_dict(self, *args, **kwargs):
+        """The wrapped optimizer's, forgetting gradients in flight."""
+        self._handles = {}
+        self._synchronized = False
+        self._should_synchronize = True
+        self._group_ready = [set() for _ in self._groups]
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = self.backward_passes_per_step
+        return super().load_state_dict(*args, **kwargs)
 
     # ------------------------------------------------------------- hooks
     def _register_hooks(self):
@@ -115,6 +151,8 @@ class _DistributedMixin:
                     "backward_passes_per_step times before call to "
                     "step(). Increase backward_passes_per_step to "
                     "accumulate gradients locally.")
+            if p.grad is None:  # backward gave it no gradient (undefined)
+                return
             assert not p.grad.requires_grad
             self._allreduce_delay[p] -= 1
             if self._allreduce_delay[p] == 0:
@@ -138,47 +176,56 @@ class _DistributedMixin:
         if p.grad is None:
             # not computed here (an unused branch) but perhaps on another
             # rank: contribute zeros so every rank submits it
-            p.grad = torch.zeros_like(p)
+            p.grad = self._empty_sparse(p) if p in self._sparse_dims else \
+                torch.zeros_like(p)
         name = self._parameter_names.get(p)
         tensor = p.grad
         if tensor.is_sparse:
-            if self.sparse_as_dense:
-                tensor = tensor.to_dense()
-            else:
-                return self._sparse_allreduce_grad_async(p, name)
+            if tensor._nnz() == 0:  # zero_grad() left it with every dim sparse
+                p.grad = tensor = self._empty_sparse(p)
+            self._sparse_dims[p] = tensor.sparse_dim()
+            if not self.sparse_as_dense:
+                return (sparse_allreduce_async(tensor, name=name, op=self.op,
+                                               process_set=self.process_set),
+                        None)
+            tensor = tensor.to_dense()
         compressed, ctx = self._compression.compress(tensor)
         pre, post = self._scale()
         h = allreduce_async_(compressed, name=name, op=self.op,
-                             prescale_factor=pre, postscale_factor=post)
+                             prescale_factor=pre, postscale_factor=post,
+                             process_set=self.process_set)
         return h, (ctx, compressed, tensor)
 
-    def _sparse_allreduce_grad_async(self, p, name):
-        g = p.grad.coalesce()
-        hv = allgather_async(g._values(), name=name + ".values")
-        hi = allgather_async(g._indices().t().contiguous(),
-                             name=name + ".indices")
-        return (hv, hi), ("sparse", g.shape)
+    def _empty_sparse(self, p):
+        """A sparse gradient of no entries, laid out as p's last sparse
+        gradient (sparse dims, then dense ones; at first the rows, as
+        nn.Embedding's), so that its allgathers match the other ranks'."""
+        k = self._sparse_dims.get(p, 1)
+        return torch.sparse_coo_tensor(
+            torch.zeros((k, 0), dtype=torch.int64, device=p.device),
+            torch.zeros((0,) + tuple(p.shape[k:]), dtype=p.dtype,
+                        device=p.device), p.shape)
 
     def _group_arrived(self, p):
         gi = self._group_of[p]
         ready = self._group_ready[gi]
         ready.add(p)
         self._handles[p] = (None, None)
-        members = [q for q in self._groups[gi] if q.requires_grad]
-        if len(ready) == len(members):
+        if len(ready) == len(self._groups[gi]):
             self._submit_group(gi)
 
     def _submit_group(self, gi):
-        members = [q for q in self._groups[gi] if q.requires_grad]
+        members = self._groups[gi]
         for q in members:
             if q.grad is None:
                 q.grad = torch.zeros_like(q)
         comp = [self._compression.compress(q.grad) for q in members]
         pre, post = self._scale()
         h = grouped_allreduce_async_([c[0] for c in comp],
-                                     name="grad_group.%d" % gi, op=self.op,
-                                     prescale_factor=pre,
-                                     postscale_factor=post)
+                                     name=self._parameter_names[members[0]],
+                                     op=self.op, prescale_factor=pre,
+                                     postscale_factor=post,
+                                     process_set=self.process_set)
         first = True
         for q, (t, ctx) in zip(members, comp):
             # the group's handle sits on its first member; the others
@@ -193,6 +240,9 @@ class _DistributedMixin:
         """Waits for every gradient's allreduce (starting those backward
         did not reach, with zeros for gradients never computed) and puts
         the results in p.grad."""
+        if not self.process_set.included():
+            self._synchronized = True
+            return
         missing = [p for p in self._requires_update if p not in self._handles]
         for p in missing:
             self._handles[p] = (None, None)
@@ -212,14 +262,6 @@ class _DistributedMixin:
             if isinstance(h, str):  # a group member: done with its group
                 continue
             try:
-                if isinstance(h, tuple):  # sparse: values and indices
-                    values = synchronize(h[0])
-                    indices = synchronize(h[1])
-                    if self.op == Average:
-                        values = values / _hk.size()
-                    p.grad = torch.sparse_coo_tensor(
-                        indices.t(), values, ctx[1]).coalesce()
-                    continue
                 out = synchronize(h)
             except Exception as e:
                 err = err or e
@@ -227,22 +269,28 @@ class _DistributedMixin:
             if isinstance(out, list):  # a group: decompress its members
                 for q in self._groups[self._group_of[p]]:
                     if q in self._handles:
-                        self._finish_grad(q, self._handles[q][1])
+                        self._finish_grad(q, out, self._handles[q][1])
             else:
-                self._finish_grad(p, ctx)
+                self._finish_grad(p, out, ctx)
         self._handles.clear()
         self._synchronized = True
         if err is not None:
             raise err
 
-    def _finish_grad(self, p, ctx):
-        cctx, reduced, original = ctx
-        out = self._compression.decompress(reduced, cctx)
+    def _finish_grad(self, p, out, ctx):
+        """Puts the reduced gradient in p.grad, as Horovod: a sparse
+        gradient stays sparse (sparse_as_dense reduced it dense)."""
         with torch.no_grad():
-            if original is not p.grad:  # sparse_as_dense
-                p.grad = out
-            elif out is not p.grad:
-                p.grad.copy_(out)
+            if ctx is None:  # the sparse allgather's result
+                p.grad.zero_().add_(out)
+                return
+            cctx, reduced, original = ctx
+            res = self._compression.decompress(reduced, cctx)
+            if p.grad.is_sparse:  # sparse_as_dense: sparse again, its layout
+                res = res.to_sparse(p.grad.sparse_dim())
+                p.grad.zero_().add_(res)
+            elif res is not p.grad:
+                p.grad.copy_(res)
 
     @contextlib.contextmanager
     def skip_synchronize(self):
@@ -297,41 +345,67 @@ def DistributedOptimizer(optimizer, named_parameters=None,
       refused.
     - gradient_predivide_factor: with Average, gradients are multiplied by
       1/f before the sum and by f/size after it.
-    - num_groups / groups: gradients reduced together as hk grouped
-      allreduces (an int: that many groups of consecutive parameters; or
-      lists of parameters).
-    - sparse_as_dense: sparse gradients are densified; otherwise they are
-      allgathered (values and indices) and summed.
+    - num_groups (deprecated) / groups: gradients reduced together as hk
+      grouped allreduces: an int n splits the trainable parameters into n
+      groups of consecutive ones (Horovod's split_list); a list of lists
+      of parameters makes each list a group, and every other parameter
+      its own.
+    - sparse_as_dense: sparse gradients are densified, allreduced, and
+      made sparse again; otherwise they go through
+      sparse_allreduce_async (indices and values allgathered).
+    - process_set: the ranks whose gradients are reduced together; a rank
+      outside it does not reduce.
 
     See the module docstring for where hk differs from Horovod."""
-    _check_process_set(process_set)
+    process_set = _ps(process_set)
     if op == Adasum:
-        raise NotImplementedError(_ADASUM)
-    if op not in _HK_OP:
+        raise NotImplementedError(ADASUM)
+    if op not in HK_OP:
         raise ValueError("unknown op %r" % (op,))
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with "
                          "op != Average")
     if not isinstance(backward_passes_per_step, int) or \
-            backward_passes_per_step < 1:
-        raise ValueError("backward_passes_per_step must be a positive int, "
-                         "got %r" % (backward_passes_per_step,))
+            backward_passes_per_step <= 0:
+        raise ValueError("backward_passes_per_step must be > 0, got %r" %
+                         (backward_passes_per_step,))
     if num_groups != 0:
         warnings.warn("Parameter `num_groups` has been replaced by `groups` "
                       "and will be removed", DeprecationWarning)
         if groups is None:
             groups = num_groups
+    _check_groups(groups)
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise ValueError("DistributedOptimizer: expected a "
                          "torch.optim.Optimizer, got %s" %
                          type(optimizer).__name__)
-    if not _hk.is_initialized():
-        raise ValueError("hk has not been initialized; use hvd.init().")
+    require_init()
     base = optimizer.__class__
     cls = type(base.__name__, (_DistributedMixin, base),
                {"__module__": base.__module__})
     obj = cls.__new__(cls)
     obj.__dict__.update(optimizer.__dict__)  # shares groups, state, defaults
     obj._hk_setup(named_parameters, compression, backward_passes_per_step, op,
-                  gradient_predivide_factor, groups, sparse_as_dense)
+                  gradient_predivide_factor, groups, sparse_as_dense,
+                  process_set)
     return obj
+
+
+def _check_groups(groups):
+    """Horovod's checks of ``groups`` (ValueError)."""
+    if groups is None:
+        return
+    if not isinstance(groups, list) and not (
+            isinstance(groups, int) and groups > 0):
+        raise ValueError("groups should be a non-negative integer or a list "
+                         "of list of torch.Tensor.")
+    if isinstance(groups, list):
+        seen = set()
+        for g in groups:
+            for p in g:
+                if not isinstance(p, torch.Tensor):
+                    raise ValueError("groups must consist of torch.Tensor.")
+                if id(p) in seen:
+                    raise ValueError("A parameter can only appear once in "
+                                     "groups.")
+                seen.add(id(p))
