@@ -27,9 +27,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 # Optional: Debian's PyTorch (CPU) for /usr/bin/python3, which the python
-# tests (ctest label "python") and examples/pytorch use. Without it those
-# tests skip, saying why; everything else is unaffected.
-optional=(python3-torch)
+# tests (ctest label "python") and examples/pytorch use, and torchvision,
+# whose ResNet-18 Horovod's synthetic benchmark trains (python_benchmark).
+# Without them those tests skip, saying why; everything else is unaffected.
+optional=(python3-torch python3-torchvision)
 for p in "${optional[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" &&
     continue

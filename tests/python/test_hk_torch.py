@@ -7,19 +7,33 @@
                    one without hkrun; `pip install` of python/ works
   ops NP           every dtype x op through hk.torch at np NP (w_ops.py)
   optimizer        DistributedOptimizer at np 2 (w_optimizer.py)
-  broadcast        broadcast_parameters / broadcast_optimizer_state from a
-                   non-zero root at np 2 (w_broadcast.py)
+  broadcast [NP]   broadcast_parameters / broadcast_optimizer_state from a
+                   non-zero root (parameters without gradients too) at np
+                   NP, 2 by default (w_broadcast.py)
   faults           a mismatch and a dead rank as Python exceptions with
                    hk's message, within a deadline (w_faults.py)
   horovod_script   the Horovod-structured Fashion-MNIST script runs with
                    only its import changed (examples/pytorch/mnist.py is
                    exactly that), under hkrun at np 2 and as a world of one
+  benchmark        Horovod's pytorch_synthetic_benchmark.py (a torchvision
+                   ResNet-18) with only its import changed, at np 2
+  grad NP          the gradient of every collective against Horovod's
+                   definition computed serially (w_grad.py)
+  join NP          every collective while a rank has joined (w_join.py)
+  sparse NP        sparse_allreduce_async and sparse gradients in
+                   DistributedOptimizer against dense serial training
+                   (w_sparse.py)
+  api NP           Horovod's errors, shapes, grouped allgather and
+                   reducescatter, integer scaling, build queries and
+                   process sets (w_api.py); at np 2 also the MPI queries
+                   under hkrun --mpi
 
 Exits 77 (ctest's skip) when this python has no torch.
 """
 
 import argparse
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -60,6 +74,10 @@ def test_package():
     r = py("import hk.torch as hvd, torch\n"
            "try:\n    hvd.rank()\nexcept ValueError as e:\n"
            "    print('before init:', e)\n"
+           "try:\n    hvd.allreduce(torch.ones(1))\n"
+           "except hvd.HorovodInternalError as e:\n"
+           "    print('collective before init:', isinstance(e, ValueError),"
+           " e)\n"
            "hvd.init()\n"
            "print('loaded', hvd.library_path(), '|', hvd.library_reason())\n"
            "print('world', hvd.rank(), hvd.size(), hvd.local_rank(),\n"
@@ -71,6 +89,9 @@ def test_package():
     expect(r.rc == 0 and "one ok" in r.out, "a world of one", r)
     expect("before init: hk has not been initialized; use hvd.init()." in
            r.out, "rank() before init() raises ValueError", r)
+    expect("collective before init: True hk has not been initialized; use "
+           "hvd.init()." in r.out, "a collective before init() raises "
+           "HorovodInternalError (as Horovod) that is a ValueError too", r)
     expect("loaded %s | HK_LIBRARY=%s" % (lib, lib) in r.out,
            "HK_LIBRARY chose the library and says so", r)
     expect("world 0 1 0 1 0 1" in r.out, "rank/size of a world of one", r)
@@ -156,10 +177,12 @@ def test_optimizer():
 
 
 def test_broadcast():
-    r = harness.hkrun(opt.hkrun, 2, "w_broadcast.py", lib=opt.lib,
+    n = np_arg()
+    r = harness.hkrun(opt.hkrun, n, "w_broadcast.py", lib=opt.lib,
                       timeout=280)
-    expect(r.rc == 0 and count(r, "broadcast ok") == 6,
-           "broadcast_parameters / broadcast_optimizer_state from rank 1", r)
+    expect(r.rc == 0 and count(r, "broadcast ok") == 5 * n,
+           "broadcast_parameters / broadcast_optimizer_state from rank %d "
+           "at np %d" % (n - 1, n), r)
     print("\n".join(r.lines(0)))
 
 
@@ -188,6 +211,96 @@ def test_faults():
         print("[%d] %s" % (rank, got[0]))
     expect(r.secs < 60, "the job ended %.1f s after the start" % r.secs, r)
     print("faults ok (the dead-rank job ended in %.1f s)" % r.secs)
+
+
+def np_arg():
+    return int(opt.args[0]) if opt.args else 2
+
+
+def run_worker(script, args=(), ok_line=None, timeout=280):
+    """script at np NP under hkrun: every rank prints ok_line."""
+    n = np_arg()
+    r = harness.hkrun(opt.hkrun, n, script, list(args), lib=opt.lib,
+                      timeout=timeout)
+    expect(r.rc == 0 and count(r, ok_line) == n,
+           "%s at np %d" % (script, n), r)
+    print("\n".join(r.lines(0)[-1:]))
+
+
+def test_grad():
+    run_worker("w_grad.py", ok_line="grad ok")
+
+
+def test_join():
+    run_worker("w_join.py", ok_line="join ok")
+
+
+def test_sparse():
+    run_worker("w_sparse.py", ok_line="sparse ok")
+
+
+def nccl_code(version_text):
+    """NCCL_VERSION_CODE of hkrun --version's 'NCCL: yes, NCCL X.Y.Z'
+    (X*1000+Y*100+Z before 2.9, X*10000+Y*100+Z since), else 0."""
+    m = re.search(r"NCCL: yes, NCCL (\d+)\.(\d+)\.(\d+)", version_text)
+    if not m:
+        return 0
+    x, y, z = (int(g) for g in m.groups())
+    return x * (10000 if (x, y) >= (2, 9) else 1000) + y * 100 + z
+
+
+def test_api():
+    libdir = os.path.dirname(os.path.realpath(opt.lib))
+    version = harness.run([opt.hkrun, "--version"], dict(os.environ), 30)
+    mpi = os.path.exists(os.path.join(libdir, "libhk_mpi.so"))
+    cuda = os.path.exists(os.path.join(libdir, "libhk_cuda.so"))
+    run_worker("w_api.py", [str(nccl_code(version.out)), str(int(cuda)),
+                            str(int(mpi))], ok_line="api ok")
+    if np_arg() != 2 or not mpi or not shutil.which("mpirun"):
+        return
+    # started by mpirun, the job uses MPI: mpi_enabled() and
+    # mpi_threads_supported() say so (hk asks for MPI_THREAD_MULTIPLE)
+    # (one write per line: mpirun tags each write it forwards)
+    code = ("import hk.torch as hvd, torch; hvd.init(); "
+            "print('mpi %s %s %s' % (hvd.mpi_enabled(), "
+            "hvd.mpi_threads_supported(), "
+            "hvd.allreduce(torch.ones(1), op=hvd.Sum).item()), flush=True)")
+    r = harness.run([opt.hkrun, "--mpi", "-np", "2", sys.executable, "-c",
+                     code], harness.worker_env(opt.lib), 120)
+    expect(r.rc == 0 and count(r, "mpi True True 2.0") == 2,
+           "mpi_enabled() and mpi_threads_supported() under hkrun --mpi", r)
+    print("under hkrun --mpi: mpi_enabled() True, mpi_threads_supported() "
+          "True")
+
+
+def test_benchmark():
+    try:
+        import torchvision  # noqa: F401
+    except ImportError as e:
+        print("SKIP: no torchvision for %s (%s); scripts/setup.sh installs "
+              "Debian's python3-torchvision" % (sys.executable, e))
+        sys.exit(harness.SKIP)
+    script = os.path.join(harness.HERE,
+                          "horovod_pytorch_synthetic_benchmark.py")
+    with open(script) as f:
+        lines = f.read().split("\n")
+    new = ["import hk.torch as hvd" if line == "import horovod.torch as hvd"
+           else line for line in lines]
+    expect(sum(a != b for a, b in zip(lines, new)) == 1,
+           "exactly one import line changed")
+    with tempfile.TemporaryDirectory() as tmp:
+        changed = os.path.join(tmp, "pytorch_synthetic_benchmark.py")
+        with open(changed, "w") as f:
+            f.write("\n".join(new))
+        args = ["--no-cuda", "--model", "resnet18", "--batch-size", "4",
+                "--num-warmup-batches", "1", "--num-batches-per-iter", "1",
+                "--num-iters", "2"]
+        r = harness.hkrun(opt.hkrun, 2, changed, args, lib=opt.lib,
+                          timeout=400)
+    expect(r.rc == 0 and any(line.startswith("Total img/sec on 2 CPU(s)")
+                             for line in r.lines(0)),
+           "Horovod's synthetic benchmark under hkrun -np 2", r)
+    print("\n".join(r.lines(0)[-2:]))
 
 
 def test_horovod_script():
@@ -232,4 +345,6 @@ def test_horovod_script():
 
 {"package": test_package, "ops": test_ops, "optimizer": test_optimizer,
  "broadcast": test_broadcast, "faults": test_faults,
- "horovod_script": test_horovod_script}[opt.what]()
+ "horovod_script": test_horovod_script, "benchmark": test_benchmark,
+ "grad": test_grad, "join": test_join, "sparse": test_sparse,
+ "api": test_api}[opt.what]()

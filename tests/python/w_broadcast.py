@@ -105,5 +105,70 @@ try:
     fail("broadcast_parameters(42) was not refused")
 except ValueError:
     pass
+
+
+# Parameters without a gradient: a layer no forward uses, a frozen one,
+# and one whose gradient backward leaves undefined (a Function returning
+# None for it; DistributedOptimizer's hook then sees p.grad None). The
+# root never stepped; the others stepped. Afterwards every rank's state
+# is the root's (none for the parameters that got no gradient), with
+# Horovod's argument order (optimizer, root_rank, model).
+class NoGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w):
+        return x * 1
+
+    @staticmethod
+    def backward(ctx, g):
+        return g, None
+
+
+class Partly(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.used = nn.Linear(4, 4)
+        self.unused = nn.Linear(4, 4)
+        self.frozen = nn.Linear(4, 4)
+        self.frozen.requires_grad_(False)
+        self.undefined = nn.Parameter(torch.ones(4))
+
+    def forward(self, x):
+        return NoGrad.apply(self.used(self.frozen(x)), self.undefined)
+
+
+for wrapped in (False, True):
+    torch.manual_seed(20 + R)
+    model = Partly().to(DEVICE)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01 * (R + 1))
+    for step in range(0 if R == ROOT else 2):  # the others step alone
+        opt.zero_grad()
+        model(torch.ones(3, 4, device=DEVICE)).sum().backward()
+        opt.step()
+    if wrapped:
+        opt = hvd.DistributedOptimizer(
+            opt, named_parameters=model.named_parameters())
+    hvd.broadcast_optimizer_state(opt, ROOT, model)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=ROOT)
+    if opt.state_dict()["state"]:
+        fail("the root's optimizer had no state; rank %d has %s" %
+             (R, sorted(opt.state_dict()["state"])))
+    # a step everywhere (DistributedOptimizer: through hk), then again
+    opt.zero_grad()
+    model(torch.ones(3, 4, device=DEVICE)).sum().backward()
+    opt.step()
+    st = opt.state_dict()
+    theirs = hvd.broadcast_object(st if R == ROOT else None, ROOT,
+                                  name="partly.%d" % wrapped)
+    same_tree(st, theirs, "optimizer.state_dict() after a step")
+    # state for what got a gradient: under DistributedOptimizer every
+    # trainable parameter (synchronize() gives the missing ones zeros, as
+    # Horovod's), else only the used layer
+    names = [n for n, _ in model.named_parameters()]
+    with_state = sorted(names[i] for i in st["state"])
+    want = ["undefined", "unused.bias", "unused.weight"] if wrapped else []
+    if with_state != sorted(want + ["used.bias", "used.weight"]):
+        fail("state for %s" % with_state)
+    print("broadcast ok: parameters without gradients, %s" %
+          ("a Distributed optimizer" if wrapped else "a plain one"))
 print("broadcast ok")
 hvd.shutdown()
