@@ -55,11 +55,55 @@ def _scaled(grads, factors):
     return out
 
 
-def _rank_rows(rows, r, mine, grad, shape):
-    """Rank r's rows of ``grad`` (rows: every rank's rows), in the forward
-    input's ``shape``."""
-    off = sum(rows[:r])
-    return grad.narrow(0, off, mine).reshape(shape)
+def _either(group, grouped, single, tensors, **kw):
+    """grouped(tensors, **kw) for a group, else [single(tensors[0], **kw)]:
+    the backwards' collectives, of the forward's form."""
+    if group:
+        return list(grouped(list(tensors), **kw))
+    return [single(tensors[0], **kw)]
+
+
+def _forward(ctx, kind, tensors, group, name, process_set, **args):
+    """Runs the forward collective; keeps (name, process set, args) and
+    the Handle's parts for the backward. A tuple for a group."""
+    ctx.name, ctx.process_set, ctx.kw = name, process_set, args
+    h = start(kind, list(tensors) if group else tensors[0], name,
+              process_set, group=group, **args)
+    out = h.synchronize()
+    ctx.rows = [p.info for p in h.parts]
+    ctx.shapes = [t.shape for t in tensors]
+    return tuple(out) if group else out
+
+
+def _grad_name(ctx):
+    return suffixed(ctx.name, ".grad")
+
+
+def _allreduce_backward(ctx, grads, group):
+    ops = _ops()
+    return _either(group, ops.grouped_allreduce, ops.allreduce, grads,
+                   name=_grad_name(ctx), process_set=ctx.process_set,
+                   **ctx.kw)
+
+
+def _allgather_backward(ctx, grads, group):
+    ops = _ops()
+    means = _either(group, ops.grouped_allreduce, ops.allreduce, grads,
+                    name=_grad_name(ctx), op=_submit.Average,
+                    process_set=ctx.process_set)
+    r = ctx.process_set.rank()
+    return [m.narrow(0, sum(rows[:r]), rows[r]).reshape(shape)
+            for m, rows, shape in zip(means, ctx.rows, ctx.shapes)]
+
+
+def _reducescatter_backward(ctx, grads, group):
+    ops = _ops()
+    kw = ctx.kw
+    n = ctx.process_set.size() if kw["op"] == Sum else 1.0
+    gs = _scaled(grads, (float(n), kw["prescale_factor"],
+                         kw["postscale_factor"]))
+    return _either(group, ops.grouped_allgather, ops.allgather, gs,
+                   name=_grad_name(ctx), process_set=ctx.process_set)
 
 
 class HorovodAllreduce(torch.autograd.Function):
@@ -68,18 +112,13 @@ class HorovodAllreduce(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, op, prescale_factor, postscale_factor,
                 process_set):
-        ctx.args = (name, op, prescale_factor, postscale_factor, process_set)
-        return start("allreduce", tensor, name, process_set, op=op,
-                     prescale_factor=prescale_factor,
-                     postscale_factor=postscale_factor).synchronize()
+        return _forward(ctx, "allreduce", [tensor], False, name, process_set,
+                        op=op, prescale_factor=prescale_factor,
+                        postscale_factor=postscale_factor)
 
     @staticmethod
     def backward(ctx, grad):
-        name, op, pre, post, ps = ctx.args
-        return (_ops().allreduce(grad, name=suffixed(name, ".grad"), op=op,
-                                 prescale_factor=pre, postscale_factor=post,
-                                 process_set=ps),
-                None, None, None, None, None)
+        return tuple(_allreduce_backward(ctx, [grad], False)) + (None,) * 5
 
 
 class HorovodGroupedAllreduce(torch.autograd.Function):
@@ -88,18 +127,13 @@ class HorovodGroupedAllreduce(torch.autograd.Function):
     @staticmethod
     def forward(ctx, name, op, prescale_factor, postscale_factor, process_set,
                 *tensors):
-        ctx.args = (name, op, prescale_factor, postscale_factor, process_set)
-        return tuple(start("allreduce", list(tensors), name, process_set,
-                           group=True, op=op, prescale_factor=prescale_factor,
-                           postscale_factor=postscale_factor).synchronize())
+        return _forward(ctx, "allreduce", tensors, True, name, process_set,
+                        op=op, prescale_factor=prescale_factor,
+                        postscale_factor=postscale_factor)
 
     @staticmethod
     def backward(ctx, *grads):
-        name, op, pre, post, ps = ctx.args
-        return (None, None, None, None, None) + tuple(
-            _ops().grouped_allreduce(list(grads), name=suffixed(name, ".grad"),
-                                     op=op, prescale_factor=pre,
-                                     postscale_factor=post, process_set=ps))
+        return (None,) * 5 + tuple(_allreduce_backward(ctx, grads, True))
 
 
 class HorovodAllgather(torch.autograd.Function):
@@ -107,20 +141,11 @@ class HorovodAllgather(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, tensor, name, process_set):
-        h = start("allgather", tensor, name, process_set)
-        out = h.synchronize()
-        ctx.rows, ctx.shape = h.parts[0].info, tensor.shape
-        ctx.args = (name, process_set)
-        return out
+        return _forward(ctx, "allgather", [tensor], False, name, process_set)
 
     @staticmethod
     def backward(ctx, grad):
-        name, ps = ctx.args
-        mean = _ops().allreduce(grad, name=suffixed(name, ".grad"),
-                                op=_submit.Average, process_set=ps)
-        r = ps.rank()
-        return (_rank_rows(ctx.rows, r, ctx.rows[r], mean, ctx.shape),
-                None, None)
+        return tuple(_allgather_backward(ctx, [grad], False)) + (None,) * 2
 
 
 class HorovodGroupedAllgather(torch.autograd.Function):
@@ -128,23 +153,11 @@ class HorovodGroupedAllgather(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, name, process_set, *tensors):
-        h = start("allgather", list(tensors), name, process_set, group=True)
-        outs = h.synchronize()
-        ctx.rows = [p.info for p in h.parts]
-        ctx.shapes = [t.shape for t in tensors]
-        ctx.args = (name, process_set)
-        return tuple(outs)
+        return _forward(ctx, "allgather", tensors, True, name, process_set)
 
     @staticmethod
     def backward(ctx, *grads):
-        name, ps = ctx.args
-        means = _ops().grouped_allreduce(list(grads),
-                                         name=suffixed(name, ".grad"),
-                                         op=_submit.Average, process_set=ps)
-        r = ps.rank()
-        return (None, None) + tuple(
-            _rank_rows(rows, r, rows[r], m, shape)
-            for rows, m, shape in zip(ctx.rows, means, ctx.shapes))
+        return (None,) * 2 + tuple(_allgather_backward(ctx, grads, True))
 
 
 class HorovodBroadcast(torch.autograd.Function):
@@ -152,16 +165,15 @@ class HorovodBroadcast(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, tensor, root_rank, name, process_set):
-        ctx.args = (root_rank, name, process_set)
-        return start("broadcast", tensor, name, process_set,
-                     root_rank=root_rank).synchronize()
+        return _forward(ctx, "broadcast", [tensor], False, name, process_set,
+                        root_rank=root_rank)
 
     @staticmethod
     def backward(ctx, grad):
-        root, name, ps = ctx.args
-        mean = _ops().allreduce(grad, name=suffixed(name, ".grad"),
-                                op=_submit.Average, process_set=ps)
-        if _hk.rank() != root:
+        mean = _ops().allreduce(grad, name=_grad_name(ctx),
+                                op=_submit.Average,
+                                process_set=ctx.process_set)
+        if _hk.rank() != ctx.kw["root_rank"]:
             mean = mean * 0
         return mean, None, None, None
 
@@ -172,9 +184,9 @@ class HorovodAlltoall(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, tensor, splits, name, process_set):
-        out, received = start("alltoall", tensor, name, process_set,
-                              splits=splits).synchronize()
-        ctx.args = (received, name, process_set)
+        out, received = _forward(ctx, "alltoall", [tensor], False, name,
+                                 process_set, splits=splits)
+        ctx.received = received
         if splits is None:
             return out
         ctx.mark_non_differentiable(received)
@@ -182,9 +194,9 @@ class HorovodAlltoall(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad, *received_grads):
-        received, name, ps = ctx.args
-        g, _ = _ops().alltoall(grad, splits=received,
-                               name=suffixed(name, ".grad"), process_set=ps)
+        g, _ = _ops().alltoall(grad, splits=ctx.received,
+                               name=_grad_name(ctx),
+                               process_set=ctx.process_set)
         return g, None, None, None
 
 
@@ -194,19 +206,13 @@ class HorovodReducescatter(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, op, process_set, prescale_factor,
                 postscale_factor):
-        ctx.args = (name, op, process_set, prescale_factor, postscale_factor)
-        return start("reducescatter", tensor, name, process_set, op=op,
-                     prescale_factor=prescale_factor,
-                     postscale_factor=postscale_factor).synchronize()
+        return _forward(ctx, "reducescatter", [tensor], False, name,
+                        process_set, op=op, prescale_factor=prescale_factor,
+                        postscale_factor=postscale_factor)
 
     @staticmethod
     def backward(ctx, grad):
-        name, op, ps, pre, post = ctx.args
-        n = ps.size() if op == Sum else 1.0
-        g, = _scaled([grad], (float(n), pre, post))
-        return (_ops().allgather(g, name=suffixed(name, ".grad"),
-                                 process_set=ps),
-                None, None, None, None, None)
+        return tuple(_reducescatter_backward(ctx, [grad], False)) + (None,) * 5
 
 
 class HorovodGroupedReducescatter(torch.autograd.Function):
@@ -215,16 +221,10 @@ class HorovodGroupedReducescatter(torch.autograd.Function):
     @staticmethod
     def forward(ctx, name, op, process_set, prescale_factor, postscale_factor,
                 *tensors):
-        ctx.args = (name, op, process_set, prescale_factor, postscale_factor)
-        return tuple(start("reducescatter", list(tensors), name, process_set,
-                           group=True, op=op, prescale_factor=prescale_factor,
-                           postscale_factor=postscale_factor).synchronize())
+        return _forward(ctx, "reducescatter", tensors, True, name,
+                        process_set, op=op, prescale_factor=prescale_factor,
+                        postscale_factor=postscale_factor)
 
     @staticmethod
     def backward(ctx, *grads):
-        name, op, ps, pre, post = ctx.args
-        n = ps.size() if op == Sum else 1.0
-        gs = _scaled(grads, (float(n), pre, post))
-        return (None, None, None, None, None) + tuple(
-            _ops().grouped_allgather(gs, name=suffixed(name, ".grad"),
-                                     process_set=ps))
+        return (None,) * 5 + tuple(_reducescatter_backward(ctx, grads, True))
