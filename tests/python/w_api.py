@@ -37,44 +37,14 @@ import torch
 
 import hk
 import hk.torch as hvd
+from checking import Checks
 
 hvd.init()
 R, N = hvd.rank(), hvd.size()
 EXPECT_NCCL, EXPECT_CUDA, EXPECT_MPI = (int(sys.argv[1]), sys.argv[2] == "1",
                                         sys.argv[3] == "1")
-checks = 0
-
-
-def fail(msg):
-    raise AssertionError("rank %d: %s" % (R, msg))
-
-
-def ok(cond, what):
-    global checks
-    if not cond:
-        fail(what)
-    checks += 1
-
-
-def raises(exc, fn, what, *words):
-    """fn() raises exc whose message holds every word; returns it."""
-    try:
-        fn()
-    except exc as e:
-        for w in words:
-            ok(w in str(e), "%s: message lacks %r: %s" % (what, w, e))
-        return e
-    except Exception as e:
-        fail("%s raised %s (%s), not %s" % (what, type(e).__name__, e,
-                                            exc.__name__))
-    fail("%s: no exception" % what)
-
-
-def equal(got, want, what):
-    ok(got.dtype == want.dtype and tuple(got.shape) == tuple(want.shape) and
-       torch.equal(got, want), "%s: got %s %s, want %s %s" % (
-           what, tuple(got.shape), got.reshape(-1)[:6].tolist(),
-           tuple(want.shape), want.reshape(-1)[:6].tolist()))
+check = Checks(R)
+fail, ok, raises, equal = check.fail, check.ok, check.raises, check.equal
 
 
 def data(q, shape, salt, dtype=torch.float32):
@@ -234,5 +204,5 @@ ok(hvd.remove_process_set(g) is False and hvd.remove_process_set(ps) is False,
 equal(hvd.allreduce(torch.ones(2), op=hvd.Sum, process_set=g, name="ps"),
       torch.full((2,), float(N)), "allreduce over global_process_set")
 
-print("api ok: %d checks (np %d)" % (checks, N))
+print("api ok: %d checks (np %d)" % (check.count, N))
 hvd.shutdown()

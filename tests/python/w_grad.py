@@ -26,14 +26,12 @@ The forward results are checked against the serial ones too. Prints
 import torch
 
 import hk.torch as hvd
+from checking import Checks
 
 hvd.init()
 R, N = hvd.rank(), hvd.size()
-checks = 0
-
-
-def fail(msg):
-    raise AssertionError("rank %d: %s" % (R, msg))
+check = Checks(R)
+fail = check.fail
 
 
 def ints(seed, shape, dtype):
@@ -42,16 +40,7 @@ def ints(seed, shape, dtype):
 
 
 def same(got, want, what):
-    global checks
-    checks += 1
-    if got is None:
-        fail("%s: no gradient" % what)
-    if got.dtype != want.dtype or tuple(got.shape) != tuple(want.shape):
-        fail("%s: got %s %s, want %s %s" % (what, got.dtype, tuple(got.shape),
-                                          want.dtype, tuple(want.shape)))
-    if not torch.allclose(got, want, rtol=1e-6, atol=1e-6):
-        fail("%s: got %s want %s" % (what, got.reshape(-1)[:6].tolist(),
-                                     want.reshape(-1)[:6].tolist()))
+    check.close(got, want, what)
 
 
 def leaf(t):
@@ -207,5 +196,5 @@ for dtype in (torch.float32, torch.float64):
 y = hvd.allreduce(torch.ones(2), name="nograd")
 if y.requires_grad:
     fail("allreduce of a tensor without grad requires grad")
-print("grad ok: %d checks (np %d)" % (checks, N))
+print("grad ok: %d checks (np %d)" % (check.count, N))
 hvd.shutdown()

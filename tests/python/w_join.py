@@ -14,24 +14,12 @@ import torch
 import torch.nn as nn
 
 import hk.torch as hvd
+from checking import Checks
 
 hvd.init()
 R, N = hvd.rank(), hvd.size()
-checks = 0
-
-
-def fail(msg):
-    raise AssertionError("rank %d: %s" % (R, msg))
-
-
-def same(got, want, what):
-    global checks
-    checks += 1
-    if got.dtype != want.dtype or tuple(got.shape) != tuple(want.shape) or \
-            not torch.equal(got, want):
-        fail("%s: got %s %s, want %s %s" % (
-            what, tuple(got.shape), got.reshape(-1)[:6].tolist(),
-            tuple(want.shape), want.reshape(-1)[:6].tolist()))
+check = Checks(R)
+fail, same = check.fail, check.equal
 
 
 def data(q, shape, salt, dtype=torch.float32):
@@ -79,14 +67,10 @@ def run_collectives(j, live):
     t = xs[R].clone()
     hvd.broadcast_(t, root, name=tag + ".bc_")
     same(t, xs[root], "broadcast_")
-    global checks
-    try:
-        hvd.broadcast(torch.zeros(2), j, name=tag + ".bc.joined")
-        fail("a broadcast from the joined rank %d gave a result" % j)
-    except hvd.HorovodInternalError as e:
-        if "has joined" not in str(e):
-            fail("broadcast from the joined rank: %s" % e)
-        checks += 1
+    check.raises(hvd.HorovodInternalError,
+                 lambda: hvd.broadcast(torch.zeros(2), j,
+                                       name=tag + ".bc.joined"),
+                 "a broadcast from the joined rank %d" % j, "has joined")
     # alltoall: rank q sends (q + k) % 2 + 1 rows to rank k (the joined
     # rank's share is dropped); nothing comes from the joined rank
     splits = {q: [(q + k) % 2 + 1 for k in range(N)] for q in live}
@@ -118,13 +102,10 @@ def run_collectives(j, live):
     # barrier and objects among the live ranks
     hvd.barrier()
     objs = hvd.allgather_object({"r": R}, name=tag + ".obj")
-    if objs != [{"r": q} for q in live]:
-        fail("allgather_object: %r" % objs)
-    checks += 1
-    if hvd.broadcast_object(root * 10 if R == root else None, root,
-                            name=tag + ".bobj") != root * 10:
-        fail("broadcast_object")
-    checks += 1
+    check.ok(objs == [{"r": q} for q in live], "allgather_object: %r" % objs)
+    check.ok(hvd.broadcast_object(root * 10 if R == root else None, root,
+                                  name=tag + ".bobj") == root * 10,
+             "broadcast_object")
     # a DistributedOptimizer step: the gradient is the live ranks' mean
     torch.manual_seed(3)
     model = nn.Linear(3, 1, bias=False)
@@ -147,13 +128,13 @@ for j in range(N):
         run_collectives(j, live)
         last = hvd.join()
     lasts = hvd.allgather_object(last, name="lasts.%d" % j)
-    if len(set(lasts)) != 1 or (N > 1 and last == j) or not 0 <= last < N:
-        fail("round %d: join returned %r on the ranks" % (j, lasts))
-    checks += 1
+    check.ok(len(set(lasts)) == 1 and (N == 1 or last != j) and
+             0 <= last < N, "round %d: join returned %r on the ranks" %
+             (j, lasts))
 
 # everyone again
 s = hvd.allreduce(torch.ones(2), op=hvd.Sum, name="after")
 same(s, torch.full((2,), float(N)), "allreduce after the joins")
 hvd.barrier()
-print("join ok: %d checks (np %d)" % (checks, N))
+print("join ok: %d checks (np %d)" % (check.count, N))
 hvd.shutdown()

@@ -20,23 +20,12 @@ import torch
 import torch.nn as nn
 
 import hk.torch as hvd
+from checking import Checks
 
 hvd.init()
 R, N = hvd.rank(), hvd.size()
-checks = 0
-
-
-def fail(msg):
-    raise AssertionError("rank %d: %s" % (R, msg))
-
-
-def close(got, want, what, tol=1e-6):
-    global checks
-    checks += 1
-    if tuple(got.shape) != tuple(want.shape) or \
-            not torch.allclose(got, want, rtol=tol, atol=tol):
-        fail("%s: got %s want %s" % (what, got.reshape(-1)[:8].tolist(),
-                                     want.reshape(-1)[:8].tolist()))
+check = Checks(R)
+fail, close = check.fail, check.close
 
 
 def sparse_of(q, size, width):
@@ -170,5 +159,5 @@ for make, as_dense, what in ((sgd, False, "SGD, allgather path"),
             fail("%s: rank %d's parameters differ from this rank's" %
                  (what, q))
     close(mine, train_serial(make), what, tol=1e-5)
-print("sparse ok: %d checks (np %d)" % (checks, N))
+print("sparse ok: %d checks (np %d)" % (check.count, N))
 hvd.shutdown()
