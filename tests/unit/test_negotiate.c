@@ -20,6 +20,22 @@ static hk_wire_request req(const char *name, uint64_t count) {
   return q;
 }
 
+/* The ready responses, which must be `want` of them (free them with
+ * hk_negotiator_free_responses(rs, want)). */
+static hk_wire_response *take(hk_negotiator *n, uint32_t want) {
+  hk_wire_response *rs;
+  uint32_t cnt;
+  assert_int_equal(hk_negotiator_take_ready(n, &rs, &cnt), HK_OK);
+  assert_int_equal(cnt, want);
+  return rs;
+}
+
+/* r failed as a mismatch, for `reason`. */
+static void mismatch(const hk_wire_response *r, const char *reason) {
+  assert_int_equal(r->status, HK_ERR_MISMATCH);
+  assert_string_equal(r->reason, reason);
+}
+
 static void test_ready_only_when_all_submitted(void **state) {
   (void)state;
   hk_negotiator *n;
@@ -114,15 +130,10 @@ static void test_count_mismatch_reason(void **state) {
     hk_wire_request q = req("grad.w", r == 1 ? 12 : 16);
     assert_int_equal(hk_negotiator_add(n, r, &q, 1, HK_WIRE_NO_BIT, 0), HK_OK);
   }
-  hk_wire_response *rs;
-  uint32_t cnt;
-  assert_int_equal(hk_negotiator_take_ready(n, &rs, &cnt), HK_OK);
-  assert_int_equal(cnt, 1);
-  assert_int_equal(rs[0].status, HK_ERR_MISMATCH);
-  assert_string_equal(rs[0].reason,
-                      "tensor 'grad.w': ranks disagree: count differs: count "
-                      "16 on ranks 0, 2, 3; count 12 on rank 1.");
-  hk_negotiator_free_responses(rs, cnt);
+  hk_wire_response *rs = take(n, 1);
+  mismatch(&rs[0], "tensor 'grad.w': ranks disagree: count differs: count "
+                   "16 on ranks 0, 2, 3; count 12 on rank 1.");
+  hk_negotiator_free_responses(rs, 1);
   hk_negotiator_destroy(n);
 }
 
@@ -226,21 +237,14 @@ static void test_shapes(void **state) {
   for (int r = 0; r < 2; r++)
     assert_int_equal(hk_negotiator_add(n, r, q[r], 4, HK_WIRE_NO_BIT, 0),
                      HK_OK);
-  hk_wire_response *rs;
-  uint32_t cnt;
-  assert_int_equal(hk_negotiator_take_ready(n, &rs, &cnt), HK_OK);
-  assert_int_equal(cnt, 4);
-  assert_int_equal(rs[0].status, HK_ERR_MISMATCH);
-  assert_string_equal(rs[0].reason,
-                      "tensor 'ar': ranks disagree: shape differs: shape "
-                      "17x1311 on rank 0; shape 391x57 on rank 1.");
+  hk_wire_response *rs = take(n, 4);
+  mismatch(&rs[0], "tensor 'ar': ranks disagree: shape differs: shape "
+                   "17x1311 on rank 0; shape 391x57 on rank 1.");
   assert_int_equal(rs[1].status, HK_OK);
   assert_int_equal(rs[2].status, HK_OK);
-  assert_int_equal(rs[3].status, HK_ERR_MISMATCH);
-  assert_string_equal(rs[3].reason,
-                      "tensor 'a2a.bad': ranks disagree: shape differs: "
-                      "shape *x4x5 on rank 0; shape *x4x6 on rank 1.");
-  hk_negotiator_free_responses(rs, cnt);
+  mismatch(&rs[3], "tensor 'a2a.bad': ranks disagree: shape differs: "
+                   "shape *x4x5 on rank 0; shape *x4x6 on rank 1.");
+  hk_negotiator_free_responses(rs, 4);
   hk_negotiator_destroy(n);
 }
 
