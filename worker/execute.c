@@ -793,7 +793,7 @@ static hk_status resolve(hk_ctx *ctx, hk_set *S,
   *out = hk_queue_find(ctx, name);
   if (!*out && (r->flags & HK_RESP_PARAMS)) { /* this rank joined */
     passed_barrier(ctx, S, r->params);
-    return r->status == HK_OK ? make_phantom(ctx, r->params, out) : HK_OK;
+    return r->status == HK_OK ? make_phantom(ctx, S, r->params, out) : HK_OK;
   }
   if (!*out)
     return hk_fail(HK_ERR_PROTOCOL,
