@@ -24,7 +24,7 @@ import os
 import threading
 
 __all__ = ["load", "library_path", "library_reason", "LibraryNotFound",
-           "Collective", "ALLREDUCE", "BROADCAST", "ALLGATHER",
+           "Collective", "ALLREDUCE", "BROADCAST", "BARRIER", "ALLGATHER",
            "REDUCESCATTER", "ALLTOALL", "WORLD", "MAX_DIMS"]
 
 
@@ -61,7 +61,8 @@ def _candidates():
 
 
 # hk_collective_kind (hk.h)
-ALLREDUCE, BROADCAST, ALLGATHER, REDUCESCATTER, ALLTOALL = 1, 2, 4, 5, 6
+ALLREDUCE, BROADCAST, BARRIER, ALLGATHER, REDUCESCATTER, ALLTOALL = \
+    1, 2, 3, 4, 5, 6
 #: HK_WORLD: the process set of every rank
 WORLD = 0
 #: HK_MAX_DIMS: the most dimensions a shape passed to hk may have
@@ -112,6 +113,12 @@ def _declare(lib):
         "hk_submit": (st, [coll_p, h_p]),
         "hk_submit_group": (st, [coll_p, c.c_size_t, h_p]),
         "hk_join": (st, [c.POINTER(c.c_int)]),
+        "hk_process_set_add": (st, [c.POINTER(c.c_int), c.c_int,
+                                    c.POINTER(c.c_int32)]),
+        "hk_process_set_remove": (st, [c.c_int32]),
+        "hk_process_set_rank": (c.c_int, [c.c_int32]),
+        "hk_process_set_size": (c.c_int, [c.c_int32]),
+        "hk_process_set_ranks": (st, [c.c_int32, c.POINTER(c.c_int), c.c_int]),
         "hk_wait": (st, [vp]),
         "hk_poll": (st, [vp, c.POINTER(c.c_int)]),
         "hk_barrier": (st, []),

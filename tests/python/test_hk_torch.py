@@ -27,6 +27,10 @@
                    reducescatter, integer scaling, build queries and
                    process sets (w_api.py); at np 2 also the MPI queries
                    under hkrun --mpi
+  sets NP          process sets: every collective on two disjoint sets at
+                   once and on an overlapping one, DistributedOptimizer on
+                   each half against serial training, add/remove, and the
+                   errors (w_sets.py)
 
 Exits 77 (ctest's skip) when this python has no torch.
 """
@@ -239,6 +243,10 @@ def test_sparse():
     run_worker("w_sparse.py", ok_line="sparse ok")
 
 
+def test_sets():
+    run_worker("w_sets.py", ok_line="sets ok")
+
+
 def nccl_code(version_text):
     """NCCL_VERSION_CODE of hkrun --version's 'NCCL: yes, NCCL X.Y.Z'
     (X*1000+Y*100+Z before 2.9, X*10000+Y*100+Z since), else 0."""
@@ -347,4 +355,4 @@ def test_horovod_script():
  "broadcast": test_broadcast, "faults": test_faults,
  "horovod_script": test_horovod_script, "benchmark": test_benchmark,
  "grad": test_grad, "join": test_join, "sparse": test_sparse,
- "api": test_api}[opt.what]()
+ "api": test_api, "sets": test_sets}[opt.what]()

@@ -26,8 +26,8 @@
    own rendezvous, mpi_threads_supported() a ValueError then, gloo,
    rocm, ddl and ccl False.
 5. Process sets: global_process_set (id 0, every rank), size/rank/
-   included; an unregistered ProcessSet refused; add_process_set refused
-   while libhk has none.
+   included; an unregistered ProcessSet refused (the sets themselves:
+   w_sets.py).
 Prints "api ok: N checks" per rank.
 """
 
@@ -197,8 +197,6 @@ ok(ps.process_set_id is None and ps.size() is None and ps.ranks == [0],
    "an unregistered ProcessSet: %s" % ps)
 raises(ValueError, lambda: hvd.allreduce(torch.ones(1), process_set=ps),
        "an unregistered process set", "not been registered")
-raises(NotImplementedError, lambda: hvd.add_process_set([0]),
-       "add_process_set", "process sets")
 ok(hvd.remove_process_set(g) is False and hvd.remove_process_set(ps) is False,
    "remove_process_set of the global or an unregistered set")
 equal(hvd.allreduce(torch.ones(2), op=hvd.Sum, process_set=g, name="ps"),

@@ -327,6 +327,20 @@ refused(ValueError, lambda: hvd.allreduce(torch.ones(2), average=True,
 refused(ValueError, lambda: hvd.allreduce(
     torch.ones(2), process_set=hvd.ProcessSet([0])),
     "a process set never registered")
+# a registered set (every rank but the last) reduces every dtype among
+# its members only, an average dividing by its size (w_sets.py: the rest)
+if N > 1:
+    part = hvd.add_process_set(range(N - 1))
+    for dtype in DTYPES:
+        for opname, op in OPS[:2]:
+            xs = [data(r, dtype, (5,), opname, salt=3) for r in range(N - 1)]
+            if part.included():
+                same(hvd.allreduce(dev(xs[R]), op=op, process_set=part,
+                                   name="set.%s.%s" % (dtype, opname)),
+                     dev(serial(opname, xs, dtype)),
+                     "%s %s on %s" % (dtype, opname, part))
+    if not hvd.remove_process_set(part):
+        fail("remove_process_set(%s) did not remove it" % part)
 # integers take scale factors as in Horovod (float64, truncated)
 same(hvd.allreduce(dev(torch.ones(2, dtype=torch.int32)), op=hvd.Sum,
                    prescale_factor=2.0, name="int32.prescale"),

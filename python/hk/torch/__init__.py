@@ -47,16 +47,20 @@ _hk.lib()
 
 def init(comm=None, process_sets=None):
     """Joins the job (hk_init; see hk.init), then registers
-    ``process_sets`` (hvd.ProcessSet objects; see process_sets for what
-    libhk supports yet). Horovod's ``comm`` (an MPI communicator or a list
-    of ranks making the world) is refused with NotImplementedError: hk's
-    world is the job hkrun (or mpirun) started."""
+    ``process_sets``: a list of hvd.ProcessSet (each registered on every
+    rank, in order; every rank must pass the same list), or "dynamic"
+    (hk always allows add_process_set later). process_sets' module doc
+    says how failures are reported. Horovod's ``comm`` (an MPI
+    communicator or a list of ranks making the world) is refused with
+    NotImplementedError: hk's world is the job hkrun (or mpirun)
+    started."""
     if comm is not None:
         raise NotImplementedError("hk.torch.init: comm is not supported; the "
                                   "world is the job hkrun started")
+    fresh = not _hk.is_initialized()
     _hk.init()
     global_process_set.ranks = list(range(_hk.size()))
-    init_process_sets(process_sets)
+    init_process_sets(process_sets, fresh)
 
 
 def shutdown():

@@ -38,7 +38,7 @@ from hk import _lib as hklib
 from hk import error_from, check
 from hk.errors import HKInternalError, INVALID_ARG, not_initialized
 
-from .process_sets import set_id, set_size
+from .process_sets import set_id, set_root, set_size
 
 # hk.h's hk_dtype by torch dtype. A dtype hk adds (hk.h: HK_INT16 = 8,
 # HK_BOOL) is one more entry here.
@@ -254,11 +254,12 @@ def broadcast_part(tensor, hk_name, process_set, inplace=False, root_rank=0):
     if not isinstance(root_rank, int) or isinstance(root_rank, bool):
         raise TypeError("broadcast: root_rank must be an int, got %r" %
                         (root_rank,))
+    root = set_root(process_set, root_rank)
     t = tensor.detach()
     buf = _contig(t) if inplace else t.clone(
         memory_format=torch.contiguous_format)
     desc, keep = _describe(hklib.BROADCAST, hk_name, dt, process_set, t.shape,
-                           recvbuf=_ptr(buf), count=t.numel(), root=root_rank)
+                           recvbuf=_ptr(buf), count=t.numel(), root=root)
     return Part(desc, keep + [tensor, buf], _finisher(tensor, t, buf, inplace),
                 buf.device, stream_of=buf)
 
@@ -385,9 +386,18 @@ def alltoall_part(tensor, hk_name, process_set, splits=None):
                 tensor.device, _freer(out_ptr))
 
 
+def barrier_part(tensor, hk_name, process_set):
+    """A barrier of the set's members (hk.h's HK_BARRIER: named by its
+    order on the set, so hk ignores the name); ``tensor`` is None and the
+    result None."""
+    desc, keep = _describe(hklib.BARRIER, hk_name, 0, process_set, ())
+    return Part(desc, keep, lambda: None, None)
+
+
 #: The kinds: name -> the function making a Part of one tensor
 #: (tensor, hk name, process set, **the kind's arguments).
 KINDS = {
+    "barrier": barrier_part,
     "allreduce": allreduce_part,
     "broadcast": broadcast_part,
     "allgather": allgather_part,

@@ -12,6 +12,10 @@ Differences from Horovod
   (``broadcast_object.noname.<n>``), not the object's type name: the type
   usually differs between the root and the others (None there).
 - Objects are pickled with cloudpickle when it is installed, else pickle.
+- broadcast_parameters and broadcast_optimizer_state take
+  ``process_set`` too (Horovod's run on the global set only), and
+  allgather_object takes it as broadcast_object does; root_rank is a rank
+  of the job, as in every Horovod broadcast.
 """
 
 import collections
@@ -40,12 +44,16 @@ def _dumps(obj):
     return b.getvalue()
 
 
-def broadcast_parameters(params, root_rank, prefix=None):
-    """Broadcasts parameters from root_rank to every rank, in place.
+def broadcast_parameters(params, root_rank, prefix=None,
+                         process_set=global_process_set):
+    """Broadcasts parameters from root_rank to every rank (of
+    ``process_set``, an hk addition: root_rank is then a rank of the job
+    in the set), in place.
 
     ``params``: a dict (``model.state_dict()``, sent in sorted key order),
     or a list of ``(name, tensor)`` pairs (``model.named_parameters()``),
     or a list of tensors. Every rank must pass the same names."""
+    process_set = _ps(process_set)
     require_init()
     if isinstance(params, dict):
         items = sorted(params.items())
@@ -65,7 +73,8 @@ def broadcast_parameters(params, root_rank, prefix=None):
             break
         full = None if name is None else (prefix or "") + str(name)
         try:
-            handles.append(broadcast_async_(p, root_rank, full))
+            handles.append(broadcast_async_(p, root_rank, full,
+                                            process_set=process_set))
         except Exception as e:
             err = e
             break
@@ -114,14 +123,17 @@ def _fill(obj, tensors):
 
 
 def broadcast_optimizer_state(optimizer, root_rank, model=None,
-                              prefix="Parameter."):
+                              prefix="Parameter.",
+                              process_set=global_process_set):
     """Makes every rank's optimizer state (per-parameter state such as
     momentum buffers, and the param_groups' hyperparameters such as lr)
     equal to root_rank's. Parameters without state on the root (no
     gradient yet, frozen, unused) have none anywhere afterwards, as after
     Horovod's. See the module docstring for how it differs from Horovod.
     ``model`` (Horovod's: to find sparse parameters for its dummy step) is
-    accepted and not needed."""
+    accepted and not needed. ``process_set`` (an hk addition): among its
+    ranks only, root_rank a rank of the job in it."""
+    process_set = _ps(process_set)
     require_init()
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise ValueError("broadcast_optimizer_state: expected a "
@@ -133,7 +145,8 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None,
     if root:
         skeleton = _strip(optimizer.state_dict(), tensors)
     base = "%soptimizer_state" % (prefix or "")
-    skeleton = broadcast_object(skeleton, root_rank, name=base + ".layout")
+    skeleton = broadcast_object(skeleton, root_rank, name=base + ".layout",
+                                process_set=process_set)
     if root:
         bufs = [t.detach().cpu().clone(memory_format=torch.contiguous_format)
                 for t in tensors]
@@ -142,7 +155,8 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None,
         _strip_slots(skeleton, slots)
         slots.sort(key=lambda s: s.i)
         bufs = [torch.empty(s.shape, dtype=s.dtype) for s in slots]
-    handles = [broadcast_async_(b, root_rank, "%s.%d" % (base, i))
+    handles = [broadcast_async_(b, root_rank, "%s.%d" % (base, i),
+                                process_set=process_set)
                for i, b in enumerate(bufs)]
     for h in handles:
         synchronize(h)

@@ -21,6 +21,17 @@ timeout) raises HorovodInternalError carrying hk's message from
 synchronize() (or the blocking form), on every rank; nothing waits
 forever.
 
+Process sets: every collective (and barrier) takes ``process_set``, a
+registered hvd.ProcessSet (process_sets.py) or the global one by default:
+the collective runs among its members only, concurrently with the other
+sets; Average divides by the set's size; an allgather's blocks, an
+alltoall's splits and a reduce-scatter's shares are in the order of the
+members' ranks (ProcessSet.rank()); a broadcast's root_rank is a rank of
+the job, as in Horovod. A rank outside the set, and a set never
+registered or removed, raise ValueError at once on that rank (Horovod's
+"is not a member of the provided process set"); an operation pending when
+its set is removed raises HorovodInternalError naming the set.
+
 Join: after hvd.join() on a rank, the others' collectives go on without
 it: it contributes the op's identity to reductions (an average divides by
 the ranks that contributed) and no rows to allgather and alltoall, until
@@ -357,8 +368,7 @@ def join(device=-1):
 
 
 def barrier(process_set=global_process_set):
-    """Blocks until every rank (of a joined job: every rank that has not
-    joined) has called barrier()."""
-    _ps(process_set)  # only the global set can be registered (process_sets)
-    require_init()
-    _hk.barrier()
+    """Blocks until every rank of the set (of a joined job: every rank
+    that has not joined) has called barrier() (hk_submit's HK_BARRIER on
+    the set). A rank outside the set: ValueError, as Horovod."""
+    synchronize(start("barrier", None, None, _ps(process_set)))
