@@ -99,6 +99,10 @@ def collectives(ps, tag):
                         process_set=ps),
           torch.div(sum(ints[q] for q in M), n, rounding_mode="trunc"),
           tag + ": int32 Average divides by the set's size")
+    equal(hvd.allreduce(ints[R], op=hvd.Average, postscale_factor=2.0,
+                        name=tag + ".int.scaled", process_set=ps),
+          (sum(ints[q] for q in M).double() * (2.0 / n)).to(torch.int32),
+          tag + ": int32 Average scaled (Horovod's float64 scaling)")
     t = xs[R].clone()
     hvd.allreduce_(t, op=hvd.Max, name=tag + ".max_", process_set=ps)
     equal(t, torch.stack([xs[q] for q in M]).max(0).values,
