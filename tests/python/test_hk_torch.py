@@ -244,7 +244,14 @@ def test_sparse():
 
 
 def test_sets():
-    run_worker("w_sets.py", ok_line="sets ok")
+    # at np 4, hk_init makes the sets from HK_PROCESS_SETS first (w_sets.py)
+    n = np_arg()
+    env = {"HK_PROCESS_SETS": "2,3;0,1"} if n == 4 else None
+    r = harness.hkrun(opt.hkrun, n, "w_sets.py", lib=opt.lib,
+                      extra_env=env, timeout=280)
+    expect(r.rc == 0 and count(r, "sets ok") == n, "w_sets.py at np %d%s" %
+           (n, " with HK_PROCESS_SETS" if env else ""), r)
+    print("\n".join(r.lines(0)[-1:]))
 
 
 def nccl_code(version_text):
