@@ -13,8 +13,8 @@ at np >= 3 also ``cross`` ({0, N-1}, added later: it overlaps both).
    scaled, in place, async), grouped_allreduce (and in place), allgather
    (rows per member), grouped_allgather, broadcast from the half's last
    member (root_rank a rank of the job), broadcast_, alltoall with splits,
-   reducescatter and grouped_reducescatter (Sum, Average), sparse
-   allreduce, barrier, broadcast_object, allgather_object, and the
+   reducescatter and grouped_reducescatter (Sum, Average), every async
+   form (all in flight at once), sparse allreduce, barrier, broadcast_object, allgather_object, and the
    gradients of allgather and broadcast on a set; then the same on
    ``cross`` (np >= 3) while the halves run theirs.
 3. DistributedOptimizer on each half, model-parallel style (each half
@@ -166,6 +166,44 @@ def collectives(ps, tag):
           tag + ": grouped_reducescatter Average")
     close(got[1], (sum(rs[q] * 2 for q in M) / n)[a:b],
           tag + ": grouped_reducescatter Average 2")
+    # the async forms, all in flight at once on the set
+    t, ts = xs[R].clone(), [y.clone() for y in ys[R]]
+    e2 = {q: data(q, (2 * n, 2), 11) for q in M}
+    hs = [hvd.allreduce_async_(t, op=hvd.Sum, name=tag + ".as_",
+                               process_set=ps),
+          hvd.grouped_allreduce_async(ys[R], op=hvd.Sum, name=tag + ".gas",
+                                      process_set=ps),
+          hvd.grouped_allreduce_async_(ts, op=hvd.Sum, name=tag + ".gas_",
+                                       process_set=ps),
+          hvd.allgather_async(gs[R], name=tag + ".aga", process_set=ps),
+          hvd.grouped_allgather_async([gs[R]], name=tag + ".gaga",
+                                      process_set=ps),
+          hvd.broadcast_async(xs[R], root, name=tag + ".bca",
+                              process_set=ps),
+          hvd.broadcast_async_(ints[R].clone(), root, name=tag + ".bca_",
+                               process_set=ps),
+          hvd.alltoall_async(e2[R], name=tag + ".a2aa", process_set=ps),
+          hvd.reducescatter_async(rs[R], op=hvd.Sum, name=tag + ".rsa",
+                                  process_set=ps),
+          hvd.grouped_reducescatter_async([rs[R]], op=hvd.Sum,
+                                          name=tag + ".grsa",
+                                          process_set=ps)]
+    got = [hvd.synchronize(h) for h in hs]
+    equal(got[0], sum(xs[q] for q in M), tag + ": allreduce_async_")
+    for k in range(2):
+        want = sum(ys[q][k] for q in M)
+        equal(got[1][k], want, "%s: grouped_allreduce_async %d" % (tag, k))
+        equal(got[2][k], want, "%s: grouped_allreduce_async_ %d" % (tag, k))
+    equal(got[3], torch.cat([gs[q] for q in M]), tag + ": allgather_async")
+    equal(got[4][0], torch.cat([gs[q] for q in M]),
+          tag + ": grouped_allgather_async")
+    equal(got[5], xs[root], tag + ": broadcast_async")
+    equal(got[6], ints[root], tag + ": broadcast_async_")
+    equal(got[7][0], torch.cat([e2[q][2 * i:2 * i + 2] for q in M]),
+          tag + ": alltoall_async without splits")
+    equal(got[8], sum(rs[q] for q in M)[a:b], tag + ": reducescatter_async")
+    equal(got[9][0], sum(rs[q] for q in M)[a:b],
+          tag + ": grouped_reducescatter_async")
     # sparse allreduce: every member's entries, values / n for Average
     idx = {q: torch.tensor([[M.index(q), 4]]) for q in M}
     sv = {q: data(q, (2,), 8) for q in M}
