@@ -22,7 +22,7 @@ at np >= 3 also ``cross`` ({0, N-1}, added later: it overlaps both).
    broadcast_optimizer_state from the half's last member): the members'
    parameters are bitwise equal and match one process training that
    half's model serially on the half's whole batch; the halves' models
-   differ.
+   differ. On the other half's set it reduces nothing here.
 4. Errors: a rank outside a set (every collective: ValueError naming it,
    at once), a root_rank outside the set, a set never registered, a
    removed set, an id hk does not have, a duplicate (of a set, of the
@@ -296,6 +296,17 @@ ok(all(torch.equal(got[k], got[0]) for k in range(len(mine.ranks))),
    "optimizer: the half's members' parameters are bitwise equal")
 close(flat(model), flat(ref), "optimizer on %s against serial training"
       % mine, tol=1e-5)
+# a DistributedOptimizer on a set this rank is not in reduces nothing
+# here (as Horovod's): its gradients stay this rank's own
+m = make_model(5)
+o = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1),
+                             named_parameters=m.named_parameters(),
+                             process_set=other)
+nn.MSELoss()(m(data(R, (3, 6), 12)), data(R, (3, 2), 13)).backward()
+local = [p.grad.clone() for p in m.parameters()]
+o.step()
+ok(all(torch.equal(p.grad, g_) for p, g_ in zip(m.parameters(), local)),
+   "optimizer on a set without this rank: local gradients")
 both = hvd.allgather(flat(model).unsqueeze(0), name="opt.halves")
 ok(not torch.equal(both[0], both[N - 1]), "the halves trained different "
    "models")
