@@ -87,7 +87,7 @@ phases = [
     ("DistributedOptimizer on CUDA, np 4 pseudo-hosts", 4, "w_optimizer.py",
      [DEV], True, "optimizer all ok", 4),
     ("broadcast_parameters/optimizer_state on CUDA, np 4 pseudo-hosts", 4,
-     "w_broadcast.py", [DEV], True, "broadcast ok", 12),
+     "w_broadcast.py", [DEV], True, "broadcast ok", 20),  # 5 lines a rank
     ("next to gloo on CUDA tensors, np 1", 1, "w_gpu_compare.py", [DEV], False,
      "gpu compare ok", 1),
     ("next to gloo on CUDA tensors, np 4 pseudo-hosts", 4,
