@@ -776,8 +776,8 @@ static void passed_barrier(hk_ctx *ctx, hk_set *S, const hk_wire_request *q) {
 
 /* Finds the in-flight handle a response is about (or, on a rank that
  * joined, makes one up from the parameters the response carries). */
-static hk_status resolve(hk_ctx *ctx, hk_set *S,
-                         const hk_wire_response *r, hk_handle *out) {
+static hk_status resolve(hk_ctx *ctx, hk_set *S, const hk_wire_response *r,
+                         hk_handle *out) {
   const char *name = r->name;
   if (r->flags & HK_RESP_CACHED) {
     /* a bit names one tensor for the cache's life (cache.h), so one
