@@ -35,23 +35,6 @@
 #define W_FLOOD WORKER_DIR "/w_flood"
 #define MAX_FDS 1024
 
-/* The parent pid of pid, or -1. */
-static long parent_of(long pid) {
-  char path[64], buf[512];
-  snprintf(path, sizeof path, "/proc/%ld/stat", pid);
-  FILE *f = fopen(path, "r");
-  if (!f)
-    return -1;
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[n] = '\0';
-  const char *p = strrchr(buf, ')');
-  long ppid = -1;
-  if (!p || sscanf(p + 1, " %*c %ld", &ppid) != 1)
-    return -1;
-  return ppid;
-}
-
 /* Adds the socket inodes of pid's descriptors to inodes[*n] (max). */
 static void socket_inodes(long pid, unsigned long *inodes, int *n, int max) {
   char path[64];
@@ -86,7 +69,7 @@ static int job_ports(long hkrun, int *ports, int max, int *from_workers) {
   struct dirent *e;
   while (d && (e = readdir(d)))
     if (e->d_name[0] >= '1' && e->d_name[0] <= '9' &&
-        parent_of(atol(e->d_name)) == hkrun)
+        hkt_parent((pid_t)atol(e->d_name)) == hkrun)
       socket_inodes(atol(e->d_name), ino, &nino, 256);
   if (d)
     closedir(d);

@@ -31,13 +31,15 @@ fail() { echo "test_package: $*" >&2; exit 1; }
 needed() { readelf -d "$1" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'; }
 dynamic() { readelf -d "$1"; }
 
-# Runs a consumer program alone and under hkrun -np 2; checks its lines.
-run_program() { # PREFIX PROGRAM NAME
+# Runs a consumer program (with ARGS) alone and under hkrun -np 2;
+# checks its lines ("NAME: rank R of N ok ...").
+run_program() { # PREFIX PROGRAM NAME [ARGS...]
   local prefix=$1 prog=$2 name=$3 out
-  out=$(env -u LD_LIBRARY_PATH "$prog") || fail "$prog failed alone: $out"
+  shift 3
+  out=$(env -u LD_LIBRARY_PATH "$prog" "$@") || fail "$prog failed alone: $out"
   echo "$out"
   grep -q "^$name: rank 0 of 1 ok" <<<"$out" || fail "$prog alone: $out"
-  out=$(env -u LD_LIBRARY_PATH "$prefix/bin/hkrun" -np 2 -- "$prog") ||
+  out=$(env -u LD_LIBRARY_PATH "$prefix/bin/hkrun" -np 2 -- "$prog" "$@") ||
     fail "$prog under hkrun -np 2 failed: $out"
   echo "$out"
   for r in 0 1; do
@@ -239,20 +241,12 @@ python)
     fail "cmake --install put no Python package in $pydir"
   code='import hk; hk.init(); print("python: rank %d of %d ok %s | %s" % (hk.rank(), hk.size(), hk.library_path(), hk.library_reason())); hk.shutdown()'
   cd "$prefix" # not the checkout: its build tree must not be found
-  out=$(env -u HK_LIBRARY -u LD_LIBRARY_PATH PYTHONPATH="$pydir" \
-    "$python" -c "$code") || fail "import hk from the prefix: $out"
-  echo "$out"
   lib=$(dirname "$(find "$prefix" -name 'libhk.so.0.*' -type f | head -1)")
-  want="rank 0 of 1 ok $lib/libhk.so | where cmake --install put it"
-  grep -qF "python: $want" <<<"$out" || fail "wanted '$want': $out"
-  out=$(env -u HK_LIBRARY -u LD_LIBRARY_PATH PYTHONPATH="$pydir" \
-    "$prefix/bin/hkrun" -np 2 "$python" -c "$code") ||
-    fail "under the installed hkrun -np 2: $out"
+  out=$(export PYTHONPATH="$pydir" && unset HK_LIBRARY &&
+    run_program "$prefix" "$python" python -c "$code") || exit 1
   echo "$out"
-  for r in 0 1; do
-    grep -q "^\[$r\] python: rank $r of 2 ok $lib/libhk.so" <<<"$out" ||
-      fail "under hkrun: no line from rank $r: $out"
-  done
+  [ "$(grep -cF "ok $lib/libhk.so | where cmake --install put it" \
+    <<<"$out")" = 3 ] || fail "the package did not load $lib/libhk.so: $out"
   ;;
 
 pip)
