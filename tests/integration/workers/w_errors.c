@@ -24,10 +24,15 @@
 
 #include "wcommon.h"
 
-/* Under AddressSanitizer, malloc of 8 TiB returns NULL as glibc's does
- * (section 6) instead of ending the process; unused otherwise. */
+/* Under AddressSanitizer and ThreadSanitizer, malloc of 8 TiB returns
+ * NULL as glibc's does (section 6) instead of ending the process; unused
+ * otherwise. */
 const char *__asan_default_options(void);
 const char *__asan_default_options(void) {
+  return "allocator_may_return_null=1";
+}
+const char *__tsan_default_options(void);
+const char *__tsan_default_options(void) {
   return "allocator_may_return_null=1";
 }
 
