@@ -11,6 +11,8 @@
 #   <libdir>/pkgconfig/hk.pc
 #   bin/hkrun, bin/hktopo, bin/hkbench
 #   share/hk/configs/*.xml, share/hk/models/*.tsv
+#   <HK_INSTALL_PYTHONDIR>/hk: the Python package (python/hk), with
+#   hk/_installed.py saying where libhk.so is relative to it
 # Nothing installed carries an RPATH: hkrun, hktopo and hkbench do not
 # link libhk.so, and libhk.so finds libhk_mpi.so in its own folder.
 include(CMakePackageConfigHelpers)
@@ -44,6 +46,25 @@ if(TARGET hkbench)
 endif()
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/configs/
         DESTINATION ${CMAKE_INSTALL_DATADIR}/hk/configs COMPONENT runtime)
+
+# The Python package, into the prefix's Python path in Debian's layout
+# (/usr/bin/python3 searches /usr/lib/python3/dist-packages; any other
+# prefix: PYTHONPATH=<prefix>/lib/python3/dist-packages). It finds this
+# libhk.so through hk/_installed.py: the path from the package to the
+# libdir, relative, so that the prefix given to cmake --install holds.
+set(HK_INSTALL_PYTHONDIR "lib/python3/dist-packages" CACHE STRING
+    "where cmake --install puts the Python package hk, under the prefix")
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/python/hk
+        DESTINATION ${HK_INSTALL_PYTHONDIR} COMPONENT runtime
+        PATTERN "__pycache__" EXCLUDE PATTERN "*.so" EXCLUDE)
+file(RELATIVE_PATH HK_PY_TO_LIB /p/${HK_INSTALL_PYTHONDIR}/hk
+     /p/${CMAKE_INSTALL_LIBDIR})
+file(WRITE ${PROJECT_BINARY_DIR}/hk_installed.py
+     "# written by cmake --install (cmake/hkInstall.cmake)\n"
+     "LIBDIR = \"${HK_PY_TO_LIB}\"  # from this package to libhk.so\n")
+install(FILES ${PROJECT_BINARY_DIR}/hk_installed.py
+        DESTINATION ${HK_INSTALL_PYTHONDIR}/hk RENAME _installed.py
+        COMPONENT runtime)
 
 install(EXPORT hkTargets NAMESPACE hk:: DESTINATION ${HK_CMAKE_DIR}
         COMPONENT dev)

@@ -1,6 +1,7 @@
 #include "coordinator/negotiate.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -398,29 +399,15 @@ static void append(char *buf, size_t cap, const char *fmt, ...) {
     memcpy(buf + cap - 4, "...", 4);
 }
 
-/* If the field differs across the ranks that submitted the tensor,
- * describes it as "count 16 on ranks 0, 2, 3; 12 on rank 1" and returns 1.
- * (Ranks that joined and did not submit it have no say.) */
-static int describe_field(const hk_negotiator *n, const entry *e,
-                          const char *label, field_fmt fmt, char *out,
-                          size_t cap) {
+/* Appends the field's value on every rank that submitted the tensor,
+ * ranks grouped by value in order of each value's first rank: " count 16
+ * on ranks 0, 2, 3; count 12 on rank 1. " (Ranks that joined and did not
+ * submit it have no say.) */
+static void list_field(const hk_negotiator *n, const entry *e,
+                       const char *label, field_fmt fmt, char *out,
+                       size_t cap) {
   const int size = n->size;
-  char first[192] = "", v[192], w[192];
-  int have = 0, differs = 0;
-  for (int r = 0; r < size && !differs; r++) {
-    if (!e->slots[r].present)
-      continue;
-    fmt(&e->slots[r], v, sizeof v);
-    if (!have) {
-      memcpy(first, v, sizeof first);
-      have = 1;
-    }
-    differs = strcmp(v, first) != 0;
-  }
-  if (!differs)
-    return 0;
-  append(out, cap, "%s differs:", label);
-  /* Group ranks by value, in order of each value's first rank. */
+  char v[192], w[192];
   int groups = 0;
   for (int r = 0; r < size; r++) {
     if (!e->slots[r].present)
@@ -454,6 +441,30 @@ static int describe_field(const hk_negotiator *n, const entry *e,
     }
   }
   append(out, cap, ". ");
+}
+
+/* If the field differs across the ranks that submitted the tensor,
+ * describes it as "count differs: count 16 on ranks 0, 2, 3; count 12 on
+ * rank 1. " and returns 1. */
+static int describe_field(const hk_negotiator *n, const entry *e,
+                          const char *label, field_fmt fmt, char *out,
+                          size_t cap) {
+  char first[192] = "", v[192];
+  int have = 0, differs = 0;
+  for (int r = 0; r < n->size && !differs; r++) {
+    if (!e->slots[r].present)
+      continue;
+    fmt(&e->slots[r], v, sizeof v);
+    if (!have) {
+      memcpy(first, v, sizeof first);
+      have = 1;
+    }
+    differs = strcmp(v, first) != 0;
+  }
+  if (!differs)
+    return 0;
+  append(out, cap, "%s differs:", label);
+  list_field(n, e, label, fmt, out, cap);
   return 1;
 }
 
@@ -484,6 +495,58 @@ static int describe_mixed(const hk_negotiator *n, const entry *e, char *out,
  * between ranks. */
 static int rows_may_differ(unsigned coll) {
   return coll == HK_COLL_ALLGATHER || coll == HK_COLL_ALLTOALL;
+}
+
+/* The most elements a collective's buffer may hold on any rank: what
+ * hk_submit allows one rank (hk.h: a count over SIZE_MAX / 8 is refused),
+ * so that every size in bytes, and every sum of them the execution makes,
+ * fits in a size_t. */
+#define MAX_ELEMS (SIZE_MAX / 8)
+
+/* Fills the reason when the buffers the tensor needs on some rank would
+ * hold more than MAX_ELEMS elements (an allgather's rows summed over the
+ * ranks, every rank's rows of an alltoall, which bound what any rank
+ * receives; one rank's rows x row size for the others): unchecked, the
+ * size in bytes would wrap and the rows of the other ranks be written
+ * past a small buffer. Leaves it empty if the sizes fit. */
+static void check_sizes(const hk_negotiator *n, const entry *e, char *out,
+                        size_t cap) {
+  const unsigned c = e->first.coll;
+  const int sum = rows_may_differ(c);
+  uint64_t total = 0;
+  int over = 0;
+  out[0] = '\0';
+  for (int r = 0; r < n->size && !over; r++) {
+    const slot *s = &e->slots[r];
+    if (!s->present)
+      continue;
+    const uint64_t row = s->row_elems ? s->row_elems : 1;
+    if (s->count > MAX_ELEMS / row) {
+      over = 1;
+      break;
+    }
+    const uint64_t elems = s->count * row;
+    total = sum ? total + elems : elems;
+    over = total > MAX_ELEMS;
+  }
+  if (!over)
+    return;
+  char in_set[40];
+  snprintf(out, cap,
+           "tensor '%s'%s: %s needs more than %llu elements of %s%s (its "
+           "size in bytes would overflow):",
+           e->first.name, set_words(n, in_set, sizeof in_set), coll_name(c),
+           (unsigned long long)MAX_ELEMS,
+           hk_dtype_name((hk_dtype)e->first.dtype),
+           sum ? ", the rows of every rank together" : "");
+  list_field(n, e, sum || c == HK_COLL_REDUCESCATTER ? "rows" : "count",
+             fmt_count, out, cap);
+  if (e->first.row_elems > 1)
+    append(out, cap, "Each row holds %llu elements.",
+           (unsigned long long)e->first.row_elems);
+  size_t len = strlen(out);
+  if (len >= 1 && out[len - 1] == ' ')
+    out[len - 1] = '\0';
 }
 
 static int same_shape(const slot *a, const slot *b) {
@@ -634,6 +697,11 @@ hk_status hk_negotiator_take_ready(hk_negotiator *n, hk_wire_response **out,
       hk_wire_request_copy(r[i].params, &e->first);
     }
     check_agreement(n, e, reason, sizeof reason);
+    hk_status why = HK_ERR_MISMATCH;
+    if (!reason[0]) { /* they agree: on a size no rank can hold? */
+      check_sizes(n, e, reason, sizeof reason);
+      why = HK_ERR_INVALID_ARG;
+    }
     if (!reason[0] && e->first.coll == HK_COLL_ALLGATHER) {
       r[i].counts = malloc((size_t)n->size * sizeof(uint64_t));
       if (!r[i].counts) {
@@ -659,7 +727,7 @@ hk_status hk_negotiator_take_ready(hk_negotiator *n, hk_wire_response **out,
       hk_wire_request_copy(r[i].agreed, &e->first);
     }
     if (reason[0]) {
-      r[i].status = HK_ERR_MISMATCH;
+      r[i].status = why;
       r[i].reason = strdup(reason);
       if (!r[i].reason) {
         hk_negotiator_free_responses(r, i);

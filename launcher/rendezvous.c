@@ -14,10 +14,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 
 #include "common/buf.h"
 #include "common/log.h"
+#include "common/ratelog.h"
 #include "common/status.h"
 #include "coordinator/wire.h"
 
@@ -27,6 +29,10 @@ typedef enum conn_state {
   CONN_PAYLOAD, /* reading a frame payload */
   CONN_CLOSING,
 } conn_state;
+
+/* Why a connection was refused, or accepting failed: one rate-limited log
+ * line each (common/ratelog.h), for anyone on the host can connect. */
+enum cause { BAD_SECRET, CLOSED, TIMED_OUT, DROPPED, ACCEPT_FAILED, NCAUSES };
 
 typedef struct conn {
   hk_rdv *r;
@@ -63,6 +69,9 @@ struct hk_rdv {
   int complete;       /* PEERS was sent */
   int aborted;        /* hk_rdv_abort was called */
   hk_buf abort_frame; /* the encoded ABORT, for late registrants */
+  int pending;        /* connections in CONN_AUTH */
+  int max_pending;    /* at most (pending_cap) */
+  hk_ratelog log[NCAUSES];
 };
 
 static void maybe_free(hk_rdv *r) {
@@ -144,6 +153,8 @@ static void settle(hk_rdv *r, int rank, hk_rdv_rank_state state) {
 static void conn_close(conn *c) {
   if (c->state == CONN_CLOSING)
     return;
+  if (c->state == CONN_AUTH)
+    c->r->pending--;
   c->state = CONN_CLOSING;
   hk_rdv *r = c->r;
   int rank = c->rank, settled = -1;
@@ -165,6 +176,13 @@ static void conn_close(conn *c) {
   /* last: the listener may close the whole server */
   if (settled >= 0)
     settle(r, rank, (hk_rdv_rank_state)settled);
+}
+
+/* Closes c, which did not authenticate, logging why (rate-limited). */
+static void refuse_auth(conn *c, enum cause cause, const char *why) {
+  hk_ratelog_say(&c->r->log[cause], HK_LOG_WARNING,
+                 "refused a connection from %s: %s", c->addr, why);
+  conn_close(c);
 }
 
 /* ---- the protocol ---- */
@@ -298,12 +316,11 @@ static void on_unit(conn *c) {
   case CONN_AUTH: {
     uint8_t proof_s[HK_PROOF_LEN];
     if (!hk_auth_server_check(&r->secret, c->nonce_s, c->auth_msg, proof_s)) {
-      hk_log(HK_LOG_WARNING, "refused a connection from %s: bad secret",
-             c->addr);
-      conn_close(c);
+      refuse_auth(c, BAD_SECRET, "bad secret");
       return;
     }
     uv_timer_stop(&c->auth_timer);
+    r->pending--;
     conn_send(c, proof_s, sizeof proof_s);
     expect(c, CONN_HEADER, HK_WIRE_HEADER_LEN);
     return;
@@ -363,7 +380,9 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   (void)buf;
   conn *c = s->data;
   if (nread < 0) {
-    if (nread != UV_EOF)
+    if (c->state == CONN_AUTH)
+      refuse_auth(c, CLOSED, "closed before authenticating");
+    else if (nread != UV_EOF)
       hk_log(HK_LOG_INFO, "connection from %s (rank %d): %s", c->addr, c->rank,
              uv_strerror((int)nread));
     else if (c->rank >= 0)
@@ -378,10 +397,45 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
 
 static void auth_timeout(uv_timer_t *t) {
   conn *c = t->data;
-  hk_log(HK_LOG_WARNING,
-         "refused a connection from %s: no authentication within %d s", c->addr,
-         HK_RDV_AUTH_TIMEOUT_MS / 1000);
-  conn_close(c);
+  char why[80];
+  snprintf(why, sizeof why,
+           "timed out authenticating (no authentication within %d s)",
+           HK_RDV_AUTH_TIMEOUT_MS / 1000);
+  refuse_auth(c, TIMED_OUT, why);
+}
+
+/* Makes room: closes the oldest connection still authenticating (the
+ * list is newest first) with a reset, which tells a worker caught in a
+ * burst to connect again (hk_tcp_connect). */
+static void drop_oldest(hk_rdv *r) {
+  conn *oldest = NULL;
+  for (conn *c = r->conns; c; c = c->next)
+    if (c->state == CONN_AUTH)
+      oldest = c;
+  if (!oldest)
+    return;
+  uv_os_fd_t fd;
+  struct linger reset = {1, 0};
+  if (uv_fileno((const uv_handle_t *)&oldest->tcp, &fd) == 0)
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+  char why[96];
+  snprintf(why, sizeof why, "dropped unauthenticated (%d pending, the most)",
+           r->pending);
+  refuse_auth(oldest, DROPPED, why);
+}
+
+/* Connections that may authenticate at once: 64, fewer when the
+ * descriptor limit would not leave room for the job's own (a pipe pair
+ * per output stream and a rendezvous connection per rank, the loop's),
+ * so that connections which never authenticate cannot exhaust it. */
+static int pending_cap(int size) {
+  struct rlimit rl;
+  long cap = 64;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+    long room = ((long)rl.rlim_cur - 32 - 6L * size) / 2;
+    cap = room < cap ? room : cap;
+  }
+  return cap < 1 ? 1 : (int)cap;
 }
 
 static void format_peer(uv_tcp_t *tcp, char *out, size_t cap) {
@@ -407,7 +461,12 @@ static void format_peer(uv_tcp_t *tcp, char *out, size_t cap) {
 static void on_connection(uv_stream_t *server, int status) {
   hk_rdv *r = server->data;
   if (status < 0) {
-    hk_log(HK_LOG_WARNING, "rendezvous accept: %s", uv_strerror(status));
+    hk_ratelog_say(&r->log[ACCEPT_FAILED], HK_LOG_WARNING,
+                   "rendezvous: cannot accept a connection: %s (%s); %d "
+                   "unauthenticated pending%s",
+                   uv_strerror(status), uv_err_name(status), r->pending,
+                   r->pending ? ", dropping the oldest" : "");
+    drop_oldest(r);
     return;
   }
   conn *c = calloc(1, sizeof *c);
@@ -427,6 +486,7 @@ static void on_connection(uv_stream_t *server, int status) {
   r->conns = c;
   r->open_handles++;
   expect(c, CONN_AUTH, HK_AUTH_CLIENT_MSG_LEN);
+  r->pending++;
 
   int rc = uv_accept(server, (uv_stream_t *)&c->tcp);
   if (rc != 0) {
@@ -435,6 +495,8 @@ static void on_connection(uv_stream_t *server, int status) {
     return;
   }
   format_peer(&c->tcp, c->addr, sizeof c->addr);
+  if (r->pending > r->max_pending)
+    drop_oldest(r);
   uv_tcp_nodelay(&c->tcp, 1);
   if (hk_random_bytes(c->nonce_s, sizeof c->nonce_s) != HK_OK) {
     hk_log(HK_LOG_ERROR, "refused a connection from %s: %s", c->addr,
@@ -483,6 +545,7 @@ hk_status hk_rdv_start(uv_loop_t *loop, int size, const hk_secret *secret,
   r->on_settled = on_settled;
   r->settled_ctx = ctx;
   r->secret = *secret;
+  r->max_pending = pending_cap(size);
   uv_tcp_init(loop, &r->server);
   r->server.data = r;
   r->open_handles = 1;
@@ -539,6 +602,14 @@ void hk_rdv_close(hk_rdv *r) {
   r->closing = 1;
   for (conn *c = r->conns; c; c = c->next)
     conn_close(c); /* unlinks itself later, in the close callback */
+  static const char *const what[NCAUSES] = {
+      "rendezvous: refused connections (bad secret)",
+      "rendezvous: refused connections (closed before authenticating)",
+      "rendezvous: refused connections (timed out authenticating)",
+      "rendezvous: refused connections (dropped unauthenticated)",
+      "rendezvous: failed accepts"};
+  for (int k = 0; k < NCAUSES; k++)
+    hk_ratelog_flush(&r->log[k], HK_LOG_WARNING, what[k]);
   uv_close((uv_handle_t *)&r->server, on_server_closed);
 }
 

@@ -7,7 +7,14 @@
  *      HK_AUTH_CLIENT_MSG_LEN bytes (nothing more before the check), and
  *      answer proof_s, or log "refused a connection from <addr>: bad
  *      secret" and close. A connection that has not authenticated within
- *      HK_RDV_AUTH_TIMEOUT_MS is closed too.
+ *      HK_RDV_AUTH_TIMEOUT_MS is closed too ("timed out authenticating"),
+ *      and one that closes first is logged as "closed before
+ *      authenticating". Handshakes run concurrently; at most 64 are
+ *      pending (fewer under a low descriptor limit, so that they cannot
+ *      exhaust it): a new one drops the oldest with a reset ("dropped
+ *      unauthenticated"; a worker caught in it connects again), and so
+ *      does an accept that fails for want of descriptors (logged naming
+ *      the error). These lines are rate-limited (common/ratelog.h).
  *   2. frames of coordinator/wire.h. The worker sends one HK_MSG_REGISTER
  *      {rank, size, pid, port, host}; rank must be in [0, size), size must
  *      be the job's size and the rank not yet registered, else a warning

@@ -14,6 +14,7 @@ packages=(
   libjansson-dev                      # tests: reading the timeline back
   gnuplot-nox                         # bench/plot.sh
   python3                             # tests: the documentation checks (scripts/check-docs.py)
+  python3-venv python3-setuptools python3-wheel  # tests: pip install ./python in a venv, offline
 )
 missing=()
 for p in "${packages[@]}"; do

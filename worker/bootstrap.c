@@ -9,6 +9,7 @@
 #include "collectives/transport/iface.h"
 #include "collectives/transport/link.h"
 #include "collectives/transport/tcp.h"
+#include "collectives/transport/tcp_gate.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/status.h"
@@ -77,10 +78,10 @@ typedef struct acceptor {
 /* Accepts one connection and files it where its HELLO says it belongs:
  * a data connection (one of k streams) from a lower rank, or (on rank 0)
  * a control one. */
-static hk_status accept_one(hk_ctx *ctx, data_plan *d, double deadline) {
+static hk_status accept_one(hk_ctx *ctx, hk_tcp_gate *g, data_plan *d,
+                            double deadline) {
   int fd;
-  hk_status st = hk_tcp_accept(ctx->mesh.listen_fd, &ctx->secret, deadline,
-                               &ctx->io, &fd, NULL);
+  hk_status st = hk_tcp_gate_accept(g, deadline, &ctx->io, &fd);
   if (st != HK_OK)
     return st;
   hk_msg m;
@@ -132,9 +133,13 @@ static void *accept_main(void *arg) {
   int count = ctx->rank == 0 ? ctx->size - 1 : 0;
   for (int r = 0; r < ctx->rank; r++)
     count += tcp_to(ctx, a->data, r) ? a->data->k : 0;
-  a->status = HK_OK;
+  /* every handshake at once: connections that never prove the secret
+   * (anyone on the host can connect) hold up nobody (tcp_gate.h) */
+  hk_tcp_gate *g = NULL;
+  a->status = hk_tcp_gate_open(ctx->mesh.listen_fd, &ctx->secret, &g);
   for (int i = 0; i < count && a->status == HK_OK; i++)
-    a->status = accept_one(ctx, a->data, a->deadline);
+    a->status = accept_one(ctx, g, a->data, a->deadline);
+  hk_tcp_gate_close(g);
   if (a->status != HK_OK)
     snprintf(a->error, sizeof a->error, "%s", hk_last_error());
   return NULL;

@@ -45,8 +45,9 @@ static const char *mesh_transport(const hk_set *S, char *buf, size_t cap) {
   return hk_link_kinds(S->peers, S->size, buf, cap);
 }
 
-/* What a process set call did for its handle (the others run or fail the
- * job): HK_OK, or the failure every rank gets, and why. */
+/* What a call that failed alike on every rank did for its handle (a
+ * process set call, an output no rank could allocate; others run or fail
+ * the job): HK_OK, or the failure every rank gets, and why. */
 typedef struct verdict {
   hk_status st;
   char why[HK_WIRE_MAX_REASON_LEN + 1];
@@ -171,6 +172,48 @@ static hk_status allreduce_with(hk_set *S, const hk_allreduce_impl *a,
   return a->run(S->ar, &c);
 }
 
+/* An output of at least this many bytes is allocated by every rank
+ * before the data moves, and the ranks agree that all of them could: a
+ * failure (an allgather of 2^40 rows) fails that tensor on every rank and
+ * the job goes on. Below it, running out of memory fails the job. The
+ * agreement is one byte per rank around the ring, nothing next to moving
+ * 16 MiB. */
+#define AGREE_BYTES ((size_t)16 << 20)
+
+/* For h's output of `bytes` bytes, which this rank could allocate if ok:
+ * when bytes >= AGREE_BYTES, learns from every member of S whether it
+ * could, and if one could not sets *v to the failure every rank gives h
+ * (HK_ERR_NOMEM, naming the tensor, the bytes and the ranks). Below
+ * AGREE_BYTES, !ok is this rank's HK_ERR_NOMEM (the job fails). Errors:
+ * the ring's (hk_ring_allgather_records), HK_ERR_NOMEM. */
+static hk_status agree_allocated(hk_set *S, hk_handle h, int ok, size_t bytes,
+                                 verdict *v) {
+  if (bytes < AGREE_BYTES)
+    return ok ? HK_OK
+              : hk_fail(HK_ERR_NOMEM, "cannot allocate %zu bytes", bytes);
+  const int n = S->size;
+  uint8_t mine = (uint8_t)(ok != 0), *all = malloc((size_t)n);
+  if (!all)
+    return hk_fail(HK_ERR_NOMEM, "cannot allocate %d flags", n);
+  hk_status st = hk_ring_allgather_records(S->ring, &mine, 1, all);
+  int failed = 0;
+  for (int r = 0; r < n && st == HK_OK; r++)
+    failed += !all[r];
+  if (failed) {
+    v->st = HK_ERR_NOMEM;
+    int at = snprintf(v->why, sizeof v->why,
+                      "tensor '%s': cannot allocate its output of %zu bytes "
+                      "on rank%s",
+                      h->req.name, bytes, failed > 1 ? "s" : "");
+    for (int r = 0, k = 0; r < n && at > 0 && (size_t)at < sizeof v->why; r++)
+      if (!all[r])
+        at += snprintf(v->why + at, sizeof v->why - (size_t)at, "%s %d",
+                       k++ ? "," : "", S->ranks ? S->ranks[r] : r);
+  }
+  free(all);
+  return st;
+}
+
 /* Runs one lone tensor of set S on its own buffers. t[0..3] get the phase
  * times; divisor is the response's (ranks that took part); v what a
  * process set call did. */
@@ -203,15 +246,19 @@ static hk_status run_alone(hk_ctx *ctx, hk_set *S, hk_handle h, int32_t divisor,
     st = hk_ring_broadcast(ring, h->recvbuf, q->count, dtype, q->root);
     break;
   case HK_COLL_ALLGATHER: {
-    size_t *seg = ring->segs, total = 0;
-    for (int j = 0; j < n; j++) {
-      seg[j] = total;
+    size_t total = 0; /* rank 0 checked that it fits (negotiate.c) */
+    for (int j = 0; j < n; j++)
       total += (size_t)r->counts[j] * q->row_elems;
-    }
-    seg[n] = total;
     void *out = total ? malloc(total * esz) : NULL;
-    if (total && !out)
-      return hk_fail(HK_ERR_NOMEM, "cannot allocate %zu bytes", total * esz);
+    st = agree_allocated(S, h, out || !total, total * esz, v);
+    if (st != HK_OK || v->st != HK_OK) {
+      free(out);
+      break;
+    }
+    size_t *seg = ring->segs;
+    seg[0] = 0;
+    for (int j = 0; j < n; j++)
+      seg[j + 1] = seg[j] + (size_t)r->counts[j] * q->row_elems;
     st = hk_ring_allgatherv(ring, h->sendbuf, out, seg, dtype);
     if (st != HK_OK || !h->out_buf) {
       free(out);

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "collectives/transport/exchange.h"
+#include "collectives/transport/tcp_gate.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/status.h"
@@ -156,12 +157,21 @@ static hk_status wait_fds(struct pollfd *p, int n, const hk_io *io,
   }
 }
 
-/* Client half of the handshake (common/auth.h). */
+/* 1 if the failure just recorded (hk_tcp_recv_all's) was a reset. */
+static int was_reset(void) {
+  return strstr(hk_last_error(), strerror(ECONNRESET)) != NULL;
+}
+
+/* Client half of the handshake (common/auth.h). *reset: the server reset
+ * the connection before its proof (a server flooded with connections that
+ * never authenticate drops the oldest so, tcp_gate.h; a wrong secret is
+ * closed, not reset). */
 static hk_status auth_client(int fd, const hk_secret *secret, const hk_io *io,
-                             const char *who) {
+                             const char *who, int *reset) {
   uint8_t ns[HK_NONCE_LEN], nc[HK_NONCE_LEN], msg[HK_AUTH_CLIENT_MSG_LEN],
       proof[HK_PROOF_LEN];
   hk_status st = hk_tcp_recv_all(fd, ns, sizeof ns, io, who);
+  *reset = st == HK_ERR_PEER_LOST && was_reset();
   if (st == HK_OK)
     st = hk_random_bytes(nc, sizeof nc);
   if (st != HK_OK)
@@ -170,6 +180,7 @@ static hk_status auth_client(int fd, const hk_secret *secret, const hk_io *io,
   st = hk_tcp_send_all(fd, msg, sizeof msg, io, who);
   if (st == HK_OK)
     st = hk_tcp_recv_all(fd, proof, sizeof proof, io, who);
+  *reset = st == HK_ERR_PEER_LOST && was_reset();
   if (st == HK_ERR_PEER_LOST)
     return hk_fail(HK_ERR_AUTH,
                    "%s refused our proof of the job's secret "
@@ -217,9 +228,12 @@ hk_status hk_tcp_connect(const char *host, uint16_t port,
       hk_io hio = {io ? io->abort_fd : -1, deadline - hk_now()};
       if (hio.timeout_s < 1)
         hio.timeout_s = 1;
-      st = auth_client(s, secret, &hio, who);
+      int reset;
+      st = auth_client(s, secret, &hio, who, &reset);
       if (st != HK_OK) {
         close(s);
+        if (reset && hk_now() < deadline)
+          continue; /* dropped to make room (tcp_gate.h): again */
         return st;
       }
       *fd = s;
@@ -243,53 +257,17 @@ hk_status hk_tcp_connect(const char *host, uint16_t port,
   }
 }
 
-/* Server half of the handshake: read only the fixed-size proof first. */
-static int auth_server(int fd, const hk_secret *secret, double timeout_s) {
-  uint8_t ns[HK_NONCE_LEN], msg[HK_AUTH_CLIENT_MSG_LEN], proof[HK_PROOF_LEN];
-  hk_io io = {-1, timeout_s};
-  if (hk_random_bytes(ns, sizeof ns) != HK_OK ||
-      hk_tcp_send_all(fd, ns, sizeof ns, &io, "a connecting peer") != HK_OK ||
-      hk_tcp_recv_all(fd, msg, sizeof msg, &io, "a connecting peer") != HK_OK)
-    return 0;
-  if (!hk_auth_server_check(secret, ns, msg, proof))
-    return 0;
-  return hk_tcp_send_all(fd, proof, sizeof proof, &io, "a connecting peer") ==
-         HK_OK;
-}
-
 hk_status hk_tcp_accept(int listen_fd, const hk_secret *secret, double deadline,
                         const hk_io *io, int *fd, int *refused) {
-  for (;;) {
-    double left = deadline - hk_now();
-    if (left <= 0)
-      return hk_fail(HK_ERR_TIMEOUT, "timed out waiting for peers to connect");
-    struct pollfd p = {.fd = listen_fd, .events = POLLIN};
-    hk_status st = wait_fds(&p, 1, io, left, "waiting for peers to connect");
-    if (st != HK_OK)
-      return st;
-    struct sockaddr_in sa;
-    socklen_t len = sizeof sa;
-    int s = accept4(listen_fd, (struct sockaddr *)&sa, &len,
-                    SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (s < 0) {
-      if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED)
-        continue;
-      return hk_fail_errno(HK_ERR_SYSTEM, errno, "accepting peers stopped");
-    }
-    tune(s);
-    /* An unauthenticated client gets at most 5 s of our attention. */
-    if (auth_server(s, secret, left < 5 ? left : 5)) {
-      *fd = s;
-      return HK_OK;
-    }
-    char addr[INET_ADDRSTRLEN] = "?";
-    inet_ntop(AF_INET, &sa.sin_addr, addr, sizeof addr);
-    hk_log(HK_LOG_WARNING, "refused a connection from %s:%u: bad secret", addr,
-           ntohs(sa.sin_port));
-    close(s);
-    if (refused)
-      (*refused)++;
-  }
+  hk_tcp_gate *g;
+  hk_status st = hk_tcp_gate_open(listen_fd, secret, &g);
+  if (st != HK_OK)
+    return st;
+  st = hk_tcp_gate_accept(g, deadline, io, fd);
+  if (refused)
+    *refused += hk_tcp_gate_refused(g);
+  hk_tcp_gate_close(g);
+  return st;
 }
 
 hk_status hk_tcp_send_some(int fd, const void *p, size_t n, size_t *done,

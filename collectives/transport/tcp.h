@@ -35,7 +35,9 @@ hk_status hk_tcp_listen(const char *host, int *fd, uint16_t *port);
 /**
  * Connects to host:port, retrying refused connections until `deadline`
  * (hk_now() seconds, common/clock.h), then runs the client half of the
- * secret handshake.
+ * secret handshake, again (until the deadline) when the server resets the
+ * connection during it (a server flooded with connections that never
+ * authenticate drops the oldest so: tcp_gate.h).
  * `who` names the peer in messages ("rank 0", "hkrun").
  * Errors: HK_ERR_TIMEOUT, HK_ERR_AUTH (the peer failed to prove the
  * secret), HK_ERR_SYSTEM, HK_ERR_PEER_LOST.

@@ -293,8 +293,12 @@ HK_API hk_status hk_broadcast_async(const char *name, void *buf, size_t count,
  * it; NULL when the total is 0), and rows_per_rank (if not NULL, size()
  * entries) receives each rank's row count. Both are written by the time
  * hk_wait returns HK_OK. Ranks disagreeing on dtype or row_elems get
- * HK_ERR_MISMATCH. Algorithm: ring allgather, pipelined. Errors as
- * hk_allreduce_async; NULL recvbuf is HK_ERR_INVALID_ARG.
+ * HK_ERR_MISMATCH. Rows that, summed over the ranks, exceed SIZE_MAX / 8
+ * elements fail on every rank with HK_ERR_INVALID_ARG naming the ranks and
+ * their rows (so does an alltoall's); an output of 16 MiB or more that some
+ * rank cannot allocate fails on every rank with HK_ERR_NOMEM naming those
+ * ranks, and the job goes on. Algorithm: ring allgather, pipelined. Errors
+ * as hk_allreduce_async; NULL recvbuf is HK_ERR_INVALID_ARG.
  */
 HK_API hk_status hk_allgather_async(const char *name, const void *sendbuf,
                                     size_t rows, size_t row_elems,

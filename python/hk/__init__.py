@@ -111,13 +111,13 @@ def shutdown():
     raised by the operation that met it)."""
     global _initialized
     with _state_lock:
-        if not _initialized:
-            return
-        L = lib()
-        L.hk_shutdown()
-        _initialized = False
+        if _initialized:
+            lib().hk_shutdown()
+            _initialized = False
+        # each leaves _pending when collected (Handle._release), so a
+        # shutdown interrupted here (Ctrl-C) leaves the rest to the next
+        # call (the exit hook): it is idempotent
         pending = list(_pending.values())
-        _pending.clear()
     for h in pending:
         h._collect_after_shutdown()
 

@@ -5,8 +5,10 @@ Where libhk is looked for, in this order (the first that loads wins):
 1. ``HK_LIBRARY``: a path to the shared library, or a folder holding
    ``libhk.so``. When it is set, nothing else is tried: a wrong value is an
    error, never silently replaced by another copy.
-2. Next to this package: ``hk/libhk.so`` (copy it there before
-   ``pip install ./python`` to ship it inside the package).
+2. Next to this package: ``hk/libhk.so`` (``pip install ./python`` from
+   a checkout builds it with CMake and ships it there; python/setup.py).
+   Where ``cmake --install`` put the package: the libdir it installed
+   libhk.so into (``hk/_installed.py``).
 3. The build tree, when this package is ``python/hk`` of an hk checkout:
    ``<checkout>/build/libhk.so`` (what ``scripts/build.sh`` makes).
 4. The system: the dynamic loader's search (``LD_LIBRARY_PATH``, the
@@ -49,6 +51,13 @@ def _candidates():
             p = os.path.join(p, "libhk.so")
         return [(p, "HK_LIBRARY=%s" % env)], True
     out = [(os.path.join(_here, "libhk.so"), "next to the hk package")]
+    try:  # written by cmake --install: the libdir, relative to the package
+        from . import _installed
+        out.append((os.path.normpath(os.path.join(_here, _installed.LIBDIR,
+                                                  "libhk.so")),
+                    "where cmake --install put it"))
+    except ImportError:
+        pass
     root = os.path.normpath(os.path.join(_here, "..", ".."))
     if os.path.exists(os.path.join(root, "include", "hk", "hk.h")):
         out.append((os.path.join(root, "build", "libhk.so"),

@@ -417,6 +417,12 @@ static int proc_stat(pid_t pid, char *state, pid_t *ppid) {
   return 0;
 }
 
+pid_t hkt_parent(pid_t pid) {
+  char state;
+  pid_t ppid;
+  return proc_stat(pid, &state, &ppid) == 0 ? ppid : -1;
+}
+
 int hkt_pid_alive(pid_t pid) {
   if (pid <= 0)
     return 0;

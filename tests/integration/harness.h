@@ -143,6 +143,9 @@ int hkt_run(char *const argv[], char *const extra_env[], double timeout_s,
 /** Frees the captured output in *r. */
 void hkt_result_free(hkt_result *r);
 
+/** The parent of pid (from /proc/<pid>/stat), or -1 if it is gone. */
+pid_t hkt_parent(pid_t pid);
+
 /**
  * 1 if pid is a live process, 0 if it does not exist or is a zombie (a
  * zombie that is our child, e.g. re-parented to us, is reaped).

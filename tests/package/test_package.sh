@@ -11,6 +11,11 @@
 #   test_package.sh pkgconfig    PREFIX SOURCE WORK  pkg-config hk (shared and
 #                                               --static)
 #   test_package.sh subdirectory PREFIX SOURCE WORK  add_subdirectory(hk)
+#   test_package.sh python       PREFIX PYTHON  the Python package cmake
+#                                               --install put in the prefix
+#   test_package.sh pip          SOURCE WORK PYTHON  pip install ./python in
+#                                               a venv, offline: it builds
+#                                               and ships libhk
 #
 # Every program runs as a world of one and under the installed hkrun
 # (-np 2). Environment: CMAKE (cmake to use), CC, CXX (may be empty: no
@@ -26,13 +31,15 @@ fail() { echo "test_package: $*" >&2; exit 1; }
 needed() { readelf -d "$1" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'; }
 dynamic() { readelf -d "$1"; }
 
-# Runs a consumer program alone and under hkrun -np 2; checks its lines.
-run_program() { # PREFIX PROGRAM NAME
+# Runs a consumer program (with ARGS) alone and under hkrun -np 2;
+# checks its lines ("NAME: rank R of N ok ...").
+run_program() { # PREFIX PROGRAM NAME [ARGS...]
   local prefix=$1 prog=$2 name=$3 out
-  out=$(env -u LD_LIBRARY_PATH "$prog") || fail "$prog failed alone: $out"
+  shift 3
+  out=$(env -u LD_LIBRARY_PATH "$prog" "$@") || fail "$prog failed alone: $out"
   echo "$out"
   grep -q "^$name: rank 0 of 1 ok" <<<"$out" || fail "$prog alone: $out"
-  out=$(env -u LD_LIBRARY_PATH "$prefix/bin/hkrun" -np 2 -- "$prog") ||
+  out=$(env -u LD_LIBRARY_PATH "$prefix/bin/hkrun" -np 2 -- "$prog" "$@") ||
     fail "$prog under hkrun -np 2 failed: $out"
   echo "$out"
   for r in 0 1; do
@@ -222,6 +229,61 @@ subdirectory)
   fi
   run_program "$prefix" "$work/app_c" app_c
   if [ -x "$work/app_cxx" ]; then run_program "$prefix" "$work/app_cxx" app_cxx; fi
+  ;;
+
+python)
+  # PYTHONPATH=<prefix>/lib/python3/dist-packages finds the package, and
+  # the package finds the prefix's libhk (hk/_installed.py), not the build
+  # tree's: alone (a world of one) and under the installed hkrun
+  prefix=$1 python=$2
+  pydir="$prefix/lib/python3/dist-packages"
+  [ -f "$pydir/hk/__init__.py" ] && [ -f "$pydir/hk/torch/__init__.py" ] ||
+    fail "cmake --install put no Python package in $pydir"
+  code='import hk; hk.init(); print("python: rank %d of %d ok %s | %s" % (hk.rank(), hk.size(), hk.library_path(), hk.library_reason())); hk.shutdown()'
+  cd "$prefix" # not the checkout: its build tree must not be found
+  lib=$(dirname "$(find "$prefix" -name 'libhk.so.0.*' -type f | head -1)")
+  out=$(export PYTHONPATH="$pydir" && unset HK_LIBRARY &&
+    run_program "$prefix" "$python" python -c "$code") || exit 1
+  echo "$out"
+  [ "$(grep -cF "ok $lib/libhk.so | where cmake --install put it" \
+    <<<"$out")" = 3 ] || fail "the package did not load $lib/libhk.so: $out"
+  ;;
+
+pip)
+  # pip install ./python inside a venv of Debian's python3 (its
+  # setuptools and wheel: --system-site-packages, --no-build-isolation),
+  # offline (--no-index): setup.py builds libhk with CMake and ships it in
+  # the package, which then loads it from there. From a copy of the
+  # checkout (links to its files; python/ copied, for pip builds in the
+  # tree), so that the checkout is left as it was.
+  source=$1 work=$2 python=$3
+  "$python" -c 'import ensurepip, setuptools, wheel' 2>/dev/null ||
+    { echo "test_package pip: $python lacks venv, setuptools or wheel" \
+        "(Debian: python3-venv python3-setuptools python3-wheel): skipped"
+      exit 77; }
+  rm -rf "$work"
+  mkdir -p "$work/src"
+  for f in "$source"/*; do
+    [ "$(basename "$f")" = python ] || ln -s "$f" "$work/src/"
+  done
+  cp -r "$source/python" "$work/src/python"
+  rm -rf "$work/src/python/build" "$work/src/python"/*.egg-info
+  find "$work/src/python" -name __pycache__ -prune -exec rm -rf {} +
+  "$python" -m venv --system-site-packages --without-pip "$work/venv" ||
+    fail "python3 -m venv"
+  log=$("$work/venv/bin/python" -m pip install --no-build-isolation \
+    --no-index --no-deps --disable-pip-version-check "$work/src/python" 2>&1) ||
+    fail "pip install ./python in a venv: $log"
+  site=$("$work/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+  [ -f "$site/hk/libhk.so" ] || fail "no libhk.so in the installed package $site/hk: $log"
+  cd "$work"
+  out=$(env -u HK_LIBRARY -u LD_LIBRARY_PATH -u PYTHONPATH \
+    "$work/venv/bin/python" -c 'import hk; hk.init(); print("pip: rank %d of %d ok %s | %s" % (hk.rank(), hk.size(), hk.library_path(), hk.library_reason())); hk.shutdown()') ||
+    fail "import hk from the venv: $out"
+  echo "$out"
+  grep -qF "pip: rank 0 of 1 ok $site/hk/libhk.so | next to the hk package" \
+    <<<"$out" || fail "the venv's hk did not load its own libhk: $out"
+  rm -rf "$work"
   ;;
 
 *)

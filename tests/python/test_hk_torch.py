@@ -23,6 +23,11 @@
   sparse NP        sparse_allreduce_async and sparse gradients in
                    DistributedOptimizer against dense serial training
                    (w_sparse.py)
+  sigint [TRIES]   Ctrl-C (SIGINT to hkrun, forwarded) of a job of
+                   allreduces at np 2, TRIES times (3 by default): every
+                   worker ends by its KeyboardInterrupt (hkrun exits 130),
+                   no double free in the exit hook, nothing left in
+                   /dev/shm, no process left (w_sigint.py)
   api NP           Horovod's errors, shapes, grouped allgather and
                    reducescatter, integer scaling, build queries and
                    process sets (w_api.py); at np 2 also the MPI queries
@@ -39,8 +44,12 @@ import argparse
 import os
 import re
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
+import threading
+import time
 
 import harness
 from harness import expect
@@ -358,8 +367,86 @@ def test_horovod_script():
     print(r.out.strip().splitlines()[-1] + " (world of one, fp16)")
 
 
+def session_procs(sid):
+    """The pids of processes still in session sid (hkrun's, which its
+    workers stay in)."""
+    left = []
+    for d in os.listdir("/proc"):
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[3]) == sid:  # after pid (comm): state ppid pgrp sid
+            left.append(int(d))
+    return left
+
+
+def hk_segments():
+    return {f for f in os.listdir("/dev/shm") if f.startswith("hk-")}
+
+
+def sigint_once(k):
+    """One job interrupted once both ranks run; returns its seconds."""
+    before = hk_segments()
+    argv = [opt.hkrun, "-np", "2", sys.executable,
+            os.path.join(harness.HERE, "w_sigint.py")]
+    t0 = time.monotonic()
+    cwd = tempfile.mkdtemp(prefix="hk-sigint.")  # its flight records go here
+    p = subprocess.Popen(argv, env=harness.worker_env(opt.lib), cwd=cwd,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, start_new_session=True)
+    out, err = [], []
+    running = threading.Semaphore(0)
+
+    def read(stream, into, watch):
+        for line in stream:
+            into.append(line)
+            if watch and line.rstrip().endswith("] running"):
+                running.release()
+    ts = [threading.Thread(target=read, args=(p.stdout, out, True)),
+          threading.Thread(target=read, args=(p.stderr, err, False))]
+    for t in ts:
+        t.start()
+    started = running.acquire(timeout=150) and running.acquire(timeout=60)
+    if started:
+        os.kill(p.pid, signal.SIGINT)
+    try:
+        rc = p.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        rc = None
+    left = session_procs(p.pid)
+    if rc is None or left:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+    for t in ts:
+        t.join()
+    res = harness.Result(rc, "".join(out), "".join(err),
+                         time.monotonic() - t0, rc is None)
+    expect(started, "try %d: both ranks ran" % k, res)
+    expect(rc == 128 + signal.SIGINT,
+           "try %d: hkrun exits 130 (its SIGINT, forwarded)" % k, res)
+    for bad in ("double free", "corruption", "signal 6", "signal 11",
+                "Segmentation", "Aborted"):
+        expect(bad not in res.out + res.err, "try %d: no %r" % (k, bad), res)
+    expect(res.err.count("KeyboardInterrupt") == 2,
+           "try %d: both workers ended by KeyboardInterrupt" % k, res)
+    expect(not left, "try %d: no process left (%s)" % (k, left), res)
+    new = hk_segments() - before
+    expect(not new, "try %d: nothing left in /dev/shm (%s)" % (k, new), res)
+    shutil.rmtree(cwd)  # the flight records of the interrupted job
+    return res.secs
+
+
+def test_sigint():
+    tries = int(opt.args[0]) if opt.args else 3
+    secs = [sigint_once(k) for k in range(tries)]
+    print("sigint ok: %d tries, each ended by KeyboardInterrupt (%.1f s at "
+          "most)" % (tries, max(secs)))
+
+
 {"package": test_package, "ops": test_ops, "optimizer": test_optimizer,
  "broadcast": test_broadcast, "faults": test_faults,
  "horovod_script": test_horovod_script, "benchmark": test_benchmark,
  "grad": test_grad, "join": test_join, "sparse": test_sparse,
- "api": test_api, "sets": test_sets}[opt.what]()
+ "api": test_api, "sets": test_sets, "sigint": test_sigint}[opt.what]()

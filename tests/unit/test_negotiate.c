@@ -36,6 +36,12 @@ static void mismatch(const hk_wire_response *r, const char *reason) {
   assert_string_equal(r->reason, reason);
 }
 
+/* r failed as invalid (a size that would overflow), for `reason`. */
+static void invalid(const hk_wire_response *r, const char *reason) {
+  assert_int_equal(r->status, HK_ERR_INVALID_ARG);
+  assert_string_equal(r->reason, reason);
+}
+
 static void test_ready_only_when_all_submitted(void **state) {
   (void)state;
   hk_negotiator *n;
@@ -248,6 +254,59 @@ static void test_shapes(void **state) {
   hk_negotiator_destroy(n);
 }
 
+/* Sizes whose bytes would wrap fail the tensor as invalid on every rank,
+ * naming it, the ranks and their rows: an allgather whose rows overflow
+ * only summed (one rank 2^61 - 1 float64 rows, the other 1), an alltoall
+ * whose rows x row size do, a reduce-scatter too large on every rank.
+ * Sizes that fit exactly pass. */
+static void test_sizes_that_overflow(void **state) {
+  (void)state;
+  hk_negotiator *n;
+  assert_int_equal(hk_negotiator_create(2, &n), HK_OK);
+  const uint64_t most = SIZE_MAX / 8; /* 2^61 - 1 elements */
+  struct {
+    const char *name;
+    uint8_t coll;
+    uint64_t rows[2], row_elems;
+  } cases[] = {
+      {"ag", HK_COLL_ALLGATHER, {1, most}, 1},
+      {"ag_fits", HK_COLL_ALLGATHER, {most - 5, 5}, 1},
+      {"a2a", HK_COLL_ALLTOALL, {3, 1ull << 40}, 1u << 21},
+      {"rs", HK_COLL_REDUCESCATTER, {1ull << 60, 1ull << 60}, 4},
+  };
+  const int k = (int)(sizeof cases / sizeof cases[0]);
+  for (int i = 0; i < k; i++)
+    for (int r = 0; r < 2; r++) {
+      hk_wire_request q = req(cases[i].name, cases[i].rows[r]);
+      q.coll = cases[i].coll;
+      q.dtype = HK_FLOAT64;
+      q.op = cases[i].coll == HK_COLL_REDUCESCATTER ? HK_SUM : 0;
+      q.row_elems = cases[i].row_elems;
+      assert_int_equal(hk_negotiator_add(n, r, &q, 1, HK_WIRE_NO_BIT, 0),
+                       HK_OK);
+    }
+  hk_wire_response *rs = take(n, (uint32_t)k);
+  invalid(&rs[0], "tensor 'ag': allgather needs more than "
+                  "2305843009213693951 elements of float64, the rows of "
+                  "every rank together (its size in bytes would "
+                  "overflow): rows 1 on rank 0; rows 2305843009213693951 "
+                  "on rank 1.");
+  assert_null(rs[0].counts); /* nothing to run */
+  assert_int_equal(rs[1].status, HK_OK);
+  assert_int_equal(rs[1].ncounts, 2);
+  invalid(&rs[2], "tensor 'a2a': alltoall needs more than "
+                  "2305843009213693951 elements of float64, the rows of "
+                  "every rank together (its size in bytes would "
+                  "overflow): rows 3 on rank 0; rows 1099511627776 on "
+                  "rank 1. Each row holds 2097152 elements.");
+  invalid(&rs[3], "tensor 'rs': reducescatter needs more than "
+                  "2305843009213693951 elements of float64 (its size in "
+                  "bytes would overflow): rows 1152921504606846976 on "
+                  "ranks 0, 1. Each row holds 4 elements.");
+  hk_negotiator_free_responses(rs, (uint32_t)k);
+  hk_negotiator_destroy(n);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_ready_only_when_all_submitted),
@@ -257,6 +316,7 @@ int main(void) {
       cmocka_unit_test(test_duplicate_and_bad_rank),
       cmocka_unit_test(test_long_reason_truncated),
       cmocka_unit_test(test_shapes),
+      cmocka_unit_test(test_sizes_that_overflow),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -14,10 +14,12 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "collectives/transport/tcp.h"
+#include "collectives/transport/tcp_gate.h"
 #include "common/clock.h"
 #include "coordinator/channel.h"
 
@@ -212,11 +214,65 @@ static void test_arrived_bytes_before_abort(void **state) {
   close(ab[1]);
 }
 
+/* A connection that never says a word holds up nobody: the gate serves
+ * the good client that came after it at once, then refuses the idle one
+ * after its 2 s, logging "timed out authenticating" (stderr captured). */
+static void test_gate_idle_connection_holds_up_nobody(void **state) {
+  (void)state;
+  acceptor acc = {.fd = -1};
+  assert_int_equal(hk_secret_generate(&acc.secret), HK_OK);
+  uint16_t port;
+  assert_int_equal(hk_tcp_listen("127.0.0.1", &acc.lfd, &port), HK_OK);
+  int idle = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  assert_int_equal(connect(idle, (struct sockaddr *)&sa, sizeof sa), 0);
+  char log[] = "/tmp/hk-test-gate.XXXXXX";
+  int logfd = mkstemp(log), saved = dup(2);
+  assert_true(logfd >= 0 && saved >= 0);
+  dup2(logfd, 2);
+  hk_tcp_gate *g;
+  assert_int_equal(hk_tcp_gate_open(acc.lfd, &acc.secret, &g), HK_OK);
+  client friend = {.port = port, .secret = acc.secret, .fd = -1};
+  pthread_t tc;
+  pthread_create(&tc, NULL, client_main, &friend);
+  hk_io io = {-1, 5};
+  const double t0 = hk_now();
+  hk_status st = hk_tcp_gate_accept(g, t0 + 5, &io, &acc.fd);
+  const double served = hk_now() - t0;
+  pthread_join(tc, NULL);
+  hk_status late = hk_tcp_gate_accept(g, hk_now() + 3, &io, &acc.fd);
+  int refused = hk_tcp_gate_refused(g);
+  char err[512];
+  snprintf(err, sizeof err, "%s", hk_last_error());
+  hk_tcp_gate_close(g);
+  dup2(saved, 2);
+  close(saved);
+  char text[2048] = "";
+  ssize_t n = pread(logfd, text, sizeof text - 1, 0);
+  text[n > 0 ? n : 0] = '\0';
+  close(logfd);
+  unlink(log);
+  assert_int_equal(st, HK_OK);
+  assert_int_equal(friend.st, HK_OK);
+  assert_true(served < 1.0);
+  assert_int_equal(late, HK_ERR_TIMEOUT);
+  assert_int_equal(refused, 1);
+  assert_non_null(strstr(err, "1 connections that did not prove"));
+  assert_non_null(strstr(text, "timed out authenticating"));
+  assert_null(strstr(text, "bad secret"));
+  close(acc.fd);
+  close(friend.fd);
+  close(idle);
+  close(acc.lfd);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_liveness_follows_the_timeout),
       cmocka_unit_test(test_arrived_bytes_before_abort),
       cmocka_unit_test(test_bad_secret_refused_good_accepted),
+      cmocka_unit_test(test_gate_idle_connection_holds_up_nobody),
       cmocka_unit_test(test_server_without_secret_detected),
       cmocka_unit_test(test_connect_timeout_when_nobody_listens),
   };

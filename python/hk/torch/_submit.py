@@ -475,6 +475,7 @@ class Handle:
         self._cleanup = cleanup
         self._lock = threading.Lock()
         self._done = False
+        self._interrupted = False  # _wait_all was left by an exception
         self._error = None
         self._result = _NO_RESULT
         with _hk._state_lock:
@@ -485,7 +486,13 @@ class Handle:
             self.kind, self.name, " done" if self._done else "")
 
     def _wait_all(self, host=False):
-        """Waits every hk handle once; returns the first error or None."""
+        """Waits every hk handle once; returns the first error or None.
+        hk_wait frees a handle, so each is taken off self._c before it is
+        waited: an exception between two (a KeyboardInterrupt, raised at
+        any bytecode) leaves in self._c only handles not yet waited, which
+        the exit path (_collect_after_shutdown) waits; one interrupted
+        between being taken and waited is leaked, never waited twice, and
+        self._interrupted says the result is lost."""
         L = lib()
         first = None
         stream = None
@@ -493,12 +500,14 @@ class Handle:
                 self._device.type == "cuda":
             stream = ctypes.c_void_p(
                 torch.cuda.current_stream(self._device).cuda_stream)
-        for h in self._c:
+        self._interrupted = True  # until every handle is waited
+        while self._c:
+            h = self._c.pop(0)  # forgotten before it is freed
             st = L.hk_wait_stream(h, stream) if stream is not None \
                 else L.hk_wait(h)
             if st != 0 and first is None:
                 first = error_from(st)
-        self._c = []
+        self._interrupted = False
         return first
 
     def _release(self):
@@ -519,7 +528,12 @@ class Handle:
         with self._lock:
             if self._done:
                 return
+            lost = self._interrupted  # an earlier wait was interrupted
             err = self._wait_all(host=True)
+            if err is None and lost:
+                err = HKInternalError(
+                    7, "%s '%s': its wait was interrupted (KeyboardInterrupt); "
+                    "the result is lost" % (self.kind, self.name))
             self._done = True
             try:
                 if err is None:

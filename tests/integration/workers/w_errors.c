@@ -10,11 +10,31 @@
  *     HK_ERR_DUPLICATE_NAME on that rank only; the first completes (C3).
  *  4. A call without a job says which side of it: "called before hk_init"
  *     before, "called after hk_shutdown" after (and hk_init again works).
+ *  6. Sizes: an allgather whose rows, summed over the ranks, would wrap
+ *     its size in bytes (rank 1: 2^61 - 1 float64 rows) fails with
+ *     HK_ERR_INVALID_ARG on every rank naming it, rank 1 and its rows;
+ *     one whose output no rank can allocate (rank 1: 2^40 rows, 8 TiB;
+ *     skipped when the kernel overcommits always) fails with
+ *     HK_ERR_NOMEM on every rank; the next allgather is right.
  * Prints "errors ok" when every check passed.
  */
+#include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "wcommon.h"
+
+/* Under AddressSanitizer and ThreadSanitizer, malloc of 8 TiB returns
+ * NULL as glibc's does (section 6) instead of ending the process; unused
+ * otherwise. */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void) {
+  return "allocator_may_return_null=1";
+}
+const char *__tsan_default_options(void);
+const char *__tsan_default_options(void) {
+  return "allocator_may_return_null=1";
+}
 
 static void expect_mismatch(hk_status st, const char *const needles[]) {
   HKT_CHECK(st == HK_ERR_MISMATCH, "expected a mismatch, got %s: %s",
@@ -155,6 +175,44 @@ int main(void) {
       HKT_CHECK(c[i] == np * (i + step) + np * (np - 1) / 2,
                 "cached.t step %d [%d] = %d", step, i, c[i]);
   }
+
+  /* 6. sizes that overflow, an output nobody can allocate */
+  double one[1] = {rank}, *all = NULL;
+  const size_t most = SIZE_MAX / 8; /* rows: each rank's own count fits */
+  hk_status st = hk_allgather("huge.rows", one, rank == 1 ? most : 1, 1,
+                              HK_FLOAT64, (void **)&all, NULL);
+  HKT_CHECK(st == HK_ERR_INVALID_ARG && !all,
+            "huge.rows gave %s (%s), not HK_ERR_INVALID_ARG", hk_strerror(st),
+            hk_last_error());
+  HKT_CHECK(strstr(hk_last_error(), "'huge.rows'") &&
+                strstr(hk_last_error(), "rows 2305843009213693951 on rank 1") &&
+                strstr(hk_last_error(), "overflow"),
+            "huge.rows: %s", hk_last_error());
+  if (rank == 0)
+    printf("size message: %s\n", hk_last_error());
+  FILE *oc = fopen("/proc/sys/vm/overcommit_memory", "r");
+  int always = oc && fgetc(oc) == '1';
+  if (oc)
+    fclose(oc);
+  if (!always) {
+    st = hk_allgather("huge.alloc", one, rank == 1 ? (size_t)1 << 40 : 1, 1,
+                      HK_FLOAT64, (void **)&all, NULL);
+    HKT_CHECK(st == HK_ERR_NOMEM && !all &&
+                  strstr(hk_last_error(), "'huge.alloc'") &&
+                  strstr(hk_last_error(), "cannot allocate"),
+              "huge.alloc gave %s: %s", hk_strerror(st), hk_last_error());
+    if (rank == 0)
+      printf("allocation message: %s\n", hk_last_error());
+  }
+  double two[2] = {rank, 10.0 * rank};
+  size_t rows[64];
+  HKT_OK(
+      hk_allgather("after.huge", two, 2, 1, HK_FLOAT64, (void **)&all, rows));
+  for (int r = 0; r < np; r++)
+    HKT_CHECK(rows[r] == 2 && all[2 * r] == r && all[2 * r + 1] == 10.0 * r,
+              "after.huge: rank %d's rows %zu: %g %g", r, rows[r], all[2 * r],
+              all[2 * r + 1]);
+  hk_free(all);
 
   HKT_OK(hk_barrier());
   HKT_OK(hk_shutdown());
