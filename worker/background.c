@@ -3,9 +3,11 @@
  * protocol (see background.h).
  *
  * The protocol. Every rank r > 0 has one control connection to rank 0.
- * A round is one exchange on it: rank r sends one REQUESTS (every tensor
+ * A round is one exchange on it: rank r sends one REQUESTS (the tensors
  * its trainer threads queued since its last one, by response-cache bit or
- * by name, possibly with the shutdown flag), rank 0 answers it with one
+ * by name, possibly with the shutdown flag; a quarter of the socket's
+ * send buffer at most, the rest in the next rounds: worker_send says
+ * why), rank 0 answers it with one
  * RESPONSES whose `answer` byte is 1. Rank 0 also sends RESPONSES with
  * answer = 0, to every rank at once, when tensors become ready: those are
  * what every rank runs, in the same order everywhere.
@@ -63,6 +65,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "coordinator/cache.h"
 #include "coordinator/channel.h"
 #include "worker/execute.h"
 #include "worker/queue.h"
@@ -72,6 +75,13 @@
 /* Send buffer of a control connection: a RESPONSES of ~20k cached
  * tensors at the default net.core.wmem_max (212992, doubled). */
 #define HK_CTRL_SEND_BUFFER (1u << 20)
+/* The most bytes one REQUESTS may take (see worker_send), and the least:
+ * a quarter of the send buffer the kernel granted, within these. */
+#define HK_CTRL_REQUEST_MAX (256u << 10)
+#define HK_CTRL_REQUEST_MIN (4u << 10)
+/* A REQUESTS's bytes besides its requests: header, counts, the runs'
+ * count, the telemetry sample. */
+#define HK_CTRL_REQUEST_FIXED 256u
 
 /*
  * Rank 0: the job failed here (a rank's control connection broke, say).
@@ -180,12 +190,38 @@ static void late_stop(hk_ctx *ctx, hk_round *R) {
   hk_msg_free(&m);
 }
 
-/* Rank > 0 in IDLE: sends what is queued (and a shutdown) as REQUESTS. */
+/* The bytes handle h adds to this rank's REQUESTS (the cost of
+ * hk_queue_take_bounded, under ctx->mu; the background thread's own
+ * caches): its cache bit, or the request by name. */
+static size_t request_bytes(void *arg, hk_handle h) {
+  hk_ctx *ctx = arg;
+  const hk_set *s = hk_sets_live(ctx, h->req.set);
+  if (s && hk_cache_lookup(s->cache, &h->req) != HK_WIRE_NO_BIT)
+    return HK_WIRE_BIT_BYTES;
+  return hk_wire_request_size(&h->req);
+}
+
+/*
+ * Rank > 0 in IDLE: sends what is queued (and a shutdown) as REQUESTS.
+ *
+ * One REQUESTS is at most R->request_cap bytes (a quarter of the control
+ * socket's send buffer); what does not fit stays queued for the next
+ * round, which starts as soon as this one is answered. The blocking send
+ * thus never blocks: the rank has one REQUESTS in flight at most, and
+ * rank 0 reads a REQUESTS whole before it answers, so the socket holds
+ * nothing else of ours. It must not block: rank 0 may be inside a
+ * collective that needs this rank (the responses it sent with its
+ * answer, which this rank runs after this send) and reads nothing until
+ * it ends. Horovod sends every request each cycle, but over MPI or Gloo,
+ * which buffer; a bounded message is what a byte stream allows.
+ */
 static hk_status worker_send(hk_ctx *ctx, hk_round *R) {
   if (R->sent)
     return HK_OK;
   int shut = !R->shutdown_sent && hk_round_shutdown_requested(ctx);
-  hk_handle list = hk_queue_take_quiet(ctx); /* mutes wakes if it took any */
+  /* mutes wakes if it took any */
+  hk_handle list = hk_queue_take_bounded(
+      ctx, R->request_cap - HK_CTRL_REQUEST_FIXED, request_bytes, ctx);
   if (!list && !shut)
     return HK_OK;
   uint32_t n, nbits;
@@ -333,10 +369,18 @@ void *hk_background_main(void *arg) {
       pfds[npfd++] = (struct pollfd){.fd = ctx->mesh.ctrl_fd, .events = POLLIN};
   }
   /* room for a whole round's message (see hk_tcp_set_send_buffer);
-   * without it, a best effort */
+   * without it, a best effort. A rank's REQUESTS takes a quarter of what
+   * the kernel granted at most (worker_send). */
+  size_t granted = 0;
   for (int i = first_ctrl; i < npfd; i++)
-    if (hk_tcp_set_send_buffer(pfds[i].fd, HK_CTRL_SEND_BUFFER) != HK_OK)
+    if (hk_tcp_set_send_buffer(pfds[i].fd, HK_CTRL_SEND_BUFFER, &granted) !=
+        HK_OK)
       hk_log(HK_LOG_DEBUG, "%s", hk_last_error());
+  R.request_cap = granted / 4;
+  if (R.request_cap > HK_CTRL_REQUEST_MAX)
+    R.request_cap = HK_CTRL_REQUEST_MAX;
+  if (R.request_cap < HK_CTRL_REQUEST_MIN)
+    R.request_cap = HK_CTRL_REQUEST_MIN;
   double last_event = hk_now();
   for (;;) {
     int rc =

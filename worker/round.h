@@ -15,6 +15,7 @@
 typedef struct hk_round {
   int sent;               /* rank > 0: a REQUESTS is outstanding */
   int shutdown_sent;      /* rank > 0: our shutdown request went out */
+  size_t request_cap;     /* rank > 0: the most bytes of one REQUESTS */
   int shutdown_rank;      /* >= 0: everyone stops after this round */
   hk_status abort_status; /* rank 0: the job must stop (stall) */
   char abort_reason[HK_WIRE_MAX_REASON_LEN + 1];
