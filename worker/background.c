@@ -45,9 +45,14 @@
  * counts no round: its thread feeds its own negotiator and runs.
  *
  * Idle, every rank blocks in poll(2) on the wake fd, the control
- * connections and the launcher fd; the only timeouts are rank 0's stall
- * inspector (while tensors are pending) and a held answer. A dead peer is
- * noticed by TCP keepalive within HK_TIMEOUT_S (collectives/transport/tcp.h).
+ * connections and the launcher fd; the timeouts are rank 0's stall
+ * inspector (while tensors are pending), a held answer, and liveness
+ * (round.h: a rank quiet for HK_TIMEOUT_S / 4 sends an empty REQUESTS,
+ * a ping; a request unanswered for HK_TIMEOUT_S fails naming rank 0; rank
+ * 0 fails naming a rank that tensors wait for and that said nothing for
+ * HK_TIMEOUT_S), so a stopped process (SIGSTOP: its sockets stay open) is
+ * named within HK_TIMEOUT_S and a quarter. A dead peer is noticed by TCP
+ * keepalive within HK_TIMEOUT_S (collectives/transport/tcp.h).
  * Rank 0's side lives in worker/round.c; every message is told to the
  * observers (observe/observe.h: the message hook), which count them.
  */
@@ -222,8 +227,8 @@ static hk_status worker_send(hk_ctx *ctx, hk_round *R) {
   /* mutes wakes if it took any */
   hk_handle list = hk_queue_take_bounded(
       ctx, R->request_cap - HK_CTRL_REQUEST_FIXED, request_bytes, ctx);
-  if (!list && !shut)
-    return HK_OK;
+  if (!list && !shut && !hk_round_ping_due(ctx, R))
+    return HK_OK; /* (a ping: an empty REQUESTS, round.h) */
   uint32_t n, nbits;
   hk_status st = hk_round_split(ctx, R, list, 1, &n, &nbits);
   if (st != HK_OK)
@@ -244,6 +249,7 @@ static hk_status worker_send(hk_ctx *ctx, hk_round *R) {
     return st;
   R->sent = 1;
   R->shutdown_sent |= shut;
+  R->quiet_since = hk_now();
   hk_obs_message sent = {.kind = HK_OBS_MSG_REQUESTS, .rank = 0};
   hk_observe_message(&ctx->obs, &sent);
   return HK_OK;
@@ -256,6 +262,7 @@ static hk_status worker_receive(hk_ctx *ctx, hk_round *R) {
       hk_channel_recv(ctx->mesh.ctrl_fd, &m, &ctx->scratch, &ctx->io, "rank 0");
   if (st != HK_OK)
     return st;
+  R->quiet_since = hk_now();
   if (m.type != HK_MSG_RESPONSES) {
     hk_msg_free(&m);
     return hk_fail(HK_ERR_PROTOCOL,
@@ -280,6 +287,7 @@ static hk_status worker_receive(hk_ctx *ctx, hk_round *R) {
   hk_observe_message(&ctx->obs, &got);
   if (st == HK_OK)
     st = apply_responses(ctx, R, &m, hk_now());
+  hk_round_ran(ctx, R);
   hk_msg_free(&m);
   return st;
 }
@@ -402,6 +410,8 @@ void *hk_background_main(void *arg) {
         st = worker_receive(ctx, &R);
       if (st == HK_OK && R.shutdown_rank < 0 && !R.abort_status)
         st = worker_send(ctx, &R);
+      if (st == HK_OK)
+        st = hk_round_check_silence(ctx, &R);
     }
     if (st != HK_OK) {
       char what[HK_ERROR_MSG_CAP];
