@@ -490,8 +490,9 @@ static double silence_due(hk_ctx *ctx, const hk_round *R, int *who) {
   *who = -1;
   if (ctx->size == 1 || R->shutdown_rank >= 0 || R->abort_status)
     return -1;
-  if (ctx->rank != 0)
-    return R->quiet_since + (R->sent ? t : t / 4);
+  if (ctx->rank != 0) /* (rank 0 may hold an answer HK_CYCLE_TIME_MS) */
+    return R->quiet_since +
+           (R->sent ? t + ctx->cfg.cycle_time_ms / 1000.0 : t / 4);
   for (int r = 1; r < ctx->size; r++)
     if (!R->waiting[r] && (due < 0 || R->heard[r] + t < due) &&
         awaits(ctx, r)) {

@@ -241,17 +241,15 @@ static void test_hkrun_dump(void **s) {
   remove_dir(dir);
 }
 
-/* A record holds what still waits in the rank's queue: rank 0 holds its
- * answer to rank 1's request for t7 (HK_CYCLE_TIME_MS), so rank 1's t8,
- * submitted after that request left, is not taken by its background
- * thread when SIGUSR1 asks for the record. */
-static void test_dump_records_queued(void **s) {
-  (void)s;
+/* Rank 1's record while rank 0 holds its answer to rank 1's request for
+ * t7 (HK_CYCLE_TIME_MS; `extra`: one more setting), written on SIGUSR1,
+ * read into *f (free with hk_flight_file_free); the hang then ends. */
+static void queued_record(const char *extra, hk_flight_file *f) {
   char dir[4096];
   assert_int_equal(hkt_mkdtemp("hk-flight.", dir, sizeof dir), 0);
   hkt_proc p;
   int pids[4];
-  start_hang(dir, "HK_CYCLE_TIME_MS=60000", NULL, "queued", &p, pids);
+  start_hang(dir, "HK_CYCLE_TIME_MS=60000", extra, "queued", &p, pids);
   const char *one = strstr(p.out.data, "[1] waiting for t7 pid=");
   assert_non_null(one);
   assert_int_equal(kill(atoi(one + strlen("[1] waiting for t7 pid=")), SIGUSR1),
@@ -259,8 +257,18 @@ static void test_dump_records_queued(void **s) {
   assert_int_equal(wait_records(dir, 1, 60), 0);
   char rec[4200] = "";
   assert_int_equal(count_records(dir, ".1.txt", rec, sizeof rec), 1);
+  assert_int_equal(hk_flight_read(rec, f), HK_OK);
+  end_hang(&p);
+  remove_dir(dir);
+}
+
+/* A record holds what still waits in the rank's queue: rank 1's t8,
+ * submitted after its request for t7 left, is not taken by its background
+ * thread when SIGUSR1 asks for the record. */
+static void test_dump_records_queued(void **s) {
+  (void)s;
   hk_flight_file f;
-  assert_int_equal(hk_flight_read(rec, &f), HK_OK);
+  queued_record(NULL, &f);
   assert_int_equal(f.h.rank, 1);
   assert_int_equal(f.h.recorded, 9); /* t0..t8 */
   assert_true(f.nentries >= 2);
@@ -271,9 +279,8 @@ static void test_dump_records_queued(void **s) {
   assert_string_equal(t8->name, "t8");
   assert_int_equal(t8->state, HK_FLIGHT_SUBMITTED);
   assert_int_equal(f.npending, 2);
+  assert_int_equal(f.h.pending_left_out, 0);
   hk_flight_file_free(&f);
-  end_hang(&p);
-  remove_dir(dir);
 }
 
 /* A record lists as many tensors in flight as the ring holds at most,
@@ -281,28 +288,13 @@ static void test_dump_records_queued(void **s) {
  * in flight (test_dump_records_queued) and lists one. */
 static void test_dump_bounded(void **s) {
   (void)s;
-  char dir[4096];
-  assert_int_equal(hkt_mkdtemp("hk-flight.", dir, sizeof dir), 0);
-  hkt_proc p;
-  int pids[4];
-  start_hang(dir, "HK_CYCLE_TIME_MS=60000", "HK_FLIGHT_RECORDER=1", "queued",
-             &p, pids);
-  const char *one = strstr(p.out.data, "[1] waiting for t7 pid=");
-  assert_non_null(one);
-  assert_int_equal(kill(atoi(one + strlen("[1] waiting for t7 pid=")), SIGUSR1),
-                   0);
-  assert_int_equal(wait_records(dir, 1, 60), 0);
-  char rec[4200] = "";
-  assert_int_equal(count_records(dir, ".1.txt", rec, sizeof rec), 1);
   hk_flight_file f;
-  assert_int_equal(hk_flight_read(rec, &f), HK_OK);
+  queued_record("HK_FLIGHT_RECORDER=1", &f);
   assert_int_equal(f.h.capacity, 1);
   assert_int_equal(f.nentries, 1);
   assert_int_equal(f.npending, 1);
   assert_int_equal(f.h.pending_left_out, 1);
   hk_flight_file_free(&f);
-  end_hang(&p);
-  remove_dir(dir);
 }
 
 static void test_stall_path(void **s) {
