@@ -137,7 +137,7 @@ hk_status hk_flight_write(const char *dir, const hk_flight_header *h,
     put_entry(f, "entry", hk_flight_ring_at(ring, i));
   for (size_t i = 0; i < npending; i++)
     put_entry(f, "pending", &pending[i]);
-  fprintf(f, "end\t%zu\t%zu\n", n, npending);
+  fprintf(f, "end\t%zu\t%zu\t%" PRIu64 "\n", n, npending, h->pending_left_out);
   int bad = fflush(f) != 0 || ferror(f);
   int err = errno;
   if (!bad && unnamed) { /* give it the record's name, replacing the old */
@@ -401,8 +401,9 @@ hk_status hk_flight_read(const char *path, hk_flight_file *out) {
         break;
       }
     } else if (!strcmp(fl[0], "end")) {
-      uint64_t a, b;
-      if (n != 3 || parse_u64(fl[1], &a) || parse_u64(fl[2], &b))
+      uint64_t a, b, c = 0;
+      if ((n != 3 && n != 4) || parse_u64(fl[1], &a) || parse_u64(fl[2], &b) ||
+          (n == 4 && parse_u64(fl[3], &c)))
         why = "malformed 'end' line";
       else if (a != out->nentries || b != out->npending) {
         snprintf(buf, sizeof buf,
@@ -411,6 +412,7 @@ hk_status hk_flight_read(const char *path, hk_flight_file *out) {
                  a, b, out->nentries, out->npending);
         why = buf;
       }
+      out->h.pending_left_out = c;
       ended = 1;
     } else {
       snprintf(buf, sizeof buf, "unknown line '%.40s'", fl[0]);

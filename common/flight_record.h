@@ -24,9 +24,11 @@
  *         then the same four on CLOCK_MONOTONIC (0: not reached), then
  *         the tensor name (escaped: bytes below 0x20, 0x7f and '\' as
  *         \xHH), oldest entry first
- *   pending <same fields as entry>  (every tensor in flight on the rank:
- *         submitted and not yet complete, whatever the ring still holds)
- *   end <number of entry lines> <number of pending lines>
+ *   pending <same fields as entry>  (the tensors in flight on the rank:
+ *         submitted and not yet complete, whatever the ring still holds;
+ *         as many as the ring's capacity at most)
+ *   end <number of entry lines> <number of pending lines> <pending
+ *         tensors left out> (the last field may be absent: 0)
  * The file is written without a name (O_TMPFILE) and linked under its
  * name once complete, so a writer that dies leaves no temporary file: a
  * reader sees the previous record, none (between the old one's unlink
@@ -124,10 +126,12 @@ typedef struct hk_flight_header {
   char host[256];
   long pid;
   char reason[HK_FLIGHT_REASON_LEN + 1];
-  int64_t written_us; /* CLOCK_REALTIME */
-  uint64_t rounds;    /* negotiation rounds of the world run */
-  uint64_t capacity;  /* ring entries */
-  uint64_t recorded;  /* entries ever recorded (> capacity: wrapped) */
+  int64_t written_us;        /* CLOCK_REALTIME */
+  uint64_t rounds;           /* negotiation rounds of the world run */
+  uint64_t capacity;         /* ring entries */
+  uint64_t recorded;         /* entries ever recorded (> capacity: wrapped) */
+  uint64_t pending_left_out; /* tensors in flight not listed (past the
+                                ring's capacity; the 'end' line) */
 } hk_flight_header;
 
 /**

@@ -12,12 +12,15 @@
 /* ---------- encoding ---------- */
 
 typedef struct writer {
-  hk_buf *out;
+  hk_buf *out; /* NULL: only count the bytes (hk_wire_request_size) */
   hk_status st;
+  size_t counted;
 } writer;
 
 static void put(writer *w, const void *p, size_t n) {
-  if (w->st == HK_OK)
+  if (!w->out)
+    w->counted += n;
+  else if (w->st == HK_OK)
     w->st = hk_buf_append(w->out, p, n);
 }
 
@@ -122,9 +125,15 @@ static void put_bits(writer *w, const uint32_t *bits, const int32_t *sets,
   }
 }
 
+size_t hk_wire_request_size(const hk_wire_request *r) {
+  writer w = {NULL, HK_OK, 0};
+  put_request(&w, r);
+  return w.counted;
+}
+
 hk_status hk_wire_encode(const hk_msg *m, hk_buf *out) {
   size_t start = out->len;
-  writer w = {out, HK_OK};
+  writer w = {out, HK_OK, 0};
   uint8_t hdr[HK_WIRE_HEADER_LEN] = {'H', 'K', HK_WIRE_VERSION, m->type};
   put(&w, hdr, sizeof hdr); /* length patched below */
   switch (m->type) {

@@ -39,6 +39,9 @@
 #define HK_WIRE_NO_BIT 0xffffffffu
 #define HK_WIRE_MAX_DIMS HK_MAX_DIMS /* a tensor's dimensions (hk.h) */
 #define HK_WIRE_ANSWER_OFFSET HK_WIRE_HEADER_LEN /* RESPONSES.answer */
+/* The most one request by cache bit adds to a REQUESTS (bytes): its bit,
+ * and its run's set and count when it starts a run of its own. */
+#define HK_WIRE_BIT_BYTES 12
 #define HK_WIRE_MAX_MONITOR_LEN                                                \
   60000 /* MONITOR text, bytes (under the                                      \
            rendezvous frame limit, 64 KiB) */
@@ -315,6 +318,14 @@ hk_status hk_wire_decode(const uint8_t *frame, size_t len, hk_msg *out);
  * HK_WIRE_MAX_PAYLOAD), HK_ERR_NOMEM. On error out->len is unchanged.
  */
 hk_status hk_wire_encode(const hk_msg *msg, hk_buf *out);
+
+/**
+ * The bytes one request by name adds to an encoded REQUESTS (its fields,
+ * the name and the group name), counted by the encoder itself; a request
+ * by cache bit adds HK_WIRE_BIT_BYTES at most. Lets a sender bound a
+ * message before encoding it (worker/background.c). Pure; thread-safe.
+ */
+size_t hk_wire_request_size(const hk_wire_request *r);
 
 /** Frees what a decoded (or caller-built, malloc-backed) message owns. */
 void hk_msg_free(hk_msg *msg);

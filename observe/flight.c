@@ -123,7 +123,8 @@ typedef struct pending_list {
   hk_flight *f;
   hk_flight_entry *e;
   size_t n, cap;
-  size_t lost; /* no memory to list these */
+  size_t lost;     /* no memory to list these */
+  size_t left_out; /* past the ring's capacity: counted, not listed */
 } pending_list;
 
 static void visit_pending(void *arg, const hk_obs_tensor *t, int queued) {
@@ -131,6 +132,11 @@ static void visit_pending(void *arg, const hk_obs_tensor *t, int queued) {
   if (queued) { /* still in the queue: recorded now, in submit order, so
                    the record shows every submit */
     record_submit(pl->f, t);
+    return;
+  }
+  if (pl->n >= pl->f->ring.cap) { /* a record stays small (a burst of
+                                     100 000 tensors would make it MBs) */
+    pl->left_out++;
     return;
   }
   if (pl->n == pl->cap) {
@@ -184,8 +190,9 @@ static void dump(hk_flight *f, const char *reason) {
   snprintf(h.reason, sizeof h.reason, "%s", reason);
   h.written_us = clock_us(CLOCK_REALTIME);
   refresh_offset(f);
-  pending_list pl = {f, NULL, 0, 0, 0};
+  pending_list pl = {f, NULL, 0, 0, 0, 0};
   f->pending.each(f->pending.engine, visit_pending, &pl);
+  h.pending_left_out = pl.left_out;
   h.rounds = f->round;
   h.capacity = f->ring.cap;
   h.recorded = f->ring.next;

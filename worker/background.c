@@ -3,9 +3,11 @@
  * protocol (see background.h).
  *
  * The protocol. Every rank r > 0 has one control connection to rank 0.
- * A round is one exchange on it: rank r sends one REQUESTS (every tensor
+ * A round is one exchange on it: rank r sends one REQUESTS (the tensors
  * its trainer threads queued since its last one, by response-cache bit or
- * by name, possibly with the shutdown flag), rank 0 answers it with one
+ * by name, possibly with the shutdown flag; a quarter of the socket's
+ * send buffer at most, the rest in the next rounds: worker_send says
+ * why), rank 0 answers it with one
  * RESPONSES whose `answer` byte is 1. Rank 0 also sends RESPONSES with
  * answer = 0, to every rank at once, when tensors become ready: those are
  * what every rank runs, in the same order everywhere.
@@ -43,9 +45,14 @@
  * counts no round: its thread feeds its own negotiator and runs.
  *
  * Idle, every rank blocks in poll(2) on the wake fd, the control
- * connections and the launcher fd; the only timeouts are rank 0's stall
- * inspector (while tensors are pending) and a held answer. A dead peer is
- * noticed by TCP keepalive within HK_TIMEOUT_S (collectives/transport/tcp.h).
+ * connections and the launcher fd; the timeouts are rank 0's stall
+ * inspector (while tensors are pending), a held answer, and liveness
+ * (round.h: a rank quiet for HK_TIMEOUT_S / 4 sends an empty REQUESTS,
+ * a ping; a request unanswered for HK_TIMEOUT_S fails naming rank 0; rank
+ * 0 fails naming a rank that tensors wait for and that said nothing for
+ * HK_TIMEOUT_S), so a stopped process (SIGSTOP: its sockets stay open) is
+ * named within HK_TIMEOUT_S and a quarter. A dead peer is noticed by TCP
+ * keepalive within HK_TIMEOUT_S (collectives/transport/tcp.h).
  * Rank 0's side lives in worker/round.c; every message is told to the
  * observers (observe/observe.h: the message hook), which count them.
  */
@@ -63,6 +70,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "coordinator/cache.h"
 #include "coordinator/channel.h"
 #include "worker/execute.h"
 #include "worker/queue.h"
@@ -72,6 +80,13 @@
 /* Send buffer of a control connection: a RESPONSES of ~20k cached
  * tensors at the default net.core.wmem_max (212992, doubled). */
 #define HK_CTRL_SEND_BUFFER (1u << 20)
+/* The most bytes one REQUESTS may take (see worker_send), and the least:
+ * a quarter of the send buffer the kernel granted, within these. */
+#define HK_CTRL_REQUEST_MAX (256u << 10)
+#define HK_CTRL_REQUEST_MIN (4u << 10)
+/* A REQUESTS's bytes besides its requests: header, counts, the runs'
+ * count, the telemetry sample. */
+#define HK_CTRL_REQUEST_FIXED 256u
 
 /*
  * Rank 0: the job failed here (a rank's control connection broke, say).
@@ -180,14 +195,40 @@ static void late_stop(hk_ctx *ctx, hk_round *R) {
   hk_msg_free(&m);
 }
 
-/* Rank > 0 in IDLE: sends what is queued (and a shutdown) as REQUESTS. */
+/* The bytes handle h adds to this rank's REQUESTS (the cost of
+ * hk_queue_take_bounded, under ctx->mu; the background thread's own
+ * caches): its cache bit, or the request by name. */
+static size_t request_bytes(void *arg, hk_handle h) {
+  hk_ctx *ctx = arg;
+  const hk_set *s = hk_sets_live(ctx, h->req.set);
+  if (s && hk_cache_lookup(s->cache, &h->req) != HK_WIRE_NO_BIT)
+    return HK_WIRE_BIT_BYTES;
+  return hk_wire_request_size(&h->req);
+}
+
+/*
+ * Rank > 0 in IDLE: sends what is queued (and a shutdown) as REQUESTS.
+ *
+ * One REQUESTS is at most R->request_cap bytes (a quarter of the control
+ * socket's send buffer); what does not fit stays queued for the next
+ * round, which starts as soon as this one is answered. The blocking send
+ * thus never blocks: the rank has one REQUESTS in flight at most, and
+ * rank 0 reads a REQUESTS whole before it answers, so the socket holds
+ * nothing else of ours. It must not block: rank 0 may be inside a
+ * collective that needs this rank (the responses it sent with its
+ * answer, which this rank runs after this send) and reads nothing until
+ * it ends. Horovod sends every request each cycle, but over MPI or Gloo,
+ * which buffer; a bounded message is what a byte stream allows.
+ */
 static hk_status worker_send(hk_ctx *ctx, hk_round *R) {
   if (R->sent)
     return HK_OK;
   int shut = !R->shutdown_sent && hk_round_shutdown_requested(ctx);
-  hk_handle list = hk_queue_take_quiet(ctx); /* mutes wakes if it took any */
-  if (!list && !shut)
-    return HK_OK;
+  /* mutes wakes if it took any */
+  hk_handle list = hk_queue_take_bounded(
+      ctx, R->request_cap - HK_CTRL_REQUEST_FIXED, request_bytes, ctx);
+  if (!list && !shut && !hk_round_ping_due(ctx, R))
+    return HK_OK; /* (a ping: an empty REQUESTS, round.h) */
   uint32_t n, nbits;
   hk_status st = hk_round_split(ctx, R, list, 1, &n, &nbits);
   if (st != HK_OK)
@@ -208,6 +249,7 @@ static hk_status worker_send(hk_ctx *ctx, hk_round *R) {
     return st;
   R->sent = 1;
   R->shutdown_sent |= shut;
+  R->quiet_since = hk_now();
   hk_obs_message sent = {.kind = HK_OBS_MSG_REQUESTS, .rank = 0};
   hk_observe_message(&ctx->obs, &sent);
   return HK_OK;
@@ -220,6 +262,7 @@ static hk_status worker_receive(hk_ctx *ctx, hk_round *R) {
       hk_channel_recv(ctx->mesh.ctrl_fd, &m, &ctx->scratch, &ctx->io, "rank 0");
   if (st != HK_OK)
     return st;
+  R->quiet_since = hk_now();
   if (m.type != HK_MSG_RESPONSES) {
     hk_msg_free(&m);
     return hk_fail(HK_ERR_PROTOCOL,
@@ -244,6 +287,7 @@ static hk_status worker_receive(hk_ctx *ctx, hk_round *R) {
   hk_observe_message(&ctx->obs, &got);
   if (st == HK_OK)
     st = apply_responses(ctx, R, &m, hk_now());
+  hk_round_ran(ctx, R);
   hk_msg_free(&m);
   return st;
 }
@@ -333,10 +377,18 @@ void *hk_background_main(void *arg) {
       pfds[npfd++] = (struct pollfd){.fd = ctx->mesh.ctrl_fd, .events = POLLIN};
   }
   /* room for a whole round's message (see hk_tcp_set_send_buffer);
-   * without it, a best effort */
+   * without it, a best effort. A rank's REQUESTS takes a quarter of what
+   * the kernel granted at most (worker_send). */
+  size_t granted = 0;
   for (int i = first_ctrl; i < npfd; i++)
-    if (hk_tcp_set_send_buffer(pfds[i].fd, HK_CTRL_SEND_BUFFER) != HK_OK)
+    if (hk_tcp_set_send_buffer(pfds[i].fd, HK_CTRL_SEND_BUFFER, &granted) !=
+        HK_OK)
       hk_log(HK_LOG_DEBUG, "%s", hk_last_error());
+  R.request_cap = granted / 4;
+  if (R.request_cap > HK_CTRL_REQUEST_MAX)
+    R.request_cap = HK_CTRL_REQUEST_MAX;
+  if (R.request_cap < HK_CTRL_REQUEST_MIN)
+    R.request_cap = HK_CTRL_REQUEST_MIN;
   double last_event = hk_now();
   for (;;) {
     int rc =
@@ -358,6 +410,8 @@ void *hk_background_main(void *arg) {
         st = worker_receive(ctx, &R);
       if (st == HK_OK && R.shutdown_rank < 0 && !R.abort_status)
         st = worker_send(ctx, &R);
+      if (st == HK_OK)
+        st = hk_round_check_silence(ctx, &R);
     }
     if (st != HK_OK) {
       char what[HK_ERROR_MSG_CAP];

@@ -167,7 +167,7 @@ typedef struct hk_ctx {
   hk_handle queue_tail;   /* [mu] */
   int wake_muted;         /* [mu] 1: a submit into the empty queue need not
                              write wake_fd (the background thread looks at
-                             the queue by itself: hk_queue_take_quiet) */
+                             the queue by itself: hk_queue_take_bounded) */
   int shutdown_requested; /* [mu] hk_shutdown was called here */
   int stopped;            /* [mu] background loop has ended */
   hk_status failure;      /* [mu] HK_OK, or why the job failed/stopped */

@@ -137,10 +137,23 @@ hk_status hk_queue_submit_group(hk_ctx *ctx, hk_handle *members, size_t n,
   return HK_OK;
 }
 
-static hk_handle take(hk_ctx *ctx, int quiet) {
+/* Takes the queue's head: every handle, or (cost not NULL) the longest
+ * prefix whose costs add up to at most budget, and always the first. */
+static hk_handle take(hk_ctx *ctx, int quiet, size_t budget,
+                      size_t (*cost)(void *arg, hk_handle h), void *arg) {
   pthread_mutex_lock(&ctx->mu);
-  hk_handle list = ctx->queue_head;
-  ctx->queue_head = ctx->queue_tail = NULL;
+  hk_handle list = ctx->queue_head, last = NULL;
+  size_t spent = 0;
+  for (hk_handle h = list; cost && h; last = h, h = h->next) {
+    spent += cost(arg, h);
+    if (last && spent > budget) { /* the rest stays queued, in order */
+      last->next = NULL;
+      ctx->queue_head = h;
+      break;
+    }
+  }
+  if (ctx->queue_head == list)
+    ctx->queue_head = ctx->queue_tail = NULL;
   ctx->wake_muted = quiet && list != NULL;
   pthread_mutex_unlock(&ctx->mu);
   /* the background thread's own index of them (a failed insert only
@@ -153,9 +166,13 @@ static hk_handle take(hk_ctx *ctx, int quiet) {
   return list;
 }
 
-hk_handle hk_queue_take(hk_ctx *ctx) { return take(ctx, 0); }
+hk_handle hk_queue_take(hk_ctx *ctx) { return take(ctx, 0, 0, NULL, NULL); }
 
-hk_handle hk_queue_take_quiet(hk_ctx *ctx) { return take(ctx, 1); }
+hk_handle hk_queue_take_bounded(hk_ctx *ctx, size_t budget,
+                                size_t (*cost)(void *arg, hk_handle h),
+                                void *arg) {
+  return take(ctx, 1, budget, cost, arg);
+}
 
 hk_handle hk_queue_find(hk_ctx *ctx, const char *name) {
   hk_handle h = hk_strmap_get(ctx->taken, name);

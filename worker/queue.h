@@ -36,10 +36,19 @@ hk_status hk_queue_submit_group(hk_ctx *ctx, hk_handle *members, size_t n,
  *  the next submit into the empty queue wakes the thread (wake_fd). */
 hk_handle hk_queue_take(hk_ctx *ctx);
 
-/** The same, but when it took something, later submits do not write
- *  wake_fd until the next take: the caller (a rank whose request is in
- *  flight) looks at the queue by itself when the answer comes. */
-hk_handle hk_queue_take_quiet(hk_ctx *ctx);
+/**
+ * Background thread: takes the queued handles from the oldest on while
+ * their costs (cost(arg, h), called under ctx->mu: it must not call into
+ * the queue) add up to at most `budget`, and always the oldest one; the
+ * rest stay queued, in order, for the next take. When it took something,
+ * later submits do not write wake_fd until the next take: the caller (a
+ * rank whose request is in flight) looks at the queue by itself when the
+ * answer comes. Returns the list (linked by next), NULL when the queue
+ * was empty.
+ */
+hk_handle hk_queue_take_bounded(hk_ctx *ctx, size_t budget,
+                                size_t (*cost)(void *arg, hk_handle h),
+                                void *arg);
 
 /** Background thread: the in-flight handle named `name`, or NULL (those
  *  it took from the queue without taking ctx->mu). */

@@ -165,6 +165,19 @@ static hk_status note_invalidation(hk_set *s, uint32_t bit) {
   return HK_OK;
 }
 
+/* Job rank `rank`'s rank in set s, or -1 when not a member. */
+static int member_of(const hk_set *s, int rank) {
+  int lo = 0, hi = s->size - 1; /* ranks ascend */
+  while (lo < hi) {
+    int mid = (lo + hi) / 2;
+    if (s->ranks[mid] < rank)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return s->ranks[lo] == rank ? lo : -1;
+}
+
 /* Rank 0: the live set a request of job rank `rank` is of, and the rank's
  * rank in it (*member), or NULL with *st HK_OK for a set removed since
  * (the rank failed the request itself when the removal ran there).
@@ -183,22 +196,14 @@ static hk_set *set_of(hk_ctx *ctx, int rank, int32_t id, int *member,
   hk_set *s = hk_sets_live(ctx, id);
   if (!s)
     return NULL;
-  int lo = 0, hi = s->size - 1; /* ranks ascend */
-  while (lo < hi) {
-    int mid = (lo + hi) / 2;
-    if (s->ranks[mid] < rank)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  if (s->ranks[lo] != rank) {
+  *member = member_of(s, rank);
+  if (*member < 0) {
     *st = hk_fail(HK_ERR_PROTOCOL,
                   "rank %d sent a request of process set %d, which it is "
                   "not a member of",
                   rank, (int)id);
     return NULL;
   }
-  *member = lo;
   return s;
 }
 
@@ -348,7 +353,7 @@ static hk_status coordinator_receive(hk_ctx *ctx, hk_round *R, int r) {
     R->shutdown_rank = r;
   hk_msg_free(&m);
   R->waiting[r] = 1;
-  R->waiting_since[r] = hk_now();
+  R->waiting_since[r] = R->heard[r] = hk_now();
   return st;
 }
 
@@ -422,9 +427,10 @@ static hk_status round_of(hk_ctx *ctx, hk_round *R, hk_set *s) {
     hk_observe_message(&ctx->obs, &sent);
   }
   s->ninval = 0; /* rank 0 retired them when it decided */
-  if (st == HK_OK && s->rank >= 0)
+  if (st == HK_OK && s->rank >= 0) {
     st = hk_execute_responses(ctx, s, rs, n, t_ready);
-  else if (st == HK_OK) /* not a member: its cache follows theirs */
+    hk_round_ran(ctx, R);
+  } else if (st == HK_OK) /* not a member: its cache follows theirs */
     for (uint32_t i = 0; i < n; i++)
       if (rs[i].agreed)
         hk_cache_apply(s->cache, &rs[i], rs[i].agreed);
@@ -458,23 +464,99 @@ hk_status hk_round_coordinate(hk_ctx *ctx, hk_round *R,
     st = round_of(ctx, R, hk_sets_world(ctx));
   if (st == HK_OK && R->shutdown_rank < 0 && !R->abort_status)
     st = answer_waiting(ctx, R);
+  if (st == HK_OK)
+    st = hk_round_check_silence(ctx, R);
   return st;
+}
+
+/* Rank 0: 1 when a live set rank r is a member of has tensors pending
+ * (they may wait for r). */
+static int awaits(hk_ctx *ctx, int r) {
+  for (int32_t id = 0; id < ctx->nsets; id++) {
+    const hk_set *s = hk_sets_live(ctx, id);
+    if (s && hk_negotiator_pending(s->neg) && member_of(s, r) >= 0)
+      return 1;
+  }
+  return 0;
+}
+
+/* When the silence that hk_round_check_silence fails on is due (hk_now()
+ * seconds), or -1 when none runs: rank 0, the earliest of the ranks
+ * tensors wait for (*who: which); rank > 0, its request's answer, or with
+ * none in flight, the next ping (*who: -1). */
+static double silence_due(hk_ctx *ctx, const hk_round *R, int *who) {
+  const double t = ctx->cfg.timeout_s;
+  double due = -1;
+  *who = -1;
+  if (ctx->size == 1 || R->shutdown_rank >= 0 || R->abort_status)
+    return -1;
+  if (ctx->rank != 0) /* (rank 0 may hold an answer HK_CYCLE_TIME_MS) */
+    return R->quiet_since +
+           (R->sent ? t + ctx->cfg.cycle_time_ms / 1000.0 : t / 4);
+  for (int r = 1; r < ctx->size; r++)
+    if (!R->waiting[r] && (due < 0 || R->heard[r] + t < due) &&
+        awaits(ctx, r)) {
+      due = R->heard[r] + t;
+      *who = r;
+    }
+  return due;
+}
+
+int hk_round_ping_due(hk_ctx *ctx, const hk_round *R) {
+  int who;
+  double due = ctx->rank != 0 && !R->sent ? silence_due(ctx, R, &who) : -1;
+  return due >= 0 && hk_now() >= due;
+}
+
+hk_status hk_round_check_silence(hk_ctx *ctx, hk_round *R) {
+  int who;
+  double due = silence_due(ctx, R, &who);
+  if (due < 0 || hk_now() < due || (ctx->rank != 0 && !R->sent))
+    return HK_OK;
+  const double t = ctx->cfg.timeout_s;
+  if (ctx->rank != 0)
+    return hk_fail(HK_ERR_TIMEOUT,
+                   "timed out after %.1f s waiting for rank 0 to answer rank "
+                   "%d's request: no progress from rank 0 (stopped, or "
+                   "stuck)",
+                   t, ctx->rank);
+  char what[HK_WIRE_MAX_REASON_LEN + 1];
+  double oldest;
+  stalled(ctx, hk_now(), 0, what, sizeof what, &oldest);
+  return hk_fail(HK_ERR_TIMEOUT,
+                 "timed out after %.1f s: no progress from rank %d, which "
+                 "sent nothing (its background thread answers within %.1f s "
+                 "however busy its trainer is: stopped, or stuck) while "
+                 "tensors wait: %.700s",
+                 t, who, t / 4, what);
+}
+
+/* Rank 0 ran a round, rank > 0 ran what rank 0 sent: the silence of the
+ * others counts from now (nobody spoke to a rank that was running). */
+void hk_round_ran(hk_ctx *ctx, hk_round *R) {
+  double now = hk_now();
+  if (ctx->rank != 0) {
+    R->quiet_since = now;
+    return;
+  }
+  for (int r = 1; r < ctx->size; r++)
+    R->heard[r] = now;
 }
 
 /* See round.h. */
 int hk_round_timeout_ms(hk_ctx *ctx, const hk_round *R) {
-  if (ctx->rank != 0)
-    return -1;
-  double until = -1;
+  int who;
+  double until = silence_due(ctx, R, &who);
   int pending = 0;
-  for (int32_t id = 0; id < ctx->nsets && !pending; id++) {
+  for (int32_t id = 0; id < ctx->nsets && !pending && ctx->rank == 0; id++) {
     const hk_set *s = hk_sets_live(ctx, id);
     pending = s && hk_negotiator_pending(s->neg) > 0;
   }
-  if ((ctx->cfg.stall_check_s > 0 || ctx->cfg.stall_shutdown_s > 0) && pending)
+  if ((ctx->cfg.stall_check_s > 0 || ctx->cfg.stall_shutdown_s > 0) &&
+      pending && (until < 0 || ctx->next_stall_check < until))
     until = ctx->next_stall_check;
   const double hold = ctx->cfg.cycle_time_ms / 1000.0;
-  for (int r = 1; r < ctx->size; r++)
+  for (int r = 1; r < ctx->size && ctx->rank == 0; r++)
     if (R->waiting[r] && (until < 0 || R->waiting_since[r] + hold < until))
       until = R->waiting_since[r] + hold;
   if (until < 0)
@@ -486,12 +568,15 @@ int hk_round_timeout_ms(hk_ctx *ctx, const hk_round *R) {
 hk_status hk_round_init(hk_ctx *ctx, hk_round *R) {
   memset(R, 0, sizeof *R);
   R->shutdown_rank = -1;
+  R->quiet_since = hk_now();
   if (ctx->rank != 0)
     return HK_OK;
   R->waiting = calloc((size_t)ctx->size, 1);
   R->waiting_since = calloc((size_t)ctx->size, sizeof *R->waiting_since);
-  if (!R->waiting || !R->waiting_since)
+  R->heard = calloc((size_t)ctx->size, sizeof *R->heard);
+  if (!R->waiting || !R->waiting_since || !R->heard)
     return hk_fail(HK_ERR_NOMEM, "cannot allocate the negotiation state");
+  hk_round_ran(ctx, R);
   hk_msg m = {.type = HK_MSG_RESPONSES};
   m.u.responses.answer = 1;
   m.u.responses.shutdown_rank = -1;
@@ -501,6 +586,7 @@ hk_status hk_round_init(hk_ctx *ctx, hk_round *R) {
 void hk_round_free(hk_round *R) {
   free(R->waiting);
   free(R->waiting_since);
+  free(R->heard);
   hk_buf_free(&R->answer);
   free(R->reqs);
   free(R->bits);

@@ -15,11 +15,16 @@
 typedef struct hk_round {
   int sent;               /* rank > 0: a REQUESTS is outstanding */
   int shutdown_sent;      /* rank > 0: our shutdown request went out */
+  size_t request_cap;     /* rank > 0: the most bytes of one REQUESTS */
   int shutdown_rank;      /* >= 0: everyone stops after this round */
   hk_status abort_status; /* rank 0: the job must stop (stall) */
   char abort_reason[HK_WIRE_MAX_REASON_LEN + 1];
   uint8_t *waiting;      /* rank 0: waiting[r], see the file comment */
   double *waiting_since; /* rank 0: when waiting[r] became 1 (hk_now()) */
+  double *heard;         /* rank 0: when rank r last spoke, or rank 0
+                            last came back from running a round */
+  double quiet_since;    /* rank > 0: when this rank last sent, heard
+                            from rank 0 or came back from running */
   hk_buf answer;         /* rank 0: the encoded empty answer */
   hk_wire_request *reqs; /* this round's requests by name */
   uint32_t cap_reqs;
@@ -69,9 +74,39 @@ hk_status hk_round_split(hk_ctx *ctx, hk_round *R, hk_handle list, int sorted,
 hk_status hk_round_coordinate(hk_ctx *ctx, hk_round *R,
                               const struct pollfd *pfds, int first_ctrl);
 
-/** How long rank 0's loop may sleep, ms (-1: until something happens):
- *  until the next stall check while tensors are pending, or until a held
- *  answer is due. Other ranks: -1. */
+/** How long the loop may sleep, ms (-1: until something happens). Rank
+ *  0: until the next stall check while tensors are pending, a held
+ *  answer is due, or a rank that tensors wait for has been silent for
+ *  HK_TIMEOUT_S. Other ranks: until their request has waited
+ *  HK_TIMEOUT_S for its answer, or, with none in flight, until they have
+ *  been quiet for a quarter of it (hk_round_ping_due). */
 int hk_round_timeout_ms(hk_ctx *ctx, const hk_round *R);
+
+/**
+ * Liveness (every wait of the negotiation honours HK_TIMEOUT_S, and a
+ * stopped process is told from a slow trainer by its background thread,
+ * which always answers): a rank r > 0 with no request in flight that has
+ * been quiet for HK_TIMEOUT_S / 4 sends an empty REQUESTS (a ping), and
+ * rank 0 answers it at once, as any request.
+ *
+ * Rank > 0: 1 when a ping is due (no request in flight, quiet for a
+ * quarter of HK_TIMEOUT_S). Rank 0: 0.
+ */
+int hk_round_ping_due(hk_ctx *ctx, const hk_round *R);
+
+/**
+ * The negotiation's timeouts, after the loop handled what was readable:
+ * rank > 0: its request unanswered for HK_TIMEOUT_S (HK_ERR_TIMEOUT
+ * naming rank 0: stopped, or stuck); rank 0: a rank that tensors of one of
+ * its process sets wait for has sent nothing (not even a ping) for
+ * HK_TIMEOUT_S (HK_ERR_TIMEOUT naming it and the oldest such tensor).
+ * Returns HK_OK otherwise. Background thread.
+ */
+hk_status hk_round_check_silence(hk_ctx *ctx, hk_round *R);
+
+/** The rank came back from running a round's collectives: the silence of
+ *  the others (rank 0) or of rank 0 (rank > 0) counts from now, since
+ *  nobody could speak to it meanwhile. */
+void hk_round_ran(hk_ctx *ctx, hk_round *R);
 
 #endif

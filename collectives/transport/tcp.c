@@ -64,10 +64,14 @@ hk_status hk_tcp_set_liveness(int fd, double timeout_s) {
   return HK_OK;
 }
 
-hk_status hk_tcp_set_send_buffer(int fd, size_t bytes) {
+hk_status hk_tcp_set_send_buffer(int fd, size_t bytes, size_t *granted) {
   int v = bytes > (size_t)INT_MAX / 2 ? INT_MAX / 2 : (int)bytes;
   if (setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof v) != 0)
     return hk_fail_errno(HK_ERR_SYSTEM, errno, "setsockopt SO_SNDBUF");
+  socklen_t len = sizeof v;
+  if (granted && getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, &len) == 0 &&
+      v > 0 && (*granted == 0 || (size_t)v < *granted))
+    *granted = (size_t)v;
   return HK_OK;
 }
 

@@ -76,9 +76,12 @@ hk_status hk_tcp_set_liveness(int fd, double timeout_s);
  * request/answer exchanges keeps the small buffer it started with (16 KiB
  * on Linux), and a larger message then waits for the peer's delayed ACKs,
  * milliseconds each; negotiation messages of thousands of tensors need
- * room for a whole message. Errors: HK_ERR_SYSTEM.
+ * room for a whole message. `granted`, if not NULL, is lowered to the
+ * send buffer the kernel gave (SO_SNDBUF read back, bytes, its doubled
+ * figure) when that is smaller or *granted is 0: over several sockets it
+ * ends as the smallest. Errors: HK_ERR_SYSTEM.
  */
-hk_status hk_tcp_set_send_buffer(int fd, size_t bytes);
+hk_status hk_tcp_set_send_buffer(int fd, size_t bytes, size_t *granted);
 
 /** Sends all n bytes. Errors: HK_ERR_PEER_LOST, HK_ERR_TIMEOUT. */
 hk_status hk_tcp_send_all(int fd, const void *p, size_t n, const hk_io *io,

@@ -6,7 +6,8 @@
  * --diagnose DIR` names t7 and rank 3. The tests wait for the record
  * files to appear (inotify on the folder), never for a time. Also: a
  * rank's record missing is reported as missing, garbage in a record is a
- * clear error, HK_FLIGHT_RECORDER=3 keeps the newest three in order, and
+ * clear error, HK_FLIGHT_RECORDER=3 keeps the newest three in order (and
+ * =1 lists one tensor in flight, counting the other), and
  * --dump refuses a process that is not a launcher.
  */
 #include <dirent.h>
@@ -84,11 +85,12 @@ static int wait_records(const char *dir, int n, double timeout_s) {
 /* Starts the hang (w_flight with its mode, NULL for the plain one) with
  * HK_FLIGHT_DIR=dir (plus extra, may be NULL) and waits until every rank
  * has reached it; pids[4] get the ranks' pids, in the order they said it. */
-static void start_hang(const char *dir, const char *extra, const char *mode,
-                       hkt_proc *p, int pids[4]) {
+static void start_hang(const char *dir, const char *extra, const char *extra2,
+                       const char *mode, hkt_proc *p, int pids[4]) {
   char env_dir[4200];
   snprintf(env_dir, sizeof env_dir, "HK_FLIGHT_DIR=%s", dir);
-  char *env[] = {env_dir, "HK_STALL_CHECK_TIME_S=0", (char *)extra, NULL};
+  char *env[] = {env_dir, "HK_STALL_CHECK_TIME_S=0", (char *)extra,
+                 (char *)extra2, NULL};
   char *argv[] = {HKRUN_PATH, "-np", "4", W_FLIGHT, (char *)mode, NULL};
   assert_int_equal(hkt_start(argv, env, p), 0);
   assert_int_equal(hkt_wait_lines(p, "t7 pid=", 4, 120), 0);
@@ -156,7 +158,7 @@ static void test_sigusr1_to_ranks(void **s) {
   assert_int_equal(hkt_mkdtemp("hk-flight.", dir, sizeof dir), 0);
   hkt_proc p;
   int pids[4];
-  start_hang(dir, NULL, NULL, &p, pids);
+  start_hang(dir, NULL, NULL, NULL, &p, pids);
   for (int i = 0; i < 4; i++)
     assert_int_equal(kill(pids[i], SIGUSR1), 0);
   assert_int_equal(wait_records(dir, 4, 60), 0);
@@ -198,7 +200,7 @@ static void test_hkrun_dump(void **s) {
   assert_int_equal(hkt_mkdtemp("hk-flight.", dir, sizeof dir), 0);
   hkt_proc p;
   int pids[4];
-  start_hang(dir, "HK_FLIGHT_RECORDER=3", NULL, &p, pids);
+  start_hang(dir, "HK_FLIGHT_RECORDER=3", NULL, NULL, &p, pids);
   char pid[32];
   snprintf(pid, sizeof pid, "%d", (int)p.pid);
   char *argv[] = {HKRUN_PATH, "--dump", pid, NULL};
@@ -239,17 +241,15 @@ static void test_hkrun_dump(void **s) {
   remove_dir(dir);
 }
 
-/* A record holds what still waits in the rank's queue: rank 0 holds its
- * answer to rank 1's request for t7 (HK_CYCLE_TIME_MS), so rank 1's t8,
- * submitted after that request left, is not taken by its background
- * thread when SIGUSR1 asks for the record. */
-static void test_dump_records_queued(void **s) {
-  (void)s;
+/* Rank 1's record while rank 0 holds its answer to rank 1's request for
+ * t7 (HK_CYCLE_TIME_MS; `extra`: one more setting), written on SIGUSR1,
+ * read into *f (free with hk_flight_file_free); the hang then ends. */
+static void queued_record(const char *extra, hk_flight_file *f) {
   char dir[4096];
   assert_int_equal(hkt_mkdtemp("hk-flight.", dir, sizeof dir), 0);
   hkt_proc p;
   int pids[4];
-  start_hang(dir, "HK_CYCLE_TIME_MS=60000", "queued", &p, pids);
+  start_hang(dir, "HK_CYCLE_TIME_MS=60000", extra, "queued", &p, pids);
   const char *one = strstr(p.out.data, "[1] waiting for t7 pid=");
   assert_non_null(one);
   assert_int_equal(kill(atoi(one + strlen("[1] waiting for t7 pid=")), SIGUSR1),
@@ -257,8 +257,18 @@ static void test_dump_records_queued(void **s) {
   assert_int_equal(wait_records(dir, 1, 60), 0);
   char rec[4200] = "";
   assert_int_equal(count_records(dir, ".1.txt", rec, sizeof rec), 1);
+  assert_int_equal(hk_flight_read(rec, f), HK_OK);
+  end_hang(&p);
+  remove_dir(dir);
+}
+
+/* A record holds what still waits in the rank's queue: rank 1's t8,
+ * submitted after its request for t7 left, is not taken by its background
+ * thread when SIGUSR1 asks for the record. */
+static void test_dump_records_queued(void **s) {
+  (void)s;
   hk_flight_file f;
-  assert_int_equal(hk_flight_read(rec, &f), HK_OK);
+  queued_record(NULL, &f);
   assert_int_equal(f.h.rank, 1);
   assert_int_equal(f.h.recorded, 9); /* t0..t8 */
   assert_true(f.nentries >= 2);
@@ -269,9 +279,22 @@ static void test_dump_records_queued(void **s) {
   assert_string_equal(t8->name, "t8");
   assert_int_equal(t8->state, HK_FLIGHT_SUBMITTED);
   assert_int_equal(f.npending, 2);
+  assert_int_equal(f.h.pending_left_out, 0);
   hk_flight_file_free(&f);
-  end_hang(&p);
-  remove_dir(dir);
+}
+
+/* A record lists as many tensors in flight as the ring holds at most,
+ * and counts the others: with HK_FLIGHT_RECORDER=1, rank 1 has t7 and t8
+ * in flight (test_dump_records_queued) and lists one. */
+static void test_dump_bounded(void **s) {
+  (void)s;
+  hk_flight_file f;
+  queued_record("HK_FLIGHT_RECORDER=1", &f);
+  assert_int_equal(f.h.capacity, 1);
+  assert_int_equal(f.nentries, 1);
+  assert_int_equal(f.npending, 1);
+  assert_int_equal(f.h.pending_left_out, 1);
+  hk_flight_file_free(&f);
 }
 
 static void test_stall_path(void **s) {
@@ -304,7 +327,7 @@ static void test_stall_warning(void **s) {
   assert_int_equal(hkt_mkdtemp("hk-flight.", dir, sizeof dir), 0);
   hkt_proc p;
   int pids[4];
-  start_hang(dir, "HK_STALL_CHECK_TIME_S=1", NULL, &p, pids);
+  start_hang(dir, "HK_STALL_CHECK_TIME_S=1", NULL, NULL, &p, pids);
   assert_int_equal(wait_records(dir, 4, 60), 0);
   assert_int_equal(hkt_wait_line(&p, "warning: stall:", 30, NULL), 0);
   expect_t7(dir, "written on: SIGUSR1 (a dump was asked for)", 3);
@@ -320,6 +343,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_sigusr1_to_ranks, end_leftovers),
       cmocka_unit_test_teardown(test_hkrun_dump, end_leftovers),
       cmocka_unit_test_teardown(test_dump_records_queued, end_leftovers),
+      cmocka_unit_test_teardown(test_dump_bounded, end_leftovers),
       cmocka_unit_test_teardown(test_stall_path, end_leftovers),
       cmocka_unit_test_teardown(test_stall_warning, end_leftovers),
   };

@@ -117,6 +117,7 @@ static void test_record_round_trip(void **s) {
   snprintf(pend.name, sizeof pend.name, "pending one");
   hk_flight_header h;
   fill_header(&h, 2);
+  h.pending_left_out = 99998; /* in flight, not listed */
   assert_int_equal(hk_flight_write(dir, &h, &r, &pend, 1), HK_OK);
   char path[4200];
   snprintf(path, sizeof path, "%s/hk-flight.0123456789abcdef.2.txt", dir);
@@ -151,6 +152,7 @@ static void test_record_round_trip(void **s) {
   assert_int_equal(f.pending[0].set, 3);
   assert_int_equal(f.entries[0].set, 0);
   assert_int_equal(f.pending[0].real_us[0], 17);
+  assert_int_equal(f.h.pending_left_out, 99998);
   hk_flight_file_free(&f);
   /* no temporary is left beside it */
   char tmp[4300];

@@ -376,6 +376,37 @@ static void test_truncated_rejected(void **state) {
   hk_buf_free(&b);
 }
 
+/* hk_wire_request_size is what one request by name adds to a REQUESTS,
+ * and one cache bit adds HK_WIRE_BIT_BYTES at most. */
+static void test_request_size(void **state) {
+  (void)state;
+  hk_wire_request req[2] = {{.coll = HK_COLL_ALLREDUCE, .count = 5},
+                            {.coll = HK_COLL_ALLGATHER, .ndims = 3}};
+  memset(req[0].name, 'n', 480);
+  strcpy(req[1].name, "short");
+  strcpy(req[1].group, "a group");
+  uint32_t bits[2] = {7, 9};
+  int32_t sets[2] = {0, 3};
+  hk_msg m = {.type = HK_MSG_REQUESTS};
+  hk_buf b = {0};
+  encode(&m, &b);
+  size_t empty = b.len;
+  m.u.requests.n = 2;
+  m.u.requests.reqs = req;
+  hk_buf_clear(&b);
+  encode(&m, &b);
+  assert_int_equal(b.len - empty, hk_wire_request_size(&req[0]) +
+                                      hk_wire_request_size(&req[1]));
+  m.u.requests.n = 0;
+  m.u.requests.nbits = 2;
+  m.u.requests.bits = bits;
+  m.u.requests.bit_sets = sets; /* two runs: the most a bit costs */
+  hk_buf_clear(&b);
+  encode(&m, &b);
+  assert_int_equal(b.len - empty, 2 * HK_WIRE_BIT_BYTES);
+  hk_buf_free(&b);
+}
+
 static void test_oversized_rejected(void **state) {
   (void)state;
   uint8_t hdr[HK_WIRE_HEADER_LEN] = {'H', 'K', HK_WIRE_VERSION,
@@ -564,6 +595,7 @@ int main(void) {
       cmocka_unit_test(test_requests_sample),
       cmocka_unit_test(test_monitor_roundtrip),
       cmocka_unit_test(test_requests_roundtrip),
+      cmocka_unit_test(test_request_size),
       cmocka_unit_test(test_process_sets),
       cmocka_unit_test(test_responses_roundtrip),
       cmocka_unit_test(test_small_messages_roundtrip),
