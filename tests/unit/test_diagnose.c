@@ -6,6 +6,7 @@
  * and the errors: no folder, no record, a malformed record, ranks
  * disagreeing on the world size.
  */
+#include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -88,7 +89,11 @@ static void write_rank(const char *dir, const char *job, int r, int size,
   h.rounds = (uint64_t)rounds;
   h.capacity = 100;
   h.recorded = (uint64_t)rounds;
-  assert_int_equal(hk_flight_write(dir, &h, &ring, p, (size_t)npend), HK_OK);
+  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  assert_true(dfd >= 0);
+  assert_int_equal(hk_flight_write(dfd, dir, 0600, &h, &ring, p, (size_t)npend),
+                   HK_OK);
+  close(dfd);
   hk_flight_ring_free(&ring);
 }
 
