@@ -10,7 +10,9 @@
  *   - a link placed at an output's name is replaced, never written
  *     through, and a folder hkrun would use that is a link is refused;
  *   - the files are private (0600, folders 0700) unless HK_FILE_MODE
- *     says otherwise.
+ *     says otherwise;
+ *   - what hk_init leaves to the programs a rank starts: not the job's
+ *     secret (HK_SECRET) nor hkrun's pipe (HK_DUMP_FD).
  * The full disk is a 64 KiB tmpfs mounted in a mount namespace of the
  * job's own (unshare -m, root only: skipped elsewhere), which goes with
  * the job's last process however the test ends; what the job left on it
@@ -425,6 +427,26 @@ static void test_no_link_followed(void **s) {
   assert_int_equal(hkt_remove_tree(dir), 0);
 }
 
+/* HK_SECRET and HK_DUMP_FD are hk_init's alone: gone from the
+ * environment once it succeeded, so a program the rank starts (a data
+ * loader, a shell) never sees the job's secret. */
+static void test_secret_gone(void **s) {
+  (void)s;
+  char *argv[] = {HKRUN_PATH, "-np", "2", W_OUTPUTS, "-", "env", NULL};
+  hkt_result r;
+  assert_int_equal(hkt_run(argv, NULL, 60, &r), 0);
+  if (r.exit_code != 0)
+    fail_msg("job failed:\n%s", r.err);
+  assert_int_equal(
+      hkt_count_lines(r.out, "before: HK_SECRET set, HK_DUMP_FD set"), 2);
+  assert_int_equal(
+      hkt_count_lines(r.out, "after: HK_SECRET unset, HK_DUMP_FD unset"), 2);
+  assert_int_equal(
+      hkt_count_lines(r.out, "child: HK_SECRET unset, HK_DUMP_FD unset"), 2);
+  hkt_result_free(&r);
+  assert_int_equal(hkt_orphans(NULL, 0), 0);
+}
+
 /* After each test: one that failed half-way leaves its job running; it
  * must not fail the next ones (their checks that nothing is left). */
 static int end_leftovers(void **s) {
@@ -443,6 +465,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_output_files_full_disk, end_leftovers),
       cmocka_unit_test_teardown(test_made_at_init, end_leftovers),
       cmocka_unit_test_teardown(test_no_link_followed, end_leftovers),
+      cmocka_unit_test_teardown(test_secret_gone, end_leftovers),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -13,7 +13,11 @@
  *   lines:  every rank prints 200 lines of 100 characters, "rank R line
  *           L" padded with '.', then shuts down;
  *   hang:   every rank prints "full pid=<pid> ppid=<hkrun's pid>" and
- *           waits to be killed.
+ *           waits to be killed;
+ *   env:    (FILL "-") every rank prints which of HK_SECRET and HK_DUMP_FD
+ *           it had before hk_init ("before: HK_SECRET set, HK_DUMP_FD
+ *           set"), which it has after ("after: ...") and which a program it
+ *           starts sees ("child: ..."), then shuts down.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -51,10 +55,31 @@ static void fill(const char *dir) {
   printf("filled %zu bytes\n", total);
 }
 
+/* "HK_SECRET set, HK_DUMP_FD unset" of this process's environment. */
+static void say_env(const char *when) {
+  printf("%s: HK_SECRET %s, HK_DUMP_FD %s\n", when,
+         getenv("HK_SECRET") ? "set" : "unset",
+         getenv("HK_DUMP_FD") ? "set" : "unset");
+}
+
 int main(int argc, char **argv) {
-  HKT_CHECK(argc >= 3, "usage: w_outputs FILL|- steps|lines|hang [SECONDS]");
+  HKT_CHECK(argc >= 3,
+            "usage: w_outputs FILL|- steps|lines|hang|env [SECONDS]");
   setvbuf(stdout, NULL, _IOLBF, 0);
+  const int env = !strcmp(argv[2], "env");
+  if (env)
+    say_env("before");
   HKT_OK(hk_init());
+  if (env) {
+    say_env("after");
+    fflush(stdout);
+    HKT_CHECK(system("echo \"child: HK_SECRET ${HK_SECRET:+set}${HK_SECRET:-"
+                     "unset}, HK_DUMP_FD ${HK_DUMP_FD:+set}${HK_DUMP_FD:-"
+                     "unset}\"") == 0,
+              "cannot run a child");
+    HKT_OK(hk_shutdown());
+    return 0;
+  }
   const int rank = hk_rank(), size = hk_size();
   const char *mode = argv[2];
   if (strcmp(argv[1], "-") != 0 && rank == 0)
