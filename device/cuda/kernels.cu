@@ -101,6 +101,8 @@ template <> struct Elem<HK_ELEM_I8> { typedef int8_t T; };
 template <> struct Elem<HK_ELEM_U8> { typedef uint8_t T; };
 template <> struct Elem<HK_ELEM_I32> { typedef int32_t T; };
 template <> struct Elem<HK_ELEM_I64> { typedef int64_t T; };
+template <> struct Elem<HK_ELEM_I16> { typedef int16_t T; };
+template <> struct Elem<HK_ELEM_BOOL> { typedef uint8_t T; };
 
 __host__ __device__ constexpr int dtype_bytes(int dtype) {
   switch (dtype) {

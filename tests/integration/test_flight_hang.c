@@ -30,27 +30,12 @@
 
 #define W_FLIGHT WORKER_DIR "/w_flight"
 
-/* The job's folder of records in base (hk-JOB: common/flight_record.h),
- * into out; 0, or -1 while there is none. */
-static int job_folder(const char *base, char *out, size_t cap) {
-  DIR *d = opendir(base);
-  assert_non_null(d);
-  int found = -1;
-  for (struct dirent *de; found && (de = readdir(d));)
-    if (!strncmp(de->d_name, "hk-", 3) && strlen(de->d_name) == 19) {
-      snprintf(out, cap, "%s/%s", base, de->d_name);
-      found = 0;
-    }
-  closedir(d);
-  return found;
-}
-
 /* How many records (hk-flight.*.txt) the job's folder in base holds; the
  * name of the one whose name ends in `suffix` into found (if not NULL). */
 static int count_records(const char *base, const char *suffix, char *found,
                          size_t cap) {
   char dir[4200];
-  if (job_folder(base, dir, sizeof dir) != 0)
+  if (hkt_flight_folder(base, dir, sizeof dir) != 0)
     return 0;
   DIR *d = opendir(dir);
   assert_non_null(d);
@@ -83,7 +68,7 @@ static int wait_records(const char *base, int n, double timeout_s) {
   int rc = -1;
   for (;;) {
     char dir[4200];
-    if (!watching && job_folder(base, dir, sizeof dir) == 0) {
+    if (!watching && hkt_flight_folder(base, dir, sizeof dir) == 0) {
       assert_true(inotify_add_watch(fd, dir, ev) >= 0);
       watching = 1;
     }
@@ -144,7 +129,7 @@ static void end_hang(hkt_proc *p) {
  * hkt_result_free). */
 static void diagnose(const char *base, hkt_result *r) {
   char dir[4200];
-  assert_int_equal(job_folder(base, dir, sizeof dir), 0);
+  assert_int_equal(hkt_flight_folder(base, dir, sizeof dir), 0);
   char *argv[] = {HKRUN_PATH, "--diagnose", dir, NULL};
   assert_int_equal(hkt_run(argv, NULL, 30, r), 0);
 }
@@ -330,7 +315,7 @@ static void test_stall_path(void **s) {
             4);
   /* hkrun says where they are, and how to read them */
   char job[4200], said[8800];
-  assert_int_equal(job_folder(dir, job, sizeof job), 0);
+  assert_int_equal(hkt_flight_folder(dir, job, sizeof job), 0);
   snprintf(said, sizeof said,
            "hkrun: 4 flight records of this job in %s; read them with: "
            "hkrun --diagnose %s\n",
@@ -366,7 +351,7 @@ static void test_default_folder(void **s) {
   closedir(d);
   assert_int_equal(count_records(tmp, NULL, NULL, 0), 4);
   char job[4200], one[4400] = "";
-  assert_int_equal(job_folder(tmp, job, sizeof job), 0);
+  assert_int_equal(hkt_flight_folder(tmp, job, sizeof job), 0);
   expect(r.err, job);
   expect(r.err, "read them with: hkrun --diagnose ");
   struct stat sb;

@@ -48,6 +48,17 @@ static int teardown(void **s) {
   return rc == 0 ? 0 : -1;
 }
 
+/* hk_flight_write of one record into the folder named dir (mode 0600). */
+static void write_record(const char *dir, const hk_flight_header *h,
+                         const hk_flight_ring *ring,
+                         const hk_flight_entry *pending, size_t npending) {
+  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  assert_true(dfd >= 0);
+  assert_int_equal(hk_flight_write(dfd, dir, 0600, h, ring, pending, npending),
+                   HK_OK);
+  close(dfd);
+}
+
 /* Rank r of a job of `size`: rounds 1..rounds each carrying "g<round>"
  * (done, or `last_state` for the last one), and pending tensors
  * pend[0..npend) submitted at their index's time. */
@@ -89,11 +100,7 @@ static void write_rank(const char *dir, const char *job, int r, int size,
   h.rounds = (uint64_t)rounds;
   h.capacity = 100;
   h.recorded = (uint64_t)rounds;
-  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  assert_true(dfd >= 0);
-  assert_int_equal(hk_flight_write(dfd, dir, 0600, &h, &ring, p, (size_t)npend),
-                   HK_OK);
-  close(dfd);
+  write_record(dir, &h, &ring, p, (size_t)npend);
   hk_flight_ring_free(&ring);
 }
 
@@ -222,8 +229,7 @@ static void test_process_set_entries(void **s) {
     h.rounds = 4;
     h.capacity = 10;
     h.recorded = r > 0 ? 5 : 4;
-    assert_int_equal(hk_flight_write(fx->dir, &h, &ring, &p, r > 0 ? 1 : 0),
-                     HK_OK);
+    write_record(fx->dir, &h, &ring, &p, r > 0 ? 1 : 0);
     hk_flight_ring_free(&ring);
   }
   char *out, *err;
