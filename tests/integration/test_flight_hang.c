@@ -211,15 +211,11 @@ static void test_sigusr1_to_ranks(void **s) {
   remove_dir(dir);
 }
 
-static void test_hkrun_dump(void **s) {
-  (void)s;
-  char dir[4096];
-  assert_int_equal(hkt_mkdtemp("hk-flight.", dir, sizeof dir), 0);
-  hkt_proc p;
-  int pids[4];
-  start_hang(dir, "HK_FLIGHT_RECORDER=3", NULL, NULL, &p, pids);
+/* hkrun --dump of the hang's hkrun p: it says it asked, and the job's
+ * folder in dir gets every rank's record. */
+static void dump_hang(const char *dir, hkt_proc *p) {
   char pid[32];
-  snprintf(pid, sizeof pid, "%d", (int)p.pid);
+  snprintf(pid, sizeof pid, "%d", (int)p->pid);
   char *argv[] = {HKRUN_PATH, "--dump", pid, NULL};
   hkt_result r;
   assert_int_equal(hkt_run(argv, NULL, 30, &r), 0);
@@ -227,6 +223,16 @@ static void test_hkrun_dump(void **s) {
   expect(r.out, "asked the job of hkrun (pid ");
   hkt_result_free(&r);
   assert_int_equal(wait_records(dir, 4, 60), 0);
+}
+
+static void test_hkrun_dump(void **s) {
+  (void)s;
+  char dir[4096];
+  assert_int_equal(hkt_mkdtemp("hk-flight.", dir, sizeof dir), 0);
+  hkt_proc p;
+  int pids[4];
+  start_hang(dir, "HK_FLIGHT_RECORDER=3", NULL, NULL, &p, pids);
+  dump_hang(dir, &p);
   assert_int_equal(
       hkt_wait_line(&p, "received SIGUSR1: asked 4 rank(s) to write", 30, NULL),
       0);
@@ -250,7 +256,10 @@ static void test_hkrun_dump(void **s) {
   hk_flight_file_free(&f);
   end_hang(&p);
   /* a process that is not a launcher is refused */
+  char pid[32];
   snprintf(pid, sizeof pid, "%d", (int)getpid());
+  char *argv[] = {HKRUN_PATH, "--dump", pid, NULL};
+  hkt_result r;
   assert_int_equal(hkt_run(argv, NULL, 30, &r), 0);
   assert_int_equal(r.exit_code, 1);
   expect(r.err, "not hkrun or mpirun: give the pid of the hkrun");
@@ -377,14 +386,7 @@ static void test_dump_is_no_signal(void **s) {
   hkt_proc p;
   int pids[4];
   start_hang(dir, NULL, NULL, "poll", &p, pids);
-  char pid[32];
-  snprintf(pid, sizeof pid, "%d", (int)p.pid);
-  char *argv[] = {HKRUN_PATH, "--dump", pid, NULL};
-  hkt_result r;
-  assert_int_equal(hkt_run(argv, NULL, 30, &r), 0);
-  assert_int_equal(r.exit_code, 0);
-  hkt_result_free(&r);
-  assert_int_equal(wait_records(dir, 4, 60), 0);
+  dump_hang(dir, &p);
   expect_t7(dir, "written on: asked through hkrun", 4);
   /* only now does rank 0's stdin get a line: its poll must say so */
   assert_int_equal(write(p.in_fd, "x\n", 2), 2);
