@@ -10,6 +10,7 @@
  *  - kill -9 of a rank mid-transfer at np 4: every survivor fails within
  *    HK_TIMEOUT_S naming it, hkrun exits non-zero, nothing of the job is
  *    left in /dev/shm; the same after kill -9 of hkrun;
+ *  - kill -9 of the creating rank as its set-up begins;
  *  - nothing is ever named in /dev/shm, during the set-up either (so no
  *    kill -9 at any moment can leave a segment): the job runs with a
  *    /dev/shm of its own (a tmpfs in a mount namespace, root only) that
@@ -386,6 +387,37 @@ static void test_kill9_hkrun(void **s) {
   hkt_result_free(&r);
 }
 
+/* kill -9 of the rank that creates the segment (rank 0, the host's first)
+ * as soon as it says its data links are up, the step before the shared
+ * memory's set-up: the job fails and ends (no rank left), and nothing of
+ * it was ever named in /dev/shm or is left there. */
+static void test_kill9_creator_in_setup(void **s) {
+  (void)s;
+  char *env[] = {"HK_INTRA_TRANSPORT=shm", "HK_LOG_LEVEL=info",
+                 "HK_TIMEOUT_S=8", NULL};
+  char *args[] = {"-np", "4", W("w_fail"), "kill", NULL};
+  shm_bed b;
+  bed_start(&b, "256m", env, args);
+  char *line = NULL;
+  assert_int_equal(hkt_wait_line(&b.p, "rank 0 (pid ", 60, &line), 0);
+  long pid0 = atol(strstr(line, "rank 0 (pid ") + 12);
+  free(line);
+  assert_true(pid0 > 1);
+  assert_int_equal(hkt_wait_line(&b.p, "[0] hk[0] info: data links:", 60, NULL),
+                   0);
+  assert_int_equal(kill((pid_t)pid0, SIGKILL), 0);
+  hkt_result r;
+  bed_finish(&b, 30, &r);
+  /* the first failure hkrun sees decides its status: rank 0's signal, or
+   * a rank whose hk_init lost rank 0 (exit 1) */
+  if (!r.exited || (r.exit_code != 128 + 9 && r.exit_code != 1) ||
+      hkt_count_lines(r.out, "ready pid=") == 4)
+    fail_msg("hkrun: exit=%d signal=%d\nstdout:\n%s\nstderr:\n%s", r.exit_code,
+             r.signal, r.out, r.err);
+  assert_int_equal(hkt_orphans(NULL, 0), 0);
+  hkt_result_free(&r);
+}
+
 /* Two jobs at once (each holds until both have started), each over its
  * own segment: both give the bits of a job run alone. */
 static void test_concurrent_jobs(void **s) {
@@ -488,6 +520,7 @@ int main(void) {
       cmocka_unit_test(test_mixed_hosts),
       cmocka_unit_test(test_kill9_rank_mid_transfer),
       cmocka_unit_test(test_kill9_hkrun),
+      cmocka_unit_test(test_kill9_creator_in_setup),
       cmocka_unit_test(test_concurrent_jobs),
       cmocka_unit_test(test_no_room),
       cmocka_unit_test(test_setting_mismatch),
