@@ -118,6 +118,10 @@ static void bed_start(shm_bed *b, const char *size, char *const env[],
   assert_true(fd >= 0);
   assert_int_equal(write(fd, "go\n", 3), 3);
   close(fd);
+  /* the shell has the fifo open: its folder can go now, so that a test
+   * that fails from here on leaves nothing in the temporary folder */
+  assert_int_equal(unlink(b->fifo), 0);
+  assert_int_equal(hkt_remove_tree(b->dir), 0);
   char *line = NULL;
   assert_int_equal(hkt_wait_line(&b->p, "hkrun pid=", 60, &line), 0);
   b->hkrun = (pid_t)atol(strstr(line, "hkrun pid=") + 10);
@@ -163,8 +167,6 @@ static void bed_finish(shm_bed *b, double timeout_s, hkt_result *r) {
   if (!strstr(r->out, "left in /dev/shm: []"))
     fail_msg("the job left something in /dev/shm:\n%s", r->out);
   close(b->watch);
-  assert_int_equal(unlink(b->fifo), 0);
-  assert_int_equal(hkt_remove_tree(b->dir), 0);
 }
 
 /* Runs `w_shm MODE` (hash or batch) under env on np ranks (in hosts of
