@@ -41,6 +41,8 @@ struct tunable {
   const char *alias;       /* Horovod's variable for the same setting, read when
                               this one is unset (a Horovod job's scripts set
                               them), or NULL */
+  int consumed; /* for hk_init alone: hk_config_consume removes it from the
+                   environment once hk_init has read it */
 };
 
 #define OFF(f) offsetof(hk_config, f)
@@ -51,10 +53,11 @@ struct tunable {
        .cap = sizeof((hk_config *)0)->f, .def_text = d, .values_text = what,   \
        __VA_ARGS__                                                             \
   }
-#define STRING_BY_HKRUN(v, f, m)                                               \
+#define STRING_BY_HKRUN(v, f, m, ...)                                          \
   {                                                                            \
     v, .meaning = m, .offset = OFF(f), .kind = HK_TUNABLE_LAUNCHER,            \
-       .cap = sizeof((hk_config *)0)->f, .def_text = "(set by hkrun)"          \
+       .cap = sizeof((hk_config *)0)->f, .def_text = "(set by hkrun)",         \
+       __VA_ARGS__                                                             \
   }
 #define WORD(v, f, w, m)                                                       \
   {                                                                            \
@@ -84,6 +87,9 @@ static hk_status parse_stall_disable(hk_config *cfg, const char *name,
                                      const char *v);
 static hk_status parse_process_sets(hk_config *cfg, const char *name,
                                     const char *v);
+static hk_status parse_file_mode(hk_config *cfg, const char *name,
+                                 const char *v);
+static hk_status parse_dump_fd(hk_config *cfg, const char *name, const char *v);
 
 /* words ignore case, as every word-valued setting does */
 static const char *const transports[] = {"tcp", "mpi"};
@@ -215,9 +221,9 @@ static const tunable table[] = {
            "HK_METRICS_INTERVAL_S; turns the monitor on"),
     STRING("HK_NVML_LIBRARY", nvml_library, "libnvidia-ml.so.1", "a library",
            "the NVML library the GPU telemetry loads"),
-    STRING("HK_FLIGHT_DIR", flight_dir, "HK_TIMELINE's folder, else .",
-           "a folder",
-           "where flight records (hk-flight.JOB.RANK.txt) are written"),
+    STRING("HK_FLIGHT_DIR", flight_dir, "$TMPDIR, else /tmp", "a folder",
+           "each job's flight records go into a folder of its own in this "
+           "one: hk-JOB/hk-flight.JOB.RANK.txt (hkrun says where at exit)"),
     STRING("HK_SOCKET_IFNAME", socket_ifname, "(none)",
            "an interface name or a CIDR subnet",
            "the interface (name or CIDR subnet) ranks listen on; one that "
@@ -265,6 +271,16 @@ static const tunable table[] = {
         "1: the timeline marks every negotiation round that ran something "
         "(CYCLE_START)",
         .alias = "HOROVOD_TIMELINE_MARK_CYCLES"),
+    INT("HK_FLIGHT_SIGNAL", 0, 0, 1, flight_signal, "0",
+        "1: SIGUSR1 also asks this rank for its flight record, for ranks "
+        "hkrun did not start (mpirun, srun); hk then owns SIGUSR1, which "
+        "interrupts the program's blocking calls (EINTR)"),
+    {"HK_FILE_MODE",
+     .meaning = "the mode of the files hk writes (timeline, metrics, flight "
+                "records, hkrun --output-filename's), less the umask; the "
+                "folders it makes get x where this grants r",
+     .kind = HK_TUNABLE_SPECIAL, .parse = parse_file_mode, .def_text = "0600",
+     .values_text = "an octal mode of read and write bits, at least 0600"},
     INT("HK_MONITOR", 0, 0, 1, monitor, "0",
         "1: rank 0 tracks which ranks are late and why"),
     INT("HK_MONITOR_LIVE", 0, 0, 1, monitor_live, "0",
@@ -295,7 +311,15 @@ static const tunable table[] = {
                     "where hkrun's rendezvous listens (host:port)"),
     STRING_BY_HKRUN("HK_SECRET", secret,
                     "the job's secret (hex): every connection into the job "
-                    "proves it knows it"),
+                    "proves it knows it; hk_init removes it from the "
+                    "environment",
+                    .consumed = 1),
+    {"HK_DUMP_FD",
+     .meaning = "the pipe through which hkrun asks this rank for its flight "
+                "record (hkrun --dump); hk_init removes it from the "
+                "environment",
+     .kind = HK_TUNABLE_LAUNCHER, .parse = parse_dump_fd,
+     .def_text = "(set by hkrun)", .consumed = 1},
     {"HK_LAUNCHER_PID",
      .meaning = "hkrun's process id: a worker whose parent it is dies with "
                 "it",
@@ -614,6 +638,37 @@ static hk_status parse_stall_disable(hk_config *cfg, const char *name,
   return HK_OK;
 }
 
+/* HK_FILE_MODE: octal, read and write bits only, the owner's included. */
+static hk_status parse_file_mode(hk_config *cfg, const char *name,
+                                 const char *v) {
+  cfg->file_mode = 0600;
+  if (!*v)
+    return HK_OK;
+  char *end;
+  errno = 0;
+  long m = strtol(v, &end, 8);
+  if (errno || *end || m < 0 || (m & ~0666L) || (m & 0600) != 0600)
+    return hk_fail(HK_ERR_CONFIG,
+                   "%s='%s' is not an octal mode of read and write bits "
+                   "that lets the owner read and write (such as 0600, 0640 "
+                   "or 0644)",
+                   name, v);
+  cfg->file_mode = (unsigned)m;
+  return HK_OK;
+}
+
+/* HK_DUMP_FD: hkrun's descriptor number (> 2), or -1; anything else is
+ * no pipe of hkrun's (observe/flight.c checks what the number holds). */
+static hk_status parse_dump_fd(hk_config *cfg, const char *name,
+                               const char *v) {
+  (void)name;
+  char *end;
+  errno = 0;
+  long fd = *v ? strtol(v, &end, 10) : -1;
+  cfg->dump_fd = *v && !errno && !*end && fd > 2 && fd < INT_MAX ? (int)fd : -1;
+  return HK_OK;
+}
+
 hk_status hk_config_load(hk_config *cfg) {
   for (size_t i = 0; i < NTABLE; i++) {
     hk_status st = load(&table[i], cfg);
@@ -660,6 +715,12 @@ int hk_config_tunable(size_t i, hk_tunable_info *out) {
                            .values_text = t->values_text,
                            .alias = t->alias};
   return 1;
+}
+
+void hk_config_consume(void) {
+  for (size_t i = 0; i < NTABLE; i++)
+    if (table[i].consumed)
+      unsetenv(table[i].var);
 }
 
 int hk_config_monitoring(const hk_config *cfg) {

@@ -65,8 +65,14 @@ typedef struct hk_config {
                                CYCLE_START event per round that ran work */
   size_t flight_recorder;   /* HK_FLIGHT_RECORDER: collectives each rank
                                keeps for its flight record; 0 = off */
-  char flight_dir[4096];    /* HK_FLIGHT_DIR: where flight records go, or
-                               "" (HK_TIMELINE's folder, else ".") */
+  char flight_dir[4096];    /* HK_FLIGHT_DIR: the folder of the jobs'
+                               flight record folders, or "" ($TMPDIR, else
+                               /tmp) */
+  int flight_signal;        /* HK_FLIGHT_SIGNAL: 1 = SIGUSR1 asks for a
+                               flight record (observe/flight.h) */
+  int dump_fd;              /* HK_DUMP_FD: hkrun's dump request pipe, or -1 */
+  unsigned file_mode;       /* HK_FILE_MODE: mode of hk's output files
+                               (common/outfile.h) */
   double timeline_max_mb;   /* HK_TIMELINE_MAX_MB: the file's bound, MiB;
                                0 = none */
   char socket_ifname[256];  /* HK_SOCKET_IFNAME: the interface (name or
@@ -155,6 +161,17 @@ hk_status hk_config_load_var(hk_config *cfg, const char *var);
  * changes). Thread-safety: as getenv.
  */
 const char *hk_config_env(const char *var);
+
+/**
+ * Removes from the environment the variables meant for hk_init alone:
+ * HK_SECRET (the job's secret) and HK_DUMP_FD (hkrun's pipe), so that the
+ * programs this process starts do not see them. hk_init calls it once it
+ * has succeeded. A program that starts workers of its own that join hk
+ * must give them their settings itself (it read them before hk_init, or
+ * they come from the launcher). Thread-safety: as unsetenv (no other
+ * thread may read or change the environment meanwhile).
+ */
+void hk_config_consume(void);
 
 /** The kinds of entry of the table. */
 typedef enum hk_tunable_kind {

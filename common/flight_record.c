@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/outfile.h"
 #include "common/status.h"
 
 hk_status hk_flight_ring_init(hk_flight_ring *r, size_t cap) {
@@ -77,6 +78,29 @@ void hk_flight_file_name(const char *job, int rank, char *out, size_t cap) {
   snprintf(out, cap, "hk-flight.%s.%d.txt", job, rank);
 }
 
+void hk_flight_job_id(const hk_secret *s, char out[17]) {
+  if (!s) {
+    snprintf(out, 17, "%016lx", (unsigned long)getpid());
+    return;
+  }
+  uint8_t mac[HK_PROOF_LEN];
+  hk_secret_derive(s, "hk flight recorder job", NULL, 0, mac);
+  for (int i = 0; i < 8; i++)
+    snprintf(out + 2 * i, 3, "%02x", mac[i]);
+}
+
+void hk_flight_job_folder(const char *job, char *out, size_t cap) {
+  snprintf(out, cap, "hk-%s", job);
+}
+
+void hk_flight_base_dir(const char *flight_dir, char *out, size_t cap) {
+  const char *tmp = getenv("TMPDIR");
+  snprintf(out, cap, "%s",
+           flight_dir && *flight_dir ? flight_dir
+           : tmp && *tmp == '/'      ? tmp
+                                     : "/tmp");
+}
+
 /* Writes s with bytes < 0x20, 0x7f and '\' as \xHH. */
 static void put_escaped(FILE *f, const char *s) {
   for (const unsigned char *p = (const unsigned char *)s; *p; p++)
@@ -100,29 +124,23 @@ static void put_entry(FILE *f, const char *tag, const hk_flight_entry *e) {
   fputc('\n', f);
 }
 
-hk_status hk_flight_write(const char *dir, const hk_flight_header *h,
-                          const hk_flight_ring *ring,
+hk_status hk_flight_write(int dir_fd, const char *dir_path, unsigned mode,
+                          const hk_flight_header *h, const hk_flight_ring *ring,
                           const hk_flight_entry *pending, size_t npending) {
-  char name[96], path[4352], tmp[4416];
+  char name[96];
   hk_flight_file_name(h->job, h->rank, name, sizeof name);
-  snprintf(path, sizeof path, "%s/%s", dir, name);
-  snprintf(tmp, sizeof tmp, "%s/.%s.%ld.tmp", dir, name, (long)getpid());
-  /* The record is written into a file without a name (O_TMPFILE), which
-   * gets the record's name only once it is complete: a process that exits
-   * or is killed while its background thread writes (a job failing on
-   * purpose, whose main thread calls exit) leaves no temporary file, only
-   * the previous record, none, or the new one. Where the file system
-   * cannot do that, a named temporary file renamed into place. */
-  int fd = open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
-  FILE *f = fd >= 0 ? fdopen(fd, "w") : fopen(tmp, "w");
-  if (!f) {
-    int e = errno;
-    if (fd >= 0)
-      close(fd);
-    return hk_fail_errno(HK_ERR_SYSTEM, e,
-                         "cannot write the flight record '%s'", tmp);
-  }
-  const int unnamed = fd >= 0;
+  /* the text first (in memory), then the file at once: made without a
+   * name and linked under its name once whole (common/outfile.h), so a
+   * process that exits or is killed while its background thread writes
+   * (a job failing on purpose, whose main thread calls exit) leaves the
+   * previous record, none, or the new one, and no temporary file */
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  if (!f)
+    return hk_fail_errno(HK_ERR_NOMEM, errno,
+                         "cannot write the flight record '%s/%s'", dir_path,
+                         name);
   fprintf(f, "hk-flight\t2\njob\t%s\nrank\t%d\nsize\t%d\nhost\t", h->job,
           h->rank, h->size);
   put_escaped(f, h->host);
@@ -138,32 +156,23 @@ hk_status hk_flight_write(const char *dir, const hk_flight_header *h,
   for (size_t i = 0; i < npending; i++)
     put_entry(f, "pending", &pending[i]);
   fprintf(f, "end\t%zu\t%zu\t%" PRIu64 "\n", n, npending, h->pending_left_out);
-  int bad = fflush(f) != 0 || ferror(f);
-  int err = errno;
-  if (!bad && unnamed) { /* give it the record's name, replacing the old */
-    char proc[64];
-    snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
-    unlink(path);
-    if (linkat(AT_FDCWD, proc, AT_FDCWD, path, AT_SYMLINK_FOLLOW) != 0) {
-      bad = 1;
-      err = errno;
-    }
+  int bad = ferror(f);
+  if (fclose(f) != 0 || bad) {
+    free(text);
+    return hk_fail(HK_ERR_NOMEM,
+                   "cannot write the flight record '%s/%s': out of memory",
+                   dir_path, name);
   }
-  if (fclose(f) != 0 && !bad) {
-    bad = 1;
-    err = errno;
-  }
-  if (!bad && !unnamed && rename(tmp, path) != 0) {
-    bad = 1;
-    err = errno;
-  }
-  if (bad) {
-    if (!unnamed)
-      unlink(tmp);
-    return hk_fail_errno(HK_ERR_SYSTEM, err,
-                         "cannot write the flight record '%s'", path);
-  }
-  return HK_OK;
+  hk_outfile out;
+  hk_status st =
+      hk_outfile_openat(&out, dir_fd, dir_path, name, mode, "flight record");
+  if (st == HK_OK)
+    st = hk_outfile_write(&out, text, len);
+  if (st == HK_OK)
+    st = hk_outfile_publish(&out, HK_OUT_UNLINK_FIRST);
+  hk_outfile_close(&out);
+  free(text);
+  return st;
 }
 
 /* ---- reading ---- */

@@ -33,7 +33,12 @@
  * name once complete, so a writer that dies leaves no temporary file: a
  * reader sees the previous record, none (between the old one's unlink
  * and the new one's link), or the whole new one. Where the file system
- * has no O_TMPFILE, a temporary name in the same folder renamed over it.
+ * has no O_TMPFILE, a random name in the same folder renamed over it
+ * (common/outfile.h).
+ * Where: every job's records go into a folder of their own,
+ * <base>/hk-<job>/ (hk_flight_base_dir, hk_flight_job_folder), made
+ * privately by the first rank that writes (observe/flight.c); hkrun
+ * names it at exit.
  */
 #ifndef HK_COMMON_FLIGHT_RECORD_H
 #define HK_COMMON_FLIGHT_RECORD_H
@@ -41,6 +46,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/auth.h"
 #include "hk/hk.h"
 
 /** Bytes of a tensor name the ring keeps (longer names are truncated:
@@ -135,15 +141,33 @@ typedef struct hk_flight_header {
 } hk_flight_header;
 
 /**
- * Writes the record of one rank into dir: hk-flight.<job>.<rank>.txt,
- * through an unnamed file linked in place (see above). Entries are taken from
- * ring oldest first; pending[0..npending) are the tensors in flight.
- * Errors: HK_ERR_SYSTEM naming the file and the system's reason.
- * Thread-safety: reentrant (touches only its arguments and the file).
+ * Writes the record of one rank into the open folder dir_fd (dir_path
+ * names it in messages): hk-flight.<job>.<rank>.txt, mode `mode`
+ * (HK_FILE_MODE), made as common/outfile.h makes every output (never
+ * through a link; without a name until whole, then linked in place of the
+ * old record). Entries are taken from ring oldest first;
+ * pending[0..npending) are the tensors in flight. Errors: HK_ERR_NOMEM,
+ * HK_ERR_SYSTEM naming the file and the system's reason (the old record,
+ * if any, may be gone then: see above). Thread-safety: reentrant (touches
+ * only its arguments and the file).
  */
-hk_status hk_flight_write(const char *dir, const hk_flight_header *h,
-                          const hk_flight_ring *ring,
+hk_status hk_flight_write(int dir_fd, const char *dir_path, unsigned mode,
+                          const hk_flight_header *h, const hk_flight_ring *ring,
                           const hk_flight_entry *pending, size_t npending);
+
+/** The job id of a job whose secret is s: 16 hex digits, the same on
+ *  every rank and in hkrun, known to nobody outside the job (derived from
+ *  the secret); NULL s (no launcher): the pid's. */
+void hk_flight_job_id(const hk_secret *s, char out[17]);
+
+/** The folder of a job's records inside the records' base folder:
+ *  "hk-<job>" into out[cap] (cap >= 24 suffices). */
+void hk_flight_job_folder(const char *job, char *out, size_t cap);
+
+/** The base folder of flight records: flight_dir (HK_FLIGHT_DIR) when not
+ *  empty, else $TMPDIR when it is an absolute path, else "/tmp"; into
+ *  out[cap]. hkrun and every rank it starts find the same one. */
+void hk_flight_base_dir(const char *flight_dir, char *out, size_t cap);
 
 /** The file name for (job, rank): "hk-flight.<job>.<rank>.txt" into
  *  out[cap] (cap >= 64 always suffices). */

@@ -1,16 +1,18 @@
 /*
- * build_info.h - what this hk was built with and what it finds here:
- * `hkrun --version` (one line per optional part) and `hkrun
- * --check-build` (horovodrun --check-build's layout).
- *
- * The optional parts are separately loaded modules, looked for as libhk
- * looks for them (common/module.h): libhk_mpi.so (MPI: mpirun/srun jobs,
- * MPI links), libhk_cuda.so (GPU tensors: cudart, NCCL). Each is reported
- * as present and loadable, present but not loadable here (with the
- * loader's reason: e.g. Open MPI or the CUDA driver is missing on this
- * machine), or absent. NCCL's version comes from ncclGetVersion, through
- * the CUDA module's libraries or libnccl.so.2, only when the CUDA module
- * loads. hkrun dlopens the modules only for these two commands.
+ * build_info.h - what this hk was built with and what works here: `hkrun
+ * --version` (one line per optional part) and `hkrun --check-build`
+ * (horovodrun --check-build's layout). Each optional part says both,
+ * labelled: "built:" what this hk was built with, "here:" what was found
+ * on this machine; a box is ticked only when the part works here:
+ *   PyTorch: the PATH's python3 imports torch and hk.torch (run with a
+ *     limit of 60 s; its own message when it cannot);
+ *   MPI: the module libhk_mpi.so loads (mpirun/srun jobs, MPI links);
+ *   CUDA: the module libhk_cuda.so loads and a CUDA driver
+ *     (libcuda.so.1) loads and sees at least one GPU;
+ *   NCCL: its version (ncclGetVersion through the CUDA module's libraries
+ *     or libnccl.so.2), with a GPU to run it on.
+ * The modules are looked for as libhk looks for them (common/module.h);
+ * hkrun dlopens them, the driver and python3 only for these two commands.
  * Thread-safety: not reentrant (dlerror); hkrun's one thread.
  */
 #ifndef HK_LAUNCHER_BUILD_INFO_H

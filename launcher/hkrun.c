@@ -25,9 +25,12 @@
  *   open with nothing to read for GOODBYE_WAIT_MS after the exit (another
  *   process holds it), no GOODBYE is coming. A worker that never
  *   registered (a plain program) is judged by its exit status alone.
- * - SIGUSR1 to hkrun (`hkrun --dump PID`) is forwarded to every worker's
- *   process: each rank writes its flight record (observe/flight.h); the job
- *   goes on.
+ * - SIGUSR1 to hkrun (`hkrun --dump PID`, or rank 0's stall warning) asks
+ *   every worker for its flight record through the worker's dump pipe
+ *   (spawn.h; observe/flight.h), not by a signal, which would interrupt
+ *   the trainer's blocking calls; the job goes on. At exit hkrun names the
+ *   job's folder of flight records, if any rank wrote one, and the
+ *   command that reads them (hkrun --diagnose), and removes it if empty.
  * - SIGINT/SIGTERM/SIGHUP to hkrun are forwarded to every worker's process
  *   group, as mpirun and horovodrun do; workers still running after the
  *   grace period get SIGTERM, and SIGKILL SIGNAL_KILL_AFTER_TERM_MS after
@@ -53,8 +56,11 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include <dirent.h>
+
 #include "common/auth.h"
 #include "common/config.h"
+#include "common/flight_record.h"
 #include "common/log.h"
 #include "common/status.h"
 #include "launcher/args.h"
@@ -284,11 +290,42 @@ static void on_signal(uv_signal_t *h, int signum) {
 
 /* SIGUSR1: every rank writes its flight record; nothing else changes. */
 static void on_dump(uv_signal_t *h, int signum) {
+  (void)signum;
   job *j = h->data;
-  int n = hk_workers_signal_procs(&j->workers, signum);
+  int n = hk_workers_ask_dump(&j->workers);
   hk_out_say("received SIGUSR1: asked %d rank(s) to write their flight "
              "records",
              n);
+}
+
+/* At exit: where this job's flight records are (the folder its ranks made
+ * in the records' base folder: common/flight_record.h), and the command
+ * that reads them; a folder left empty is removed. */
+static void tell_flight_records(const hk_secret *secret) {
+  hk_config cfg;
+  if (hk_config_load_var(&cfg, "HK_FLIGHT_RECORDER") != HK_OK ||
+      cfg.flight_recorder == 0 ||
+      hk_config_load_var(&cfg, "HK_FLIGHT_DIR") != HK_OK)
+    return;
+  char base[4096], job[17], name[32], dir[4200];
+  hk_flight_base_dir(cfg.flight_dir, base, sizeof base);
+  hk_flight_job_id(secret, job);
+  hk_flight_job_folder(job, name, sizeof name);
+  snprintf(dir, sizeof dir, "%s/%s", base, name);
+  DIR *d = opendir(dir);
+  if (!d)
+    return; /* no rank wrote one */
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d));)
+    n += !strncmp(e->d_name, "hk-flight.", 10);
+  closedir(d);
+  if (n == 0) {
+    rmdir(dir);
+    return;
+  }
+  hk_out_say("%d flight record%s of this job in %s; read them with: hkrun "
+             "--diagnose %s",
+             n, n > 1 ? "s" : "", dir, dir);
 }
 
 /* HK_START_TIMEOUT_S after the start: if some ranks registered (an hk
@@ -467,9 +504,15 @@ static int run_job(const hkrun_args *args) {
     hk_out_say("hkrun pid %ld: rendezvous listening on %s", (long)getpid(),
                rendezvous);
 
-  int bind_failed = 0;
-  cpu_set_t *masks = bind_masks(args, &bind_failed);
-  if (bind_failed) {
+  /* --output-filename's files take HK_FILE_MODE: a bad one ends here */
+  hk_config fm;
+  fm.file_mode = 0600;
+  int bad_setup =
+      args->output_filename && hk_config_load_var(&fm, "HK_FILE_MODE") != HK_OK;
+  if (bad_setup)
+    hk_out_say("%s", hk_last_error());
+  cpu_set_t *masks = bad_setup ? NULL : bind_masks(args, &bad_setup);
+  if (bad_setup) {
     close_job(&j);
     uv_run(&j.loop, UV_RUN_DEFAULT);
     uv_loop_close(&j.loop);
@@ -479,6 +522,7 @@ static int run_job(const hkrun_args *args) {
   hk_spawn_opts so = {
       .argv = args->prog_argv,
       .output_dir = args->output_filename,
+      .file_mode = fm.file_mode,
       .cpu_masks = masks,
       .size = args->np,
       .rendezvous = rendezvous,
@@ -516,6 +560,7 @@ static int run_job(const hkrun_args *args) {
 
   /* Runs until every worker has exited and every handle is closed. */
   uv_run(&j.loop, UV_RUN_DEFAULT);
+  tell_flight_records(&secret);
   memset(secret.bytes, 0, sizeof secret.bytes);
   if (uv_loop_close(&j.loop) != 0)
     hk_log(HK_LOG_WARNING, "the event loop still had open handles");

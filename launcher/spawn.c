@@ -13,14 +13,18 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/outfile.h"
 #include "common/status.h"
 
 extern char **environ;
 
+/* The descriptor number of the dump request pipe in every worker. */
+#define DUMP_FD 3
+
 /* Variables hkrun sets for every worker; inherited copies are dropped. */
 static const char *const own_vars[] = {
     "HK_RANK",       "HK_SIZE",   "HK_LOCAL_RANK",   "HK_LOCAL_SIZE",
-    "HK_RENDEZVOUS", "HK_SECRET", "HK_LAUNCHER_PID",
+    "HK_RENDEZVOUS", "HK_SECRET", "HK_LAUNCHER_PID", "HK_DUMP_FD",
 };
 #define N_OWN_VARS (sizeof own_vars / sizeof own_vars[0])
 
@@ -54,13 +58,15 @@ static char **build_env(const hk_spawn_opts *o, int rank) {
   char **env = calloc(n + N_OWN_VARS + 1, sizeof *env);
   if (!env)
     return NULL;
-  char rank_s[16], size_s[16], pid_s[16];
+  char rank_s[16], size_s[16], pid_s[16], dump_s[16];
   snprintf(rank_s, sizeof rank_s, "%d", rank);
   snprintf(size_s, sizeof size_s, "%d", o->size);
   snprintf(pid_s, sizeof pid_s, "%d", o->launcher_pid);
+  snprintf(dump_s, sizeof dump_s, "%d", DUMP_FD);
   /* same order as own_vars */
-  const char *values[N_OWN_VARS] = {
-      rank_s, size_s, rank_s, size_s, o->rendezvous, o->secret_hex, pid_s};
+  const char *values[N_OWN_VARS] = {rank_s, size_s,        rank_s,
+                                    size_s, o->rendezvous, o->secret_hex,
+                                    pid_s,  dump_s};
   for (size_t i = 0; i < N_OWN_VARS; i++) {
     env[i] = make_var(own_vars[i], values[i]);
     if (!env[i]) {
@@ -103,18 +109,27 @@ static void emit_to(hk_workers *ws, int stream, const char *line, size_t len) {
 }
 
 /* The line, without its "[rank] " prefix, into the rank's output file. */
+/* The line, without its "[rank] " prefix, into the rank's output file.
+ * A write that fails (a full disk) cuts the file back to its last whole
+ * line and closes it, saying so once (docs/monitoring.md, "Output
+ * files"). */
 static void emit_file(hk_worker *w, int stream, const char *line, size_t len) {
-  if (w->file_fd[stream] < 0)
+  hk_outfile *f = &w->file[stream];
+  if (f->fd < 0)
     return;
   size_t skip = w->split[stream].prefix_len;
   if (skip > len)
     skip = len;
-  int rc = hk_out_write_all(w->file_fd[stream], line + skip, len - skip);
+  off_t whole = lseek(f->fd, 0, SEEK_CUR);
+  int rc = hk_out_write_all(f->fd, line + skip, len - skip);
   if (rc != 0) {
-    hk_log(HK_LOG_WARNING, "cannot write rank %d's %s file: %s; closing it",
-           w->rank, stream ? "stderr" : "stdout", strerror(-rc));
-    close(w->file_fd[stream]);
-    w->file_fd[stream] = -1;
+    int cut = whole >= 0 && ftruncate(f->fd, whole) == 0;
+    hk_log(HK_LOG_WARNING,
+           "--output-filename: cannot write '%s': %s; rank %d's %s stops "
+           "there%s",
+           f->path, strerror(-rc), w->rank, stream ? "stderr" : "stdout",
+           cut ? ", after its last whole line" : "");
+    hk_outfile_close(f);
   }
 }
 
@@ -130,31 +145,36 @@ static void emit_stderr(void *ctx, const char *line, size_t len) {
   emit_file(w, 1, line, len);
 }
 
-/* mkdir that accepts an existing folder. */
-static int make_dir(const char *path) {
-  return mkdir(path, 0755) == 0 || errno == EEXIST ? 0 : -1;
-}
-
-/* Opens DIR/rank.<r>/stdout and stderr for rank r (horovodrun's names:
- * <r> zero-padded to the width of size-1). */
+/* Makes DIR/rank.<r>/stdout and stderr for rank r (horovodrun's names:
+ * <r> zero-padded to the width of size-1), as hk makes every output
+ * (common/outfile.h): DIR is the user's (made if missing), rank.<r> must
+ * be hkrun's own, and the files are never opened through a link. */
 static hk_status open_output_files(hk_worker *w, const hk_spawn_opts *o) {
   int width = 1;
   for (int v = o->size - 1; v >= 10; v /= 10)
     width++;
-  char dir[4200], path[4300];
-  snprintf(dir, sizeof dir, "%s/rank.%0*d", o->output_dir, width, w->rank);
-  if (make_dir(o->output_dir) != 0 || make_dir(dir) != 0)
-    return hk_fail_errno(HK_ERR_SYSTEM, errno,
-                         "--output-filename: cannot make '%s'", dir);
+  char sub[32], dir[4200];
+  snprintf(sub, sizeof sub, "rank.%0*d", width, w->rank);
+  snprintf(dir, sizeof dir, "%s/%s", o->output_dir, sub);
+  int top = -1, rdir = -1;
+  hk_status st = hk_outdir_make(AT_FDCWD, "", o->output_dir, o->file_mode, 0,
+                                "--output-filename", &top);
+  if (st == HK_OK)
+    st = hk_outdir_make(top, o->output_dir, sub, o->file_mode, 1,
+                        "--output-filename", &rdir);
   static const char *const names[2] = {"stdout", "stderr"};
-  for (int s = 0; s < 2; s++) {
-    snprintf(path, sizeof path, "%s/%s", dir, names[s]);
-    w->file_fd[s] = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (w->file_fd[s] < 0)
-      return hk_fail_errno(HK_ERR_SYSTEM, errno,
-                           "--output-filename: cannot create '%s'", path);
+  for (int s = 0; s < 2 && st == HK_OK; s++) {
+    hk_outfile *f = &w->file[s];
+    st = hk_outfile_openat(f, rdir, dir, names[s], o->file_mode,
+                           "--output-filename");
+    if (st == HK_OK)
+      st = hk_outfile_publish(f, HK_OUT_UNLINK_FIRST);
   }
-  return HK_OK;
+  if (top >= 0)
+    close(top);
+  if (rdir >= 0)
+    close(rdir);
+  return st;
 }
 
 static void maybe_finish(hk_workers *ws);
@@ -267,8 +287,11 @@ hk_status hk_workers_init(hk_workers *ws, uv_loop_t *loop,
   ws->w = calloc((size_t)opts->size, sizeof *ws->w);
   if (!ws->w)
     return hk_fail(HK_ERR_NOMEM, "cannot allocate %d workers", opts->size);
-  for (int r = 0; r < opts->size; r++)
-    ws->w[r].file_fd[0] = ws->w[r].file_fd[1] = -1;
+  for (int r = 0; r < opts->size; r++) {
+    ws->w[r].file[0].fd = ws->w[r].file[1].fd = -1;
+    ws->w[r].file[0].dir_fd = ws->w[r].file[1].dir_fd = -1;
+    ws->w[r].dump_fd = -1;
+  }
   int rc = uv_timer_init(loop, &ws->drain_timer);
   if (rc != 0) {
     free(ws->w);
@@ -286,7 +309,6 @@ static hk_status start_one(hk_workers *ws, int rank, int stdin_ok) {
   const hk_spawn_opts *o = &ws->opts;
   w->set = ws;
   w->rank = rank;
-  w->file_fd[0] = w->file_fd[1] = -1;
   if (o->output_dir) {
     hk_status st = open_output_files(w, o);
     if (st != HK_OK)
@@ -307,8 +329,15 @@ static hk_status start_one(hk_workers *ws, int rank, int stdin_ok) {
     ws->open_pipes++;
   }
 
+  /* the dump request pipe: its read end is the worker's DUMP_FD, its
+   * write end hkrun's (hk_workers_ask_dump); both close-on-exec here, so
+   * no other worker inherits them (libuv's dup2 clears it on the child's
+   * copy) */
+  int dump[2] = {-1, -1};
+  if (pipe2(dump, O_CLOEXEC | O_NONBLOCK) != 0)
+    dump[0] = dump[1] = -1; /* hkrun --dump cannot reach this rank */
   char **env = build_env(o, rank);
-  uv_stdio_container_t stdio[3];
+  uv_stdio_container_t stdio[DUMP_FD + 1];
   stdio[0].flags = rank == 0 && stdin_ok ? UV_INHERIT_FD : UV_IGNORE;
   stdio[0].data.fd = 0;
   for (int s = 0; s < 2; s++) {
@@ -320,8 +349,10 @@ static hk_status start_one(hk_workers *ws, int rank, int stdin_ok) {
   po.file = o->argv[0];
   po.args = o->argv;
   po.env = env;
+  stdio[DUMP_FD].flags = dump[0] >= 0 ? UV_INHERIT_FD : UV_IGNORE;
+  stdio[DUMP_FD].data.fd = dump[0];
   po.flags = UV_PROCESS_DETACHED;
-  po.stdio_count = 3;
+  po.stdio_count = DUMP_FD + 1;
   po.stdio = stdio;
   po.exit_cb = exit_cb;
   w->proc.data = w;
@@ -336,6 +367,9 @@ static hk_status start_one(hk_workers *ws, int rank, int stdin_ok) {
             0) {
       int e = errno;
       free_env(env);
+      for (int i = 0; i < 2; i++)
+        if (dump[i] >= 0)
+          close(dump[i]);
       for (int s = 0; s < 2; s++) {
         w->pipe_open[s] = 0;
         uv_close((uv_handle_t *)&w->pipe[s], on_pipe_closed);
@@ -349,6 +383,12 @@ static hk_status start_one(hk_workers *ws, int rank, int stdin_ok) {
   if (bound)
     sched_setaffinity(0, sizeof saved, &saved);
   free_env(env);
+  if (dump[0] >= 0)
+    close(dump[0]); /* the worker's now */
+  if (rc != 0 && dump[1] >= 0)
+    close(dump[1]);
+  else
+    w->dump_fd = dump[1];
   if (rc != 0) {
     if (env) /* uv_spawn initialised the handle; it must be closed */
       uv_close((uv_handle_t *)&w->proc, on_proc_closed);
@@ -384,39 +424,43 @@ hk_status hk_workers_start(hk_workers *ws) {
   return st;
 }
 
-/* Sends sig to every running worker's process group (group = 1) or to
- * the worker's process alone; returns how many were signalled. */
-static int signal_each(hk_workers *ws, int sig, int group) {
+int hk_workers_signal(hk_workers *ws, int sig) {
   int n = 0;
   for (int r = 0; r < ws->started; r++) {
     hk_worker *w = &ws->w[r];
     if (w->exited)
       continue;
     /* A worker that left its group still gets the signal itself. */
-    if ((!group || kill(-w->pid, sig) != 0) && kill(w->pid, sig) != 0)
+    if (kill(-w->pid, sig) != 0 && kill(w->pid, sig) != 0)
       continue;
     n++;
   }
   return n;
 }
 
-int hk_workers_signal(hk_workers *ws, int sig) {
-  return signal_each(ws, sig, 1);
-}
-
-int hk_workers_signal_procs(hk_workers *ws, int sig) {
-  return signal_each(ws, sig, 0);
+int hk_workers_ask_dump(hk_workers *ws) {
+  int n = 0;
+  for (int r = 0; r < ws->started; r++) {
+    hk_worker *w = &ws->w[r];
+    if (w->exited || w->dump_fd < 0)
+      continue;
+    /* a full pipe already holds a request the rank has not read */
+    if (write(w->dump_fd, "d", 1) == 1 || errno == EAGAIN)
+      n++;
+  }
+  return n;
 }
 
 void hk_workers_free(hk_workers *ws) {
   if (ws->w)
-    for (int r = 0; r < ws->opts.size; r++)
+    for (int r = 0; r < ws->opts.size; r++) {
       for (int s = 0; s < 2; s++) {
         hk_out_free(&ws->w[r].split[s]);
-        if (ws->w[r].file_fd[s] >= 0)
-          close(ws->w[r].file_fd[s]);
-        ws->w[r].file_fd[s] = -1;
+        hk_outfile_close(&ws->w[r].file[s]);
       }
+      if (ws->w[r].dump_fd >= 0)
+        close(ws->w[r].dump_fd);
+    }
   free(ws->w);
   ws->w = NULL;
 }

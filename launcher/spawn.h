@@ -8,15 +8,21 @@
  * children it started too. Rank 0 inherits hkrun's stdin, the others read
  * /dev/null. Each worker's environment is hkrun's plus HK_RANK, HK_SIZE,
  * HK_LOCAL_RANK (= rank), HK_LOCAL_SIZE (= size), HK_RENDEZVOUS, HK_SECRET
- * and HK_LAUNCHER_PID (values from the caller, not hkrun's own).
+ * and HK_LAUNCHER_PID (values from the caller, not hkrun's own), and
+ * HK_DUMP_FD=3: its descriptor 3 is the read end of a pipe whose write end
+ * hkrun keeps, through which hk_workers_ask_dump asks the rank for its
+ * flight record (observe/flight.h) without a signal.
  *
  * Binding (--bind-to): with cpu_masks, rank r starts with affinity
  * cpu_masks[r] (hkrun sets its own thread's mask around the spawn, which
  * the child inherits, and puts it back).
  * Output files (--output-filename DIR): each rank's lines also go,
  * without the "[rank] " prefix, to DIR/rank.<r>/stdout and .../stderr,
- * <r> zero-padded to the width of size-1 (horovodrun's layout); the
- * folders are made (0755) and the files truncated when the rank starts.
+ * <r> zero-padded to the width of size-1 (horovodrun's layout), made as
+ * every output of hk (common/outfile.h: never through a link, mode
+ * file_mode, folders file_mode plus x; rank.<r> must be hkrun's own) when
+ * the rank starts, replacing an earlier run's. A write that fails cuts
+ * the file back to its last whole line and stops it, with one warning.
  *
  * Life cycle: hk_workers_init -> hk_workers_start -> uv_run(loop) ->
  * hk_workers_free. Once every started worker has exited, the set SIGKILLs
@@ -31,6 +37,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "common/outfile.h"
 #include "hk/hk.h"
 #include "launcher/output.h"
 
@@ -51,7 +58,8 @@ typedef struct hk_worker {
   uv_pipe_t pipe[2]; /* [0]: its stdout, [1]: its stderr */
   int pipe_open[2];  /* 1 until EOF (or the drain deadline) */
   hk_out_splitter split[2];
-  int file_fd[2]; /* --output-filename's files, or -1 */
+  hk_outfile file[2]; /* --output-filename's files (fd -1: none) */
+  int dump_fd;        /* write end of its dump request pipe, or -1 */
 } hk_worker;
 
 /** Called after a worker exited (w->exited is already 1 and set->running
@@ -67,6 +75,7 @@ typedef struct hk_spawn_opts {
   int tag_output;             /* 1: prefix lines with "[rank] " */
   int out_fd, err_fd;         /* where worker stdout / stderr lines go */
   const char *output_dir;     /* NULL, or --output-filename's folder */
+  unsigned file_mode;         /* HK_FILE_MODE: the output files' mode */
   const cpu_set_t *cpu_masks; /* NULL, or size masks (--bind-to) */
   hk_worker_exit_fn on_exit;
   void *ctx; /* passed to on_exit */
@@ -112,10 +121,10 @@ hk_status hk_workers_start(hk_workers *ws);
  */
 int hk_workers_signal(hk_workers *ws, int sig);
 
-/** As hk_workers_signal, to each worker's own process only (not its
- *  group): a signal meant for hk's runtime (SIGUSR1, the flight recorder)
- *  that would kill a wrapper script or a child of the worker. */
-int hk_workers_signal_procs(hk_workers *ws, int sig);
+/** Asks every started worker that has not exited for its flight record:
+ *  one byte into its dump pipe (a full pipe already holds a request).
+ *  Returns how many were asked. */
+int hk_workers_ask_dump(hk_workers *ws);
 
 /** Frees what init allocated; call after uv_run has returned. */
 void hk_workers_free(hk_workers *ws);

@@ -9,12 +9,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/outfile.h"
 #include "common/status.h"
+
+/* The reasons a record gives for each way a dump is asked for. */
+#define WHY_HKRUN                                                              \
+  "asked through hkrun (hkrun --dump, or rank 0's stall warning)"
+#define WHY_SIGNAL "SIGUSR1 (a dump was asked for)"
 
 typedef struct hk_flight {
   hk_flight_ring ring;
@@ -23,10 +31,16 @@ typedef struct hk_flight {
                        nrounds entries; grown as sets appear */
   size_t nrounds;
   int64_t off_us; /* CLOCK_REALTIME - CLOCK_MONOTONIC, us */
-  int pipe_fd[2]; /* SIGUSR1 -> background thread */
+  int ep;         /* epoll set of the two below: what the background
+                     thread polls (one fd per observer), or -1 */
+  int hkrun_fd;   /* HK_DUMP_FD: hkrun's dump requests (read end), or -1 */
+  int pipe_fd[2]; /* HK_FLIGHT_SIGNAL: SIGUSR1 -> background thread */
   struct sigaction old_usr1;
-  int installed;  /* the handler is ours: restore old_usr1 at close */
-  char dir[4096]; /* where records go */
+  int installed;   /* the handler is ours: restore old_usr1 at close */
+  unsigned mode;   /* HK_FILE_MODE */
+  char base[4096]; /* the records' base folder (hk_flight_base_dir) */
+  int job_fd;      /* the job's folder in it, once made, or -1 */
+  int dir_failed;  /* the job's folder could not be made: said once */
   char next_reason[HK_FLIGHT_REASON_LEN + 1]; /* the reason of the next
                                                  SIGUSR1 dump, or "" */
   int rank, size;
@@ -160,18 +174,28 @@ static void visit_pending(void *arg, const hk_obs_tensor *t, int queued) {
   }
 }
 
-/* The job id in the file name: the same on every rank of a job and known
- * to nobody outside it (derived from the job's secret); a process outside
- * any launcher uses its pid. */
-static void job_id(const hk_flight *f, char out[17]) {
-  if (!f->secret) {
-    snprintf(out, 17, "%016lx", (unsigned long)getpid());
-    return;
+/* The job's folder of records, made (privately: common/outfile.h) by the
+ * first record; its fd, or -1 after saying why not (once). */
+static int job_dir(hk_flight *f, const char *job, char *path, size_t cap) {
+  char name[32];
+  hk_flight_job_folder(job, name, sizeof name);
+  snprintf(path, cap, "%s/%s", f->base, name);
+  if (f->job_fd >= 0)
+    return f->job_fd;
+  int base = open(f->base, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  hk_status st =
+      base < 0
+          ? hk_fail_errno(HK_ERR_SYSTEM, errno,
+                          "flight record: cannot open the folder '%s'", f->base)
+          : hk_outdir_make(base, f->base, name, f->mode, 1, "flight record",
+                           &f->job_fd);
+  if (base >= 0)
+    close(base);
+  if (st != HK_OK && !f->dir_failed) {
+    f->dir_failed = 1;
+    hk_log(HK_LOG_WARNING, "%s; no flight record is written", hk_last_error());
   }
-  uint8_t mac[HK_PROOF_LEN];
-  hk_secret_derive(f->secret, "hk flight recorder job", NULL, 0, mac);
-  for (int i = 0; i < 8; i++)
-    snprintf(out + 2 * i, 3, "%02x", mac[i]);
+  return f->job_fd;
 }
 
 /* Writes this rank's record now, with `reason` on its reason line; the
@@ -181,7 +205,7 @@ static void job_id(const hk_flight *f, char out[17]) {
 static void dump(hk_flight *f, const char *reason) {
   hk_flight_header h;
   memset(&h, 0, sizeof h);
-  job_id(f, h.job);
+  hk_flight_job_id(f->secret, h.job);
   h.rank = f->rank;
   h.size = f->size;
   if (gethostname(h.host, sizeof h.host - 1) != 0)
@@ -199,10 +223,13 @@ static void dump(hk_flight *f, const char *reason) {
   if (pl.lost)
     hk_log(HK_LOG_WARNING,
            "flight record: no memory to list %zu pending tensors", pl.lost);
-  if (hk_flight_write(f->dir, &h, &f->ring, pl.e, pl.n) != HK_OK)
+  char dir[4200];
+  int dfd = job_dir(f, h.job, dir, sizeof dir);
+  if (dfd >= 0 &&
+      hk_flight_write(dfd, dir, f->mode, &h, &f->ring, pl.e, pl.n) != HK_OK)
     hk_log(HK_LOG_WARNING, "%s", hk_last_error());
-  else
-    hk_log(HK_LOG_INFO, "flight record written to %s (%s)", f->dir, reason);
+  else if (dfd >= 0)
+    hk_log(HK_LOG_INFO, "flight record written to %s (%s)", dir, reason);
   free(pl.e);
 }
 
@@ -266,12 +293,13 @@ static void on_stall(void *self, const char *what) {
   hk_flight *f = self;
   char why[HK_FLIGHT_REASON_LEN + 1];
   snprintf(why, sizeof why, "stall warning: %s", what);
-  /* hkrun only: its pid still our parent's (not a re-parenting) */
-  if (f->launcher_pid && getppid() == f->launcher_pid &&
+  /* hkrun only (its pid still our parent's, not a re-parenting), which
+   * asks every rank through its pipe, this one included */
+  if (f->launcher_pid && f->hkrun_fd >= 0 && getppid() == f->launcher_pid &&
       kill(f->launcher_pid, SIGUSR1) == 0) {
     snprintf(f->next_reason, sizeof f->next_reason,
              "%.960s (every rank was asked to write through hkrun)", why);
-    return; /* hkrun's SIGUSR1 comes back to this rank too */
+    return; /* hkrun's request comes back to this rank too */
   }
   dump(f, why);
 }
@@ -281,16 +309,27 @@ static void on_error(void *self, hk_status st, const char *reason) {
   dump(self, reason);
 }
 
-static int on_poll_fd(void *self) { return ((hk_flight *)self)->pipe_fd[0]; }
+static int on_poll_fd(void *self) { return ((hk_flight *)self)->ep; }
 
-/* The pipe was readable: drains it and writes the record ("SIGUSR1"). */
+/* Reads what fd holds (non-blocking): 1 if it held anything. */
+static int drain(int fd) {
+  char sink[64];
+  int any = 0;
+  while (read(fd, sink, sizeof sink) > 0)
+    any = 1;
+  return any;
+}
+
+/* A request came (hkrun's pipe, or SIGUSR1's): writes the record, once
+ * however many requests were waiting. */
 static void on_readable(void *self) {
   hk_flight *f = self;
-  char sink[64];
-  while (read(f->pipe_fd[0], sink, sizeof sink) > 0)
-    ;
+  int hkrun = f->hkrun_fd >= 0 && drain(f->hkrun_fd);
+  int signal = f->pipe_fd[0] >= 0 && drain(f->pipe_fd[0]);
+  if (!hkrun && !signal)
+    return;
   char *next = f->next_reason;
-  dump(f, next[0] ? next : "SIGUSR1 (a dump was asked for)");
+  dump(f, next[0] ? next : hkrun ? WHY_HKRUN : WHY_SIGNAL);
   next[0] = '\0';
 }
 
@@ -298,16 +337,17 @@ static void on_detach(void *self, int final) {
   (void) final;
   hk_flight *f = self;
   if (f->installed) { /* the program's own; a late request to dump (one
-                        on its way from hkrun) must not kill the process */
+                        on its way from mpirun) must not kill the process */
     if (f->old_usr1.sa_handler == SIG_DFL &&
         !(f->old_usr1.sa_flags & SA_SIGINFO))
       f->old_usr1.sa_handler = SIG_IGN;
     sigaction(SIGUSR1, &f->old_usr1, NULL);
   }
   g_dump_fd = -1;
-  for (int i = 0; i < 2; i++)
-    if (f->pipe_fd[i] >= 0)
-      close(f->pipe_fd[i]);
+  int fds[] = {f->pipe_fd[0], f->pipe_fd[1], f->hkrun_fd, f->ep, f->job_fd};
+  for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++)
+    if (fds[i] >= 0)
+      close(fds[i]);
   hk_flight_ring_free(&f->ring);
   free(f->rounds);
   free(f);
@@ -329,22 +369,51 @@ static const hk_observer_ops flight_ops = {
     .readable = on_readable,
 };
 
-/* Where records go: HK_FLIGHT_DIR, else the folder of HK_TIMELINE, else
- * the current directory. */
-static void record_dir(const hk_config *cfg, char *out, size_t cap) {
-  const char *dir = cfg->flight_dir;
-  if (!dir[0] && cfg->timeline[0]) { /* beside the timeline */
-    const char *slash = strrchr(cfg->timeline, '/');
-    snprintf(out, cap, "%.*s", slash ? (int)(slash - cfg->timeline) : 1,
-             slash ? cfg->timeline : ".");
-    if (!out[0])
-      snprintf(out, cap, "/");
-  } else {
-    snprintf(out, cap, "%s", dir[0] ? dir : ".");
-  }
+/* The records' base folder: HK_FLIGHT_DIR must be a folder this process
+ * can write into (an output asked for that cannot be made fails hk_init,
+ * naming it); the default ($TMPDIR, else /tmp) only warns. */
+static hk_status check_base(hk_flight *f, const hk_config *cfg) {
+  hk_flight_base_dir(cfg->flight_dir, f->base, sizeof f->base);
+  struct stat sb;
+  int e = stat(f->base, &sb) != 0             ? errno
+          : !S_ISDIR(sb.st_mode)              ? ENOTDIR
+          : access(f->base, W_OK | X_OK) != 0 ? errno
+                                              : 0;
+  if (!e)
+    return HK_OK;
+  if (cfg->flight_dir[0])
+    return hk_fail_errno(HK_ERR_CONFIG, e,
+                         "HK_FLIGHT_DIR: '%s' is not a folder this process "
+                         "can write into",
+                         f->base);
+  hk_log(HK_LOG_WARNING,
+         "flight records: '%s' is not a folder this process can write into "
+         "(%s); set HK_FLIGHT_DIR",
+         f->base, strerror(e));
+  return HK_OK;
 }
 
-/* Makes the pipe and installs the SIGUSR1 handler. */
+/* HK_DUMP_FD: the read end of hkrun's pipe, if the number holds one (a
+ * pipe open for reading; the program may have closed and reused it). */
+static void take_hkrun_pipe(hk_flight *f, int fd) {
+  struct stat sb;
+  int fl = fd > 2 ? fcntl(fd, F_GETFL) : -1;
+  if (fl < 0 || (fl & O_ACCMODE) != O_RDONLY || fstat(fd, &sb) != 0 ||
+      !S_ISFIFO(sb.st_mode)) {
+    if (fd > 2)
+      hk_log(HK_LOG_INFO,
+             "HK_DUMP_FD=%d holds no pipe from hkrun: hkrun --dump cannot "
+             "reach this rank",
+             fd);
+    return;
+  }
+  /* ours now: not inherited by the programs this one starts */
+  fcntl(fd, F_SETFD, FD_CLOEXEC);
+  fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+  f->hkrun_fd = fd;
+}
+
+/* HK_FLIGHT_SIGNAL=1: makes the pipe and installs the SIGUSR1 handler. */
 static hk_status install(hk_flight *f) {
   if (pipe2(f->pipe_fd, O_CLOEXEC | O_NONBLOCK) != 0)
     return hk_fail_errno(HK_ERR_SYSTEM, errno,
@@ -362,22 +431,47 @@ static hk_status install(hk_flight *f) {
   return HK_OK;
 }
 
+/* The one fd the background thread polls: an epoll set of the request
+ * pipes (hkrun's, SIGUSR1's), or none. */
+static hk_status watch(hk_flight *f) {
+  if (f->hkrun_fd < 0 && f->pipe_fd[0] < 0)
+    return HK_OK;
+  f->ep = epoll_create1(EPOLL_CLOEXEC);
+  if (f->ep < 0)
+    return hk_fail_errno(HK_ERR_SYSTEM, errno,
+                         "cannot make the flight recorder's epoll set");
+  int fds[2] = {f->hkrun_fd, f->pipe_fd[0]};
+  for (int i = 0; i < 2; i++) {
+    struct epoll_event ev = {.events = EPOLLIN, .data.fd = fds[i]};
+    if (fds[i] >= 0 && epoll_ctl(f->ep, EPOLL_CTL_ADD, fds[i], &ev) != 0)
+      return hk_fail_errno(HK_ERR_SYSTEM, errno,
+                           "cannot watch the flight recorder's pipe");
+  }
+  return HK_OK;
+}
+
 hk_status hk_flight_attach(hk_observers *o, const hk_obs_setup *s) {
   if (s->cfg->flight_recorder == 0)
     return HK_OK;
   hk_flight *f = calloc(1, sizeof *f);
   if (!f)
     return hk_fail(HK_ERR_NOMEM, "cannot allocate the flight recorder");
-  f->pipe_fd[0] = f->pipe_fd[1] = -1;
+  f->pipe_fd[0] = f->pipe_fd[1] = f->hkrun_fd = f->ep = f->job_fd = -1;
   f->rank = s->rank;
   f->size = s->size;
   f->launcher_pid = s->launcher_pid;
   f->secret = s->secret;
   f->pending = s->pending;
-  record_dir(s->cfg, f->dir, sizeof f->dir);
-  hk_status st = hk_flight_ring_init(&f->ring, s->cfg->flight_recorder);
+  f->mode = s->cfg->file_mode;
+  hk_status st = check_base(f, s->cfg);
   if (st == HK_OK)
+    st = hk_flight_ring_init(&f->ring, s->cfg->flight_recorder);
+  if (st == HK_OK)
+    take_hkrun_pipe(f, s->cfg->dump_fd);
+  if (st == HK_OK && s->cfg->flight_signal)
     st = install(f);
+  if (st == HK_OK)
+    st = watch(f);
   if (st == HK_OK) {
     refresh_offset(f);
     st = hk_observe_attach(o, &flight_ops, f);

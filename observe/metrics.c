@@ -1,12 +1,11 @@
 /* metrics.c - the Prometheus text file (metrics.h). */
 #include "observe/metrics.h"
 
-#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
+#include "common/outfile.h"
 #include "common/status.h"
 #include "observe/report.h"
 #include "observe/telemetry.h"
@@ -232,27 +231,8 @@ hk_status hk_metrics_format(const hk_monitor_view *v, hk_buf *out) {
   return st;
 }
 
-hk_status hk_metrics_write(const char *path, const char *text, size_t len) {
-  char tmp[4200];
-  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-  FILE *f = fopen(tmp, "w");
-  if (!f)
-    return hk_fail_errno(HK_ERR_SYSTEM, errno,
-                         "HK_METRICS_FILE: cannot create %s", tmp);
-  int ok = fwrite(text, 1, len, f) == len;
-  int err = errno;
-  if (fclose(f) != 0 && ok) {
-    ok = 0;
-    err = errno;
-  }
-  if (ok && rename(tmp, path) != 0) {
-    ok = 0;
-    err = errno;
-  }
-  if (!ok) {
-    unlink(tmp);
-    return hk_fail_errno(HK_ERR_SYSTEM, err, "HK_METRICS_FILE: cannot write %s",
-                         path);
-  }
-  return HK_OK;
+hk_status hk_metrics_write(const char *path, unsigned mode, const char *text,
+                           size_t len) {
+  return hk_outfile_replace(path, mode, text, len, HK_OUT_ATOMIC,
+                            "HK_METRICS_FILE");
 }

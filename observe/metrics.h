@@ -21,12 +21,13 @@
 hk_status hk_metrics_format(const hk_monitor_view *v, hk_buf *out);
 
 /**
- * Replaces the file at path with text[0..len) atomically: writes
- * "<path>.tmp.<pid>" in the same directory, then rename(2)s it over path,
- * so a reader sees the old file or the new one, never a part. The
- * temporary is removed on failure. Errors: HK_ERR_SYSTEM naming the path
- * and errno.
+ * Replaces the file at path with text[0..len), as common/outfile.h makes
+ * every output (never through a link, mode `mode`: HK_FILE_MODE), whole:
+ * a reader (node_exporter) sees the old file or the new one, never a
+ * part, and a failed write leaves the old one. Errors: HK_ERR_SYSTEM
+ * naming HK_METRICS_FILE, the path and the reason.
  */
-hk_status hk_metrics_write(const char *path, const char *text, size_t len);
+hk_status hk_metrics_write(const char *path, unsigned mode, const char *text,
+                           size_t len);
 
 #endif

@@ -166,21 +166,31 @@ static void print_report(hk_monitor *m) {
   hk_buf_free(&b);
 }
 
-/* Rewrites HK_METRICS_FILE; warns once if it cannot. */
-static void write_metrics(hk_monitor *m) {
+/* Rewrites HK_METRICS_FILE whole (the old one stays until the new one is
+ * complete). Errors: HK_ERR_NOMEM, hk_metrics_write's. */
+static hk_status write_metrics(hk_monitor *m) {
   hk_monitor_view v;
   hk_buf b = {0};
   hk_status st = view_take(m, &v);
   if (st == HK_OK)
     st = hk_metrics_format(&v, &b);
   if (st == HK_OK)
-    st = hk_metrics_write(m->cfg->metrics_file, (const char *)b.data, b.len);
-  if (st != HK_OK && !m->metrics_failed) {
-    hk_log(HK_LOG_WARNING, "%s", hk_last_error());
-    m->metrics_failed = 1;
-  }
+    st = hk_metrics_write(m->cfg->metrics_file, m->cfg->file_mode,
+                          (const char *)b.data, b.len);
   hk_monitor_view_free(&v);
   hk_buf_free(&b);
+  return st;
+}
+
+/* The monitor thread's rewrite: a failure warns once (the file keeps its
+ * last whole contents), as every output does (docs/monitoring.md). */
+static void rewrite_metrics(hk_monitor *m) {
+  if (write_metrics(m) != HK_OK && !m->metrics_failed) {
+    hk_log(HK_LOG_WARNING,
+           "%s; the file keeps its last whole contents (warned once)",
+           hk_last_error());
+    m->metrics_failed = 1;
+  }
 }
 
 /* 1 if `bytes` more can be written to fd at once, whole: nothing of an
@@ -320,7 +330,7 @@ static void *monitor_main(void *arg) {
       next_report = now + cfg->monitor_report_s;
     }
     if (coord && cfg->metrics_file[0] && now >= next_metrics) {
-      write_metrics(m);
+      rewrite_metrics(m);
       next_metrics = now + cfg->metrics_interval_s;
     }
   }
@@ -379,6 +389,10 @@ static hk_status on_ready(void *self, const hk_obs_ready *e) {
     hk_log(HK_LOG_INFO, "no GPU telemetry: %s", why);
   if (st == HK_OK)
     st = open_table_fd(m);
+  /* rank 0 makes HK_METRICS_FILE now (no round yet): an output that
+   * cannot be made fails hk_init, naming it */
+  if (st == HK_OK && m->rank == 0 && m->cfg->metrics_file[0])
+    st = write_metrics(m);
   if (st == HK_OK && pthread_create(&m->thread, NULL, monitor_main, m) != 0)
     st = hk_fail(HK_ERR_SYSTEM, "cannot start the monitor thread");
   if (st != HK_OK)
@@ -401,7 +415,7 @@ static void on_detach(void *self, int final) {
     if (final) {
       print_report(m);
       if (m->cfg->metrics_file[0])
-        write_metrics(m);
+        rewrite_metrics(m);
     }
     if (m->negotiator)
       hk_negotiator_set_lateness(m->negotiator, NULL);

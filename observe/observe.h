@@ -168,7 +168,8 @@ typedef struct hk_obs_setup {
   const hk_config *cfg;    /* the settings; borrowed until detach */
   int rank, size;          /* this rank, the job's ranks */
   int launcher_pid;        /* hkrun's pid when it is this process's parent
-                              (it forwards SIGUSR1 to every rank), else 0 */
+                              (SIGUSR1 to it asks every rank for a flight
+                              record), else 0 */
   const hk_secret *secret; /* the job's secret, read when a flight record is
                               written (bootstrap may fill it in after
                               attach); NULL outside any launcher */

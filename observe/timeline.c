@@ -11,18 +11,19 @@
 #include "common/buf.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/outfile.h"
 #include "common/status.h"
 #include "common/strmap.h"
 
 struct hk_timeline {
-  int fd;
-  off_t end; /* where the closing "\n]\n" starts */
+  hk_outfile file; /* file.fd: written with pwrite */
+  off_t end;       /* where the closing "\n]\n" starts */
   int nevents;
   double t0;       /* hk_now() at open */
   hk_strmap *rows; /* tensor name -> row id (tid) */
   int next_row;
   hk_buf line;
-  int failed;        /* a write failed: stop writing, say so once */
+  int failed;        /* a write failed: stopped, said once */
   size_t limit;      /* bytes the file may take; 0: no bound */
   off_t note_at;     /* where the TIMELINE_TRUNCATED note starts, or -1 */
   double note_ts;    /* its time stamp, us */
@@ -32,21 +33,21 @@ struct hk_timeline {
 /* Room the truncation note and the closing bracket take at most. */
 #define NOTE_RESERVE 512
 
-hk_status hk_timeline_open(const char *path, hk_timeline **out) {
+hk_status hk_timeline_open(const char *path, unsigned mode, hk_timeline **out) {
   hk_timeline *tl = calloc(1, sizeof *tl);
   if (!tl)
     return hk_fail(HK_ERR_NOMEM, "cannot allocate the timeline");
-  tl->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (tl->fd < 0) {
-    int e = errno;
-    free(tl);
-    return hk_fail_errno(HK_ERR_SYSTEM, e, "HK_TIMELINE: cannot create '%s'",
-                         path);
-  }
-  if (hk_strmap_create(&tl->rows) != HK_OK ||
-      pwrite(tl->fd, "[\n]\n", 4, 0) != 4) {
+  /* made without a name, named once it holds "[]" (common/outfile.h) */
+  hk_status st = hk_outfile_open(&tl->file, path, mode, "HK_TIMELINE");
+  if (st == HK_OK)
+    st = hk_strmap_create(&tl->rows);
+  if (st == HK_OK)
+    st = hk_outfile_write(&tl->file, "[\n]\n", 4);
+  if (st == HK_OK)
+    st = hk_outfile_publish(&tl->file, HK_OUT_UNLINK_FIRST);
+  if (st != HK_OK) {
     hk_timeline_close(tl);
-    return hk_fail(HK_ERR_SYSTEM, "HK_TIMELINE: cannot write '%s'", path);
+    return st;
   }
   tl->end = 1;
   tl->note_at = -1;
@@ -54,6 +55,31 @@ hk_status hk_timeline_open(const char *path, hk_timeline **out) {
   tl->next_row = 1; /* row 0: cycles */
   *out = tl;
   return HK_OK;
+}
+
+/* A write at `at` failed or fell short (a full disk, a quota): put the
+ * closing bracket back where the last whole event ends and cut what the
+ * write left behind it, so the file stays valid JSON; then stop, saying so
+ * once with the file and the reason. The bracket's bytes were the file's
+ * before the write, so putting them back needs no new space. */
+static void stop_writing(hk_timeline *tl, off_t at, int err) {
+  tl->failed = 1;
+  int ok = pwrite(tl->file.fd, "\n]\n", 3, at) == 3 &&
+           ftruncate(tl->file.fd, at + 3) == 0;
+  hk_log(HK_LOG_WARNING,
+         "HK_TIMELINE: cannot write '%s': %s; the timeline stops here, %s "
+         "(%d events)",
+         tl->file.path, strerror(err),
+         ok ? "valid JSON up to its last whole event"
+            : "and it could not be closed as valid JSON",
+         tl->nevents);
+}
+
+/* pwrite(2) of all len bytes at `at`; 0, or the errno of the failure
+ * (ENOSPC for a write that fell short). */
+static int write_at(hk_timeline *tl, const void *data, size_t len, off_t at) {
+  ssize_t w = pwrite(tl->file.fd, data, len, at);
+  return w == (ssize_t)len ? 0 : w < 0 ? errno : ENOSPC;
 }
 
 void hk_timeline_set_limit(hk_timeline *tl, size_t max_bytes) {
@@ -71,20 +97,19 @@ static void write_note(hk_timeline *tl) {
                    "the file reached its bound of %zu bytes; later events "
                    "were not written\",\"events_not_written\":%lu}}\n]\n",
                    tl->nevents ? ",\n" : "", tl->note_ts, tl->limit, tl->cut);
-  if (n > 0 && n < (int)sizeof ev &&
-      pwrite(tl->fd, ev, (size_t)n, tl->note_at) != n && !tl->failed) {
-    tl->failed = 1;
-    hk_log(HK_LOG_WARNING, "HK_TIMELINE: write failed; timeline stopped");
-  }
+  int err = n > 0 && n < (int)sizeof ev
+                ? write_at(tl, ev, (size_t)n, tl->note_at)
+                : EOVERFLOW;
+  if (err)
+    stop_writing(tl, tl->note_at, err);
 }
 
 void hk_timeline_close(hk_timeline *tl) {
   if (!tl)
     return;
-  if (tl->fd >= 0 && tl->note_at >= 0 && !tl->failed)
+  if (tl->file.fd >= 0 && tl->note_at >= 0 && !tl->failed)
     write_note(tl); /* with the final count */
-  if (tl->fd >= 0)
-    close(tl->fd);
+  hk_outfile_close(&tl->file);
   hk_strmap_destroy(tl->rows);
   hk_buf_free(&tl->line);
   free(tl);
@@ -136,10 +161,9 @@ static void emit(hk_timeline *tl) {
   put(&out, tl->nevents ? ",\n" : "");
   hk_buf_append(&out, tl->line.data, tl->line.len);
   put(&out, "\n]\n");
-  ssize_t w = out.data ? pwrite(tl->fd, out.data, out.len, tl->end) : -1;
-  if (w != (ssize_t)out.len) {
-    tl->failed = 1;
-    hk_log(HK_LOG_WARNING, "HK_TIMELINE: write failed; timeline stopped");
+  int err = out.data ? write_at(tl, out.data, out.len, tl->end) : ENOMEM;
+  if (err) {
+    stop_writing(tl, tl->end, err);
   } else {
     tl->end += (off_t)(out.len - 3);
     tl->nevents++;

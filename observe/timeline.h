@@ -22,7 +22,11 @@
  * The file is valid JSON after every event: each event is written with
  * the closing bracket behind it, in one pwrite(2) that overwrites the
  * previous closing bracket, so a job killed by an error or a signal (even
- * SIGKILL) leaves a file that parses. When HK_TIMELINE is unset no
+ * SIGKILL) leaves a file that parses. A write that fails or falls short
+ * (a full disk) puts the bracket back behind the last whole event and
+ * cuts the rest: the file stays valid JSON, nothing more is written, and
+ * a warning names the file and the reason, once (docs/monitoring.md,
+ * "Output files"). When HK_TIMELINE is unset no
  * timeline observer is attached and the engine's hooks cost one branch.
  * A bound (HK_TIMELINE_MAX_MB, hk_timeline_set_limit) keeps a long job
  * from filling the disk: the event that would take the file past it is
@@ -48,9 +52,11 @@ typedef struct hk_timeline hk_timeline;
  */
 hk_status hk_timeline_attach(hk_observers *o, const hk_obs_setup *s);
 
-/** Creates (truncates) path and writes the empty array "[]".
- *  Errors: HK_ERR_SYSTEM naming the file. */
-hk_status hk_timeline_open(const char *path, hk_timeline **out);
+/** Creates path as common/outfile.h makes every output (never through a
+ *  link, mode `mode` (HK_FILE_MODE), named once it holds the empty array
+ *  "[]", replacing the file of an earlier run). Errors: HK_ERR_NOMEM,
+ *  HK_ERR_SYSTEM naming HK_TIMELINE, the file and the reason. */
+hk_status hk_timeline_open(const char *path, unsigned mode, hk_timeline **out);
 
 /** Bounds the file at max_bytes (0: no bound; smaller than 1 KiB counts
  *  as 1 KiB, room for the note). */

@@ -94,7 +94,7 @@ hk_status hk_timeline_attach(hk_observers *o, const hk_obs_setup *s) {
   if (!t)
     return hk_fail(HK_ERR_NOMEM, "cannot allocate the timeline");
   t->mark_cycles = s->cfg->timeline_mark_cycles;
-  hk_status st = hk_timeline_open(s->cfg->timeline, &t->tl);
+  hk_status st = hk_timeline_open(s->cfg->timeline, s->cfg->file_mode, &t->tl);
   if (st == HK_OK) {
     hk_timeline_set_limit(t->tl, (size_t)(s->cfg->timeline_max_mb * 1048576.0));
     st = hk_observe_attach(o, &timeline_ops, t);

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs every test:
+#   0. a Release build of libhk and hkrun, warnings as errors (~30 s of
+#      CPU, a fresh configure and build);
 #   1. the whole suite (unit, integration, large, python) in a normal build;
 #   2. the suite again under AddressSanitizer + UBSan (without "large",
 #      which would need ~3x its 4 GiB under ASan, "package", whose
@@ -108,6 +110,12 @@ if [ "$bad" != 0 ]; then
   echo "clang-format: $bad places need formatting (run clang-format -i)"
   exit 1
 fi
+
+stage "Release build of libhk and hkrun (no warnings)"
+# -O3's analyses warn where -O2's do not (-Wmaybe-uninitialized,
+# -Wformat-truncation): what users build must stay warning-free
+cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release -DHK_WERROR=ON >/dev/null
+run cmake --build build-release -j"$(nproc)" --target hk hkrun
 
 stage "build and test (RelWithDebInfo)"
 run scripts/build.sh build -DHK_WERROR=ON

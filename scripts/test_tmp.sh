@@ -2,11 +2,10 @@
 #   hk_test_tmp DIR
 # points every temporary file that tests and their jobs make at DIR, so
 # that removing DIR removes them all: the tests' own (TMPDIR, which the
-# harness and mktemp use), Open MPI's shared-memory segments (else in
-# /dev/shm), and the flight records that failing test jobs write
-# (observe/flight.h; else in each test's working directory, the build).
+# harness and mktemp use, and where failing test jobs write their flight
+# records: observe/flight.h) and Open MPI's shared-memory segments (else
+# in /dev/shm).
 hk_test_tmp() {
   export TMPDIR=$1
   export OMPI_MCA_btl_vader_backing_directory=$1
-  export HK_FLIGHT_DIR=$1
 }

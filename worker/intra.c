@@ -30,15 +30,17 @@ enum {
   MSG_MISMATCH,  /* leader -> peer: rank disagrees (value = its setting,
                     pad[0] = the leader's) */
   MSG_TCP,       /* leader -> peer: the host stays on TCP */
-  MSG_OPEN,      /* leader -> peer: the segment exists: open it */
+  MSG_OPEN,      /* leader -> peer: the segment exists: open it (pid, fd:
+                    the leader's descriptor of it, hk_shm_seg_open) */
   MSG_ACK,       /* peer -> leader: value 1 = mapped, 0 = failed */
-  MSG_GO,        /* leader -> peer: everyone mapped; it is unlinked */
+  MSG_GO,        /* leader -> peer: everyone mapped */
   MSG_FAIL,      /* leader -> peer: shm was required and failed */
 };
 
 typedef struct msg {
   uint8_t code, value, pad[2];
   int32_t rank;
+  int32_t pid, fd; /* MSG_OPEN's */
 } msg;
 
 static const char *const names[] = {"auto", "shm", "tcp"};
@@ -51,12 +53,13 @@ static int fd_to(const hk_ctx *ctx, int rank) {
   return hk_link_socket(&ctx->mesh.links[rank], 0);
 }
 
+/* A message to `rank`; fd: MSG_OPEN's descriptor of the segment (else
+ * -1), sent with this process's pid. */
 static hk_status send_msg(hk_ctx *ctx, int rank, int code, int value,
-                          int32_t about) {
-  msg m = {(uint8_t)code,
-           (uint8_t)value,
-           {(uint8_t)ctx->cfg.intra_transport, 0},
-           about};
+                          int32_t about, int fd) {
+  msg m = {
+      (uint8_t)code, (uint8_t)value,    {(uint8_t)ctx->cfg.intra_transport, 0},
+      about,         (int32_t)getpid(), fd};
   char who[32];
   snprintf(who, sizeof who, "rank %d", rank);
   return hk_tcp_send_all(fd_to(ctx, rank), &m, sizeof m, &ctx->io, who);
@@ -101,7 +104,7 @@ static hk_status convert_links(hk_ctx *ctx, struct hk_intra *in) {
   }
   hk_log(HK_LOG_INFO,
          "shared memory with the %d other rank(s) of this host (%zu bytes "
-         "mapped, nothing left in /dev/shm)",
+         "mapped, never named in /dev/shm)",
          in->n - 1, in->seg.bytes);
   return HK_OK;
 }
@@ -112,10 +115,9 @@ static void mark_mapped(struct hk_intra *in) {
   atomic_store(&c->mapped, 1u);
 }
 
-/* The leader: gather the settings, create, gather the acks, unlink, go.
+/* The leader: gather the settings, create, gather the acks, go.
  * *use gets 1 when the host runs on shared memory. */
-static hk_status lead(hk_ctx *ctx, struct hk_intra *in, const char *name,
-                      int *use) {
+static hk_status lead(hk_ctx *ctx, struct hk_intra *in, int *use) {
   const int mine = ctx->cfg.intra_transport;
   hk_status st = HK_OK;
   int bad = -1, bad_value = 0;
@@ -135,7 +137,7 @@ static hk_status lead(hk_ctx *ctx, struct hk_intra *in, const char *name,
     return st;
   if (bad >= 0) {
     for (int i = 1; i < in->n; i++)
-      send_msg(ctx, in->ranks[i], MSG_MISMATCH, bad_value, bad);
+      send_msg(ctx, in->ranks[i], MSG_MISMATCH, bad_value, bad, -1);
     return hk_fail(HK_ERR_CONFIG,
                    "HK_INTRA_TRANSPORT is %s on rank %d but %s on rank %d: "
                    "every rank must use the same value",
@@ -143,7 +145,7 @@ static hk_status lead(hk_ctx *ctx, struct hk_intra *in, const char *name,
   }
   if (mine == HK_INTRA_TCP) {
     for (int i = 1; i < in->n && st == HK_OK; i++)
-      st = send_msg(ctx, in->ranks[i], MSG_TCP, 0, ctx->rank);
+      st = send_msg(ctx, in->ranks[i], MSG_TCP, 0, ctx->rank, -1);
     return st;
   }
   hk_shm_layout lay = {in->n, ctx->cfg.shm_slot_bytes, HK_SHM_LINK_BYTES};
@@ -152,14 +154,15 @@ static hk_status lead(hk_ctx *ctx, struct hk_intra *in, const char *name,
                                 "HK_SHM_SLOT_BYTES=%zu is less than 64 bytes "
                                 "for each of the %d ranks of this host",
                                 lay.slot_bytes, in->n)
-                      : hk_shm_seg_create(name, &lay, &in->seg);
+                      : hk_shm_seg_create(&lay, &in->seg);
   char why[HK_ERROR_MSG_CAP];
   snprintf(why, sizeof why, "%s", hk_last_error());
   int created = cst == HK_OK;
   /* shm required: a failure here fails the whole host */
   int first = created ? MSG_OPEN : mine == HK_INTRA_SHM ? MSG_FAIL : MSG_TCP;
   for (int i = 1; i < in->n && st == HK_OK; i++)
-    st = send_msg(ctx, in->ranks[i], first, 0, ctx->rank);
+    st = send_msg(ctx, in->ranks[i], first, 0, ctx->rank,
+                  created ? in->seg.fd : -1);
   int all = created;
   for (int i = 1; i < in->n && st == HK_OK && created; i++) {
     msg m;
@@ -173,13 +176,13 @@ static hk_status lead(hk_ctx *ctx, struct hk_intra *in, const char *name,
                in->ranks[i]);
     }
   }
-  if (created)
-    hk_shm_seg_unlink(name); /* from now on nothing is in /dev/shm */
   if (st != HK_OK)
     return st;
+  if (created)
+    hk_shm_seg_seal(&in->seg); /* opened by all who will: no one else */
   int code = all ? MSG_GO : mine == HK_INTRA_SHM ? MSG_FAIL : MSG_TCP;
   for (int i = 1; i < in->n && st == HK_OK && created; i++)
-    st = send_msg(ctx, in->ranks[i], code, 0, ctx->rank);
+    st = send_msg(ctx, in->ranks[i], code, 0, ctx->rank, -1);
   if (st != HK_OK)
     return st;
   if (all) {
@@ -196,16 +199,12 @@ static hk_status lead(hk_ctx *ctx, struct hk_intra *in, const char *name,
   return HK_OK;
 }
 
-/* A rank other than the leader: hello, then do what the leader says.
- * *opened: the leader said it created the segment (so, should the leader
- * vanish before unlinking it, this rank does). */
-static hk_status follow(hk_ctx *ctx, struct hk_intra *in, const char *name,
-                        int *use, int *opened) {
+/* A rank other than the leader: hello, then do what the leader says. */
+static hk_status follow(hk_ctx *ctx, struct hk_intra *in, int *use) {
   const int leader = in->ranks[0];
   *use = 0;
-  *opened = 0;
   hk_status st =
-      send_msg(ctx, leader, MSG_HELLO, ctx->cfg.intra_transport, ctx->rank);
+      send_msg(ctx, leader, MSG_HELLO, ctx->cfg.intra_transport, ctx->rank, -1);
   msg m;
   if (st == HK_OK)
     st = recv_msg(ctx, leader, &m);
@@ -227,8 +226,7 @@ static hk_status follow(hk_ctx *ctx, struct hk_intra *in, const char *name,
   if (m.code != MSG_OPEN)
     return hk_fail(HK_ERR_PROTOCOL, "rank %d: unexpected set-up message %u",
                    leader, m.code);
-  *opened = 1;
-  hk_status ost = hk_shm_seg_open(name, &in->seg);
+  hk_status ost = hk_shm_seg_open(m.pid, m.fd, &in->seg);
   if (ost == HK_OK &&
       (in->seg.hdr->layout.n != in->n ||
        in->seg.hdr->layout.slot_bytes != ctx->cfg.shm_slot_bytes)) {
@@ -242,7 +240,7 @@ static hk_status follow(hk_ctx *ctx, struct hk_intra *in, const char *name,
   if (ost != HK_OK)
     hk_log(HK_LOG_WARNING, "cannot map the host's shared memory: %s",
            hk_last_error());
-  st = send_msg(ctx, leader, MSG_ACK, ost == HK_OK, ctx->rank);
+  st = send_msg(ctx, leader, MSG_ACK, ost == HK_OK, ctx->rank, -1);
   if (st == HK_OK)
     st = recv_msg(ctx, leader, &m);
   if (st != HK_OK)
@@ -289,13 +287,8 @@ hk_status hk_intra_setup(hk_ctx *ctx) {
     free_intra(in);
     return HK_OK;
   }
-  char name[HK_SHM_NAME_CAP];
-  hk_shm_seg_name(&ctx->secret, in->ranks[0], name);
-  int use = 0, opened = 0;
-  hk_status st = in->me == 0 ? lead(ctx, in, name, &use)
-                             : follow(ctx, in, name, &use, &opened);
-  if (st != HK_OK && opened)
-    hk_shm_seg_unlink(name); /* the leader may be gone before it could */
+  int use = 0;
+  hk_status st = in->me == 0 ? lead(ctx, in, &use) : follow(ctx, in, &use);
   if (st == HK_OK && use)
     st = convert_links(ctx, in);
   if (st != HK_OK || !use) {

@@ -8,15 +8,18 @@
  *     setting and the two values (ranks that disagree would otherwise
  *     wait on different transports for ever);
  *  2. shm or auto: the host's first rank (its lowest rank, the "leader")
- *     creates the segment (collectives/transport/shm_seg.h) named from the
- *     job's secret and its own rank, mode 0600, sized for the host's
- *     ranks (HK_SHM_SLOT_BYTES slots, HK_SHM_LINK_BYTES rings) and says
- *     so; the others open and map it and answer; once all have, the
- *     leader shm_unlink()s it, so from here on nothing of the job is in
- *     /dev/shm whatever happens to any process (kill -9 included), and
- *     tells everyone to go. If any step fails, auto falls back to TCP on
- *     the whole host (said at info level), shm fails hk_init saying why;
- *     every rank of the host that may have seen the name unlinks it;
+ *     creates the segment (collectives/transport/shm_seg.h) without a
+ *     name (O_TMPFILE in /dev/shm), mode 0600, sized for the host's ranks
+ *     (HK_SHM_SLOT_BYTES slots, HK_SHM_LINK_BYTES rings) and sends its
+ *     pid and descriptor; the others open it through
+ *     /proc/<pid>/fd/<fd>, map it and answer; once all have, the leader
+ *     tells everyone to go. The segment never has a name, so nothing of
+ *     the job is in /dev/shm at any moment of the set-up or after,
+ *     whatever happens to any process (kill -9 of a rank or of hkrun
+ *     included). If any step fails, auto falls back to TCP on the whole
+ *     host (said at info level), shm fails hk_init saying why (ranks of
+ *     one host in different PID namespaces cannot open the leader's
+ *     descriptor: they stay on TCP);
  *  3. go: the TCP link to each rank of the host becomes an shm link
  *     (collectives/transport/link.h), keeping its first socket open for
  *     liveness; rd and alltoall use them as they are, and so does a

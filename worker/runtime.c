@@ -243,6 +243,9 @@ hk_status hk_init(void) {
   }
   g_ctx = ctx;
   g_shut_down = 0;
+  /* HK_SECRET and HK_DUMP_FD were for this call alone: the programs this
+   * process starts do not see them (common/config.h) */
+  hk_config_consume();
   hk_log(HK_LOG_INFO, "rank %d of %d joined (local %d of %d)", ctx->rank,
          ctx->size, ctx->local_rank, ctx->local_size);
   return HK_OK;

@@ -22,20 +22,6 @@ static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 _Static_assert(sizeof(hk_shm_ctl) <= HK_SHM_CTL, "control block too large");
 _Static_assert(sizeof(hk_shm_header) <= PAGE, "header too large");
 
-void hk_shm_seg_name(const hk_secret *secret, int tag,
-                     char name[HK_SHM_NAME_CAP]) {
-  uint8_t h[HK_PROOF_LEN];
-  int32_t t = tag;
-  hk_secret_derive(secret, "hk1-shm", &t, sizeof t, h);
-  static const char hex[] = "0123456789abcdef";
-  char *p = name + snprintf(name, HK_SHM_NAME_CAP, "/hk-");
-  for (int i = 0; i < 16; i++) {
-    *p++ = hex[h[i] >> 4];
-    *p++ = hex[h[i] & 15];
-  }
-  *p = '\0';
-}
-
 /* Fills the offsets of a layout; 0 if invalid. */
 static size_t plan(const hk_shm_layout *l, hk_shm_header *h) {
   if (l->n < 1 || l->n > HK_SHM_MAX_RANKS || l->slot_bytes < PAGE ||
@@ -79,9 +65,9 @@ static hk_status map(int fd, size_t bytes, const char *name, hk_shm_seg *seg) {
   return HK_OK;
 }
 
-hk_status hk_shm_seg_create(const char *name, const hk_shm_layout *layout,
-                            hk_shm_seg *seg) {
+hk_status hk_shm_seg_create(const hk_shm_layout *layout, hk_shm_seg *seg) {
   memset(seg, 0, sizeof *seg);
+  seg->fd = -1;
   hk_shm_header h;
   size_t bytes = plan(layout, &h);
   if (!bytes)
@@ -89,32 +75,28 @@ hk_status hk_shm_seg_create(const char *name, const hk_shm_layout *layout,
                    "shared-memory layout of %d ranks, %zu-byte slots, "
                    "%zu-byte links is invalid",
                    layout->n, layout->slot_bytes, layout->link_bytes);
-  int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-  if (fd < 0 && errno == EEXIST)
-    return hk_fail(HK_ERR_SYSTEM,
-                   "the shared-memory segment %s exists already: another "
-                   "job with this secret, or one that was killed while "
-                   "starting (remove /dev/shm%s)",
-                   name, name);
+  /* no name at any moment: nothing to leave behind */
+  int fd = open("/dev/shm", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
   if (fd < 0)
     return hk_fail_errno(HK_ERR_SYSTEM, errno,
-                         "cannot create the shared-memory segment %s", name);
+                         "cannot create an unnamed shared-memory segment in "
+                         "/dev/shm");
   hk_status st = HK_OK;
   /* posix_fallocate reserves the pages now: a full /dev/shm fails here
    * rather than with SIGBUS on the data path */
   int rc = posix_fallocate(fd, 0, (off_t)bytes);
   if (rc != 0)
     st = hk_fail_errno(HK_ERR_SYSTEM, rc,
-                       "cannot size the shared-memory segment %s to %zu "
-                       "bytes (is /dev/shm large enough?)",
-                       name, bytes);
+                       "cannot size the shared-memory segment to %zu bytes "
+                       "(is /dev/shm large enough?)",
+                       bytes);
   if (st == HK_OK)
-    st = map(fd, bytes, name, seg);
-  close(fd);
+    st = map(fd, bytes, "(unnamed, in /dev/shm)", seg);
   if (st != HK_OK) {
-    shm_unlink(name);
+    close(fd);
     return st;
   }
+  seg->fd = fd;
   h.creator_pid = (int32_t)getpid();
   h.total_bytes = bytes;
   memcpy(seg->base, &h, sizeof h);
@@ -122,17 +104,22 @@ hk_status hk_shm_seg_create(const char *name, const hk_shm_layout *layout,
   return HK_OK;
 }
 
-hk_status hk_shm_seg_open(const char *name, hk_shm_seg *seg) {
+hk_status hk_shm_seg_open(long pid, int fd, hk_shm_seg *seg) {
   memset(seg, 0, sizeof *seg);
-  int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
-  if (fd < 0)
+  seg->fd = -1;
+  char name[64];
+  snprintf(name, sizeof name, "/proc/%ld/fd/%d", pid, fd);
+  int ofd = open(name, O_RDWR | O_CLOEXEC);
+  if (ofd < 0)
     return hk_fail_errno(HK_ERR_SYSTEM, errno,
-                         "cannot open the shared-memory segment %s", name);
+                         "cannot open the shared-memory segment %s (the "
+                         "creating rank's descriptor)",
+                         name);
   struct stat sb;
   hk_status st = HK_OK;
-  if (fstat(fd, &sb) != 0)
+  if (fstat(ofd, &sb) != 0)
     st = hk_fail_errno(HK_ERR_SYSTEM, errno, "fstat %s", name);
-  else if (sb.st_uid != geteuid() || (sb.st_mode & 077))
+  else if (!S_ISREG(sb.st_mode) || sb.st_uid != geteuid() || (sb.st_mode & 077))
     st = hk_fail(HK_ERR_PROTOCOL,
                  "the shared-memory segment %s belongs to uid %u with mode "
                  "%o, not to this user (uid %u) alone: not using it",
@@ -143,8 +130,8 @@ hk_status hk_shm_seg_open(const char *name, hk_shm_seg *seg) {
                  "the shared-memory segment %s is %lld bytes: too small", name,
                  (long long)sb.st_size);
   if (st == HK_OK)
-    st = map(fd, (size_t)sb.st_size, name, seg);
-  close(fd);
+    st = map(ofd, (size_t)sb.st_size, name, seg);
+  close(ofd); /* the mapping keeps the memory */
   if (st != HK_OK)
     return st;
   hk_shm_header h;
@@ -165,16 +152,20 @@ hk_status hk_shm_seg_open(const char *name, hk_shm_seg *seg) {
   return HK_OK;
 }
 
-hk_status hk_shm_seg_unlink(const char *name) {
-  if (shm_unlink(name) != 0 && errno != ENOENT)
-    return hk_fail_errno(HK_ERR_SYSTEM, errno, "shm_unlink %s", name);
-  return HK_OK;
+void hk_shm_seg_seal(hk_shm_seg *seg) {
+  if (seg->base && seg->fd >= 0)
+    close(seg->fd);
+  seg->fd = -1;
 }
 
 void hk_shm_seg_close(hk_shm_seg *seg) {
-  if (seg->base)
+  if (seg->base) { /* (a mapped seg's fd is its own or -1, never 0's) */
     munmap(seg->base, seg->bytes);
+    if (seg->fd >= 0)
+      close(seg->fd);
+  }
   memset(seg, 0, sizeof *seg);
+  seg->fd = -1;
 }
 
 hk_shm_ctl *hk_shm_seg_ctl(const hk_shm_seg *seg, int i) {

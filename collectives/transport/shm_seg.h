@@ -21,14 +21,16 @@
  *                        tail line, link_bytes data
  *
  * Lifetime (docs/design.md: "segments belong to the job's user only and are
- * removed however the job ends"): the first local rank creates the object
- * (O_CREAT|O_EXCL, mode 0600) under a name derived from the job's secret,
- * the others open it, and the creator shm_unlink()s it as soon as every
- * local rank has it open (worker/intra.c). From then on nothing is left
- * in /dev/shm whatever happens: the memory lives as long as a process
- * maps it. Every mapping is MAP_SHARED|MAP_POPULATE (no page faults on
- * the data path: a first touch costs ~11 us per 4 KiB page on the
- * reference VM, bench/peers/results/limits.txt).
+ * removed however the job ends"): the first local rank creates the
+ * object without a name (O_TMPFILE in /dev/shm, mode 0600, so /dev/shm's
+ * size still bounds it), and the others open it through the creator's
+ * descriptor (/proc/<pid>/fd/<fd>: only the creator's user can, and only
+ * while the creator lives). It never has a name: nothing of it is in
+ * /dev/shm at any moment, so no kill -9 of a rank or of hkrun, at any
+ * point of the set-up, can leave anything behind; the memory lives as
+ * long as a process maps it. Every mapping is MAP_SHARED|MAP_POPULATE
+ * (no page faults on the data path: a first touch costs ~11 us per 4 KiB
+ * page on the reference VM, bench/peers/results/limits.txt).
  *
  * Thread-safety: create/open/close on one thread; the mapped memory is
  * shared by design (the atomics in the structures below).
@@ -40,13 +42,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/auth.h"
 #include "hk/hk.h"
 
 #define HK_SHM_LINE 64 /* bytes: one cache line (x86-64, arm64) */
 #define HK_SHM_CTL 256 /* bytes of a rank's control block */
 #define HK_SHM_MAX_RANKS 256
-#define HK_SHM_NAME_CAP 64 /* bytes of a segment name, with the NUL */
 #define HK_SHM_MAGIC 0x314d48534b48ull /* "HKSHM1" */
 #define HK_SHM_VERSION 1u
 
@@ -103,6 +103,8 @@ typedef struct hk_shm_seg {
   uint8_t *base; /* NULL when not mapped */
   size_t bytes;
   const hk_shm_header *hdr;
+  int fd;        /* the object (-1 when closed): the creator's is what the other
+                    ranks open (hk_shm_seg_open) */
   double spin_s; /* how long a waiter may poll before it yields and sleeps
                     (shm_wait.h): HK_SHM_SPIN_S when the host's ranks fit
                     this process's CPUs, else 0 (a waiter polls briefly
@@ -113,43 +115,37 @@ typedef struct hk_shm_seg {
  * memory spins without limit; hk stops after this and sleeps). */
 #define HK_SHM_SPIN_S 50e-6
 
-/**
- * The segment's name for a job: "/hk-" and 32 hex digits of
- * HMAC-SHA256(secret, "hk1-shm" || host tag) (common/auth.h), so two jobs
- * (two secrets) never share a name and nobody without the secret can
- * guess it. `tag` identifies the host inside the job (the global rank of
- * its first local rank). name holds HK_SHM_NAME_CAP bytes.
- */
-void hk_shm_seg_name(const hk_secret *secret, int tag,
-                     char name[HK_SHM_NAME_CAP]);
-
 /** Bytes a segment of this layout takes. 0 if the layout is invalid. */
 size_t hk_shm_seg_bytes(const hk_shm_layout *layout);
 
 /**
- * Creates the object `name` (O_CREAT|O_EXCL|O_RDWR, mode 0600), sizes
- * it, maps it populated and writes the header. Errors: HK_ERR_INVALID_ARG
- * (bad layout), HK_ERR_SYSTEM (the object exists already: "... exists:
- * another job with this secret, or one that was killed while starting";
- * no space in /dev/shm; mmap), each naming the object. On error nothing
- * is left behind (the object is unlinked if it was created here).
+ * Creates an object without a name in /dev/shm (O_TMPFILE, mode 0600),
+ * sizes it (posix_fallocate: a full /dev/shm fails here, not with SIGBUS
+ * later), maps it populated and writes the header; seg->fd stays open
+ * for the other ranks to open (hk_shm_seg_open with getpid() and
+ * seg->fd) until hk_shm_seg_seal or hk_shm_seg_close. Errors:
+ * HK_ERR_INVALID_ARG (bad layout), HK_ERR_SYSTEM (/dev/shm cannot hold an
+ * unnamed object, no space, mmap), naming what failed. On error nothing is left
+ * open.
  */
-hk_status hk_shm_seg_create(const char *name, const hk_shm_layout *layout,
-                            hk_shm_seg *seg);
+hk_status hk_shm_seg_create(const hk_shm_layout *layout, hk_shm_seg *seg);
 
 /**
- * Opens and maps the existing object `name`, checking that it belongs to
- * this user, is not readable by anyone else, and carries a header of this
- * version whose size matches. Errors: HK_ERR_SYSTEM (no such object, mmap),
- * HK_ERR_PROTOCOL (wrong owner/mode/magic/version/size).
+ * Opens and maps the object that process `pid` (same host, same PID
+ * namespace) holds open as descriptor `fd` (its hk_shm_seg_create's),
+ * through /proc/<pid>/fd/<fd>, checking that it belongs to this user, is
+ * not readable by anyone else, and carries a header of this version whose
+ * size matches. Errors: HK_ERR_SYSTEM (no such process or descriptor, not
+ * this user's process, mmap), HK_ERR_PROTOCOL (wrong owner/mode/magic/
+ * version/size), each naming the pid and descriptor.
  */
-hk_status hk_shm_seg_open(const char *name, hk_shm_seg *seg);
+hk_status hk_shm_seg_open(long pid, int fd, hk_shm_seg *seg);
 
-/** shm_unlink(name); ENOENT is not an error (someone did it already).
- *  Errors: HK_ERR_SYSTEM. */
-hk_status hk_shm_seg_unlink(const char *name);
+/** The creator, once every rank has opened the object: closes seg->fd,
+ *  so that no process can open it any more (the mappings stay). */
+void hk_shm_seg_seal(hk_shm_seg *seg);
 
-/** Unmaps (safe on a zeroed or closed seg, and twice). */
+/** Unmaps and closes (safe on a zeroed or closed seg, and twice). */
 void hk_shm_seg_close(hk_shm_seg *seg);
 
 /** Control block of local rank i (0 <= i < n). */

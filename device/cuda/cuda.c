@@ -637,6 +637,7 @@ static int nccl_move_type(hk_dtype t, size_t *count, ncclDataType_t *out) {
 }
 
 static hk_status nccl_op(hk_op op, ncclRedOp_t *out) {
+  *out = ncclSum; /* set on every return, the errors' too */
   switch (op) {
   case HK_SUM:
     *out = ncclSum;

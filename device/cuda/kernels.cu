@@ -88,6 +88,22 @@ template <> struct Vec<4> { typedef unsigned T; };
 template <> struct Vec<2> { typedef unsigned short T; };
 template <> struct Vec<1> { typedef unsigned char T; };
 
+/* The C type of an element of dtype DT: hk_elem_copy reads and writes
+ * through it, so a group's elements are held in such an array (a copy of
+ * the group's vector, not the vector read through a cast pointer, which
+ * breaks C++'s aliasing rule). */
+template <int DT> struct Elem;
+template <> struct Elem<HK_ELEM_F16> { typedef uint16_t T; };
+template <> struct Elem<HK_ELEM_BF16> { typedef uint16_t T; };
+template <> struct Elem<HK_ELEM_F32> { typedef float T; };
+template <> struct Elem<HK_ELEM_F64> { typedef double T; };
+template <> struct Elem<HK_ELEM_I8> { typedef int8_t T; };
+template <> struct Elem<HK_ELEM_U8> { typedef uint8_t T; };
+template <> struct Elem<HK_ELEM_I32> { typedef int32_t T; };
+template <> struct Elem<HK_ELEM_I64> { typedef int64_t T; };
+template <> struct Elem<HK_ELEM_I16> { typedef int16_t T; };
+template <> struct Elem<HK_ELEM_BOOL> { typedef uint8_t T; };
+
 __host__ __device__ constexpr int dtype_bytes(int dtype) {
   switch (dtype) {
   case HK_ELEM_F16:
@@ -102,6 +118,35 @@ __host__ __device__ constexpr int dtype_bytes(int dtype) {
     return 8;
   default:
     return 1;
+  }
+}
+
+/* Vectors [0, nvec) of sv, each through f, to dv: this block's share of
+ * them (lb: its index among the item's nb blocks; a grid-stride loop).
+ * An iteration whose HKC_UNROLL lanes all lie before nvec issues every
+ * load before any store; the item's last iteration moves its lanes one
+ * at a time (no lane is held unfilled). */
+template <class SV, class DV, class F>
+__device__ __forceinline__ void move_vectors(DV *dv, const SV *sv, size_t nvec,
+                                             unsigned lb, unsigned nb, F f) {
+  const size_t per = (size_t)HKC_THREADS * HKC_UNROLL;
+  const unsigned tx = threadIdx.x;
+  for (size_t c = (size_t)lb * per; c < nvec; c += (size_t)nb * per) {
+    if (c + (size_t)(HKC_UNROLL - 1) * HKC_THREADS + tx < nvec) {
+      SV r[HKC_UNROLL];
+      HKC_PRAGMA_UNROLL
+      for (int j = 0; j < HKC_UNROLL; j++)
+        r[j] = sv[c + (size_t)j * HKC_THREADS + tx];
+      HKC_PRAGMA_UNROLL
+      for (int j = 0; j < HKC_UNROLL; j++)
+        dv[c + (size_t)j * HKC_THREADS + tx] = f(r[j]);
+    } else {
+      for (int j = 0; j < HKC_UNROLL; j++) {
+        size_t i = c + (size_t)j * HKC_THREADS + tx;
+        if (i < nvec)
+          dv[i] = f(sv[i]);
+      }
+    }
   }
 }
 
@@ -123,24 +168,9 @@ copy_bytes(char *dst, const char *src, size_t bytes, unsigned lb, unsigned nb) {
     if (t < bytes - tail)
       dst[tail + t] = src[tail + t];
   }
-  const V *sv = reinterpret_cast<const V *>(src + head);
-  V *dv = reinterpret_cast<V *>(dst + head);
-  const size_t per = (size_t)HKC_THREADS * HKC_UNROLL;
-  for (size_t c = (size_t)lb * per; c < nvec; c += (size_t)nb * per) {
-    V r[HKC_UNROLL];
-    HKC_PRAGMA_UNROLL
-    for (int j = 0; j < HKC_UNROLL; j++) {
-      size_t i = c + (size_t)j * HKC_THREADS + threadIdx.x;
-      if (i < nvec)
-        r[j] = sv[i];
-    }
-    HKC_PRAGMA_UNROLL
-    for (int j = 0; j < HKC_UNROLL; j++) {
-      size_t i = c + (size_t)j * HKC_THREADS + threadIdx.x;
-      if (i < nvec)
-        dv[i] = r[j];
-    }
-  }
+  move_vectors(reinterpret_cast<V *>(dst + head),
+               reinterpret_cast<const V *>(src + head), nvec, lb, nb,
+               [](const V &v) { return v; });
 }
 
 __device__ __forceinline__ void copy_raw(const Item &it, int esz, unsigned lb,
@@ -170,6 +200,9 @@ __device__ __forceinline__ void copy_elems(const Item &it, unsigned lb,
   constexpr int G = 16 / (SSZ > DSZ ? SSZ : DSZ);
   typedef typename Vec<G * SSZ>::T SV;
   typedef typename Vec<G * DSZ>::T DV;
+  typedef typename Elem<SDT>::T SE;
+  typedef typename Elem<DDT>::T DE;
+  static_assert(sizeof(SE) == SSZ && sizeof(DE) == DSZ, "Elem and dtype_bytes");
   const size_t n = (size_t)it.count;
   const double scale = it.scale;
   const int divisor = it.divisor;
@@ -192,29 +225,22 @@ __device__ __forceinline__ void copy_elems(const Item &it, unsigned lb,
     if (t < n - tail)
       hk_elem_copy(it.dst, it.src, tail + t, SDT, DDT, scale, divisor, pre);
   }
-  const SV *sv = reinterpret_cast<const SV *>(it.src + head * SSZ);
-  DV *dv = reinterpret_cast<DV *>(it.dst + head * DSZ);
-  const size_t per = (size_t)HKC_THREADS * HKC_UNROLL;
-  for (size_t c = (size_t)lb * per; c < ng; c += (size_t)nb * per) {
-    SV r[HKC_UNROLL];
-    HKC_PRAGMA_UNROLL
-    for (int j = 0; j < HKC_UNROLL; j++) {
-      size_t i = c + (size_t)j * HKC_THREADS + threadIdx.x;
-      if (i < ng)
-        r[j] = sv[i];
-    }
-    HKC_PRAGMA_UNROLL
-    for (int j = 0; j < HKC_UNROLL; j++) {
-      size_t i = c + (size_t)j * HKC_THREADS + threadIdx.x;
-      if (i < ng) {
-        DV o;
-        HKC_PRAGMA_UNROLL
-        for (int e = 0; e < G; e++)
-          hk_elem_copy(&o, &r[j], (size_t)e, SDT, DDT, scale, divisor, pre);
-        dv[i] = o;
-      }
-    }
-  }
+  /* a group through hk_elem_copy as arrays of its elements (the vector
+   * is copied, not read through a cast pointer: C++'s aliasing rule) */
+  move_vectors(reinterpret_cast<DV *>(it.dst + head * DSZ),
+               reinterpret_cast<const SV *>(it.src + head * SSZ), ng, lb, nb,
+               [=](const SV &v) {
+                 SE se[G];
+                 DE de[G];
+                 memcpy(se, &v, sizeof se);
+                 HKC_PRAGMA_UNROLL
+                 for (int e = 0; e < G; e++)
+                   hk_elem_copy(de, se, (size_t)e, SDT, DDT, scale, divisor,
+                                pre);
+                 DV o;
+                 memcpy(&o, de, sizeof o);
+                 return o;
+               });
 }
 
 /* This block's item (binary search over the items' first blocks), its

@@ -224,6 +224,10 @@ static void set_error(hk_dev_comm c, const char *msg) {
   pthread_mutex_unlock(&c->mu);
 }
 
+/* Bytes of a peer's abort reason shown after "aborted by <rank>: ", so
+ * that the whole fits an EMU_MSG_CAP message (the rest is cut). */
+#define ABORT_REASON_SHOWN (EMU_MSG_CAP - 72)
+
 /* 1 if a peer has published an abort in the segment (msg gets the async
  * error), 0 if not or if it was this rank's own. */
 static int peer_aborted(hk_dev_comm c, shm_header *h, char *msg, size_t cap) {
@@ -231,9 +235,9 @@ static int peer_aborted(hk_dev_comm c, shm_header *h, char *msg, size_t cap) {
   if (!f || (int)f - 1 == c->rank)
     return 0;
   char who[48];
-  snprintf(msg, cap, "aborted by %s: %s",
+  snprintf(msg, cap, "aborted by %s: %.*s",
            rank_str(who, sizeof who, h->abort_rank, h->abort_job_rank),
-           h->abort_reason);
+           ABORT_REASON_SHOWN, h->abort_reason);
   return 1;
 }
 

@@ -362,9 +362,11 @@ hk_status emu_event_query(hk_device *dev, hk_dev_event e, int *done) {
   return st;
 }
 
-/* A completed mark's time into *t, or an error naming which. */
+/* A completed mark's time into *t, or an error naming which (*t is
+ * zero then). */
 static hk_status done_time(hk_dev_event e, const char *which,
                            struct timespec *t) {
+  *t = (struct timespec){0};
   if (!e)
     return hk_fail(HK_ERR_INVALID_ARG, "emu: event_elapsed: NULL %s event",
                    which);

@@ -75,6 +75,7 @@ static int batch_shape(trainer *t, const train_flags *f, const data_set *d,
 
 hk_status trainer_agree(trainer *t, const char *name, int failed_here,
                         int *failed_rank) {
+  *failed_rank = -1; /* set on every return, a failed agreement's too */
   int64_t v[2] = {failed_here ? 1 : 0,
                   failed_here ? -(int64_t)t->rank : -(int64_t)t->size};
   if (trainer_check(t, hk_allreduce(name, v, v, 2, HK_INT64, HK_MAX),

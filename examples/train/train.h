@@ -190,8 +190,8 @@ hk_status trainer_check(trainer *t, hk_status st, const char *what,
 /**
  * Tells every rank whether some rank failed a local step (an hk allreduce
  * named `name`, the same on every rank): *failed_rank gets the lowest
- * rank whose failed_here was non-zero, or -1 when none was. Returns HK_OK
- * or the allreduce's error.
+ * rank whose failed_here was non-zero, or -1 when none was (and when the
+ * allreduce failed). Returns HK_OK or the allreduce's error.
  */
 hk_status trainer_agree(trainer *t, const char *name, int failed_here,
                         int *failed_rank);

@@ -208,19 +208,27 @@ HK_API hk_status hk_init(void);
  */
 HK_API hk_status hk_shutdown(void);
 
-/** This process's rank in [0, size), or -1 before hk_init. Thread-safe. */
+/*
+ * The job's shape. Each of the six returns -1 outside a job: before
+ * hk_init, after an hk_init that failed, and after hk_shutdown (this
+ * process has left its job; the values come back only with a later
+ * hk_init that succeeds). Between hk_init and hk_shutdown they never
+ * change. Thread-safe, but not during hk_init or hk_shutdown (which no
+ * other hk call may overlap).
+ */
+/** This process's rank in [0, size), or -1 outside a job. */
 HK_API int hk_rank(void);
-/** The world size (number of ranks), or -1 before hk_init. Thread-safe. */
+/** The world size (number of ranks), or -1 outside a job. */
 HK_API int hk_size(void);
-/** The rank among the processes on this host, or -1 before hk_init. */
+/** The rank among the processes on this host, or -1 outside a job. */
 HK_API int hk_local_rank(void);
-/** The number of ranks on this host, or -1 before hk_init. */
+/** The number of ranks on this host, or -1 outside a job. */
 HK_API int hk_local_size(void);
 /** The index of this rank's host among the job's hosts (hosts ordered by
- *  their lowest rank; 0 on a single host), or -1 before hk_init. */
+ *  their lowest rank; 0 on a single host), or -1 outside a job. */
 HK_API int hk_cross_rank(void);
-/** The number of hosts in the job (1 on a single host), or -1 before
- *  hk_init. */
+/** The number of hosts in the job (1 on a single host), or -1 outside a
+ *  job. */
 HK_API int hk_cross_size(void);
 
 /**

@@ -59,6 +59,20 @@ static int remove_one(const char *path, const struct stat *sb, int type,
   return 0;
 }
 
+int hkt_flight_folder(const char *base, char *out, size_t cap) {
+  DIR *d = opendir(base);
+  if (!d)
+    return -1;
+  int found = -1;
+  for (struct dirent *de; found && (de = readdir(d));)
+    if (!strncmp(de->d_name, "hk-", 3) && strlen(de->d_name) == 19) {
+      snprintf(out, cap, "%s/%s", base, de->d_name);
+      found = 0;
+    }
+  closedir(d);
+  return found;
+}
+
 int hkt_remove_tree(const char *dir) {
   /* depth first, without following links; a missing tree is removed */
   int rc = nftw(dir, remove_one, 16, FTW_DEPTH | FTW_PHYS);

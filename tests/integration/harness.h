@@ -91,6 +91,11 @@ int hkt_mkdtemp(const char *prefix, char *out, size_t cap);
  *  something could not be removed. */
 int hkt_remove_tree(const char *dir);
 
+/** The folder of one job's flight records in base (hk-JOB, the name
+ *  common/flight_record.h gives it: "hk-" and a 16-character job id)
+ *  into out[cap]; 0, or -1 while there is none. */
+int hkt_flight_folder(const char *base, char *out, size_t cap);
+
 /** Makes an empty file <tmpdir>/<prefix>XXXXXX (closed); path in out. */
 int hkt_mkstemp(const char *prefix, char *out, size_t cap);
 

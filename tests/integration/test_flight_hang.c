@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/inotify.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -30,10 +31,13 @@
 
 #define W_FLIGHT WORKER_DIR "/w_flight"
 
-/* How many records (hk-flight.*.txt) dir holds; the name of the one whose
- * name ends in `suffix` into found (if not NULL). */
-static int count_records(const char *dir, const char *suffix, char *found,
+/* How many records (hk-flight.*.txt) the job's folder in base holds; the
+ * name of the one whose name ends in `suffix` into found (if not NULL). */
+static int count_records(const char *base, const char *suffix, char *found,
                          size_t cap) {
+  char dir[4200];
+  if (hkt_flight_folder(base, dir, sizeof dir) != 0)
+    return 0;
   DIR *d = opendir(dir);
   assert_non_null(d);
   int n = 0;
@@ -52,16 +56,24 @@ static int count_records(const char *dir, const char *suffix, char *found,
   return n;
 }
 
-/* Waits until dir holds n records (each appears whole, by rename),
- * watching the folder with inotify; at most timeout_s. 0, or -1. */
-static int wait_records(const char *dir, int n, double timeout_s) {
+/* Waits until the job's folder in base holds n records (each appears
+ * whole, by link or rename), watching base and then the folder with
+ * inotify; at most timeout_s. 0, or -1. */
+static int wait_records(const char *base, int n, double timeout_s) {
   int fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
   assert_true(fd >= 0);
-  assert_true(inotify_add_watch(fd, dir, IN_MOVED_TO | IN_CLOSE_WRITE) >= 0);
+  const uint32_t ev = IN_CREATE | IN_MOVED_TO | IN_CLOSE_WRITE;
+  assert_true(inotify_add_watch(fd, base, ev) >= 0);
+  int watching = 0;
   double end = hkt_now() + timeout_s;
   int rc = -1;
   for (;;) {
-    if (count_records(dir, NULL, NULL, 0) >= n) { /* after the watch: no race */
+    char dir[4200];
+    if (!watching && hkt_flight_folder(base, dir, sizeof dir) == 0) {
+      assert_true(inotify_add_watch(fd, dir, ev) >= 0);
+      watching = 1;
+    }
+    if (count_records(base, NULL, NULL, 0) >= n) { /* after the watch */
       rc = 0;
       break;
     }
@@ -78,19 +90,25 @@ static int wait_records(const char *dir, int n, double timeout_s) {
   close(fd);
   if (rc)
     fprintf(stderr, "only %d of %d records appeared in %s\n",
-            count_records(dir, NULL, NULL, 0), n, dir);
+            count_records(base, NULL, NULL, 0), n, base);
   return rc;
 }
 
 /* Starts the hang (w_flight with its mode, NULL for the plain one) with
- * HK_FLIGHT_DIR=dir (plus extra, may be NULL) and waits until every rank
- * has reached it; pids[4] get the ranks' pids, in the order they said it. */
+ * HK_FLIGHT_DIR=dir (plus extra, extra2 and extra3, each may be NULL) and
+ * waits until every rank has reached it; pids[4] get the ranks' pids, in
+ * the order they said it. */
 static void start_hang(const char *dir, const char *extra, const char *extra2,
-                       const char *mode, hkt_proc *p, int pids[4]) {
+                       const char *extra3, const char *mode, hkt_proc *p,
+                       int pids[4]) {
   char env_dir[4200];
   snprintf(env_dir, sizeof env_dir, "HK_FLIGHT_DIR=%s", dir);
-  char *env[] = {env_dir, "HK_STALL_CHECK_TIME_S=0", (char *)extra,
-                 (char *)extra2, NULL};
+  char *env[6] = {env_dir, "HK_STALL_CHECK_TIME_S=0"};
+  int n_env = 2;
+  const char *more[] = {extra, extra2, extra3};
+  for (int i = 0; i < 3; i++) /* the settings given, none lost to a NULL */
+    if (more[i])
+      env[n_env++] = (char *)more[i];
   char *argv[] = {HKRUN_PATH, "-np", "4", W_FLIGHT, (char *)mode, NULL};
   assert_int_equal(hkt_start(argv, env, p), 0);
   assert_int_equal(hkt_wait_lines(p, "t7 pid=", 4, 120), 0);
@@ -113,9 +131,12 @@ static void end_hang(hkt_proc *p) {
   assert_int_equal(hkt_orphans(NULL, 0), 0);
 }
 
-/* hkrun --diagnose dir: its result (free with hkt_result_free). */
-static void diagnose(const char *dir, hkt_result *r) {
-  char *argv[] = {HKRUN_PATH, "--diagnose", (char *)dir, NULL};
+/* hkrun --diagnose on the job's folder in base: its result (free with
+ * hkt_result_free). */
+static void diagnose(const char *base, hkt_result *r) {
+  char dir[4200];
+  assert_int_equal(hkt_flight_folder(base, dir, sizeof dir), 0);
+  char *argv[] = {HKRUN_PATH, "--diagnose", dir, NULL};
   assert_int_equal(hkt_run(argv, NULL, 30, r), 0);
 }
 
@@ -149,7 +170,7 @@ static int end_leftovers(void **s) {
 }
 
 static void remove_dir(const char *dir) {
-  assert_int_equal(hkt_remove_tree(dir), 0);
+  assert_int_equal(hkt_remove_tree(dir), 0); /* with the job's folder */
 }
 
 static void test_sigusr1_to_ranks(void **s) {
@@ -158,7 +179,9 @@ static void test_sigusr1_to_ranks(void **s) {
   assert_int_equal(hkt_mkdtemp("hk-flight.", dir, sizeof dir), 0);
   hkt_proc p;
   int pids[4];
-  start_hang(dir, NULL, NULL, NULL, &p, pids);
+  /* ranks hkrun did not start would get SIGUSR1 from their launcher: it
+   * asks for a record where they opted in */
+  start_hang(dir, "HK_FLIGHT_SIGNAL=1", NULL, NULL, NULL, &p, pids);
   for (int i = 0; i < 4; i++)
     assert_int_equal(kill(pids[i], SIGUSR1), 0);
   assert_int_equal(wait_records(dir, 4, 60), 0);
@@ -194,15 +217,11 @@ static void test_sigusr1_to_ranks(void **s) {
   remove_dir(dir);
 }
 
-static void test_hkrun_dump(void **s) {
-  (void)s;
-  char dir[4096];
-  assert_int_equal(hkt_mkdtemp("hk-flight.", dir, sizeof dir), 0);
-  hkt_proc p;
-  int pids[4];
-  start_hang(dir, "HK_FLIGHT_RECORDER=3", NULL, NULL, &p, pids);
+/* hkrun --dump of the hang's hkrun p: it says it asked, and the job's
+ * folder in dir gets every rank's record. */
+static void dump_hang(const char *dir, hkt_proc *p) {
   char pid[32];
-  snprintf(pid, sizeof pid, "%d", (int)p.pid);
+  snprintf(pid, sizeof pid, "%d", (int)p->pid);
   char *argv[] = {HKRUN_PATH, "--dump", pid, NULL};
   hkt_result r;
   assert_int_equal(hkt_run(argv, NULL, 30, &r), 0);
@@ -210,10 +229,20 @@ static void test_hkrun_dump(void **s) {
   expect(r.out, "asked the job of hkrun (pid ");
   hkt_result_free(&r);
   assert_int_equal(wait_records(dir, 4, 60), 0);
+}
+
+static void test_hkrun_dump(void **s) {
+  (void)s;
+  char dir[4096];
+  assert_int_equal(hkt_mkdtemp("hk-flight.", dir, sizeof dir), 0);
+  hkt_proc p;
+  int pids[4];
+  start_hang(dir, "HK_FLIGHT_RECORDER=3", NULL, NULL, NULL, &p, pids);
+  dump_hang(dir, &p);
   assert_int_equal(
       hkt_wait_line(&p, "received SIGUSR1: asked 4 rank(s) to write", 30, NULL),
       0);
-  expect_t7(dir, "written on: SIGUSR1", 4);
+  expect_t7(dir, "written on: asked through hkrun", 4);
   /* the ring of 3 kept the newest three of rank 0's 8, oldest first */
   char zero[4200] = "";
   count_records(dir, ".0.txt", zero, sizeof zero);
@@ -233,7 +262,10 @@ static void test_hkrun_dump(void **s) {
   hk_flight_file_free(&f);
   end_hang(&p);
   /* a process that is not a launcher is refused */
+  char pid[32];
   snprintf(pid, sizeof pid, "%d", (int)getpid());
+  char *argv[] = {HKRUN_PATH, "--dump", pid, NULL};
+  hkt_result r;
   assert_int_equal(hkt_run(argv, NULL, 30, &r), 0);
   assert_int_equal(r.exit_code, 1);
   expect(r.err, "not hkrun or mpirun: give the pid of the hkrun");
@@ -249,7 +281,8 @@ static void queued_record(const char *extra, hk_flight_file *f) {
   assert_int_equal(hkt_mkdtemp("hk-flight.", dir, sizeof dir), 0);
   hkt_proc p;
   int pids[4];
-  start_hang(dir, "HK_CYCLE_TIME_MS=60000", extra, "queued", &p, pids);
+  start_hang(dir, "HK_CYCLE_TIME_MS=60000", "HK_FLIGHT_SIGNAL=1", extra,
+             "queued", &p, pids);
   const char *one = strstr(p.out.data, "[1] waiting for t7 pid=");
   assert_non_null(one);
   assert_int_equal(kill(atoi(one + strlen("[1] waiting for t7 pid=")), SIGUSR1),
@@ -309,7 +342,6 @@ static void test_stall_path(void **s) {
   assert_int_equal(hkt_run(argv, env, 60, &r), 0);
   assert_int_not_equal(r.exit_code, 0);
   assert_int_equal(hkt_count_lines(r.err, "t7 gave stalled"), 3);
-  hkt_result_free(&r);
   assert_int_equal(hkt_orphans(NULL, 0), 0);
   /* every rank wrote before it stopped (the files are whole: renamed) */
   assert_int_equal(count_records(dir, NULL, NULL, 0), 4);
@@ -317,6 +349,80 @@ static void test_stall_path(void **s) {
             "written on: stalled for more than "
             "HK_STALL_SHUTDOWN_TIME_S=2 s: tensor 't7'",
             4);
+  /* hkrun says where they are, and how to read them */
+  char job[4200], said[8800];
+  assert_int_equal(hkt_flight_folder(dir, job, sizeof job), 0);
+  snprintf(said, sizeof said,
+           "hkrun: 4 flight records of this job in %s; read them with: "
+           "hkrun --diagnose %s\n",
+           job, job);
+  expect(r.err, said);
+  hkt_result_free(&r);
+  remove_dir(dir);
+}
+
+/* Without HK_FLIGHT_DIR the records go into a folder of the job's own in
+ * $TMPDIR, made privately, never into the working directory; hkrun names
+ * it at exit. */
+static void test_default_folder(void **s) {
+  (void)s;
+  char tmp[4096], cwd[4096], env_tmp[4200];
+  assert_int_equal(hkt_mkdtemp("hk-flight-tmp.", tmp, sizeof tmp), 0);
+  assert_int_equal(hkt_mkdtemp("hk-flight-cwd.", cwd, sizeof cwd), 0);
+  snprintf(env_tmp, sizeof env_tmp, "TMPDIR=%s", tmp);
+  char *env[] = {env_tmp, "HK_FLIGHT_DIR=", "HK_STALL_CHECK_TIME_S=1",
+                 "HK_STALL_SHUTDOWN_TIME_S=2", NULL};
+  char *argv[] = {"sh", "-c",       "cd \"$0\" && exec \"$@\"",
+                  cwd,  HKRUN_PATH, "-np",
+                  "4",  W_FLIGHT,   NULL};
+  hkt_result r;
+  assert_int_equal(hkt_run(argv, env, 60, &r), 0);
+  assert_int_not_equal(r.exit_code, 0);
+  assert_int_equal(hkt_orphans(NULL, 0), 0);
+  DIR *d = opendir(cwd);
+  assert_non_null(d);
+  for (struct dirent *de; (de = readdir(d));)
+    if (de->d_name[0] != '.')
+      fail_msg("left in the working directory: %s", de->d_name);
+  closedir(d);
+  assert_int_equal(count_records(tmp, NULL, NULL, 0), 4);
+  char job[4200], one[4400] = "";
+  assert_int_equal(hkt_flight_folder(tmp, job, sizeof job), 0);
+  expect(r.err, job);
+  expect(r.err, "read them with: hkrun --diagnose ");
+  struct stat sb;
+  assert_int_equal(lstat(job, &sb), 0);
+  assert_true(S_ISDIR(sb.st_mode));
+  assert_int_equal(sb.st_mode & 07777, 0700);
+  count_records(tmp, ".0.txt", one, sizeof one);
+  assert_int_equal(lstat(one, &sb), 0);
+  assert_int_equal(sb.st_mode & 07777, 0600);
+  hkt_result_free(&r);
+  remove_dir(tmp);
+  remove_dir(cwd);
+}
+
+/* hkrun --dump reaches the ranks without a signal: rank 0, blocked in
+ * poll(2) (which a signal handler would cut short, EINTR, as it would
+ * sleep or a blocking read), is not woken by the request, and the records
+ * still come. */
+static void test_dump_is_no_signal(void **s) {
+  (void)s;
+  char dir[4096];
+  assert_int_equal(hkt_mkdtemp("hk-flight.", dir, sizeof dir), 0);
+  hkt_proc p;
+  int pids[4];
+  start_hang(dir, NULL, NULL, NULL, "poll", &p, pids);
+  dump_hang(dir, &p);
+  expect_t7(dir, "written on: asked through hkrun", 4);
+  /* only now does rank 0's stdin get a line: its poll must say so */
+  assert_int_equal(write(p.in_fd, "x\n", 2), 2);
+  char *line = NULL;
+  assert_int_equal(hkt_wait_line(&p, "poll returned", 30, &line), 0);
+  if (!strstr(line, "poll returned 1 (ready)"))
+    fail_msg("rank 0's poll was cut short: %s", line);
+  free(line);
+  end_hang(&p);
   remove_dir(dir);
 }
 
@@ -327,10 +433,10 @@ static void test_stall_warning(void **s) {
   assert_int_equal(hkt_mkdtemp("hk-flight.", dir, sizeof dir), 0);
   hkt_proc p;
   int pids[4];
-  start_hang(dir, "HK_STALL_CHECK_TIME_S=1", NULL, NULL, &p, pids);
+  start_hang(dir, "HK_STALL_CHECK_TIME_S=1", NULL, NULL, NULL, &p, pids);
   assert_int_equal(wait_records(dir, 4, 60), 0);
   assert_int_equal(hkt_wait_line(&p, "warning: stall:", 30, NULL), 0);
-  expect_t7(dir, "written on: SIGUSR1 (a dump was asked for)", 3);
+  expect_t7(dir, "written on: asked through hkrun", 3);
   /* rank 0's reason is the warning (its text grows "waiting N s") */
   expect_t7(dir, "(every rank was asked to write through hkrun)", 1);
   end_hang(&p);
@@ -345,6 +451,8 @@ int main(void) {
       cmocka_unit_test_teardown(test_dump_records_queued, end_leftovers),
       cmocka_unit_test_teardown(test_dump_bounded, end_leftovers),
       cmocka_unit_test_teardown(test_stall_path, end_leftovers),
+      cmocka_unit_test_teardown(test_default_folder, end_leftovers),
+      cmocka_unit_test_teardown(test_dump_is_no_signal, end_leftovers),
       cmocka_unit_test_teardown(test_stall_warning, end_leftovers),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -13,6 +13,7 @@
  *   the interface and listing those that exist; lo works;
  * - --check-build, --autotune's refusal, a typo's suggestion.
  */
+#include <dlfcn.h>
 #include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -390,6 +391,56 @@ static void test_network_interface(void **state) {
 
 /* ---- what hk has, and what it does not ---- */
 
+/* Writes text into dir/name (dir made if missing). */
+static void put_file(const char *dir, const char *name, const char *text) {
+  char path[4400];
+  mkdir(dir, 0755);
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs(text, f);
+  fclose(f);
+}
+
+/* --check-build's PyTorch box: python3 (the real one) must import torch
+ * and hk.torch; a torch that cannot be imported (a stand-in package on
+ * PYTHONPATH that raises) leaves it empty with python's reason, stand-ins
+ * of both that import tick it. */
+static void check_build_pytorch(void) {
+  if (access("/usr/bin/python3", X_OK) != 0)
+    return;
+  char dir[4096], sub[4200], env_p[4300];
+  assert_int_equal(hkt_mkdtemp("hk-check-build.", dir, sizeof dir), 0);
+  snprintf(sub, sizeof sub, "%s/torch", dir);
+  put_file(sub, "__init__.py", "raise ImportError('no torch here')\n");
+  snprintf(env_p, sizeof env_p, "PYTHONPATH=%s", dir);
+  char *env[] = {env_p, NULL};
+  char *cb[] = {HKRUN_PATH, "--check-build", NULL};
+  hkt_result r;
+  run_expect(cb, env, 0, &r);
+  if (!strstr(r.out, "    [ ] PyTorch: built: hk.torch (python/: import "
+                     "hk.torch as hvd, over libhk); here: python3 cannot "
+                     "import torch: ImportError: no torch here\n"))
+    fail_msg("PyTorch ticked without torch:\n%s", r.out);
+  hkt_result_free(&r);
+  put_file(sub, "__init__.py", "__version__ = '9.9-test'\n");
+  snprintf(sub, sizeof sub, "%s/hk", dir);
+  put_file(sub, "__init__.py", "");
+  snprintf(sub, sizeof sub, "%s/hk/torch", dir);
+  put_file(sub, "__init__.py", "");
+  run_expect(cb, env, 0, &r);
+  char want[4400];
+  snprintf(want, sizeof want,
+           "    [X] PyTorch: built: hk.torch (python/: import hk.torch as "
+           "hvd, over libhk); here: python3 imports torch 9.9-test and "
+           "hk.torch (%s/hk/__init__.py)\n",
+           dir);
+  if (!strstr(r.out, want))
+    fail_msg("'%s' not in:\n%s", want, r.out);
+  hkt_result_free(&r);
+  assert_int_equal(hkt_remove_tree(dir), 0);
+}
+
 static void test_check_build_and_refusals(void **state) {
   (void)state;
   hkt_result r;
@@ -401,7 +452,18 @@ static void test_check_build_and_refusals(void **state) {
   assert_non_null(strstr(r.out, "] MPI: "));
   assert_non_null(strstr(r.out, "] CUDA (device tensors): "));
   assert_non_null(strstr(r.out, "] NCCL: "));
+  /* a box is ticked for what works here, not for what was built: CUDA
+   * needs a driver that sees a GPU */
+  void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!driver) {
+    assert_non_null(strstr(r.out, "    [ ] CUDA (device tensors): built: "));
+    assert_non_null(strstr(r.out, "; here: no CUDA driver (libcuda.so.1"));
+    assert_non_null(strstr(r.out, "    [ ] NCCL: built: "));
+  } else {
+    dlclose(driver);
+  }
   hkt_result_free(&r);
+  check_build_pytorch();
 
   char *at[] = {HKRUN_PATH, "-np", "2", "--autotune", "true", NULL};
   run_expect(at, NULL, 2, &r);

@@ -125,7 +125,9 @@ static void test_stall(void **s) {
   }
   hkt_result_free(&r);
   assert_int_equal(hkt_orphans(NULL, 0), 0);
-  char *diag[] = {HKRUN_PATH, "--diagnose", dir, NULL};
+  char job[4200]; /* the records are in the job's folder */
+  assert_int_equal(hkt_flight_folder(dir, job, sizeof job), 0);
+  char *diag[] = {HKRUN_PATH, "--diagnose", job, NULL};
   assert_int_equal(hkt_run(diag, NULL, 30, &r), 0);
   if (!strstr(r.out, "pending in process set 1 on rank 1: 'stuck' "
                      "(allreduce, submitted)"))

@@ -10,10 +10,14 @@
  *  - kill -9 of a rank mid-transfer at np 4: every survivor fails within
  *    HK_TIMEOUT_S naming it, hkrun exits non-zero, nothing of the job is
  *    left in /dev/shm; the same after kill -9 of hkrun;
+ *  - kill -9 of the creating rank as its set-up begins;
+ *  - nothing is ever named in /dev/shm, during the set-up either (so no
+ *    kill -9 at any moment can leave a segment): the job runs with a
+ *    /dev/shm of its own (a tmpfs in a mount namespace, root only) that
+ *    the test watches with inotify from before the job starts;
  *  - two jobs at once both give the solo run's bits;
- *  - a segment name already taken (a job killed while starting): auto
- *    falls back to TCP, shm fails hk_init saying why, and the other
- *    object is left alone;
+ *  - a /dev/shm too small for the segment: auto falls back to TCP and
+ *    says so, shm fails hk_init saying why;
  *  - ranks that disagree on HK_INTRA_TRANSPORT fail hk_init naming it.
  * (The exact serial checks of every collective at np 1-5 and 8 run over
  * shm in test_runtime.)
@@ -27,54 +31,143 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/inotify.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
-#include "collectives/transport/shm_seg.h"
-#include "common/auth.h"
 #include "harness.h"
 
 #define W(name) WORKER_DIR "/" name
 
-/* The job's secret, from the "job secret <hex>" line its rank 0 printed
- * (the SECRET_SH wrapper below); the test fails without it. */
-static hk_secret job_secret(const char *out) {
-  static const char key[] = "job secret ";
-  const char *p = out ? strstr(out, key) : NULL;
-  char hex[2 * HK_SECRET_LEN + 1] = "";
-  if (p)
-    snprintf(hex, sizeof hex, "%s", p + sizeof key - 1);
-  hk_secret s;
-  if (hk_secret_parse(hex, &s) != HK_OK)
-    fail_msg("no job secret in the job's output:\n%.3000s", out ? out : "");
-  return s;
+/* A job with a /dev/shm of its own: a tmpfs of `size` mounted on /dev/shm
+ * in a mount namespace of the job's own (unshare -m), which the test
+ * watches (inotify) before the job starts. */
+typedef struct shm_bed {
+  char dir[4096], fifo[4200];
+  int watch; /* inotify descriptor, -1 without a bed */
+  hkt_proc p;
+  pid_t hkrun;
+} shm_bed;
+
+/* The shell in the namespace: mounts the tmpfs, says so, waits for the
+ * test's watch (a line on the fifo $2), runs hkrun (the rest), forwarding
+ * SIGTERM, then lists what /dev/shm holds and exits with hkrun's status. */
+static const char *const in_namespace =
+    "size=$1; fifo=$2; shift 2\n"
+    "mount -t tmpfs -o size=$size,mode=1777 hk-shm /dev/shm || exit 77\n"
+    "echo \"own /dev/shm\"\n"
+    "read go < \"$fifo\"\n"
+    "\"$@\" & pid=$!\n"
+    "echo \"hkrun pid=$pid\"\n"
+    "trap 'kill -TERM $pid' TERM INT HUP\n"
+    "wait $pid; rc=$?\n"
+    "while kill -0 $pid 2>/dev/null; do wait $pid; rc=$?; done\n"
+    "echo \"left in /dev/shm: [$(ls -A /dev/shm | tr '\\n' ' ')]\"\n"
+    "exit $rc\n";
+
+/* 1 where a mount namespace can be made (root). */
+static int have_namespaces(void) {
+  char *probe[] = {"unshare", "-m", "true", NULL};
+  hkt_result r;
+  int ok = hkt_run(probe, NULL, 30, &r) == 0 && r.exit_code == 0;
+  hkt_result_free(&r);
+  return ok;
 }
 
-/* This job's segments still in /dev/shm: the names hk derives from the
- * job's secret for every host tag it can use (a host's first global rank,
- * 0..np-1; shm_seg.h). Another job running at the same time (the other
- * copy of this test, test_runtime) has other names and is not counted. */
-static int own_segments(const char *out, int np) {
-  hk_secret s = job_secret(out);
+/* Starts hkrun with args (NULL-terminated, after "hkrun") and env in a
+ * bed with a /dev/shm of `size`; where no mount namespace can be made
+ * (not root), hkrun runs as it is and b->watch is -1. */
+static void bed_start(shm_bed *b, const char *size, char *const env[],
+                      char *const args[]) {
+  const int ok = have_namespaces();
+  char *argv[64];
   int n = 0;
-  for (int tag = 0; tag < np; tag++) {
-    char name[HK_SHM_NAME_CAP], path[HK_SHM_NAME_CAP + 16];
-    hk_shm_seg_name(&s, tag, name);
-    snprintf(path, sizeof path, "/dev/shm%s", name);
-    if (access(path, F_OK) == 0) {
-      fprintf(stderr, "test_shm: the job's %s is there\n", path);
-      n++;
-    }
+  b->watch = -1;
+  if (ok) {
+    assert_int_equal(hkt_mkdtemp("hk_shm_bed_", b->dir, sizeof b->dir), 0);
+    snprintf(b->fifo, sizeof b->fifo, "%s/go", b->dir);
+    assert_int_equal(mkfifo(b->fifo, 0600), 0);
+    char *pre[] = {"unshare", "-m",         "sh",    "-c", (char *)in_namespace,
+                   "sh",      (char *)size, b->fifo, NULL};
+    for (; pre[n]; n++)
+      argv[n] = pre[n];
+  } else {
+    fprintf(stderr, "no mount namespace here (root only): /dev/shm not "
+                    "watched\n");
   }
+  argv[n++] = HKRUN_PATH;
+  for (int i = 0; args[i]; i++) {
+    assert_true(n < 63);
+    argv[n++] = args[i];
+  }
+  argv[n] = NULL;
+  assert_int_equal(hkt_start(argv, env, &b->p), 0);
+  b->hkrun = b->p.pid;
+  if (!ok)
+    return;
+  assert_int_equal(hkt_wait_line(&b->p, "own /dev/shm", 60, NULL), 0);
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/root/dev/shm", (int)b->p.pid);
+  b->watch = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  assert_true(b->watch >= 0);
+  assert_true(inotify_add_watch(b->watch, path,
+                                IN_CREATE | IN_MOVED_TO | IN_ONLYDIR) >= 0);
+  int fd = open(b->fifo, O_WRONLY | O_CLOEXEC);
+  assert_true(fd >= 0);
+  assert_int_equal(write(fd, "go\n", 3), 3);
+  close(fd);
+  /* the shell has the fifo open: its folder can go now, so that a test
+   * that fails from here on leaves nothing in the temporary folder */
+  assert_int_equal(unlink(b->fifo), 0);
+  assert_int_equal(hkt_remove_tree(b->dir), 0);
+  char *line = NULL;
+  assert_int_equal(hkt_wait_line(&b->p, "hkrun pid=", 60, &line), 0);
+  b->hkrun = (pid_t)atol(strstr(line, "hkrun pid=") + 10);
+  free(line);
+  assert_true(b->hkrun > 1);
+}
+
+/* The names created in the job's /dev/shm so far (inotify), into
+ * out[cap] separated by spaces; how many. */
+static int bed_named(shm_bed *b, char *out, size_t cap) {
+  out[0] = '\0';
+  if (b->watch < 0)
+    return 0;
+  int n = 0;
+  char buf[4096] __attribute__((aligned(8)));
+  ssize_t got;
+  while ((got = read(b->watch, buf, sizeof buf)) > 0)
+    for (char *q = buf; q < buf + got;) {
+      const struct inotify_event *e = (const struct inotify_event *)q;
+      if (e->len) {
+        size_t l = strlen(out);
+        snprintf(out + l, cap - l, "%s ", e->name);
+        n++;
+      }
+      q += sizeof *e + e->len;
+    }
   return n;
 }
 
-/* sh -c script: rank 0 prints its job's secret, then every rank execs
- * "$0" "$@" (the worker and its arguments). */
-#define SECRET_SH                                                              \
-  "[ \"$HK_RANK\" != 0 ] || echo \"job secret $HK_SECRET\"; exec \"$0\" "      \
-  "\"$@\""
+/* Ends the bed once hkrun has: nothing was ever named in the job's
+ * /dev/shm and nothing is left there. r is hkt_finish's. */
+static void bed_finish(shm_bed *b, double timeout_s, hkt_result *r) {
+  assert_int_equal(hkt_finish(&b->p, timeout_s, r), 0);
+  if (b->watch < 0)
+    return;
+  if (r->exit_code == 77)
+    fail_msg("no tmpfs could be mounted on /dev/shm:\n%s", r->err);
+  char named[1024];
+  if (bed_named(b, named, sizeof named) != 0)
+    fail_msg("named in the job's /dev/shm: %s(a kill -9 before their "
+             "unlink leaves them)",
+             named);
+  if (!strstr(r->out, "left in /dev/shm: []"))
+    fail_msg("the job left something in /dev/shm:\n%s", r->out);
+  close(b->watch);
+}
 
 /* Runs `w_shm MODE` (hash or batch) under env on np ranks (in hosts of
  * `local` ranks when local > 0); returns the hash every rank printed
@@ -232,26 +325,28 @@ static void ready_pids(const char *out, int n, long *pids) {
 
 /* kill -9 of rank 2 while the ranks allreduce 16 MiB over shm in a loop:
  * the survivors fail within HK_TIMEOUT_S, naming it; hkrun exits with
- * the victim's signal; /dev/shm holds nothing of the job. */
+ * the victim's signal; nothing of the job was ever in /dev/shm. */
 static void test_kill9_rank_mid_transfer(void **s) {
   (void)s;
   char *env[] = {"HK_INTRA_TRANSPORT=shm", "HK_TIMEOUT_S=8", NULL};
-  char *argv[] = {HKRUN_PATH, "-np",       "4",    "sh", "-c",
-                  SECRET_SH,  W("w_fail"), "kill", NULL};
-  hkt_proc p;
-  assert_int_equal(hkt_start(argv, env, &p), 0);
-  assert_int_equal(hkt_wait_lines(&p, "ready pid=", 4, 120), 0);
+  char *args[] = {"-np", "4", W("w_fail"), "kill", NULL};
+  shm_bed b;
+  bed_start(&b, "256m", env, args);
+  hkt_proc *p = &b.p;
+  assert_int_equal(hkt_wait_lines(p, "ready pid=", 4, 120), 0);
   long pids[4];
-  ready_pids(p.out.data, 4, pids);
-  assert_int_equal(own_segments(p.out.data, 4), 0); /* unlinked once mapped */
+  ready_pids(p->out.data, 4, pids);
+  char named[1024]; /* the set-up is over: never named */
+  if (bed_named(&b, named, sizeof named) != 0)
+    fail_msg("named in the job's /dev/shm during the set-up: %s", named);
   assert_int_equal(kill((pid_t)pids[2], SIGKILL), 0);
   double killed = hkt_now();
   hkt_result r;
-  int rc = hkt_finish(&p, 20, &r);
+  bed_finish(&b, 20, &r);
   double took = hkt_now() - killed;
-  if (rc != 0 || !r.exited || r.exit_code != 128 + 9 || took >= 8)
-    fail_msg("hkrun: rc=%d exit=%d signal=%d after %.1f s\nstderr:\n%s", rc,
-             r.exit_code, r.signal, took, r.err);
+  if (!r.exited || r.exit_code != 128 + 9 || took >= 8)
+    fail_msg("hkrun: exit=%d signal=%d after %.1f s\nstderr:\n%s", r.exit_code,
+             r.signal, took, r.err);
   char who[64];
   snprintf(who, sizeof who, "rank 2 (pid %ld) was killed by signal 9", pids[2]);
   /* every survivor says so: hkrun's line plus three ranks' */
@@ -270,29 +365,57 @@ static void test_kill9_rank_mid_transfer(void **s) {
       }
       fail_msg("rank %d (pid %ld) outlived hkrun: %s", i, pids[i], stat);
     }
-  assert_int_equal(own_segments(r.out, 4), 0);
   assert_int_equal(hkt_orphans(NULL, 0), 0);
   hkt_result_free(&r);
 }
 
 /* kill -9 of hkrun itself mid-transfer: its workers die with it
- * (PR_SET_PDEATHSIG), and /dev/shm holds nothing of the job. */
+ * (PR_SET_PDEATHSIG), and nothing of the job was ever in /dev/shm. */
 static void test_kill9_hkrun(void **s) {
   (void)s;
   char *env[] = {"HK_INTRA_TRANSPORT=shm", NULL};
-  char *argv[] = {HKRUN_PATH, "-np",       "4",    "sh", "-c",
-                  SECRET_SH,  W("w_fail"), "kill", NULL};
-  hkt_proc p;
-  assert_int_equal(hkt_start(argv, env, &p), 0);
-  assert_int_equal(hkt_wait_lines(&p, "ready pid=", 4, 120), 0);
+  char *args[] = {"-np", "4", W("w_fail"), "kill", NULL};
+  shm_bed b;
+  bed_start(&b, "256m", env, args);
+  assert_int_equal(hkt_wait_lines(&b.p, "ready pid=", 4, 120), 0);
   long pids[4];
-  ready_pids(p.out.data, 4, pids);
-  assert_int_equal(kill(p.pid, SIGKILL), 0);
+  ready_pids(b.p.out.data, 4, pids);
+  assert_int_equal(kill(b.hkrun, SIGKILL), 0);
   hkt_result r;
-  hkt_finish(&p, 20, &r);
+  bed_finish(&b, 20, &r);
   for (int i = 0; i < 4; i++)
     assert_int_equal(hkt_wait_gone((pid_t)pids[i], 10), 0);
-  assert_int_equal(own_segments(r.out, 4), 0);
+  assert_int_equal(hkt_orphans(NULL, 0), 0);
+  hkt_result_free(&r);
+}
+
+/* kill -9 of the rank that creates the segment (rank 0, the host's first)
+ * as soon as it says its data links are up, the step before the shared
+ * memory's set-up: the job fails and ends (no rank left), and nothing of
+ * it was ever named in /dev/shm or is left there. */
+static void test_kill9_creator_in_setup(void **s) {
+  (void)s;
+  char *env[] = {"HK_INTRA_TRANSPORT=shm", "HK_LOG_LEVEL=info",
+                 "HK_TIMEOUT_S=8", NULL};
+  char *args[] = {"-np", "4", W("w_fail"), "kill", NULL};
+  shm_bed b;
+  bed_start(&b, "256m", env, args);
+  char *line = NULL;
+  assert_int_equal(hkt_wait_line(&b.p, "rank 0 (pid ", 60, &line), 0);
+  long pid0 = atol(strstr(line, "rank 0 (pid ") + 12);
+  free(line);
+  assert_true(pid0 > 1);
+  assert_int_equal(hkt_wait_line(&b.p, "[0] hk[0] info: data links:", 60, NULL),
+                   0);
+  assert_int_equal(kill((pid_t)pid0, SIGKILL), 0);
+  hkt_result r;
+  bed_finish(&b, 30, &r);
+  /* the first failure hkrun sees decides its status: rank 0's signal, or
+   * a rank whose hk_init lost rank 0 (exit 1) */
+  if (!r.exited || (r.exit_code != 128 + 9 && r.exit_code != 1) ||
+      hkt_count_lines(r.out, "ready pid=") == 4)
+    fail_msg("hkrun: exit=%d signal=%d\nstdout:\n%s\nstderr:\n%s", r.exit_code,
+             r.signal, r.out, r.err);
   assert_int_equal(hkt_orphans(NULL, 0), 0);
   hkt_result_free(&r);
 }
@@ -336,33 +459,34 @@ static void test_concurrent_jobs(void **s) {
   assert_int_equal(hkt_orphans(NULL, 0), 0);
 }
 
-/* The job's segment name is taken (what a job killed between creating
- * and unlinking it would leave): auto runs over TCP and says so at info
- * level; shm fails hk_init (rank 0 says why, the others are told so or
- * stopped by hkrun, whichever comes first); the other object is never
- * removed by the job (w_shm squat checks, then removes it). */
-static void test_name_taken(void **s) {
+/* A /dev/shm too small for the segment (a 64 KiB tmpfs of the job's own):
+ * auto runs over TCP and says so at info level; shm fails hk_init (rank 0
+ * says why, the others are told so or stopped by hkrun, whichever comes
+ * first). Skipped without a mount namespace (not root). */
+static void test_no_room(void **s) {
   (void)s;
-  char *argv[] = {HKRUN_PATH, "-np",      "3",     "sh", "-c",
-                  SECRET_SH,  W("w_shm"), "squat", NULL};
+  char *args[] = {"-np", "3", W("w_collectives"), NULL};
   char *autoenv[] = {"HK_LOG_LEVEL=info", NULL};
+  if (!have_namespaces())
+    skip();
+  shm_bed b;
+  bed_start(&b, "64k", autoenv, args);
   hkt_result r;
-  assert_int_equal(hkt_run(argv, autoenv, 120, &r), 0);
-  if (r.exit_code != 0 || hkt_count_lines(r.out, "squat ok") != 3 ||
+  bed_finish(&b, 120, &r);
+  if (r.exit_code != 0 || hkt_count_lines(r.out, "collectives ok: np=3") != 3 ||
       hkt_count_lines(r.err, "no shared memory on this host") != 1 ||
-      hkt_count_lines(r.err, "exists already") != 1)
+      hkt_count_lines(r.err, "is /dev/shm large enough?") != 1)
     fail_msg("auto: exit %d\nstdout:\n%.3000s\nstderr:\n%.3000s", r.exit_code,
              r.out, r.err);
-  assert_int_equal(own_segments(r.out, 3), 0);
   hkt_result_free(&r);
   char *shmenv[] = {"HK_INTRA_TRANSPORT=shm", NULL};
-  assert_int_equal(hkt_run(argv, shmenv, 120, &r), 0);
+  bed_start(&b, "64k", shmenv, args);
+  bed_finish(&b, 120, &r);
   if (r.exit_code == 0 ||
       hkt_count_lines(r.err, "HK_INTRA_TRANSPORT=shm: cannot set up shared "
-                             "memory on this host: the shared-memory "
-                             "segment /hk-") != 1)
+                             "memory on this host: cannot size the "
+                             "shared-memory segment") != 1)
     fail_msg("shm: exit %d\nstderr:\n%.3000s", r.exit_code, r.err);
-  assert_int_equal(own_segments(r.out, 3), 0);
   hkt_result_free(&r);
   assert_int_equal(hkt_orphans(NULL, 0), 0);
 }
@@ -398,8 +522,9 @@ int main(void) {
       cmocka_unit_test(test_mixed_hosts),
       cmocka_unit_test(test_kill9_rank_mid_transfer),
       cmocka_unit_test(test_kill9_hkrun),
+      cmocka_unit_test(test_kill9_creator_in_setup),
       cmocka_unit_test(test_concurrent_jobs),
-      cmocka_unit_test(test_name_taken),
+      cmocka_unit_test(test_no_room),
       cmocka_unit_test(test_setting_mismatch),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

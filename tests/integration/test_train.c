@@ -130,6 +130,8 @@ static void assert_exit(const hkt_result *r, int code) {
 
 /* The loss of `epoch` in rank 0's "epoch N loss X ..." line, or NAN. */
 static double epoch_loss(const char *out, int epoch, double *acc) {
+  if (acc)
+    *acc = NAN; /* no such line: both NaN */
   char key[32];
   snprintf(key, sizeof key, "[0] epoch %d loss ", epoch);
   const char *p = strstr(out, key);

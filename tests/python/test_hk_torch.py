@@ -264,9 +264,12 @@ def test_sets():
 
 
 def nccl_code(version_text):
-    """NCCL_VERSION_CODE of hkrun --version's 'NCCL: yes, NCCL X.Y.Z'
-    (X*1000+Y*100+Z before 2.9, X*10000+Y*100+Z since), else 0."""
-    m = re.search(r"NCCL: yes, NCCL (\d+)\.(\d+)\.(\d+)", version_text)
+    """NCCL_VERSION_CODE of the NCCL that hkrun --version finds behind
+    libhk_cuda.so ('NCCL: ... here: NCCL X.Y.Z', with a GPU or without:
+    nccl_built() is what the build holds) (X*1000+Y*100+Z before 2.9,
+    X*10000+Y*100+Z since), else 0."""
+    m = re.search(r"^NCCL: .*here: NCCL (\d+)\.(\d+)\.(\d+)", version_text,
+                  re.M)
     if not m:
         return 0
     x, y, z = (int(g) for g in m.groups())

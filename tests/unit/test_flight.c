@@ -8,6 +8,7 @@
  * in flight, and write on SIGUSR1 through the pipe.
  */
 #include <dirent.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -38,15 +39,35 @@ static void make_dir(char *out, size_t cap) {
 /* Removes the folder's files and the folder. */
 static void remove_dir(const char *dir, const char *job, int ranks) {
   for (int r = 0; r < ranks; r++) {
-    char name[96], path[4200];
+    char name[96], path[4400];
     hk_flight_file_name(job, r, name, sizeof name);
     snprintf(path, sizeof path, "%s/%s", dir, name);
     unlink(path);
   }
-  char path[4200];
+  char path[4400];
   snprintf(path, sizeof path, "%s/bad.txt", dir);
   unlink(path);
   assert_int_equal(rmdir(dir), 0);
+}
+
+/* hk_flight_write into the folder named dir, mode 0600. */
+static hk_status write_record(const char *dir, const hk_flight_header *h,
+                              const hk_flight_ring *r,
+                              const hk_flight_entry *pending, size_t n) {
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  assert_true(fd >= 0);
+  hk_status st = hk_flight_write(fd, dir, 0600, h, r, pending, n);
+  close(fd);
+  return st;
+}
+
+/* The folder the recorder of a process outside any launcher (its job id:
+ * the pid's) makes in base, into out. */
+static void own_job_dir(const char *base, char *out, size_t cap) {
+  char job[17], name[32];
+  hk_flight_job_id(NULL, job);
+  hk_flight_job_folder(job, name, sizeof name);
+  snprintf(out, cap, "%s/%s", base, name);
 }
 
 static void test_ring_wraps_keeping_newest(void **s) {
@@ -118,7 +139,7 @@ static void test_record_round_trip(void **s) {
   hk_flight_header h;
   fill_header(&h, 2);
   h.pending_left_out = 99998; /* in flight, not listed */
-  assert_int_equal(hk_flight_write(dir, &h, &r, &pend, 1), HK_OK);
+  assert_int_equal(write_record(dir, &h, &r, &pend, 1), HK_OK);
   char path[4200];
   snprintf(path, sizeof path, "%s/hk-flight.0123456789abcdef.2.txt", dir);
   hk_flight_file f;
@@ -205,12 +226,13 @@ static void test_killed_mid_write_leaves_nothing(void **s) {
       for (int i = 0; i < 20000; i++) {
         hk_flight_entry *e = hk_flight_ring_push(&r);
         e->state = HK_FLIGHT_DONE;
+        e->kind = HK_COLL_ALLREDUCE; /* a record reads back only with a kind */
         snprintf(e->name, sizeof e->name, "tensor %d", i);
       }
       hk_flight_header h;
       fill_header(&h, 1);
       for (;;)
-        if (hk_flight_write(dir, &h, &r, NULL, 0) != HK_OK)
+        if (write_record(dir, &h, &r, NULL, 0) != HK_OK)
           _exit(4);
     }
     int st = 0;
@@ -321,6 +343,9 @@ static hk_config *attach(hk_observers *o, fake_engine *e, const char *dir,
   hk_config *cfg = calloc(1, sizeof *cfg);
   assert_non_null(cfg);
   cfg->flight_recorder = cap;
+  cfg->flight_signal = 1; /* HK_FLIGHT_SIGNAL=1 */
+  cfg->dump_fd = -1;
+  cfg->file_mode = 0600;
   snprintf(cfg->flight_dir, sizeof cfg->flight_dir, "%s", dir);
   memset(o, 0, sizeof *o);
   hk_obs_setup s = {
@@ -334,12 +359,13 @@ static void detach(hk_observers *o, hk_config *cfg) {
   free(cfg);
 }
 
-/* Reads the record rank 0 wrote into dir. */
+/* Reads the record rank 0 wrote into its job's folder in dir. */
 static void read_own(const char *dir, hk_flight_file *f) {
-  char job[17], name[96], path[4200];
+  char job[17], name[96], sub[4200], path[4400];
   snprintf(job, sizeof job, "%016lx", (unsigned long)getpid());
   hk_flight_file_name(job, 0, name, sizeof name);
-  snprintf(path, sizeof path, "%s/%s", dir, name);
+  own_job_dir(dir, sub, sizeof sub);
+  snprintf(path, sizeof path, "%s/%s", sub, name);
   assert_int_equal(hk_flight_read(path, f), HK_OK);
 }
 
@@ -445,9 +471,11 @@ static void test_hooks_record_wrap_and_pending(void **s) {
   hk_flight_file_free(&f);
   assert_int_equal(poll(&p, 1, 0), 0); /* drained */
   detach(&o, cfg);
-  char job[17];
+  char job[17], sub[4200];
   snprintf(job, sizeof job, "%016lx", (unsigned long)getpid());
-  remove_dir(dir, job, 1);
+  own_job_dir(dir, sub, sizeof sub);
+  remove_dir(sub, job, 1);
+  assert_int_equal(rmdir(dir), 0);
 }
 
 static void test_off_records_nothing(void **s) {

@@ -117,6 +117,14 @@ static void gpu(hk_monitor_view *v, int r, uint64_t n, uint64_t throttled,
   }
 }
 
+/* Lines of text holding s. */
+static int hkt_lines_with(const char *text, const char *s) {
+  int n = 0;
+  for (const char *p = text; (p = strstr(p, s)); p += strlen(s))
+    n++;
+  return n;
+}
+
 static char *report(const hk_monitor_view *v) {
   hk_buf b = {0};
   assert_int_equal(hk_report_format(v, &b), HK_OK);
@@ -142,7 +150,7 @@ static void test_straggler_rule(void **state) {
   /* slowest first, both named, with host and shares */
   const char *r3 = strstr(t, "hk monitor: rank 3 on node1: last in 10% of 100 "
                              "rounds, 20.0 ms late per round; no cause "
-                             "visible in telemetry\n");
+                             "of its own visible in telemetry\n");
   const char *r1 = strstr(t, "hk monitor: rank 1 on node0: last in 90%");
   assert_non_null(r3);
   assert_non_null(r1);
@@ -180,7 +188,7 @@ static void test_causes(void **state) {
   /* thermal in 9 of 100 samples: under 10%, not claimed; clocks at max */
   gpu(&v, 1, 100, 9, 87, 1980, 95);
   assert_int_equal(hk_report_causes(&v, 1, c, sizeof c), 0);
-  assert_string_equal(c, "no cause visible in telemetry");
+  assert_string_equal(c, "no cause of its own visible in telemetry");
   /* in 41 of 100: claimed with the figures */
   gpu(&v, 1, 100, 41, 87, 1410, 95);
   c[0] = '\0';
@@ -195,22 +203,125 @@ static void test_causes(void **state) {
   gpu(&v, 1, 100, 0, 70, 300, 10);
   c[0] = '\0';
   assert_int_equal(hk_report_causes(&v, 1, c, sizeof c), 0);
-  /* host load 1.2 per CPU, and 0.3 s/s of run delay */
+  /* host load 1.2 per CPU, and 0.3 s/s of run delay, on a host where no
+   * other rank has figures: the host's (a rank alone with figures on its
+   * host cannot be told from it), not the rank's */
   hk_rank_telemetry *t = &v.ranks[1].tel;
   t->load_per_cpu = 1.2 * (double)t->samples;
   t->last.run_delay_s = 3.0; /* over 10 s */
   t->last.cpu_s = 5.0;
   c[0] = '\0';
-  assert_int_equal(hk_report_causes(&v, 1, c, sizeof c), 2);
-  assert_string_equal(c, "high host load 1.2 per CPU (8 CPUs); CPU "
-                         "starvation: its threads waited 0.30 s per s for a "
-                         "CPU (they ran 0.50 s per s)");
+  assert_int_equal(hk_report_causes(&v, 1, c, sizeof c), 0);
+  assert_string_equal(c, "no cause of its own visible in telemetry");
+  c[0] = '\0';
+  assert_int_equal(hk_report_host_causes(&v, 1, c, sizeof c), 2);
+  assert_string_equal(c, "high load 1.2 per CPU (8 CPUs); CPU starvation: its "
+                         "ranks' threads waited 0.30 s per s for a CPU (the "
+                         "median of 1 rank)");
   /* just under both bars */
   t->load_per_cpu = 0.99 * (double)t->samples;
   t->last.run_delay_s = 0.99;
   c[0] = '\0';
   assert_int_equal(hk_report_causes(&v, 1, c, sizeof c), 0);
+  assert_int_equal(hk_report_host_causes(&v, 1, c, sizeof c), 0);
   hk_monitor_view_free(&v);
+}
+
+/* Host figures of rank r: load per CPU and run delay (s over 10 s). */
+static void host_tel(hk_monitor_view *v, int r, double load, double delay_s) {
+  hk_rank_telemetry *t = &v->ranks[r].tel;
+  memset(t, 0, sizeof *t);
+  t->samples = 10;
+  t->load_per_cpu = load * 10;
+  t->first = (hk_wire_sample){.ncpu = 2, .t_s = 0};
+  t->last = (hk_wire_sample){
+      .ncpu = 2, .t_s = 10, .run_delay_s = delay_s, .cpu_s = 4};
+}
+
+/* Four ranks on one loaded host, one of them late: the load and the
+ * starvation every rank shows are the host's, on a line of its own; the
+ * late rank's line claims nothing for itself and points there. A rank
+ * that starves alone on its host is its own cause. */
+static void test_host_causes(void **state) {
+  (void)state;
+  hk_monitor_view v = view(4, 100, 0.1);
+  for (int r = 0; r < 4; r++) {
+    snprintf(v.ranks[r].host, sizeof v.ranks[r].host, "node0");
+    host_tel(&v, r, 1.2, 3.0 + 0.2 * r);
+  }
+  late(&v, 2, 0.030, 80);
+  char *t = report(&v);
+  const char *r2 = strstr(t, "hk monitor: rank 2 on node0: last in 80% of 100 "
+                             "rounds, 30.0 ms late per round; no cause of its "
+                             "own visible in telemetry; its host node0 shows "
+                             "host-wide causes (its line below)\n");
+  const char *host = strstr(t, "hk monitor: host node0 (ranks 0-3): high load "
+                               "1.2 per CPU (2 CPUs); CPU starvation: its "
+                               "ranks' threads waited 0.33 s per s for a CPU "
+                               "(the median of 4 ranks)\n");
+  if (!r2 || !host)
+    fail_msg("%s", t);
+  assert_true(r2 < host);
+  assert_null(strstr(t, "host load"));
+  free(t);
+  /* only rank 2 starves, the host is not loaded: rank 2's own cause, no
+   * host line */
+  for (int r = 0; r < 4; r++)
+    host_tel(&v, r, 0.5, r == 2 ? 3.0 : 0.1);
+  t = report(&v);
+  if (!strstr(t, "30.0 ms late per round; CPU starvation: its threads "
+                 "waited 0.30 s per s for a CPU (they ran 0.40 s per s)\n"))
+    fail_msg("%s", t);
+  assert_null(strstr(t, "hk monitor: host "));
+  free(t);
+  /* two hosts: only the loaded one has a line, naming its ranks */
+  for (int r = 0; r < 4; r++) {
+    snprintf(v.ranks[r].host, sizeof v.ranks[r].host, "node%d", r % 2);
+    host_tel(&v, r, r % 2 ? 3.0 : 0.2, 0);
+  }
+  t = report(&v);
+  if (!strstr(t, "hk monitor: host node1 (ranks 1, 3): high load 3.0 per CPU "
+                 "(2 CPUs)\n"))
+    fail_msg("%s", t);
+  assert_null(strstr(t, "host node0"));
+  free(t);
+  hk_monitor_view_free(&v);
+}
+
+/* The live table and the report agree on the latest rank: the table's
+ * late column is the report's figure (every round), its " latest" mark is
+ * on the rank the report names, even where the last window alone would
+ * rank another one first. */
+static void test_table_agrees(void **state) {
+  (void)state;
+  hk_monitor_view v = view(3, 100, 0.1);
+  late(&v, 1, 0.004, 60); /* the latest over every round */
+  late(&v, 2, 0.001, 40);
+  v.window_rounds = 10; /* the last 10: rank 2 was later */
+  v.ranks[1].window.late_s = 0.001 * 10;
+  v.ranks[2].window.late_s = 0.003 * 10;
+  assert_int_equal(hk_report_latest(&v), 1);
+  char *t = report(&v);
+  assert_non_null(strstr(t, "no straggler: the latest rank (rank 1) was 4.00 "
+                            "ms late per round"));
+  free(t);
+  hk_buf b = {0};
+  assert_int_equal(hk_report_table(&v, &b), HK_OK);
+  assert_int_equal(hk_buf_append(&b, "", 1), HK_OK);
+  const char *tab = (const char *)b.data;
+  if (!strstr(tab, "rank 1 host node0 gpu - util - temp - sm - throttle - "
+                   "late 4.0ms wait 0.0ms last 60% (last 10 rounds: late "
+                   "1.0ms) latest\n") ||
+      !strstr(tab, "rank 2 host node1 gpu - util - temp - sm - throttle - "
+                   "late 1.0ms wait 0.0ms last 40% (last 10 rounds: late "
+                   "3.0ms)\n"))
+    fail_msg("%s", tab);
+  assert_int_equal(hkt_lines_with(tab, " latest\n"), 1);
+  hk_buf_free(&b);
+  hk_monitor_view_free(&v);
+  hk_monitor_view none = view(2, 0, 0);
+  assert_int_equal(hk_report_latest(&none), -1);
+  hk_monitor_view_free(&none);
 }
 
 static void test_metrics_text(void **state) {
@@ -253,6 +364,8 @@ int main(void) {
       cmocka_unit_test(test_lateness_rounds),
       cmocka_unit_test(test_straggler_rule),
       cmocka_unit_test(test_causes),
+      cmocka_unit_test(test_host_causes),
+      cmocka_unit_test(test_table_agrees),
       cmocka_unit_test(test_metrics_text),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -22,7 +22,6 @@
 #include <unistd.h>
 
 #include "collectives/shm_ring.h"
-#include "common/auth.h"
 #include "device/host/reduce.h"
 
 #define MAXN 8
@@ -52,7 +51,6 @@ typedef struct world {
   rank_arg a[MAXN];
   hk_shm_seg seg[MAXN]; /* each rank maps the segment itself */
   int live[MAXN][MAXN]; /* liveness sockets: live[r][q] is r's end to q */
-  char name[HK_SHM_NAME_CAP];
 } world;
 
 static const int perm8[MAXN] = {3, 0, 6, 1, 5, 7, 2, 4};
@@ -67,15 +65,12 @@ static void make_world(world *w, int n, size_t slot_bytes, double timeout) {
   for (int i = 0; i < MAXN; i++)
     if (perm8[i] < n)
       order[k++] = perm8[i];
-  hk_secret s;
-  assert_int_equal(hk_secret_generate(&s), HK_OK);
-  hk_shm_seg_name(&s, 0, w->name);
   hk_shm_layout lay = {n, slot_bytes, 4096};
   hk_shm_seg creator;
-  assert_int_equal(hk_shm_seg_create(w->name, &lay, &creator), HK_OK);
+  assert_int_equal(hk_shm_seg_create(&lay, &creator), HK_OK);
   for (int r = 0; r < n; r++)
-    assert_int_equal(hk_shm_seg_open(w->name, &w->seg[r]), HK_OK);
-  assert_int_equal(hk_shm_seg_unlink(w->name), HK_OK);
+    assert_int_equal(hk_shm_seg_open((long)getpid(), creator.fd, &w->seg[r]),
+                     HK_OK);
   hk_shm_seg_close(&creator);
   for (int r = 0; r < n; r++)
     for (int q = 0; q < n; q++)

@@ -1,11 +1,10 @@
 /* Unit tests of the shared-memory primitives: the segment
- * (collectives/transport/shm_seg.h: its name, mode 0600, O_EXCL, unlink
- * while mapped), the futex doorbell (shm_wait.h), and the shm link
- * (link_shm.c): random call sizes both ways through a 4 KiB ring from two
- * threads (futex waits), a stream mixed with a TCP link in one wait
- * (socket doorbells), a peer that dies and one that is stuck, named in
- * the errors; the name of a set of links' kinds (hk_link_kinds). Runs
- * under TSan too. */
+ * (collectives/transport/shm_seg.h: never named, mode 0600, opened
+ * through the creator's descriptor), the futex doorbell (shm_wait.h), and the
+ * shm link (link_shm.c): random call sizes both ways through a 4 KiB ring from
+ * two threads (futex waits), a stream mixed with a TCP link in one wait (socket
+ * doorbells), a peer that dies and one that is stuck, named in the errors; the
+ * name of a set of links' kinds (hk_link_kinds). Runs under TSan too. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -26,60 +25,42 @@
 #include "common/clock.h"
 #include "link_pump.h"
 
-static void new_name(char name[HK_SHM_NAME_CAP]) {
-  hk_secret s;
-  assert_int_equal(hk_secret_generate(&s), HK_OK);
-  hk_shm_seg_name(&s, 0, name);
-}
-
-static int exists_in_dev_shm(const char *name) {
-  char path[128];
-  snprintf(path, sizeof path, "/dev/shm%s", name);
-  struct stat sb;
-  return stat(path, &sb) == 0 ? (int)(sb.st_mode & 0777) : -1;
-}
-
-/* The name depends on the secret and the tag only; the object is the
- * user's alone, created once, and survives its unlink while mapped. */
+/* The object never has a name (no link count at any moment), is the
+ * user's alone, opens through the creator's descriptor (/proc), and both
+ * mappings see the same memory, the opener's after the creator closed;
+ * once sealed it cannot be opened. */
 static void test_segment_lifecycle(void **state) {
   (void)state;
-  hk_secret s1, s2;
-  assert_int_equal(hk_secret_generate(&s1), HK_OK);
-  assert_int_equal(hk_secret_generate(&s2), HK_OK);
-  char a[HK_SHM_NAME_CAP], b[HK_SHM_NAME_CAP], c[HK_SHM_NAME_CAP];
-  hk_shm_seg_name(&s1, 0, a);
-  hk_shm_seg_name(&s1, 0, b);
-  assert_string_equal(a, b);
-  assert_int_equal(strlen(a), 4 + 32);
-  hk_shm_seg_name(&s1, 4, c);
-  assert_string_not_equal(a, c);
-  hk_shm_seg_name(&s2, 0, c);
-  assert_string_not_equal(a, c);
-
   hk_shm_layout lay = {3, 8192, 4096};
   hk_shm_seg x, y, z;
-  assert_int_equal(hk_shm_seg_create(a, &lay, &x), HK_OK);
-  assert_int_equal(exists_in_dev_shm(a), 0600);
-  assert_int_equal(hk_shm_seg_create(a, &lay, &z), HK_ERR_SYSTEM);
-  assert_non_null(strstr(hk_last_error(), "exists already"));
-  assert_int_equal(exists_in_dev_shm(a), 0600); /* not removed by the loser */
-  assert_int_equal(hk_shm_seg_open(a, &y), HK_OK);
+  assert_int_equal(hk_shm_seg_create(&lay, &x), HK_OK);
+  assert_true(x.fd >= 0);
+  struct stat sb;
+  assert_int_equal(fstat(x.fd, &sb), 0);
+  assert_int_equal(sb.st_mode & 0777, 0600);
+  assert_int_equal(sb.st_nlink, 0); /* no name */
+  assert_int_equal(hk_shm_seg_open((long)getpid(), x.fd, &y), HK_OK);
   assert_int_equal(y.bytes, hk_shm_seg_bytes(&lay));
-  assert_int_equal(hk_shm_seg_unlink(a), HK_OK);
-  assert_int_equal(exists_in_dev_shm(a), -1);
-  assert_int_equal(hk_shm_seg_unlink(a), HK_OK); /* ENOENT is fine */
-  assert_int_equal(hk_shm_seg_open(a, &z), HK_ERR_SYSTEM);
+  assert_int_equal(y.fd, -1); /* an opener keeps only the mapping */
   /* both mappings still see the same memory */
   uint8_t *p = hk_shm_seg_slot(&x, 2, 1), *q = hk_shm_seg_slot(&y, 2, 1);
   p[8191] = 42;
   assert_int_equal(q[8191], 42);
   assert_ptr_not_equal(hk_shm_seg_ring(&x, 0, 1), hk_shm_seg_ring(&x, 1, 0));
+  int fd = x.fd;
+  hk_shm_seg_seal(&x); /* every rank has it: no one opens it any more */
+  assert_int_equal(x.fd, -1);
+  assert_int_equal(hk_shm_seg_open((long)getpid(), fd, &z), HK_ERR_SYSTEM);
+  assert_non_null(strstr(hk_last_error(), "/proc/"));
+  p[8190] = 7; /* the mappings stay */
+  assert_int_equal(q[8190], 7);
   hk_shm_seg_close(&x);
+  assert_int_equal(q[8191], 42); /* the opener's mapping outlives it */
   hk_shm_seg_close(&y);
   hk_shm_seg_close(&y); /* twice is fine */
   hk_shm_layout bad = {3, 100, 4096};
-  assert_int_equal(hk_shm_seg_create(a, &bad, &x), HK_ERR_INVALID_ARG);
-  assert_int_equal(exists_in_dev_shm(a), -1);
+  assert_int_equal(hk_shm_seg_create(&bad, &x), HK_ERR_INVALID_ARG);
+  assert_int_equal(x.fd, -1);
 }
 
 /* FUTEX_WAIT times out, sees a changed word at once, and is woken. */
@@ -124,11 +105,8 @@ typedef struct pair {
 
 static void make_pair(pair *p, int mixed) {
   memset(p, 0, sizeof *p);
-  char name[HK_SHM_NAME_CAP];
-  new_name(name);
   hk_shm_layout lay = {2, 4096, 4096};
-  assert_int_equal(hk_shm_seg_create(name, &lay, &p->seg), HK_OK);
-  assert_int_equal(hk_shm_seg_unlink(name), HK_OK);
+  assert_int_equal(hk_shm_seg_create(&lay, &p->seg), HK_OK);
   int sv[2];
   assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
   assert_int_equal(hk_link_init_shm(&p->a, 1, &p->seg, 0, 1, sv[0]), HK_OK);

@@ -9,7 +9,8 @@
  *  3. A name submitted twice while in flight fails at once with
  *     HK_ERR_DUPLICATE_NAME on that rank only; the first completes (C3).
  *  4. A call without a job says which side of it: "called before hk_init"
- *     before, "called after hk_shutdown" after (and hk_init again works).
+ *     before, "called after hk_shutdown" after (and hk_init again works);
+ *     hk_rank, hk_size and the other four queries give -1 then.
  *  6. Sizes: an allgather whose rows, summed over the ranks, would wrap
  *     its size in bytes (rank 1: 2^61 - 1 float64 rows) fails with
  *     HK_ERR_INVALID_ARG on every rank naming it, rank 1 and its rows;
@@ -64,6 +65,12 @@ static void calls_without_a_job(const char *when) {
   int last;
   expect_no_job(hk_join(&last), "hk_join", when);
   expect_no_job(hk_shutdown(), "hk_shutdown", when);
+  /* the job's shape is -1 outside a job (hk.h) */
+  const int shape[6] = {hk_rank(),       hk_size(),       hk_local_rank(),
+                        hk_local_size(), hk_cross_rank(), hk_cross_size()};
+  for (int i = 0; i < 6; i++)
+    HKT_CHECK(shape[i] == -1, "query %d of hk_rank..hk_cross_size gave %d %s",
+              i, shape[i], when);
 }
 
 int main(void) {

@@ -13,6 +13,8 @@
  * for t7": with the job's HK_CYCLE_TIME_MS holding rank 0's answer, t8
  * then waits in the rank's queue, not yet taken by its background thread.
  */
+#include <errno.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <string.h>
@@ -29,6 +31,7 @@ static uint64_t requests_sent(void) {
 
 int main(int argc, char **argv) {
   const int queued = argc > 1 && !strcmp(argv[1], "queued");
+  const int polls = argc > 1 && !strcmp(argv[1], "poll");
   setvbuf(stdout, NULL, _IOLBF, 0);
   HKT_OK(hk_init());
   const int rank = hk_rank(), size = hk_size();
@@ -59,6 +62,11 @@ int main(int argc, char **argv) {
     HKT_OK(hk_allreduce_async("t8", z, z, 8, HK_FLOAT32, HK_SUM, &h8));
   }
   printf("waiting for t7 pid=%d\n", (int)getpid());
+  if (polls && rank == 0) {
+    struct pollfd in = {.fd = 0, .events = POLLIN};
+    int rc = poll(&in, 1, -1);
+    printf("poll returned %d (%s)\n", rc, rc < 0 ? strerror(errno) : "ready");
+  }
   hk_status st = hk_wait(h);
   fprintf(stderr, "rank %d: t7 gave %s: %s\n", rank, hk_strerror(st),
           hk_last_error());

@@ -24,10 +24,6 @@
  *                     type's largest (finite, exact). Prints "shm batch
  *                     <hex>": a hash of every result, for comparing
  *                     transports; exits 1 on a wrong element.
- *   w_shm squat       rank 0 creates the host's segment name (from
- *                     HK_SECRET) before hk_init, as a job killed while
- *                     starting would leave it; then an exact allreduce;
- *                     rank 0 removes it after hk_shutdown.
  */
 #include <fcntl.h>
 #include <math.h>
@@ -356,41 +352,8 @@ static int hold_mode(const char *file) {
   return hash_mode();
 }
 
-/* What a job killed between creating its segment and unlinking it leaves
- * (the name hk_intra_setup derives from the secret for rank 0's host). */
-static int squat_mode(void) {
-  const char *hex = getenv("HK_SECRET");
-  hk_secret s;
-  char name[HK_SHM_NAME_CAP] = "";
-  int rank = atoi(getenv("HK_RANK") ? getenv("HK_RANK") : "0");
-  if (rank == 0 && hex && hk_secret_parse(hex, &s) == HK_OK) {
-    hk_shm_seg_name(&s, 0, name);
-    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
-    HKT_CHECK(fd >= 0, "cannot squat %s", name);
-    close(fd);
-  }
-  hk_status st = hk_init();
-  if (st != HK_OK) {
-    fprintf(stderr, "squat: hk_init: %s\n", hk_last_error());
-    if (*name)
-      shm_unlink(name);
-    return 1;
-  }
-  int32_t v = hk_rank() + 1;
-  HKT_OK(hk_allreduce("squat", &v, &v, 1, HK_INT32, HK_SUM));
-  HKT_CHECK(v == hk_size() * (hk_size() + 1) / 2, "squat: sum %d", v);
-  HKT_OK(hk_shutdown());
-  if (*name) { /* still there: the job did not remove another's object */
-    HKT_CHECK(shm_unlink(name) == 0, "the squatted %s was removed", name);
-  }
-  printf("squat ok\n");
-  return 0;
-}
-
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "hash";
-  if (!strcmp(mode, "squat"))
-    return squat_mode();
   HKT_OK(hk_init());
   if (!strcmp(mode, "batch"))
     return batch_mode();
