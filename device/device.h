@@ -104,10 +104,32 @@ typedef struct hk_dev_fault {
 
 /** What hk_device_open is told (from common/config.h; no getenv below). */
 typedef struct hk_device_options {
-  int device_index;   /* which GPU of this process (HK_GPU / local rank) */
+  int device_index;   /* which GPU of this process: an index among the
+                         devices it sees (HK_GPU), or the local rank */
+  int by_local_rank;  /* 1: device_index is the local rank, taken modulo
+                         the number of visible devices (hk_device_pick) */
   hk_dev_fault fault; /* emu only */
+  int emu_devices;    /* emu only: the devices the emulated driver shows
+                         this process (HK_EMU_DEVICES); <= 0: 1 */
   int job_rank;       /* for fault matching and messages */
 } hk_device_options;
+
+/**
+ * Which of `count` visible devices an open takes (every backend's rule,
+ * as hk.h promises): with by_local_rank the local rank modulo count (one
+ * visible GPU: that one, whatever the local rank); otherwise
+ * device_index itself. NULL opts: device 0. Returns the index, or -1 when
+ * there is none (count <= 0, or an explicit index outside [0, count)):
+ * the backend's open then fails naming the index and the count. Pure.
+ */
+static inline int hk_device_pick(const hk_device_options *opts, int count) {
+  int i = opts ? opts->device_index : 0;
+  if (count <= 0 || i < 0)
+    return -1;
+  if (opts && opts->by_local_rank)
+    return i % count;
+  return i < count ? i : -1;
+}
 
 /**
  * The operations of a backend. Unless said otherwise each returns HK_OK or
@@ -127,12 +149,27 @@ typedef struct hk_device_ops {
   void (*close)(hk_device *dev);
   /** Human-readable device name ("NVIDIA H200 (sm_90)", "emu 0"). */
   const char *(*describe)(hk_device *dev);
+  /** The calling thread's current device (cudaGetDevice; the emu keeps
+   *  one per thread): an index, or -1 while the thread has none (CUDA: no
+   *  context current; emu: the thread never entered the backend). Every
+   *  other operation that takes dev makes dev's device the calling
+   *  thread's current one (CUDA needs it for its calls); hk asks this
+   *  first and gives it back with set_current, so the caller's choice
+   *  stands. Never fails; any thread. */
+  int (*current)(hk_device *dev);
+  /** Makes `index` (a value current returned) the calling thread's
+   *  current device again; -1: none. Never fails (an error is cleared);
+   *  creates no context that was not there (CUDA: the context current
+   *  before, put back). Any thread. */
+  void (*set_current)(hk_device *dev, int index);
 
   /* ---- memory ---- */
   /** Which kind of memory p points into (HK_MEM_HOST for anything the
    *  backend does not know, NULL included). *device_index (may be NULL)
-   *  receives the owning device for device memory. Never fails: a lookup
-   *  error counts as host. Cheap (cudaPointerGetAttributes / a table). */
+   *  receives the owning device for device memory (an index among the
+   *  visible devices, as hk_device.index), untouched for host memory. Never
+   * fails: a lookup error counts as host. Cheap (cudaPointerGetAttributes / a
+   * table). */
   hk_mem_kind (*pointer_kind)(hk_device *dev, const void *p, int *device_index);
   /** Device memory of `bytes` (0 gives a unique non-NULL pointer), aligned
    *  to 256 bytes. */
@@ -224,6 +261,7 @@ typedef struct hk_device_ops {
 /** An opened backend: its table first, then the backend's own state. */
 struct hk_device {
   const hk_device_ops *ops;
+  int index; /* the device it opened, among those the process sees */
 };
 
 /**

@@ -160,6 +160,7 @@ static hk_status open_backend(hk_ctx *ctx) {
                                       .rank = c->emu_fault_rank,
                                       .op_index = c->emu_fault_op,
                                       .delay_ms = c->emu_fault_ms},
+                            .emu_devices = c->emu_devices,
                             .job_rank = ctx->rank};
   /* auto is cuda where it opens; otherwise why not is kept for the error
    * a device tensor would get */

@@ -21,12 +21,16 @@
  *   when NCCL answers ncclInProgress waits again until the operation is
  *   queued, at most HKC_SETTLE_S each (then HK_ERR_TIMEOUT). Callers need
  *   not poll between operations; comm_async_error still reports failures.
- * - The device: opts->device_index at open (cudaSetDevice). Every entry
- *   makes it the calling thread's current device again if it is not
- *   (hk's background thread and trainer threads both call in), and leaves
- *   it current: restoring a thread's previous device could create a
- *   context on a GPU the process never meant to use (cudaSetDevice
- *   initialises the primary context since CUDA 12).
+ * - The device: hk_device_pick's among cudaGetDeviceCount's at open
+ *   (cudaSetDevice). Every entry makes it the calling thread's current
+ *   device again if it is not (hk's background thread and trainer threads
+ *   both call in), and leaves it current; the caller's is put back by hk
+ *   (worker/devplane.c) through current and set_current, which save and
+ *   restore the thread's CUDA context itself (cuCtxGetCurrent /
+ *   cuCtxSetCurrent of the driver cudart loaded), so a thread that had
+ *   none gets none back: cudaSetDevice would create a context on a GPU
+ *   the process never meant to use (it initialises the primary context
+ *   since CUDA 12).
  *
  * Errors: HK_ERR_SYSTEM with "cuda: <call> ...: <cudaGetErrorString>" (or
  * NCCL's ncclGetErrorString and ncclGetLastError); HK_ERR_NOMEM for
@@ -125,8 +129,10 @@ static hk_status fail_cuda(cudaError_t e, const char *what) {
 /* ---- the device ---- */
 
 typedef struct cuda_dev {
-  hk_device base;    /* ops first (device.h) */
-  int index;         /* the CUDA device (in this process's visible set) */
+  hk_device base; /* ops first (device.h); base.index == index */
+  int index;      /* the CUDA device (in this process's visible set) */
+  int (*ctx_get)(void **ctx); /* the driver's cuCtxGetCurrent, or NULL */
+  int (*ctx_set)(void *ctx);  /* the driver's cuCtxSetCurrent, or NULL */
   int target_blocks; /* multiprocessors x blocks of the copy kernel each */
   char desc[300];    /* cudaDeviceProp.name is 256 bytes */
 } cuda_dev;
@@ -223,13 +229,15 @@ static hk_status cuda_open(const hk_device_options *opts, hk_device **out) {
                 e != cudaSuccess ? cudaGetErrorString(e) : "0 devices",
                 drv ? "" : "; the NVIDIA driver's libcuda.so.1 is not loaded");
   }
-  int index = opts ? opts->device_index : 0;
-  if (index < 0 || index >= count) {
+  int index = hk_device_pick(opts, count);
+  if (index < 0) {
     const char *vis = getenv("CUDA_VISIBLE_DEVICES");
     return fail(HK_ERR_CONFIG,
-                "device %d requested (HK_GPU, or the local rank), but %d "
-                "visible (CUDA_VISIBLE_DEVICES=%s)",
-                index, count, vis ? vis : "unset");
+                "device %d requested (%s), but %d visible "
+                "(CUDA_VISIBLE_DEVICES=%s)",
+                opts ? opts->device_index : 0,
+                opts && opts->by_local_rank ? "the local rank" : "HK_GPU",
+                count, vis ? vis : "unset");
   }
   hk_status st = nccl_check_version();
   if (st != HK_OK)
@@ -238,7 +246,14 @@ static hk_status cuda_open(const hk_device_options *opts, hk_device **out) {
   if (!d)
     return fail(HK_ERR_NOMEM, "open: out of memory");
   d->base.ops = &hk_cuda_device_ops;
-  d->index = index;
+  d->base.index = d->index = index;
+  /* cudart loaded the driver: its context calls, for current/set_current
+   * (the reference taken here stays for the process, as cudart's) */
+  void *drv = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+  if (drv) {
+    *(void **)&d->ctx_get = dlsym(drv, "cuCtxGetCurrent");
+    *(void **)&d->ctx_set = dlsym(drv, "cuCtxSetCurrent");
+  }
   if ((st = enter(d)) != HK_OK)
     goto fail;
   struct cudaDeviceProp prop;
@@ -279,6 +294,37 @@ static void cuda_close(hk_device *dev) { free(dev); }
 
 /* "NVIDIA H200 (sm_90)": owned by dev, valid until close. */
 static const char *cuda_describe(hk_device *dev) { return as_dev(dev)->desc; }
+
+/* device.h: the calling thread's device; -1 while it has no context
+ * current (cudaGetDevice would say 0 then). */
+static int cuda_current(hk_device *dev) {
+  cuda_dev *d = as_dev(dev);
+  void *ctx = NULL;
+  if (d->ctx_get && d->ctx_get(&ctx) == 0 && !ctx)
+    return -1;
+  int cur = -1;
+  if (cudaGetDevice(&cur) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  return cur;
+}
+
+/* device.h: puts back what cuda_current returned; -1 makes no context
+ * current again (the thread's next CUDA call picks as it would have). */
+static void cuda_set_current(hk_device *dev, int index) {
+  cuda_dev *d = as_dev(dev);
+  if (index < 0) {
+    if (d->ctx_set)
+      (void)d->ctx_set(NULL);
+    return;
+  }
+  int cur = -1;
+  if (cudaGetDevice(&cur) == cudaSuccess && cur == index)
+    return;
+  if (cudaSetDevice(index) != cudaSuccess)
+    (void)cudaGetLastError();
+}
 
 /* ---- memory ---- */
 
@@ -971,6 +1017,8 @@ const hk_device_ops hk_cuda_device_ops = {
     .open = cuda_open,
     .close = cuda_close,
     .describe = cuda_describe,
+    .current = cuda_current,
+    .set_current = cuda_set_current,
     .pointer_kind = cuda_pointer_kind,
     .mem_alloc = cuda_mem_alloc,
     .mem_free = cuda_mem_free,

@@ -8,6 +8,7 @@
  *   copy.c    memcpy, batch_copy (device/elem.h) and fill
  *   comm.c    the communicator over a shared-memory segment
  *   fault.c   HK_EMU_FAULT: which operation a fault hits, and its message
+ *   current.c each thread's current device
  * Every function here follows device.h's conventions (hk_status, message
  * set with hk_fail).
  */
@@ -27,23 +28,39 @@
 
 /** One opened handle (emu.c). */
 typedef struct emu_device {
-  hk_device base; /* first: hk_device * <-> emu_device * */
-  int index;      /* opts->device_index */
+  hk_device base; /* first: hk_device * <-> emu_device *; base.index: the
+                     device it opened (hk_device_pick) */
+  int index;      /* base.index */
   int job_rank;   /* opts->job_rank */
   hk_dev_fault fault;
   atomic_uint comm_ops; /* communicator ops accepted so far (fault index) */
   char desc[32];        /* "emu 0" */
 } emu_device;
 
+/** The calling thread's current device (device.h's current): -1 until
+ *  the thread first enters a handle (current.c). */
+extern _Thread_local int emu_current_device;
+
 /** dev as an emu_device, or NULL (HK_ERR_INVALID_ARG's message set) if
  *  it is not one: a handle is the emu's when its table is named "emu"
- *  (asked of the table, so no file of the backend needs emu.c's symbol). */
-static inline emu_device *emu_dev(hk_device *dev, const char *what) {
+ *  (asked of the table, so no file of the backend needs emu.c's symbol).
+ *  Does not change the current device (emu_dev does). */
+static inline emu_device *emu_handle(hk_device *dev, const char *what) {
   if (!dev || !dev->ops || strcmp(dev->ops->name, "emu") != 0) {
     hk_fail(HK_ERR_INVALID_ARG, "emu: %s: not an emu device handle", what);
     return NULL;
   }
   return (emu_device *)dev;
+}
+
+/** emu_handle, and the entry into the backend: dev's device becomes the
+ *  calling thread's current one, as cuda.c's enter() makes it (every
+ *  operation but open, close, describe, current and set_current). */
+static inline emu_device *emu_dev(hk_device *dev, const char *what) {
+  emu_device *d = emu_handle(dev, what);
+  if (d)
+    emu_current_device = d->index;
+  return d;
 }
 
 /* ---- memory.c ---- */
@@ -75,6 +92,10 @@ void emu_range_release(emu_range *r); /* NULL alloc is fine */
 hk_mem_kind emu_pointer_kind(const void *p, int *device_index);
 
 /* ---- the ops of the table (emu.c), by file; contracts in device.h ---- */
+
+/* current.c */
+int emu_current(hk_device *dev);
+void emu_set_current(hk_device *dev, int index);
 
 /* memory.c */
 hk_mem_kind emu_ptr_kind(hk_device *dev, const void *p, int *device_index);
