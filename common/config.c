@@ -269,7 +269,7 @@ static const tunable table[] = {
         "1: rank 0 tracks which ranks are late and why"),
     INT("HK_MONITOR_LIVE", 0, 0, 1, monitor_live, "0",
         "1: rank 0 sends hkrun its live table (hkrun --monitor sets it)"),
-    INT("HK_EMU_DEVICES", 8, 1, 1024, emu_devices, "8",
+    INT("HK_EMU_DEVICES", 1, 1, 1024, emu_devices, "1",
         "the emulated device only: how many devices each process sees"),
     {"HK_EMU_FAULT",
      .meaning = "the emulated device only: a fault in rank R's OP-th device "

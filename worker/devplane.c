@@ -154,8 +154,10 @@ static hk_status open_backend(hk_ctx *ctx) {
              "HK_DEVICE=none: this job takes host tensors only");
     return HK_OK;
   }
+  /* HK_GPU as it is, else the local rank modulo the visible count */
   hk_device_options opts = {.device_index =
                                 c->gpu >= 0 ? c->gpu : ctx->local_rank,
+                            .by_local_rank = c->gpu < 0,
                             .fault = {.kind = c->emu_fault_kind,
                                       .rank = c->emu_fault_rank,
                                       .op_index = c->emu_fault_op,

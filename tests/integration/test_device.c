@@ -197,6 +197,29 @@ static void test_fault_delay_only_delays(void **s) {
   run_mode(3, 0, env, "dtypes 5", "dtypes", 120);
 }
 
+/* One visible device per process (a per-rank CUDA_VISIBLE_DEVICES): every
+ * local rank takes it (the local rank modulo the count), and the results
+ * are right; an explicit HK_GPU outside the visible devices fails hk_init
+ * on that rank, naming the index and the count. */
+static void test_one_visible_device(void **s) {
+  (void)s;
+  char *one[] = {"HK_DEVICE=emu", "HK_EMU_DEVICES=1", NULL};
+  run_mode(3, 0, one, "dtypes 5", "dtypes", 120);
+  char *three[] = {"HK_DEVICE=emu", "HK_EMU_DEVICES=2", NULL};
+  run_mode(3, 0, three, "dtypes 5", "dtypes", 120);
+  char *bad[] = {"HK_DEVICE=emu", "HK_EMU_DEVICES=1", "HK_GPU=1", NULL};
+  char *argv[] = {HKRUN_PATH, "-np", "1", W_DEVICE, "dtypes", "5", NULL};
+  hkt_result r;
+  hkt_run(argv, bad, 60, &r);
+  const char *want = "device 1 requested (HK_GPU), but 1 visible";
+  if (r.timed_out || r.exit_code == 0 || hkt_count_lines(r.err, want) != 1)
+    fail_msg("HK_GPU=1 of 1: exit %d, want one '%s'\nstdout:\n%.2000s\n"
+             "stderr:\n%.2000s",
+             r.exit_code, want, r.out, r.err);
+  hkt_result_free(&r);
+  assert_int_equal(hkt_orphans(NULL, 0), 0);
+}
+
 static void test_collectives(void **s) {
   (void)s;
   run_mode(3, 0, emu_env, "collectives", "collectives", 120);
@@ -270,6 +293,7 @@ int main(void) {
       cmocka_unit_test(test_half16_average),
       cmocka_unit_test(test_mismatch),
       cmocka_unit_test(test_collectives),
+      cmocka_unit_test(test_one_visible_device),
       cmocka_unit_test(test_grouped_cache_join),
       cmocka_unit_test(test_fault_delay_only_delays),
       cmocka_unit_test(test_fault_async_error),
