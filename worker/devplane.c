@@ -284,12 +284,15 @@ void hk_devplane_set_stream(void *stream) { tl_stream = stream; }
 
 /* Whether p is device memory: the backend's answer, or without one the
  * answer of a CUDA driver the process loaded itself (device/foreign.h),
- * found once per tensor. */
-static int is_device(const hk_ctx *ctx, hk_foreign_driver drv, const void *p) {
+ * found once per tensor. *on receives the device of device memory (hk's
+ * own without a backend: there is none to compare with). */
+static int is_device(const hk_ctx *ctx, hk_foreign_driver drv, const void *p,
+                     int *on) {
+  *on = ctx->dev ? ctx->dev->index : 0;
   if (!p)
     return 0;
   if (ctx->dev)
-    return ctx->dev->ops->pointer_kind(ctx->dev, p, NULL) == HK_MEM_DEVICE;
+    return ctx->dev->ops->pointer_kind(ctx->dev, p, on) == HK_MEM_DEVICE;
   return hk_foreign_is_device(drv, p);
 }
 
@@ -298,7 +301,9 @@ void hk_devplane_classify(const hk_ctx *ctx, hk_wire_request *req,
   hk_foreign_driver drv = {NULL};
   if (!ctx->dev && (send || recv))
     drv = hk_foreign_driver_find();
-  int sd = is_device(ctx, drv, send), rd = is_device(ctx, drv, recv);
+  int son, ron;
+  int sd = is_device(ctx, drv, send, &son),
+      rd = is_device(ctx, drv, recv, &ron);
   if (!send)
     sd = rd;
   if (!recv)
@@ -307,6 +312,20 @@ void hk_devplane_classify(const hk_ctx *ctx, hk_wire_request *req,
              : sd     ? HK_WIRE_MEM_SEND_DEVICE_RECV_HOST
              : rd     ? HK_WIRE_MEM_SEND_HOST_RECV_DEVICE
                       : HK_WIRE_MEM_HOST;
+  /* a buffer on another GPU: hk's kernels would read peer memory (and
+   * poison the context); refused by the negotiation on every rank, the
+   * devices named here, where they are known */
+  const int hk_gpu = ctx->dev ? ctx->dev->index : 0;
+  const int other = sd && send && son != hk_gpu   ? son
+                    : rd && recv && ron != hk_gpu ? ron
+                                                  : -1;
+  if (other >= 0) {
+    req->mem = HK_WIRE_MEM_OTHER_DEVICE;
+    hk_log(HK_LOG_ERROR,
+           "tensor '%s': its buffer is on GPU %d, but hk uses GPU %d on rank "
+           "%d (HK_GPU, or the local rank modulo the visible count): refused",
+           req->name, other, hk_gpu, ctx->rank);
+  }
 }
 
 hk_status hk_devplane_capture(hk_ctx *ctx, hk_handle h, void *producer) {

@@ -220,6 +220,26 @@ static void test_one_visible_device(void **s) {
   assert_int_equal(hkt_orphans(NULL, 0), 0);
 }
 
+/* A tensor on another GPU than hk's is refused on every rank; the rank
+ * that has it logs both devices. */
+static void test_other_device(void **s) {
+  (void)s;
+  char *env[] = {"HK_DEVICE=emu", "HK_EMU_DEVICES=2", "HK_GPU=0", NULL};
+  char *argv[] = {HKRUN_PATH, "-np", "3", W_DEVICE, "otherdev", NULL};
+  hkt_result r;
+  hkt_run(argv, env, 120, &r);
+  const char *both = "tensor 'otherdev': its buffer is on GPU 1, but hk uses "
+                     "GPU 0 on rank 2";
+  if (r.timed_out || r.exit_code != 0 ||
+      hkt_count_lines(r.out, "device ok: otherdev") != 3 ||
+      hkt_count_lines(r.err, both) != 1)
+    fail_msg("otherdev: exit %d, want 3 ok and one '%s'\nstdout:\n%.3000s\n"
+             "stderr:\n%.3000s",
+             r.exit_code, both, r.out, r.err);
+  hkt_result_free(&r);
+  assert_int_equal(hkt_orphans(NULL, 0), 0);
+}
+
 static void test_collectives(void **s) {
   (void)s;
   run_mode(3, 0, emu_env, "collectives", "collectives", 120);
@@ -294,6 +314,7 @@ int main(void) {
       cmocka_unit_test(test_mismatch),
       cmocka_unit_test(test_collectives),
       cmocka_unit_test(test_one_visible_device),
+      cmocka_unit_test(test_other_device),
       cmocka_unit_test(test_grouped_cache_join),
       cmocka_unit_test(test_fault_delay_only_delays),
       cmocka_unit_test(test_fault_async_error),

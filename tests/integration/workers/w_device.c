@@ -18,6 +18,9 @@
  *                              hk must wait for it
  *   w_device compress COUNT    HK_COMPRESSION=fp16|bf16 round trips
  *   w_device mismatch          host vs device, and mixed buffers
+ *   w_device otherdev          the last rank's tensor on another device
+ *                              than hk's (HK_EMU_DEVICES=2, HK_GPU=0):
+ *                              refused on every rank
  *   w_device collectives       broadcast/allgather/reducescatter/alltoall
  *                              on device buffers vs host results
  *   w_device features          grouped allreduce, the response cache (one
@@ -509,6 +512,35 @@ static void mode_mismatch(void) {
     HKT_CHECK(out[i] == host[i] * (float)size, "after the mismatches");
   dev->ops->mem_free(dev, d);
   printf("device ok: mismatch np=%d\n", size);
+}
+
+/* The last rank's tensor on emu device 1 while hk uses device 0
+ * (HK_EMU_DEVICES=2, HK_GPU=0): HK_ERR_MISMATCH on every rank before any
+ * device work, naming that rank (its own log names both devices); the
+ * job goes on. */
+static void mode_otherdev(void) {
+  hk_device_options o = {.device_index = 1, .emu_devices = 2};
+  hk_device *dev1 = NULL;
+  HKT_OK(hk_device_open("emu", &o, &dev1));
+  float host[8] = {1, 2, 3, 4, 5, 6, 7, 8}, out[8];
+  float *d = dalloc(sizeof host), *d1 = NULL;
+  HKT_OK(dev1->ops->mem_alloc(dev1, sizeof host, (void **)&d1));
+  up(d, host, sizeof host);
+  float *buf = rank == size - 1 ? d1 : d;
+  hk_status st = hk_allreduce("otherdev", buf, buf, 8, HK_FLOAT32, HK_SUM);
+  char want[96];
+  snprintf(want, sizeof want, "rank %d has a buffer on another GPU", size - 1);
+  HKT_CHECK(st == HK_ERR_MISMATCH && strstr(hk_last_error(), want),
+            "other device: got %s: %s", hk_strerror(st), hk_last_error());
+  printf("otherdev: %s\n", hk_last_error());
+  HKT_OK(hk_allreduce("after", d, d, 8, HK_FLOAT32, HK_SUM));
+  down(out, d, sizeof out);
+  for (int i = 0; i < 8; i++)
+    HKT_CHECK(out[i] == host[i] * (float)size, "after the refusal");
+  dev1->ops->mem_free(dev1, d1);
+  hk_device_close(dev1);
+  dev->ops->mem_free(dev, d);
+  printf("device ok: otherdev np=%d\n", size);
 }
 
 /* Broadcast, allgather, reducescatter and alltoall on device buffers
@@ -1059,6 +1091,8 @@ int main(int argc, char **argv) {
                   argc > 3 ? argv[3] : "fp16");
   else if (!strcmp(m, "mismatch"))
     mode_mismatch();
+  else if (!strcmp(m, "otherdev"))
+    mode_otherdev();
   else if (!strcmp(m, "collectives"))
     mode_collectives();
   else if (!strcmp(m, "sets"))
