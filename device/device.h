@@ -90,9 +90,13 @@ typedef struct hk_dev_copy {
 /** Faults the emu backend injects (HK_EMU_FAULT), for CI's fault tests. */
 typedef enum hk_dev_fault_kind {
   HK_DEV_FAULT_NONE = 0,
-  HK_DEV_FAULT_ERROR = 1, /* the op fails asynchronously (async error) */
-  HK_DEV_FAULT_HANG = 2,  /* the op never completes until aborted */
-  HK_DEV_FAULT_DELAY = 3, /* the op starts delay_ms late, then succeeds */
+  HK_DEV_FAULT_ERROR = 1,   /* the op fails asynchronously (async error) */
+  HK_DEV_FAULT_HANG = 2,    /* the op never completes until aborted */
+  HK_DEV_FAULT_DELAY = 3,   /* the op starts delay_ms late, then succeeds */
+  HK_DEV_FAULT_ENQUEUE = 4, /* the op's call fails (nothing is queued) and
+                               the communicator is left in error, as an
+                               NCCL call that fails, or a settle that
+                               times out */
 } hk_dev_fault_kind;
 
 typedef struct hk_dev_fault {
@@ -104,6 +108,13 @@ typedef struct hk_dev_fault {
 
 /** What hk_device_open is told (from common/config.h; no getenv below). */
 typedef struct hk_device_options {
+  double timeout_s;       /* the longest a backend's own wait lasts (the
+                             CUDA communicator's settle: HK_TIMEOUT_S);
+                             <= 0: 60 s */
+  int (*stop)(void *arg); /* polled by those waits: nonzero ends them
+                             with HK_ERR_PEER_LOST (hkrun's abort);
+                             NULL: never; called on the waiting thread */
+  void *stop_arg;
   int device_index;   /* which GPU of this process: an index among the
                          devices it sees (HK_GPU), or the local rank */
   int by_local_rank;  /* 1: device_index is the local rank, taken modulo
@@ -143,7 +154,8 @@ typedef struct hk_device_ops {
   const char *name; /* "cuda" or "emu" */
 
   /* ---- the device ---- */
-  /** Opens the backend on device opts->device_index; *out owns it. */
+  /** Opens the backend on the device hk_device_pick chooses; *out owns
+   *  it. The calling thread's current device is as it was before. */
   hk_status (*open)(const hk_device_options *opts, hk_device **out);
   /** Closes it; every stream, event, comm and allocation must be gone. */
   void (*close)(hk_device *dev);

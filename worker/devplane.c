@@ -63,6 +63,10 @@ static int launcher_says_abort(const hk_ctx *ctx) {
   return poll(&p, 1, 0) > 0;
 }
 
+/* hk_device_options.stop: the backend's own waits (the CUDA
+ * communicator's settle) end on hkrun's abort too. */
+static int stop_requested(void *ctx) { return launcher_says_abort(ctx); }
+
 /* Waits for e; watches the communicator's async errors, hkrun's abort and
  * HK_TIMEOUT_S. Polls with a back-off from 2 us to 1 ms: the event has
  * no file descriptor to sleep on. */
@@ -117,6 +121,22 @@ static hk_status dev_wait(void *arg, hk_dev_event e, const char *what) {
   }
 }
 
+/* ---- the caller's current device ---- */
+
+/* The calling thread's current device (device.h: current), to be put back
+ * by caller_restore: every backend call makes hk's device current, and a
+ * trainer thread that chose another GPU must keep it (its next
+ * allocation would land on hk's). Trainer-thread entries only; the
+ * background thread is hk's own. -1 without a backend. */
+static int caller_device(const hk_ctx *ctx) {
+  return ctx->dev ? ctx->dev->ops->current(ctx->dev) : -1;
+}
+
+static void caller_restore(const hk_ctx *ctx, int cur) {
+  if (ctx->dev)
+    ctx->dev->ops->set_current(ctx->dev, cur);
+}
+
 /* ---- set-up ---- */
 
 static const char *const backend_names[] = {"auto", "cuda", "emu", "none"};
@@ -163,6 +183,9 @@ static hk_status open_backend(hk_ctx *ctx) {
                                       .op_index = c->emu_fault_op,
                                       .delay_ms = c->emu_fault_ms},
                             .emu_devices = c->emu_devices,
+                            .timeout_s = c->timeout_s,
+                            .stop = stop_requested,
+                            .stop_arg = ctx,
                             .job_rank = ctx->rank};
   /* auto is cuda where it opens; otherwise why not is kept for the error
    * a device tensor would get */
@@ -216,7 +239,8 @@ static hk_status make_sched(hk_ctx *ctx, struct hk_devplane *g) {
 }
 
 hk_status hk_devplane_open(hk_ctx *ctx) {
-  hk_status st = open_backend(ctx);
+  hk_status st = open_backend(ctx); /* opening changes no current device */
+  const int cur = caller_device(ctx);
   struct hk_devplane *g = NULL;
   if (st == HK_OK && ctx->dev) {
     g = calloc(1, sizeof *g);
@@ -228,11 +252,13 @@ hk_status hk_devplane_open(hk_ctx *ctx) {
   }
   if (st == HK_OK)
     st = exchange_ids(ctx, g);
+  caller_restore(ctx, cur);
   return st;
 }
 
 void hk_devplane_close(hk_ctx *ctx) {
   struct hk_devplane *g = ctx->gpu;
+  const int cur = caller_device(ctx);
   ctx->ar.dev = NULL;
   if (ctx->sets)
     ctx->sets[0]->dev = NULL;
@@ -269,6 +295,7 @@ void hk_devplane_close(hk_ctx *ctx) {
     free(g);
     ctx->gpu = NULL;
   }
+  caller_restore(ctx, cur);
   hk_device_close(ctx->dev);
   ctx->dev = NULL;
 }
@@ -301,6 +328,7 @@ void hk_devplane_classify(const hk_ctx *ctx, hk_wire_request *req,
   hk_foreign_driver drv = {NULL};
   if (!ctx->dev && (send || recv))
     drv = hk_foreign_driver_find();
+  const int cur = caller_device(ctx);
   int son, ron;
   int sd = is_device(ctx, drv, send, &son),
       rd = is_device(ctx, drv, recv, &ron);
@@ -308,6 +336,7 @@ void hk_devplane_classify(const hk_ctx *ctx, hk_wire_request *req,
     sd = rd;
   if (!recv)
     rd = sd;
+  caller_restore(ctx, cur);
   req->mem = sd && rd ? HK_WIRE_MEM_DEVICE
              : sd     ? HK_WIRE_MEM_SEND_DEVICE_RECV_HOST
              : rd     ? HK_WIRE_MEM_SEND_HOST_RECV_DEVICE
@@ -332,9 +361,11 @@ hk_status hk_devplane_capture(hk_ctx *ctx, hk_handle h, void *producer) {
   if (h->req.mem == HK_WIRE_MEM_HOST || !ctx->dev)
     return HK_OK;
   const hk_device_ops *o = ctx->dev->ops;
+  const int cur = caller_device(ctx);
   hk_status st = o->event_create(ctx->dev, &h->ready);
   if (st == HK_OK)
     st = o->event_record(ctx->dev, h->ready, (hk_dev_stream)producer);
+  caller_restore(ctx, cur);
   if (st != HK_OK) {
     char msg[HK_ERROR_MSG_CAP];
     snprintf(msg, sizeof msg, "%s", hk_last_error());
@@ -348,18 +379,22 @@ hk_status hk_devplane_capture(hk_ctx *ctx, hk_handle h, void *producer) {
 }
 
 void hk_devplane_release(hk_ctx *ctx, hk_handle h) {
-  if (ctx && ctx->dev) {
+  if (ctx && ctx->dev && (h->ready || h->done_ev)) {
+    const int cur = caller_device(ctx);
     if (h->ready)
       ctx->dev->ops->event_destroy(ctx->dev, h->ready);
     if (h->done_ev)
       ctx->dev->ops->event_destroy(ctx->dev, h->done_ev);
+    caller_restore(ctx, cur);
   }
   h->ready = h->done_ev = NULL;
 }
 
 hk_status hk_devplane_order_after(hk_ctx *ctx, void *stream, hk_dev_event e) {
+  const int cur = caller_device(ctx);
   hk_status st =
       ctx->dev->ops->stream_wait_event(ctx->dev, (hk_dev_stream)stream, e);
+  caller_restore(ctx, cur);
   if (st != HK_OK)
     return hk_fail(HK_ERR_DEVICE, "hk_wait_stream: %s", hk_last_error());
   return HK_OK;
@@ -592,6 +627,9 @@ hk_status hk_devplane_allreduce(hk_ctx *ctx, hk_set *set, hk_handle *hs,
     publish(ctx, hs, k);
   if (st == HK_OK)
     st = dev_wait(ds, g->ev_done, "the device allreduce");
+  if (st != HK_OK) /* any failure, the watchdog's or an enqueue's: the
+                      peers' operations end too, and nothing waits again */
+    abort_comm(ds);
   /* the GPU's own clock for the timeline: pack, schedule, unpack */
   hk_dev_event ends[4] = {g->ev_phase[0], g->ev_phase[1], g->ev_phase[2],
                           g->ev_done};
@@ -619,6 +657,8 @@ hk_status hk_devplane_copy(hk_ctx *ctx, hk_handle h, void *dst, const void *src,
     st = o->event_record(ctx->dev, g->ev_done, g->world.sched.stream);
   if (st == HK_OK)
     st = dev_wait(&g->world, g->ev_done, "a staging copy");
+  if (st != HK_OK)
+    abort_comm(&g->world);
   return st;
 }
 
@@ -682,9 +722,14 @@ hk_status hk_devplane_alloc(hk_ctx *ctx, size_t bytes, void **out) {
 void hk_devplane_free(hk_ctx *ctx, void *p) {
   if (!p)
     return;
-  if (ctx && ctx->dev &&
-      ctx->dev->ops->pointer_kind(ctx->dev, p, NULL) == HK_MEM_DEVICE)
+  if (!ctx || !ctx->dev) {
+    free(p);
+    return;
+  }
+  const int cur = caller_device(ctx);
+  if (ctx->dev->ops->pointer_kind(ctx->dev, p, NULL) == HK_MEM_DEVICE)
     ctx->dev->ops->mem_free(ctx->dev, p);
   else
     free(p);
+  caller_restore(ctx, cur);
 }

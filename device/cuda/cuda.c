@@ -19,7 +19,8 @@
  *   returns ncclInProgress is not on its stream yet; so each operation
  *   first waits for the communicator to settle (its init included), and
  *   when NCCL answers ncclInProgress waits again until the operation is
- *   queued, at most HKC_SETTLE_S each (then HK_ERR_TIMEOUT). Callers need
+ *   queued, at most HK_TIMEOUT_S each (hk_device_options.timeout_s; then
+ *   HK_ERR_TIMEOUT), or until hkrun aborts the job (options.stop). Callers need
  *   not poll between operations; comm_async_error still reports failures.
  * - The device: hk_device_pick's among cudaGetDeviceCount's at open
  *   (cudaSetDevice). Every entry makes it the calling thread's current
@@ -36,10 +37,10 @@
  * NCCL's ncclGetErrorString and ncclGetLastError); HK_ERR_NOMEM for
  * cudaErrorMemoryAllocation; HK_ERR_INVALID_ARG for arguments the contract
  * does not allow; HK_ERR_TIMEOUT for a communicator that stays
- * ncclInProgress past HKC_SETTLE_S; HK_ERR_CONFIG at open for what is missing
- * (no driver or GPU, the wrong NCCL, no kernels for this GPU). The message goes
- * to the calling thread's last-error buffer through libhk's hk_set_last_error
- * (device/cuda/module.h).
+ * ncclInProgress past HK_TIMEOUT_S; HK_ERR_PEER_LOST when hkrun aborts it;
+ * HK_ERR_CONFIG at open for what is missing (no driver or GPU, the wrong NCCL,
+ * no kernels for this GPU). The message goes to the calling thread's last-error
+ * buffer through libhk's hk_set_last_error (device/cuda/module.h).
  *
  * Thread-safety: device.h's (any thread; one stream fed by one thread at
  * a time). The module's only globals are set once by hk_cuda_module_bind.
@@ -133,6 +134,9 @@ typedef struct cuda_dev {
   int index;      /* the CUDA device (in this process's visible set) */
   int (*ctx_get)(void **ctx); /* the driver's cuCtxGetCurrent, or NULL */
   int (*ctx_set)(void *ctx);  /* the driver's cuCtxSetCurrent, or NULL */
+  double settle_s;            /* comm_settle's bound: opts->timeout_s */
+  int (*stop)(void *arg);     /* comm_settle's abort check: opts->stop */
+  void *stop_arg;
   int target_blocks; /* multiprocessors x blocks of the copy kernel each */
   char desc[300];    /* cudaDeviceProp.name is 256 bytes */
 } cuda_dev;
@@ -214,6 +218,14 @@ static hk_status nccl_check_version(void) {
 __attribute__((
     visibility("default"))) extern const hk_device_ops hk_cuda_device_ops;
 
+static int cuda_current(hk_device *dev);
+static void cuda_set_current(hk_device *dev, int index);
+
+/* The longest one call waits for the communicator to leave NCCL's
+ * ncclInProgress state (s) when hk_device_options gives no timeout_s:
+ * HK_TIMEOUT_S's default (common/config.c). */
+#define HKC_SETTLE_S 60
+
 /* device.h: opens device opts->device_index (0 without opts). */
 static hk_status cuda_open(const hk_device_options *opts, hk_device **out) {
   *out = NULL;
@@ -247,6 +259,9 @@ static hk_status cuda_open(const hk_device_options *opts, hk_device **out) {
     return fail(HK_ERR_NOMEM, "open: out of memory");
   d->base.ops = &hk_cuda_device_ops;
   d->base.index = d->index = index;
+  d->settle_s = opts && opts->timeout_s > 0 ? opts->timeout_s : HKC_SETTLE_S;
+  d->stop = opts ? opts->stop : NULL;
+  d->stop_arg = opts ? opts->stop_arg : NULL;
   /* cudart loaded the driver: its context calls, for current/set_current
    * (the reference taken here stays for the process, as cudart's) */
   void *drv = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
@@ -254,6 +269,7 @@ static hk_status cuda_open(const hk_device_options *opts, hk_device **out) {
     *(void **)&d->ctx_get = dlsym(drv, "cuCtxGetCurrent");
     *(void **)&d->ctx_set = dlsym(drv, "cuCtxSetCurrent");
   }
+  const int caller = cuda_current(&d->base); /* put back below */
   if ((st = enter(d)) != HK_OK)
     goto fail;
   struct cudaDeviceProp prop;
@@ -281,9 +297,11 @@ static hk_status cuda_open(const hk_device_options *opts, hk_device **out) {
   d->target_blocks = prop.multiProcessorCount * per_sm;
   snprintf(d->desc, sizeof d->desc, "%s (sm_%d%d)", prop.name, prop.major,
            prop.minor);
+  cuda_set_current(&d->base, caller);
   *out = &d->base;
   return HK_OK;
 fail:
+  cuda_set_current(&d->base, caller);
   free(d);
   return st;
 }
@@ -704,17 +722,14 @@ static hk_status nccl_op(hk_op op, ncclRedOp_t *out) {
   return fail(HK_ERR_INVALID_ARG, "unknown reduction op %d", (int)op);
 }
 
-/* The longest one call waits for the communicator to leave NCCL's
- * ncclInProgress state (s): HK_TIMEOUT_S's default (common/config.c). The
- * backend is not told HK_TIMEOUT_S; the worker's own watchdog bounds the
- * waits for the work itself. */
-#define HKC_SETTLE_S 60
-
 /* Waits while the communicator is ncclInProgress (its init, or NCCL still
  * enqueueing the previous operation: connections are set up on first use),
  * polling ncclCommGetAsyncError with a back-off from 20 us to 1 ms, at
- * most HKC_SETTLE_S. HK_OK once it is ncclSuccess; HK_ERR_SYSTEM with
- * NCCL's reason once it failed; HK_ERR_TIMEOUT past the bound. */
+ * most the device's settle_s (HK_TIMEOUT_S), and asking its stop check
+ * (hkrun's abort) at every poll: the worker's watchdog's checks. HK_OK
+ * once it is ncclSuccess; HK_ERR_SYSTEM with NCCL's reason once it
+ * failed; HK_ERR_TIMEOUT past the bound; HK_ERR_PEER_LOST when stopped.
+ * The caller (worker/devplane.c) aborts the communicator on any error. */
 static hk_status comm_settle(hk_dev_comm c, const char *what) {
   struct timespec t0, now;
   clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -732,13 +747,21 @@ static hk_status comm_settle(hk_dev_comm c, const char *what) {
                what, c->rank, c->nranks);
       return fail_nccl_as(HK_ERR_SYSTEM, state, c->nc, w);
     }
+    const cuda_dev *d = c->dev;
+    if (d->stop && d->stop(d->stop_arg))
+      return fail(HK_ERR_PEER_LOST,
+                  "%s: hkrun stopped the job while the NCCL communicator "
+                  "(rank %d of %d) was busy",
+                  what, c->rank, c->nranks);
     clock_gettime(CLOCK_MONOTONIC, &now);
-    if (now.tv_sec - t0.tv_sec >= HKC_SETTLE_S)
+    double waited = (double)(now.tv_sec - t0.tv_sec) +
+                    (double)(now.tv_nsec - t0.tv_nsec) * 1e-9;
+    if (waited >= d->settle_s)
       return fail(HK_ERR_TIMEOUT,
                   "%s: the NCCL communicator (rank %d of %d) was still busy "
                   "(its init, or enqueueing the previous operation) after "
-                  "%d s",
-                  what, c->rank, c->nranks, HKC_SETTLE_S);
+                  "HK_TIMEOUT_S = %g s",
+                  what, c->rank, c->nranks, d->settle_s);
     struct timespec nap = {0, ns};
     nanosleep(&nap, NULL);
     ns = ns < 500000 ? ns * 2 : 1000000;

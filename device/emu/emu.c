@@ -29,7 +29,7 @@ static hk_status emu_open(const hk_device_options *opts, hk_device **out) {
                    opts->by_local_rank ? "the local rank" : "HK_GPU", count,
                    count);
   const hk_dev_fault *f = &opts->fault;
-  if (f->kind < HK_DEV_FAULT_NONE || f->kind > HK_DEV_FAULT_DELAY ||
+  if (f->kind < HK_DEV_FAULT_NONE || f->kind > HK_DEV_FAULT_ENQUEUE ||
       (f->kind && (f->rank < 0 || f->op_index < 0 || f->delay_ms < 0)))
     return hk_fail(HK_ERR_INVALID_ARG,
                    "emu: open: bad fault (kind %d, rank %d, op %d, %d ms)",

@@ -186,8 +186,9 @@ void emu_driver_close(void);
  *  job_rank and index. */
 int emu_fault_for(const emu_device *dev, unsigned index);
 
-/** "injected async error (HK_EMU_FAULT) in allreduce #3 on rank 1". */
-void emu_fault_message(char *buf, size_t cap, const char *op_name,
+/** "injected async error (HK_EMU_FAULT) in allreduce #3 on rank 1"; for
+ *  kind HK_DEV_FAULT_ENQUEUE "injected enqueue failure (...)...". */
+void emu_fault_message(char *buf, size_t cap, int kind, const char *op_name,
                        unsigned index, int job_rank);
 
 /* ---- small helpers ---- */

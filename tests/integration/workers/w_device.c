@@ -18,6 +18,10 @@
  *                              hk must wait for it
  *   w_device compress COUNT    HK_COMPRESSION=fp16|bf16 round trips
  *   w_device mismatch          host vs device, and mixed buffers
+ *   w_device current           the calling thread's current device (1,
+ *                              while hk uses 0: HK_EMU_DEVICES=2,
+ *                              HK_GPU=0) is the same after hk_init, a
+ *                              device submit, hk_wait_stream and hk_free
  *   w_device otherdev          the last rank's tensor on another device
  *                              than hk's (HK_EMU_DEVICES=2, HK_GPU=0):
  *                              refused on every rank
@@ -26,7 +30,9 @@
  *   w_device features          grouped allreduce, the response cache (one
  *                              name over steps) and hk_join on device
  *                              tensors
- *   w_device fault             allreduces until one fails (HK_EMU_FAULT)
+ *   w_device fault [linger R]  allreduces until one fails (HK_EMU_FAULT);
+ *                              with linger, rank R then stays (without
+ *                              hk_shutdown) until hkrun ends it
  *   w_device moves             int16 and bool on device buffers:
  *                              broadcast, allgather and alltoall vs host
  *   w_device intscale          integer prescale/postscale on device
@@ -55,8 +61,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "collectives/ring.h"
+#include "common/config.h"
 #include "common/half.h"
 #include "device/device.h"
 #include "device/emu/emu.h"
@@ -448,7 +456,7 @@ static void mode_compress(size_t count, const char *kind) {
   }
   uint16_t *lsum = malloc(count * 2 + 2);
   model(lsum, (void *const *)lin, size, 1, count, low, HK_SUM);
-  float *want = malloc(count * 4 + 4), *got = malloc(count * 4 + 4);
+  float *want = calloc(count + 1, 4), *got = malloc(count * 4 + 4);
   for (size_t i = 0; i < count; i++)
     want[i] =
         (low == HK_FLOAT16 ? hk_f16_to_f32(lsum[i]) : hk_bf16_to_f32(lsum[i])) /
@@ -512,6 +520,48 @@ static void mode_mismatch(void) {
     HKT_CHECK(out[i] == host[i] * (float)size, "after the mismatches");
   dev->ops->mem_free(dev, d);
   printf("device ok: mismatch np=%d\n", size);
+}
+
+/* The calling thread's current device before and after each hk call
+ * that enters the backend on it: hk may make its own device current for
+ * its calls, but puts the caller's back (mode current). */
+static void same_current(int want, const char *after) {
+  int cur = dev->ops->current(dev);
+  HKT_CHECK(cur == want, "%s left the thread's current device at %d, not %d",
+            after, cur, want);
+}
+
+static void submit_wait(const hk_collective *c);
+
+static void mode_current(void) {
+  float host[8] = {1, 2, 3, 4, 5, 6, 7, 8}, out[8];
+  float *d = dalloc(sizeof host); /* our calls make device 0 current */
+  up(d, host, sizeof host);
+  dev->ops->set_current(dev, 1);
+  hk_handle h;
+  HKT_OK(hk_allreduce_async("current", d, d, 8, HK_FLOAT32, HK_SUM, &h));
+  same_current(1, "a device submit");
+  HKT_OK(hk_wait_stream(h, NULL));
+  same_current(1, "hk_wait_stream");
+  down(out, d, sizeof out);
+  for (int i = 0; i < 8; i++)
+    HKT_CHECK(out[i] == host[i] * (float)size, "current: element %d", i);
+  void *g = NULL;
+  size_t rows[64];
+  hk_collective ag = {.kind = HK_ALLGATHER,
+                      .name = "current.gather",
+                      .dtype = HK_FLOAT32,
+                      .sendbuf = d,
+                      .rows = 1,
+                      .row_elems = 8,
+                      .recvbuf_out = &g,
+                      .rows_out = rows};
+  submit_wait(&ag);
+  dev->ops->set_current(dev, 1);
+  hk_free(g);
+  same_current(1, "hk_free of a device output");
+  dev->ops->mem_free(dev, d);
+  printf("device ok: current np=%d\n", size);
 }
 
 /* The last rank's tensor on emu device 1 while hk uses device 0
@@ -836,7 +886,7 @@ static void mode_features(void) {
 }
 
 /* Allreduces until one fails: prints the error and exits 3. */
-static void mode_fault(void) {
+static void mode_fault(int linger) {
   const size_t count = 1000;
   float *d = dalloc(count * 4);
   for (int i = 0; i < 20; i++) {
@@ -847,6 +897,10 @@ static void mode_fault(void) {
       printf("rank %d failed: %s: %s\n", rank, hk_strerror(st),
              hk_last_error());
       fflush(stdout);
+      while (rank == linger) /* a trainer that carries on: its hk_shutdown
+                                would end the communicator for it; hkrun
+                                ends it once the others have failed */
+        pause();
       hk_shutdown();
       exit(3);
     }
@@ -1070,12 +1124,31 @@ static void mode_sets(int fold) {
 
 int main(int argc, char **argv) {
   HKT_CHECK(argc >= 2, "usage: w_device MODE [ARGS...]");
+  const char *m = argv[1];
+  /* the device hk takes (HK_GPU, else the local rank modulo
+   * HK_EMU_DEVICES): the test's tensors must be on it */
+  hk_config cfg;
+  HKT_OK(hk_config_load(&cfg));
+  hk_device_options opts = {.device_index = cfg.gpu,
+                            .emu_devices = cfg.emu_devices};
+  const int early = !strcmp(m, "current"); /* hk_init keeps it too */
+  if (early) {
+    HKT_CHECK(cfg.gpu >= 0, "w_device current: set HK_GPU");
+    HKT_OK(hk_device_open("emu", &opts, &dev));
+    dev->ops->set_current(dev, 1);
+  }
   HKT_OK(hk_init());
+  if (early) {
+    same_current(1, "hk_init");
+  } else {
+    if (cfg.gpu < 0) {
+      opts.device_index = hk_local_rank();
+      opts.by_local_rank = 1;
+    }
+    HKT_OK(hk_device_open("emu", &opts, &dev));
+  }
   rank = hk_rank();
   size = hk_size();
-  hk_device_options opts = {0};
-  HKT_OK(hk_device_open("emu", &opts, &dev));
-  const char *m = argv[1];
   if (!strcmp(m, "dtypes"))
     mode_cases(argc, argv, size, 1, 0, m);
   else if (!strcmp(m, "ring"))
@@ -1091,6 +1164,8 @@ int main(int argc, char **argv) {
                   argc > 3 ? argv[3] : "fp16");
   else if (!strcmp(m, "mismatch"))
     mode_mismatch();
+  else if (!strcmp(m, "current"))
+    mode_current();
   else if (!strcmp(m, "otherdev"))
     mode_otherdev();
   else if (!strcmp(m, "collectives"))
@@ -1100,7 +1175,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(m, "features"))
     mode_features();
   else if (!strcmp(m, "fault"))
-    mode_fault();
+    mode_fault(argc > 3 && !strcmp(argv[2], "linger") ? atoi(argv[3]) : -1);
   else if (!strcmp(m, "moves"))
     mode_moves();
   else if (!strcmp(m, "intscale"))
