@@ -195,8 +195,12 @@ typedef struct hk_device_ops {
   hk_status (*stream_create)(hk_device *dev, hk_dev_stream *out);
   /** Destroys a stream after its queued work has finished. */
   void (*stream_destroy)(hk_device *dev, hk_dev_stream s);
-  /** Creates an event (timing enabled: event_elapsed works on it). */
+  /** Creates an event without timing (cudaEventDisableTiming: recording
+   *  and waiting on it cost less); event_elapsed refuses it. */
   hk_status (*event_create)(hk_device *dev, hk_dev_event *out);
+  /** Creates an event with timing, for event_elapsed (the timeline's
+   *  phase events, benchmarks). */
+  hk_status (*event_create_timed)(hk_device *dev, hk_dev_event *out);
   void (*event_destroy)(hk_device *dev, hk_dev_event e);
   /** CUDA's cudaEventRecord: the event completes when s reaches this
    *  point. s NULL means the default stream of the calling context. */
@@ -210,7 +214,9 @@ typedef struct hk_device_ops {
    *  event was never recorded), else 0. A failure of the captured work is
    *  returned as an error. */
   hk_status (*event_query)(hk_device *dev, hk_dev_event e, int *done);
-  /** Milliseconds between two completed events (cudaEventElapsedTime). */
+  /** Milliseconds between two completed events (cudaEventElapsedTime),
+   *  both made by event_create_timed: HK_ERR_INVALID_ARG (emu) or
+   *  HK_ERR_SYSTEM (cuda) otherwise. */
   hk_status (*event_elapsed)(hk_device *dev, hk_dev_event start,
                              hk_dev_event end, float *ms);
 

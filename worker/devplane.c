@@ -20,6 +20,10 @@
 #include "device/foreign.h"
 #include "device/host/reduce.h"
 
+/* Spare per-tensor events (a handle's ready and done) kept for reuse:
+ * creating one per tensor and step costs a driver call each. */
+#define EVENT_POOL 256
+
 /* One process set's device communicator and what its schedules run on:
  * the world's streams, events and staging slots, its own communicator
  * among its members on this host. */
@@ -42,8 +46,11 @@ struct hk_devplane {
   size_t *off; /* where the batch's segment j has reached, nseg */
   size_t off_cap;
   hk_dev_event ev_done;
-  hk_dev_event ev_phase[3]; /* before the pack, after it, after the
-                               schedule (ev_done ends the unpack) */
+  hk_dev_event ev_phase[3];      /* before the pack, after it, after the
+                                    schedule (ev_done ends the unpack) */
+  pthread_mutex_t pool_mu;       /* the spare per-tensor events: */
+  hk_dev_event pool[EVENT_POOL]; /* made by event_create, kept for reuse */
+  int npool;
 };
 
 /* ---- the watchdog ---- */
@@ -119,6 +126,43 @@ static hk_status dev_wait(void *arg, hk_dev_event e, const char *what) {
     nanosleep(&ts, NULL);
     ns = ns < 500000 ? ns * 2 : 1000000;
   }
+}
+
+/* ---- per-tensor events, reused ---- */
+
+/* An event for a handle (without timing): a spare one, else a new one.
+ * Any thread. Errors: the backend's event_create. */
+static hk_status event_get(hk_ctx *ctx, hk_dev_event *out) {
+  struct hk_devplane *g = ctx->gpu;
+  *out = NULL;
+  if (g) {
+    pthread_mutex_lock(&g->pool_mu);
+    if (g->npool > 0)
+      *out = g->pool[--g->npool];
+    pthread_mutex_unlock(&g->pool_mu);
+    if (*out)
+      return HK_OK;
+  }
+  return ctx->dev->ops->event_create(ctx->dev, out);
+}
+
+/* Gives back what event_get gave (NULL is fine): kept while the pool has
+ * room (a later record replaces its capture; a stream that waited on it
+ * waited on the capture it had then), else destroyed. Any thread. */
+static void event_put(hk_ctx *ctx, hk_dev_event e) {
+  struct hk_devplane *g = ctx->gpu;
+  if (!e)
+    return;
+  if (g) {
+    pthread_mutex_lock(&g->pool_mu);
+    int kept = g->npool < EVENT_POOL;
+    if (kept)
+      g->pool[g->npool++] = e;
+    pthread_mutex_unlock(&g->pool_mu);
+    if (kept)
+      return;
+  }
+  ctx->dev->ops->event_destroy(ctx->dev, e);
 }
 
 /* ---- the caller's current device ---- */
@@ -231,10 +275,12 @@ static hk_status make_sched(hk_ctx *ctx, struct hk_devplane *g) {
   }
   if (st == HK_OK)
     st = o->event_create(ctx->dev, &s->ev_ready);
+  /* the timeline's phase events (ev_done ends the last phase): timed; every
+   * other event is made without timing (cheaper to record and wait on) */
   if (st == HK_OK)
-    st = o->event_create(ctx->dev, &g->ev_done);
+    st = o->event_create_timed(ctx->dev, &g->ev_done);
   for (int i = 0; i < 3 && st == HK_OK; i++)
-    st = o->event_create(ctx->dev, &g->ev_phase[i]);
+    st = o->event_create_timed(ctx->dev, &g->ev_phase[i]);
   return st;
 }
 
@@ -246,6 +292,8 @@ hk_status hk_devplane_open(hk_ctx *ctx) {
     g = calloc(1, sizeof *g);
     if (!g)
       st = hk_fail(HK_ERR_NOMEM, "cannot allocate the device plane");
+    else
+      pthread_mutex_init(&g->pool_mu, NULL);
     ctx->gpu = g;
     if (st == HK_OK)
       st = make_sched(ctx, g);
@@ -287,6 +335,9 @@ void hk_devplane_close(hk_ctx *ctx) {
     for (int i = 0; i < 3; i++)
       if (g->ev_phase[i])
         o->event_destroy(ctx->dev, g->ev_phase[i]);
+    for (int i = 0; i < g->npool; i++)
+      o->event_destroy(ctx->dev, g->pool[i]);
+    pthread_mutex_destroy(&g->pool_mu);
     o->mem_free(ctx->dev, g->fusion);
     free(s->segs);
     free(g->items);
@@ -362,7 +413,7 @@ hk_status hk_devplane_capture(hk_ctx *ctx, hk_handle h, void *producer) {
     return HK_OK;
   const hk_device_ops *o = ctx->dev->ops;
   const int cur = caller_device(ctx);
-  hk_status st = o->event_create(ctx->dev, &h->ready);
+  hk_status st = event_get(ctx, &h->ready);
   if (st == HK_OK)
     st = o->event_record(ctx->dev, h->ready, (hk_dev_stream)producer);
   caller_restore(ctx, cur);
@@ -381,10 +432,8 @@ hk_status hk_devplane_capture(hk_ctx *ctx, hk_handle h, void *producer) {
 void hk_devplane_release(hk_ctx *ctx, hk_handle h) {
   if (ctx && ctx->dev && (h->ready || h->done_ev)) {
     const int cur = caller_device(ctx);
-    if (h->ready)
-      ctx->dev->ops->event_destroy(ctx->dev, h->ready);
-    if (h->done_ev)
-      ctx->dev->ops->event_destroy(ctx->dev, h->done_ev);
+    event_put(ctx, h->ready);
+    event_put(ctx, h->done_ev);
     caller_restore(ctx, cur);
   }
   h->ready = h->done_ev = NULL;
@@ -409,12 +458,12 @@ static void publish(hk_ctx *ctx, hk_handle *hs, uint32_t k) {
   for (uint32_t i = 0; i < k; i++) {
     if (hs[i]->phantom || hs[i]->parent)
       continue; /* nobody waits on it alone */
-    if (o->event_create(ctx->dev, &hs[i]->done_ev) != HK_OK) {
+    if (event_get(ctx, &hs[i]->done_ev) != HK_OK) {
       hs[i]->done_ev = NULL;
       continue;
     }
     if (o->event_record(ctx->dev, hs[i]->done_ev, s) != HK_OK) {
-      o->event_destroy(ctx->dev, hs[i]->done_ev);
+      event_put(ctx, hs[i]->done_ev);
       hs[i]->done_ev = NULL;
     }
   }

@@ -10,7 +10,8 @@
  *   hk's streams never serialise with the legacy default stream); a NULL
  *   stream argument means the legacy default stream (cudaStreamLegacy),
  *   whatever the caller compiled its default-stream mode to.
- * - hk_dev_event is a cudaEvent_t with timing enabled.
+ * - hk_dev_event is a cudaEvent_t, made with cudaEventDisableTiming by
+ *   event_create and with timing by event_create_timed.
  * - hk_dev_comm wraps a non-blocking ncclComm_t (config.blocking = 0):
  *   comm_init returns while NCCL connects (comm_async_error,
  *   ncclCommGetAsyncError: *pending = 1). NCCL forbids any call on a
@@ -449,17 +450,27 @@ static void cuda_stream_destroy(hk_device *dev, hk_dev_stream s) {
 
 /* A cudaEventDefault event (timing on); the caller owns it
  * (event_destroy, which CUDA defers until its captured work is done). */
-static hk_status cuda_event_create(hk_device *dev, hk_dev_event *out) {
+static hk_status event_new(hk_device *dev, unsigned flags, hk_dev_event *out) {
   *out = NULL;
   hk_status st = enter(as_dev(dev));
   if (st != HK_OK)
     return st;
   cudaEvent_t e;
-  cudaError_t r = cudaEventCreateWithFlags(&e, cudaEventDefault);
+  cudaError_t r = cudaEventCreateWithFlags(&e, flags);
   if (r != cudaSuccess)
     return fail_cuda(r, "cudaEventCreateWithFlags");
   *out = (hk_dev_event)e;
   return HK_OK;
+}
+
+/* device.h: an event without timing (cheaper to record and wait on). */
+static hk_status cuda_event_create(hk_device *dev, hk_dev_event *out) {
+  return event_new(dev, cudaEventDisableTiming, out);
+}
+
+/* device.h: an event event_elapsed can time. */
+static hk_status cuda_event_create_timed(hk_device *dev, hk_dev_event *out) {
+  return event_new(dev, cudaEventDefault, out);
 }
 
 /* cudaEventDestroy (NULL is fine). */
@@ -1050,6 +1061,7 @@ const hk_device_ops hk_cuda_device_ops = {
     .stream_create = cuda_stream_create,
     .stream_destroy = cuda_stream_destroy,
     .event_create = cuda_event_create,
+    .event_create_timed = cuda_event_create_timed,
     .event_destroy = cuda_event_destroy,
     .event_record = cuda_event_record,
     .stream_wait_event = cuda_stream_wait_event,

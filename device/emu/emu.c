@@ -76,6 +76,7 @@ const hk_device_ops hk_emu_device_ops = {
     .stream_create = emu_stream_create,
     .stream_destroy = emu_stream_destroy,
     .event_create = emu_event_create,
+    .event_create_timed = emu_event_create_timed,
     .event_destroy = emu_event_destroy,
     .event_record = emu_event_record,
     .stream_wait_event = emu_stream_wait_event,

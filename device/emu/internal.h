@@ -108,6 +108,7 @@ void emu_host_free(hk_device *dev, void *p);
 hk_status emu_stream_create(hk_device *dev, hk_dev_stream *out);
 void emu_stream_destroy(hk_device *dev, hk_dev_stream s);
 hk_status emu_event_create(hk_device *dev, hk_dev_event *out);
+hk_status emu_event_create_timed(hk_device *dev, hk_dev_event *out);
 void emu_event_destroy(hk_device *dev, hk_dev_event e);
 hk_status emu_event_record(hk_device *dev, hk_dev_event e, hk_dev_stream s);
 hk_status emu_stream_wait_event(hk_device *dev, hk_dev_stream s,

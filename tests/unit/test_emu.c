@@ -68,6 +68,14 @@ static hk_dev_event new_event(hk_device *dev) {
   return made.events[made.n_events++] = e;
 }
 
+/* new_event with timing (event_elapsed takes it). */
+static hk_dev_event new_timed_event(hk_device *dev) {
+  assert_true(made.n_events < MADE_MAX);
+  hk_dev_event e = NULL;
+  assert_int_equal(dev->ops->event_create_timed(dev, &e), HK_OK);
+  return made.events[made.n_events++] = e;
+}
+
 /* Destroys what new_event and new_stream made (events first; a stream's
  * destroy waits for its queued work), closes dev and asserts that no
  * device memory is left allocated. */
@@ -824,7 +832,8 @@ static void test_event_elapsed(void **state) {
   hk_device *dev = *state; /* emu device 0, see emu_up */
   const hk_device_ops *ops = dev->ops;
   hk_dev_stream a = new_stream(dev);
-  hk_dev_event e0 = new_event(dev), e1 = new_event(dev), never = new_event(dev);
+  hk_dev_event e0 = new_timed_event(dev), e1 = new_timed_event(dev),
+               never = new_timed_event(dev);
   float ms = -1;
   assert_int_equal(ops->event_elapsed(dev, e0, never, &ms), HK_ERR_INVALID_ARG);
   assert_non_null(strstr(hk_last_error(), "never recorded"));
@@ -945,8 +954,30 @@ static void test_current_device(void **state) {
   close_emu(d0);
 }
 
+/* event_create makes events without timing (cudaEventDisableTiming):
+ * event_elapsed refuses them, completed or not, as CUDA does. */
+static void test_event_untimed(void **state) {
+  hk_device *dev = *state; /* emu device 0, see emu_up */
+  const hk_device_ops *ops = dev->ops;
+  hk_dev_stream a = new_stream(dev);
+  hk_dev_event t = new_timed_event(dev), u = new_event(dev);
+  assert_int_equal(ops->event_record(dev, t, a), HK_OK);
+  assert_int_equal(ops->event_record(dev, u, a), HK_OK);
+  sync_stream(dev, a);
+  expect_done(dev, u, 1); /* it orders and completes as any event */
+  float ms = -1;
+  assert_int_equal(ops->event_elapsed(dev, t, u, &ms), HK_ERR_INVALID_ARG);
+  assert_non_null(strstr(hk_last_error(), "the end event was made without "
+                                          "timing"));
+  assert_int_equal(ops->event_elapsed(dev, u, t, &ms), HK_ERR_INVALID_ARG);
+  assert_non_null(strstr(hk_last_error(), "the start event"));
+  assert_int_equal(ops->event_elapsed(dev, t, t, &ms), HK_OK);
+  assert_true(ms == 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      EMU_TEST(test_event_untimed),
       cmocka_unit_test(test_devices),
       cmocka_unit_test(test_current_device),
       EMU_TEST(test_host_deref_crashes),
