@@ -492,6 +492,24 @@ static void mode_compress(size_t count, const char *kind) {
   dev->ops->mem_free(dev, d);
 }
 
+/* A refusal on every rank: st is HK_ERR_MISMATCH naming `want`; printed
+ * as "<label>: <message>". */
+static void expect_refused(hk_status st, const char *want, const char *label) {
+  HKT_CHECK(st == HK_ERR_MISMATCH && strstr(hk_last_error(), want),
+            "%s: got %s: %s", label, hk_strerror(st), hk_last_error());
+  printf("%s: %s\n", label, hk_last_error());
+}
+
+/* After a refusal the job goes on: d (8 floats, host's values on every
+ * rank) allreduces to size x host. */
+static void expect_job_goes_on(float *d, const float host[8]) {
+  float out[8];
+  HKT_OK(hk_allreduce("after", d, d, 8, HK_FLOAT32, HK_SUM));
+  down(out, d, sizeof out);
+  for (int i = 0; i < 8; i++)
+    HKT_CHECK(out[i] == host[i] * (float)size, "after the refusal: [%d]", i);
+}
+
 /* Host on rank 0, device elsewhere: a mismatch on every rank, before any
  * device work; then sendbuf on the device with recvbuf on the host on
  * the last rank. The job goes on afterwards. */
@@ -502,22 +520,15 @@ static void mode_mismatch(void) {
   hk_status st =
       hk_allreduce("kind", rank == 0 ? (void *)host : (void *)d,
                    rank == 0 ? (void *)host : (void *)d, 8, HK_FLOAT32, HK_SUM);
-  HKT_CHECK(st == HK_ERR_MISMATCH && strstr(hk_last_error(), "memory kind"),
-            "host vs device: got %s: %s", hk_strerror(st), hk_last_error());
-  printf("mismatch 1: %s\n", hk_last_error());
+  expect_refused(st, "memory kind", "mismatch 1");
   float out[8];
   int mixed = rank == size - 1;
   st = hk_allreduce("mixed", d, mixed ? (void *)out : (void *)d, 8, HK_FLOAT32,
                     HK_SUM);
   char want[64];
   snprintf(want, sizeof want, "rank %d has sendbuf on the device", size - 1);
-  HKT_CHECK(st == HK_ERR_MISMATCH && strstr(hk_last_error(), want),
-            "mixed buffers: got %s: %s", hk_strerror(st), hk_last_error());
-  printf("mismatch 2: %s\n", hk_last_error());
-  HKT_OK(hk_allreduce("after", d, d, 8, HK_FLOAT32, HK_SUM));
-  down(out, d, sizeof out);
-  for (int i = 0; i < 8; i++)
-    HKT_CHECK(out[i] == host[i] * (float)size, "after the mismatches");
+  expect_refused(st, want, "mismatch 2");
+  expect_job_goes_on(d, host);
   dev->ops->mem_free(dev, d);
   printf("device ok: mismatch np=%d\n", size);
 }
@@ -572,7 +583,7 @@ static void mode_otherdev(void) {
   hk_device_options o = {.device_index = 1, .emu_devices = 2};
   hk_device *dev1 = NULL;
   HKT_OK(hk_device_open("emu", &o, &dev1));
-  float host[8] = {1, 2, 3, 4, 5, 6, 7, 8}, out[8];
+  float host[8] = {1, 2, 3, 4, 5, 6, 7, 8};
   float *d = dalloc(sizeof host), *d1 = NULL;
   HKT_OK(dev1->ops->mem_alloc(dev1, sizeof host, (void **)&d1));
   up(d, host, sizeof host);
@@ -580,13 +591,8 @@ static void mode_otherdev(void) {
   hk_status st = hk_allreduce("otherdev", buf, buf, 8, HK_FLOAT32, HK_SUM);
   char want[96];
   snprintf(want, sizeof want, "rank %d has a buffer on another GPU", size - 1);
-  HKT_CHECK(st == HK_ERR_MISMATCH && strstr(hk_last_error(), want),
-            "other device: got %s: %s", hk_strerror(st), hk_last_error());
-  printf("otherdev: %s\n", hk_last_error());
-  HKT_OK(hk_allreduce("after", d, d, 8, HK_FLOAT32, HK_SUM));
-  down(out, d, sizeof out);
-  for (int i = 0; i < 8; i++)
-    HKT_CHECK(out[i] == host[i] * (float)size, "after the refusal");
+  expect_refused(st, want, "otherdev");
+  expect_job_goes_on(d, host);
   dev1->ops->mem_free(dev1, d1);
   hk_device_close(dev1);
   dev->ops->mem_free(dev, d);
