@@ -1014,14 +1014,12 @@ static void cuda_comm_abort(hk_dev_comm c) {
   free(c);
 }
 
-/* Bound of comm_destroy's wait for ncclCommFinalize (ms): a healthy
- * communicator whose operations have completed finalises in
- * milliseconds; past this the peers are taken to be gone and the
- * communicator is aborted instead. */
-#define HKC_FINALIZE_MS 60000
-
 /* ncclCommFinalize (non-blocking: polled until no longer in progress),
- * then ncclCommDestroy; a failure on the way aborts. */
+ * then ncclCommDestroy; a failure on the way aborts. A healthy
+ * communicator whose operations have completed finalises in milliseconds;
+ * past the device's settle_s (HK_TIMEOUT_S), or once hkrun aborts the job,
+ * the peers are taken to be gone and the communicator is aborted
+ * instead. */
 static void cuda_comm_destroy(hk_dev_comm c) {
   if (!c)
     return;
@@ -1034,7 +1032,9 @@ static void cuda_comm_destroy(hk_dev_comm c) {
     r = ncclCommGetAsyncError(c->nc, &state);
     if (r != ncclSuccess || state != ncclInProgress)
       break;
-    if (waited_us >= HKC_FINALIZE_MS * 1000L)
+    const cuda_dev *d = c->dev;
+    if (waited_us >= (long)(d->settle_s * 1e6) ||
+        (d->stop && d->stop(d->stop_arg)))
       break;
     nanosleep(&nap, NULL);
     waited_us += 200;
