@@ -118,4 +118,9 @@ hk_status hk_emu_comm_wait_arrived(hk_dev_comm c, int n);
  *  for leak checks in tests. Thread-safe. */
 size_t hk_emu_live_allocations(void);
 
+/** Number of events event_create and event_create_timed have made in this
+ *  process so far (all handles; destroyed ones too): for tests that check
+ *  that events are reused. Thread-safe. */
+size_t hk_emu_events_created(void);
+
 #endif

@@ -270,6 +270,11 @@ static hk_status mark_op_new(emu_mark *m,
 
 /* ---- events ---- */
 
+/* Events made so far in the process (hk_emu_events_created). */
+static atomic_size_t events_created;
+
+size_t hk_emu_events_created(void) { return atomic_load(&events_created); }
+
 static hk_status event_new(hk_device *dev, int timed, hk_dev_event *out) {
   const char *what = timed ? "event_create_timed" : "event_create";
   *out = NULL;
@@ -280,6 +285,7 @@ static hk_status event_new(hk_device *dev, int timed, hk_dev_event *out) {
     return hk_fail(HK_ERR_NOMEM, "emu: %s: out of host memory", what);
   pthread_mutex_init(&e->mu, NULL);
   e->timed = timed;
+  atomic_fetch_add(&events_created, 1);
   *out = e;
   return HK_OK;
 }

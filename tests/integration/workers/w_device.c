@@ -21,7 +21,8 @@
  *   w_device current           the calling thread's current device (1,
  *                              while hk uses 0: HK_EMU_DEVICES=2,
  *                              HK_GPU=0) is the same after hk_init, a
- *                              device submit, hk_wait_stream and hk_free
+ *                              device submit, hk_wait_stream and hk_free;
+ *                              100 more steps reuse their events
  *   w_device otherdev          the last rank's tensor on another device
  *                              than hk's (HK_EMU_DEVICES=2, HK_GPU=0):
  *                              refused on every rank
@@ -557,6 +558,17 @@ static void mode_current(void) {
   down(out, d, sizeof out);
   for (int i = 0; i < 8; i++)
     HKT_CHECK(out[i] == host[i] * (float)size, "current: element %d", i);
+  /* a handle's events are reused: 100 more steps make at most a few */
+  const size_t made = hk_emu_events_created();
+  for (int i = 0; i < 100; i++) {
+    char name[32]; /* a name may still be in flight after hk_wait_stream */
+    snprintf(name, sizeof name, "reuse.%d", i);
+    HKT_OK(hk_allreduce_async(name, d, d, 8, HK_FLOAT32, HK_SUM, &h));
+    HKT_OK(hk_wait_stream(h, NULL));
+  }
+  HKT_CHECK(hk_emu_events_created() - made <= 8,
+            "100 device allreduces made %zu events (reused: a few)",
+            hk_emu_events_created() - made);
   void *g = NULL;
   size_t rows[64];
   hk_collective ag = {.kind = HK_ALLGATHER,
