@@ -109,8 +109,8 @@ void hkb_kernels(const hkb_opts *o) {
   hk_dev_stream s;
   hk_dev_event a, b;
   ok(d->ops->stream_create(d, &s), "stream_create");
-  ok(d->ops->event_create(d, &a), "event_create");
-  ok(d->ops->event_create(d, &b), "event_create");
+  ok(d->ops->event_create_timed(d, &a), "event_create_timed");
+  ok(d->ops->event_create_timed(d, &b), "event_create_timed");
   double *t = malloc((size_t)iters * sizeof *t);
   kargs *k = calloc(1, sizeof *k);
   k->src = hkb_dev_alloc(o->max_bytes);

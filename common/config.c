@@ -285,11 +285,13 @@ static const tunable table[] = {
         "1: rank 0 tracks which ranks are late and why"),
     INT("HK_MONITOR_LIVE", 0, 0, 1, monitor_live, "0",
         "1: rank 0 sends hkrun its live table (hkrun --monitor sets it)"),
+    INT("HK_EMU_DEVICES", 1, 1, 1024, emu_devices, "1",
+        "the emulated device only: how many devices each process sees"),
     {"HK_EMU_FAULT",
      .meaning = "the emulated device only: a fault in rank R's OP-th device "
                 "communicator operation (counted from 0)",
      .kind = HK_TUNABLE_SPECIAL, .parse = parse_fault, .def_text = "(none)",
-     .values_text = "error:R:OP, hang:R:OP, delay:R:OP:MS"},
+     .values_text = "error:R:OP, hang:R:OP, enqueue:R:OP, delay:R:OP:MS"},
     {"HK_LOG_LEVEL",
      .meaning = "what hk logs on stderr (Horovod's trace "
                 "is debug here, its fatal error)",
@@ -577,17 +579,19 @@ static hk_status parse_fault(hk_config *cfg, const char *name, const char *s) {
   int rank, op, ms = 0, used = 0;
   int n =
       sscanf(s, "%15[a-z]:%d:%d%n:%d%n", kind, &rank, &op, &used, &ms, &used);
-  int k = !strcmp(kind, "error")   ? 1
-          : !strcmp(kind, "hang")  ? 2
-          : !strcmp(kind, "delay") ? 3
-                                   : 0;
+  int k = !strcmp(kind, "error")     ? 1
+          : !strcmp(kind, "hang")    ? 2
+          : !strcmp(kind, "delay")   ? 3
+          : !strcmp(kind, "enqueue") ? 4
+                                     : 0;
   if (n < 3 || (size_t)used != strlen(s) || !k || rank < 0 || op < 0 ||
       ms < 0 || (k == 3) != (n == 4))
-    return hk_fail(HK_ERR_CONFIG,
-                   "HK_EMU_FAULT='%s' is not error:RANK:OP, hang:RANK:OP or "
-                   "delay:RANK:OP:MS (OP counts the rank's device "
-                   "communicator operations from 0)",
-                   s);
+    return hk_fail(
+        HK_ERR_CONFIG,
+        "HK_EMU_FAULT='%s' is not error:RANK:OP, hang:RANK:OP, "
+        "enqueue:RANK:OP or delay:RANK:OP:MS (OP counts the rank's device "
+        "communicator operations from 0)",
+        s);
   cfg->emu_fault_kind = k;
   cfg->emu_fault_rank = rank;
   cfg->emu_fault_op = op;

@@ -100,8 +100,9 @@ typedef struct hk_config {
   char nvml_library[4096];   /* HK_NVML_LIBRARY: NVML to load for telemetry,
                                 or "" (libnvidia-ml.so.1) */
   /* HK_EMU_FAULT=kind:rank:op[:ms] (emu backend only): kind 0 none,
-     1 error, 2 hang, 3 delay (device.h hk_dev_fault_kind) */
+     1 error, 2 hang, 3 delay, 4 enqueue (device.h hk_dev_fault_kind) */
   int emu_fault_kind, emu_fault_rank, emu_fault_op, emu_fault_ms;
+  int emu_devices; /* HK_EMU_DEVICES: devices the emulated driver shows */
 } hk_config;
 
 /** HK_DEVICE: which device backend GPU tensors use. */

@@ -333,8 +333,11 @@ static void fmt_mem(const slot *s, char *o, size_t c) {
                                       "sendbuf on the device, recvbuf on "
                                       "the host",
                                       "sendbuf on the host, recvbuf on the "
-                                      "device"};
-  snprintf(o, c, "%s", s->mem < 4 ? kinds[s->mem] : "unknown memory");
+                                      "device",
+                                      "a buffer on another GPU than hk's"};
+  snprintf(o, c, "%s",
+           s->mem <= HK_WIRE_MEM_OTHER_DEVICE ? kinds[s->mem]
+                                              : "unknown memory");
 }
 static void fmt_dtype(const slot *s, char *o, size_t c) {
   snprintf(o, c, "%s", hk_dtype_name((hk_dtype)s->dtype));
@@ -479,10 +482,14 @@ static int describe_mixed(const hk_negotiator *n, const entry *e, char *out,
       continue;
     char v[64];
     fmt_mem(&e->slots[r], v, sizeof v);
-    append(out, cap,
-           "%srank %d has %s: a tensor's buffers must all be in host memory "
-           "or all in device memory. ",
-           bad++ ? "" : "", job_rank(n, r), v);
+    append(out, cap, "%srank %d has %s: %s. ", bad++ ? "" : "", job_rank(n, r),
+           v,
+           e->slots[r].mem == HK_WIRE_MEM_OTHER_DEVICE
+               ? "hk's device tensors must be on the GPU hk uses (HK_GPU, "
+                 "or the local rank modulo the visible count; that rank's "
+                 "log names both)"
+               : "a tensor's buffers must all be in host memory or all in "
+                 "device memory");
     break; /* the first such rank is enough to name */
   }
   return bad;

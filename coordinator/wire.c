@@ -442,8 +442,8 @@ static void get_request(reader *r, hk_wire_request *q) {
   check(r, hk_dtype_size((hk_dtype)q->dtype) != 0, "unknown dtype %lld",
         q->dtype);
   check(r, q->op <= HK_PRODUCT, "unknown op %lld", q->op);
-  check(r, q->mem <= HK_WIRE_MEM_SEND_HOST_RECV_DEVICE,
-        "unknown memory kind %lld", q->mem);
+  check(r, q->mem <= HK_WIRE_MEM_OTHER_DEVICE, "unknown memory kind %lld",
+        q->mem);
   check(r, q->root >= 0 && q->root < HK_WIRE_MAX_RANKS,
         "root %lld out of range", q->root);
   check(r, q->name[0] != '\0', "empty tensor name%.0lld", 0);

@@ -131,13 +131,14 @@ static inline void hk_wire_request_clear(hk_wire_request *req) {
 }
 
 /** Where a rank's buffers for one request live (device/device.h). The
- *  two mixed values are never valid: the negotiation fails the tensor on
- *  every rank naming the rank that mixed them. */
+ *  two mixed values and OTHER_DEVICE are never valid: the negotiation
+ *  fails the tensor on every rank naming the rank that has them. */
 typedef enum hk_wire_mem {
   HK_WIRE_MEM_HOST = 0,   /* every buffer in host memory */
   HK_WIRE_MEM_DEVICE = 1, /* every buffer in the GPU's memory */
   HK_WIRE_MEM_SEND_DEVICE_RECV_HOST = 2,
   HK_WIRE_MEM_SEND_HOST_RECV_DEVICE = 3,
+  HK_WIRE_MEM_OTHER_DEVICE = 4, /* a buffer on another GPU than hk's */
 } hk_wire_mem;
 
 /** Response flags. */

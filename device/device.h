@@ -90,9 +90,13 @@ typedef struct hk_dev_copy {
 /** Faults the emu backend injects (HK_EMU_FAULT), for CI's fault tests. */
 typedef enum hk_dev_fault_kind {
   HK_DEV_FAULT_NONE = 0,
-  HK_DEV_FAULT_ERROR = 1, /* the op fails asynchronously (async error) */
-  HK_DEV_FAULT_HANG = 2,  /* the op never completes until aborted */
-  HK_DEV_FAULT_DELAY = 3, /* the op starts delay_ms late, then succeeds */
+  HK_DEV_FAULT_ERROR = 1,   /* the op fails asynchronously (async error) */
+  HK_DEV_FAULT_HANG = 2,    /* the op never completes until aborted */
+  HK_DEV_FAULT_DELAY = 3,   /* the op starts delay_ms late, then succeeds */
+  HK_DEV_FAULT_ENQUEUE = 4, /* the op's call fails (nothing is queued) and
+                               the communicator is left in error, as an
+                               NCCL call that fails, or a settle that
+                               times out */
 } hk_dev_fault_kind;
 
 typedef struct hk_dev_fault {
@@ -104,10 +108,39 @@ typedef struct hk_dev_fault {
 
 /** What hk_device_open is told (from common/config.h; no getenv below). */
 typedef struct hk_device_options {
-  int device_index;   /* which GPU of this process (HK_GPU / local rank) */
+  double timeout_s;       /* the longest a backend's own wait lasts (the
+                             CUDA communicator's settle: HK_TIMEOUT_S);
+                             <= 0: 60 s */
+  int (*stop)(void *arg); /* polled by those waits: nonzero ends them
+                             with HK_ERR_PEER_LOST (hkrun's abort);
+                             NULL: never; called on the waiting thread */
+  void *stop_arg;
+  int device_index;   /* which GPU of this process: an index among the
+                         devices it sees (HK_GPU), or the local rank */
+  int by_local_rank;  /* 1: device_index is the local rank, taken modulo
+                         the number of visible devices (hk_device_pick) */
   hk_dev_fault fault; /* emu only */
+  int emu_devices;    /* emu only: the devices the emulated driver shows
+                         this process (HK_EMU_DEVICES); <= 0: 1 */
   int job_rank;       /* for fault matching and messages */
 } hk_device_options;
+
+/**
+ * Which of `count` visible devices an open takes (every backend's rule,
+ * as hk.h promises): with by_local_rank the local rank modulo count (one
+ * visible GPU: that one, whatever the local rank); otherwise
+ * device_index itself. NULL opts: device 0. Returns the index, or -1 when
+ * there is none (count <= 0, or an explicit index outside [0, count)):
+ * the backend's open then fails naming the index and the count. Pure.
+ */
+static inline int hk_device_pick(const hk_device_options *opts, int count) {
+  int i = opts ? opts->device_index : 0;
+  if (count <= 0 || i < 0)
+    return -1;
+  if (opts && opts->by_local_rank)
+    return i % count;
+  return i < count ? i : -1;
+}
 
 /**
  * The operations of a backend. Unless said otherwise each returns HK_OK or
@@ -121,18 +154,34 @@ typedef struct hk_device_ops {
   const char *name; /* "cuda" or "emu" */
 
   /* ---- the device ---- */
-  /** Opens the backend on device opts->device_index; *out owns it. */
+  /** Opens the backend on the device hk_device_pick chooses; *out owns
+   *  it. The calling thread's current device is as it was before. */
   hk_status (*open)(const hk_device_options *opts, hk_device **out);
   /** Closes it; every stream, event, comm and allocation must be gone. */
   void (*close)(hk_device *dev);
   /** Human-readable device name ("NVIDIA H200 (sm_90)", "emu 0"). */
   const char *(*describe)(hk_device *dev);
+  /** The calling thread's current device (cudaGetDevice; the emu keeps
+   *  one per thread): an index, or -1 while the thread has none (CUDA: no
+   *  context current; emu: the thread never entered the backend). Every
+   *  other operation that takes dev makes dev's device the calling
+   *  thread's current one (CUDA needs it for its calls); hk asks this
+   *  first and gives it back with set_current, so the caller's choice
+   *  stands. Never fails; any thread. */
+  int (*current)(hk_device *dev);
+  /** Makes `index` (a value current returned) the calling thread's
+   *  current device again; -1: none. Never fails (an error is cleared);
+   *  creates no context that was not there (CUDA: the context current
+   *  before, put back). Any thread. */
+  void (*set_current)(hk_device *dev, int index);
 
   /* ---- memory ---- */
   /** Which kind of memory p points into (HK_MEM_HOST for anything the
    *  backend does not know, NULL included). *device_index (may be NULL)
-   *  receives the owning device for device memory. Never fails: a lookup
-   *  error counts as host. Cheap (cudaPointerGetAttributes / a table). */
+   *  receives the owning device for device memory (an index among the
+   *  visible devices, as hk_device.index), untouched for host memory. Never
+   * fails: a lookup error counts as host. Cheap (cudaPointerGetAttributes / a
+   * table). */
   hk_mem_kind (*pointer_kind)(hk_device *dev, const void *p, int *device_index);
   /** Device memory of `bytes` (0 gives a unique non-NULL pointer), aligned
    *  to 256 bytes. */
@@ -146,8 +195,12 @@ typedef struct hk_device_ops {
   hk_status (*stream_create)(hk_device *dev, hk_dev_stream *out);
   /** Destroys a stream after its queued work has finished. */
   void (*stream_destroy)(hk_device *dev, hk_dev_stream s);
-  /** Creates an event (timing enabled: event_elapsed works on it). */
+  /** Creates an event without timing (cudaEventDisableTiming: recording
+   *  and waiting on it cost less); event_elapsed refuses it. */
   hk_status (*event_create)(hk_device *dev, hk_dev_event *out);
+  /** Creates an event with timing, for event_elapsed (the timeline's
+   *  phase events, benchmarks). */
+  hk_status (*event_create_timed)(hk_device *dev, hk_dev_event *out);
   void (*event_destroy)(hk_device *dev, hk_dev_event e);
   /** CUDA's cudaEventRecord: the event completes when s reaches this
    *  point. s NULL means the default stream of the calling context. */
@@ -161,7 +214,9 @@ typedef struct hk_device_ops {
    *  event was never recorded), else 0. A failure of the captured work is
    *  returned as an error. */
   hk_status (*event_query)(hk_device *dev, hk_dev_event e, int *done);
-  /** Milliseconds between two completed events (cudaEventElapsedTime). */
+  /** Milliseconds between two completed events (cudaEventElapsedTime),
+   *  both made by event_create_timed: HK_ERR_INVALID_ARG (emu) or
+   *  HK_ERR_SYSTEM (cuda) otherwise. */
   hk_status (*event_elapsed)(hk_device *dev, hk_dev_event start,
                              hk_dev_event end, float *ms);
 
@@ -224,6 +279,7 @@ typedef struct hk_device_ops {
 /** An opened backend: its table first, then the backend's own state. */
 struct hk_device {
   const hk_device_ops *ops;
+  int index; /* the device it opened, among those the process sees */
 };
 
 /**

@@ -20,6 +20,10 @@
 #include "device/foreign.h"
 #include "device/host/reduce.h"
 
+/* Spare per-tensor events (a handle's ready and done) kept for reuse:
+ * creating one per tensor and step costs a driver call each. */
+#define EVENT_POOL 256
+
 /* One process set's device communicator and what its schedules run on:
  * the world's streams, events and staging slots, its own communicator
  * among its members on this host. */
@@ -42,8 +46,11 @@ struct hk_devplane {
   size_t *off; /* where the batch's segment j has reached, nseg */
   size_t off_cap;
   hk_dev_event ev_done;
-  hk_dev_event ev_phase[3]; /* before the pack, after it, after the
-                               schedule (ev_done ends the unpack) */
+  hk_dev_event ev_phase[3];      /* before the pack, after it, after the
+                                    schedule (ev_done ends the unpack) */
+  pthread_mutex_t pool_mu;       /* the spare per-tensor events: */
+  hk_dev_event pool[EVENT_POOL]; /* made by event_create, kept for reuse */
+  int npool;
 };
 
 /* ---- the watchdog ---- */
@@ -62,6 +69,10 @@ static int launcher_says_abort(const hk_ctx *ctx) {
   struct pollfd p = {.fd = ctx->mesh.launcher_fd, .events = POLLIN};
   return poll(&p, 1, 0) > 0;
 }
+
+/* hk_device_options.stop: the backend's own waits (the CUDA
+ * communicator's settle) end on hkrun's abort too. */
+static int stop_requested(void *ctx) { return launcher_says_abort(ctx); }
 
 /* Waits for e; watches the communicator's async errors, hkrun's abort and
  * HK_TIMEOUT_S. Polls with a back-off from 2 us to 1 ms: the event has
@@ -117,6 +128,59 @@ static hk_status dev_wait(void *arg, hk_dev_event e, const char *what) {
   }
 }
 
+/* ---- per-tensor events, reused ---- */
+
+/* An event for a handle (without timing): a spare one, else a new one.
+ * Any thread. Errors: the backend's event_create. */
+static hk_status event_get(hk_ctx *ctx, hk_dev_event *out) {
+  struct hk_devplane *g = ctx->gpu;
+  *out = NULL;
+  if (g) {
+    pthread_mutex_lock(&g->pool_mu);
+    if (g->npool > 0)
+      *out = g->pool[--g->npool];
+    pthread_mutex_unlock(&g->pool_mu);
+    if (*out)
+      return HK_OK;
+  }
+  return ctx->dev->ops->event_create(ctx->dev, out);
+}
+
+/* Gives back what event_get gave (NULL is fine): kept while the pool has
+ * room (a later record replaces its capture; a stream that waited on it
+ * waited on the capture it had then), else destroyed. Any thread. */
+static void event_put(hk_ctx *ctx, hk_dev_event e) {
+  struct hk_devplane *g = ctx->gpu;
+  if (!e)
+    return;
+  if (g) {
+    pthread_mutex_lock(&g->pool_mu);
+    int kept = g->npool < EVENT_POOL;
+    if (kept)
+      g->pool[g->npool++] = e;
+    pthread_mutex_unlock(&g->pool_mu);
+    if (kept)
+      return;
+  }
+  ctx->dev->ops->event_destroy(ctx->dev, e);
+}
+
+/* ---- the caller's current device ---- */
+
+/* The calling thread's current device (device.h: current), to be put back
+ * by caller_restore: every backend call makes hk's device current, and a
+ * trainer thread that chose another GPU must keep it (its next
+ * allocation would land on hk's). Trainer-thread entries only; the
+ * background thread is hk's own. -1 without a backend. */
+static int caller_device(const hk_ctx *ctx) {
+  return ctx->dev ? ctx->dev->ops->current(ctx->dev) : -1;
+}
+
+static void caller_restore(const hk_ctx *ctx, int cur) {
+  if (ctx->dev)
+    ctx->dev->ops->set_current(ctx->dev, cur);
+}
+
 /* ---- set-up ---- */
 
 static const char *const backend_names[] = {"auto", "cuda", "emu", "none"};
@@ -154,12 +218,18 @@ static hk_status open_backend(hk_ctx *ctx) {
              "HK_DEVICE=none: this job takes host tensors only");
     return HK_OK;
   }
+  /* HK_GPU as it is, else the local rank modulo the visible count */
   hk_device_options opts = {.device_index =
                                 c->gpu >= 0 ? c->gpu : ctx->local_rank,
+                            .by_local_rank = c->gpu < 0,
                             .fault = {.kind = c->emu_fault_kind,
                                       .rank = c->emu_fault_rank,
                                       .op_index = c->emu_fault_op,
                                       .delay_ms = c->emu_fault_ms},
+                            .emu_devices = c->emu_devices,
+                            .timeout_s = c->timeout_s,
+                            .stop = stop_requested,
+                            .stop_arg = ctx,
                             .job_rank = ctx->rank};
   /* auto is cuda where it opens; otherwise why not is kept for the error
    * a device tensor would get */
@@ -205,31 +275,38 @@ static hk_status make_sched(hk_ctx *ctx, struct hk_devplane *g) {
   }
   if (st == HK_OK)
     st = o->event_create(ctx->dev, &s->ev_ready);
+  /* the timeline's phase events (ev_done ends the last phase): timed; every
+   * other event is made without timing (cheaper to record and wait on) */
   if (st == HK_OK)
-    st = o->event_create(ctx->dev, &g->ev_done);
+    st = o->event_create_timed(ctx->dev, &g->ev_done);
   for (int i = 0; i < 3 && st == HK_OK; i++)
-    st = o->event_create(ctx->dev, &g->ev_phase[i]);
+    st = o->event_create_timed(ctx->dev, &g->ev_phase[i]);
   return st;
 }
 
 hk_status hk_devplane_open(hk_ctx *ctx) {
-  hk_status st = open_backend(ctx);
+  hk_status st = open_backend(ctx); /* opening changes no current device */
+  const int cur = caller_device(ctx);
   struct hk_devplane *g = NULL;
   if (st == HK_OK && ctx->dev) {
     g = calloc(1, sizeof *g);
     if (!g)
       st = hk_fail(HK_ERR_NOMEM, "cannot allocate the device plane");
+    else
+      pthread_mutex_init(&g->pool_mu, NULL);
     ctx->gpu = g;
     if (st == HK_OK)
       st = make_sched(ctx, g);
   }
   if (st == HK_OK)
     st = exchange_ids(ctx, g);
+  caller_restore(ctx, cur);
   return st;
 }
 
 void hk_devplane_close(hk_ctx *ctx) {
   struct hk_devplane *g = ctx->gpu;
+  const int cur = caller_device(ctx);
   ctx->ar.dev = NULL;
   if (ctx->sets)
     ctx->sets[0]->dev = NULL;
@@ -258,6 +335,9 @@ void hk_devplane_close(hk_ctx *ctx) {
     for (int i = 0; i < 3; i++)
       if (g->ev_phase[i])
         o->event_destroy(ctx->dev, g->ev_phase[i]);
+    for (int i = 0; i < g->npool; i++)
+      o->event_destroy(ctx->dev, g->pool[i]);
+    pthread_mutex_destroy(&g->pool_mu);
     o->mem_free(ctx->dev, g->fusion);
     free(s->segs);
     free(g->items);
@@ -266,6 +346,7 @@ void hk_devplane_close(hk_ctx *ctx) {
     free(g);
     ctx->gpu = NULL;
   }
+  caller_restore(ctx, cur);
   hk_device_close(ctx->dev);
   ctx->dev = NULL;
 }
@@ -281,12 +362,15 @@ void hk_devplane_set_stream(void *stream) { tl_stream = stream; }
 
 /* Whether p is device memory: the backend's answer, or without one the
  * answer of a CUDA driver the process loaded itself (device/foreign.h),
- * found once per tensor. */
-static int is_device(const hk_ctx *ctx, hk_foreign_driver drv, const void *p) {
+ * found once per tensor. *on receives the device of device memory (hk's
+ * own without a backend: there is none to compare with). */
+static int is_device(const hk_ctx *ctx, hk_foreign_driver drv, const void *p,
+                     int *on) {
+  *on = ctx->dev ? ctx->dev->index : 0;
   if (!p)
     return 0;
   if (ctx->dev)
-    return ctx->dev->ops->pointer_kind(ctx->dev, p, NULL) == HK_MEM_DEVICE;
+    return ctx->dev->ops->pointer_kind(ctx->dev, p, on) == HK_MEM_DEVICE;
   return hk_foreign_is_device(drv, p);
 }
 
@@ -295,24 +379,44 @@ void hk_devplane_classify(const hk_ctx *ctx, hk_wire_request *req,
   hk_foreign_driver drv = {NULL};
   if (!ctx->dev && (send || recv))
     drv = hk_foreign_driver_find();
-  int sd = is_device(ctx, drv, send), rd = is_device(ctx, drv, recv);
+  const int cur = caller_device(ctx);
+  int son, ron;
+  int sd = is_device(ctx, drv, send, &son),
+      rd = is_device(ctx, drv, recv, &ron);
   if (!send)
     sd = rd;
   if (!recv)
     rd = sd;
+  caller_restore(ctx, cur);
   req->mem = sd && rd ? HK_WIRE_MEM_DEVICE
              : sd     ? HK_WIRE_MEM_SEND_DEVICE_RECV_HOST
              : rd     ? HK_WIRE_MEM_SEND_HOST_RECV_DEVICE
                       : HK_WIRE_MEM_HOST;
+  /* a buffer on another GPU: hk's kernels would read peer memory (and
+   * poison the context); refused by the negotiation on every rank, the
+   * devices named here, where they are known */
+  const int hk_gpu = ctx->dev ? ctx->dev->index : 0;
+  const int other = sd && send && son != hk_gpu   ? son
+                    : rd && recv && ron != hk_gpu ? ron
+                                                  : -1;
+  if (other >= 0) {
+    req->mem = HK_WIRE_MEM_OTHER_DEVICE;
+    hk_log(HK_LOG_ERROR,
+           "tensor '%s': its buffer is on GPU %d, but hk uses GPU %d on rank "
+           "%d (HK_GPU, or the local rank modulo the visible count): refused",
+           req->name, other, hk_gpu, ctx->rank);
+  }
 }
 
 hk_status hk_devplane_capture(hk_ctx *ctx, hk_handle h, void *producer) {
   if (h->req.mem == HK_WIRE_MEM_HOST || !ctx->dev)
     return HK_OK;
   const hk_device_ops *o = ctx->dev->ops;
-  hk_status st = o->event_create(ctx->dev, &h->ready);
+  const int cur = caller_device(ctx);
+  hk_status st = event_get(ctx, &h->ready);
   if (st == HK_OK)
     st = o->event_record(ctx->dev, h->ready, (hk_dev_stream)producer);
+  caller_restore(ctx, cur);
   if (st != HK_OK) {
     char msg[HK_ERROR_MSG_CAP];
     snprintf(msg, sizeof msg, "%s", hk_last_error());
@@ -326,18 +430,20 @@ hk_status hk_devplane_capture(hk_ctx *ctx, hk_handle h, void *producer) {
 }
 
 void hk_devplane_release(hk_ctx *ctx, hk_handle h) {
-  if (ctx && ctx->dev) {
-    if (h->ready)
-      ctx->dev->ops->event_destroy(ctx->dev, h->ready);
-    if (h->done_ev)
-      ctx->dev->ops->event_destroy(ctx->dev, h->done_ev);
+  if (ctx && ctx->dev && (h->ready || h->done_ev)) {
+    const int cur = caller_device(ctx);
+    event_put(ctx, h->ready);
+    event_put(ctx, h->done_ev);
+    caller_restore(ctx, cur);
   }
   h->ready = h->done_ev = NULL;
 }
 
 hk_status hk_devplane_order_after(hk_ctx *ctx, void *stream, hk_dev_event e) {
+  const int cur = caller_device(ctx);
   hk_status st =
       ctx->dev->ops->stream_wait_event(ctx->dev, (hk_dev_stream)stream, e);
+  caller_restore(ctx, cur);
   if (st != HK_OK)
     return hk_fail(HK_ERR_DEVICE, "hk_wait_stream: %s", hk_last_error());
   return HK_OK;
@@ -352,12 +458,12 @@ static void publish(hk_ctx *ctx, hk_handle *hs, uint32_t k) {
   for (uint32_t i = 0; i < k; i++) {
     if (hs[i]->phantom || hs[i]->parent)
       continue; /* nobody waits on it alone */
-    if (o->event_create(ctx->dev, &hs[i]->done_ev) != HK_OK) {
+    if (event_get(ctx, &hs[i]->done_ev) != HK_OK) {
       hs[i]->done_ev = NULL;
       continue;
     }
     if (o->event_record(ctx->dev, hs[i]->done_ev, s) != HK_OK) {
-      o->event_destroy(ctx->dev, hs[i]->done_ev);
+      event_put(ctx, hs[i]->done_ev);
       hs[i]->done_ev = NULL;
     }
   }
@@ -570,6 +676,9 @@ hk_status hk_devplane_allreduce(hk_ctx *ctx, hk_set *set, hk_handle *hs,
     publish(ctx, hs, k);
   if (st == HK_OK)
     st = dev_wait(ds, g->ev_done, "the device allreduce");
+  if (st != HK_OK) /* any failure, the watchdog's or an enqueue's: the
+                      peers' operations end too, and nothing waits again */
+    abort_comm(ds);
   /* the GPU's own clock for the timeline: pack, schedule, unpack */
   hk_dev_event ends[4] = {g->ev_phase[0], g->ev_phase[1], g->ev_phase[2],
                           g->ev_done};
@@ -597,6 +706,8 @@ hk_status hk_devplane_copy(hk_ctx *ctx, hk_handle h, void *dst, const void *src,
     st = o->event_record(ctx->dev, g->ev_done, g->world.sched.stream);
   if (st == HK_OK)
     st = dev_wait(&g->world, g->ev_done, "a staging copy");
+  if (st != HK_OK)
+    abort_comm(&g->world);
   return st;
 }
 
@@ -660,9 +771,14 @@ hk_status hk_devplane_alloc(hk_ctx *ctx, size_t bytes, void **out) {
 void hk_devplane_free(hk_ctx *ctx, void *p) {
   if (!p)
     return;
-  if (ctx && ctx->dev &&
-      ctx->dev->ops->pointer_kind(ctx->dev, p, NULL) == HK_MEM_DEVICE)
+  if (!ctx || !ctx->dev) {
+    free(p);
+    return;
+  }
+  const int cur = caller_device(ctx);
+  if (ctx->dev->ops->pointer_kind(ctx->dev, p, NULL) == HK_MEM_DEVICE)
     ctx->dev->ops->mem_free(ctx->dev, p);
   else
     free(p);
+  caller_restore(ctx, cur);
 }

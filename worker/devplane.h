@@ -10,6 +10,12 @@
  * CUDA_VISIBLE_DEVICES uses it). Everything here except
  * hk_devplane_classify / hk_devplane_capture runs on the background thread
  * (after hk_devplane_open in hk_init).
+ *
+ * The calling thread's current device: the functions a trainer thread
+ * calls (open, close, classify, capture, order_after, release, free) put
+ * back the device that was current when they were called (device.h:
+ * current, set_current), so a trainer that selected another GPU keeps
+ * it.
  */
 #ifndef HK_WORKER_DEVPLANE_H
 #define HK_WORKER_DEVPLANE_H

@@ -10,7 +10,8 @@
  *   hk's streams never serialise with the legacy default stream); a NULL
  *   stream argument means the legacy default stream (cudaStreamLegacy),
  *   whatever the caller compiled its default-stream mode to.
- * - hk_dev_event is a cudaEvent_t with timing enabled.
+ * - hk_dev_event is a cudaEvent_t, made with cudaEventDisableTiming by
+ *   event_create and with timing by event_create_timed.
  * - hk_dev_comm wraps a non-blocking ncclComm_t (config.blocking = 0):
  *   comm_init returns while NCCL connects (comm_async_error,
  *   ncclCommGetAsyncError: *pending = 1). NCCL forbids any call on a
@@ -19,23 +20,28 @@
  *   returns ncclInProgress is not on its stream yet; so each operation
  *   first waits for the communicator to settle (its init included), and
  *   when NCCL answers ncclInProgress waits again until the operation is
- *   queued, at most HKC_SETTLE_S each (then HK_ERR_TIMEOUT). Callers need
+ *   queued, at most HK_TIMEOUT_S each (hk_device_options.timeout_s; then
+ *   HK_ERR_TIMEOUT), or until hkrun aborts the job (options.stop). Callers need
  *   not poll between operations; comm_async_error still reports failures.
- * - The device: opts->device_index at open (cudaSetDevice). Every entry
- *   makes it the calling thread's current device again if it is not
- *   (hk's background thread and trainer threads both call in), and leaves
- *   it current: restoring a thread's previous device could create a
- *   context on a GPU the process never meant to use (cudaSetDevice
- *   initialises the primary context since CUDA 12).
+ * - The device: hk_device_pick's among cudaGetDeviceCount's at open
+ *   (cudaSetDevice). Every entry makes it the calling thread's current
+ *   device again if it is not (hk's background thread and trainer threads
+ *   both call in), and leaves it current; the caller's is put back by hk
+ *   (worker/devplane.c) through current and set_current, which save and
+ *   restore the thread's CUDA context itself (cuCtxGetCurrent /
+ *   cuCtxSetCurrent of the driver cudart loaded), so a thread that had
+ *   none gets none back: cudaSetDevice would create a context on a GPU
+ *   the process never meant to use (it initialises the primary context
+ *   since CUDA 12).
  *
  * Errors: HK_ERR_SYSTEM with "cuda: <call> ...: <cudaGetErrorString>" (or
  * NCCL's ncclGetErrorString and ncclGetLastError); HK_ERR_NOMEM for
  * cudaErrorMemoryAllocation; HK_ERR_INVALID_ARG for arguments the contract
  * does not allow; HK_ERR_TIMEOUT for a communicator that stays
- * ncclInProgress past HKC_SETTLE_S; HK_ERR_CONFIG at open for what is missing
- * (no driver or GPU, the wrong NCCL, no kernels for this GPU). The message goes
- * to the calling thread's last-error buffer through libhk's hk_set_last_error
- * (device/cuda/module.h).
+ * ncclInProgress past HK_TIMEOUT_S; HK_ERR_PEER_LOST when hkrun aborts it;
+ * HK_ERR_CONFIG at open for what is missing (no driver or GPU, the wrong NCCL,
+ * no kernels for this GPU). The message goes to the calling thread's last-error
+ * buffer through libhk's hk_set_last_error (device/cuda/module.h).
  *
  * Thread-safety: device.h's (any thread; one stream fed by one thread at
  * a time). The module's only globals are set once by hk_cuda_module_bind.
@@ -125,8 +131,13 @@ static hk_status fail_cuda(cudaError_t e, const char *what) {
 /* ---- the device ---- */
 
 typedef struct cuda_dev {
-  hk_device base;    /* ops first (device.h) */
-  int index;         /* the CUDA device (in this process's visible set) */
+  hk_device base; /* ops first (device.h); base.index == index */
+  int index;      /* the CUDA device (in this process's visible set) */
+  int (*ctx_get)(void **ctx); /* the driver's cuCtxGetCurrent, or NULL */
+  int (*ctx_set)(void *ctx);  /* the driver's cuCtxSetCurrent, or NULL */
+  double settle_s;            /* comm_settle's bound: opts->timeout_s */
+  int (*stop)(void *arg);     /* comm_settle's abort check: opts->stop */
+  void *stop_arg;
   int target_blocks; /* multiprocessors x blocks of the copy kernel each */
   char desc[300];    /* cudaDeviceProp.name is 256 bytes */
 } cuda_dev;
@@ -208,6 +219,14 @@ static hk_status nccl_check_version(void) {
 __attribute__((
     visibility("default"))) extern const hk_device_ops hk_cuda_device_ops;
 
+static int cuda_current(hk_device *dev);
+static void cuda_set_current(hk_device *dev, int index);
+
+/* The longest one call waits for the communicator to leave NCCL's
+ * ncclInProgress state (s) when hk_device_options gives no timeout_s:
+ * HK_TIMEOUT_S's default (common/config.c). */
+#define HKC_SETTLE_S 60
+
 /* device.h: opens device opts->device_index (0 without opts). */
 static hk_status cuda_open(const hk_device_options *opts, hk_device **out) {
   *out = NULL;
@@ -223,13 +242,15 @@ static hk_status cuda_open(const hk_device_options *opts, hk_device **out) {
                 e != cudaSuccess ? cudaGetErrorString(e) : "0 devices",
                 drv ? "" : "; the NVIDIA driver's libcuda.so.1 is not loaded");
   }
-  int index = opts ? opts->device_index : 0;
-  if (index < 0 || index >= count) {
+  int index = hk_device_pick(opts, count);
+  if (index < 0) {
     const char *vis = getenv("CUDA_VISIBLE_DEVICES");
     return fail(HK_ERR_CONFIG,
-                "device %d requested (HK_GPU, or the local rank), but %d "
-                "visible (CUDA_VISIBLE_DEVICES=%s)",
-                index, count, vis ? vis : "unset");
+                "device %d requested (%s), but %d visible "
+                "(CUDA_VISIBLE_DEVICES=%s)",
+                opts ? opts->device_index : 0,
+                opts && opts->by_local_rank ? "the local rank" : "HK_GPU",
+                count, vis ? vis : "unset");
   }
   hk_status st = nccl_check_version();
   if (st != HK_OK)
@@ -238,7 +259,18 @@ static hk_status cuda_open(const hk_device_options *opts, hk_device **out) {
   if (!d)
     return fail(HK_ERR_NOMEM, "open: out of memory");
   d->base.ops = &hk_cuda_device_ops;
-  d->index = index;
+  d->base.index = d->index = index;
+  d->settle_s = opts && opts->timeout_s > 0 ? opts->timeout_s : HKC_SETTLE_S;
+  d->stop = opts ? opts->stop : NULL;
+  d->stop_arg = opts ? opts->stop_arg : NULL;
+  /* cudart loaded the driver: its context calls, for current/set_current
+   * (the reference taken here stays for the process, as cudart's) */
+  void *drv = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+  if (drv) {
+    *(void **)&d->ctx_get = dlsym(drv, "cuCtxGetCurrent");
+    *(void **)&d->ctx_set = dlsym(drv, "cuCtxSetCurrent");
+  }
+  const int caller = cuda_current(&d->base); /* put back below */
   if ((st = enter(d)) != HK_OK)
     goto fail;
   struct cudaDeviceProp prop;
@@ -266,9 +298,11 @@ static hk_status cuda_open(const hk_device_options *opts, hk_device **out) {
   d->target_blocks = prop.multiProcessorCount * per_sm;
   snprintf(d->desc, sizeof d->desc, "%s (sm_%d%d)", prop.name, prop.major,
            prop.minor);
+  cuda_set_current(&d->base, caller);
   *out = &d->base;
   return HK_OK;
 fail:
+  cuda_set_current(&d->base, caller);
   free(d);
   return st;
 }
@@ -279,6 +313,37 @@ static void cuda_close(hk_device *dev) { free(dev); }
 
 /* "NVIDIA H200 (sm_90)": owned by dev, valid until close. */
 static const char *cuda_describe(hk_device *dev) { return as_dev(dev)->desc; }
+
+/* device.h: the calling thread's device; -1 while it has no context
+ * current (cudaGetDevice would say 0 then). */
+static int cuda_current(hk_device *dev) {
+  cuda_dev *d = as_dev(dev);
+  void *ctx = NULL;
+  if (d->ctx_get && d->ctx_get(&ctx) == 0 && !ctx)
+    return -1;
+  int cur = -1;
+  if (cudaGetDevice(&cur) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  return cur;
+}
+
+/* device.h: puts back what cuda_current returned; -1 makes no context
+ * current again (the thread's next CUDA call picks as it would have). */
+static void cuda_set_current(hk_device *dev, int index) {
+  cuda_dev *d = as_dev(dev);
+  if (index < 0) {
+    if (d->ctx_set)
+      (void)d->ctx_set(NULL);
+    return;
+  }
+  int cur = -1;
+  if (cudaGetDevice(&cur) == cudaSuccess && cur == index)
+    return;
+  if (cudaSetDevice(index) != cudaSuccess)
+    (void)cudaGetLastError();
+}
 
 /* ---- memory ---- */
 
@@ -385,17 +450,27 @@ static void cuda_stream_destroy(hk_device *dev, hk_dev_stream s) {
 
 /* A cudaEventDefault event (timing on); the caller owns it
  * (event_destroy, which CUDA defers until its captured work is done). */
-static hk_status cuda_event_create(hk_device *dev, hk_dev_event *out) {
+static hk_status event_new(hk_device *dev, unsigned flags, hk_dev_event *out) {
   *out = NULL;
   hk_status st = enter(as_dev(dev));
   if (st != HK_OK)
     return st;
   cudaEvent_t e;
-  cudaError_t r = cudaEventCreateWithFlags(&e, cudaEventDefault);
+  cudaError_t r = cudaEventCreateWithFlags(&e, flags);
   if (r != cudaSuccess)
     return fail_cuda(r, "cudaEventCreateWithFlags");
   *out = (hk_dev_event)e;
   return HK_OK;
+}
+
+/* device.h: an event without timing (cheaper to record and wait on). */
+static hk_status cuda_event_create(hk_device *dev, hk_dev_event *out) {
+  return event_new(dev, cudaEventDisableTiming, out);
+}
+
+/* device.h: an event event_elapsed can time. */
+static hk_status cuda_event_create_timed(hk_device *dev, hk_dev_event *out) {
+  return event_new(dev, cudaEventDefault, out);
 }
 
 /* cudaEventDestroy (NULL is fine). */
@@ -659,17 +734,14 @@ static hk_status nccl_op(hk_op op, ncclRedOp_t *out) {
   return fail(HK_ERR_INVALID_ARG, "unknown reduction op %d", (int)op);
 }
 
-/* The longest one call waits for the communicator to leave NCCL's
- * ncclInProgress state (s): HK_TIMEOUT_S's default (common/config.c). The
- * backend is not told HK_TIMEOUT_S; the worker's own watchdog bounds the
- * waits for the work itself. */
-#define HKC_SETTLE_S 60
-
 /* Waits while the communicator is ncclInProgress (its init, or NCCL still
  * enqueueing the previous operation: connections are set up on first use),
  * polling ncclCommGetAsyncError with a back-off from 20 us to 1 ms, at
- * most HKC_SETTLE_S. HK_OK once it is ncclSuccess; HK_ERR_SYSTEM with
- * NCCL's reason once it failed; HK_ERR_TIMEOUT past the bound. */
+ * most the device's settle_s (HK_TIMEOUT_S), and asking its stop check
+ * (hkrun's abort) at every poll: the worker's watchdog's checks. HK_OK
+ * once it is ncclSuccess; HK_ERR_SYSTEM with NCCL's reason once it
+ * failed; HK_ERR_TIMEOUT past the bound; HK_ERR_PEER_LOST when stopped.
+ * The caller (worker/devplane.c) aborts the communicator on any error. */
 static hk_status comm_settle(hk_dev_comm c, const char *what) {
   struct timespec t0, now;
   clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -687,13 +759,21 @@ static hk_status comm_settle(hk_dev_comm c, const char *what) {
                what, c->rank, c->nranks);
       return fail_nccl_as(HK_ERR_SYSTEM, state, c->nc, w);
     }
+    const cuda_dev *d = c->dev;
+    if (d->stop && d->stop(d->stop_arg))
+      return fail(HK_ERR_PEER_LOST,
+                  "%s: hkrun stopped the job while the NCCL communicator "
+                  "(rank %d of %d) was busy",
+                  what, c->rank, c->nranks);
     clock_gettime(CLOCK_MONOTONIC, &now);
-    if (now.tv_sec - t0.tv_sec >= HKC_SETTLE_S)
+    double waited = (double)(now.tv_sec - t0.tv_sec) +
+                    (double)(now.tv_nsec - t0.tv_nsec) * 1e-9;
+    if (waited >= d->settle_s)
       return fail(HK_ERR_TIMEOUT,
                   "%s: the NCCL communicator (rank %d of %d) was still busy "
                   "(its init, or enqueueing the previous operation) after "
-                  "%d s",
-                  what, c->rank, c->nranks, HKC_SETTLE_S);
+                  "HK_TIMEOUT_S = %g s",
+                  what, c->rank, c->nranks, d->settle_s);
     struct timespec nap = {0, ns};
     nanosleep(&nap, NULL);
     ns = ns < 500000 ? ns * 2 : 1000000;
@@ -935,14 +1015,12 @@ static void cuda_comm_abort(hk_dev_comm c) {
   free(c);
 }
 
-/* Bound of comm_destroy's wait for ncclCommFinalize (ms): a healthy
- * communicator whose operations have completed finalises in
- * milliseconds; past this the peers are taken to be gone and the
- * communicator is aborted instead. */
-#define HKC_FINALIZE_MS 60000
-
 /* ncclCommFinalize (non-blocking: polled until no longer in progress),
- * then ncclCommDestroy; a failure on the way aborts. */
+ * then ncclCommDestroy; a failure on the way aborts. A healthy
+ * communicator whose operations have completed finalises in milliseconds;
+ * past the device's settle_s (HK_TIMEOUT_S), or once hkrun aborts the job,
+ * the peers are taken to be gone and the communicator is aborted
+ * instead. */
 static void cuda_comm_destroy(hk_dev_comm c) {
   if (!c)
     return;
@@ -955,7 +1033,9 @@ static void cuda_comm_destroy(hk_dev_comm c) {
     r = ncclCommGetAsyncError(c->nc, &state);
     if (r != ncclSuccess || state != ncclInProgress)
       break;
-    if (waited_us >= HKC_FINALIZE_MS * 1000L)
+    const cuda_dev *d = c->dev;
+    if (waited_us >= (long)(d->settle_s * 1e6) ||
+        (d->stop && d->stop(d->stop_arg)))
       break;
     nanosleep(&nap, NULL);
     waited_us += 200;
@@ -972,6 +1052,8 @@ const hk_device_ops hk_cuda_device_ops = {
     .open = cuda_open,
     .close = cuda_close,
     .describe = cuda_describe,
+    .current = cuda_current,
+    .set_current = cuda_set_current,
     .pointer_kind = cuda_pointer_kind,
     .mem_alloc = cuda_mem_alloc,
     .mem_free = cuda_mem_free,
@@ -980,6 +1062,7 @@ const hk_device_ops hk_cuda_device_ops = {
     .stream_create = cuda_stream_create,
     .stream_destroy = cuda_stream_destroy,
     .event_create = cuda_event_create,
+    .event_create_timed = cuda_event_create_timed,
     .event_destroy = cuda_event_destroy,
     .event_record = cuda_event_record,
     .stream_wait_event = cuda_stream_wait_event,

@@ -79,6 +79,7 @@ struct Batch {
   int elem_bytes; /* plain copies: bytes per element */
   unsigned total_blocks;
 };
+static_assert(sizeof(Item) == 48, "kernels.h says 48 bytes per item");
 static_assert(sizeof(Batch) <= 4096, "kernel parameters are limited to 4 KiB");
 
 template <int BYTES> struct Vec;

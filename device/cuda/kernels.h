@@ -33,9 +33,10 @@ extern "C" {
 #define HKC_THREADS 256
 
 /** Items of a batched copy per launch: they travel as the kernel's
- *  parameter (40 bytes each, 64 x 40 = 2560 bytes, under the 4 KiB that
- *  every CUDA version and architecture accepts), so a launch needs no
- *  staging buffer whose lifetime would have to follow the stream. */
+ *  parameter (48 bytes each, 64 x 48 = 3072 bytes, 3088 with the batch's
+ *  counts, under the 4 KiB that every CUDA version and architecture
+ *  accepts; kernels.cu asserts both sizes), so a launch needs no staging
+ *  buffer whose lifetime would have to follow the stream. */
 #define HKC_ITEMS_PER_LAUNCH 64
 
 /**

@@ -674,7 +674,7 @@ static hk_status comm_run(emu_op *op, hk_dev_stream s, char *msg, size_t cap) {
 
   switch (o->fault) {
   case HK_DEV_FAULT_ERROR:
-    emu_fault_message(msg, cap, kind_names[o->kind], o->index,
+    emu_fault_message(msg, cap, o->fault, kind_names[o->kind], o->index,
                       c->dev->job_rank);
     set_error(c, msg);
     return HK_ERR_SYSTEM;
@@ -780,6 +780,17 @@ static hk_status comm_enqueue(hk_dev_comm c, int kind, const void *send,
   o->seq = atomic_fetch_add(&c->next_seq, 1);
   o->index = atomic_fetch_add(&c->dev->comm_ops, 1);
   o->fault = emu_fault_for(c->dev, o->index);
+  if (o->fault == HK_DEV_FAULT_ENQUEUE) { /* the call fails, nothing queued */
+    char msg[EMU_MSG_CAP];
+    emu_fault_message(msg, sizeof msg, o->fault, kind_names[kind], o->index,
+                      c->dev->job_rank);
+    set_error(c, msg);
+    emu_range_release(&o->recv);
+    if (kind != K_BROADCAST)
+      emu_range_release(&o->send);
+    free(o);
+    return hk_fail(HK_ERR_SYSTEM, "emu: comm_%s: %s", name, msg);
+  }
   snprintf(o->what, sizeof o->what, "%s #%u", name, o->index);
   pthread_mutex_lock(&c->mu);
   c->refs++;

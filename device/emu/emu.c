@@ -19,8 +19,17 @@ static hk_status emu_open(const hk_device_options *opts, hk_device **out) {
   if (opts->device_index < 0)
     return hk_fail(HK_ERR_INVALID_ARG, "emu: open: device index %d",
                    opts->device_index);
+  const int count = opts->emu_devices > 0 ? opts->emu_devices : 1;
+  const int index = hk_device_pick(opts, count);
+  if (index < 0)
+    return hk_fail(HK_ERR_CONFIG,
+                   "emu: device %d requested (%s), but %d visible "
+                   "(HK_EMU_DEVICES=%d)",
+                   opts->device_index,
+                   opts->by_local_rank ? "the local rank" : "HK_GPU", count,
+                   count);
   const hk_dev_fault *f = &opts->fault;
-  if (f->kind < HK_DEV_FAULT_NONE || f->kind > HK_DEV_FAULT_DELAY ||
+  if (f->kind < HK_DEV_FAULT_NONE || f->kind > HK_DEV_FAULT_ENQUEUE ||
       (f->kind && (f->rank < 0 || f->op_index < 0 || f->delay_ms < 0)))
     return hk_fail(HK_ERR_INVALID_ARG,
                    "emu: open: bad fault (kind %d, rank %d, op %d, %d ms)",
@@ -29,7 +38,7 @@ static hk_status emu_open(const hk_device_options *opts, hk_device **out) {
   if (!d)
     return hk_fail(HK_ERR_NOMEM, "emu: open: out of host memory");
   d->base.ops = &hk_emu_device_ops;
-  d->index = opts->device_index;
+  d->base.index = d->index = index;
   d->job_rank = opts->job_rank;
   d->fault = *f;
   atomic_init(&d->comm_ops, 0);
@@ -40,7 +49,7 @@ static hk_status emu_open(const hk_device_options *opts, hk_device **out) {
 }
 
 static void emu_close(hk_device *dev) {
-  emu_device *d = emu_dev(dev, "close");
+  emu_device *d = emu_handle(dev, "close");
   if (!d)
     return;
   emu_driver_close();
@@ -48,7 +57,7 @@ static void emu_close(hk_device *dev) {
 }
 
 static const char *emu_describe(hk_device *dev) {
-  emu_device *d = emu_dev(dev, "describe");
+  emu_device *d = emu_handle(dev, "describe");
   return d ? d->desc : "emu (not an emu handle)";
 }
 
@@ -57,6 +66,8 @@ const hk_device_ops hk_emu_device_ops = {
     .open = emu_open,
     .close = emu_close,
     .describe = emu_describe,
+    .current = emu_current,
+    .set_current = emu_set_current,
     .pointer_kind = emu_ptr_kind,
     .mem_alloc = emu_mem_alloc,
     .mem_free = emu_mem_free,
@@ -65,6 +76,7 @@ const hk_device_ops hk_emu_device_ops = {
     .stream_create = emu_stream_create,
     .stream_destroy = emu_stream_destroy,
     .event_create = emu_event_create,
+    .event_create_timed = emu_event_create_timed,
     .event_destroy = emu_event_destroy,
     .event_record = emu_event_record,
     .stream_wait_event = emu_stream_wait_event,

@@ -19,6 +19,16 @@
  * - Faults (fault.c): hk_device_options.fault (HK_EMU_FAULT) makes the n-th
  *   communicator operation of one rank fail, hang or start late.
  *
+ * Devices. A process sees hk_device_options.emu_devices devices
+ * (HK_EMU_DEVICES; 1 when unset), numbered from 0: an open takes one of
+ * them by hk_device_pick's rule and refuses an index outside them, naming
+ * the index and the count, as the cuda backend does. Each allocation
+ * belongs to the device of the handle that made it (pointer_kind tells
+ * it). Each thread has a current device, as under CUDA: -1 until the
+ * thread first calls an operation of a handle, which makes that handle's
+ * device current (every operation but open, close, describe, current and
+ * set_current: cuda.c's enter); current and set_current read and set it.
+ *
  * Process-wide state. A CUDA driver is process-global, and so is the emu's:
  * the allocation table and the default stream (the NULL stream) are shared
  * by every hk_device that hk_emu_device_ops.open returns in a process. Each
@@ -107,5 +117,10 @@ hk_status hk_emu_comm_wait_arrived(hk_dev_comm c, int n);
 /** Number of live emu device allocations in this process (all handles):
  *  for leak checks in tests. Thread-safe. */
 size_t hk_emu_live_allocations(void);
+
+/** Number of events event_create and event_create_timed have made in this
+ *  process so far (all handles; destroyed ones too): for tests that check
+ *  that events are reused. Thread-safe. */
+size_t hk_emu_events_created(void);
 
 #endif

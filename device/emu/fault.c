@@ -6,7 +6,9 @@
  * that handle; the fault hits operation fault.op_index when fault.rank is
  * the handle's job_rank (hk_device_options). What each kind does is
  * comm.c's (error: the op does nothing and sets the async error; hang: the
- * op waits for this rank's comm_abort; delay: it starts delay_ms late).
+ * op waits for this rank's comm_abort; delay: it starts delay_ms late;
+ * enqueue: the call itself fails, nothing is queued, and the communicator
+ * keeps the error).
  */
 #include <stdio.h>
 
@@ -20,8 +22,9 @@ int emu_fault_for(const emu_device *dev, unsigned index) {
   return f->kind;
 }
 
-void emu_fault_message(char *buf, size_t cap, const char *op_name,
+void emu_fault_message(char *buf, size_t cap, int kind, const char *op_name,
                        unsigned index, int job_rank) {
-  snprintf(buf, cap, "injected async error (HK_EMU_FAULT) in %s #%u on rank %d",
+  snprintf(buf, cap, "injected %s (HK_EMU_FAULT) in %s #%u on rank %d",
+           kind == HK_DEV_FAULT_ENQUEUE ? "enqueue failure" : "async error",
            op_name, index, job_rank);
 }

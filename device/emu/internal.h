@@ -8,6 +8,7 @@
  *   copy.c    memcpy, batch_copy (device/elem.h) and fill
  *   comm.c    the communicator over a shared-memory segment
  *   fault.c   HK_EMU_FAULT: which operation a fault hits, and its message
+ *   current.c each thread's current device
  * Every function here follows device.h's conventions (hk_status, message
  * set with hk_fail).
  */
@@ -27,23 +28,39 @@
 
 /** One opened handle (emu.c). */
 typedef struct emu_device {
-  hk_device base; /* first: hk_device * <-> emu_device * */
-  int index;      /* opts->device_index */
+  hk_device base; /* first: hk_device * <-> emu_device *; base.index: the
+                     device it opened (hk_device_pick) */
+  int index;      /* base.index */
   int job_rank;   /* opts->job_rank */
   hk_dev_fault fault;
   atomic_uint comm_ops; /* communicator ops accepted so far (fault index) */
   char desc[32];        /* "emu 0" */
 } emu_device;
 
+/** The calling thread's current device (device.h's current): -1 until
+ *  the thread first enters a handle (current.c). */
+extern _Thread_local int emu_current_device;
+
 /** dev as an emu_device, or NULL (HK_ERR_INVALID_ARG's message set) if
  *  it is not one: a handle is the emu's when its table is named "emu"
- *  (asked of the table, so no file of the backend needs emu.c's symbol). */
-static inline emu_device *emu_dev(hk_device *dev, const char *what) {
+ *  (asked of the table, so no file of the backend needs emu.c's symbol).
+ *  Does not change the current device (emu_dev does). */
+static inline emu_device *emu_handle(hk_device *dev, const char *what) {
   if (!dev || !dev->ops || strcmp(dev->ops->name, "emu") != 0) {
     hk_fail(HK_ERR_INVALID_ARG, "emu: %s: not an emu device handle", what);
     return NULL;
   }
   return (emu_device *)dev;
+}
+
+/** emu_handle, and the entry into the backend: dev's device becomes the
+ *  calling thread's current one, as cuda.c's enter() makes it (every
+ *  operation but open, close, describe, current and set_current). */
+static inline emu_device *emu_dev(hk_device *dev, const char *what) {
+  emu_device *d = emu_handle(dev, what);
+  if (d)
+    emu_current_device = d->index;
+  return d;
 }
 
 /* ---- memory.c ---- */
@@ -76,6 +93,10 @@ hk_mem_kind emu_pointer_kind(const void *p, int *device_index);
 
 /* ---- the ops of the table (emu.c), by file; contracts in device.h ---- */
 
+/* current.c */
+int emu_current(hk_device *dev);
+void emu_set_current(hk_device *dev, int index);
+
 /* memory.c */
 hk_mem_kind emu_ptr_kind(hk_device *dev, const void *p, int *device_index);
 hk_status emu_mem_alloc(hk_device *dev, size_t bytes, void **out);
@@ -87,6 +108,7 @@ void emu_host_free(hk_device *dev, void *p);
 hk_status emu_stream_create(hk_device *dev, hk_dev_stream *out);
 void emu_stream_destroy(hk_device *dev, hk_dev_stream s);
 hk_status emu_event_create(hk_device *dev, hk_dev_event *out);
+hk_status emu_event_create_timed(hk_device *dev, hk_dev_event *out);
 void emu_event_destroy(hk_device *dev, hk_dev_event e);
 hk_status emu_event_record(hk_device *dev, hk_dev_event e, hk_dev_stream s);
 hk_status emu_stream_wait_event(hk_device *dev, hk_dev_stream s,
@@ -165,8 +187,9 @@ void emu_driver_close(void);
  *  job_rank and index. */
 int emu_fault_for(const emu_device *dev, unsigned index);
 
-/** "injected async error (HK_EMU_FAULT) in allreduce #3 on rank 1". */
-void emu_fault_message(char *buf, size_t cap, const char *op_name,
+/** "injected async error (HK_EMU_FAULT) in allreduce #3 on rank 1"; for
+ *  kind HK_DEV_FAULT_ENQUEUE "injected enqueue failure (...)...". */
+void emu_fault_message(char *buf, size_t cap, int kind, const char *op_name,
                        unsigned index, int job_rank);
 
 /* ---- small helpers ---- */

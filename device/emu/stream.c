@@ -55,6 +55,7 @@ typedef struct emu_mark {
 
 struct hk_dev_event_s {
   pthread_mutex_t mu;
+  int timed;      /* event_create_timed: event_elapsed takes it */
   emu_mark *mark; /* the latest record, NULL if never recorded */
 };
 
@@ -269,16 +270,32 @@ static hk_status mark_op_new(emu_mark *m,
 
 /* ---- events ---- */
 
-hk_status emu_event_create(hk_device *dev, hk_dev_event *out) {
+/* Events made so far in the process (hk_emu_events_created). */
+static atomic_size_t events_created;
+
+size_t hk_emu_events_created(void) { return atomic_load(&events_created); }
+
+static hk_status event_new(hk_device *dev, int timed, hk_dev_event *out) {
+  const char *what = timed ? "event_create_timed" : "event_create";
   *out = NULL;
-  if (!emu_dev(dev, "event_create"))
+  if (!emu_dev(dev, what))
     return HK_ERR_INVALID_ARG;
   hk_dev_event e = calloc(1, sizeof *e);
   if (!e)
-    return hk_fail(HK_ERR_NOMEM, "emu: event_create: out of host memory");
+    return hk_fail(HK_ERR_NOMEM, "emu: %s: out of host memory", what);
   pthread_mutex_init(&e->mu, NULL);
+  e->timed = timed;
+  atomic_fetch_add(&events_created, 1);
   *out = e;
   return HK_OK;
+}
+
+hk_status emu_event_create(hk_device *dev, hk_dev_event *out) {
+  return event_new(dev, 0, out);
+}
+
+hk_status emu_event_create_timed(hk_device *dev, hk_dev_event *out) {
+  return event_new(dev, 1, out);
 }
 
 void emu_event_destroy(hk_device *dev, hk_dev_event e) {
@@ -393,6 +410,11 @@ hk_status emu_event_elapsed(hk_device *dev, hk_dev_event start,
   *ms = 0;
   if (!emu_dev(dev, "event_elapsed"))
     return HK_ERR_INVALID_ARG;
+  if (!start || !end || !start->timed || !end->timed) /* as CUDA refuses */
+    return hk_fail(HK_ERR_INVALID_ARG,
+                   "emu: event_elapsed: the %s event was made without timing "
+                   "(event_create; event_create_timed makes one with)",
+                   !start || !start->timed ? "start" : "end");
   struct timespec a, b;
   hk_status st = done_time(start, "start", &a);
   if (st == HK_OK)

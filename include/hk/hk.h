@@ -659,7 +659,11 @@ HK_API hk_status hk_barrier(void);
  * and sees a GPU, else host tensors only) | cuda | emu | none. Each
  * process uses the GPU HK_GPU names (an index among the devices it sees,
  * so CUDA_VISIBLE_DEVICES applies first), else the one at its local rank
- * modulo the number it sees (one visible GPU: that one).
+ * modulo the number it sees (one visible GPU: that one). A device tensor
+ * on another GPU gets HK_ERR_MISMATCH on every rank. hk leaves the calling
+ * thread's current device as the caller set it (hk_init, submits,
+ * hk_wait_stream and hk_free make hk's GPU current only for their own
+ * calls).
  *
  * Streams: a device tensor is read only after the work queued on its
  * producer stream before the submit has finished; hk never blocks the

@@ -90,8 +90,8 @@ int main(int argc, char **argv) {
   hk_dev_stream s;
   hk_dev_event e0, e1;
   CHECK(ops->stream_create(dev, &s));
-  CHECK(ops->event_create(dev, &e0));
-  CHECK(ops->event_create(dev, &e1));
+  CHECK(ops->event_create_timed(dev, &e0));
+  CHECK(ops->event_create_timed(dev, &e1));
   for (int k = 0; k < nsizes; k++) {
     size_t bytes = mib[k] << 20, n = bytes / 4;
     void *src, *dst;

@@ -197,6 +197,57 @@ static void test_fault_delay_only_delays(void **s) {
   run_mode(3, 0, env, "dtypes 5", "dtypes", 120);
 }
 
+/* One visible device per process (a per-rank CUDA_VISIBLE_DEVICES): every
+ * local rank takes it (the local rank modulo the count), and the results
+ * are right; an explicit HK_GPU outside the visible devices fails hk_init
+ * on that rank, naming the index and the count. */
+static void test_one_visible_device(void **s) {
+  (void)s;
+  char *one[] = {"HK_DEVICE=emu", "HK_EMU_DEVICES=1", NULL};
+  run_mode(3, 0, one, "dtypes 5", "dtypes", 120);
+  char *three[] = {"HK_DEVICE=emu", "HK_EMU_DEVICES=2", NULL};
+  run_mode(3, 0, three, "dtypes 5", "dtypes", 120);
+  char *bad[] = {"HK_DEVICE=emu", "HK_EMU_DEVICES=1", "HK_GPU=1", NULL};
+  char *argv[] = {HKRUN_PATH, "-np", "1", W_DEVICE, "dtypes", "5", NULL};
+  hkt_result r;
+  hkt_run(argv, bad, 60, &r);
+  const char *want = "device 1 requested (HK_GPU), but 1 visible";
+  if (r.timed_out || r.exit_code == 0 || hkt_count_lines(r.err, want) != 1)
+    fail_msg("HK_GPU=1 of 1: exit %d, want one '%s'\nstdout:\n%.2000s\n"
+             "stderr:\n%.2000s",
+             r.exit_code, want, r.out, r.err);
+  hkt_result_free(&r);
+  assert_int_equal(hkt_orphans(NULL, 0), 0);
+}
+
+/* A tensor on another GPU than hk's is refused on every rank; the rank
+ * that has it logs both devices. */
+static void test_other_device(void **s) {
+  (void)s;
+  char *env[] = {"HK_DEVICE=emu", "HK_EMU_DEVICES=2", "HK_GPU=0", NULL};
+  char *argv[] = {HKRUN_PATH, "-np", "3", W_DEVICE, "otherdev", NULL};
+  hkt_result r;
+  hkt_run(argv, env, 120, &r);
+  const char *both = "tensor 'otherdev': its buffer is on GPU 1, but hk uses "
+                     "GPU 0 on rank 2";
+  if (r.timed_out || r.exit_code != 0 ||
+      hkt_count_lines(r.out, "device ok: otherdev") != 3 ||
+      hkt_count_lines(r.err, both) != 1)
+    fail_msg("otherdev: exit %d, want 3 ok and one '%s'\nstdout:\n%.3000s\n"
+             "stderr:\n%.3000s",
+             r.exit_code, both, r.out, r.err);
+  hkt_result_free(&r);
+  assert_int_equal(hkt_orphans(NULL, 0), 0);
+}
+
+/* hk puts back the calling thread's current device (w_device current
+ * checks it after hk_init, a submit, hk_wait_stream and hk_free). */
+static void test_current_device_kept(void **s) {
+  (void)s;
+  char *env[] = {"HK_DEVICE=emu", "HK_EMU_DEVICES=2", "HK_GPU=0", NULL};
+  run_mode(2, 0, env, "current", "current", 120);
+}
+
 static void test_collectives(void **s) {
   (void)s;
   run_mode(3, 0, emu_env, "collectives", "collectives", 120);
@@ -251,6 +302,33 @@ static void test_fault_hang(void **s) {
   fault("hang:1:2", "HK_TIMEOUT_S");
 }
 
+/* A communicator operation whose call fails on rank 1 (outside the
+ * watchdog's wait): hk aborts the communicator at once, so every rank
+ * fails naming the cause (the peers: "aborted by rank 1: injected enqueue
+ * failure ..."), long before HK_TIMEOUT_S (60 s here), while rank 1 stays
+ * alive without hk_shutdown (which would abort it too) until hkrun ends
+ * the job for the peers' failures. */
+static void test_fault_enqueue_aborts(void **s) {
+  (void)s;
+  char *env[] = {"HK_DEVICE=emu", "HK_TIMEOUT_S=60", "HK_LOG_LEVEL=debug",
+                 "HK_EMU_FAULT=enqueue:1:2", NULL};
+  char *argv[] = {HKRUN_PATH, "-np",    "3", W_DEVICE,
+                  "fault",    "linger", "1", NULL};
+  hkt_result r;
+  hkt_run(argv, env, 50, &r);
+  const char *cause = "injected enqueue failure (HK_EMU_FAULT) in allreduce "
+                      "#2 on rank 1";
+  int named = hkt_count_lines(r.out, cause);
+  if (r.timed_out || r.exit_code == 0 || named != 3)
+    fail_msg("enqueue:1:2: exit %d, %d ranks named '%s'\nstdout:\n%.3000s\n"
+             "stderr:\n%.3000s",
+             r.exit_code, named, cause, r.out, r.err);
+  int left = own_segments_left(r.err);
+  hkt_result_free(&r);
+  assert_int_equal(hkt_orphans(NULL, 0), 0);
+  assert_true(left <= 0);
+}
+
 int main(void) {
   hkt_setup();
   const struct CMUnitTest tests[] = {
@@ -270,10 +348,14 @@ int main(void) {
       cmocka_unit_test(test_half16_average),
       cmocka_unit_test(test_mismatch),
       cmocka_unit_test(test_collectives),
+      cmocka_unit_test(test_one_visible_device),
+      cmocka_unit_test(test_other_device),
+      cmocka_unit_test(test_current_device_kept),
       cmocka_unit_test(test_grouped_cache_join),
       cmocka_unit_test(test_fault_delay_only_delays),
       cmocka_unit_test(test_fault_async_error),
       cmocka_unit_test(test_fault_hang),
+      cmocka_unit_test(test_fault_enqueue_aborts),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -529,10 +529,10 @@ static void test_event_order(void **state) {
   hk_dev_event ea, eb, never, t0;
   OK(ops->stream_create(dev, &a));
   OK(ops->stream_create(dev, &b));
-  OK(ops->event_create(dev, &ea));
+  OK(ops->event_create_timed(dev, &ea)); /* timed: event_elapsed below */
   OK(ops->event_create(dev, &eb));
-  OK(ops->event_create(dev, &never));
-  OK(ops->event_create(dev, &t0));
+  OK(ops->event_create_timed(dev, &never));
+  OK(ops->event_create_timed(dev, &t0));
   /* a never-recorded event is done, and waiting on it does not block */
   int done = 0;
   OK(ops->event_query(dev, never, &done));

@@ -31,10 +31,13 @@
 
 /* ---- helpers ---- */
 
+enum { EMU_DEVICES = 4 }; /* the devices the tests' process sees */
+
 static hk_device *open_emu(int index) {
   hk_device_options o;
   memset(&o, 0, sizeof o);
   o.device_index = index;
+  o.emu_devices = EMU_DEVICES;
   hk_device *dev = NULL;
   assert_int_equal(hk_device_open("emu", &o, &dev), HK_OK);
   assert_non_null(dev);
@@ -62,6 +65,14 @@ static hk_dev_event new_event(hk_device *dev) {
   assert_true(made.n_events < MADE_MAX);
   hk_dev_event e = NULL;
   assert_int_equal(dev->ops->event_create(dev, &e), HK_OK);
+  return made.events[made.n_events++] = e;
+}
+
+/* new_event with timing (event_elapsed takes it). */
+static hk_dev_event new_timed_event(hk_device *dev) {
+  assert_true(made.n_events < MADE_MAX);
+  hk_dev_event e = NULL;
+  assert_int_equal(dev->ops->event_create_timed(dev, &e), HK_OK);
   return made.events[made.n_events++] = e;
 }
 
@@ -821,7 +832,8 @@ static void test_event_elapsed(void **state) {
   hk_device *dev = *state; /* emu device 0, see emu_up */
   const hk_device_ops *ops = dev->ops;
   hk_dev_stream a = new_stream(dev);
-  hk_dev_event e0 = new_event(dev), e1 = new_event(dev), never = new_event(dev);
+  hk_dev_event e0 = new_timed_event(dev), e1 = new_timed_event(dev),
+               never = new_timed_event(dev);
   float ms = -1;
   assert_int_equal(ops->event_elapsed(dev, e0, never, &ms), HK_ERR_INVALID_ARG);
   assert_non_null(strstr(hk_last_error(), "never recorded"));
@@ -864,8 +876,110 @@ static void test_open_errors(void **state) {
   assert_int_equal(hk_emu_stream_delay(NULL, NULL, 1), HK_ERR_INVALID_ARG);
 }
 
+/* The devices a process sees: an explicit index among them, the local
+ * rank modulo their count, anything else refused naming the index and the
+ * count; the handle says which it opened. */
+static void test_devices(void **state) {
+  (void)state;
+  hk_device_options o;
+  memset(&o, 0, sizeof o);
+  o.emu_devices = 2;
+  hk_device *dev = NULL;
+  o.device_index = 2; /* HK_GPU=2 with two devices */
+  assert_int_equal(hk_device_open("emu", &o, &dev), HK_ERR_CONFIG);
+  assert_null(dev);
+  assert_non_null(strstr(hk_last_error(), "device 2 requested (HK_GPU)"));
+  assert_non_null(strstr(hk_last_error(), "but 2 visible"));
+  o.emu_devices = 0; /* unset: one device */
+  o.device_index = 1;
+  assert_int_equal(hk_device_open("emu", &o, &dev), HK_ERR_CONFIG);
+  assert_non_null(strstr(hk_last_error(), "but 1 visible"));
+  o.emu_devices = 2;
+  o.device_index = 1;
+  assert_int_equal(hk_device_open("emu", &o, &dev), HK_OK);
+  assert_int_equal(dev->index, 1);
+  assert_string_equal(dev->ops->describe(dev), "emu 1");
+  hk_device_close(dev);
+  /* local ranks 0..4 over two devices: 0 1 0 1 0 */
+  o.by_local_rank = 1;
+  for (int lr = 0; lr < 5; lr++) {
+    o.device_index = lr;
+    assert_int_equal(hk_device_open("emu", &o, &dev), HK_OK);
+    assert_int_equal(dev->index, lr % 2);
+    hk_device_close(dev);
+  }
+  assert_int_equal(hk_device_pick(NULL, 1), 0);
+  assert_int_equal(hk_device_pick(&o, 0), -1);
+}
+
+/* Each thread's current device: none until it enters a handle, then the
+ * device of the last handle it entered; set_current puts any back. */
+static void *other_thread_current(void *arg) {
+  hk_device *dev = arg;
+  int *seen = malloc(2 * sizeof *seen);
+  seen[0] = dev->ops->current(dev);
+  hk_dev_event e = NULL;
+  assert_int_equal(dev->ops->event_create(dev, &e), HK_OK);
+  dev->ops->event_destroy(dev, e);
+  seen[1] = dev->ops->current(dev);
+  return seen;
+}
+
+static void test_current_device(void **state) {
+  (void)state;
+  hk_device *d0 = open_emu(0), *d2 = open_emu(2);
+  const hk_device_ops *o = d0->ops;
+  o->set_current(d0, -1);
+  assert_int_equal(o->current(d0), -1);
+  void *p = NULL;
+  assert_int_equal(o->mem_alloc(d2, 64, &p), HK_OK);
+  assert_int_equal(o->current(d0), 2); /* asked of any handle */
+  int idx = -1;
+  assert_int_equal(o->pointer_kind(d0, p, &idx), HK_MEM_DEVICE);
+  assert_int_equal(idx, 2); /* the allocation's device, not the asker's */
+  assert_int_equal(o->current(d2), 0);
+  o->set_current(d0, 2);
+  assert_int_equal(o->current(d0), 2);
+  /* another thread has its own */
+  pthread_t t;
+  void *seen = NULL;
+  assert_int_equal(pthread_create(&t, NULL, other_thread_current, d0), 0);
+  assert_int_equal(pthread_join(t, &seen), 0);
+  assert_int_equal(((int *)seen)[0], -1);
+  assert_int_equal(((int *)seen)[1], 0);
+  free(seen);
+  assert_int_equal(o->current(d0), 2);
+  o->mem_free(d2, p);
+  hk_device_close(d2);
+  close_emu(d0);
+}
+
+/* event_create makes events without timing (cudaEventDisableTiming):
+ * event_elapsed refuses them, completed or not, as CUDA does. */
+static void test_event_untimed(void **state) {
+  hk_device *dev = *state; /* emu device 0, see emu_up */
+  const hk_device_ops *ops = dev->ops;
+  hk_dev_stream a = new_stream(dev);
+  hk_dev_event t = new_timed_event(dev), u = new_event(dev);
+  assert_int_equal(ops->event_record(dev, t, a), HK_OK);
+  assert_int_equal(ops->event_record(dev, u, a), HK_OK);
+  sync_stream(dev, a);
+  expect_done(dev, u, 1); /* it orders and completes as any event */
+  float ms = -1;
+  assert_int_equal(ops->event_elapsed(dev, t, u, &ms), HK_ERR_INVALID_ARG);
+  assert_non_null(strstr(hk_last_error(), "the end event was made without "
+                                          "timing"));
+  assert_int_equal(ops->event_elapsed(dev, u, t, &ms), HK_ERR_INVALID_ARG);
+  assert_non_null(strstr(hk_last_error(), "the start event"));
+  assert_int_equal(ops->event_elapsed(dev, t, t, &ms), HK_OK);
+  assert_true(ms == 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      EMU_TEST(test_event_untimed),
+      cmocka_unit_test(test_devices),
+      cmocka_unit_test(test_current_device),
       EMU_TEST(test_host_deref_crashes),
       cmocka_unit_test(test_pointer_kind),
       EMU_TEST(test_free_errors),

@@ -301,7 +301,7 @@ static void *rank_alloc(rank_ctx *x, size_t bytes) {
 static hk_dev_event rank_event(rank_ctx *x) {
   hk_dev_event e = NULL;
   CHECK(x->n_events < MADE_MAX);
-  CHECK_OK(x->ops->event_create(x->dev, &e));
+  CHECK_OK(x->ops->event_create_timed(x->dev, &e)); /* event_elapsed's */
   return x->events[x->n_events++] = e;
 }
 

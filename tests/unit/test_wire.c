@@ -471,7 +471,7 @@ static void test_bad_fields_rejected(void **state) {
       {HK_WIRE_HEADER_LEN + 6, 200, "dtype"},
       {HK_WIRE_HEADER_LEN + 6, HK_BOOL + 1, "dtype"},
       {HK_WIRE_HEADER_LEN + 7, 77, "op"},
-      {HK_WIRE_HEADER_LEN + 8, 4, "memory kind"},
+      {HK_WIRE_HEADER_LEN + 8, HK_WIRE_MEM_OTHER_DEVICE + 1, "memory kind"},
       {HK_WIRE_HEADER_LEN + 0, 2, "shutdown"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

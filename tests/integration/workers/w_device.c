@@ -18,12 +18,22 @@
  *                              hk must wait for it
  *   w_device compress COUNT    HK_COMPRESSION=fp16|bf16 round trips
  *   w_device mismatch          host vs device, and mixed buffers
+ *   w_device current           the calling thread's current device (1,
+ *                              while hk uses 0: HK_EMU_DEVICES=2,
+ *                              HK_GPU=0) is the same after hk_init, a
+ *                              device submit, hk_wait_stream and hk_free;
+ *                              100 more steps reuse their events
+ *   w_device otherdev          the last rank's tensor on another device
+ *                              than hk's (HK_EMU_DEVICES=2, HK_GPU=0):
+ *                              refused on every rank
  *   w_device collectives       broadcast/allgather/reducescatter/alltoall
  *                              on device buffers vs host results
  *   w_device features          grouped allreduce, the response cache (one
  *                              name over steps) and hk_join on device
  *                              tensors
- *   w_device fault             allreduces until one fails (HK_EMU_FAULT)
+ *   w_device fault [linger R]  allreduces until one fails (HK_EMU_FAULT);
+ *                              with linger, rank R then stays (without
+ *                              hk_shutdown) until hkrun ends it
  *   w_device moves             int16 and bool on device buffers:
  *                              broadcast, allgather and alltoall vs host
  *   w_device intscale          integer prescale/postscale on device
@@ -52,8 +62,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "collectives/ring.h"
+#include "common/config.h"
 #include "common/half.h"
 #include "device/device.h"
 #include "device/emu/emu.h"
@@ -445,7 +457,7 @@ static void mode_compress(size_t count, const char *kind) {
   }
   uint16_t *lsum = malloc(count * 2 + 2);
   model(lsum, (void *const *)lin, size, 1, count, low, HK_SUM);
-  float *want = malloc(count * 4 + 4), *got = malloc(count * 4 + 4);
+  float *want = calloc(count + 1, 4), *got = malloc(count * 4 + 4);
   for (size_t i = 0; i < count; i++)
     want[i] =
         (low == HK_FLOAT16 ? hk_f16_to_f32(lsum[i]) : hk_bf16_to_f32(lsum[i])) /
@@ -481,6 +493,24 @@ static void mode_compress(size_t count, const char *kind) {
   dev->ops->mem_free(dev, d);
 }
 
+/* A refusal on every rank: st is HK_ERR_MISMATCH naming `want`; printed
+ * as "<label>: <message>". */
+static void expect_refused(hk_status st, const char *want, const char *label) {
+  HKT_CHECK(st == HK_ERR_MISMATCH && strstr(hk_last_error(), want),
+            "%s: got %s: %s", label, hk_strerror(st), hk_last_error());
+  printf("%s: %s\n", label, hk_last_error());
+}
+
+/* After a refusal the job goes on: d (8 floats, host's values on every
+ * rank) allreduces to size x host. */
+static void expect_job_goes_on(float *d, const float host[8]) {
+  float out[8];
+  HKT_OK(hk_allreduce("after", d, d, 8, HK_FLOAT32, HK_SUM));
+  down(out, d, sizeof out);
+  for (int i = 0; i < 8; i++)
+    HKT_CHECK(out[i] == host[i] * (float)size, "after the refusal: [%d]", i);
+}
+
 /* Host on rank 0, device elsewhere: a mismatch on every rank, before any
  * device work; then sendbuf on the device with recvbuf on the host on
  * the last rank. The job goes on afterwards. */
@@ -491,24 +521,94 @@ static void mode_mismatch(void) {
   hk_status st =
       hk_allreduce("kind", rank == 0 ? (void *)host : (void *)d,
                    rank == 0 ? (void *)host : (void *)d, 8, HK_FLOAT32, HK_SUM);
-  HKT_CHECK(st == HK_ERR_MISMATCH && strstr(hk_last_error(), "memory kind"),
-            "host vs device: got %s: %s", hk_strerror(st), hk_last_error());
-  printf("mismatch 1: %s\n", hk_last_error());
+  expect_refused(st, "memory kind", "mismatch 1");
   float out[8];
   int mixed = rank == size - 1;
   st = hk_allreduce("mixed", d, mixed ? (void *)out : (void *)d, 8, HK_FLOAT32,
                     HK_SUM);
   char want[64];
   snprintf(want, sizeof want, "rank %d has sendbuf on the device", size - 1);
-  HKT_CHECK(st == HK_ERR_MISMATCH && strstr(hk_last_error(), want),
-            "mixed buffers: got %s: %s", hk_strerror(st), hk_last_error());
-  printf("mismatch 2: %s\n", hk_last_error());
-  HKT_OK(hk_allreduce("after", d, d, 8, HK_FLOAT32, HK_SUM));
-  down(out, d, sizeof out);
-  for (int i = 0; i < 8; i++)
-    HKT_CHECK(out[i] == host[i] * (float)size, "after the mismatches");
+  expect_refused(st, want, "mismatch 2");
+  expect_job_goes_on(d, host);
   dev->ops->mem_free(dev, d);
   printf("device ok: mismatch np=%d\n", size);
+}
+
+/* The calling thread's current device before and after each hk call
+ * that enters the backend on it: hk may make its own device current for
+ * its calls, but puts the caller's back (mode current). */
+static void same_current(int want, const char *after) {
+  int cur = dev->ops->current(dev);
+  HKT_CHECK(cur == want, "%s left the thread's current device at %d, not %d",
+            after, cur, want);
+}
+
+static void submit_wait(const hk_collective *c);
+
+static void mode_current(void) {
+  float host[8] = {1, 2, 3, 4, 5, 6, 7, 8}, out[8];
+  float *d = dalloc(sizeof host); /* our calls make device 0 current */
+  up(d, host, sizeof host);
+  dev->ops->set_current(dev, 1);
+  hk_handle h;
+  HKT_OK(hk_allreduce_async("current", d, d, 8, HK_FLOAT32, HK_SUM, &h));
+  same_current(1, "a device submit");
+  HKT_OK(hk_wait_stream(h, NULL));
+  same_current(1, "hk_wait_stream");
+  down(out, d, sizeof out);
+  for (int i = 0; i < 8; i++)
+    HKT_CHECK(out[i] == host[i] * (float)size, "current: element %d", i);
+  /* a handle's events are reused: 100 more steps make at most a few */
+  const size_t made = hk_emu_events_created();
+  for (int i = 0; i < 100; i++) {
+    char name[32]; /* a name may still be in flight after hk_wait_stream */
+    snprintf(name, sizeof name, "reuse.%d", i);
+    HKT_OK(hk_allreduce_async(name, d, d, 8, HK_FLOAT32, HK_SUM, &h));
+    HKT_OK(hk_wait_stream(h, NULL));
+  }
+  HKT_CHECK(hk_emu_events_created() - made <= 8,
+            "100 device allreduces made %zu events (reused: a few)",
+            hk_emu_events_created() - made);
+  void *g = NULL;
+  size_t rows[64];
+  hk_collective ag = {.kind = HK_ALLGATHER,
+                      .name = "current.gather",
+                      .dtype = HK_FLOAT32,
+                      .sendbuf = d,
+                      .rows = 1,
+                      .row_elems = 8,
+                      .recvbuf_out = &g,
+                      .rows_out = rows};
+  submit_wait(&ag);
+  dev->ops->set_current(dev, 1);
+  hk_free(g);
+  same_current(1, "hk_free of a device output");
+  dev->ops->mem_free(dev, d);
+  printf("device ok: current np=%d\n", size);
+}
+
+/* The last rank's tensor on emu device 1 while hk uses device 0
+ * (HK_EMU_DEVICES=2, HK_GPU=0): HK_ERR_MISMATCH on every rank before any
+ * device work, naming that rank (its own log names both devices); the
+ * job goes on. */
+static void mode_otherdev(void) {
+  hk_device_options o = {.device_index = 1, .emu_devices = 2};
+  hk_device *dev1 = NULL;
+  HKT_OK(hk_device_open("emu", &o, &dev1));
+  float host[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  float *d = dalloc(sizeof host), *d1 = NULL;
+  HKT_OK(dev1->ops->mem_alloc(dev1, sizeof host, (void **)&d1));
+  up(d, host, sizeof host);
+  float *buf = rank == size - 1 ? d1 : d;
+  hk_status st = hk_allreduce("otherdev", buf, buf, 8, HK_FLOAT32, HK_SUM);
+  char want[96];
+  snprintf(want, sizeof want, "rank %d has a buffer on another GPU", size - 1);
+  expect_refused(st, want, "otherdev");
+  expect_job_goes_on(d, host);
+  dev1->ops->mem_free(dev1, d1);
+  hk_device_close(dev1);
+  dev->ops->mem_free(dev, d);
+  printf("device ok: otherdev np=%d\n", size);
 }
 
 /* Broadcast, allgather, reducescatter and alltoall on device buffers
@@ -804,7 +904,7 @@ static void mode_features(void) {
 }
 
 /* Allreduces until one fails: prints the error and exits 3. */
-static void mode_fault(void) {
+static void mode_fault(int linger) {
   const size_t count = 1000;
   float *d = dalloc(count * 4);
   for (int i = 0; i < 20; i++) {
@@ -815,6 +915,10 @@ static void mode_fault(void) {
       printf("rank %d failed: %s: %s\n", rank, hk_strerror(st),
              hk_last_error());
       fflush(stdout);
+      while (rank == linger) /* a trainer that carries on: its hk_shutdown
+                                would end the communicator for it; hkrun
+                                ends it once the others have failed */
+        pause();
       hk_shutdown();
       exit(3);
     }
@@ -1038,12 +1142,31 @@ static void mode_sets(int fold) {
 
 int main(int argc, char **argv) {
   HKT_CHECK(argc >= 2, "usage: w_device MODE [ARGS...]");
+  const char *m = argv[1];
+  /* the device hk takes (HK_GPU, else the local rank modulo
+   * HK_EMU_DEVICES): the test's tensors must be on it */
+  hk_config cfg;
+  HKT_OK(hk_config_load(&cfg));
+  hk_device_options opts = {.device_index = cfg.gpu,
+                            .emu_devices = cfg.emu_devices};
+  const int early = !strcmp(m, "current"); /* hk_init keeps it too */
+  if (early) {
+    HKT_CHECK(cfg.gpu >= 0, "w_device current: set HK_GPU");
+    HKT_OK(hk_device_open("emu", &opts, &dev));
+    dev->ops->set_current(dev, 1);
+  }
   HKT_OK(hk_init());
+  if (early) {
+    same_current(1, "hk_init");
+  } else {
+    if (cfg.gpu < 0) {
+      opts.device_index = hk_local_rank();
+      opts.by_local_rank = 1;
+    }
+    HKT_OK(hk_device_open("emu", &opts, &dev));
+  }
   rank = hk_rank();
   size = hk_size();
-  hk_device_options opts = {0};
-  HKT_OK(hk_device_open("emu", &opts, &dev));
-  const char *m = argv[1];
   if (!strcmp(m, "dtypes"))
     mode_cases(argc, argv, size, 1, 0, m);
   else if (!strcmp(m, "ring"))
@@ -1059,6 +1182,10 @@ int main(int argc, char **argv) {
                   argc > 3 ? argv[3] : "fp16");
   else if (!strcmp(m, "mismatch"))
     mode_mismatch();
+  else if (!strcmp(m, "current"))
+    mode_current();
+  else if (!strcmp(m, "otherdev"))
+    mode_otherdev();
   else if (!strcmp(m, "collectives"))
     mode_collectives();
   else if (!strcmp(m, "sets"))
@@ -1066,7 +1193,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(m, "features"))
     mode_features();
   else if (!strcmp(m, "fault"))
-    mode_fault();
+    mode_fault(argc > 3 && !strcmp(argv[2], "linger") ? atoi(argv[3]) : -1);
   else if (!strcmp(m, "moves"))
     mode_moves();
   else if (!strcmp(m, "intscale"))
