@@ -73,11 +73,11 @@ typedef struct hk_allreduce_span {
 /**
  * What the implementations run over and what their choice depends on: one
  * per job and one per process set (over the set's members, ranks counted
- * in the set), filled by the worker at hk_init (a set's when it is added) (the rings, the mesh's links,
- * the device schedules once a device is open, the settings every rank
- * agreed on, the cost model's view of the job), then hk_allreduce_setup.
- * The rings, links, io and dev are the worker's (borrowed, not owned);
- * rd_scratch is owned (freed by hk_allreduce_release).
+ * in the set), filled by the worker at hk_init (a set's when it is added) (the
+ * rings, the mesh's links, the device schedules once a device is open, the
+ * settings every rank agreed on, the cost model's view of the job), then
+ * hk_allreduce_setup. The rings, links, io and dev are the worker's (borrowed,
+ * not owned); rd_scratch is owned (freed by hk_allreduce_release).
  */
 typedef struct hk_allreduce_env {
   int rank, size;   /* this rank, world size (a process set's: this

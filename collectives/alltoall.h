@@ -27,8 +27,8 @@
  * HK_ERR_TIMEOUT, HK_ERR_NOMEM, HK_ERR_PROTOCOL (an absurd block size).
  */
 hk_status hk_alltoall_pairwise(int rank, int n, hk_link *const *peers,
-                               const hk_io *io,
-                               const void *sendbuf, const size_t *send_rows,
-                               size_t row_bytes, void **out, size_t *recv_rows);
+                               const hk_io *io, const void *sendbuf,
+                               const size_t *send_rows, size_t row_bytes,
+                               void **out, size_t *recv_rows);
 
 #endif

@@ -60,9 +60,9 @@
  * HK_ERR_NOMEM.
  */
 hk_status hk_rd_allreduce(int rank, int n, hk_link *const *peers,
-                          const hk_io *io,
-                          const void *sendbuf, void *recvbuf, size_t count,
-                          hk_dtype dtype, hk_op op, const hk_ring_finish *fin,
-                          uint8_t **scratch, size_t *scratch_bytes);
+                          const hk_io *io, const void *sendbuf, void *recvbuf,
+                          size_t count, hk_dtype dtype, hk_op op,
+                          const hk_ring_finish *fin, uint8_t **scratch,
+                          size_t *scratch_bytes);
 
 #endif
