@@ -87,11 +87,13 @@ if ! [[ $alive_s =~ ^[1-9][0-9]*$ ]]; then
 fi
 
 # The session. unshare --kill-child makes the PID namespace's first process
-# die with unshare; setpriv makes unshare die with this agent. Stdin is
+# die with unshare; setpriv makes unshare die with this agent. --mount-proc
+# gives the host its own /proc, as a real host (or container) has: a pid a
+# process of the host reads (getpid) is the one /proc/<pid> shows there. Stdin is
 # kept (an asynchronous command would otherwise read /dev/null).
 # shellcheck disable=SC2016 # expanded by the inner sh
 setpriv --pdeathsig KILL -- ip netns exec "$ns" \
-  unshare --uts --pid --fork --kill-child=KILL -- \
+  unshare --uts --pid --mount-proc --fork --kill-child=KILL -- \
   sh -c 'hostname "$1" && shift && exec sh -c "$*"' rsh_agent "$host" "$@" <&0 &
 session=$!
 
