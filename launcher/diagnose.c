@@ -189,8 +189,10 @@ static void pending_names(const hk_flight_file *f, char *out, size_t cap) {
                           f->pending[i].name, set,
                           hk_flight_state_name(f->pending[i].state));
   }
-  if (f->npending > MAX_NAMED && o < cap)
-    snprintf(out + o, cap - o, " and %zu more", f->npending - MAX_NAMED);
+  uint64_t more = f->h.pending_left_out +
+                  (f->npending > MAX_NAMED ? f->npending - MAX_NAMED : 0);
+  if (more && o < cap)
+    snprintf(out + o, cap - o, " and %" PRIu64 " more", more);
 }
 
 /* Some ranks ran round R, others never reached it. */
@@ -274,9 +276,9 @@ static int report_pending(const job_view *j, uint64_t last, FILE *out) {
   const char *first_all = NULL;
   char a[512], b[512];
   for (size_t i = 0; i < s.n; i++) {
-    int all = 1;
+    int all = 1; /* a rank whose record left some out may hold it unlisted */
     for (int r = 0; r < j->size; r++)
-      all &= !j->present[r] || s.v[i].on[r];
+      all &= !j->present[r] || s.v[i].on[r] || j->at[r]->h.pending_left_out;
     if (all) {
       first_all = first_all ? first_all : s.v[i].e->name;
       everywhere++;
@@ -415,12 +417,15 @@ static int analyse(const records *rs, const char *job, const char *dir,
       continue;
     lo = f->h.rounds < lo ? f->h.rounds : lo;
     hi = f->h.rounds > hi ? f->h.rounds : hi;
+    char listed[48] = ""; /* a record lists as many as its ring holds */
+    if (f->h.pending_left_out)
+      snprintf(listed, sizeof listed, " (%zu listed)", f->npending);
     fprintf(out,
             "rank %d: %s pid %ld, %" PRIu64 " rounds, %" PRIu64
-            " collectives recorded (%zu kept), %zu in flight; written on: "
-            "%s\n",
+            " collectives recorded (%zu kept), %" PRIu64
+            " in flight%s; written on: %s\n",
             r, f->h.host, f->h.pid, f->h.rounds, f->h.recorded, f->nentries,
-            f->npending, f->h.reason);
+            (uint64_t)f->npending + f->h.pending_left_out, listed, f->h.reason);
   }
   int found = 0;
   if (lo != hi) {

@@ -62,9 +62,10 @@ static void write_record(const char *dir, const hk_flight_header *h,
 /* Rank r of a job of `size`: rounds 1..rounds each carrying "g<round>"
  * (done, or `last_state` for the last one), and pending tensors
  * pend[0..npend) submitted at their index's time. */
-static void write_rank(const char *dir, const char *job, int r, int size,
-                       int rounds, int last_state, const char *const *pend,
-                       int npend) {
+static void write_rank_left_out(const char *dir, const char *job, int r,
+                                int size, int rounds, int last_state,
+                                const char *const *pend, int npend,
+                                uint64_t left_out) {
   hk_flight_ring ring;
   assert_int_equal(hk_flight_ring_init(&ring, 100), HK_OK);
   for (int i = 1; i <= rounds; i++) {
@@ -100,8 +101,16 @@ static void write_rank(const char *dir, const char *job, int r, int size,
   h.rounds = (uint64_t)rounds;
   h.capacity = 100;
   h.recorded = (uint64_t)rounds;
+  h.pending_left_out = left_out;
   write_record(dir, &h, &ring, p, (size_t)npend);
   hk_flight_ring_free(&ring);
+}
+
+/* write_rank_left_out with every tensor in flight listed. */
+static void write_rank(const char *dir, const char *job, int r, int size,
+                       int rounds, int last_state, const char *const *pend,
+                       int npend) {
+  write_rank_left_out(dir, job, r, size, rounds, last_state, pend, npend, 0);
 }
 
 /* Runs the diagnosis: its exit status; out/err into malloc'd strings. */
@@ -157,6 +166,27 @@ static void test_pending_on_some_ranks(void **s) {
   expect(out, "3 of 4 ranks present");
   expect(out, "missing: rank 2 (no hk-flight." JOB ".RANK.txt)");
   expect(out, "submitted by ranks 0, 1; never submitted by rank 3");
+  free(out);
+  free(err);
+}
+
+/* A record that listed only part of what was in flight (its ring's
+ * capacity): the count says so, and a tensor it does not list is not taken
+ * for one the rank never submitted. */
+static void test_pending_left_out(void **s) {
+  fixture *fx = *s;
+  const char *const both[] = {"t7", "t8"}, *const first[] = {"t7"};
+  write_rank_left_out(fx->dir, JOB, 0, 2, 7, HK_FLIGHT_DONE, both, 2, 0);
+  write_rank_left_out(fx->dir, JOB, 1, 2, 7, HK_FLIGHT_DONE, first, 1, 40);
+  char *out, *err;
+  assert_int_equal(diagnose(fx->dir, &out, &err), 0);
+  expect(out, "rank 1: hostA pid 101, 7 rounds, 7 collectives recorded (7 "
+              "kept), 41 in flight (1 listed); written on: SIGUSR1");
+  expect(out, "rank 0: hostA pid 100, 7 rounds, 7 collectives recorded (7 "
+              "kept), 2 in flight; written on");
+  assert_null(strstr(out, "divergence: tensor"));
+  expect(out, "pending on every rank present (submitted, not yet "
+              "negotiated): 2 tensor(s), the first 't7'");
   free(out);
   free(err);
 }
@@ -299,6 +329,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_consistent, setup, teardown),
       cmocka_unit_test_setup_teardown(test_pending_on_some_ranks, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(test_pending_left_out, setup, teardown),
       cmocka_unit_test_setup_teardown(test_round_gap, setup, teardown),
       cmocka_unit_test_setup_teardown(test_unfinished_collective, setup,
                                       teardown),
