@@ -111,11 +111,16 @@ if [ "$bad" != 0 ]; then
   exit 1
 fi
 
-stage "Release build of libhk and hkrun (no warnings)"
+stage "Release build of libhk, hkrun and the CUDA module's C (no warnings)"
 # -O3's analyses warn where -O2's do not (-Wmaybe-uninitialized,
 # -Wformat-truncation): what users build must stay warning-free
 cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release -DHK_WERROR=ON >/dev/null
 run cmake --build build-release -j"$(nproc)" --target hk hkrun
+# the CUDA module's C half too, where the toolkit is found (its kernels'
+# nvcc build is the normal build's)
+if [ -f build-release/device/cuda/Makefile ]; then
+  run make -C build-release/device/cuda cuda.c.o
+fi
 
 stage "build and test (RelWithDebInfo)"
 run scripts/build.sh build -DHK_WERROR=ON

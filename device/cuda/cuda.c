@@ -914,7 +914,7 @@ static hk_status comm_int16(hk_dev_comm c, const void *send, void *recv,
 static hk_status cuda_comm_allreduce(hk_dev_comm c, const void *send,
                                      void *recv, size_t count, hk_dtype dtype,
                                      hk_op op, hk_dev_stream s) {
-  ncclDataType_t t;
+  ncclDataType_t t = ncclInt32; /* int16 is reduced as int32 (comm_int16) */
   ncclRedOp_t o;
   if (!nccl_dtype(dtype, &t) && dtype != HK_INT16)
     return fail(HK_ERR_INVALID_ARG, "allreduce: dtype %d is not reduced",
@@ -933,7 +933,7 @@ static hk_status cuda_comm_reducescatter(hk_dev_comm c, const void *send,
                                          void *recv, size_t recvcount,
                                          hk_dtype dtype, hk_op op,
                                          hk_dev_stream s) {
-  ncclDataType_t t;
+  ncclDataType_t t = ncclInt32; /* int16 is reduced as int32 (comm_int16) */
   ncclRedOp_t o;
   if (!nccl_dtype(dtype, &t) && dtype != HK_INT16)
     return fail(HK_ERR_INVALID_ARG, "reducescatter: dtype %d is not reduced",
