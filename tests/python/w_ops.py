@@ -18,7 +18,7 @@ import hk.torch as hvd
 
 DEVICE = sys.argv[1] if len(sys.argv) > 1 else "cpu"
 DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64,
-          torch.int8, torch.uint8, torch.int32, torch.int64]
+          torch.int8, torch.uint8, torch.int32, torch.int64, torch.int16]
 OPS = [("sum", hvd.Sum), ("average", hvd.Average), ("min", hvd.Min),
        ("max", hvd.Max), ("product", hvd.Product)]
 SHAPES = [(0,), (1,), (3, 5), (1003,)]
@@ -316,10 +316,18 @@ def refused(exc, fn, what):
         return str(e)
     fail("%s was not refused with %s" % (what, exc.__name__))
 
-refused(ValueError, lambda: hvd.allreduce(torch.zeros(2, dtype=torch.int16)),
-        "int16")
 refused(ValueError, lambda: hvd.allreduce(torch.zeros(2, dtype=torch.bool)),
-        "bool")
+        "a bool allreduce")
+refused(ValueError, lambda: hvd.allreduce(torch.zeros(2, dtype=torch.complex64)),
+        "complex64")
+# bool is moved as Horovod moves it: a stop flag broadcast from the root,
+# flags allgathered in rank order
+flag = dev(torch.tensor([R == 0, R % 2 == 1, True]))
+same(hvd.broadcast(flag, 0, name="bool.flag"),
+     dev(torch.tensor([True, False, True])), "bool broadcast")
+same(hvd.allgather(flag.view(1, 3), name="bool.flags"),
+     dev(torch.tensor([[r == 0, r % 2 == 1, True] for r in range(N)])),
+     "bool allgather")
 refused(NotImplementedError, lambda: hvd.allreduce(torch.ones(2),
                                                    op=hvd.Adasum), "Adasum")
 refused(ValueError, lambda: hvd.allreduce(torch.ones(2), average=True,

@@ -40,11 +40,13 @@ from hk.errors import HKInternalError, INVALID_ARG, not_initialized
 
 from .process_sets import set_id, set_root, set_size
 
-# hk.h's hk_dtype by torch dtype. A dtype hk adds (hk.h: HK_INT16 = 8,
-# HK_BOOL) is one more entry here.
+# hk.h's hk_dtype by torch dtype (Horovod's ten: bool is moved by
+# broadcast, allgather and alltoall; libhk refuses to reduce it, naming the
+# tensor).
 DTYPES = {
     torch.float16: 0, torch.bfloat16: 1, torch.float32: 2, torch.float64: 3,
     torch.int8: 4, torch.uint8: 5, torch.int32: 6, torch.int64: 7,
+    torch.int16: 8, torch.bool: 9,
 }
 
 # Horovod's op constants (horovod.common's values), mapped to hk_op.
@@ -68,7 +70,7 @@ def hk_dtype(t):
         return DTYPES[t.dtype]
     except KeyError:
         raise ValueError(
-            "Tensor type %s is not supported: hk reduces %s" %
+            "Tensor type %s is not supported: hk takes %s" %
             (t.type(), ", ".join(str(d).replace("torch.", "")
                                  for d in DTYPES))) from None
 
