@@ -600,8 +600,15 @@ int hkrun_args_parse(int argc, char **argv, hkrun_args *out, char *err,
       }
       if (parse_value(o, name, value, out, err, err_cap) != 0)
         return -1;
-      if (out->action == HKRUN_DUMP || out->action == HKRUN_DIAGNOSE)
-        return 0; /* a command of its own: the rest does not matter */
+      if (out->action == HKRUN_DUMP || out->action == HKRUN_DIAGNOSE) {
+        /* a command of its own, with one value: a second pid (pgrep
+         * finding two hkruns) would otherwise be dropped unseen */
+        if (i + 1 < argc)
+          return fail(err, err_cap, "%s takes one %s; '%s' is one too many",
+                      name, out->action == HKRUN_DUMP ? "pid" : "folder",
+                      argv[i + 1]);
+        return 0;
+      }
       i++;
       continue;
     }

@@ -293,8 +293,8 @@ static void on_dump(uv_signal_t *h, int signum) {
   (void)signum;
   job *j = h->data;
   int n = hk_workers_ask_dump(&j->workers);
-  hk_out_say("received SIGUSR1: asked %d rank(s) to write their flight "
-             "records",
+  hk_out_say("asked %d rank(s) to write their flight records (SIGUSR1: "
+             "hkrun --dump, or rank 0's stall inspector)",
              n);
 }
 

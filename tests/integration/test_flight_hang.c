@@ -240,7 +240,9 @@ static void test_hkrun_dump(void **s) {
   start_hang(dir, "HK_FLIGHT_RECORDER=3", NULL, NULL, NULL, &p, pids);
   dump_hang(dir, &p);
   assert_int_equal(
-      hkt_wait_line(&p, "received SIGUSR1: asked 4 rank(s) to write", 30, NULL),
+      hkt_wait_line(&p,
+                    "asked 4 rank(s) to write their flight records (SIGUSR1",
+                    30, NULL),
       0);
   expect_t7(dir, "written on: asked through hkrun", 4);
   /* the ring of 3 kept the newest three of rank 0's 8, oldest first */

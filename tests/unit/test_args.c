@@ -346,6 +346,12 @@ static void test_tunable_flags(void **state) {
   const char *dump_none[] = {"--dump", NULL};
   assert_int_equal(parse(dump_none, &a, err, sizeof err, argv), -1);
   assert_string_equal(err, "--dump: missing value");
+  const char *dump_two[] = {"--dump", "4242", "4243", NULL};
+  assert_int_equal(parse(dump_two, &a, err, sizeof err, argv), -1);
+  assert_string_equal(err, "--dump takes one pid; '4243' is one too many");
+  const char *diag_two[] = {"--diagnose", "a", "b", NULL};
+  assert_int_equal(parse(diag_two, &a, err, sizeof err, argv), -1);
+  assert_string_equal(err, "--diagnose takes one folder; 'b' is one too many");
   const char *diag[] = {"--diagnose=records", NULL};
   assert_int_equal(parse(diag, &a, err, sizeof err, argv), 0);
   assert_int_equal(a.action, HKRUN_DIAGNOSE);
