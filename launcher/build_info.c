@@ -154,23 +154,25 @@ static void find_cuda(part *cuda, part *nccl) {
   }
 }
 
-/* python3 (the PATH's) runs this: one line, exit 0 when it imports torch
- * and hk.torch */
+/* python3 (the PATH's) runs this: one line naming the interpreter (a
+ * python3 earlier on PATH than the system's may lack torch), exit 0 when
+ * it imports torch and hk.torch */
 static const char python_probe[] =
     "import sys\n"
     "try:\n"
     "    import torch\n"
     "except Exception as e:\n"
-    "    print('python3 cannot import torch: %s: %s' % (type(e).__name__, e))\n"
+    "    print('python3 (%s) cannot import torch: %s: %s' %\n"
+    "          (sys.executable, type(e).__name__, e))\n"
     "    sys.exit(1)\n"
     "try:\n"
     "    import hk, hk.torch\n"
     "except Exception as e:\n"
-    "    print('python3 imports torch %s, but not hk.torch: %s: %s' %\n"
-    "          (torch.__version__, type(e).__name__, e))\n"
+    "    print('python3 (%s) imports torch %s, but not hk.torch: %s: %s' %\n"
+    "          (sys.executable, torch.__version__, type(e).__name__, e))\n"
     "    sys.exit(1)\n"
-    "print('python3 imports torch %s and hk.torch (%s)' %\n"
-    "      (torch.__version__, hk.__file__))\n";
+    "print('python3 (%s) imports torch %s and hk.torch (%s)' %\n"
+    "      (sys.executable, torch.__version__, hk.__file__))\n";
 
 /* Runs python3 on the probe, at most PYTHON_PROBE_S: its exit status (-1:
  * not run, killed) and the last line it printed into out. */

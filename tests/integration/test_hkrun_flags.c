@@ -414,13 +414,14 @@ static void check_build_pytorch(void) {
   snprintf(sub, sizeof sub, "%s/torch", dir);
   put_file(sub, "__init__.py", "raise ImportError('no torch here')\n");
   snprintf(env_p, sizeof env_p, "PYTHONPATH=%s", dir);
-  char *env[] = {env_p, NULL};
+  char *env[] = {env_p, "PATH=/usr/bin:/bin", NULL}; /* the system's python3 */
   char *cb[] = {HKRUN_PATH, "--check-build", NULL};
   hkt_result r;
   run_expect(cb, env, 0, &r);
   if (!strstr(r.out, "    [ ] PyTorch: built: hk.torch (python/: import "
-                     "hk.torch as hvd, over libhk); here: python3 cannot "
-                     "import torch: ImportError: no torch here\n"))
+                     "hk.torch as hvd, over libhk); here: python3 "
+                     "(/usr/bin/python3) cannot import torch: ImportError: "
+                     "no torch here\n"))
     fail_msg("PyTorch ticked without torch:\n%s", r.out);
   hkt_result_free(&r);
   put_file(sub, "__init__.py", "__version__ = '9.9-test'\n");
@@ -432,7 +433,8 @@ static void check_build_pytorch(void) {
   char want[4400];
   snprintf(want, sizeof want,
            "    [X] PyTorch: built: hk.torch (python/: import hk.torch as "
-           "hvd, over libhk); here: python3 imports torch 9.9-test and "
+           "hvd, over libhk); here: python3 (/usr/bin/python3) imports torch "
+           "9.9-test and "
            "hk.torch (%s/hk/__init__.py)\n",
            dir);
   if (!strstr(r.out, want))
