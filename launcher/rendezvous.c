@@ -395,8 +395,18 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     on_unit(c);
 }
 
+/* Closing c will send a reset: a worker connects again on one
+ * (hk_tcp_connect), where a plain close reads as a refusal. */
+static void reset_on_close(conn *c) {
+  uv_os_fd_t fd;
+  struct linger reset = {1, 0};
+  if (uv_fileno((const uv_handle_t *)&c->tcp, &fd) == 0)
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+}
+
 static void auth_timeout(uv_timer_t *t) {
   conn *c = t->data;
+  reset_on_close(c); /* (a worker slowed by load may try again) */
   char why[80];
   snprintf(why, sizeof why,
            "timed out authenticating (no authentication within %d s)",
@@ -414,17 +424,15 @@ static void drop_oldest(hk_rdv *r) {
       oldest = c;
   if (!oldest)
     return;
-  uv_os_fd_t fd;
-  struct linger reset = {1, 0};
-  if (uv_fileno((const uv_handle_t *)&oldest->tcp, &fd) == 0)
-    setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+  reset_on_close(oldest);
   char why[96];
   snprintf(why, sizeof why, "dropped unauthenticated (%d pending, the most)",
            r->pending);
   refuse_auth(oldest, DROPPED, why);
 }
 
-/* Connections that may authenticate at once: 64, fewer when the
+/* Connections that may authenticate at once beyond one per rank not yet
+ * registered: 64, fewer when the
  * descriptor limit would not leave room for the job's own (a pipe pair
  * per output stream and a rendezvous connection per rank, the loop's),
  * so that connections which never authenticate cannot exhaust it. */
@@ -495,7 +503,9 @@ static void on_connection(uv_stream_t *server, int status) {
     return;
   }
   format_peer(&c->tcp, c->addr, sizeof c->addr);
-  if (r->pending > r->max_pending)
+  /* every rank not yet registered may hold one more (its descriptor is
+   * in pending_cap's budget already): a job's own burst is not dropped */
+  if (r->pending > r->max_pending + (r->size - r->registered))
     drop_oldest(r);
   uv_tcp_nodelay(&c->tcp, 1);
   if (hk_random_bytes(c->nonce_s, sizeof c->nonce_s) != HK_OK) {

@@ -204,6 +204,7 @@ hk_status hk_tcp_connect(const char *host, uint16_t port,
   hk_status st = resolve(host, port, &sa);
   if (st != HK_OK)
     return st;
+  double backoff_s = 0.01; /* after a reset: grows, with jitter */
   for (;;) {
     int s = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (s < 0)
@@ -236,16 +237,28 @@ hk_status hk_tcp_connect(const char *host, uint16_t port,
       st = auth_client(s, secret, &hio, who, &reset);
       if (st != HK_OK) {
         close(s);
-        if (reset && hk_now() < deadline)
-          continue; /* dropped to make room (tcp_gate.h): again */
-        return st;
+        if (!reset || hk_now() >= deadline)
+          return st;
+        /* dropped to make room, or too slow under load (tcp_gate.h, the
+         * rendezvous): again, after a pause that spreads a burst's
+         * peers out (0.5 to 1.5 times a doubling step, at most 1 s) */
+        uint32_t r;
+        if (hk_random_bytes(&r, sizeof r) != HK_OK)
+          r = (uint32_t)getpid();
+        double pause = backoff_s * (0.5 + (double)r / 4294967296.0);
+        backoff_s = backoff_s < 0.5 ? backoff_s * 2 : 1.0;
+        struct pollfd none = {.fd = -1};
+        st = wait_fds(&none, 1, io, pause, "connecting");
+        if (st == HK_ERR_PEER_LOST)
+          return st;
+        continue;
       }
       *fd = s;
       return HK_OK;
     }
     close(s);
     if (err != ECONNREFUSED && err != ETIMEDOUT && err != EHOSTUNREACH &&
-        err != ENETUNREACH)
+        err != ENETUNREACH && err != ECONNRESET) /* reset: a full listener */
       return hk_fail_errno(HK_ERR_SYSTEM, err, "cannot connect to %s at %s:%u",
                            who, host, port);
     if (hk_now() >= deadline)

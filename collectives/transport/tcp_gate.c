@@ -71,11 +71,17 @@ static void refuse(hk_tcp_gate *g, int i, enum cause c, const char *why) {
   g->refused++;
 }
 
+/* Closing fd will send a reset: the peer, if it is one of the job's,
+ * connects again (hk_tcp_connect); a plain close reads as a refusal. */
+static void reset_on_close(int fd) {
+  struct linger reset = {1, 0};
+  setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+}
+
 /* Makes room: drops pending handshake i (the oldest, 0) with a reset,
  * which tells a peer caught in a burst to connect again (hk_tcp_connect). */
 static void drop(hk_tcp_gate *g, int i) {
-  struct linger reset = {1, 0};
-  setsockopt(g->p[i].fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+  reset_on_close(g->p[i].fd);
   char why[96];
   snprintf(why, sizeof why, "dropped unauthenticated (%d pending, the most)",
            g->n);
@@ -185,10 +191,11 @@ hk_status hk_tcp_gate_accept(hk_tcp_gate *g, double deadline, const hk_io *io,
                            g->refused)
                  : hk_fail(HK_ERR_TIMEOUT,
                            "timed out waiting for peers to connect");
-    for (int i = 0; i < g->n;) /* handshakes past their time */
-      if (g->p[i].until <= now)
+    for (int i = 0; i < g->n;)    /* handshakes past their time */
+      if (g->p[i].until <= now) { /* (a peer slowed by load may retry) */
+        reset_on_close(g->p[i].fd);
         refuse(g, i, TIMED_OUT, "timed out authenticating");
-      else
+      } else
         i++;
     double until = deadline;
     int n = 0, listening = now >= g->rest_until;
