@@ -36,6 +36,25 @@ static int is_record(const char *name) {
          !strcmp(name + len - 4, ".txt");
 }
 
+/* Names as this report prints them: a control byte (a tab, a newline, a
+ * terminal escape: the record keeps them escaped, the reader gives them
+ * back) becomes '?', so that a tensor's name (or an error naming one)
+ * cannot forge lines of the report or drive the terminal. */
+static void printable_name(char *name) {
+  for (unsigned char *c = (unsigned char *)name; *c; c++)
+    if (*c < 0x20 || *c == 0x7f)
+      *c = '?';
+}
+
+static void printable_names(hk_flight_file *f) {
+  printable_name(f->h.host);
+  printable_name(f->h.reason);
+  for (size_t i = 0; i < f->nentries; i++)
+    printable_name(f->entries[i].name);
+  for (size_t i = 0; i < f->npending; i++)
+    printable_name(f->pending[i].name);
+}
+
 /* Reads every record in dir. 0, or 1 after saying why on err. */
 static int load(const char *dir, records *rs, FILE *err) {
   DIR *d = opendir(dir);
@@ -66,6 +85,7 @@ static int load(const char *dir, records *rs, FILE *err) {
       fprintf(err, "hkrun --diagnose: %s\n", hk_last_error());
       bad = 1;
     } else {
+      printable_names(&rs->f[rs->n]);
       rs->n++;
     }
   }

@@ -191,6 +191,21 @@ static void test_pending_left_out(void **s) {
   free(err);
 }
 
+/* A name with control bytes (a tab, a newline, an escape) cannot forge
+ * lines of the report: they print as '?'. */
+static void test_names_printable(void **s) {
+  fixture *fx = *s;
+  const char *const odd[] = {"x\tentry\n\x1b[2Jrank 9"};
+  write_rank(fx->dir, JOB, 0, 2, 3, HK_FLIGHT_DONE, odd, 1);
+  write_rank(fx->dir, JOB, 1, 2, 3, HK_FLIGHT_DONE, NULL, 0);
+  char *out, *err;
+  assert_int_equal(diagnose(fx->dir, &out, &err), 0);
+  expect(out, "first divergence: tensor 'x?entry??[2Jrank 9' (allreduce");
+  assert_null(strchr(out, '\x1b'));
+  free(out);
+  free(err);
+}
+
 static void test_round_gap(void **s) {
   fixture *fx = *s;
   const char *const waiting[] = {"g6"};
@@ -330,6 +345,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_pending_on_some_ranks, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_pending_left_out, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_names_printable, setup, teardown),
       cmocka_unit_test_setup_teardown(test_round_gap, setup, teardown),
       cmocka_unit_test_setup_teardown(test_unfinished_collective, setup,
                                       teardown),
