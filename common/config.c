@@ -1,5 +1,6 @@
 #include "common/config.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -331,13 +332,23 @@ static const tunable table[] = {
 
 #define NTABLE (sizeof table / sizeof table[0])
 
-/* A number in [t->min, t->max] into its field; s not empty. */
+/* 1 if s is written as the table's numbers are: decimal, no blank before
+ * it (strtod and strtol also take " 5" and "0x10", which a typo or a
+ * script's stray space could give) */
+static int plain_decimal(const char *s) {
+  if (*s == '+' || *s == '-')
+    s++;
+  return !isspace((unsigned char)*s) && !(s[0] == '0' && (s[1] | 0x20) == 'x');
+}
+
+/* A number in [t->min, t->max] into its field; s not empty. A size must
+ * be whole. */
 static hk_status read_number(const tunable *t, const char *name, const char *s,
                              hk_config *cfg) {
   char *end;
   errno = 0;
   double v = strtod(s, &end);
-  if (end == s || *end || isnan(v))
+  if (end == s || *end || isnan(v) || !plain_decimal(s))
     return hk_fail(HK_ERR_CONFIG, "%s='%s' is not a number (unit: %s)", name, s,
                    t->unit);
   /* a number, but beyond a double (1e400) or below its precision: say
@@ -349,6 +360,9 @@ static hk_status read_number(const tunable *t, const char *name, const char *s,
   if (v < t->min || v > t->max)
     return hk_fail(HK_ERR_CONFIG, "%s=%s is out of range [%.17g, %.17g] %s",
                    name, s, t->min, t->max, t->unit);
+  if (t->kind == HK_TUNABLE_SIZE && v != floor(v))
+    return hk_fail(HK_ERR_CONFIG, "%s=%s is not a whole number of %s", name, s,
+                   t->unit);
   char *field = (char *)cfg + t->offset;
   if (t->kind == HK_TUNABLE_SIZE)
     *(size_t *)field = (size_t)v;
@@ -363,7 +377,8 @@ static hk_status read_integer(const tunable *t, const char *name, const char *s,
   char *end;
   errno = 0;
   long v = strtol(s, &end, 10);
-  if (errno || *end || v < t->min || v > t->max)
+  if (errno || *end || end == s || !plain_decimal(s) || v < t->min ||
+      v > t->max)
     return hk_fail(HK_ERR_CONFIG, "%s='%s' is not an integer in [%d, %d]", name,
                    s, (int)t->min, (int)t->max);
   *(int *)((char *)cfg + t->offset) = (int)v;

@@ -41,6 +41,23 @@ static void test_sockets_per_peer(void **state) {
              "HK_SOCKETS_PER_PEER=%s is out of range [1, 8] sockets", bad[i]);
     assert_string_equal(hk_last_error(), want);
   }
+  /* written as the table's numbers are: decimal, nothing before it, a
+   * size whole */
+  const struct {
+    const char *name, *value, *want;
+  } odd[] = {
+      {"HK_TIMEOUT_S", "0x10", "HK_TIMEOUT_S='0x10' is not a number"},
+      {"HK_TIMEOUT_S", " 5", "HK_TIMEOUT_S=' 5' is not a number"},
+      {"HK_RING_CHUNK_BYTES", "4096.5",
+       "HK_RING_CHUNK_BYTES=4096.5 is not a whole number of bytes"},
+  };
+  for (size_t i = 0; i < sizeof odd / sizeof odd[0]; i++) {
+    setenv(odd[i].name, odd[i].value, 1);
+    assert_int_equal(hk_config_load(&cfg), HK_ERR_CONFIG);
+    if (!strstr(hk_last_error(), odd[i].want))
+      fail_msg("'%s' not in '%s'", odd[i].want, hk_last_error());
+    unsetenv(odd[i].name);
+  }
   setenv("HK_SOCKETS_PER_PEER", "three", 1);
   assert_int_equal(hk_config_load(&cfg), HK_ERR_CONFIG);
   assert_string_equal(hk_last_error(),
