@@ -360,7 +360,7 @@ static hk_status read_number(const tunable *t, const char *name, const char *s,
   if (v < t->min || v > t->max)
     return hk_fail(HK_ERR_CONFIG, "%s=%s is out of range [%.17g, %.17g] %s",
                    name, s, t->min, t->max, t->unit);
-  if (t->kind == HK_TUNABLE_SIZE && v != floor(v))
+  if (t->kind == HK_TUNABLE_SIZE && v != (double)(size_t)v) /* in range */
     return hk_fail(HK_ERR_CONFIG, "%s=%s is not a whole number of %s", name, s,
                    t->unit);
   char *field = (char *)cfg + t->offset;

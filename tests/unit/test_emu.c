@@ -868,7 +868,7 @@ static void test_open_errors(void **state) {
   assert_int_equal(hk_device_open("emu", &o, &dev), HK_ERR_INVALID_ARG);
   assert_int_equal(hk_device_open("nonsense", &o, &dev), HK_ERR_CONFIG);
   /* an operation given something that is not an emu handle */
-  hk_device other = {NULL};
+  hk_device other = {0};
   void *p = NULL;
   assert_int_equal(hk_emu_device_ops.mem_alloc(&other, 8, &p),
                    HK_ERR_INVALID_ARG);
