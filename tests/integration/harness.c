@@ -343,6 +343,63 @@ void hkt_close_stdin(hkt_proc *proc) {
 
 /* ---- finishing ---- */
 
+/* The last `cap` bytes of text, from a line's start where one is near. */
+static const char *tail_of(const char *text, size_t cap) {
+  if (!text)
+    return "";
+  size_t n = strlen(text);
+  if (n <= cap)
+    return text;
+  const char *t = text + n - cap, *nl = strchr(t, '\n');
+  return nl ? nl + 1 : t;
+}
+
+/* Says what a process that did not end was doing, for the log of a test
+ * that failed on it: its output so far, then every process of its group
+ * and its children (state, name, kernel wait channel). */
+static void show_stuck(const hkt_proc *proc) {
+  fprintf(stderr, "harness: its stdout so far (tail):\n%s\n",
+          tail_of(proc->out.data, 4096));
+  fprintf(stderr, "harness: its stderr so far (tail):\n%s\n",
+          tail_of(proc->err.data, 4096));
+  DIR *d = opendir("/proc");
+  if (!d)
+    return;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    char *end, path[300], stat[512] = "", wchan[128] = "";
+    long v = strtol(e->d_name, &end, 10);
+    if (*end != '\0' || v <= 0)
+      continue;
+    snprintf(path, sizeof path, "/proc/%ld/stat", v);
+    FILE *f = fopen(path, "r");
+    if (!f)
+      continue;
+    size_t got = fread(stat, 1, sizeof stat - 1, f);
+    stat[got] = '\0';
+    fclose(f);
+    /* pid (comm) state ppid pgrp ...: comm may hold blanks; read after ')' */
+    const char *rp = strrchr(stat, ')');
+    char state = '?';
+    long ppid = 0, pgrp = 0;
+    if (!rp || sscanf(rp + 1, " %c %ld %ld", &state, &ppid, &pgrp) != 3)
+      continue;
+    if (pgrp != proc->pid && ppid != proc->pid)
+      continue;
+    snprintf(path, sizeof path, "/proc/%ld/wchan", v);
+    if ((f = fopen(path, "r")) != NULL) {
+      got = fread(wchan, 1, sizeof wchan - 1, f);
+      wchan[got] = '\0';
+      fclose(f);
+    }
+    *strchr(stat, ' ') = '\0';
+    fprintf(stderr, "harness: pid %ld ppid %ld state %c wchan %s: %.*s\n", v,
+            ppid, state, wchan[0] ? wchan : "-",
+            (int)(rp - stat - strlen(stat)), stat + strlen(stat) + 1);
+  }
+  closedir(d);
+}
+
 int hkt_finish(hkt_proc *proc, double timeout_s, hkt_result *r) {
   memset(r, 0, sizeof *r);
   r->exit_code = -1;
@@ -356,6 +413,7 @@ int hkt_finish(hkt_proc *proc, double timeout_s, hkt_result *r) {
             "harness: pid %d still running after %.1f s; killing "
             "its process group\n",
             (int)proc->pid, timeout_s);
+    show_stuck(proc);
     kill(-proc->pid, SIGKILL);
     reap(proc, 0);
   }
