@@ -14,6 +14,10 @@
 #   ITERS=200          iterations per size in (a) (-n; warm-up -w 20)
 #   TRAIN_NPS="1 2 4"  ranks of (b)
 #   MODELS="resnet50 small1000"
+#   BASE=              another build of hk (e.g. the previous commit's): its
+#                      hkrun, hkbench and train run in the same rounds, each
+#                      right after this build's, and the report adds
+#                      this/BASE ratios (medians of per-round ratios)
 #   PRIO=              a prefix for every measured run, hk and Open MPI alike:
 #                         "chrt -r 1" keeps other work on the machine (builds,
 #                         other tests) off the cores while they run (as root)
@@ -48,6 +52,8 @@ TRAIN_NPS=${TRAIN_NPS:-"1 2 4"}
 MODELS=${MODELS:-"resnet50 small1000"}
 LIMIT=${LIMIT:-600}
 PRIO=${PRIO:-}
+BASE=${BASE:-}
+[ -z "$BASE" ] || case $BASE in /*) ;; *) BASE=$root/$BASE ;; esac
 MPIRUN="mpirun --allow-run-as-root --oversubscribe --bind-to none --mca pml ob1"
 NOMMAP="-x MALLOC_MMAP_MAX_=0 -x MALLOC_TRIM_THRESHOLD_=17179869184"
 SWEEP="-b 8 -e 64K -f 2 -n $ITERS -w 20"
@@ -55,6 +61,13 @@ SWEEP="-b 8 -e 64K -f 2 -n $ITERS -w 20"
 for f in hkrun hkbench train mpi_allreduce_bench; do
   [ -x "$BUILD/$f" ] || { echo "intra_bench: $BUILD/$f missing" >&2; exit 1; }
 done
+for f in hkrun hkbench train; do
+  [ -z "$BASE" ] || [ -x "$BASE/$f" ] || { echo "intra_bench: $BASE/$f missing" >&2; exit 1; }
+done
+# the builds measured: "hk" (BUILD) and, with BASE, "base"
+builds="hk"
+[ -z "$BASE" ] || builds="hk base"
+dir_of() { if [ "$1" = base ]; then echo "$BASE"; else echo "$BUILD"; fi; }
 mkdir -p "$OUT/raw"
 raw=$OUT/raw
 run() { # file command...
@@ -66,21 +79,34 @@ run() { # file command...
 for r in $(seq 1 "$ROUNDS"); do
   for np in $NPS; do
     echo "round $r np $np: small allreduces" >&2
-    run "$raw/hk_np${np}_r$r.txt" "$BUILD/hkrun" -np "$np" --no-tag-output \
-      "$BUILD/hkbench" $SWEEP --raw
+    for b in $builds; do
+      d=$(dir_of "$b")
+      run "$raw/${b}_np${np}_r$r.txt" "$d/hkrun" -np "$np" --no-tag-output \
+        "$d/hkbench" $SWEEP --raw
+    done
     run "$raw/mpi_np${np}_r$r.txt" $MPIRUN -np "$np" --mca btl self,vader \
       $NOMMAP "$BUILD/mpi_allreduce_bench" $SWEEP
   done
   for np in $TRAIN_NPS; do
     echo "round $r np $np: train" >&2
-    run "$raw/train_np${np}_r$r.txt" "$BUILD/hkrun" -np "$np" \
-      "$BUILD/train" --epochs 1
+    for b in $builds; do
+      d=$(dir_of "$b")
+      pre=train
+      [ "$b" = base ] && pre=basetrain
+      run "$raw/${pre}_np${np}_r$r.txt" "$d/hkrun" -np "$np" \
+        "$d/train" --epochs 1
+    done
   done
   for m in $MODELS; do
     for np in $NPS; do
       echo "round $r np $np: model $m" >&2
-      run "$raw/model_${m}_np${np}_r$r.txt" "$BUILD/hkrun" -np "$np" \
-        --no-tag-output "$BUILD/hkbench" --model "$m"
+      for b in $builds; do
+        d=$(dir_of "$b")
+        pre=model
+        [ "$b" = base ] && pre=basemodel
+        run "$raw/${pre}_${m}_np${np}_r$r.txt" "$d/hkrun" -np "$np" \
+          --no-tag-output "$d/hkbench" --model "$m"
+      done
     done
   done
 done
@@ -90,6 +116,12 @@ median() { sort -g | awk '{ v[NR] = $1 } END {
   print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
 # col FILE SIZE N: field N of the data row for SIZE
 col() { awk -v s="$2" -v n="$3" '$1 == s && $1 ~ /^[0-9]+$/ { print $n }' "$1"; }
+# ratios A_PREFIX B_PREFIX SIZE: median over rounds of A's time / B's
+ratios() { for r in $(seq 1 "$ROUNDS"); do
+  a=$(col "$1$r.txt" "$3" 5)
+  b=$(col "$2$r.txt" "$3" 5)
+  [ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" 'BEGIN { if (b > 0) printf "%.2f\n", a / b }'
+done | median; }
 
 {
   echo "# One server: hk (shared memory) vs Open MPI (vader, no mmap)"
@@ -104,8 +136,13 @@ col() { awk -v s="$2" -v n="$3" '$1 == s && $1 ~ /^[0-9]+$/ { print $n }' "$1"; 
     echo "np $np: times in us, medians over rounds (each a median of $ITERS" \
       "iterations of the max over ranks); hk/MPI = median of per-round ratios"
     echo
-    echo "| size | hk public API | hk collective alone | hk control path (ctl) | Open MPI vader | hk / MPI |"
-    echo "|---|---|---|---|---|---|"
+    if [ -n "$BASE" ]; then
+      echo "| size | hk public API | hk collective alone | hk control path (ctl) | Open MPI vader | hk / MPI | base public API | base / MPI | hk / base |"
+      echo "|---|---|---|---|---|---|---|---|---|"
+    else
+      echo "| size | hk public API | hk collective alone | hk control path (ctl) | Open MPI vader | hk / MPI |"
+      echo "|---|---|---|---|---|---|"
+    fi
     for s in $(awk '$1 ~ /^[0-9]+$/ { print $1 }' "$raw/hk_np${np}_r1.txt"); do
       t=$(for r in $(seq 1 "$ROUNDS"); do col "$raw/hk_np${np}_r$r.txt" "$s" 5; done | median)
       w=$(for r in $(seq 1 "$ROUNDS"); do col "$raw/hk_np${np}_r$r.txt" "$s" 6; done | median)
@@ -116,37 +153,52 @@ col() { awk -v s="$2" -v n="$3" '$1 == s && $1 ~ /^[0-9]+$/ { print $n }' "$1"; 
         b=$(col "$raw/mpi_np${np}_r$r.txt" "$s" 5)
         [ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" 'BEGIN { if (b > 0) printf "%.2f\n", a / b }'
       done | median)
-      echo "| $s | $t | $w | $c | $m | $q |"
+      if [ -n "$BASE" ]; then
+        bt=$(for r in $(seq 1 "$ROUNDS"); do col "$raw/base_np${np}_r$r.txt" "$s" 5; done | median)
+        bq=$(ratios "$raw/base_np${np}_r" "$raw/mpi_np${np}_r" "$s")
+        hb=$(ratios "$raw/hk_np${np}_r" "$raw/base_np${np}_r" "$s")
+        echo "| $s | $t | $w | $c | $m | $q | $bt | $bq | $hb |"
+      else
+        echo "| $s | $t | $w | $c | $m | $q |"
+      fi
     done
   done
   echo
   echo "## (b) hkrun -np N train --epochs 1"
   echo
-  echo "| N | samples/s | allreduce_wait | scaling efficiency |"
-  echo "|---|---|---|---|"
-  base=
-  for np in $TRAIN_NPS; do
-    sps=$(for r in $(seq 1 "$ROUNDS"); do
-      sed -n 's/.*samples\/s \([0-9.]*\) .*/\1/p' "$raw/train_np${np}_r$r.txt"; done | median)
-    wait=$(for r in $(seq 1 "$ROUNDS"); do
-      sed -n 's/.*allreduce_wait \([0-9.]*\)%.*/\1/p' "$raw/train_np${np}_r$r.txt"; done | median)
-    [ -z "$base" ] && [ "$np" = 1 ] && base=$sps
-    eff=$(awk -v s="$sps" -v b="${base:-0}" -v n="$np" 'BEGIN { if (b > 0 && s != "-") printf "%.2f", s / (n * b); else print "-" }')
-    echo "| $np | $sps | $wait% | $eff |"
+  echo "| build | N | samples/s | allreduce_wait | scaling efficiency |"
+  echo "|---|---|---|---|---|"
+  for b in $builds; do
+    pre=train
+    [ "$b" = base ] && pre=basetrain
+    base=
+    for np in $TRAIN_NPS; do
+      sps=$(for r in $(seq 1 "$ROUNDS"); do
+        sed -n 's/.*samples\/s \([0-9.]*\) .*/\1/p' "$raw/${pre}_np${np}_r$r.txt"; done | median)
+      wait=$(for r in $(seq 1 "$ROUNDS"); do
+        sed -n 's/.*allreduce_wait \([0-9.]*\)%.*/\1/p' "$raw/${pre}_np${np}_r$r.txt"; done | median)
+      [ -z "$base" ] && [ "$np" = 1 ] && base=$sps
+      eff=$(awk -v s="$sps" -v b="${base:-0}" -v n="$np" 'BEGIN { if (b > 0 && s != "-") printf "%.2f", s / (n * b); else print "-" }')
+      echo "| $b | $np | $sps | $wait% | $eff |"
+    done
   done
   echo
   echo "## (c) model replays: a step vs one allreduce of the same bytes"
   echo
-  echo "| model | np | step (ms) | one allreduce (ms) | ratio | rounds / collectives per step |"
-  echo "|---|---|---|---|---|---|"
-  for m in $MODELS; do
-    for np in $NPS; do
-      f() { for r in $(seq 1 "$ROUNDS"); do
-        sed -n "/^$m: /s/.*$1 \([0-9.]*\).*/\1/p" "$raw/model_${m}_np${np}_r$r.txt"; done | median; }
-      st=$(f "step"); fu=$(f "one fused buffer"); ra=$(f "ratio")
-      rc=$(sed -n 's/# per step (median): \([0-9]*\) negotiation rounds, \([0-9]*\) collectives.*/\1 \/ \2/p' \
-        "$raw/model_${m}_np${np}_r1.txt")
-      echo "| $m | $np | $st | $fu | $ra | $rc |"
+  echo "| build | model | np | step (ms) | one allreduce (ms) | ratio | rounds / collectives per step |"
+  echo "|---|---|---|---|---|---|---|"
+  for b in $builds; do
+    pre=model
+    [ "$b" = base ] && pre=basemodel
+    for m in $MODELS; do
+      for np in $NPS; do
+        f() { for r in $(seq 1 "$ROUNDS"); do
+          sed -n "/^$m: /s/.*$1 \([0-9.]*\).*/\1/p" "$raw/${pre}_${m}_np${np}_r$r.txt"; done | median; }
+        st=$(f "step"); fu=$(f "one fused buffer"); ra=$(f "ratio")
+        rc=$(sed -n 's/# per step (median): \([0-9]*\) negotiation rounds, \([0-9]*\) collectives.*/\1 \/ \2/p' \
+          "$raw/${pre}_${m}_np${np}_r1.txt")
+        echo "| $b | $m | $np | $st | $fu | $ra | $rc |"
+      done
     done
   done
 } >"$OUT/report.md"

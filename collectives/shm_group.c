@@ -29,7 +29,6 @@ hk_status hk_shm_group_init(hk_shm_group *g, const hk_shm_seg *seg, int n,
   g->n = n;
   g->me = me;
   g->io = *io;
-  g->spin_s = seg->spin_s;
   g->slice = slot / (size_t)n / HK_SHM_LINE * HK_SHM_LINE;
   g->ctl = calloc((size_t)n, sizeof *g->ctl);
   g->slot = calloc(2 * (size_t)n, sizeof *g->slot);
@@ -109,8 +108,7 @@ static hk_status wait_progress(hk_shm_group *g, int only, uint64_t target,
   progress_wait w = {g, target, only};
   if (pw_ready(&w))
     return HK_OK;
-  hk_shm_cond c = {pw_ready, pw_arm, pw_waiting_for, &w, &g->ctl[g->me]->bell,
-                   g->spin_s};
+  hk_shm_cond c = {pw_ready, pw_arm, pw_waiting_for, &w, &g->ctl[g->me]->bell};
   return hk_shm_wait(&c, &g->io, what);
 }
 

@@ -91,7 +91,6 @@ typedef struct hk_shm_group {
   size_t slice;       /* bytes of one segment's slice in a slot half */
   uint64_t rounds;    /* rounds run so far (the same on every member) */
   int *owner, *start; /* per-call maps, n entries each */
-  double spin_s;      /* the segment's polling budget (shm_seg.h) */
   hk_io io;
 } hk_shm_group;
 

@@ -190,18 +190,20 @@ static const tunable table[] = {
     {"HK_METRICS_INTERVAL_S", 5, 0.01, 86400, "s",
      "rank 0 rewrites HK_METRICS_FILE this often (and at exit)",
      .offset = OFF(metrics_interval_s), .kind = HK_TUNABLE_NUMBER},
-    /* Waking a thread that sleeps on another core costs 20-40 us on a
-     * virtual machine (the idle vCPU halts and the host must wake it:
-     * futex round trip 17.7 us across cores against 3.5 us on one core,
-     * pipe round trip between processes 84 us against 4.1 us, measured
-     * on the 2-core reference VM), several times a small allreduce's own
-     * cost. A thread about to sleep for an event that is due soon polls
-     * for it this long first, yielding its core between polls, so every
-     * hop of a step (submit, request, answer, completion) finds its
-     * thread awake. An idle rank polls at most this long, then sleeps. */
-    {"HK_SPIN_US", 200, 0, 1e6, "us",
-     "a waiting thread (background thread, hk_wait) polls this long, "
-     "yielding its core, before it sleeps; 0: sleep at once",
+    /* The cap of hk's wait policy (common/waiter.h): how long a wait
+     * with work in flight may poll before it sleeps. Waking a thread that
+     * sleeps on an idle core of a virtual machine costs tens of
+     * microseconds (futex round trip 17.7 us across cores against 3.5 us
+     * on one core; pipe round trip between processes 84 us against
+     * 4.1 us), several times a small allreduce's own cost, and a step has
+     * several hops (submit, request, answer, the collective's rounds,
+     * completion). Waits learn their budget below this cap from their
+     * recent lengths; bench/RESULTS.md ("Waiting") has the figures that
+     * chose it. */
+    {"HK_SPIN_US", 1000, 0, 1e6, "us",
+     "longest a wait with work in flight polls (yielding its core when "
+     "the host's ranks outnumber half its cores) before it sleeps; waits "
+     "learn a shorter budget from their recent lengths; 0: sleep at once",
      .offset = OFF(spin_us), .kind = HK_TUNABLE_NUMBER},
     /* PyTorch's TORCH_NCCL_TRACE_BUFFER_SIZE idea; 2000 entries of ~200
      * bytes (observe/flight.h): ~0.4 MB per rank, seconds of a training

@@ -59,7 +59,6 @@
 #include "worker/background.h"
 
 #include <poll.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +69,8 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "common/strmap.h"
+#include "common/waiter.h"
 #include "coordinator/cache.h"
 #include "coordinator/channel.h"
 #include "worker/execute.h"
@@ -319,27 +320,36 @@ static void linger(hk_ctx *ctx) {
   }
 }
 
-/* poll(2) on the set, but first, until HK_SPIN_US after the last event
- * (and never past timeout_ms), without sleeping: poll with no timeout and
- * yield the core between polls (config.c says why: a sleeping thread is
- * slow to wake on a virtual machine). *last_event moves to now whenever
- * something arrives, so a busy job never sleeps between its events and an
- * idle one sleeps HK_SPIN_US after the last. Returns poll's result. */
-static int wait_events(hk_ctx *ctx, struct pollfd *p, int n, int timeout_ms,
-                       double *last_event) {
-  double now = hk_now();
-  double until = *last_event + ctx->cfg.spin_us * 1e-6;
-  if (timeout_ms >= 0 && now + timeout_ms * 1e-3 < until)
-    until = now + timeout_ms * 1e-3;
-  int rc = 0;
-  while (now < until && (rc = poll(p, (nfds_t)n, 0)) == 0) {
-    sched_yield();
-    now = hk_now();
+/* poll(2) on the set for at most timeout_ms (-1: no limit), polling
+ * first without blocking as hk's wait policy says (common/waiter.h):
+ * while tensors this thread took are in flight (their answer, or a peer's
+ * message, is due soon), for the budget learned from recent waits; with
+ * nothing in flight it sleeps at once, so an idle job uses no CPU.
+ * Returns poll's result. */
+static int wait_events(hk_ctx *ctx, struct pollfd *p, int n, int timeout_ms) {
+  int rc = poll(p, (nfds_t)n, 0);
+  if (rc != 0 || timeout_ms == 0)
+    return rc;
+  hk_waiter w;
+  hk_waiter_begin(&w, HK_WAIT_EVENTS, hk_strmap_size(ctx->taken) > 0);
+  const double end = timeout_ms > 0 ? hk_now() + timeout_ms * 1e-3 : 0;
+  while (hk_waiter_spin(&w)) {
+    if ((rc = poll(p, (nfds_t)n, 0)) != 0)
+      break;
+    if (timeout_ms > 0 && hk_now() >= end) {
+      hk_waiter_end(&w);
+      return 0;
+    }
   }
-  if (rc == 0)
-    rc = poll(p, (nfds_t)n, timeout_ms);
-  if (rc > 0)
-    *last_event = hk_now();
+  if (rc == 0) {
+    int ms = timeout_ms;
+    if (timeout_ms > 0) {
+      double left = end - hk_now();
+      ms = left <= 0 ? 0 : (int)(left * 1000) + 1;
+    }
+    rc = poll(p, (nfds_t)n, ms);
+  }
+  hk_waiter_end(&w);
   return rc;
 }
 
@@ -389,10 +399,8 @@ void *hk_background_main(void *arg) {
     R.request_cap = HK_CTRL_REQUEST_MAX;
   if (R.request_cap < HK_CTRL_REQUEST_MIN)
     R.request_cap = HK_CTRL_REQUEST_MIN;
-  double last_event = hk_now();
   for (;;) {
-    int rc =
-        wait_events(ctx, pfds, npfd, hk_round_timeout_ms(ctx, &R), &last_event);
+    int rc = wait_events(ctx, pfds, npfd, hk_round_timeout_ms(ctx, &R));
     if (rc < 0)
       continue; /* EINTR */
     if (pfds[wake_i].revents) {

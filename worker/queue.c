@@ -1,6 +1,5 @@
 #include "worker/queue.h"
 
-#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +10,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "common/waiter.h"
 #include "worker/devplane.h"
 
 static void wake(hk_ctx *ctx) {
@@ -328,23 +328,24 @@ void hk_queue_fail_all(hk_ctx *ctx, hk_status status, const char *reason) {
 
 hk_status hk_queue_wait(hk_ctx *ctx, hk_handle h) {
   if (ctx) {
-    /* HK_SPIN_US of polling, yielding the core, before sleeping on the
-     * condition variable (common/config.c: a sleeping thread is slow to
-     * wake on a virtual machine; a small allreduce completes sooner) */
-    const double until = hk_now() + ctx->cfg.spin_us * 1e-6;
-    /* polled without the lock, which the background thread needs to
-     * complete it (a polling waiter holding it made the background thread
-     * sleep on the lock and cost a futex wake per unlock) */
+    /* polled, as hk's wait policy says (common/waiter.h), before
+     * sleeping on the condition variable; polled without the lock, which
+     * the background thread needs to complete it (a polling waiter
+     * holding it made the background thread sleep on the lock and cost a
+     * futex wake per unlock) */
+    hk_waiter w;
+    hk_waiter_begin(&w, HK_WAIT_HANDLE, 1);
     int done;
     while (!(done = __atomic_load_n(&h->done, __ATOMIC_ACQUIRE)) &&
-           hk_now() < until)
-      sched_yield();
+           hk_waiter_spin(&w)) {
+    }
     if (!done) {
       pthread_mutex_lock(&ctx->mu);
       while (!h->done)
         pthread_cond_wait(&ctx->done_cv, &ctx->mu);
       pthread_mutex_unlock(&ctx->mu);
     }
+    hk_waiter_end(&w);
   }
   hk_status st = h->status;
   if (st != HK_OK)

@@ -17,6 +17,7 @@
 
 #include "common/log.h"
 #include "common/status.h"
+#include "common/waiter.h"
 #include "coordinator/channel.h"
 #include "device/host/reduce.h"
 #include "topology/topo.h"
@@ -189,6 +190,11 @@ hk_status hk_init(void) {
   hk_log_setup(prefix, (hk_log_level)ctx->cfg.log_level);
   die_with_launcher(ctx);
   ctx->io = (hk_io){-1, ctx->cfg.timeout_s};
+  /* the wait policy (common/waiter.h): HK_SPIN_US, and whether this
+   * host's ranks fit its cores (again once bootstrap knows the host) */
+  hk_waiter_configure(ctx->cfg.spin_us * 1e-6,
+                      ctx->local_size > 0 ? ctx->local_size : 1,
+                      hk_usable_cpus());
   ctx->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (ctx->wake_fd < 0)
     st = hk_fail_errno(HK_ERR_SYSTEM, errno, "eventfd");
@@ -204,6 +210,8 @@ hk_status hk_init(void) {
     st = hk_bootstrap(ctx);
   if (st == HK_OK) {
     ctx->io.abort_fd = ctx->mesh.launcher_fd;
+    hk_waiter_configure(ctx->cfg.spin_us * 1e-6, ctx->local_size,
+                        hk_usable_cpus());
     st = hk_intra_setup(ctx);
   }
   if (st == HK_OK)

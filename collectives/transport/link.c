@@ -18,6 +18,7 @@
 #include "collectives/transport/shm_wait.h"
 #include "common/clock.h"
 #include "common/status.h"
+#include "common/waiter.h"
 
 /* ---- what the kinds share (link_impl.h) ---- */
 
@@ -278,12 +279,17 @@ static hk_status spin(const sides *w, const hk_io *io, const char *what) {
 /* TCP and shm sides: poll(2), the shm writers ring the pair's socket. */
 static hk_status poll_wait(const sides *w, const hk_io *io, const char *what) {
   const double start = hk_now();
+  hk_waiter wt; /* poll without blocking first (common/waiter.h) */
+  hk_waiter_begin(&wt, HK_WAIT_PEER, 1);
+  int spinning = 1;
   for (;;) {
     int ready;
-    arm_sides(w, HK_SHM_SLEEP_SOCKET);
+    if (!spinning) /* about to sleep: the shm writers ring the socket */
+      arm_sides(w, HK_SHM_SLEEP_SOCKET);
     hk_status st = test_sides(w, &ready);
     if (st != HK_OK || ready) {
       arm_sides(w, HK_SHM_AWAKE);
+      hk_waiter_end(&wt);
       return st;
     }
     struct pollfd p[4];
@@ -293,9 +299,14 @@ static hk_status poll_wait(const sides *w, const hk_io *io, const char *what) {
       p[n++] = (struct pollfd){.fd = io->abort_fd, .events = POLLIN};
     }
     double left = io->timeout_s - (hk_now() - start);
-    int ms = left <= 0 ? 0 : left > 1e6 ? 1000000000 : (int)(left * 1000) + 1;
+    int ms = spinning || left <= 0 ? 0
+             : left > 1e6          ? 1000000000
+                                   : (int)(left * 1000) + 1;
     int rc = poll(p, (nfds_t)n, ms);
-    arm_sides(w, HK_SHM_AWAKE);
+    if (!spinning)
+      arm_sides(w, HK_SHM_AWAKE);
+    if (rc == 0 && spinning)
+      spinning = hk_waiter_spin(&wt);
     if (rc < 0 && errno != EINTR)
       return hk_fail_errno(HK_ERR_SYSTEM, errno, "poll %s", what);
     if (rc > 0 && abort_at >= 0 && p[abort_at].revents)
@@ -337,9 +348,8 @@ static int cond_waiting_for(void *arg, hk_shm_peer *peers, int max) {
 
 static hk_status futex_wait(sides *w, const hk_io *io, const char *what) {
   hk_link *any = w->want_send ? w->send : w->recv;
-  double spin_s;
-  hk_shm_doorbell *bell = any->ops->bell(any, &spin_s);
-  hk_shm_cond c = {cond_ready, cond_arm, cond_waiting_for, w, bell, spin_s};
+  hk_shm_doorbell *bell = any->ops->bell(any);
+  hk_shm_cond c = {cond_ready, cond_arm, cond_waiting_for, w, bell};
   hk_status st = hk_shm_wait(&c, io, what);
   if (st == HK_ERR_TIMEOUT)
     return timed_out(io, what, w);

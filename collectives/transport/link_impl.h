@@ -60,9 +60,8 @@ typedef struct hk_link_ops {
    * have none (mpi). */
   void (*arm)(struct hk_link *, int want_send, int want_recv, uint32_t mode);
   /* HK_LINK_WAIT_FUTEX kinds: this rank's doorbell that the wait sleeps
-   * on; *spin_s gets the polling budget before it sleeps, seconds
-   * (shm_seg.h's spin_s). NULL for the others. */
-  hk_shm_doorbell *(*bell)(const struct hk_link *, double *spin_s);
+   * on. NULL for the others. */
+  hk_shm_doorbell *(*bell)(const struct hk_link *);
   /* For a timeout's message: what follows the peer's name, " (MPI: 2 of
    * 4 sends pending, ...)", into buf (cap bytes, terminated, cut to fit);
    * NULL when the kind has nothing to add. */

@@ -27,7 +27,6 @@ typedef struct shm_link {
   hk_shm_ring *out, *in; /* me -> peer, peer -> me */
   size_t cap;            /* link_bytes, a power of two */
   hk_shm_doorbell *mine, *theirs;
-  double spin_s;
   int fd; /* the pair's TCP connection: liveness, socket doorbells */
 } shm_link;
 
@@ -106,9 +105,8 @@ static void shm_arm(hk_link *link, int want_send, int want_recv,
     atomic_store_explicit(&s->in->reader_wait, mode, memory_order_seq_cst);
 }
 
-static hk_shm_doorbell *shm_bell(const hk_link *link, double *spin_s) {
+static hk_shm_doorbell *shm_bell(const hk_link *link) {
   const shm_link *s = link->state;
-  *spin_s = s->spin_s;
   return s->mine;
 }
 
@@ -159,7 +157,6 @@ hk_status hk_link_init_shm(hk_link *link, int peer, const hk_shm_seg *seg,
   s->cap = seg->hdr->layout.link_bytes;
   s->mine = &hk_shm_seg_ctl(seg, me)->bell;
   s->theirs = &hk_shm_seg_ctl(seg, them)->bell;
-  s->spin_s = seg->spin_s;
   s->fd = hk_link_own_socket(fd);
   hk_link_set(link, peer, &shm_ops, s);
   return HK_OK;

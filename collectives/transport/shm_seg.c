@@ -47,11 +47,6 @@ size_t hk_shm_seg_bytes(const hk_shm_layout *layout) {
   return plan(layout, &h);
 }
 
-/* HK_SHM_SPIN_S if n ranks fit the CPUs this process may run on. */
-static double spin_budget(int n) {
-  return n <= hk_usable_cpus() ? HK_SHM_SPIN_S : 0.0;
-}
-
 static hk_status map(int fd, size_t bytes, const char *name, hk_shm_seg *seg) {
   void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
                  fd, 0);
@@ -100,7 +95,6 @@ hk_status hk_shm_seg_create(const hk_shm_layout *layout, hk_shm_seg *seg) {
   h.creator_pid = (int32_t)getpid();
   h.total_bytes = bytes;
   memcpy(seg->base, &h, sizeof h);
-  seg->spin_s = spin_budget(layout->n);
   return HK_OK;
 }
 
@@ -148,7 +142,6 @@ hk_status hk_shm_seg_open(long pid, int fd, hk_shm_seg *seg) {
                    "(magic %#llx, version %u)",
                    name, (unsigned long long)h.magic, h.version);
   }
-  seg->spin_s = spin_budget(h.layout.n);
   return HK_OK;
 }
 

@@ -103,17 +103,9 @@ typedef struct hk_shm_seg {
   uint8_t *base; /* NULL when not mapped */
   size_t bytes;
   const hk_shm_header *hdr;
-  int fd;        /* the object (-1 when closed): the creator's is what the other
-                    ranks open (hk_shm_seg_open) */
-  double spin_s; /* how long a waiter may poll before it yields and sleeps
-                    (shm_wait.h): HK_SHM_SPIN_S when the host's ranks fit
-                    this process's CPUs, else 0 (a waiter polls briefly
-                    and gives its core to the writer it waits for) */
+  int fd; /* the object (-1 when closed): the creator's is what the other
+             ranks open (hk_shm_seg_open) */
 } hk_shm_seg;
-
-/* Polling budget of a waiter whose peers each have a core (MPI's shared
- * memory spins without limit; hk stops after this and sleeps). */
-#define HK_SHM_SPIN_S 50e-6
 
 /** Bytes a segment of this layout takes. 0 if the layout is invalid. */
 size_t hk_shm_seg_bytes(const hk_shm_layout *layout);

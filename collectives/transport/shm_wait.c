@@ -8,7 +8,6 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <poll.h>
-#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -18,16 +17,9 @@
 
 #include "common/clock.h"
 #include "common/status.h"
+#include "common/waiter.h"
 
 #define MAX_PEERS 16 /* peers named in one liveness check / message */
-
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ __volatile__("yield");
-#endif
-}
 
 int hk_futex_wait(_Atomic uint32_t *word, uint32_t expect, double timeout_s) {
   struct timespec ts;
@@ -118,27 +110,8 @@ static hk_status timed_out(const hk_shm_cond *c, const hk_io *io,
                  io->timeout_s, what, n ? " from " : "", list);
 }
 
-hk_status hk_shm_wait(const hk_shm_cond *c, const hk_io *io, const char *what) {
-  for (int i = 0; i < HK_SHM_SPIN; i++) {
-    if (c->ready(c->arg))
-      return HK_OK;
-    cpu_relax();
-  }
-  if (c->spin_s > 0) { /* every rank has a core: poll a little longer */
-    const double until = hk_now() + c->spin_s;
-    do {
-      for (int i = 0; i < HK_SHM_SPIN; i++) {
-        if (c->ready(c->arg))
-          return HK_OK;
-        cpu_relax();
-      }
-    } while (hk_now() < until);
-  }
-  for (int i = 0; i < HK_SHM_YIELDS; i++) {
-    sched_yield();
-    if (c->ready(c->arg))
-      return HK_OK;
-  }
+static hk_status sleep_wait(const hk_shm_cond *c, const hk_io *io,
+                            const char *what) {
   const double start = hk_now();
   double checked = start;
   hk_shm_peer peers[MAX_PEERS];
@@ -166,4 +139,19 @@ hk_status hk_shm_wait(const hk_shm_cond *c, const hk_io *io, const char *what) {
     if (now - start >= io->timeout_s)
       return timed_out(c, io, what);
   }
+}
+
+hk_status hk_shm_wait(const hk_shm_cond *c, const hk_io *io, const char *what) {
+  if (c->ready(c->arg))
+    return HK_OK;
+  hk_waiter w; /* poll, yield, then sleep: the policy of common/waiter.h */
+  hk_waiter_begin(&w, HK_WAIT_PEER, 1);
+  while (hk_waiter_spin(&w))
+    if (c->ready(c->arg)) {
+      hk_waiter_end(&w);
+      return HK_OK;
+    }
+  hk_status st = sleep_wait(c, io, what);
+  hk_waiter_end(&w);
+  return st;
 }

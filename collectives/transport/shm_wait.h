@@ -1,6 +1,6 @@
 /*
  * shm_wait.h - how a rank waits for another rank's write to shared memory
- * (collectives/transport/shm_seg.h): spin briefly, yield, then sleep on a
+ * (collectives/transport/shm_seg.h): poll, yield, then sleep on a
  * futex, waking to check that the peers it waits for are alive.
  *
  * Protocol (no lost wake-ups): the waiter ARMS (stores a flag saying it is
@@ -12,13 +12,11 @@
  * writer sees the flag; a ring between the waiter's read of the word and
  * its FUTEX_WAIT makes FUTEX_WAIT return at once (the word changed).
  *
- * Spinning: this machine runs 4 ranks on 2 cores, so a waiter never spins
- * for long: HK_SHM_SPIN polls of the condition with a pause instruction
- * (about a microsecond; up to cond->spin_s, 50 us, when every rank of the
- * host has a core: a futex sleep and wake costs more than that), then
- * HK_SHM_YIELDS rounds of sched_yield() (which hand the core to a runnable
- * peer, whose write is what we wait for), then futex sleeps of at most
- * HK_SHM_SLICE_S each.
+ * Before it sleeps, a waiter polls its condition as hk's one wait policy
+ * says (common/waiter.h: pause-polls while the host's busy threads fit
+ * its cores, yields when they do not, for a budget learned from recent
+ * waits and capped by HK_SPIN_US), then sleeps on the futex in slices of
+ * at most HK_SHM_SLICE_S.
  *
  * Liveness: after every slice the waiter polls, without blocking, the
  * launcher connection (io->abort_fd: HK_ERR_PEER_LOST) and a TCP socket
@@ -41,8 +39,6 @@
 #include "collectives/transport/tcp.h"
 #include "hk/hk.h"
 
-#define HK_SHM_SPIN 64      /* condition polls before yielding */
-#define HK_SHM_YIELDS 8     /* sched_yield rounds before sleeping */
 #define HK_SHM_SLICE_S 0.02 /* longest futex sleep between liveness checks */
 
 /** A peer whose liveness a wait watches. */
@@ -64,7 +60,6 @@ typedef struct hk_shm_cond {
   int (*waiting_for)(void *arg, hk_shm_peer *peers, int max);
   void *arg;
   hk_shm_doorbell *bell; /* this rank's doorbell */
-  double spin_s;         /* polling budget (hk_shm_seg.spin_s), seconds */
 } hk_shm_cond;
 
 /**

@@ -18,6 +18,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "common/waiter.h"
 
 void hk_tcp_close(int *fd) {
   if (*fd >= 0)
@@ -135,20 +136,27 @@ static hk_status wait_fds(struct pollfd *p, int n, const hk_io *io,
     nall++;
   }
   double end = hk_now() + timeout_s;
+  hk_waiter w; /* poll without blocking first (common/waiter.h) */
+  hk_waiter_begin(&w, HK_WAIT_PEER, 1);
+  int spinning = 1;
   for (;;) {
     double left = end - hk_now();
     if (left <= 0)
       return hk_fail(HK_ERR_TIMEOUT, "timed out after %.1f s %s", timeout_s,
                      what);
-    int ms = left > 1e6 ? 1000000000 : (int)(left * 1000) + 1;
+    int ms = spinning ? 0 : left > 1e6 ? 1000000000 : (int)(left * 1000) + 1;
     int rc = poll(all, (nfds_t)nall, ms);
     if (rc < 0) {
       if (errno == EINTR)
         continue;
       return hk_fail_errno(HK_ERR_SYSTEM, errno, "poll %s", what);
     }
-    if (rc == 0)
+    if (rc == 0) {
+      if (spinning)
+        spinning = hk_waiter_spin(&w);
       continue;
+    }
+    hk_waiter_end(&w);
     int readable = 0;
     for (int i = 0; i < n; i++)
       readable |= (all[i].events & POLLIN) && all[i].revents;

@@ -87,7 +87,7 @@ static void test_doorbell(void **state) {
   bell_arg a = {&bell, 0};
   pthread_t t;
   pthread_create(&t, NULL, ringer, &a);
-  hk_shm_cond c = {flag_set, NULL, NULL, &a, &bell, 0};
+  hk_shm_cond c = {flag_set, NULL, NULL, &a, &bell};
   hk_io io = {-1, 5};
   double t0 = hk_now();
   assert_int_equal(hk_shm_wait(&c, &io, "in the test"), HK_OK);

@@ -1,0 +1,121 @@
+/*
+ * test_waiter - the wait policy (common/waiter.h), by what it decides
+ * (polls, yields, sleeps counted per thread), not by how long it takes:
+ *  - nothing in flight: no poll, no yield, a sleep at once;
+ *  - busy threads fit the cores: pause-polls until the budget, no yield;
+ *  - oversubscribed: at most HK_WAITER_POLLS polls before the first
+ *    yield, then yields, then a sleep;
+ *  - the budget learned: short waits give a budget of 3 x their mean plus
+ *    the margin; waits past the cap give only the floor; a cap of 0 never
+ *    polls; hits are judged against the cap, so a floor budget recovers.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "common/waiter.h"
+
+#define CAP 200e-6
+
+/* Spins a wait of kind to its end (the condition never holds). */
+static unsigned spin_out(hk_wait_kind kind, int in_flight) {
+  hk_waiter w;
+  hk_waiter_begin(&w, kind, in_flight);
+  unsigned steps = 0;
+  while (hk_waiter_spin(&w))
+    steps++;
+  assert_int_equal(hk_waiter_spin(&w), 0); /* spent stays spent */
+  return steps;
+}
+
+static int setup(void **s) {
+  (void)s;
+  hk_waiter_reset_thread();
+  return 0;
+}
+
+static void idle_never_polls(void **s) {
+  (void)s;
+  hk_waiter_configure(CAP, 1, 8);
+  assert_int_equal(spin_out(HK_WAIT_EVENTS, 0), 0);
+  hk_waiter_counts c;
+  hk_waiter_counts_get(&c);
+  assert_int_equal(c.waits, 1);
+  assert_int_equal(c.polls, 0);
+  assert_int_equal(c.yields, 0);
+  assert_int_equal(c.sleeps, 1);
+}
+
+static void fitting_polls_without_yield(void **s) {
+  (void)s;
+  hk_waiter_configure(CAP, 2, 4); /* 2 ranks x 2 threads on 4 cores */
+  assert_int_equal(hk_waiter_fits(), 1);
+  unsigned steps = spin_out(HK_WAIT_PEER, 1);
+  hk_waiter_counts c;
+  hk_waiter_counts_get(&c);
+  assert_true(steps > HK_WAITER_POLLS); /* 200 us of pauses */
+  assert_int_equal(c.polls, steps);
+  assert_int_equal(c.yields, 0);
+  assert_int_equal(c.sleeps, 1);
+}
+
+static void oversubscribed_yields_early(void **s) {
+  (void)s;
+  hk_waiter_configure(CAP, 2, 2); /* 4 busy threads on 2 cores */
+  assert_int_equal(hk_waiter_fits(), 0);
+  unsigned steps = spin_out(HK_WAIT_PEER, 1);
+  hk_waiter_counts c;
+  hk_waiter_counts_get(&c);
+  assert_true(c.polls <= HK_WAITER_POLLS);
+  assert_true(c.yields > 0);
+  assert_int_equal(c.polls + c.yields, steps);
+  assert_int_equal(c.sleeps, 1);
+}
+
+static void budget_learned(void **s) {
+  (void)s;
+  hk_waiter_configure(CAP, 1, 8);
+  assert_true(hk_waiter_budget(HK_WAIT_HANDLE) == CAP); /* nothing learned */
+  for (int i = 0; i < 200; i++)
+    hk_waiter_record(HK_WAIT_HANDLE, 30e-6);
+  double b = hk_waiter_budget(HK_WAIT_HANDLE);
+  assert_true(b > 3 * 30e-6 + HK_WAITER_MARGIN_S - 1e-9);
+  assert_true(b < 3 * 30e-6 + HK_WAITER_MARGIN_S + 1e-9);
+  /* the other kinds learn apart */
+  assert_true(hk_waiter_budget(HK_WAIT_PEER) == CAP);
+  /* waits far past the cap: polling would be in vain, only the floor */
+  for (int i = 0; i < 200; i++)
+    hk_waiter_record(HK_WAIT_HANDLE, 0.05);
+  assert_true(hk_waiter_budget(HK_WAIT_HANDLE) == HK_WAITER_FLOOR_S);
+  /* short waits again: the budget comes back (hits judged by the cap) */
+  for (int i = 0; i < 200; i++)
+    hk_waiter_record(HK_WAIT_HANDLE, 2e-6);
+  assert_true(hk_waiter_budget(HK_WAIT_HANDLE) == HK_WAITER_FLOOR_S);
+  for (int i = 0; i < 200; i++)
+    hk_waiter_record(HK_WAIT_HANDLE, 150e-6);
+  assert_true(hk_waiter_budget(HK_WAIT_HANDLE) == CAP); /* 3 x 150 us */
+}
+
+static void cap_zero_never_polls(void **s) {
+  (void)s;
+  hk_waiter_configure(0, 1, 8);
+  assert_int_equal(spin_out(HK_WAIT_PEER, 1), 0);
+  hk_waiter_counts c;
+  hk_waiter_counts_get(&c);
+  assert_int_equal(c.polls + c.yields, 0);
+  assert_int_equal(c.sleeps, 1);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup(idle_never_polls, setup),
+      cmocka_unit_test_setup(fitting_polls_without_yield, setup),
+      cmocka_unit_test_setup(oversubscribed_yields_early, setup),
+      cmocka_unit_test_setup(budget_learned, setup),
+      cmocka_unit_test_setup(cap_zero_never_polls, setup),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
