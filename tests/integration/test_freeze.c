@@ -59,7 +59,14 @@ static void test_freeze(void **state) {
   snprintf(env_dir, sizeof env_dir, "HK_FLIGHT_DIR=%s", dir);
   snprintf(tr, sizeof tr, "HK_INTRA_TRANSPORT=%s", c->transport);
   snprintf(cmd, sizeof cmd, "exec %s %d", W_FREEZE, c->hold ? c->victim : -1);
-  char *env[] = {tr, env_dir, "HK_TIMEOUT_S=2", NULL};
+  /* Leak checks off in the job under ASan: a rank that failed exits
+   * while its background thread is ending, and LeakSanitizer's exit-time
+   * stop-the-world can hang on a thread that exits meanwhile (a known
+   * sanitizer defect; the CI's ASan stage once saw this job outlive
+   * hkt_finish's 30 s). The job's own results are what this test checks;
+   * the other tests check leaks. */
+  char *env[] = {tr, env_dir, "HK_TIMEOUT_S=2", "ASAN_OPTIONS=detect_leaks=0",
+                 NULL};
   char *argv[] = {HKRUN_PATH, "-np", "2", "sh", "-c", cmd, NULL};
   hkt_proc p;
   assert_int_equal(hkt_start(argv, env, &p), 0);
