@@ -6,10 +6,11 @@
  *                  each would wait for it;
  *   burst N STEPS  STEPS times: N 1 KiB allreduces submitted at once, then
  *                  all waited and checked (fusion under load);
- *   idle           every rank r blocks in hk_wait on 'idle.<r>', which
+ *   idle [S]       every rank r blocks in hk_wait on 'idle.<r>', which
  *                  only the other ranks' helper threads submit, and only
  *                  after every helper measured its own process's CPU time
- *                  (utime + stime, /proc/self/stat) over about 1 s: prints
+ *                  (utime + stime, /proc/self/stat) over about S seconds
+ *                  (default 1; bench/RESULTS.md measures 10): prints
  *                  "idle cpu <fraction of a core>".
  * Every mode then prints this rank's negotiation counters
  * (worker/internal.h) as "counts requests=R rounds=D answers=A
@@ -89,12 +90,13 @@ static double wall_seconds(void) {
 }
 
 static void *idle_helper(void *arg) {
-  (void)arg;
+  const double seconds = *(const double *)arg;
   const int rank = hk_rank(), np = hk_size();
   double c0 = cpu_seconds(), w0 = wall_seconds();
   /* the one bounded wait: it measures idleness, it synchronises nothing */
-  struct timespec one = {1, 0};
-  nanosleep(&one, NULL);
+  struct timespec span = {(time_t)seconds,
+                          (long)((seconds - (double)(time_t)seconds) * 1e9)};
+  nanosleep(&span, NULL);
   double c1 = cpu_seconds(), w1 = wall_seconds();
   printf("idle cpu %.4f of a core over %.2f s\n", (c1 - c0) / (w1 - w0),
          w1 - w0);
@@ -120,7 +122,7 @@ static void *idle_helper(void *arg) {
   return NULL;
 }
 
-static void idle(void) {
+static void idle(double seconds) {
   char name[32];
   snprintf(name, sizeof name, "idle.%d", hk_rank());
   HKT_OK(hk_barrier());
@@ -128,20 +130,21 @@ static void idle(void) {
   hk_handle h;
   HKT_OK(hk_allreduce_async(name, &x, &x, 1, HK_FLOAT32, HK_SUM, &h));
   pthread_t t;
-  HKT_CHECK(pthread_create(&t, NULL, idle_helper, NULL) == 0, "pthread_create");
+  HKT_CHECK(pthread_create(&t, NULL, idle_helper, &seconds) == 0,
+            "pthread_create");
   HKT_OK(hk_wait(h)); /* blocked until the others' helpers measured */
   pthread_join(t, NULL);
 }
 
 int main(int argc, char **argv) {
-  HKT_CHECK(argc >= 2, "usage: w_negot seq N | burst N STEPS | idle");
+  HKT_CHECK(argc >= 2, "usage: w_negot seq N | burst N STEPS | idle [S]");
   HKT_OK(hk_init());
   if (!strcmp(argv[1], "seq") && argc == 3)
     seq(atoi(argv[2]));
   else if (!strcmp(argv[1], "burst") && argc == 4)
     burst(atoi(argv[2]), atoi(argv[3]));
-  else if (!strcmp(argv[1], "idle"))
-    idle();
+  else if (!strcmp(argv[1], "idle") && argc <= 3)
+    idle(argc == 3 ? atof(argv[2]) : 1.0);
   else
     HKT_CHECK(0, "unknown mode '%s'", argv[1]);
   hk_negotiation_counts c;
