@@ -52,6 +52,15 @@ typedef struct batch {
  */
 typedef int (*batch_stage_fn)(void *ctx, batch *b);
 
+/**
+ * Called on the consumer's thread when the step is done with batch b
+ * (prefetch_release), before its buffer may be prepared again: the GPU
+ * backend records there that the compute stream has queued its last read
+ * of b's device slot, so that the slot's next copy waits for that read
+ * (stage.h). ctx is the stage hook's.
+ */
+typedef void (*batch_done_fn)(void *ctx, const batch *b);
+
 /** Allocates room for cap >= 1 samples. Returns 0, or -1 (out of memory;
  *  *b is then zeroed). */
 int batch_init(batch *b, size_t cap);

@@ -109,19 +109,30 @@ typedef struct compute_ops {
   void *(*stream)(compute *c);
   /* Input staging (NULL on the CPU row): `slots` pairs of a pinned host
    * buffer and a device buffer of `bytes` each, a copy stream of their
-   * own and an event per slot. stage_init on the compute thread, before
-   * any stage_put; 0 or -1 (c->err). */
+   * own and two events per slot (ready: the copy is done; consumed: the
+   * compute stream is done reading it). stage_init on the compute thread,
+   * before any stage_put; 0 or -1 (c->err). */
   int (*stage_init)(compute *c, int slots, size_t bytes);
   /* On the input pipeline's thread (the only caller besides the compute
-   * thread's stage_take, which never touches the same slot at once):
-   * copies host (bytes <= stage_init's) into slot's pinned buffer, queues
-   * the copy onto the device on the copy stream and records the slot's
-   * event. 0, or -1 with c->stage_err (written by this thread only) set.
-   * The slot must not be in use by the compute stream any more. */
+   * thread's stage_take and stage_consumed, which never touch the same
+   * slot at once): waits on the host until the compute stream has done
+   * what it queued before the slot's last stage_consumed (and the slot's
+   * previous copy has finished), copies host (bytes <= stage_init's) into
+   * slot's pinned buffer, makes the copy stream wait for that same event,
+   * queues the copy onto the device on the copy stream and records the
+   * slot's ready event. 0, or -1 with c->stage_err (written by this
+   * thread only) set. */
   int (*stage_put)(compute *c, int slot, const void *host, size_t bytes);
   /* On the compute thread: makes the compute stream wait (GPU-side) for
-   * slot's event and returns its device buffer. */
+   * slot's ready event and returns its device buffer. */
   const float *(*stage_take)(compute *c, int slot);
+  /* On the compute thread, once every operation that reads the slot's
+   * device buffer is queued (and before the pipeline may refill the slot:
+   * prefetch's done hook, stage.h): records the slot's consumed event on
+   * the compute stream, which the slot's next stage_put waits for. Without
+   * it a host ahead of its GPU refills a slot the GPU is still reading.
+   * A failure is recorded in c->err. */
+  void (*stage_consumed)(compute *c, int slot);
   /* The step's tail, so that on a device row the weights, optimiser
    * state, loss and gradients stay in row memory: */
   /* v[0..n) *= s, each product rounded to float (the loss scale on

@@ -9,13 +9,14 @@
 #include "progress.h"
 
 int prefetch_init(prefetch *p, int depth, size_t shard, batch_stage_fn stage,
-                  void *stage_ctx) {
+                  batch_done_fn done, void *stage_ctx) {
   memset(p, 0, sizeof *p);
   if (depth < 0 || depth > PREFETCH_MAX_DEPTH)
     return -1;
   p->depth = depth;
   p->n_slots = depth + 1;
   p->stage = stage;
+  p->done = done;
   p->stage_ctx = stage_ctx;
   p->slots = calloc((size_t)p->n_slots, sizeof *p->slots);
   if (!p->slots)
@@ -121,6 +122,9 @@ const batch *prefetch_next(prefetch *p) {
 }
 
 void prefetch_release(prefetch *p) {
+  /* before the producer may refill it (it waits for released below) */
+  if (p->done)
+    p->done(p->stage_ctx, &p->slots[p->released % p->n_slots]);
   if (!p->running) {
     p->released++;
     return;

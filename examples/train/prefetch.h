@@ -42,6 +42,7 @@ typedef struct prefetch {
   int n_slots;  /* depth + 1 */
   batch *slots; /* owned */
   batch_stage_fn stage;
+  batch_done_fn done;
   void *stage_ctx;
   /* the epoch's job */
   const data_split *split;
@@ -66,11 +67,12 @@ typedef struct prefetch {
 
 /**
  * A pipeline of `depth` (0..PREFETCH_MAX_DEPTH) batches ahead, each of up
- * to `shard` samples; stage may be NULL. Returns 0, or -1 (out of memory
- * or a bad depth; *p then needs no prefetch_free).
+ * to `shard` samples; stage and done (batch.h, both given stage_ctx) may
+ * be NULL. Returns 0, or -1 (out of memory or a bad depth; *p then needs
+ * no prefetch_free).
  */
 int prefetch_init(prefetch *p, int depth, size_t shard, batch_stage_fn stage,
-                  void *stage_ctx);
+                  batch_done_fn done, void *stage_ctx);
 void prefetch_free(prefetch *p);
 
 /** Starts an epoch's job (see above). Returns 0, or -1 when the thread
@@ -86,7 +88,8 @@ int prefetch_begin(prefetch *p, const data_split *split, const uint32_t *perm,
  */
 const batch *prefetch_next(prefetch *p);
 
-/** The step is done with the batch prefetch_next gave last. */
+/** The step is done with the batch prefetch_next gave last: calls the
+ *  done hook on it, then lets the producer prepare its buffer again. */
 void prefetch_release(prefetch *p);
 
 /** Ends the epoch: stops the thread early if batches remain, joins it. */

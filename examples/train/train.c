@@ -105,18 +105,6 @@ static int round_stage(void *ctx, batch *b) {
   return 0;
 }
 
-/* The pipeline's stage on a device row: the rounding above, then the
- * batch into its slot's pinned buffer and onto the device on the row's
- * copy stream (compute_ops.stage_put), on the preparing thread. ctx: the
- * trainer, whose model.lowp, pipe.slots and cp are set before the
- * pipeline starts; the slot is the batch's index in the ring. */
-static int device_stage(void *ctx, batch *b) {
-  trainer *t = ctx;
-  lowp_round(b->x, b->n * DATA_PIXELS, t->model.lowp);
-  return t->cp.ops->stage_put(&t->cp, (int)(b - t->pipe.slots), b->x,
-                              b->n * DATA_PIXELS * sizeof(float));
-}
-
 /* Opens the compute row --device names (train.h); 0, or 1 / 2 with err. */
 static int open_device(trainer *t, const train_flags *f, char *err,
                        size_t err_cap) {
@@ -265,6 +253,8 @@ int trainer_init(trainer *t, const train_flags *f, const data_set *d, int rank,
     return rc;
   }
   int rows = t->shard > TRAIN_EVAL_CHUNK ? t->shard : TRAIN_EVAL_CHUNK;
+  /* a device row's pipeline hooks (stage.h); the ring's slots once made */
+  t->link = (stage_link){.cp = &t->cp, .lowp = &t->model.lowp};
   optim_config oc = optim_defaults(f->optimizer);
   oc.weight_decay = f->weight_decay;
   oc.nesterov = f->nesterov;
@@ -281,16 +271,17 @@ int trainer_init(trainer *t, const train_flags *f, const data_set *d, int rank,
       !(t->grads = calloc(t->model.n_params, sizeof *t->grads)) ||
       batch_init(&t->eval, TRAIN_EVAL_CHUNK) != 0 ||
       (t->on_device
-           ? prefetch_init(&t->pipe, f->prefetch, (size_t)t->shard,
-                           device_stage, t)
+           ? prefetch_init(&t->pipe, f->prefetch, (size_t)t->shard, stage_batch,
+                           stage_batch_done, &t->link)
            : prefetch_init(&t->pipe, f->prefetch, (size_t)t->shard,
-                           f->precision != LOWP_FP32 ? round_stage : NULL,
+                           f->precision != LOWP_FP32 ? round_stage : NULL, NULL,
                            &t->model.lowp)) != 0 ||
       !(t->perm = malloc(d->train.n * sizeof *t->perm))) {
     trainer_free(t);
     snprintf(err, err_cap, "out of memory");
     return 1;
   }
+  t->link.slots = t->pipe.slots;
   if (row_state_init(t) != 0) {
     snprintf(err, err_cap, "--device %s: %s", t->cp.ops->name,
              t->cp.err[0] ? t->cp.err : "out of memory");
@@ -482,6 +473,9 @@ static hk_status step(trainer *t, double *wait_s) {
    * norm's running statistics alone, so the run's results do not change. */
   for (int i = 0; i < t->slow_passes; i++)
     model_forward(m, b->x, t->shard, 0);
+  /* every read of the batch is queued: on a device row the pipeline's
+   * done hook records so on the compute stream, and the slot's next copy
+   * waits for it (stage.h) */
   prefetch_release(&t->pipe);
   double w0 = progress_now();
   float *g = t->on_device ? m->dev_grads : t->grads;

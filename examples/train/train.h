@@ -59,7 +59,9 @@
  * stage (on its thread) copies each prepared batch into a pinned buffer of its
  * ring slot and onto the device on the row's copy stream, recording an event;
  * the step makes the compute stream wait for that event (compute_ops.stage_*),
- * so the copy overlaps the previous step. With bf16/fp16 the device gradients
+ * so the copy overlaps the previous step; when the step has queued its last
+ * read of the slot, an event recorded on the compute stream makes the slot's
+ * next copy wait for it (stage.h). With bf16/fp16 the device gradients
  * travel as float32 (HK_COMPRESSION=bf16|fp16 casts them inside hk); loss
  * scaling works alike. GPU index: --gpu, else the local rank (hk's own
  * choice; with HK_GPU set for hk, pass the same --gpu). The ranks agree on the
@@ -99,6 +101,7 @@
 #include "progress.h"
 #include "rng.h"
 #include "scaler.h"
+#include "stage.h"
 
 /** Test samples evaluated per forward pass. */
 #define TRAIN_EVAL_CHUNK 500
@@ -140,6 +143,7 @@ typedef struct trainer {
   long inject_rank, inject_step; /* TRAIN_INJECT_OVERFLOW, or -1 */
   batch eval;                    /* TRAIN_EVAL_CHUNK test samples */
   prefetch pipe;                 /* the training batches */
+  stage_link link;               /* pipe's hooks on a device row */
   uint32_t *perm;                /* training order of the current epoch */
   rng shuffle;                   /* same seed on every rank */
   rng augment_rng;               /* --augment's draws: seeded per rank */

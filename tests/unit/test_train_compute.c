@@ -218,6 +218,17 @@ static void test_cuda_matches_cpu(void **state) {
   assert_null(gpu.dev_x); /* model_forward cleared it */
   assert_int_equal(compute_failed(&row), 0);
   assert_memory_equal(z1, z2, sizeof z1);
+  /* the slot refilled once its reads are marked consumed: the new batch */
+  row.ops->stage_consumed(&row, 1);
+  float xn[sizeof x / sizeof *x];
+  for (size_t i = 0; i < sizeof xn / sizeof *xn; i++)
+    xn[i] = -x[i];
+  host_copy(&row, model_forward(&gpu, xn, NB, 0), z1, nz);
+  assert_int_equal(row.ops->stage_put(&row, 1, xn, sizeof xn), 0);
+  gpu.dev_x = row.ops->stage_take(&row, 1);
+  host_copy(&row, model_forward(&gpu, NULL, NB, 0), z2, nz);
+  assert_int_equal(compute_failed(&row), 0);
+  assert_memory_equal(z1, z2, sizeof z1);
   assert_int_equal(row.ops->stage_put(&row, 2, x, sizeof x), -1);
   assert_non_null(strstr(row.stage_err, "slot 2 of 2"));
 

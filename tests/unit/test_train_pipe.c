@@ -129,7 +129,7 @@ static float *epoch_at(int depth, int augment, uint64_t *rng_after, long *ready,
   rng aug;
   rng_seed(&aug, 1234);
   prefetch p;
-  assert_int_equal(prefetch_init(&p, depth, SHARD, NULL, NULL), 0);
+  assert_int_equal(prefetch_init(&p, depth, SHARD, NULL, NULL, NULL), 0);
   assert_int_equal(
       prefetch_begin(&p, &s, perm, 1, STRIDE, SHARD, STEPS, augment ? &aug : 0),
       0);
@@ -196,7 +196,7 @@ static void test_early_end(void **state) {
   for (int i = 0; i < N_IMAGES; i++)
     perm[i] = (uint32_t)i;
   prefetch p;
-  assert_int_equal(prefetch_init(&p, 2, SHARD, NULL, NULL), 0);
+  assert_int_equal(prefetch_init(&p, 2, SHARD, NULL, NULL, NULL), 0);
   assert_int_equal(prefetch_begin(&p, &s, perm, 0, SHARD, SHARD, 20, NULL), 0);
   assert_non_null(prefetch_next(&p));
   prefetch_end(&p);
@@ -211,9 +211,9 @@ static void test_early_end(void **state) {
     prefetch_release(&p);
   }
   prefetch_free(&p);
-  assert_int_equal(prefetch_init(&p, PREFETCH_MAX_DEPTH + 1, 1, NULL, NULL),
-                   -1);
-  assert_int_equal(prefetch_init(&p, -1, 1, NULL, NULL), -1);
+  assert_int_equal(
+      prefetch_init(&p, PREFETCH_MAX_DEPTH + 1, 1, NULL, NULL, NULL), -1);
+  assert_int_equal(prefetch_init(&p, -1, 1, NULL, NULL, NULL), -1);
 }
 
 /* The stage hook sees every batch on the preparing thread; a failure
@@ -235,7 +235,7 @@ static void test_stage_hook(void **state) {
     int fail_at = 1000;
     staged = 0;
     prefetch p;
-    assert_int_equal(prefetch_init(&p, depth, SHARD, stage, &fail_at), 0);
+    assert_int_equal(prefetch_init(&p, depth, SHARD, stage, NULL, &fail_at), 0);
     assert_int_equal(prefetch_begin(&p, &s, perm, 0, SHARD, SHARD, 5, NULL), 0);
     for (int k = 0; k < 5; k++) {
       assert_non_null(prefetch_next(&p));

@@ -87,6 +87,12 @@ static const float *stage_take_fake(compute *c, int slot) {
   return ((fake *)c->impl)->slot[slot];
 }
 
+/* Its operations run at the call: the slot's reads are done already. */
+static void stage_consumed_fake(compute *c, int slot) {
+  (void)c;
+  (void)slot;
+}
+
 /* The module's entry point, as libhk_train_cuda.so's. */
 __attribute__((visibility("default"))) const compute_ops *
 hk_train_compute_cuda(void) {
@@ -99,5 +105,6 @@ hk_train_compute_cuda(void) {
   ops.stage_init = stage_init_fake;
   ops.stage_put = stage_put_fake;
   ops.stage_take = stage_take_fake;
+  ops.stage_consumed = stage_consumed_fake;
   return &ops;
 }

@@ -63,7 +63,8 @@ typedef struct cuda_row {
   size_t slot_bytes;
   void *pinned[MAX_SLOTS];
   float *dev[MAX_SLOTS];
-  cudaEvent_t ready[MAX_SLOTS];
+  cudaEvent_t ready[MAX_SLOTS];    /* the slot's copy is on the device */
+  cudaEvent_t consumed[MAX_SLOTS]; /* the compute stream's reads are done */
   /* the step's tail (open allocates them) */
   int *flag;      /* finite: 1 when a value was not */
   double *part;   /* lamb: 2 x LAMB_BLOCKS partial norms */
@@ -156,6 +157,8 @@ static void close_cuda(compute *c) {
   for (int i = 0; i < r->slots; i++) {
     if (r->ready[i])
       (void)cudaEventDestroy(r->ready[i]);
+    if (r->consumed[i])
+      (void)cudaEventDestroy(r->consumed[i]);
     if (r->dev[i])
       (void)cudaFree(r->dev[i]);
     if (r->pinned[i])
@@ -584,6 +587,9 @@ static int stage_init_cuda(compute *c, int slots, size_t bytes) {
         !ok(c, cudaMalloc((void **)&r->dev[i], bytes ? bytes : 4),
             "cudaMalloc") ||
         !ok(c, cudaEventCreateWithFlags(&r->ready[i], cudaEventDisableTiming),
+            "cudaEventCreateWithFlags") ||
+        !ok(c,
+            cudaEventCreateWithFlags(&r->consumed[i], cudaEventDisableTiming),
             "cudaEventCreateWithFlags"))
       return -1;
   }
@@ -609,7 +615,18 @@ static int stage_put_cuda(compute *c, int slot, const void *host,
   cudaError_t e = cudaSetDevice(c->device_index); /* this thread's device */
   if (e != cudaSuccess)
     return stage_fail(c, e, "cudaSetDevice (input pipeline)");
+  /* The slot's previous batch: its copy out of the pinned buffer, and the
+   * compute stream's reads of the device buffer up to stage_consumed (an
+   * event never recorded is complete: the slot's first use waits for
+   * nothing). The host waits before it writes the pinned buffer; the copy
+   * stream waits too, so the device buffer is safe by the stream order
+   * alone. */
+  if ((e = cudaEventSynchronize(r->ready[slot])) != cudaSuccess ||
+      (e = cudaEventSynchronize(r->consumed[slot])) != cudaSuccess)
+    return stage_fail(c, e, "cudaEventSynchronize (input slot consumed)");
   memcpy(r->pinned[slot], host, bytes);
+  if ((e = cudaStreamWaitEvent(r->copy, r->consumed[slot], 0)) != cudaSuccess)
+    return stage_fail(c, e, "cudaStreamWaitEvent (input slot consumed)");
   if ((e = cudaMemcpyAsync(r->dev[slot], r->pinned[slot], bytes,
                            cudaMemcpyHostToDevice, r->copy)) != cudaSuccess)
     return stage_fail(c, e, "cudaMemcpyAsync (input, pinned to device)");
@@ -624,6 +641,13 @@ static const float *stage_take_cuda(compute *c, int slot) {
     ok(c, cudaStreamWaitEvent(st(c), r->ready[slot], 0),
        "cudaStreamWaitEvent (input)");
   return r->dev[slot];
+}
+
+static void stage_consumed_cuda(compute *c, int slot) {
+  cuda_row *r = row(c);
+  if (!c->failed)
+    ok(c, cudaEventRecord(r->consumed[slot], st(c)),
+       "cudaEventRecord (input slot consumed)");
 }
 
 /* ---- the step's tail: loss, loss scaling, finite check, optimiser ---- */
@@ -858,6 +882,7 @@ static const compute_ops cuda_ops = {
     /* .stage_init = */ stage_init_cuda,
     /* .stage_put = */ stage_put_cuda,
     /* .stage_take = */ stage_take_cuda,
+    /* .stage_consumed = */ stage_consumed_cuda,
     /* .scale = */ scale_cuda,
     /* .finite = */ finite_cuda,
     /* .xent = */ xent_cuda,
