@@ -449,6 +449,10 @@ hk_status hk_devplane_order_after(hk_ctx *ctx, void *stream, hk_dev_event e) {
   return HK_OK;
 }
 
+void *hk_devplane_work_stream(const hk_ctx *ctx) {
+  return ctx && ctx->gpu ? (void *)ctx->gpu->world.sched.stream : NULL;
+}
+
 /* Each tensor's own event after the unpack, then tells hk_wait_stream
  * callers that they may order their streams after it. A tensor whose
  * event cannot be made is simply waited on the host. */

@@ -68,6 +68,13 @@ void hk_devplane_set_stream(void *stream);
  */
 hk_status hk_devplane_order_after(hk_ctx *ctx, void *stream, hk_dev_event e);
 
+/**
+ * hk's stream that reads and writes every device tensor's buffers (the
+ * world's schedule's; process sets share it), or NULL when ctx is NULL or
+ * has no device backend (hk_device_stream). Any thread; never fails.
+ */
+void *hk_devplane_work_stream(const hk_ctx *ctx);
+
 /** Frees what capture made (the handle's event). Any thread. */
 void hk_devplane_release(hk_ctx *ctx, hk_handle h);
 

@@ -329,4 +329,6 @@ hk_status hk_wait_stream(hk_handle handle, void *stream) {
   return hk_queue_wait_stream(g_ctx, handle, stream);
 }
 
+void *hk_device_stream(void) { return hk_devplane_work_stream(g_ctx); }
+
 void hk_free(void *p) { hk_devplane_free(g_ctx, p); }

@@ -671,7 +671,10 @@ HK_API hk_status hk_barrier(void);
  * records on the producer stream at submit). The producer stream is a
  * per-thread setting, as cuBLAS's handle stream is: hk_set_stream().
  * Completion: hk_wait() (host), or hk_wait_stream(), which also orders
- * the caller's stream after the result.
+ * the caller's stream after the result. hk_wait_stream may return while
+ * hk's own stream still reads the tensor: before its memory is used for
+ * anything else on another stream, order that stream after
+ * hk_device_stream() (an event recorded there).
  *
  * Algorithms for device allreduce (docs/design.md, "The GPU data plane"): one
  * host: the device communicator (NCCL); several hosts: NCCL reduce-
@@ -720,6 +723,25 @@ HK_API void *hk_get_stream(void);
  * stream cannot be made to wait.
  */
 HK_API hk_status hk_wait_stream(hk_handle handle, void *stream);
+
+/**
+ * hk's own device stream (a cudaStream_t, or an emu stream): the one
+ * stream on which hk reads and writes the buffers of every device tensor
+ * (after waiting for the producer stream's event: the pack into its fusion
+ * buffer, the unpack, the staging copies of the collectives that go
+ * through host memory). Once hk_wait or hk_wait_stream has returned for a
+ * handle, all of hk's reads and writes of that handle's buffers are queued
+ * on this stream, so an event recorded on it afterwards completes only
+ * after them. That is what a caching allocator needs before it hands a
+ * freed buffer to work on another stream: PyTorch's
+ * tensor.record_stream(torch.cuda.ExternalStream(stream)), which hk.torch
+ * does for the CUDA tensors of every operation it completes. Only record
+ * events on it and make other streams wait on them; never destroy it or
+ * queue other work on it. Valid from hk_init to hk_shutdown. Returns NULL
+ * when hk is not initialised or has no device backend (HK_DEVICE=none, or
+ * auto without a GPU); never fails. Thread-safety: any thread.
+ */
+HK_API void *hk_device_stream(void);
 
 /**
  * Frees a buffer hk allocated for an output (hk_allgather, hk_alltoall):

@@ -157,6 +157,15 @@ static void test_producer_stream_delay(void **s) {
   run_mode(2, 0, emu_env, "delay", "delay", 120);
 }
 
+/* A write ordered after hk_device_stream() waits for hk's read of the
+ * tensor, on the device communicator and on the staged ring. */
+static void test_device_stream_orders_reuse(void **s) {
+  (void)s;
+  run_mode(2, 0, emu_env, "reuse", "reuse", 120);
+  char *env[] = {"HK_DEVICE=emu", "HK_ALLREDUCE_ALGO=ring", NULL};
+  run_mode(2, 0, env, "reuse", "reuse", 120);
+}
+
 static void test_compression(void **s) {
   (void)s;
   char *fp16[] = {"HK_DEVICE=emu", "HK_COMPRESSION=fp16", NULL};
@@ -344,6 +353,7 @@ int main(void) {
       cmocka_unit_test(test_fusion_300),
       cmocka_unit_test(test_integer_scales),
       cmocka_unit_test(test_producer_stream_delay),
+      cmocka_unit_test(test_device_stream_orders_reuse),
       cmocka_unit_test(test_compression),
       cmocka_unit_test(test_half16_average),
       cmocka_unit_test(test_mismatch),

@@ -16,6 +16,10 @@
  *                              average, fused (a group) vs one at a time
  *   w_device delay             the producer stream is delayed by the emu:
  *                              hk must wait for it
+ *   w_device reuse             the producer stream is delayed; a write to
+ *                              the input on another stream ordered after
+ *                              hk_device_stream() (a caching allocator's
+ *                              reuse) lands after hk's read of it
  *   w_device compress COUNT    HK_COMPRESSION=fp16|bf16 round trips
  *   w_device mismatch          host vs device, and mixed buffers
  *   w_device current           the calling thread's current device (1,
@@ -438,6 +442,64 @@ static void mode_delay(void) {
   free(got);
   free(zero);
   printf("device ok: delay np=%d\n", size);
+}
+
+/* hk_device_stream orders after hk's last read of a tensor: the producer
+ * stream is delayed, so when hk_wait_stream returns hk's pack of src is
+ * still queued behind it. A caching allocator that reuses src's memory on
+ * another stream A (PyTorch's, after record_stream on hk's stream) makes
+ * A wait for an event recorded on hk_device_stream(), then writes it: that
+ * write must not reach src before hk read it, so the sum is still the
+ * original values'. Were the event recorded on a stream hk does not read
+ * src on, the zeros written on A would be summed. */
+static void mode_reuse(void) {
+  const size_t count = 4099;
+  float *vals = malloc(count * 4), *got = malloc(count * 4);
+  float *zero = calloc(count, 4);
+  for (size_t i = 0; i < count; i++)
+    vals[i] = (float)(rank + 1) + (float)i;
+  float *src = dalloc(count * 4), *out = dalloc(count * 4);
+  up(src, vals, count * 4);
+  hk_dev_stream p, s2, a;
+  hk_dev_event e;
+  HKT_OK(dev->ops->stream_create(dev, &p));
+  HKT_OK(dev->ops->stream_create(dev, &s2));
+  HKT_OK(dev->ops->stream_create(dev, &a));
+  HKT_OK(dev->ops->event_create(dev, &e));
+  HKT_OK(hk_emu_stream_delay(dev, p, 2000));
+  hk_set_stream(p);
+  hk_handle h;
+  HKT_OK(hk_allreduce_async("reused", src, out, count, HK_FLOAT32, HK_SUM, &h));
+  hk_set_stream(NULL);
+  HKT_OK(hk_wait_stream(h, s2));
+  void *hs = hk_device_stream();
+  HKT_CHECK(hs != NULL, "hk_device_stream: NULL with HK_DEVICE=emu");
+  HKT_OK(dev->ops->event_record(dev, e, (hk_dev_stream)hs));
+  int done = 1;
+  HKT_OK(dev->ops->event_query(dev, e, &done));
+  HKT_CHECK(!done, "hk's stream had no work queued for 'reused' after "
+                   "hk_wait_stream (the producer's delay is still running)");
+  HKT_OK(dev->ops->stream_wait_event(dev, a, e));
+  HKT_OK(dev->ops->memcpy_async(dev, src, zero, count * 4, a));
+  dsync(a);
+  dsync(s2);
+  down(got, out, count * 4);
+  float ranks = (float)size * (float)(size + 1) / 2;
+  for (size_t i = 0; i < count; i++)
+    HKT_CHECK(got[i] == ranks + (float)size * (float)i,
+              "element %zu is %g, expected %g: a write ordered after "
+              "hk_device_stream() reached the tensor before hk read it",
+              i, got[i], ranks + (float)size * (float)i);
+  dev->ops->event_destroy(dev, e);
+  dev->ops->stream_destroy(dev, a);
+  dev->ops->stream_destroy(dev, s2);
+  dev->ops->stream_destroy(dev, p);
+  dev->ops->mem_free(dev, src);
+  dev->ops->mem_free(dev, out);
+  free(vals);
+  free(got);
+  free(zero);
+  printf("device ok: reuse np=%d\n", size);
 }
 
 /* Compression: float32 travels as float16/bfloat16. Values exact in the
@@ -1177,6 +1239,8 @@ int main(int argc, char **argv) {
     mode_fusion(argc > 2 ? atoi(argv[2]) : 300);
   else if (!strcmp(m, "delay"))
     mode_delay();
+  else if (!strcmp(m, "reuse"))
+    mode_reuse();
   else if (!strcmp(m, "compress"))
     mode_compress(argc > 2 ? strtoull(argv[2], NULL, 10) : 1000,
                   argc > 3 ? argv[3] : "fp16");
