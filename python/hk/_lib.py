@@ -134,6 +134,7 @@ def _declare(lib):
         "hk_set_stream": (None, [vp]),
         "hk_get_stream": (vp, []),
         "hk_wait_stream": (st, [vp, vp]),
+        "hk_device_stream": (vp, []),
         "hk_free": (None, [vp]),
         "hk_strerror": (c.c_char_p, [c.c_int]),
         "hk_last_error": (c.c_char_p, []),

@@ -36,6 +36,10 @@
                    once and on an overlapping one, DistributedOptimizer on
                    each half against serial training, add/remove, and the
                    errors (w_sets.py)
+  streams          a completed operation marks its CUDA tensors as used on
+                   hk's own stream (stand-in tensors; hk_device_stream()
+                   of the emulated device, and NULL without a device), at
+                   np 2 under HK_DEVICE=emu and HK_DEVICE=none (w_streams.py)
 
 Exits 77 (ctest's skip) when this python has no torch.
 """
@@ -448,8 +452,18 @@ def test_sigint():
           "most)" % (tries, max(secs)))
 
 
+def test_streams():
+    for device in ("emu", "none"):
+        r = harness.hkrun(opt.hkrun, 2, "w_streams.py", lib=opt.lib,
+                          extra_env={"HK_DEVICE": device}, timeout=120)
+        expect(r.rc == 0 and count(r, "streams ok") == 2,
+               "w_streams.py at np 2, HK_DEVICE=%s" % device, r)
+        print("\n".join(r.lines(0)[-1:]))
+
+
 {"package": test_package, "ops": test_ops, "optimizer": test_optimizer,
  "broadcast": test_broadcast, "faults": test_faults,
  "horovod_script": test_horovod_script, "benchmark": test_benchmark,
  "grad": test_grad, "join": test_join, "sparse": test_sparse,
- "api": test_api, "sets": test_sets, "sigint": test_sigint}[opt.what]()
+ "api": test_api, "sets": test_sets, "sigint": test_sigint,
+ "streams": test_streams}[opt.what]()

@@ -15,7 +15,10 @@ Tensors
   supported"). CUDA tensors go to hk as device pointers with PyTorch's
   current stream as the producer stream (hk_set_stream); allgather and
   alltoall of CUDA tensors are staged through host memory here and the
-  result is copied back to the tensor's device.
+  result is copied back to the tensor's device. When an operation
+  completes, its CUDA tensors are marked as used on hk's own stream
+  (record_on_hk_stream): PyTorch's caching allocator then reuses their
+  memory only after hk's reads and writes of it.
 - A non-contiguous tensor is copied into a contiguous one, reduced there
   and (in place) copied back.
 - Every description carries the tensor's shape (a 0-d tensor: none), so
@@ -418,6 +421,41 @@ def _set_stream(parts):
             return
 
 
+def _external_stream(ptr, device):
+    """hk's stream as a torch stream (a CUDA build of torch only)."""
+    return torch.cuda.ExternalStream(ptr, device=device)
+
+
+def record_on_hk_stream(parts, stream_ptr, make_stream=None):
+    """Marks every CUDA tensor that ``parts`` hold for hk (their ``keep``)
+    as used on hk's own stream, ``stream_ptr`` (hk_device_stream()), with
+    tensor.record_stream: PyTorch's caching allocator then hands the
+    tensor's memory to other work only after what hk has queued on that
+    stream so far, its reads and writes of the tensor, has run.
+    hk_wait_stream returns once hk has queued that work, not done it, and
+    the handle drops its references right after; without the mark, a
+    block freed to another stream could be reused and written before hk's
+    pack read it. Call it after hk_wait_stream / hk_wait returned.
+    Nothing to mark when ``stream_ptr`` is NULL (no device backend).
+    ``make_stream(ptr, device)`` makes the torch stream (default:
+    torch.cuda.ExternalStream, made once per call). Returns how many
+    tensors were marked (each once)."""
+    if not stream_ptr:
+        return 0
+    make = make_stream or _external_stream
+    seen, stream, marked = set(), None, 0
+    for p in parts:
+        for t in p.keep or ():
+            if getattr(t, "is_cuda", False) is not True or id(t) in seen:
+                continue
+            seen.add(id(t))
+            if stream is None:
+                stream = make(stream_ptr, t.device)
+            t.record_stream(stream)
+            marked += 1
+    return marked
+
+
 def start(kind, tensors, name, process_set, group=False, **args):
     """Submits ``kind`` of each tensor (``group``: as one hk group named
     '<kind>.<name>', members '<...>.<i>'; else one tensor, named
@@ -510,6 +548,8 @@ class Handle:
             if st != 0 and first is None:
                 first = error_from(st)
         self._interrupted = False
+        if stream is not None:  # before _release drops the references
+            record_on_hk_stream(self.parts, L.hk_device_stream())
         return first
 
     def _release(self):
