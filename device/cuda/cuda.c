@@ -47,6 +47,7 @@
  * a time). The module's only globals are set once by hk_cuda_module_bind.
  */
 #include <dlfcn.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -734,18 +735,36 @@ static hk_status nccl_op(hk_op op, ncclRedOp_t *out) {
   return fail(HK_ERR_INVALID_ARG, "unknown reduction op %d", (int)op);
 }
 
+/* comm_settle's polling, in one place. NCCL 2.28's non-blocking
+ * communicator answers ncclInProgress for every collective (its group end
+ * hands the enqueue to a thread), and that thread usually finishes within
+ * microseconds: a first sleep of 20 us would add ~50-200 us to every
+ * call. So the loop first polls back to back for HKC_SETTLE_SPIN_NS,
+ * giving the core away between polls (sched_yield: NCCL's thread may be
+ * waiting for it), then sleeps from HKC_SETTLE_NAP0_NS, doubling up to
+ * HKC_SETTLE_NAP_MAX_NS (a long init: connections being made). These
+ * values come from reading NCCL's group.cc, not from a measurement: no
+ * GPU has run this loop yet; compare them on one (the settle's share of
+ * a small allreduce) before tuning. */
+#define HKC_SETTLE_SPIN_NS 50000L      /* 50 us of polling without a sleep */
+#define HKC_SETTLE_NAP0_NS 20000L      /* then the first sleep: 20 us */
+#define HKC_SETTLE_NAP_MAX_NS 1000000L /* doubling up to 1 ms */
+
 /* Waits while the communicator is ncclInProgress (its init, or NCCL still
  * enqueueing the previous operation: connections are set up on first use),
- * polling ncclCommGetAsyncError with a back-off from 20 us to 1 ms, at
- * most the device's settle_s (HK_TIMEOUT_S), and asking its stop check
- * (hkrun's abort) at every poll: the worker's watchdog's checks. HK_OK
- * once it is ncclSuccess; HK_ERR_SYSTEM with NCCL's reason once it
- * failed; HK_ERR_TIMEOUT past the bound; HK_ERR_PEER_LOST when stopped.
- * The caller (worker/devplane.c) aborts the communicator on any error. */
+ * polling ncclCommGetAsyncError: back to back (yielding) for
+ * HKC_SETTLE_SPIN_NS, then with a sleep from HKC_SETTLE_NAP0_NS up to
+ * HKC_SETTLE_NAP_MAX_NS, at most the device's settle_s (HK_TIMEOUT_S),
+ * and asking its stop check (hkrun's abort) at every poll: the worker's
+ * watchdog's checks. HK_OK once it is ncclSuccess; HK_ERR_SYSTEM with
+ * NCCL's reason once it failed; HK_ERR_TIMEOUT past the bound;
+ * HK_ERR_PEER_LOST when stopped. The caller (worker/devplane.c) aborts the
+ * communicator on any error. Calling thread: the one feeding the
+ * communicator's stream. */
 static hk_status comm_settle(hk_dev_comm c, const char *what) {
   struct timespec t0, now;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  long ns = 20000;
+  long ns = HKC_SETTLE_NAP0_NS;
   for (;;) {
     ncclResult_t state = ncclSuccess;
     ncclResult_t r = ncclCommGetAsyncError(c->nc, &state);
@@ -774,9 +793,13 @@ static hk_status comm_settle(hk_dev_comm c, const char *what) {
                   "(its init, or enqueueing the previous operation) after "
                   "HK_TIMEOUT_S = %g s",
                   what, c->rank, c->nranks, d->settle_s);
+    if (waited * 1e9 < (double)HKC_SETTLE_SPIN_NS) {
+      sched_yield();
+      continue;
+    }
     struct timespec nap = {0, ns};
     nanosleep(&nap, NULL);
-    ns = ns < 500000 ? ns * 2 : 1000000;
+    ns = ns < HKC_SETTLE_NAP_MAX_NS / 2 ? ns * 2 : HKC_SETTLE_NAP_MAX_NS;
   }
 }
 
