@@ -1,60 +1,50 @@
 #!/usr/bin/env bash
-# device-check.sh OUTDIR - builds, tests and benchmarks hk on the GPU
-# machine the project is lent (one H200, no network, no Debian
-# -dev packages; nvcc 13, CMake, ninja, python3 with PyTorch and the
-# nvidia-nccl-cu13 wheel), in one go, bounded in time, never asking
-# anything. Every log goes to OUTDIR; OUTDIR/summary.txt says what ran,
-# how long it took and how it ended.
+# device-check.sh OUTDIR - does hk work on this GPU, and how fast: builds,
+# tests and benchmarks hk on the GPU machine the project is lent (one
+# GPU, no network, no Debian -dev packages; nvcc, CMake, ninja, python3
+# with PyTorch and the nvidia-nccl-cu13 wheel) in one go, bounded in time
+# (DEVICE_CHECK_BUDGET_S, default 450 s: one call of under 8 minutes with
+# the machine's start), never asking anything.
 #
 # Before: scripts/device-deps.sh HERE fills .devdeps/ (the .deb files hk
 # builds against); carry .devdeps with the tree.
 #
-# Steps (each under `timeout`, all within DEVICE_CHECK_BUDGET_S, default
-# 450 s: under 8 minutes with the machine's start):
-#   env       the machine: OS, compilers, nvidia-smi (-L, -q, topo -m),
-#             what is there of OpenSSL and NCCL
-#   nccl      the NCCL wheel's library and header, its ncclGetVersion, and
-#             torch's view (torch.cuda.nccl.version())
-#   deps      dpkg -x (or ar + tar) of every .devdeps/debs/*.deb into a
-#             private prefix; .pc files and Open MPI pointed at it
-#   configure hk with -DHK_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90, NCCL from
-#             the wheel, the prefix's libraries
-#   build
-#   test_cuda the cuda backend's own tests, verbose
-#   copybw    the batched copy kernels against cudaMemcpy D2D (tests/gpu)
-#   pair*     two processes on the GPU in one NCCL communicator: plain,
-#             NCCL_MULTI_RANK_GPU_ENABLE=1 (NCCL 2.30+; older ones ignore
-#             it), and a NCCL_HOSTID per process over loopback sockets
-#   ctest     every test with HK_DEVICE=cuda HK_TEST_GPU=1, except label
-#             netbed (several hosts in network namespaces: needs ip, tc,
-#             CAP_NET_ADMIN, and 2-3 minutes; not a GPU matter), and
-#             test_hosts_cli, which runs alone without those two variables
-#             (it expects hkrun's mpirun command to forward no HK_* but its
-#             own)
-#   train-vs-torch  (after every test) examples/train's CNN: `train --device cuda --model cnn
-#             --precision bf16` at np 1 and the same model in PyTorch
-#             (examples/train/torch_cnn.py, bf16 autocast) at the same batch
-#             size, 3 rounds interleaved, 1 epoch of up to
-#             DEVICE_CHECK_TRAIN_SAMPLES (8000) samples each (each run
-#             under 25 s); samples/s,
-#             accuracy, data wait of both and the ratio go to the summary.
-#             Data: DEVICE_CHECK_DATA, /usr/share/datasets/fashion-mnist,
-#             .devdeps/fashion-mnist (scripts/device-deps.sh), else a
-#             synthetic IDX set (random pixels: speed only, accuracy ~0.1)
-#   monitor-* the straggler report and metrics with the real NVML (4
-#             ranks on GPU 0, one 50 ms late), and the monitor's cost on
-#             hkbench --model resnet50 (bench/monitor_overhead.sh)
-#   bench     GPU benchmarks: hkbench --device gpu --kernels (pack/unpack
-#             vs a device copy), 4 pseudo-hosts sharing the GPU staged
-#             through hk's ring, the torch gloo peer on CUDA tensors at
-#             np 4, one rank alone (hkbench's part skipped where it has no
-#             --device option)
-# Exit: 0 when the build and every test passed; 1 when one failed; 2 when
-# there is no GPU (nothing built; DEVICE_CHECK_FORCE=1 goes on anyway,
-# with HK_DEVICE=auto HK_TEST_GPU=0, to try the script on a CPU machine).
+# Two stages, each step a row of STEPS below (stage, name, bound, what it
+# needs, the function that runs it):
+#   stage 1 (at most DEVICE_CHECK_STAGE1_S, 180 s): the machine and NCCL,
+#     hk's dependencies, configure and build for the GPU's own
+#     architecture (only what stage 1 runs), test_cuda, test_cuda_pair, the
+#     device unit tests, the GPU python check (--quick), the kernel
+#     bandwidth table. OUTDIR/stage1.log alone answers "does hk work on
+#     this GPU".
+#   stage 2 (the rest of the budget): the rest of the build, the NCCL
+#     multi-rank-per-GPU probe, the multi-rank tests that apply to one GPU,
+#     the staged allreduce at np 4 as pseudo-hosts next to torch gloo on
+#     CUDA tensors, the trainer next to PyTorch.
+# Every step runs under `timeout` (its bound, cut to what is left of its
+# stage; past it the step and its children are killed and it counts as
+# failed), with stdin closed, its output in OUTDIR/logs/NN-NAME.log. Each
+# step adds one verdict line to OUTDIR/summary.txt:
+#   PASS|FAIL|SKIP  stage  name  seconds  reason
+# A step exits 77 to say it does not apply (its last "SKIP: ..." line is
+# the reason); a step whose needs are not met (the build failed, NCCL
+# refuses several ranks of one communicator on one GPU) is skipped by the
+# script, naming why. The summary ends with "N passed, N failed, N
+# skipped". The stages' logs are also joined into OUTDIR/stage1.log and
+# OUTDIR/stage2.log (the device tool brings back only a few files).
+# Exit: 0 when no step failed; 1 when one did; 2 when there is no GPU
+# (nothing run; DEVICE_CHECK_FORCE=1 goes on anyway, HK_DEVICE=auto
+# HK_TEST_GPU=0, to try the script on a CPU machine).
 #
-# Environment: DEVICE_CHECK_BUDGET_S (450), DEVICE_CHECK_JOBS (ctest -j,
-# 6), DEVICE_CHECK_MPI (1: use the carried Open MPI), DEVICE_CHECK_FORCE.
+# Environment: DEVICE_CHECK_BUDGET_S (450), DEVICE_CHECK_STAGE1_S (180),
+# DEVICE_CHECK_BOUNDS ("name=seconds ...": a step's bound instead of the
+# table's), DEVICE_CHECK_MPI (1: build with the carried Open MPI),
+# DEVICE_CHECK_FORCE, DEVICE_CHECK_DATA and DEVICE_CHECK_TRAIN_SAMPLES
+# (train-vs-torch).
+# Dry run: DEVICE_CHECK_STUB=DIR runs DIR/NAME (an executable) instead of
+# step NAME's function, and skips a step that has none; nothing else is
+# looked at (no GPU needed). tests/gpu/test_device_check.sh checks the
+# control flow, bounds and summary this way.
 set -uo pipefail
 
 if [ $# -ne 1 ]; then
@@ -63,6 +53,8 @@ if [ $# -ne 1 ]; then
 fi
 START=$(date +%s)
 BUDGET=${DEVICE_CHECK_BUDGET_S:-450}
+STAGE1_S=${DEVICE_CHECK_STAGE1_S:-180}
+STUB=${DEVICE_CHECK_STUB:-}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DEPS=$ROOT/.devdeps
 WORK=$ROOT/.devcheck # git-ignored
@@ -70,57 +62,18 @@ BUILD=$WORK/build
 P=$WORK/prefix
 A=$P/usr/lib/x86_64-linux-gnu
 export ROOT DEPS WORK BUILD P A
-mkdir -p "$1" || exit 2
+mkdir -p "$1/logs" || exit 2
 OUT=$(cd "$1" && pwd)
 SUMMARY=$OUT/summary.txt
 : >"$SUMMARY"
-FAILED=0
-N=0
+rm -f "$OUT"/logs/*.log "$OUT"/stage[12].log
+NPASS=0 NFAIL=0 NSKIP=0 N=0
 
-log() { echo "[$(($(date +%s) - START))s] $*" | tee -a "$SUMMARY"; }
-left() { echo $((BUDGET - ($(date +%s) - START))); }
+now() { echo $(($(date +%s) - START)); }
+say() { echo "[$(now)s] $*" | tee -a "$SUMMARY"; }
 
-# step NAME MAX_S CMD...: runs CMD with stdin closed, output in
-# OUTDIR/NN-NAME.log, killed after min(MAX_S, time left - 10 s); returns
-# its status (124: timed out, 125: not started, out of time).
-step() {
-  local name=$1 max=$2 t
-  shift 2
-  N=$((N + 1))
-  local logf
-  logf=$OUT/$(printf %02d "$N")-$name.log
-  t=$(($(left) - 10))
-  [ "$t" -gt "$max" ] && t=$max
-  if [ "$t" -lt 5 ]; then
-    log "SKIP $name: out of time"
-    return 125
-  fi
-  local t0 rc
-  t0=$(date +%s)
-  # (through bash -c, so that CMD may be one of the functions below,
-  # exported with export -f, as timeout runs programs only)
-  timeout -k 5 "$t" bash -c '"$@"' "$name" "$@" >"$logf" 2>&1 </dev/null
-  rc=$?
-  local word=FAIL
-  [ $rc = 0 ] && word=ok
-  [ $rc = 77 ] && word=skip # a test's "no usable GPU"
-  log "$(printf '%-4s %-24s %4ss  rc=%s%s' "$word" "$name" \
-    $(($(date +%s) - t0)) $rc "$([ $rc = 124 ] && echo " (timed out after ${t}s)")")"
-  return $rc
-}
-# must NAME MAX_S CMD...: a step whose failure fails the check (77, the
-# tests' "skipped without a GPU", does not).
-must() {
-  step "$@"
-  local rc=$?
-  [ $rc = 0 ] || [ $rc = 77 ] || FAILED=1
-  return $rc
-}
+# ==== the steps' functions (each runs in its own bash, under timeout) ====
 
-log "device-check: hk $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null ||
-  echo '(no git)') in $ROOT, budget ${BUDGET}s, logs in $OUT"
-
-# ---- the machine ----
 machine() {
   set -x
   date -u
@@ -147,21 +100,7 @@ machine() {
   return 0
 }
 export -f machine
-step env 30 machine
-if ! nvidia-smi -L >"$OUT/gpus.txt" 2>&1 || ! grep -q '^GPU ' "$OUT/gpus.txt"; then
-  log "no GPU here: $(head -1 "$OUT/gpus.txt" 2>/dev/null)"
-  if [ "${DEVICE_CHECK_FORCE:-0}" != 1 ]; then
-    log "stopping (DEVICE_CHECK_FORCE=1 goes on without one)"
-    exit 2
-  fi
-  TEST_GPU=0
-else
-  log "GPU: $(head -1 "$OUT/gpus.txt")"
-  TEST_GPU=1
-fi
 
-# ---- NCCL: the wheel's library (libnccl.so.2 is 218 MB: it never
-# travels), a header from the wheel, the machine's CUDA, or .devdeps ----
 find_nccl() {
   python3 - <<'EOF'
 import glob, os, site
@@ -183,18 +122,7 @@ for d in dirs:
 EOF
 }
 export -f find_nccl
-NCCL_LIBDIR=$(timeout 30 bash -c find_nccl 2>/dev/null)
-if [ -z "$NCCL_LIBDIR" ] && [ -e /usr/local/cuda/lib64/libnccl.so.2 ]; then
-  NCCL_LIBDIR=/usr/local/cuda/lib64
-fi
-export NCCL_LIBDIR
-NCCL_INC=""
-for h in "$NCCL_LIBDIR/../include" /usr/local/cuda/include "$DEPS/nccl"; do
-  if [ -n "$NCCL_LIBDIR" ] && [ -f "$h/nccl.h" ]; then
-    NCCL_INC=$(cd "$h" && pwd)
-    break
-  fi
-done
+
 nccl_info() {
   echo "library: $NCCL_LIBDIR/libnccl.so.2"
   echo "header:  $NCCL_INC/nccl.h"
@@ -212,18 +140,8 @@ print('torch', torch.__version__, 'cuda', torch.version.cuda,
       torch.cuda.get_device_name(0) if torch.cuda.device_count() else '')"
   python3 -m pip list 2>/dev/null | grep -iE 'nccl|torch|mpi4py' || true
 }
-export NCCL_INC
 export -f nccl_info
-if [ -z "$NCCL_LIBDIR" ] || [ -z "$NCCL_INC" ]; then
-  log "FAIL NCCL not found (library: '${NCCL_LIBDIR}', header: '${NCCL_INC}')"
-  FAILED=1
-else
-  step nccl 30 nccl_info
-  NCCL_CODE=$(grep -h -m1 '^ncclGetVersion' "$OUT"/*-nccl.log | awk '{print $2}')
-  log "NCCL: ${NCCL_CODE:-?} at run time ($NCCL_LIBDIR), header $NCCL_INC"
-fi
 
-# ---- hk's Debian dependencies, unpacked into a private prefix ----
 unpack() {
   set -e
   rm -rf "$P"
@@ -291,31 +209,6 @@ unpack() {
   return 0
 }
 export -f unpack
-MPI=0
-if ls "$DEPS"/debs/*.deb >/dev/null 2>&1; then
-  if step deps 60 unpack; then
-    [ "${DEVICE_CHECK_MPI:-1}" = 1 ] && [ -x "$P/usr/bin/mpicc.openmpi" ] && MPI=1
-  else
-    FAILED=1
-  fi
-else
-  log "no $DEPS/debs/*.deb (run scripts/device-deps.sh where the registry is, carry .devdeps): using the machine's own libraries"
-fi
-
-export PATH=$P/usr/bin:$BUILD:$PATH
-export PKG_CONFIG_PATH=$A/pkgconfig:$A/openblas-pthread/pkgconfig:$P/usr/share/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
-# The prefix's libraries (and NCCL's), for the steps that run what was
-# built or carried (mpicc and mpirun have no run path of their own): only
-# through withlibs, never for the whole script.
-export RUNLIB=$A:$P/lib/x86_64-linux-gnu:$A/openblas-pthread:$A/openmpi/lib${NCCL_LIBDIR:+:$NCCL_LIBDIR}
-withlibs() { LD_LIBRARY_PATH=$RUNLIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$@"; }
-export -f withlibs
-if [ $MPI = 1 ]; then
-  export OPAL_PREFIX=$P/usr # Open MPI, relocated (its libdir etc. follow)
-  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-fi
-export MPI
-export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo} # no network here
 
 configure() {
   local gen=() mpi=() # (no carried Open MPI: the machine's own, if any)
@@ -327,7 +220,7 @@ configure() {
   fi
   rm -rf "$BUILD"
   cmake -S "$ROOT" -B "$BUILD" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DHK_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -DHK_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$ARCH" \
     -DCMAKE_CUDA_COMPILER="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)" \
     -DNCCL_INCLUDE_DIR="$NCCL_INC" -DNCCL_LIBRARY="$NCCL_LIBDIR/libnccl.so.2" \
     -DCMAKE_PREFIX_PATH="$P/usr" -DCMAKE_LIBRARY_PATH="$A;$P/lib/x86_64-linux-gnu" \
@@ -338,18 +231,73 @@ configure() {
       "$BUILD/CMakeCache.txt"
 }
 export -f configure
-BUILT=0
-if [ $FAILED = 0 ]; then
-  if step configure 60 withlibs configure &&
-    step build 150 withlibs cmake --build "$BUILD" -j "$(nproc)"; then
-    BUILT=1
-    log "libhk.so needs: $(withlibs ldd "$BUILD/libhk.so" | awk '{print $1}' | tr '\n' ' ')"
-  else
-    FAILED=1
-  fi
-fi
 
-# ---- examples/train's CNN next to the same model in PyTorch ----
+# deps: the carried .deb files, or the machine's own libraries
+deps() {
+  if ! ls "$DEPS"/debs/*.deb >/dev/null 2>&1; then
+    echo "SKIP: no $DEPS/debs/*.deb (run scripts/device-deps.sh where the registry is, carry .devdeps): the machine's own libraries"
+    return 77
+  fi
+  unpack
+}
+export -f deps
+
+# build_core: what stage 1 runs, for the GPU's own architecture
+build_core() {
+  configure &&
+    cmake --build "$BUILD" -j "$(nproc)" --target hk hkrun hk_cuda test_cuda \
+      cuda_pair cuda_copybw test_cuda_kernels 2>&1
+}
+export -f build_core
+
+# ctest_gpu NAME-REGEX: ctest on the GPU (HK_DEVICE=cuda HK_TEST_GPU=1)
+ctest_gpu() {
+  ctest --test-dir "$BUILD" --output-on-failure -j 4 --timeout 120 -R "$1"
+}
+export -f ctest_gpu
+
+# the NCCL probe: two ranks of one communicator on the GPU; prints
+# "cuda_pair: works|refused ..." (the multirank steps need "works")
+probe() { "$BUILD/tests/cuda_pair" --timeout 30 "$@"; }
+export -f probe
+
+# w_device MODE ARGS under hkrun -np NP, blocks of LOCAL ranks per
+# pseudo-host (0: one host); every rank must say "device ok: MODE"
+w_device() {
+  local np=$1 local=$2 mode=$3 cmd
+  shift 3
+  cmd="exec $BUILD/tests/integration/workers/w_device $mode $*"
+  [ "$local" -gt 0 ] && cmd="HK_LOCAL_RANK=\$((HK_RANK % $local)) HK_LOCAL_SIZE=$local $cmd"
+  "$BUILD/hkrun" -np "$np" sh -c "$cmd" | tee "$WORK/w_device.out"
+  local ok
+  ok=$(grep -c "device ok: $mode" "$WORK/w_device.out")
+  echo "$ok of $np ranks said 'device ok: $mode'"
+  [ "$ok" = "$np" ]
+}
+export -f w_device
+
+# several ranks of one NCCL communicator on the GPU, as the probe found
+# NCCL allows it (NCCL_MULTI_RANK_GPU_ENABLE=1 where that is what worked)
+w_device_one_comm() {
+  if grep -q '^cuda_pair: works' "$OUT"/logs/*-probe-multi-rank.log 2>/dev/null; then
+    export NCCL_MULTI_RANK_GPU_ENABLE=1
+  fi
+  w_device 2 0 dtypes 0 1 3 1000003
+}
+export -f w_device_one_comm
+
+# the staged allreduce: 4 processes sharing the GPU, each its own pseudo-
+# host (every byte crosses hk's staging and ring), 1 MiB .. 256 MiB
+staged_hk() {
+  "$BUILD/hkrun" -np 4 env HK_LOCAL_RANK=0 HK_LOCAL_SIZE=1 HK_GPU=0 \
+    "$BUILD/hkbench" --device gpu -b 1M -e 256M -f 4 -n 10 -w 2
+}
+export -f staged_hk
+staged_gloo() {
+  python3 "$ROOT/scripts/device-gloo-peer.py" --np 4 -b 1M -e 256M -f 4 -n 10 -w 2
+}
+export -f staged_gloo
+
 # synth_idx DIR N_TRAIN N_TEST: random Fashion-MNIST-shaped IDX files
 synth_idx() {
   python3 - "$@" <<'PY'
@@ -382,15 +330,15 @@ train_vs_torch() {
   if [ -z "$data" ]; then
     data=$WORK/synthetic-idx
     kind="synthetic (random pixels: accuracy means nothing)"
-    synth_idx "$data" "${DEVICE_CHECK_TRAIN_SAMPLES:-8000}" 2000 || return 1
+    synth_idx "$data" "${DEVICE_CHECK_TRAIN_SAMPLES:-4000}" 2000 || return 1
   fi
-  local n=${DEVICE_CHECK_TRAIN_SAMPLES:-8000} b=32 r line rc=0
+  local n=${DEVICE_CHECK_TRAIN_SAMPLES:-4000} b=32 r line rc=0
   local args=(--data "$data" --limit-train "$n" --limit-test 2000
     --batch-size "$b" --epochs 1 --precision bf16)
   echo "data: $data ($kind)"
   : >"$WORK/tvt-hk" && : >"$WORK/tvt-torch"
   for r in 1 2 3; do
-    line=$(timeout 25 "$BUILD/hkrun" -np 1 "$BUILD/train" --device cuda \
+    line=$(timeout 12 "$BUILD/hkrun" -np 1 "$BUILD/train" --device cuda \
       --model cnn --prefetch 2 "${args[@]}" 2>&1 | tee /dev/stderr |
       grep -m1 'epoch 1 loss')
     [ -n "$line" ] || rc=1
@@ -398,7 +346,7 @@ train_vs_torch() {
     echo "$line" | awk '{for (i = 1; i < NF; i++) {
       if ($i == "samples/s") s = $(i + 1); if ($i == "test_acc") a = $(i + 1)
       if ($i == "data_wait") w = $(i + 1)} print s, a, w}' >>"$WORK/tvt-hk"
-    line=$(timeout 25 python3 "$ROOT/examples/train/torch_cnn.py" \
+    line=$(timeout 12 python3 "$ROOT/examples/train/torch_cnn.py" \
       --device cuda "${args[@]}" 2>&1 | tee /dev/stderr | grep -m1 '^torch_cnn:')
     [ -n "$line" ] || rc=1
     echo "$line" | awk '{for (i = 1; i < NF; i++) {
@@ -416,91 +364,208 @@ train_vs_torch() {
 }
 export -f synth_idx median train_vs_torch
 
-# (DEVICE_CHECK_FORCE on a machine without a GPU: auto, so that what
-# does not need a GPU still passes)
-if [ "$TEST_GPU" = 1 ]; then
-  export HK_DEVICE=cuda HK_TEST_GPU=1
-else
-  export HK_DEVICE=auto HK_TEST_GPU=0
-fi
-if [ $BUILT = 1 ]; then
-  must test_cuda 90 withlibs "$BUILD/tests/test_cuda"
-  step copybw 60 withlibs "$BUILD/tests/cuda_copybw" 1 16 64 256 1024
-  must pair 40 withlibs "$BUILD/tests/cuda_pair" --timeout 30
-  step pair-multi-rank 40 withlibs env NCCL_MULTI_RANK_GPU_ENABLE=1 \
-    "$BUILD/tests/cuda_pair" --timeout 30
-  step pair-hostid 40 withlibs "$BUILD/tests/cuda_pair" --hostid --timeout 30
-  for f in pair pair-multi-rank pair-hostid; do
-    log "  $f: $(grep -h '^cuda_pair: \(works\|refused\|FAILED\|skipped\)' "$OUT"/*-"$f".log)"
+# ==== the table of steps ====================================================
+# stage name bound_s needs command...
+# needs: - (nothing), build (stage 1's build), all (the whole build),
+# multirank (the NCCL probe found two ranks of one communicator on one GPU
+# work, plainly or with NCCL_MULTI_RANK_GPU_ENABLE=1)
+STEPS=(
+  "1 env 20 - machine"
+  "1 nccl 20 - nccl_info"
+  "1 deps 30 - deps"
+  "1 build 120 - withlibs build_core"
+  "1 test_cuda 30 build withlibs $BUILD/tests/test_cuda"
+  "1 test_cuda_pair 40 build withlibs ctest_gpu ^test_cuda_pair\$"
+  "1 device-unit 30 build withlibs ctest_gpu ^test_cuda_kernels\$"
+  "1 gpu-python 60 build withlibs python3 $ROOT/tests/python/gpu_check.py --quick --require --hkrun $BUILD/hkrun --lib $BUILD/libhk.so --timeout 50"
+  "1 copybw 30 build withlibs $BUILD/tests/cuda_copybw 1 16 64 256 1024"
+  "2 build-rest 120 build withlibs cmake --build $BUILD -j $(nproc)"
+  "2 w_device-pseudo-hosts 45 all withlibs w_device 4 1 ring 0 1 5 1000003"
+  "2 staged-hk-np4 50 all withlibs staged_hk"
+  "2 staged-gloo-np4 50 - staged_gloo"
+  "2 train-vs-torch 80 all withlibs train_vs_torch"
+  "2 probe-plain 35 build withlibs probe"
+  "2 probe-multi-rank 35 build withlibs env NCCL_MULTI_RANK_GPU_ENABLE=1 probe"
+  "2 w_device-one-comm 40 multirank withlibs w_device_one_comm"
+  "2 probe-hostid 35 build withlibs probe --hostid"
+)
+
+# ==== running them ============================================================
+
+# bound NAME DEFAULT: DEVICE_CHECK_BOUNDS's value for NAME, else DEFAULT
+bound() {
+  local kv
+  for kv in ${DEVICE_CHECK_BOUNDS:-}; do
+    [ "${kv%%=*}" = "$1" ] && echo "${kv#*=}" && return
   done
-  # test_hosts_cli compares hkrun's mpirun command, which forwards every
-  # HK_* variable set (-x HK_DEVICE -x HK_TEST_GPU here), with a fixed
-  # list: it runs alone, without them
-  must ctest 200 withlibs ctest --test-dir "$BUILD" --output-on-failure \
-    -j "${DEVICE_CHECK_JOBS:-6}" -LE netbed -E '^test_hosts_cli$' --timeout 180
-  grep -h -E 'tests passed|tests failed|\(Failed\)|\(Timeout\)|Skipped' \
-    "$OUT"/*-ctest.log | sed 's/^/  /' | tee -a "$SUMMARY"
-  must ctest-hosts-cli 60 withlibs env -u HK_DEVICE -u HK_TEST_GPU \
-    ctest --test-dir "$BUILD" --output-on-failure -R '^test_hosts_cli$'
-  # after every test: the comparison may take the rest of its 160 s
-  step train-vs-torch 160 withlibs train_vs_torch
-  grep -h '^train-vs-torch:' "$OUT"/*-train-vs-torch.log | sed 's/^/  /' |
-    tee -a "$SUMMARY"
-fi
+  echo "$2"
+}
 
-# ==== GPU benchmarks =====================================================
-# hkbench --device gpu (bench/devbuf.c): --kernels, the pack/unpack kernels
-# next to a device-to-device copy of the same bytes; the issue's "staged
-# allreduce of 4 processes sharing the GPU, each its own pseudo-host
-# (HK_LOCAL_RANK=0 HK_LOCAL_SIZE=1: every byte crosses hk's ring)" next to
-# the torch gloo peer on CUDA tensors at np 4, 1 MiB .. 256 MiB; then one
-# rank alone. Skipped (and the script goes on) where hkbench has no
-# --device option.
-if [ $BUILT = 1 ]; then
-  if withlibs "$BUILD/hkbench" --help 2>&1 | grep -q -- '--device'; then
-    step bench-hk-kernels 60 withlibs "$BUILD/hkrun" -np 1 "$BUILD/hkbench" \
-      --device gpu --kernels -b 1M -e 1G -f 4 -n 20 -w 3
-    step bench-hk-np4-staged 120 withlibs "$BUILD/hkrun" -np 4 env HK_LOCAL_RANK=0 \
-      HK_LOCAL_SIZE=1 HK_GPU=0 "$BUILD/hkbench" --device gpu -b 1M -e 256M \
-      -f 4 -n 10 -w 2
-  else
-    log "SKIP bench-hk: this hkbench has no --device option"
+# verdict WORD STAGE NAME SECONDS REASON: the summary's line and the count
+verdict() {
+  case $1 in
+  PASS) NPASS=$((NPASS + 1)) ;;
+  FAIL) NFAIL=$((NFAIL + 1)) ;;
+  SKIP) NSKIP=$((NSKIP + 1)) ;;
+  esac
+  printf '%-4s  stage %s  %-22s %4ss  %s\n' "$1" "$2" "$3" "$4" "$5" |
+    tee -a "$SUMMARY"
+}
+
+# unmet NEEDS: why a step's needs are not met (nothing when they are)
+unmet() {
+  case $1 in
+  build) [ "$BUILT" = 1 ] || echo "stage 1's build failed" ;;
+  all) [ "$BUILT_ALL" = 1 ] || echo "the build failed" ;;
+  multirank)
+    local seen
+    seen=$(grep -h '^cuda_pair: ' "$OUT"/logs/*-probe-plain.log \
+      "$OUT"/logs/*-probe-multi-rank.log 2>/dev/null | head -2 | tr '\n' ' ')
+    grep -q '^cuda_pair: works' "$OUT"/logs/*-probe-plain.log \
+      "$OUT"/logs/*-probe-multi-rank.log 2>/dev/null ||
+      echo "NCCL does not take two ranks of one communicator on one GPU (probe: ${seen:-no answer})"
+    ;;
+  esac
+}
+
+# run_step STAGE DEADLINE NAME BOUND NEEDS CMD...: one row of STEPS
+run_step() {
+  local stage=$1 deadline=$2 name=$3 max needs=$5
+  max=$(bound "$name" "$4")
+  shift 5
+  N=$((N + 1))
+  local logf
+  logf=$OUT/logs/$(printf %02d "$N")-$name.log
+  local why
+  why=$(unmet "$needs")
+  if [ -n "$STUB" ] && [ ! -x "$STUB/$name" ]; then
+    why="dry run: no stand-in $STUB/$name"
   fi
-fi
-# the peer needs no hk: it runs even when hk did not build
-if [ "$TEST_GPU" = 1 ] || [ "${DEVICE_CHECK_FORCE:-0}" = 1 ]; then
-  step bench-torch-gloo-cuda-np4 120 python3 \
-    "$ROOT/scripts/device-gloo-peer.py" --np 4 -b 1M -e 256M -f 4 -n 10 -w 2
-fi
-if [ $BUILT = 1 ] && withlibs "$BUILD/hkbench" --help 2>&1 | grep -q -- '--device'; then
-  step bench-hk-np1 60 withlibs "$BUILD/hkrun" -np 1 "$BUILD/hkbench" --device gpu \
-    -b 1M -e 256M -f 4 -n 10 -w 2
-fi
-# hk.torch on CUDA tensors (issue 16): dtype x op at np 1 and as 4 pseudo-
-# hosts sharing the GPU, DistributedOptimizer and the state broadcasts on
-# CUDA, next to torch.distributed (gloo, CUDA tensors) in the same job.
-if [ $BUILT = 1 ]; then
-  step torch-gpu 120 withlibs python3 "$ROOT/tests/python/gpu_check.py" \
-    --hkrun "$BUILD/hkrun" --lib "$BUILD/libhk.so"
-fi
-# The straggler monitor (issue 15) with the real NVML: 4 ranks sharing
-# GPU 0 (HK_GPU=0), rank 2 50 ms late a step; the report and the metrics
-# file show the H200's figures. Then what the monitor costs a step:
-# hkbench --model resnet50 off/on, interleaved (bench/monitor_overhead.sh).
-if [ $BUILT = 1 ]; then
-  step monitor-report 60 withlibs env HK_MONITOR=1 HK_GPU=0 \
-    HK_METRICS_FILE="$OUT/monitor.prom" HK_METRICS_INTERVAL_S=1 \
-    "$BUILD/hkrun" --monitor -np 4 \
-    "$BUILD/tests/integration/workers/w_straggler" 2 50 0 3
-  grep -h 'hk monitor: ' "$OUT"/*-monitor-report.log | sed 's/^/  /' |
-    tee -a "$SUMMARY"
-  grep -h '^hk_gpu_temperature_celsius\|^hk_gpu_sm_clock_hertz' \
-    "$OUT/monitor.prom" 2>/dev/null | sed 's/^/  /' | tee -a "$SUMMARY"
-  step monitor-overhead 120 withlibs env BUILD="$BUILD" PAIRS=2 \
-    ON="HK_MONITOR=1 HK_GPU=0" "$ROOT/bench/monitor_overhead.sh"
-  tail -1 "$OUT"/*-monitor-overhead.log | sed 's/^/  /' | tee -a "$SUMMARY"
-fi
-# ==========================================================================
+  if [ -n "$why" ]; then
+    echo "SKIP: $why" >"$logf"
+    verdict SKIP "$stage" "$name" 0 "$why"
+    echo "==== $(basename "$logf") SKIP: $why" >>"$OUT/stage$stage.log"
+    return 77
+  fi
+  local left=$((deadline - $(now)))
+  if [ "$left" -lt 2 ]; then
+    why="not run: stage $stage's time was spent"
+    echo "$why" >"$logf"
+    verdict FAIL "$stage" "$name" 0 "$why"
+    echo "==== $(basename "$logf") FAIL: $why" >>"$OUT/stage$stage.log"
+    return 125
+  fi
+  local t=$max
+  [ "$left" -lt "$t" ] && t=$left
+  [ -n "$STUB" ] && set -- "$STUB/$name"
+  local t0 rc
+  t0=$(date +%s)
+  # through bash -c, so that the command may be a function above (timeout
+  # runs programs only); timeout kills its whole process group
+  timeout -k 3 "$t" bash -c '"$@"' "$name" "$@" >"$logf" 2>&1 </dev/null
+  rc=$?
+  local dt=$(($(date +%s) - t0)) last
+  case $rc in
+  0) verdict PASS "$stage" "$name" "$dt" "" ;;
+  77)
+    last=$(grep '^SKIP: ' "$logf" | tail -1)
+    verdict SKIP "$stage" "$name" "$dt" "${last#SKIP: }"
+    ;;
+  124 | 137)
+    verdict FAIL "$stage" "$name" "$dt" "timed out after ${t}s (killed)"
+    ;;
+  *)
+    last=$(grep -v '^[[:space:]]*$' "$logf" | tail -1 | cut -c1-100)
+    verdict FAIL "$stage" "$name" "$dt" "rc=$rc: $last"
+    ;;
+  esac
+  {
+    echo "==== $(basename "$logf")"
+    cat "$logf"
+  } >>"$OUT/stage$stage.log"
+  return $rc
+}
 
-log "done in $(($(date +%s) - START))s: $([ $FAILED = 0 ] && echo 'build and tests passed' || echo 'FAILED (see the logs)')"
-exit $FAILED
+# stage NUMBER DEADLINE: every row of that stage, in order, none past
+# DEADLINE (seconds since the start)
+stage() {
+  local row n name max needs rc _
+  local -a cmd
+  for row in "${STEPS[@]}"; do
+    read -r n name max needs _ <<<"$row"
+    [ "$n" = "$1" ] || continue
+    read -r -a cmd <<<"$row"
+    run_step "$1" "$2" "$name" "$max" "$needs" "${cmd[@]:4}"
+    rc=$?
+    [ "$name" = build ] && [ $rc = 0 ] && BUILT=1
+    [ "$name" = build-rest ] && [ $rc = 0 ] && BUILT_ALL=1
+  done
+}
+
+say "device-check: hk $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null ||
+  echo '(no git)') in $ROOT, budget ${BUDGET}s (stage 1: ${STAGE1_S}s), logs in $OUT${STUB:+, dry run with $STUB}"
+
+BUILT=0 BUILT_ALL=0
+export HK_DEVICE=cuda HK_TEST_GPU=1
+ARCH=
+if [ -z "$STUB" ]; then
+  ARCH=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null |
+    head -1 | tr -d ' .')
+  if [ -z "$ARCH" ]; then
+    say "no GPU here: $(nvidia-smi -L 2>&1 | head -1)"
+    if [ "${DEVICE_CHECK_FORCE:-0}" != 1 ]; then
+      say "stopping (DEVICE_CHECK_FORCE=1 goes on without one)"
+      exit 2
+    fi
+    export HK_DEVICE=auto HK_TEST_GPU=0
+    ARCH=90
+  else
+    say "GPU: $(nvidia-smi -L | head -1); building for sm_$ARCH"
+  fi
+  # NCCL: the wheel's library (libnccl.so.2 is 218 MB: it never travels),
+  # a header from the wheel, the machine's CUDA, or .devdeps
+  NCCL_LIBDIR=$(timeout 30 bash -c find_nccl 2>/dev/null)
+  if [ -z "$NCCL_LIBDIR" ] && [ -e /usr/local/cuda/lib64/libnccl.so.2 ]; then
+    NCCL_LIBDIR=/usr/local/cuda/lib64
+  fi
+  NCCL_INC=""
+  for h in "$NCCL_LIBDIR/../include" /usr/local/cuda/include "$DEPS/nccl"; do
+    if [ -n "$NCCL_LIBDIR" ] && [ -f "$h/nccl.h" ]; then
+      NCCL_INC=$(cd "$h" && pwd)
+      break
+    fi
+  done
+  say "NCCL: library '$NCCL_LIBDIR', header '$NCCL_INC'"
+fi
+export ARCH NCCL_LIBDIR NCCL_INC
+MPI=0
+if [ "${DEVICE_CHECK_MPI:-1}" = 1 ] && ls "$DEPS"/debs/libopenmpi*.deb >/dev/null 2>&1; then
+  MPI=1
+fi
+export MPI
+export PATH=$P/usr/bin:$BUILD:$PATH
+export PKG_CONFIG_PATH=$A/pkgconfig:$A/openblas-pthread/pkgconfig:$P/usr/share/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
+# The prefix's libraries (and NCCL's), for the steps that run what was
+# built or carried (mpicc and mpirun have no run path of their own): only
+# through withlibs, never for the whole script.
+export RUNLIB=$A:$P/lib/x86_64-linux-gnu:$A/openblas-pthread:$A/openmpi/lib${NCCL_LIBDIR:+:$NCCL_LIBDIR}
+withlibs() { LD_LIBRARY_PATH=$RUNLIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$@"; }
+export -f withlibs
+if [ $MPI = 1 ]; then
+  export OPAL_PREFIX=$P/usr # Open MPI, relocated (its libdir etc. follow)
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fi
+export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo} # no network here
+
+S1_END=$STAGE1_S
+[ "$S1_END" -gt "$BUDGET" ] && S1_END=$BUDGET
+stage 1 "$S1_END"
+if [ "$NFAIL" = 0 ]; then
+  say "stage 1: hk works on this GPU ($NPASS passed, $NSKIP skipped)"
+else
+  say "stage 1: FAILED ($NFAIL failed): see stage1.log"
+fi
+stage 2 "$BUDGET"
+say "done in $(now)s"
+echo "$NPASS passed, $NFAIL failed, $NSKIP skipped" | tee -a "$SUMMARY"
+[ "$NFAIL" = 0 ]
