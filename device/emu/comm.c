@@ -183,9 +183,15 @@ hk_status hk_emu_comm_shm_name(const uint8_t id[HK_DEV_UID_BYTES], char *buf,
   return HK_OK;
 }
 
+/* Ids made so far (hk_emu_unique_ids_created). */
+static atomic_size_t ids_made;
+
+size_t hk_emu_unique_ids_created(void) { return atomic_load(&ids_made); }
+
 hk_status emu_comm_unique_id(hk_device *dev, uint8_t id[HK_DEV_UID_BYTES]) {
   if (!emu_dev(dev, "comm_unique_id"))
     return HK_ERR_INVALID_ARG;
+  atomic_fetch_add(&ids_made, 1);
   memset(id, 0, HK_DEV_UID_BYTES);
   memcpy(id, ID_MAGIC, 8);
   ssize_t n;

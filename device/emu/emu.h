@@ -123,4 +123,17 @@ size_t hk_emu_live_allocations(void);
  *  that events are reused. Thread-safe. */
 size_t hk_emu_events_created(void);
 
+/** Number of emulated contexts made in this process so far: as CUDA's
+ *  primary context, one per device, made by the first operation of a
+ *  handle on that device (emu.h, "Devices": every operation but open,
+ *  close, describe, current, set_current and pointer_kind, which CUDA
+ *  can answer without a context). For tests that check that hk makes no
+ *  context before it needs one. Thread-safe. */
+size_t hk_emu_contexts_created(void);
+
+/** Number of communicator ids comm_unique_id has made in this process so
+ *  far (NCCL's ncclGetUniqueId starts a bootstrap listener each time):
+ *  for tests that check when hk makes one. Thread-safe. */
+size_t hk_emu_unique_ids_created(void);
+
 #endif

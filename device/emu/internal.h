@@ -41,6 +41,10 @@ typedef struct emu_device {
  *  the thread first enters a handle (current.c). */
 extern _Thread_local int emu_current_device;
 
+/** Notes that device `index` has its (emulated, process-wide) context,
+ *  counting it the first time (hk_emu_contexts_created). Thread-safe. */
+void emu_context_made(int index);
+
 /** dev as an emu_device, or NULL (HK_ERR_INVALID_ARG's message set) if
  *  it is not one: a handle is the emu's when its table is named "emu"
  *  (asked of the table, so no file of the backend needs emu.c's symbol).
@@ -54,12 +58,15 @@ static inline emu_device *emu_handle(hk_device *dev, const char *what) {
 }
 
 /** emu_handle, and the entry into the backend: dev's device becomes the
- *  calling thread's current one, as cuda.c's enter() makes it (every
- *  operation but open, close, describe, current and set_current). */
+ *  calling thread's current one, as cuda.c's enter() makes it, and has its
+ *  context (every operation but open, close, describe, current,
+ *  set_current and pointer_kind). */
 static inline emu_device *emu_dev(hk_device *dev, const char *what) {
   emu_device *d = emu_handle(dev, what);
-  if (d)
+  if (d) {
     emu_current_device = d->index;
+    emu_context_made(d->index);
+  }
   return d;
 }
 
