@@ -113,6 +113,8 @@ typedef struct hk_set {
                             this rank) */
   struct hk_devset *dev; /* its device communicator (worker/devplane.h),
                             or NULL */
+  int dev_uid_done;      /* the members exchanged its communicator's id
+                            (at its first device batch that needs it) */
   /* [bg] the members and rank 0 */
   hk_cache *cache; /* the set's response cache (the same on its members
                       and rank 0) */

@@ -5,6 +5,7 @@
 
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,14 +31,17 @@
 struct hk_devset {
   hk_ctx *ctx;
   hk_dev_sched sched;            /* wait_arg: this; segs: its own */
-  uint8_t uid[HK_DEV_UID_BYTES]; /* its communicator's id on this host */
+  uint8_t uid[HK_DEV_UID_BYTES]; /* its communicator's id on this host
+                                    (exchange_uid) */
   int comm_tried;                /* comm_init was called (once) */
 };
 
 struct hk_devplane {
-  struct hk_devset world; /* the world's (process set 0's): owns the
-                             streams, events and slots */
-  uint8_t *fusion;        /* device fusion buffer, grown on demand */
+  struct hk_devset world;  /* the world's (process set 0's): owns the
+                              streams, events and slots */
+  pthread_mutex_t live_mu; /* making them (plane_live), once: */
+  atomic_int live;         /* 1 once hk's streams and events exist */
+  uint8_t *fusion;         /* device fusion buffer, grown on demand */
   size_t fusion_bytes;
   hk_dev_copy *items; /* pack/unpack work lists */
   size_t items_cap;
@@ -185,32 +189,6 @@ static void caller_restore(const hk_ctx *ctx, int cur) {
 
 static const char *const backend_names[] = {"auto", "cuda", "emu", "none"};
 
-static hk_status exchange_ids(hk_ctx *ctx, struct hk_devplane *g) {
-  const int n = ctx->size;
-  if (n == 1)
-    return HK_OK;
-  uint8_t *all = calloc((size_t)n + 1, HK_DEV_UID_BYTES);
-  if (!all)
-    return hk_fail(HK_ERR_NOMEM, "cannot allocate the communicator ids");
-  uint8_t *mine = all + (size_t)n * HK_DEV_UID_BYTES;
-  hk_status st = HK_OK;
-  if (g && ctx->local_rank == 0 && ctx->local_size > 1)
-    st = ctx->dev->ops->comm_unique_id(ctx->dev, mine);
-  if (st == HK_OK) /* every rank takes part, with or without a device */
-    st = hk_ring_allgather_records(&ctx->ring, mine, HK_DEV_UID_BYTES, all);
-  if (st == HK_OK && g) {
-    int leader = ctx->rank; /* the host's local rank 0 */
-    for (int r = 0; r < n; r++)
-      if (ctx->layout[r].cross_rank == ctx->cross_rank &&
-          ctx->layout[r].local_rank == 0)
-        leader = r;
-    memcpy(g->world.uid, all + (size_t)leader * HK_DEV_UID_BYTES,
-           HK_DEV_UID_BYTES);
-  }
-  free(all);
-  return st;
-}
-
 static hk_status open_backend(hk_ctx *ctx) {
   const hk_config *c = &ctx->cfg;
   if (c->device == HK_DEVICE_NONE) {
@@ -252,55 +230,97 @@ static hk_status open_backend(hk_ctx *ctx) {
   return HK_OK;
 }
 
-static hk_status make_sched(hk_ctx *ctx, struct hk_devplane *g) {
+/* The world's schedule environment, without touching the device: what
+ * the device entries of the allreduce table run on. */
+static void plane_init(hk_ctx *ctx, struct hk_devplane *g) {
   hk_dev_sched *s = &g->world.sched;
-  const hk_device_ops *o = ctx->dev->ops;
   g->world.ctx = ctx;
   s->dev = ctx->dev;
   s->local_rank = ctx->local_rank;
   s->local_size = ctx->local_size;
   s->wait = dev_wait;
   s->wait_arg = &g->world;
-  ctx->ar.dev = s; /* what the device entries of the allreduce table run on */
+  ctx->ar.dev = s;
   ctx->sets[0]->dev = &g->world;
-  hk_status st = o->stream_create(ctx->dev, &s->stream);
-  if (st == HK_OK)
-    st = o->stream_create(ctx->dev, &s->d2h);
-  if (st == HK_OK)
-    st = o->stream_create(ctx->dev, &s->h2d);
+}
+
+/* hk's streams and events (those still missing: a failed attempt is
+ * finished by the next). On CUDA the first of them makes the process's
+ * context on hk's device (~0.3-2 s and ~500 MB), which is why this waits
+ * for the first device tensor (plane_live). */
+static hk_status make_streams(hk_ctx *ctx, struct hk_devplane *g) {
+  hk_dev_sched *s = &g->world.sched;
+  const hk_device_ops *o = ctx->dev->ops;
+  hk_status st = HK_OK;
+  hk_dev_stream *streams[3] = {&s->stream, &s->d2h, &s->h2d};
+  for (int i = 0; i < 3 && st == HK_OK; i++)
+    if (!*streams[i])
+      st = o->stream_create(ctx->dev, streams[i]);
   for (int i = 0; i < HK_DEV_SLOTS && st == HK_OK; i++) {
-    st = o->event_create(ctx->dev, &s->ev_d2h[i]);
-    if (st == HK_OK)
+    if (!s->ev_d2h[i])
+      st = o->event_create(ctx->dev, &s->ev_d2h[i]);
+    if (st == HK_OK && !s->ev_h2d[i])
       st = o->event_create(ctx->dev, &s->ev_h2d[i]);
   }
-  if (st == HK_OK)
+  if (st == HK_OK && !s->ev_ready)
     st = o->event_create(ctx->dev, &s->ev_ready);
   /* the timeline's phase events (ev_done ends the last phase): timed; every
    * other event is made without timing (cheaper to record and wait on) */
-  if (st == HK_OK)
+  if (st == HK_OK && !g->ev_done)
     st = o->event_create_timed(ctx->dev, &g->ev_done);
   for (int i = 0; i < 3 && st == HK_OK; i++)
-    st = o->event_create_timed(ctx->dev, &g->ev_phase[i]);
+    if (!g->ev_phase[i])
+      st = o->event_create_timed(ctx->dev, &g->ev_phase[i]);
   return st;
 }
 
-hk_status hk_devplane_open(hk_ctx *ctx) {
-  hk_status st = open_backend(ctx); /* opening changes no current device */
-  const int cur = caller_device(ctx);
-  struct hk_devplane *g = NULL;
-  if (st == HK_OK && ctx->dev) {
-    g = calloc(1, sizeof *g);
-    if (!g)
-      st = hk_fail(HK_ERR_NOMEM, "cannot allocate the device plane");
-    else
-      pthread_mutex_init(&g->pool_mu, NULL);
-    ctx->gpu = g;
+/* Makes hk's streams and events at the first device tensor this process
+ * sees (its capture on a trainer thread, or a batch the background
+ * thread runs: a joined rank runs device batches without a tensor of its
+ * own), once; then a load. Any thread (the caller's current device is put
+ * back by the caller). Errors: the backend's. */
+static hk_status plane_live(hk_ctx *ctx) {
+  struct hk_devplane *g = ctx->gpu;
+  if (atomic_load_explicit(&g->live, memory_order_acquire))
+    return HK_OK;
+  pthread_mutex_lock(&g->live_mu);
+  hk_status st = HK_OK;
+  if (!atomic_load_explicit(&g->live, memory_order_relaxed)) {
+    st = make_streams(ctx, g);
     if (st == HK_OK)
-      st = make_sched(ctx, g);
+      atomic_store_explicit(&g->live, 1, memory_order_release);
   }
-  if (st == HK_OK)
-    st = exchange_ids(ctx, g);
-  caller_restore(ctx, cur);
+  pthread_mutex_unlock(&g->live_mu);
+  return st;
+}
+
+/* A set's schedule runs on the world's streams and events, made after the
+ * set may have been opened: its copies of them, refreshed (background
+ * thread, after plane_live). */
+static void share_streams(struct hk_devplane *g, struct hk_devset *ds) {
+  if (ds == &g->world)
+    return;
+  const hk_dev_sched *w = &g->world.sched;
+  hk_dev_sched *s = &ds->sched;
+  s->stream = w->stream;
+  s->d2h = w->d2h;
+  s->h2d = w->h2d;
+  memcpy(s->ev_d2h, w->ev_d2h, sizeof s->ev_d2h);
+  memcpy(s->ev_h2d, w->ev_h2d, sizeof s->ev_h2d);
+  s->ev_ready = w->ev_ready;
+}
+
+hk_status hk_devplane_open(hk_ctx *ctx) {
+  hk_status st = open_backend(ctx); /* makes no context, no current device */
+  if (st == HK_OK && ctx->dev) {
+    struct hk_devplane *g = calloc(1, sizeof *g);
+    if (!g)
+      return hk_fail(HK_ERR_NOMEM, "cannot allocate the device plane");
+    pthread_mutex_init(&g->pool_mu, NULL);
+    pthread_mutex_init(&g->live_mu, NULL);
+    ctx->gpu = g;
+    plane_init(ctx, g);
+  }
   return st;
 }
 
@@ -338,6 +358,7 @@ void hk_devplane_close(hk_ctx *ctx) {
     for (int i = 0; i < g->npool; i++)
       o->event_destroy(ctx->dev, g->pool[i]);
     pthread_mutex_destroy(&g->pool_mu);
+    pthread_mutex_destroy(&g->live_mu);
     o->mem_free(ctx->dev, g->fusion);
     free(s->segs);
     free(g->items);
@@ -413,7 +434,9 @@ hk_status hk_devplane_capture(hk_ctx *ctx, hk_handle h, void *producer) {
     return HK_OK;
   const hk_device_ops *o = ctx->dev->ops;
   const int cur = caller_device(ctx);
-  hk_status st = event_get(ctx, &h->ready);
+  hk_status st = ctx->gpu ? plane_live(ctx) : HK_OK;
+  if (st == HK_OK)
+    st = event_get(ctx, &h->ready);
   if (st == HK_OK)
     st = o->event_record(ctx->dev, h->ready, (hk_dev_stream)producer);
   caller_restore(ctx, cur);
@@ -623,14 +646,79 @@ static hk_status layout(hk_ctx *ctx, hk_handle *hs, uint32_t k, size_t nseg,
   return HK_OK;
 }
 
+/* One member's record in the id exchange: its job rank and what it made
+ * (zero unless it is its host's first member). */
+typedef struct uid_record {
+  int32_t rank;
+  uint8_t uid[HK_DEV_UID_BYTES];
+} uid_record;
+
+/*
+ * Set `set`'s communicator id for this rank's host (ds->uid; ds NULL on a
+ * rank without a device, which still takes part), exchanged among the
+ * set's members over the set's ring at the set's first device batch that
+ * needs the communicator: every member runs that batch at the same point
+ * of the same round (the allreduce table's choice is the same on each).
+ * The set's first member on each host (in the set's rank order) makes the
+ * id when the set has others there. Made here, not at hk_init or at the
+ * set's add, so that a job of host tensors starts no communicator's
+ * listener (NCCL's ncclGetUniqueId starts one). Background thread.
+ * Errors: the backend's (the exchange is still run, so no peer waits), the
+ * ring's, HK_ERR_NOMEM.
+ */
+static hk_status exchange_uid(hk_ctx *ctx, hk_set *set, struct hk_devset *ds) {
+  set->dev_uid_done = 1;
+  const int n = set->size;
+  if (n == 1)
+    return HK_OK;
+  const int host = ctx->layout ? ctx->layout[ctx->rank].cross_rank : 0;
+  int first = -1, here = 0;
+  for (int j = 0; j < n; j++)
+    if (!ctx->layout || ctx->layout[set->ranks[j]].cross_rank == host) {
+      if (first < 0)
+        first = set->ranks[j];
+      here++;
+    }
+  uid_record *all = calloc((size_t)n + 1, sizeof *all);
+  if (!all)
+    return hk_fail(HK_ERR_NOMEM, "cannot allocate the communicator ids");
+  uid_record *mine = all + n;
+  mine->rank = ctx->rank;
+  hk_status made = HK_OK;
+  char msg[HK_ERROR_MSG_CAP] = "";
+  if (ds && first == ctx->rank && here > 1) {
+    made = ctx->dev->ops->comm_unique_id(ctx->dev, mine->uid);
+    if (made != HK_OK)
+      snprintf(msg, sizeof msg, "%s", hk_last_error());
+  }
+  /* every member takes part, with or without an id */
+  hk_status st = hk_ring_allgather_records(set->ring, mine, sizeof *mine, all);
+  for (int j = 0; st == HK_OK && ds && j < n; j++)
+    if (all[j].rank == first)
+      memcpy(ds->uid, all[j].uid, HK_DEV_UID_BYTES);
+  free(all);
+  if (made != HK_OK)
+    return hk_fail(made, "%s", msg);
+  return st;
+}
+
 hk_status hk_devplane_allreduce(hk_ctx *ctx, hk_set *set, hk_handle *hs,
                                 uint32_t k, int32_t divisor,
                                 const hk_allreduce_impl *a, double phase_s[3]) {
-  hk_status st = need_device(ctx, hs[0]->req.name);
+  struct hk_devset *ds = set->dev; /* NULL without a device */
+  hk_status st = HK_OK;
+  /* first, so that a member without a device (it fails below) does not
+   * leave the others waiting in the exchange */
+  if ((a->needs & HK_ALLREDUCE_NEEDS_COMM) && !set->dev_uid_done)
+    st = exchange_uid(ctx, set, ds);
+  if (st == HK_OK)
+    st = need_device(ctx, hs[0]->req.name);
+  if (st == HK_OK)
+    st = plane_live(ctx);
   if (st != HK_OK)
     return st;
   struct hk_devplane *g = ctx->gpu;
-  struct hk_devset *ds = set->dev;
+  share_streams(g, ds);
   hk_dev_sched *s = &ds->sched;
   const hk_device_ops *o = ctx->dev->ops;
   const hk_dtype dtype = (hk_dtype)hs[0]->req.dtype;
@@ -698,6 +786,8 @@ hk_status hk_devplane_allreduce(hk_ctx *ctx, hk_set *set, hk_handle *hs,
 hk_status hk_devplane_copy(hk_ctx *ctx, hk_handle h, void *dst, const void *src,
                            size_t bytes) {
   hk_status st = need_device(ctx, h ? h->req.name : "(output)");
+  if (st == HK_OK && bytes)
+    st = plane_live(ctx);
   if (st != HK_OK || bytes == 0)
     return st;
   struct hk_devplane *g = ctx->gpu;
@@ -717,13 +807,7 @@ hk_status hk_devplane_copy(hk_ctx *ctx, hk_handle h, void *dst, const void *src,
 
 /* ---- process sets ---- */
 
-hk_status hk_devplane_set_uid(hk_ctx *ctx, uint8_t uid[HK_DEV_UID_BYTES]) {
-  if (!ctx->gpu)
-    return HK_OK;
-  return ctx->dev->ops->comm_unique_id(ctx->dev, uid);
-}
-
-hk_status hk_devplane_set_open(hk_ctx *ctx, hk_set *s, const uint8_t *uid) {
+hk_status hk_devplane_set_open(hk_ctx *ctx, hk_set *s) {
   struct hk_devplane *g = ctx->gpu;
   if (!g)
     return HK_OK;
@@ -748,8 +832,6 @@ hk_status hk_devplane_set_open(hk_ctx *ctx, hk_set *s, const uint8_t *uid) {
         ds->sched.local_rank = ds->sched.local_size;
       ds->sched.local_size++;
     }
-  if (uid)
-    memcpy(ds->uid, uid, HK_DEV_UID_BYTES);
   s->dev = ds;
   s->own_ar.dev = &ds->sched;
   return HK_OK;

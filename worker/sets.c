@@ -80,9 +80,8 @@ static hk_status make_peers(hk_ctx *ctx, hk_set *s) {
 }
 
 /* What set s needs on this rank: a member, what runs its collectives;
- * rank 0, its negotiation; both, its response cache. uid: the device
- * communicator's id for this rank's host (NULL: none). */
-static hk_status set_up(hk_ctx *ctx, hk_set *s, const uint8_t *uid) {
+ * rank 0, its negotiation; both, its response cache. */
+static hk_status set_up(hk_ctx *ctx, hk_set *s) {
   hk_status st = HK_OK;
   if (s->rank >= 0 && s->id != 0) {
     s->ring = &s->own_ring;
@@ -93,7 +92,7 @@ static hk_status set_up(hk_ctx *ctx, hk_set *s, const uint8_t *uid) {
     if (st == HK_OK)
       st = hk_algo_setup_set(ctx, s);
     if (st == HK_OK)
-      st = hk_devplane_set_open(ctx, s, uid);
+      st = hk_devplane_set_open(ctx, s);
   }
   if (st == HK_OK && (s->rank >= 0 || ctx->rank == 0))
     st = hk_cache_create((uint32_t)ctx->cfg.cache_capacity, &s->cache);
@@ -132,7 +131,7 @@ hk_status hk_sets_open(hk_ctx *ctx) {
   w->ar = &ctx->ar;
   hk_status st = make_peers(ctx, w);
   if (st == HK_OK)
-    st = set_up(ctx, w, NULL);
+    st = set_up(ctx, w);
   if (st == HK_OK)
     st = append(ctx, w);
   if (st != HK_OK) {
@@ -211,14 +210,11 @@ hk_status hk_sets_find(hk_ctx *ctx, const char *fn, const char *name,
 
 /* One rank's word on an add, allgathered over the world's ring. */
 typedef struct add_record {
-  int32_t problem;               /* HK_SETS_* */
-  int32_t detail;                /* the rank at fault, or the count given */
-  int32_t n;                     /* members given */
-  int32_t shown[HK_SETS_SHOWN];  /* the first members, sorted */
-  uint64_t hash;                 /* FNV-1a of the sorted members */
-  uint8_t uid[HK_DEV_UID_BYTES]; /* the device communicator's id, from
-                                    the set's first member on each host
-                                    (zero elsewhere) */
+  int32_t problem;              /* HK_SETS_* */
+  int32_t detail;               /* the rank at fault, or the count given */
+  int32_t n;                    /* members given */
+  int32_t shown[HK_SETS_SHOWN]; /* the first members, sorted */
+  uint64_t hash;                /* FNV-1a of the sorted members */
 } add_record;
 
 static uint64_t hash_ranks(const int *r, int n) {
@@ -306,30 +302,17 @@ static void show_lists(const add_record *all, int size, char *out, size_t cap) {
 }
 
 /* This rank's record for members[0..n) (sorted, when problem is fine). */
-static hk_status make_record(hk_ctx *ctx, const int *members, int n,
-                             int problem, int detail, add_record *rec) {
+static void make_record(const int *members, int n, int problem, int detail,
+                        add_record *rec) {
   memset(rec, 0, sizeof *rec);
   rec->problem = problem;
   rec->detail = detail;
   if (problem != HK_SETS_FINE)
-    return HK_OK;
+    return;
   rec->n = n;
   rec->hash = hash_ranks(members, n);
   for (int i = 0; i < n && i < HK_SETS_SHOWN; i++)
     rec->shown[i] = members[i];
-  /* the set's first member on this host makes its device communicator's
-   * id when the set has others here */
-  const int host = ctx->layout ? ctx->layout[ctx->rank].cross_rank : 0;
-  int here = 0, first = -1;
-  for (int i = 0; i < n; i++)
-    if (!ctx->layout || ctx->layout[members[i]].cross_rank == host) {
-      here++;
-      if (first < 0)
-        first = members[i];
-    }
-  if (first == ctx->rank && here > 1)
-    return hk_devplane_set_uid(ctx, rec->uid);
-  return HK_OK;
 }
 
 /*
@@ -348,8 +331,9 @@ static hk_status add_set(hk_ctx *ctx, const int *members, int n, int problem,
   if (!all)
     return hk_fail(HK_ERR_NOMEM, "cannot allocate %d set records", size);
   add_record *mine = all + size;
-  hk_status st = make_record(ctx, members, n, problem, detail, mine);
-  if (st == HK_OK && size > 1)
+  make_record(members, n, problem, detail, mine);
+  hk_status st = HK_OK;
+  if (size > 1)
     st = hk_ring_allgather_records(&ctx->ring, mine, sizeof *mine, all);
   else if (st == HK_OK)
     all[0] = *mine;
@@ -370,14 +354,8 @@ static hk_status add_set(hk_ctx *ctx, const int *members, int n, int problem,
       st = hk_fail(HK_ERR_NOMEM, "cannot allocate a process set");
     if (st == HK_OK && (st = append(ctx, s)) != HK_OK)
       free_set(ctx, s);
-    /* the id the set's first member on this host made */
-    const int host = ctx->layout ? ctx->layout[ctx->rank].cross_rank : 0;
-    const uint8_t *uid = NULL;
-    for (int i = 0; st == HK_OK && i < n && !uid; i++)
-      if (!ctx->layout || ctx->layout[members[i]].cross_rank == host)
-        uid = all[members[i]].uid;
     if (st == HK_OK) /* (in the table: hk_sets_close frees it if this fails) */
-      st = set_up(ctx, s, uid);
+      st = set_up(ctx, s);
     if (st == HK_OK)
       *id = s->id;
   }

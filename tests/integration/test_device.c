@@ -257,6 +257,15 @@ static void test_current_device_kept(void **s) {
   run_mode(2, 0, env, "current", "current", 120);
 }
 
+/* A job of host tensors makes no device context and no communicator id
+ * (as HK_DEVICE=auto on a GPU machine); the first device allreduce makes
+ * the id on the host's first rank (w_device lazy counts them). */
+static void test_lazy_context(void **s) {
+  (void)s;
+  char *env[] = {"HK_DEVICE=emu", NULL};
+  run_mode(2, 0, env, "lazy", "lazy", 120);
+}
+
 static void test_collectives(void **s) {
   (void)s;
   run_mode(3, 0, emu_env, "collectives", "collectives", 120);
@@ -361,6 +370,7 @@ int main(void) {
       cmocka_unit_test(test_one_visible_device),
       cmocka_unit_test(test_other_device),
       cmocka_unit_test(test_current_device_kept),
+      cmocka_unit_test(test_lazy_context),
       cmocka_unit_test(test_grouped_cache_join),
       cmocka_unit_test(test_fault_delay_only_delays),
       cmocka_unit_test(test_fault_async_error),

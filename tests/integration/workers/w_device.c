@@ -27,6 +27,12 @@
  *                              HK_GPU=0) is the same after hk_init, a
  *                              device submit, hk_wait_stream and hk_free;
  *                              100 more steps reuse their events
+ *   w_device lazy              a job of host tensors makes no device context
+ *                              and no communicator id (emu's counters);
+ *                              the first device allreduce makes the id on
+ *                              the host's first rank only, and no second
+ *                              context (the trainer's allocation made
+ *                              the device's one)
  *   w_device otherdev          the last rank's tensor on another device
  *                              than hk's (HK_EMU_DEVICES=2, HK_GPU=0):
  *                              refused on every rank
@@ -649,6 +655,48 @@ static void mode_current(void) {
   printf("device ok: current np=%d\n", size);
 }
 
+/* hk makes the backend's context (emu's counter, as CUDA's primary
+ * context) and the communicator's id (NCCL's listener) at the first
+ * device tensor, not at hk_init: none after host collectives. */
+static void mode_lazy(void) {
+  size_t ctxs = hk_emu_contexts_created(), ids = hk_emu_unique_ids_created();
+  HKT_CHECK(ctxs == 0 && ids == 0,
+            "hk_init made %zu device contexts and %zu communicator ids", ctxs,
+            ids);
+  float host[8], out[8];
+  for (int step = 0; step < 3; step++) {
+    for (int i = 0; i < 8; i++)
+      host[i] = (float)(i + step);
+    HKT_OK(hk_allreduce("lazy.host", host, out, 8, HK_FLOAT32, HK_SUM));
+    for (int i = 0; i < 8; i++)
+      HKT_CHECK(out[i] == (float)((i + step) * size), "host step %d: %d", step,
+                i);
+  }
+  ctxs = hk_emu_contexts_created();
+  ids = hk_emu_unique_ids_created();
+  HKT_CHECK(ctxs == 0 && ids == 0,
+            "host allreduces made %zu device contexts and %zu communicator "
+            "ids",
+            ctxs, ids);
+  float *d = dalloc(sizeof host); /* the trainer's: the device's context */
+  up(d, host, sizeof host);
+  HKT_CHECK(hk_emu_contexts_created() == 1, "the trainer's allocation: %zu",
+            hk_emu_contexts_created());
+  HKT_OK(hk_allreduce("lazy.device", d, d, 8, HK_FLOAT32, HK_SUM));
+  down(out, d, sizeof out);
+  for (int i = 0; i < 8; i++)
+    HKT_CHECK(out[i] == host[i] * (float)size, "device: element %d", i);
+  ctxs = hk_emu_contexts_created();
+  ids = hk_emu_unique_ids_created();
+  const size_t want_ids = hk_local_rank() == 0 && hk_local_size() > 1;
+  HKT_CHECK(ctxs == 1 && ids == want_ids,
+            "after the first device allreduce: %zu device contexts (1), %zu "
+            "communicator ids (%zu)",
+            ctxs, ids, want_ids);
+  dev->ops->mem_free(dev, d);
+  printf("device ok: lazy contexts=%zu ids=%zu\n", ctxs, ids);
+}
+
 /* The last rank's tensor on emu device 1 while hk uses device 0
  * (HK_EMU_DEVICES=2, HK_GPU=0): HK_ERR_MISMATCH on every rank before any
  * device work, naming that rank (its own log names both devices); the
@@ -1250,6 +1298,8 @@ int main(int argc, char **argv) {
     mode_current();
   else if (!strcmp(m, "otherdev"))
     mode_otherdev();
+  else if (!strcmp(m, "lazy"))
+    mode_lazy();
   else if (!strcmp(m, "collectives"))
     mode_collectives();
   else if (!strcmp(m, "sets"))
