@@ -23,8 +23,16 @@
  *   queued, at most HK_TIMEOUT_S each (hk_device_options.timeout_s; then
  *   HK_ERR_TIMEOUT), or until hkrun aborts the job (options.stop). Callers need
  *   not poll between operations; comm_async_error still reports failures.
- * - The device: hk_device_pick's among cudaGetDeviceCount's at open
- *   (cudaSetDevice). Every entry makes it the calling thread's current
+ * - The device: hk_device_pick's among cudaGetDeviceCount's at open.
+ *   Opening makes no context (cudaGetDeviceCount and
+ *   cudaGetDeviceProperties need none; to check on a GPU that they make
+ *   none): a host-only job on a GPU machine under HK_DEVICE=auto pays no
+ *   context (~0.3-2 s, ~500 MB). The first entry that needs the device
+ *   makes its primary context (cudaSetDevice) and checks that the module
+ *   has code for it (first_use). pointer_kind asks the driver
+ *   (cuPointerGetAttribute, which answers from the pointer alone under
+ *   unified addressing) and makes none either. Every entry makes it the
+ *   calling thread's current
  *   device again if it is not (hk's background thread and trainer threads
  *   both call in), and leaves it current; the caller's is put back by hk
  *   (worker/devplane.c) through current and set_current, which save and
@@ -47,14 +55,17 @@
  * a time). The module's only globals are set once by hk_cuda_module_bind.
  */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include <cuda.h> /* the driver's types and values only: nothing is linked */
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
@@ -139,8 +150,14 @@ typedef struct cuda_dev {
   double settle_s;            /* comm_settle's bound: opts->timeout_s */
   int (*stop)(void *arg);     /* comm_settle's abort check: opts->stop */
   void *stop_arg;
-  int target_blocks; /* multiprocessors x blocks of the copy kernel each */
-  char desc[300];    /* cudaDeviceProp.name is 256 bytes */
+  /* the driver's cuPointerGetAttribute, or NULL (pointer_kind) */
+  CUresult (*ptr_attr)(void *data, CUpointer_attribute a, CUdeviceptr p);
+  int sms, major, minor;  /* multiprocessors, compute capability */
+  pthread_mutex_t use_mu; /* first_use, once: */
+  atomic_int used;        /* 1 once the context exists and passed */
+  int target_blocks;      /* multiprocessors x blocks of the copy kernel each
+                             (first_use) */
+  char desc[300];         /* cudaDeviceProp.name is 256 bytes */
 } cuda_dev;
 
 struct hk_dev_comm_s {
@@ -155,18 +172,53 @@ static cudaStream_t as_stream(hk_dev_stream s) {
   return s ? (cudaStream_t)s : cudaStreamLegacy;
 }
 
-/* Makes d's device current in the calling thread. */
-static hk_status enter(const cuda_dev *d) {
-  int cur = -1;
-  if (cudaGetDevice(&cur) == cudaSuccess && cur == d->index)
-    return HK_OK;
-  cudaError_t e = cudaSetDevice(d->index);
-  if (e != cudaSuccess) {
-    char what[48];
-    snprintf(what, sizeof what, "cudaSetDevice(%d)", d->index);
-    return fail_cuda(e, what);
+/* The device's first use, with its context current (made by enter's
+ * cudaSetDevice, or the trainer's): the module must have code this GPU
+ * runs (the occupancy query loads it), and the copy kernels' grid is
+ * sized from it. Once per device handle; a failure is returned again by
+ * the next entry. Errors: HK_ERR_CONFIG naming the GPU and the
+ * architectures built; HK_ERR_SYSTEM. */
+static hk_status first_use(cuda_dev *d) {
+  pthread_mutex_lock(&d->use_mu);
+  hk_status st = HK_OK;
+  if (!atomic_load_explicit(&d->used, memory_order_relaxed)) {
+    int per_sm = 0;
+    cudaError_t e = hkc_occupancy(&per_sm);
+    if (e == cudaErrorNoKernelImageForDevice || e == cudaErrorInvalidSource ||
+        e == cudaErrorUnsupportedPtxVersion) {
+      (void)cudaGetLastError();
+      st = fail(HK_ERR_CONFIG,
+                "libhk_cuda.so has no code %s can run (%s): built for CUDA "
+                "architectures %s; rebuild hk with "
+                "-DCMAKE_CUDA_ARCHITECTURES=%d%d",
+                d->desc, cudaGetErrorString(e), HK_CUDA_ARCHS, d->major,
+                d->minor);
+    } else if (e != cudaSuccess) {
+      st = fail_cuda(e, "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+    } else {
+      d->target_blocks = d->sms * per_sm;
+      atomic_store_explicit(&d->used, 1, memory_order_release);
+    }
   }
-  return HK_OK;
+  pthread_mutex_unlock(&d->use_mu);
+  return st;
+}
+
+/* Makes d's device current in the calling thread (its primary context,
+ * made the first time), and checks it once (first_use). */
+static hk_status enter(cuda_dev *d) {
+  int cur = -1;
+  if (cudaGetDevice(&cur) != cudaSuccess || cur != d->index) {
+    cudaError_t e = cudaSetDevice(d->index);
+    if (e != cudaSuccess) {
+      char what[48];
+      snprintf(what, sizeof what, "cudaSetDevice(%d)", d->index);
+      return fail_cuda(e, what);
+    }
+  }
+  if (atomic_load_explicit(&d->used, memory_order_acquire))
+    return HK_OK;
+  return first_use(d);
 }
 
 /* enter() for the functions that report nothing (pointer_kind, frees,
@@ -264,53 +316,40 @@ static hk_status cuda_open(const hk_device_options *opts, hk_device **out) {
   d->settle_s = opts && opts->timeout_s > 0 ? opts->timeout_s : HKC_SETTLE_S;
   d->stop = opts ? opts->stop : NULL;
   d->stop_arg = opts ? opts->stop_arg : NULL;
-  /* cudart loaded the driver: its context calls, for current/set_current
-   * (the reference taken here stays for the process, as cudart's) */
+  /* cudart loaded the driver: its context calls, for current/set_current,
+   * and its pointer query (the reference taken here stays for the
+   * process, as cudart's) */
   void *drv = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
   if (drv) {
     *(void **)&d->ctx_get = dlsym(drv, "cuCtxGetCurrent");
     *(void **)&d->ctx_set = dlsym(drv, "cuCtxSetCurrent");
+    *(void **)&d->ptr_attr = dlsym(drv, "cuPointerGetAttribute");
   }
-  const int caller = cuda_current(&d->base); /* put back below */
-  if ((st = enter(d)) != HK_OK)
-    goto fail;
+  /* no context yet: the properties need none (first_use checks the
+   * kernels once the device is used) */
   struct cudaDeviceProp prop;
   if ((e = cudaGetDeviceProperties(&prop, index)) != cudaSuccess) {
-    st = fail_cuda(e, "cudaGetDeviceProperties");
-    goto fail;
+    free(d);
+    return fail_cuda(e, "cudaGetDeviceProperties");
   }
-  int per_sm = 0;
-  e = hkc_occupancy(&per_sm);
-  if (e == cudaErrorNoKernelImageForDevice || e == cudaErrorInvalidSource ||
-      e == cudaErrorUnsupportedPtxVersion) {
-    (void)cudaGetLastError();
-    st = fail(HK_ERR_CONFIG,
-              "libhk_cuda.so has no code %s can run (%s) for sm_%d%d: built "
-              "for CUDA architectures %s; rebuild hk with "
-              "-DCMAKE_CUDA_ARCHITECTURES=%d%d",
-              prop.name, cudaGetErrorString(e), prop.major, prop.minor,
-              HK_CUDA_ARCHS, prop.major, prop.minor);
-    goto fail;
-  }
-  if (e != cudaSuccess) {
-    st = fail_cuda(e, "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-    goto fail;
-  }
-  d->target_blocks = prop.multiProcessorCount * per_sm;
+  d->sms = prop.multiProcessorCount;
+  d->major = prop.major;
+  d->minor = prop.minor;
+  pthread_mutex_init(&d->use_mu, NULL);
   snprintf(d->desc, sizeof d->desc, "%s (sm_%d%d)", prop.name, prop.major,
            prop.minor);
-  cuda_set_current(&d->base, caller);
   *out = &d->base;
   return HK_OK;
-fail:
-  cuda_set_current(&d->base, caller);
-  free(d);
-  return st;
 }
 
 /* device.h: frees the handle; the device and its context stay (other code
  * in the process, e.g. the trainer's framework, uses them too). */
-static void cuda_close(hk_device *dev) { free(dev); }
+static void cuda_close(hk_device *dev) {
+  if (!dev)
+    return;
+  pthread_mutex_destroy(&as_dev(dev)->use_mu);
+  free(dev);
+}
 
 /* "NVIDIA H200 (sm_90)": owned by dev, valid until close. */
 static const char *cuda_describe(hk_device *dev) { return as_dev(dev)->desc; }
@@ -348,15 +387,37 @@ static void cuda_set_current(hk_device *dev, int index) {
 
 /* ---- memory ---- */
 
-/* cudaPointerGetAttributes: device and managed memory are "device";
- * pinned, registered and ordinary host memory, NULL, and anything CUDA
- * does not know are "host" (the lookup's error is cleared so it does not
- * surface in a later call). */
+/* Device and managed memory are "device"; pinned, registered and
+ * ordinary host memory, NULL, and anything CUDA does not know are "host".
+ * Asked of the driver (cuPointerGetAttribute: from the pointer alone,
+ * making no context, so a host tensor costs none); where cudart's driver
+ * lacks it, of cudaPointerGetAttributes (which enters the device, making
+ * its context; the lookup's error is cleared so it does not surface in a
+ * later call). */
 static hk_mem_kind cuda_pointer_kind(hk_device *dev, const void *p,
                                      int *device_index) {
   if (!p)
     return HK_MEM_HOST;
-  enter_quiet(as_dev(dev));
+  cuda_dev *d = as_dev(dev);
+  if (d->ptr_attr) {
+    const CUdeviceptr at = (CUdeviceptr)(uintptr_t)p;
+    unsigned int type = 0, managed = 0;
+    int ordinal = -1;
+    if (d->ptr_attr(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, at) !=
+        CUDA_SUCCESS)
+      return HK_MEM_HOST;
+    if (d->ptr_attr(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, at) !=
+        CUDA_SUCCESS)
+      managed = 0;
+    if (type != CU_MEMORYTYPE_DEVICE && !managed)
+      return HK_MEM_HOST;
+    if (device_index &&
+        d->ptr_attr(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, at) ==
+            CUDA_SUCCESS)
+      *device_index = ordinal;
+    return HK_MEM_DEVICE;
+  }
+  enter_quiet(d);
   struct cudaPointerAttributes a;
   cudaError_t e = cudaPointerGetAttributes(&a, p);
   if (e != cudaSuccess) {
