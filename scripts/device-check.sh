@@ -17,10 +17,13 @@
 #     device unit tests, the GPU python check (--quick), the kernel
 #     bandwidth table. OUTDIR/stage1.log alone answers "does hk work on
 #     this GPU".
-#   stage 2 (the rest of the budget): the rest of the build, the NCCL
-#     multi-rank-per-GPU probe, the multi-rank tests that apply to one GPU,
-#     the staged allreduce at np 4 as pseudo-hosts next to torch gloo on
-#     CUDA tensors, the trainer next to PyTorch.
+#   stage 2 (the rest of the budget): the rest of the build, the
+#     multi-rank tests that apply to one GPU (gpu_check.py's phases at np 4
+#     as pseudo-hosts), the staged allreduce at np 4 as pseudo-hosts next
+#     to torch gloo on CUDA tensors (each checks its #wrong column), the
+#     trainer next to PyTorch, the NCCL multi-rank-per-GPU probes, and
+#     hkbench at np 2 on one host (two ranks of one NCCL communicator on
+#     the GPU) where a probe found NCCL takes it.
 # Every step runs under `timeout` (its bound, cut to what is left of its
 # stage; past it the step and its children are killed and it counts as
 # failed), with stdin closed, its output in OUTDIR/logs/NN-NAME.log. Each
@@ -256,45 +259,66 @@ ctest_gpu() {
 }
 export -f ctest_gpu
 
-# the NCCL probe: two ranks of one communicator on the GPU; prints
-# "cuda_pair: works|refused ..." (the multirank steps need "works")
-probe() { "$BUILD/tests/cuda_pair" --timeout 30 "$@"; }
+# probe [--multi-rank] [--hostid]: two ranks of one NCCL communicator on
+# the GPU (--multi-rank: with NCCL_MULTI_RANK_GPU_ENABLE=1, NCCL 2.30's
+# switch); prints "cuda_pair: works|refused ..." (one-comm-np2 needs
+# "works")
+probe() {
+  if [ "${1:-}" = --multi-rank ]; then
+    shift
+    NCCL_MULTI_RANK_GPU_ENABLE=1 "$BUILD/tests/cuda_pair" --timeout 15 "$@"
+  else
+    "$BUILD/tests/cuda_pair" --timeout 15 "$@"
+  fi
+}
 export -f probe
 
-# w_device MODE ARGS under hkrun -np NP, blocks of LOCAL ranks per
-# pseudo-host (0: one host); every rank must say "device ok: MODE"
-w_device() {
-  local np=$1 local=$2 mode=$3 cmd
-  shift 3
-  cmd="exec $BUILD/tests/integration/workers/w_device $mode $*"
-  [ "$local" -gt 0 ] && cmd="HK_LOCAL_RANK=\$((HK_RANK % $local)) HK_LOCAL_SIZE=$local $cmd"
-  "$BUILD/hkrun" -np "$np" sh -c "$cmd" | tee "$WORK/w_device.out"
-  local ok
-  ok=$(grep -c "device ok: $mode" "$WORK/w_device.out")
-  echo "$ok of $np ranks said 'device ok: $mode'"
-  [ "$ok" = "$np" ]
+# no_wrong: passes a benchmark's table (hkbench's, device-gloo-peer.py's)
+# through; fails when a row's #wrong is not 0, or when there is no row.
+# hkrun's "[rank] " prefix is dropped first.
+no_wrong() {
+  awk '{print; if ($1 ~ /^\[[0-9]+\]$/) {$1 = ""; $0 = $0}}
+    $1 ~ /^#/ {for (i = 1; i <= NF; i++) if ($i == "#wrong") c = i - 1; next}
+    c && NF >= c && $1 ~ /^[0-9]+$/ {rows++; if ($c != 0) bad++}
+    END {if (!rows) {print "no_wrong: no result rows"; exit 1}
+      if (bad) {print "no_wrong: " bad " rows with wrong elements"; exit 1}
+      print "no_wrong: " rows " rows, every element right"}'
 }
-export -f w_device
+export -f no_wrong
 
-# several ranks of one NCCL communicator on the GPU, as the probe found
-# NCCL allows it (NCCL_MULTI_RANK_GPU_ENABLE=1 where that is what worked)
-w_device_one_comm() {
-  if grep -q '^cuda_pair: works' "$OUT"/logs/*-probe-multi-rank.log 2>/dev/null; then
-    export NCCL_MULTI_RANK_GPU_ENABLE=1
-  fi
-  w_device 2 0 dtypes 0 1 3 1000003
+# several ranks of one NCCL communicator on the GPU: hkbench --device gpu
+# at np 2 on one host (hk's device communicator of 2 ranks), the way the
+# probes found NCCL allows it: plainly, NCCL_MULTI_RANK_GPU_ENABLE=1, or
+# a NCCL_HOSTID per rank
+one_comm() {
+  local how="" p
+  for p in plain multi-rank hostid; do
+    if grep -q '^cuda_pair: works' "$OUT"/logs/*-probe-$p.log 2>/dev/null; then
+      how=$p
+      break
+    fi
+  done
+  echo "NCCL took two ranks of one communicator on one GPU: ${how:-no probe said so}"
+  local bench="$BUILD/hkbench --device gpu -b 1M -e 64M -f 4 -n 5 -w 1"
+  case $how in
+  plain) "$BUILD/hkrun" -np 2 $bench | no_wrong ;;
+  multi-rank) "$BUILD/hkrun" -np 2 env NCCL_MULTI_RANK_GPU_ENABLE=1 $bench | no_wrong ;;
+  hostid) "$BUILD/hkrun" -np 2 sh -c "NCCL_HOSTID=hk-\$HK_RANK exec $bench" | no_wrong ;;
+  *) return 1 ;;
+  esac
 }
-export -f w_device_one_comm
+export -f one_comm
 
 # the staged allreduce: 4 processes sharing the GPU, each its own pseudo-
 # host (every byte crosses hk's staging and ring), 1 MiB .. 256 MiB
 staged_hk() {
   "$BUILD/hkrun" -np 4 env HK_LOCAL_RANK=0 HK_LOCAL_SIZE=1 HK_GPU=0 \
-    "$BUILD/hkbench" --device gpu -b 1M -e 256M -f 4 -n 10 -w 2
+    "$BUILD/hkbench" --device gpu -b 1M -e 256M -f 4 -n 10 -w 2 | no_wrong
 }
 export -f staged_hk
 staged_gloo() {
-  python3 "$ROOT/scripts/device-gloo-peer.py" --np 4 -b 1M -e 256M -f 4 -n 10 -w 2
+  python3 "$ROOT/scripts/device-gloo-peer.py" --np 4 -b 1M -e 256M -f 4 \
+    -n 10 -w 2 | no_wrong
 }
 export -f staged_gloo
 
@@ -367,27 +391,28 @@ export -f synth_idx median train_vs_torch
 # ==== the table of steps ====================================================
 # stage name bound_s needs command...
 # needs: - (nothing), build (stage 1's build), all (the whole build),
-# multirank (the NCCL probe found two ranks of one communicator on one GPU
-# work, plainly or with NCCL_MULTI_RANK_GPU_ENABLE=1)
+# multirank (a probe found two ranks of one NCCL communicator on one GPU
+# work: plainly, with NCCL_MULTI_RANK_GPU_ENABLE=1, or with a NCCL_HOSTID
+# per rank over loopback sockets)
 STEPS=(
   "1 env 20 - machine"
   "1 nccl 20 - nccl_info"
   "1 deps 30 - deps"
   "1 build 120 - withlibs build_core"
   "1 test_cuda 30 build withlibs $BUILD/tests/test_cuda"
-  "1 test_cuda_pair 40 build withlibs ctest_gpu ^test_cuda_pair\$"
+  "1 test_cuda_pair 30 build withlibs ctest_gpu ^test_cuda_pair\$"
   "1 device-unit 30 build withlibs ctest_gpu ^test_cuda_kernels\$"
   "1 gpu-python 60 build withlibs python3 $ROOT/tests/python/gpu_check.py --quick --require --hkrun $BUILD/hkrun --lib $BUILD/libhk.so --timeout 50"
   "1 copybw 30 build withlibs $BUILD/tests/cuda_copybw 1 16 64 256 1024"
   "2 build-rest 120 build withlibs cmake --build $BUILD -j $(nproc)"
-  "2 w_device-pseudo-hosts 45 all withlibs w_device 4 1 ring 0 1 5 1000003"
+  "2 gpu-python-np4 90 build withlibs python3 $ROOT/tests/python/gpu_check.py --require --hkrun $BUILD/hkrun --lib $BUILD/libhk.so --timeout 80"
   "2 staged-hk-np4 50 all withlibs staged_hk"
   "2 staged-gloo-np4 50 - staged_gloo"
   "2 train-vs-torch 80 all withlibs train_vs_torch"
-  "2 probe-plain 35 build withlibs probe"
-  "2 probe-multi-rank 35 build withlibs env NCCL_MULTI_RANK_GPU_ENABLE=1 probe"
-  "2 w_device-one-comm 40 multirank withlibs w_device_one_comm"
-  "2 probe-hostid 35 build withlibs probe --hostid"
+  "2 probe-plain 20 build withlibs probe"
+  "2 probe-multi-rank 20 build withlibs probe --multi-rank"
+  "2 probe-hostid 20 build withlibs probe --hostid"
+  "2 one-comm-np2 40 multirank withlibs one_comm"
 )
 
 # ==== running them ============================================================
@@ -418,12 +443,13 @@ unmet() {
   build) [ "$BUILT" = 1 ] || echo "stage 1's build failed" ;;
   all) [ "$BUILT_ALL" = 1 ] || echo "the build failed" ;;
   multirank)
-    local seen
-    seen=$(grep -h '^cuda_pair: ' "$OUT"/logs/*-probe-plain.log \
-      "$OUT"/logs/*-probe-multi-rank.log 2>/dev/null | head -2 | tr '\n' ' ')
-    grep -q '^cuda_pair: works' "$OUT"/logs/*-probe-plain.log \
-      "$OUT"/logs/*-probe-multi-rank.log 2>/dev/null ||
-      echo "NCCL does not take two ranks of one communicator on one GPU (probe: ${seen:-no answer})"
+    local logs=("$OUT"/logs/*-probe-plain.log "$OUT"/logs/*-probe-multi-rank.log
+      "$OUT"/logs/*-probe-hostid.log) seen
+    seen=$(grep -h '^cuda_pair: \(works\|refused\|FAILED\|skipped\)' \
+      "${logs[@]}" 2>/dev/null | head -3 |
+      tr '\n' ' ')
+    grep -q '^cuda_pair: works' "${logs[@]}" 2>/dev/null ||
+      echo "NCCL does not take two ranks of one communicator on one GPU (probes: ${seen:-no answer})"
     ;;
   esac
 }
@@ -461,14 +487,16 @@ run_step() {
   local t0 rc
   t0=$(date +%s)
   # through bash -c, so that the command may be a function above (timeout
-  # runs programs only); timeout kills its whole process group
-  timeout -k 3 "$t" bash -c '"$@"' "$name" "$@" >"$logf" 2>&1 </dev/null
+  # runs programs only; pipefail: a pipe fails when any part does);
+  # timeout kills its whole process group
+  timeout -k 3 "$t" bash -o pipefail -c '"$@"' "$name" "$@" >"$logf" 2>&1 </dev/null
   rc=$?
   local dt=$(($(date +%s) - t0)) last
   case $rc in
   0) verdict PASS "$stage" "$name" "$dt" "" ;;
-  77)
+  77) # the step's "SKIP: why", else its last line
     last=$(grep '^SKIP: ' "$logf" | tail -1)
+    [ -n "$last" ] || last=$(grep -v '^[[:space:]]*$' "$logf" | tail -1 | cut -c1-100)
     verdict SKIP "$stage" "$name" "$dt" "${last#SKIP: }"
     ;;
   124 | 137)
@@ -525,9 +553,11 @@ if [ -z "$STUB" ]; then
   # NCCL: the wheel's library (libnccl.so.2 is 218 MB: it never travels),
   # a header from the wheel, the machine's CUDA, or .devdeps
   NCCL_LIBDIR=$(timeout 30 bash -c find_nccl 2>/dev/null)
-  if [ -z "$NCCL_LIBDIR" ] && [ -e /usr/local/cuda/lib64/libnccl.so.2 ]; then
-    NCCL_LIBDIR=/usr/local/cuda/lib64
-  fi
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/lib; do
+    if [ -z "$NCCL_LIBDIR" ] && [ -e $d/libnccl.so.2 ]; then
+      NCCL_LIBDIR=$d
+    fi
+  done
   NCCL_INC=""
   for h in "$NCCL_LIBDIR/../include" /usr/local/cuda/include "$DEPS/nccl"; do
     if [ -n "$NCCL_LIBDIR" ] && [ -f "$h/nccl.h" ]; then

@@ -2,7 +2,8 @@
 # test_device_check.sh SCRIPT - a dry run of scripts/device-check.sh
 # (DEVICE_CHECK_STUB: stand-in commands instead of the GPU steps), so its
 # control flow, time bounds and summary are checked without a GPU:
-#   1. mixed: a step that passes, fails, skips itself (exit 77), has no
+#   1. mixed: a step that passes, fails, skips itself (exit 77, with a
+#      "SKIP: why" line or without: its last line is the reason), has no
 #      stand-in, hangs past its bound (killed: counted failed, its process
 #      gone), a failed build-rest whose dependants are skipped, and a
 #      probe that says NCCL refuses two ranks on one GPU (the multirank
@@ -43,8 +44,8 @@ dry() {
   rc=$?
 }
 all_steps="env nccl deps build test_cuda test_cuda_pair device-unit gpu-python
-  copybw build-rest w_device-pseudo-hosts staged-hk-np4 staged-gloo-np4
-  train-vs-torch probe-plain probe-multi-rank w_device-one-comm probe-hostid"
+  copybw build-rest gpu-python-np4 staged-hk-np4 staged-gloo-np4
+  train-vs-torch probe-plain probe-multi-rank probe-hostid one-comm-np2"
 
 # ---- 1. mixed ----
 stub=$tmp/stub1
@@ -57,21 +58,23 @@ stand copybw "echo \$\$ >$tmp/hang.pid; exec sleep 600"
 stand build-rest 'echo "ninja: build stopped"; exit 2'
 stand probe-plain 'echo "cuda_pair: refused (Duplicate GPU detected)"'
 stand probe-multi-rank 'echo "cuda_pair: refused (Duplicate GPU detected)"'
+stand probe-hostid 'echo "cuda_pair: no usable GPU"; exit 77'
 dry "$tmp/out1" DEVICE_CHECK_BOUNDS="copybw=2"
 [ "$rc" = 1 ] || fail "mixed: exit $rc, not 1"
-for s in env nccl build test_cuda device-unit staged-gloo-np4 probe-plain \
-  probe-multi-rank probe-hostid; do
+for s in env nccl build test_cuda device-unit gpu-python-np4 staged-gloo-np4 \
+  probe-plain probe-multi-rank; do
   expect "^PASS  stage [12]  $s "
 done
 expect "^SKIP  stage 1  deps +0s  no .devdeps here$"
+expect "^SKIP  stage 2  probe-hostid +[0-9]s  cuda_pair: no usable GPU$"
 expect "^FAIL  stage 1  test_cuda_pair +[0-9]+s  rc=1: 1 of 1 tests failed$"
 expect "^SKIP  stage 1  gpu-python .*dry run: no stand-in"
 expect "^FAIL  stage 1  copybw +[2-5]s  timed out after 2s \(killed\)$"
 expect "^FAIL  stage 2  build-rest .*rc=2: ninja: build stopped$"
-for s in w_device-pseudo-hosts staged-hk-np4 train-vs-torch; do
+for s in staged-hk-np4 train-vs-torch; do
   expect "^SKIP  stage 2  $s +0s  the build failed$"
 done
-expect "^SKIP  stage 2  w_device-one-comm +0s  NCCL does not take two ranks of one communicator on one GPU \(probe: cuda_pair: refused \(Duplicate GPU detected\)"
+expect "^SKIP  stage 2  one-comm-np2 +0s  NCCL does not take two ranks of one communicator on one GPU \(probes: cuda_pair: refused \(Duplicate GPU detected\)"
 expect "stage 1: FAILED \(2 failed\)"
 [ "$(tail -1 "$out/summary.txt")" = "9 passed, 3 failed, 6 skipped" ] ||
   fail "mixed: last line '$(tail -1 "$out/summary.txt")'"
@@ -96,7 +99,7 @@ for s in $all_steps; do stand "$s" "echo \"$s stand-in ran\""; done
 stand probe-multi-rank 'echo "cuda_pair: works (2 ranks, every element 3)"'
 dry "$tmp/out2"
 [ "$rc" = 0 ] || fail "all pass: exit $rc, not 0"
-expect "^PASS  stage 2  w_device-one-comm "
+expect "^PASS  stage 2  one-comm-np2 "
 expect "stage 1: hk works on this GPU \(9 passed, 0 skipped\)"
 [ "$(tail -1 "$out/summary.txt")" = "18 passed, 0 failed, 0 skipped" ] ||
   fail "all pass: last line '$(tail -1 "$out/summary.txt")'"
