@@ -472,8 +472,18 @@ hk_status hk_devplane_order_after(hk_ctx *ctx, void *stream, hk_dev_event e) {
   return HK_OK;
 }
 
-void *hk_devplane_work_stream(const hk_ctx *ctx) {
-  return ctx && ctx->gpu ? (void *)ctx->gpu->world.sched.stream : NULL;
+void *hk_devplane_work_stream(hk_ctx *ctx) {
+  if (!ctx || !ctx->gpu)
+    return NULL;
+  /* asked before any device tensor: made now (plane_live) */
+  const int cur = caller_device(ctx);
+  hk_status st = plane_live(ctx);
+  caller_restore(ctx, cur);
+  if (st != HK_OK) {
+    hk_clear_error();
+    return NULL;
+  }
+  return (void *)ctx->gpu->world.sched.stream;
 }
 
 /* Each tensor's own event after the unpack, then tells hk_wait_stream

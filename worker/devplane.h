@@ -74,10 +74,13 @@ hk_status hk_devplane_order_after(hk_ctx *ctx, void *stream, hk_dev_event e);
 
 /**
  * hk's stream that reads and writes every device tensor's buffers (the
- * world's schedule's; process sets share it), or NULL when ctx is NULL or
- * has no device backend (hk_device_stream). Any thread; never fails.
+ * world's schedule's; process sets share it), made by this call when no
+ * device tensor has made it yet (the GPU's context with it), or NULL when
+ * ctx is NULL, has no device backend, or the backend cannot make it
+ * (hk_device_stream). Any thread (its current device is kept); never
+ * fails.
  */
-void *hk_devplane_work_stream(const hk_ctx *ctx);
+void *hk_devplane_work_stream(hk_ctx *ctx);
 
 /** Frees what capture made (the handle's event). Any thread. */
 void hk_devplane_release(hk_ctx *ctx, hk_handle h);

@@ -737,9 +737,12 @@ HK_API hk_status hk_wait_stream(hk_handle handle, void *stream);
  * tensor.record_stream(torch.cuda.ExternalStream(stream)), which hk.torch
  * does for the CUDA tensors of every operation it completes. Only record
  * events on it and make other streams wait on them; never destroy it or
- * queue other work on it. Valid from hk_init to hk_shutdown. Returns NULL
- * when hk is not initialised or has no device backend (HK_DEVICE=none, or
- * auto without a GPU); never fails. Thread-safety: any thread.
+ * queue other work on it. Valid from hk_init to hk_shutdown. hk makes its
+ * streams (and with them the CUDA context on its GPU) at the first device
+ * tensor, or at the first call of this function if that comes first.
+ * Returns NULL when hk is not initialised or has no device backend
+ * (HK_DEVICE=none, or auto without a GPU), or when the stream cannot be
+ * made; never fails. Thread-safety: any thread.
  */
 HK_API void *hk_device_stream(void);
 
