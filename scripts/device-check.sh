@@ -34,7 +34,7 @@
 # refuses several ranks of one communicator on one GPU) is skipped by the
 # script, naming why. The summary ends with "N passed, N failed, N
 # skipped". The stages' logs are also joined into OUTDIR/stage1.log and
-# OUTDIR/stage2.log (the device tool brings back only a few files).
+# OUTDIR/stage2.log, so that three files (with summary.txt) say it all.
 # Exit: 0 when no step failed; 1 when one did; 2 when there is no GPU
 # (nothing run; DEVICE_CHECK_FORCE=1 goes on anyway, HK_DEVICE=auto
 # HK_TEST_GPU=0, to try the script on a CPU machine).
