@@ -109,9 +109,9 @@ stub=$tmp/stub3
 mkdir -p "$stub"
 for s in $all_steps; do stand "$s" "echo \"$s stand-in ran\""; done
 stand build 'exec sleep 600'
-dry "$tmp/out3" DEVICE_CHECK_STAGE1_S=4 DEVICE_CHECK_BUDGET_S=4
+dry "$tmp/out3" DEVICE_CHECK_STAGE1_S=6 DEVICE_CHECK_BUDGET_S=6
 [ "$rc" = 1 ] || fail "stage time: exit $rc, not 1"
-expect "^FAIL  stage 1  build +[3-7]s  timed out after [34]s \(killed\)$"
+expect "^FAIL  stage 1  build +[3-9]s  timed out after [3-6]s \(killed\)$"
 for s in test_cuda test_cuda_pair device-unit gpu-python copybw; do
   expect "^SKIP  stage 1  $s +0s  stage 1's build failed$"
 done
