@@ -65,7 +65,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "collectives/transport/tcp.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/status.h"
@@ -78,9 +77,6 @@
 #include "worker/round.h"
 #include "worker/sets.h"
 
-/* Send buffer of a control connection: a RESPONSES of ~20k cached
- * tensors at the default net.core.wmem_max (212992, doubled). */
-#define HK_CTRL_SEND_BUFFER (1u << 20)
 /* The most bytes one REQUESTS may take (see worker_send), and the least:
  * a quarter of the send buffer the kernel granted, within these. */
 #define HK_CTRL_REQUEST_MAX (256u << 10)
@@ -104,8 +100,8 @@ static void relay_failure(hk_ctx *ctx, hk_status st, const char *reason) {
   for (int r = 1; r < ctx->size; r++) {
     char who[32];
     snprintf(who, sizeof who, "rank %d", r);
-    if (ctx->mesh.ctrl_fds[r] >= 0 &&
-        hk_channel_send(ctx->mesh.ctrl_fds[r], &m, &ctx->scratch, &io, who) !=
+    if (ctx->mesh.ctrl[r].ops &&
+        hk_channel_send_on(&ctx->mesh.ctrl[r], &m, &ctx->scratch, &io, who) !=
             HK_OK)
       hk_log(HK_LOG_DEBUG, "could not tell %s why the job failed: %s", who,
              hk_last_error());
@@ -178,12 +174,11 @@ static hk_status apply_responses(hk_ctx *ctx, hk_round *R, const hk_msg *m,
 static void late_stop(hk_ctx *ctx, hk_round *R) {
   if (ctx->rank == 0 || ctx->size == 1)
     return;
-  struct pollfd p = {.fd = ctx->mesh.ctrl_fd, .events = POLLIN};
   hk_io io = {-1, 1.0};
   hk_msg m;
-  if (poll(&p, 1, 1000) <= 0 ||
-      hk_channel_recv(ctx->mesh.ctrl_fd, &m, &ctx->scratch, &io, "rank 0") !=
-          HK_OK)
+  if (!hk_ctrl_wait_readable(&ctx->mesh.ctrl[0], 1.0) ||
+      hk_channel_recv_on(&ctx->mesh.ctrl[0], &m, &ctx->scratch, &io,
+                         "rank 0") != HK_OK)
     return;
   if (m.type == HK_MSG_RESPONSES && m.u.responses.abort_status) {
     R->abort_status = (hk_status)m.u.responses.abort_status;
@@ -244,8 +239,8 @@ static hk_status worker_send(hk_ctx *ctx, hk_round *R) {
   /* telemetry may ride on the request (observe/monitor.h) */
   m.u.requests.has_sample =
       (uint8_t)hk_observe_sample(&ctx->obs, &m.u.requests.sample);
-  st =
-      hk_channel_send(ctx->mesh.ctrl_fd, &m, &ctx->scratch, &ctx->io, "rank 0");
+  st = hk_channel_send_on(&ctx->mesh.ctrl[0], &m, &ctx->scratch, &ctx->io,
+                          "rank 0");
   if (st != HK_OK)
     return st;
   R->sent = 1;
@@ -259,8 +254,8 @@ static hk_status worker_send(hk_ctx *ctx, hk_round *R) {
 /* Rank > 0: the control connection is readable: one RESPONSES. */
 static hk_status worker_receive(hk_ctx *ctx, hk_round *R) {
   hk_msg m;
-  hk_status st =
-      hk_channel_recv(ctx->mesh.ctrl_fd, &m, &ctx->scratch, &ctx->io, "rank 0");
+  hk_status st = hk_channel_recv_on(&ctx->mesh.ctrl[0], &m, &ctx->scratch,
+                                    &ctx->io, "rank 0");
   if (st != HK_OK)
     return st;
   R->quiet_since = hk_now();
@@ -320,21 +315,55 @@ static void linger(hk_ctx *ctx) {
   }
 }
 
+/* The control endpoint of the poll set's entry first_ctrl + i: rank 0's
+ * to rank i + 1, another rank's to rank 0. */
+static hk_ctrl *ctrl_at(hk_ctx *ctx, int i) {
+  return &ctx->mesh.ctrl[ctx->rank == 0 ? i + 1 : 0];
+}
+
+/* ORs POLLIN into the revents of the control endpoints whose bytes can be
+ * read without poll(2) (an shm ring holds some); returns how many. */
+static int mark_pending(hk_ctx *ctx, struct pollfd *p, int first, int n) {
+  int k = 0;
+  for (int i = first; i < n; i++)
+    if (hk_ctrl_pending(ctrl_at(ctx, i - first))) {
+      p[i].revents |= POLLIN;
+      k++;
+    }
+  return k;
+}
+
+/* poll(2) without blocking, and the endpoints' own pending bytes. */
+static int poll_now(hk_ctx *ctx, struct pollfd *p, int n, int first) {
+  int rc = poll(p, (nfds_t)n, 0);
+  return rc < 0 ? rc : rc + mark_pending(ctx, p, first, n);
+}
+
+/* Every control endpoint is told the loop sleeps (on = 1: an shm reader
+ * sets its flag, so that its writer rings the socket) or woke (0). */
+static void arm_all(hk_ctx *ctx, int first, int n, int on) {
+  for (int i = first; i < n; i++)
+    hk_ctrl_arm(ctrl_at(ctx, i - first), on);
+}
+
 /* poll(2) on the set for at most timeout_ms (-1: no limit), polling
  * first without blocking as hk's wait policy says (common/waiter.h):
  * while tensors this thread took are in flight (their answer, or a peer's
  * message, is due soon), for the budget learned from recent waits; with
- * nothing in flight it sleeps at once, so an idle job uses no CPU.
- * Returns poll's result. */
-static int wait_events(hk_ctx *ctx, struct pollfd *p, int n, int timeout_ms) {
-  int rc = poll(p, (nfds_t)n, 0);
+ * nothing in flight it sleeps at once, so an idle job uses no CPU. The
+ * control endpoints from first_ctrl on are tested beside the descriptors
+ * (an shm ring's bytes show as POLLIN) and armed before the loop sleeps
+ * (ctrl.h). Returns poll's result plus the endpoints found pending. */
+static int wait_events(hk_ctx *ctx, struct pollfd *p, int n, int first_ctrl,
+                       int timeout_ms) {
+  int rc = poll_now(ctx, p, n, first_ctrl);
   if (rc != 0 || timeout_ms == 0)
     return rc;
   hk_waiter w;
   hk_waiter_begin(&w, HK_WAIT_EVENTS, hk_strmap_size(ctx->taken) > 0);
   const double end = timeout_ms > 0 ? hk_now() + timeout_ms * 1e-3 : 0;
   while (hk_waiter_spin(&w)) {
-    if ((rc = poll(p, (nfds_t)n, 0)) != 0)
+    if ((rc = poll_now(ctx, p, n, first_ctrl)) != 0)
       break;
     if (timeout_ms > 0 && hk_now() >= end) {
       hk_waiter_end(&w);
@@ -347,7 +376,14 @@ static int wait_events(hk_ctx *ctx, struct pollfd *p, int n, int timeout_ms) {
       double left = end - hk_now();
       ms = left <= 0 ? 0 : (int)(left * 1000) + 1;
     }
-    rc = poll(p, (nfds_t)n, ms);
+    arm_all(ctx, first_ctrl, n, 1);
+    rc = poll_now(ctx, p, n, first_ctrl); /* re-tested once armed */
+    if (rc == 0) {
+      rc = poll(p, (nfds_t)n, ms);
+      if (rc >= 0)
+        rc += mark_pending(ctx, p, first_ctrl, n);
+    }
+    arm_all(ctx, first_ctrl, n, 0);
   }
   hk_waiter_end(&w);
   return rc;
@@ -378,29 +414,29 @@ void *hk_background_main(void *arg) {
   obs_i = npfd;
   npfd += hk_observe_poll_fds(&ctx->obs, pfds + npfd, HK_OBSERVE_MAX);
   first_ctrl = npfd;
-  if (ctx->size > 1) {
-    if (ctx->rank == 0)
-      for (int r = 1; r < ctx->size; r++)
-        pfds[npfd++] =
-            (struct pollfd){.fd = ctx->mesh.ctrl_fds[r], .events = POLLIN};
-    else
-      pfds[npfd++] = (struct pollfd){.fd = ctx->mesh.ctrl_fd, .events = POLLIN};
-  }
-  /* room for a whole round's message (see hk_tcp_set_send_buffer);
-   * without it, a best effort. A rank's REQUESTS takes a quarter of what
-   * the kernel granted at most (worker_send). */
+  /* the control endpoints' sockets: bytes (tcp), or liveness and
+   * doorbells (shm) */
+  for (int i = 0; ctx->size > 1 && i < (ctx->rank == 0 ? ctx->size - 1 : 1);
+       i++)
+    pfds[npfd++] = (struct pollfd){.fd = ctrl_at(ctx, i)->fd, .events = POLLIN};
+  /* room for a whole round's message (tcp: hk_tcp_set_send_buffer; shm:
+   * the ring, as large); without it, a best effort. A rank's REQUESTS
+   * takes a quarter of the least room at most (worker_send). */
   size_t granted = 0;
-  for (int i = first_ctrl; i < npfd; i++)
-    if (hk_tcp_set_send_buffer(pfds[i].fd, HK_CTRL_SEND_BUFFER, &granted) !=
-        HK_OK)
-      hk_log(HK_LOG_DEBUG, "%s", hk_last_error());
+  for (int i = first_ctrl; i < npfd; i++) {
+    size_t room =
+        hk_ctrl_room(ctrl_at(ctx, i - first_ctrl), HK_CTRL_SEND_BUFFER);
+    if (room && (!granted || room < granted))
+      granted = room;
+  }
   R.request_cap = granted / 4;
   if (R.request_cap > HK_CTRL_REQUEST_MAX)
     R.request_cap = HK_CTRL_REQUEST_MAX;
   if (R.request_cap < HK_CTRL_REQUEST_MIN)
     R.request_cap = HK_CTRL_REQUEST_MIN;
   for (;;) {
-    int rc = wait_events(ctx, pfds, npfd, hk_round_timeout_ms(ctx, &R));
+    int rc =
+        wait_events(ctx, pfds, npfd, first_ctrl, hk_round_timeout_ms(ctx, &R));
     if (rc < 0)
       continue; /* EINTR */
     if (pfds[wake_i].revents) {
@@ -414,7 +450,11 @@ void *hk_background_main(void *arg) {
     if (ctx->rank == 0) {
       st = hk_round_coordinate(ctx, &R, pfds, first_ctrl);
     } else {
+      int readable = 0;
       if (pfds[first_ctrl].revents)
+        st = hk_ctrl_polled(ctrl_at(ctx, 0), pfds[first_ctrl].revents,
+                            &readable, "rank 0");
+      if (st == HK_OK && readable)
         st = worker_receive(ctx, &R);
       if (st == HK_OK && R.shutdown_rank < 0 && !R.abort_status)
         st = worker_send(ctx, &R);

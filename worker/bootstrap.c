@@ -29,6 +29,12 @@ void hk_mesh_close(hk_mesh *m, int size) {
   }
   free(m->peer_fds); /* the links owned those */
   m->peer_fds = NULL;
+  if (m->ctrl) {
+    for (int r = 0; r < size; r++)
+      hk_ctrl_close(&m->ctrl[r]);
+    free(m->ctrl);
+    m->ctrl = NULL;
+  }
   if (m->ctrl_fds) {
     for (int r = 0; r < size; r++)
       hk_tcp_close(&m->ctrl_fds[r]);
@@ -327,6 +333,14 @@ static hk_status build_mesh(hk_ctx *ctx, const hk_wire_peer *peers,
   }
   if (st == HK_OK && ctx->rank != 0)
     st = hk_tcp_set_liveness(m->ctrl_fd, ctx->cfg.timeout_s);
+  /* the control endpoints: tcp over those sockets (worker/intra.c moves
+   * rank 0's host onto shared memory) */
+  if (st == HK_OK && !(m->ctrl = calloc((size_t)n, sizeof *m->ctrl)))
+    st = hk_fail(HK_ERR_NOMEM, "cannot allocate the control endpoints");
+  for (int r = 0; r < n && st == HK_OK; r++)
+    if (ctx->rank == 0 ? r > 0 : r == 0)
+      hk_ctrl_init_tcp(&m->ctrl[r],
+                       ctx->rank == 0 ? m->ctrl_fds[r] : m->ctrl_fd);
   return st;
 }
 
@@ -502,7 +516,7 @@ static hk_status block_layout(hk_ctx *ctx) {
 
 hk_status hk_bootstrap(hk_ctx *ctx) {
   hk_mesh *m = &ctx->mesh;
-  *m = (hk_mesh){-1, -1, NULL, -1, NULL, NULL};
+  *m = (hk_mesh){.listen_fd = -1, .launcher_fd = -1, .ctrl_fd = -1};
   ctx->cross_rank = 0;
   ctx->cross_size = 1;
   const double deadline = hk_now() + ctx->cfg.start_timeout_s;

@@ -15,6 +15,7 @@
 
 #include "collectives/allreduce.h"
 #include "collectives/ring.h"
+#include "collectives/transport/ctrl.h"
 #include "common/auth.h"
 #include "common/buf.h"
 #include "common/config.h"
@@ -78,6 +79,11 @@ typedef struct hk_mesh {
                       rank) */
   int ctrl_fd;     /* rank > 0: to rank 0 */
   int *ctrl_fds;   /* rank 0: ctrl_fds[r] from rank r (index 0 unused) */
+  hk_ctrl *ctrl;   /* the control endpoints over those sockets
+                      (collectives/transport/ctrl.h), size entries:
+                      rank 0: ctrl[r] to rank r (index 0 unused); rank
+                      r > 0: ctrl[0] to rank 0. tcp, or shm between rank
+                      0 and the ranks of its host (worker/intra.c) */
   hk_link *links;  /* data: links[r] to rank r, size entries (links[rank]
                       unused, closed): TCP over
                       HK_SOCKETS_PER_PEER sockets, or MPI to ranks on

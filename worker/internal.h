@@ -26,4 +26,20 @@ hk_status hk_internal_last_collective(hk_collective_timing *out);
  */
 hk_status hk_internal_negotiation_counts(hk_negotiation_counts *out);
 
+/** The control frames this rank moved, by the kind of endpoint that
+ *  carried them (collectives/transport/ctrl.h): rank 0 sums over its
+ *  endpoints to the other ranks, another rank counts its one to rank 0. */
+typedef struct hk_control_counts {
+  uint64_t shm_sent, shm_received; /* through shared-memory rings */
+  uint64_t tcp_sent, tcp_received; /* over the control socket */
+} hk_control_counts;
+
+/**
+ * Any thread: copies this rank's control-frame counters (all zero at
+ * hk_init and for a job of one rank), so a test can tell which path the
+ * negotiation took. Errors: HK_ERR_NOT_INITIALIZED outside
+ * hk_init..hk_shutdown.
+ */
+hk_status hk_internal_control_counts(hk_control_counts *out);
+
 #endif

@@ -14,6 +14,7 @@
 #include "collectives/transport/tcp.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "worker/round.h"
 
 struct hk_intra {
   hk_shm_seg seg;
@@ -109,6 +110,30 @@ static hk_status convert_links(hk_ctx *ctx, struct hk_intra *in) {
   return HK_OK;
 }
 
+/* Rank 0's host: the control endpoints between rank 0 and the others
+ * move onto the segment's control rings, keeping their sockets (liveness,
+ * doorbells). Both sides do it here, after GO (every rank mapped the
+ * segment) and before the background thread starts: nothing is in flight
+ * on a control socket since bootstrap, so no byte is stranded on it. */
+static hk_status convert_control(hk_ctx *ctx, struct hk_intra *in) {
+  if (in->ranks[0] != 0)
+    return HK_OK; /* rank 0 is on another host: TCP */
+  for (int i = 1; i < in->n; i++) {
+    if (in->me != 0 && i != in->me)
+      continue;
+    const int peer = in->me == 0 ? in->ranks[i] : 0;
+    hk_ctrl *c = &ctx->mesh.ctrl[peer];
+    hk_status st = hk_ctrl_init_shm(c, &in->seg, i, in->me == 0, c->fd);
+    if (st != HK_OK)
+      return st;
+  }
+  hk_log(HK_LOG_INFO,
+         "control messages %s through shared memory (%zu-byte rings)",
+         in->me == 0 ? "with the other ranks of this host" : "with rank 0",
+         in->seg.hdr->layout.ctrl_bytes);
+  return HK_OK;
+}
+
 static void mark_mapped(struct hk_intra *in) {
   hk_shm_ctl *c = hk_shm_seg_ctl(&in->seg, in->me);
   atomic_store(&c->pid, (int32_t)getpid());
@@ -148,7 +173,9 @@ static hk_status lead(hk_ctx *ctx, struct hk_intra *in, int *use) {
       st = send_msg(ctx, in->ranks[i], MSG_TCP, 0, ctx->rank, -1);
     return st;
   }
-  hk_shm_layout lay = {in->n, ctx->cfg.shm_slot_bytes, HK_SHM_LINK_BYTES};
+  /* rank 0's host: the control rings too (convert_control) */
+  hk_shm_layout lay = {in->n, ctx->cfg.shm_slot_bytes, HK_SHM_LINK_BYTES,
+                       ctx->rank == 0 ? HK_CTRL_SEND_BUFFER : 0};
   hk_status cst = (size_t)in->n * HK_SHM_LINE > lay.slot_bytes
                       ? hk_fail(HK_ERR_CONFIG,
                                 "HK_SHM_SLOT_BYTES=%zu is less than 64 bytes "
@@ -291,6 +318,8 @@ hk_status hk_intra_setup(hk_ctx *ctx) {
   hk_status st = in->me == 0 ? lead(ctx, in, &use) : follow(ctx, in, &use);
   if (st == HK_OK && use)
     st = convert_links(ctx, in);
+  if (st == HK_OK && use)
+    st = convert_control(ctx, in);
   if (st != HK_OK || !use) {
     free_intra(in);
     return st;

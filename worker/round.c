@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "collectives/transport/tcp.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/status.h"
@@ -327,7 +326,7 @@ static hk_status coordinator_receive(hk_ctx *ctx, hk_round *R, int r) {
   snprintf(who, sizeof who, "rank %d", r);
   hk_msg m;
   hk_status st =
-      hk_channel_recv(ctx->mesh.ctrl_fds[r], &m, &ctx->scratch, &ctx->io, who);
+      hk_channel_recv_on(&ctx->mesh.ctrl[r], &m, &ctx->scratch, &ctx->io, who);
   if (st != HK_OK)
     return st;
   if (m.type != HK_MSG_REQUESTS || R->waiting[r]) {
@@ -370,8 +369,8 @@ static hk_status send_members(hk_ctx *ctx, hk_round *R, const hk_set *s) {
     snprintf(who, sizeof who, "rank %d", r);
     ctx->scratch.data[HK_WIRE_ANSWER_OFFSET] = R->waiting[r];
     R->waiting[r] = 0;
-    st = hk_tcp_send_all(ctx->mesh.ctrl_fds[r], ctx->scratch.data,
-                         ctx->scratch.len, &ctx->io, who);
+    st = hk_channel_send_frame(&ctx->mesh.ctrl[r], ctx->scratch.data,
+                               ctx->scratch.len, &ctx->io, who);
   }
   return st;
 }
@@ -388,8 +387,8 @@ static hk_status answer_waiting(hk_ctx *ctx, hk_round *R) {
     char who[32];
     snprintf(who, sizeof who, "rank %d", r);
     R->waiting[r] = 0;
-    st = hk_tcp_send_all(ctx->mesh.ctrl_fds[r], R->answer.data, R->answer.len,
-                         &ctx->io, who);
+    st = hk_channel_send_frame(&ctx->mesh.ctrl[r], R->answer.data,
+                               R->answer.len, &ctx->io, who);
     hk_obs_message sent = {.kind = HK_OBS_MSG_ANSWER, .rank = r};
     hk_observe_message(&ctx->obs, &sent);
   }
@@ -447,9 +446,17 @@ hk_status hk_round_coordinate(hk_ctx *ctx, hk_round *R,
     st = feed(ctx, 0, R->reqs, n, R->bits, R->bit_sets, nbits);
   if (st == HK_OK && R->shutdown_rank < 0 && hk_round_shutdown_requested(ctx))
     R->shutdown_rank = 0;
-  for (int r = 1; r < ctx->size && st == HK_OK; r++)
-    if (pfds[first_ctrl + r - 1].revents)
+  for (int r = 1; r < ctx->size && st == HK_OK; r++) {
+    const short ev = pfds[first_ctrl + r - 1].revents;
+    int readable = 0;
+    if (ev) { /* tcp: bytes or EOF; shm: doorbells, EOF, ring bytes */
+      char who[32];
+      snprintf(who, sizeof who, "rank %d", r);
+      st = hk_ctrl_polled(&ctx->mesh.ctrl[r], ev, &readable, who);
+    }
+    if (st == HK_OK && readable)
       st = coordinator_receive(ctx, R, r);
+  }
   if (st != HK_OK)
     return st;
   inspect_stalls(ctx, R);

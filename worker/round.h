@@ -10,6 +10,12 @@
 
 #include "worker/context.h"
 
+/* Send buffer of a control connection: a RESPONSES of ~20k cached
+ * tensors at the default net.core.wmem_max (212992, doubled); the size of
+ * each shared-memory control ring too (worker/intra.c), so that what
+ * never blocked on TCP does not block there. */
+#define HK_CTRL_SEND_BUFFER (1u << 20)
+
 /* What the loop has decided so far, and its scratch (owned by the
  * background thread; hk_round_init / hk_round_free). */
 typedef struct hk_round {

@@ -166,7 +166,7 @@ hk_status hk_init(void) {
   hk_ctx *ctx = calloc(1, sizeof *ctx);
   if (!ctx)
     return hk_fail(HK_ERR_NOMEM, "cannot allocate the runtime context");
-  ctx->mesh = (hk_mesh){-1, -1, NULL, -1, NULL, NULL};
+  ctx->mesh = (hk_mesh){.listen_fd = -1, .launcher_fd = -1, .ctrl_fd = -1};
   ctx->wake_fd = -1;
   /* adaptive: a thread that finds mu taken spins briefly before it
    * sleeps; the trainer's submits and the background thread's takes and

@@ -27,7 +27,10 @@ static size_t plan(const hk_shm_layout *l, hk_shm_header *h) {
   if (l->n < 1 || l->n > HK_SHM_MAX_RANKS || l->slot_bytes < PAGE ||
       l->slot_bytes % HK_SHM_LINE || l->link_bytes < PAGE ||
       (l->link_bytes & (l->link_bytes - 1)) ||
-      l->slot_bytes > ((size_t)1 << 32) || l->link_bytes > ((size_t)1 << 30))
+      l->slot_bytes > ((size_t)1 << 32) || l->link_bytes > ((size_t)1 << 30) ||
+      (l->ctrl_bytes &&
+       (l->ctrl_bytes < PAGE || (l->ctrl_bytes & (l->ctrl_bytes - 1)) ||
+        l->ctrl_bytes > ((size_t)1 << 30))))
     return 0;
   const size_t n = (size_t)l->n;
   memset(h, 0, sizeof *h);
@@ -38,7 +41,10 @@ static size_t plan(const hk_shm_layout *l, hk_shm_header *h) {
   h->slot_off = round_up(h->ctl_off + n * HK_SHM_CTL, PAGE);
   h->ring_stride = round_up(sizeof(hk_shm_ring) + l->link_bytes, PAGE);
   h->ring_off = h->slot_off + n * 2 * round_up(l->slot_bytes, PAGE);
-  h->total_bytes = h->ring_off + n * n * h->ring_stride;
+  h->ctrl_off = h->ring_off + n * n * h->ring_stride;
+  h->ctrl_stride =
+      l->ctrl_bytes ? round_up(sizeof(hk_shm_ring) + l->ctrl_bytes, PAGE) : 0;
+  h->total_bytes = h->ctrl_off + 2 * (n - 1) * h->ctrl_stride;
   return (size_t)h->total_bytes;
 }
 
@@ -135,7 +141,8 @@ hk_status hk_shm_seg_open(long pid, int fd, hk_shm_seg *seg) {
                      ? plan(&h.layout, &want)
                      : 0;
   if (!bytes || bytes != seg->bytes || want.ring_off != h.ring_off ||
-      want.slot_off != h.slot_off || want.ctl_off != h.ctl_off) {
+      want.slot_off != h.slot_off || want.ctl_off != h.ctl_off ||
+      want.ctrl_off != h.ctrl_off || want.ctrl_stride != h.ctrl_stride) {
     hk_shm_seg_close(seg);
     return hk_fail(HK_ERR_PROTOCOL,
                    "the shared-memory segment %s has no valid hk header "
@@ -175,4 +182,12 @@ hk_shm_ring *hk_shm_seg_ring(const hk_shm_seg *seg, int i, int j) {
   size_t n = (size_t)seg->hdr->layout.n;
   return (hk_shm_ring *)(seg->base + seg->hdr->ring_off +
                          ((size_t)i * n + (size_t)j) * seg->hdr->ring_stride);
+}
+
+hk_shm_ring *hk_shm_seg_ctrl_ring(const hk_shm_seg *seg, int j, int to_zero) {
+  if (!seg->hdr->ctrl_stride || j < 1 || j >= seg->hdr->layout.n)
+    return NULL;
+  return (hk_shm_ring *)(seg->base + seg->hdr->ctrl_off +
+                         ((size_t)(j - 1) * 2 + (size_t)(to_zero != 0)) *
+                             seg->hdr->ctrl_stride);
 }

@@ -10,7 +10,11 @@
  *     half while its peers still read the other);
  *   - one byte ring per ordered pair of local ranks (i -> j, i != j):
  *     the stream of an shm link (collectives/transport/link_shm.c), a
- *     single-producer single-consumer ring of link_bytes bytes.
+ *     single-producer single-consumer ring of link_bytes bytes;
+ *   - with ctrl_bytes > 0 (the host of the job's rank 0, whose local rank
+ *     0 it is), two rings of ctrl_bytes per other local rank j: 0 -> j
+ *     and j -> 0, the control messages between rank 0 and j
+ *     (collectives/transport/ctrl.h), same structure as a link's ring.
  * Every part starts on its own page; counters and flags written by
  * different ranks sit on different cache lines (HK_SHM_LINE).
  *
@@ -19,6 +23,8 @@
  *   slot_off + i*S       slot of rank i: half 0, 1    S = 2*slot_bytes
  *   ring_off + (i*n+j)*R ring i -> j: head line,      R = 2 lines + data
  *                        tail line, link_bytes data
+ *   ctrl_off + (2*(j-1)+d)*C  control ring 0 -> j (d 0)  C = 2 lines +
+ *                        or j -> 0 (d 1)               ctrl_bytes
  *
  * Lifetime (docs/design.md: "segments belong to the job's user only and are
  * removed however the job ends"): the first local rank creates the
@@ -48,7 +54,7 @@
 #define HK_SHM_CTL 256 /* bytes of a rank's control block */
 #define HK_SHM_MAX_RANKS 256
 #define HK_SHM_MAGIC 0x314d48534b48ull /* "HKSHM1" */
-#define HK_SHM_VERSION 1u
+#define HK_SHM_VERSION 2u
 
 /** The doorbell a rank sleeps on (collectives/transport/shm_wait.h). */
 typedef struct hk_shm_doorbell {
@@ -81,11 +87,13 @@ typedef struct hk_shm_ring {
 } hk_shm_ring;
 
 /** What a segment holds: n local ranks, two slot halves of slot_bytes
- *  each per rank, a ring of link_bytes per ordered pair. */
+ *  each per rank, a ring of link_bytes per ordered pair, and with
+ *  ctrl_bytes > 0 the control rings between local rank 0 and the others. */
 typedef struct hk_shm_layout {
   int n;             /* 1..HK_SHM_MAX_RANKS */
   size_t slot_bytes; /* one half; a multiple of HK_SHM_LINE, >= 4096 */
   size_t link_bytes; /* a power of two, >= 4096 */
+  size_t ctrl_bytes; /* 0 (none), or a power of two, >= 4096 */
 } hk_shm_layout;
 
 /** The header at offset 0 (written by the creator before anyone opens). */
@@ -96,6 +104,7 @@ typedef struct hk_shm_header {
   uint64_t total_bytes;
   hk_shm_layout layout;
   uint64_t ctl_off, slot_off, ring_off, ring_stride;
+  uint64_t ctrl_off, ctrl_stride; /* control rings (ctrl_bytes > 0) */
 } hk_shm_header;
 
 /** A mapped segment (this process's view). */
@@ -148,5 +157,10 @@ uint8_t *hk_shm_seg_slot(const hk_shm_seg *seg, int i, int half);
 
 /** The byte ring from local rank i to local rank j (i != j). */
 hk_shm_ring *hk_shm_seg_ring(const hk_shm_seg *seg, int i, int j);
+
+/** The control ring between local rank 0 and local rank j (1 <= j < n):
+ *  0 -> j when to_zero is 0, j -> 0 when 1; ctrl_bytes of data. NULL when
+ *  the layout has no control rings (ctrl_bytes 0). */
+hk_shm_ring *hk_shm_seg_ctrl_ring(const hk_shm_seg *seg, int j, int to_zero);
 
 #endif

@@ -65,7 +65,7 @@ static void make_world(world *w, int n, size_t slot_bytes, double timeout) {
   for (int i = 0; i < MAXN; i++)
     if (perm8[i] < n)
       order[k++] = perm8[i];
-  hk_shm_layout lay = {n, slot_bytes, 4096};
+  hk_shm_layout lay = {n, slot_bytes, 4096, 0};
   hk_shm_seg creator;
   assert_int_equal(hk_shm_seg_create(&lay, &creator), HK_OK);
   for (int r = 0; r < n; r++)

@@ -31,7 +31,7 @@
  * once sealed it cannot be opened. */
 static void test_segment_lifecycle(void **state) {
   (void)state;
-  hk_shm_layout lay = {3, 8192, 4096};
+  hk_shm_layout lay = {3, 8192, 4096, 0};
   hk_shm_seg x, y, z;
   assert_int_equal(hk_shm_seg_create(&lay, &x), HK_OK);
   assert_true(x.fd >= 0);
@@ -58,7 +58,7 @@ static void test_segment_lifecycle(void **state) {
   assert_int_equal(q[8191], 42); /* the opener's mapping outlives it */
   hk_shm_seg_close(&y);
   hk_shm_seg_close(&y); /* twice is fine */
-  hk_shm_layout bad = {3, 100, 4096};
+  hk_shm_layout bad = {3, 100, 4096, 0};
   assert_int_equal(hk_shm_seg_create(&bad, &x), HK_ERR_INVALID_ARG);
   assert_int_equal(x.fd, -1);
 }
@@ -105,7 +105,7 @@ typedef struct pair {
 
 static void make_pair(pair *p, int mixed) {
   memset(p, 0, sizeof *p);
-  hk_shm_layout lay = {2, 4096, 4096};
+  hk_shm_layout lay = {2, 4096, 4096, 0};
   assert_int_equal(hk_shm_seg_create(&lay, &p->seg), HK_OK);
   int sv[2];
   assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
