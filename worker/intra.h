@@ -24,6 +24,9 @@
  *     (collectives/transport/link.h), keeping its first socket open for
  *     liveness; rd and alltoall use them as they are, and so does a
  *     ring with members on other hosts;
+ *     On rank 0's host, the control endpoints between rank 0 and the
+ *     others move onto the segment's control rings (ctrl.h), keeping
+ *     their sockets for liveness and doorbells;
  *  4. hk_intra_attach_ring: a ring whose members are all on this host
  *     (the flat ring of a one-host job, hierarchical's local ring) runs
  *     through the single-copy engine (collectives/shm_ring.h).
