@@ -56,10 +56,12 @@ static size_t put_some(shm_ctrl *s, int fd, const uint8_t *p, size_t n) {
   return m;
 }
 
-/* Bytes waiting in the incoming ring. */
+/* Bytes waiting in the incoming ring (head read seq_cst: after a seq_cst
+ * store of a waiter flag it is the other half of shm_wait.h's protocol;
+ * on x86 and arm64 as cheap as acquire). */
 static size_t ring_avail(const shm_ctrl *s) {
   uint64_t t = atomic_load_explicit(&s->in->tail, memory_order_relaxed);
-  uint64_t h = atomic_load_explicit(&s->in->head, memory_order_acquire);
+  uint64_t h = atomic_load(&s->in->head);
   return (size_t)(h - t);
 }
 
@@ -114,12 +116,14 @@ static void drain_doorbells(shm_ctrl *s, int fd) {
 static hk_status sleep_on_socket(hk_ctrl *c, int want_room, const hk_io *io,
                                  const char *who) {
   shm_ctrl *s = c->state;
+  /* seq_cst stores, then seq_cst loads: either this side sees the
+   * peer's bytes (or room), or the peer (fence, then the flag) sees the
+   * flag and rings */
   if (want_room)
     atomic_store(&s->out->writer_wait, HK_SHM_SLEEP_SOCKET);
   atomic_store(&s->in->reader_wait, HK_SHM_SLEEP_SOCKET);
-  atomic_thread_fence(memory_order_seq_cst);
   uint64_t h = atomic_load_explicit(&s->out->head, memory_order_relaxed);
-  uint64_t t = atomic_load_explicit(&s->out->tail, memory_order_acquire);
+  uint64_t t = atomic_load(&s->out->tail);
   int ready = ring_avail(s) > 0 || (want_room && h - t < s->cap);
   hk_status st = HK_OK;
   if (!ready) {
@@ -201,11 +205,12 @@ static int shm_pending(hk_ctrl *c) {
   return s->stash.len > s->stash_at || ring_avail(s) > 0;
 }
 
+/* The flag is a seq_cst store and the pending test that follows reads
+ * head seq_cst (ring_avail): either the reader sees the bytes or the
+ * writer (hk_shm_wake_flag: fence, then the flag) rings. */
 static void shm_arm(hk_ctrl *c, int on) {
   shm_ctrl *s = c->state;
   atomic_store(&s->in->reader_wait, on ? HK_SHM_SLEEP_SOCKET : HK_SHM_AWAKE);
-  if (on)
-    atomic_thread_fence(memory_order_seq_cst);
 }
 
 static hk_status shm_polled(hk_ctrl *c, short revents, int *readable,

@@ -11,7 +11,12 @@
  *    ranks 2 and 3 over TCP, rank 0 both;
  *  - kill -9 of rank 1 (on rings with rank 0) while the ranks negotiate
  *    round after round: every survivor fails naming it within
- *    HK_TIMEOUT_S, and nothing new is in /dev/shm.
+ *    HK_TIMEOUT_S, and nothing new is in /dev/shm;
+ *  - kill -9 of rank 1 while the others wait in the negotiation for a
+ *    tensor it never submitted, with hkrun stopped (SIGSTOP) meanwhile so
+ *    that no abort of hkrun's tells them: rank 0 learns it from the
+ *    control socket kept beside the rings (no collective runs) and tells
+ *    the others; all exit within HK_TIMEOUT_S naming rank 1.
  */
 #include <dirent.h>
 #include <setjmp.h>
@@ -183,6 +188,63 @@ static void test_kill9_mid_round(void **state) {
   }
 }
 
+/* The pid rank r printed as "[r] ready pid=", or -1. */
+static long ready_pid(const char *out, int r) {
+  char key[32];
+  snprintf(key, sizeof key, "[%d] ready pid=", r);
+  const char *at = strstr(out, key);
+  return at ? atol(at + strlen(key)) : -1;
+}
+
+/* hkrun stopped, then kill -9 of rank 1, which the others wait for in the
+ * negotiation: the survivors end by themselves, within HK_TIMEOUT_S,
+ * naming it. */
+static void test_kill9_hkrun_stopped(void **state) {
+  (void)state;
+  char *env[] = {"HK_INTRA_TRANSPORT=auto", "HK_TIMEOUT_S=8", NULL};
+  char *argv[] = {HKRUN_PATH, "-np", "4", W_SHMCTL, "hold", NULL};
+  hkt_proc p;
+  assert_int_equal(hkt_start(argv, env, &p), 0);
+  assert_int_equal(hkt_wait_lines(&p, "ready pid=", 4, 120), 0);
+  long pid[4];
+  for (int r = 0; r < 4; r++)
+    if ((pid[r] = ready_pid(p.out.data, r)) <= 0)
+      fail_msg("no pid of rank %d in:\n%s", r, p.out.data);
+  assert_int_equal(kill(p.pid, SIGSTOP), 0); /* hkrun tells nobody */
+  assert_int_equal(kill((pid_t)pid[1], SIGKILL), 0);
+  double killed = hkt_now();
+  int late = -1;
+  for (int r = 0; r < 4; r++)
+    if (r != 1 && hkt_wait_gone((pid_t)pid[r], killed + 8 - hkt_now()) != 0 &&
+        late < 0)
+      late = r;
+  double took = hkt_now() - killed;
+  assert_int_equal(kill(p.pid, SIGCONT), 0);
+  hkt_result r;
+  assert_int_equal(hkt_finish(&p, 30, &r), 0);
+  if (late >= 0)
+    fail_msg("rank %d still ran %.1f s after rank 1 was killed (HK_TIMEOUT_S "
+             "8)\nstdout:\n%s\nstderr:\n%s",
+             late, took, r.out, r.err);
+  for (int s = 0; s < 4; s++) {
+    if (s == 1)
+      continue;
+    char line[64];
+    snprintf(line, sizeof line, "rank %d failed: peer lost: ", s);
+    const char *l = strstr(r.out, line);
+    const char *eol = l ? strchr(l, '\n') : NULL;
+    const char *named = l ? strstr(l, "rank 1 ") : NULL;
+    if (!l || !named || (eol && named > eol))
+      fail_msg("rank %d did not fail naming rank 1:\nstdout:\n%s\n"
+               "stderr:\n%s",
+               s, r.out, r.err);
+    print_message("%.*s\n", eol ? (int)(eol - l) : 200, l);
+  }
+  print_message("survivors gone %.1f s after the kill\n", took);
+  hkt_result_free(&r);
+  assert_int_equal(hkt_orphans(NULL, 0), 0);
+}
+
 int main(void) {
   hkt_setup();
   const struct CMUnitTest tests[] = {
@@ -194,6 +256,7 @@ int main(void) {
       cmocka_unit_test(test_tcp_setting),
       cmocka_unit_test(test_mixed_hosts),
       cmocka_unit_test(test_kill9_mid_round),
+      cmocka_unit_test(test_kill9_hkrun_stopped),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -13,6 +13,10 @@
  *               after the first; the test kills a rank with SIGKILL. A
  *               survivor prints "rank R failed: <status>: <message>" and
  *               exits 1.
+ *   hold      : one allreduce, "ready pid=<pid>"; then rank 1 waits in
+ *               pause() (the test kills it) while the others wait in the
+ *               negotiation for a tensor it never submits; they print as
+ *               in kill mode and exit 1.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -141,11 +145,29 @@ static int mode_kill(void) {
   }
 }
 
+static int mode_hold(void) {
+  HKT_OK(hk_init());
+  const int rank = hk_rank();
+  float v = 1.0f;
+  HKT_OK(hk_allreduce("first", &v, &v, 1, HK_FLOAT32, HK_SUM));
+  printf("ready pid=%d\n", (int)getpid());
+  fflush(stdout);
+  if (rank == 1)
+    for (;;)
+      pause();
+  hk_status st = hk_allreduce("held", &v, &v, 1, HK_FLOAT32, HK_SUM);
+  printf("rank %d failed: %s: %s\n", rank, hk_strerror(st), hk_last_error());
+  fflush(stdout);
+  return 1;
+}
+
 int main(int argc, char **argv) {
   if (argc == 3 && !strcmp(argv[1], "run"))
     return mode_run(atoi(argv[2]));
   if (argc == 2 && !strcmp(argv[1], "kill"))
     return mode_kill();
-  fprintf(stderr, "usage: w_shmctl run ITERS | kill\n");
+  if (argc == 2 && !strcmp(argv[1], "hold"))
+    return mode_hold();
+  fprintf(stderr, "usage: w_shmctl run ITERS | kill | hold\n");
   return 2;
 }
