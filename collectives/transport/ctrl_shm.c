@@ -176,14 +176,16 @@ static hk_status shm_recv(hk_ctrl *c, void *p, size_t n, const hk_io *io,
   size_t from_stash = s->stash.len - s->stash_at;
   if (from_stash > n)
     from_stash = n;
-  memcpy(q, s->stash.data + s->stash_at, from_stash);
-  s->stash_at += from_stash;
-  if (s->stash_at == s->stash.len) {
-    hk_buf_clear(&s->stash);
-    s->stash_at = 0;
+  if (from_stash) { /* (an empty stash may have no memory yet) */
+    memcpy(q, s->stash.data + s->stash_at, from_stash);
+    s->stash_at += from_stash;
+    if (s->stash_at == s->stash.len) {
+      hk_buf_clear(&s->stash);
+      s->stash_at = 0;
+    }
+    q += from_stash;
+    n -= from_stash;
   }
-  q += from_stash;
-  n -= from_stash;
   while (n > 0) {
     size_t got;
     hk_status st = take_some(s, c->fd, q, n, &got);
