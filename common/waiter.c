@@ -11,7 +11,7 @@
 #define EWMA_W 0.125 /* weight of the newest wait in the averages */
 
 static double cap_s = HK_WAITER_DEFAULT_CAP_S;
-static int fits = 1;
+static hk_waiter_fit fit = HK_WAITER_FIT_THREADS;
 
 typedef struct learned {
   int seen;        /* waits recorded */
@@ -32,10 +32,21 @@ static inline void cpu_relax(void) {
 
 void hk_waiter_configure(double cap, int local_size, int cpus) {
   cap_s = cap > 0 ? cap : 0;
-  fits = local_size > 0 && cpus > 0 && 2 * local_size <= cpus;
+  if (local_size < 1)
+    local_size = 1;
+  if (cpus < 1)
+    cpus = 1;
+  fit = 2 * local_size <= cpus ? HK_WAITER_FIT_THREADS
+        : local_size <= cpus   ? HK_WAITER_FIT_RANKS
+                               : HK_WAITER_OVERSUBSCRIBED;
 }
 
-int hk_waiter_fits(void) { return fits; }
+hk_waiter_fit hk_waiter_fits(void) { return fit; }
+
+void hk_waiter_until(hk_waiter *w, double until) {
+  if (until < w->until)
+    w->until = until > w->start ? until : w->start;
+}
 
 double hk_waiter_budget(hk_wait_kind kind) {
   const learned *l = &learn[kind];
@@ -72,21 +83,24 @@ void hk_waiter_begin(hk_waiter *w, hk_wait_kind kind, int in_flight) {
   w->yielding = 0;
   w->spent = 0;
   w->polls = 0;
+  w->yields = 0;
   counts.waits++;
 }
 
 int hk_waiter_spin(hk_waiter *w) {
   if (w->spent)
     return 0;
-  if (w->until <= w->start || ((w->polls & 15) == 15 && hk_now() >= w->until)) {
+  if (w->until <= w->start || ((w->polls & 15) == 15 && hk_now() >= w->until) ||
+      (fit == HK_WAITER_OVERSUBSCRIBED && w->yields >= HK_WAITER_YIELDS)) {
     counts.sleeps++;
     w->spent = 1; /* later calls say so at once, uncounted */
     return 0;
   }
   w->polls++;
-  if (!fits && w->polls > HK_WAITER_POLLS)
+  if (fit != HK_WAITER_FIT_THREADS && w->polls > HK_WAITER_POLLS)
     w->yielding = 1;
   if (w->yielding) {
+    w->yields++;
     counts.yields++;
     sched_yield();
   } else {

@@ -21,9 +21,16 @@
  *     - when the host's busy threads fit its cores (each local rank's
  *       trainer and background thread: 2 x local ranks <= usable CPUs),
  *       polls separated by the CPU's pause instruction;
- *     - otherwise (oversubscribed) HK_WAITER_POLLS such polls, then
- *       sched_yield() between polls for the rest of the budget, which
- *       hands the core to a runnable thread (often the one awaited).
+ *     - when only the ranks fit (local ranks <= CPUs < 2 x local ranks:
+ *       a rank's two threads rarely run at once, one waits for the
+ *       other), HK_WAITER_POLLS such polls, then sched_yield() between
+ *       polls for the rest of the budget, which hands the core to a
+ *       runnable thread (often the one awaited);
+ *     - when the ranks outnumber the cores (oversubscribed), the same
+ *       HK_WAITER_POLLS polls and then at most HK_WAITER_YIELDS yields:
+ *       the writer awaited is likely waiting for this very core, and a
+ *       yield among many runnable threads does not reliably hand it over,
+ *       so the waiter sleeps early.
  *  3. Then the caller sleeps in its own blocking call, which wakes on the
  *     event (and checks liveness and timeouts as it always did).
  *
@@ -49,10 +56,11 @@
 
 #include <stdint.h>
 
-#define HK_WAITER_POLLS 64           /* pause-polls before yielding, oversub. */
-#define HK_WAITER_FLOOR_S 20e-6      /* least budget of a wait in flight */
-#define HK_WAITER_MARGIN_S 10e-6     /* added to 3 x the mean hit */
-#define HK_WAITER_HIT_MIN 0.125      /* hit rate below which only the floor */
+#define HK_WAITER_POLLS 64       /* pause-polls before yielding */
+#define HK_WAITER_YIELDS 8       /* yields before sleeping, oversubscribed */
+#define HK_WAITER_FLOOR_S 20e-6  /* least budget of a wait in flight */
+#define HK_WAITER_MARGIN_S 10e-6 /* added to 3 x the mean hit */
+#define HK_WAITER_HIT_MIN 0.125  /* hit rate below which only the floor */
 #define HK_WAITER_DEFAULT_CAP_S 1e-3 /* before hk_waiter_configure */
 
 /** The kinds of wait, each learned apart (their lengths differ). */
@@ -65,12 +73,13 @@ typedef enum hk_wait_kind {
 
 /** One wait in progress (the caller's, on its stack). */
 typedef struct hk_waiter {
-  double start;   /* hk_now() at begin */
-  double until;   /* end of the polling budget */
-  int kind;       /* hk_wait_kind */
-  int yielding;   /* 1 once polls give way to yields */
-  int spent;      /* 1 once the budget ran out */
-  unsigned polls; /* polls made in this wait */
+  double start;    /* hk_now() at begin */
+  double until;    /* end of the polling budget */
+  int kind;        /* hk_wait_kind */
+  int yielding;    /* 1 once polls give way to yields */
+  unsigned yields; /* yields made in this wait */
+  int spent;       /* 1 once the budget ran out */
+  unsigned polls;  /* polls made in this wait */
 } hk_waiter;
 
 /** What this thread's waits did since it started (for tests, the flight
@@ -86,12 +95,26 @@ typedef struct hk_waiter_counts {
  * Sets the policy for the process: cap_s (seconds, >= 0: HK_SPIN_US; 0:
  * never poll), local_size (this host's ranks) and cpus (the usable CPUs,
  * hk_usable_cpus()): polling without yielding when 2 x local_size <=
- * cpus. Call before any thread waits (not thread-safe against waits).
+ * cpus, yielding for the budget when local_size <= cpus, a few yields
+ * then sleep when local_size > cpus. Call before any thread waits (not
+ * thread-safe against waits).
  */
 void hk_waiter_configure(double cap_s, int local_size, int cpus);
 
-/** 1 when the host's busy threads fit its cores (see configure). */
-int hk_waiter_fits(void);
+/** How the host's threads fit its cores (see configure). */
+typedef enum hk_waiter_fit {
+  HK_WAITER_FIT_THREADS = 0, /* 2 x local ranks <= CPUs: pause-polls */
+  HK_WAITER_FIT_RANKS,       /* local ranks <= CPUs: polls, then yields */
+  HK_WAITER_OVERSUBSCRIBED   /* local ranks > CPUs: a few yields, sleep */
+} hk_waiter_fit;
+
+/** The fit hk_waiter_configure found. */
+hk_waiter_fit hk_waiter_fits(void);
+
+/** Ends w's polling at `until` (hk_now() seconds) if that is sooner than
+ *  its budget: for a caller that knows when polling stops paying (the
+ *  background thread: HK_SPIN_US after its last event). */
+void hk_waiter_until(hk_waiter *w, double until);
 
 /**
  * Starts a wait of `kind`. in_flight = 0 means nothing is expected soon:

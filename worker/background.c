@@ -350,17 +350,29 @@ static void arm_all(hk_ctx *ctx, int first, int n, int on) {
  * first without blocking as hk's wait policy says (common/waiter.h):
  * while tensors this thread took are in flight (their answer, or a peer's
  * message, is due soon), for the budget learned from recent waits; with
- * nothing in flight it sleeps at once, so an idle job uses no CPU. The
+ * none, until HK_SPIN_US after the last event (*last_event, moved to now
+ * by every event: a step's next tensor finds the thread awake), and once
+ * that has passed it sleeps at once, so an idle job uses no CPU. The
  * control endpoints from first_ctrl on are tested beside the descriptors
  * (an shm ring's bytes show as POLLIN) and armed before the loop sleeps
  * (ctrl.h). Returns poll's result plus the endpoints found pending. */
 static int wait_events(hk_ctx *ctx, struct pollfd *p, int n, int first_ctrl,
-                       int timeout_ms) {
+                       int timeout_ms, double *last_event) {
   int rc = poll_now(ctx, p, n, first_ctrl);
-  if (rc != 0 || timeout_ms == 0)
+  if (rc != 0 || timeout_ms == 0) {
+    if (rc > 0)
+      *last_event = hk_now();
     return rc;
+  }
+  /* in flight: tensors it took and has not completed; or a step going
+   * on, whose next tensor is due: an event less than HK_SPIN_US ago (the
+   * polling then ends HK_SPIN_US after that event) */
+  const int busy = hk_strmap_size(ctx->taken) > 0;
+  const double linger = *last_event + ctx->cfg.spin_us * 1e-6;
   hk_waiter w;
-  hk_waiter_begin(&w, HK_WAIT_EVENTS, hk_strmap_size(ctx->taken) > 0);
+  hk_waiter_begin(&w, HK_WAIT_EVENTS, busy || hk_now() < linger);
+  if (!busy)
+    hk_waiter_until(&w, linger);
   const double end = timeout_ms > 0 ? hk_now() + timeout_ms * 1e-3 : 0;
   while (hk_waiter_spin(&w)) {
     if ((rc = poll_now(ctx, p, n, first_ctrl)) != 0)
@@ -386,6 +398,8 @@ static int wait_events(hk_ctx *ctx, struct pollfd *p, int n, int first_ctrl,
     arm_all(ctx, first_ctrl, n, 0);
   }
   hk_waiter_end(&w);
+  if (rc > 0)
+    *last_event = hk_now();
   return rc;
 }
 
@@ -434,9 +448,10 @@ void *hk_background_main(void *arg) {
     R.request_cap = HK_CTRL_REQUEST_MAX;
   if (R.request_cap < HK_CTRL_REQUEST_MIN)
     R.request_cap = HK_CTRL_REQUEST_MIN;
+  double last_event = hk_now();
   for (;;) {
-    int rc =
-        wait_events(ctx, pfds, npfd, first_ctrl, hk_round_timeout_ms(ctx, &R));
+    int rc = wait_events(ctx, pfds, npfd, first_ctrl,
+                         hk_round_timeout_ms(ctx, &R), &last_event);
     if (rc < 0)
       continue; /* EINTR */
     if (pfds[wake_i].revents) {

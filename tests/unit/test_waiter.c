@@ -3,8 +3,11 @@
  * (polls, yields, sleeps counted per thread), not by how long it takes:
  *  - nothing in flight: no poll, no yield, a sleep at once;
  *  - busy threads fit the cores: pause-polls until the budget, no yield;
- *  - oversubscribed: at most HK_WAITER_POLLS polls before the first
- *    yield, then yields, then a sleep;
+ *  - only the ranks fit: at most HK_WAITER_POLLS polls before the first
+ *    yield, then yields until the budget, then a sleep;
+ *  - oversubscribed (more ranks than cores): HK_WAITER_POLLS polls, at
+ *    most HK_WAITER_YIELDS yields, then a sleep, whatever the budget;
+ *  - a caller's earlier end (hk_waiter_until) stops the polling;
  *  - the budget learned: short waits give a budget of 3 x their mean plus
  *    the margin; waits past the cap give only the floor; a cap of 0 never
  *    polls; hits are judged against the cap, so a floor budget recovers.
@@ -52,7 +55,7 @@ static void idle_never_polls(void **s) {
 static void fitting_polls_without_yield(void **s) {
   (void)s;
   hk_waiter_configure(CAP, 2, 4); /* 2 ranks x 2 threads on 4 cores */
-  assert_int_equal(hk_waiter_fits(), 1);
+  assert_int_equal(hk_waiter_fits(), HK_WAITER_FIT_THREADS);
   unsigned steps = spin_out(HK_WAIT_PEER, 1);
   hk_waiter_counts c;
   hk_waiter_counts_get(&c);
@@ -62,16 +65,42 @@ static void fitting_polls_without_yield(void **s) {
   assert_int_equal(c.sleeps, 1);
 }
 
-static void oversubscribed_yields_early(void **s) {
+static void ranks_fit_poll_then_yield(void **s) {
   (void)s;
-  hk_waiter_configure(CAP, 2, 2); /* 4 busy threads on 2 cores */
-  assert_int_equal(hk_waiter_fits(), 0);
+  hk_waiter_configure(CAP, 2, 2); /* 4 threads, 2 ranks on 2 cores */
+  assert_int_equal(hk_waiter_fits(), HK_WAITER_FIT_RANKS);
   unsigned steps = spin_out(HK_WAIT_PEER, 1);
   hk_waiter_counts c;
   hk_waiter_counts_get(&c);
-  assert_true(c.polls <= HK_WAITER_POLLS);
-  assert_true(c.yields > 0);
+  assert_int_equal(c.polls, HK_WAITER_POLLS);
+  assert_true(c.yields > HK_WAITER_YIELDS); /* 200 us of them */
   assert_int_equal(c.polls + c.yields, steps);
+  assert_int_equal(c.sleeps, 1);
+}
+
+static void oversubscribed_sleeps_early(void **s) {
+  (void)s;
+  hk_waiter_configure(1.0, 4, 2); /* 4 ranks on 2 cores; a 1 s cap */
+  assert_int_equal(hk_waiter_fits(), HK_WAITER_OVERSUBSCRIBED);
+  unsigned steps = spin_out(HK_WAIT_PEER, 1);
+  hk_waiter_counts c;
+  hk_waiter_counts_get(&c);
+  assert_int_equal(c.polls, HK_WAITER_POLLS);
+  assert_int_equal(c.yields, HK_WAITER_YIELDS);
+  assert_int_equal(steps, HK_WAITER_POLLS + HK_WAITER_YIELDS);
+  assert_int_equal(c.sleeps, 1);
+}
+
+static void caller_ends_polling(void **s) {
+  (void)s;
+  hk_waiter_configure(1.0, 1, 8); /* a 1 s cap, pause-polls */
+  hk_waiter w;
+  hk_waiter_begin(&w, HK_WAIT_EVENTS, 1);
+  hk_waiter_until(&w, w.start); /* no time left: sleep at once */
+  assert_int_equal(hk_waiter_spin(&w), 0);
+  hk_waiter_counts c;
+  hk_waiter_counts_get(&c);
+  assert_int_equal(c.polls + c.yields, 0);
   assert_int_equal(c.sleeps, 1);
 }
 
@@ -113,7 +142,9 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup(idle_never_polls, setup),
       cmocka_unit_test_setup(fitting_polls_without_yield, setup),
-      cmocka_unit_test_setup(oversubscribed_yields_early, setup),
+      cmocka_unit_test_setup(ranks_fit_poll_then_yield, setup),
+      cmocka_unit_test_setup(oversubscribed_sleeps_early, setup),
+      cmocka_unit_test_setup(caller_ends_polling, setup),
       cmocka_unit_test_setup(budget_learned, setup),
       cmocka_unit_test_setup(cap_zero_never_polls, setup),
   };
