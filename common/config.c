@@ -268,6 +268,13 @@ static const tunable table[] = {
          "float32 device gradients travel in this type"),
     INT("HK_GPU", -1, 0, 1023, gpu, "the local rank",
         "the GPU this process uses, an index among those it sees"),
+    /* enough for a step's batches to follow each other on the GPU without
+     * a gap (the next one enqueued while the last runs); each holds four
+     * events and its handles until the background thread sees it done */
+    INT("HK_DEVICE_INFLIGHT", 4, 1, 16, device_inflight, "4",
+        "device allreduce batches queued on hk's stream at once; the next "
+        "is enqueued while earlier ones run; 1: each waits for the one "
+        "before"),
     INT("HK_TEST_GPU", 0, 0, 1, test_gpu, "0",
         "1: tests that need a real GPU fail instead of skipping"),
     INT("HK_TIMELINE_MARK_CYCLES", 0, 0, 1, timeline_mark_cycles, "0",

@@ -102,7 +102,9 @@ typedef struct hk_config {
   /* HK_EMU_FAULT=kind:rank:op[:ms] (emu backend only): kind 0 none,
      1 error, 2 hang, 3 delay, 4 enqueue (device.h hk_dev_fault_kind) */
   int emu_fault_kind, emu_fault_rank, emu_fault_op, emu_fault_ms;
-  int emu_devices; /* HK_EMU_DEVICES: devices the emulated driver shows */
+  int emu_devices;     /* HK_EMU_DEVICES: devices the emulated driver shows */
+  int device_inflight; /* HK_DEVICE_INFLIGHT: device allreduce batches in
+                          flight on hk's stream at once (1..16) */
 } hk_config;
 
 /** HK_DEVICE: which device backend GPU tensors use. */

@@ -72,6 +72,7 @@
 #include "common/waiter.h"
 #include "coordinator/cache.h"
 #include "coordinator/channel.h"
+#include "worker/devflight.h"
 #include "worker/execute.h"
 #include "worker/queue.h"
 #include "worker/round.h"
@@ -450,8 +451,13 @@ void *hk_background_main(void *arg) {
     R.request_cap = HK_CTRL_REQUEST_MIN;
   double last_event = hk_now();
   for (;;) {
-    int rc = wait_events(ctx, pfds, npfd, first_ctrl,
-                         hk_round_timeout_ms(ctx, &R), &last_event);
+    /* device batches in flight have no file descriptor: while there are,
+     * their events are looked at every millisecond at least (the wait
+     * polls first: their handles are in flight) */
+    int timeout_ms = hk_round_timeout_ms(ctx, &R);
+    if (hk_devflight_count(ctx) > 0 && (timeout_ms < 0 || timeout_ms > 1))
+      timeout_ms = 1;
+    int rc = wait_events(ctx, pfds, npfd, first_ctrl, timeout_ms, &last_event);
     if (rc < 0)
       continue; /* EINTR */
     if (pfds[wake_i].revents) {
@@ -461,10 +467,11 @@ void *hk_background_main(void *arg) {
     }
     /* a flight record asked for by SIGUSR1, hkrun --monitor's table */
     hk_observe_polled(&ctx->obs, pfds + obs_i);
-    hk_status st = HK_OK;
-    if (ctx->rank == 0) {
+    /* device batches whose work has completed complete their handles */
+    hk_status st = hk_devflight_retire(ctx, hk_devflight_count(ctx), NULL);
+    if (st == HK_OK && ctx->rank == 0) {
       st = hk_round_coordinate(ctx, &R, pfds, first_ctrl);
-    } else {
+    } else if (st == HK_OK) {
       int readable = 0;
       if (pfds[first_ctrl].revents)
         st = hk_ctrl_polled(ctrl_at(ctx, 0), pfds[first_ctrl].revents,
@@ -499,6 +506,13 @@ void *hk_background_main(void *arg) {
       fail_job(ctx, R.abort_status, R.abort_reason, 0);
       break;
     }
+    if (R.shutdown_rank >= 0 &&
+        (st = hk_devflight_retire(ctx, 0, NULL)) != HK_OK) {
+      char what[HK_ERROR_MSG_CAP]; /* the last batches failed */
+      snprintf(what, sizeof what, "%s", hk_last_error());
+      fail_job(ctx, st, what, 1);
+      break;
+    }
     if (R.shutdown_rank >= 0) {
       char why[64];
       snprintf(why, sizeof why, "rank %d called hk_shutdown", R.shutdown_rank);
@@ -509,6 +523,7 @@ void *hk_background_main(void *arg) {
   if (R.shutdown_rank >= 0)
     linger(ctx);
 out:
+  hk_devflight_drop(ctx); /* what the job's failure completed */
   free(pfds);
   hk_round_free(&R);
   pthread_mutex_lock(&ctx->mu);

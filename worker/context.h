@@ -197,9 +197,11 @@ typedef struct hk_ctx {
   double next_stall_warning; /* [bg] rank 0: no warning before this */
 
   /* The GPU data plane (worker/devplane.h). */
-  hk_device *dev;          /* the backend HK_DEVICE opened, or NULL */
-  char dev_missing[512];   /* with dev NULL: why there is none */
-  struct hk_devplane *gpu; /* [bg] streams, communicator, buffers */
+  hk_device *dev;                  /* the backend HK_DEVICE opened, or NULL */
+  char dev_missing[512];           /* with dev NULL: why there is none */
+  struct hk_devplane *gpu;         /* [bg] streams, communicator, buffers */
+  struct hk_devflights *devflight; /* [bg] device batches in flight
+                                      (worker/devflight.h), or NULL */
 
   /* The observers (observe/observe.h): attached by hk_init (worker/
    * observers.h), detached by hk_shutdown; the list does not change while

@@ -25,6 +25,18 @@
  * creating one per tensor and step costs a driver call each. */
 #define EVENT_POOL 256
 
+/* A device allreduce batch queued on hk's stream that the background
+ * thread has not yet seen complete (hk_devplane_allreduce enqueues it,
+ * hk_devplane_oldest_done retires it). */
+struct hk_devflight {
+  struct hk_devset *ds; /* the communicator it runs on */
+  hk_dev_event ev[4];   /* timed, recorded on hk's stream: before the pack,
+                           after it, after the schedule, after the unpack
+                           (its end: what completes it) */
+  double since;         /* hk_now() when the watchdog's HK_TIMEOUT_S began
+                           for it: when it became the oldest in flight */
+};
+
 /* One process set's device communicator and what its schedules run on:
  * the world's streams, events and staging slots, its own communicator
  * among its members on this host. */
@@ -49,9 +61,12 @@ struct hk_devplane {
   size_t seg_cap;
   size_t *off; /* where the batch's segment j has reached, nseg */
   size_t off_cap;
-  hk_dev_event ev_done;
-  hk_dev_event ev_phase[3];      /* before the pack, after it, after the
-                                    schedule (ev_done ends the unpack) */
+  hk_dev_event ev_done; /* a staging copy's end, the fusion buffer's
+                          last use: waited at once */
+  /* the batches in flight, oldest first: fl[(head + i) % inflight] for i
+   * in [0, nfl); inflight = HK_DEVICE_INFLIGHT of them have their events */
+  struct hk_devflight fl[HK_DEV_INFLIGHT_MAX];
+  int inflight, head, nfl;
   pthread_mutex_t pool_mu;       /* the spare per-tensor events: */
   hk_dev_event pool[EVENT_POOL]; /* made by event_create, kept for reuse */
   int npool;
@@ -78,58 +93,76 @@ static int launcher_says_abort(const hk_ctx *ctx) {
  * communicator's settle) end on hkrun's abort too. */
 static int stop_requested(void *ctx) { return launcher_says_abort(ctx); }
 
-/* Waits for e; watches the communicator's async errors, hkrun's abort and
- * HK_TIMEOUT_S. Polls with a back-off from 2 us to 1 ms: the event has
- * no file descriptor to sleep on. */
-static hk_status dev_wait(void *arg, hk_dev_event e, const char *what) {
-  struct hk_devset *ds = arg;
+/* One look at e under the watchdog: *done once it has completed; else
+ * an error when the communicator reports an async error, hkrun aborts
+ * the job, or `deadline` (hk_now()) has passed, the communicator then
+ * aborted. */
+static hk_status dev_check(struct hk_devset *ds, hk_dev_event e,
+                           const char *what, double deadline, int *done) {
   hk_ctx *ctx = ds->ctx;
   const hk_device_ops *o = ctx->dev->ops;
-  const double deadline = hk_now() + ctx->cfg.timeout_s;
-  long ns = 2000;
-  for (;;) {
-    int done = 0;
-    hk_status st = o->event_query(ctx->dev, e, &done);
+  *done = 0;
+  hk_status st = o->event_query(ctx->dev, e, done);
+  if (st != HK_OK) {
+    char msg[HK_ERROR_MSG_CAP];
+    snprintf(msg, sizeof msg, "%s", hk_last_error());
+    abort_comm(ds);
+    return hk_fail(HK_ERR_DEVICE, "%s failed on rank %d: %s", what, ctx->rank,
+                   msg);
+  }
+  if (*done)
+    return HK_OK;
+  if (ds->sched.comm) {
+    int pending = 0;
+    st = o->comm_async_error(ds->sched.comm, &pending);
     if (st != HK_OK) {
       char msg[HK_ERROR_MSG_CAP];
       snprintf(msg, sizeof msg, "%s", hk_last_error());
       abort_comm(ds);
-      return hk_fail(HK_ERR_DEVICE, "%s failed on rank %d: %s", what, ctx->rank,
-                     msg);
+      return hk_fail(HK_ERR_DEVICE,
+                     "the device communicator (%s) failed on rank %d "
+                     "during %s: %s; it was aborted",
+                     o->name, ctx->rank, what, msg);
     }
-    if (done)
-      return HK_OK;
-    if (ds->sched.comm) {
-      int pending = 0;
-      st = o->comm_async_error(ds->sched.comm, &pending);
-      if (st != HK_OK) {
-        char msg[HK_ERROR_MSG_CAP];
-        snprintf(msg, sizeof msg, "%s", hk_last_error());
-        abort_comm(ds);
-        return hk_fail(HK_ERR_DEVICE,
-                       "the device communicator (%s) failed on rank %d "
-                       "during %s: %s; it was aborted",
-                       o->name, ctx->rank, what, msg);
-      }
-    }
-    if (launcher_says_abort(ctx)) {
-      abort_comm(ds);
-      return hk_fail(HK_ERR_PEER_LOST,
-                     "hkrun stopped the job while rank %d waited for %s",
-                     ctx->rank, what);
-    }
-    if (hk_now() > deadline) {
-      abort_comm(ds);
-      return hk_fail(HK_ERR_TIMEOUT,
-                     "%s did not complete within HK_TIMEOUT_S = %g s on rank "
-                     "%d (device work hung: a rank stopped inside the device "
-                     "communicator?); the communicator was aborted",
-                     what, ctx->cfg.timeout_s, ctx->rank);
-    }
+  }
+  if (launcher_says_abort(ctx)) {
+    abort_comm(ds);
+    return hk_fail(HK_ERR_PEER_LOST,
+                   "hkrun stopped the job while rank %d waited for %s",
+                   ctx->rank, what);
+  }
+  if (hk_now() > deadline) {
+    abort_comm(ds);
+    return hk_fail(HK_ERR_TIMEOUT,
+                   "%s did not complete within HK_TIMEOUT_S = %g s on rank "
+                   "%d (device work hung: a rank stopped inside the device "
+                   "communicator?); the communicator was aborted",
+                   what, ctx->cfg.timeout_s, ctx->rank);
+  }
+  return HK_OK;
+}
+
+/* Waits for e until `deadline` under dev_check's watchdog. Polls with a
+ * back-off from 2 us to 1 ms: the event has no file descriptor to sleep
+ * on. */
+static hk_status dev_wait_until(struct hk_devset *ds, hk_dev_event e,
+                                const char *what, double deadline) {
+  long ns = 2000;
+  for (;;) {
+    int done = 0;
+    hk_status st = dev_check(ds, e, what, deadline, &done);
+    if (st != HK_OK || done)
+      return st;
     struct timespec ts = {0, ns};
     nanosleep(&ts, NULL);
     ns = ns < 500000 ? ns * 2 : 1000000;
   }
+}
+
+/* The schedules' watchdog (hk_dev_sched.wait): e within HK_TIMEOUT_S. */
+static hk_status dev_wait(void *arg, hk_dev_event e, const char *what) {
+  struct hk_devset *ds = arg;
+  return dev_wait_until(ds, e, what, hk_now() + ds->ctx->cfg.timeout_s);
 }
 
 /* ---- per-tensor events, reused ---- */
@@ -242,6 +275,10 @@ static void plane_init(hk_ctx *ctx, struct hk_devplane *g) {
   s->wait_arg = &g->world;
   ctx->ar.dev = s;
   ctx->sets[0]->dev = &g->world;
+  g->inflight = ctx->cfg.device_inflight < 1 ? 1
+                : ctx->cfg.device_inflight > HK_DEV_INFLIGHT_MAX
+                    ? HK_DEV_INFLIGHT_MAX
+                    : ctx->cfg.device_inflight;
 }
 
 /* hk's streams and events (those still missing: a failed attempt is
@@ -264,13 +301,14 @@ static hk_status make_streams(hk_ctx *ctx, struct hk_devplane *g) {
   }
   if (st == HK_OK && !s->ev_ready)
     st = o->event_create(ctx->dev, &s->ev_ready);
-  /* the timeline's phase events (ev_done ends the last phase): timed; every
-   * other event is made without timing (cheaper to record and wait on) */
   if (st == HK_OK && !g->ev_done)
-    st = o->event_create_timed(ctx->dev, &g->ev_done);
-  for (int i = 0; i < 3 && st == HK_OK; i++)
-    if (!g->ev_phase[i])
-      st = o->event_create_timed(ctx->dev, &g->ev_phase[i]);
+    st = o->event_create(ctx->dev, &g->ev_done);
+  /* the batches' events time the timeline's phases: timed; every other
+   * event is made without timing (cheaper to record and wait on) */
+  for (int i = 0; i < g->inflight && st == HK_OK; i++)
+    for (int j = 0; j < 4 && st == HK_OK; j++)
+      if (!g->fl[i].ev[j])
+        st = o->event_create_timed(ctx->dev, &g->fl[i].ev[j]);
   return st;
 }
 
@@ -352,9 +390,10 @@ void hk_devplane_close(hk_ctx *ctx) {
       o->event_destroy(ctx->dev, s->ev_ready);
     if (g->ev_done)
       o->event_destroy(ctx->dev, g->ev_done);
-    for (int i = 0; i < 3; i++)
-      if (g->ev_phase[i])
-        o->event_destroy(ctx->dev, g->ev_phase[i]);
+    for (int i = 0; i < HK_DEV_INFLIGHT_MAX; i++)
+      for (int j = 0; j < 4; j++)
+        if (g->fl[i].ev[j])
+          o->event_destroy(ctx->dev, g->fl[i].ev[j]);
     for (int i = 0; i < g->npool; i++)
       o->event_destroy(ctx->dev, g->pool[i]);
     pthread_mutex_destroy(&g->pool_mu);
@@ -714,7 +753,7 @@ static hk_status exchange_uid(hk_ctx *ctx, hk_set *set, struct hk_devset *ds) {
 
 hk_status hk_devplane_allreduce(hk_ctx *ctx, hk_set *set, hk_handle *hs,
                                 uint32_t k, int32_t divisor,
-                                const hk_allreduce_impl *a, double phase_s[3]) {
+                                const hk_allreduce_impl *a) {
   struct hk_devset *ds = set->dev; /* NULL without a device */
   hk_status st = HK_OK;
   /* first, so that a member without a device (it fails below) does not
@@ -729,6 +768,12 @@ hk_status hk_devplane_allreduce(hk_ctx *ctx, hk_set *set, hk_handle *hs,
     return st;
   struct hk_devplane *g = ctx->gpu;
   share_streams(g, ds);
+  if (g->nfl >= g->inflight)
+    return hk_fail(HK_ERR_INVALID_ARG,
+                   "%d device batches are in flight already "
+                   "(HK_DEVICE_INFLIGHT): the oldest must complete first",
+                   g->nfl);
+  struct hk_devflight *f = &g->fl[(g->head + g->nfl) % g->inflight];
   hk_dev_sched *s = &ds->sched;
   const hk_device_ops *o = ctx->dev->ops;
   const hk_dtype dtype = (hk_dtype)hs[0]->req.dtype;
@@ -751,13 +796,13 @@ hk_status hk_devplane_allreduce(hk_ctx *ctx, hk_set *set, hk_handle *hs,
       st = o->stream_wait_event(ctx->dev, s->stream, hs[i]->ready);
   size_t seglen = 0, n = 0;
   if (st == HK_OK)
-    st = o->event_record(ctx->dev, g->ev_phase[0], s->stream);
+    st = o->event_record(ctx->dev, f->ev[0], s->stream);
   if (st == HK_OK)
     st = layout(ctx, hs, k, nseg, 1, divisor, set->size, wsz, &seglen, &n);
   if (st == HK_OK && n)
     st = o->batch_copy(ctx->dev, g->items, n, dtype, wdt, s->stream);
   if (st == HK_OK)
-    st = o->event_record(ctx->dev, g->ev_phase[1], s->stream);
+    st = o->event_record(ctx->dev, f->ev[1], s->stream);
   if (st == HK_OK) {
     hk_allreduce_call call = {.dst = g->fusion,
                               .nseg = nseg,
@@ -767,30 +812,83 @@ hk_status hk_devplane_allreduce(hk_ctx *ctx, hk_set *set, hk_handle *hs,
     st = a->run(set->ar, &call);
   }
   if (st == HK_OK)
-    st = o->event_record(ctx->dev, g->ev_phase[2], s->stream);
+    st = o->event_record(ctx->dev, f->ev[2], s->stream);
   if (st == HK_OK)
     st = layout(ctx, hs, k, nseg, 0, divisor, set->size, wsz, &seglen, &n);
   if (st == HK_OK && n)
     st = o->batch_copy(ctx->dev, g->items, n, wdt, dtype, s->stream);
   if (st == HK_OK)
-    st = o->event_record(ctx->dev, g->ev_done, s->stream);
-  if (st == HK_OK)
-    publish(ctx, hs, k);
-  if (st == HK_OK)
-    st = dev_wait(ds, g->ev_done, "the device allreduce");
-  if (st != HK_OK) /* any failure, the watchdog's or an enqueue's: the
-                      peers' operations end too, and nothing waits again */
+    st = o->event_record(ctx->dev, f->ev[3], s->stream);
+  if (st != HK_OK) { /* any failure, the watchdog's or an enqueue's: the
+                        peers' operations end too, and nothing waits again */
     abort_comm(ds);
+    return st;
+  }
+  publish(ctx, hs, k);
+  /* in flight: hk_devplane_oldest_done sees it complete */
+  f->ds = ds;
+  f->since = hk_now();
+  g->nfl++;
+  return HK_OK;
+}
+
+void hk_devplane_abandon(hk_ctx *ctx) {
+  struct hk_devplane *g = ctx->gpu;
+  if (!g)
+    return;
+  for (int i = 0; i < g->nfl; i++)
+    abort_comm(g->fl[(g->head + i) % g->inflight].ds);
+  g->head = 0;
+  g->nfl = 0;
+}
+
+int hk_devplane_inflight(const hk_ctx *ctx) {
+  const struct hk_devplane *g = ctx->gpu;
+  return g ? g->nfl : 0;
+}
+
+int hk_devplane_inflight_max(const hk_ctx *ctx) {
+  const struct hk_devplane *g = ctx->gpu;
+  return g ? g->inflight : 1;
+}
+
+hk_status hk_devplane_oldest_done(hk_ctx *ctx, int wait, int *done,
+                                  double phase_s[3]) {
+  struct hk_devplane *g = ctx->gpu;
+  *done = 0;
+  phase_s[0] = phase_s[1] = phase_s[2] = 0;
+  if (!g || g->nfl == 0)
+    return HK_OK;
+  const hk_device_ops *o = ctx->dev->ops;
+  struct hk_devflight *f = &g->fl[g->head];
+  /* its HK_TIMEOUT_S runs from when it became the oldest: a batch queued
+   * behind a slow one is not blamed for that one's time */
+  const double deadline = f->since + ctx->cfg.timeout_s;
+  const char *what = "the device allreduce";
+  hk_status st = wait ? dev_wait_until(f->ds, f->ev[3], what, deadline)
+                      : dev_check(f->ds, f->ev[3], what, deadline, done);
+  if (st != HK_OK) {
+    /* the communicator is aborted: every later batch fails too, and the
+     * job with them; nothing of them is waited for again */
+    hk_devplane_abandon(ctx);
+    return st;
+  }
+  if (wait)
+    *done = 1;
+  if (!*done)
+    return HK_OK;
   /* the GPU's own clock for the timeline: pack, schedule, unpack */
-  hk_dev_event ends[4] = {g->ev_phase[0], g->ev_phase[1], g->ev_phase[2],
-                          g->ev_done};
   for (int i = 0; i < 3; i++) {
     float ms = 0;
-    if (st != HK_OK || o->event_elapsed(ctx->dev, ends[i], ends[i + 1], &ms))
+    if (o->event_elapsed(ctx->dev, f->ev[i], f->ev[i + 1], &ms) != HK_OK)
       ms = 0;
     phase_s[i] = ms * 1e-3;
   }
-  return st;
+  g->head = (g->head + 1) % g->inflight;
+  g->nfl--;
+  if (g->nfl)
+    g->fl[g->head].since = hk_now();
+  return HK_OK;
 }
 
 hk_status hk_devplane_copy(hk_ctx *ctx, hk_handle h, void *dst, const void *src,

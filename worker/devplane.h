@@ -85,25 +85,68 @@ void *hk_devplane_work_stream(hk_ctx *ctx);
 /** Frees what capture made (the handle's event). Any thread. */
 void hk_devplane_release(hk_ctx *ctx, hk_handle h);
 
+/** The most device allreduce batches in flight at once (HK_DEVICE_INFLIGHT's
+ *  upper bound). */
+#define HK_DEV_INFLIGHT_MAX 16
+
 /**
- * Background thread: allreduces device tensors hs[0..k) (one dtype and
- * op; k >= 1) of process set `set` (the world: ctx->sets[0]) as one fused
- * batch with the device entry `a` of the set's table of allreduce
- * implementations (collectives/allreduce.h; hk_allreduce_for chose it,
- * so every member runs the same), over the set's communicator: waits GPU-side
- * for each producer, packs them into the device fusion buffer in
- * a->segments() padded segments (prescale and HK_COMPRESSION fused in),
- * runs the entry, unpacks (average divisor, postscale, decompression
- * fused in) and waits for the result under the watchdog. `divisor` is the
- * negotiated HK_AVERAGE divisor. phase_s[0..3) receives the seconds the
- * GPU spent packing, in the schedule (communicator and staging) and
- * unpacking, timed by device events (for the timeline; 0 on failure).
- * Errors: HK_ERR_DEVICE, HK_ERR_TIMEOUT, HK_ERR_PEER_LOST, HK_ERR_NOMEM,
- * the ring's errors; the communicator is aborted on any device failure.
+ * Background thread: enqueues the allreduce of device tensors hs[0..k)
+ * (one dtype and op; k >= 1) of process set `set` (the world:
+ * ctx->sets[0]) as one fused batch with the device entry `a` of the set's
+ * table of allreduce implementations (collectives/allreduce.h;
+ * hk_allreduce_for chose it, so every member runs the same), over the
+ * set's communicator: on hk's stream it waits GPU-side for each producer,
+ * packs them into the device fusion buffer in a->segments() padded
+ * segments (prescale and HK_COMPRESSION fused in), runs the entry, and
+ * unpacks (average divisor, postscale, decompression fused in). It does
+ * not wait for the GPU: the batch is then in flight (each tensor's done
+ * event recorded, so hk_wait_stream may order a stream after it), and
+ * hk_devplane_oldest_done tells when it has completed; the next batch may
+ * be enqueued meanwhile. Batches run one after another on hk's one stream,
+ * in the order enqueued, so the fusion buffer is reused in order and the
+ * results are those of batches run one at a time. A schedule that stages
+ * through host memory (the ring) still waits inside, for its own copies.
+ * `divisor` is the negotiated HK_AVERAGE divisor. At most
+ * hk_devplane_inflight_max() batches are in flight: the caller retires the
+ * oldest first. The handles must stay alive until the batch is retired.
+ * Errors: HK_ERR_INVALID_ARG (already hk_devplane_inflight_max() in
+ * flight), HK_ERR_DEVICE, HK_ERR_TIMEOUT, HK_ERR_PEER_LOST, HK_ERR_NOMEM,
+ * the ring's errors; the communicator is aborted on any device failure
+ * (the batch is not in flight then).
  */
 hk_status hk_devplane_allreduce(hk_ctx *ctx, hk_set *set, hk_handle *hs,
                                 uint32_t k, int32_t divisor,
-                                const hk_allreduce_impl *a, double phase_s[3]);
+                                const hk_allreduce_impl *a);
+
+/** Background thread: the job failed or stopped with batches in flight:
+ *  aborts their communicators (so their queued work ends and hk's stream
+ *  can be closed) and forgets them. Nothing in flight: nothing done. */
+void hk_devplane_abandon(hk_ctx *ctx);
+
+/** Background thread: device allreduce batches in flight (0 without a
+ *  device backend), and the most that may be: HK_DEVICE_INFLIGHT (1
+ *  without a backend). */
+int hk_devplane_inflight(const hk_ctx *ctx);
+int hk_devplane_inflight_max(const hk_ctx *ctx);
+
+/**
+ * Background thread: has the oldest batch in flight completed? wait 0:
+ * one look (*done 0 or 1); wait 1: waits until it has (*done 1). A
+ * completed batch is retired (no longer in flight), and phase_s[0..3)
+ * receives the seconds the GPU spent packing, in the schedule
+ * (communicator and staging) and unpacking, timed by its events (for the
+ * timeline; 0 where the backend cannot tell). Nothing in flight: HK_OK,
+ * *done 0. The watchdog is hk_devplane_copy's: the communicator's async
+ * errors, hkrun's abort, and HK_TIMEOUT_S counted from when the batch
+ * became the oldest in flight.
+ * Errors: HK_ERR_DEVICE (the batch failed on the device, or the
+ * communicator reported an error, naming it), HK_ERR_TIMEOUT,
+ * HK_ERR_PEER_LOST (hkrun stopped the job); then every batch in flight is
+ * dropped (none is in flight afterwards) and their communicators are
+ * aborted: the job fails, and its failure completes their handles.
+ */
+hk_status hk_devplane_oldest_done(hk_ctx *ctx, int wait, int *done,
+                                  double phase_s[3]);
 
 /**
  * A process set's device communicator (worker/sets.h): the set's members

@@ -17,6 +17,7 @@
 #include "common/status.h"
 #include "coordinator/fusion.h"
 #include "device/host/reduce.h"
+#include "worker/devflight.h"
 #include "worker/devplane.h"
 #include "worker/queue.h"
 #include "worker/sets.h"
@@ -397,24 +398,28 @@ static hk_status run_alone_staged(hk_ctx *ctx, hk_set *S, hk_handle h,
   return st;
 }
 
-/* Group members p->order[a..b) on device buffers: one device batch. */
+/* Group members p->order[a..b) on device buffers: one device batch,
+ * enqueued on hk's stream and kept in flight (worker/devflight.h) with
+ * ob, the batch as the observers will see it end (the caller made room:
+ * fewer than HK_DEVICE_INFLIGHT in flight). On success the handles are
+ * the batch's: p->h[] forgets them. */
 static hk_status run_device(hk_ctx *ctx, hk_set *S, plan *p, uint32_t a,
-                            uint32_t b, int32_t divisor, double *t) {
+                            uint32_t b, int32_t divisor,
+                            const hk_obs_batch *ob) {
   hk_handle *hs = malloc((b - a) * sizeof *hs);
   if (!hs)
     return hk_fail(HK_ERR_NOMEM, "cannot list %u device tensors", b - a);
   for (uint32_t i = a; i < b; i++)
     hs[i - a] = p->h[p->order[i]];
-  double phase[3];
-  t[0] = hk_now();
+  const double t0 = hk_now();
   hk_status st = hk_devplane_allreduce(ctx, S, hs, b - a, divisor,
-                                       p->items[p->order[a]].impl, phase);
-  /* the phases on the GPU's clock, laid back from when the wait ended */
-  t[3] = hk_now();
-  t[2] = t[3] - phase[2];
-  t[1] = t[2] - phase[1];
-  t[0] = t[1] - phase[0] > t[0] ? t[1] - phase[0] : t[0];
+                                       p->items[p->order[a]].impl);
+  if (st == HK_OK)
+    st = hk_devflight_add(ctx, hs, p->obs + a, b - a, ob, t0);
   free(hs);
+  if (st == HK_OK)
+    for (uint32_t i = a; i < b; i++)
+      p->h[p->order[i]] = NULL;
   return st;
 }
 
@@ -797,12 +802,6 @@ static hk_status make_phantom(hk_ctx *ctx, const hk_set *S,
   return HK_OK;
 }
 
-static void free_phantom(hk_ctx *ctx, hk_handle h) {
-  hk_devplane_free(ctx, h->recvbuf); /* host or device */
-  free(h->splits);
-  free(h);
-}
-
 /* A rank that joined took part in a barrier the others held meanwhile:
  * its own next barrier on that set pairs with their next one, so its
  * sequence (hk_set's barrier_seq, which names barriers as submit.c does:
@@ -913,7 +912,7 @@ static void cache_full_warning(hk_ctx *ctx, const hk_set *S) {
 static void finish_handle(hk_ctx *ctx, hk_handle h, hk_status st,
                           const char *reason) {
   if (h->phantom)
-    free_phantom(ctx, h);
+    hk_queue_free_phantom(ctx, h);
   else
     hk_queue_complete(ctx, h, st, reason);
 }
@@ -925,6 +924,19 @@ static hk_obs_batch observed_batch(plan *p, const hk_wire_response *rs,
   for (uint32_t i = a; i < b; i++)
     p->obs[i] = hk_observed(p->h[p->order[i]], &rs[p->order[i]], t_ready);
   return (hk_obs_batch){.tensors = p->obs + a, .n = b - a};
+}
+
+/* What tensor_done tells of batch p->order[a..b) (when an observer takes
+ * it): its bytes, algorithm and transport (named in kinds). */
+static void described(hk_ctx *ctx, const hk_set *S, const plan *p, uint32_t a,
+                      uint32_t b, hk_obs_batch *ob, char *kinds, size_t cap) {
+  if (!hk_observe_on(&ctx->obs, HK_OBS_BIT(HK_OBS_TENSOR_DONE)))
+    return;
+  for (uint32_t i = a; i < b; i++)
+    ob->bytes += p->items[p->order[i]].bytes;
+  ob->algorithm =
+      algo_label(p->items[p->order[a]].coll, p->items[p->order[a]].impl);
+  ob->transport = mesh_transport(S, kinds, cap);
 }
 
 hk_status hk_execute_responses(hk_ctx *ctx, hk_set *S,
@@ -1004,15 +1016,26 @@ hk_status hk_execute_responses(hk_ctx *ctx, hk_set *S,
     hk_handle h0 = p.h[p.order[a]];
     const int dev_allreduce =
         h0->req.mem == HK_WIRE_MEM_DEVICE && h0->req.coll == HK_COLL_ALLREDUCE;
+    /* device batches in flight complete in order, before anything else
+     * runs; another device batch needs only room for itself */
+    st = hk_devflight_retire(
+        ctx, dev_allreduce ? hk_devplane_inflight_max(ctx) - 1 : 0, NULL);
+    if (st != HK_OK)
+      break; /* the batch that failed is named */
     hk_obs_batch ob = observed_batch(&p, rs, a, b, t_ready);
     if (hk_observe_on(&ctx->obs, HK_OBS_BIT(HK_OBS_BATCH_STARTED))) {
       ob.t_start = hk_now();
       hk_observe_batch_started(&ctx->obs, &ob);
     }
     verdict v = {HK_OK, ""};
-    if (dev_allreduce)
-      st = run_device(ctx, S, &p, a, b, rs[p.order[a]].divisor, t);
-    else if (h0->req.mem == HK_WIRE_MEM_DEVICE)
+    char kinds[32]; /* the transport's name, for tensor_done */
+    if (dev_allreduce) {
+      described(ctx, S, &p, a, b, &ob, kinds, sizeof kinds);
+      ob.staged = 1;
+      st = run_device(ctx, S, &p, a, b, rs[p.order[a]].divisor, &ob);
+      if (st == HK_OK)
+        continue; /* in flight: it completes when its events say */
+    } else if (h0->req.mem == HK_WIRE_MEM_DEVICE)
       st = run_alone_staged(ctx, S, h0, rs[p.order[a]].divisor, &rs[p.order[a]],
                             t, &v);
     else if (!fused)
@@ -1033,19 +1056,13 @@ hk_status hk_execute_responses(hk_ctx *ctx, hk_set *S,
       st = hk_fail(st, "tensor '%s': %s", p.h[p.order[a]]->req.name, msg);
       break;
     }
-    char kinds[32]; /* the transport's name, for tensor_done */
-    if (hk_observe_on(&ctx->obs, HK_OBS_BIT(HK_OBS_TENSOR_DONE))) {
-      for (uint32_t i = a; i < b; i++)
-        ob.bytes += p.items[p.order[i]].bytes;
-      ob.algorithm = algo_label(h0->req.coll, p.items[p.order[a]].impl);
-      ob.transport = mesh_transport(S, kinds, sizeof kinds);
-    }
+    described(ctx, S, &p, a, b, &ob, kinds, sizeof kinds);
     /* the observers see the batch end, then its tensors; then all its
      * handles complete under one lock */
     memcpy(ob.t, t, sizeof ob.t);
     ob.t_end = t[3];
     ob.fused = fused && h0->req.mem != HK_WIRE_MEM_DEVICE ? b - a : 0;
-    ob.staged = fused || dev_allreduce;
+    ob.staged = fused;
     hk_observe_batch_done(&ctx->obs, &ob);
     uint32_t ndone = 0;
     for (uint32_t i = a; i < b; i++) {
@@ -1053,7 +1070,7 @@ hk_status hk_execute_responses(hk_ctx *ctx, hk_set *S,
       hk_observe_tensor_done(&ctx->obs, &p.obs[i], &ob);
       warn_if_sum_overflowed(ctx, S, h);
       if (h->phantom)
-        free_phantom(ctx, h);
+        hk_queue_free_phantom(ctx, h);
       else if (v.st != HK_OK) /* a process set call that failed */
         hk_queue_complete(ctx, h, v.st, v.why);
       else
@@ -1065,6 +1082,6 @@ hk_status hk_execute_responses(hk_ctx *ctx, hk_set *S,
   if (st != HK_OK) /* made-up handles that did not run */
     for (uint32_t i = 0; i < n; i++)
       if (p.h[i] && p.h[i]->phantom)
-        free_phantom(ctx, p.h[i]);
+        hk_queue_free_phantom(ctx, p.h[i]);
   return st;
 }

@@ -359,6 +359,12 @@ hk_status hk_queue_wait(hk_ctx *ctx, hk_handle h) {
   return st;
 }
 
+void hk_queue_free_phantom(hk_ctx *ctx, hk_handle h) {
+  hk_devplane_free(ctx, h->recvbuf); /* host or device */
+  free(h->splits);
+  free(h);
+}
+
 void hk_queue_poll(hk_ctx *ctx, hk_handle h, int *done) {
   pthread_mutex_lock(&ctx->mu);
   *done = h->done;

@@ -73,6 +73,11 @@ void hk_queue_each(hk_ctx *ctx, void (*fn)(void *arg, hk_handle h, int queued),
 void hk_queue_complete(hk_ctx *ctx, hk_handle h, hk_status status,
                        const char *reason);
 
+/** Frees h, a handle made up for a rank that joined (phantom: in no
+ *  queue, waited for by nobody): its output (host or device memory,
+ *  hk_devplane_free) and itself. Background thread. */
+void hk_queue_free_phantom(hk_ctx *ctx, hk_handle h);
+
 /**
  * Completes hs[0..n) with HK_OK as hk_queue_complete would one by one,
  * under one lock and with one wake-up of the waiters (a fused batch).
