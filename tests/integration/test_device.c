@@ -166,6 +166,21 @@ static void test_device_stream_orders_reuse(void **s) {
   run_mode(2, 0, env, "reuse", "reuse", 120);
 }
 
+/* Two device batches in flight at once (w_device overlap: the second is
+ * enqueued while the first's producer is held), results bit for bit; at
+ * np 1 and 3, and under HK_DEVICE_INFLIGHT=2, the least that overlaps.
+ * Batches waited for one at a time fail here: the first never completes
+ * while the second is not enqueued (HK_TIMEOUT_S). */
+static void test_overlap(void **s) {
+  (void)s;
+  char *env[] = {"HK_DEVICE=emu", "HK_TIMEOUT_S=10", NULL};
+  run_mode(1, 0, env, "overlap", "overlap np=1 in flight at once: 2", 60);
+  run_mode(3, 0, env, "overlap", "overlap np=3 in flight at once: 2", 60);
+  char *two[] = {"HK_DEVICE=emu", "HK_TIMEOUT_S=10", "HK_DEVICE_INFLIGHT=2",
+                 NULL};
+  run_mode(3, 0, two, "overlap", "overlap np=3 in flight at once: 2", 60);
+}
+
 static void test_compression(void **s) {
   (void)s;
   char *fp16[] = {"HK_DEVICE=emu", "HK_COMPRESSION=fp16", NULL};
@@ -310,6 +325,33 @@ static void fault(const char *spec, const char *cause) {
   assert_true(left <= 0);
 }
 
+/* An injected async error in the second of two batches in flight (rank
+ * 1's communicator operation #1, overlap.b): every rank fails naming it
+ * (rank 1 its own error, the peers rank 1's abort of it), within
+ * HK_TIMEOUT_S; nothing stays. */
+static void test_fault_second_in_flight(void **s) {
+  (void)s;
+  char *env[] = {"HK_DEVICE=emu", "HK_TIMEOUT_S=5", "HK_LOG_LEVEL=debug",
+                 "HK_EMU_FAULT=error:1:1", NULL};
+  char *argv[] = {HKRUN_PATH, "-np", "3", W_DEVICE, "overlap", "fault", NULL};
+  hkt_result r;
+  double t0 = hkt_now();
+  hkt_run(argv, env, 60, &r);
+  double took = hkt_now() - t0;
+  const char *cause = "injected async error (HK_EMU_FAULT) in allreduce #1 "
+                      "on rank 1";
+  int named = hkt_count_lines(r.out, cause);
+  int first = hkt_count_lines(r.out, "tensor 'overlap.b'");
+  if (r.timed_out || r.exit_code == 0 || named != 3 || first != 3 || took > 30)
+    fail_msg("overlap fault: exit %d after %.1f s, %d ranks named '%s', %d "
+             "'overlap.b'\nstdout:\n%.3000s\nstderr:\n%.3000s",
+             r.exit_code, took, named, cause, first, r.out, r.err);
+  int left = own_segments_left(r.err);
+  hkt_result_free(&r);
+  assert_int_equal(hkt_orphans(NULL, 0), 0);
+  assert_true(left <= 0);
+}
+
 static void test_fault_async_error(void **s) {
   (void)s;
   fault("error:1:2", "injected");
@@ -363,6 +405,7 @@ int main(void) {
       cmocka_unit_test(test_integer_scales),
       cmocka_unit_test(test_producer_stream_delay),
       cmocka_unit_test(test_device_stream_orders_reuse),
+      cmocka_unit_test(test_overlap),
       cmocka_unit_test(test_compression),
       cmocka_unit_test(test_half16_average),
       cmocka_unit_test(test_mismatch),
@@ -373,6 +416,7 @@ int main(void) {
       cmocka_unit_test(test_lazy_context),
       cmocka_unit_test(test_grouped_cache_join),
       cmocka_unit_test(test_fault_delay_only_delays),
+      cmocka_unit_test(test_fault_second_in_flight),
       cmocka_unit_test(test_fault_async_error),
       cmocka_unit_test(test_fault_hang),
       cmocka_unit_test(test_fault_enqueue_aborts),

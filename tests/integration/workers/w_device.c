@@ -41,6 +41,14 @@
  *   w_device features          grouped allreduce, the response cache (one
  *                              name over steps) and hk_join on device
  *                              tensors
+ *   w_device overlap [fault]   two device batches (float32, float64) in
+ *                              flight at once: the first's producer stream
+ *                              is held by a host callback until the second
+ *                              was enqueued behind it (hk_wait_stream
+ *                              returned) and the first is seen not done;
+ *                              then both against the serial sums. With
+ *                              fault (HK_EMU_FAULT in the second), the
+ *                              first completes and the job fails
  *   w_device fault [linger R]  allreduces until one fails (HK_EMU_FAULT);
  *                              with linger, rank R then stays (without
  *                              hk_shutdown) until hkrun ends it
@@ -1013,6 +1021,101 @@ static void mode_features(void) {
   printf("device ok: features np=%d\n", size);
 }
 
+/* The gate a host callback holds a producer stream at (mode_overlap): a
+ * pipe, opened by writing a byte. */
+static int gate[2];
+
+static void gate_wait(void *arg) {
+  (void)arg;
+  char c;
+  while (read(gate[0], &c, 1) < 0)
+    ;
+}
+
+/* At exit (a check that failed with the gate shut): opened, so that the
+ * held stream's thread ends. */
+static void gate_open(void) {
+  if (gate[1] > 0 && write(gate[1], "x", 1) != 1)
+    perror("w_device: opening the gate");
+}
+
+/* Two batches in flight on hk's stream at once, then their results
+ * against the serial sums (every rank's inputs folded in rank order, as
+ * the emu does; the values are exact). With fault, the second batch
+ * fails (HK_EMU_FAULT) after the first completed: prints the error and
+ * exits 3, as mode_fault. */
+static void mode_overlap(int fault) {
+  const size_t na = 3001, nb = 2003;
+  float *ha = malloc(na * 4), *wa = calloc(na, 4);
+  double *hb = malloc(nb * 8), *wb = calloc(nb, 8);
+  for (int r = 0; r < size; r++) {
+    for (size_t i = 0; i < na; i++) {
+      float x = (float)(r + 1) * 0.5f + (float)(i % 97);
+      wa[i] += x;
+      if (r == rank)
+        ha[i] = x;
+    }
+    for (size_t i = 0; i < nb; i++) {
+      double x = (double)(r + 1) * 0.25 + (double)i;
+      wb[i] += x;
+      if (r == rank)
+        hb[i] = x;
+    }
+  }
+  float *da = dalloc(na * 4);
+  double *db = dalloc(nb * 8);
+  up(da, ha, na * 4);
+  up(db, hb, nb * 8);
+  /* a's producer stream is held at the gate: a's batch cannot complete */
+  hk_dev_stream pa, sb;
+  HKT_OK(dev->ops->stream_create(dev, &pa));
+  HKT_OK(dev->ops->stream_create(dev, &sb));
+  HKT_CHECK(pipe(gate) == 0, "pipe");
+  atexit(gate_open);
+  HKT_OK(hk_emu_stream_host_fn(dev, pa, gate_wait, NULL));
+  hk_set_stream(pa);
+  hk_handle a, b;
+  HKT_OK(hk_allreduce_async("overlap.a", da, da, na, HK_FLOAT32, HK_SUM, &a));
+  hk_set_stream(NULL);
+  HKT_OK(hk_allreduce_async("overlap.b", db, db, nb, HK_FLOAT64, HK_SUM, &b));
+  /* returns once b's batch is enqueued (its done event recorded): behind
+   * a's, which is still held, so both are in flight */
+  HKT_OK(hk_wait_stream(b, sb));
+  int done = 1;
+  HKT_OK(hk_poll(a, &done));
+  HKT_CHECK(!done, "overlap.a completed while its producer was held");
+  const int inflight = 2;
+  gate_open();
+  HKT_OK(hk_wait(a));
+  if (fault) { /* b failed: the job with it; the next call says why */
+    hk_status st =
+        hk_allreduce("overlap.after", da, da, na, HK_FLOAT32, HK_SUM);
+    HKT_CHECK(st != HK_OK, "the job went on after overlap.b's fault");
+    printf("rank %d failed: %s: %s\n", rank, hk_strerror(st), hk_last_error());
+    fflush(stdout);
+    hk_shutdown();
+    exit(3);
+  }
+  dsync(sb);
+  float *ga = malloc(na * 4);
+  double *gb = malloc(nb * 8);
+  down(ga, da, na * 4);
+  down(gb, db, nb * 8);
+  check_bits(ga, wa, na, HK_FLOAT32, "overlap.a");
+  check_bits(gb, wb, nb, HK_FLOAT64, "overlap.b");
+  dev->ops->stream_destroy(dev, pa);
+  dev->ops->stream_destroy(dev, sb);
+  dev->ops->mem_free(dev, da);
+  dev->ops->mem_free(dev, db);
+  free(ha);
+  free(wa);
+  free(hb);
+  free(wb);
+  free(ga);
+  free(gb);
+  printf("device ok: overlap np=%d in flight at once: %d\n", size, inflight);
+}
+
 /* Allreduces until one fails: prints the error and exits 3. */
 static void mode_fault(int linger) {
   const size_t count = 1000;
@@ -1306,6 +1409,8 @@ int main(int argc, char **argv) {
     mode_sets(argc > 2 && !strcmp(argv[2], "fold"));
   else if (!strcmp(m, "features"))
     mode_features();
+  else if (!strcmp(m, "overlap"))
+    mode_overlap(argc > 2 && !strcmp(argv[2], "fault"));
   else if (!strcmp(m, "fault"))
     mode_fault(argc > 3 && !strcmp(argv[2], "linger") ? atoi(argv[3]) : -1);
   else if (!strcmp(m, "moves"))
