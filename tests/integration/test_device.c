@@ -181,6 +181,28 @@ static void test_overlap(void **s) {
   run_mode(3, 0, two, "overlap", "overlap np=3 in flight at once: 2", 60);
 }
 
+/* HK_DEVICE_INFLIGHT=1 bounds it to one: the second batch is not enqueued
+ * while the first is held, so the first times out (HK_TIMEOUT_S = 2 s)
+ * and hk_wait_stream on the second fails with it; nothing stays. */
+static void test_overlap_bounded(void **s) {
+  (void)s;
+  char *env[] = {"HK_DEVICE=emu", "HK_TIMEOUT_S=2", "HK_DEVICE_INFLIGHT=1",
+                 NULL};
+  char *argv[] = {HKRUN_PATH, "-np", "1", W_DEVICE, "overlap", NULL};
+  hkt_result r;
+  hkt_run(argv, env, 60, &r);
+  const char *want = "hk_wait_stream(b, sb) -> timed out: tensor 'overlap.b': "
+                     "tensor 'overlap.a': the device allreduce did not "
+                     "complete within HK_TIMEOUT_S = 2 s on rank 0";
+  if (r.timed_out || r.exit_code == 0 || hkt_count_lines(r.err, want) != 1 ||
+      hkt_count_lines(r.out, "device ok") != 0)
+    fail_msg("HK_DEVICE_INFLIGHT=1: exit %d, want one '%s'\nstdout:\n"
+             "%.2000s\nstderr:\n%.3000s",
+             r.exit_code, want, r.out, r.err);
+  hkt_result_free(&r);
+  assert_int_equal(hkt_orphans(NULL, 0), 0);
+}
+
 static void test_compression(void **s) {
   (void)s;
   char *fp16[] = {"HK_DEVICE=emu", "HK_COMPRESSION=fp16", NULL};
@@ -419,6 +441,7 @@ int main(void) {
       cmocka_unit_test(test_producer_stream_delay),
       cmocka_unit_test(test_device_stream_orders_reuse),
       cmocka_unit_test(test_overlap),
+      cmocka_unit_test(test_overlap_bounded),
       cmocka_unit_test(test_compression),
       cmocka_unit_test(test_half16_average),
       cmocka_unit_test(test_mismatch),
