@@ -63,6 +63,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/clock.h"
@@ -73,6 +74,7 @@
 #include "coordinator/cache.h"
 #include "coordinator/channel.h"
 #include "worker/devflight.h"
+#include "worker/devplane.h"
 #include "worker/execute.h"
 #include "worker/queue.h"
 #include "worker/round.h"
@@ -404,6 +406,31 @@ static int wait_events(hk_ctx *ctx, struct pollfd *p, int n, int first_ctrl,
   return rc;
 }
 
+/* wait_events while device batches are in flight (their end events have
+ * no file descriptor): looks at the set, the control endpoints from
+ * first_ctrl on (never armed: looked at, not slept on) and the oldest
+ * batch's end event, sleeping between looks with a back-off from 2 us to
+ * 1 ms (*ns, kept from one call to the next and reset when something
+ * happened, as the device plane's own waits do), for at most timeout_ms
+ * (-1: no limit). Returns poll_now's result: 0 also when the batch has
+ * ended. */
+static int wait_device(hk_ctx *ctx, struct pollfd *p, int n, int first_ctrl,
+                       int timeout_ms, long *ns) {
+  const double end = timeout_ms >= 0 ? hk_now() + timeout_ms * 1e-3 : 0;
+  for (;;) {
+    int rc = poll_now(ctx, p, n, first_ctrl);
+    if (rc != 0 || hk_devplane_oldest_ended(ctx)) {
+      *ns = 2000;
+      return rc;
+    }
+    if (timeout_ms >= 0 && hk_now() >= end)
+      return 0;
+    struct timespec ts = {0, *ns};
+    nanosleep(&ts, NULL);
+    *ns = *ns < 500000 ? *ns * 2 : 1000000;
+  }
+}
+
 void *hk_background_main(void *arg) {
   hk_ctx *ctx = arg;
   hk_round R;
@@ -450,14 +477,21 @@ void *hk_background_main(void *arg) {
   if (R.request_cap < HK_CTRL_REQUEST_MIN)
     R.request_cap = HK_CTRL_REQUEST_MIN;
   double last_event = hk_now();
+  long dev_ns = 2000; /* wait_device's back-off */
   for (;;) {
-    /* device batches in flight have no file descriptor: while there are,
-     * their events are looked at every millisecond at least (the wait
-     * polls first: their handles are in flight) */
+    /* with device batches in flight, the watchdog (their communicator's
+     * errors, HK_TIMEOUT_S) looks at the oldest every millisecond */
     int timeout_ms = hk_round_timeout_ms(ctx, &R);
-    if (hk_devflight_count(ctx) > 0 && (timeout_ms < 0 || timeout_ms > 1))
-      timeout_ms = 1;
-    int rc = wait_events(ctx, pfds, npfd, first_ctrl, timeout_ms, &last_event);
+    int rc;
+    if (hk_devflight_count(ctx) > 0) {
+      rc = wait_device(ctx, pfds, npfd, first_ctrl,
+                       timeout_ms < 0 || timeout_ms > 1 ? 1 : timeout_ms,
+                       &dev_ns);
+      if (rc > 0)
+        last_event = hk_now();
+    } else {
+      rc = wait_events(ctx, pfds, npfd, first_ctrl, timeout_ms, &last_event);
+    }
     if (rc < 0)
       continue; /* EINTR */
     if (pfds[wake_i].revents) {

@@ -852,6 +852,16 @@ int hk_devplane_inflight_max(const hk_ctx *ctx) {
   return g ? g->inflight : 1;
 }
 
+int hk_devplane_oldest_ended(hk_ctx *ctx) {
+  struct hk_devplane *g = ctx->gpu;
+  if (!g || g->nfl == 0)
+    return 0;
+  int done = 0;
+  return ctx->dev->ops->event_query(ctx->dev, g->fl[g->head].ev[3], &done) !=
+             HK_OK ||
+         done;
+}
+
 hk_status hk_devplane_oldest_done(hk_ctx *ctx, int wait, int *done,
                                   double phase_s[3]) {
   struct hk_devplane *g = ctx->gpu;

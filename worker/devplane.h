@@ -148,6 +148,12 @@ int hk_devplane_inflight_max(const hk_ctx *ctx);
 hk_status hk_devplane_oldest_done(hk_ctx *ctx, int wait, int *done,
                                   double phase_s[3]);
 
+/** Background thread: 1 when the oldest batch in flight has ended (its
+ *  end event completed, or failed), else 0 (none in flight: 0). One
+ *  query, no watchdog and nothing retired: for a wait that polls between
+ *  file descriptors; hk_devplane_oldest_done then retires it. */
+int hk_devplane_oldest_ended(hk_ctx *ctx);
+
 /**
  * A process set's device communicator (worker/sets.h): the set's members
  * on one host share one (NCCL's ncclCommSplit, made from a unique id like

@@ -6,10 +6,13 @@
  * packed into the fusion buffer (segment by segment, applying each tensor's
  * prescale), reduced once, and unpacked (applying each postscale); a lone
  * tensor, and any allreduce over HK_FUSION_DIRECT_BYTES, runs straight on its
- * own buffers. Uncached tensors that ran OK enter the response cache, in
- * response order, as on every other rank. The observers (observe/observe.h)
- * are told of the round, each tensor and each batch as it goes.
- * Background thread only.
+ * own buffers. A group of device allreduces is enqueued on hk's stream
+ * and left in flight (worker/devflight.h: it completes when its device
+ * work has); anything else first waits for the device batches in flight,
+ * so handles complete in the order they ran. Uncached tensors that ran OK
+ * enter the response cache, in response order, as on every other rank.
+ * The observers (observe/observe.h) are told of the round, each tensor and
+ * each batch as it goes. Background thread only.
  */
 #ifndef HK_WORKER_EXECUTE_H
 #define HK_WORKER_EXECUTE_H
