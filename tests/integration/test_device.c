@@ -356,11 +356,15 @@ static void second_in_flight(const char *spec, const char *cause, int named) {
   snprintf(fenv, sizeof fenv, "HK_EMU_FAULT=%s", spec);
   char *env[] = {"HK_DEVICE=emu", "HK_TIMEOUT_S=5", "HK_LOG_LEVEL=debug", fenv,
                  NULL};
-  char *argv[] = {HKRUN_PATH, "-np", "3", W_DEVICE, "overlap", "fault", NULL};
+  char dir[256];
+  assert_int_equal(hkt_mkdtemp("hkt-overlap-", dir, sizeof dir), 0);
+  char *argv[] = {HKRUN_PATH, "-np",   "3", W_DEVICE,
+                  "overlap",  "fault", dir, NULL};
   hkt_result r;
   double t0 = hkt_now();
   hkt_run(argv, env, 60, &r);
   double took = hkt_now() - t0;
+  assert_int_equal(hkt_remove_tree(dir), 0);
   int got = hkt_count_lines(r.out, cause);
   int second = hkt_count_lines(r.out, "tensor 'overlap.b'");
   if (r.timed_out || r.exit_code == 0 || got < named || second != 3 ||

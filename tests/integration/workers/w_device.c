@@ -41,14 +41,16 @@
  *   w_device features          grouped allreduce, the response cache (one
  *                              name over steps) and hk_join on device
  *                              tensors
- *   w_device overlap [fault]   two device batches (float32, float64) in
+ *   w_device overlap [fault D] two device batches (float32, float64) in
  *                              flight at once: the first's producer stream
  *                              is held by a host callback until the second
  *                              was enqueued behind it (hk_wait_stream
  *                              returned) and the first is seen not done;
  *                              then both against the serial sums. With
  *                              fault (HK_EMU_FAULT in the second), the
- *                              first completes and the job fails
+ *                              first completes and the job fails; each
+ *                              rank says why, and exits once every rank
+ *                              has (a file each in folder D)
  *   w_device fault [linger R]  allreduces until one fails (HK_EMU_FAULT);
  *                              with linger, rank R then stays (without
  *                              hk_shutdown) until hkrun ends it
@@ -80,6 +82,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "collectives/ring.h"
@@ -1039,12 +1042,33 @@ static void gate_open(void) {
     perror("w_device: opening the gate");
 }
 
+/* After this rank said why it failed: marks it (D/said.<rank>) and waits
+ * until every rank has, at most 30 s, so that hkrun, which ends the job
+ * at the first exit, stops no rank before it has said its own reason. */
+static void all_said(const char *dir) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/said.%d", dir, rank);
+  FILE *f = fopen(path, "w");
+  HKT_CHECK(f && fclose(f) == 0, "cannot write %s", path);
+  for (int tries = 0; tries < 30000; tries++) {
+    int n = 0;
+    for (int r = 0; r < size; r++) {
+      snprintf(path, sizeof path, "%s/said.%d", dir, r);
+      n += access(path, F_OK) == 0;
+    }
+    if (n == size)
+      return;
+    struct timespec ts = {0, 1000000}; /* the next look */
+    nanosleep(&ts, NULL);
+  }
+}
+
 /* Two batches in flight on hk's stream at once, then their results
  * against the serial sums (every rank's inputs folded in rank order, as
  * the emu does; the values are exact). With fault, the second batch
  * fails (HK_EMU_FAULT) after the first completed: prints the error and
  * exits 3, as mode_fault. */
-static void mode_overlap(int fault) {
+static void mode_overlap(const char *fault_dir) {
   const size_t na = 3001, nb = 2003;
   float *ha = malloc(na * 4), *wa = calloc(na, 4);
   double *hb = malloc(nb * 8), *wb = calloc(nb, 8);
@@ -1087,12 +1111,13 @@ static void mode_overlap(int fault) {
   const int inflight = 2;
   gate_open();
   HKT_OK(hk_wait(a));
-  if (fault) { /* b failed: the job with it; the next call says why */
+  if (fault_dir) { /* b failed: the job with it; the next call says why */
     hk_status st =
         hk_allreduce("overlap.after", da, da, na, HK_FLOAT32, HK_SUM);
     HKT_CHECK(st != HK_OK, "the job went on after overlap.b's fault");
     printf("rank %d failed: %s: %s\n", rank, hk_strerror(st), hk_last_error());
     fflush(stdout);
+    all_said(fault_dir);
     hk_shutdown();
     exit(3);
   }
@@ -1410,7 +1435,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(m, "features"))
     mode_features();
   else if (!strcmp(m, "overlap"))
-    mode_overlap(argc > 2 && !strcmp(argv[2], "fault"));
+    mode_overlap(argc > 3 && !strcmp(argv[2], "fault") ? argv[3] : NULL);
   else if (!strcmp(m, "fault"))
     mode_fault(argc > 3 && !strcmp(argv[2], "linger") ? atoi(argv[3]) : -1);
   else if (!strcmp(m, "moves"))
