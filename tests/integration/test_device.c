@@ -348,10 +348,11 @@ static void fault(const char *spec, const char *cause) {
 }
 
 /* A fault (HK_EMU_FAULT=spec) in the second of two batches in flight
- * (rank 1's communicator operation #1, overlap.b): every rank fails
- * naming overlap.b, `named` ranks or more naming `cause`, within
- * HK_TIMEOUT_S (5 s) plus start-up; nothing stays. */
-static void second_in_flight(const char *spec, const char *cause, int named) {
+ * (rank 1's communicator operation #1, overlap.b): every rank fails,
+ * `named` ranks or more naming `cause` and `nsecond` lines saying
+ * `second`, within HK_TIMEOUT_S (5 s) plus start-up; nothing stays. */
+static void second_in_flight(const char *spec, const char *cause, int named,
+                             const char *second, int nsecond) {
   char fenv[64];
   snprintf(fenv, sizeof fenv, "HK_EMU_FAULT=%s", spec);
   char *env[] = {"HK_DEVICE=emu", "HK_TIMEOUT_S=5", "HK_LOG_LEVEL=debug", fenv,
@@ -366,29 +367,38 @@ static void second_in_flight(const char *spec, const char *cause, int named) {
   double took = hkt_now() - t0;
   assert_int_equal(hkt_remove_tree(dir), 0);
   int got = hkt_count_lines(r.out, cause);
-  int second = hkt_count_lines(r.out, "tensor 'overlap.b'");
-  if (r.timed_out || r.exit_code == 0 || got < named || second != 3 ||
-      took > 30)
-    fail_msg("overlap %s: exit %d after %.1f s, %d ranks named '%s', %d "
-             "'overlap.b'\nstdout:\n%.3000s\nstderr:\n%.3000s",
-             spec, r.exit_code, took, got, cause, second, r.out, r.err);
+  int failed = hkt_count_lines(r.out, " failed: ");
+  int said = hkt_count_lines(r.out, second);
+  if (r.timed_out || r.exit_code == 0 || failed != 3 || got < named ||
+      said != nsecond || took > 30)
+    fail_msg("overlap %s: exit %d after %.1f s, %d ranks failed, %d named "
+             "'%s', %d said '%s'\nstdout:\n%.3000s\nstderr:\n%.3000s",
+             spec, r.exit_code, took, failed, got, cause, said, second, r.out,
+             r.err);
   int left = own_segments_left(r.err);
   hkt_result_free(&r);
   assert_int_equal(hkt_orphans(NULL, 0), 0);
   assert_true(left <= 0);
 }
 
-/* An async error: rank 1 names its own, the peers rank 1's abort of it.
- * A hang: the watchdog of the rank that times out first names
- * HK_TIMEOUT_S, counted from when overlap.b became the oldest in flight;
- * the others its abort. */
+/* An async error: rank 1 names its own in overlap.b, the peers rank 1's
+ * abort of it (in overlap.b, or overlap.a on a peer that had not yet seen
+ * overlap.a end when the communicator was aborted: it cannot tell that
+ * its work was whole). A hang: every rank fails in overlap.b (overlap.a
+ * ended long before), the watchdog of the rank that times out first
+ * naming HK_TIMEOUT_S, counted from when overlap.b became the oldest in
+ * flight; the others its abort. */
 static void test_fault_second_in_flight(void **s) {
   (void)s;
   second_in_flight("error:1:1",
                    "injected async error (HK_EMU_FAULT) in allreduce #1 on "
                    "rank 1",
-                   3);
-  second_in_flight("hang:1:1", "within HK_TIMEOUT_S = 5 s", 1);
+                   3,
+                   "tensor 'overlap.b': the device allreduce failed on rank "
+                   "1: injected",
+                   1);
+  second_in_flight("hang:1:1", "within HK_TIMEOUT_S = 5 s", 1,
+                   "tensor 'overlap.b'", 3);
 }
 
 static void test_fault_async_error(void **s) {

@@ -1110,10 +1110,12 @@ static void mode_overlap(const char *fault_dir) {
   HKT_CHECK(!done, "overlap.a completed while its producer was held");
   const int inflight = 2;
   gate_open();
-  HKT_OK(hk_wait(a));
-  if (fault_dir) { /* b failed: the job with it; the next call says why */
-    hk_status st =
-        hk_allreduce("overlap.after", da, da, na, HK_FLOAT32, HK_SUM);
+  hk_status st = hk_wait(a);
+  if (fault_dir) { /* b failed: the job with it; the next call says why
+                      (a too, on a peer whose communicator was aborted
+                      before a's end was seen) */
+    if (st == HK_OK)
+      st = hk_allreduce("overlap.after", da, da, na, HK_FLOAT32, HK_SUM);
     HKT_CHECK(st != HK_OK, "the job went on after overlap.b's fault");
     printf("rank %d failed: %s: %s\n", rank, hk_strerror(st), hk_last_error());
     fflush(stdout);
@@ -1121,6 +1123,7 @@ static void mode_overlap(const char *fault_dir) {
     hk_shutdown();
     exit(3);
   }
+  HKT_OK(st);
   dsync(sb);
   float *ga = malloc(na * 4);
   double *gb = malloc(nb * 8);
