@@ -353,9 +353,12 @@ static void arm_all(hk_ctx *ctx, int first, int n, int on) {
  * first without blocking as hk's wait policy says (common/waiter.h):
  * while tensors this thread took are in flight (their answer, or a peer's
  * message, is due soon), for the budget learned from recent waits; with
- * none, until HK_SPIN_US after the last event (*last_event, moved to now
- * by every event: a step's next tensor finds the thread awake), and once
- * that has passed it sleeps at once, so an idle job uses no CPU. The
+ * none, where every rank's two threads have a core of their own (polling
+ * then takes nothing from anyone), until HK_SPIN_US after the last event
+ * (*last_event, moved to now by every event: a step's next tensor finds
+ * the thread awake; where threads share cores this polling cost the
+ * trainer its core and small allreduces 4x their time); past that it
+ * sleeps at once, so an idle job uses no CPU. The
  * control endpoints from first_ctrl on are tested beside the descriptors
  * (an shm ring's bytes show as POLLIN) and armed before the loop sleeps
  * (ctrl.h). Returns poll's result plus the endpoints found pending. */
@@ -373,7 +376,9 @@ static int wait_events(hk_ctx *ctx, struct pollfd *p, int n, int first_ctrl,
   const int busy = hk_strmap_size(ctx->taken) > 0;
   const double linger = *last_event + ctx->cfg.spin_us * 1e-6;
   hk_waiter w;
-  hk_waiter_begin(&w, HK_WAIT_EVENTS, busy || hk_now() < linger);
+  hk_waiter_begin(
+      &w, HK_WAIT_EVENTS,
+      busy || (hk_waiter_fits() == HK_WAITER_FIT_THREADS && hk_now() < linger));
   if (!busy)
     hk_waiter_until(&w, linger);
   const double end = timeout_ms > 0 ? hk_now() + timeout_ms * 1e-3 : 0;

@@ -483,7 +483,11 @@ static void mode_reuse(void) {
   HKT_OK(dev->ops->stream_create(dev, &s2));
   HKT_OK(dev->ops->stream_create(dev, &a));
   HKT_OK(dev->ops->event_create(dev, &e));
-  HKT_OK(hk_emu_stream_delay(dev, p, 2000));
+  /* both ranks start the delay together: one that reached the collective
+   * seconds after the other (a loaded machine, a sanitizer) would find the
+   * other's delay already over */
+  HKT_OK(hk_barrier());
+  HKT_OK(hk_emu_stream_delay(dev, p, 3000));
   hk_set_stream(p);
   hk_handle h;
   HKT_OK(hk_allreduce_async("reused", src, out, count, HK_FLOAT32, HK_SUM, &h));
