@@ -3,8 +3,10 @@
  */
 #include "prefetch.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "progress.h"
 
@@ -119,6 +121,31 @@ const batch *prefetch_next(prefetch *p) {
   int rc = p->stage_rc;
   pthread_mutex_unlock(&p->mu);
   return rc ? NULL : b;
+}
+
+int prefetch_wait_full(prefetch *p, double timeout_s, long *produced) {
+  if (!p->running)
+    return 0;
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += (time_t)timeout_s;
+  until.tv_nsec += (long)((timeout_s - (double)(time_t)timeout_s) * 1e9);
+  if (until.tv_nsec >= 1000000000L) {
+    until.tv_sec++;
+    until.tv_nsec -= 1000000000L;
+  }
+  pthread_mutex_lock(&p->mu);
+  long want = p->released + p->n_slots;
+  if (want > p->steps)
+    want = p->steps;
+  int rc = 0;
+  while (p->produced < want && rc != ETIMEDOUT)
+    rc = pthread_cond_timedwait(&p->cv, &p->mu, &until);
+  long got = p->produced;
+  pthread_mutex_unlock(&p->mu);
+  if (produced)
+    *produced = got;
+  return got < want ? -1 : 0;
 }
 
 void prefetch_release(prefetch *p) {

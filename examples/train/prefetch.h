@@ -92,6 +92,15 @@ const batch *prefetch_next(prefetch *p);
  *  done hook on it, then lets the producer prepare its buffer again. */
 void prefetch_release(prefetch *p);
 
+/**
+ * Test hook (a step made slow by a condition, not an amount of work):
+ * blocks until the producer has prepared every batch it may (up to
+ * released + n_slots, or the epoch's end), at most timeout_s seconds.
+ * Returns 0, or -1 past the timeout (*produced, if not NULL, then says
+ * how many it had). Depth 0 returns 0 at once. The step's thread only.
+ */
+int prefetch_wait_full(prefetch *p, double timeout_s, long *produced);
+
 /** Ends the epoch: stops the thread early if batches remain, joins it. */
 void prefetch_end(prefetch *p);
 

@@ -477,6 +477,10 @@ static hk_status step(trainer *t, double *wait_s) {
    * done hook records so on the compute stream, and the slot's next copy
    * waits for it (stage.h) */
   prefetch_release(&t->pipe);
+  /* Test hook (train.h): the step also lasts until the input pipeline has
+   * filled up (a condition, not a time: tests count batches found ready) */
+  if (t->slow_passes > 0 && prefetch_wait_full(&t->pipe, 30, NULL) != 0)
+    fprintf(stderr, "train: the input pipeline did not fill up in 30 s\n");
   double w0 = progress_now();
   float *g = t->on_device ? m->dev_grads : t->grads;
   if (t->on_device) { /* the stream waits GPU-side; nothing comes back */

@@ -106,8 +106,9 @@
 /** Test samples evaluated per forward pass. */
 #define TRAIN_EVAL_CHUNK 500
 /** Test-only hook: this environment variable, set to K, adds K extra
- *  forward passes of the batch to every step (real work that makes the
- *  step slow, so tests can watch the input pipeline keep ahead). */
+ *  forward passes of the batch to every step, and makes every step last
+ *  until the input pipeline has filled up (prefetch_wait_full), so tests
+ *  can watch the pipeline keep ahead whatever the machine's load. */
 #define TRAIN_SLOW_STEP_ENV "TRAIN_TEST_SLOW_STEP"
 
 typedef struct trainer {
