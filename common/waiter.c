@@ -5,6 +5,7 @@
 
 #include <sched.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/clock.h"
 
@@ -112,6 +113,12 @@ int hk_waiter_spin(hk_waiter *w) {
 
 void hk_waiter_end(hk_waiter *w) {
   hk_waiter_record((hk_wait_kind)w->kind, hk_now() - w->start);
+}
+
+void hk_waiter_nap(long *ns) {
+  struct timespec ts = {0, *ns};
+  nanosleep(&ts, NULL);
+  *ns = *ns < HK_WAITER_NAP_MAX_NS / 2 ? *ns * 2 : HK_WAITER_NAP_MAX_NS;
 }
 
 void hk_waiter_counts_get(hk_waiter_counts *out) { *out = counts; }

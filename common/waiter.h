@@ -142,6 +142,20 @@ void hk_waiter_record(hk_wait_kind kind, double elapsed_s);
  *  seconds (in flight). */
 double hk_waiter_budget(hk_wait_kind kind);
 
+/** Start and end of hk_waiter_nap's back-off, nanoseconds. */
+#define HK_WAITER_NAP_MIN_NS 2000L
+#define HK_WAITER_NAP_MAX_NS 1000000L
+
+/**
+ * For a wait with nothing to sleep on (a device event has no file
+ * descriptor): sleeps *ns nanoseconds (start it at HK_WAITER_NAP_MIN_NS,
+ * set it back there when something happened), then doubles *ns up to
+ * HK_WAITER_NAP_MAX_NS, so an event is seen within about its own length
+ * after it happens (1 ms at most) and a long wait costs a look per
+ * millisecond. Any thread.
+ */
+void hk_waiter_nap(long *ns);
+
 /** This thread's counts. */
 void hk_waiter_counts_get(hk_waiter_counts *out);
 

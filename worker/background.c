@@ -414,9 +414,10 @@ static int wait_events(hk_ctx *ctx, struct pollfd *p, int n, int first_ctrl,
 /* wait_events while device batches are in flight (their end events have
  * no file descriptor): looks at the set, the control endpoints from
  * first_ctrl on (never armed: looked at, not slept on) and the oldest
- * batch's end event, sleeping between looks with a back-off from 2 us to
- * 1 ms (*ns, kept from one call to the next and reset when something
- * happened, as the device plane's own waits do), for at most timeout_ms
+ * batch's end event, sleeping between looks with the wait policy's
+ * back-off (hk_waiter_nap: *ns, kept from one call to the next and reset
+ * when something happened, as the device plane's own waits do), for at
+ * most timeout_ms
  * (-1: no limit). Returns poll_now's result: 0 also when the batch has
  * ended. */
 static int wait_device(hk_ctx *ctx, struct pollfd *p, int n, int first_ctrl,
@@ -425,14 +426,12 @@ static int wait_device(hk_ctx *ctx, struct pollfd *p, int n, int first_ctrl,
   for (;;) {
     int rc = poll_now(ctx, p, n, first_ctrl);
     if (rc != 0 || hk_devplane_oldest_ended(ctx)) {
-      *ns = 2000;
+      *ns = HK_WAITER_NAP_MIN_NS;
       return rc;
     }
     if (timeout_ms >= 0 && hk_now() >= end)
       return 0;
-    struct timespec ts = {0, *ns};
-    nanosleep(&ts, NULL);
-    *ns = *ns < 500000 ? *ns * 2 : 1000000;
+    hk_waiter_nap(ns);
   }
 }
 
@@ -482,7 +481,7 @@ void *hk_background_main(void *arg) {
   if (R.request_cap < HK_CTRL_REQUEST_MIN)
     R.request_cap = HK_CTRL_REQUEST_MIN;
   double last_event = hk_now();
-  long dev_ns = 2000; /* wait_device's back-off */
+  long dev_ns = HK_WAITER_NAP_MIN_NS; /* wait_device's back-off */
   for (;;) {
     /* with device batches in flight, the watchdog (their communicator's
      * errors, HK_TIMEOUT_S) looks at the oldest every millisecond */

@@ -18,6 +18,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "common/waiter.h"
 #include "device/foreign.h"
 #include "device/host/reduce.h"
 
@@ -147,20 +148,18 @@ static hk_status dev_check(struct hk_devset *ds, hk_dev_event e,
   return HK_OK;
 }
 
-/* Waits for e until `deadline` under dev_check's watchdog. Polls with a
- * back-off from 2 us to 1 ms: the event has no file descriptor to sleep
- * on. */
+/* Waits for e until `deadline` under dev_check's watchdog, looking with
+ * the wait policy's back-off (hk_waiter_nap): the event has no file
+ * descriptor to sleep on. */
 static hk_status dev_wait_until(struct hk_devset *ds, hk_dev_event e,
                                 const char *what, double deadline) {
-  long ns = 2000;
+  long ns = HK_WAITER_NAP_MIN_NS;
   for (;;) {
     int done = 0;
     hk_status st = dev_check(ds, e, what, deadline, &done);
     if (st != HK_OK || done)
       return st;
-    struct timespec ts = {0, ns};
-    nanosleep(&ts, NULL);
-    ns = ns < 500000 ? ns * 2 : 1000000;
+    hk_waiter_nap(&ns);
   }
 }
 
