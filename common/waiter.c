@@ -49,6 +49,14 @@ void hk_waiter_until(hk_waiter *w, double until) {
     w->until = until > w->start ? until : w->start;
 }
 
+void hk_waiter_extend(hk_waiter *w, double until) {
+  const double most = w->start + cap_s;
+  if (until > most)
+    until = most;
+  if (until > w->until)
+    w->until = until;
+}
+
 double hk_waiter_budget(hk_wait_kind kind) {
   const learned *l = &learn[kind];
   if (cap_s <= 0)
@@ -98,7 +106,13 @@ int hk_waiter_spin(hk_waiter *w) {
     return 0;
   }
   w->polls++;
-  if (fit != HK_WAITER_FIT_THREADS && w->polls > HK_WAITER_POLLS)
+  /* where threads outnumber cores, pause-polls end after HK_WAITER_POLLS
+   * of them or HK_WAITER_POLL_S, whichever comes first (a caller's poll
+   * may be a system call: 64 of them held the core ~60 us from the thread
+   * awaited); oversubscribed, the first step yields */
+  if (fit != HK_WAITER_FIT_THREADS && !w->yielding &&
+      (fit == HK_WAITER_OVERSUBSCRIBED || w->polls > HK_WAITER_POLLS ||
+       hk_now() - w->start > HK_WAITER_POLL_S))
     w->yielding = 1;
   if (w->yielding) {
     w->yields++;

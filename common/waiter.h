@@ -23,14 +23,21 @@
  *       polls separated by the CPU's pause instruction;
  *     - when only the ranks fit (local ranks <= CPUs < 2 x local ranks:
  *       a rank's two threads rarely run at once, one waits for the
- *       other), HK_WAITER_POLLS such polls, then sched_yield() between
- *       polls for the rest of the budget, which hands the core to a
- *       runnable thread (often the one awaited);
- *     - when the ranks outnumber the cores (oversubscribed), the same
- *       HK_WAITER_POLLS polls and then at most HK_WAITER_YIELDS yields:
- *       the writer awaited is likely waiting for this very core, and a
- *       yield among many runnable threads does not reliably hand it over,
- *       so the waiter sleeps early.
+ *       other), such polls for at most HK_WAITER_POLLS of them or
+ *       HK_WAITER_POLL_S, whichever ends first (a caller's poll may be a
+ *       poll(2) system call), then sched_yield() between polls for the
+ *       rest of the budget, which hands the core to a runnable thread
+ *       (often the one awaited);
+ *     - when the ranks outnumber the cores (oversubscribed), yields from
+ *       the first step, at most HK_WAITER_YIELDS of them, then sleep:
+ *       among hk's own threads a yield hands the core to the one awaited
+ *       (4 ranks on 2 cores, 8 B allreduce: ~25-40 us, against ~70 us
+ *       for the earlier design's 200 us of yields and ~250 us for 8
+ *       yields), but where other work is runnable (a compiler, a data
+ *       loader) a long run of yields lets that work take the core for
+ *       milliseconds each time: with 32 the same allreduce took ~250 us
+ *       beside two busy processes, with the whole budget of yields 4-7
+ *       ms.
  *  3. Then the caller sleeps in its own blocking call, which wakes on the
  *     event (and checks liveness and timeouts as it always did).
  *
@@ -57,7 +64,8 @@
 #include <stdint.h>
 
 #define HK_WAITER_POLLS 64       /* pause-polls before yielding */
-#define HK_WAITER_YIELDS 8       /* yields before sleeping, oversubscribed */
+#define HK_WAITER_POLL_S 2e-6    /* ... or this long, whichever is first */
+#define HK_WAITER_YIELDS 32      /* yields before sleeping, oversubscribed */
 #define HK_WAITER_FLOOR_S 20e-6  /* least budget of a wait in flight */
 #define HK_WAITER_MARGIN_S 10e-6 /* added to 3 x the mean hit */
 #define HK_WAITER_HIT_MIN 0.125  /* hit rate below which only the floor */
@@ -115,6 +123,12 @@ hk_waiter_fit hk_waiter_fits(void);
  *  its budget: for a caller that knows when polling stops paying (the
  *  background thread: HK_SPIN_US after its last event). */
 void hk_waiter_until(hk_waiter *w, double until);
+
+/** Lets w poll until `until` (hk_now() seconds) if that is later than its
+ *  budget, never past start + the cap (HK_SPIN_US): for a caller that
+ *  knows more is due soon than this wait's kind has learned (the
+ *  background thread: an event less than HK_SPIN_US ago). */
+void hk_waiter_extend(hk_waiter *w, double until);
 
 /**
  * Starts a wait of `kind`. in_flight = 0 means nothing is expected soon:

@@ -352,13 +352,17 @@ static void arm_all(hk_ctx *ctx, int first, int n, int on) {
 /* poll(2) on the set for at most timeout_ms (-1: no limit), polling
  * first without blocking as hk's wait policy says (common/waiter.h):
  * while tensors this thread took are in flight (their answer, or a peer's
- * message, is due soon), for the budget learned from recent waits; with
- * none, where every rank's two threads have a core of their own (polling
- * then takes nothing from anyone), until HK_SPIN_US after the last event
- * (*last_event, moved to now by every event: a step's next tensor finds
- * the thread awake; where threads share cores this polling cost the
- * trainer its core and small allreduces 4x their time); past that it
- * sleeps at once, so an idle job uses no CPU. The
+ * message, is due soon), for the budget learned from recent waits, and
+ * until HK_SPIN_US after the last event (*last_event, moved to now by
+ * every event: a step's next tensor, or the next hop of a round, finds
+ * the thread awake), except where each rank has a core but its two
+ * threads share it: there the polling after the last event took the
+ * trainer's core (small allreduces at 4x their time), while where every
+ * thread has a core it takes nothing from anyone, and where ranks
+ * outnumber cores it yields (the policy's few yields), which hands the
+ * core to the rank whose turn it is instead of paying its wake-up (4
+ * ranks on 2 cores: ~3x faster small allreduces with it). Past that it
+ * sleeps, so an idle job uses no CPU. The
  * control endpoints from first_ctrl on are tested beside the descriptors
  * (an shm ring's bytes show as POLLIN) and armed before the loop sleeps
  * (ctrl.h). Returns poll's result plus the endpoints found pending. */
@@ -374,13 +378,14 @@ static int wait_events(hk_ctx *ctx, struct pollfd *p, int n, int first_ctrl,
    * on, whose next tensor is due: an event less than HK_SPIN_US ago (the
    * polling then ends HK_SPIN_US after that event) */
   const int busy = hk_strmap_size(ctx->taken) > 0;
+  const int lingers = hk_waiter_fits() != HK_WAITER_FIT_RANKS;
   const double linger = *last_event + ctx->cfg.spin_us * 1e-6;
   hk_waiter w;
-  hk_waiter_begin(
-      &w, HK_WAIT_EVENTS,
-      busy || (hk_waiter_fits() == HK_WAITER_FIT_THREADS && hk_now() < linger));
+  hk_waiter_begin(&w, HK_WAIT_EVENTS, busy || (lingers && hk_now() < linger));
   if (!busy)
     hk_waiter_until(&w, linger);
+  else if (lingers)
+    hk_waiter_extend(&w, linger);
   const double end = timeout_ms > 0 ? hk_now() + timeout_ms * 1e-3 : 0;
   while (hk_waiter_spin(&w)) {
     if ((rc = poll_now(ctx, p, n, first_ctrl)) != 0)
