@@ -135,7 +135,7 @@ hk_status hk_devflight_retire(hk_ctx *ctx, int most, int *completed) {
       r->ob.status = st;
       r->ob.t_end = hk_now();
       hk_observe_batch_done(&ctx->obs, &r->ob);
-      st = hk_fail(st, "tensor '%s': %s", r->hs[0]->req.name, msg);
+      st = hk_fail_tensor(st, r->hs[0]->req.name, msg);
       hk_devflight_drop(ctx);
       return st;
     }

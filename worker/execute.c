@@ -1053,7 +1053,7 @@ hk_status hk_execute_responses(hk_ctx *ctx, hk_set *S,
       ob.status = st;
       ob.t_end = hk_now();
       hk_observe_batch_done(&ctx->obs, &ob);
-      st = hk_fail(st, "tensor '%s': %s", p.h[p.order[a]]->req.name, msg);
+      st = hk_fail_tensor(st, p.h[p.order[a]]->req.name, msg);
       break;
     }
     described(ctx, S, &p, a, b, &ob, kinds, sizeof kinds);

@@ -274,6 +274,24 @@ static void collect(const char *key, void *value, void *arg) {
   a->list = h;
 }
 
+/* "tensor '<name>': <reason>" into out, the prefix left out when reason
+ * already begins with it. */
+static void tensor_reason(char *out, size_t cap, const char *name,
+                          const char *reason) {
+  char own[HK_MAX_NAME_LEN + 16];
+  snprintf(own, sizeof own, "tensor '%s': ", name);
+  if (strncmp(reason, own, strlen(own)) == 0)
+    snprintf(out, cap, "%s", reason);
+  else
+    snprintf(out, cap, "%s%s", own, reason);
+}
+
+hk_status hk_fail_tensor(hk_status st, const char *name, const char *reason) {
+  char msg[HK_WIRE_MAX_REASON_LEN + HK_MAX_NAME_LEN + 32];
+  tensor_reason(msg, sizeof msg, name, reason);
+  return hk_fail(st, "%s", msg);
+}
+
 /* Requires ctx->mu held: completes the handles a->list with status and
  * "tensor '<name>': <reason>" (the reason alone when it is about that very
  * tensor already). */
@@ -282,12 +300,7 @@ static void fail_listed(hk_ctx *ctx, const fail_args *a, hk_status status,
   for (hk_handle h = a->list, next; h; h = next) {
     next = h->next;
     char msg[HK_WIRE_MAX_REASON_LEN + HK_MAX_NAME_LEN + 32];
-    char own[HK_MAX_NAME_LEN + 16];
-    snprintf(own, sizeof own, "tensor '%s': ", h->req.name);
-    if (strncmp(reason, own, strlen(own)) == 0)
-      snprintf(msg, sizeof msg, "%s", reason);
-    else
-      snprintf(msg, sizeof msg, "%s%s", own, reason);
+    tensor_reason(msg, sizeof msg, h->req.name, reason);
     complete_locked(ctx, h, status, msg);
   }
 }

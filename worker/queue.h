@@ -92,6 +92,14 @@ void hk_queue_complete_ok(hk_ctx *ctx, hk_handle *hs, size_t n);
 void hk_queue_fail_all(hk_ctx *ctx, hk_status status, const char *reason);
 
 /**
+ * Fails with status st and the message "tensor '<name>': <reason>", or
+ * <reason> alone when it already begins with that very prefix (a reason
+ * from below that named the tensor: the name is never said twice).
+ * Returns st (hk_fail). Thread-safe (hk_fail's message is per thread).
+ */
+hk_status hk_fail_tensor(hk_status st, const char *name, const char *reason);
+
+/**
  * Completes every handle of process set `set` still queued or in flight on
  * this rank with status and "tensor '<name>': <reason>" (the set was
  * removed), as hk_queue_complete would; the queued ones leave the queue.
