@@ -375,7 +375,11 @@ void hk_devplane_close(hk_ctx *ctx) {
   if (g) {
     hk_dev_sched *s = &g->world.sched;
     const hk_device_ops *o = ctx->dev->ops;
-    if (s->comm)
+    /* a job that failed (an elastic job's lost rank among them) may have
+     * peers hanging in the communicator: abort it, never destroy it */
+    if (s->comm && ctx->failure != HK_OK)
+      o->comm_abort(s->comm);
+    else if (s->comm)
       o->comm_destroy(s->comm);
     if (s->stream)
       o->stream_destroy(ctx->dev, s->stream);
@@ -963,7 +967,9 @@ void hk_devplane_set_close(hk_ctx *ctx, hk_set *s) {
   struct hk_devset *ds = s->dev;
   if (!ds || s->id == 0) /* the world's goes with the plane */
     return;
-  if (ds->sched.comm)
+  if (ds->sched.comm && ctx->failure != HK_OK)
+    ctx->dev->ops->comm_abort(ds->sched.comm); /* peers may hang in it */
+  else if (ds->sched.comm)
     ctx->dev->ops->comm_destroy(ds->sched.comm);
   free(ds->sched.segs);
   free(ds);
