@@ -4,8 +4,8 @@
  * trainer: a rank killed with SIGKILL at a known step (its own, through
  * the worker's arguments: no sleep), the survivors' restore and
  * hk_elastic_reset, their final weights against a serial replay of the
- * schedule; and a loss below --min-np failing every rank, saying what is
- * missing.
+ * schedule; a second loss while the job re-forms; and a loss below
+ * --min-np failing every rank, saying what is missing.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -114,6 +114,56 @@ static void test_loss_reforms_and_matches_replay(void **s) {
   hkt_result_free(&r);
 }
 
+/* A second loss while the job re-forms after the first: the worker
+ * started as rank 1 dies before it calls hk_elastic_reset (when = "before":
+ * the generation forms without it) or after its reset returned, before
+ * the sync broadcast (when = "after": the others' sync fails with
+ * HK_ERR_RANKS_CHANGED and they re-form again). Slots 0 and 3 finish as
+ * ranks 0 and 1 of 2: steps 0-3 by 4 ranks, 4-11 by 2. */
+static void second_loss(const char *when) {
+  char *argv[] = {HKRUN_PATH, "-np", "4", "--min-np", "2", W("w_elastic"),
+                  "12",       "4",   "2", "6",        "1", (char *)when,
+                  NULL};
+  hkt_result r;
+  assert_int_equal(hkt_run(argv, NULL, 120, &r), 0);
+  if (r.exit_code != 0)
+    fail_msg("hkrun exited %d\nstdout:\n%s\nstderr:\n%s", r.exit_code, r.out,
+             r.err);
+  char dying[64];
+  snprintf(dying, sizeof dying, "[1] dying %s the reset", when);
+  assert_int_equal(hkt_count_lines(r.out, dying), 1);
+  assert_non_null(strstr(r.err, "was killed by signal 9; the elastic job "
+                                "goes on with 2 workers (--min-np 2)"));
+  if (strcmp(when, "after") == 0) /* the sync met the second loss */
+    assert_int_equal(hkt_count_lines(r.err, "ranks changed while re-forming: "
+                                            "tensor 'elastic.sync': rank 1 "
+                                            "(pid "),
+                     2);
+  char want[512];
+  const int all[] = {0, 1, 2, 3}, left[] = {0, 3};
+  replay(all, 4, left, 2, 4, 12, want, sizeof want);
+  for (int k = 0; k < 2; k++) {
+    char line[640];
+    snprintf(line, sizeof line, "final slot=%d rank=%d size=2 w=%s\n", left[k],
+             k, want);
+    if (!strstr(r.out, line))
+      fail_msg("no line '%s' in:\n%s\nstderr:\n%s", line, r.out, r.err);
+  }
+  assert_int_equal(hkt_count_lines(r.out, "final slot="), 2);
+  assert_int_equal(hkt_orphans(NULL, 0), 0);
+  hkt_result_free(&r);
+}
+
+static void test_loss_before_reset(void **s) {
+  (void)s;
+  second_loss("before");
+}
+
+static void test_loss_after_reset(void **s) {
+  (void)s;
+  second_loss("after");
+}
+
 /* np 3, --min-np 3: the worker started as rank 1 dies at step 6; hkrun
  * waits --elastic-timeout 2 s, then fails every rank naming what is
  * missing and what the discovery script lists, exits 137 (the lost
@@ -165,6 +215,8 @@ int main(void) {
   hkt_setup();
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_loss_reforms_and_matches_replay),
+      cmocka_unit_test(test_loss_before_reset),
+      cmocka_unit_test(test_loss_after_reset),
       cmocka_unit_test(test_below_min_np_fails_every_rank),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

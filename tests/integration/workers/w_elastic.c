@@ -18,6 +18,13 @@
  * "resumed step S t=T". At the end: "final slot=S rank=R size=N w=..."
  * (each w[i] in %a) and exit 0. A failed hk_elastic_reset says
  * "reset failed: STATUS: MESSAGE", shuts down and exits 3.
+ *
+ *   w_elastic STEPS COMMIT_EVERY KILL_SLOT KILL_STEP KILL2_SLOT before|after
+ *
+ * also kills the worker started as KILL2_SLOT while the job re-forms after
+ * the first loss: before it calls hk_elastic_reset ("dying before the
+ * reset"), or after its hk_elastic_reset returned and before the sync
+ * ("dying after the reset"); the others re-form again.
  */
 #include <signal.h>
 #include <string.h>
@@ -39,15 +46,58 @@ static double grad(int slot, int step, int i) {
   return (double)(((slot + 1) * (i + 1) + step) % 7 - 3);
 }
 
+/* After HK_ERR_RANKS_CHANGED: restore the commit, re-form, take rank 0's
+ * commit (State.sync); again while ranks are lost meanwhile. Exits 3
+ * when the job cannot re-form. */
+static void reform(int slot, double *w, const double *saved_w, int *step,
+                   int saved_step, int kill2_slot, int kill2_after) {
+  hk_status st;
+  do {
+    memcpy(w, saved_w, D * sizeof *w); /* restore */
+    *step = saved_step;
+    if (slot == kill2_slot && !kill2_after) {
+      printf("dying before the reset\n");
+      kill(getpid(), SIGKILL);
+    }
+    st = hk_elastic_reset();
+    if (st == HK_ERR_RANKS_CHANGED)
+      continue;
+    if (st != HK_OK) {
+      printf("reset failed: %s: %s\n", hk_strerror(st), hk_last_error());
+      hk_shutdown();
+      exit(3);
+    }
+    if (slot == kill2_slot && kill2_after) {
+      printf("dying after the reset\n");
+      kill(getpid(), SIGKILL);
+    }
+    double sync[D + 1];
+    memcpy(sync, w, D * sizeof *w);
+    sync[D] = *step;
+    st = hk_broadcast("elastic.sync", sync, D + 1, HK_FLOAT64, 0);
+    if (st == HK_OK) {
+      memcpy(w, sync, D * sizeof *w);
+      *step = (int)sync[D];
+    }
+  } while (st == HK_ERR_RANKS_CHANGED &&
+           fprintf(stderr, "slot %d: ranks changed while re-forming: %s\n",
+                   slot, hk_last_error()) > 0);
+  HKT_OK(st);
+  printf("reset: rank %d of %d (slot %d) from step %d\n", hk_rank(), hk_size(),
+         slot, *step);
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
-  if (argc != 5) {
+  if (argc != 5 && argc != 7) {
     fprintf(stderr, "usage: w_elastic STEPS COMMIT_EVERY KILL_SLOT "
-                    "KILL_STEP\n");
+                    "KILL_STEP [KILL2_SLOT before|after]\n");
     return 2;
   }
   const int steps = atoi(argv[1]), every = atoi(argv[2]);
   const int kill_slot = atoi(argv[3]), kill_step = atoi(argv[4]);
+  const int kill2_slot = argc == 7 ? atoi(argv[5]) : -1;
+  const int kill2_after = argc == 7 && strcmp(argv[6], "after") == 0;
   HKT_OK(hk_init());
   const int slot = hk_rank();
   double w[D], saved_w[D]; /* the model and its commit */
@@ -73,23 +123,7 @@ int main(int argc, char **argv) {
     if (st == HK_ERR_RANKS_CHANGED) {
       fprintf(stderr, "slot %d step %d: ranks changed: %s\n", slot, step,
               hk_last_error());
-      memcpy(w, saved_w, sizeof w); /* restore */
-      step = saved_step;
-      st = hk_elastic_reset();
-      if (st != HK_OK) {
-        printf("reset failed: %s: %s\n", hk_strerror(st), hk_last_error());
-        hk_shutdown();
-        return 3;
-      }
-      /* every rank takes rank 0's commit (State.sync) */
-      double sync[D + 1];
-      memcpy(sync, w, sizeof w);
-      sync[D] = step;
-      HKT_OK(hk_broadcast("elastic.sync", sync, D + 1, HK_FLOAT64, 0));
-      memcpy(w, sync, sizeof w);
-      step = (int)sync[D];
-      printf("reset: rank %d of %d (slot %d) from step %d\n", hk_rank(),
-             hk_size(), slot, step);
+      reform(slot, w, saved_w, &step, saved_step, kill2_slot, kill2_after);
       resumed = 0;
       continue;
     }
