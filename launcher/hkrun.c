@@ -56,9 +56,11 @@
  *   --elastic-timeout for more (it starts none itself yet, so none come),
  *   then fails the job naming the workers lost, what is missing and what
  *   the discovery script lists: every rank gets HK_MSG_ABORT with that
- *   text, and the exit status is the last lost worker's. The job fails
- *   the same way when it would re-form more than --reset-limit times, or
- *   when no worker is left. A job that finishes after losses exits 0.
+ *   text, and the exit status is the last lost worker's. A job with
+ *   enough workers that has not re-formed HK_START_TIMEOUT_S after a loss
+ *   (a survivor never called hk_elastic_reset) fails naming those, exit 1. The
+ * job fails the same way when it would re-form more than --reset-limit times,
+ * or when no worker is left. A job that finishes after losses exits 0.
  */
 #include <errno.h>
 #include <signal.h>
@@ -110,6 +112,7 @@ typedef struct job {
   uv_timer_t goodbye_timer;
   uv_timer_t start_timer;     /* HK_START_TIMEOUT_S after the start */
   uv_timer_t elastic_timer;   /* --elastic-timeout below --min-np */
+  uv_timer_t form_timer;      /* elastic: HK_START_TIMEOUT_S to re-form */
   int below_code;             /* elastic: the exit status to fail with */
   char lost[512];             /* elastic: the workers lost, for messages */
   double start_timeout_s;     /* HK_START_TIMEOUT_S as the workers read it */
@@ -140,6 +143,7 @@ static void close_job(job *j) {
   uv_close((uv_handle_t *)&j->goodbye_timer, NULL);
   uv_close((uv_handle_t *)&j->start_timer, NULL);
   uv_close((uv_handle_t *)&j->elastic_timer, NULL);
+  uv_close((uv_handle_t *)&j->form_timer, NULL);
   for (int i = 0; i < 3; i++)
     uv_close((uv_handle_t *)&j->sig[i], NULL);
   uv_close((uv_handle_t *)&j->dump_sig, NULL);
@@ -178,6 +182,7 @@ static void fail_elastic(job *j, int code, const char *reason) {
   hk_out_say("%s", reason);
   hk_rdv_abort(j->rdv, -1, -1, 0, reason);
   uv_timer_stop(&j->elastic_timer);
+  uv_timer_stop(&j->form_timer);
   if (j->workers.running > 0)
     uv_timer_start(&j->term_timer, term_timeout, grace_ms(j), 0);
   stop_waiting(j);
@@ -206,6 +211,32 @@ static void elastic_timeout(uv_timer_t *t) {
   fail_elastic(j, j->below_code, reason);
 }
 
+/* Elastic, HK_START_TIMEOUT_S after a loss: enough workers are left but
+ * some never registered again (a survivor that does not call
+ * hk_elastic_reset, or cannot reach hkrun): fail naming them. */
+static void form_timeout(uv_timer_t *t) {
+  job *j = t->data;
+  int slots[16];
+  int n = hk_rdv_awaited(j->rdv, slots, 16);
+  if (j->failing || j->closed || n == 0 ||
+      hk_rdv_alive(j->rdv) < j->args->min_np)
+    return; /* formed, or below --min-np: elastic_timeout's to judge */
+  char who[400] = "";
+  for (int i = 0; i < n && i < 16; i++) {
+    size_t k = strlen(who);
+    snprintf(who + k, sizeof who - k, "%s%d (pid %d)", i ? ", " : "", slots[i],
+             j->workers.w[slots[i]].pid);
+  }
+  char reason[600];
+  snprintf(reason, sizeof reason,
+           "the elastic job did not re-form within HK_START_TIMEOUT_S=%g s: "
+           "%s %s%s did not call hk_elastic_reset (or could not reach "
+           "hkrun)",
+           j->start_timeout_s, n > 1 ? "ranks" : "rank", who,
+           n > 16 ? ", ..." : "");
+  fail_elastic(j, 1, reason);
+}
+
 /* Elastic: w's worker failed (what: how). The job goes on without it
  * while --min-np are left; else hkrun waits --elastic-timeout. */
 static void elastic_loss(job *j, hk_worker *w, const char *what) {
@@ -232,6 +263,8 @@ static void elastic_loss(job *j, hk_worker *w, const char *what) {
   } else if (left >= a->min_np) {
     hk_out_say("%s; the elastic job goes on with %d worker%s (--min-np %d)",
                reason, left, left == 1 ? "" : "s", a->min_np);
+    uv_timer_start(&j->form_timer, form_timeout,
+                   (uint64_t)(j->start_timeout_s * 1000.0 + 0.5), 0);
   } else if (left == 0) {
     char why[700];
     snprintf(why, sizeof why, "elastic job: no worker left (lost: %s)",
@@ -526,7 +559,8 @@ static int setup(job *j, hk_secret *secret, uint16_t *port) {
   uv_timer_init(&j->loop, &j->goodbye_timer);
   uv_timer_init(&j->loop, &j->start_timer);
   uv_timer_init(&j->loop, &j->elastic_timer);
-  j->elastic_timer.data = j;
+  uv_timer_init(&j->loop, &j->form_timer);
+  j->elastic_timer.data = j->form_timer.data = j;
   j->term_timer.data = j->kill_timer.data = j->goodbye_timer.data = j;
   j->start_timer.data = j;
   j->kill_after_term = KILL_AFTER_TERM_MS;

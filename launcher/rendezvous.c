@@ -739,6 +739,19 @@ int hk_rdv_lose(hk_rdv *r, int slot, int exit_code, int signal,
 
 int hk_rdv_alive(const hk_rdv *r) { return r && r->elastic ? r->nalive : 0; }
 
+int hk_rdv_awaited(const hk_rdv *r, int *slots, int cap) {
+  if (!r || !r->elastic || r->complete)
+    return 0;
+  int n = 0;
+  for (int i = 0; i < r->size; i++)
+    if (!r->lost[i] && (!r->by_rank[i] || r->reg_gen[i] != r->gen)) {
+      if (n < cap)
+        slots[n] = i;
+      n++;
+    }
+  return n;
+}
+
 void hk_rdv_close(hk_rdv *r) {
   if (!r || r->closing)
     return;

@@ -154,6 +154,11 @@ int hk_rdv_lose(hk_rdv *r, int slot, int exit_code, int signal,
 /** Elastic: the slots not lost; 0 for a non-elastic or NULL r. */
 int hk_rdv_alive(const hk_rdv *r);
 
+/** Elastic, while a generation forms: how many slots not lost have not
+ *  registered for it; the first cap of them (ascending) into slots. 0 once
+ *  it has formed, and for a non-elastic or NULL r. */
+int hk_rdv_awaited(const hk_rdv *r, int *slots, int cap);
+
 /**
  * Closes the server and every connection (pending writes are cancelled).
  * r is freed once libuv has closed its handles, during uv_run; do not use

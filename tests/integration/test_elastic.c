@@ -164,6 +164,42 @@ static void test_loss_after_reset(void **s) {
   second_loss("after");
 }
 
+/* A survivor that never calls hk_elastic_reset does not hang the others:
+ * HK_START_TIMEOUT_S (10 s) after the loss hkrun fails the job naming it,
+ * every other survivor's reset fails with that text, exit 1, nothing
+ * left behind. */
+static void test_survivor_never_resets(void **s) {
+  (void)s;
+  char *argv[] = {
+      HKRUN_PATH, "-np",          "4",  "--min-np", "2", "--start-timeout",
+      "10",       W("w_elastic"), "12", "4",        "2", "6",
+      "1",        "never",        NULL};
+  hkt_result r;
+  assert_int_equal(hkt_run(argv, NULL, 120, &r), 0);
+  if (r.exit_code != 1)
+    fail_msg("hkrun exited %d\nstdout:\n%s\nstderr:\n%s", r.exit_code, r.out,
+             r.err);
+  assert_int_equal(hkt_count_lines(r.out, "[1] never calling hk_elastic_reset"),
+                   1);
+  int pid = (int)number_after(r.err, "HK_START_TIMEOUT_S=10 s: rank 1 (pid ");
+  assert_true(pid > 0);
+  char want[256];
+  snprintf(want, sizeof want,
+           "the elastic job did not re-form within HK_START_TIMEOUT_S=10 s: "
+           "rank 1 (pid %d) did not call hk_elastic_reset (or could not "
+           "reach hkrun)",
+           pid);
+  char said[320];
+  snprintf(said, sizeof said, "hkrun: %s\n", want);
+  if (!strstr(r.err, said))
+    fail_msg("no line '%s' in:\n%s", said, r.err);
+  snprintf(said, sizeof said, "reset failed: peer lost: hk_elastic_reset: %s",
+           want);
+  assert_int_equal(hkt_count_lines(r.out, said), 2);
+  assert_int_equal(hkt_orphans(NULL, 0), 0);
+  hkt_result_free(&r);
+}
+
 /* np 3, --min-np 3: the worker started as rank 1 dies at step 6; hkrun
  * waits --elastic-timeout 2 s, then fails every rank naming what is
  * missing and what the discovery script lists, exits 137 (the lost
@@ -217,6 +253,7 @@ int main(void) {
       cmocka_unit_test(test_loss_reforms_and_matches_replay),
       cmocka_unit_test(test_loss_before_reset),
       cmocka_unit_test(test_loss_after_reset),
+      cmocka_unit_test(test_survivor_never_resets),
       cmocka_unit_test(test_below_min_np_fails_every_rank),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -24,7 +24,9 @@
  * also kills the worker started as KILL2_SLOT while the job re-forms after
  * the first loss: before it calls hk_elastic_reset ("dying before the
  * reset"), or after its hk_elastic_reset returned and before the sync
- * ("dying after the reset"); the others re-form again.
+ * ("dying after the reset"); the others re-form again. With "never" it
+ * does not call hk_elastic_reset at all: it says "never calling
+ * hk_elastic_reset" and waits for a signal.
  */
 #include <signal.h>
 #include <string.h>
@@ -55,6 +57,11 @@ static void reform(int slot, double *w, const double *saved_w, int *step,
   do {
     memcpy(w, saved_w, D * sizeof *w); /* restore */
     *step = saved_step;
+    if (slot == kill2_slot && kill2_after < 0) {
+      printf("never calling hk_elastic_reset\n");
+      for (;;)
+        pause(); /* until hkrun's SIGTERM */
+    }
     if (slot == kill2_slot && !kill2_after) {
       printf("dying before the reset\n");
       kill(getpid(), SIGKILL);
@@ -91,13 +98,16 @@ int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc != 5 && argc != 7) {
     fprintf(stderr, "usage: w_elastic STEPS COMMIT_EVERY KILL_SLOT "
-                    "KILL_STEP [KILL2_SLOT before|after]\n");
+                    "KILL_STEP [KILL2_SLOT before|after|never]\n");
     return 2;
   }
   const int steps = atoi(argv[1]), every = atoi(argv[2]);
   const int kill_slot = atoi(argv[3]), kill_step = atoi(argv[4]);
   const int kill2_slot = argc == 7 ? atoi(argv[5]) : -1;
-  const int kill2_after = argc == 7 && strcmp(argv[6], "after") == 0;
+  const int kill2_after = argc != 7                       ? 0
+                          : strcmp(argv[6], "after") == 0 ? 1
+                          : strcmp(argv[6], "never") == 0 ? -1
+                                                          : 0;
   HKT_OK(hk_init());
   const int slot = hk_rank();
   double w[D], saved_w[D]; /* the model and its commit */
