@@ -295,6 +295,15 @@ static const tunable table[] = {
         "1: rank 0 tracks which ranks are late and why"),
     INT("HK_MONITOR_LIVE", 0, 0, 1, monitor_live, "0",
         "1: rank 0 sends hkrun its live table (hkrun --monitor sets it)"),
+    INT("HK_ELASTIC", 0, 0, 1, elastic, "0",
+        "1: an elastic job (hkrun --min-np sets it): a lost rank makes "
+        "every other rank's calls fail with HK_ERR_RANKS_CHANGED instead of "
+        "HK_ERR_PEER_LOST, and hk_elastic_reset re-forms the job"),
+    {"HK_ELASTIC_TIMEOUT_S", 600, 0.1, 86400, "s",
+     "elastic jobs: how long hk_elastic_reset may wait for the job to "
+     "re-form (hkrun --elastic-timeout sets it; hkrun fails the job when "
+     "too few workers are left for that long)",
+     .offset = OFF(elastic_timeout_s), .kind = HK_TUNABLE_NUMBER},
     INT("HK_EMU_DEVICES", 1, 1, 1024, emu_devices, "1",
         "the emulated device only: how many devices each process sees"),
     {"HK_EMU_FAULT",

@@ -89,6 +89,10 @@ typedef struct hk_config {
   /* Straggler and telemetry monitoring (observe/monitor.h) */
   int monitor;               /* HK_MONITOR: 1 = on; also on with any of the
                                 three below or monitor_live */
+  int elastic;               /* HK_ELASTIC: 1 = an elastic job (hkrun
+                                --min-np; docs/elastic.md) */
+  double elastic_timeout_s;  /* HK_ELASTIC_TIMEOUT_S: hk_elastic_reset's
+                                wait for the job to re-form, s */
   int monitor_live;          /* HK_MONITOR_LIVE: 1 = rank 0 sends hkrun its
                                 live table (set by hkrun --monitor) */
   size_t monitor_window;     /* HK_MONITOR_WINDOW: rounds per window */

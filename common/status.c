@@ -77,6 +77,8 @@ const char *hk_strerror(hk_status status) {
     return "stalled: ranks did not submit the same tensors";
   case HK_ERR_DEVICE:
     return "GPU or device communicator failed";
+  case HK_ERR_RANKS_CHANGED:
+    return "a rank was lost: the elastic job re-forms (hk_elastic_reset)";
   }
   return "unknown status";
 }

@@ -152,6 +152,7 @@ hk_status hk_wire_encode(const hk_msg *m, hk_buf *out) {
     }
     break;
   case HK_MSG_ABORT:
+  case HK_MSG_RESET:
     put_i32(&w, m->u.abort.rank);
     put_i32(&w, m->u.abort.exit_code);
     put_i32(&w, m->u.abort.signal);
@@ -495,7 +496,7 @@ hk_status hk_wire_header(const uint8_t hdr[HK_WIRE_HEADER_LEN], uint8_t *type,
     return hk_fail(HK_ERR_PROTOCOL,
                    "wire version %u, this build speaks version %u", hdr[2],
                    HK_WIRE_VERSION);
-  if (hdr[3] < HK_MSG_REGISTER || hdr[3] > HK_MSG_MONITOR)
+  if (hdr[3] < HK_MSG_REGISTER || hdr[3] > HK_MSG_RESET)
     return hk_fail(HK_ERR_PROTOCOL, "unknown message type %u", hdr[3]);
   uint32_t len = 0;
   for (int i = 0; i < 4; i++)
@@ -535,6 +536,7 @@ static void decode_payload(reader *r, hk_msg *m) {
     break;
   }
   case HK_MSG_ABORT:
+  case HK_MSG_RESET:
     m->u.abort.rank = get_i32(r, "rank");
     m->u.abort.exit_code = get_i32(r, "exit code");
     m->u.abort.signal = get_i32(r, "signal");
@@ -608,7 +610,7 @@ static void decode_payload(reader *r, hk_msg *m) {
               m->u.responses.shutdown_rank < HK_WIRE_MAX_RANKS,
           "shutdown rank %lld out of range", m->u.responses.shutdown_rank);
     m->u.responses.abort_status = get_u16(r, "abort status");
-    check(r, m->u.responses.abort_status <= HK_ERR_DEVICE,
+    check(r, m->u.responses.abort_status <= HK_ERR_RANKS_CHANGED,
           "unknown abort status %lld", m->u.responses.abort_status);
     {
       char reason[HK_WIRE_MAX_REASON_LEN + 1];
@@ -634,7 +636,8 @@ static void decode_payload(reader *r, hk_msg *m) {
       s->flags = get_u8(r, "response flags");
       s->cache_bit = get_u32(r, "cache bit");
       get_str(r, s->name, HK_MAX_NAME_LEN, "tensor name");
-      check(r, s->status <= HK_ERR_DEVICE, "unknown status %lld", s->status);
+      check(r, s->status <= HK_ERR_RANKS_CHANGED, "unknown status %lld",
+            s->status);
       check(r, (s->flags & ~(HK_RESP_CACHED | HK_RESP_PARAMS)) == 0,
             "unknown flags %lld", s->flags);
       if (s->flags & HK_RESP_CACHED) {

@@ -25,10 +25,10 @@
 #include "hk/hk.h"
 
 #define HK_WIRE_VERSION                                                        \
-  8 /* 3: HK_MSG_GOODBYE; 4: RESPONSES.answer; 5: request memory kind;         \
+  9 /* 3: HK_MSG_GOODBYE; 4: RESPONSES.answer; 5: request memory kind;         \
        6: REQUESTS.sample (telemetry), HK_MSG_MONITOR; 7: request process      \
        set and shape; 8: process sets: RESPONSES.set, each cache bit's set     \
-       in REQUESTS, HK_COLL_SET_ADD and HK_COLL_SET_REMOVE */
+       in REQUESTS, HK_COLL_SET_ADD and HK_COLL_SET_REMOVE; 9: HK_MSG_RESET */
 #define HK_WIRE_HEADER_LEN 8
 #define HK_WIRE_MAX_PAYLOAD (64u << 20) /* bytes */
 #define HK_WIRE_MAX_HOST_LEN 255        /* bytes, excluding NUL */
@@ -59,6 +59,9 @@ typedef enum hk_msg_type {
                            the API (hk_shutdown, or a failed hk_init) */
   HK_MSG_MONITOR = 8,   /* rank 0 -> hkrun: the live table of every rank
                            (hkrun --monitor; observe/monitor.h) */
+  HK_MSG_RESET = 9,     /* hkrun -> worker, elastic jobs: a rank was lost,
+                           the job re-forms (register again); u.abort's
+                           fields, rank = the lost worker's slot */
 } hk_msg_type;
 
 /** Which collective a request asks for. */

@@ -113,6 +113,13 @@ typedef enum opt_id {
   O_ENV_X,
   O_DUMP,
   O_DIAGNOSE,
+  O_MIN_NP,
+  O_MAX_NP,
+  O_DISCOVERY,
+  O_SLOTS_PER_HOST,
+  O_ELASTIC_TIMEOUT,
+  O_RESET_LIMIT,
+  O_COOLDOWN, /* takes two values: A B */
   /* flags */
   O_TAG_OUTPUT,
   O_NO_TAG_OUTPUT,
@@ -150,11 +157,6 @@ typedef struct opt_def {
   "threshold and cycle time while the job trains); set "                       \
   "--fusion-threshold-mb and --cycle-time-ms yourself, comparing them "        \
   "with hkbench --model"
-#define ELASTIC                                                                \
-  "hk has no elastic mode: a job keeps the ranks it started with and a "       \
-  "lost rank fails it (every rank gets HK_ERR_PEER_LOST); restart the job "    \
-  "on the hosts that are left"
-
 static const opt_def options[] = {
     {"-np", O_NP, 1, NULL},
     {"-n", O_NP, 1, NULL},
@@ -185,6 +187,16 @@ static const opt_def options[] = {
     {"-i", O_SSH_IDENTITY, 1, NULL},
     {"--ssh-identity-file", O_SSH_IDENTITY, 1, NULL},
     {"-x", O_ENV_X, 1, NULL},
+    /* elastic jobs (docs/elastic.md) */
+    {"--min-np", O_MIN_NP, 1, NULL},
+    {"--min-num-proc", O_MIN_NP, 1, NULL},
+    {"--max-np", O_MAX_NP, 1, NULL},
+    {"--max-num-proc", O_MAX_NP, 1, NULL},
+    {"--host-discovery-script", O_DISCOVERY, 1, NULL},
+    {"--slots-per-host", O_SLOTS_PER_HOST, 1, NULL},
+    {"--elastic-timeout", O_ELASTIC_TIMEOUT, 1, NULL},
+    {"--reset-limit", O_RESET_LIMIT, 1, NULL},
+    {"--blacklist-cooldown-range", O_COOLDOWN, 1, NULL},
     {"--tag-output", O_TAG_OUTPUT, 0, NULL},
     {"--no-tag-output", O_NO_TAG_OUTPUT, 0, NULL},
     {"-v", O_VERBOSE, 0, NULL},
@@ -228,15 +240,6 @@ static const opt_def options[] = {
     {"--jsrun", O_REFUSED, 0,
      "hk does not start jobs with jsrun: use -H/--hostfile (hkrun runs "
      "mpirun), or start the ranks with mpirun or srun yourself"},
-    {"--min-np", O_REFUSED, 1, ELASTIC},
-    {"--min-num-proc", O_REFUSED, 1, ELASTIC},
-    {"--max-np", O_REFUSED, 1, ELASTIC},
-    {"--max-num-proc", O_REFUSED, 1, ELASTIC},
-    {"--slots-per-host", O_REFUSED, 1, ELASTIC},
-    {"--elastic-timeout", O_REFUSED, 1, ELASTIC},
-    {"--reset-limit", O_REFUSED, 1, ELASTIC},
-    {"--blacklist-cooldown-range", O_REFUSED, 1, ELASTIC},
-    {"--host-discovery-script", O_REFUSED, 1, ELASTIC},
     {"--hierarchical-allgather", O_REFUSED, 0,
      "hk's allgather is one ring over every rank; it has no hierarchical "
      "allgather (--hierarchical-allreduce exists)"},
@@ -440,6 +443,29 @@ static int parse_value(const opt_def *o, const char *name, const char *value,
     *slot = value;
     return 0;
   }
+  case O_MIN_NP:
+  case O_MAX_NP:
+  case O_SLOTS_PER_HOST:
+  case O_RESET_LIMIT:
+    if (parse_int(name, value, HKRUN_MAX_NP, &v, err, err_cap) != 0)
+      return -1;
+    *(o->id == O_MIN_NP           ? &out->min_np
+      : o->id == O_MAX_NP         ? &out->max_np
+      : o->id == O_SLOTS_PER_HOST ? &out->slots_per_host
+                                  : &out->reset_limit) = (int)v;
+    return 0;
+  case O_DISCOVERY:
+    return parse_string(name, value, &out->discovery_script, err, err_cap);
+  case O_ELASTIC_TIMEOUT:
+    if (parse_seconds(name, value, &out->elastic_timeout_s, err, err_cap) != 0)
+      return -1;
+    if (out->elastic_timeout_s <= 0)
+      return fail(err, err_cap, "%s: '%s' must be more than 0 seconds", name,
+                  value);
+    out->elastic_timeout = value;
+    return 0;
+  case O_COOLDOWN: /* the first of its two values; the caller reads B */
+    return parse_seconds(name, value, &out->cooldown_lo_s, err, err_cap);
   case O_TIMELINE:
     return parse_string(name, value, &out->timeline, err, err_cap);
   case O_DUMP:
@@ -545,6 +571,52 @@ static int apply_flag(const opt_def *o, hkrun_args *out) {
   return 0;
 }
 
+/* The elastic flags together (after the loop): elastic mode is implied by
+ * --min-np, --max-np or --host-discovery-script; the other elastic flags
+ * need it; -np defaults to --min-np and must lie in [min, max]. */
+static int check_elastic(hkrun_args *out, char *err, size_t err_cap) {
+  out->elastic = out->min_np > 0 || out->max_np > 0 || out->discovery_script;
+  const char *only = out->slots_per_host       ? "--slots-per-host"
+                     : out->elastic_timeout    ? "--elastic-timeout"
+                     : out->reset_limit        ? "--reset-limit"
+                     : out->cooldown_hi_s >= 0 ? "--blacklist-cooldown-range"
+                                               : NULL;
+  if (!out->elastic) {
+    if (only)
+      return fail(err, err_cap,
+                  "%s is for elastic jobs: give --min-np (or --max-np, "
+                  "--host-discovery-script) too",
+                  only);
+    return 0;
+  }
+  if (out->hosts || out->hostfile || out->mpi)
+    return fail(err, err_cap,
+                "an elastic job (--min-np, --max-np, "
+                "--host-discovery-script) runs on this host only: hkrun "
+                "cannot start one across hosts yet (%s)",
+                out->hosts      ? "-H"
+                : out->hostfile ? "--hostfile"
+                                : "--mpi");
+  if (out->np == 0)
+    out->np = out->min_np > 0 ? out->min_np : out->max_np;
+  if (out->np == 0)
+    return fail(err, err_cap,
+                "-np N is required (or --min-np N: the workers to start)");
+  if (out->min_np == 0)
+    out->min_np = 1;
+  if (out->min_np > out->np)
+    return fail(err, err_cap,
+                "--min-np %d is more than -np %d (the workers to start)",
+                out->min_np, out->np);
+  if (out->max_np && out->max_np < out->np)
+    return fail(err, err_cap,
+                "--max-np %d is less than -np %d (the workers to start)",
+                out->max_np, out->np);
+  if (out->max_np == 0)
+    out->max_np = out->np;
+  return 0;
+}
+
 int hkrun_args_parse(int argc, char **argv, hkrun_args *out, char *err,
                      size_t err_cap) {
   memset(out, 0, sizeof *out);
@@ -556,6 +628,8 @@ int hkrun_args_parse(int argc, char **argv, hkrun_args *out, char *err,
   out->hierarchical = -1;
   out->timeline_mark_cycles = -1;
   out->no_stall_check = -1;
+  out->elastic_timeout_s = HKRUN_DEFAULT_ELASTIC_TIMEOUT_S;
+  out->cooldown_lo_s = out->cooldown_hi_s = -1;
   if (err && err_cap > 0)
     err[0] = '\0';
 
@@ -600,6 +674,20 @@ int hkrun_args_parse(int argc, char **argv, hkrun_args *out, char *err,
       }
       if (parse_value(o, name, value, out, err, err_cap) != 0)
         return -1;
+      if (o->id == O_COOLDOWN) { /* Horovod's two values: A B */
+        if (inline_value || i + 1 >= argc)
+          return fail(err, err_cap,
+                      "%s: takes two values, the least and the most seconds "
+                      "(%s 10 100)",
+                      name, name);
+        if (parse_seconds(name, argv[++i], &out->cooldown_hi_s, err, err_cap) !=
+            0)
+          return -1;
+        if (out->cooldown_hi_s < out->cooldown_lo_s)
+          return fail(err, err_cap,
+                      "%s: the least (%s s) is more than the most (%s s)", name,
+                      argv[i - 1], argv[i]);
+      }
       if (out->action == HKRUN_DUMP || out->action == HKRUN_DIAGNOSE) {
         /* a command of its own, with one value: a second pid (pgrep
          * finding two hkruns) would otherwise be dropped unseen */
@@ -629,6 +717,8 @@ int hkrun_args_parse(int argc, char **argv, hkrun_args *out, char *err,
     return fail(err, err_cap, "no program given");
   if (out->hosts && out->hostfile)
     return fail(err, err_cap, "give -H or --hostfile, not both");
+  if (check_elastic(out, err, err_cap) != 0)
+    return -1;
   if (out->np == 0 && !out->hosts && !out->hostfile)
     return fail(err, err_cap, "-np N is required");
   out->prog_argc = argc - i;
@@ -770,6 +860,23 @@ const char *hkrun_usage(void) {
          "  --oversubscribe, --allow-run-as-root   accepted (hkrun never\n"
          "                       refuses either)\n"
          "\n"
+         "elastic (docs/elastic.md; on this host only):\n"
+         "  --min-np N           an elastic job: a lost worker does not end\n"
+         "                       it while N are left; the survivors get\n"
+         "                       HK_ERR_RANKS_CHANGED and re-form with\n"
+         "                       hk_elastic_reset (-np defaults to N)\n"
+         "  --max-np N           at most N workers (default: -np)\n"
+         "  --host-discovery-script FILE\n"
+         "                       prints host:slots lines; below --min-np\n"
+         "                       hkrun names what it lists when it fails\n"
+         "  --slots-per-host N   slots of a listed host without :slots\n"
+         "  --elastic-timeout S  below --min-np, wait this long before\n"
+         "                       failing every rank (default 600)\n"
+         "  --reset-limit N      fail the job at the (N+1)th re-forming\n"
+         "  --blacklist-cooldown-range A B\n"
+         "                       accepted and checked (A <= B seconds);\n"
+         "                       one host has nothing to blacklist\n"
+         "\n"
          "hk's own:\n"
          "  --grace-period S     seconds between a failure and SIGTERM to\n"
          "                       the other workers (default 2); SIGKILL\n"
@@ -788,8 +895,7 @@ const char *hkrun_usage(void) {
          "\n"
          "horovodrun's flags hk does not have (each is refused saying why\n"
          "and what to use): --gloo, --jsrun, --autotune and --autotune-*,\n"
-         "the elastic ones (--min-np, --max-np, --host-discovery-script,\n"
-         "...), --hierarchical-allgather, --mpi-threads-disable,\n"
+         "--hierarchical-allgather, --mpi-threads-disable,\n"
          "--num-nccl-streams, --thread-affinity, --config-file,\n"
          "--binding-args, --prefix-output-with-timestamp.\n"
          "\n"
@@ -840,6 +946,8 @@ int hkrun_tunable_env(const hkrun_args *a, char *buf, size_t cap,
       {"HK_TIMEOUT_S", a->gloo_timeout_s, 0},
       {"HK_CROSS_TRANSPORT", a->tcp ? "tcp" : NULL, 0},
       {"HK_MONITOR_LIVE", a->monitor ? "1" : NULL, 0},
+      {"HK_ELASTIC", a->elastic ? "1" : NULL, 0},
+      {"HK_ELASTIC_TIMEOUT_S", a->elastic ? a->elastic_timeout : NULL, 0},
   };
   for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
     if (!t[i].value)

@@ -10,9 +10,9 @@
  * The names are horovodrun's (and mpirun's where horovodrun has none:
  * -x, --bind-to, --tag-output), with their meaning; hkrun_usage() lists
  * them grouped as `horovodrun --help` does and says where hk differs.
- * Flags horovodrun has and hk does not (--gloo, --autotune, the elastic
- * ones...) are refused with a message saying why and what to use
- * instead; an unknown option's message names the closest known one.
+ * Flags horovodrun has and hk does not (--gloo, --autotune...) are refused with
+ * a message saying why and what to use instead; an unknown option's message
+ * names the closest known one.
  *
  * Several hosts: `-H host:slots,...` or `--hostfile FILE` name the hosts
  * (launcher/hosts.h parses them; this parser only keeps the strings), and
@@ -31,6 +31,8 @@
 #define HKRUN_MAX_GRACE_S 86400.0
 /** Default --grace-period, in seconds. */
 #define HKRUN_DEFAULT_GRACE_S 2.0
+/** Default --elastic-timeout, in seconds (Horovod's). */
+#define HKRUN_DEFAULT_ELASTIC_TIMEOUT_S 600.0
 /** Capacity callers should give the error buffer, in bytes incl. NUL. */
 #define HKRUN_ARGS_ERR_CAP 512
 /** Most -x options one command line may carry. */
@@ -109,6 +111,20 @@ typedef struct hkrun_args {
   const char *diagnose_dir; /* --diagnose DIR */
   int monitor;              /* --monitor -> HK_MONITOR_LIVE=1; hkrun shows
                                the table rank 0 sends (launcher/monitor.h) */
+  /* Elastic jobs (docs/elastic.md), on this host only: elastic is 1 when
+   * --min-np, --max-np or --host-discovery-script is given; then np is
+   * the workers started (default: min_np), min_np <= np <= max_np
+   * (defaults 1 and np), and -H/--hostfile/--mpi are refused. The other
+   * elastic flags without elastic mode are an error. */
+  int elastic;
+  int min_np, max_np;           /* --min-np/--max-np; 0 when not elastic */
+  const char *discovery_script; /* --host-discovery-script FILE (argv) */
+  int slots_per_host;           /* --slots-per-host N; 0: not given */
+  const char *elastic_timeout;  /* --elastic-timeout S as given, or NULL */
+  double elastic_timeout_s;     /* ... in seconds (> 0; default 600) */
+  int reset_limit;              /* --reset-limit N; 0: no limit */
+  double cooldown_lo_s, cooldown_hi_s; /* --blacklist-cooldown-range A B,
+                                          seconds; -1 when not given */
   /* The program and its arguments: prog_argc entries followed by the NULL
    * that ends the caller's argv. Points into argv; not owned. */
   int prog_argc;

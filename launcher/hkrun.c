@@ -47,6 +47,20 @@
  *   worker exited 0 (after hk_shutdown, if it called hk_init). 2 for a bad
  * command line, 127 if the program cannot be started, 1 for hkrun's own errors.
  * - hkrun returns only after every worker it started was reaped.
+ * - Elastic jobs (--min-np, --max-np, --host-discovery-script; docs/
+ *   elastic.md): a worker that fails (as above) does not fail the job
+ *   while at least --min-np are left: hkrun says so, and the rendezvous
+ *   tells every other worker (HK_MSG_RESET: their calls fail with
+ *   HK_ERR_RANKS_CHANGED) and forms the next generation from those that
+ *   register again (hk_elastic_reset). Below --min-np hkrun waits
+ *   --elastic-timeout for more (it starts none itself yet, so none come),
+ *   then fails the job naming the workers lost, what is missing and what
+ *   the discovery script lists: every rank gets HK_MSG_ABORT with that
+ *   text, and the exit status is the last lost worker's. A job with
+ *   enough workers that has not re-formed HK_START_TIMEOUT_S after a loss
+ *   (a survivor never called hk_elastic_reset) fails naming those, exit 1. The
+ * job fails the same way when it would re-form more than --reset-limit times,
+ * or when no worker is left. A job that finishes after losses exits 0.
  */
 #include <errno.h>
 #include <signal.h>
@@ -68,6 +82,7 @@
 #include "launcher/build_info.h"
 #include "launcher/delegate.h"
 #include "launcher/diagnose.h"
+#include "launcher/discover.h"
 #include "launcher/dump.h"
 #include "launcher/monitor.h"
 #include "launcher/output.h"
@@ -96,6 +111,10 @@ typedef struct job {
   uv_timer_t term_timer, kill_timer;
   uv_timer_t goodbye_timer;
   uv_timer_t start_timer;     /* HK_START_TIMEOUT_S after the start */
+  uv_timer_t elastic_timer;   /* --elastic-timeout below --min-np */
+  uv_timer_t form_timer;      /* elastic: HK_START_TIMEOUT_S to re-form */
+  int below_code;             /* elastic: the exit status to fail with */
+  char lost[512];             /* elastic: the workers lost, for messages */
   double start_timeout_s;     /* HK_START_TIMEOUT_S as the workers read it */
   uint64_t kill_after_term;   /* ms from SIGTERM to SIGKILL */
   uint64_t *goodbye_deadline; /* np entries: uv_now() after which rank r's
@@ -123,6 +142,8 @@ static void close_job(job *j) {
   uv_close((uv_handle_t *)&j->kill_timer, NULL);
   uv_close((uv_handle_t *)&j->goodbye_timer, NULL);
   uv_close((uv_handle_t *)&j->start_timer, NULL);
+  uv_close((uv_handle_t *)&j->elastic_timer, NULL);
+  uv_close((uv_handle_t *)&j->form_timer, NULL);
   for (int i = 0; i < 3; i++)
     uv_close((uv_handle_t *)&j->sig[i], NULL);
   uv_close((uv_handle_t *)&j->dump_sig, NULL);
@@ -154,8 +175,116 @@ static void maybe_close_job(job *j) {
     close_job(j);
 }
 
+/* Elastic: fails the job (every registered worker is told reason). */
+static void fail_elastic(job *j, int code, const char *reason) {
+  j->failing = 1;
+  j->exit_code = code;
+  hk_out_say("%s", reason);
+  hk_rdv_abort(j->rdv, -1, -1, 0, reason);
+  uv_timer_stop(&j->elastic_timer);
+  uv_timer_stop(&j->form_timer);
+  if (j->workers.running > 0)
+    uv_timer_start(&j->term_timer, term_timeout, grace_ms(j), 0);
+  stop_waiting(j);
+}
+
+/* Elastic, --elastic-timeout below --min-np: no worker came (hkrun starts
+ * none yet); fail naming what is missing and what discovery lists. */
+static void elastic_timeout(uv_timer_t *t) {
+  job *j = t->data;
+  const hkrun_args *a = j->args;
+  int left = hk_rdv_alive(j->rdv);
+  if (j->failing || j->closed || left >= a->min_np)
+    return;
+  char found[300];
+  if (a->discovery_script)
+    hkrun_discover(a->discovery_script, a->slots_per_host, found, sizeof found);
+  else
+    snprintf(found, sizeof found, "no --host-discovery-script");
+  char reason[1200];
+  snprintf(reason, sizeof reason,
+           "elastic job below --min-np %d: %d worker%s left, %d more "
+           "needed (lost: %s); none joined within --elastic-timeout %g s "
+           "(%s; hkrun starts no new workers yet)",
+           a->min_np, left, left == 1 ? "" : "s", a->min_np - left, j->lost,
+           a->elastic_timeout_s, found);
+  fail_elastic(j, j->below_code, reason);
+}
+
+/* Elastic, HK_START_TIMEOUT_S after a loss: enough workers are left but
+ * some never registered again (a survivor that does not call
+ * hk_elastic_reset, or cannot reach hkrun): fail naming them. */
+static void form_timeout(uv_timer_t *t) {
+  job *j = t->data;
+  int slots[16];
+  int n = hk_rdv_awaited(j->rdv, slots, 16);
+  if (j->failing || j->closed || n == 0 ||
+      hk_rdv_alive(j->rdv) < j->args->min_np)
+    return; /* formed, or below --min-np: elastic_timeout's to judge */
+  char who[400] = "";
+  for (int i = 0; i < n && i < 16; i++) {
+    size_t k = strlen(who);
+    snprintf(who + k, sizeof who - k, "%s%d (pid %d)", i ? ", " : "", slots[i],
+             j->workers.w[slots[i]].pid);
+  }
+  char reason[600];
+  snprintf(reason, sizeof reason,
+           "the elastic job did not re-form within HK_START_TIMEOUT_S=%g s: "
+           "%s %s%s did not call hk_elastic_reset (or could not reach "
+           "hkrun)",
+           j->start_timeout_s, n > 1 ? "ranks" : "rank", who,
+           n > 16 ? ", ..." : "");
+  fail_elastic(j, 1, reason);
+}
+
+/* Elastic: w's worker failed (what: how). The job goes on without it
+ * while --min-np are left; else hkrun waits --elastic-timeout. */
+static void elastic_loss(job *j, hk_worker *w, const char *what) {
+  const hkrun_args *a = j->args;
+  char reason[256];
+  snprintf(reason, sizeof reason, "rank %d (pid %d) %s", w->rank, w->pid, what);
+  size_t n = strlen(j->lost);
+  snprintf(j->lost + n, sizeof j->lost - n, "%srank %d (pid %d) %s",
+           n ? ", " : "", w->rank, w->pid, what);
+  int code = w->term_signal   ? 128 + w->term_signal
+             : w->exit_status ? (int)(w->exit_status & 0xff)
+                              : 1;
+  int gen =
+      hk_rdv_lose(j->rdv, w->rank, w->term_signal ? -1 : (int)w->exit_status,
+                  w->term_signal, reason);
+  int left = hk_rdv_alive(j->rdv);
+  if (a->reset_limit && gen > a->reset_limit) {
+    char why[512];
+    snprintf(why, sizeof why,
+             "%s: the elastic job would re-form a %dth time, more than "
+             "--reset-limit %d",
+             reason, gen, a->reset_limit);
+    fail_elastic(j, code, why);
+  } else if (left >= a->min_np) {
+    hk_out_say("%s; the elastic job goes on with %d worker%s (--min-np %d)",
+               reason, left, left == 1 ? "" : "s", a->min_np);
+    uv_timer_start(&j->form_timer, form_timeout,
+                   (uint64_t)(j->start_timeout_s * 1000.0 + 0.5), 0);
+  } else if (left == 0) {
+    char why[700];
+    snprintf(why, sizeof why, "elastic job: no worker left (lost: %s)",
+             j->lost);
+    fail_elastic(j, code, why);
+  } else {
+    j->below_code = code;
+    hk_out_say("%s; %d worker%s left, fewer than --min-np %d: waiting up to "
+               "--elastic-timeout %g s for more",
+               reason, left, left == 1 ? "" : "s", a->min_np,
+               a->elastic_timeout_s);
+    if (!uv_is_active((uv_handle_t *)&j->elastic_timer))
+      uv_timer_start(&j->elastic_timer, elastic_timeout,
+                     (uint64_t)(a->elastic_timeout_s * 1000.0 + 0.5), 0);
+  }
+}
+
 /* Judges an exit (no_goodbye: a registered worker exited 0 without
- * hk_shutdown). The first failure starts the teardown. */
+ * hk_shutdown). The first failure starts the teardown (in an elastic
+ * job: a loss, elastic_loss). */
 static void judge(job *j, hk_worker *w, int no_goodbye) {
   int failed = w->term_signal != 0 || w->exit_status != 0 || no_goodbye;
   char what[128];
@@ -166,7 +295,9 @@ static void judge(job *j, hk_worker *w, int no_goodbye) {
              (long long)w->exit_status,
              no_goodbye ? " without calling hk_shutdown" : "");
 
-  if (failed && !j->failing) {
+  if (failed && !j->failing && j->args->elastic) {
+    elastic_loss(j, w, what);
+  } else if (failed && !j->failing) {
     j->failing = 1;
     j->exit_code = w->term_signal   ? 128 + w->term_signal
                    : w->exit_status ? (int)(w->exit_status & 0xff)
@@ -338,8 +469,9 @@ static void start_timeout(uv_timer_t *t) {
   char miss[512] = "", pids[512] = "";
   int first = -1;
   for (int r = 0; r < np; r++) {
-    if (hk_rdv_rank(j->rdv, r) != HK_RDV_UNREGISTERED) {
-      joined++;
+    if (hk_rdv_rank(j->rdv, r) != HK_RDV_UNREGISTERED ||
+        (j->args->elastic && j->workers.w[r].exited)) {
+      joined++; /* (elastic: a lost worker is not waited for) */
       continue;
     }
     if (first < 0)
@@ -402,6 +534,11 @@ static int setup(job *j, hk_secret *secret, uint16_t *port) {
     hk_out_say("%s", hk_last_error());
     return 1;
   }
+  if (j->args->elastic &&
+      hk_rdv_set_elastic(j->rdv, j->args->min_np) != HK_OK) {
+    hk_out_say("%s", hk_last_error());
+    return 1;
+  }
   if (j->args->monitor) { /* rank 0's table, on stdout */
     hk_live_init(&j->live, 1);
     hk_rdv_set_monitor(j->rdv, on_monitor_table, j);
@@ -421,6 +558,9 @@ static int setup(job *j, hk_secret *secret, uint16_t *port) {
   uv_timer_init(&j->loop, &j->kill_timer);
   uv_timer_init(&j->loop, &j->goodbye_timer);
   uv_timer_init(&j->loop, &j->start_timer);
+  uv_timer_init(&j->loop, &j->elastic_timer);
+  uv_timer_init(&j->loop, &j->form_timer);
+  j->elastic_timer.data = j->form_timer.data = j;
   j->term_timer.data = j->kill_timer.data = j->goodbye_timer.data = j;
   j->start_timer.data = j;
   j->kill_after_term = KILL_AFTER_TERM_MS;

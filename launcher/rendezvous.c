@@ -69,8 +69,17 @@ struct hk_rdv {
   int complete;       /* PEERS was sent */
   int aborted;        /* hk_rdv_abort was called */
   hk_buf abort_frame; /* the encoded ABORT, for late registrants */
-  int pending;        /* connections in CONN_AUTH */
-  int max_pending;    /* at most (pending_cap) */
+  /* elastic jobs (hk_rdv_set_elastic): a rank's index is its slot, the
+   * rank hkrun started the worker as */
+  int elastic;
+  int min_size;  /* a generation forms with at least this many slots */
+  int gen;       /* the generation forming (complete 0) or formed */
+  int nalive;    /* slots not lost */
+  uint8_t *lost; /* size entries: 1 once hk_rdv_lose named the slot */
+  int *reg_gen;  /* size entries: the generation the slot registered for */
+  hk_wire_peer *formed; /* scratch for a generation's peer list */
+  int pending;          /* connections in CONN_AUTH */
+  int max_pending;      /* at most (pending_cap) */
   hk_ratelog log[NCAUSES];
 };
 
@@ -81,6 +90,9 @@ static void maybe_free(hk_rdv *r) {
   free(r->by_rank);
   free(r->peers);
   free(r->state);
+  free(r->lost);
+  free(r->reg_gen);
+  free(r->formed);
   free(r);
 }
 
@@ -208,8 +220,67 @@ static void send_peers(hk_rdv *r) {
   hk_log(HK_LOG_INFO, "rendezvous complete: %d ranks", r->size);
 }
 
+/* Elastic: every slot not lost has registered for the generation, and
+ * there are enough: send each the peer list of the slots in order (a
+ * worker finds its new rank as the entry with its own address). */
+static void maybe_form(hk_rdv *r) {
+  if (!r->elastic || r->complete || r->aborted || r->nalive < r->min_size)
+    return;
+  int n = 0;
+  for (int i = 0; i < r->size; i++) {
+    if (r->lost[i])
+      continue;
+    if (!r->by_rank[i] || r->reg_gen[i] != r->gen)
+      return;
+    r->formed[n++] = r->peers[i];
+  }
+  if (n == 0)
+    return;
+  hk_msg m;
+  memset(&m, 0, sizeof m);
+  m.type = HK_MSG_PEERS;
+  m.u.peers.n = (uint32_t)n;
+  m.u.peers.peers = r->formed; /* borrowed */
+  hk_buf b = {0};
+  if (hk_wire_encode(&m, &b) != HK_OK) {
+    hk_log(HK_LOG_ERROR, "cannot encode the peer list: %s", hk_last_error());
+    hk_buf_free(&b);
+    return;
+  }
+  r->complete = 1;
+  for (int i = 0; i < r->size; i++)
+    if (!r->lost[i] && r->by_rank[i])
+      conn_send(r->by_rank[i], b.data, b.len);
+  hk_buf_free(&b);
+  hk_log(HK_LOG_INFO, "rendezvous complete: generation %d, %d ranks", r->gen,
+         n);
+}
+
 static void refuse(conn *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/* Elastic: a worker registers again on its connection for a new
+ * generation (hk_elastic_reset), with its new address. */
+static void on_reregister(conn *c, const hk_msg *m) {
+  hk_rdv *r = c->r;
+  int slot = c->rank;
+  if (m->u.reg.rank != slot) {
+    refuse(c, "rank %d registered again as %d", slot, (int)m->u.reg.rank);
+    return;
+  }
+  if (r->reg_gen[slot] == r->gen && r->complete)
+    return; /* said twice (it had a RESET still to read): counted */
+  snprintf(r->peers[slot].host, sizeof r->peers[slot].host, "%s",
+           m->u.reg.host);
+  r->peers[slot].port = m->u.reg.port;
+  r->reg_gen[slot] = r->gen;
+  hk_log(HK_LOG_INFO, "rank %d (pid %d) registered again %s:%u (generation %d)",
+         slot, m->u.reg.pid, m->u.reg.host, (unsigned)m->u.reg.port, r->gen);
+  if (r->aborted)
+    conn_send(c, r->abort_frame.data, r->abort_frame.len);
+  else
+    maybe_form(r);
+}
 
 /* Logs why a REGISTER is refused and closes the connection. */
 static void refuse(conn *c, const char *fmt, ...) {
@@ -225,6 +296,10 @@ static void refuse(conn *c, const char *fmt, ...) {
 static void on_register(conn *c, const hk_msg *m) {
   hk_rdv *r = c->r;
   int rank = m->u.reg.rank, size = m->u.reg.size;
+  if (c->rank >= 0 && r->elastic) {
+    on_reregister(c, m);
+    return;
+  }
   if (c->rank >= 0) {
     refuse(c, "rank %d registered twice on one connection (as %d)", c->rank,
            rank);
@@ -238,8 +313,12 @@ static void on_register(conn *c, const hk_msg *m) {
     refuse(c, "rank %d is out of range [0, %d)", rank, r->size);
     return;
   }
-  if (r->by_rank[rank] || r->complete) {
+  if (r->by_rank[rank] || r->complete || (r->elastic && r->gen > 0)) {
     refuse(c, "rank %d is already registered", rank);
+    return;
+  }
+  if (r->elastic && r->lost[rank]) {
+    refuse(c, "rank %d was lost", rank);
     return;
   }
   c->rank = rank;
@@ -252,8 +331,12 @@ static void on_register(conn *c, const hk_msg *m) {
   hk_log(HK_LOG_INFO, "rank %d (pid %d) registered %s:%u (%d of %d)", rank,
          m->u.reg.pid, m->u.reg.host, (unsigned)m->u.reg.port, r->registered,
          r->size);
+  if (r->elastic)
+    r->reg_gen[rank] = r->gen;
   if (r->aborted)
     conn_send(c, r->abort_frame.data, r->abort_frame.len);
+  else if (r->elastic)
+    maybe_form(r);
   else if (r->registered == r->size)
     send_peers(r);
 }
@@ -604,6 +687,69 @@ void hk_rdv_abort(hk_rdv *r, int failed_rank, int exit_code, int signal,
   for (int i = 0; i < r->size; i++)
     if (i != failed_rank && r->by_rank[i])
       conn_send(r->by_rank[i], r->abort_frame.data, r->abort_frame.len);
+}
+
+hk_status hk_rdv_set_elastic(hk_rdv *r, int min_size) {
+  r->lost = calloc((size_t)r->size, sizeof *r->lost);
+  r->reg_gen = calloc((size_t)r->size, sizeof *r->reg_gen);
+  r->formed = calloc((size_t)r->size, sizeof *r->formed);
+  if (!r->lost || !r->reg_gen || !r->formed)
+    return hk_fail(HK_ERR_NOMEM, "out of memory for an elastic job of %d",
+                   r->size);
+  r->elastic = 1;
+  r->min_size = min_size;
+  r->nalive = r->size;
+  return HK_OK;
+}
+
+int hk_rdv_lose(hk_rdv *r, int slot, int exit_code, int signal,
+                const char *reason) {
+  if (!r || !r->elastic || r->closing || slot < 0 || slot >= r->size ||
+      r->lost[slot])
+    return r ? r->gen : 0;
+  r->lost[slot] = 1;
+  r->nalive--;
+  if (!r->complete || r->aborted) { /* forming: one fewer to wait for */
+    maybe_form(r);
+    return r->gen;
+  }
+  r->gen++;
+  r->complete = 0;
+  hk_msg m;
+  memset(&m, 0, sizeof m);
+  m.type = HK_MSG_RESET;
+  m.u.abort.rank = slot;
+  m.u.abort.exit_code = exit_code;
+  m.u.abort.signal = signal;
+  snprintf(m.u.abort.reason, sizeof m.u.abort.reason, "%s", reason);
+  hk_buf b = {0};
+  if (hk_wire_encode(&m, &b) != HK_OK) {
+    hk_log(HK_LOG_ERROR, "cannot encode the reset message: %s",
+           hk_last_error());
+  } else {
+    for (int i = 0; i < r->size; i++)
+      if (!r->lost[i] && r->by_rank[i])
+        conn_send(r->by_rank[i], b.data, b.len);
+  }
+  hk_buf_free(&b);
+  hk_log(HK_LOG_INFO, "rank %d lost: generation %d forms with %d", slot, r->gen,
+         r->nalive);
+  return r->gen;
+}
+
+int hk_rdv_alive(const hk_rdv *r) { return r && r->elastic ? r->nalive : 0; }
+
+int hk_rdv_awaited(const hk_rdv *r, int *slots, int cap) {
+  if (!r || !r->elastic || r->complete)
+    return 0;
+  int n = 0;
+  for (int i = 0; i < r->size; i++)
+    if (!r->lost[i] && (!r->by_rank[i] || r->reg_gen[i] != r->gen)) {
+      if (n < cap)
+        slots[n] = i;
+      n++;
+    }
+  return n;
 }
 
 void hk_rdv_close(hk_rdv *r) {

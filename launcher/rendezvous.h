@@ -39,6 +39,19 @@
  * whether that rank said goodbye; before that it cannot tell, as a
  * process's exit may be reported before the last bytes it wrote were read.
  *
+ * Elastic jobs (hk_rdv_set_elastic; docs/elastic.md): a rank's index is
+ * its slot, the rank hkrun started the worker as. The job runs in
+ * generations: the first forms as above (every slot not lost has
+ * registered). hk_rdv_lose(slot) ends the formed generation: every other
+ * registered worker gets HK_MSG_RESET {slot, exit_code, signal, reason}
+ * and registers again on its connection (REGISTER with its slot and new
+ * address; one said twice counts once); once every slot not lost has,
+ * and at least min_size of them, each gets HK_MSG_PEERS listing those
+ * slots' addresses in slot order: a worker's new rank is the index of
+ * its own address. A loss while a generation forms only removes the slot
+ * from those awaited. New workers are not admitted after the first
+ * generation (refused: "already registered").
+ *
  * Thread-safety: every function runs on the loop's thread.
  */
 #ifndef HK_LAUNCHER_RENDEZVOUS_H
@@ -120,6 +133,31 @@ int hk_rdv_rank_idle(const hk_rdv *r, int rank);
  */
 void hk_rdv_abort(hk_rdv *r, int failed_rank, int exit_code, int signal,
                   const char *reason);
+
+/**
+ * Makes r elastic (call once, right after hk_rdv_start): generations
+ * form with at least min_size (>= 1) slots. Errors: HK_ERR_NOMEM.
+ */
+hk_status hk_rdv_set_elastic(hk_rdv *r, int min_size);
+
+/**
+ * Elastic: slot's worker is gone (exit_code -1 if killed by signal;
+ * reason is copied, truncated to HK_WIRE_MAX_REASON_LEN bytes). A formed
+ * generation ends (RESET to every other registered worker; sent
+ * asynchronously, failures logged); a forming one stops waiting for the
+ * slot. Returns the generation now forming or formed (0 first); a slot
+ * already lost, a non-elastic or closing r changes nothing.
+ */
+int hk_rdv_lose(hk_rdv *r, int slot, int exit_code, int signal,
+                const char *reason);
+
+/** Elastic: the slots not lost; 0 for a non-elastic or NULL r. */
+int hk_rdv_alive(const hk_rdv *r);
+
+/** Elastic, while a generation forms: how many slots not lost have not
+ *  registered for it; the first cap of them (ascending) into slots. 0 once
+ *  it has formed, and for a non-elastic or NULL r. */
+int hk_rdv_awaited(const hk_rdv *r, int *slots, int cap);
 
 /**
  * Closes the server and every connection (pending writes are cancelled).

@@ -75,6 +75,7 @@
 #include "coordinator/channel.h"
 #include "worker/devflight.h"
 #include "worker/devplane.h"
+#include "worker/elastic.h"
 #include "worker/execute.h"
 #include "worker/queue.h"
 #include "worker/round.h"
@@ -121,22 +122,24 @@ static void relay_failure(hk_ctx *ctx, hk_status st, const char *reason) {
 static void fail_job(hk_ctx *ctx, hk_status st, const char *what, int relay) {
   char reason[HK_WIRE_MAX_REASON_LEN + 1];
   snprintf(reason, sizeof reason, "%s", what);
-  if (st == HK_ERR_PEER_LOST && ctx->mesh.launcher_fd >= 0) {
-    hk_io io = {-1, 2.0};
-    struct pollfd p = {.fd = ctx->mesh.launcher_fd, .events = POLLIN};
-    if (poll(&p, 1, 2000) > 0) {
-      hk_msg m;
-      if (hk_channel_recv(ctx->mesh.launcher_fd, &m, &ctx->scratch, &io,
-                          "hkrun") == HK_OK) {
-        if (m.type == HK_MSG_ABORT)
-          snprintf(reason, sizeof reason, "%s", m.u.abort.reason);
-        hk_msg_free(&m);
-      }
-    }
-  }
-  hk_log(st == HK_ERR_SHUTDOWN ? HK_LOG_INFO : HK_LOG_ERROR, "%s", reason);
-  if (st != HK_ERR_SHUTDOWN) /* before the handles complete: still pending */
-    hk_observe_error(&ctx->obs, st, reason);
+  /* elastic jobs: hkrun tells of a lost rank (RESET: the job re-forms,
+   * HK_ERR_RANKS_CHANGED) once it has reaped it, which may take longer
+   * than a peer's dropped connection; wait for that as long as any
+   * transfer would */
+  const int ask =
+      st == HK_ERR_PEER_LOST || (ctx->cfg.elastic && st == HK_ERR_TIMEOUT);
+  if (ask &&
+      hk_elastic_hkrun_word(ctx, ctx->cfg.elastic ? ctx->cfg.timeout_s : 2.0,
+                            &st, reason, sizeof reason))
+    relay = relay || st == HK_ERR_RANKS_CHANGED;
+  hk_log(st == HK_ERR_SHUTDOWN        ? HK_LOG_INFO
+         : st == HK_ERR_RANKS_CHANGED ? HK_LOG_WARNING
+                                      : HK_LOG_ERROR,
+         "%s", reason);
+  /* (an elastic job's lost rank is no error of the job: no flight
+   * record, which every survivor would write at every loss) */
+  if (st != HK_ERR_SHUTDOWN && st != HK_ERR_RANKS_CHANGED)
+    hk_observe_error(&ctx->obs, st, reason); /* handles still pending */
   if (relay && ctx->rank == 0 && ctx->size > 1)
     relay_failure(ctx, st, reason);
   hk_queue_fail_all(ctx, st, reason);

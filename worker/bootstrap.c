@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "coordinator/channel.h"
+#include "worker/elastic.h"
 #include "worker/mpi_exchange.h"
 #include "worker/placement.h"
 
@@ -575,5 +576,44 @@ hk_status hk_bootstrap(hk_ctx *ctx) {
     st = build_mesh(ctx, peers.u.peers.peers, deadline, NULL);
   hk_msg_free(&peers);
   hk_tcp_close(&m->listen_fd);
+  return st;
+}
+
+hk_status hk_bootstrap_again(hk_ctx *ctx) {
+  hk_mesh *m = &ctx->mesh;
+  const int launcher_fd = m->launcher_fd;
+  *m = (hk_mesh){.listen_fd = -1, .launcher_fd = launcher_fd, .ctrl_fd = -1};
+  ctx->cross_rank = 0;
+  ctx->cross_size = 1;
+  char addr[64];
+  uint16_t my_port = 0;
+  hk_status st = choose_address(ctx, 1, addr, sizeof addr);
+  if (st == HK_OK)
+    st = hk_tcp_listen(addr, &m->listen_fd, &my_port);
+  hk_msg peers;
+  if (st == HK_OK)
+    st = hk_elastic_register(ctx, addr, my_port,
+                             hk_now() + ctx->cfg.start_timeout_s +
+                                 ctx->cfg.elastic_timeout_s,
+                             &peers);
+  if (st != HK_OK) {
+    hk_tcp_close(&m->listen_fd);
+    return st;
+  }
+  ctx->local_rank = ctx->rank; /* one host: hkrun's */
+  ctx->local_size = ctx->size;
+  ctx->io.abort_fd = launcher_fd;
+  st = block_layout(ctx);
+  if (st == HK_OK && ctx->size > 1)
+    st = build_mesh(ctx, peers.u.peers.peers,
+                    hk_now() + ctx->cfg.start_timeout_s, NULL);
+  hk_msg_free(&peers);
+  hk_tcp_close(&m->listen_fd);
+  /* a peer lost meanwhile: hkrun's word (another RESET: call again; or
+   * the end of the job) says more than the broken connection */
+  char word[HK_WIRE_MAX_REASON_LEN + 1];
+  if ((st == HK_ERR_PEER_LOST || st == HK_ERR_TIMEOUT) &&
+      hk_elastic_hkrun_word(ctx, ctx->cfg.timeout_s, &st, word, sizeof word))
+    st = hk_fail(st, "%s", word);
   return st;
 }

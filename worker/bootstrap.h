@@ -32,6 +32,20 @@
  */
 hk_status hk_bootstrap(hk_ctx *ctx);
 
+/**
+ * Elastic jobs (hk_elastic_reset): builds ctx->mesh for the next
+ * generation, keeping ctx->mesh.launcher_fd (hkrun's connection, which
+ * must be open): listens anew, registers again (worker/elastic.h), which
+ * sets ctx->rank and ctx->size, and connects to the new peers as
+ * hk_bootstrap does (one host: local rank = rank). Waits up to
+ * HK_START_TIMEOUT_S + HK_ELASTIC_TIMEOUT_S for the generation to form,
+ * then HK_START_TIMEOUT_S for the connections.
+ * Errors: hk_elastic_register's, and hk_bootstrap's connection errors;
+ * a connection lost to a peer that hkrun then names gives hkrun's word
+ * (HK_ERR_RANKS_CHANGED: another loss; HK_ERR_PEER_LOST: the job ended).
+ */
+hk_status hk_bootstrap_again(hk_ctx *ctx);
+
 /** Closes every fd and link of the mesh (safe on a partly built one). */
 void hk_mesh_close(hk_mesh *mesh, int size);
 

@@ -138,6 +138,10 @@ typedef struct hk_ctx {
   int cross_rank, cross_size; /* this rank's host among the hosts */
   int placement;              /* hk_placement_source: who started us */
   int secret_from_rank0;      /* no HK_SECRET: take rank 0's over MPI */
+  int slot, slots;            /* the rank and size hkrun started this
+                                 worker with (HK_RANK, HK_SIZE): an
+                                 elastic job's rendezvous knows it by slot */
+  int generation;             /* elastic: how often the job re-formed */
   int launcher_parent;        /* the pid of hkrun (HK_LAUNCHER_PID) when it
                                  is our parent process; 0 otherwise */
   hk_config cfg;

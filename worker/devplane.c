@@ -366,6 +366,13 @@ hk_status hk_devplane_open(hk_ctx *ctx) {
   return st;
 }
 
+/* At close: may the job's communicators be destroyed (the job ended by
+ * an agreed shutdown, or not at all), or must they be aborted (it failed:
+ * peers may hang in them)? The background thread has stopped. */
+static int comm_healthy(const hk_ctx *ctx) {
+  return ctx->failure == HK_OK || ctx->failure == HK_ERR_SHUTDOWN;
+}
+
 void hk_devplane_close(hk_ctx *ctx) {
   struct hk_devplane *g = ctx->gpu;
   const int cur = caller_device(ctx);
@@ -375,7 +382,13 @@ void hk_devplane_close(hk_ctx *ctx) {
   if (g) {
     hk_dev_sched *s = &g->world.sched;
     const hk_device_ops *o = ctx->dev->ops;
-    if (s->comm)
+    /* a job that failed (an elastic job's lost rank among them) may have
+     * peers hanging in the communicator: abort it, never destroy it; an
+     * agreed shutdown destroys it (an abort would reach peers still
+     * finishing their last operations on it) */
+    if (s->comm && !comm_healthy(ctx))
+      o->comm_abort(s->comm);
+    else if (s->comm)
       o->comm_destroy(s->comm);
     if (s->stream)
       o->stream_destroy(ctx->dev, s->stream);
@@ -963,7 +976,9 @@ void hk_devplane_set_close(hk_ctx *ctx, hk_set *s) {
   struct hk_devset *ds = s->dev;
   if (!ds || s->id == 0) /* the world's goes with the plane */
     return;
-  if (ds->sched.comm)
+  if (ds->sched.comm && !comm_healthy(ctx))
+    ctx->dev->ops->comm_abort(ds->sched.comm); /* peers may hang in it */
+  else if (ds->sched.comm)
     ctx->dev->ops->comm_destroy(ds->sched.comm);
   free(ds->sched.segs);
   free(ds);

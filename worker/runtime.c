@@ -15,6 +15,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/status.h"
 #include "common/waiter.h"
@@ -27,6 +28,7 @@
 #include "worker/bootstrap.h"
 #include "worker/context.h"
 #include "worker/devplane.h"
+#include "worker/elastic.h"
 #include "worker/execute.h"
 #include "worker/intra.h"
 #include "worker/mpi_exchange.h"
@@ -128,7 +130,7 @@ static void say_goodbye(hk_ctx *ctx) {
   if (ctx->mesh.launcher_fd < 0)
     return;
   hk_msg m = {.type = HK_MSG_GOODBYE};
-  m.u.goodbye.rank = ctx->rank;
+  m.u.goodbye.rank = ctx->slot; /* hkrun knows it by the rank it started */
   hk_io io = {-1, 1.0}; /* an ABORT waiting to be read must not stop it */
   hk_buf b = {0};
   char saved[HK_ERROR_MSG_CAP];
@@ -159,13 +161,14 @@ static void cache_report(const hk_ctx *ctx) {
          hk_cache_capacity(c));
 }
 
-hk_status hk_init(void) {
-  if (g_ctx)
-    return hk_fail(HK_ERR_ALREADY_INITIALIZED,
-                   "hk_init called twice without hk_shutdown");
+/* A context holding no job yet: its lock, maps and wake fd (mesh fds
+ * -1). NULL when out of memory or out of descriptors (hk_fail says). */
+static hk_ctx *ctx_new(void) {
   hk_ctx *ctx = calloc(1, sizeof *ctx);
-  if (!ctx)
-    return hk_fail(HK_ERR_NOMEM, "cannot allocate the runtime context");
+  if (!ctx) {
+    hk_fail(HK_ERR_NOMEM, "cannot allocate the runtime context");
+    return NULL;
+  }
   ctx->mesh = (hk_mesh){.listen_fd = -1, .launcher_fd = -1, .ctrl_fd = -1};
   ctx->wake_fd = -1;
   /* adaptive: a thread that finds mu taken spins briefly before it
@@ -178,23 +181,7 @@ hk_status hk_init(void) {
   pthread_mutex_init(&ctx->mu, &ma);
   pthread_mutexattr_destroy(&ma);
   pthread_cond_init(&ctx->done_cv, NULL);
-  hk_status st = hk_config_load(&ctx->cfg);
-  if (st == HK_OK)
-    st = read_placement(ctx);
-  if (st != HK_OK) {
-    destroy(ctx);
-    return st;
-  }
-  char prefix[32];
-  snprintf(prefix, sizeof prefix, "hk[%d]", ctx->rank);
-  hk_log_setup(prefix, (hk_log_level)ctx->cfg.log_level);
-  die_with_launcher(ctx);
-  ctx->io = (hk_io){-1, ctx->cfg.timeout_s};
-  /* the wait policy (common/waiter.h): HK_SPIN_US, and whether this
-   * host's ranks fit its cores (again once bootstrap knows the host) */
-  hk_waiter_configure(ctx->cfg.spin_us * 1e-6,
-                      ctx->local_size > 0 ? ctx->local_size : 1,
-                      hk_usable_cpus());
+  hk_status st = HK_OK;
   ctx->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (ctx->wake_fd < 0)
     st = hk_fail_errno(HK_ERR_SYSTEM, errno, "eventfd");
@@ -204,16 +191,21 @@ hk_status hk_init(void) {
     st = hk_strmap_create(&ctx->overflow_warned);
   if (st == HK_OK)
     st = hk_strmap_create(&ctx->taken);
-  if (st == HK_OK)
-    st = hk_observers_attach(ctx);
-  if (st == HK_OK)
-    st = hk_bootstrap(ctx);
-  if (st == HK_OK) {
-    ctx->io.abort_fd = ctx->mesh.launcher_fd;
-    hk_waiter_configure(ctx->cfg.spin_us * 1e-6, ctx->local_size,
-                        hk_usable_cpus());
-    st = hk_intra_setup(ctx);
+  if (st != HK_OK) {
+    destroy(ctx);
+    return NULL;
   }
+  return ctx;
+}
+
+/* The job on top of a built mesh (hk_init, hk_elastic_reset): shared
+ * memory, rings, process sets, the allreduce choice, the device plane,
+ * the settings check, the observers, and the background thread. */
+static hk_status start_job(hk_ctx *ctx) {
+  ctx->io.abort_fd = ctx->mesh.launcher_fd;
+  hk_waiter_configure(ctx->cfg.spin_us * 1e-6, ctx->local_size,
+                      hk_usable_cpus());
+  hk_status st = hk_intra_setup(ctx);
   if (st == HK_OK)
     st = hk_rings_setup(ctx);
   if (st == HK_OK)
@@ -242,6 +234,44 @@ hk_status hk_init(void) {
       ctx->thread_started = 1;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
   }
+  return st;
+}
+
+static void log_prefix(const hk_ctx *ctx) {
+  char prefix[32];
+  snprintf(prefix, sizeof prefix, "hk[%d]", ctx->rank);
+  hk_log_setup(prefix, (hk_log_level)ctx->cfg.log_level);
+}
+
+hk_status hk_init(void) {
+  if (g_ctx)
+    return hk_fail(HK_ERR_ALREADY_INITIALIZED,
+                   "hk_init called twice without hk_shutdown");
+  hk_ctx *ctx = ctx_new();
+  if (!ctx)
+    return HK_ERR_NOMEM;
+  hk_status st = hk_config_load(&ctx->cfg);
+  if (st == HK_OK)
+    st = read_placement(ctx);
+  if (st != HK_OK) {
+    destroy(ctx);
+    return st;
+  }
+  ctx->slot = ctx->rank;
+  ctx->slots = ctx->size;
+  log_prefix(ctx);
+  die_with_launcher(ctx);
+  ctx->io = (hk_io){-1, ctx->cfg.timeout_s};
+  /* the wait policy (common/waiter.h): HK_SPIN_US, and whether this
+   * host's ranks fit its cores (again once bootstrap knows the host) */
+  hk_waiter_configure(ctx->cfg.spin_us * 1e-6,
+                      ctx->local_size > 0 ? ctx->local_size : 1,
+                      hk_usable_cpus());
+  st = hk_observers_attach(ctx);
+  if (st == HK_OK)
+    st = hk_bootstrap(ctx);
+  if (st == HK_OK)
+    st = start_job(ctx);
   if (st != HK_OK) {
     char msg[HK_ERROR_MSG_CAP];
     snprintf(msg, sizeof msg, "%s", hk_last_error());
@@ -257,6 +287,104 @@ hk_status hk_init(void) {
   hk_log(HK_LOG_INFO, "rank %d of %d joined (local %d of %d)", ctx->rank,
          ctx->size, ctx->local_rank, ctx->local_size);
   return HK_OK;
+}
+
+/* A context that only says the job failed (st, msg) and keeps from's
+ * launcher connection and settings: what hk_elastic_reset leaves when it
+ * fails, so that every call fails saying why, hk_shutdown leaves, and
+ * after HK_ERR_RANKS_CHANGED hk_elastic_reset can be called again. */
+static hk_ctx *failed_job(hk_ctx *from, hk_status st, const char *msg) {
+  hk_ctx *ctx = ctx_new();
+  if (!ctx)
+    return NULL;
+  ctx->cfg = from->cfg;
+  ctx->secret = from->secret;
+  ctx->placement = from->placement;
+  ctx->launcher_parent = from->launcher_parent;
+  ctx->slot = from->slot;
+  ctx->slots = from->slots;
+  ctx->generation = from->generation;
+  ctx->rank = from->rank;
+  ctx->size = from->size;
+  ctx->local_rank = from->local_rank;
+  ctx->local_size = from->local_size;
+  ctx->cross_size = 1;
+  ctx->io = (hk_io){-1, from->cfg.timeout_s};
+  ctx->mesh.launcher_fd = from->mesh.launcher_fd;
+  from->mesh.launcher_fd = -1;
+  ctx->failure = st;
+  snprintf(ctx->failure_reason, sizeof ctx->failure_reason, "%s", msg);
+  ctx->stopped = 1;
+  return ctx;
+}
+
+hk_status hk_elastic_reset(void) {
+  hk_ctx *old = g_ctx;
+  if (!old)
+    return hk_runtime_no_job("hk_elastic_reset");
+  if (!old->cfg.elastic || old->mesh.launcher_fd < 0)
+    return hk_fail(HK_ERR_INVALID_ARG,
+                   "hk_elastic_reset: this is not an elastic job (start it "
+                   "with hkrun --min-np N)");
+  char reason[sizeof old->failure_reason];
+  pthread_mutex_lock(&old->mu);
+  const hk_status why = old->failure;
+  snprintf(reason, sizeof reason, "%s", old->failure_reason);
+  pthread_mutex_unlock(&old->mu);
+  if (why != HK_ERR_RANKS_CHANGED)
+    return hk_fail(HK_ERR_INVALID_ARG,
+                   why == HK_OK
+                       ? "hk_elastic_reset: the job has not changed (it "
+                         "re-forms after a call failed with "
+                         "HK_ERR_RANKS_CHANGED)%s"
+                       : "hk_elastic_reset: the job failed otherwise: %s "
+                         "(only a job whose ranks changed re-forms)",
+                   reason);
+  const double t0 = hk_now();
+  if (old->thread_started) { /* it ended with the failure */
+    pthread_join(old->thread, NULL);
+    old->thread_started = 0;
+  }
+  hk_observe_detach(&old->obs, 0);
+  /* the old job goes first (its device communicator aborted, as its
+   * failure is set): nothing of it may outlive the reset */
+  hk_ctx *ctx = failed_job(old, HK_ERR_RANKS_CHANGED, reason);
+  if (!ctx)
+    return HK_ERR_NOMEM; /* the old job stays, failed */
+  destroy(old);
+  g_ctx = NULL;
+  ctx->failure = HK_OK;
+  ctx->stopped = 0;
+  ctx->generation++;
+  hk_status st = hk_bootstrap_again(ctx);
+  if (st == HK_OK) {
+    log_prefix(ctx);
+    st = hk_observers_attach(ctx);
+  }
+  if (st == HK_OK)
+    st = start_job(ctx);
+  if (st == HK_OK) {
+    g_ctx = ctx;
+    hk_log(HK_LOG_INFO,
+           "re-formed (generation %d) in %.3f s: rank %d of %d (started as "
+           "rank %d of %d)",
+           ctx->generation, hk_now() - t0, ctx->rank, ctx->size, ctx->slot,
+           ctx->slots);
+    hk_clear_error();
+    return HK_OK;
+  }
+  char msg[HK_WIRE_MAX_REASON_LEN + 1];
+  snprintf(msg, sizeof msg, "%s", hk_last_error());
+  if (ctx->thread_started) { /* (start_job fails before it starts it) */
+    pthread_join(ctx->thread, NULL);
+    ctx->thread_started = 0;
+  }
+  hk_observe_detach(&ctx->obs, 0);
+  ctx->failure = st; /* its device communicator is aborted, not destroyed */
+  hk_ctx *left = failed_job(ctx, st, msg);
+  destroy(ctx);
+  g_ctx = left;
+  return hk_fail(st, "hk_elastic_reset: %s", msg);
 }
 
 hk_status hk_shutdown(void) {

@@ -98,6 +98,12 @@ typedef enum hk_status {
    *  buffer was given where hk has no device backend; the message names
    *  the cause, and what is missing. The job cannot continue. */
   HK_ERR_DEVICE = 15,
+  /** Elastic jobs only (hkrun --min-np; docs/elastic.md): a rank was lost
+   *  and the job re-forms without it. Every pending operation and every
+   *  later call fails with this on every surviving rank, within
+   *  HK_TIMEOUT_S of the loss; the message names the lost rank and why.
+   *  Restore the last committed state and call hk_elastic_reset. */
+  HK_ERR_RANKS_CHANGED = 16,
 } hk_status;
 
 /**
@@ -207,6 +213,37 @@ HK_API hk_status hk_init(void);
  * failed returns its failure status, e.g. HK_ERR_PEER_LOST).
  */
 HK_API hk_status hk_shutdown(void);
+
+/**
+ * Elastic jobs (hkrun --min-np N; docs/elastic.md): re-forms the job after
+ * a call failed with HK_ERR_RANKS_CHANGED, without restarting this
+ * process. Tears down this rank's old job (the background thread, links,
+ * shared-memory segment, rings, process sets, response cache; the device
+ * communicator is aborted, never destroyed, as peers may hang in it),
+ * registers again with hkrun's rendezvous on the connection hk_init
+ * opened, waits until every surviving worker has, and builds the new job
+ * as hk_init does. Afterwards hk_rank, hk_size, hk_local_rank and the
+ * others give the new values (ranks are renumbered 0..size-1, survivors
+ * in their old order); handles of the old job have completed (with
+ * HK_ERR_RANKS_CHANGED) and must still be waited; process sets other than
+ * the world are gone (add them again). Nothing is rolled back for the
+ * caller: it restores its last committed state itself (Horovod's
+ * State.restore), then makes every rank agree on it (e.g. a broadcast
+ * from rank 0), as the new job's ranks may have seen different steps.
+ * Blocks until the job has re-formed, hkrun fails it, or
+ * HK_START_TIMEOUT_S + HK_ELASTIC_TIMEOUT_S pass.
+ * Thread-safety: as hk_init: one thread, no other hk call running.
+ * Errors: HK_ERR_NOT_INITIALIZED (no job); HK_ERR_INVALID_ARG (not an
+ * elastic job, or it has not changed: nothing failed with
+ * HK_ERR_RANKS_CHANGED); HK_ERR_RANKS_CHANGED (another rank was lost
+ * while the job re-formed: call it again); HK_ERR_PEER_LOST (hkrun failed
+ * the job, e.g. fewer than --min-np workers were left for
+ * --elastic-timeout: the message is hkrun's and says what is missing; or
+ * hkrun died); HK_ERR_TIMEOUT; and hk_init's errors. After an error the
+ * process is still in its (failed) job: hk_shutdown, or call again after
+ * HK_ERR_RANKS_CHANGED.
+ */
+HK_API hk_status hk_elastic_reset(void);
 
 /*
  * The job's shape. Each of the six returns -1 outside a job: before

@@ -122,6 +122,24 @@ def shutdown():
         h._collect_after_shutdown()
 
 
+def elastic_reset():
+    """Re-forms an elastic job (hkrun --min-np) after a call failed with
+    HK_ERR_RANKS_CHANGED (hk_elastic_reset): the survivors get new ranks
+    0..size()-1. Handles of the old job are collected first (they completed
+    with that error, which a later synchronize() raises). Raises as the
+    collectives do: HKInternalError with HK_ERR_RANKS_CHANGED when another
+    rank was lost meanwhile (call it again), HK_ERR_PEER_LOST with hkrun's
+    message when the job ended (e.g. below --min-np); HKInvalidArgument
+    when nothing changed or the job is not elastic."""
+    with _state_lock:
+        if not _initialized:
+            raise not_initialized()
+        pending = list(_pending.values())
+    for h in pending:
+        h._collect_after_shutdown()
+    check(lib().hk_elastic_reset())
+
+
 def is_initialized():
     """True between init() and shutdown()."""
     return _initialized

@@ -113,6 +113,7 @@ def _declare(lib):
     decl = {
         "hk_init": (st, []),
         "hk_shutdown": (st, []),
+        "hk_elastic_reset": (st, []),
         "hk_rank": (c.c_int, []),
         "hk_size": (c.c_int, []),
         "hk_local_rank": (c.c_int, []),

@@ -9,8 +9,12 @@ horovod/torch/mpi_ops.py):
 - ``ValueError`` for refused arguments, for a name already in flight on
   this rank, and for a query before ``init()``;
 - ``HostsUpdatedInterrupt`` (a RuntimeError) in elastic mode when the
-  hosts change. hk has no elastic mode and never raises it; the class
-  exists so that code catching it imports and runs.
+  hosts change. hk admits no new hosts to a running job yet and never
+  raises it; ``hk.torch.elastic.run`` handles it as Horovod's does.
+
+In an elastic job (hkrun --min-np) a lost rank fails the others' calls
+with HK_ERR_RANKS_CHANGED, an HKInternalError (so a HorovodInternalError,
+which ``hk.torch.elastic.run`` catches to restore and re-form).
 
 hk's classes carry hk's message (``hk_last_error()``: it names the tensor,
 the ranks and the values that disagree), ``status`` (the hk_status
@@ -46,11 +50,12 @@ STATUS_NAMES = {
     5: "HK_ERR_DUPLICATE_NAME", 6: "HK_ERR_PEER_LOST", 7: "HK_ERR_SHUTDOWN",
     8: "HK_ERR_TIMEOUT", 9: "HK_ERR_AUTH", 10: "HK_ERR_PROTOCOL",
     11: "HK_ERR_SYSTEM", 12: "HK_ERR_NOMEM", 13: "HK_ERR_CONFIG",
-    14: "HK_ERR_STALLED", 15: "HK_ERR_DEVICE",
+    14: "HK_ERR_STALLED", 15: "HK_ERR_DEVICE", 16: "HK_ERR_RANKS_CHANGED",
 }
 INVALID_ARG = 1
 NOT_INITIALIZED = 2
 DUPLICATE_NAME = 5
+RANKS_CHANGED = 16
 
 
 class HorovodInternalError(RuntimeError):
@@ -60,7 +65,7 @@ class HorovodInternalError(RuntimeError):
 
 class HostsUpdatedInterrupt(RuntimeError):
     """Horovod's elastic-mode interrupt when the set of hosts changes.
-    hk has no elastic mode and never raises it. ``skip_sync`` as
+    hk admits no new hosts yet and never raises it. ``skip_sync`` as
     Horovod's."""
 
     def __init__(self, skip_sync=False):

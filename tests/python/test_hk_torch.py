@@ -461,9 +461,78 @@ def test_streams():
         print("\n".join(r.lines(0)[-1:]))
 
 
+def elastic_replay(worlds, steps):
+    """w_elastic.py's weights after steps, computed serially in float64:
+    worlds(step) is the list of slots that made that step."""
+    w = [0.5, -0.25, 0.125, 1.0]
+    for step in range(steps):
+        slots = worlds(step)
+        g = [0.0] * 4
+        for slot in slots:
+            x = [float(((slot + 1) * (i + 1) + step) % 5 - 2)
+                 for i in range(4)]
+            err = sum(a * b for a, b in zip(w, x)) - float(step % 3)
+            for i in range(4):
+                g[i] += 2 * err * x[i] / len(slots)
+        w = [a - 0.125 * b for a, b in zip(w, g)]
+    return w
+
+
+def test_elastic():
+    # np 3, --min-np 2: the worker started as rank 1 dies at the start of
+    # step 6; hvd.elastic.run on the others restores the commit of step 4,
+    # re-forms as ranks 0..1 of 2 and trains to 12: steps 0-3 by slots
+    # 0, 1, 2, steps 4-11 by slots 0, 2
+    argv = [opt.hkrun, "-np", "3", "--min-np", "2", sys.executable,
+            os.path.join(harness.HERE, "w_elastic.py"), "12", "4", "1", "6"]
+    r = harness.run(argv, harness.worker_env(opt.lib), 120)
+    expect(not r.timed_out and r.rc == 0, "the elastic job finishes", r)
+    expect("rank 1 (pid" in r.err and "was killed by signal 9; the elastic "
+           "job goes on with 2 workers (--min-np 2)" in r.err,
+           "hkrun goes on without the killed worker", r)
+    want = elastic_replay(lambda s: [0, 1, 2] if s < 4 else [0, 2], 12)
+    whole = elastic_replay(lambda s: [0, 1, 2], 12)
+    expect(max(abs(a - b) for a, b in zip(want, whole)) > 1e-2,
+           "the loss changes the weights (the test can tell)")
+    for new_rank, slot in ((0, 0), (1, 2)):
+        got = [line for line in r.lines(slot) if line.startswith("final")]
+        expect(len(got) == 1 and got[0].startswith(
+            "final slot=%d rank=%d size=2 resets=1 w=" % (slot, new_rank)),
+               "slot %d ends as rank %d of 2 after one reset" % (slot,
+                                                                new_rank), r)
+        w = [float(v) for v in got[0].split("w=")[1].split(",")]
+        expect(max(abs(a - b) for a, b in zip(w, want)) < 1e-5,
+               "slot %d's weights %s equal the serial replay %s" %
+               (slot, w, want), r)
+        expect(count(r, "reset: rank %d of 2 (slot %d) from step 4" %
+                     (new_rank, slot)) == 1, "slot %d restored step 4" % slot,
+               r)
+    died = float(re.search(r"dying at step 6 t=([0-9.]+)", r.out).group(1))
+    back = min(float(t) for t in re.findall(r"resumed step 4 t=([0-9.]+)",
+                                             r.out))
+    print("elastic ok: %.1f ms from the loss to the first step after it"
+          % ((back - died) * 1e3))
+    # the elastic example: a worker lost in the first epoch, the job ends
+    # at np 2 with a test accuracy
+    example = os.path.join(harness.ROOT, "examples", "pytorch",
+                           "mnist_elastic.py")
+    argv = [opt.hkrun, "-np", "3", "--min-np", "2", sys.executable, example,
+            "--epochs", "1", "--train-limit", "3000", "--test-limit", "500",
+            "--kill-rank", "1", "--kill-batch", "6", "--batches-per-commit",
+            "4"]
+    r = harness.run(argv, harness.worker_env(opt.lib), 300)
+    expect(not r.timed_out and r.rc == 0, "mnist_elastic.py finishes", r)
+    expect(count(r, "re-formed: rank 0 of 2 (started as rank 0)") == 1 and
+           count(r, "re-formed: rank 1 of 2 (started as rank 2)") == 1,
+           "mnist_elastic.py re-forms without rank 1", r)
+    expect(re.search(r"final test accuracy 0\.\d+ after 1 epochs, .* np 2",
+                     r.out), "mnist_elastic.py ends at np 2", r)
+    print("\n".join(r.lines(0)[-1:]))
+
+
 {"package": test_package, "ops": test_ops, "optimizer": test_optimizer,
  "broadcast": test_broadcast, "faults": test_faults,
  "horovod_script": test_horovod_script, "benchmark": test_benchmark,
  "grad": test_grad, "join": test_join, "sparse": test_sparse,
  "api": test_api, "sets": test_sets, "sigint": test_sigint,
- "streams": test_streams}[opt.what]()
+ "streams": test_streams, "elastic": test_elastic}[opt.what]()

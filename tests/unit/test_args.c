@@ -251,6 +251,31 @@ static const bad_case bad[] = {
      "--grace-period: '86401' is too large (at most 86400 seconds)"},
     {{"--verbose=1", "-np", "1", "p", NULL},
      "--verbose: takes no value (in '--verbose=1')"},
+    /* elastic jobs */
+    {{"-np", "4", "--min-np", "5", "p", NULL},
+     "--min-np 5 is more than -np 4 (the workers to start)"},
+    {{"-np", "4", "--max-np", "3", "--min-np", "2", "p", NULL},
+     "--max-np 3 is less than -np 4 (the workers to start)"},
+    {{"-np", "2", "--elastic-timeout", "5", "p", NULL},
+     "--elastic-timeout is for elastic jobs: give --min-np (or --max-np, "
+     "--host-discovery-script) too"},
+    {{"-np", "2", "--blacklist-cooldown-range", "1", "2", "p", NULL},
+     "--blacklist-cooldown-range is for elastic jobs: give --min-np (or "
+     "--max-np, --host-discovery-script) too"},
+    {{"--min-np", "2", "-H", "a:2,b:2", "p", NULL},
+     "an elastic job (--min-np, --max-np, --host-discovery-script) runs on "
+     "this host only: hkrun cannot start one across hosts yet (-H)"},
+    {{"--min-np", "2", "--blacklist-cooldown-range", "10", "5", "p", NULL},
+     "--blacklist-cooldown-range: the least (10 s) is more than the most "
+     "(5 s)"},
+    {{"--min-np", "2", "--blacklist-cooldown-range=10", "p", NULL},
+     "--blacklist-cooldown-range: takes two values, the least and the most "
+     "seconds (--blacklist-cooldown-range 10 100)"},
+    {{"--min-np", "2", "--elastic-timeout", "0", "p", NULL},
+     "--elastic-timeout: '0' must be more than 0 seconds"},
+    {{"--min-np", "0", "p", NULL}, "--min-np: '0' is not a positive integer"},
+    {{"--max-np", "2", "--host-discovery-script", "", "p", NULL},
+     "--host-discovery-script: empty value"},
 };
 
 static void test_rejected(void **state) {
@@ -469,8 +494,6 @@ static void test_horovodrun_flags(void **state) {
   /* every refused horovodrun flag says "hk" and gives no bare "unknown" */
   const char *refused[] = {"--gloo",
                            "--jsrun",
-                           "--min-np",
-                           "--host-discovery-script",
                            "--config-file",
                            "--mpi-threads-disable",
                            "--hierarchical-allgather",
@@ -486,6 +509,59 @@ static void test_horovodrun_flags(void **state) {
         strstr(err, "unknown") || !strstr(err, "hk"))
       fail_msg("%s: %s", refused[i], err);
   }
+}
+
+/* The elastic flags: what they set, what they imply, and the workers'
+ * variables. */
+static void test_elastic_flags(void **state) {
+  (void)state;
+  hkrun_args a;
+  char err[HKRUN_ARGS_ERR_CAP];
+  const char *full[] = {"hkrun",      "--min-np",
+                        "2",          "--max-np",
+                        "6",          "--host-discovery-script",
+                        "./hosts.sh", "--slots-per-host",
+                        "4",          "--elastic-timeout",
+                        "30",         "--reset-limit",
+                        "3",          "--blacklist-cooldown-range",
+                        "10",         "100",
+                        "prog",       NULL};
+  assert_int_equal(hkrun_args_parse(17, (char **)full, &a, err, sizeof err), 0);
+  assert_int_equal(a.elastic, 1);
+  assert_int_equal(a.np, 2); /* -np defaults to --min-np */
+  assert_int_equal(a.min_np, 2);
+  assert_int_equal(a.max_np, 6);
+  assert_string_equal(a.discovery_script, "./hosts.sh");
+  assert_int_equal(a.slots_per_host, 4);
+  assert_true(a.elastic_timeout_s == 30.0);
+  assert_int_equal(a.reset_limit, 3);
+  assert_true(a.cooldown_lo_s == 10.0 && a.cooldown_hi_s == 100.0);
+  assert_string_equal(a.prog_argv[0], "prog");
+  char buf[1024];
+  const char *vars[16];
+  int n;
+  assert_int_equal(hkrun_tunable_env(&a, buf, sizeof buf, vars, 16, &n), 0);
+  assert_int_equal(n, 2);
+  assert_string_equal(vars[0], "HK_ELASTIC=1");
+  assert_string_equal(vars[1], "HK_ELASTIC_TIMEOUT_S=30");
+
+  /* a discovery script alone is elastic; -np then given; --max-np = np */
+  const char *disc[] = {"hkrun", "-np",  "3", "--host-discovery-script",
+                        "d.sh",  "prog", NULL};
+  assert_int_equal(hkrun_args_parse(6, (char **)disc, &a, err, sizeof err), 0);
+  assert_int_equal(a.elastic, 1);
+  assert_int_equal(a.np, 3);
+  assert_int_equal(a.min_np, 1);
+  assert_int_equal(a.max_np, 3);
+  assert_true(a.elastic_timeout_s == 600.0);
+  assert_int_equal(hkrun_tunable_env(&a, buf, sizeof buf, vars, 16, &n), 0);
+  assert_int_equal(n, 1);
+  assert_string_equal(vars[0], "HK_ELASTIC=1");
+
+  /* no elastic flag: not elastic */
+  const char *plain[] = {"hkrun", "-np", "2", "prog", NULL};
+  assert_int_equal(hkrun_args_parse(4, (char **)plain, &a, err, sizeof err), 0);
+  assert_int_equal(a.elastic, 0);
 }
 
 static void test_edit_distance(void **state) {
@@ -554,6 +630,7 @@ int main(void) {
       cmocka_unit_test(test_tunable_flags),
       cmocka_unit_test(test_horovodrun_flags),
       cmocka_unit_test(test_edit_distance),
+      cmocka_unit_test(test_elastic_flags),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -340,7 +340,7 @@ static void test_goodbye(void **state) {
   assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_ERR_PROTOCOL);
   assert_non_null(strstr(hk_last_error(), "trailing"));
   b.data[4] = 4;
-  b.data[3] = HK_MSG_MONITOR + 1;
+  b.data[3] = HK_MSG_RESET + 1;
   assert_int_equal(hk_wire_decode(b.data, b.len - 1, &d), HK_ERR_PROTOCOL);
   assert_non_null(strstr(hk_last_error(), "unknown message type"));
   hk_buf_free(&b);

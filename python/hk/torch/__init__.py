@@ -39,6 +39,7 @@ from .process_sets import (ProcessSet, global_process_set, add_process_set,
 from .functions import (broadcast_parameters, broadcast_optimizer_state,
                         broadcast_object, allgather_object)
 from .optimizer import DistributedOptimizer
+from . import elastic
 
 # Load libhk now: a script learns at its import line, not at its first
 # collective, that libhk is missing (LibraryNotFound lists what was tried).

@@ -1,0 +1,260 @@
+/*
+ * test_elastic.c - elastic jobs on one host (hkrun --min-np;
+ * docs/elastic.md), with tests/integration/workers/w_elastic.c as the
+ * trainer: a rank killed with SIGKILL at a known step (its own, through
+ * the worker's arguments: no sleep), the survivors' restore and
+ * hk_elastic_reset, their final weights against a serial replay of the
+ * schedule; a second loss while the job re-forms; and a loss below
+ * --min-np failing every rank, saying what is missing.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "harness.h"
+
+#ifndef HKRUN_PATH
+#error "HKRUN_PATH must name the hkrun binary"
+#endif
+#define W(name) WORKER_DIR "/" name
+
+#define D 8 /* w_elastic's model */
+
+/* w_elastic's gradient, the same expression. */
+static double grad(int slot, int step, int i) {
+  return (double)(((slot + 1) * (i + 1) + step) % 7 - 3);
+}
+
+/* The serial replay: steps [0, cut) by the slots of world a (na of them),
+ * steps [cut, steps) by those of world b; w as w_elastic prints it. */
+static void replay(const int *a, int na, const int *b, int nb, int cut,
+                   int steps, char *out, size_t cap) {
+  double w[D];
+  for (int i = 0; i < D; i++)
+    w[i] = i / 8.0;
+  for (int s = 0; s < steps; s++) {
+    const int *world = s < cut ? a : b;
+    const int n = s < cut ? na : nb;
+    for (int i = 0; i < D; i++) {
+      double sum = 0;
+      for (int k = 0; k < n; k++)
+        sum += grad(world[k], s, i);
+      w[i] -= 0.125 * (sum / (double)n);
+    }
+  }
+  size_t used = 0;
+  for (int i = 0; i < D; i++)
+    used +=
+        (size_t)snprintf(out + used, cap - used, "%s%a", i ? "," : "", w[i]);
+}
+
+/* The number after key on the first line of text holding key, or -1. */
+static double number_after(const char *text, const char *key) {
+  const char *p = strstr(text, key);
+  return p ? strtod(p + strlen(key), NULL) : -1;
+}
+
+/* np 4, --min-np 2: the worker started as rank 2 dies (SIGKILL) at the
+ * start of step 6; the others fail with HK_ERR_RANKS_CHANGED naming it,
+ * restore their commit of step 4, re-form as ranks 0..2 of 3 and train
+ * to step 12. Their weights equal steps 0-3 by 4 ranks, then 4-11 by 3;
+ * hkrun exits 0. */
+static void test_loss_reforms_and_matches_replay(void **s) {
+  (void)s;
+  char *argv[] = {HKRUN_PATH, "-np", "4", "--min-np", "2", W("w_elastic"),
+                  "12",       "4",   "2", "6",        NULL};
+  hkt_result r;
+  assert_int_equal(hkt_run(argv, NULL, 120, &r), 0);
+  if (r.exit_code != 0)
+    fail_msg("hkrun exited %d\nstdout:\n%s\nstderr:\n%s", r.exit_code, r.out,
+             r.err);
+  assert_non_null(strstr(r.err, "was killed by signal 9; the elastic job "
+                                "goes on with 3 workers (--min-np 2)"));
+  assert_non_null(strstr(r.err, "hkrun: rank 2 (pid "));
+  /* every survivor's allreduce failed with the new status, naming it */
+  assert_int_equal(hkt_count_lines(r.err, "ranks changed: tensor 'grad."), 3);
+  assert_int_equal(hkt_count_lines(r.err, "ranks changed: tensor 'grad.6': "
+                                          "rank 2 (pid "),
+                   3);
+  assert_int_equal(hkt_count_lines(r.out, "from step 4"), 3);
+  char want[512];
+  const int all[] = {0, 1, 2, 3}, left[] = {0, 1, 3};
+  replay(all, 4, left, 3, 4, 12, want, sizeof want);
+  int seen_rank[3] = {0};
+  for (int k = 0; k < 3; k++) {
+    char line[640];
+    snprintf(line, sizeof line, "final slot=%d rank=%d size=3 w=%s\n", left[k],
+             k, want);
+    if (!strstr(r.out, line))
+      fail_msg("no line '%s' in:\n%s", line, r.out);
+    seen_rank[k] = 1;
+  }
+  assert_int_equal(seen_rank[0] + seen_rank[1] + seen_rank[2], 3);
+  assert_int_equal(hkt_count_lines(r.out, "final slot="), 3);
+  /* the replay is not the same with no loss: the loss mattered */
+  char whole[512];
+  replay(all, 4, all, 4, 12, 12, whole, sizeof whole);
+  assert_string_not_equal(want, whole);
+  double died = number_after(r.out, "dying at step 6 t=");
+  double back = number_after(r.out, "resumed step 4 t=");
+  assert_true(died > 0 && back >= died);
+  fprintf(stderr,
+          "elastic: %.1f ms from the loss to the first step after "
+          "it\n",
+          (back - died) * 1e3);
+  assert_int_equal(hkt_orphans(NULL, 0), 0);
+  hkt_result_free(&r);
+}
+
+/* A second loss while the job re-forms after the first: the worker
+ * started as rank 1 dies before it calls hk_elastic_reset (when = "before":
+ * the generation forms without it) or after its reset returned, before
+ * the sync broadcast (when = "after": the others' sync fails with
+ * HK_ERR_RANKS_CHANGED and they re-form again). Slots 0 and 3 finish as
+ * ranks 0 and 1 of 2: steps 0-3 by 4 ranks, 4-11 by 2. */
+static void second_loss(const char *when) {
+  char *argv[] = {HKRUN_PATH, "-np", "4", "--min-np", "2", W("w_elastic"),
+                  "12",       "4",   "2", "6",        "1", (char *)when,
+                  NULL};
+  hkt_result r;
+  assert_int_equal(hkt_run(argv, NULL, 120, &r), 0);
+  if (r.exit_code != 0)
+    fail_msg("hkrun exited %d\nstdout:\n%s\nstderr:\n%s", r.exit_code, r.out,
+             r.err);
+  char dying[64];
+  snprintf(dying, sizeof dying, "[1] dying %s the reset", when);
+  assert_int_equal(hkt_count_lines(r.out, dying), 1);
+  assert_non_null(strstr(r.err, "was killed by signal 9; the elastic job "
+                                "goes on with 2 workers (--min-np 2)"));
+  if (strcmp(when, "after") == 0) /* the sync met the second loss */
+    assert_int_equal(hkt_count_lines(r.err, "ranks changed while re-forming: "
+                                            "tensor 'elastic.sync': rank 1 "
+                                            "(pid "),
+                     2);
+  char want[512];
+  const int all[] = {0, 1, 2, 3}, left[] = {0, 3};
+  replay(all, 4, left, 2, 4, 12, want, sizeof want);
+  for (int k = 0; k < 2; k++) {
+    char line[640];
+    snprintf(line, sizeof line, "final slot=%d rank=%d size=2 w=%s\n", left[k],
+             k, want);
+    if (!strstr(r.out, line))
+      fail_msg("no line '%s' in:\n%s\nstderr:\n%s", line, r.out, r.err);
+  }
+  assert_int_equal(hkt_count_lines(r.out, "final slot="), 2);
+  assert_int_equal(hkt_orphans(NULL, 0), 0);
+  hkt_result_free(&r);
+}
+
+static void test_loss_before_reset(void **s) {
+  (void)s;
+  second_loss("before");
+}
+
+static void test_loss_after_reset(void **s) {
+  (void)s;
+  second_loss("after");
+}
+
+/* A survivor that never calls hk_elastic_reset does not hang the others:
+ * HK_START_TIMEOUT_S (10 s) after the loss hkrun fails the job naming it,
+ * every other survivor's reset fails with that text, exit 1, nothing
+ * left behind. */
+static void test_survivor_never_resets(void **s) {
+  (void)s;
+  char *argv[] = {
+      HKRUN_PATH, "-np",          "4",  "--min-np", "2", "--start-timeout",
+      "10",       W("w_elastic"), "12", "4",        "2", "6",
+      "1",        "never",        NULL};
+  hkt_result r;
+  assert_int_equal(hkt_run(argv, NULL, 120, &r), 0);
+  if (r.exit_code != 1)
+    fail_msg("hkrun exited %d\nstdout:\n%s\nstderr:\n%s", r.exit_code, r.out,
+             r.err);
+  assert_int_equal(hkt_count_lines(r.out, "[1] never calling hk_elastic_reset"),
+                   1);
+  int pid = (int)number_after(r.err, "HK_START_TIMEOUT_S=10 s: rank 1 (pid ");
+  assert_true(pid > 0);
+  char want[256];
+  snprintf(want, sizeof want,
+           "the elastic job did not re-form within HK_START_TIMEOUT_S=10 s: "
+           "rank 1 (pid %d) did not call hk_elastic_reset (or could not "
+           "reach hkrun)",
+           pid);
+  char said[320];
+  snprintf(said, sizeof said, "hkrun: %s\n", want);
+  if (!strstr(r.err, said))
+    fail_msg("no line '%s' in:\n%s", said, r.err);
+  snprintf(said, sizeof said, "reset failed: peer lost: hk_elastic_reset: %s",
+           want);
+  assert_int_equal(hkt_count_lines(r.out, said), 2);
+  assert_int_equal(hkt_orphans(NULL, 0), 0);
+  hkt_result_free(&r);
+}
+
+/* np 3, --min-np 3: the worker started as rank 1 dies at step 6; hkrun
+ * waits --elastic-timeout 2 s, then fails every rank naming what is
+ * missing and what the discovery script lists, exits 137 (the lost
+ * worker's SIGKILL), and leaves nothing behind. */
+static void test_below_min_np_fails_every_rank(void **s) {
+  (void)s;
+  char script[512];
+  assert_int_equal(hkt_mkstemp("hk-discover.", script, sizeof script), 0);
+  FILE *f = fopen(script, "w");
+  assert_non_null(f);
+  fputs("#!/bin/sh\necho localhost:3\n", f);
+  fclose(f);
+  assert_int_equal(chmod(script, 0700), 0);
+  char *argv[] = {HKRUN_PATH, "-np",
+                  "3",        "--min-np",
+                  "3",        "--elastic-timeout",
+                  "2",        "--host-discovery-script",
+                  script,     W("w_elastic"),
+                  "12",       "4",
+                  "1",        "6",
+                  NULL};
+  hkt_result r;
+  assert_int_equal(hkt_run(argv, NULL, 120, &r), 0);
+  unlink(script);
+  if (r.exit_code != 128 + 9)
+    fail_msg("hkrun exited %d\nstdout:\n%s\nstderr:\n%s", r.exit_code, r.out,
+             r.err);
+  char want[1024];
+  snprintf(want, sizeof want,
+           "elastic job below --min-np 3: 2 workers left, 1 more needed "
+           "(lost: rank 1 (pid %d) was killed by signal 9); none joined "
+           "within --elastic-timeout 2 s (--host-discovery-script %s lists 3 "
+           "slots on 1 host (localhost:3); hkrun starts no new workers yet)",
+           (int)number_after(r.err, "hkrun: rank 1 (pid "), script);
+  char said[1100];
+  snprintf(said, sizeof said, "hkrun: %s\n", want);
+  if (!strstr(r.err, said))
+    fail_msg("no line '%s' in:\n%s", said, r.err);
+  /* both survivors' hk_elastic_reset failed with hkrun's words */
+  snprintf(said, sizeof said, "reset failed: peer lost: hk_elastic_reset: %s",
+           want);
+  assert_int_equal(hkt_count_lines(r.out, said), 2);
+  assert_true(r.elapsed_s < 60);
+  assert_int_equal(hkt_orphans(NULL, 0), 0);
+  hkt_result_free(&r);
+}
+
+int main(void) {
+  hkt_setup();
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_loss_reforms_and_matches_replay),
+      cmocka_unit_test(test_loss_before_reset),
+      cmocka_unit_test(test_loss_after_reset),
+      cmocka_unit_test(test_survivor_never_resets),
+      cmocka_unit_test(test_below_min_np_fails_every_rank),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,155 @@
+/*
+ * w_elastic - an elastic job's trainer (hkrun --min-np; docs/elastic.md),
+ * driven by tests/integration/test_elastic.c:
+ *
+ *   w_elastic STEPS COMMIT_EVERY KILL_SLOT KILL_STEP
+ *
+ * A model of D doubles, w[i] = i / 8 at first; each step every rank
+ * allreduces (sum) its gradient, whole numbers that depend on the rank
+ * it was started as (its slot, HK_RANK at start), the step and i, so that
+ * every sum is exact in any order, and steps w[i] -= 0.125 * (sum / size).
+ * At the start of every COMMIT_EVERY-th step it commits (a local copy of
+ * w and the step: no collective). The worker started as rank KILL_SLOT
+ * kills itself with SIGKILL at the start of step KILL_STEP (after saying
+ * "dying at step S t=T", T the wall clock in s). On HK_ERR_RANKS_CHANGED
+ * a rank restores its commit, calls hk_elastic_reset, and takes rank 0's
+ * commit (a broadcast, as Horovod's State.sync); it says
+ * "reset: rank R of N (slot S)" and, after the first step it completes,
+ * "resumed step S t=T". At the end: "final slot=S rank=R size=N w=..."
+ * (each w[i] in %a) and exit 0. A failed hk_elastic_reset says
+ * "reset failed: STATUS: MESSAGE", shuts down and exits 3.
+ *
+ *   w_elastic STEPS COMMIT_EVERY KILL_SLOT KILL_STEP KILL2_SLOT before|after
+ *
+ * also kills the worker started as KILL2_SLOT while the job re-forms after
+ * the first loss: before it calls hk_elastic_reset ("dying before the
+ * reset"), or after its hk_elastic_reset returned and before the sync
+ * ("dying after the reset"); the others re-form again. With "never" it
+ * does not call hk_elastic_reset at all: it says "never calling
+ * hk_elastic_reset" and waits for a signal.
+ */
+#include <signal.h>
+#include <string.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "wcommon.h"
+
+#define D 8
+
+static double wall(void) {
+  struct timeval tv;
+  gettimeofday(&tv, NULL);
+  return (double)tv.tv_sec + (double)tv.tv_usec * 1e-6;
+}
+
+/* The same as test_elastic.c's replay. */
+static double grad(int slot, int step, int i) {
+  return (double)(((slot + 1) * (i + 1) + step) % 7 - 3);
+}
+
+/* After HK_ERR_RANKS_CHANGED: restore the commit, re-form, take rank 0's
+ * commit (State.sync); again while ranks are lost meanwhile. Exits 3
+ * when the job cannot re-form. */
+static void reform(int slot, double *w, const double *saved_w, int *step,
+                   int saved_step, int kill2_slot, int kill2_after) {
+  hk_status st;
+  do {
+    memcpy(w, saved_w, D * sizeof *w); /* restore */
+    *step = saved_step;
+    if (slot == kill2_slot && kill2_after < 0) {
+      printf("never calling hk_elastic_reset\n");
+      for (;;)
+        pause(); /* until hkrun's SIGTERM */
+    }
+    if (slot == kill2_slot && !kill2_after) {
+      printf("dying before the reset\n");
+      kill(getpid(), SIGKILL);
+    }
+    st = hk_elastic_reset();
+    if (st == HK_ERR_RANKS_CHANGED)
+      continue;
+    if (st != HK_OK) {
+      printf("reset failed: %s: %s\n", hk_strerror(st), hk_last_error());
+      hk_shutdown();
+      exit(3);
+    }
+    if (slot == kill2_slot && kill2_after) {
+      printf("dying after the reset\n");
+      kill(getpid(), SIGKILL);
+    }
+    double sync[D + 1];
+    memcpy(sync, w, D * sizeof *w);
+    sync[D] = *step;
+    st = hk_broadcast("elastic.sync", sync, D + 1, HK_FLOAT64, 0);
+    if (st == HK_OK) {
+      memcpy(w, sync, D * sizeof *w);
+      *step = (int)sync[D];
+    }
+  } while (st == HK_ERR_RANKS_CHANGED &&
+           fprintf(stderr, "slot %d: ranks changed while re-forming: %s\n",
+                   slot, hk_last_error()) > 0);
+  HKT_OK(st);
+  printf("reset: rank %d of %d (slot %d) from step %d\n", hk_rank(), hk_size(),
+         slot, *step);
+}
+
+int main(int argc, char **argv) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  if (argc != 5 && argc != 7) {
+    fprintf(stderr, "usage: w_elastic STEPS COMMIT_EVERY KILL_SLOT "
+                    "KILL_STEP [KILL2_SLOT before|after|never]\n");
+    return 2;
+  }
+  const int steps = atoi(argv[1]), every = atoi(argv[2]);
+  const int kill_slot = atoi(argv[3]), kill_step = atoi(argv[4]);
+  const int kill2_slot = argc == 7 ? atoi(argv[5]) : -1;
+  const int kill2_after = argc != 7                       ? 0
+                          : strcmp(argv[6], "after") == 0 ? 1
+                          : strcmp(argv[6], "never") == 0 ? -1
+                                                          : 0;
+  HKT_OK(hk_init());
+  const int slot = hk_rank();
+  double w[D], saved_w[D]; /* the model and its commit */
+  for (int i = 0; i < D; i++)
+    w[i] = i / 8.0;
+  int step = 0, saved_step = 0, resumed = 1;
+  memcpy(saved_w, w, sizeof w);
+  while (step < steps) {
+    if (step % every == 0) { /* commit: a local copy */
+      memcpy(saved_w, w, sizeof w);
+      saved_step = step;
+    }
+    if (slot == kill_slot && step == kill_step) {
+      printf("dying at step %d t=%.6f\n", step, wall());
+      kill(getpid(), SIGKILL);
+    }
+    double g[D];
+    for (int i = 0; i < D; i++)
+      g[i] = grad(slot, step, i);
+    char name[32];
+    snprintf(name, sizeof name, "grad.%d", step);
+    hk_status st = hk_allreduce(name, g, g, D, HK_FLOAT64, HK_SUM);
+    if (st == HK_ERR_RANKS_CHANGED) {
+      fprintf(stderr, "slot %d step %d: ranks changed: %s\n", slot, step,
+              hk_last_error());
+      reform(slot, w, saved_w, &step, saved_step, kill2_slot, kill2_after);
+      resumed = 0;
+      continue;
+    }
+    HKT_OK(st);
+    for (int i = 0; i < D; i++)
+      w[i] -= 0.125 * (g[i] / (double)hk_size());
+    if (!resumed) {
+      printf("resumed step %d t=%.6f\n", step, wall());
+      resumed = 1;
+    }
+    step++;
+  }
+  printf("final slot=%d rank=%d size=%d w=", slot, hk_rank(), hk_size());
+  for (int i = 0; i < D; i++)
+    printf("%s%a", i ? "," : "", w[i]);
+  printf("\n");
+  HKT_OK(hk_shutdown());
+  return 0;
+}
