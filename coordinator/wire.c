@@ -215,6 +215,12 @@ hk_status hk_wire_encode(const hk_msg *m, hk_buf *out) {
       for (uint32_t k = 0; k < r->ncounts; k++)
         put_u64(&w, r->counts[k]);
     }
+    put_u8(&w, m->u.responses.has_tune);
+    if (m->u.responses.has_tune) {
+      put_u32(&w, m->u.responses.tune.seq);
+      put_u64(&w, m->u.responses.tune.fusion_threshold);
+      put_f64(&w, m->u.responses.tune.cycle_time_ms);
+    }
     break;
   default:
     w.st = hk_fail(HK_ERR_PROTOCOL, "cannot encode message type %u",
@@ -672,6 +678,23 @@ static void decode_payload(reader *r, hk_msg *m) {
       s->ncounts = s->counts ? nc : 0;
       for (uint32_t k = 0; k < s->ncounts && r->st == HK_OK; k++)
         s->counts[k] = get_u64(r, "row count");
+    }
+    m->u.responses.has_tune = get_u8(r, "tune flag");
+    check(r, m->u.responses.has_tune <= 1, "tune flag %lld is not 0 or 1",
+          m->u.responses.has_tune);
+    if (m->u.responses.has_tune && r->st == HK_OK) {
+      hk_wire_tune *t = &m->u.responses.tune;
+      t->seq = get_u32(r, "tune number");
+      check(r, t->seq >= 1, "tune number %lld is not >= 1", t->seq);
+      t->fusion_threshold = get_u64(r, "tuned fusion threshold");
+      check(r, t->fusion_threshold <= HK_WIRE_MAX_TUNE_THRESHOLD,
+            "tuned fusion threshold %lld out of range",
+            (long long)t->fusion_threshold);
+      t->cycle_time_ms = get_f64(r, "tuned cycle time");
+      check(r,
+            t->cycle_time_ms >= 0 &&
+                t->cycle_time_ms <= HK_WIRE_MAX_TUNE_CYCLE_MS,
+            "tuned cycle time out of range%.0lld", 0);
     }
     break;
   }

@@ -25,10 +25,11 @@
 #include "hk/hk.h"
 
 #define HK_WIRE_VERSION                                                        \
-  9 /* 3: HK_MSG_GOODBYE; 4: RESPONSES.answer; 5: request memory kind;         \
-       6: REQUESTS.sample (telemetry), HK_MSG_MONITOR; 7: request process      \
-       set and shape; 8: process sets: RESPONSES.set, each cache bit's set     \
-       in REQUESTS, HK_COLL_SET_ADD and HK_COLL_SET_REMOVE; 9: HK_MSG_RESET */
+  10 /* 3: HK_MSG_GOODBYE; 4: RESPONSES.answer; 5: request memory kind;        \
+        6: REQUESTS.sample (telemetry), HK_MSG_MONITOR; 7: request process     \
+        set and shape; 8: process sets: RESPONSES.set, each cache bit's set    \
+        in REQUESTS, HK_COLL_SET_ADD and HK_COLL_SET_REMOVE; 9: HK_MSG_RESET;  \
+        10: RESPONSES.tune (the autotuner's agreed settings) */
 #define HK_WIRE_HEADER_LEN 8
 #define HK_WIRE_MAX_PAYLOAD (64u << 20) /* bytes */
 #define HK_WIRE_MAX_HOST_LEN 255        /* bytes, excluding NUL */
@@ -227,6 +228,25 @@ typedef struct hk_wire_peer {
   uint16_t port;
 } hk_wire_peer;
 
+/** The largest fusion threshold RESPONSES.tune carries (bytes: the
+ *  HK_FUSION_THRESHOLD table's bound) and cycle time (ms). */
+#define HK_WIRE_MAX_TUNE_THRESHOLD (1ull << 36)
+#define HK_WIRE_MAX_TUNE_CYCLE_MS 60000.0
+
+/**
+ * A change of the agreed settings that rank 0's autotuner decided
+ * (coordinator/autotune.h), carried by a world RESPONSES that runs
+ * tensors: every rank applies it before it runs that RESPONSES, so every
+ * rank switches at the same round and no round runs with mixed settings.
+ * On the wire after the responses: u8 has_tune, then (when 1) u32 seq,
+ * u64 fusion_threshold, f64 cycle_time_ms: 21 bytes.
+ */
+typedef struct hk_wire_tune {
+  uint32_t seq;              /* 1, 2, ...: the change's number (>= 1) */
+  uint64_t fusion_threshold; /* bytes, <= HK_WIRE_MAX_TUNE_THRESHOLD */
+  double cycle_time_ms;      /* ms, 0..HK_WIRE_MAX_TUNE_CYCLE_MS */
+} hk_wire_tune;
+
 /** A decoded message. Arrays and reasons are owned by it: hk_msg_free. */
 typedef struct hk_msg {
   uint8_t type; /* hk_msg_type */
@@ -289,6 +309,9 @@ typedef struct hk_msg {
       uint32_t *inval;
       uint32_t n;
       hk_wire_response *resps;
+      uint8_t has_tune;  /* 1: tune holds a change of settings (world
+                            only, with n > 0) */
+      hk_wire_tune tune; /* inline: no allocation */
     } responses;
     struct {
       char *text; /* lines of the live table, at most

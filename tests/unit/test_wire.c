@@ -571,6 +571,51 @@ static void test_requests_sample(void **state) {
 }
 
 /* MONITOR carries the live table to hkrun (issue 15). */
+/* The autotuner's change of settings rides at the end of a RESPONSES
+ * (21 bytes when present, one flag byte when not); the decoder checks
+ * its number, threshold and cycle time. */
+static void test_responses_tune(void **state) {
+  (void)state;
+  hk_buf b = {0};
+  hk_msg d;
+  hk_msg m = {.type = HK_MSG_RESPONSES};
+  m.u.responses.shutdown_rank = -1;
+  encode(&m, &b);
+  const size_t plain = b.len;
+  assert_int_equal(b.data[plain - 1], 0);
+  assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_OK);
+  assert_int_equal(d.u.responses.has_tune, 0);
+  hk_msg_free(&d);
+  m.u.responses.has_tune = 1;
+  m.u.responses.tune = (hk_wire_tune){
+      .seq = 3, .fusion_threshold = 4 << 20, .cycle_time_ms = 2.5};
+  encode(&m, &b);
+  assert_int_equal(b.len, plain + 20);
+  assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_OK);
+  assert_int_equal(d.u.responses.has_tune, 1);
+  assert_int_equal(d.u.responses.tune.seq, 3);
+  assert_int_equal(d.u.responses.tune.fusion_threshold, 4 << 20);
+  assert_true(d.u.responses.tune.cycle_time_ms == 2.5);
+  hk_msg_free(&d);
+  for (size_t cut = plain; cut < b.len; cut++)
+    assert_int_equal(hk_wire_decode(b.data, cut, &d), HK_ERR_PROTOCOL);
+  m.u.responses.tune.seq = 0;
+  encode(&m, &b);
+  assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_ERR_PROTOCOL);
+  assert_non_null(strstr(hk_last_error(), "tune number"));
+  m.u.responses.tune.seq = 1;
+  m.u.responses.tune.fusion_threshold = HK_WIRE_MAX_TUNE_THRESHOLD + 1;
+  encode(&m, &b);
+  assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_ERR_PROTOCOL);
+  assert_non_null(strstr(hk_last_error(), "tuned fusion threshold"));
+  m.u.responses.tune.fusion_threshold = 0;
+  m.u.responses.tune.cycle_time_ms = -1;
+  encode(&m, &b);
+  assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_ERR_PROTOCOL);
+  assert_non_null(strstr(hk_last_error(), "tuned cycle time"));
+  hk_buf_free(&b);
+}
+
 static void test_monitor_roundtrip(void **state) {
   (void)state;
   hk_msg m = {.type = HK_MSG_MONITOR};
@@ -598,6 +643,7 @@ int main(void) {
       cmocka_unit_test(test_request_size),
       cmocka_unit_test(test_process_sets),
       cmocka_unit_test(test_responses_roundtrip),
+      cmocka_unit_test(test_responses_tune),
       cmocka_unit_test(test_small_messages_roundtrip),
       cmocka_unit_test(test_hello_streams),
       cmocka_unit_test(test_goodbye),
