@@ -275,6 +275,43 @@ static const tunable table[] = {
         "device allreduce batches queued on hk's stream at once; the next "
         "is enqueued while earlier ones run; 1: each waits for the one "
         "before"),
+    INT("HK_AUTOTUNE", 0, 0, 1, autotune, "0",
+        "1: rank 0 tunes the fusion threshold and the cycle time from the "
+        "job's own step times and every rank switches at the same round "
+        "(hkrun --autotune)",
+        .alias = "HOROVOD_AUTOTUNE"),
+    STRING("HK_AUTOTUNE_LOG", autotune_log, "(none)", "a file",
+           "with HK_AUTOTUNE: rank 0 writes one CSV row per trial (the "
+           "settings, the score in ms per step, its spread, samples, steps, "
+           "kept)",
+           .alias = "HOROVOD_AUTOTUNE_LOG"),
+    STRING("HK_AUTOTUNE_SAVE", autotune_save, "(none)", "a file",
+           "with HK_AUTOTUNE: rank 0 writes the chosen settings there as "
+           "HK_*=value lines, which hkrun --autotune-load reads"),
+    INT("HK_AUTOTUNE_WARMUP_STEPS", 3, 0, 1000, autotune_warmup, "3",
+        "with HK_AUTOTUNE: training steps dropped after each change of "
+        "setting before its step times count"),
+    INT("HK_AUTOTUNE_STEPS_PER_SAMPLE", 5, 1, 10000, autotune_steps, "5",
+        "with HK_AUTOTUNE: training steps averaged into one sample",
+        .alias = "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE"),
+    INT("HK_AUTOTUNE_MAX_SAMPLES", 10, 3, 64, autotune_max_samples, "10",
+        "with HK_AUTOTUNE: the most samples one trial takes while their "
+        "spread stays above HK_AUTOTUNE_SPREAD (at least 3 are taken)"),
+    INT("HK_AUTOTUNE_MAX_TRIALS", 20, 1, 64, autotune_max_trials, "20",
+        "with HK_AUTOTUNE: the most settings the search measures"),
+    {"HK_AUTOTUNE_SPREAD", 0.02, 0.001, 1, "fraction",
+     "with HK_AUTOTUNE: a trial ends once its samples' (max - min) / "
+     "median is at most this; a setting is kept only if it is faster than "
+     "the best by more than this and more than either's measured spread",
+     .offset = OFF(autotune_spread), .kind = HK_TUNABLE_NUMBER},
+    {"HK_TEST_TUNE_GROUP_COST_S", 0, 0, 10, "s",
+     "tests only: every fused group rank 0 runs adds this to the step time "
+     "the autotuner measures (no time passes), a known cost per batch",
+     .offset = OFF(test_tune_cost_s), .kind = HK_TUNABLE_NUMBER},
+    {"HK_TEST_TUNE_JITTER", 0, 0, 0.9, "fraction",
+     "tests only: each step time the autotuner measures is multiplied by "
+     "1 + this x a pseudo-random number in [-1, 1] (a fixed sequence)",
+     .offset = OFF(test_tune_jitter), .kind = HK_TUNABLE_NUMBER},
     INT("HK_TEST_GPU", 0, 0, 1, test_gpu, "0",
         "1: tests that need a real GPU fail instead of skipping"),
     INT("HK_TIMELINE_MARK_CYCLES", 0, 0, 1, timeline_mark_cycles, "0",

@@ -109,6 +109,25 @@ typedef struct hk_config {
   int emu_devices;     /* HK_EMU_DEVICES: devices the emulated driver shows */
   int device_inflight; /* HK_DEVICE_INFLIGHT: device allreduce batches in
                           flight on hk's stream at once (1..16) */
+  /* The autotuner (hkrun --autotune; coordinator/autotune.h) */
+  int autotune;             /* HK_AUTOTUNE: 1 = rank 0 tunes the fusion
+                               threshold and cycle time while the job runs */
+  char autotune_log[4096];  /* HK_AUTOTUNE_LOG: CSV, one row per trial */
+  char autotune_save[4096]; /* HK_AUTOTUNE_SAVE: the chosen settings, as
+                               HK_*=value lines (hkrun --autotune-load) */
+  int autotune_warmup;      /* HK_AUTOTUNE_WARMUP_STEPS: steps dropped
+                               after each change of setting */
+  int autotune_steps;       /* HK_AUTOTUNE_STEPS_PER_SAMPLE: steps per
+                               sample */
+  int autotune_max_samples; /* HK_AUTOTUNE_MAX_SAMPLES: a trial's budget */
+  int autotune_max_trials;  /* HK_AUTOTUNE_MAX_TRIALS: the search's */
+  double autotune_spread;   /* HK_AUTOTUNE_SPREAD: (max-min)/median bound */
+  double test_tune_cost_s;  /* HK_TEST_TUNE_GROUP_COST_S: tests only: each
+                               fused group adds this to rank 0's measured
+                               step time (no wall time passes) */
+  double test_tune_jitter;  /* HK_TEST_TUNE_JITTER: tests only: each
+                               measured step time is multiplied by 1 + this
+                               x a pseudo-random number in [-1, 1] */
 } hk_config;
 
 /** HK_DEVICE: which device backend GPU tensors use. */
