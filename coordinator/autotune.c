@@ -278,3 +278,8 @@ const hk_tune_trial *hk_autotune_best(const hk_autotune *t) {
 }
 
 long hk_autotune_steps(const hk_autotune *t) { return t->steps; }
+
+int hk_tune_thresholds(const uint64_t **ladder) {
+  *ladder = thr_ladder;
+  return NTHR;
+}

@@ -113,6 +113,10 @@ const hk_tune_trial *hk_autotune_best(const hk_autotune *t);
 /** Steps seen so far, warm-up included. */
 long hk_autotune_steps(const hk_autotune *t);
 
+/** The fusion-threshold ladder (bytes, ascending; static storage): its
+ *  number of rungs, *ladder set to them. Pure. */
+int hk_tune_thresholds(const uint64_t **ladder);
+
 /** 1 if a and b are the same setting. Pure. */
 int hk_tune_setting_equal(const hk_tune_setting *a, const hk_tune_setting *b);
 

@@ -25,6 +25,7 @@ static unsigned hooks_of(const hk_observer_ops *ops) {
       [HK_OBS_STALL] = ops->stall != NULL,
       [HK_OBS_ERROR] = ops->error != NULL,
       [HK_OBS_POLL] = ops->poll_fd != NULL && ops->readable != NULL,
+      [HK_OBS_TUNED] = ops->tuned != NULL,
   };
   unsigned bits = 0;
   for (int h = 0; h < HK_OBS_NHOOKS; h++)
@@ -134,6 +135,10 @@ void hk_observe_tensor_done_(hk_observers *o, const hk_obs_tensor *t,
 
 void hk_observe_stall_(hk_observers *o, const char *what) {
   EACH(o, stall, what);
+}
+
+void hk_observe_tuned_(hk_observers *o, const char *what, double t) {
+  EACH(o, tuned, what, t);
 }
 
 void hk_observe_error_(hk_observers *o, hk_status st, const char *reason) {

@@ -27,6 +27,8 @@
  *   tensor_done    each tensor of a batch that ended well, after
  *                  batch_done (before the tensor completes)
  *   stall          rank 0's stall inspector warned
+ *   tuned          this rank switched to the autotuner's next setting
+ *                  (every rank at the same round, before running it)
  *   error          the job failed on this rank, before the tensors in
  *                  flight complete with the error
  *   poll_fd / readable  an fd the background thread polls for the
@@ -73,6 +75,7 @@ typedef enum hk_obs_hook {
   HK_OBS_STALL,
   HK_OBS_ERROR,
   HK_OBS_POLL,
+  HK_OBS_TUNED,
   HK_OBS_NHOOKS
 } hk_obs_hook;
 
@@ -217,6 +220,9 @@ typedef struct hk_observer_ops {
   void (*stall)(void *self, const char *what);
   /** st: the job's failure (never HK_ERR_SHUTDOWN); reason: its text. */
   void (*error)(void *self, hk_status st, const char *reason);
+  /** `what`: the setting now in force and why ("AUTOTUNE trial 3: fusion
+   *  threshold 4 MiB, cycle time 0 ms"); t: when, hk_now() seconds. */
+  void (*tuned)(void *self, const char *what, double t);
   /** The fd to poll for POLLIN, or -1; asked once, after ready. */
   int (*poll_fd)(void *self);
   void (*readable)(void *self);
@@ -290,6 +296,7 @@ void hk_observe_tensor_done_(hk_observers *o, const hk_obs_tensor *t,
                              const hk_obs_batch *b);
 void hk_observe_stall_(hk_observers *o, const char *what);
 void hk_observe_error_(hk_observers *o, hk_status st, const char *reason);
+void hk_observe_tuned_(hk_observers *o, const char *what, double t);
 void hk_observe_polled_(hk_observers *o, const struct pollfd *p);
 
 #define HK_OBS_IF(o, hook) if ((o)->hooks & HK_OBS_BIT(hook))
@@ -328,6 +335,10 @@ static inline void hk_observe_tensor_done(hk_observers *o,
 }
 static inline void hk_observe_stall(hk_observers *o, const char *what) {
   HK_OBS_IF(o, HK_OBS_STALL) hk_observe_stall_(o, what);
+}
+static inline void hk_observe_tuned(hk_observers *o, const char *what,
+                                    double t) {
+  HK_OBS_IF(o, HK_OBS_TUNED) hk_observe_tuned_(o, what, t);
 }
 static inline void hk_observe_error(hk_observers *o, hk_status st,
                                     const char *reason) {

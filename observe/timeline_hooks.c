@@ -73,6 +73,12 @@ static void on_tensor_done(void *self, const hk_obs_tensor *t,
     hk_timeline_span(tl, name, "MEMCPY_OUT", b->t[2], b->t[3], NULL);
 }
 
+/* Each setting the autotuner switches to: an instant marker named by the
+ * trial and the setting. */
+static void on_tuned(void *self, const char *what, double t) {
+  hk_timeline_mark(((timeline_obs *)self)->tl, what, t);
+}
+
 static void on_detach(void *self, int final) {
   (void) final;
   timeline_obs *t = self;
@@ -85,6 +91,7 @@ static const hk_observer_ops timeline_ops = {
     .detach = on_detach,
     .round_started = on_round_started,
     .tensor_done = on_tensor_done,
+    .tuned = on_tuned,
 };
 
 hk_status hk_timeline_attach(hk_observers *o, const hk_obs_setup *s) {

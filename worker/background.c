@@ -80,6 +80,7 @@
 #include "worker/queue.h"
 #include "worker/round.h"
 #include "worker/sets.h"
+#include "worker/tune.h"
 
 /* The most bytes one REQUESTS may take (see worker_send), and the least:
  * a quarter of the send buffer the kernel granted, within these. */
@@ -156,8 +157,17 @@ static hk_status apply_responses(hk_ctx *ctx, hk_round *R, const hk_msg *m,
                    "%s",
                    (int)m->u.responses.set, ctx->rank,
                    s ? "is not a member of" : "does not have");
+  const int world_round = m->u.responses.set == 0 && m->u.responses.n > 0;
+  if (m->u.responses.has_tune && !world_round)
+    return hk_fail(HK_ERR_PROTOCOL,
+                   "rank 0 sent a change of settings with responses of "
+                   "process set %d running %u tensors (only a world round "
+                   "that runs tensors carries one)",
+                   (int)m->u.responses.set, m->u.responses.n);
   for (uint32_t i = 0; i < m->u.responses.ninval; i++)
     hk_cache_retire(s->cache, m->u.responses.inval[i]);
+  if (world_round) /* every rank switches here, before running it */
+    hk_tune_apply(ctx, m->u.responses.has_tune ? &m->u.responses.tune : NULL);
   hk_status st = hk_execute_responses(ctx, s, m->u.responses.resps,
                                       m->u.responses.n, t_ready);
   R->shutdown_rank = m->u.responses.shutdown_rank;
@@ -457,6 +467,12 @@ void *hk_background_main(void *arg) {
     fail_job(ctx, HK_ERR_NOMEM, "cannot allocate the poll set", 1);
     goto out;
   }
+  if ((st0 = hk_tune_start(ctx)) != HK_OK) {
+    char what[HK_ERROR_MSG_CAP];
+    snprintf(what, sizeof what, "%s", hk_last_error());
+    fail_job(ctx, st0, what, 1);
+    goto out;
+  }
   int npfd = 0, wake_i, launcher_i = -1, obs_i, first_ctrl;
   pfds[npfd++] = (struct pollfd){.fd = ctx->wake_fd, .events = POLLIN};
   wake_i = 0;
@@ -569,6 +585,7 @@ void *hk_background_main(void *arg) {
   if (R.shutdown_rank >= 0)
     linger(ctx);
 out:
+  hk_tune_finish(ctx);    /* rank 0: a search cut short reports */
   hk_devflight_drop(ctx); /* what the job's failure completed */
   free(pfds);
   hk_round_free(&R);

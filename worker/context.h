@@ -193,8 +193,17 @@ typedef struct hk_ctx {
                        removes hk.process_set.<n> */
 
   hk_buf scratch;            /* [bg] message encoding/decoding */
-  uint8_t *fusion;           /* [bg] the fusion buffer, cfg.fusion_threshold
-                                bytes, mapped on first use and reused */
+  uint8_t *fusion;           /* [bg] the fusion buffer, fusion_bytes bytes
+                                (cfg.fusion_threshold when mapped), mapped
+                                on first use and reused; mapped again when
+                                the autotuner raised the threshold */
+  size_t fusion_bytes;       /* [bg] its size */
+  struct hk_tune *tune;      /* [bg] rank 0 with HK_AUTOTUNE: the search and
+                                its step detection (worker/tune.h) */
+  uint64_t world_rounds;     /* [bg] world RESPONSES that ran tensors, in
+                                the same order on every rank */
+  double tune_virtual_s;     /* [bg] rank 0: HK_TEST_TUNE_GROUP_COST_S
+                                added since the last step */
   struct hk_exec_plan *plan; /* [bg] worker/execute.c's working arrays,
                                 kept between rounds */
   double next_stall_check;   /* [bg] rank 0: hk_now() of the next check */

@@ -21,6 +21,7 @@
 #include "worker/devplane.h"
 #include "worker/queue.h"
 #include "worker/sets.h"
+#include "worker/tune.h"
 
 /* Working arrays for the n responses of one message, kept between calls
  * (ctx->plan, grown as needed; hk_execute_release frees them). */
@@ -103,8 +104,11 @@ static hk_status plan_get(hk_ctx *ctx, uint32_t n, plan **out) {
 }
 
 static hk_status map_fusion_buffer(hk_ctx *ctx) {
-  if (ctx->fusion)
+  if (ctx->fusion && ctx->fusion_bytes >= ctx->cfg.fusion_threshold)
     return HK_OK;
+  if (ctx->fusion) /* the autotuner raised the threshold */
+    munmap(ctx->fusion, ctx->fusion_bytes);
+  ctx->fusion = NULL;
   size_t bytes = ctx->cfg.fusion_threshold;
   void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -117,12 +121,13 @@ static hk_status map_fusion_buffer(hk_ctx *ctx) {
    * less with huge pages (bench/peers/results): ask for them. */
   madvise(p, bytes, MADV_HUGEPAGE);
   ctx->fusion = p;
+  ctx->fusion_bytes = bytes;
   return HK_OK;
 }
 
 void hk_execute_release(hk_ctx *ctx) {
   if (ctx->fusion)
-    munmap(ctx->fusion, ctx->cfg.fusion_threshold);
+    munmap(ctx->fusion, ctx->fusion_bytes);
   ctx->fusion = NULL;
   if (ctx->plan)
     plan_free(ctx->plan);
@@ -1007,6 +1012,7 @@ hk_status hk_execute_responses(hk_ctx *ctx, hk_set *S,
                         ? hk_fusion_plan(p.items, n, ctx->cfg.fusion_threshold,
                                          p.taken, p.order, p.starts)
                         : 0;
+  hk_tune_groups(ctx, groups);
   for (uint32_t g = 0; g < groups && st == HK_OK; g++) {
     uint32_t a = p.starts[g], b = p.starts[g + 1];
     if (!p.h[p.order[a]])

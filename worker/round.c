@@ -17,6 +17,7 @@
 #include "worker/execute.h"
 #include "worker/queue.h"
 #include "worker/sets.h"
+#include "worker/tune.h"
 
 int hk_round_shutdown_requested(hk_ctx *ctx) {
   pthread_mutex_lock(&ctx->mu);
@@ -417,6 +418,8 @@ static hk_status round_of(hk_ctx *ctx, hk_round *R, hk_set *s) {
   m.u.responses.inval = s->inval;
   m.u.responses.n = n;
   m.u.responses.resps = rs;
+  if (world && n > 0) /* the autotuner's next setting rides on it */
+    hk_tune_round(ctx, rs, n, t_ready, &m);
   if (s->size > 1 || s->ranks[0] != 0) { /* encoded once, sent to each */
     hk_buf_clear(&ctx->scratch);
     st = hk_wire_encode(&m, &ctx->scratch);
@@ -425,7 +428,9 @@ static hk_status round_of(hk_ctx *ctx, hk_round *R, hk_set *s) {
     hk_obs_message sent = {.kind = HK_OBS_MSG_ROUND, .rank = -1};
     hk_observe_message(&ctx->obs, &sent);
   }
-  s->ninval = 0; /* rank 0 retired them when it decided */
+  s->ninval = 0;                     /* rank 0 retired them when it decided */
+  if (st == HK_OK && world && n > 0) /* as every rank does (tune.h) */
+    hk_tune_apply(ctx, m.u.responses.has_tune ? &m.u.responses.tune : NULL);
   if (st == HK_OK && s->rank >= 0) {
     st = hk_execute_responses(ctx, s, rs, n, t_ready);
     hk_round_ran(ctx, R);

@@ -1,0 +1,282 @@
+/*
+ * tune.c - `hkrun --autotune` in the engine (tune.h): rank 0's step
+ * detection, the search's log, report and saved file, and every rank's
+ * switch to an agreed setting.
+ */
+#include "worker/tune.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "collectives/allreduce.h"
+#include "common/buf.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/outfile.h"
+#include "common/status.h"
+#include "common/strmap.h"
+#include "coordinator/autotune.h"
+#include "coordinator/cache.h"
+#include "worker/sets.h"
+
+/* Names kept while looking for the step's anchor: a job that has not
+ * repeated a tensor after this many starts over. */
+#define MAX_SEEN 100000
+
+struct hk_tune {
+  hk_autotune *search;
+  hk_tune_setting start; /* the job's own setting (trial 0) */
+  hk_strmap *seen;       /* names of world rounds until one repeats */
+  char anchor[HK_MAX_NAME_LEN + 1]; /* "" until found */
+  double last;                      /* when the last step began */
+  uint32_t seq;                     /* changes sent so far */
+  int logged;                       /* trials written to the CSV */
+  int reported;                     /* the final line was logged */
+  uint64_t rng;                     /* HK_TEST_TUNE_JITTER's sequence */
+  hk_buf csv;
+};
+
+/* "4 MiB" or "1000 bytes" into out. */
+static const char *threshold_text(uint64_t b, char *out, size_t cap) {
+  if (b % (1u << 20) == 0)
+    snprintf(out, cap, "%llu MiB", (unsigned long long)(b >> 20));
+  else
+    snprintf(out, cap, "%llu bytes", (unsigned long long)b);
+  return out;
+}
+
+/* The cost model's suggestion: the smallest threshold of the ladder at
+ * which one host allreduce's predicted latency (its time at 0 bytes) is
+ * at most 10 % of its predicted time; the job's own threshold where no
+ * implementation has a model (one host through shared memory). */
+static uint64_t model_threshold(hk_ctx *ctx) {
+  const uint64_t *ladder;
+  int n = hk_tune_thresholds(&ladder);
+  const hk_allreduce_env *env = &ctx->ar;
+  for (int i = 1; i < n; i++) {
+    const hk_allreduce_impl *impl =
+        hk_allreduce_for(env, HK_MEM_HOST, (size_t)ladder[i]);
+    hk_cost c0, c;
+    if (!impl->cost || impl->cost(env, 0, &c0) != HK_OK ||
+        impl->cost(env, (size_t)ladder[i], &c) != HK_OK)
+      return ctx->cfg.fusion_threshold;
+    if (c0.time_us <= 0.1 * c.time_us)
+      return ladder[i];
+  }
+  return ladder[n - 1];
+}
+
+hk_status hk_tune_start(hk_ctx *ctx) {
+  if (ctx->rank != 0 || !ctx->cfg.autotune)
+    return HK_OK;
+  struct hk_tune *T = calloc(1, sizeof *T);
+  if (!T)
+    return hk_fail(HK_ERR_NOMEM, "cannot allocate the autotuner");
+  const hk_config *c = &ctx->cfg;
+  hk_tune_params p = {.warmup_steps = c->autotune_warmup,
+                      .steps_per_sample = c->autotune_steps,
+                      .min_samples = 3,
+                      .max_samples = c->autotune_max_samples,
+                      .max_trials = c->autotune_max_trials,
+                      .spread = c->autotune_spread};
+  T->start = (hk_tune_setting){c->fusion_threshold, c->cycle_time_ms};
+  hk_tune_setting model = {model_threshold(ctx), c->cycle_time_ms};
+  T->rng = 0x9e3779b97f4a7c15ull;
+  hk_status st = hk_autotune_create(&p, &T->start, &model, &T->search);
+  if (st == HK_OK)
+    st = hk_strmap_create(&T->seen);
+  if (st != HK_OK) {
+    hk_autotune_destroy(T->search);
+    free(T);
+    return st;
+  }
+  ctx->tune = T;
+  char a[32], b[32];
+  hk_log(HK_LOG_INFO,
+         "autotune: starting from fusion threshold %s, cycle time %g ms; "
+         "the cost model suggests fusion threshold %s",
+         threshold_text(T->start.fusion_threshold, a, sizeof a),
+         T->start.cycle_time_ms,
+         threshold_text(model.fusion_threshold, b, sizeof b));
+  return HK_OK;
+}
+
+/* Appends the trials ended since the last call to the CSV (and the info
+ * log), and rewrites HK_AUTOTUNE_LOG. */
+static void log_trials(hk_ctx *ctx, struct hk_tune *T) {
+  int n = hk_autotune_ntrials(T->search);
+  if (n == T->logged)
+    return;
+  if (T->csv.len == 0)
+    hk_buf_append(&T->csv,
+                  "trial,fusion_threshold_bytes,cycle_time_ms,score_ms_per_"
+                  "step,spread,samples,steps,kept\n",
+                  strlen("trial,fusion_threshold_bytes,cycle_time_ms,score_"
+                         "ms_per_step,spread,samples,steps,kept\n"));
+  for (; T->logged < n; T->logged++) {
+    const hk_tune_trial *t = hk_autotune_trial(T->search, T->logged);
+    char row[256], a[32];
+    int len =
+        snprintf(row, sizeof row, "%d,%llu,%g,%.6f,%.6f,%d,%d,%d\n", T->logged,
+                 (unsigned long long)t->s.fusion_threshold, t->s.cycle_time_ms,
+                 t->score_s * 1e3, t->spread, t->samples, t->steps, t->kept);
+    hk_buf_append(&T->csv, row, (size_t)len);
+    hk_log(HK_LOG_INFO,
+           "autotune: trial %d: fusion threshold %s, cycle time %g ms: %.3f "
+           "ms per step (spread %.1f %%, %d samples, %d steps)%s",
+           T->logged, threshold_text(t->s.fusion_threshold, a, sizeof a),
+           t->s.cycle_time_ms, t->score_s * 1e3, t->spread * 100, t->samples,
+           t->steps, t->kept ? ", kept" : "");
+  }
+  if (ctx->cfg.autotune_log[0] &&
+      hk_outfile_replace(ctx->cfg.autotune_log, ctx->cfg.file_mode, T->csv.data,
+                         T->csv.len, HK_OUT_ATOMIC, "HK_AUTOTUNE_LOG") != HK_OK)
+    hk_log(HK_LOG_WARNING, "autotune: %s", hk_last_error());
+}
+
+/* The final line and the saved settings: the best setting so far. */
+static void report(hk_ctx *ctx, struct hk_tune *T) {
+  const hk_tune_trial *best = hk_autotune_best(T->search);
+  const hk_tune_trial *base = hk_autotune_trial(T->search, 0);
+  if (T->reported || !best || !base)
+    return;
+  T->reported = 1;
+  char a[32], b[32];
+  int done = hk_autotune_done(T->search);
+  hk_log(HK_LOG_WARNING,
+         "autotune: %s fusion threshold %s, cycle time %g ms after %d trials "
+         "(%ld steps): %.3f ms per step against %.3f ms with the starting "
+         "setting (fusion threshold %s, cycle time %g ms): %.1f %% less "
+         "time per step",
+         done ? "chose" : "the job ended before the search; best so far:",
+         threshold_text(best->s.fusion_threshold, a, sizeof a),
+         best->s.cycle_time_ms, hk_autotune_ntrials(T->search),
+         hk_autotune_steps(T->search), best->score_s * 1e3, base->score_s * 1e3,
+         threshold_text(base->s.fusion_threshold, b, sizeof b),
+         base->s.cycle_time_ms,
+         base->score_s > 0
+             ? 100.0 * (base->score_s - best->score_s) / base->score_s
+             : 0.0);
+  if (!ctx->cfg.autotune_save[0])
+    return;
+  char text[256];
+  int len = snprintf(text, sizeof text,
+                     "# hk --autotune's choice (hkrun --autotune-load reads "
+                     "it)\nHK_FUSION_THRESHOLD=%llu\nHK_CYCLE_TIME_MS=%g\n",
+                     (unsigned long long)best->s.fusion_threshold,
+                     best->s.cycle_time_ms);
+  if (hk_outfile_replace(ctx->cfg.autotune_save, ctx->cfg.file_mode, text,
+                         (size_t)len, HK_OUT_ATOMIC,
+                         "HK_AUTOTUNE_SAVE") != HK_OK)
+    hk_log(HK_LOG_WARNING, "autotune: %s", hk_last_error());
+}
+
+/* The name of response r of the world's round ("" if it has none). */
+static const char *name_of(hk_ctx *ctx, const hk_wire_response *r) {
+  if (!(r->flags & HK_RESP_CACHED))
+    return r->name;
+  const hk_wire_request *q =
+      hk_cache_get(hk_sets_world(ctx)->cache, r->cache_bit);
+  return q ? q->name : "";
+}
+
+/* 1 when this round ends a step; finds the anchor first. */
+static int step_boundary(hk_ctx *ctx, struct hk_tune *T,
+                         const hk_wire_response *rs, uint32_t n) {
+  for (uint32_t i = 0; i < n; i++) {
+    if (rs[i].status != HK_OK)
+      continue;
+    const char *name = name_of(ctx, &rs[i]);
+    if (!name[0])
+      continue;
+    if (T->anchor[0]) {
+      if (strcmp(name, T->anchor) == 0)
+        return 1;
+      continue;
+    }
+    if (hk_strmap_get(T->seen, name)) {
+      snprintf(T->anchor, sizeof T->anchor, "%s", name);
+      hk_strmap_destroy(T->seen);
+      T->seen = NULL;
+      hk_log(HK_LOG_INFO, "autotune: a training step starts with '%s'",
+             T->anchor);
+      return 1;
+    }
+    if (hk_strmap_size(T->seen) >= MAX_SEEN) {
+      hk_strmap_destroy(T->seen);
+      T->seen = NULL;
+      if (hk_strmap_create(&T->seen) != HK_OK)
+        return 0; /* no memory: no step is found, the job goes on */
+    }
+    if (hk_strmap_put(T->seen, name, (void *)1) != HK_OK)
+      return 0;
+  }
+  return 0;
+}
+
+void hk_tune_round(hk_ctx *ctx, const hk_wire_response *rs, uint32_t n,
+                   double t, hk_msg *m) {
+  struct hk_tune *T = ctx->tune;
+  if (!T || hk_autotune_done(T->search) || (!T->seen && !T->anchor[0]))
+    return;
+  const int first = !T->anchor[0];
+  if (!step_boundary(ctx, T, rs, n))
+    return;
+  double step = t - T->last + ctx->tune_virtual_s;
+  T->last = t;
+  ctx->tune_virtual_s = 0;
+  if (first)
+    return;                            /* the first step starts here */
+  if (ctx->cfg.test_tune_jitter > 0) { /* xorshift64 */
+    T->rng ^= T->rng << 13;
+    T->rng ^= T->rng >> 7;
+    T->rng ^= T->rng << 17;
+    double u = (double)(T->rng >> 11) * 0x1p-53 * 2 - 1;
+    step *= 1 + ctx->cfg.test_tune_jitter * u;
+  }
+  hk_tune_setting next;
+  int change = hk_autotune_step(T->search, step, &next);
+  log_trials(ctx, T);
+  if (hk_autotune_done(T->search))
+    report(ctx, T);
+  if (!change)
+    return;
+  m->u.responses.has_tune = 1;
+  m->u.responses.tune =
+      (hk_wire_tune){.seq = ++T->seq,
+                     .fusion_threshold = next.fusion_threshold,
+                     .cycle_time_ms = next.cycle_time_ms};
+}
+
+void hk_tune_apply(hk_ctx *ctx, const hk_wire_tune *t) {
+  ctx->world_rounds++;
+  if (!t)
+    return;
+  ctx->cfg.fusion_threshold = (size_t)t->fusion_threshold;
+  ctx->cfg.cycle_time_ms = t->cycle_time_ms;
+  char a[32], what[128];
+  threshold_text(t->fusion_threshold, a, sizeof a);
+  hk_log(HK_LOG_DEBUG,
+         "autotune: rank %d applies setting %u (fusion threshold %s, cycle "
+         "time %g ms) at world round %llu",
+         ctx->rank, t->seq, a, t->cycle_time_ms,
+         (unsigned long long)ctx->world_rounds);
+  snprintf(what, sizeof what,
+           "AUTOTUNE setting %u: fusion threshold %s, cycle time %g ms", t->seq,
+           a, t->cycle_time_ms);
+  hk_observe_tuned(&ctx->obs, what, hk_now());
+}
+
+void hk_tune_finish(hk_ctx *ctx) {
+  struct hk_tune *T = ctx->tune;
+  if (!T)
+    return;
+  log_trials(ctx, T);
+  report(ctx, T);
+  hk_autotune_destroy(T->search);
+  hk_strmap_destroy(T->seen);
+  hk_buf_free(&T->csv);
+  free(T);
+  ctx->tune = NULL;
+}

@@ -1,0 +1,77 @@
+/*
+ * tune.h - `hkrun --autotune` in the engine: rank 0 measures the
+ * trainer's steps and feeds them to the search (coordinator/autotune.h);
+ * its decisions ride on a world RESPONSES (hk_wire_tune) and every rank
+ * applies them before running that round. Background thread only.
+ *
+ * A step, as rank 0 sees it: the interval between two world rounds that
+ * carry the same tensor. Until one repeats, rank 0 collects the names of
+ * the world rounds' tensors; the first name seen twice becomes the step's
+ * anchor (a one-off broadcast at start-up never repeats, so it is never
+ * chosen), and from then on every world round that carries the anchor
+ * ends one step and starts the next. A step's time is the time between
+ * those two rounds' negotiations, on rank 0's clock.
+ *
+ * A new setting starts at a step boundary: the round that ends a step
+ * carries it, and every rank (rank 0 too) applies it before it runs that
+ * round, so every rank switches at the same round, and each round runs
+ * with one setting everywhere. The settings only change how tensors are
+ * batched (fusion threshold) and how long rank 0 lets a batch grow (cycle
+ * time); hk's fusion keeps every result bit for bit (coordinator/
+ * fusion.h), so results stay identical across ranks and settings.
+ *
+ * Output (rank 0): HK_AUTOTUNE_LOG's CSV, rewritten as each trial ends;
+ * an info line per trial; when the search ends a warning-level line (shown
+ * at the default log level) with the choice and the gain measured against
+ * the starting setting; HK_AUTOTUNE_SAVE's HK_*=value lines; a timeline
+ * marker per setting (observe/observe.h's tuned hook). Every rank logs at
+ * debug level "autotune: rank R applies setting N (...) at world round W".
+ */
+#ifndef HK_WORKER_TUNE_H
+#define HK_WORKER_TUNE_H
+
+#include <stdint.h>
+
+#include "coordinator/wire.h"
+#include "worker/context.h"
+
+/**
+ * Rank 0 with HK_AUTOTUNE=1: starts the search from the job's settings
+ * (ctx->cfg) and the cost model's suggestion (the smallest ladder
+ * threshold at which the predicted latency of one host allreduce is at
+ * most 10 % of its time). Elsewhere: nothing. Errors: HK_ERR_NOMEM;
+ * HK_ERR_INVALID_ARG from the search's parameters.
+ */
+hk_status hk_tune_start(hk_ctx *ctx);
+
+/**
+ * Rank 0, for each world round that runs n > 0 responses rs, before it
+ * is encoded: counts the round, detects a step boundary, feeds the step
+ * to the search, and when the search decides a new setting, fills
+ * m->u.responses.has_tune / tune (the caller sends m, then applies it
+ * with hk_tune_apply before running rs). Failures to write the CSV are
+ * logged, not returned (the job goes on).
+ */
+void hk_tune_round(hk_ctx *ctx, const hk_wire_response *rs, uint32_t n,
+                   double t, hk_msg *m);
+
+/**
+ * Every rank, for a world RESPONSES that runs tensors (counted as a world
+ * round) and carries a change t (or NULL: only counts): applies the
+ * setting to ctx->cfg (the fusion buffer is remapped at its next use if
+ * it is too small), logs it at debug level, and tells the observers.
+ */
+void hk_tune_apply(hk_ctx *ctx, const hk_wire_tune *t);
+
+/** Rank 0: `groups` fused groups ran (HK_TEST_TUNE_GROUP_COST_S each is
+ *  added to the step time measured; tests only). */
+static inline void hk_tune_groups(hk_ctx *ctx, uint32_t groups) {
+  if (ctx->cfg.test_tune_cost_s > 0 && ctx->rank == 0)
+    ctx->tune_virtual_s += ctx->cfg.test_tune_cost_s * groups;
+}
+
+/** Rank 0: the job ends: a search still running reports its best so far
+ *  and saves it; frees. Elsewhere: nothing. */
+void hk_tune_finish(hk_ctx *ctx);
+
+#endif
