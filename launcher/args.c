@@ -120,6 +120,12 @@ typedef enum opt_id {
   O_ELASTIC_TIMEOUT,
   O_RESET_LIMIT,
   O_COOLDOWN, /* takes two values: A B */
+  O_TUNE_LOG,
+  O_TUNE_SAVE,
+  O_TUNE_LOAD,
+  O_TUNE_WARMUP,
+  O_TUNE_STEPS,
+  O_TUNE_TRIALS,
   /* flags */
   O_TAG_OUTPUT,
   O_NO_TAG_OUTPUT,
@@ -137,6 +143,7 @@ typedef enum opt_id {
   O_NO_AUTOTUNE,
   O_LOG_NO_TIMESTAMP,
   O_MONITOR,
+  O_AUTOTUNE,
   O_NOOP, /* mpirun flags with nothing to do locally */
   O_TOPOLOGY,
   O_HELP,
@@ -152,11 +159,6 @@ typedef struct opt_def {
   const char *why; /* O_REFUSED: the message after "NAME: " */
 } opt_def;
 
-#define AUTOTUNE                                                               \
-  "hk has no autotuner yet (Horovod's --autotune searches the fusion "         \
-  "threshold and cycle time while the job trains); set "                       \
-  "--fusion-threshold-mb and --cycle-time-ms yourself, comparing them "        \
-  "with hkbench --model"
 static const opt_def options[] = {
     {"-np", O_NP, 1, NULL},
     {"-n", O_NP, 1, NULL},
@@ -220,18 +222,28 @@ static const opt_def options[] = {
     {"--topology", O_TOPOLOGY, 0, NULL},
     {"--dump", O_DUMP, 1, NULL},
     {"--diagnose", O_DIAGNOSE, 1, NULL},
+    {"--autotune", O_AUTOTUNE, 0, NULL},
+    {"--autotune-log-file", O_TUNE_LOG, 1, NULL},
+    {"--autotune-save", O_TUNE_SAVE, 1, NULL},
+    {"--autotune-load", O_TUNE_LOAD, 1, NULL},
+    {"--autotune-warmup-samples", O_TUNE_WARMUP, 1, NULL},
+    {"--autotune-steps-per-sample", O_TUNE_STEPS, 1, NULL},
+    {"--autotune-bayes-opt-max-samples", O_TUNE_TRIALS, 1, NULL},
     {"-h", O_HELP, 0, NULL},
     {"--help", O_HELP, 0, NULL},
     {"--version", O_VERSION, 0, NULL},
     {"-cb", O_CHECK_BUILD, 0, NULL},
     {"--check-build", O_CHECK_BUILD, 0, NULL},
     /* horovodrun's flags that hk does not have */
-    {"--autotune", O_REFUSED, 0, AUTOTUNE},
-    {"--autotune-log-file", O_REFUSED, 1, AUTOTUNE},
-    {"--autotune-warmup-samples", O_REFUSED, 1, AUTOTUNE},
-    {"--autotune-steps-per-sample", O_REFUSED, 1, AUTOTUNE},
-    {"--autotune-bayes-opt-max-samples", O_REFUSED, 1, AUTOTUNE},
-    {"--autotune-gaussian-process-noise", O_REFUSED, 1, AUTOTUNE},
+    {"--autotune-gaussian-process-noise", O_REFUSED, 1,
+     "hk's autotuner has no Gaussian process to tell noise from gain: it "
+     "measures the noise, repeating each setting until its samples' "
+     "spread is under HK_AUTOTUNE_SPREAD (default 0.02) and keeping a "
+     "setting only if it is faster by more than that; drop the flag (-x "
+     "HK_AUTOTUNE_SPREAD=... changes the bound)"},
+    {"--autotune-compression", O_REFUSED, 0,
+     "hk's autotuner does not try compression (it changes the results); "
+     "choose it yourself with -x HK_COMPRESSION=fp16 or bf16"},
     {"--gloo", O_REFUSED, 0,
      "hk has no Gloo controller: on one host hkrun's own rendezvous and "
      "TCP rings are what Gloo is to Horovod, and the default; across "
@@ -474,6 +486,32 @@ static int parse_value(const opt_def *o, const char *name, const char *value,
   case O_DIAGNOSE:
     out->action = HKRUN_DIAGNOSE;
     return parse_string(name, value, &out->diagnose_dir, err, err_cap);
+  case O_TUNE_LOG:
+    return parse_string(name, value, &out->autotune_log, err, err_cap);
+  case O_TUNE_SAVE:
+    return parse_string(name, value, &out->autotune_save, err, err_cap);
+  case O_TUNE_LOAD:
+    return parse_string(name, value, &out->autotune_load, err, err_cap);
+  case O_TUNE_WARMUP:
+  case O_TUNE_STEPS:
+  case O_TUNE_TRIALS: {
+    const long lo = o->id == O_TUNE_WARMUP ? 0 : 1;
+    const long hi = o->id == O_TUNE_WARMUP  ? 1000
+                    : o->id == O_TUNE_STEPS ? 10000
+                                            : 64;
+    char *end;
+    errno = 0;
+    long n = value[0] >= '0' && value[0] <= '9' ? strtol(value, &end, 10) : -1;
+    if (n < 0 || *end != '\0' || errno == ERANGE || n < lo || n > hi)
+      return fail(err, err_cap,
+                  "%s: '%s' is not a whole number from %ld to %ld", name, value,
+                  lo, hi);
+    const char **slot = o->id == O_TUNE_WARMUP  ? &out->autotune_warmup
+                        : o->id == O_TUNE_STEPS ? &out->autotune_steps
+                                                : &out->autotune_trials;
+    *slot = value;
+    return 0;
+  }
   case O_OUTPUT_FILENAME:
     return parse_string(name, value, &out->output_filename, err, err_cap);
   case O_LOG_LEVEL:
@@ -545,6 +583,9 @@ static int apply_flag(const opt_def *o, hkrun_args *out) {
     break;
   case O_MONITOR:
     out->monitor = 1;
+    break;
+  case O_AUTOTUNE:
+    out->autotune = 1;
     break;
   case O_NO_MARK_CYCLES:
     out->timeline_mark_cycles = 0;
@@ -721,6 +762,15 @@ int hkrun_args_parse(int argc, char **argv, hkrun_args *out, char *err,
     return -1;
   if (out->np == 0 && !out->hosts && !out->hostfile)
     return fail(err, err_cap, "-np N is required");
+  const char *needs = out->autotune_log      ? "--autotune-log-file"
+                      : out->autotune_save   ? "--autotune-save"
+                      : out->autotune_warmup ? "--autotune-warmup-samples"
+                      : out->autotune_steps  ? "--autotune-steps-per-sample"
+                      : out->autotune_trials
+                          ? "--autotune-bayes-opt-max-samples"
+                          : NULL;
+  if (needs && !out->autotune)
+    return fail(err, err_cap, "%s needs --autotune", needs);
   out->prog_argc = argc - i;
   out->prog_argv = argv + i;
   return 0;
@@ -801,6 +851,28 @@ const char *hkrun_usage(void) {
          "                       each negotiation round that ran something\n"
          "                       (an instant CYCLE_START event; hk's\n"
          "                       \"cycle\" is one round of negotiation)\n"
+         "\n"
+         "autotune arguments:\n"
+         "  --autotune           HK_AUTOTUNE=1: rank 0 measures the job's\n"
+         "                       training steps and searches the fusion\n"
+         "                       threshold and cycle time (coordinate\n"
+         "                       descent over ladders, each setting\n"
+         "                       measured until its spread is under 2 %);\n"
+         "                       every rank switches at the same round; at\n"
+         "                       the end rank 0 logs the choice and the\n"
+         "                       gain over the starting setting\n"
+         "  --autotune-log-file F  HK_AUTOTUNE_LOG: one CSV row per trial\n"
+         "  --autotune-save F    HK_AUTOTUNE_SAVE: write the choice to F\n"
+         "  --autotune-load F    start from the settings F holds (written\n"
+         "                       by --autotune-save; flags given here win)\n"
+         "  --autotune-warmup-samples N  HK_AUTOTUNE_WARMUP_STEPS: steps\n"
+         "                       dropped after each change (default 3; hk:\n"
+         "                       steps, not samples)\n"
+         "  --autotune-steps-per-sample N  HK_AUTOTUNE_STEPS_PER_SAMPLE\n"
+         "                       (default 5)\n"
+         "  --autotune-bayes-opt-max-samples N  HK_AUTOTUNE_MAX_TRIALS:\n"
+         "                       the most settings measured (default 20;\n"
+         "                       hk: no Bayesian optimisation)\n"
          "\n"
          "monitoring arguments:\n"
          "  --monitor            HK_MONITOR_LIVE=1: while the job runs, one\n"
@@ -894,7 +966,8 @@ const char *hkrun_usage(void) {
          "  --                   end of options\n"
          "\n"
          "horovodrun's flags hk does not have (each is refused saying why\n"
-         "and what to use): --gloo, --jsrun, --autotune and --autotune-*,\n"
+         "and what to use): --gloo, --jsrun,\n"
+         "--autotune-gaussian-process-noise, --autotune-compression,\n"
          "--hierarchical-allgather, --mpi-threads-disable,\n"
          "--num-nccl-streams, --thread-affinity, --config-file,\n"
          "--binding-args, --prefix-output-with-timestamp.\n"
@@ -948,6 +1021,12 @@ int hkrun_tunable_env(const hkrun_args *a, char *buf, size_t cap,
       {"HK_MONITOR_LIVE", a->monitor ? "1" : NULL, 0},
       {"HK_ELASTIC", a->elastic ? "1" : NULL, 0},
       {"HK_ELASTIC_TIMEOUT_S", a->elastic ? a->elastic_timeout : NULL, 0},
+      {"HK_AUTOTUNE", a->autotune ? "1" : NULL, 0},
+      {"HK_AUTOTUNE_LOG", a->autotune_log, 0},
+      {"HK_AUTOTUNE_SAVE", a->autotune_save, 0},
+      {"HK_AUTOTUNE_WARMUP_STEPS", a->autotune_warmup, 0},
+      {"HK_AUTOTUNE_STEPS_PER_SAMPLE", a->autotune_steps, 0},
+      {"HK_AUTOTUNE_MAX_TRIALS", a->autotune_trials, 0},
   };
   for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
     if (!t[i].value)

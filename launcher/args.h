@@ -10,9 +10,10 @@
  * The names are horovodrun's (and mpirun's where horovodrun has none:
  * -x, --bind-to, --tag-output), with their meaning; hkrun_usage() lists
  * them grouped as `horovodrun --help` does and says where hk differs.
- * Flags horovodrun has and hk does not (--gloo, --autotune...) are refused with
- * a message saying why and what to use instead; an unknown option's message
- * names the closest known one.
+ * Flags horovodrun has and hk does not (--gloo,
+ * --autotune-gaussian-process-noise...) are refused with a message saying
+ * why and what to use instead; an unknown option's message names the
+ * closest known one.
  *
  * Several hosts: `-H host:slots,...` or `--hostfile FILE` name the hosts
  * (launcher/hosts.h parses them; this parser only keeps the strings), and
@@ -125,6 +126,20 @@ typedef struct hkrun_args {
   int reset_limit;              /* --reset-limit N; 0: no limit */
   double cooldown_lo_s, cooldown_hi_s; /* --blacklist-cooldown-range A B,
                                           seconds; -1 when not given */
+  /* The autotuner (worker/tune.h). Numbers are checked here against the
+   * ranges of their HK_* variables; the --autotune-* flags that need
+   * --autotune are refused without it. */
+  int autotune;                /* --autotune -> HK_AUTOTUNE=1 */
+  const char *autotune_log;    /* --autotune-log-file -> HK_AUTOTUNE_LOG */
+  const char *autotune_save;   /* --autotune-save -> HK_AUTOTUNE_SAVE */
+  const char *autotune_load;   /* --autotune-load FILE: hkrun sets what it
+                                  holds (launcher/tuned.h) */
+  const char *autotune_warmup; /* --autotune-warmup-samples -> HK_AUTOTUNE_
+                                  WARMUP_STEPS (0..1000) */
+  const char *autotune_steps;  /* --autotune-steps-per-sample -> HK_AUTOTUNE_
+                                  STEPS_PER_SAMPLE (1..10000) */
+  const char *autotune_trials; /* --autotune-bayes-opt-max-samples -> HK_
+                                  AUTOTUNE_MAX_TRIALS (1..64) */
   /* The program and its arguments: prog_argc entries followed by the NULL
    * that ends the caller's argv. Points into argv; not owned. */
   int prog_argc;

@@ -88,6 +88,8 @@
 #include "launcher/output.h"
 #include "launcher/rendezvous.h"
 #include "launcher/spawn.h"
+#include "launcher/tuned.h"
+#include "launcher/tuned.h"
 
 /* Between SIGTERM and SIGKILL, in milliseconds: after a worker failed,
  * and after hkrun was signalled (where everything must be gone within
@@ -773,12 +775,20 @@ int main(int argc, char **argv) {
                  x);
     }
   }
+  /* --autotune-load's settings: after -x, before the flags (which win) */
+  if (args.autotune_load) {
+    char why[1024];
+    if (hkrun_load_tuned(args.autotune_load, why, sizeof why) != 0) {
+      hk_out_say("--autotune-load: %s", why);
+      return 2;
+    }
+  }
   /* the tunable flags become the workers' HK_* variables (also through
    * mpirun, which forwards HK_* with -x); after -x, so flags win */
-  char envbuf[8192];
-  const char *vars[16];
+  char envbuf[16384];
+  const char *vars[32];
   int nvars;
-  if (hkrun_tunable_env(&args, envbuf, sizeof envbuf, vars, 16, &nvars) != 0) {
+  if (hkrun_tunable_env(&args, envbuf, sizeof envbuf, vars, 32, &nvars) != 0) {
     hk_out_say("tunable flags too long");
     return 2;
   }

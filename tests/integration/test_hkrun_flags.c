@@ -11,7 +11,8 @@
  * - --network-interface eth99 and HK_SOCKET_IFNAME=eth99 fail before
  *   anything starts (and hk_init fails on its own without hkrun), naming
  *   the interface and listing those that exist; lo works;
- * - --check-build, --autotune's refusal, a typo's suggestion.
+ * - --check-build, --autotune-gaussian-process-noise's refusal, a typo's
+ *   suggestion.
  */
 #include <dlfcn.h>
 #include <sched.h>
@@ -469,10 +470,12 @@ static void test_check_build_and_refusals(void **state) {
   hkt_result_free(&r);
   check_build_pytorch();
 
-  char *at[] = {HKRUN_PATH, "-np", "2", "--autotune", "true", NULL};
+  char *at[] = {HKRUN_PATH, "-np", "2", "--autotune",
+                "--autotune-gaussian-process-noise", "0.8", "true", NULL};
   run_expect(at, NULL, 2, &r);
-  assert_non_null(strstr(r.err, "hkrun: --autotune: hk has no autotuner yet"));
-  assert_non_null(strstr(r.err, "--fusion-threshold-mb"));
+  assert_non_null(strstr(r.err, "hkrun: --autotune-gaussian-process-noise: "
+                                "hk's autotuner has no Gaussian process"));
+  assert_non_null(strstr(r.err, "HK_AUTOTUNE_SPREAD"));
   assert_null(strstr(r.err, "unknown option"));
   hkt_result_free(&r);
 

@@ -204,16 +204,36 @@ static const bad_case bad[] = {
     {{"-np", "1", "--timline-filename=t.json", "p", NULL},
      "unknown option '--timline-filename=t.json' (did you mean "
      "--timeline-filename?)"},
-    {{"-np", "1", "--autotune", "p", NULL},
-     "--autotune: hk has no autotuner yet (Horovod's --autotune searches the "
-     "fusion threshold and cycle time while the job trains); set "
-     "--fusion-threshold-mb and --cycle-time-ms yourself, comparing them with "
-     "hkbench --model"},
     {{"-np", "1", "--autotune-log-file", "f", "p", NULL},
-     "--autotune-log-file: hk has no autotuner yet (Horovod's --autotune "
-     "searches the fusion threshold and cycle time while the job trains); "
-     "set --fusion-threshold-mb and --cycle-time-ms yourself, comparing them "
-     "with hkbench --model"},
+     "--autotune-log-file needs --autotune"},
+    {{"-np", "1", "--autotune-save", "f", "p", NULL},
+     "--autotune-save needs --autotune"},
+    {{"-np", "1", "--autotune", "--autotune-steps-per-sample", "0", "p", NULL},
+     "--autotune-steps-per-sample: '0' is not a whole number from 1 to "
+     "10000"},
+    {{"-np", "1", "--autotune", "--autotune-warmup-samples=-1", "p", NULL},
+     "--autotune-warmup-samples: '-1' is not a whole number from 0 to 1000"},
+    {{"-np", "1", "--autotune", "--autotune-bayes-opt-max-samples", "65", "p",
+      NULL},
+     "--autotune-bayes-opt-max-samples: '65' is not a whole number from 1 to "
+     "64"},
+    {{"-np", "1", "--autotune", "--autotune-bayes-opt-max-samples", "2x", "p",
+      NULL},
+     "--autotune-bayes-opt-max-samples: '2x' is not a whole number from 1 to "
+     "64"},
+    {{"-np", "1", "--autotune", "--autotune-log-file=", "p", NULL},
+     "--autotune-log-file: empty value"},
+    {{"-np", "1", "--autotune", "--autotune-gaussian-process-noise", "0.8", "p",
+      NULL},
+     "--autotune-gaussian-process-noise: hk's autotuner has no Gaussian "
+     "process to tell noise from gain: it measures the noise, repeating each "
+     "setting until its samples' spread is under HK_AUTOTUNE_SPREAD (default "
+     "0.02) and keeping a setting only if it is faster by more than that; "
+     "drop the flag (-x HK_AUTOTUNE_SPREAD=... changes the bound)"},
+    {{"-np", "1", "--autotune", "--autotune-compression", "p", NULL},
+     "--autotune-compression: hk's autotuner does not try compression (it "
+     "changes the results); choose it yourself with -x HK_COMPRESSION=fp16 "
+     "or bf16"},
     {{"-np", "1", "--log-level", "LOUD", "p", NULL},
      "--log-level: 'LOUD' is not one of TRACE, DEBUG, INFO, WARNING, ERROR, "
      "FATAL"},
@@ -381,6 +401,49 @@ static void test_tunable_flags(void **state) {
   assert_int_equal(parse(diag, &a, err, sizeof err, argv), 0);
   assert_int_equal(a.action, HKRUN_DIAGNOSE);
   assert_string_equal(a.diagnose_dir, "records");
+}
+
+/* --autotune and its flags become HK_AUTOTUNE_* for the workers;
+ * --autotune-load is hkrun's own (no variable). */
+static void test_autotune_flags(void **state) {
+  (void)state;
+  const char *tok[] = {"-np",
+                       "2",
+                       "--autotune",
+                       "--autotune-log-file",
+                       "/tmp/l.csv",
+                       "--autotune-save=/tmp/s.env",
+                       "--autotune-load",
+                       "/tmp/old.env",
+                       "--autotune-warmup-samples",
+                       "0",
+                       "--autotune-steps-per-sample",
+                       "7",
+                       "--autotune-bayes-opt-max-samples",
+                       "64",
+                       "prog",
+                       NULL};
+  hkrun_args a;
+  char *argv[MAX_TOKENS + 2];
+  char err[HKRUN_ARGS_ERR_CAP];
+  assert_int_equal(parse(tok, &a, err, sizeof err, argv), 0);
+  assert_string_equal(a.autotune_load, "/tmp/old.env");
+  char buf[1024];
+  const char *vars[16];
+  int n;
+  assert_int_equal(hkrun_tunable_env(&a, buf, sizeof buf, vars, 16, &n), 0);
+  assert_int_equal(n, 6);
+  assert_string_equal(vars[0], "HK_AUTOTUNE=1");
+  assert_string_equal(vars[1], "HK_AUTOTUNE_LOG=/tmp/l.csv");
+  assert_string_equal(vars[2], "HK_AUTOTUNE_SAVE=/tmp/s.env");
+  assert_string_equal(vars[3], "HK_AUTOTUNE_WARMUP_STEPS=0");
+  assert_string_equal(vars[4], "HK_AUTOTUNE_STEPS_PER_SAMPLE=7");
+  assert_string_equal(vars[5], "HK_AUTOTUNE_MAX_TRIALS=64");
+  const char *load[] = {"-np", "2", "--autotune-load", "f", "prog", NULL};
+  assert_int_equal(parse(load, &a, err, sizeof err, argv), 0);
+  assert_int_equal(a.autotune, 0);
+  assert_int_equal(hkrun_tunable_env(&a, buf, sizeof buf, vars, 16, &n), 0);
+  assert_int_equal(n, 0);
 }
 
 /* Horovod's and mpirun's flags: what each asks for, as HK_* assignments
@@ -628,6 +691,7 @@ int main(void) {
       cmocka_unit_test(test_small_error_buffer),
       cmocka_unit_test(test_usage_texts),
       cmocka_unit_test(test_tunable_flags),
+      cmocka_unit_test(test_autotune_flags),
       cmocka_unit_test(test_horovodrun_flags),
       cmocka_unit_test(test_edit_distance),
       cmocka_unit_test(test_elastic_flags),

@@ -1,0 +1,66 @@
+/*
+ * tuned.c - hkrun --autotune-load (tuned.h).
+ */
+#include "launcher/tuned.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/config.h"
+#include "common/status.h"
+
+static const char *const saved[] = {"HK_FUSION_THRESHOLD", "HK_CYCLE_TIME_MS"};
+
+/* Checks and sets NAME=value (line `no` of path). */
+static int set_one(const char *path, int no, char *line, char *err,
+                   size_t cap) {
+  char *eq = strchr(line, '=');
+  if (!eq) {
+    snprintf(err, cap, "'%s' line %d: '%.80s' is not NAME=value", path, no,
+             line);
+    return -1;
+  }
+  *eq = '\0';
+  int known = 0;
+  for (size_t i = 0; i < sizeof saved / sizeof saved[0]; i++)
+    known |= strcmp(line, saved[i]) == 0;
+  if (!known) {
+    snprintf(err, cap,
+             "'%s' line %d: '%.80s' is not a setting --autotune saves "
+             "(HK_FUSION_THRESHOLD, HK_CYCLE_TIME_MS)",
+             path, no, line);
+    return -1;
+  }
+  hk_config c;
+  if (setenv(line, eq + 1, 1) != 0 || hk_config_load_var(&c, line) != HK_OK) {
+    snprintf(err, cap, "'%s' line %d: %s", path, no, hk_last_error());
+    return -1;
+  }
+  return 0;
+}
+
+int hkrun_load_tuned(const char *path, char *err, size_t cap) {
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    snprintf(err, cap, "cannot read '%s': %s", path, strerror(errno));
+    return -1;
+  }
+  char line[512];
+  int no = 0, set = 0, rc = 0;
+  while (rc == 0 && fgets(line, sizeof line, f)) {
+    no++;
+    line[strcspn(line, "\r\n")] = '\0';
+    if (line[0] == '\0' || line[0] == '#')
+      continue;
+    rc = set_one(path, no, line, err, cap);
+    set += rc == 0;
+  }
+  fclose(f);
+  if (rc == 0 && set == 0) {
+    snprintf(err, cap, "'%s': no setting in it", path);
+    rc = -1;
+  }
+  return rc;
+}

@@ -1,0 +1,28 @@
+/*
+ * tuned.h - hkrun --autotune-load FILE: the settings an earlier
+ * `hkrun --autotune --autotune-save FILE` chose, set for the workers.
+ *
+ * The file (worker/tune.h writes it) holds lines NAME=value, where NAME
+ * is HK_FUSION_THRESHOLD or HK_CYCLE_TIME_MS; blank lines and lines
+ * starting with '#' are skipped. Each value is checked as the workers
+ * will check it (common/config.c's table), so a bad file fails hkrun
+ * before any worker starts.
+ */
+#ifndef HK_LAUNCHER_TUNED_H
+#define HK_LAUNCHER_TUNED_H
+
+#include <stddef.h>
+
+/**
+ * Reads `path` and sets each of its variables in hkrun's environment
+ * (which the workers inherit; through mpirun, hkrun forwards HK_*).
+ * Returns 0, or -1 with one line in err[cap] naming the file, the line
+ * and what is wrong: "cannot read 'F': No such file or directory",
+ * "'F' line 2: 'HK_RING_CHUNK_BYTES' is not a setting --autotune saves
+ * (HK_FUSION_THRESHOLD, HK_CYCLE_TIME_MS)", "'F' line 1: HK_CYCLE_TIME_MS
+ * 'x' is not a number...", "'F': no setting in it". Variables set before
+ * an error stay set (hkrun then exits). Thread-safety: as setenv.
+ */
+int hkrun_load_tuned(const char *path, char *err, size_t cap);
+
+#endif

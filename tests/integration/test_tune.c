@@ -1,0 +1,396 @@
+/*
+ * test_tune - hkrun --autotune end to end (worker/tune.h), on w_tune: a
+ * job whose best setting is known. HK_TEST_TUNE_GROUP_COST_S adds 1 s of
+ * step time per fused group that rank 0 runs (no time passes: the score
+ * is deterministic however loaded the machine), so a step of 32 tensors
+ * of 64 KiB costs 32 s with no fusion, 2 s at 1 MiB and 1 s from 2 MiB
+ * up: the search must choose 2 MiB (4 MiB is no faster, so it is not
+ * kept) and leave the cycle time at 0.
+ *  - convergence: the CSV's trials, the final line, the timeline's marks;
+ *  - every rank switches at the same round (their debug lines) and the
+ *    results are the same bits on every rank;
+ *  - a noisy score (HK_TEST_TUNE_JITTER) does not flip-flop;
+ *  - bad flag values and a bad saved file are refused, naming them;
+ *  - --autotune-save, then --autotune-load starts from the saved setting.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "harness.h"
+
+#ifndef W_TUNE
+#error "W_TUNE must name the w_tune worker"
+#endif
+
+#define SLOW_S 120.0
+
+static void dump(const hkt_result *r) {
+  fprintf(stderr,
+          "--- exit %d signal %d timed_out %d\n--- stdout:\n%.4000s\n"
+          "--- stderr (last 6000 bytes):\n%s\n",
+          r->exit_code, r->signal, r->timed_out, r->out,
+          r->err_len > 6000 ? r->err + r->err_len - 6000 : r->err);
+}
+
+static void run_expect(char *const *argv, char *const *env, int code,
+                       hkt_result *r) {
+  hkt_run(argv, env, SLOW_S, r);
+  if (!r->exited || r->exit_code != code) {
+    dump(r);
+    fail_msg("hkrun exited %d, expected %d", r->exit_code, code);
+  }
+}
+
+/* The whole file (malloc'd; the caller frees it), or NULL. */
+static char *read_text(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return NULL;
+  size_t cap = 1 << 16, n = 0, got;
+  char *buf = malloc(cap + 1);
+  while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
+    n += got;
+    if (n == cap) {
+      char *b = realloc(buf, 2 * cap + 1);
+      if (!b) {
+        free(buf);
+        buf = NULL;
+        break;
+      }
+      buf = b;
+      cap *= 2;
+    }
+  }
+  fclose(f);
+  if (buf)
+    buf[n] = '\0';
+  return buf;
+}
+
+static char *const cost_env[] = {"HK_TEST_TUNE_GROUP_COST_S=1", NULL};
+
+/* The ranks printed the same hash of every result. */
+static void same_hash(const hkt_result *r, int np) {
+  const char *h0 = strstr(r->out, "[0] hash ");
+  assert_non_null(h0);
+  char want[40];
+  snprintf(want, sizeof want, "%.21s", h0 + 4);
+  for (int k = 1; k < np; k++) {
+    char line[48];
+    snprintf(line, sizeof line, "[%d] %s", k, want);
+    if (!strstr(r->out, line)) {
+      dump(r);
+      fail_msg("rank %d's results differ from rank 0's (%s)", k, want);
+    }
+  }
+}
+
+static void test_converges_to_known_best(void **state) {
+  (void)state;
+  char dir[256], csv[320], tl[320];
+  assert_int_equal(hkt_mkdtemp("hk-tune.", dir, sizeof dir), 0);
+  snprintf(csv, sizeof csv, "%s/trials.csv", dir);
+  snprintf(tl, sizeof tl, "%s/timeline.json", dir);
+  char *argv[] = {HKRUN_PATH,
+                  "-np",
+                  "2",
+                  "--fusion-threshold-mb",
+                  "0",
+                  "--autotune",
+                  "--autotune-warmup-samples",
+                  "1",
+                  "--autotune-steps-per-sample",
+                  "2",
+                  "--autotune-log-file",
+                  csv,
+                  "--timeline-filename",
+                  tl,
+                  W_TUNE,
+                  "60",
+                  NULL};
+  hkt_result r;
+  run_expect(argv, cost_env, 0, &r);
+  same_hash(&r, 2);
+  /* baseline (no fusion), 1 MiB, 2 MiB kept; 4 MiB and a 0.5 ms cycle
+   * no faster: 5 trials of 3 samples of 2 steps after 1 warm-up step */
+  assert_non_null(strstr(r.err, "[0] hk[0] warning: autotune: chose fusion "
+                                "threshold 2 MiB, cycle time 0 ms after 5 "
+                                "trials (35 steps): "));
+  char *c = read_text(csv);
+  assert_non_null(c);
+  const char *rows[] = {
+      "trial,fusion_threshold_bytes,cycle_time_ms,score_ms_per_step,spread,"
+      "samples,steps,kept\n0,0,0,",
+      "\n1,1048576,0,", "\n2,2097152,0,", "\n3,4194304,0,", "\n4,2097152,0.5,"};
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+    if (!strstr(c, rows[i]))
+      fail_msg("'%s' not in the trials:\n%s", rows[i], c);
+  assert_int_equal(hkt_count_lines(c, ",3,7,1"), 3); /* kept */
+  assert_int_equal(hkt_count_lines(c, ",3,7,0"), 2);
+  char *t = read_text(tl);
+  assert_non_null(t);
+  assert_non_null(strstr(t, "\"name\":\"AUTOTUNE setting 2: fusion "
+                            "threshold 2 MiB, cycle time 0 ms\""));
+  assert_int_equal(hkt_count_lines(t, "AUTOTUNE setting"), 5);
+  free(c);
+  free(t);
+  hkt_result_free(&r);
+  assert_int_equal(hkt_remove_tree(dir), 0);
+}
+
+/* Every rank logs the world round at which it applied each setting: the
+ * same on every rank, for every setting. */
+static void test_all_ranks_switch_at_same_round(void **state) {
+  (void)state;
+  enum { NP = 3, MAXS = 32 };
+  char *argv[] = {HKRUN_PATH,
+                  "-np",
+                  "3",
+                  "--fusion-threshold-mb",
+                  "0",
+                  "--autotune",
+                  "--autotune-warmup-samples",
+                  "1",
+                  "--autotune-steps-per-sample",
+                  "2",
+                  "--log-level",
+                  "debug",
+                  W_TUNE,
+                  "60",
+                  NULL};
+  hkt_result r;
+  run_expect(argv, cost_env, 0, &r);
+  same_hash(&r, NP);
+  long round[NP][MAXS];
+  int count[NP] = {0};
+  memset(round, 0, sizeof round);
+  for (const char *p = r.err; (p = strstr(p, "autotune: rank ")); p++) {
+    int rank;
+    unsigned seq;
+    long w;
+    const char *at = strstr(p, " at world round ");
+    if (sscanf(p, "autotune: rank %d applies setting %u", &rank, &seq) != 2 ||
+        !at || sscanf(at, " at world round %ld", &w) != 1)
+      continue;
+    assert_true(rank >= 0 && rank < NP && seq >= 1 && seq <= MAXS);
+    round[rank][seq - 1] = w;
+    count[rank]++;
+  }
+  if (count[0] != 5)
+    dump(&r);
+  assert_int_equal(count[0], 5);
+  for (int k = 1; k < NP; k++) {
+    assert_int_equal(count[k], count[0]);
+    for (int s = 0; s < count[0]; s++)
+      if (round[k][s] != round[0][s])
+        fail_msg("setting %d: rank %d switched at round %ld, rank 0 at %ld",
+                 s + 1, k, round[k][s], round[0][s]);
+  }
+  for (int s = 1; s < count[0]; s++)
+    assert_true(round[0][s] > round[0][s - 1]);
+  hkt_result_free(&r);
+}
+
+/* 10 % jitter on every step: each trial spends its budget of samples
+ * (the spread stays over 2 %), 4 MiB is as fast as 2 MiB give or take
+ * the noise and is not kept, and the result is still 2 MiB, with one
+ * change per trial at most. */
+static void test_noisy_score_does_not_flip_flop(void **state) {
+  (void)state;
+  char dir[256], csv[320];
+  assert_int_equal(hkt_mkdtemp("hk-tune.", dir, sizeof dir), 0);
+  snprintf(csv, sizeof csv, "%s/trials.csv", dir);
+  char *env[] = {"HK_TEST_TUNE_GROUP_COST_S=1", "HK_TEST_TUNE_JITTER=0.1",
+                 "HK_AUTOTUNE_MAX_SAMPLES=6", NULL};
+  char *argv[] = {HKRUN_PATH,
+                  "-np",
+                  "2",
+                  "--fusion-threshold-mb",
+                  "0",
+                  "--autotune",
+                  "--autotune-warmup-samples",
+                  "1",
+                  "--autotune-steps-per-sample",
+                  "2",
+                  "--autotune-log-file",
+                  csv,
+                  "--log-level",
+                  "debug",
+                  W_TUNE,
+                  "150",
+                  NULL};
+  hkt_result r;
+  run_expect(argv, env, 0, &r);
+  same_hash(&r, 2);
+  if (!strstr(r.err, "autotune: chose fusion threshold 2 MiB, cycle time 0 "
+                     "ms after ")) {
+    dump(&r);
+    fail_msg("the search did not end on 2 MiB, 0 ms");
+  }
+  char *c = read_text(csv);
+  assert_non_null(c);
+  int trials = hkt_count_lines(c, ",6,13,"); /* every one: 6 samples */
+  assert_int_equal(trials, hkt_count_lines(c, ",") - 1);
+  assert_true(trials <= 8);
+  /* after 2 MiB (kept) nothing was kept: each later row ends in ",0" */
+  const char *two = strstr(c, "\n2,2097152,0,");
+  assert_non_null(two);
+  const char *row = strchr(two + 1, '\n');
+  assert_true(row[-1] == '1' && row[-2] == ',');
+  for (; row && row[1]; row = strchr(row + 1, '\n')) {
+    const char *end = strchr(row + 1, '\n');
+    assert_non_null(end);
+    if (end[-1] != '0' || end[-2] != ',')
+      fail_msg("a trial after 2 MiB was kept:\n%s", c);
+  }
+  int changes = hkt_count_lines(r.err, "hk[0] debug: autotune: rank 0 applies");
+  assert_true(changes >= 3 && changes <= trials);
+  free(c);
+  hkt_result_free(&r);
+  assert_int_equal(hkt_remove_tree(dir), 0);
+}
+
+static void test_bad_values_refused(void **state) {
+  (void)state;
+  hkt_result r;
+  char *steps[] = {
+      HKRUN_PATH, "-np",  "2", "--autotune", "--autotune-steps-per-sample",
+      "0",        W_TUNE, NULL};
+  run_expect(steps, NULL, 2, &r);
+  assert_non_null(strstr(r.err, "hkrun: --autotune-steps-per-sample: '0' is "
+                                "not a whole number from 1 to 10000\n"));
+  hkt_result_free(&r);
+  char *log[] = {HKRUN_PATH, "-np",  "2", "--autotune-log-file",
+                 "x.csv",    W_TUNE, NULL};
+  run_expect(log, NULL, 2, &r);
+  assert_non_null(strstr(r.err, "hkrun: --autotune-log-file needs "
+                                "--autotune\n"));
+  hkt_result_free(&r);
+  /* a variable out of its range: every rank fails at hk_init, naming it */
+  char *spread[] = {HKRUN_PATH,   "-np", "2",
+                    "--autotune", "-x",  "HK_AUTOTUNE_SPREAD=5",
+                    W_TUNE,       "2",   NULL};
+  hkt_run(spread, NULL, SLOW_S, &r);
+  assert_true(r.exited && r.exit_code != 0);
+  assert_non_null(strstr(r.err, "HK_AUTOTUNE_SPREAD"));
+  assert_non_null(strstr(r.err, "HK_AUTOTUNE_SPREAD=5 is out of range "
+                                "[0.001, 1]"));
+  hkt_result_free(&r);
+  /* a saved file with a setting it never saves, and a missing one */
+  char path[256];
+  assert_int_equal(hkt_mkstemp("hk-tune-load.", path, sizeof path), 0);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs("# saved\nHK_FUSION_THRESHOLD=2097152\nHK_RING_CHUNK_BYTES=4096\n", f);
+  fclose(f);
+  char *load[] = {HKRUN_PATH, "-np",  "2", "--autotune-load",
+                  path,       W_TUNE, NULL};
+  run_expect(load, NULL, 2, &r);
+  char want[512];
+  snprintf(want, sizeof want,
+           "hkrun: --autotune-load: '%s' line 3: 'HK_RING_CHUNK_BYTES' is "
+           "not a setting --autotune saves (HK_FUSION_THRESHOLD, "
+           "HK_CYCLE_TIME_MS)\n",
+           path);
+  assert_non_null(strstr(r.err, want));
+  hkt_result_free(&r);
+  f = fopen(path, "w");
+  assert_non_null(f);
+  fputs("HK_CYCLE_TIME_MS=soon\n", f);
+  fclose(f);
+  run_expect(load, NULL, 2, &r);
+  snprintf(want, sizeof want, "hkrun: --autotune-load: '%s' line 1: ", path);
+  assert_non_null(strstr(r.err, want));
+  assert_non_null(strstr(r.err, "HK_CYCLE_TIME_MS"));
+  assert_non_null(strstr(r.err, "'soon'"));
+  hkt_result_free(&r);
+  assert_int_equal(unlink(path), 0);
+  char *missing[] = {HKRUN_PATH, "-np",  "2", "--autotune-load",
+                     path,       W_TUNE, NULL};
+  run_expect(missing, NULL, 2, &r);
+  snprintf(want, sizeof want,
+           "hkrun: --autotune-load: cannot read '%s': No such file or "
+           "directory\n",
+           path);
+  assert_non_null(strstr(r.err, want));
+  hkt_result_free(&r);
+}
+
+/* The first run saves its choice; the second starts from it (its
+ * autotuner's starting point, and trial 0, are the saved setting). */
+static void test_save_then_load(void **state) {
+  (void)state;
+  char dir[256], saved[320], csv[320];
+  assert_int_equal(hkt_mkdtemp("hk-tune.", dir, sizeof dir), 0);
+  snprintf(saved, sizeof saved, "%s/tuned.env", dir);
+  snprintf(csv, sizeof csv, "%s/second.csv", dir);
+  char *first[] = {HKRUN_PATH,
+                   "-np",
+                   "2",
+                   "--fusion-threshold-mb",
+                   "0",
+                   "--autotune",
+                   "--autotune-warmup-samples",
+                   "1",
+                   "--autotune-steps-per-sample",
+                   "2",
+                   "--autotune-save",
+                   saved,
+                   W_TUNE,
+                   "60",
+                   NULL};
+  hkt_result r;
+  run_expect(first, cost_env, 0, &r);
+  hkt_result_free(&r);
+  char *s = read_text(saved);
+  assert_non_null(s);
+  assert_non_null(strstr(s, "\nHK_FUSION_THRESHOLD=2097152\n"
+                            "HK_CYCLE_TIME_MS=0\n"));
+  free(s);
+  char *second[] = {HKRUN_PATH,
+                    "-np",
+                    "2",
+                    "--autotune-load",
+                    saved,
+                    "--autotune",
+                    "--autotune-warmup-samples",
+                    "1",
+                    "--autotune-steps-per-sample",
+                    "2",
+                    "--autotune-log-file",
+                    csv,
+                    "--log-level",
+                    "info",
+                    W_TUNE,
+                    "40",
+                    NULL};
+  run_expect(second, cost_env, 0, &r);
+  assert_non_null(strstr(r.err, "autotune: starting from fusion threshold 2 "
+                                "MiB, cycle time 0 ms"));
+  char *c = read_text(csv);
+  assert_non_null(c);
+  assert_non_null(strstr(c, "\n0,2097152,0,"));
+  free(c);
+  hkt_result_free(&r);
+  assert_int_equal(hkt_remove_tree(dir), 0);
+}
+
+int main(void) {
+  hkt_setup();
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_converges_to_known_best),
+      cmocka_unit_test(test_all_ranks_switch_at_same_round),
+      cmocka_unit_test(test_noisy_score_does_not_flip_flop),
+      cmocka_unit_test(test_bad_values_refused),
+      cmocka_unit_test(test_save_then_load),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
