@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# autotune_bench.sh - what `hkrun --autotune` wins on a replayed model
+# (`hkbench --model M`): the step time with the defaults, with the setting
+# the autotuner chose (a tuning run saves it with --autotune-save, a
+# measuring run loads it with --autotune-load), and with every setting of
+# a grid of fusion thresholds x cycle times, measured the same way; then
+# the three side by side, the grid's best, and how many steps the tuning
+# took. Asserts nothing. Run it when the machine is otherwise idle
+# (uptime), at normal priority.
+#
+#   bench/autotune_bench.sh
+#
+# Environment (defaults):
+#   BUILD=build            hkrun and hkbench
+#   NP=2 MODEL=resnet50    the job
+#   STEPS=20 WARM=3        steps measured (-n) and warm-up steps (-w) of
+#                          each measuring run
+#   TUNE_STEPS=600         steps of the tuning run (the search must end
+#                          in them: its last line says so)
+#   GRID_MB="0 1 4 16 64 128"   fusion thresholds of the grid, MiB
+#   GRID_MS="0 1 5"        cycle times of the grid, ms
+#   HKRUN_ARGS=""          more hkrun flags for every run (-H, ...)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build} NP=${NP:-2} MODEL=${MODEL:-resnet50}
+STEPS=${STEPS:-20} WARM=${WARM:-3} TUNE_STEPS=${TUNE_STEPS:-600}
+GRID_MB=${GRID_MB:-0 1 4 16 64 128} GRID_MS=${GRID_MS:-0 1 5}
+HKRUN_ARGS=${HKRUN_ARGS:-}
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/hk-autotune-bench.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+
+# One measuring run with hkrun flags "$@": prints its median step, ms.
+step_ms() {
+  # shellcheck disable=SC2086
+  "$BUILD/hkrun" -np "$NP" $HKRUN_ARGS "$@" "$BUILD/hkbench" \
+    --model "$MODEL" -n "$STEPS" -w "$WARM" 2>&1 |
+    sed -n 's/.*, step \([0-9.]*\) ms,.*/\1/p'
+}
+per_s() { awk -v m="$1" 'BEGIN {printf "%.2f", (m > 0 ? 1000 / m : 0)}'; }
+
+echo "# $MODEL np $NP ($(uptime | sed 's/.*load/load/'))"
+defaults=$(step_ms)
+
+# the tuning run: its steps include the search's slower trials
+# shellcheck disable=SC2086
+"$BUILD/hkrun" -np "$NP" $HKRUN_ARGS --autotune \
+  --autotune-log-file "$tmp/trials.csv" --autotune-save "$tmp/tuned.env" \
+  "$BUILD/hkbench" --model "$MODEL" -n "$TUNE_STEPS" -w 0 \
+  >"$tmp/tune.out" 2>&1 || true
+chose=$(grep -o 'autotune: .*less time per step' "$tmp/tune.out" || true)
+if [ ! -s "$tmp/tuned.env" ]; then
+  echo "the tuning run saved nothing:" >&2
+  tail -5 "$tmp/tune.out" >&2
+  exit 1
+fi
+tuned=$(step_ms --autotune-load "$tmp/tuned.env")
+
+best="" best_ms=""
+printf '%-28s %12s %10s\n' "setting" "step(ms)" "steps/s"
+for mb in $GRID_MB; do
+  for ms in $GRID_MS; do
+    t=$(step_ms --fusion-threshold-mb "$mb" --cycle-time-ms "$ms")
+    printf '%-28s %12s %10s\n' "grid ${mb} MiB, ${ms} ms" "$t" "$(per_s "$t")"
+    if [ -n "$t" ] && { [ -z "$best_ms" ] ||
+      awk -v a="$t" -v b="$best_ms" 'BEGIN {exit !(a < b)}'; }; then
+      best_ms=$t best="${mb} MiB, ${ms} ms"
+    fi
+  done
+done
+printf '%-28s %12s %10s\n' "defaults" "$defaults" "$(per_s "$defaults")"
+printf '%-28s %12s %10s\n' "autotuned" "$tuned" "$(per_s "$tuned")"
+printf '%-28s %12s %10s\n' "grid best ($best)" "$best_ms" \
+  "$(per_s "$best_ms")"
+echo "tuned: $(grep -v '^#' "$tmp/tuned.env" | tr '\n' ' ')"
+echo "search: ${chose:-did not end within TUNE_STEPS=$TUNE_STEPS steps}"
+echo "tuned/defaults $(awk -v a="$tuned" -v b="$defaults" \
+  'BEGIN {printf "%.3f", (b > 0 ? a / b : 0)}'), tuned/grid best" \
+  "$(awk -v a="$tuned" -v b="$best_ms" 'BEGIN {printf "%.3f", (b > 0 ? a / b : 0)}')" \
+  "(step time ratios: below 1 is faster)"
