@@ -111,7 +111,8 @@ typedef struct hk_config {
                           flight on hk's stream at once (1..16) */
   /* The autotuner (hkrun --autotune; coordinator/autotune.h) */
   int autotune;             /* HK_AUTOTUNE: 1 = rank 0 tunes the fusion
-                               threshold and cycle time while the job runs */
+                               threshold, cycle time and hierarchical
+                               allreduce while the job runs */
   char autotune_log[4096];  /* HK_AUTOTUNE_LOG: CSV, one row per trial */
   char autotune_save[4096]; /* HK_AUTOTUNE_SAVE: the chosen settings, as
                                HK_*=value lines (hkrun --autotune-load) */

@@ -1,6 +1,6 @@
 /*
  * autotune.c - the search of `hkrun --autotune` (autotune.h): trials
- * measured from step times, coordinate descent over two ladders.
+ * measured from step times, coordinate descent over three ladders.
  */
 #include "coordinator/autotune.h"
 
@@ -15,9 +15,12 @@ static const uint64_t thr_ladder[] = {0,        1 * MIB,  2 * MIB,
                                       4 * MIB,  8 * MIB,  16 * MIB,
                                       32 * MIB, 64 * MIB, 128 * MIB};
 static const double cyc_ladder[] = {0, 0.5, 1, 2, 5, 10};
+/* flat, the cost model's choice, hierarchical: auto sits between */
+static const int hier_ladder[] = {0, -1, 1};
 #define NTHR ((int)(sizeof thr_ladder / sizeof thr_ladder[0]))
 #define NCYC ((int)(sizeof cyc_ladder / sizeof cyc_ladder[0]))
-#define NKNOB 2
+#define NHIER 3
+#define NKNOB 3
 #define MAX_PASSES 3
 #define MAX_SAMPLES 64
 
@@ -37,13 +40,14 @@ struct hk_autotune {
   double acc, samples[MAX_SAMPLES];
   /* the descent */
   int phase, knob, dir, stepped, pass, pass_kept;
-  uint8_t measured[NTHR][NCYC];
+  uint8_t measured[NTHR][NCYC][NHIER];
   long steps;
 };
 
 int hk_tune_setting_equal(const hk_tune_setting *a, const hk_tune_setting *b) {
   return a->fusion_threshold == b->fusion_threshold &&
-         a->cycle_time_ms == b->cycle_time_ms;
+         a->cycle_time_ms == b->cycle_time_ms &&
+         a->hierarchical == b->hierarchical;
 }
 
 static int nearest_thr(uint64_t v) {
@@ -69,19 +73,21 @@ static int nearest_cyc(double v) {
 static void place(const hk_tune_setting *s, int pos[NKNOB]) {
   pos[0] = nearest_thr(s->fusion_threshold);
   pos[1] = nearest_cyc(s->cycle_time_ms);
+  pos[2] = s->hierarchical < 0 ? 1 : s->hierarchical ? 2 : 0;
 }
 
 static hk_tune_setting at(const int pos[NKNOB]) {
-  return (hk_tune_setting){thr_ladder[pos[0]], cyc_ladder[pos[1]]};
+  return (hk_tune_setting){thr_ladder[pos[0]], cyc_ladder[pos[1]],
+                           hier_ladder[pos[2]]};
 }
 
-/* Marks s measured when it is a rung of both ladders. */
+/* Marks s measured when it is a rung of every ladder. */
 static void mark(hk_autotune *t, const hk_tune_setting *s) {
   int pos[NKNOB];
   place(s, pos);
   hk_tune_setting r = at(pos);
   if (hk_tune_setting_equal(&r, s))
-    t->measured[pos[0]][pos[1]] = 1;
+    t->measured[pos[0]][pos[1]][pos[2]] = 1;
 }
 
 static void begin_trial(hk_autotune *t, const hk_tune_setting *s,
@@ -192,8 +198,11 @@ static int propose(hk_autotune *t, int c[NKNOB]) {
     }
     memcpy(c, t->best_pos, NKNOB * sizeof *c);
     c[t->knob] += t->dir;
-    const int n = t->knob == 0 ? NTHR : NCYC;
-    if (c[t->knob] >= 0 && c[t->knob] < n && !t->measured[c[0]][c[1]])
+    const int n = t->knob == 0        ? NTHR
+                  : t->knob == 1      ? NCYC
+                  : t->p.hierarchical ? NHIER
+                                      : 0; /* not searched */
+    if (c[t->knob] >= 0 && c[t->knob] < n && !t->measured[c[0]][c[1]][c[2]])
       return 1;
     advance(t, 0);
   }

@@ -1,9 +1,9 @@
 /*
  * autotune.h - the search of `hkrun --autotune`: which agreed settings
- * (fusion threshold, cycle time) a job runs next, from the step times it
- * measured so far. Pure logic: it is fed step times and answers with the
- * setting the next step should run; it does no I/O, reads no clock and
- * owns no thread (rank 0's background thread owns it: worker/tune.c
+ * (fusion threshold, cycle time, hierarchical allreduce) a job runs next,
+ * from the step times it measured so far. Pure logic: it is fed step times and
+ * answers with the setting the next step should run; it does no I/O, reads no
+ * clock and owns no thread (rank 0's background thread owns it: worker/tune.c
  * measures the steps and carries the decision to every rank).
  *
  * Measuring one setting (a trial): the first `warmup_steps` steps after a
@@ -23,7 +23,7 @@
  *  3. then each knob in turn, from the best setting so far: the next rung
  *     of its ladder upwards, and on while each step up is kept; if the
  *     first step up was not kept, downwards the same way. A pass over
- *     both knobs that kept anything is followed by another (at most 3).
+ *     the knobs that kept anything is followed by another (at most 3).
  * A candidate is kept (becomes the best) only if its score beats the
  * best's by more than the larger of the two noises and of `spread` times
  * the best's score: a difference the measurement cannot tell from noise
@@ -32,8 +32,10 @@
  * trials; the job then runs the best setting.
  *
  * Ladders: fusion threshold 0, 1, 2, 4, 8, 16, 32, 64, 128 MiB; cycle
- * time 0, 0.5, 1, 2, 5, 10 ms. A start off the ladder is measured as it
- * is and searched from the nearest rung.
+ * time 0, 0.5, 1, 2, 5, 10 ms; hierarchical allreduce flat (0), the cost
+ * model's choice (-1), always (1), searched only where the job allows
+ * both (hk_tune_params.hierarchical). A start off the ladder is measured
+ * as it is and searched from the nearest rung.
  *
  * Thread-safety: none; one owner.
  */
@@ -49,6 +51,8 @@
 typedef struct hk_tune_setting {
   uint64_t fusion_threshold; /* bytes (HK_FUSION_THRESHOLD) */
   double cycle_time_ms;      /* ms (HK_CYCLE_TIME_MS) */
+  int hierarchical;          /* HK_HIERARCHICAL_ALLREDUCE: 1 always, 0
+                                never, -1 the cost model decides */
 } hk_tune_setting;
 
 /** How a trial is measured and how long the search may run. */
@@ -59,6 +63,9 @@ typedef struct hk_tune_params {
   int max_samples;      /* a trial's budget, >= min_samples */
   int max_trials;       /* the search's budget (trials), >= 1 */
   double spread;        /* the bound on (max - min) / median, > 0 */
+  int hierarchical;     /* 1: search the hierarchical knob too (the job
+                           has hierarchical rings and no forced
+                           algorithm); 0: it keeps its start */
 } hk_tune_params;
 
 /** One measured trial (for the log file and the final report). */

@@ -220,6 +220,7 @@ hk_status hk_wire_encode(const hk_msg *m, hk_buf *out) {
       put_u32(&w, m->u.responses.tune.seq);
       put_u64(&w, m->u.responses.tune.fusion_threshold);
       put_f64(&w, m->u.responses.tune.cycle_time_ms);
+      put_u8(&w, (uint8_t)(m->u.responses.tune.hierarchical + 1));
     }
     break;
   default:
@@ -695,6 +696,9 @@ static void decode_payload(reader *r, hk_msg *m) {
             t->cycle_time_ms >= 0 &&
                 t->cycle_time_ms <= HK_WIRE_MAX_TUNE_CYCLE_MS,
             "tuned cycle time out of range%.0lld", 0);
+      uint8_t h = get_u8(r, "tuned hierarchical allreduce");
+      check(r, h <= 2, "tuned hierarchical allreduce %lld is not 0, 1 or 2", h);
+      t->hierarchical = (int8_t)(h - 1);
     }
     break;
   }

@@ -239,12 +239,15 @@ typedef struct hk_wire_peer {
  * tensors: every rank applies it before it runs that RESPONSES, so every
  * rank switches at the same round and no round runs with mixed settings.
  * On the wire after the responses: u8 has_tune, then (when 1) u32 seq,
- * u64 fusion_threshold, f64 cycle_time_ms: 21 bytes.
+ * u64 fusion_threshold, f64 cycle_time_ms, u8 hierarchical + 1: 22
+ * bytes.
  */
 typedef struct hk_wire_tune {
   uint32_t seq;              /* 1, 2, ...: the change's number (>= 1) */
   uint64_t fusion_threshold; /* bytes, <= HK_WIRE_MAX_TUNE_THRESHOLD */
   double cycle_time_ms;      /* ms, 0..HK_WIRE_MAX_TUNE_CYCLE_MS */
+  int8_t hierarchical;       /* HK_HIERARCHICAL_ALLREDUCE: 1, 0, or -1
+                                (the cost model decides) */
 } hk_wire_tune;
 
 /** A decoded message. Arrays and reasons are owned by it: hk_msg_free. */

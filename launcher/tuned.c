@@ -11,7 +11,8 @@
 #include "common/config.h"
 #include "common/status.h"
 
-static const char *const saved[] = {"HK_FUSION_THRESHOLD", "HK_CYCLE_TIME_MS"};
+static const char *const saved[] = {"HK_FUSION_THRESHOLD", "HK_CYCLE_TIME_MS",
+                                    "HK_HIERARCHICAL_ALLREDUCE"};
 
 /* Checks and sets NAME=value (line `no` of path). */
 static int set_one(const char *path, int no, char *line, char *err,
@@ -29,7 +30,8 @@ static int set_one(const char *path, int no, char *line, char *err,
   if (!known) {
     snprintf(err, cap,
              "'%s' line %d: '%.80s' is not a setting --autotune saves "
-             "(HK_FUSION_THRESHOLD, HK_CYCLE_TIME_MS)",
+             "(HK_FUSION_THRESHOLD, HK_CYCLE_TIME_MS, "
+             "HK_HIERARCHICAL_ALLREDUCE)",
              path, no, line);
     return -1;
   }

@@ -3,7 +3,8 @@
  * `hkrun --autotune --autotune-save FILE` chose, set for the workers.
  *
  * The file (worker/tune.h writes it) holds lines NAME=value, where NAME
- * is HK_FUSION_THRESHOLD or HK_CYCLE_TIME_MS; blank lines and lines
+ * is HK_FUSION_THRESHOLD, HK_CYCLE_TIME_MS or HK_HIERARCHICAL_ALLREDUCE;
+ * blank lines and lines
  * starting with '#' are skipped. Each value is checked as the workers
  * will check it (common/config.c's table), so a bad file fails hkrun
  * before any worker starts.
@@ -19,7 +20,8 @@
  * Returns 0, or -1 with one line in err[cap] naming the file, the line
  * and what is wrong: "cannot read 'F': No such file or directory",
  * "'F' line 2: 'HK_RING_CHUNK_BYTES' is not a setting --autotune saves
- * (HK_FUSION_THRESHOLD, HK_CYCLE_TIME_MS)", "'F' line 1: HK_CYCLE_TIME_MS
+ * (HK_FUSION_THRESHOLD, HK_CYCLE_TIME_MS, HK_HIERARCHICAL_ALLREDUCE)",
+ * "'F' line 1: HK_CYCLE_TIME_MS
  * 'x' is not a number...", "'F': no setting in it". Variables set before
  * an error stay set (hkrun then exits). Thread-safety: as setenv.
  */

@@ -116,6 +116,23 @@ hk_status hk_algo_setup(hk_ctx *ctx) {
   return st;
 }
 
+hk_status hk_algo_retune(hk_ctx *ctx) {
+  hk_allreduce_env *e = &ctx->ar;
+  hk_status st = forced_entry(ctx, &e->forced);
+  if (st != HK_OK)
+    return st;
+  e->no_hierarchical = ctx->cfg.hierarchical == 0;
+  st = hk_allreduce_setup(e);
+  if (st == HK_OK && ctx->rank == 0) {
+    char line[256];
+    hk_allreduce_describe(e, HK_MEM_HOST, line, sizeof line);
+    hk_log(HK_LOG_DEBUG,
+           "allreduce choice with HK_HIERARCHICAL_ALLREDUCE=%d: %s",
+           ctx->cfg.hierarchical, line);
+  }
+  return st;
+}
+
 hk_status hk_algo_setup_set(hk_ctx *ctx, hk_set *s) {
   hk_allreduce_env *e = &s->own_ar;
   hk_allreduce_release(e);

@@ -15,7 +15,8 @@
  * The model's host: HK_TOPO_FILE's layout (its GPU rings, NCCL's NVLink /
  * PCIe figures), as a GPU job would see it; else hk's TCP figures (algo.c).
  * Hosts are linked at HK_NET_GBIT Gbit/s each.
- * Thread-safety: hk_algo_setup in hk_init, before the background thread.
+ * Thread-safety: hk_algo_setup in hk_init, before the background thread;
+ * hk_algo_retune on the background thread.
  */
 #ifndef HK_WORKER_ALGO_H
 #define HK_WORKER_ALGO_H
@@ -31,6 +32,17 @@
  * hosts differ in size is only a warning (the ring runs).
  */
 hk_status hk_algo_setup(hk_ctx *ctx);
+
+/**
+ * The autotuner changed ctx->cfg.hierarchical (worker/tune.h): the job's
+ * environment takes the new setting (forced entry, no_hierarchical) and
+ * its choice is worked out again (hk_allreduce_setup). Every rank calls it
+ * at the same round, on the background thread. Process sets keep theirs
+ * (hierarchical never applies to them). Errors: as hk_algo_setup's
+ * HK_ERR_CONFIG (a contradiction with HK_ALLREDUCE_ALGO, which the
+ * autotuner never searches against).
+ */
+hk_status hk_algo_retune(hk_ctx *ctx);
 
 /**
  * Fills s->own_ar, process set s's environment (this rank a member; its

@@ -166,10 +166,13 @@ static hk_status apply_responses(hk_ctx *ctx, hk_round *R, const hk_msg *m,
                    (int)m->u.responses.set, m->u.responses.n);
   for (uint32_t i = 0; i < m->u.responses.ninval; i++)
     hk_cache_retire(s->cache, m->u.responses.inval[i]);
+  hk_status st = HK_OK;
   if (world_round) /* every rank switches here, before running it */
-    hk_tune_apply(ctx, m->u.responses.has_tune ? &m->u.responses.tune : NULL);
-  hk_status st = hk_execute_responses(ctx, s, m->u.responses.resps,
-                                      m->u.responses.n, t_ready);
+    st = hk_tune_apply(ctx,
+                       m->u.responses.has_tune ? &m->u.responses.tune : NULL);
+  if (st == HK_OK)
+    st = hk_execute_responses(ctx, s, m->u.responses.resps, m->u.responses.n,
+                              t_ready);
   R->shutdown_rank = m->u.responses.shutdown_rank;
   if (st == HK_OK && m->u.responses.abort_status) {
     R->abort_status = (hk_status)m->u.responses.abort_status;

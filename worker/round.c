@@ -430,7 +430,8 @@ static hk_status round_of(hk_ctx *ctx, hk_round *R, hk_set *s) {
   }
   s->ninval = 0;                     /* rank 0 retired them when it decided */
   if (st == HK_OK && world && n > 0) /* as every rank does (tune.h) */
-    hk_tune_apply(ctx, m.u.responses.has_tune ? &m.u.responses.tune : NULL);
+    st =
+        hk_tune_apply(ctx, m.u.responses.has_tune ? &m.u.responses.tune : NULL);
   if (st == HK_OK && s->rank >= 0) {
     st = hk_execute_responses(ctx, s, rs, n, t_ready);
     hk_round_ran(ctx, R);

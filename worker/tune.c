@@ -18,7 +18,12 @@
 #include "common/strmap.h"
 #include "coordinator/autotune.h"
 #include "coordinator/cache.h"
+#include "worker/algo.h"
 #include "worker/sets.h"
+
+#define CSV_HEADER                                                             \
+  "trial,fusion_threshold_bytes,cycle_time_ms,hierarchical,score_ms_per_"      \
+  "step,spread,samples,steps,kept\n"
 
 /* Names kept while looking for the step's anchor: a job that has not
  * repeated a tensor after this many starts over. */
@@ -36,6 +41,9 @@ struct hk_tune {
   uint64_t rng;                     /* HK_TEST_TUNE_JITTER's sequence */
   hk_buf csv;
 };
+
+/* HK_HIERARCHICAL_ALLREDUCE's value as the log and the CSV say it. */
+static const char *hier_text(int h) { return h < 0 ? "auto" : h ? "1" : "0"; }
 
 /* "4 MiB" or "1000 bytes" into out. */
 static const char *threshold_text(uint64_t b, char *out, size_t cap) {
@@ -79,9 +87,14 @@ hk_status hk_tune_start(hk_ctx *ctx) {
                       .min_samples = 3,
                       .max_samples = c->autotune_max_samples,
                       .max_trials = c->autotune_max_trials,
-                      .spread = c->autotune_spread};
-  T->start = (hk_tune_setting){c->fusion_threshold, c->cycle_time_ms};
-  hk_tune_setting model = {model_threshold(ctx), c->cycle_time_ms};
+                      .spread = c->autotune_spread,
+                      /* hierarchical vs flat only where both can run and
+                       * no algorithm is forced */
+                      .hierarchical = ctx->have_hier && !c->allreduce_algo[0]};
+  T->start =
+      (hk_tune_setting){c->fusion_threshold, c->cycle_time_ms, c->hierarchical};
+  hk_tune_setting model = {model_threshold(ctx), c->cycle_time_ms,
+                           c->hierarchical};
   T->rng = 0x9e3779b97f4a7c15ull;
   hk_status st = hk_autotune_create(&p, &T->start, &model, &T->search);
   if (st == HK_OK)
@@ -94,10 +107,11 @@ hk_status hk_tune_start(hk_ctx *ctx) {
   ctx->tune = T;
   char a[32], b[32];
   hk_log(HK_LOG_INFO,
-         "autotune: starting from fusion threshold %s, cycle time %g ms; "
-         "the cost model suggests fusion threshold %s",
+         "autotune: starting from fusion threshold %s, cycle time %g ms, "
+         "hierarchical %s (%s); the cost model suggests fusion threshold %s",
          threshold_text(T->start.fusion_threshold, a, sizeof a),
-         T->start.cycle_time_ms,
+         T->start.cycle_time_ms, hier_text(T->start.hierarchical),
+         p.hierarchical ? "searched" : "not searched",
          threshold_text(model.fusion_threshold, b, sizeof b));
   return HK_OK;
 }
@@ -109,25 +123,23 @@ static void log_trials(hk_ctx *ctx, struct hk_tune *T) {
   if (n == T->logged)
     return;
   if (T->csv.len == 0)
-    hk_buf_append(&T->csv,
-                  "trial,fusion_threshold_bytes,cycle_time_ms,score_ms_per_"
-                  "step,spread,samples,steps,kept\n",
-                  strlen("trial,fusion_threshold_bytes,cycle_time_ms,score_"
-                         "ms_per_step,spread,samples,steps,kept\n"));
+    hk_buf_append(&T->csv, CSV_HEADER, strlen(CSV_HEADER));
   for (; T->logged < n; T->logged++) {
     const hk_tune_trial *t = hk_autotune_trial(T->search, T->logged);
     char row[256], a[32];
     int len =
-        snprintf(row, sizeof row, "%d,%llu,%g,%.6f,%.6f,%d,%d,%d\n", T->logged,
-                 (unsigned long long)t->s.fusion_threshold, t->s.cycle_time_ms,
+        snprintf(row, sizeof row, "%d,%llu,%g,%s,%.6f,%.6f,%d,%d,%d\n",
+                 T->logged, (unsigned long long)t->s.fusion_threshold,
+                 t->s.cycle_time_ms, hier_text(t->s.hierarchical),
                  t->score_s * 1e3, t->spread, t->samples, t->steps, t->kept);
     hk_buf_append(&T->csv, row, (size_t)len);
     hk_log(HK_LOG_INFO,
-           "autotune: trial %d: fusion threshold %s, cycle time %g ms: %.3f "
-           "ms per step (spread %.1f %%, %d samples, %d steps)%s",
+           "autotune: trial %d: fusion threshold %s, cycle time %g ms, "
+           "hierarchical %s: %.3f ms per step (spread %.1f %%, %d samples, "
+           "%d steps)%s",
            T->logged, threshold_text(t->s.fusion_threshold, a, sizeof a),
-           t->s.cycle_time_ms, t->score_s * 1e3, t->spread * 100, t->samples,
-           t->steps, t->kept ? ", kept" : "");
+           t->s.cycle_time_ms, hier_text(t->s.hierarchical), t->score_s * 1e3,
+           t->spread * 100, t->samples, t->steps, t->kept ? ", kept" : "");
   }
   if (ctx->cfg.autotune_log[0] &&
       hk_outfile_replace(ctx->cfg.autotune_log, ctx->cfg.file_mode, T->csv.data,
@@ -145,27 +157,31 @@ static void report(hk_ctx *ctx, struct hk_tune *T) {
   char a[32], b[32];
   int done = hk_autotune_done(T->search);
   hk_log(HK_LOG_WARNING,
-         "autotune: %s fusion threshold %s, cycle time %g ms after %d trials "
-         "(%ld steps): %.3f ms per step against %.3f ms with the starting "
-         "setting (fusion threshold %s, cycle time %g ms): %.1f %% less "
-         "time per step",
+         "autotune: %s fusion threshold %s, cycle time %g ms, hierarchical %s "
+         "after %d trials (%ld steps): %.3f ms per step against %.3f ms with "
+         "the starting setting (fusion threshold %s, cycle time %g ms, "
+         "hierarchical %s): %.1f %% less time per step",
          done ? "chose" : "the job ended before the search; best so far:",
          threshold_text(best->s.fusion_threshold, a, sizeof a),
-         best->s.cycle_time_ms, hk_autotune_ntrials(T->search),
-         hk_autotune_steps(T->search), best->score_s * 1e3, base->score_s * 1e3,
+         best->s.cycle_time_ms, hier_text(best->s.hierarchical),
+         hk_autotune_ntrials(T->search), hk_autotune_steps(T->search),
+         best->score_s * 1e3, base->score_s * 1e3,
          threshold_text(base->s.fusion_threshold, b, sizeof b),
-         base->s.cycle_time_ms,
+         base->s.cycle_time_ms, hier_text(base->s.hierarchical),
          base->score_s > 0
              ? 100.0 * (base->score_s - best->score_s) / base->score_s
              : 0.0);
   if (!ctx->cfg.autotune_save[0])
     return;
-  char text[256];
+  char text[320];
   int len = snprintf(text, sizeof text,
                      "# hk --autotune's choice (hkrun --autotune-load reads "
                      "it)\nHK_FUSION_THRESHOLD=%llu\nHK_CYCLE_TIME_MS=%g\n",
                      (unsigned long long)best->s.fusion_threshold,
                      best->s.cycle_time_ms);
+  if (best->s.hierarchical >= 0) /* unset: the cost model decides */
+    len += snprintf(text + len, sizeof text - (size_t)len,
+                    "HK_HIERARCHICAL_ALLREDUCE=%d\n", best->s.hierarchical);
   if (hk_outfile_replace(ctx->cfg.autotune_save, ctx->cfg.file_mode, text,
                          (size_t)len, HK_OUT_ATOMIC,
                          "HK_AUTOTUNE_SAVE") != HK_OK)
@@ -246,26 +262,34 @@ void hk_tune_round(hk_ctx *ctx, const hk_wire_response *rs, uint32_t n,
   m->u.responses.tune =
       (hk_wire_tune){.seq = ++T->seq,
                      .fusion_threshold = next.fusion_threshold,
-                     .cycle_time_ms = next.cycle_time_ms};
+                     .cycle_time_ms = next.cycle_time_ms,
+                     .hierarchical = (int8_t)next.hierarchical};
 }
 
-void hk_tune_apply(hk_ctx *ctx, const hk_wire_tune *t) {
+hk_status hk_tune_apply(hk_ctx *ctx, const hk_wire_tune *t) {
   ctx->world_rounds++;
   if (!t)
-    return;
+    return HK_OK;
   ctx->cfg.fusion_threshold = (size_t)t->fusion_threshold;
   ctx->cfg.cycle_time_ms = t->cycle_time_ms;
-  char a[32], what[128];
+  hk_status st = HK_OK;
+  if (ctx->cfg.hierarchical != t->hierarchical) {
+    ctx->cfg.hierarchical = t->hierarchical;
+    st = hk_algo_retune(ctx);
+  }
+  char a[32], what[160];
   threshold_text(t->fusion_threshold, a, sizeof a);
   hk_log(HK_LOG_DEBUG,
          "autotune: rank %d applies setting %u (fusion threshold %s, cycle "
-         "time %g ms) at world round %llu",
-         ctx->rank, t->seq, a, t->cycle_time_ms,
+         "time %g ms, hierarchical %s) at world round %llu",
+         ctx->rank, t->seq, a, t->cycle_time_ms, hier_text(t->hierarchical),
          (unsigned long long)ctx->world_rounds);
   snprintf(what, sizeof what,
-           "AUTOTUNE setting %u: fusion threshold %s, cycle time %g ms", t->seq,
-           a, t->cycle_time_ms);
+           "AUTOTUNE setting %u: fusion threshold %s, cycle time %g ms, "
+           "hierarchical %s",
+           t->seq, a, t->cycle_time_ms, hier_text(t->hierarchical));
   hk_observe_tuned(&ctx->obs, what, hk_now());
+  return st;
 }
 
 void hk_tune_finish(hk_ctx *ctx) {

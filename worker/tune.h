@@ -15,10 +15,12 @@
  * A new setting starts at a step boundary: the round that ends a step
  * carries it, and every rank (rank 0 too) applies it before it runs that
  * round, so every rank switches at the same round, and each round runs
- * with one setting everywhere. The settings only change how tensors are
- * batched (fusion threshold) and how long rank 0 lets a batch grow (cycle
- * time); hk's fusion keeps every result bit for bit (coordinator/
- * fusion.h), so results stay identical across ranks and settings.
+ * with one setting everywhere. The fusion threshold and cycle time only
+ * change how tensors are batched; hk's fusion keeps every result bit for
+ * bit (coordinator/fusion.h). The hierarchical setting changes the
+ * schedule, which every rank runs alike: results stay identical across
+ * ranks (across settings, real-valued sums may differ in the last bits,
+ * as between the ring and hierarchical anyway).
  *
  * Output (rank 0): HK_AUTOTUNE_LOG's CSV, rewritten as each trial ends;
  * an info line per trial; when the search ends a warning-level line (shown
@@ -37,7 +39,9 @@
 
 /**
  * Rank 0 with HK_AUTOTUNE=1: starts the search from the job's settings
- * (ctx->cfg) and the cost model's suggestion (the smallest ladder
+ * (ctx->cfg; the hierarchical allreduce is searched only where the job
+ * has hierarchical rings and HK_ALLREDUCE_ALGO forces nothing) and the
+ * cost model's suggestion (the smallest ladder
  * threshold at which the predicted latency of one host allreduce is at
  * most 10 % of its time). Elsewhere: nothing. Errors: HK_ERR_NOMEM;
  * HK_ERR_INVALID_ARG from the search's parameters.
@@ -59,9 +63,11 @@ void hk_tune_round(hk_ctx *ctx, const hk_wire_response *rs, uint32_t n,
  * Every rank, for a world RESPONSES that runs tensors (counted as a world
  * round) and carries a change t (or NULL: only counts): applies the
  * setting to ctx->cfg (the fusion buffer is remapped at its next use if
- * it is too small), logs it at debug level, and tells the observers.
+ * it is too small; a change of the hierarchical setting works the job's
+ * allreduce choice out again, worker/algo.h), logs it at debug level,
+ * and tells the observers. Errors: hk_algo_retune's (the job fails).
  */
-void hk_tune_apply(hk_ctx *ctx, const hk_wire_tune *t);
+hk_status hk_tune_apply(hk_ctx *ctx, const hk_wire_tune *t);
 
 /** Rank 0: `groups` fused groups ran (HK_TEST_TUNE_GROUP_COST_S each is
  *  added to the step time measured; tests only). */

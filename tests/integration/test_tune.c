@@ -8,7 +8,8 @@
  * kept) and leave the cycle time at 0.
  *  - convergence: the CSV's trials, the final line, the timeline's marks;
  *  - every rank switches at the same round (their debug lines) and the
- *    results are the same bits on every rank;
+ *    results are the same bits on every rank; on two "hosts" the
+ *    hierarchical allreduce is searched too;
  *  - a noisy score (HK_TEST_TUNE_JITTER) does not flip-flop;
  *  - bad flag values and a bad saved file are refused, naming them;
  *  - --autotune-save, then --autotune-load starts from the saved setting.
@@ -122,14 +123,16 @@ static void test_converges_to_known_best(void **state) {
   /* baseline (no fusion), 1 MiB, 2 MiB kept; 4 MiB and a 0.5 ms cycle
    * no faster: 5 trials of 3 samples of 2 steps after 1 warm-up step */
   assert_non_null(strstr(r.err, "[0] hk[0] warning: autotune: chose fusion "
-                                "threshold 2 MiB, cycle time 0 ms after 5 "
-                                "trials (35 steps): "));
+                                "threshold 2 MiB, cycle time 0 ms, "
+                                "hierarchical auto after 5 trials (35 "
+                                "steps): "));
   char *c = read_text(csv);
   assert_non_null(c);
   const char *rows[] = {
-      "trial,fusion_threshold_bytes,cycle_time_ms,score_ms_per_step,spread,"
-      "samples,steps,kept\n0,0,0,",
-      "\n1,1048576,0,", "\n2,2097152,0,", "\n3,4194304,0,", "\n4,2097152,0.5,"};
+      "trial,fusion_threshold_bytes,cycle_time_ms,hierarchical,score_ms_per_"
+      "step,spread,samples,steps,kept\n0,0,0,auto,",
+      "\n1,1048576,0,auto,", "\n2,2097152,0,auto,", "\n3,4194304,0,auto,",
+      "\n4,2097152,0.5,auto,"};
   for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
     if (!strstr(c, rows[i]))
       fail_msg("'%s' not in the trials:\n%s", rows[i], c);
@@ -138,7 +141,8 @@ static void test_converges_to_known_best(void **state) {
   char *t = read_text(tl);
   assert_non_null(t);
   assert_non_null(strstr(t, "\"name\":\"AUTOTUNE setting 2: fusion "
-                            "threshold 2 MiB, cycle time 0 ms\""));
+                            "threshold 2 MiB, cycle time 0 ms, "
+                            "hierarchical auto\""));
   assert_int_equal(hkt_count_lines(t, "AUTOTUNE setting"), 5);
   free(c);
   free(t);
@@ -146,11 +150,42 @@ static void test_converges_to_known_best(void **state) {
   assert_int_equal(hkt_remove_tree(dir), 0);
 }
 
+/* Every rank's debug lines "autotune: rank R applies setting N (...) at
+ * world round W": the same W for every N on each of the np ranks, W
+ * growing with N. Returns how many settings rank 0 applied. */
+static int same_rounds(const hkt_result *r, int np) {
+  enum { MAXNP = 8, MAXS = 64 };
+  long round[MAXNP][MAXS];
+  int count[MAXNP] = {0};
+  memset(round, 0, sizeof round);
+  for (const char *p = r->err; (p = strstr(p, "autotune: rank ")); p++) {
+    int rank;
+    unsigned seq;
+    long w;
+    const char *at = strstr(p, " at world round ");
+    if (sscanf(p, "autotune: rank %d applies setting %u", &rank, &seq) != 2 ||
+        !at || sscanf(at, " at world round %ld", &w) != 1)
+      continue;
+    assert_true(rank >= 0 && rank < np && seq >= 1 && seq <= MAXS);
+    round[rank][seq - 1] = w;
+    count[rank]++;
+  }
+  for (int k = 1; k < np; k++) {
+    assert_int_equal(count[k], count[0]);
+    for (int s = 0; s < count[0]; s++)
+      if (round[k][s] != round[0][s])
+        fail_msg("setting %d: rank %d switched at round %ld, rank 0 at %ld",
+                 s + 1, k, round[k][s], round[0][s]);
+  }
+  for (int s = 1; s < count[0]; s++)
+    assert_true(round[0][s] > round[0][s - 1]);
+  return count[0];
+}
+
 /* Every rank logs the world round at which it applied each setting: the
  * same on every rank, for every setting. */
 static void test_all_ranks_switch_at_same_round(void **state) {
   (void)state;
-  enum { NP = 3, MAXS = 32 };
   char *argv[] = {HKRUN_PATH,
                   "-np",
                   "3",
@@ -168,35 +203,85 @@ static void test_all_ranks_switch_at_same_round(void **state) {
                   NULL};
   hkt_result r;
   run_expect(argv, cost_env, 0, &r);
-  same_hash(&r, NP);
-  long round[NP][MAXS];
-  int count[NP] = {0};
-  memset(round, 0, sizeof round);
-  for (const char *p = r.err; (p = strstr(p, "autotune: rank ")); p++) {
-    int rank;
-    unsigned seq;
-    long w;
-    const char *at = strstr(p, " at world round ");
-    if (sscanf(p, "autotune: rank %d applies setting %u", &rank, &seq) != 2 ||
-        !at || sscanf(at, " at world round %ld", &w) != 1)
-      continue;
-    assert_true(rank >= 0 && rank < NP && seq >= 1 && seq <= MAXS);
-    round[rank][seq - 1] = w;
-    count[rank]++;
-  }
-  if (count[0] != 5)
+  same_hash(&r, 3);
+  int n = same_rounds(&r, 3);
+  if (n != 5)
     dump(&r);
-  assert_int_equal(count[0], 5);
-  for (int k = 1; k < NP; k++) {
-    assert_int_equal(count[k], count[0]);
-    for (int s = 0; s < count[0]; s++)
-      if (round[k][s] != round[0][s])
-        fail_msg("setting %d: rank %d switched at round %ld, rank 0 at %ld",
-                 s + 1, k, round[k][s], round[0][s]);
-  }
-  for (int s = 1; s < count[0]; s++)
-    assert_true(round[0][s] > round[0][s - 1]);
+  assert_int_equal(n, 5);
   hkt_result_free(&r);
+}
+
+/* Two "hosts" of two ranks (HK_LOCAL_SIZE=2 on one machine): the
+ * hierarchical allreduce applies, so the search tries it on and off
+ * (both are as fast here: neither is kept over auto); the four ranks
+ * switch at the same rounds, schedule changes included, and every sum
+ * is exact (w_tune checks) and the same on every rank. */
+static void test_hierarchical_searched_where_it_applies(void **state) {
+  (void)state;
+  char dir[256], csv[320], cmd[1024];
+  assert_int_equal(hkt_mkdtemp("hk-tune.", dir, sizeof dir), 0);
+  snprintf(csv, sizeof csv, "%s/trials.csv", dir);
+  hkt_hosts_cmd(cmd, sizeof cmd, 2, W_TUNE, "80");
+  char *argv[] = {HKRUN_PATH,
+                  "-np",
+                  "4",
+                  "--fusion-threshold-mb",
+                  "0",
+                  "--autotune",
+                  "--autotune-warmup-samples",
+                  "1",
+                  "--autotune-steps-per-sample",
+                  "2",
+                  "--autotune-log-file",
+                  csv,
+                  "--log-level",
+                  "debug",
+                  "sh",
+                  "-c",
+                  cmd,
+                  NULL};
+  hkt_result r;
+  run_expect(argv, cost_env, 0, &r);
+  same_hash(&r, 4);
+  assert_non_null(strstr(r.err, "hierarchical auto (searched)"));
+  assert_true(same_rounds(&r, 4) >= 3);
+  for (int k = 0; k < 4; k++) {
+    char want[96];
+    snprintf(want, sizeof want, "[%d] hk[%d] debug: autotune: rank %d applies",
+             k, k, k);
+    assert_true(hkt_count_lines(r.err, want) >= 3);
+  }
+  assert_true(hkt_count_lines(r.err, "cycle time 0 ms, hierarchical 1) at "
+                                     "world round") == 4);
+  assert_true(hkt_count_lines(r.err, "cycle time 0 ms, hierarchical 0) at "
+                                     "world round") == 4);
+  char *c = read_text(csv);
+  assert_non_null(c);
+  /* the fourth field: auto, then 1 (not kept), then 0 (not kept) */
+  int on = 0, off = 0;
+  for (const char *row = strchr(c, '\n'); row && row[1];
+       row = strchr(row + 1, '\n')) {
+    const char *f = row + 1;
+    for (int k = 0; k < 3 && f; k++)
+      f = strchr(f, ',') ? strchr(f, ',') + 1 : NULL;
+    assert_non_null(f);
+    const char *end = strchr(row + 1, '\n');
+    const int kept = end && end[-1] == '1';
+    if (strncmp(f, "1,", 2) == 0) {
+      on++;
+      assert_false(kept);
+    } else if (strncmp(f, "0,", 2) == 0) {
+      off++;
+      assert_false(kept);
+    } else if (strncmp(f, "auto,", 5) != 0) {
+      fail_msg("a row's hierarchical field is not auto, 0 or 1:\n%s", c);
+    }
+  }
+  if (on != 1 || off != 1)
+    fail_msg("expected one trial with hierarchical 1 and one with 0:\n%s", c);
+  free(c);
+  hkt_result_free(&r);
+  assert_int_equal(hkt_remove_tree(dir), 0);
 }
 
 /* 10 % jitter on every step: each trial spends its budget of samples
@@ -231,7 +316,7 @@ static void test_noisy_score_does_not_flip_flop(void **state) {
   run_expect(argv, env, 0, &r);
   same_hash(&r, 2);
   if (!strstr(r.err, "autotune: chose fusion threshold 2 MiB, cycle time 0 "
-                     "ms after ")) {
+                     "ms, hierarchical auto after ")) {
     dump(&r);
     fail_msg("the search did not end on 2 MiB, 0 ms");
   }
@@ -241,7 +326,7 @@ static void test_noisy_score_does_not_flip_flop(void **state) {
   assert_int_equal(trials, hkt_count_lines(c, ",") - 1);
   assert_true(trials <= 8);
   /* after 2 MiB (kept) nothing was kept: each later row ends in ",0" */
-  const char *two = strstr(c, "\n2,2097152,0,");
+  const char *two = strstr(c, "\n2,2097152,0,auto,");
   assert_non_null(two);
   const char *row = strchr(two + 1, '\n');
   assert_true(row[-1] == '1' && row[-2] == ',');
@@ -298,7 +383,7 @@ static void test_bad_values_refused(void **state) {
   snprintf(want, sizeof want,
            "hkrun: --autotune-load: '%s' line 3: 'HK_RING_CHUNK_BYTES' is "
            "not a setting --autotune saves (HK_FUSION_THRESHOLD, "
-           "HK_CYCLE_TIME_MS)\n",
+           "HK_CYCLE_TIME_MS, HK_HIERARCHICAL_ALLREDUCE)\n",
            path);
   assert_non_null(strstr(r.err, want));
   hkt_result_free(&r);
@@ -374,10 +459,10 @@ static void test_save_then_load(void **state) {
                     NULL};
   run_expect(second, cost_env, 0, &r);
   assert_non_null(strstr(r.err, "autotune: starting from fusion threshold 2 "
-                                "MiB, cycle time 0 ms"));
+                                "MiB, cycle time 0 ms, hierarchical auto"));
   char *c = read_text(csv);
   assert_non_null(c);
-  assert_non_null(strstr(c, "\n0,2097152,0,"));
+  assert_non_null(strstr(c, "\n0,2097152,0,auto,"));
   free(c);
   hkt_result_free(&r);
   assert_int_equal(hkt_remove_tree(dir), 0);
@@ -388,6 +473,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_converges_to_known_best),
       cmocka_unit_test(test_all_ranks_switch_at_same_round),
+      cmocka_unit_test(test_hierarchical_searched_where_it_applies),
       cmocka_unit_test(test_noisy_score_does_not_flip_flop),
       cmocka_unit_test(test_bad_values_refused),
       cmocka_unit_test(test_save_then_load),

@@ -72,8 +72,8 @@ static const hk_tune_params params = {.warmup_steps = 2,
 
 static void test_converges_to_known_best(void **s) {
   (void)s;
-  run r =
-      drive(&params, (hk_tune_setting){0, 2}, (hk_tune_setting){1 * MIB, 2}, 0);
+  run r = drive(&params, (hk_tune_setting){0, 2, -1},
+                (hk_tune_setting){1 * MIB, 2, -1}, 0);
   assert_int_equal(r.final.fusion_threshold, 8 * MIB);
   assert_true(r.final.cycle_time_ms == 0);
   /* baseline, model, 2 4 8 16 MiB up, then cycle 5 ms (up, not kept), 1
@@ -89,7 +89,7 @@ static void test_converges_to_known_best(void **s) {
 static void test_model_start_then_descends(void **s) {
   (void)s;
   hk_autotune *t;
-  hk_tune_setting start = {128 * MIB, 0}, model = {4 * MIB, 0}, next;
+  hk_tune_setting start = {128 * MIB, 0, -1}, model = {4 * MIB, 0, -1}, next;
   hk_tune_setting cur = start;
   assert_int_equal(hk_autotune_create(&params, &start, &model, &t), HK_OK);
   for (int i = 0; i < 10000 && !hk_autotune_done(t); i++)
@@ -108,7 +108,7 @@ static void test_model_start_then_descends(void **s) {
 static void test_flat_cost_keeps_start(void **s) {
   (void)s;
   hk_autotune *t;
-  hk_tune_setting start = {16 * MIB, 0}, next, cur = start;
+  hk_tune_setting start = {16 * MIB, 0, -1}, next, cur = start;
   assert_int_equal(hk_autotune_create(&params, &start, &start, &t), HK_OK);
   for (int i = 0; i < 10000 && !hk_autotune_done(t); i++)
     if (hk_autotune_step(t, 0.100 * (1 + 0.005 * (i % 2)), &next))
@@ -125,8 +125,8 @@ static void test_flat_cost_keeps_start(void **s) {
  * 50 % and more), with a bounded number of changes. */
 static void test_noise_does_not_flip_flop(void **s) {
   (void)s;
-  run r =
-      drive(&params, (hk_tune_setting){0, 0}, (hk_tune_setting){0, 0}, 0.10);
+  run r = drive(&params, (hk_tune_setting){0, 0, -1},
+                (hk_tune_setting){0, 0, -1}, 0.10);
   assert_int_equal(r.final.fusion_threshold, 8 * MIB);
   assert_true(r.final.cycle_time_ms == 0);
   assert_true(r.changes <= r.ntrials);
@@ -138,15 +138,48 @@ static void test_trial_budget(void **s) {
   (void)s;
   hk_tune_params p = params;
   p.max_trials = 3;
-  run r = drive(&p, (hk_tune_setting){0, 0}, (hk_tune_setting){1 * MIB, 0}, 0);
+  run r = drive(&p, (hk_tune_setting){0, 0, -1},
+                (hk_tune_setting){1 * MIB, 0, -1}, 0);
   assert_int_equal(r.ntrials, 3);
   assert_int_equal(r.final.fusion_threshold, 2 * MIB);
+}
+
+/* Where the job allows both, hierarchical (3 ms a step faster here) is
+ * found from auto; where it does not, the start's value stays. */
+static double hier_cost(const hk_tune_setting *s) {
+  return model_cost(s) - (s->hierarchical == 1 ? 0.003 : 0);
+}
+
+static hk_tune_setting search_hier(int allowed) {
+  hk_tune_params p = params;
+  p.hierarchical = allowed;
+  hk_autotune *t;
+  hk_tune_setting start = {8 * MIB, 0, -1}, cur = start, next;
+  assert_int_equal(hk_autotune_create(&p, &start, &start, &t), HK_OK);
+  for (int i = 0; i < 10000 && !hk_autotune_done(t); i++)
+    if (hk_autotune_step(t, hier_cost(&cur), &next))
+      cur = next;
+  assert_true(hk_autotune_done(t));
+  for (int i = 0; i < hk_autotune_ntrials(t); i++)
+    assert_true(allowed || hk_autotune_trial(t, i)->s.hierarchical == -1);
+  hk_autotune_destroy(t);
+  return cur;
+}
+
+static void test_hierarchical_knob(void **s) {
+  (void)s;
+  hk_tune_setting on = search_hier(1), off = search_hier(0);
+  assert_int_equal(on.hierarchical, 1);
+  assert_int_equal(on.fusion_threshold, 8 * MIB);
+  assert_true(on.cycle_time_ms == 0);
+  assert_int_equal(off.hierarchical, -1);
+  assert_int_equal(off.fusion_threshold, 8 * MIB);
 }
 
 static void test_bad_params(void **s) {
   (void)s;
   hk_autotune *t;
-  hk_tune_setting z = {0, 0};
+  hk_tune_setting z = {0, 0, -1};
   hk_tune_params p = params;
   p.steps_per_sample = 0;
   assert_int_equal(hk_autotune_create(&p, &z, &z, &t), HK_ERR_INVALID_ARG);
@@ -167,6 +200,7 @@ int main(void) {
       cmocka_unit_test(test_flat_cost_keeps_start),
       cmocka_unit_test(test_noise_does_not_flip_flop),
       cmocka_unit_test(test_trial_budget),
+      cmocka_unit_test(test_hierarchical_knob),
       cmocka_unit_test(test_bad_params),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

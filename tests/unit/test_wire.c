@@ -572,7 +572,7 @@ static void test_requests_sample(void **state) {
 
 /* MONITOR carries the live table to hkrun (issue 15). */
 /* The autotuner's change of settings rides at the end of a RESPONSES
- * (21 bytes when present, one flag byte when not); the decoder checks
+ * (22 bytes when present, one flag byte when not); the decoder checks
  * its number, threshold and cycle time. */
 static void test_responses_tune(void **state) {
   (void)state;
@@ -587,16 +587,22 @@ static void test_responses_tune(void **state) {
   assert_int_equal(d.u.responses.has_tune, 0);
   hk_msg_free(&d);
   m.u.responses.has_tune = 1;
-  m.u.responses.tune = (hk_wire_tune){
-      .seq = 3, .fusion_threshold = 4 << 20, .cycle_time_ms = 2.5};
+  m.u.responses.tune = (hk_wire_tune){.seq = 3,
+                                      .fusion_threshold = 4 << 20,
+                                      .cycle_time_ms = 2.5,
+                                      .hierarchical = -1};
   encode(&m, &b);
-  assert_int_equal(b.len, plain + 20);
+  assert_int_equal(b.len, plain + 21);
   assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_OK);
   assert_int_equal(d.u.responses.has_tune, 1);
   assert_int_equal(d.u.responses.tune.seq, 3);
   assert_int_equal(d.u.responses.tune.fusion_threshold, 4 << 20);
   assert_true(d.u.responses.tune.cycle_time_ms == 2.5);
+  assert_int_equal(d.u.responses.tune.hierarchical, -1);
   hk_msg_free(&d);
+  b.data[b.len - 1] = 3; /* hierarchical 2: no such setting */
+  assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_ERR_PROTOCOL);
+  assert_non_null(strstr(hk_last_error(), "tuned hierarchical allreduce"));
   for (size_t cut = plain; cut < b.len; cut++)
     assert_int_equal(hk_wire_decode(b.data, cut, &d), HK_ERR_PROTOCOL);
   m.u.responses.tune.seq = 0;
