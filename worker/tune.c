@@ -298,6 +298,18 @@ void hk_tune_finish(hk_ctx *ctx) {
     return;
   log_trials(ctx, T);
   report(ctx, T);
+  if (!hk_autotune_best(T->search) && !T->anchor[0])
+    hk_log(HK_LOG_WARNING,
+           "autotune: no training step found (no tensor of a round came "
+           "back in a later one): nothing was tuned");
+  else if (!hk_autotune_best(T->search))
+    hk_log(HK_LOG_WARNING,
+           "autotune: the job ended after %ld measured steps, before the "
+           "first trial did (it takes at least %d: "
+           "HK_AUTOTUNE_WARMUP_STEPS + 3 x HK_AUTOTUNE_STEPS_PER_SAMPLE): "
+           "nothing was tuned",
+           hk_autotune_steps(T->search),
+           ctx->cfg.autotune_warmup + 3 * ctx->cfg.autotune_steps);
   hk_autotune_destroy(T->search);
   hk_strmap_destroy(T->seen);
   hk_buf_free(&T->csv);

@@ -77,7 +77,8 @@ static inline void hk_tune_groups(hk_ctx *ctx, uint32_t groups) {
 }
 
 /** Rank 0: the job ends: a search still running reports its best so far
- *  and saves it; frees. Elsewhere: nothing. */
+ *  and saves it, or says why nothing was tuned (no step found, or too
+ *  few steps for one trial), at warning level; frees. Elsewhere: nothing. */
 void hk_tune_finish(hk_ctx *ctx);
 
 #endif
