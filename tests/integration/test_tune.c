@@ -526,6 +526,18 @@ static void test_save_then_load(void **state) {
   assert_non_null(strstr(c, "\n0,2097152,0,auto,"));
   free(c);
   hkt_result_free(&r);
+  /* a flag on the same command line wins over the file */
+  char *flag[] = {HKRUN_PATH,    "-np",
+                  "2",           "--autotune-load",
+                  saved,         "--fusion-threshold-mb",
+                  "4",           "--autotune",
+                  "--log-level", "info",
+                  W_TUNE,        "2",
+                  NULL};
+  run_expect(flag, cost_env, 0, &r);
+  assert_non_null(strstr(r.err, "autotune: starting from fusion threshold 4 "
+                                "MiB, cycle time 0 ms"));
+  hkt_result_free(&r);
   assert_int_equal(hkt_remove_tree(dir), 0);
 }
 
