@@ -89,7 +89,6 @@
 #include "launcher/rendezvous.h"
 #include "launcher/spawn.h"
 #include "launcher/tuned.h"
-#include "launcher/tuned.h"
 
 /* Between SIGTERM and SIGKILL, in milliseconds: after a worker failed,
  * and after hkrun was signalled (where everything must be gone within

@@ -470,8 +470,14 @@ static void test_check_build_and_refusals(void **state) {
   hkt_result_free(&r);
   check_build_pytorch();
 
-  char *at[] = {HKRUN_PATH, "-np", "2", "--autotune",
-                "--autotune-gaussian-process-noise", "0.8", "true", NULL};
+  char *at[] = {HKRUN_PATH,
+                "-np",
+                "2",
+                "--autotune",
+                "--autotune-gaussian-process-noise",
+                "0.8",
+                "true",
+                NULL};
   run_expect(at, NULL, 2, &r);
   assert_non_null(strstr(r.err, "hkrun: --autotune-gaussian-process-noise: "
                                 "hk's autotuner has no Gaussian process"));
