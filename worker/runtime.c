@@ -38,6 +38,7 @@
 #include "worker/rings.h"
 #include "worker/runtime.h"
 #include "worker/sets.h"
+#include "worker/tune.h"
 
 /* The runtime context; set by hk_init before any other thread may use it,
  * cleared by hk_shutdown after the background thread has stopped. */
@@ -356,6 +357,7 @@ hk_status hk_elastic_reset(void) {
   ctx->failure = HK_OK;
   ctx->stopped = 0;
   ctx->generation++;
+  hk_tune_reset_settings(&ctx->cfg); /* the same on every survivor */
   hk_status st = hk_bootstrap_again(ctx);
   if (st == HK_OK) {
     log_prefix(ctx);

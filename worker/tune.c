@@ -161,7 +161,9 @@ static void report(hk_ctx *ctx, struct hk_tune *T) {
          "after %d trials (%ld steps): %.3f ms per step against %.3f ms with "
          "the starting setting (fusion threshold %s, cycle time %g ms, "
          "hierarchical %s): %.1f %% less time per step",
-         done ? "chose" : "the job ended before the search; best so far:",
+         done ? "chose"
+              : "the search stopped before its end (the job ended or "
+                "re-formed); best so far:",
          threshold_text(best->s.fusion_threshold, a, sizeof a),
          best->s.cycle_time_ms, hier_text(best->s.hierarchical),
          hk_autotune_ntrials(T->search), hk_autotune_steps(T->search),
@@ -290,6 +292,18 @@ hk_status hk_tune_apply(hk_ctx *ctx, const hk_wire_tune *t) {
            t->seq, a, t->cycle_time_ms, hier_text(t->hierarchical));
   hk_observe_tuned(&ctx->obs, what, hk_now());
   return st;
+}
+
+void hk_tune_reset_settings(hk_config *cfg) {
+  if (!cfg->autotune)
+    return;
+  hk_config own;
+  if (hk_config_load_var(&own, "HK_FUSION_THRESHOLD") == HK_OK)
+    cfg->fusion_threshold = own.fusion_threshold;
+  if (hk_config_load_var(&own, "HK_CYCLE_TIME_MS") == HK_OK)
+    cfg->cycle_time_ms = own.cycle_time_ms;
+  if (hk_config_load_var(&own, "HK_HIERARCHICAL_ALLREDUCE") == HK_OK)
+    cfg->hierarchical = own.hierarchical;
 }
 
 void hk_tune_finish(hk_ctx *ctx) {

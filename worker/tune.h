@@ -76,6 +76,18 @@ static inline void hk_tune_groups(hk_ctx *ctx, uint32_t groups) {
     ctx->tune_virtual_s += ctx->cfg.test_tune_cost_s * groups;
 }
 
+/**
+ * An elastic job's next generation (hk_elastic_reset): with HK_AUTOTUNE,
+ * the settings the autotuner changes go back to the job's own (its
+ * HK_FUSION_THRESHOLD, HK_CYCLE_TIME_MS and HK_HIERARCHICAL_ALLREDUCE, as
+ * hk_init read them), the same on every survivor whatever rounds each ran
+ * before the loss (a trial's setting may have reached some and not
+ * others); the new rank 0 searches again for the new world. A value that
+ * no longer loads keeps the current one (hk_init checked them all).
+ * Thread-safety: the one thread left between generations.
+ */
+void hk_tune_reset_settings(hk_config *cfg);
+
 /** Rank 0: the job ends: a search still running reports its best so far
  *  and saves it, or says why nothing was tuned (no step found, or too
  *  few steps for one trial), at warning level; frees. Elsewhere: nothing. */

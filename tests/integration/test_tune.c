@@ -12,7 +12,8 @@
  *    hierarchical allreduce is searched too;
  *  - a noisy score (HK_TEST_TUNE_JITTER) does not flip-flop;
  *  - bad flag values and a bad saved file are refused, naming them;
- *  - --autotune-save, then --autotune-load starts from the saved setting.
+ *  - --autotune-save, then --autotune-load starts from the saved setting;
+ *  - an elastic job's next generation starts from the job's own setting.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -392,8 +393,9 @@ static void test_short_jobs_say_why(void **state) {
   assert_null(read_text(saved));
   argv[9] = "30"; /* 28 steps: trial 0 (18) and part of trial 1 */
   run_expect(argv, cost_env, 0, &r);
-  assert_non_null(strstr(r.err, "[0] hk[0] warning: autotune: the job ended "
-                                "before the search; best so far: fusion "
+  assert_non_null(strstr(r.err, "[0] hk[0] warning: autotune: the search "
+                                "stopped before its end (the job ended or "
+                                "re-formed); best so far: fusion "
                                 "threshold 0 MiB, cycle time 0 ms, "
                                 "hierarchical auto after 1 trials"));
   hkt_result_free(&r);
@@ -402,6 +404,52 @@ static void test_short_jobs_say_why(void **state) {
   assert_non_null(strstr(s, "\nHK_FUSION_THRESHOLD=0\n"));
   free(s);
   assert_int_equal(hkt_remove_tree(dir), 0);
+}
+
+/* An elastic job (--min-np) that loses a rank in the middle of a trial
+ * of 1 MiB: the survivors re-form with the job's own setting (0 MiB,
+ * whatever trial each had switched to) and the new rank 0 searches again
+ * from it; the sums stay exact and the same on both survivors. */
+static void test_elastic_reform_restarts_from_own_setting(void **state) {
+  (void)state;
+  char *argv[] = {HKRUN_PATH,
+                  "-np",
+                  "3",
+                  "--min-np",
+                  "2",
+                  "--fusion-threshold-mb",
+                  "0",
+                  "--autotune",
+                  "--autotune-warmup-samples",
+                  "1",
+                  "--autotune-steps-per-sample",
+                  "2",
+                  "--log-level",
+                  "info",
+                  W_TUNE,
+                  "40",
+                  "2",
+                  "12",
+                  NULL};
+  hkt_result r;
+  run_expect(argv, cost_env, 0, &r);
+  assert_non_null(strstr(r.out, "[2] dying at step 12"));
+  assert_non_null(strstr(r.out, "[0] reset: rank 0 of 2"));
+  assert_non_null(strstr(r.out, "[1] reset: rank 1 of 2"));
+  same_hash(&r, 2);
+  /* trial 1 (1 MiB) was running when rank 2 died: it never ended */
+  const char *re = strstr(r.err, "re-formed (generation 1)");
+  assert_non_null(re);
+  const char *t0 = strstr(r.err, "autotune: trial 0: fusion threshold 0 MiB");
+  const char *t1 = strstr(r.err, "autotune: trial 1: ");
+  assert_true(t0 && t0 < re);
+  assert_true(!t1 || t1 > re);
+  if (hkt_count_lines(re, "[0] hk[0] info: autotune: starting from fusion "
+                          "threshold 0 MiB, cycle time 0 ms") != 1) {
+    dump(&r);
+    fail_msg("the new generation's search did not start from 0 MiB");
+  }
+  hkt_result_free(&r);
 }
 
 static void test_bad_values_refused(void **state) {
@@ -549,6 +597,7 @@ int main(void) {
       cmocka_unit_test(test_hierarchical_searched_where_it_applies),
       cmocka_unit_test(test_noisy_score_does_not_flip_flop),
       cmocka_unit_test(test_short_jobs_say_why),
+      cmocka_unit_test(test_elastic_reform_restarts_from_own_setting),
       cmocka_unit_test(test_bad_values_refused),
       cmocka_unit_test(test_save_then_load),
   };

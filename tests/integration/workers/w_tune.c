@@ -6,8 +6,16 @@
  * serial sum, whatever the fusion threshold the autotuner is trying. Each
  * rank folds every result into a hash (FNV-1a) and prints "hash H" at the
  * end: the driver compares the ranks'.
+ *
+ *   w_tune STEPS KILL_SLOT KILL_STEP   (an elastic job: hkrun --min-np)
+ *
+ * also makes the worker started as rank KILL_SLOT kill itself (SIGKILL)
+ * at the start of step KILL_STEP; the others re-form (hk_elastic_reset,
+ * saying "reset: rank R of N") and go on from the step that failed.
  */
+#include <signal.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "wcommon.h"
 
@@ -16,8 +24,11 @@
 
 int main(int argc, char **argv) {
   int steps = argc > 1 ? atoi(argv[1]) : 100;
+  const int kill_slot = argc > 3 ? atoi(argv[2]) : -1;
+  const int kill_step = argc > 3 ? atoi(argv[3]) : -1;
   HKT_OK(hk_init());
-  const int rank = hk_rank(), np = hk_size();
+  const int slot = hk_rank();
+  int rank = hk_rank(), np = hk_size();
   float init[4] = {(float)rank, 0, 0, 0};
   HKT_OK(hk_broadcast("init", init, 4, HK_FLOAT32, 0));
   HKT_CHECK(init[0] == 0, "broadcast gave %g", init[0]);
@@ -36,10 +47,25 @@ int main(int argc, char **argv) {
   }
   uint64_t hash = 0xcbf29ce484222325ull;
   for (int step = 0; step < steps; step++) {
+    if (slot == kill_slot && step == kill_step) {
+      printf("dying at step %d\n", step);
+      fflush(stdout);
+      kill(getpid(), SIGKILL);
+    }
     for (int t = 0; t < NT; t++)
       for (int i = 0; i < ELEMS; i++)
         in[t][i] = (float)((rank + 1) * ((i + t + step) % 7));
-    HKT_OK(hk_grouped_allreduce(nm, src, dst, counts, NT, HK_FLOAT32, HK_SUM));
+    hk_status st =
+        hk_grouped_allreduce(nm, src, dst, counts, NT, HK_FLOAT32, HK_SUM);
+    if (st == HK_ERR_RANKS_CHANGED) { /* this step again, by the others */
+      HKT_OK(hk_elastic_reset());
+      rank = hk_rank();
+      np = hk_size();
+      printf("reset: rank %d of %d\n", rank, np);
+      step--;
+      continue;
+    }
+    HKT_OK(st);
     for (int t = 0; t < NT; t++)
       for (int i = 0; i < ELEMS; i++) {
         const float want = (float)(np * (np + 1) / 2 * ((i + t + step) % 7));
