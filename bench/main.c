@@ -19,8 +19,8 @@
 #include "devbuf.h"
 #include "hk/hk.h"
 #include "model.h"
-#include "modelfile.h"
 #include "options.h"
+#include "planner/gradset.h"
 #include "stats.h"
 #include "sweep.h"
 
@@ -30,9 +30,9 @@ int main(int argc, char **argv) {
   if (rc != 0)
     return rc == 1 ? 0 : rc;
   if (o.model && !strcmp(o.model, "list"))
-    return hkb_model_list(o.model_dir) == 0 ? 0 : 1;
-  hkb_model m = {0};
-  if (o.model && hkb_model_load(o.model, o.model_dir, &m) != 0)
+    return hk_gradset_list("hkbench", o.model_dir) == 0 ? 0 : 1;
+  hk_gradset m = {0};
+  if (o.model && hk_gradset_load("hkbench", o.model, o.model_dir, &m) != 0)
     return 2; /* every rank read the file before joining: all stop here */
   hkb_ok(hk_init(), "hk_init");
   if (o.kernels)
@@ -41,7 +41,7 @@ int main(int argc, char **argv) {
     hkb_model_run(&o, &m);
   else
     hkb_sweep(&o);
-  hkb_model_free(&m);
+  hk_gradset_free(&m);
   hkb_ok(hk_shutdown(), "hk_shutdown");
   return 0;
 }

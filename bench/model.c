@@ -16,7 +16,7 @@
 #define ALIGN 64
 
 typedef struct replay {
-  const hkb_model *m;
+  const hk_gradset *m;
   hk_dtype dtype;
   hk_op op;
   size_t esize;
@@ -37,7 +37,7 @@ typedef struct step_counts {
 /* One backward pass's worth of allreduces; returns its time (s) and adds
  * the ring seconds spent to *ring; *sc gets its rounds and batches. */
 static double step(replay *r, double *ring, step_counts *sc) {
-  const hkb_model *m = r->m;
+  const hk_gradset *m = r->m;
   for (size_t i = 0; i < m->ntensors; i++)
     hkb_fill(&r->pat, r->tensors + r->off[i], m->tensors[i].count);
   unsigned char *base = r->tensors;
@@ -111,7 +111,7 @@ static summary summarize(double *v, int n, const char *what) {
   return s;
 }
 
-static void setup(replay *r, const hkb_opts *o, const hkb_model *m) {
+static void setup(replay *r, const hkb_opts *o, const hk_gradset *m) {
   memset(r, 0, sizeof *r);
   r->m = m;
   r->dtype = o->types[0]; /* options.c: one of each with --model */
@@ -144,7 +144,7 @@ static void setup(replay *r, const hkb_opts *o, const hkb_model *m) {
   }
 }
 
-void hkb_model_run(const hkb_opts *o, const hkb_model *m) {
+void hkb_model_run(const hkb_opts *o, const hk_gradset *m) {
   const int steps = o->iters > 0 ? o->iters : 10;
   const int warm = o->warmup >= 0 ? o->warmup : 2;
   replay r;

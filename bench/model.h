@@ -1,5 +1,5 @@
 /*
- * model.h - replaying a model's gradient set (modelfile.h) the way a
+ * model.h - replaying a model's gradient set (planner/gradset.h) the way a
  * data-parallel trainer's backward pass hands it over:
  *
  * - one step: every tensor to hk_allreduce_async (float32, average unless
@@ -19,12 +19,12 @@
 #ifndef HKB_MODEL_H
 #define HKB_MODEL_H
 
-#include "modelfile.h"
 #include "options.h"
+#include "planner/gradset.h"
 
 /** Runs the replay between hk_init and hk_shutdown: -n steps (default
  *  10) after -w warm-up steps (default 2). Prints on rank 0. Exits on an
  *  hk error. */
-void hkb_model_run(const hkb_opts *o, const hkb_model *m);
+void hkb_model_run(const hkb_opts *o, const hk_gradset *m);
 
 #endif

@@ -48,9 +48,16 @@ static int shm_applies(const hk_allreduce_env *env, size_t bytes) {
          (!f || f == &table[RING] || !f->applies(env, bytes));
 }
 
+/* Whether hierarchical's rings exist (a model's env: would exist). */
+static int have_hier_rings(const hk_allreduce_env *env) {
+  if (env->model_only)
+    return env->hosts > 1 && env->local_size > 1;
+  return env->local_ring && env->cross_ring;
+}
+
 static int hier_applies(const hk_allreduce_env *env, size_t bytes) {
   (void)bytes;
-  return env->local_ring && env->cross_ring && !env->no_hierarchical;
+  return have_hier_rings(env) && !env->no_hierarchical;
 }
 
 static hk_status ring_cost(const hk_allreduce_env *env, size_t bytes,
@@ -118,7 +125,7 @@ static int comm_applies(const hk_allreduce_env *env, size_t bytes) {
 /* Where the host path would run hierarchical, the device path does too. */
 static int dev_hier_applies(const hk_allreduce_env *env, size_t bytes) {
   return env->local_size > 1 && env->local_size < env->size &&
-         env->cross_ring &&
+         have_hier_rings(env) &&
          hk_allreduce_for(env, HK_MEM_HOST, bytes) == &table[HIER];
 }
 

@@ -93,6 +93,11 @@ typedef struct hk_allreduce_env {
   hk_link *const *peers;            /* peers[r]: the link to rank r (rd) */
   const hk_io *io;
   hk_dev_sched *dev; /* the device schedules, or NULL */
+  int model_only;    /* a prediction's env (hkplan, planner/sim.h): no
+                        rings, links or device; hierarchical applies where
+                        hosts > 1 and local_size > 1 (where hk makes its
+                        rings when every host has the same number of
+                        ranks); never run */
   /* settings every rank agreed on (worker/agree.c checks them) */
   const struct hk_allreduce_impl *forced; /* NULL: auto */
   int no_hierarchical; /* HK_HIERARCHICAL_ALLREDUCE=0: auto never takes it */

@@ -2,6 +2,24 @@
 
 #include <string.h>
 
+#include "coordinator/wire.h"
+
+size_t hk_fusion_direct_bytes(size_t configured, int size) {
+  if (configured)
+    return configured;
+  return size > 1 ? (size_t)(size - 1) * (256u << 10) : 0;
+}
+
+int hk_fusion_fusable(uint8_t coll, int ok, int device, size_t bytes,
+                      size_t direct) {
+  const int rows = coll == HK_COLL_ALLGATHER || coll == HK_COLL_REDUCESCATTER;
+  if (!ok)
+    return 0;
+  if (coll == HK_COLL_ALLREDUCE)
+    return device || bytes <= direct;
+  return rows && !device && bytes <= direct;
+}
+
 uint32_t hk_fusion_plan(const hk_fusion_item *items, uint32_t n,
                         size_t threshold_bytes, uint8_t *taken, uint32_t *order,
                         uint32_t *starts) {

@@ -54,6 +54,26 @@ typedef struct hk_fusion_item {
 } hk_fusion_item;
 
 /**
+ * The size above which a host allreduce runs alone on its own buffers
+ * instead of being copied into the fusion buffer: `configured`
+ * (HK_FUSION_DIRECT_BYTES) when not 0, else (size - 1) x 256 KiB for a
+ * process set of `size` ranks (common/config.c says where the figure comes
+ * from). Bytes. Pure.
+ */
+size_t hk_fusion_direct_bytes(size_t configured, int size);
+
+/**
+ * Whether one response may share a fusion buffer (hk_fusion_item.
+ * fusable): it negotiated OK (`ok`), and it is an allreduce of device
+ * memory, a host allreduce of at most `direct` bytes, or a host allgather
+ * or reduce-scatter (`rows`: coll is one of them) of at most `direct`
+ * bytes of every rank's rows. The worker's execute step and hkplan's
+ * simulation (planner/sim.h) both ask this. Pure.
+ */
+int hk_fusion_fusable(uint8_t coll, int ok, int device, size_t bytes,
+                      size_t direct);
+
+/**
  * Plans items[0..n) (taken[] is n bytes of scratch): order[] (n entries)
  * receives the execution order (a permutation of 0..n-1) and starts[] (n+1
  * entries) the boundaries of the groups in it: group g is order[starts[g] ..

@@ -956,9 +956,7 @@ hk_status hk_execute_responses(hk_ctx *ctx, hk_set *S,
     return st;
   plan p = *pp; /* the arrays stay where they are during this call */
   /* a tensor this large costs more to copy than to reduce on its own */
-  const size_t direct = ctx->cfg.fusion_direct
-                            ? ctx->cfg.fusion_direct
-                            : (size_t)(S->size - 1) * (256u << 10);
+  const size_t direct = hk_fusion_direct_bytes(ctx->cfg.fusion_direct, S->size);
   for (uint32_t i = 0; i < n && st == HK_OK; i++) {
     st = resolve(ctx, S, &rs[i], &p.h[i]);
     if (st != HK_OK)
@@ -979,20 +977,18 @@ hk_status hk_execute_responses(hk_ctx *ctx, hk_set *S,
         q->coll == HK_COLL_ALLGATHER || q->coll == HK_COLL_REDUCESCATTER;
     if (rows) /* what the fusion buffer holds: every rank's rows */
       bytes = rows_bytes(S, q, &rs[i]);
-    p.items[i] =
-        (hk_fusion_item){.fusable = rs[i].status == HK_OK &&
-                                    (q->coll == HK_COLL_ALLREDUCE
-                                         ? device || bytes <= direct
-                                         : rows && !device && bytes <= direct),
-                         .coll = q->coll,
-                         .set = q->set,
-                         .dtype = q->dtype,
-                         .op = q->op,
-                         .mem = q->mem,
-                         .divisor = rs[i].divisor,
-                         .impl = impl,
-                         .bytes = bytes,
-                         .limit = hk_allreduce_fuse_limit(S->ar, impl)};
+    p.items[i] = (hk_fusion_item){
+        .fusable = hk_fusion_fusable(q->coll, rs[i].status == HK_OK, device,
+                                     bytes, direct),
+        .coll = q->coll,
+        .set = q->set,
+        .dtype = q->dtype,
+        .op = q->op,
+        .mem = q->mem,
+        .divisor = rs[i].divisor,
+        .impl = impl,
+        .bytes = bytes,
+        .limit = hk_allreduce_fuse_limit(S->ar, impl)};
   }
   /* The cache learns uncached tensors in response order (as every rank
    * does); reading the requests now, before any handle completes. */

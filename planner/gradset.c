@@ -1,7 +1,7 @@
 /*
- * modelfile.c - reading and listing model gradient sets (see modelfile.h).
+ * gradset.c - reading and listing model gradient sets (see gradset.h).
  */
-#include "modelfile.h"
+#include "planner/gradset.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -47,65 +47,66 @@ static size_t parse_shape(const char *s) {
   }
 }
 
-static int out_of_memory(const char *path, long lineno) {
-  fprintf(stderr, "hkbench: %s:%ld: out of memory\n", path, lineno);
+static int out_of_memory(const hk_gradset *m, long lineno) {
+  fprintf(stderr, "%s: %s:%ld: out of memory\n", m->who, m->path, lineno);
   return -1;
 }
 
 /* Adds one "name<TAB>shape" line. Returns 0, or -1 after a message. */
-static int add_line(hkb_model *m, size_t *cap, long *lines, char *line,
+static int add_line(hk_gradset *m, size_t *cap, long *lines, char *line,
                     long lineno) {
   char *tab = strchr(line, '\t');
   const char *where = m->path;
   if (!tab) {
     fprintf(stderr,
-            "hkbench: %s:%ld: expected 'name<TAB>shape', found no tab in "
+            "%s: %s:%ld: expected 'name<TAB>shape', found no tab in "
             "'%.60s'\n",
-            where, lineno, line);
+            m->who, where, lineno, line);
     return -1;
   }
   *tab = '\0';
   const char *name = line, *shape = tab + 1;
   size_t len = strlen(name);
   if (len == 0 || len > HK_MAX_NAME_LEN) {
-    fprintf(stderr, "hkbench: %s:%ld: tensor name is %zu bytes, not 1..%d\n",
+    fprintf(stderr, "%s: %s:%ld: tensor name is %zu bytes, not 1..%d\n", m->who,
             where, lineno, len, HK_MAX_NAME_LEN);
     return -1;
   }
   size_t count = parse_shape(shape);
   if (!count) {
     fprintf(stderr,
-            "hkbench: %s:%ld: tensor '%s': bad shape '%.60s' (positive "
+            "%s: %s:%ld: tensor '%s': bad shape '%.60s' (positive "
             "integers joined by 'x', e.g. 64x3x7x7)\n",
-            where, lineno, name, shape);
+            m->who, where, lineno, name, shape);
     return -1;
   }
   if (m->total > SIZE_MAX / 8 - count) {
-    fprintf(stderr, "hkbench: %s:%ld: the model is too large\n", where, lineno);
+    fprintf(stderr, "%s: %s:%ld: the model is too large\n", m->who, where,
+            lineno);
     return -1;
   }
   if (m->ntensors == *cap) {
     size_t ncap = *cap ? 2 * *cap : 64;
-    hkb_tensor *t = realloc(m->tensors, ncap * sizeof *t);
+    hk_gradset_tensor *t = realloc(m->tensors, ncap * sizeof *t);
     if (!t)
-      return out_of_memory(where, lineno);
+      return out_of_memory(m, lineno);
     m->tensors = t;
     *cap = ncap;
   }
   char *copy = strdup(name);
   if (!copy)
-    return out_of_memory(where, lineno);
+    return out_of_memory(m, lineno);
   lines[0] = lineno; /* caller keeps lines[] as long as tensors[] */
-  m->tensors[m->ntensors++] = (hkb_tensor){copy, count};
+  m->tensors[m->ntensors++] = (hk_gradset_tensor){copy, count};
   m->total += count;
   return 0;
 }
 
 /* Names must be unique: they name the tensors in flight. */
-static int check_unique(const hkb_model *m, const long *lines) {
+static int check_unique(const hk_gradset *m, const long *lines) {
   entry *e = malloc((m->ntensors + 1) * sizeof *e);
   if (!e)
-    return out_of_memory(m->path, 0);
+    return out_of_memory(m, 0);
   for (size_t i = 0; i < m->ntensors; i++)
     e[i] = (entry){m->tensors[i].name, lines[i]};
   qsort(e, m->ntensors, sizeof *e, cmp_entry);
@@ -113,16 +114,16 @@ static int check_unique(const hkb_model *m, const long *lines) {
   for (size_t i = 1; i < m->ntensors && rc == 0; i++)
     if (!strcmp(e[i].name, e[i - 1].name)) {
       fprintf(stderr,
-              "hkbench: %s:%ld: tensor '%s' appears again (first on line "
+              "%s: %s:%ld: tensor '%s' appears again (first on line "
               "%ld)\n",
-              m->path, e[i].line, e[i].name, e[i - 1].line);
+              m->who, m->path, e[i].line, e[i].name, e[i - 1].line);
       rc = -1;
     }
   free(e);
   return rc;
 }
 
-static int read_file(FILE *f, hkb_model *m) {
+static int read_file(FILE *f, hk_gradset *m) {
   char *line = NULL;
   size_t linecap = 0, cap = 0, lcap = 0;
   long *lines = NULL, lineno = 0;
@@ -138,7 +139,7 @@ static int read_file(FILE *f, hkb_model *m) {
       lcap = lcap ? 2 * lcap : 64;
       long *l = realloc(lines, lcap * sizeof *l);
       if (!l) {
-        rc = out_of_memory(m->path, lineno);
+        rc = out_of_memory(m, lineno);
         break;
       }
       lines = l;
@@ -146,14 +147,15 @@ static int read_file(FILE *f, hkb_model *m) {
     rc = add_line(m, &cap, &lines[m->ntensors], line, lineno);
   }
   if (rc == 0 && ferror(f)) {
-    fprintf(stderr, "hkbench: %s: read error: %s\n", m->path, strerror(errno));
+    fprintf(stderr, "%s: %s: read error: %s\n", m->who, m->path,
+            strerror(errno));
     rc = -1;
   }
   if (rc == 0 && m->ntensors == 0) {
     fprintf(stderr,
-            "hkbench: %s: no tensors (expected 'name<TAB>shape' "
+            "%s: %s: no tensors (expected 'name<TAB>shape' "
             "lines)\n",
-            m->path);
+            m->who, m->path);
     rc = -1;
   }
   if (rc == 0)
@@ -173,8 +175,10 @@ static char *label_of(const char *path) {
   return strndup(base, len);
 }
 
-int hkb_model_load(const char *spec, const char *dir, hkb_model *m) {
+int hk_gradset_load(const char *who, const char *spec, const char *dir,
+                    hk_gradset *m) {
   memset(m, 0, sizeof *m);
+  m->who = who;
   size_t len = strlen(spec);
   int is_path =
       strchr(spec, '/') || (len > 4 && !strcmp(spec + len - 4, ".tsv"));
@@ -187,30 +191,30 @@ int hkb_model_load(const char *spec, const char *dir, hkb_model *m) {
   }
   m->label = m->path ? label_of(m->path) : NULL;
   if (!m->path || !m->label) {
-    fprintf(stderr, "hkbench: out of memory\n");
-    hkb_model_free(m);
+    fprintf(stderr, "%s: out of memory\n", who);
+    hk_gradset_free(m);
     return -1;
   }
   FILE *f = fopen(m->path, "r");
   if (!f) {
     if (!is_path && errno == ENOENT)
       fprintf(stderr,
-              "hkbench: no model '%s' in %s (hkbench --model list shows "
-              "them; --model FILE.tsv reads any file)\n",
-              spec, dir);
+              "%s: no model '%s' in %s (hkbench --model list shows "
+              "them; a path FILE.tsv reads any file)\n",
+              who, spec, dir);
     else
-      fprintf(stderr, "hkbench: %s: %s\n", m->path, strerror(errno));
-    hkb_model_free(m);
+      fprintf(stderr, "%s: %s: %s\n", who, m->path, strerror(errno));
+    hk_gradset_free(m);
     return -1;
   }
   int rc = read_file(f, m);
   fclose(f);
   if (rc != 0)
-    hkb_model_free(m);
+    hk_gradset_free(m);
   return rc;
 }
 
-void hkb_model_free(hkb_model *m) {
+void hk_gradset_free(hk_gradset *m) {
   for (size_t i = 0; i < m->ntensors; i++)
     free(m->tensors[i].name);
   free(m->tensors);
@@ -223,10 +227,10 @@ static int cmp_str(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-int hkb_model_list(const char *dir) {
+int hk_gradset_list(const char *who, const char *dir) {
   DIR *d = opendir(dir);
   if (!d) {
-    fprintf(stderr, "hkbench: %s: %s\n", dir, strerror(errno));
+    fprintf(stderr, "%s: %s: %s\n", who, dir, strerror(errno));
     return -1;
   }
   char **names = NULL;
@@ -253,7 +257,7 @@ int hkb_model_list(const char *dir) {
   }
   closedir(d);
   if (rc != 0)
-    fprintf(stderr, "hkbench: %s: out of memory\n", dir);
+    fprintf(stderr, "%s: %s: out of memory\n", who, dir);
   if (n > 0)
     qsort(names, n, sizeof *names, cmp_str);
   else if (rc == 0)
@@ -263,18 +267,18 @@ int hkb_model_list(const char *dir) {
            "bytes(f32)", dir);
   for (size_t i = 0; i < n && rc == 0; i++) {
     char *path = malloc(strlen(dir) + strlen(names[i]) + 2);
-    hkb_model m;
+    hk_gradset m;
     if (!path)
       rc = -1;
     else {
       sprintf(path, "%s/%s", dir, names[i]);
-      rc = hkb_model_load(path, dir, &m);
+      rc = hk_gradset_load(who, path, dir, &m);
       free(path);
     }
     if (rc == 0) {
       printf("  %-14s %8zu %12zu %14zu\n", m.label, m.ntensors, m.total,
              m.total * 4);
-      hkb_model_free(&m);
+      hk_gradset_free(&m);
     }
   }
   for (size_t i = 0; i < n; i++)
