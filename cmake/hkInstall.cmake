@@ -9,7 +9,7 @@
 #   <libdir>/libhk_cuda.so when a target hk_cuda exists (HK_CUDA)
 #   <libdir>/cmake/hk/{hkConfig,hkConfigVersion,hkTargets,hkStaticTargets}.cmake
 #   <libdir>/pkgconfig/hk.pc
-#   bin/hkrun, bin/hktopo, bin/hkbench
+#   bin/hkrun, bin/hktopo, bin/hkplan, bin/hkbench
 #   share/hk/configs/*.xml, share/hk/models/*.tsv
 #   <HK_INSTALL_PYTHONDIR>/hk: the Python package (python/hk), with
 #   hk/_installed.py saying where libhk.so is relative to it
@@ -35,7 +35,7 @@ foreach(module hk_mpi hk_cuda)
             COMPONENT runtime)
   endif()
 endforeach()
-install(TARGETS hkrun hktopo RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
+install(TARGETS hkrun hktopo hkplan RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
         COMPONENT runtime)
 if(TARGET hkbench)
   install(TARGETS hkbench RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}

@@ -146,6 +146,7 @@ typedef enum opt_id {
   O_AUTOTUNE,
   O_NOOP, /* mpirun flags with nothing to do locally */
   O_TOPOLOGY,
+  O_PLAN,
   O_HELP,
   O_VERSION,
   O_CHECK_BUILD,
@@ -220,6 +221,7 @@ static const opt_def options[] = {
     {"--oversubscribe", O_NOOP, 0, NULL},
     {"--allow-run-as-root", O_NOOP, 0, NULL},
     {"--topology", O_TOPOLOGY, 0, NULL},
+    {"--plan", O_PLAN, 0, NULL},
     {"--dump", O_DUMP, 1, NULL},
     {"--diagnose", O_DIAGNOSE, 1, NULL},
     {"--autotune", O_AUTOTUNE, 0, NULL},
@@ -741,6 +743,11 @@ int hkrun_args_parse(int argc, char **argv, hkrun_args *out, char *err,
       i++;
       continue;
     }
+    if (o->id == O_PLAN) {
+      out->action = HKRUN_PLAN; /* everything after it is hkplan's */
+      out->plan_argi = i + 1;
+      return 0;
+    }
     if (o->id == O_TOPOLOGY) {
       out->action = HKRUN_TOPOLOGY; /* an optional FILE may follow */
       if (i + 1 < argc && argv[i + 1][0] != '-')
@@ -783,6 +790,7 @@ const char *hkrun_usage(void) {
          "       hkrun [-np N] --hostfile FILE [options] [--] program "
          "[args...]\n"
          "       hkrun --check-build | --version | --topology [FILE]\n"
+         "       hkrun --plan HKPLAN_ARGS...\n"
          "       hkrun --dump HKRUN_PID | --diagnose DIR\n"
          "\n"
          "Starts N copies of program on this host, one per rank, and\n"
@@ -957,6 +965,9 @@ const char *hkrun_usage(void) {
          "                       follows 2 s after SIGTERM\n"
          "  --topology [FILE]    print a server's GPU layout, rings and\n"
          "                       predicted busbw (hktopo) and exit\n"
+         "  --plan ARGS...       predict step time, scaling and cost of\n"
+         "                       candidate servers (hkplan ARGS; hkplan\n"
+         "                       --help) and exit\n"
          "  --dump HKRUN_PID     ask the running job of that hkrun (or\n"
          "                       mpirun) to write its flight records: it\n"
          "                       sends SIGUSR1, which hkrun forwards to\n"

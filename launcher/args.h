@@ -50,6 +50,7 @@ typedef enum hkrun_action {
                             writes its flight records (launcher/dump.h) */
   HKRUN_DIAGNOSE = 6,    /* --diagnose DIR: merge the flight records in
                             DIR and name the divergence (diagnose.h) */
+  HKRUN_PLAN = 7,        /* --plan ARGS...: run hkplan with ARGS, exit */
 } hkrun_action;
 
 /** --bind-to's policies (mpirun's names). */
@@ -108,6 +109,7 @@ typedef struct hkrun_args {
   const char *stall_shutdown_s; /* --stall-check-shutdown-time-seconds */
   const char *gloo_timeout_s;   /* --gloo-timeout-seconds -> HK_TIMEOUT_S */
   const char *topology;     /* --topology FILE (may be NULL: HK_TOPO_FILE) */
+  int plan_argi;            /* --plan: argv[plan_argi..] are hkplan's */
   long dump_pid;            /* --dump PID: a positive process id */
   const char *diagnose_dir; /* --diagnose DIR */
   int monitor;              /* --monitor -> HK_MONITOR_LIVE=1; hkrun shows

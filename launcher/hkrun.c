@@ -711,9 +711,10 @@ static int run_job(const hkrun_args *args) {
   return j.exit_code;
 }
 
-/* hkrun --topology [FILE]: hktopo, which is installed beside hkrun. */
-static int run_hktopo(const char *argv0, const char *file) {
-  char self[4096], path[4200];
+/* The path of tool `name` beside hkrun into path (cap bytes). */
+static void beside_hkrun(const char *argv0, const char *name, char *path,
+                         size_t cap) {
+  char self[4096];
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   if (n <= 0) {
     snprintf(self, sizeof self, "%s", argv0);
@@ -721,8 +722,24 @@ static int run_hktopo(const char *argv0, const char *file) {
   }
   self[n] = '\0';
   char *slash = strrchr(self, '/');
-  snprintf(path, sizeof path, "%.*s/hktopo", slash ? (int)(slash - self) : 1,
-           slash ? self : ".");
+  snprintf(path, cap, "%.*s/%s", slash ? (int)(slash - self) : 1,
+           slash ? self : ".", name);
+}
+
+/* hkrun --plan ARGS...: hkplan, installed beside hkrun, with ARGS. */
+static int run_hkplan(char **argv, int from) {
+  char path[4200];
+  beside_hkrun(argv[0], "hkplan", path, sizeof path);
+  argv[from - 1] = path; /* "--plan" becomes hkplan's argv[0] */
+  execv(path, argv + from - 1);
+  hk_out_say("cannot start '%s': %s", path, strerror(errno));
+  return 127;
+}
+
+/* hkrun --topology [FILE]: hktopo, which is installed beside hkrun. */
+static int run_hktopo(const char *argv0, const char *file) {
+  char path[4200];
+  beside_hkrun(argv0, "hktopo", path, sizeof path);
   char *args[] = {path, (char *)file, NULL};
   execv(path, args);
   hk_out_say("cannot start '%s': %s", path, strerror(errno));
@@ -754,6 +771,8 @@ int main(int argc, char **argv) {
   }
   if (args.action == HKRUN_TOPOLOGY)
     return run_hktopo(argv[0], args.topology);
+  if (args.action == HKRUN_PLAN)
+    return run_hkplan(argv, args.plan_argi);
   if (args.action == HKRUN_DUMP)
     return hkrun_dump(args.dump_pid, stdout, stderr);
   if (args.action == HKRUN_DIAGNOSE)

@@ -99,6 +99,8 @@ typedef struct hk_obs_tensor {
                      uses_slot may keep an O(1) key there (only one may) */
   int phantom;    /* made up for a rank that joined (hk_join): never
                      submitted here, in no queue, not in flight */
+  uint32_t index; /* batch hooks: its place among its round's responses,
+                     from 0 (the order rank 0 answered in); else 0 */
 } hk_obs_tensor;
 
 /** One batch: the tensors that run as one collective (fused or alone). */

@@ -5,7 +5,9 @@
  * (the timeline observer, observe/timeline_hooks.c, writes them from the
  * tensor_done hook, observe/observe.h):
  *   NEGOTIATE      rank 0 had the first rank's request -> it sent the
- *                  response (times are rank 0's: when requests arrived)
+ *                  response (times are rank 0's: when requests arrived;
+ *                  args: response, the tensor's place among its round's
+ *                  responses, from 0, the order rank 0 answered in)
  *   WAIT_FOR_DATA  inside it: the first rank's request -> the last
  *                  rank's (args: last_rank, the straggler; memory)
  *   QUEUE          the response -> its group started

@@ -40,7 +40,8 @@ static void on_round_started(void *self, const hk_obs_round *r) {
 }
 
 /* One tensor that ran in batch b: NEGOTIATE from the first rank's request
- * to the response; inside it WAIT_FOR_DATA, from the first rank's request
+ * to the response (args: response, its place among the round's
+ * responses); inside it WAIT_FOR_DATA, from the first rank's request
  * to the last's (the straggler is last_rank); QUEUE until its batch
  * started; the copies in and out of the fusion buffer; the collective
  * itself. */
@@ -61,7 +62,9 @@ static void on_tensor_done(void *self, const hk_obs_tensor *t,
            "\"algorithm\":\"%s\",\"transport\":\"%s\","
            "\"fused_tensors\":%u,\"bytes\":%zu,\"process_set\":%d",
            b->algorithm, b->transport, b->n, b->bytes, (int)t->req->set);
-  hk_timeline_span(tl, name, "NEGOTIATE", r->first_seen, t->t_ready, NULL);
+  char resp[32];
+  snprintf(resp, sizeof resp, "\"response\":%u", t->index);
+  hk_timeline_span(tl, name, "NEGOTIATE", r->first_seen, t->t_ready, resp);
   hk_timeline_span(tl, name, "WAIT_FOR_DATA", r->first_seen, r->last_seen,
                    wait);
   hk_timeline_span(tl, name, "QUEUE", t->t_ready, b->t[0], NULL);

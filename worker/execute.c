@@ -926,8 +926,10 @@ static void finish_handle(hk_ctx *ctx, hk_handle h, hk_status st,
  * its tensors in p->obs[a..b). */
 static hk_obs_batch observed_batch(plan *p, const hk_wire_response *rs,
                                    uint32_t a, uint32_t b, double t_ready) {
-  for (uint32_t i = a; i < b; i++)
+  for (uint32_t i = a; i < b; i++) {
     p->obs[i] = hk_observed(p->h[p->order[i]], &rs[p->order[i]], t_ready);
+    p->obs[i].index = p->order[i];
+  }
   return (hk_obs_batch){.tensors = p->obs + a, .n = b - a};
 }
 

@@ -1,0 +1,115 @@
+/*
+ * plot.c - hkplan's PNG through gnuplot (plot.h).
+ */
+#include "planner/plot.h"
+
+#include <errno.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/status.h"
+
+extern char **environ;
+
+/* 1 if gnuplot is on PATH. */
+static int have_gnuplot(void) {
+  const char *path = getenv("PATH");
+  char dir[4096];
+  while (path && *path) {
+    size_t len = strcspn(path, ":");
+    snprintf(dir, sizeof dir, "%.*s/gnuplot", (int)len, path);
+    if (len && access(dir, X_OK) == 0)
+      return 1;
+    path += len + (path[len] == ':');
+  }
+  return 0;
+}
+
+/* The data: one block per (server, network), "servers samples/s cost". */
+static int write_data(FILE *f, const hk_plan_row *rows, size_t n,
+                      char titles[][160], int *nblocks) {
+  int b = 0;
+  for (size_t i = 0; i < n && b < 64; i++) {
+    int seen = 0;
+    for (size_t k = 0; k < i; k++)
+      seen |= rows[k].server == rows[i].server &&
+              rows[k].net_gbit == rows[i].net_gbit;
+    if (seen)
+      continue;
+    snprintf(titles[b], 160, "%s, %g Gbit/s", rows[i].server->name,
+             rows[i].net_gbit);
+    for (size_t k = i; k < n; k++)
+      if (rows[k].server == rows[i].server &&
+          rows[k].net_gbit == rows[i].net_gbit)
+        fprintf(f, "%d %.6g %.6g\n", rows[k].hosts, rows[k].samples_s,
+                rows[k].cost_per_m < 0 ? 0 : rows[k].cost_per_m);
+    fprintf(f, "\n\n");
+    b++;
+  }
+  *nblocks = b;
+  return ferror(f) ? -1 : 0;
+}
+
+hk_status hk_plan_plot(const hk_plan_row *rows, size_t n, const char *png) {
+  if (!have_gnuplot())
+    return hk_fail(HK_ERR_SYSTEM,
+                   "--plot needs gnuplot, not found on PATH (Debian: "
+                   "apt-get install gnuplot-nox); the table is complete "
+                   "without it");
+  char dir[] = "/tmp/hkplan.XXXXXX";
+  if (!mkdtemp(dir))
+    return hk_fail(HK_ERR_SYSTEM, "--plot: cannot make a temporary folder: %s",
+                   strerror(errno));
+  char data[64], script[64];
+  snprintf(data, sizeof data, "%s/data", dir);
+  snprintf(script, sizeof script, "%s/plot.gp", dir);
+  static char titles[64][160];
+  int nb = 0;
+  hk_status st = HK_OK;
+  FILE *f = fopen(data, "w");
+  FILE *g = f ? fopen(script, "w") : NULL;
+  if (!f || !g || write_data(f, rows, n, titles, &nb) != 0)
+    st = hk_fail(HK_ERR_SYSTEM, "--plot: cannot write %s", dir);
+  if (st == HK_OK) {
+    fprintf(g,
+            "set terminal pngcairo size 1200,500 noenhanced\n"
+            "set output '%s'\n"
+            "set multiplot layout 1,2\n"
+            "set xlabel 'servers'\nset grid\nset key top left\n"
+            "set ylabel 'samples/s'\nset title 'throughput'\n",
+            png);
+    for (int pass = 0; pass < 2; pass++) {
+      if (pass == 1)
+        fprintf(g, "set ylabel 'cost per million samples'\n"
+                   "set title 'cost'\n");
+      fprintf(g, "plot ");
+      for (int b = 0; b < nb; b++)
+        fprintf(g, "%s'%s' index %d using 1:%d with linespoints title '%s'",
+                b ? ", " : "", data, b, pass ? 3 : 2, titles[b]);
+      fprintf(g, "\n");
+    }
+    fprintf(g, "unset multiplot\n");
+  }
+  if (f)
+    fclose(f);
+  if (g && fclose(g) != 0 && st == HK_OK)
+    st = hk_fail(HK_ERR_SYSTEM, "--plot: cannot write %s", script);
+  if (st == HK_OK) {
+    char *argv[] = {"gnuplot", script, NULL};
+    pid_t pid;
+    int rc = posix_spawnp(&pid, "gnuplot", NULL, NULL, argv, environ), ws = 0;
+    if (rc != 0)
+      st = hk_fail(HK_ERR_SYSTEM, "--plot: cannot start gnuplot: %s",
+                   strerror(rc));
+    else if (waitpid(pid, &ws, 0) < 0 || !WIFEXITED(ws) || WEXITSTATUS(ws) != 0)
+      st = hk_fail(HK_ERR_SYSTEM, "--plot: gnuplot failed (status %d)", ws);
+  }
+  unlink(data);
+  unlink(script);
+  rmdir(dir);
+  return st;
+}

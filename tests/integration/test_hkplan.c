@@ -1,0 +1,196 @@
+/*
+ * test_hkplan - hkplan (planner/): the simulator's fusion equals hk's own
+ * on a run recorded here (hkrun -np 3 hkbench --model resnet50 with a
+ * timeline and a 4 MB fusion threshold, which splits rounds into many
+ * batches); the plan table's values for a fixed input, worked out here;
+ * bad inputs (a topology that does not parse, a gradient set with no
+ * tensors, a price table without the server, an unknown GPU) named, with
+ * exit status 1; hkrun --plan runs it.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "harness.h"
+#include "topology/figures.h"
+
+static char dir[256];
+
+static void put(const char *name, const char *text, char *path, size_t cap) {
+  snprintf(path, cap, "%s/%s", dir, name);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  assert_int_equal(fputs(text, f) >= 0, 1);
+  assert_int_equal(fclose(f), 0);
+}
+
+static void run(char *const argv[], char *const env[], hkt_result *r) {
+  assert_int_equal(hkt_run(argv, env, 120, r), 0);
+  assert_int_equal(r->exited, 1);
+  assert_int_equal(hkt_orphans(NULL, 0), 0);
+}
+
+static void recorded_batches(void **s) {
+  (void)s;
+  char tl[300], envtl[320];
+  snprintf(tl, sizeof tl, "%s/timeline.json", dir);
+  snprintf(envtl, sizeof envtl, "HK_TIMELINE=%s", tl);
+  char *env[] = {envtl, "HK_FUSION_THRESHOLD=4000000", NULL};
+  char *bench[] = {HKRUN_PATH, "-np", "3",  HKBENCH_PATH, "--model", "resnet50",
+                   "-n",       "2",   "-w", "1",          NULL};
+  hkt_result r;
+  run(bench, env, &r);
+  if (r.exit_code != 0)
+    fail_msg("hkbench: %.4000s\n%.4000s", r.out, r.err);
+  hkt_result_free(&r);
+  char *plan[] = {HKPLAN_PATH, "--model", "resnet50", "--batches",
+                  tl,          "--np",    "3",        "--fusion-threshold",
+                  "4000000",   NULL};
+  run(plan, NULL, &r);
+  unsigned rounds = 0, recorded = 0, same = 0;
+  const char *line = strstr(r.out, "batches: ");
+  if (r.exit_code != 0 || !line ||
+      sscanf(line, "batches: %u rounds, %u recorded, %u simulated the same",
+             &rounds, &recorded, &same) != 3)
+    fail_msg("hkplan --batches: exit %d\n%.6000s\n%.2000s", r.exit_code, r.out,
+             r.err);
+  /* 3 steps (1 warm-up) of 161 tensors: every tensor of every step ran in
+   * a recorded batch, and a 4 MB threshold makes more batches than steps */
+  assert_true(rounds >= 3);
+  assert_true(recorded > 3 * 10);
+  assert_int_equal(same, recorded);
+  hkt_result_free(&r);
+  unlink(tl);
+}
+
+/* Two servers of one GPU (named T4) at 10 Gbit/s, 30 µs a step: tensor b
+ * (3 floats) is ready first, a (2,500,000 floats, 10 MB) at the end of the
+ * backward pass (0.5 x 0.1 s); with one GPU a server the device path is
+ * the staged flat ring (hk's choice), which costs
+ *   call + 2 steps x 30 µs + bytes / (1.25 GB/s) + 2 x bytes / 24 GB/s,
+ * after a round of 60 µs. One server of one GPU exchanges nothing (a
+ * round of 32.6 µs). */
+static void table_values(void **s) {
+  (void)s;
+  char model[300], topo[300], prices[300];
+  put("m.tsv", "# two tensors\na\t2500000\nb\t3\n", model, sizeof model);
+  put("one.txt",
+      "\tGPU0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
+      "GPU0\t X \t0-7\t0\t\tN/A\n",
+      topo, sizeof topo);
+  put("prices.tsv", "# test\none 3.6\n", prices, sizeof prices);
+  char server[320];
+  snprintf(server, sizeof server, "%s:T4", topo);
+  char *argv[] = {
+      HKPLAN_PATH,    "--model",   model,      "--step-s", "0.1",
+      "--bwd-frac",   "0.5",       "--batch",  "8",        "--server",
+      server,         "--servers", "2",        "--net",    "10",
+      "--latency-us", "30",        "--prices", prices,     "--optimizer",
+      "adam",         "--act-mib", "100",      "--csv",    NULL};
+  hkt_result r;
+  run(argv, NULL, &r);
+  if (r.exit_code != 0)
+    fail_msg("hkplan: %.2000s", r.err);
+  double call = hk_fig_base_us(HK_FIG_RING, HK_PROTO_SIMPLE);
+  double a = 1e7, b = 12;
+  double staged_a = call + 60 + a / 1.25e3 + 2 * a / 24e3;
+  double staged_b = call + 60 + b / 1.25e3 + 2 * b / 24e3;
+  double exposed = (60 + staged_a) * 1e-6;
+  double step = 0.1 + exposed, step1 = 0.1 + 32.6e-6;
+  double band = 0.10 * (staged_a + staged_b) * 1e-6 + 0.05 * 0.1;
+  double sps = 8 * 2 / step;
+  double cost = 3.6 * 2 / 3600 / sps * 1e6;
+  double params = 2500003;
+  double mem = (params * 16 + (a + b)) / (1024.0 * 1024 * 1024) + 800 / 1024.0;
+  char want[512];
+  snprintf(want, sizeof want,
+           "one,T4,2,2,10,%.3f,%.3f,%.3f,%.1f,%.1f,%.4f,%.2f,yes\n", step * 1e3,
+           band * 1e3, exposed * 1e3, step1 / step * 100, sps, cost, mem);
+  if (!strstr(r.out, want))
+    fail_msg("expected the row\n%sin\n%s", want, r.out);
+  assert_int_equal(hkt_count_lines(r.out, ","), 2); /* header and row */
+  hkt_result_free(&r);
+}
+
+/* A bad input: exit status 1 and `want` on stderr. */
+static void refused(char *const argv[], const char *want) {
+  hkt_result r;
+  run(argv, NULL, &r);
+  if (r.exit_code != 1 || !strstr(r.err, want))
+    fail_msg("expected exit 1 and '%s', got %d:\n%s", want, r.exit_code, r.err);
+  hkt_result_free(&r);
+}
+
+static void bad_inputs(void **s) {
+  (void)s;
+  char model[300], empty[300], bad[300], prices[300], topo[300], msg[700];
+  put("m.tsv", "a\t1000\n", model, sizeof model);
+  put("empty.tsv", "# nothing but comments\n\n", empty, sizeof empty);
+  put("bad.xml", "<system version=\"1\"><cpu><pci busid=", bad, sizeof bad);
+  put("prices.tsv", "t4-4gpu-pcie-2socket 4\n", prices, sizeof prices);
+  snprintf(topo, sizeof topo, "%s/a100-sxm4-8gpu-nvswitch.xml", HK_CONFIGS_DIR);
+  char *unparsable[] = {HKPLAN_PATH, "--model", model,      "--step-s", "0.1",
+                        "--batch",   "8",       "--server", bad,        NULL};
+  snprintf(msg, sizeof msg, "hkplan: server '%s': %s: line 1: malformed XML",
+           bad, bad);
+  refused(unparsable, msg);
+  char *no_tensors[] = {HKPLAN_PATH, "--model", empty,      "--step-s", "0.1",
+                        "--batch",   "8",       "--server", topo,       NULL};
+  snprintf(msg, sizeof msg, "hkplan: %s: no tensors", empty);
+  refused(no_tensors, msg);
+  char *unpriced[] = {HKPLAN_PATH, "--model",  model,  "--step-s",
+                      "0.1",       "--batch",  "8",    "--server",
+                      topo,        "--prices", prices, NULL};
+  snprintf(msg, sizeof msg,
+           "hkplan: the price table %s has no price for server "
+           "'a100-sxm4-8gpu-nvswitch' (add a line 'a100-sxm4-8gpu-nvswitch "
+           "<price per hour>')",
+           prices);
+  refused(unpriced, msg);
+  char gpu[320];
+  snprintf(gpu, sizeof gpu, "%s:B300", topo);
+  char *unknown_gpu[] = {HKPLAN_PATH, "--model", model,      "--step-s", "0.1",
+                         "--batch",   "8",       "--server", gpu,        NULL};
+  refused(unknown_gpu, "unknown GPU B300 (known: P100-PCIE-16GB");
+}
+
+/* hkrun --plan forwards its arguments to hkplan beside it. */
+static void through_hkrun(void **s) {
+  (void)s;
+  char *argv[] = {HKRUN_PATH, "--plan", "--help", NULL};
+  hkt_result r;
+  run(argv, NULL, &r);
+  assert_int_equal(r.exit_code, 0);
+  if (!strstr(r.out, "usage: hkplan --model"))
+    fail_msg("hkrun --plan --help printed:\n%s\n%s", r.out, r.err);
+  hkt_result_free(&r);
+}
+
+static int make_dir(void **s) {
+  (void)s;
+  return hkt_mkdtemp("test_hkplan_", dir, sizeof dir);
+}
+
+static int remove_dir(void **s) {
+  (void)s;
+  return hkt_remove_tree(dir);
+}
+
+int main(void) {
+  hkt_setup();
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(recorded_batches),
+      cmocka_unit_test(table_values),
+      cmocka_unit_test(bad_inputs),
+      cmocka_unit_test(through_hkrun),
+  };
+  return cmocka_run_group_tests(tests, make_dir, remove_dir);
+}
