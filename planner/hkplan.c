@@ -16,6 +16,7 @@
 
 #include "common/status.h"
 #include "planner/batches.h"
+#include "planner/check.h"
 #include "planner/gradset.h"
 #include "planner/plan.h"
 #include "planner/plot.h"
@@ -37,7 +38,7 @@
 
 typedef struct opts {
   const char *model, *model_dir, *config_dir, *timeline, *prices, *plot;
-  const char *batches, *measured_on, *server[MAX_SERVERS];
+  const char *batches, *check, *measured_on, *server[MAX_SERVERS];
   int nserver, counts[MAX_COUNTS], ncounts, csv, amp, batch, np;
   double nets[MAX_NETS];
   int nnets;
@@ -62,7 +63,9 @@ static int usage(FILE *f) {
           "  --timeline FILE        per-tensor ready times from an hk "
           "timeline\n"
           "  --server TOPO[:GPU]    a topology (configs/ name or file); "
-          "repeatable\n"
+          "repeatable;\n"
+          "                         cpu:N: a CPU host of N ranks (host "
+          "tensors, hk's TCP figures)\n"
           "  --servers N,N,...      server counts (default 1,2,4,8)\n"
           "  --net G[,G...]         link rates, Gbit/s (default 10,25,100)\n"
           "  --latency-us U         one step across servers (default: the "
@@ -75,12 +78,17 @@ static int usage(FILE *f) {
           "  --act-mib M            activation MiB per sample\n"
           "  --compression none|fp16  what hk sends (HK_COMPRESSION)\n"
           "  --fusion-threshold B --cycle-ms M --round-us U --inflight N\n"
+          "  --no-hierarchical      as HK_HIERARCHICAL_ALLREDUCE=0 (flat "
+          "ring across servers)\n"
           "  --samples N --deadline H --budget C   pick the cheapest meeting "
           "them\n"
           "  --csv                  CSV instead of the table\n"
           "  --plot FILE.png        throughput and cost against servers\n"
           "  --batches TIMELINE --np N   compare the simulated fusion with a "
-          "recorded run's\n");
+          "recorded run's\n"
+          "  --check TIMELINE       a finished run's measured step time "
+          "against the\n"
+          "                         prediction for it (one candidate)\n");
   return f == stderr ? 2 : 0;
 }
 
@@ -160,6 +168,8 @@ enum {
   O_PLOT,
   O_BATCHES,
   O_NP,
+  O_NOHIER,
+  O_CHECK,
   O_HELP
 };
 
@@ -178,7 +188,8 @@ static int parse(int argc, char **argv, opts *o) {
       {"inflight", 1, 0, O_INFL},     {"samples", 1, 0, O_SAMPLES},
       {"deadline", 1, 0, O_DEADLINE}, {"budget", 1, 0, O_BUDGET},
       {"csv", 0, 0, O_CSV},           {"plot", 1, 0, O_PLOT},
-      {"batches", 1, 0, O_BATCHES},   {"np", 1, 0, O_NP},
+      {"batches", 1, 0, O_BATCHES},   {"no-hierarchical", 0, 0, O_NOHIER},
+      {"check", 1, 0, O_CHECK},       {"np", 1, 0, O_NP},
       {"help", 0, 0, O_HELP},         {0, 0, 0, 0}};
   double v, counts[MAX_COUNTS];
   int c;
@@ -302,6 +313,12 @@ static int parse(int argc, char **argv, opts *o) {
     case O_BATCHES:
       o->batches = a;
       break;
+    case O_NOHIER:
+      o->job.no_hierarchical = 1;
+      break;
+    case O_CHECK:
+      o->check = a;
+      break;
     case O_NP:
       if (number(a, 1, &v) || v != floor(v) || v > 65536)
         return bad("--np wants a rank count >= 1", a);
@@ -327,8 +344,28 @@ static int fail(hk_status st) {
 }
 
 /* Loads "TOPO[:GPU]" into s: a configs/ name (NAME.xml there) or a path. */
+/* A CPU host of `ranks` ranks as hk models one without a topology
+ * (worker/algo.c): hk's TCP figures (topology/figures.h). */
+static void cpu_host(int ranks, hk_plan_server *s) {
+  s->fig = (hk_step_figures){0.0, HK_TCP_INTRA_STEP_US, HK_TCP_NET_STEP_US};
+  s->host = (hk_host_model){ranks, HK_TCP_INTRA_GBPS, 0, &s->fig};
+  snprintf(s->name, sizeof s->name, "cpu%d", ranks);
+  s->gpu = NULL;
+  s->price = -1.0;
+}
+
 static int load_server(const char *spec, const char *config_dir,
                        hk_plan_server *s) {
+  if (!strncmp(spec, "cpu:", 4)) {
+    char *end;
+    long n = strtol(spec + 4, &end, 10);
+    if (end == spec + 4 || *end || n < 1 || n > 4096) {
+      fprintf(stderr, "hkplan: server '%s': cpu:N wants 1..4096 ranks\n", spec);
+      return 1;
+    }
+    cpu_host((int)n, s);
+    return 0;
+  }
   char file[PATH_MAX], gpu[64] = "";
   snprintf(file, sizeof file, "%s", spec);
   char *colon = strrchr(file, ':');
@@ -438,14 +475,16 @@ static void money(char *buf, size_t cap, double v) {
 static void print_table(const hk_plan_row *r, size_t n, const opts *o) {
   if (o->csv) {
     printf("server,gpu,servers,gpus,net_gbit,step_ms,band_ms,exposed_ms,"
-           "efficiency_pct,samples_s,cost_per_msample,mem_gib,fits\n");
+           "efficiency_pct,samples_s,cost_per_msample,mem_gib,fits,"
+           "gpu_efficiency_pct\n");
     for (size_t i = 0; i < n; i++)
-      printf("%s,%s,%d,%d,%g,%.3f,%.3f,%.3f,%.1f,%.1f,%.4f,%.2f,%s\n",
-             r[i].server->name, r[i].server->gpu->name, r[i].hosts,
+      printf("%s,%s,%d,%d,%g,%.3f,%.3f,%.3f,%.1f,%.1f,%.4f,%.2f,%s,%.1f\n",
+             r[i].server->name,
+             r[i].server->gpu ? r[i].server->gpu->name : "CPU", r[i].hosts,
              r[i].hosts * r[i].server->host.gpus, r[i].net_gbit,
              r[i].step_s * 1e3, r[i].band_s * 1e3, r[i].exposed_s * 1e3,
              r[i].efficiency * 100, r[i].samples_s, r[i].cost_per_m,
-             r[i].mem_gib, r[i].fits ? "yes" : "no");
+             r[i].mem_gib, r[i].fits ? "yes" : "no", r[i].gpu_efficiency * 100);
     return;
   }
   printf("# %-26s %3s %4s %6s %10s %8s %9s %6s %10s %9s %9s\n", "server", "n",
@@ -491,7 +530,9 @@ static int compare_batches(const opts *o, const hk_gradset *m) {
   if (st != HK_OK)
     return fail(st);
   hk_sim_job j = o->job;
-  j.host = (hk_host_model){o->np, 3.6, 0, NULL};
+  hk_plan_server cpu;
+  cpu_host(o->np, &cpu);
+  j.host = cpu.host;
   j.hosts = 1;
   j.device = 0;
   hk_batch_cmp c;
@@ -502,6 +543,41 @@ static int compare_batches(const opts *o, const hk_gradset *m) {
   printf("batches: %u rounds, %u recorded, %u simulated the same\n", c.rounds,
          c.recorded, c.same);
   return c.same == c.recorded ? 0 : 1;
+}
+
+/* --check TIMELINE: the run's measured step against the one candidate
+ * that describes it. Exit 0 (the comparison is the output). */
+static int check_run(const opts *o, const hk_gradset *m,
+                     const hk_plan_row *rows, size_t nr) {
+  if (nr != 1) {
+    fprintf(stderr,
+            "hkplan: --check compares one run: give one --server, one "
+            "--servers count and one --net (%zu candidates)\n",
+            nr);
+    return 2;
+  }
+  hk_tl tl;
+  hk_status st = hk_tl_read(o->check, &tl);
+  if (st != HK_OK)
+    return fail(st);
+  double measured, span;
+  unsigned steps;
+  st = hk_check_step(&tl, m, &measured, &span, &steps);
+  hk_tl_free(&tl);
+  if (st != HK_OK)
+    return fail(st);
+  const hk_plan_row *r = &rows[0];
+  double err = (r->step_s - measured) / measured * 100.0;
+  printf("check: %s: measured step %.3f ms (median of %u), predicted %.3f "
+         "+- %.3f ms for %d x %s at %g Gbit/s: error %+.1f %% (%s the "
+         "band)\n",
+         o->check, measured * 1e3, steps, r->step_s * 1e3, r->band_s * 1e3,
+         r->hosts, r->server->name, r->net_gbit, err,
+         fabs(r->step_s - measured) <= r->band_s ? "inside" : "outside");
+  printf("check: exchange span (first request -> last allreduce done): "
+         "measured %.3f ms, predicted %.3f ms: error %+.1f %%\n",
+         span * 1e3, r->span_s * 1e3, (r->span_s - span) / span * 100.0);
+  return 0;
 }
 
 int main(int argc, char **argv) {
@@ -585,7 +661,10 @@ int main(int argc, char **argv) {
         goto out;
       }
     }
-    if (o.lat_us > 0) { /* NCCL's Simple figures inside, the given across */
+    if (o.lat_us > 0 && !sv[i].gpu) {
+      sv[i].fig.net_step_us = o.lat_us;
+    } else if (o.lat_us > 0) { /* NCCL's Simple figures inside, the given
+                                  across */
       sv[i].fig = (hk_step_figures){
           hk_fig_base_us(HK_FIG_RING, HK_PROTO_SIMPLE),
           hk_fig_step_us(HK_FIG_RING, HK_PROTO_SIMPLE,
@@ -608,8 +687,6 @@ int main(int argc, char **argv) {
     memcpy(o.nets, d, sizeof d);
     o.nnets = 3;
   }
-  o.job.device = 1;
-  o.job.pack_gbps = sv[0].gpu->mem_gbps;
   hk_plan_input in = {.bytes = bytes,
                       .ready_frac = frac,
                       .n = (unsigned)n,
@@ -633,7 +710,6 @@ int main(int argc, char **argv) {
       for (int c = 0; c < o.ncounts; c++) {
         if (o.counts[c] == 1 && net > 0)
           continue; /* one server uses no network */
-        in.job.pack_gbps = sv[s].gpu->mem_gbps;
         hk_status st = hk_plan_eval(&in, &sv[s], o.counts[c], o.nets[net],
                                     o.link_eff, &rows[nr]);
         if (st != HK_OK) {
@@ -642,6 +718,10 @@ int main(int argc, char **argv) {
         }
         nr++;
       }
+  if (o.check) {
+    rc = check_run(&o, &m, rows, nr);
+    goto out;
+  }
   if (o.plot) {
     hk_status st = hk_plan_plot(rows, nr, o.plot);
     if (st != HK_OK)

@@ -19,6 +19,10 @@ static hk_status exchange(const hk_plan_input *in, const hk_plan_server *s,
     t[i] = (hk_sim_tensor){in->bytes[i], in->ready_frac[i] * bwd_s};
   hk_sim_job j = in->job;
   j.host = s->host;
+  j.device = s->gpu != NULL;
+  /* the fusion buffer's copies: the GPU's memory, or a host's (~10 GB/s,
+   * common/config.c's HK_FUSION_DIRECT_BYTES note) */
+  j.pack_gbps = s->gpu ? s->gpu->mem_gbps : 10.0;
   j.hosts = hosts;
   j.net_gbit = net_gbit;
   if (j.round_us < 0) /* request and answer at hk's step latencies
@@ -36,7 +40,7 @@ hk_status hk_plan_eval(const hk_plan_input *in, const hk_plan_server *s,
   row->server = s;
   row->hosts = hosts;
   row->net_gbit = net_gbit;
-  const int scaled = in->measured_on && in->measured_on != s->gpu;
+  const int scaled = in->measured_on && s->gpu && in->measured_on != s->gpu;
   double c = in->step_s;
   if (scaled)
     c *= hk_gpu_tflops(in->measured_on, in->amp) /
@@ -55,8 +59,13 @@ hk_status hk_plan_eval(const hk_plan_input *in, const hk_plan_server *s,
   row->exposed_s = r.end_s > bwd ? r.end_s - bwd : 0.0;
   row->busy_s = r.busy_s;
   row->step_s = c + row->exposed_s;
+  double first = 1.0;
+  for (unsigned i = 0; i < in->n; i++)
+    first = in->ready_frac[i] < first ? in->ready_frac[i] : first;
+  row->span_s = (r.end_s > bwd ? r.end_s : bwd) - first * bwd;
   row->step1_s = c + (r1.end_s > bwd ? r1.end_s - bwd : 0.0);
   row->efficiency = row->step1_s / row->step_s;
+  row->gpu_efficiency = c / row->step_s;
   row->batches = r.nbatches;
   row->rounds = r.rounds;
   row->band_s = 0.10 * r.busy_s + (scaled ? 0.12 : 0.05) * c;
@@ -73,7 +82,7 @@ hk_status hk_plan_eval(const hk_plan_input *in, const hk_plan_server *s,
   row->mem_gib = ((double)in->params * per_param + (double)fusion) /
                      (1024.0 * 1024 * 1024) +
                  in->act_mib * in->batch / 1024.0;
-  row->fits = row->mem_gib <= s->gpu->mem_gib;
+  row->fits = !s->gpu || row->mem_gib <= s->gpu->mem_gib;
   hk_sim_result_free(&r);
   hk_sim_result_free(&r1);
   return HK_OK;

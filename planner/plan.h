@@ -48,11 +48,12 @@ typedef struct hk_plan_input {
 
 /** One server type. */
 typedef struct hk_plan_server {
-  char name[128]; /* topology base name */
-  const hk_gpu_spec *gpu;
-  hk_host_model host;  /* all its GPUs; host.fig NULL or &fig */
-  hk_step_figures fig; /* --latency-us's figures */
-  double price;        /* per hour, or < 0: none given */
+  char name[128];         /* topology base name */
+  const hk_gpu_spec *gpu; /* NULL: a CPU host (host tensors, no
+                             memory bound, no rate scaling) */
+  hk_host_model host;     /* all its GPUs; host.fig NULL or &fig */
+  hk_step_figures fig;    /* --latency-us's figures */
+  double price;           /* per hour, or < 0: none given */
 } hk_plan_server;
 
 typedef struct hk_plan_row {
@@ -60,8 +61,12 @@ typedef struct hk_plan_row {
   int hosts;
   double net_gbit; /* the link rate as given */
   double compute_s, step_s, band_s, exposed_s, busy_s;
-  double step1_s;    /* the same on one server */
-  double efficiency; /* step1_s / step_s */
+  double step1_s;        /* the same on one server */
+  double span_s;         /* first gradient ready -> exchange done (or backward
+                            done, if later) */
+  double efficiency;     /* step1_s / step_s */
+  double gpu_efficiency; /* compute_s / step_s: against one GPU (rank)
+                           alone, which exchanges nothing */
   double samples_s;
   double cost_per_m; /* < 0: no price */
   double mem_gib;

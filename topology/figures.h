@@ -75,6 +75,17 @@ double hk_fig_sys_gbps(const char *arch, const char *vendor, int family,
 #define HK_FIG_PCI_HOP_US 1.0
 #define HK_FIG_SYS_HOP_US 1.0
 
+/* hk's TCP collectives, measured on the reference machine
+ * (bench/peers/results/limits.txt): a step between two ranks of one
+ * host costs a loopback half round trip, 16.3 us; loopback TCP moves
+ * 3.6 GB/s one way. A step across hosts: the half round trip measured on
+ * the namespace bed (bench/netbed_bench.sh), 30 us, close to what kernel
+ * TCP over 10 GbE gives. hk's collectives start when negotiation ends,
+ * which costs every algorithm the same: no per-call term. */
+#define HK_TCP_INTRA_STEP_US 16.3
+#define HK_TCP_NET_STEP_US 30.0
+#define HK_TCP_INTRA_GBPS 3.6
+
 typedef enum hk_fig_proto { HK_PROTO_LL = 0, HK_PROTO_SIMPLE = 1 } hk_fig_proto;
 typedef enum hk_fig_hw {
   HK_HW_NVLINK = 0,

@@ -10,18 +10,10 @@
 #include "collectives/allreduce.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "topology/figures.h"
 #include "topology/topo.h"
 
-/* hk's TCP collectives, measured on the reference machine
- * (bench/peers/results/limits.txt): a step between two ranks of one
- * host costs a loopback half round trip, 16.3 us; loopback TCP moves
- * 3.6 GB/s one way. A step across hosts: the half round trip measured on
- * the namespace bed (bench/netbed_bench.sh), 30 us, close to what kernel
- * TCP over 10 GbE gives. hk's collectives start when negotiation ends,
- * which costs every algorithm the same: no per-call term. */
-#define HK_TCP_INTRA_STEP_US 16.3
-#define HK_TCP_NET_STEP_US 30.0
-#define HK_TCP_INTRA_GBPS 3.6
+/* hk's TCP collectives' figures (HK_TCP_*): topology/figures.h. */
 
 /* A job on one host over shared memory (worker/intra.h): the flat ring is
  * the shm engine (collectives/shm_group.h: one synchronisation up to 1 MiB

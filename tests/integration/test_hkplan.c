@@ -112,11 +112,57 @@ static void table_values(void **s) {
   double mem = (params * 16 + (a + b)) / (1024.0 * 1024 * 1024) + 800 / 1024.0;
   char want[512];
   snprintf(want, sizeof want,
-           "one,T4,2,2,10,%.3f,%.3f,%.3f,%.1f,%.1f,%.4f,%.2f,yes\n", step * 1e3,
-           band * 1e3, exposed * 1e3, step1 / step * 100, sps, cost, mem);
+           "one,T4,2,2,10,%.3f,%.3f,%.3f,%.1f,%.1f,%.4f,%.2f,yes,%.1f\n",
+           step * 1e3, band * 1e3, exposed * 1e3, step1 / step * 100, sps, cost,
+           mem, 0.1 / step * 100);
   if (!strstr(r.out, want))
     fail_msg("expected the row\n%sin\n%s", want, r.out);
   assert_int_equal(hkt_count_lines(r.out, ","), 2); /* header and row */
+  hkt_result_free(&r);
+}
+
+/* --check on a timeline written here: steps start at 0, 10, 30 and 60 ms
+ * (the first request of each); the intervals 10, 20, 30 ms lose the first
+ * (the warm-up) and their median is 25 ms; each step's exchange ends 4 ms
+ * after its start (2 ms in the first), so the span's median (over the
+ * same steps) is 4 ms. The prediction for one CPU rank: 5 ms of compute,
+ * a round of 32.6 µs and nothing to exchange. */
+static void check_measured(void **s) {
+  (void)s;
+  char model[300], tl[300], text[4096] = "[\n";
+  put("m.tsv", "a\t1000\nb\t10\n", model, sizeof model);
+  const double t0[4] = {0, 10000, 30000, 60000};
+  for (int k = 0; k < 4; k++)
+    for (int i = 0; i < 2; i++) {
+      const char *name = i ? "a" : "b";
+      double at = t0[k] + i * 500, end = t0[k] + (k ? 4000 : 2000);
+      snprintf(text + strlen(text), sizeof text - strlen(text),
+               "{\"name\":\"NEGOTIATE\",\"cat\":\"hk\",\"ph\":\"X\","
+               "\"pid\":0,\"tid\":%d,\"ts\":%.3f,\"dur\":100.000,"
+               "\"args\":{\"tensor\":\"%s\",\"response\":0}},\n"
+               "{\"name\":\"ALLREDUCE\",\"cat\":\"hk\",\"ph\":\"X\","
+               "\"pid\":0,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,"
+               "\"args\":{\"tensor\":\"%s\",\"fused_tensors\":1,"
+               "\"bytes\":4}},\n",
+               i + 1, at, name, i + 1, end - 1000, 1000.0, name);
+    }
+  strcat(text, "{}]\n");
+  put("check.json", text, tl, sizeof tl);
+  char *argv[] = {HKPLAN_PATH, "--model", model,      "--step-s", "0.005",
+                  "--batch",   "1",       "--server", "cpu:1",    "--servers",
+                  "1",         "--check", tl,         NULL};
+  hkt_result r;
+  run(argv, NULL, &r);
+  char want[1024];
+  snprintf(want, sizeof want,
+           "check: %s: measured step 25.000 ms (median of 2), predicted "
+           "5.033 +- 0.250 ms for 1 x cpu1 at 10 Gbit/s: error -79.9 %% "
+           "(outside the band)\n"
+           "check: exchange span (first request -> last allreduce done): "
+           "measured 4.000 ms, predicted ",
+           tl);
+  if (r.exit_code != 0 || !strstr(r.out, want))
+    fail_msg("expected\n%s\nin\n%s\n%s", want, r.out, r.err);
   hkt_result_free(&r);
 }
 
@@ -187,9 +233,8 @@ static int remove_dir(void **s) {
 int main(void) {
   hkt_setup();
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(recorded_batches),
-      cmocka_unit_test(table_values),
-      cmocka_unit_test(bad_inputs),
+      cmocka_unit_test(recorded_batches), cmocka_unit_test(table_values),
+      cmocka_unit_test(check_measured),   cmocka_unit_test(bad_inputs),
       cmocka_unit_test(through_hkrun),
   };
   return cmocka_run_group_tests(tests, make_dir, remove_dir);
