@@ -17,6 +17,7 @@
 
 typedef struct replay {
   const hk_gradset *m;
+  double compute_s; /* --compute-ms / 1000: the synthetic backward pass */
   hk_dtype dtype;
   hk_op op;
   size_t esize;
@@ -49,8 +50,14 @@ static double step(replay *r, double *ring, step_counts *sc) {
   double busy0 = hkb_ring_busy();
   hk_negotiation_counts c0 = hkb_counts();
   double t0 = hkb_now();
+  size_t covered = 0;
   for (size_t k = m->ntensors; k-- > 0;) {
     void *p = base + r->off[k];
+    /* the synthetic backward pass: tensor k's gradient is ready when the
+     * pass has covered its parameters (hkplan's default spread) */
+    covered += m->tensors[k].count;
+    if (r->compute_s > 0)
+      hkb_sleep_until(t0 + r->compute_s * (double)covered / (double)m->total);
     hk_status st =
         hk_allreduce_async(m->tensors[k].name, p, p, m->tensors[k].count,
                            r->dtype, r->op, &r->h[k]);
@@ -114,6 +121,7 @@ static summary summarize(double *v, int n, const char *what) {
 static void setup(replay *r, const hkb_opts *o, const hk_gradset *m) {
   memset(r, 0, sizeof *r);
   r->m = m;
+  r->compute_s = o->compute_ms / 1000.0;
   r->dtype = o->types[0]; /* options.c: one of each with --model */
   r->op = o->ops[0];
   r->esize = hk_dtype_size(r->dtype);

@@ -83,7 +83,11 @@ static void usage(FILE *f) {
           "bandwidth vs a device copy\n"
           "model: --model replays a gradient set (default -n 10 -w 2, "
           "float32 average);\n"
-          "       --model-dir DIR (default %s)\n",
+          "       --model-dir DIR (default %s)\n"
+          "       --compute-ms MS  a synthetic backward pass: tensor k is "
+          "submitted when\n"
+          "          MS x (parameters up to k) / (all parameters) ms of the "
+          "step have passed\n",
           default_model_dir());
 }
 
@@ -164,7 +168,8 @@ int hkb_parse_options(int argc, char **argv, hkb_opts *o) {
     OPT_MODEL,
     OPT_MODEL_DIR,
     OPT_DEVICE,
-    OPT_KERNELS
+    OPT_KERNELS,
+    OPT_COMPUTE
   };
   static const struct option longopts[] = {
       {"csv", required_argument, 0, OPT_CSV},
@@ -173,6 +178,7 @@ int hkb_parse_options(int argc, char **argv, hkb_opts *o) {
       {"model-dir", required_argument, 0, OPT_MODEL_DIR},
       {"device", required_argument, 0, OPT_DEVICE},
       {"kernels", no_argument, 0, OPT_KERNELS},
+      {"compute-ms", required_argument, 0, OPT_COMPUTE},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   int opt, ok = 1;
@@ -217,6 +223,9 @@ int hkb_parse_options(int argc, char **argv, hkb_opts *o) {
       break;
     case OPT_MODEL_DIR:
       o->model_dir = optarg;
+      break;
+    case OPT_COMPUTE:
+      ok = parse_int(optarg, 0, &o->compute_ms);
       break;
     case OPT_DEVICE:
       ok = !strcmp(optarg, "gpu") || !strcmp(optarg, "host");

@@ -30,6 +30,8 @@ typedef struct hkb_opts {
   const char *model_dir; /* --model-dir, default HKB_MODEL_DIR */
   int device;            /* --device gpu: buffers in device memory */
   int kernels;           /* --kernels: the pack/unpack bandwidth table */
+  int compute_ms;        /* --compute-ms: a synthetic backward pass of this
+                            many ms per step (model replay), 0: none */
 } hkb_opts;
 
 /**

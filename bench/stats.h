@@ -15,6 +15,10 @@
 /** Seconds on CLOCK_MONOTONIC (the clock hk's background thread uses). */
 double hkb_now(void);
 
+/** Sleeps until hkb_now() reaches t (seconds; at once if it has): a
+ *  synthetic compute phase (hkbench --compute-ms). */
+void hkb_sleep_until(double t);
+
 /** Median of v[0..n) (mean of the middle two when n is even); sorts v.
  *  0 for n == 0. */
 double hkb_median(double *v, int n);

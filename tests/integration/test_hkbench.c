@@ -191,6 +191,28 @@ static void test_model(void **s) {
   hkt_result_free(&r);
 }
 
+/* --compute-ms 400: a synthetic backward pass of 400 ms a step, so no
+ * step (the max over ranks) is shorter, whatever the exchange, and the
+ * median step is at least 400 ms; the results are still right. */
+static void test_model_compute(void **s) {
+  (void)s;
+  char *argv[] = {HKRUN_PATH,     "-np", "2", HKBENCH_PATH, "--model",
+                  "mobilenet_v2", "-n",  "2", "-w",         "0",
+                  "--compute-ms", "400", NULL};
+  hkt_result r;
+  run_ok(argv, 120, &r);
+  const char *row = strstr(r.out, " step ");
+  double med = 0, min = 0;
+  if (!row || sscanf(row, " step %lf %lf", &med, &min) != 2)
+    fail_msg("no step row in:\n%s", r.out);
+  if (!(min >= 400.0 && med >= 400.0))
+    fail_msg("steps of %.2f (median) and %.2f ms (min) with a 400 ms "
+             "backward pass:\n%s",
+             med, min, r.out);
+  assert_string_equal(last_token(r.out, "step"), "0");
+  hkt_result_free(&r);
+}
+
 static void test_model_list(void **s) {
   (void)s;
   char *argv[] = {HKBENCH_PATH, "--model", "list", NULL};
@@ -243,6 +265,7 @@ int main(void) {
       cmocka_unit_test(test_all_types_ops_raw),
       cmocka_unit_test(test_device_sweep_and_kernels),
       cmocka_unit_test(test_model),
+      cmocka_unit_test(test_model_compute),
       cmocka_unit_test(test_model_list),
       cmocka_unit_test(test_model_malformed),
       cmocka_unit_test(test_bool_refused),
