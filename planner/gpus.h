@@ -15,6 +15,8 @@ typedef struct hk_gpu_spec {
                          topology file when --gpu is not given; 0: never
                          inferred (another entry owns the capability) */
   double fp32_tflops; /* dense FP32 (no tensor cores), TFLOP/s */
+  double tf32_tflops; /* dense TF32 tensor-core rate, TFLOP/s; 0: none
+                         (before Ampere) */
   double fp16_tflops; /* dense FP16 tensor-core rate with FP32
                          accumulation (what mixed-precision training
                          uses), TFLOP/s */
@@ -28,8 +30,10 @@ const hk_gpu_spec *hk_gpu_find(const char *name);
 /** The entry inferred from compute capability sm (x10), or NULL. */
 const hk_gpu_spec *hk_gpu_by_sm(int sm);
 
-/** The peak rate of g at the precision (amp 1: FP16 tensor, 0: FP32),
- *  TFLOP/s. */
+/** The peak rate of g at the precision, TFLOP/s: amp 1, the FP16 tensor
+ *  rate; amp 0 (FP32 training), the TF32 tensor rate where the GPU has one
+ *  (PyTorch runs FP32 convolutions in TF32 by default there:
+ *  torch.backends.cudnn.allow_tf32), else the FP32 rate. */
 double hk_gpu_tflops(const hk_gpu_spec *g, int amp);
 
 /** Writes the known names, ", "-separated, into buf (cap bytes, cut to

@@ -493,13 +493,15 @@ static void print_table(const hk_plan_row *r, size_t n, const opts *o) {
   for (size_t i = 0; i < n; i++) {
     char c[32];
     money(c, sizeof c, r[i].cost_per_m);
-    printf("%3zu %-26.26s %3d %4d %6g %10.2f %8.2f %9.2f %6.1f %10.1f %9s "
+    char net[16] = "-"; /* one server uses no network */
+    if (r[i].hosts > 1)
+      snprintf(net, sizeof net, "%g", r[i].net_gbit);
+    printf("%3zu %-26.26s %3d %4d %6s %10.2f %8.2f %9.2f %6.1f %10.1f %9s "
            "%6.1f%s\n",
            i + 1, r[i].server->name, r[i].hosts,
-           r[i].hosts * r[i].server->host.gpus, r[i].net_gbit,
-           r[i].step_s * 1e3, r[i].band_s * 1e3, r[i].exposed_s * 1e3,
-           r[i].efficiency * 100, r[i].samples_s, c, r[i].mem_gib,
-           r[i].fits ? "" : " (does not fit)");
+           r[i].hosts * r[i].server->host.gpus, net, r[i].step_s * 1e3,
+           r[i].band_s * 1e3, r[i].exposed_s * 1e3, r[i].efficiency * 100,
+           r[i].samples_s, c, r[i].mem_gib, r[i].fits ? "" : " (does not fit)");
   }
 }
 

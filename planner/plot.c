@@ -42,9 +42,9 @@ static int write_data(FILE *f, const hk_plan_row *rows, size_t n,
       continue;
     snprintf(titles[b], 160, "%s, %g Gbit/s", rows[i].server->name,
              rows[i].net_gbit);
-    for (size_t k = i; k < n; k++)
+    for (size_t k = 0; k < n; k++) /* one server: on every line */
       if (rows[k].server == rows[i].server &&
-          rows[k].net_gbit == rows[i].net_gbit)
+          (rows[k].net_gbit == rows[i].net_gbit || rows[k].hosts == 1))
         fprintf(f, "%d %.6g %.6g\n", rows[k].hosts, rows[k].samples_s,
                 rows[k].cost_per_m < 0 ? 0 : rows[k].cost_per_m);
     fprintf(f, "\n\n");
