@@ -166,6 +166,64 @@ static void check_measured(void **s) {
   hkt_result_free(&r);
 }
 
+/* --samples/--deadline/--budget on the fixed input of table_values at 1
+ * and 2 servers: one server (0.1000326 s a step, 8 samples) needs 3.47 h
+ * for a million samples at 12.50 a million; two need 1.89 h at 13.62. A
+ * 3 h deadline takes the two, a 4 h one the cheaper one, a budget of 10
+ * neither. */
+static void pick(void **s) {
+  (void)s;
+  char model[300], topo[300], prices[300], server[320];
+  put("m.tsv", "a\t2500000\nb\t3\n", model, sizeof model);
+  put("one.txt",
+      "\tGPU0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
+      "GPU0\t X \t0-7\t0\t\tN/A\n",
+      topo, sizeof topo);
+  put("prices.tsv", "one 3.6\n", prices, sizeof prices);
+  snprintf(server, sizeof server, "%s:T4", topo);
+  const char *limit[][3] = {{"--deadline", "3",
+                             "pick: 2 x one on 10 Gbit/s: 1.89 h for 1000000 "
+                             "samples, cost 13.62\n"},
+                            {"--deadline", "4",
+                             "pick: 1 x one on 10 Gbit/s: 3.47 h for 1000000 "
+                             "samples, cost 12.50\n"},
+                            {"--budget", "10",
+                             "pick: no candidate meets the budget (and fits in "
+                             "memory)\n"}};
+  for (int i = 0; i < 3; i++) {
+    char *argv[] = {HKPLAN_PATH,
+                    "--model",
+                    model,
+                    "--step-s",
+                    "0.1",
+                    "--bwd-frac",
+                    "0.5",
+                    "--batch",
+                    "8",
+                    "--server",
+                    server,
+                    "--servers",
+                    "1,2",
+                    "--net",
+                    "10",
+                    "--latency-us",
+                    "30",
+                    "--prices",
+                    prices,
+                    "--samples",
+                    "1e6",
+                    (char *)limit[i][0],
+                    (char *)limit[i][1],
+                    NULL};
+    hkt_result r;
+    run(argv, NULL, &r);
+    if (r.exit_code != 0 || !strstr(r.out, limit[i][2]))
+      fail_msg("%s %s: expected '%s' in:\n%s\n%s", limit[i][0], limit[i][1],
+               limit[i][2], r.out, r.err);
+    hkt_result_free(&r);
+  }
+}
+
 /* A bad input: exit status 1 and `want` on stderr. */
 static void refused(char *const argv[], const char *want) {
   hkt_result r;
@@ -234,8 +292,8 @@ int main(void) {
   hkt_setup();
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(recorded_batches), cmocka_unit_test(table_values),
-      cmocka_unit_test(check_measured),   cmocka_unit_test(bad_inputs),
-      cmocka_unit_test(through_hkrun),
+      cmocka_unit_test(check_measured),   cmocka_unit_test(pick),
+      cmocka_unit_test(bad_inputs),       cmocka_unit_test(through_hkrun),
   };
   return cmocka_run_group_tests(tests, make_dir, remove_dir);
 }

@@ -85,7 +85,7 @@ layout)
   prefix=$1 source=$2
   lib=$(dirname "$(find "$prefix" -name 'libhk.so.0.*' -type f | head -1)")
   [ -d "$lib" ] || fail "no libhk.so.0.* under $prefix"
-  for f in include/hk/hk.h bin/hkrun bin/hktopo bin/hkbench \
+  for f in include/hk/hk.h bin/hkrun bin/hktopo bin/hkplan bin/hkbench \
            share/hk/configs/v100-sxm2-8gpu-dgx1.xml \
            share/hk/models/resnet50.tsv; do
     [ -e "$prefix/$f" ] || fail "$f is not installed"
@@ -129,7 +129,7 @@ layout)
   # nothing installed carries an RPATH; the tools run without
   # LD_LIBRARY_PATH from any prefix
   for f in "$lib/$real" "$prefix/bin/hkrun" "$prefix/bin/hktopo" \
-           "$prefix/bin/hkbench"; do
+           "$prefix/bin/hkplan" "$prefix/bin/hkbench"; do
     d=$(dynamic "$f")
     if grep -qE 'RPATH|RUNPATH' <<<"$d"; then
       fail "$f has an RPATH: $(grep -E 'RPATH|RUNPATH' <<<"$d")"
@@ -152,6 +152,13 @@ layout)
     "$prefix/share/hk/configs/v100-sxm2-8gpu-dgx1.xml") ||
     fail "installed hktopo failed"
   grep -q "ring 0:" <<<"$out" || fail "installed hktopo: $out"
+  # hkplan finds the installed models and configs by name, and hkrun --plan
+  # runs it
+  out=$(env -u LD_LIBRARY_PATH "$prefix/bin/hkrun" --plan --model resnet50 \
+    --step-s 0.1 --batch 8 --server t4-4gpu-pcie-2socket --servers 1) ||
+    fail "installed hkrun --plan failed"
+  grep -q "^  1 t4-4gpu-pcie-2socket " <<<"$out" ||
+    fail "installed hkplan: $out"
   out=$(env -u LD_LIBRARY_PATH "$prefix/bin/hkbench" --model list) ||
     fail "installed hkbench --model list failed"
   grep -q resnet50 <<<"$out" ||
