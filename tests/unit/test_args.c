@@ -380,6 +380,12 @@ static void test_tunable_flags(void **state) {
   const char *topo0[] = {"--topology", NULL};
   assert_int_equal(parse(topo0, &a, err, sizeof err, argv), 0);
   assert_null(a.topology);
+  /* --plan: everything after it is hkplan's (argv[0] is "hkrun") */
+  const char *plan[] = {"--plan", "--model", "resnet50", "-np", NULL};
+  assert_int_equal(parse(plan, &a, err, sizeof err, argv), 0);
+  assert_int_equal(a.action, HKRUN_PLAN);
+  assert_string_equal(argv[a.plan_argi], "--model");
+  assert_string_equal(argv[a.plan_argi + 2], "-np");
   /* the flight recorder's commands (launcher/dump.h, diagnose.h) */
   const char *dump[] = {"--dump", "4242", NULL};
   assert_int_equal(parse(dump, &a, err, sizeof err, argv), 0);
