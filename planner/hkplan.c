@@ -76,7 +76,7 @@ static int usage(FILE *f) {
           "(configs/prices.tsv)\n"
           "  --optimizer sgd|momentum|adam   (default adam)\n"
           "  --act-mib M            activation MiB per sample\n"
-          "  --compression none|fp16  what hk sends (HK_COMPRESSION)\n"
+          "  --compression none|fp16|bf16  what hk sends (HK_COMPRESSION)\n"
           "  --fusion-threshold B --cycle-ms M --round-us U --inflight N\n"
           "  --no-hierarchical      as HK_HIERARCHICAL_ALLREDUCE=0 (flat "
           "ring across servers)\n"
@@ -269,8 +269,8 @@ static int parse(int argc, char **argv, opts *o) {
         return bad("--act-mib wants MiB >= 0", a);
       break;
     case O_COMP:
-      if (strcmp(a, "none") && strcmp(a, "fp16"))
-        return bad("--compression wants none or fp16", a);
+      if (strcmp(a, "none") && strcmp(a, "fp16") && strcmp(a, "bf16"))
+        return bad("--compression wants none, fp16 or bf16", a);
       o->compression = a;
       break;
     case O_THRESH:
@@ -612,8 +612,8 @@ int main(int argc, char **argv) {
   if (hk_gradset_load("hkplan", o.model, o.model_dir ? o.model_dir : models,
                       &m) != 0)
     return 1;
-  if (o.compression && !strcmp(o.compression, "fp16"))
-    o.job.dtype = HK_FLOAT16;
+  if (o.compression && strcmp(o.compression, "none"))
+    o.job.wire_ratio = 0.5; /* float32 gradients sent in 16 bits */
   if (o.batches) {
     if (o.job.round_us < 0)
       o.job.round_us = 0;
@@ -676,7 +676,7 @@ int main(int argc, char **argv) {
     }
   }
   for (size_t k = 0; k < n; k++)
-    bytes[k] = m.tensors[n - 1 - k].count * (o.job.dtype == HK_FLOAT16 ? 2 : 4);
+    bytes[k] = m.tensors[n - 1 - k].count * 4; /* float32 */
   if (ready_fracs(&o, &m, frac))
     goto out;
   if (o.ncounts == 0) {
@@ -731,9 +731,11 @@ int main(int argc, char **argv) {
   }
   qsort(rows, nr, sizeof *rows, by_cost);
   if (!o.csv)
-    printf("# %s: %zu tensors, %zu parameters, %s gradients; %.4g s per step "
+    printf("# %s: %zu tensors, %zu parameters, %s; %.4g s per step "
            "at batch %d%s%s%s\n",
-           m.label, n, m.total, o.job.dtype == HK_FLOAT16 ? "fp16" : "fp32",
+           m.label, n, m.total,
+           o.job.wire_ratio > 0 ? "fp32 gradients sent as 16-bit"
+                                : "fp32 gradients",
            o.step_s, o.batch, on ? " on " : "", on ? on->name : "",
            o.amp ? ", mixed precision" : "");
   print_table(rows, nr, &o);

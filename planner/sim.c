@@ -223,7 +223,9 @@ hk_status hk_sim_step(const hk_sim_job *j, const hk_sim_tensor *t, uint32_t n,
       const hk_allreduce_impl *impl = hk_allreduce_for(
           &env, j->device ? HK_MEM_DEVICE : HK_MEM_HOST, bytes[pos[starts[b]]]);
       double us;
-      st = hk_sim_batch_us(&env, j, impl, B->bytes, &us);
+      const double wire = j->wire_ratio > 0 ? j->wire_ratio : 1.0;
+      st = hk_sim_batch_us(&env, j, impl, (size_t)((double)B->bytes * wire),
+                           &us);
       double s = us * 1e-6 + (B->n > 1 ? 2.0 * (double)B->bytes / pack_bps : 0);
       B->impl = impl->name;
       B->round = out->rounds;

@@ -52,12 +52,18 @@ typedef struct hk_sim_job {
   double pack_gbps;    /* fusion buffer copies, GB/s */
   double pcie_gbps;    /* device<->host staging copies (the staged
                           schedule), GB/s */
-  uint8_t dtype;       /* hk_dtype of every gradient (what is sent) */
+  uint8_t dtype;       /* hk_dtype of every gradient */
+  double wire_ratio;   /* bytes sent per gradient byte: 1, or 0.5 when
+                          HK_COMPRESSION packs float32 device gradients
+                          into 16 bits (the choice of implementation and
+                          the fusion plan count the gradients' own bytes,
+                          as the worker does; the collective's time the
+                          bytes sent); 0 counts as 1 */
 } hk_sim_job;
 
 /** One tensor of the step. */
 typedef struct hk_sim_tensor {
-  size_t bytes;   /* as sent (after compression) */
+  size_t bytes;   /* the gradient's own (count x element size) */
   double ready_s; /* from the backward pass's start */
 } hk_sim_tensor;
 

@@ -122,6 +122,17 @@ static void step_by_hand(void **state) {
   assert_float_equal(r.busy_s, rd2_us(4000) * 1e-6 + bc, 1e-12);
   hk_sim_result_free(&r);
 
+  /* 16-bit on the wire (HK_COMPRESSION): the same batches (planned by the
+   * gradients' own bytes), half the bytes sent */
+  j.wire_ratio = 0.5;
+  assert_int_equal(hk_sim_step(&j, t, 3, &r), HK_OK);
+  assert_int_equal(r.nbatches, 2);
+  assert_int_equal(r.batches[1].bytes, 4000);
+  assert_float_equal(r.batches[0].end_s, 0.001 + 50e-6 + rd2_us(2000) * 1e-6,
+                     1e-12);
+  hk_sim_result_free(&r);
+  j.wire_ratio = 1.0;
+
   /* a threshold below b + c: they run apart */
   j.threshold = 3000;
   assert_int_equal(hk_sim_step(&j, t, 3, &r), HK_OK);
