@@ -67,6 +67,8 @@ static int load_all(const char *dir) {
     size_t len = strlen(e->d_name);
     if (len > 3 && strcmp(e->d_name + len - 3, ".md") == 0)
       continue; /* configs/README.md */
+    if (len > 4 && strcmp(e->d_name + len - 4, ".tsv") == 0)
+      continue; /* configs/prices.tsv: hkplan's price table */
     char *text;
     assert_int_equal(hk_topo_read_file(path, &text, &len), HK_OK);
     hk_topo *t = NULL;
