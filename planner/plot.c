@@ -29,7 +29,8 @@ static int have_gnuplot(void) {
   return 0;
 }
 
-/* The data: one block per (server, network), "servers samples/s cost". */
+/* The data: one block per (server, network), "servers samples/s cost";
+ * at most 64 blocks, their titles into titles[64]. */
 static int write_data(FILE *f, const hk_plan_row *rows, size_t n,
                       char titles[][160], int *nblocks) {
   int b = 0;
@@ -67,22 +68,25 @@ hk_status hk_plan_plot(const hk_plan_row *rows, size_t n, const char *png) {
   char data[64], script[64];
   snprintf(data, sizeof data, "%s/data", dir);
   snprintf(script, sizeof script, "%s/plot.gp", dir);
-  static char titles[64][160];
+  char(*titles)[160] = malloc(64 * sizeof *titles);
   int nb = 0;
   hk_status st = HK_OK;
-  FILE *f = fopen(data, "w");
+  FILE *f = titles ? fopen(data, "w") : NULL;
   FILE *g = f ? fopen(script, "w") : NULL;
   if (!f || !g || write_data(f, rows, n, titles, &nb) != 0)
     st = hk_fail(HK_ERR_SYSTEM, "--plot: cannot write %s", dir);
+  int priced = 0; /* without prices, the throughput alone */
+  for (size_t i = 0; i < n; i++)
+    priced |= rows[i].cost_per_m >= 0;
   if (st == HK_OK) {
     fprintf(g,
-            "set terminal pngcairo size 1200,500 noenhanced\n"
+            "set terminal pngcairo size %d,500 noenhanced\n"
             "set output '%s'\n"
-            "set multiplot layout 1,2\n"
+            "set multiplot layout 1,%d\n"
             "set xlabel 'servers'\nset grid\nset key top left\n"
             "set ylabel 'samples/s'\nset title 'throughput'\n",
-            png);
-    for (int pass = 0; pass < 2; pass++) {
+            priced ? 1200 : 600, png, priced ? 2 : 1);
+    for (int pass = 0; pass < 1 + priced; pass++) {
       if (pass == 1)
         fprintf(g, "set ylabel 'cost per million samples'\n"
                    "set title 'cost'\n");
@@ -108,6 +112,7 @@ hk_status hk_plan_plot(const hk_plan_row *rows, size_t n, const char *png) {
     else if (waitpid(pid, &ws, 0) < 0 || !WIFEXITED(ws) || WEXITSTATUS(ws) != 0)
       st = hk_fail(HK_ERR_SYSTEM, "--plot: gnuplot failed (status %d)", ws);
   }
+  free(titles);
   unlink(data);
   unlink(script);
   rmdir(dir);

@@ -36,6 +36,7 @@ hk_status hk_prices_load(const char *path, hk_prices *out);
  */
 hk_status hk_prices_get(const hk_prices *p, const char *name, double *out);
 
+/** Frees what hk_prices_load allocated; a zeroed table is fine. */
 void hk_prices_free(hk_prices *p);
 
 #endif

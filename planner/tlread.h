@@ -36,6 +36,7 @@ typedef struct hk_tl {
  */
 hk_status hk_tl_read(const char *path, hk_tl *out);
 
+/** Frees what hk_tl_read allocated; a zeroed one is fine. */
 void hk_tl_free(hk_tl *t);
 
 #endif

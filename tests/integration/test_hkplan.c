@@ -266,6 +266,43 @@ static void bad_inputs(void **s) {
   refused(unknown_gpu, "unknown GPU B300 (known: P100-PCIE-16GB");
 }
 
+/* --plot FILE.png: a PNG through gnuplot; with no gnuplot on PATH, the
+ * table all the same and the reason on stderr. */
+static void plot(void **s) {
+  (void)s;
+  char png[300];
+  snprintf(png, sizeof png, "%s/plan.png", dir);
+  for (int with = 1; with >= 0; with--) {
+    char *argv[] = {HKPLAN_PATH, "--model",  "resnet50",
+                    "--step-s",  "0.1",      "--batch",
+                    "8",         "--server", "t4-4gpu-pcie-2socket",
+                    "--servers", "1,2",      "--net",
+                    "10",        "--plot",   png,
+                    NULL};
+    char *no_path[] = {"PATH=/nonexistent", NULL};
+    hkt_result r;
+    unlink(png);
+    run(argv, with ? NULL : no_path, &r);
+    assert_int_equal(r.exit_code, 0);
+    assert_non_null(strstr(r.out, "  2 t4-4gpu-pcie-2socket "));
+    FILE *f = fopen(png, "rb");
+    unsigned char magic[8] = {0};
+    size_t got = f ? fread(magic, 1, sizeof magic, f) : 0;
+    if (f)
+      fclose(f);
+    if (with && access("/usr/bin/gnuplot", X_OK) == 0) {
+      if (got != 8 || memcmp(magic, "\x89PNG\r\n\x1a\n", 8) != 0)
+        fail_msg("no PNG in %s (%zu bytes read):\n%s", png, got, r.err);
+    } else if (!with) {
+      assert_int_equal(got, 0);
+      if (!strstr(r.err, "--plot needs gnuplot, not found on PATH"))
+        fail_msg("expected the reason on stderr:\n%s", r.err);
+    }
+    hkt_result_free(&r);
+  }
+  unlink(png);
+}
+
 /* hkrun --plan forwards its arguments to hkplan beside it. */
 static void through_hkrun(void **s) {
   (void)s;
@@ -291,9 +328,13 @@ static int remove_dir(void **s) {
 int main(void) {
   hkt_setup();
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(recorded_batches), cmocka_unit_test(table_values),
-      cmocka_unit_test(check_measured),   cmocka_unit_test(pick),
-      cmocka_unit_test(bad_inputs),       cmocka_unit_test(through_hkrun),
+      cmocka_unit_test(recorded_batches),
+      cmocka_unit_test(table_values),
+      cmocka_unit_test(check_measured),
+      cmocka_unit_test(pick),
+      cmocka_unit_test(plot),
+      cmocka_unit_test(bad_inputs),
+      cmocka_unit_test(through_hkrun),
   };
   return cmocka_run_group_tests(tests, make_dir, remove_dir);
 }
