@@ -12,9 +12,10 @@
 #
 # The server: configs/t4-4gpu-pcie-2socket.xml's layout (4 PCIe GPUs over
 # two sockets) with the GPU named P100-PCIE-16GB. Prints, for 32 and 128
-# servers, hk's own choice (hierarchical) and the flat ring across every
-# GPU (--no-hierarchical: Horovod 0.11 ran NCCL's flat ring), each model's
-# efficiency against one GPU. VGG-16 once more with its gradients ready as
+# servers, each model's efficiency against one GPU with the GPU batches run
+# as Horovod then ran them, by NCCL's flat ring over every GPU
+# (--collective nccl-ring: NCCL 2 before its trees), and as hk's own table
+# would run them (--collective hk). VGG-16 once more with its gradients ready as
 # the backward pass's FLOPs reach them (a profile in timeline form, from
 # VGG-16's layer shapes) instead of by parameters.
 #
@@ -66,11 +67,12 @@ for name, f in reversed(layers):          # the backward pass
 open(sys.argv[1], "w").write("[\n" + ",\n".join(ev) + "\n]\n")
 PY
 
-printf '%-13s %-10s  %-40s  %s\n' model published "hk's choice (hierarchical)" "flat ring"
+printf '%-13s %-10s  %-40s  %s\n' model published "NCCL's flat ring (Horovod's)" "hk's own schedules"
 while read -r model rate pub; do
-  printf '%-13s %-10s %s  %s\n' "$model" "$pub %" "$(run "$model" "$rate")" \
-    "$(run "$model" "$rate" --no-hierarchical)"
+  printf '%-13s %-10s %s  %s\n' "$model" "$pub %" \
+    "$(run "$model" "$rate" --collective nccl-ring)" \
+    "$(run "$model" "$rate" --collective hk)"
 done <<<"$cases"
 printf '%-13s %-10s %s  %s\n' "vgg16 FLOPs" "68 %" \
-  "$(run vgg16 154 --timeline "$tmp/vgg16_ready.json")" \
-  "$(run vgg16 154 --timeline "$tmp/vgg16_ready.json" --no-hierarchical)"
+  "$(run vgg16 154 --timeline "$tmp/vgg16_ready.json" --collective nccl-ring)" \
+  "$(run vgg16 154 --timeline "$tmp/vgg16_ready.json" --collective hk)"

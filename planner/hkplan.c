@@ -80,6 +80,8 @@ static int usage(FILE *f) {
           "  --fusion-threshold B --cycle-ms M --round-us U --inflight N\n"
           "  --no-hierarchical      as HK_HIERARCHICAL_ALLREDUCE=0 (flat "
           "ring across servers)\n"
+          "  --collective hk|nccl|nccl-ring  who runs GPU batches across "
+          "servers (default hk)\n"
           "  --samples N --deadline H --budget C   pick the cheapest meeting "
           "them\n"
           "  --csv                  CSV instead of the table\n"
@@ -169,28 +171,45 @@ enum {
   O_BATCHES,
   O_NP,
   O_NOHIER,
+  O_COLL,
   O_CHECK,
   O_HELP
 };
 
 static int parse(int argc, char **argv, opts *o) {
-  static const struct option lo[] = {
-      {"model", 1, 0, O_MODEL},       {"model-dir", 1, 0, O_MODEL_DIR},
-      {"step-s", 1, 0, O_STEP},       {"batch", 1, 0, O_BATCH},
-      {"measured-on", 1, 0, O_ON},    {"amp", 0, 0, O_AMP},
-      {"bwd-frac", 1, 0, O_BWD},      {"timeline", 1, 0, O_TL},
-      {"server", 1, 0, O_SERVER},     {"servers", 1, 0, O_SERVERS},
-      {"net", 1, 0, O_NET},           {"latency-us", 1, 0, O_LAT},
-      {"link-eff", 1, 0, O_EFF},      {"prices", 1, 0, O_PRICES},
-      {"optimizer", 1, 0, O_OPT},     {"act-mib", 1, 0, O_ACT},
-      {"compression", 1, 0, O_COMP},  {"fusion-threshold", 1, 0, O_THRESH},
-      {"cycle-ms", 1, 0, O_CYCLE},    {"round-us", 1, 0, O_ROUND},
-      {"inflight", 1, 0, O_INFL},     {"samples", 1, 0, O_SAMPLES},
-      {"deadline", 1, 0, O_DEADLINE}, {"budget", 1, 0, O_BUDGET},
-      {"csv", 0, 0, O_CSV},           {"plot", 1, 0, O_PLOT},
-      {"batches", 1, 0, O_BATCHES},   {"no-hierarchical", 0, 0, O_NOHIER},
-      {"check", 1, 0, O_CHECK},       {"np", 1, 0, O_NP},
-      {"help", 0, 0, O_HELP},         {0, 0, 0, 0}};
+  static const struct option lo[] = {{"model", 1, 0, O_MODEL},
+                                     {"model-dir", 1, 0, O_MODEL_DIR},
+                                     {"step-s", 1, 0, O_STEP},
+                                     {"batch", 1, 0, O_BATCH},
+                                     {"measured-on", 1, 0, O_ON},
+                                     {"amp", 0, 0, O_AMP},
+                                     {"bwd-frac", 1, 0, O_BWD},
+                                     {"timeline", 1, 0, O_TL},
+                                     {"server", 1, 0, O_SERVER},
+                                     {"servers", 1, 0, O_SERVERS},
+                                     {"net", 1, 0, O_NET},
+                                     {"latency-us", 1, 0, O_LAT},
+                                     {"link-eff", 1, 0, O_EFF},
+                                     {"prices", 1, 0, O_PRICES},
+                                     {"optimizer", 1, 0, O_OPT},
+                                     {"act-mib", 1, 0, O_ACT},
+                                     {"compression", 1, 0, O_COMP},
+                                     {"fusion-threshold", 1, 0, O_THRESH},
+                                     {"cycle-ms", 1, 0, O_CYCLE},
+                                     {"round-us", 1, 0, O_ROUND},
+                                     {"inflight", 1, 0, O_INFL},
+                                     {"samples", 1, 0, O_SAMPLES},
+                                     {"deadline", 1, 0, O_DEADLINE},
+                                     {"budget", 1, 0, O_BUDGET},
+                                     {"csv", 0, 0, O_CSV},
+                                     {"plot", 1, 0, O_PLOT},
+                                     {"batches", 1, 0, O_BATCHES},
+                                     {"no-hierarchical", 0, 0, O_NOHIER},
+                                     {"check", 1, 0, O_CHECK},
+                                     {"np", 1, 0, O_NP},
+                                     {"collective", 1, 0, O_COLL},
+                                     {"help", 0, 0, O_HELP},
+                                     {0, 0, 0, 0}};
   double v, counts[MAX_COUNTS];
   int c;
   opterr = 0;
@@ -315,6 +334,16 @@ static int parse(int argc, char **argv, opts *o) {
       break;
     case O_NOHIER:
       o->job.no_hierarchical = 1;
+      break;
+    case O_COLL:
+      if (!strcmp(a, "hk"))
+        o->job.collective = HK_SIM_HK;
+      else if (!strcmp(a, "nccl"))
+        o->job.collective = HK_SIM_NCCL;
+      else if (!strcmp(a, "nccl-ring"))
+        o->job.collective = HK_SIM_NCCL_RING;
+      else
+        return bad("--collective wants hk, nccl or nccl-ring", a);
       break;
     case O_CHECK:
       o->check = a;

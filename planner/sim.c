@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "collectives/dev_allreduce.h"
 #include "common/status.h"
 #include "coordinator/fusion.h"
 #include "coordinator/wire.h"
@@ -68,12 +69,21 @@ static hk_status nccl_us(const hk_allreduce_env *env, const hk_sim_job *j,
   return st;
 }
 
-/* pinned copy out, hk's flat ring, copy back (GB/s = 1e3 B/us) */
+/* The staged schedule (collectives/dev_allreduce.h): the batch crosses in
+ * chunks of one pinned slot (HK_DEV_SLOT_BYTES), the device-to-host copy
+ * of chunk k+1, the ring on chunk k and the host-to-device copy of chunk
+ * k-1 overlapping: chunks x the slowest stage (a ring call on a chunk, or
+ * a chunk's copy at pcie_gbps; GB/s = 1e3 B/us), plus the first chunk's
+ * copy in and the last one's copy out. */
 static hk_status staged_us(const hk_allreduce_env *env, const hk_sim_job *j,
                            size_t bytes, double *us) {
-  hk_status st = ring_us(env, j, bytes, us);
-  if (st == HK_OK && j->pcie_gbps > 0)
-    *us += 2.0 * (double)bytes / (j->pcie_gbps * 1e3);
+  size_t chunks =
+      bytes ? (bytes + HK_DEV_SLOT_BYTES - 1) / HK_DEV_SLOT_BYTES : 1;
+  size_t chunk = bytes / chunks;
+  double ring;
+  hk_status st = ring_us(env, j, chunk, &ring);
+  double copy = j->pcie_gbps > 0 ? (double)chunk / (j->pcie_gbps * 1e3) : 0.0;
+  *us = (double)chunks * (ring > copy ? ring : copy) + 2.0 * copy;
   return st;
 }
 
@@ -92,6 +102,17 @@ hk_status hk_sim_batch_us(const hk_allreduce_env *env, const hk_sim_job *j,
                           const hk_allreduce_impl *impl, size_t bytes,
                           double *us) {
   *us = 0.0;
+  if (j->collective != HK_SIM_HK && impl->mem == HK_MEM_DEVICE &&
+      env->model_hosts > 1) {
+    hk_cost c;
+    hk_status st = j->collective == HK_SIM_NCCL
+                       ? hk_cost_nccl(&env->model, bytes, env->model_hosts,
+                                      env->net_gbit, &c)
+                       : hk_cost_ring(&env->model, bytes, env->model_hosts,
+                                      env->net_gbit, &c);
+    *us = c.time_us;
+    return st;
+  }
   if (impl->cost) {
     hk_cost c;
     hk_status st = impl->cost(env, bytes, &c);

@@ -35,6 +35,16 @@
 #include "hk/hk.h"
 #include "topology/cost.h"
 
+/** Who runs a GPU job's batches across servers. */
+typedef enum hk_sim_collective {
+  HK_SIM_HK = 0,        /* hk's own table (the default) */
+  HK_SIM_NCCL = 1,      /* NCCL's own choice over every GPU (hk_cost_nccl:
+                           ring, hierarchical or tree), as a framework that
+                           calls NCCL across servers runs */
+  HK_SIM_NCCL_RING = 2, /* NCCL's flat ring over every GPU (hk_cost_ring
+                           with the host's figures: NCCL before its trees) */
+} hk_sim_collective;
+
 /** The job the step runs in. */
 typedef struct hk_sim_job {
   hk_host_model host;  /* one server (topology/cost.h); host.fig is
@@ -44,6 +54,7 @@ typedef struct hk_sim_job {
                           phase gets it (link rate x efficiency), Gbit/s */
   int device;          /* 1: GPU tensors (the device entries); 0: host */
   int no_hierarchical; /* HK_HIERARCHICAL_ALLREDUCE=0 */
+  int collective;      /* GPU batches across servers: hk_sim_collective */
   size_t threshold;    /* HK_FUSION_THRESHOLD, bytes */
   size_t direct;       /* HK_FUSION_DIRECT_BYTES (0: hk's default) */
   double cycle_s;      /* HK_CYCLE_TIME_MS / 1000 */
@@ -97,7 +108,11 @@ hk_status hk_sim_env(const hk_sim_job *j, hk_allreduce_env *env);
  * implementation impl: the entry's own cost when it has one; else the
  * formula of the schedule it runs: one rank 0; the device communicator
  * NCCL's choice on one host (hk_cost_nccl); the shm engine hk's ring
- * formula; staged the flat ring plus its two copies at pcie_gbps.
+ * formula; staged its pipeline of pinned slots: chunks of
+ * HK_DEV_SLOT_BYTES, each stage the slower of the flat ring on a chunk and
+ * a chunk's copy at pcie_gbps, plus one copy in and one out.
+ * With j->collective other than HK_SIM_HK, a GPU batch across servers is
+ * costed by that formula over every GPU instead, whatever impl.
  * Errors: the formulas' HK_ERR_INVALID_ARG.
  */
 hk_status hk_sim_batch_us(const hk_allreduce_env *env, const hk_sim_job *j,

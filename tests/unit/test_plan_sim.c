@@ -68,6 +68,17 @@ static void batch_units(void **state) {
   assert_string_equal(staged->name, "staged");
   assert_int_equal(hk_sim_batch_us(&env, &j, staged, 1000000, &us), HK_OK);
   assert_float_equal(us, ring2_us(1e6) + 2 * 1e6 / (20.0 * 1e3), 1e-9);
+  /* 12 MiB: three chunks of a 4 MiB pinned slot, the ring on one
+   * overlapping the copies of the others: 3 rings and 2 copies */
+  const double mib4 = 4194304;
+  assert_int_equal(hk_sim_batch_us(&env, &j, staged, 3 * 4194304, &us), HK_OK);
+  assert_float_equal(us, 3 * ring2_us(mib4) + 2 * mib4 / (20.0 * 1e3), 1e-6);
+  /* --collective nccl-ring: NCCL's flat ring over every GPU, one call,
+   * whatever hk's table chose */
+  j.collective = HK_SIM_NCCL_RING;
+  assert_int_equal(hk_sim_batch_us(&env, &j, staged, 3 * 4194304, &us), HK_OK);
+  assert_float_equal(us, ring2_us(3 * mib4), 1e-6);
+  j.collective = HK_SIM_HK;
   hk_allreduce_release(&env);
 
   /* one rank: nothing to exchange */
