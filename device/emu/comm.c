@@ -188,6 +188,11 @@ static atomic_size_t ids_made;
 
 size_t hk_emu_unique_ids_created(void) { return atomic_load(&ids_made); }
 
+/* Communicators aborted so far (hk_emu_comms_aborted). */
+static atomic_size_t aborts_made;
+
+size_t hk_emu_comms_aborted(void) { return atomic_load(&aborts_made); }
+
 hk_status emu_comm_unique_id(hk_device *dev, uint8_t id[HK_DEV_UID_BYTES]) {
   if (!emu_dev(dev, "comm_unique_id"))
     return HK_ERR_INVALID_ARG;
@@ -863,6 +868,7 @@ hk_status emu_comm_async_error(hk_dev_comm c, int *pending) {
 void emu_comm_abort(hk_dev_comm c) {
   if (!c)
     return;
+  atomic_fetch_add(&aborts_made, 1);
   char reason[EMU_MSG_CAP];
   pthread_mutex_lock(&c->mu);
   c->aborted = 1;

@@ -136,4 +136,9 @@ size_t hk_emu_contexts_created(void);
  *  for tests that check when hk makes one. Thread-safe. */
 size_t hk_emu_unique_ids_created(void);
 
+/** Number of communicators comm_abort has ended in this process so far
+ *  (also comm_destroy's of a failed one): for tests that check that a
+ *  communicator peers may hang in is aborted, not destroyed. Thread-safe. */
+size_t hk_emu_comms_aborted(void);
+
 #endif

@@ -27,6 +27,12 @@
  * ("dying after the reset"); the others re-form again. With "never" it
  * does not call hk_elastic_reset at all: it says "never calling
  * hk_elastic_reset" and waits for a signal.
+ *
+ * w_elastic_dev (built from this file with W_ELASTIC_DEVICE, linking the
+ * static runtime for the emulated device) is the same with the gradient
+ * in a device buffer (HK_DEVICE=emu); after hk_shutdown it says "device
+ * slot=S ids=I aborted=A": the communicator ids the emulated device made
+ * in this process and the communicators it aborted.
  */
 #include <signal.h>
 #include <string.h>
@@ -36,6 +42,62 @@
 #include "wcommon.h"
 
 #define D 8
+
+#ifdef W_ELASTIC_DEVICE
+/* w_elastic_dev: the gradient goes through a buffer of the emulated GPU
+ * (HK_DEVICE=emu), so that each generation has a device communicator,
+ * which hk_elastic_reset aborts and the next generation makes anew. */
+#include <sched.h>
+
+#include "device/device.h"
+#include "device/emu/emu.h"
+
+static hk_device *dev;
+static double *dgrad; /* D doubles on the device */
+
+static void dsync(void) {
+  hk_dev_event e;
+  HKT_OK(dev->ops->event_create(dev, &e));
+  HKT_OK(dev->ops->event_record(dev, e, NULL));
+  for (int done = 0; !done; sched_yield())
+    HKT_OK(dev->ops->event_query(dev, e, &done));
+  dev->ops->event_destroy(dev, e);
+}
+
+static void dev_open(void) {
+  hk_device_options opts = {.device_index = 0, .emu_devices = 1};
+  HKT_OK(hk_device_open("emu", &opts, &dev));
+  HKT_OK(dev->ops->mem_alloc(dev, D * sizeof(double), (void **)&dgrad));
+}
+
+/* hk_allreduce of g (D doubles) through the device buffer. */
+static hk_status allreduce(const char *name, double *g) {
+  HKT_OK(dev->ops->memcpy_async(dev, dgrad, g, D * sizeof *g, NULL));
+  dsync();
+  hk_status st = hk_allreduce(name, dgrad, dgrad, D, HK_FLOAT64, HK_SUM);
+  if (st == HK_OK) {
+    HKT_OK(dev->ops->memcpy_async(dev, g, dgrad, D * sizeof *g, NULL));
+    dsync();
+  }
+  return st;
+}
+
+/* What the emulated device saw: communicator ids made here (on the
+ * host's first rank, one per generation that ran a device allreduce) and
+ * communicators aborted (one per generation left through a loss). */
+static void dev_report(int slot) {
+  printf("device slot=%d ids=%zu aborted=%zu\n", slot,
+         hk_emu_unique_ids_created(), hk_emu_comms_aborted());
+}
+#else
+static void dev_open(void) {}
+
+static void dev_report(int slot) { (void)slot; }
+
+static hk_status allreduce(const char *name, double *g) {
+  return hk_allreduce(name, g, g, D, HK_FLOAT64, HK_SUM);
+}
+#endif
 
 static double wall(void) {
   struct timeval tv;
@@ -109,6 +171,7 @@ int main(int argc, char **argv) {
                           : strcmp(argv[6], "never") == 0 ? -1
                                                           : 0;
   HKT_OK(hk_init());
+  dev_open();
   const int slot = hk_rank();
   double w[D], saved_w[D]; /* the model and its commit */
   for (int i = 0; i < D; i++)
@@ -129,7 +192,7 @@ int main(int argc, char **argv) {
       g[i] = grad(slot, step, i);
     char name[32];
     snprintf(name, sizeof name, "grad.%d", step);
-    hk_status st = hk_allreduce(name, g, g, D, HK_FLOAT64, HK_SUM);
+    hk_status st = allreduce(name, g);
     if (st == HK_ERR_RANKS_CHANGED) {
       fprintf(stderr, "slot %d step %d: ranks changed: %s\n", slot, step,
               hk_last_error());
@@ -151,5 +214,6 @@ int main(int argc, char **argv) {
     printf("%s%a", i ? "," : "", w[i]);
   printf("\n");
   HKT_OK(hk_shutdown());
+  dev_report(slot);
   return 0;
 }
