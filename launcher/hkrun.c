@@ -257,7 +257,7 @@ static void elastic_loss(job *j, hk_worker *w, const char *what) {
   if (a->reset_limit && gen > a->reset_limit) {
     char why[512];
     snprintf(why, sizeof why,
-             "%s: the elastic job would re-form a %dth time, more than "
+             "%s: the elastic job would re-form %d times, more than "
              "--reset-limit %d",
              reason, gen, a->reset_limit);
     fail_elastic(j, code, why);

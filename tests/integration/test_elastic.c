@@ -199,6 +199,39 @@ static void test_loss_after_reset(void **s) {
   second_loss("after");
 }
 
+/* --reset-limit 1: the second loss (after the first re-forming, during
+ * the sync) would re-form the job a second time: hkrun fails it instead,
+ * every survivor's hk_elastic_reset says why, exit 137. */
+static void test_reset_limit(void **s) {
+  (void)s;
+  char *argv[] = {
+      HKRUN_PATH, "-np",          "4",  "--min-np", "2", "--reset-limit",
+      "1",        W("w_elastic"), "12", "4",        "2", "6",
+      "1",        "after",        NULL};
+  hkt_result r;
+  assert_int_equal(hkt_run(argv, NULL, 120, &r), 0);
+  if (r.exit_code != 128 + 9)
+    fail_msg("hkrun exited %d\nstdout:\n%s\nstderr:\n%s", r.exit_code, r.out,
+             r.err);
+  int pid = (int)number_after(r.err, "hkrun: rank 1 (pid ");
+  assert_true(pid > 0);
+  char want[256];
+  snprintf(want, sizeof want,
+           "rank 1 (pid %d) was killed by signal 9: the elastic job would "
+           "re-form 2 times, more than --reset-limit 1",
+           pid);
+  char said[320];
+  snprintf(said, sizeof said, "hkrun: %s\n", want);
+  if (!strstr(r.err, said))
+    fail_msg("no line '%s' in:\n%s", said, r.err);
+  snprintf(said, sizeof said, "reset failed: peer lost: hk_elastic_reset: %s",
+           want);
+  assert_int_equal(hkt_count_lines(r.out, said), 2);
+  assert_int_equal(hkt_count_lines(r.out, "final slot="), 0);
+  assert_int_equal(hkt_orphans(NULL, 0), 0);
+  hkt_result_free(&r);
+}
+
 /* A survivor that never calls hk_elastic_reset does not hang the others:
  * HK_START_TIMEOUT_S (10 s) after the loss hkrun fails the job naming it,
  * every other survivor's reset fails with that text, exit 1, nothing
@@ -289,6 +322,7 @@ int main(void) {
       cmocka_unit_test(test_device_communicator_rebuilt),
       cmocka_unit_test(test_loss_before_reset),
       cmocka_unit_test(test_loss_after_reset),
+      cmocka_unit_test(test_reset_limit),
       cmocka_unit_test(test_survivor_never_resets),
       cmocka_unit_test(test_below_min_np_fails_every_rank),
   };
