@@ -512,6 +512,23 @@ def test_elastic():
                                              r.out))
     print("elastic ok: %.1f ms from the loss to the first step after it"
           % ((back - died) * 1e3))
+    # below --min-np: hkrun waits --elastic-timeout 2 s, then
+    # hvd.elastic.run raises HorovodInternalError with hkrun's words
+    argv = [opt.hkrun, "-np", "2", "--min-np", "2", "--elastic-timeout", "2",
+            sys.executable, os.path.join(harness.HERE, "w_elastic.py"), "12",
+            "4", "1", "6"]
+    r = harness.run(argv, harness.worker_env(opt.lib), 120)
+    expect(not r.timed_out and r.rc == 128 + 9,
+           "below --min-np the job fails with the lost worker's status", r)
+    got = [line for line in r.lines(0) if line.startswith("CAUGHT")]
+    expect(len(got) == 1 and got[0].startswith(
+        "CAUGHT HK_ERR_PEER_LOST: hk_elastic_reset: elastic job below "
+        "--min-np 2: 1 worker left, 1 more needed (lost: rank 1 (pid ") and
+        got[0].endswith("none joined within --elastic-timeout 2 s (no "
+                        "--host-discovery-script; hkrun starts no new "
+                        "workers yet)"),
+        "rank 0 raised HorovodInternalError saying what is missing", r)
+    print("[0] " + got[0])
     # the elastic example: a worker lost in the first epoch, the job ends
     # at np 2 with a test accuracy
     example = os.path.join(harness.ROOT, "examples", "pytorch",

@@ -10,7 +10,9 @@ kills itself (SIGKILL) at the start of step KILL_STEP, after printing
 "dying at step S t=T". The survivors' hvd.elastic.run restores, re-forms
 and goes on; the reset callback prints "reset: rank R of N (slot S)", the
 first step after it "resumed step S t=T". At the end each prints
-"final slot=S rank=R size=N resets=K w=a,b,c,d" (%.9g each).
+"final slot=S rank=R size=N resets=K w=a,b,c,d" (%.9g each). When the
+job cannot re-form (below --min-np) the HorovodInternalError that run
+raises is printed as "CAUGHT <status name>: <message>", exit 3.
 """
 
 import os
@@ -73,7 +75,11 @@ def train(state):
         state.step += 1
 
 
-train(state)
+try:
+    train(state)
+except hvd.HorovodInternalError as e:  # the job could not re-form
+    print("CAUGHT %s: %s" % (e.status_name, e), flush=True)
+    sys.exit(3)
 print("final slot=%d rank=%d size=%d resets=%d w=%s" %
       (slot, hvd.rank(), hvd.size(), len(resets),
        ",".join("%.9g" % v for v in model.weight.view(-1).tolist())),
