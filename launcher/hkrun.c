@@ -58,7 +58,9 @@
  *   the discovery script lists: every rank gets HK_MSG_ABORT with that
  *   text, and the exit status is the last lost worker's. A job with
  *   enough workers that has not re-formed HK_START_TIMEOUT_S after a loss
- *   (a survivor never called hk_elastic_reset) fails naming those, exit 1. The
+ *   (a survivor never called hk_elastic_reset) fails naming those, exit 1.
+ *   A worker that leaves through hk_shutdown and exits 0 is no loss (no
+ *   RESET); a generation forming then does not wait for it. The
  * job fails the same way when it would re-form more than --reset-limit times,
  * or when no worker is left. A job that finishes after losses exits 0.
  */
@@ -296,6 +298,9 @@ static void judge(job *j, hk_worker *w, int no_goodbye) {
              (long long)w->exit_status,
              no_goodbye ? " without calling hk_shutdown" : "");
 
+  if (!failed && j->args->elastic) {
+    hk_rdv_left(j->rdv, w->rank); /* not awaited by a generation forming */
+  }
   if (failed && !j->failing && j->args->elastic) {
     elastic_loss(j, w, what);
   } else if (failed && !j->failing) {

@@ -737,6 +737,15 @@ int hk_rdv_lose(hk_rdv *r, int slot, int exit_code, int signal,
   return r->gen;
 }
 
+void hk_rdv_left(hk_rdv *r, int slot) {
+  if (!r || !r->elastic || r->closing || slot < 0 || slot >= r->size ||
+      r->lost[slot])
+    return;
+  r->lost[slot] = 1;
+  r->nalive--;
+  maybe_form(r);
+}
+
 int hk_rdv_alive(const hk_rdv *r) { return r && r->elastic ? r->nalive : 0; }
 
 int hk_rdv_awaited(const hk_rdv *r, int *slots, int cap) {

@@ -151,6 +151,15 @@ hk_status hk_rdv_set_elastic(hk_rdv *r, int min_size);
 int hk_rdv_lose(hk_rdv *r, int slot, int exit_code, int signal,
                 const char *reason);
 
+/**
+ * Elastic: slot's worker left through the API (GOODBYE) and exited 0: it
+ * is counted out as a lost one is, but nobody is told (no RESET: the
+ * others left the same job with it, or are re-forming without it); a
+ * generation forming stops waiting for it. Non-elastic, NULL or closing r,
+ * or a slot already out: nothing.
+ */
+void hk_rdv_left(hk_rdv *r, int slot);
+
 /** Elastic: the slots not lost; 0 for a non-elastic or NULL r. */
 int hk_rdv_alive(const hk_rdv *r);
 

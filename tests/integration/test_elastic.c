@@ -166,9 +166,15 @@ static void second_loss(const char *when) {
              r.err);
   char dying[64];
   snprintf(dying, sizeof dying, "[1] dying %s the reset", when);
-  assert_int_equal(hkt_count_lines(r.out, dying), 1);
-  assert_non_null(strstr(r.err, "was killed by signal 9; the elastic job "
-                                "goes on with 2 workers (--min-np 2)"));
+  if (strcmp(when, "leave") == 0) {
+    assert_int_equal(
+        hkt_count_lines(r.out, "[1] leaving instead of re-forming"), 1);
+    assert_null(strstr(r.err, "hkrun: rank 1 (pid "));
+  } else {
+    assert_int_equal(hkt_count_lines(r.out, dying), 1);
+    assert_non_null(strstr(r.err, "was killed by signal 9; the elastic job "
+                                  "goes on with 2 workers (--min-np 2)"));
+  }
   if (strcmp(when, "after") == 0) { /* the sync met the second loss */
     assert_int_equal(hkt_count_lines(r.err, "ranks changed while re-forming: "),
                      2);
@@ -187,6 +193,13 @@ static void second_loss(const char *when) {
   assert_int_equal(hkt_count_lines(r.out, "final slot="), 2);
   assert_int_equal(hkt_orphans(NULL, 0), 0);
   hkt_result_free(&r);
+}
+
+/* A survivor that leaves (hk_shutdown, exit 0) instead of re-forming is
+ * no loss: the others re-form without it, and the job exits 0. */
+static void test_survivor_leaves(void **s) {
+  (void)s;
+  second_loss("leave");
 }
 
 static void test_loss_before_reset(void **s) {
@@ -322,6 +335,7 @@ int main(void) {
       cmocka_unit_test(test_device_communicator_rebuilt),
       cmocka_unit_test(test_loss_before_reset),
       cmocka_unit_test(test_loss_after_reset),
+      cmocka_unit_test(test_survivor_leaves),
       cmocka_unit_test(test_reset_limit),
       cmocka_unit_test(test_survivor_never_resets),
       cmocka_unit_test(test_below_min_np_fails_every_rank),

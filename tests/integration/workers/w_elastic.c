@@ -26,7 +26,8 @@
  * reset"), or after its hk_elastic_reset returned and before the sync
  * ("dying after the reset"); the others re-form again. With "never" it
  * does not call hk_elastic_reset at all: it says "never calling
- * hk_elastic_reset" and waits for a signal.
+ * hk_elastic_reset" and waits for a signal; with "leave" it calls
+ * hk_shutdown instead ("leaving instead of re-forming") and exits 0.
  *
  * w_elastic_dev (built from this file with W_ELASTIC_DEVICE, linking the
  * static runtime for the emulated device) is the same with the gradient
@@ -119,6 +120,13 @@ static void reform(int slot, double *w, const double *saved_w, int *step,
   do {
     memcpy(w, saved_w, D * sizeof *w); /* restore */
     *step = saved_step;
+    if (slot == kill2_slot && kill2_after == 2) {
+      printf("leaving instead of re-forming\n");
+      hk_status st = hk_shutdown(); /* the job's failure, as documented */
+      HKT_CHECK(st == HK_ERR_RANKS_CHANGED, "hk_shutdown gave %s",
+                hk_strerror(st));
+      exit(0);
+    }
     if (slot == kill2_slot && kill2_after < 0) {
       printf("never calling hk_elastic_reset\n");
       for (;;)
@@ -160,7 +168,7 @@ int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc != 5 && argc != 7) {
     fprintf(stderr, "usage: w_elastic STEPS COMMIT_EVERY KILL_SLOT "
-                    "KILL_STEP [KILL2_SLOT before|after|never]\n");
+                    "KILL_STEP [KILL2_SLOT before|after|never|leave]\n");
     return 2;
   }
   const int steps = atoi(argv[1]), every = atoi(argv[2]);
@@ -169,6 +177,7 @@ int main(int argc, char **argv) {
   const int kill2_after = argc != 7                       ? 0
                           : strcmp(argv[6], "after") == 0 ? 1
                           : strcmp(argv[6], "never") == 0 ? -1
+                          : strcmp(argv[6], "leave") == 0 ? 2
                                                           : 0;
   HKT_OK(hk_init());
   dev_open();
