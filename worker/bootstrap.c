@@ -220,7 +220,12 @@ static hk_status rendezvous(hk_ctx *ctx, const char *host, uint16_t port,
     hk_msg_free(peers);
     return st;
   }
-  if (peers->type != HK_MSG_PEERS || (int)peers->u.peers.n != ctx->size) {
+  /* an elastic job's first generation may have formed without a worker
+   * that was lost meanwhile: fewer peers (hk_bootstrap places us) */
+  const int fewer = ctx->cfg.elastic && peers->type == HK_MSG_PEERS &&
+                    peers->u.peers.n >= 1 && (int)peers->u.peers.n < ctx->size;
+  if (!fewer &&
+      (peers->type != HK_MSG_PEERS || (int)peers->u.peers.n != ctx->size)) {
     st = hk_fail(HK_ERR_PROTOCOL,
                  "hkrun answered with message type %u and %u peers, expected "
                  "a peer list of %d",
@@ -515,6 +520,42 @@ static hk_status block_layout(hk_ctx *ctx) {
   return HK_OK;
 }
 
+/* Elastic: this worker's place in the generation peers lists (its own
+ * address's index), on one host; the layout made anew. */
+static hk_status relayout(hk_ctx *ctx, const hk_msg *peers, const char *addr,
+                          uint16_t port) {
+  hk_status st = hk_elastic_place(ctx, peers, addr, port);
+  if (st != HK_OK)
+    return st;
+  ctx->local_rank = ctx->rank;
+  ctx->local_size = ctx->size;
+  free(ctx->layout);
+  ctx->layout = NULL;
+  return block_layout(ctx);
+}
+
+/* Elastic: st is how connecting the job ended; a worker lost meanwhile
+ * (hkrun's RESET) makes the survivors form the next generation, as often
+ * as that happens. Returns the final status. */
+static hk_status elastic_again(hk_ctx *ctx, hk_status st) {
+  char word[HK_WIRE_MAX_REASON_LEN + 1];
+  if ((st == HK_ERR_PEER_LOST || st == HK_ERR_TIMEOUT) &&
+      hk_elastic_hkrun_word(ctx, ctx->cfg.timeout_s, &st, word, sizeof word))
+    st = hk_fail(st, "%s", word);
+  while (st == HK_ERR_RANKS_CHANGED) {
+    hk_log(HK_LOG_INFO, "forming again: %s", hk_last_error());
+    hk_mesh *m = &ctx->mesh;
+    const int launcher_fd = m->launcher_fd; /* kept */
+    m->launcher_fd = -1;
+    hk_mesh_close(m, ctx->size);
+    m->launcher_fd = launcher_fd;
+    free(ctx->layout);
+    ctx->layout = NULL;
+    st = hk_bootstrap_again(ctx);
+  }
+  return st;
+}
+
 hk_status hk_bootstrap(hk_ctx *ctx) {
   hk_mesh *m = &ctx->mesh;
   *m = (hk_mesh){.listen_fd = -1, .launcher_fd = -1, .ctrl_fd = -1};
@@ -572,10 +613,14 @@ hk_status hk_bootstrap(hk_ctx *ctx) {
   if (st != HK_OK)
     return st;
   ctx->io.abort_fd = m->launcher_fd;
-  if (ctx->size > 1)
+  if (ctx->cfg.elastic && (int)peers.u.peers.n != ctx->size)
+    st = relayout(ctx, &peers, addr, my_port);
+  if (st == HK_OK && ctx->size > 1)
     st = build_mesh(ctx, peers.u.peers.peers, deadline, NULL);
   hk_msg_free(&peers);
   hk_tcp_close(&m->listen_fd);
+  if (ctx->cfg.elastic)
+    st = elastic_again(ctx, st);
   return st;
 }
 

@@ -29,6 +29,11 @@
  * MPI_THREAD_SERIALIZED), HK_ERR_TIMEOUT,
  * HK_ERR_AUTH, HK_ERR_PROTOCOL, HK_ERR_SYSTEM, HK_ERR_PEER_LOST (hkrun
  * aborted the job while we waited; the message says why).
+ * Elastic jobs (HK_ELASTIC): the first generation may form without a
+ * worker lost before it did (ctx->rank and ctx->size are then this
+ * worker's place in it, on one host), and a loss while the ranks connect
+ * makes the survivors form the next one (hk_bootstrap_again), as often as
+ * it happens.
  */
 hk_status hk_bootstrap(hk_ctx *ctx);
 

@@ -45,6 +45,21 @@ int hk_elastic_hkrun_word(hk_ctx *ctx, double wait_s, hk_status *st,
   return said;
 }
 
+hk_status hk_elastic_place(hk_ctx *ctx, const hk_msg *peers,
+                           const char *my_host, uint16_t my_port) {
+  for (uint32_t i = 0; i < peers->u.peers.n; i++)
+    if (peers->u.peers.peers[i].port == my_port &&
+        strcmp(peers->u.peers.peers[i].host, my_host) == 0) {
+      ctx->rank = (int)i;
+      ctx->size = (int)peers->u.peers.n;
+      return HK_OK;
+    }
+  return hk_fail(HK_ERR_PROTOCOL,
+                 "hkrun's peer list of %u does not hold this worker's "
+                 "address %s:%u",
+                 peers->u.peers.n, my_host, (unsigned)my_port);
+}
+
 static hk_status send_register(hk_ctx *ctx, const char *my_host,
                                uint16_t my_port, const hk_io *io) {
   hk_msg reg = {.type = HK_MSG_REGISTER};
@@ -97,21 +112,9 @@ hk_status hk_elastic_register(hk_ctx *ctx, const char *my_host,
       hk_msg_free(peers);
       break;
     }
-    int me = -1;
-    for (uint32_t i = 0; i < peers->u.peers.n && me < 0; i++)
-      if (peers->u.peers.peers[i].port == my_port &&
-          strcmp(peers->u.peers.peers[i].host, my_host) == 0)
-        me = (int)i;
-    if (me < 0) {
-      st = hk_fail(HK_ERR_PROTOCOL,
-                   "hkrun's peer list of %u does not hold this worker's "
-                   "address %s:%u",
-                   peers->u.peers.n, my_host, (unsigned)my_port);
+    st = hk_elastic_place(ctx, peers, my_host, my_port);
+    if (st != HK_OK)
       hk_msg_free(peers);
-      break;
-    }
-    ctx->rank = me;
-    ctx->size = (int)peers->u.peers.n;
     break;
   }
   hk_buf_free(&scratch);

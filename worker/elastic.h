@@ -24,6 +24,14 @@ int hk_elastic_hkrun_word(hk_ctx *ctx, double wait_s, hk_status *st,
                           char *reason, size_t cap);
 
 /**
+ * This worker's place in a generation's peer list (an HK_MSG_PEERS):
+ * ctx->rank = the index of my_host:my_port in it, ctx->size = its length.
+ * Errors: HK_ERR_PROTOCOL (the address is not in the list).
+ */
+hk_status hk_elastic_place(hk_ctx *ctx, const hk_msg *peers,
+                           const char *my_host, uint16_t my_port);
+
+/**
  * Registers this worker again with hkrun (REGISTER {slot, slots, pid,
  * my_port, my_host} on ctx->mesh.launcher_fd) and waits, until deadline
  * (hk_now() seconds), for the next generation's peer list; a RESET read

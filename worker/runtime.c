@@ -271,6 +271,8 @@ hk_status hk_init(void) {
   st = hk_observers_attach(ctx);
   if (st == HK_OK)
     st = hk_bootstrap(ctx);
+  if (st == HK_OK && ctx->rank != ctx->slot)
+    log_prefix(ctx); /* an elastic job formed without a lost worker */
   if (st == HK_OK)
     st = start_job(ctx);
   if (st != HK_OK) {

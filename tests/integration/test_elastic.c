@@ -149,6 +149,40 @@ static void test_device_communicator_rebuilt(void **s) {
   hkt_result_free(&r);
 }
 
+/* A worker lost before the job first formed (its shell kills itself
+ * before it starts w_elastic): the others' hk_init forms the job without
+ * it, as ranks 0..2 of 3, and they train all 12 steps by 3. */
+static void test_loss_before_first_formed(void **s) {
+  (void)s;
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd,
+           "if [ \"$HK_RANK\" = 2 ]; then kill -9 $$; fi; exec %s 12 4 -1 -1",
+           W("w_elastic"));
+  char *argv[] = {HKRUN_PATH, "-np", "4", "--min-np", "2",
+                  "sh",       "-c",  cmd, NULL};
+  hkt_result r;
+  assert_int_equal(hkt_run(argv, NULL, 120, &r), 0);
+  if (r.exit_code != 0)
+    fail_msg("hkrun exited %d\nstdout:\n%s\nstderr:\n%s", r.exit_code, r.out,
+             r.err);
+  assert_non_null(strstr(r.err, "hkrun: rank 2 (pid "));
+  assert_non_null(strstr(r.err, "was killed by signal 9; the elastic job "
+                                "goes on with 3 workers (--min-np 2)"));
+  char want[512];
+  const int three[] = {0, 1, 2};
+  replay(three, 3, three, 3, 12, 12, want, sizeof want);
+  for (int k = 0; k < 3; k++) {
+    char line[640];
+    snprintf(line, sizeof line, "final slot=%d rank=%d size=3 w=%s\n", k, k,
+             want);
+    if (!strstr(r.out, line))
+      fail_msg("no line '%s' in:\n%s\nstderr:\n%s", line, r.out, r.err);
+  }
+  assert_int_equal(hkt_count_lines(r.out, "final slot="), 3);
+  assert_int_equal(hkt_orphans(NULL, 0), 0);
+  hkt_result_free(&r);
+}
+
 /* A second loss while the job re-forms after the first: the worker
  * started as rank 1 dies before it calls hk_elastic_reset (when = "before":
  * the generation forms without it) or after its reset returned, before
@@ -246,14 +280,14 @@ static void test_reset_limit(void **s) {
 }
 
 /* A survivor that never calls hk_elastic_reset does not hang the others:
- * HK_START_TIMEOUT_S (10 s) after the loss hkrun fails the job naming it,
+ * HK_START_TIMEOUT_S (20 s) after the loss hkrun fails the job naming it,
  * every other survivor's reset fails with that text, exit 1, nothing
  * left behind. */
 static void test_survivor_never_resets(void **s) {
   (void)s;
   char *argv[] = {
       HKRUN_PATH, "-np",          "4",  "--min-np", "2", "--start-timeout",
-      "10",       W("w_elastic"), "12", "4",        "2", "6",
+      "20",       W("w_elastic"), "12", "4",        "2", "6",
       "1",        "never",        NULL};
   hkt_result r;
   assert_int_equal(hkt_run(argv, NULL, 120, &r), 0);
@@ -262,11 +296,11 @@ static void test_survivor_never_resets(void **s) {
              r.err);
   assert_int_equal(hkt_count_lines(r.out, "[1] never calling hk_elastic_reset"),
                    1);
-  int pid = (int)number_after(r.err, "HK_START_TIMEOUT_S=10 s: rank 1 (pid ");
+  int pid = (int)number_after(r.err, "HK_START_TIMEOUT_S=20 s: rank 1 (pid ");
   assert_true(pid > 0);
   char want[256];
   snprintf(want, sizeof want,
-           "the elastic job did not re-form within HK_START_TIMEOUT_S=10 s: "
+           "the elastic job did not re-form within HK_START_TIMEOUT_S=20 s: "
            "rank 1 (pid %d) did not call hk_elastic_reset (or could not "
            "reach hkrun)",
            pid);
@@ -333,6 +367,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_loss_reforms_and_matches_replay),
       cmocka_unit_test(test_device_communicator_rebuilt),
+      cmocka_unit_test(test_loss_before_first_formed),
       cmocka_unit_test(test_loss_before_reset),
       cmocka_unit_test(test_loss_after_reset),
       cmocka_unit_test(test_survivor_leaves),
