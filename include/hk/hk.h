@@ -189,7 +189,10 @@ typedef struct hk_handle_s *hk_handle;
  * libhk_mpi.so, and exchanges addresses over MPI instead; other jobs
  * never load MPI.
  * Blocks until every rank has joined or HK_START_TIMEOUT_S (default 60 s)
- * passes.
+ * passes. In an elastic job (hkrun --min-np; docs/elastic.md) a worker
+ * lost before the job formed is left out: hk_rank and hk_size may then be
+ * less than hkrun's HK_RANK and HK_SIZE (the ranks are renumbered in
+ * order), and a loss while the ranks connect makes them form it again.
  * Thread-safety: call once, from one thread, before any other hk call.
  * Errors: HK_ERR_ALREADY_INITIALIZED, HK_ERR_CONFIG (a malformed HK_*
  * variable, named in the message; HK_SOCKET_IFNAME naming an interface
