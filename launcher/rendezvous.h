@@ -50,7 +50,9 @@
  * slots' addresses in slot order: a worker's new rank is the index of
  * its own address. A loss while a generation forms only removes the slot
  * from those awaited. New workers are not admitted after the first
- * generation (refused: "already registered").
+ * generation (refused: "already registered"). Generations are Horovod
+ * Elastic's resets (horovod/runner/elastic/driver.py) and torchrun's
+ * rendezvous rounds, kept in hkrun's memory.
  *
  * Thread-safety: every function runs on the loop's thread.
  */

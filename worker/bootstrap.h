@@ -45,6 +45,7 @@ hk_status hk_bootstrap(hk_ctx *ctx);
  * hk_bootstrap does (one host: local rank = rank). Waits up to
  * HK_START_TIMEOUT_S + HK_ELASTIC_TIMEOUT_S for the generation to form,
  * then HK_START_TIMEOUT_S for the connections.
+ * Thread-safety: the worker's one thread, no background thread running.
  * Errors: hk_elastic_register's, and hk_bootstrap's connection errors;
  * a connection lost to a peer that hkrun then names gives hkrun's word
  * (HK_ERR_RANKS_CHANGED: another loss; HK_ERR_PEER_LOST: the job ended).

@@ -2,7 +2,10 @@
  * elastic.h - a worker's side of an elastic job (hkrun --min-np;
  * docs/elastic.md): hkrun's word on the rendezvous connection, and
  * registering again for the next generation (launcher/rendezvous.h says
- * how generations form).
+ * how generations form). The model is Horovod Elastic's: a lost worker
+ * ends the generation, the survivors roll back to their commit and
+ * re-form without restarting (horovod/common/elastic.py,
+ * horovod/runner/elastic/driver.py).
  */
 #ifndef HK_WORKER_ELASTIC_H
 #define HK_WORKER_ELASTIC_H
@@ -26,6 +29,7 @@ int hk_elastic_hkrun_word(hk_ctx *ctx, double wait_s, hk_status *st,
 /**
  * This worker's place in a generation's peer list (an HK_MSG_PEERS):
  * ctx->rank = the index of my_host:my_port in it, ctx->size = its length.
+ * peers is borrowed. Thread-safety: as hk_elastic_register.
  * Errors: HK_ERR_PROTOCOL (the address is not in the list).
  */
 hk_status hk_elastic_place(hk_ctx *ctx, const hk_msg *peers,
@@ -39,6 +43,8 @@ hk_status hk_elastic_place(hk_ctx *ctx, const hk_msg *peers,
  * *peers (caller frees with hk_msg_free) is the list, and ctx->rank and
  * ctx->size are this worker's new rank (the index of my_host:my_port in
  * it) and the list's length.
+ * Thread-safety: the one thread of a worker with no background thread
+ * running (hk_init, hk_elastic_reset).
  * Errors: HK_ERR_PEER_LOST (hkrun aborted the job, with its reason; or
  * closed the connection), HK_ERR_TIMEOUT, HK_ERR_PROTOCOL (an unexpected
  * message, or our address missing from the list), HK_ERR_SYSTEM.
