@@ -60,7 +60,9 @@
  *   enough workers that has not re-formed HK_START_TIMEOUT_S after a loss
  *   (a survivor never called hk_elastic_reset) fails naming those, exit 1.
  *   A worker that leaves through hk_shutdown and exits 0 is no loss (no
- *   RESET); a generation forming then does not wait for it. The
+ *   RESET); a generation forming then does not wait for it. A discovery
+ *   script that fails (cannot run, exits non-zero) is found at the start:
+ *   hkrun says how and exits 2, starting nothing. The
  * job fails the same way when it would re-form more than --reset-limit times,
  * or when no worker is left. A job that finishes after losses exits 0.
  */
@@ -630,6 +632,19 @@ static cpu_set_t *bind_masks(const hkrun_args *args, int *failed) {
 }
 
 static int run_job(const hkrun_args *args) {
+  if (args->elastic && args->discovery_script) {
+    /* a script that cannot run is a bad command line, found now rather
+     * than when the job would need it */
+    char found[300];
+    int slots = hkrun_discover(args->discovery_script, args->slots_per_host,
+                               found, sizeof found);
+    if (slots < 0) {
+      hk_out_say("%s", found);
+      return 2;
+    }
+    if (args->verbose)
+      hk_out_say("%s", found);
+  }
   job j;
   memset(&j, 0, sizeof j);
   j.args = args;

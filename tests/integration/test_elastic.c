@@ -362,6 +362,28 @@ static void test_below_min_np_fails_every_rank(void **s) {
   hkt_result_free(&r);
 }
 
+/* A discovery script that fails is found before anything starts: hkrun
+ * says how and exits 2. */
+static void test_discovery_script_fails(void **s) {
+  (void)s;
+  char *argv[] = {HKRUN_PATH, "-np",
+                  "2",        "--min-np",
+                  "2",        "--host-discovery-script",
+                  "exit 3",   W("w_elastic"),
+                  "4",        "2",
+                  "-1",       "-1",
+                  NULL};
+  hkt_result r;
+  assert_int_equal(hkt_run(argv, NULL, 60, &r), 0);
+  assert_int_equal(r.exit_code, 2);
+  assert_string_equal(r.err,
+                      "hkrun: --host-discovery-script exit 3 exited with "
+                      "status 3\n");
+  assert_string_equal(r.out, "");
+  assert_int_equal(hkt_orphans(NULL, 0), 0);
+  hkt_result_free(&r);
+}
+
 int main(void) {
   hkt_setup();
   const struct CMUnitTest tests[] = {
@@ -374,6 +396,7 @@ int main(void) {
       cmocka_unit_test(test_reset_limit),
       cmocka_unit_test(test_survivor_never_resets),
       cmocka_unit_test(test_below_min_np_fails_every_rank),
+      cmocka_unit_test(test_discovery_script_fails),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
