@@ -5,8 +5,9 @@
 # measuring run loads it with --autotune-load), and with every setting of
 # a grid of fusion thresholds x cycle times, measured the same way; then
 # the three side by side, the grid's best, and how many steps the tuning
-# took. Asserts nothing. Run it when the machine is otherwise idle
-# (uptime), at normal priority.
+# took. Every setting is measured once per round, ROUNDS interleaved
+# rounds, and reported as the median over rounds. Asserts nothing. Run it
+# when the machine is otherwise idle (uptime), at normal priority.
 #
 #   bench/autotune_bench.sh
 #
@@ -20,12 +21,14 @@
 #   GRID_MB="0 1 4 16 64 128"   fusion thresholds of the grid, MiB
 #   GRID_MS="0 1 5"        cycle times of the grid, ms
 #   HKRUN_ARGS=""          more hkrun flags for every run (-H, ...)
+#   ROUNDS=5               interleaved rounds of the measuring runs
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build} NP=${NP:-2} MODEL=${MODEL:-resnet50}
 STEPS=${STEPS:-20} WARM=${WARM:-3} TUNE_STEPS=${TUNE_STEPS:-600}
 GRID_MB=${GRID_MB:-0 1 4 16 64 128} GRID_MS=${GRID_MS:-0 1 5}
 HKRUN_ARGS=${HKRUN_ARGS:-}
+ROUNDS=${ROUNDS:-5}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/hk-autotune-bench.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
@@ -36,10 +39,10 @@ step_ms() {
     --model "$MODEL" -n "$STEPS" -w "$WARM" 2>&1 |
     sed -n 's/.*, step \([0-9.]*\) ms,.*/\1/p'
 }
+median() { sort -g | awk '{v[NR] = $1} END {if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2)}'; }
 per_s() { awk -v m="$1" 'BEGIN {printf "%.2f", (m > 0 ? 1000 / m : 0)}'; }
 
-echo "# $MODEL np $NP ($(uptime | sed 's/.*load/load/'))"
-defaults=$(step_ms)
+echo "# $MODEL np $NP, $ROUNDS rounds ($(uptime | sed 's/.*load/load/'))"
 
 # the tuning run: its steps include the search's slower trials
 # shellcheck disable=SC2086
@@ -53,13 +56,24 @@ if [ ! -s "$tmp/tuned.env" ]; then
   tail -5 "$tmp/tune.out" >&2
   exit 1
 fi
-tuned=$(step_ms --autotune-load "$tmp/tuned.env")
+for r in $(seq 1 "$ROUNDS"); do
+  step_ms >>"$tmp/defaults"
+  step_ms --autotune-load "$tmp/tuned.env" >>"$tmp/tuned"
+  for mb in $GRID_MB; do
+    for ms in $GRID_MS; do
+      step_ms --fusion-threshold-mb "$mb" --cycle-time-ms "$ms" \
+        >>"$tmp/grid_${mb}_$ms"
+    done
+  done
+done
+defaults=$(median <"$tmp/defaults")
+tuned=$(median <"$tmp/tuned")
 
 best="" best_ms=""
 printf '%-28s %12s %10s\n' "setting" "step(ms)" "steps/s"
 for mb in $GRID_MB; do
   for ms in $GRID_MS; do
-    t=$(step_ms --fusion-threshold-mb "$mb" --cycle-time-ms "$ms")
+    t=$(median <"$tmp/grid_${mb}_$ms")
     printf '%-28s %12s %10s\n' "grid ${mb} MiB, ${ms} ms" "$t" "$(per_s "$t")"
     if [ -n "$t" ] && { [ -z "$best_ms" ] ||
       awk -v a="$t" -v b="$best_ms" 'BEGIN {exit !(a < b)}'; }; then
