@@ -52,9 +52,10 @@
  *   while at least --min-np are left: hkrun says so, and the rendezvous
  *   tells every other worker (HK_MSG_RESET: their calls fail with
  *   HK_ERR_RANKS_CHANGED) and forms the next generation from those that
- *   register again (hk_elastic_reset). Below --min-np hkrun waits
- *   --elastic-timeout for more (it starts none itself yet, so none come),
- *   then fails the job naming the workers lost, what is missing and what
+ *   register again (hk_elastic_reset). Below --min-np, with a
+ *   --host-discovery-script, hkrun waits --elastic-timeout for more (it
+ *   starts none itself yet, so none come); without one it does not wait;
+ *   then it fails the job naming the workers lost, what is missing and what
  *   the discovery script lists: every rank gets HK_MSG_ABORT with that
  *   text, and the exit status is the last lost worker's. A job with
  *   enough workers that has not re-formed HK_START_TIMEOUT_S after a loss
@@ -119,7 +120,7 @@ typedef struct job {
   uv_timer_t elastic_timer;   /* --elastic-timeout below --min-np */
   uv_timer_t form_timer;      /* elastic: HK_START_TIMEOUT_S to re-form */
   int below_code;             /* elastic: the exit status to fail with */
-  char lost[512];             /* elastic: the workers lost, for messages */
+  char lost[1024];            /* elastic: the workers lost, for messages */
   double start_timeout_s;     /* HK_START_TIMEOUT_S as the workers read it */
   uint64_t kill_after_term;   /* ms from SIGTERM to SIGKILL */
   uint64_t *goodbye_deadline; /* np entries: uv_now() after which rank r's
@@ -193,27 +194,39 @@ static void fail_elastic(job *j, int code, const char *reason) {
   stop_waiting(j);
 }
 
-/* Elastic, --elastic-timeout below --min-np: no worker came (hkrun starts
- * none yet); fail naming what is missing and what discovery lists. */
-static void elastic_timeout(uv_timer_t *t) {
-  job *j = t->data;
+/* Elastic, below --min-np: fails every rank naming what is missing, and
+ * what discovery lists; waited: whether --elastic-timeout ran out (else
+ * nothing could join: no --host-discovery-script). */
+static void fail_below_min_np(job *j, int waited) {
   const hkrun_args *a = j->args;
   int left = hk_rdv_alive(j->rdv);
-  if (j->failing || j->closed || left >= a->min_np)
-    return;
   char found[300];
   if (a->discovery_script)
     hkrun_discover(a->discovery_script, a->slots_per_host, found, sizeof found);
   else
     snprintf(found, sizeof found, "no --host-discovery-script");
-  char reason[1200];
+  char when[128];
+  if (waited)
+    snprintf(when, sizeof when, "none joined within --elastic-timeout %g s",
+             a->elastic_timeout_s);
+  else
+    snprintf(when, sizeof when, "none can join");
+  char reason[2048];
   snprintf(reason, sizeof reason,
            "elastic job below --min-np %d: %d worker%s left, %d more "
-           "needed (lost: %s); none joined within --elastic-timeout %g s "
-           "(%s; hkrun starts no new workers yet)",
+           "needed (lost: %s); %s (%s; hkrun starts no new workers yet)",
            a->min_np, left, left == 1 ? "" : "s", a->min_np - left, j->lost,
-           a->elastic_timeout_s, found);
+           when, found);
   fail_elastic(j, j->below_code, reason);
+}
+
+/* Elastic, --elastic-timeout below --min-np: no worker came (hkrun starts
+ * none yet). */
+static void elastic_timeout(uv_timer_t *t) {
+  job *j = t->data;
+  if (j->failing || j->closed || hk_rdv_alive(j->rdv) >= j->args->min_np)
+    return;
+  fail_below_min_np(j, 1);
 }
 
 /* Elastic, HK_START_TIMEOUT_S after a loss: enough workers are left but
@@ -243,10 +256,24 @@ static void form_timeout(uv_timer_t *t) {
 }
 
 /* Elastic: w's worker failed (what: how). The job goes on without it
- * while --min-np are left; else hkrun waits --elastic-timeout. */
+ * while --min-np are left; else, with a --host-discovery-script, hkrun
+ * waits --elastic-timeout, and without one it fails at once. */
 static void elastic_loss(job *j, hk_worker *w, const char *what) {
   const hkrun_args *a = j->args;
-  char reason[256];
+  /* a survivor that exits, while the job waits for it to re-form, is
+   * likely a program not written for elastic jobs: say so */
+  int slots[64], awaited = 0;
+  int na = hk_rdv_awaited(j->rdv, slots, 64);
+  for (int i = 0; i < na && i < 64; i++)
+    awaited |= slots[i] == w->rank;
+  char how[256];
+  snprintf(how, sizeof how, "%s%s", what,
+           awaited && !w->term_signal
+               ? " instead of calling hk_elastic_reset (a program not "
+                 "written for elastic jobs: docs/elastic.md)"
+               : "");
+  what = how;
+  char reason[384];
   snprintf(reason, sizeof reason, "rank %d (pid %d) %s", w->rank, w->pid, what);
   size_t n = strlen(j->lost);
   snprintf(j->lost + n, sizeof j->lost - n, "%srank %d (pid %d) %s",
@@ -275,6 +302,9 @@ static void elastic_loss(job *j, hk_worker *w, const char *what) {
     snprintf(why, sizeof why, "elastic job: no worker left (lost: %s)",
              j->lost);
     fail_elastic(j, code, why);
+  } else if (!a->discovery_script) { /* nothing could come: fail now */
+    j->below_code = code;
+    fail_below_min_np(j, 0);
   } else {
     j->below_code = code;
     hk_out_say("%s; %d worker%s left, fewer than --min-np %d: waiting up to "

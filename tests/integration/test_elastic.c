@@ -204,6 +204,14 @@ static void second_loss(const char *when) {
     assert_int_equal(
         hkt_count_lines(r.out, "[1] leaving instead of re-forming"), 1);
     assert_null(strstr(r.err, "hkrun: rank 1 (pid "));
+  } else if (strcmp(when, "exit") == 0) { /* hkrun says what it looks like */
+    assert_int_equal(
+        hkt_count_lines(r.out, "[1] exiting instead of re-forming"), 1);
+    if (!strstr(r.err, "exited with status 4 instead of calling "
+                       "hk_elastic_reset (a program not written for elastic "
+                       "jobs: docs/elastic.md); the elastic job goes on with "
+                       "2 workers (--min-np 2)"))
+      fail_msg("no hint in:\n%s", r.err);
   } else {
     assert_int_equal(hkt_count_lines(r.out, dying), 1);
     assert_non_null(strstr(r.err, "was killed by signal 9; the elastic job "
@@ -234,6 +242,14 @@ static void second_loss(const char *when) {
 static void test_survivor_leaves(void **s) {
   (void)s;
   second_loss("leave");
+}
+
+/* A survivor that exits with a status instead of re-forming (a program
+ * not written for elastic jobs) is a loss, and hkrun says what it looks
+ * like; the others re-form without it. */
+static void test_survivor_exits(void **s) {
+  (void)s;
+  second_loss("exit");
 }
 
 static void test_loss_before_reset(void **s) {
@@ -315,40 +331,53 @@ static void test_survivor_never_resets(void **s) {
   hkt_result_free(&r);
 }
 
-/* np 3, --min-np 3: the worker started as rank 1 dies at step 6; hkrun
- * waits --elastic-timeout 2 s, then fails every rank naming what is
- * missing and what the discovery script lists, exits 137 (the lost
- * worker's SIGKILL), and leaves nothing behind. */
-static void test_below_min_np_fails_every_rank(void **s) {
-  (void)s;
-  char script[512];
-  assert_int_equal(hkt_mkstemp("hk-discover.", script, sizeof script), 0);
-  FILE *f = fopen(script, "w");
-  assert_non_null(f);
-  fputs("#!/bin/sh\necho localhost:3\n", f);
-  fclose(f);
-  assert_int_equal(chmod(script, 0700), 0);
-  char *argv[] = {HKRUN_PATH, "-np",
-                  "3",        "--min-np",
-                  "3",        "--elastic-timeout",
-                  "2",        "--host-discovery-script",
-                  script,     W("w_elastic"),
-                  "12",       "4",
-                  "1",        "6",
-                  NULL};
+/* np 3, --min-np 3: the worker started as rank 1 dies at step 6. With a
+ * discovery script hkrun waits --elastic-timeout 2 s, then fails every
+ * rank naming what is missing and what the script lists; without one
+ * nothing could join, and it fails at once though --elastic-timeout is
+ * its default 600 s. Either way it exits 137 (the lost worker's SIGKILL)
+ * and leaves nothing behind. */
+static void below_min_np(int with_script) {
+  char script[512] = "";
+  if (with_script) {
+    assert_int_equal(hkt_mkstemp("hk-discover.", script, sizeof script), 0);
+    FILE *f = fopen(script, "w");
+    assert_non_null(f);
+    fputs("#!/bin/sh\necho localhost:3\n", f);
+    fclose(f);
+    assert_int_equal(chmod(script, 0700), 0);
+  }
+  char *argv[] = {HKRUN_PATH,     "-np", "3",  "--min-np", "3",
+                  W("w_elastic"), "12",  "4",  "1",        "6",
+                  NULL,           NULL,  NULL, NULL,       NULL};
+  if (with_script) { /* the options go before the program */
+    char *opts[] = {"--elastic-timeout", "2", "--host-discovery-script",
+                    script};
+    memmove(argv + 9, argv + 5, 5 * sizeof *argv);
+    memcpy(argv + 5, opts, sizeof opts);
+  }
   hkt_result r;
   assert_int_equal(hkt_run(argv, NULL, 120, &r), 0);
-  unlink(script);
+  if (with_script)
+    unlink(script);
   if (r.exit_code != 128 + 9)
     fail_msg("hkrun exited %d\nstdout:\n%s\nstderr:\n%s", r.exit_code, r.out,
              r.err);
+  char when[700];
+  if (with_script)
+    snprintf(when, sizeof when,
+             "none joined within --elastic-timeout 2 s "
+             "(--host-discovery-script %s lists 3 slots on 1 host "
+             "(localhost:3)",
+             script);
+  else
+    snprintf(when, sizeof when, "none can join (no --host-discovery-script");
   char want[1024];
   snprintf(want, sizeof want,
            "elastic job below --min-np 3: 2 workers left, 1 more needed "
-           "(lost: rank 1 (pid %d) was killed by signal 9); none joined "
-           "within --elastic-timeout 2 s (--host-discovery-script %s lists 3 "
-           "slots on 1 host (localhost:3); hkrun starts no new workers yet)",
-           (int)number_after(r.err, "hkrun: rank 1 (pid "), script);
+           "(lost: rank 1 (pid %d) was killed by signal 9); %s; hkrun starts "
+           "no new workers yet)",
+           (int)number_after(r.err, "(lost: rank 1 (pid "), when);
   char said[1100];
   snprintf(said, sizeof said, "hkrun: %s\n", want);
   if (!strstr(r.err, said))
@@ -357,9 +386,19 @@ static void test_below_min_np_fails_every_rank(void **s) {
   snprintf(said, sizeof said, "reset failed: peer lost: hk_elastic_reset: %s",
            want);
   assert_int_equal(hkt_count_lines(r.out, said), 2);
-  assert_true(r.elapsed_s < 60);
+  assert_true(r.elapsed_s < (with_script ? 60 : 30));
   assert_int_equal(hkt_orphans(NULL, 0), 0);
   hkt_result_free(&r);
+}
+
+static void test_below_min_np_fails_every_rank(void **s) {
+  (void)s;
+  below_min_np(1);
+}
+
+static void test_below_min_np_nothing_can_join(void **s) {
+  (void)s;
+  below_min_np(0);
 }
 
 /* A discovery script that fails is found before anything starts: hkrun
@@ -393,9 +432,11 @@ int main(void) {
       cmocka_unit_test(test_loss_before_reset),
       cmocka_unit_test(test_loss_after_reset),
       cmocka_unit_test(test_survivor_leaves),
+      cmocka_unit_test(test_survivor_exits),
       cmocka_unit_test(test_reset_limit),
       cmocka_unit_test(test_survivor_never_resets),
       cmocka_unit_test(test_below_min_np_fails_every_rank),
+      cmocka_unit_test(test_below_min_np_nothing_can_join),
       cmocka_unit_test(test_discovery_script_fails),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -27,7 +27,9 @@
  * ("dying after the reset"); the others re-form again. With "never" it
  * does not call hk_elastic_reset at all: it says "never calling
  * hk_elastic_reset" and waits for a signal; with "leave" it calls
- * hk_shutdown instead ("leaving instead of re-forming") and exits 0.
+ * hk_shutdown instead ("leaving instead of re-forming") and exits 0; with
+ * "exit" it exits 4 at once ("exiting instead of re-forming"), as a
+ * program not written for elastic jobs does.
  *
  * w_elastic_dev (built from this file with W_ELASTIC_DEVICE, linking the
  * static runtime for the emulated device) is the same with the gradient
@@ -127,6 +129,10 @@ static void reform(int slot, double *w, const double *saved_w, int *step,
                 hk_strerror(st));
       exit(0);
     }
+    if (slot == kill2_slot && kill2_after == 3) {
+      printf("exiting instead of re-forming\n");
+      exit(4);
+    }
     if (slot == kill2_slot && kill2_after < 0) {
       printf("never calling hk_elastic_reset\n");
       for (;;)
@@ -168,7 +174,7 @@ int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc != 5 && argc != 7) {
     fprintf(stderr, "usage: w_elastic STEPS COMMIT_EVERY KILL_SLOT "
-                    "KILL_STEP [KILL2_SLOT before|after|never|leave]\n");
+                    "KILL_STEP [KILL2_SLOT before|after|never|leave|exit]\n");
     return 2;
   }
   const int steps = atoi(argv[1]), every = atoi(argv[2]);
@@ -178,6 +184,7 @@ int main(int argc, char **argv) {
                           : strcmp(argv[6], "after") == 0 ? 1
                           : strcmp(argv[6], "never") == 0 ? -1
                           : strcmp(argv[6], "leave") == 0 ? 2
+                          : strcmp(argv[6], "exit") == 0  ? 3
                                                           : 0;
   HKT_OK(hk_init());
   dev_open();
