@@ -23,7 +23,7 @@
 
 #define CSV_HEADER                                                             \
   "trial,fusion_threshold_bytes,cycle_time_ms,hierarchical,score_ms_per_"      \
-  "step,spread,samples,steps,kept\n"
+  "step,uncertainty,samples,steps,kept\n"
 
 /* Names kept while looking for the step's anchor: a job that has not
  * repeated a tensor after this many starts over. */
@@ -82,15 +82,17 @@ hk_status hk_tune_start(hk_ctx *ctx) {
   if (!T)
     return hk_fail(HK_ERR_NOMEM, "cannot allocate the autotuner");
   const hk_config *c = &ctx->cfg;
-  hk_tune_params p = {.warmup_steps = c->autotune_warmup,
-                      .steps_per_sample = c->autotune_steps,
-                      .min_samples = 3,
-                      .max_samples = c->autotune_max_samples,
-                      .max_trials = c->autotune_max_trials,
-                      .spread = c->autotune_spread,
-                      /* hierarchical vs flat only where both can run and
-                       * no algorithm is forced */
-                      .hierarchical = ctx->have_hier && !c->allreduce_algo[0]};
+  hk_tune_params p = {
+      .warmup_steps = c->autotune_warmup,
+      .steps_per_sample = c->autotune_steps,
+      /* the MAD of fewer is too unsure */
+      .min_samples = c->autotune_max_samples < 5 ? c->autotune_max_samples : 5,
+      .max_samples = c->autotune_max_samples,
+      .max_trials = c->autotune_max_trials,
+      .spread = c->autotune_spread,
+      /* hierarchical vs flat only where both can run and
+       * no algorithm is forced */
+      .hierarchical = ctx->have_hier && !c->allreduce_algo[0]};
   T->start =
       (hk_tune_setting){c->fusion_threshold, c->cycle_time_ms, c->hierarchical};
   hk_tune_setting model = {model_threshold(ctx), c->cycle_time_ms,
@@ -127,19 +129,19 @@ static void log_trials(hk_ctx *ctx, struct hk_tune *T) {
   for (; T->logged < n; T->logged++) {
     const hk_tune_trial *t = hk_autotune_trial(T->search, T->logged);
     char row[256], a[32];
-    int len =
-        snprintf(row, sizeof row, "%d,%llu,%g,%s,%.6f,%.6f,%d,%d,%d\n",
-                 T->logged, (unsigned long long)t->s.fusion_threshold,
-                 t->s.cycle_time_ms, hier_text(t->s.hierarchical),
-                 t->score_s * 1e3, t->spread, t->samples, t->steps, t->kept);
+    int len = snprintf(row, sizeof row, "%d,%llu,%g,%s,%.6f,%.6f,%d,%d,%d\n",
+                       T->logged, (unsigned long long)t->s.fusion_threshold,
+                       t->s.cycle_time_ms, hier_text(t->s.hierarchical),
+                       t->score_s * 1e3, t->uncertainty, t->samples, t->steps,
+                       t->kept);
     hk_buf_append(&T->csv, row, (size_t)len);
     hk_log(HK_LOG_INFO,
            "autotune: trial %d: fusion threshold %s, cycle time %g ms, "
-           "hierarchical %s: %.3f ms per step (spread %.1f %%, %d samples, "
+           "hierarchical %s: %.3f ms per step (+/- %.1f %%, %d samples, "
            "%d steps)%s",
            T->logged, threshold_text(t->s.fusion_threshold, a, sizeof a),
            t->s.cycle_time_ms, hier_text(t->s.hierarchical), t->score_s * 1e3,
-           t->spread * 100, t->samples, t->steps, t->kept ? ", kept" : "");
+           t->uncertainty * 100, t->samples, t->steps, t->kept ? ", kept" : "");
   }
   if (ctx->cfg.autotune_log[0] &&
       hk_outfile_replace(ctx->cfg.autotune_log, ctx->cfg.file_mode, T->csv.data,

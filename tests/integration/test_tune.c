@@ -131,7 +131,7 @@ static void test_converges_to_known_best(void **state) {
   assert_non_null(c);
   const char *rows[] = {
       "trial,fusion_threshold_bytes,cycle_time_ms,hierarchical,score_ms_per_"
-      "step,spread,samples,steps,kept\n0,0,0,auto,",
+      "step,uncertainty,samples,steps,kept\n0,0,0,auto,",
       "\n1,1048576,0,auto,", "\n2,2097152,0,auto,", "\n3,4194304,0,auto,",
       "\n4,2097152,0.5,auto,"};
   for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
