@@ -298,8 +298,8 @@ static const tunable table[] = {
         .alias = "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE"),
     INT("HK_AUTOTUNE_MAX_SAMPLES", 10, 3, 64, autotune_max_samples, "10",
         "with HK_AUTOTUNE: the most samples one trial takes while their "
-        "score's uncertainty stays above HK_AUTOTUNE_SPREAD (at least 3 are "
-        "taken)"),
+        "score's uncertainty stays above HK_AUTOTUNE_SPREAD (at least 5 are "
+        "taken, or all of them when fewer)"),
     INT("HK_AUTOTUNE_MAX_TRIALS", 20, 1, 64, autotune_max_trials, "20",
         "with HK_AUTOTUNE: the most settings the search measures"),
     {"HK_AUTOTUNE_SPREAD", 0.02, 0.001, 1, "fraction",

@@ -75,6 +75,12 @@ static uint64_t model_threshold(hk_ctx *ctx) {
   return ladder[n - 1];
 }
 
+/* Samples before a trial's uncertainty is judged: 5 (the MAD of fewer
+ * is too unsure), or the whole budget where it is smaller. */
+static int min_samples(const hk_config *c) {
+  return c->autotune_max_samples < 5 ? c->autotune_max_samples : 5;
+}
+
 hk_status hk_tune_start(hk_ctx *ctx) {
   if (ctx->rank != 0 || !ctx->cfg.autotune)
     return HK_OK;
@@ -82,17 +88,15 @@ hk_status hk_tune_start(hk_ctx *ctx) {
   if (!T)
     return hk_fail(HK_ERR_NOMEM, "cannot allocate the autotuner");
   const hk_config *c = &ctx->cfg;
-  hk_tune_params p = {
-      .warmup_steps = c->autotune_warmup,
-      .steps_per_sample = c->autotune_steps,
-      /* the MAD of fewer is too unsure */
-      .min_samples = c->autotune_max_samples < 5 ? c->autotune_max_samples : 5,
-      .max_samples = c->autotune_max_samples,
-      .max_trials = c->autotune_max_trials,
-      .spread = c->autotune_spread,
-      /* hierarchical vs flat only where both can run and
-       * no algorithm is forced */
-      .hierarchical = ctx->have_hier && !c->allreduce_algo[0]};
+  hk_tune_params p = {.warmup_steps = c->autotune_warmup,
+                      .steps_per_sample = c->autotune_steps,
+                      .min_samples = min_samples(c),
+                      .max_samples = c->autotune_max_samples,
+                      .max_trials = c->autotune_max_trials,
+                      .spread = c->autotune_spread,
+                      /* hierarchical vs flat only where both can run and
+                       * no algorithm is forced */
+                      .hierarchical = ctx->have_hier && !c->allreduce_algo[0]};
   T->start =
       (hk_tune_setting){c->fusion_threshold, c->cycle_time_ms, c->hierarchical};
   hk_tune_setting model = {model_threshold(ctx), c->cycle_time_ms,
@@ -322,10 +326,12 @@ void hk_tune_finish(hk_ctx *ctx) {
     hk_log(HK_LOG_WARNING,
            "autotune: the job ended after %ld measured steps, before the "
            "first trial did (it takes at least %d: "
-           "HK_AUTOTUNE_WARMUP_STEPS + 3 x HK_AUTOTUNE_STEPS_PER_SAMPLE): "
+           "HK_AUTOTUNE_WARMUP_STEPS + %d x HK_AUTOTUNE_STEPS_PER_SAMPLE): "
            "nothing was tuned",
            hk_autotune_steps(T->search),
-           ctx->cfg.autotune_warmup + 3 * ctx->cfg.autotune_steps);
+           ctx->cfg.autotune_warmup +
+               min_samples(&ctx->cfg) * ctx->cfg.autotune_steps,
+           min_samples(&ctx->cfg));
   hk_autotune_destroy(T->search);
   hk_strmap_destroy(T->seen);
   hk_buf_free(&T->csv);
