@@ -328,7 +328,7 @@ static void test_noisy_score_does_not_flip_flop(void **state) {
   }
   char *c = read_text(csv);
   assert_non_null(c);
-  /* a trial ends early only once its spread is under 2 %; with 10 %
+  /* a trial ends early only once its uncertainty is under 2 %; with 10 %
    * jitter most spend their budget of 6 samples */
   int trials = hkt_count_lines(c, ",") - 1, spent = 0;
   for (const char *row = strchr(c, '\n'); row && row[1];
