@@ -199,12 +199,12 @@ static double pooled(const hk_autotune *t) {
 }
 
 /* Whether candidate c beats best b by more than the noise: by more than
- * KEEP_SIGMAS combined standard errors (each at least `pooled`) and by
- * KEEP_MIN_GAIN at least. */
+ * KEEP_SIGMAS combined standard errors (each relative one at least
+ * u_floor, pooled()'s) and by KEEP_MIN_GAIN at least. */
 static int beats(const hk_tune_trial *c, const hk_tune_trial *b,
-                 double pooled) {
-  double ub = fmax(b->uncertainty, pooled) * b->score_s;
-  double uc = fmax(c->uncertainty, pooled) * c->score_s;
+                 double u_floor) {
+  double ub = fmax(b->uncertainty, u_floor) * b->score_s;
+  double uc = fmax(c->uncertainty, u_floor) * c->score_s;
   double margin = KEEP_SIGMAS * sqrt(ub * ub + uc * uc);
   if (margin < KEEP_MIN_GAIN * b->score_s)
     margin = KEEP_MIN_GAIN * b->score_s;
