@@ -283,7 +283,8 @@ static const tunable table[] = {
         .alias = "HOROVOD_AUTOTUNE"),
     STRING("HK_AUTOTUNE_LOG", autotune_log, "(none)", "a file",
            "with HK_AUTOTUNE: rank 0 writes one CSV row per trial (the "
-           "settings, the score in ms per step, its spread, samples, steps, "
+           "settings, the score in ms per step, its relative uncertainty, "
+           "samples, steps, "
            "kept)",
            .alias = "HOROVOD_AUTOTUNE_LOG"),
     STRING("HK_AUTOTUNE_SAVE", autotune_save, "(none)", "a file",
@@ -297,13 +298,16 @@ static const tunable table[] = {
         .alias = "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE"),
     INT("HK_AUTOTUNE_MAX_SAMPLES", 10, 3, 64, autotune_max_samples, "10",
         "with HK_AUTOTUNE: the most samples one trial takes while their "
-        "spread stays above HK_AUTOTUNE_SPREAD (at least 3 are taken)"),
+        "score's uncertainty stays above HK_AUTOTUNE_SPREAD (at least 5 are "
+        "taken, or all of them when fewer)"),
     INT("HK_AUTOTUNE_MAX_TRIALS", 20, 1, 64, autotune_max_trials, "20",
         "with HK_AUTOTUNE: the most settings the search measures"),
     {"HK_AUTOTUNE_SPREAD", 0.02, 0.001, 1, "fraction",
-     "with HK_AUTOTUNE: a trial ends once its samples' (max - min) / "
-     "median is at most this; a setting is kept only if it is faster than "
-     "the best by more than this and more than either's measured spread",
+     "with HK_AUTOTUNE: a trial ends once its score's (the median "
+     "sample's) relative uncertainty, its standard error estimated from "
+     "the samples' median absolute deviation, is at most this; a setting "
+     "is kept only if it is faster than the best by more than twice their "
+     "combined uncertainty and by at least 1 %",
      .offset = OFF(autotune_spread), .kind = HK_TUNABLE_NUMBER},
     {"HK_TEST_TUNE_GROUP_COST_S", 0, 0, 10, "s",
      "tests only: every fused group rank 0 runs adds this to the step time "

@@ -1,6 +1,6 @@
 /*
  * autotune.c - the search of `hkrun --autotune` (autotune.h): trials
- * measured from step times, coordinate descent over three ladders.
+ * measured from step times, a sweep of each of three ladders in turn.
  */
 #include "coordinator/autotune.h"
 
@@ -23,6 +23,15 @@ static const int hier_ladder[] = {0, -1, 1};
 #define NKNOB 3
 #define MAX_PASSES 3
 #define MAX_SAMPLES 64
+/* The standard error of a median of n normal samples is about
+ * sqrt(pi/2) = 1.253 times that of their mean; 1.4826 x MAD estimates
+ * the standard deviation of normal samples (Rousseeuw and Croux, 1993). */
+#define SE_MEDIAN_PER_MAD (1.253 * 1.4826)
+/* A kept candidate beats the best by more than this many combined
+ * standard errors (about 2.3 % of equal settings pass by chance, one-sided) */
+#define KEEP_SIGMAS 2.0
+/* ... and by at least this fraction of the best's score */
+#define KEEP_MIN_GAIN 0.01
 
 enum { PH_BASELINE, PH_MODEL, PH_DESCENT, PH_DONE };
 
@@ -38,8 +47,8 @@ struct hk_autotune {
   /* the trial running */
   int warm_left, in_sample, nsamples, trial_steps;
   double acc, samples[MAX_SAMPLES];
-  /* the descent */
-  int phase, knob, dir, stepped, pass, pass_kept;
+  /* the search */
+  int phase, knob, pass, pass_kept;
   uint8_t measured[NTHR][NCYC][NHIER];
   long steps;
 };
@@ -131,7 +140,6 @@ hk_status hk_autotune_create(const hk_tune_params *p,
   t->best = -1;
   t->model = *model;
   t->phase = PH_BASELINE;
-  t->dir = 1;
   int pos[NKNOB];
   place(start, pos);
   memcpy(t->best_pos, pos, sizeof pos);
@@ -147,44 +155,67 @@ static int by_value(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-/* The median and the spread of the trial's samples. */
-static void judge(const hk_autotune *t, double *median, double *spread) {
-  double s[MAX_SAMPLES];
-  int n = t->nsamples;
-  memcpy(s, t->samples, (size_t)n * sizeof *s);
+static double median_of(double *s, int n) {
   qsort(s, (size_t)n, sizeof *s, by_value);
-  *median = n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
-  *spread = *median > 0 ? (s[n - 1] - s[0]) / *median : 0;
+  return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
 }
 
-/* Whether candidate c beats best b by more than the noise. */
-static int beats(const hk_autotune *t, const hk_tune_trial *c,
-                 const hk_tune_trial *b) {
-  double margin = t->p.spread * b->score_s;
-  if (b->spread * b->score_s > margin)
-    margin = b->spread * b->score_s;
-  if (c->spread * c->score_s > margin)
-    margin = c->spread * c->score_s;
+/* The MAD of few samples underestimates the spread: Croux and
+ * Rousseeuw's (1992) finite-sample factors make it unbiased for normal
+ * samples (n > 9: n / (n - 0.8)). */
+static double mad_small_n(int n) {
+  static const double b[] = {1,     1,     1.196, 1.495, 1.363,
+                             1.206, 1.200, 1.140, 1.129, 1.107};
+  return n <= 9 ? b[n] : n / (n - 0.8);
+}
+
+double hk_tune_uncertainty(const double *samples, int n, double *median) {
+  double s[MAX_SAMPLES];
+  if (n > MAX_SAMPLES)
+    n = MAX_SAMPLES;
+  if (n < 1) {
+    *median = 0;
+    return 0;
+  }
+  memcpy(s, samples, (size_t)n * sizeof *s);
+  double m = median_of(s, n);
+  for (int i = 0; i < n; i++)
+    s[i] = fabs(s[i] - m);
+  double mad = median_of(s, n) * mad_small_n(n);
+  *median = m;
+  return m > 0 ? SE_MEDIAN_PER_MAD * mad / sqrt((double)n) / m : 0;
+}
+
+/* The median of the relative uncertainties of every trial so far, the
+ * one ending included: the machine's noise is shared by all settings,
+ * and one trial's few samples can put its own estimate near 0 by
+ * chance, so no trial counts as surer than the typical one. */
+static double pooled(const hk_autotune *t) {
+  double u[HK_TUNE_MAX_TRIALS];
+  int n = t->ntrials + 1;
+  for (int i = 0; i < n; i++)
+    u[i] = t->trials[i].uncertainty;
+  return median_of(u, n);
+}
+
+/* Whether candidate c beats best b by more than the noise: by more than
+ * KEEP_SIGMAS combined standard errors (each relative one at least
+ * u_floor, pooled()'s) and by KEEP_MIN_GAIN at least. */
+static int beats(const hk_tune_trial *c, const hk_tune_trial *b,
+                 double u_floor) {
+  double ub = fmax(b->uncertainty, u_floor) * b->score_s;
+  double uc = fmax(c->uncertainty, u_floor) * c->score_s;
+  double margin = KEEP_SIGMAS * sqrt(ub * ub + uc * uc);
+  if (margin < KEEP_MIN_GAIN * b->score_s)
+    margin = KEEP_MIN_GAIN * b->score_s;
   return c->score_s < b->score_s - margin;
 }
 
-/* The descent moves on after a candidate was judged. */
-static void advance(hk_autotune *t, int kept) {
-  if (kept) {
-    t->stepped++;
-    t->pass_kept = 1;
-    return;
-  }
-  if (t->dir == 1 && t->stepped == 0) {
-    t->dir = -1;
-    return;
-  }
-  t->knob++;
-  t->dir = 1;
-  t->stepped = 0;
-}
-
-/* The next candidate of the descent into c, or 0: the search is over. */
+/* The next candidate into c, or 0: the search is over. Along knob
+ * t->knob, from the best setting, the rung nearest to the best's that is
+ * not measured yet (upwards first at equal distance); when that knob's
+ * line has none left, the next knob; after the last, another pass if the
+ * pass kept anything (at most MAX_PASSES). */
 static int propose(hk_autotune *t, int c[NKNOB]) {
   for (;;) {
     if (t->knob >= NKNOB) {
@@ -193,18 +224,20 @@ static int propose(hk_autotune *t, int c[NKNOB]) {
       t->pass++;
       t->pass_kept = 0;
       t->knob = 0;
-      t->dir = 1;
-      t->stepped = 0;
     }
-    memcpy(c, t->best_pos, NKNOB * sizeof *c);
-    c[t->knob] += t->dir;
-    const int n = t->knob == 0        ? NTHR
-                  : t->knob == 1      ? NCYC
+    const int k = t->knob;
+    const int n = k == 0              ? NTHR
+                  : k == 1            ? NCYC
                   : t->p.hierarchical ? NHIER
                                       : 0; /* not searched */
-    if (c[t->knob] >= 0 && c[t->knob] < n && !t->measured[c[0]][c[1]][c[2]])
-      return 1;
-    advance(t, 0);
+    for (int d = 1; d < n; d++)
+      for (int dir = 1; dir >= -1; dir -= 2) {
+        memcpy(c, t->best_pos, NKNOB * sizeof *c);
+        c[k] += dir * d;
+        if (c[k] >= 0 && c[k] < n && !t->measured[c[0]][c[1]][c[2]])
+          return 1;
+      }
+    t->knob++;
   }
 }
 
@@ -213,17 +246,17 @@ static int propose(hk_autotune *t, int c[NKNOB]) {
 static int end_trial(hk_autotune *t, hk_tune_setting *next) {
   hk_tune_trial *tr = &t->trials[t->ntrials];
   tr->s = t->cur;
-  judge(t, &tr->score_s, &tr->spread);
+  tr->uncertainty = hk_tune_uncertainty(t->samples, t->nsamples, &tr->score_s);
   tr->samples = t->nsamples;
   tr->steps = t->trial_steps;
-  tr->kept = t->best < 0 || beats(t, tr, &t->trials[t->best]);
+  tr->kept = t->best < 0 || beats(tr, &t->trials[t->best], pooled(t));
   if (tr->kept) {
+    if (t->phase == PH_DESCENT)
+      t->pass_kept = 1;
     t->best = t->ntrials;
     memcpy(t->best_pos, t->cur_pos, sizeof t->best_pos);
   }
   t->ntrials++;
-  if (t->phase == PH_DESCENT)
-    advance(t, tr->kept);
   int c[NKNOB];
   int more = t->ntrials < t->p.max_trials;
   if (more && t->phase == PH_BASELINE &&
@@ -267,9 +300,9 @@ int hk_autotune_step(hk_autotune *t, double step_s, hk_tune_setting *next) {
   t->in_sample = 0;
   if (t->nsamples < t->p.min_samples)
     return 0;
-  double median, spread;
-  judge(t, &median, &spread);
-  if (spread > t->p.spread && t->nsamples < t->p.max_samples)
+  double median;
+  double u = hk_tune_uncertainty(t->samples, t->nsamples, &median);
+  if (u > t->p.spread && t->nsamples < t->p.max_samples)
     return 0;
   return end_trial(t, next);
 }

@@ -8,28 +8,51 @@
  *
  * Measuring one setting (a trial): the first `warmup_steps` steps after a
  * change are dropped; then every `steps_per_sample` steps make one sample
- * (their mean step time). After `min_samples` samples the trial ends as
- * soon as the samples' spread, (max - min) / median, is at most `spread`,
- * or when it has `max_samples` samples (its budget). Its score is the
- * median sample (seconds per step; lower is better), its noise the spread
- * times the score.
+ * (their mean step time). Its score is the median sample (seconds per
+ * step; lower is better); its uncertainty the standard error of that
+ * median, estimated robustly from the samples' median absolute deviation
+ * (hk_tune_uncertainty), relative to the score. After `min_samples`
+ * samples the trial ends as soon as that uncertainty is at most `spread`,
+ * or when it has `max_samples` samples (its budget). Why the MAD and not
+ * the range: on a loaded machine one step in many is an outlier (another
+ * process ran); the range grows with every outlier and never comes back
+ * under any bound, so a range-based noise let no setting be kept, while
+ * the median and the MAD move by at most one rank per outlier.
  *
- * The search (coordinate descent over discrete ladders; it is Horovod's
+ * Keeping (statistics, not a tuning to any answer): a candidate is kept
+ * (becomes the best) only if its score beats the best's by more than 2
+ * combined standard errors, 2 x sqrt(u_best^2 + u_cand^2) in seconds,
+ * and by at least 1 % of the best's score. Each u here is at least the
+ * median of the relative uncertainties of all trials so far: the
+ * machine's noise is shared by every setting, and a few samples can put
+ * one trial's own MAD near 0 by chance (for the same reason worker/tune.c
+ * judges no trial before 5 samples). For two settings that are in
+ * fact equal the difference of their medians is about normal with that
+ * combined error, so one comparison keeps the wrong one with a chance of
+ * about 2.3 %; the 1 % floor stops a gain too small to matter (or an
+ * uncertainty estimated as 0 from a few equal samples) from moving the
+ * setting. A difference the measurement cannot tell from noise never
+ * changes the setting; over a sweep of ~15 equal settings one chance
+ * keep is possible (the unit test of a flat surface bounds it to one).
+ *
+ * The search (a sweep of each knob's ladder in turn; it is Horovod's
  * job, a search over these knobs, done without its Bayesian optimisation
  * and its noise model: the noise is measured instead):
  *  1. trial 0 is the setting the job started with (the baseline, against
  *     which the gain is reported);
  *  2. trial 1 is the cost model's suggestion (`model`), when it differs;
- *  3. then each knob in turn, from the best setting so far: the next rung
- *     of its ladder upwards, and on while each step up is kept; if the
- *     first step up was not kept, downwards the same way. A pass over
- *     the knobs that kept anything is followed by another (at most 3).
- * A candidate is kept (becomes the best) only if its score beats the
- * best's by more than the larger of the two noises and of `spread` times
- * the best's score: a difference the measurement cannot tell from noise
- * never changes the setting. A setting measured once is not measured
- * again. The search ends when no knob moves, or after `max_trials`
- * trials; the job then runs the best setting.
+ *  3. then each knob in turn, the other knobs at the best setting so far:
+ *     every rung of its ladder not measured yet, nearest to the best's
+ *     rung first (upwards first at equal distance), whether or not the
+ *     rungs before were kept, so a plateau between the start and the
+ *     best rung cannot end the walk early: every rung of the line is
+ *     visited. A pass over the knobs that kept anything is followed by
+ *     another (at most 3), whose lines go through the new best.
+ * A setting measured once is not measured again. The search ends when a
+ * pass keeps nothing, or after `max_trials` trials; the job then runs the
+ * best setting. One full pass over the threshold and cycle ladders from a
+ * rung of both takes 1 + 1 + 8 + 5 = 15 trials (17 with the hierarchical
+ * knob), within the default budget of 20.
  *
  * Ladders: fusion threshold 0, 1, 2, 4, 8, 16, 32, 64, 128 MiB; cycle
  * time 0, 0.5, 1, 2, 5, 10 ms; hierarchical allreduce flat (0), the cost
@@ -59,10 +82,11 @@ typedef struct hk_tune_setting {
 typedef struct hk_tune_params {
   int warmup_steps;     /* dropped after each change, >= 0 */
   int steps_per_sample; /* steps averaged into one sample, >= 1 */
-  int min_samples;      /* samples before the spread is judged, >= 2 */
+  int min_samples;      /* samples before the uncertainty is judged, >= 2 */
   int max_samples;      /* a trial's budget, >= min_samples */
   int max_trials;       /* the search's budget (trials), >= 1 */
-  double spread;        /* the bound on (max - min) / median, > 0 */
+  double spread;        /* the bound on a trial's relative uncertainty
+                           (hk_tune_uncertainty), > 0 */
   int hierarchical;     /* 1: search the hierarchical knob too (the job
                            has hierarchical rings and no forced
                            algorithm); 0: it keeps its start */
@@ -71,11 +95,12 @@ typedef struct hk_tune_params {
 /** One measured trial (for the log file and the final report). */
 typedef struct hk_tune_trial {
   hk_tune_setting s;
-  double score_s; /* median sample, seconds per step */
-  double spread;  /* (max - min) / median of its samples */
-  int samples;    /* samples taken */
-  int steps;      /* steps it ran, warm-up included */
-  int kept;       /* 1: it became the best when it ended (trial 0: 1) */
+  double score_s;     /* median sample, seconds per step */
+  double uncertainty; /* its score's relative standard error
+                         (hk_tune_uncertainty) */
+  int samples;        /* samples taken */
+  int steps;          /* steps it ran, warm-up included */
+  int kept;           /* 1: it became the best when it ended (trial 0: 1) */
 } hk_tune_trial;
 
 typedef struct hk_autotune hk_autotune;
@@ -123,6 +148,20 @@ long hk_autotune_steps(const hk_autotune *t);
 /** The fusion-threshold ladder (bytes, ascending; static storage): its
  *  number of rungs, *ladder set to them. Pure. */
 int hk_tune_thresholds(const uint64_t **ladder);
+
+/**
+ * The relative uncertainty of the median of samples[0..n) (n <= 64; more
+ * are ignored): the standard error of the median, estimated as 1.253 x
+ * 1.4826 x MAD / sqrt(n) (MAD: the median of |sample - median|; 1.4826
+ * turns it into a standard deviation for normal samples, 1.253 =
+ * sqrt(pi/2) is the median's efficiency against the mean; Rousseeuw and
+ * Croux 1993), the MAD first multiplied by Croux and Rousseeuw's (1992)
+ * finite-sample factor (1.495 for 3 samples, 1.206 for 5, n / (n - 0.8)
+ * above 9), divided by the median. One outlier moves it little, unlike
+ * the range. *median gets the median (seconds, as given). n < 1 or a
+ * median <= 0: 0 (and *median 0 when n < 1). Pure; no errors.
+ */
+double hk_tune_uncertainty(const double *samples, int n, double *median);
 
 /** 1 if a and b are the same setting. Pure. */
 int hk_tune_setting_equal(const hk_tune_setting *a, const hk_tune_setting *b);

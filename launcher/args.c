@@ -239,9 +239,11 @@ static const opt_def options[] = {
     /* horovodrun's flags that hk does not have */
     {"--autotune-gaussian-process-noise", O_REFUSED, 1,
      "hk's autotuner has no Gaussian process to tell noise from gain: it "
-     "measures the noise, repeating each setting until its samples' "
-     "spread is under HK_AUTOTUNE_SPREAD (default 0.02) and keeping a "
-     "setting only if it is faster by more than that; drop the flag (-x "
+     "measures the noise, repeating each setting until its score's "
+     "uncertainty (from the samples' median absolute deviation) is under "
+     "HK_AUTOTUNE_SPREAD (default 0.02) and keeping a setting only if it "
+     "is faster by more than twice the combined uncertainty; drop the "
+     "flag (-x "
      "HK_AUTOTUNE_SPREAD=... changes the bound)"},
     {"--autotune-compression", O_REFUSED, 0,
      "hk's autotuner does not try compression (it changes the results); "
@@ -865,9 +867,9 @@ const char *hkrun_usage(void) {
          "                       training steps and searches the fusion\n"
          "                       threshold, cycle time and (where both\n"
          "                       apply) hierarchical vs flat allreduce\n"
-         "                       (coordinate descent over ladders, each\n"
-         "                       setting measured until its spread is\n"
-         "                       under 2 %);\n"
+         "                       (a sweep of each knob's ladder, each\n"
+         "                       setting measured until its score's\n"
+         "                       uncertainty is under 2 %);\n"
          "                       every rank switches at the same round; at\n"
          "                       the end rank 0 logs the choice and the\n"
          "                       gain over the starting setting\n"

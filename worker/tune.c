@@ -23,7 +23,7 @@
 
 #define CSV_HEADER                                                             \
   "trial,fusion_threshold_bytes,cycle_time_ms,hierarchical,score_ms_per_"      \
-  "step,spread,samples,steps,kept\n"
+  "step,uncertainty,samples,steps,kept\n"
 
 /* Names kept while looking for the step's anchor: a job that has not
  * repeated a tensor after this many starts over. */
@@ -75,6 +75,12 @@ static uint64_t model_threshold(hk_ctx *ctx) {
   return ladder[n - 1];
 }
 
+/* Samples before a trial's uncertainty is judged: 5 (the MAD of fewer
+ * is too unsure), or the whole budget where it is smaller. */
+static int min_samples(const hk_config *c) {
+  return c->autotune_max_samples < 5 ? c->autotune_max_samples : 5;
+}
+
 hk_status hk_tune_start(hk_ctx *ctx) {
   if (ctx->rank != 0 || !ctx->cfg.autotune)
     return HK_OK;
@@ -84,7 +90,7 @@ hk_status hk_tune_start(hk_ctx *ctx) {
   const hk_config *c = &ctx->cfg;
   hk_tune_params p = {.warmup_steps = c->autotune_warmup,
                       .steps_per_sample = c->autotune_steps,
-                      .min_samples = 3,
+                      .min_samples = min_samples(c),
                       .max_samples = c->autotune_max_samples,
                       .max_trials = c->autotune_max_trials,
                       .spread = c->autotune_spread,
@@ -127,19 +133,19 @@ static void log_trials(hk_ctx *ctx, struct hk_tune *T) {
   for (; T->logged < n; T->logged++) {
     const hk_tune_trial *t = hk_autotune_trial(T->search, T->logged);
     char row[256], a[32];
-    int len =
-        snprintf(row, sizeof row, "%d,%llu,%g,%s,%.6f,%.6f,%d,%d,%d\n",
-                 T->logged, (unsigned long long)t->s.fusion_threshold,
-                 t->s.cycle_time_ms, hier_text(t->s.hierarchical),
-                 t->score_s * 1e3, t->spread, t->samples, t->steps, t->kept);
+    int len = snprintf(row, sizeof row, "%d,%llu,%g,%s,%.6f,%.6f,%d,%d,%d\n",
+                       T->logged, (unsigned long long)t->s.fusion_threshold,
+                       t->s.cycle_time_ms, hier_text(t->s.hierarchical),
+                       t->score_s * 1e3, t->uncertainty, t->samples, t->steps,
+                       t->kept);
     hk_buf_append(&T->csv, row, (size_t)len);
     hk_log(HK_LOG_INFO,
            "autotune: trial %d: fusion threshold %s, cycle time %g ms, "
-           "hierarchical %s: %.3f ms per step (spread %.1f %%, %d samples, "
+           "hierarchical %s: %.3f ms per step (+/- %.1f %%, %d samples, "
            "%d steps)%s",
            T->logged, threshold_text(t->s.fusion_threshold, a, sizeof a),
            t->s.cycle_time_ms, hier_text(t->s.hierarchical), t->score_s * 1e3,
-           t->spread * 100, t->samples, t->steps, t->kept ? ", kept" : "");
+           t->uncertainty * 100, t->samples, t->steps, t->kept ? ", kept" : "");
   }
   if (ctx->cfg.autotune_log[0] &&
       hk_outfile_replace(ctx->cfg.autotune_log, ctx->cfg.file_mode, T->csv.data,
@@ -320,10 +326,12 @@ void hk_tune_finish(hk_ctx *ctx) {
     hk_log(HK_LOG_WARNING,
            "autotune: the job ended after %ld measured steps, before the "
            "first trial did (it takes at least %d: "
-           "HK_AUTOTUNE_WARMUP_STEPS + 3 x HK_AUTOTUNE_STEPS_PER_SAMPLE): "
+           "HK_AUTOTUNE_WARMUP_STEPS + %d x HK_AUTOTUNE_STEPS_PER_SAMPLE): "
            "nothing was tuned",
            hk_autotune_steps(T->search),
-           ctx->cfg.autotune_warmup + 3 * ctx->cfg.autotune_steps);
+           ctx->cfg.autotune_warmup +
+               min_samples(&ctx->cfg) * ctx->cfg.autotune_steps,
+           min_samples(&ctx->cfg));
   hk_autotune_destroy(T->search);
   hk_strmap_destroy(T->seen);
   hk_buf_free(&T->csv);

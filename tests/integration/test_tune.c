@@ -4,8 +4,8 @@
  * step time per fused group that rank 0 runs (no time passes: the score
  * is deterministic however loaded the machine), so a step of 32 tensors
  * of 64 KiB costs 32 s with no fusion, 2 s at 1 MiB and 1 s from 2 MiB
- * up: the search must choose 2 MiB (4 MiB is no faster, so it is not
- * kept) and leave the cycle time at 0.
+ * up: the search must choose 2 MiB (4 MiB and up are no faster, so they
+ * are not kept) and leave the cycle time at 0.
  *  - convergence: the CSV's trials, the final line, the timeline's marks;
  *  - every rank switches at the same round (their debug lines) and the
  *    results are the same bits on every rank; on two "hosts" the
@@ -116,35 +116,40 @@ static void test_converges_to_known_best(void **state) {
                   "--timeline-filename",
                   tl,
                   W_TUNE,
-                  "60",
+                  "200",
                   NULL};
   hkt_result r;
   run_expect(argv, cost_env, 0, &r);
   same_hash(&r, 2);
-  /* baseline (no fusion), 1 MiB, 2 MiB kept; 4 MiB and a 0.5 ms cycle
-   * no faster: 5 trials of 3 samples of 2 steps after 1 warm-up step */
+  /* baseline (no fusion), 1 MiB, 2 MiB kept; the rest of the threshold
+   * ladder (4 to 128 MiB) and of the cycle ladder at 2 MiB (0.5 to 10 ms)
+   * no faster: 14 trials of 5 samples of 2 steps after 1 warm-up step */
   assert_non_null(strstr(r.err, "[0] hk[0] warning: autotune: chose fusion "
                                 "threshold 2 MiB, cycle time 0 ms, "
-                                "hierarchical auto after 5 trials (35 "
+                                "hierarchical auto after 14 trials (154 "
                                 "steps): "));
   char *c = read_text(csv);
   assert_non_null(c);
   const char *rows[] = {
       "trial,fusion_threshold_bytes,cycle_time_ms,hierarchical,score_ms_per_"
-      "step,spread,samples,steps,kept\n0,0,0,auto,",
-      "\n1,1048576,0,auto,", "\n2,2097152,0,auto,", "\n3,4194304,0,auto,",
-      "\n4,2097152,0.5,auto,"};
+      "step,uncertainty,samples,steps,kept\n0,0,0,auto,",
+      "\n1,1048576,0,auto,",
+      "\n2,2097152,0,auto,",
+      "\n3,4194304,0,auto,",
+      "\n8,134217728,0,auto,",
+      "\n9,2097152,0.5,auto,",
+      "\n13,2097152,10,auto,"};
   for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
     if (!strstr(c, rows[i]))
       fail_msg("'%s' not in the trials:\n%s", rows[i], c);
-  assert_int_equal(hkt_count_lines(c, ",3,7,1"), 3); /* kept */
-  assert_int_equal(hkt_count_lines(c, ",3,7,0"), 2);
+  assert_int_equal(hkt_count_lines(c, ",5,11,1"), 3); /* kept */
+  assert_int_equal(hkt_count_lines(c, ",5,11,0"), 11);
   char *t = read_text(tl);
   assert_non_null(t);
   assert_non_null(strstr(t, "\"name\":\"AUTOTUNE setting 2: fusion "
                             "threshold 2 MiB, cycle time 0 ms, "
                             "hierarchical auto\""));
-  assert_int_equal(hkt_count_lines(t, "AUTOTUNE setting"), 5);
+  assert_int_equal(hkt_count_lines(t, "AUTOTUNE setting"), 14);
   free(c);
   free(t);
   hkt_result_free(&r);
@@ -200,15 +205,15 @@ static void test_all_ranks_switch_at_same_round(void **state) {
                   "--log-level",
                   "debug",
                   W_TUNE,
-                  "60",
+                  "200",
                   NULL};
   hkt_result r;
   run_expect(argv, cost_env, 0, &r);
   same_hash(&r, 3);
   int n = same_rounds(&r, 3);
-  if (n != 5)
+  if (n != 14)
     dump(&r);
-  assert_int_equal(n, 5);
+  assert_int_equal(n, 14);
   hkt_result_free(&r);
 }
 
@@ -222,7 +227,7 @@ static void test_hierarchical_searched_where_it_applies(void **state) {
   char dir[256], csv[320], cmd[1024];
   assert_int_equal(hkt_mkdtemp("hk-tune.", dir, sizeof dir), 0);
   snprintf(csv, sizeof csv, "%s/trials.csv", dir);
-  hkt_hosts_cmd(cmd, sizeof cmd, 2, W_TUNE, "80");
+  hkt_hosts_cmd(cmd, sizeof cmd, 2, W_TUNE, "220");
   char *argv[] = {HKRUN_PATH,
                   "-np",
                   "4",
@@ -311,7 +316,7 @@ static void test_noisy_score_does_not_flip_flop(void **state) {
                   "--log-level",
                   "debug",
                   W_TUNE,
-                  "150",
+                  "250",
                   NULL};
   hkt_result r;
   run_expect(argv, env, 0, &r);
@@ -323,7 +328,7 @@ static void test_noisy_score_does_not_flip_flop(void **state) {
   }
   char *c = read_text(csv);
   assert_non_null(c);
-  /* a trial ends early only once its spread is under 2 %; with 10 %
+  /* a trial ends early only once its uncertainty is under 2 %; with 10 %
    * jitter most spend their budget of 6 samples */
   int trials = hkt_count_lines(c, ",") - 1, spent = 0;
   for (const char *row = strchr(c, '\n'); row && row[1];
@@ -340,7 +345,7 @@ static void test_noisy_score_does_not_flip_flop(void **state) {
     spent += samples == 6;
   }
   assert_true(spent >= 3);
-  assert_true(trials <= 8);
+  assert_true(trials <= 20); /* the default budget */
   /* after 2 MiB (kept) nothing was kept: each later row ends in ",0" */
   const char *two = strstr(c, "\n2,2097152,0,auto,");
   assert_non_null(two);
@@ -380,10 +385,10 @@ static void test_short_jobs_say_why(void **state) {
                   NULL};
   hkt_result r;
   run_expect(argv, cost_env, 0, &r);
-  /* defaults: 3 warm-up steps and 3 samples of 5; 6 steps give 4 */
+  /* defaults: 3 warm-up steps and 5 samples of 5; 6 steps give 4 */
   assert_non_null(strstr(r.err, "[0] hk[0] warning: autotune: the job ended "
                                 "after 4 measured steps, before the first "
-                                "trial did (it takes at least 18: "));
+                                "trial did (it takes at least 28: "));
   hkt_result_free(&r);
   argv[9] = "1";
   run_expect(argv, cost_env, 0, &r);
@@ -391,7 +396,7 @@ static void test_short_jobs_say_why(void **state) {
                                 "step found"));
   hkt_result_free(&r);
   assert_null(read_text(saved));
-  argv[9] = "30"; /* 28 steps: trial 0 (18) and part of trial 1 */
+  argv[9] = "40"; /* 38 steps: trial 0 (28) and part of trial 1 */
   run_expect(argv, cost_env, 0, &r);
   assert_non_null(strstr(r.err, "[0] hk[0] warning: autotune: the search "
                                 "stopped before its end (the job ended or "
@@ -429,11 +434,11 @@ static void test_elastic_reform_restarts_from_own_setting(void **state) {
                   W_TUNE,
                   "40",
                   "2",
-                  "12",
+                  "18",
                   NULL};
   hkt_result r;
   run_expect(argv, cost_env, 0, &r);
-  assert_non_null(strstr(r.out, "[2] dying at step 12"));
+  assert_non_null(strstr(r.out, "[2] dying at step 18"));
   assert_non_null(strstr(r.out, "[0] reset: rank 0 of 2"));
   assert_non_null(strstr(r.out, "[1] reset: rank 1 of 2"));
   same_hash(&r, 2);

@@ -227,9 +227,11 @@ static const bad_case bad[] = {
       NULL},
      "--autotune-gaussian-process-noise: hk's autotuner has no Gaussian "
      "process to tell noise from gain: it measures the noise, repeating each "
-     "setting until its samples' spread is under HK_AUTOTUNE_SPREAD (default "
-     "0.02) and keeping a setting only if it is faster by more than that; "
-     "drop the flag (-x HK_AUTOTUNE_SPREAD=... changes the bound)"},
+     "setting until its score's uncertainty (from the samples' median "
+     "absolute deviation) is under HK_AUTOTUNE_SPREAD (default 0.02) and "
+     "keeping a setting only if it is faster by more than twice the "
+     "combined uncertainty; drop the flag (-x HK_AUTOTUNE_SPREAD=... changes "
+     "the bound)"},
     {{"-np", "1", "--autotune", "--autotune-compression", "p", NULL},
      "--autotune-compression: hk's autotuner does not try compression (it "
      "changes the results); choose it yourself with -x HK_COMPRESSION=fp16 "
