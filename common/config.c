@@ -300,8 +300,11 @@ static const tunable table[] = {
         "with HK_AUTOTUNE: the most samples one trial takes while their "
         "score's uncertainty stays above HK_AUTOTUNE_SPREAD (at least 5 are "
         "taken, or all of them when fewer)"),
-    INT("HK_AUTOTUNE_MAX_TRIALS", 20, 1, 64, autotune_max_trials, "20",
-        "with HK_AUTOTUNE: the most settings the search measures"),
+    INT("HK_AUTOTUNE_MAX_TRIALS", 30, 1, 64, autotune_max_trials, "30",
+        "with HK_AUTOTUNE: the most trials the search runs (a full pass "
+        "over the threshold and cycle-time ladders is 15, and each "
+        "setting that beats the best adds one that measures the best "
+        "again)"),
     {"HK_AUTOTUNE_SPREAD", 0.02, 0.001, 1, "fraction",
      "with HK_AUTOTUNE: a trial ends once its score's (the median "
      "sample's) relative uncertainty, its standard error estimated from "

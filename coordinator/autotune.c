@@ -33,13 +33,16 @@ static const int hier_ladder[] = {0, -1, 1};
 /* ... and by at least this fraction of the best's score */
 #define KEEP_MIN_GAIN 0.01
 
-enum { PH_BASELINE, PH_MODEL, PH_DESCENT, PH_DONE };
+enum { PH_BASELINE, PH_MODEL, PH_DESCENT, PH_CONFIRM, PH_DONE };
 
 struct hk_autotune {
   hk_tune_params p;
   hk_tune_trial trials[HK_TUNE_MAX_TRIALS];
   int ntrials;
-  int best; /* index into trials, -1 before trial 0 ended */
+  int best;    /* index into trials, -1 before trial 0 ended */
+  int pending; /* PH_CONFIRM: the candidate that beat the best */
+  int pending_pos[NKNOB];
+  int resume; /* PH_CONFIRM: the phase to go back to */
   hk_tune_setting model;
   hk_tune_setting cur; /* what runs now */
   int cur_pos[NKNOB];  /* its rungs (nearest, for a start off the ladder) */
@@ -241,24 +244,54 @@ static int propose(hk_autotune *t, int c[NKNOB]) {
   }
 }
 
+/* Makes trial i the best (its rungs pos). */
+static void keep(hk_autotune *t, int i, const int pos[NKNOB]) {
+  t->trials[i].kept = 1;
+  if (t->phase == PH_DESCENT)
+    t->pass_kept = 1;
+  t->best = i;
+  memcpy(t->best_pos, pos, sizeof t->best_pos);
+}
+
 /* The trial running ended: record it, judge it, pick what runs next.
  * Returns 1 when *next differs from what runs now. */
 static int end_trial(hk_autotune *t, hk_tune_setting *next) {
   hk_tune_trial *tr = &t->trials[t->ntrials];
+  const int i = t->ntrials;
   tr->s = t->cur;
   tr->uncertainty = hk_tune_uncertainty(t->samples, t->nsamples, &tr->score_s);
   tr->samples = t->nsamples;
   tr->steps = t->trial_steps;
-  tr->kept = t->best < 0 || beats(tr, &t->trials[t->best], pooled(t));
-  if (tr->kept) {
-    if (t->phase == PH_DESCENT)
-      t->pass_kept = 1;
-    t->best = t->ntrials;
-    memcpy(t->best_pos, t->cur_pos, sizeof t->best_pos);
-  }
+  tr->kept = 0;
+  const double u = pooled(t);
   t->ntrials++;
-  int c[NKNOB];
   int more = t->ntrials < t->p.max_trials;
+  if (t->best < 0) {
+    keep(t, i, t->cur_pos);
+  } else if (t->phase == PH_CONFIRM) {
+    /* i measured the best again, right after the candidate: the two
+     * are judged on what the machine gave them both just now */
+    t->phase = t->resume;
+    if (beats(&t->trials[t->pending], tr, u)) {
+      keep(t, t->pending, t->pending_pos);
+    } else { /* the best stays, its fresher score with it */
+      tr->kept = 1;
+      t->best = i;
+    }
+  } else if (beats(tr, &t->trials[t->best], u)) {
+    if (more) { /* confirm: measure the best again before keeping */
+      t->pending = i;
+      memcpy(t->pending_pos, t->cur_pos, sizeof t->pending_pos);
+      t->resume = t->phase;
+      t->phase = PH_CONFIRM;
+      hk_tune_setting b = t->trials[t->best].s;
+      begin_trial(t, &b, t->best_pos);
+      *next = b;
+      return 1;
+    }
+    keep(t, i, t->cur_pos); /* no budget left to confirm */
+  }
+  int c[NKNOB];
   if (more && t->phase == PH_BASELINE &&
       !hk_tune_setting_equal(&t->model, &t->cur)) {
     t->phase = PH_MODEL;
@@ -310,6 +343,10 @@ int hk_autotune_step(hk_autotune *t, double step_s, hk_tune_setting *next) {
 int hk_autotune_done(const hk_autotune *t) { return t->phase == PH_DONE; }
 
 int hk_autotune_ntrials(const hk_autotune *t) { return t->ntrials; }
+
+int hk_autotune_settled(const hk_autotune *t) {
+  return t->phase == PH_CONFIRM ? t->ntrials - 1 : t->ntrials;
+}
 
 const hk_tune_trial *hk_autotune_trial(const hk_autotune *t, int i) {
   return i >= 0 && i < t->ntrials ? &t->trials[i] : NULL;

@@ -31,8 +31,17 @@
  * combined error, so one comparison keeps the wrong one with a chance of
  * about 2.3 %; the 1 % floor stops a gain too small to matter (or an
  * uncertainty estimated as 0 from a few equal samples) from moving the
- * setting. A difference the measurement cannot tell from noise never
- * changes the setting; over a sweep of ~15 equal settings one chance
+ * setting. A candidate that passes is then confirmed: the best
+ * setting is measured again at once (a trial of its own, logged), and
+ * the candidate is kept only if it also beats that fresh score; else the
+ * best stays, with its fresh score. The machine's load moves under a
+ * search (another job, a data loader), so scores measured minutes apart
+ * differ by more than either trial's own noise: judged against a best
+ * measured under a heavier load, any later setting looked faster (a
+ * tuning run on a loaded machine reported an 83 % gain for a setting
+ * that a grid measured in interleaved rounds showed equal). A
+ * difference the measurement cannot tell from noise never changes the
+ * setting; over a sweep of ~15 equal settings one chance
  * keep is possible (the unit test of a flat surface bounds it to one).
  *
  * The search (a sweep of each knob's ladder in turn; it is Horovod's
@@ -135,6 +144,11 @@ int hk_autotune_done(const hk_autotune *t);
 
 /** Trials measured so far (the one running not counted). */
 int hk_autotune_ntrials(const hk_autotune *t);
+
+/** Trials whose verdict (kept) is final: hk_autotune_ntrials, less the
+ *  last one while a trial confirms it (it is kept only if it also beats
+ *  the best measured again). */
+int hk_autotune_settled(const hk_autotune *t);
 
 /** Trial i (0 <= i < hk_autotune_ntrials), or NULL. */
 const hk_tune_trial *hk_autotune_trial(const hk_autotune *t, int i);

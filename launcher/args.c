@@ -883,7 +883,7 @@ const char *hkrun_usage(void) {
          "  --autotune-steps-per-sample N  HK_AUTOTUNE_STEPS_PER_SAMPLE\n"
          "                       (default 5)\n"
          "  --autotune-bayes-opt-max-samples N  HK_AUTOTUNE_MAX_TRIALS:\n"
-         "                       the most settings measured (default 20;\n"
+         "                       the most trials (default 30;\n"
          "                       hk: no Bayesian optimisation)\n"
          "\n"
          "monitoring arguments:\n"

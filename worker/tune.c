@@ -122,10 +122,11 @@ hk_status hk_tune_start(hk_ctx *ctx) {
   return HK_OK;
 }
 
-/* Appends the trials ended since the last call to the CSV (and the info
- * log), and rewrites HK_AUTOTUNE_LOG. */
-static void log_trials(hk_ctx *ctx, struct hk_tune *T) {
-  int n = hk_autotune_ntrials(T->search);
+/* Appends the trials settled since the last call (all: every trial
+ * ended, at the job's end) to the CSV (and the info log), and rewrites
+ * HK_AUTOTUNE_LOG. */
+static void log_trials(hk_ctx *ctx, struct hk_tune *T, int all) {
+  int n = all ? hk_autotune_ntrials(T->search) : hk_autotune_settled(T->search);
   if (n == T->logged)
     return;
   if (T->csv.len == 0)
@@ -261,7 +262,7 @@ void hk_tune_round(hk_ctx *ctx, const hk_wire_response *rs, uint32_t n,
   }
   hk_tune_setting next;
   int change = hk_autotune_step(T->search, step, &next);
-  log_trials(ctx, T);
+  log_trials(ctx, T, 0);
   if (hk_autotune_done(T->search))
     report(ctx, T);
   if (!change)
@@ -316,7 +317,7 @@ void hk_tune_finish(hk_ctx *ctx) {
   struct hk_tune *T = ctx->tune;
   if (!T)
     return;
-  log_trials(ctx, T);
+  log_trials(ctx, T, 1);
   report(ctx, T);
   if (!hk_autotune_best(T->search) && !T->anchor[0])
     hk_log(HK_LOG_WARNING,

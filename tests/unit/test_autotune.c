@@ -80,10 +80,12 @@ static void test_converges_to_known_best(void **s) {
   /* baseline, model (1 MiB); the threshold line from the best, nearest
    * first: 2 4 8 (each kept) 16 32 64 128 MiB; the cycle line at 8 MiB: 5
    * ms (not kept), 1 0.5 0 (kept), 10; a second pass from (8 MiB, 0):
-   * the threshold line's 8 other rungs, none kept: 22 trials; exact
-   * times: 5 samples (15 steps) + 2 warm-up each */
-  assert_int_equal(r.ntrials, 22);
-  assert_int_equal(r.steps, 22 * 17);
+   * the threshold line's 8 other rungs, none kept: 22 trials, plus one
+   * confirming trial (the best measured again) after each of the 7
+   * candidates that beat the best: 29; exact times: 5 samples (15
+   * steps) + 2 warm-up each */
+  assert_int_equal(r.ntrials, 29);
+  assert_int_equal(r.steps, 29 * 17);
 }
 
 /* From the default (128 MiB, as fast as 8 MiB here) the model's
@@ -136,7 +138,8 @@ static void test_noise_does_not_flip_flop(void **s) {
   assert_true(r.ntrials <= params.max_trials);
 }
 
-/* The trial budget ends the search, on the best measured so far. */
+/* The trial budget ends the search, on the best measured so far: the
+ * baseline (0), the model's 1 MiB, the baseline again to confirm it. */
 static void test_trial_budget(void **s) {
   (void)s;
   hk_tune_params p = params;
@@ -144,7 +147,32 @@ static void test_trial_budget(void **s) {
   run r = drive(&p, (hk_tune_setting){0, 0, -1},
                 (hk_tune_setting){1 * MIB, 0, -1}, 0);
   assert_int_equal(r.ntrials, 3);
-  assert_int_equal(r.final.fusion_threshold, 2 * MIB);
+  assert_int_equal(r.final.fusion_threshold, 1 * MIB);
+}
+
+/* The machine's load changes under the search: every setting costs the
+ * same, but the first 17 steps (the baseline's trial: 2 warm-up and
+ * 5 samples of 3) run 3x slower (another job ran). The model's suggestion,
+ * measured after the load went, looks 3x faster than the baseline's old score;
+ * the baseline measured again right after it is as fast, so nothing is kept and
+ * the job ends where it started. */
+static void test_load_drift_is_not_a_gain(void **s) {
+  (void)s;
+  hk_autotune *t;
+  hk_tune_setting start = {128 * MIB, 0, -1}, model = {4 * MIB, 0, -1};
+  hk_tune_setting cur = start, next;
+  assert_int_equal(hk_autotune_create(&params, &start, &model, &t), HK_OK);
+  for (int i = 0; i < 10000 && !hk_autotune_done(t); i++)
+    if (hk_autotune_step(t, 0.100 * (i < 17 ? 3 : 1), &next))
+      cur = next;
+  assert_true(hk_autotune_done(t));
+  assert_int_equal(hk_autotune_trial(t, 1)->s.fusion_threshold, 4 * MIB);
+  assert_int_equal(hk_autotune_trial(t, 1)->kept, 0);
+  /* trial 2 measured the start again, and it stayed the best */
+  assert_int_equal(hk_autotune_trial(t, 2)->s.fusion_threshold, 128 * MIB);
+  assert_int_equal(hk_autotune_trial(t, 2)->kept, 1);
+  assert_true(hk_tune_setting_equal(&cur, &start));
+  hk_autotune_destroy(t);
 }
 
 /* Where the job allows both, hierarchical (3 ms a step faster here) is
@@ -297,6 +325,7 @@ int main(void) {
       cmocka_unit_test(test_flat_cost_keeps_start),
       cmocka_unit_test(test_noise_does_not_flip_flop),
       cmocka_unit_test(test_trial_budget),
+      cmocka_unit_test(test_load_drift_is_not_a_gain),
       cmocka_unit_test(test_hierarchical_knob),
       cmocka_unit_test(test_far_best_past_plateau_with_outliers),
       cmocka_unit_test(test_uncertainty_ignores_outlier),
