@@ -38,7 +38,9 @@ struct hk_tune {
   uint32_t seq;                     /* changes sent so far */
   int logged;                       /* trials written to the CSV */
   int reported;                     /* the final line was logged */
-  uint64_t rng;                     /* HK_TEST_TUNE_JITTER's sequence */
+  int other_set;  /* the first other process set that ran a round (0: none) */
+  int other_more; /* and another one did too */
+  uint64_t rng;   /* HK_TEST_TUNE_JITTER's sequence */
   hk_buf csv;
 };
 
@@ -274,6 +276,16 @@ void hk_tune_round(hk_ctx *ctx, const hk_wire_response *rs, uint32_t n,
                      .hierarchical = (int8_t)next.hierarchical};
 }
 
+void hk_tune_other_round(hk_ctx *ctx, int set) {
+  struct hk_tune *T = ctx->tune;
+  if (!T || set == 0)
+    return;
+  if (!T->other_set)
+    T->other_set = set;
+  else if (T->other_set != set)
+    T->other_more = 1;
+}
+
 hk_status hk_tune_apply(hk_ctx *ctx, const hk_wire_tune *t) {
   ctx->world_rounds++;
   if (!t)
@@ -318,7 +330,13 @@ void hk_tune_finish(hk_ctx *ctx) {
     return;
   log_trials(ctx, T);
   report(ctx, T);
-  if (!hk_autotune_best(T->search) && !T->anchor[0])
+  if (!hk_autotune_best(T->search) && !T->anchor[0] && T->other_set)
+    hk_log(HK_LOG_WARNING,
+           "autotune: no training step found: autotune tunes the global "
+           "process set's rounds; this job's collectives ran on process set "
+           "%d%s: nothing was tuned",
+           T->other_set, T->other_more ? " and others" : "");
+  else if (!hk_autotune_best(T->search) && !T->anchor[0])
     hk_log(HK_LOG_WARNING,
            "autotune: no training step found (no tensor of a round came "
            "back in a later one): nothing was tuned");

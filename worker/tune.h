@@ -60,6 +60,15 @@ void hk_tune_round(hk_ctx *ctx, const hk_wire_response *rs, uint32_t n,
                    double t, hk_msg *m);
 
 /**
+ * Rank 0, for each round of process set `set` (not the world) that runs
+ * tensors: notes the set. Only the world's rounds are tuned (a setting
+ * must reach every rank at the same round, and only the world's rounds
+ * do); a job whose steps ran on other sets is told so at the end
+ * (hk_tune_finish) instead of "no training step found". No errors.
+ */
+void hk_tune_other_round(hk_ctx *ctx, int set);
+
+/**
  * Every rank, for a world RESPONSES that runs tensors (counted as a world
  * round) and carries a change t (or NULL: only counts): applies the
  * setting to ctx->cfg (the fusion buffer is remapped at its next use if
@@ -89,8 +98,9 @@ static inline void hk_tune_groups(hk_ctx *ctx, uint32_t groups) {
 void hk_tune_reset_settings(hk_config *cfg);
 
 /** Rank 0: the job ends: a search still running reports its best so far
- *  and saves it, or says why nothing was tuned (no step found, or too
- *  few steps for one trial), at warning level; frees. Elsewhere: nothing. */
+ *  and saves it, or says why nothing was tuned (no step found, the job's
+ *  rounds ran on other process sets, or too few steps for one trial), at
+ *  warning level; frees. Elsewhere: nothing. */
 void hk_tune_finish(hk_ctx *ctx);
 
 #endif

@@ -28,6 +28,9 @@
 
 #include "harness.h"
 
+#ifndef W_SETS
+#error "W_SETS must name the w_sets worker"
+#endif
 #ifndef W_TUNE
 #error "W_TUNE must name the w_tune worker"
 #endif
@@ -411,6 +414,25 @@ static void test_short_jobs_say_why(void **state) {
   assert_int_equal(hkt_remove_tree(dir), 0);
 }
 
+/* A job whose collectives all run on process sets of its own (w_sets:
+ * three sets, none the world) is not tuned, and is told why. */
+static void test_other_sets_say_so(void **state) {
+  (void)state;
+  char *argv[] = {HKRUN_PATH, "-np",         "3",  "--autotune",
+                  W_SETS,     "collectives", "40", NULL};
+  hkt_result r;
+  run_expect(argv, NULL, 0, &r);
+  if (!strstr(r.err, "[0] hk[0] warning: autotune: no training step found: "
+                     "autotune tunes the global process set's rounds; this "
+                     "job's collectives ran on process set 1 and others: "
+                     "nothing was tuned\n")) {
+    dump(&r);
+    fail_msg("no word of the process sets");
+  }
+  assert_null(strstr(r.err, "no tensor of a round came back"));
+  hkt_result_free(&r);
+}
+
 /* An elastic job (--min-np) that loses a rank in the middle of a trial
  * of 1 MiB: the survivors re-form with the job's own setting (0 MiB,
  * whatever trial each had switched to) and the new rank 0 searches again
@@ -602,6 +624,7 @@ int main(void) {
       cmocka_unit_test(test_hierarchical_searched_where_it_applies),
       cmocka_unit_test(test_noisy_score_does_not_flip_flop),
       cmocka_unit_test(test_short_jobs_say_why),
+      cmocka_unit_test(test_other_sets_say_so),
       cmocka_unit_test(test_elastic_reform_restarts_from_own_setting),
       cmocka_unit_test(test_bad_values_refused),
       cmocka_unit_test(test_save_then_load),
