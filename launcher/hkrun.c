@@ -827,6 +827,15 @@ int main(int argc, char **argv) {
     return hkrun_dump(args.dump_pid, stdout, stderr);
   if (args.action == HKRUN_DIAGNOSE)
     return hkrun_diagnose(args.diagnose_dir, stdout, stderr);
+  /* --autotune-load's settings: what the environment sets already wins,
+   * and -x and the flags, set after, win too */
+  if (args.autotune_load) {
+    char why[1024];
+    if (hkrun_load_tuned(args.autotune_load, why, sizeof why) != 0) {
+      hk_out_say("--autotune-load: %s", why);
+      return 2;
+    }
+  }
   /* -x NAME=value: the workers' environment is hkrun's (and through
    * mpirun, -x NAME passes it on); -x NAME passes on what is set */
   for (int i = 0; i < args.n_env_x; i++) {
@@ -841,14 +850,6 @@ int main(int argc, char **argv) {
     } else if (!getenv(x)) {
       hk_out_say("-x %s: %s is not set here, so there is nothing to pass on", x,
                  x);
-    }
-  }
-  /* --autotune-load's settings: after -x, before the flags (which win) */
-  if (args.autotune_load) {
-    char why[1024];
-    if (hkrun_load_tuned(args.autotune_load, why, sizeof why) != 0) {
-      hk_out_say("--autotune-load: %s", why);
-      return 2;
     }
   }
   /* the tunable flags become the workers' HK_* variables (also through

@@ -35,12 +35,27 @@ static int set_one(const char *path, int no, char *line, char *err,
              path, no, line);
     return -1;
   }
-  hk_config c;
-  if (setenv(line, eq + 1, 1) != 0 || hk_config_load_var(&c, line) != HK_OK) {
-    snprintf(err, cap, "'%s' line %d: %s", path, no, hk_last_error());
+  /* checked either way; a value already set (the user's environment, -x)
+   * is put back: it wins over the file */
+  const char *was = getenv(line);
+  char *own = was ? strdup(was) : NULL;
+  if (was && !own) {
+    snprintf(err, cap, "'%s' line %d: out of memory", path, no);
     return -1;
   }
-  return 0;
+  hk_config c;
+  int rc = 0;
+  if (setenv(line, eq + 1, 1) != 0 || hk_config_load_var(&c, line) != HK_OK) {
+    snprintf(err, cap, "'%s' line %d: %s", path, no, hk_last_error());
+    rc = -1;
+  }
+  if (own && setenv(line, own, 1) != 0) {
+    snprintf(err, cap, "'%s' line %d: cannot put %s back: %s", path, no, line,
+             strerror(errno));
+    rc = -1;
+  }
+  free(own);
+  return rc;
 }
 
 int hkrun_load_tuned(const char *path, char *err, size_t cap) {

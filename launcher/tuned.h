@@ -16,7 +16,9 @@
 
 /**
  * Reads `path` and sets each of its variables in hkrun's environment
- * (which the workers inherit; through mpirun, hkrun forwards HK_*).
+ * (which the workers inherit; through mpirun, hkrun forwards HK_*),
+ * except one already set there (the user's environment, or -x when
+ * called after it), which wins; the file's value is checked all the same.
  * Returns 0, or -1 with one line in err[cap] naming the file, the line
  * and what is wrong: "cannot read 'F': No such file or directory",
  * "'F' line 2: 'HK_RING_CHUNK_BYTES' is not a setting --autotune saves

@@ -545,6 +545,46 @@ static void test_bad_values_refused(void **state) {
   hkt_result_free(&r);
 }
 
+/* What the user sets wins over --autotune-load's file: -x (before or
+ * after it on the command line) and the environment hkrun starts in. */
+static void test_load_loses_to_x_and_env(void **state) {
+  (void)state;
+  char path[256];
+  assert_int_equal(hkt_mkstemp("hk-tune-load.", path, sizeof path), 0);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs("HK_FUSION_THRESHOLD=0\nHK_CYCLE_TIME_MS=5\n"
+        "HK_HIERARCHICAL_ALLREDUCE=1\n",
+        f);
+  fclose(f);
+  char *own_env[] = {"HK_CYCLE_TIME_MS=3", NULL};
+  char *after[] = {HKRUN_PATH,
+                   "-np",
+                   "1",
+                   "--autotune-load",
+                   path,
+                   "-x",
+                   "HK_FUSION_THRESHOLD=999",
+                   "env",
+                   NULL};
+  char *before[] = {
+      HKRUN_PATH,        "-np", "1",   "-x", "HK_FUSION_THRESHOLD=999",
+      "--autotune-load", path,  "env", NULL};
+  char **both[] = {after, before};
+  for (int k = 0; k < 2; k++) {
+    hkt_result r;
+    run_expect(both[k], own_env, 0, &r);
+    if (!strstr(r.out, "[0] HK_FUSION_THRESHOLD=999\n") ||
+        !strstr(r.out, "[0] HK_CYCLE_TIME_MS=3\n") ||
+        !strstr(r.out, "[0] HK_HIERARCHICAL_ALLREDUCE=1\n")) {
+      dump(&r);
+      fail_msg("the file won over -x or the environment (order %d)", k);
+    }
+    hkt_result_free(&r);
+  }
+  assert_int_equal(unlink(path), 0);
+}
+
 /* The first run saves its choice; the second starts from it (its
  * autotuner's starting point, and trial 0, are the saved setting). */
 static void test_save_then_load(void **state) {
@@ -628,6 +668,7 @@ int main(void) {
       cmocka_unit_test(test_elastic_reform_restarts_from_own_setting),
       cmocka_unit_test(test_bad_values_refused),
       cmocka_unit_test(test_save_then_load),
+      cmocka_unit_test(test_load_loses_to_x_and_env),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
