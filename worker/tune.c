@@ -83,6 +83,29 @@ static int min_samples(const hk_config *c) {
   return c->autotune_max_samples < 5 ? c->autotune_max_samples : 5;
 }
 
+/* An elastic job's next generation: the CSV goes on from the rows the
+ * file holds (the earlier generations'), under a comment line. */
+static void csv_continue(hk_ctx *ctx, struct hk_tune *T) {
+  FILE *f = fopen(ctx->cfg.autotune_log, "r");
+  if (f) {
+    char chunk[4096];
+    size_t got;
+    while ((got = fread(chunk, 1, sizeof chunk, f)) > 0)
+      hk_buf_append(&T->csv, chunk, got);
+    fclose(f);
+  }
+  if (T->csv.len == 0)
+    hk_buf_append(&T->csv, CSV_HEADER, strlen(CSV_HEADER));
+  else if (T->csv.data[T->csv.len - 1] != '\n')
+    hk_buf_append(&T->csv, "\n", 1);
+  char line[160];
+  int len = snprintf(line, sizeof line,
+                     "# generation %d: the job re-formed with %d ranks; the "
+                     "search starts again\n",
+                     ctx->generation, ctx->size);
+  hk_buf_append(&T->csv, line, (size_t)len);
+}
+
 hk_status hk_tune_start(hk_ctx *ctx) {
   if (ctx->rank != 0 || !ctx->cfg.autotune)
     return HK_OK;
@@ -113,6 +136,8 @@ hk_status hk_tune_start(hk_ctx *ctx) {
     return st;
   }
   ctx->tune = T;
+  if (ctx->generation > 0 && c->autotune_log[0])
+    csv_continue(ctx, T);
   char a[32], b[32];
   hk_log(HK_LOG_INFO,
          "autotune: starting from fusion threshold %s, cycle time %g ms, "

@@ -22,7 +22,9 @@
  * ranks (across settings, real-valued sums may differ in the last bits,
  * as between the ring and hierarchical anyway).
  *
- * Output (rank 0): HK_AUTOTUNE_LOG's CSV, rewritten as each trial ends;
+ * Output (rank 0): HK_AUTOTUNE_LOG's CSV, rewritten as each trial ends
+ * (an elastic job's next generation keeps the rows the file holds and
+ * goes on under a "# generation G: ..." line);
  * an info line per trial; when the search ends a warning-level line (shown
  * at the default log level) with the choice and the gain measured against
  * the starting setting; HK_AUTOTUNE_SAVE's HK_*=value lines; a timeline

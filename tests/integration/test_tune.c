@@ -439,7 +439,12 @@ static void test_other_sets_say_so(void **state) {
  * from it; the sums stay exact and the same on both survivors. */
 static void test_elastic_reform_restarts_from_own_setting(void **state) {
   (void)state;
+  char dir[256], csv[320];
+  assert_int_equal(hkt_mkdtemp("hk-tune.", dir, sizeof dir), 0);
+  snprintf(csv, sizeof csv, "%s/tune.csv", dir);
   char *argv[] = {HKRUN_PATH,
+                  "--autotune-log-file",
+                  csv,
                   "-np",
                   "3",
                   "--min-np",
@@ -477,6 +482,20 @@ static void test_elastic_reform_restarts_from_own_setting(void **state) {
     fail_msg("the new generation's search did not start from 0 MiB");
   }
   hkt_result_free(&r);
+  /* the CSV keeps the first generation's rows, then the second's */
+  char *c = read_text(csv);
+  assert_non_null(c);
+  const char *g1 = strstr(c, "\n# generation 1: the job re-formed with 2 "
+                             "ranks; the search starts again\n");
+  const char *r0 = strstr(c, "\n0,0,0,auto,");
+  if (!g1 || !r0 || r0 > g1 || !strstr(g1, "\n0,0,0,auto,") ||
+      strncmp(c, "trial,", 6) != 0) {
+    fprintf(stderr, "--- %s:\n%s\n", csv, c);
+    hkt_remove_tree(dir);
+    fail_msg("the CSV lost a generation's rows");
+  }
+  free(c);
+  assert_int_equal(hkt_remove_tree(dir), 0);
 }
 
 static void test_bad_values_refused(void **state) {
@@ -578,6 +597,7 @@ static void test_load_loses_to_x_and_env(void **state) {
         !strstr(r.out, "[0] HK_CYCLE_TIME_MS=3\n") ||
         !strstr(r.out, "[0] HK_HIERARCHICAL_ALLREDUCE=1\n")) {
       dump(&r);
+      unlink(path);
       fail_msg("the file won over -x or the environment (order %d)", k);
     }
     hkt_result_free(&r);
