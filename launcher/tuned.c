@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
 
 #include "common/config.h"
 #include "common/status.h"
@@ -24,6 +25,10 @@ static int set_one(const char *path, int no, char *line, char *err,
     return -1;
   }
   *eq = '\0';
+  if (eq[1] == '\0') {
+    snprintf(err, cap, "'%s' line %d: %.80s= has no value", path, no, line);
+    return -1;
+  }
   int known = 0;
   for (size_t i = 0; i < sizeof saved / sizeof saved[0]; i++)
     known |= strcmp(line, saved[i]) == 0;
@@ -64,16 +69,31 @@ int hkrun_load_tuned(const char *path, char *err, size_t cap) {
     snprintf(err, cap, "cannot read '%s': %s", path, strerror(errno));
     return -1;
   }
-  char line[512];
+  char *line = NULL;
+  size_t line_cap = 0;
+  ssize_t len;
   int no = 0, set = 0, rc = 0;
-  while (rc == 0 && fgets(line, sizeof line, f)) {
+  errno = 0;
+  while (rc == 0 && (len = getline(&line, &line_cap, f)) >= 0) {
     no++;
+    if (strlen(line) != (size_t)len) {
+      snprintf(err, cap, "'%s' line %d: a NUL byte (not a text file?)", path,
+               no);
+      rc = -1;
+      break;
+    }
     line[strcspn(line, "\r\n")] = '\0';
     if (line[0] == '\0' || line[0] == '#')
       continue;
     rc = set_one(path, no, line, err, cap);
     set += rc == 0;
   }
+  if (rc == 0 && ferror(f)) { /* a directory: EISDIR */
+    snprintf(err, cap, "cannot read '%s': %s", path,
+             strerror(errno ? errno : EIO));
+    rc = -1;
+  }
+  free(line);
   fclose(f);
   if (rc == 0 && set == 0) {
     snprintf(err, cap, "'%s': no setting in it", path);

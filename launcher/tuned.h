@@ -24,8 +24,10 @@
  * "'F' line 2: 'HK_RING_CHUNK_BYTES' is not a setting --autotune saves
  * (HK_FUSION_THRESHOLD, HK_CYCLE_TIME_MS, HK_HIERARCHICAL_ALLREDUCE)",
  * "'F' line 1: HK_CYCLE_TIME_MS
- * 'x' is not a number...", "'F': no setting in it". Variables set before
- * an error stay set (hkrun then exits). Thread-safety: as setenv.
+ * 'x' is not a number...", "'F' line 1: HK_CYCLE_TIME_MS= has no value",
+ * "'F' line 3: a NUL byte (not a text file?)", "cannot read 'F': Is a
+ * directory", "'F': no setting in it". Lines may be of any length. Variables
+ * set before an error stay set (hkrun then exits). Thread-safety: as setenv.
  */
 int hkrun_load_tuned(const char *path, char *err, size_t cap);
 

@@ -564,6 +564,62 @@ static void test_bad_values_refused(void **state) {
   hkt_result_free(&r);
 }
 
+/* --autotune-load FILE holding `len` bytes of `text` fails hkrun (exit
+ * 2) with "hkrun: --autotune-load: 'FILE'" followed by `want`. */
+static void load_refused(const char *text, size_t len, const char *want) {
+  char path[256], line[1024];
+  assert_int_equal(hkt_mkstemp("hk-tune-load.", path, sizeof path), 0);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  assert_int_equal(fwrite(text, 1, len, f), len);
+  fclose(f);
+  char *argv[] = {HKRUN_PATH, "-np",  "1", "--autotune-load",
+                  path,       W_TUNE, NULL};
+  hkt_result r;
+  hkt_run(argv, NULL, SLOW_S, &r);
+  unlink(path);
+  snprintf(line, sizeof line, "hkrun: --autotune-load: '%s'%s\n", path, want);
+  if (!r.exited || r.exit_code != 2 || !strstr(r.err, line)) {
+    dump(&r);
+    fail_msg("expected exit 2 and: %s", line);
+  }
+  hkt_result_free(&r);
+}
+
+/* A saved file's lines are read whole (a long comment is one line), and
+ * an empty value, a NUL byte or a directory is refused, naming the file
+ * and the line. */
+static void test_load_refusals(void **state) {
+  (void)state;
+  char text[700];
+  int n = snprintf(text, sizeof text, "#");
+  while (n < 600)
+    n += snprintf(text + n, sizeof text - (size_t)n, " long comment");
+  n += snprintf(text + n, sizeof text - (size_t)n, "\nHK_RING_CHUNK_BYTES=1\n");
+  load_refused(text, (size_t)n,
+               " line 2: 'HK_RING_CHUNK_BYTES' is not a setting --autotune "
+               "saves (HK_FUSION_THRESHOLD, HK_CYCLE_TIME_MS, "
+               "HK_HIERARCHICAL_ALLREDUCE)");
+  const char empty[] = "HK_CYCLE_TIME_MS=1\nHK_FUSION_THRESHOLD=\n";
+  load_refused(empty, sizeof empty - 1,
+               " line 2: HK_FUSION_THRESHOLD= has no value");
+  const char nul[] = "HK_CYCLE_TIME_MS=1\nHK_FUSION_THRESHOLD=2\0x\n";
+  load_refused(nul, sizeof nul - 1, " line 2: a NUL byte (not a text file?)");
+  char dir[256], want[512];
+  assert_int_equal(hkt_mkdtemp("hk-tune.", dir, sizeof dir), 0);
+  char *argv[] = {HKRUN_PATH, "-np", "1", "--autotune-load", dir, W_TUNE, NULL};
+  hkt_result r;
+  hkt_run(argv, NULL, SLOW_S, &r);
+  assert_int_equal(hkt_remove_tree(dir), 0);
+  snprintf(want, sizeof want,
+           "hkrun: --autotune-load: cannot read '%s': Is a directory\n", dir);
+  if (!r.exited || r.exit_code != 2 || !strstr(r.err, want)) {
+    dump(&r);
+    fail_msg("expected exit 2 and: %s", want);
+  }
+  hkt_result_free(&r);
+}
+
 /* What the user sets wins over --autotune-load's file: -x (before or
  * after it on the command line) and the environment hkrun starts in. */
 static void test_load_loses_to_x_and_env(void **state) {
@@ -689,6 +745,7 @@ int main(void) {
       cmocka_unit_test(test_bad_values_refused),
       cmocka_unit_test(test_save_then_load),
       cmocka_unit_test(test_load_loses_to_x_and_env),
+      cmocka_unit_test(test_load_refusals),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
