@@ -827,15 +827,6 @@ int main(int argc, char **argv) {
     return hkrun_dump(args.dump_pid, stdout, stderr);
   if (args.action == HKRUN_DIAGNOSE)
     return hkrun_diagnose(args.diagnose_dir, stdout, stderr);
-  /* --autotune-load's settings: what the environment sets already wins,
-   * and -x and the flags, set after, win too */
-  if (args.autotune_load) {
-    char why[1024];
-    if (hkrun_load_tuned(args.autotune_load, why, sizeof why) != 0) {
-      hk_out_say("--autotune-load: %s", why);
-      return 2;
-    }
-  }
   /* -x NAME=value: the workers' environment is hkrun's (and through
    * mpirun, -x NAME passes it on); -x NAME passes on what is set */
   for (int i = 0; i < args.n_env_x; i++) {
@@ -850,6 +841,30 @@ int main(int argc, char **argv) {
     } else if (!getenv(x)) {
       hk_out_say("-x %s: %s is not set here, so there is nothing to pass on", x,
                  x);
+    }
+  }
+  /* --autotune-load's settings: what the environment and -x set already
+   * wins, and the flags, set after, win too */
+  hk_tuned_shown loaded = {{0}};
+  if (args.autotune_load) {
+    char why[1024];
+    if (hkrun_load_tuned(args.autotune_load, &loaded, why, sizeof why) != 0) {
+      hk_out_say("--autotune-load: %s", why);
+      return 2;
+    }
+    if (args.verbose)
+      hk_out_say("--autotune-load: '%s': %s", args.autotune_load, loaded.text);
+  }
+  /* the autotuner's files: rank 0 would only warn, trial after trial */
+  const char *tune_files[][2] = {{args.autotune_log, "--autotune-log-file"},
+                                 {args.autotune_save, "--autotune-save"}};
+  for (int k = 0; k < 2; k++) {
+    char why[1024];
+    if (tune_files[k][0] &&
+        hkrun_check_tune_file(tune_files[k][0], tune_files[k][1], why,
+                              sizeof why) != 0) {
+      hk_out_say("%s", why);
+      return 2;
     }
   }
   /* the tunable flags become the workers' HK_* variables (also through

@@ -7,17 +7,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include "common/config.h"
+#include "common/outfile.h"
 #include "common/status.h"
 
 static const char *const saved[] = {"HK_FUSION_THRESHOLD", "HK_CYCLE_TIME_MS",
                                     "HK_HIERARCHICAL_ALLREDUCE"};
 
 /* Checks and sets NAME=value (line `no` of path). */
-static int set_one(const char *path, int no, char *line, char *err,
-                   size_t cap) {
+static int set_one(const char *path, int no, char *line, hk_tuned_shown *shown,
+                   char *err, size_t cap) {
   char *eq = strchr(line, '=');
   if (!eq) {
     snprintf(err, cap, "'%s' line %d: '%.80s' is not NAME=value", path, no,
@@ -59,11 +61,19 @@ static int set_one(const char *path, int no, char *line, char *err,
              strerror(errno));
     rc = -1;
   }
+  if (rc == 0) {
+    size_t used = strlen(shown->text);
+    snprintf(shown->text + used, sizeof shown->text - used, "%s%s=%s%s",
+             used ? ", " : "", line, eq + 1,
+             own ? " (set already: that wins)" : "");
+  }
   free(own);
   return rc;
 }
 
-int hkrun_load_tuned(const char *path, char *err, size_t cap) {
+int hkrun_load_tuned(const char *path, hk_tuned_shown *shown, char *err,
+                     size_t cap) {
+  shown->text[0] = '\0';
   FILE *f = fopen(path, "r");
   if (!f) {
     snprintf(err, cap, "cannot read '%s': %s", path, strerror(errno));
@@ -85,7 +95,7 @@ int hkrun_load_tuned(const char *path, char *err, size_t cap) {
     line[strcspn(line, "\r\n")] = '\0';
     if (line[0] == '\0' || line[0] == '#')
       continue;
-    rc = set_one(path, no, line, err, cap);
+    rc = set_one(path, no, line, shown, err, cap);
     set += rc == 0;
   }
   if (rc == 0 && ferror(f)) { /* a directory: EISDIR */
@@ -100,4 +110,20 @@ int hkrun_load_tuned(const char *path, char *err, size_t cap) {
     rc = -1;
   }
   return rc;
+}
+
+int hkrun_check_tune_file(const char *path, const char *flag, char *err,
+                          size_t cap) {
+  struct stat sb;
+  if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+    snprintf(err, cap, "%s: '%s' is a directory", flag, path);
+    return -1;
+  }
+  hk_outfile f;
+  if (hk_outfile_open(&f, path, 0600, flag) != HK_OK) {
+    snprintf(err, cap, "%s", hk_last_error());
+    return -1;
+  }
+  hk_outfile_close(&f); /* never published: nothing is left */
+  return 0;
 }

@@ -14,6 +14,12 @@
 
 #include <stddef.h>
 
+/** What hkrun_load_tuned set, for hkrun -v: "HK_FUSION_THRESHOLD=2097152,
+ *  HK_CYCLE_TIME_MS=3 (set already: that wins)". */
+typedef struct hk_tuned_shown {
+  char text[1024];
+} hk_tuned_shown;
+
 /**
  * Reads `path` and sets each of its variables in hkrun's environment
  * (which the workers inherit; through mpirun, hkrun forwards HK_*),
@@ -29,6 +35,19 @@
  * directory", "'F': no setting in it". Lines may be of any length. Variables
  * set before an error stay set (hkrun then exits). Thread-safety: as setenv.
  */
-int hkrun_load_tuned(const char *path, char *err, size_t cap);
+int hkrun_load_tuned(const char *path, hk_tuned_shown *shown, char *err,
+                     size_t cap);
+
+/**
+ * hkrun --autotune-log-file / --autotune-save F (`flag` names it): rank 0
+ * will write F by making a file in its folder and renaming it over F
+ * (common/outfile.h), so hkrun makes and removes one there now, and
+ * refuses a directory. Checked on the host hkrun runs on. Returns 0, or
+ * -1 with one line in err[cap]: "--autotune-log-file: '/x' is a
+ * directory", or outfile's "--autotune-log-file: cannot create ...:
+ * Permission denied". Nothing is left behind. Thread-safety: reentrant.
+ */
+int hkrun_check_tune_file(const char *path, const char *flag, char *err,
+                          size_t cap);
 
 #endif

@@ -645,6 +645,8 @@ static void test_load_loses_to_x_and_env(void **state) {
   char *before[] = {
       HKRUN_PATH,        "-np", "1",   "-x", "HK_FUSION_THRESHOLD=999",
       "--autotune-load", path,  "env", NULL};
+  char *shown[] = {HKRUN_PATH,        "-np", "1",   "-v",
+                   "--autotune-load", path,  "env", NULL};
   char **both[] = {after, before};
   for (int k = 0; k < 2; k++) {
     hkt_result r;
@@ -658,7 +660,55 @@ static void test_load_loses_to_x_and_env(void **state) {
     }
     hkt_result_free(&r);
   }
+  /* -v shows what the file set, and what won over it */
+  hkt_result r;
+  run_expect(shown, own_env, 0, &r);
+  char want[512];
+  snprintf(want, sizeof want,
+           "hkrun: --autotune-load: '%s': HK_FUSION_THRESHOLD=0, "
+           "HK_CYCLE_TIME_MS=5 (set already: that wins), "
+           "HK_HIERARCHICAL_ALLREDUCE=1\n",
+           path);
+  if (!strstr(r.err, want)) {
+    dump(&r);
+    unlink(path);
+    fail_msg("-v did not show: %s", want);
+  }
+  hkt_result_free(&r);
   assert_int_equal(unlink(path), 0);
+}
+
+/* The autotuner's files are checked by hkrun before any worker starts
+ * (rank 0 could only warn, trial after trial): a folder that is missing
+ * and a directory are refused with exit 2. */
+static void test_tune_files_checked_at_start(void **state) {
+  (void)state;
+  char dir[256], missing[320], want[768];
+  assert_int_equal(hkt_mkdtemp("hk-tune.", dir, sizeof dir), 0);
+  snprintf(missing, sizeof missing, "%s/no/t.csv", dir);
+  char *log[] = {HKRUN_PATH, "-np",  "1", "--autotune", "--autotune-log-file",
+                 missing,    W_TUNE, "2", NULL};
+  char *save[] = {HKRUN_PATH, "-np",  "1", "--autotune", "--autotune-save",
+                  dir,        W_TUNE, "2", NULL};
+  hkt_result r;
+  hkt_run(log, NULL, SLOW_S, &r);
+  snprintf(want, sizeof want, "hkrun: --autotune-log-file: cannot ");
+  int ok = r.exited && r.exit_code == 2 && strstr(r.err, want) &&
+           strstr(r.err, missing) &&
+           strstr(r.err, "No such file or directory\n") &&
+           !strstr(r.out, "hash ");
+  if (!ok)
+    dump(&r);
+  hkt_result_free(&r);
+  hkt_run(save, NULL, SLOW_S, &r);
+  snprintf(want, sizeof want, "hkrun: --autotune-save: '%s' is a directory\n",
+           dir);
+  ok = ok && r.exited && r.exit_code == 2 && strstr(r.err, want);
+  if (!ok)
+    dump(&r);
+  hkt_result_free(&r);
+  assert_int_equal(hkt_remove_tree(dir), 0);
+  assert_true(ok);
 }
 
 /* The first run saves its choice; the second starts from it (its
@@ -746,6 +796,7 @@ int main(void) {
       cmocka_unit_test(test_save_then_load),
       cmocka_unit_test(test_load_loses_to_x_and_env),
       cmocka_unit_test(test_load_refusals),
+      cmocka_unit_test(test_tune_files_checked_at_start),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
