@@ -855,18 +855,6 @@ int main(int argc, char **argv) {
     if (args.verbose)
       hk_out_say("--autotune-load: '%s': %s", args.autotune_load, loaded.text);
   }
-  /* the autotuner's files: rank 0 would only warn, trial after trial */
-  const char *tune_files[][2] = {{args.autotune_log, "--autotune-log-file"},
-                                 {args.autotune_save, "--autotune-save"}};
-  for (int k = 0; k < 2; k++) {
-    char why[1024];
-    if (tune_files[k][0] &&
-        hkrun_check_tune_file(tune_files[k][0], tune_files[k][1], why,
-                              sizeof why) != 0) {
-      hk_out_say("%s", why);
-      return 2;
-    }
-  }
   /* the tunable flags become the workers' HK_* variables (also through
    * mpirun, which forwards HK_* with -x); after -x, so flags win */
   char envbuf[16384];
@@ -888,5 +876,18 @@ int main(int argc, char **argv) {
   int delegated = hkrun_delegate(&args); /* execs mpirun for several hosts */
   if (delegated != HKRUN_RUN_LOCALLY)
     return delegated;
+  /* the autotuner's files, where rank 0 runs here (through mpirun it may
+   * run elsewhere): rank 0 would only warn, trial after trial */
+  const char *tune_files[][2] = {{args.autotune_log, "--autotune-log-file"},
+                                 {args.autotune_save, "--autotune-save"}};
+  for (int k = 0; k < 2; k++) {
+    char why[1024];
+    if (tune_files[k][0] &&
+        hkrun_check_tune_file(tune_files[k][0], tune_files[k][1], why,
+                              sizeof why) != 0) {
+      hk_out_say("%s", why);
+      return 2;
+    }
+  }
   return run_job(&args);
 }

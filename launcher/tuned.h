@@ -42,7 +42,8 @@ int hkrun_load_tuned(const char *path, hk_tuned_shown *shown, char *err,
  * hkrun --autotune-log-file / --autotune-save F (`flag` names it): rank 0
  * will write F by making a file in its folder and renaming it over F
  * (common/outfile.h), so hkrun makes and removes one there now, and
- * refuses a directory. Checked on the host hkrun runs on. Returns 0, or
+ * refuses a directory. hkrun checks them when it starts the workers
+ * itself (through mpirun rank 0 may run on another host). Returns 0, or
  * -1 with one line in err[cap]: "--autotune-log-file: '/x' is a
  * directory", or outfile's "--autotune-log-file: cannot create ...:
  * Permission denied". Nothing is left behind. Thread-safety: reentrant.
