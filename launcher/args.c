@@ -591,6 +591,9 @@ static int apply_flag(const opt_def *o, hkrun_args *out) {
   case O_AUTOTUNE:
     out->autotune = 1;
     break;
+  case O_NO_AUTOTUNE: /* the last of the two wins */
+    out->autotune = 0;
+    break;
   case O_NO_MARK_CYCLES:
     out->timeline_mark_cycles = 0;
     break;
@@ -609,7 +612,7 @@ static int apply_flag(const opt_def *o, hkrun_args *out) {
   case O_CHECK_BUILD:
     out->action = HKRUN_CHECK_BUILD;
     return 1;
-  default: /* what hk does anyway: --no-autotune, --no-hierarchical-
+  default: /* what hk does anyway: --no-hierarchical-
               allgather, --log-without-timestamp, --oversubscribe... */
     break;
   }
@@ -780,6 +783,13 @@ int hkrun_args_parse(int argc, char **argv, hkrun_args *out, char *err,
                           : NULL;
   if (needs && !out->autotune)
     return fail(err, err_cap, "%s needs --autotune", needs);
+  if (out->autotune_log && out->autotune_save &&
+      strcmp(out->autotune_log, out->autotune_save) == 0)
+    return fail(err, err_cap,
+                "--autotune-log-file and --autotune-save name the same file "
+                "'%s' (the CSV and the saved settings would overwrite each "
+                "other)",
+                out->autotune_log);
   out->prog_argc = argc - i;
   out->prog_argv = argv + i;
   return 0;
@@ -876,7 +886,8 @@ const char *hkrun_usage(void) {
          "  --autotune-log-file F  HK_AUTOTUNE_LOG: one CSV row per trial\n"
          "  --autotune-save F    HK_AUTOTUNE_SAVE: write the choice to F\n"
          "  --autotune-load F    start from the settings F holds (written\n"
-         "                       by --autotune-save; flags given here win)\n"
+         "                       by --autotune-save; flags, -x and the\n"
+         "                       environment win)\n"
          "  --autotune-warmup-samples N  HK_AUTOTUNE_WARMUP_STEPS: steps\n"
          "                       dropped after each change (default 3; hk:\n"
          "                       steps, not samples)\n"

@@ -843,13 +843,17 @@ int main(int argc, char **argv) {
                  x);
     }
   }
-  /* --autotune-load's settings: after -x, before the flags (which win) */
+  /* --autotune-load's settings: what the environment and -x set already
+   * wins, and the flags, set after, win too */
+  hk_tuned_shown loaded = {{0}};
   if (args.autotune_load) {
     char why[1024];
-    if (hkrun_load_tuned(args.autotune_load, why, sizeof why) != 0) {
+    if (hkrun_load_tuned(args.autotune_load, &loaded, why, sizeof why) != 0) {
       hk_out_say("--autotune-load: %s", why);
       return 2;
     }
+    if (args.verbose)
+      hk_out_say("--autotune-load: '%s': %s", args.autotune_load, loaded.text);
   }
   /* the tunable flags become the workers' HK_* variables (also through
    * mpirun, which forwards HK_* with -x); after -x, so flags win */
@@ -872,5 +876,18 @@ int main(int argc, char **argv) {
   int delegated = hkrun_delegate(&args); /* execs mpirun for several hosts */
   if (delegated != HKRUN_RUN_LOCALLY)
     return delegated;
+  /* the autotuner's files, where rank 0 runs here (through mpirun it may
+   * run elsewhere): rank 0 would only warn, trial after trial */
+  const char *tune_files[][2] = {{args.autotune_log, "--autotune-log-file"},
+                                 {args.autotune_save, "--autotune-save"}};
+  for (int k = 0; k < 2; k++) {
+    char why[1024];
+    if (tune_files[k][0] &&
+        hkrun_check_tune_file(tune_files[k][0], tune_files[k][1], why,
+                              sizeof why) != 0) {
+      hk_out_say("%s", why);
+      return 2;
+    }
+  }
   return run_job(&args);
 }

@@ -420,6 +420,8 @@ static hk_status round_of(hk_ctx *ctx, hk_round *R, hk_set *s) {
   m.u.responses.resps = rs;
   if (world && n > 0) /* the autotuner's next setting rides on it */
     hk_tune_round(ctx, rs, n, t_ready, &m);
+  else if (n > 0) /* not tuned: only noted, to say so (tune.h) */
+    hk_tune_other_round(ctx, s->id);
   if (s->size > 1 || s->ranks[0] != 0) { /* encoded once, sent to each */
     hk_buf_clear(&ctx->scratch);
     st = hk_wire_encode(&m, &ctx->scratch);

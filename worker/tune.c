@@ -38,7 +38,9 @@ struct hk_tune {
   uint32_t seq;                     /* changes sent so far */
   int logged;                       /* trials written to the CSV */
   int reported;                     /* the final line was logged */
-  uint64_t rng;                     /* HK_TEST_TUNE_JITTER's sequence */
+  int other_set;  /* the first other process set that ran a round (0: none) */
+  int other_more; /* and another one did too */
+  uint64_t rng;   /* HK_TEST_TUNE_JITTER's sequence */
   hk_buf csv;
 };
 
@@ -81,6 +83,29 @@ static int min_samples(const hk_config *c) {
   return c->autotune_max_samples < 5 ? c->autotune_max_samples : 5;
 }
 
+/* An elastic job's next generation: the CSV goes on from the rows the
+ * file holds (the earlier generations'), under a comment line. */
+static void csv_continue(hk_ctx *ctx, struct hk_tune *T) {
+  FILE *f = fopen(ctx->cfg.autotune_log, "r");
+  if (f) {
+    char chunk[4096];
+    size_t got;
+    while ((got = fread(chunk, 1, sizeof chunk, f)) > 0)
+      hk_buf_append(&T->csv, chunk, got);
+    fclose(f);
+  }
+  if (T->csv.len == 0)
+    hk_buf_append(&T->csv, CSV_HEADER, strlen(CSV_HEADER));
+  else if (T->csv.data[T->csv.len - 1] != '\n')
+    hk_buf_append(&T->csv, "\n", 1);
+  char line[160];
+  int len = snprintf(line, sizeof line,
+                     "# generation %d: the job re-formed with %d ranks; the "
+                     "search starts again\n",
+                     ctx->generation, ctx->size);
+  hk_buf_append(&T->csv, line, (size_t)len);
+}
+
 hk_status hk_tune_start(hk_ctx *ctx) {
   if (ctx->rank != 0 || !ctx->cfg.autotune)
     return HK_OK;
@@ -111,6 +136,8 @@ hk_status hk_tune_start(hk_ctx *ctx) {
     return st;
   }
   ctx->tune = T;
+  if (ctx->generation > 0 && c->autotune_log[0])
+    csv_continue(ctx, T);
   char a[32], b[32];
   hk_log(HK_LOG_INFO,
          "autotune: starting from fusion threshold %s, cycle time %g ms, "
@@ -275,6 +302,16 @@ void hk_tune_round(hk_ctx *ctx, const hk_wire_response *rs, uint32_t n,
                      .hierarchical = (int8_t)next.hierarchical};
 }
 
+void hk_tune_other_round(hk_ctx *ctx, int set) {
+  struct hk_tune *T = ctx->tune;
+  if (!T || set == 0)
+    return;
+  if (!T->other_set)
+    T->other_set = set;
+  else if (T->other_set != set)
+    T->other_more = 1;
+}
+
 hk_status hk_tune_apply(hk_ctx *ctx, const hk_wire_tune *t) {
   ctx->world_rounds++;
   if (!t)
@@ -319,7 +356,13 @@ void hk_tune_finish(hk_ctx *ctx) {
     return;
   log_trials(ctx, T, 1);
   report(ctx, T);
-  if (!hk_autotune_best(T->search) && !T->anchor[0])
+  if (!hk_autotune_best(T->search) && !T->anchor[0] && T->other_set)
+    hk_log(HK_LOG_WARNING,
+           "autotune: no training step found: autotune tunes the global "
+           "process set's rounds; this job's collectives ran on process set "
+           "%d%s: nothing was tuned",
+           T->other_set, T->other_more ? " and others" : "");
+  else if (!hk_autotune_best(T->search) && !T->anchor[0])
     hk_log(HK_LOG_WARNING,
            "autotune: no training step found (no tensor of a round came "
            "back in a later one): nothing was tuned");

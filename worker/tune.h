@@ -22,7 +22,9 @@
  * ranks (across settings, real-valued sums may differ in the last bits,
  * as between the ring and hierarchical anyway).
  *
- * Output (rank 0): HK_AUTOTUNE_LOG's CSV, rewritten as each trial ends;
+ * Output (rank 0): HK_AUTOTUNE_LOG's CSV, rewritten as each trial ends
+ * (an elastic job's next generation keeps the rows the file holds and
+ * goes on under a "# generation G: ..." line);
  * an info line per trial; when the search ends a warning-level line (shown
  * at the default log level) with the choice and the gain measured against
  * the starting setting; HK_AUTOTUNE_SAVE's HK_*=value lines; a timeline
@@ -60,6 +62,15 @@ void hk_tune_round(hk_ctx *ctx, const hk_wire_response *rs, uint32_t n,
                    double t, hk_msg *m);
 
 /**
+ * Rank 0, for each round of process set `set` (not the world) that runs
+ * tensors: notes the set. Only the world's rounds are tuned (a setting
+ * must reach every rank at the same round, and only the world's rounds
+ * do); a job whose steps ran on other sets is told so at the end
+ * (hk_tune_finish) instead of "no training step found". No errors.
+ */
+void hk_tune_other_round(hk_ctx *ctx, int set);
+
+/**
  * Every rank, for a world RESPONSES that runs tensors (counted as a world
  * round) and carries a change t (or NULL: only counts): applies the
  * setting to ctx->cfg (the fusion buffer is remapped at its next use if
@@ -89,8 +100,9 @@ static inline void hk_tune_groups(hk_ctx *ctx, uint32_t groups) {
 void hk_tune_reset_settings(hk_config *cfg);
 
 /** Rank 0: the job ends: a search still running reports its best so far
- *  and saves it, or says why nothing was tuned (no step found, or too
- *  few steps for one trial), at warning level; frees. Elsewhere: nothing. */
+ *  and saves it, or says why nothing was tuned (no step found, the job's
+ *  rounds ran on other process sets, or too few steps for one trial), at
+ *  warning level; frees. Elsewhere: nothing. */
 void hk_tune_finish(hk_ctx *ctx);
 
 #endif

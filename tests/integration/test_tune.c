@@ -28,6 +28,9 @@
 
 #include "harness.h"
 
+#ifndef W_SETS
+#error "W_SETS must name the w_sets worker"
+#endif
 #ifndef W_TUNE
 #error "W_TUNE must name the w_tune worker"
 #endif
@@ -422,13 +425,37 @@ static void test_short_jobs_say_why(void **state) {
   assert_int_equal(hkt_remove_tree(dir), 0);
 }
 
+/* A job whose collectives all run on process sets of its own (w_sets:
+ * three sets, none the world) is not tuned, and is told why. */
+static void test_other_sets_say_so(void **state) {
+  (void)state;
+  char *argv[] = {HKRUN_PATH, "-np",         "3",  "--autotune",
+                  W_SETS,     "collectives", "40", NULL};
+  hkt_result r;
+  run_expect(argv, NULL, 0, &r);
+  if (!strstr(r.err, "[0] hk[0] warning: autotune: no training step found: "
+                     "autotune tunes the global process set's rounds; this "
+                     "job's collectives ran on process set 1 and others: "
+                     "nothing was tuned\n")) {
+    dump(&r);
+    fail_msg("no word of the process sets");
+  }
+  assert_null(strstr(r.err, "no tensor of a round came back"));
+  hkt_result_free(&r);
+}
+
 /* An elastic job (--min-np) that loses a rank in the middle of a trial
  * of 1 MiB: the survivors re-form with the job's own setting (0 MiB,
  * whatever trial each had switched to) and the new rank 0 searches again
  * from it; the sums stay exact and the same on both survivors. */
 static void test_elastic_reform_restarts_from_own_setting(void **state) {
   (void)state;
+  char dir[256], csv[320];
+  assert_int_equal(hkt_mkdtemp("hk-tune.", dir, sizeof dir), 0);
+  snprintf(csv, sizeof csv, "%s/tune.csv", dir);
   char *argv[] = {HKRUN_PATH,
+                  "--autotune-log-file",
+                  csv,
                   "-np",
                   "3",
                   "--min-np",
@@ -466,6 +493,20 @@ static void test_elastic_reform_restarts_from_own_setting(void **state) {
     fail_msg("the new generation's search did not start from 0 MiB");
   }
   hkt_result_free(&r);
+  /* the CSV keeps the first generation's rows, then the second's */
+  char *c = read_text(csv);
+  assert_non_null(c);
+  const char *g1 = strstr(c, "\n# generation 1: the job re-formed with 2 "
+                             "ranks; the search starts again\n");
+  const char *r0 = strstr(c, "\n0,0,0,auto,");
+  if (!g1 || !r0 || r0 > g1 || !strstr(g1, "\n0,0,0,auto,") ||
+      strncmp(c, "trial,", 6) != 0) {
+    fprintf(stderr, "--- %s:\n%s\n", csv, c);
+    hkt_remove_tree(dir);
+    fail_msg("the CSV lost a generation's rows");
+  }
+  free(c);
+  assert_int_equal(hkt_remove_tree(dir), 0);
 }
 
 static void test_bad_values_refused(void **state) {
@@ -532,6 +573,153 @@ static void test_bad_values_refused(void **state) {
            path);
   assert_non_null(strstr(r.err, want));
   hkt_result_free(&r);
+}
+
+/* --autotune-load FILE holding `len` bytes of `text` fails hkrun (exit
+ * 2) with "hkrun: --autotune-load: 'FILE'" followed by `want`. */
+static void load_refused(const char *text, size_t len, const char *want) {
+  char path[256], line[1024];
+  assert_int_equal(hkt_mkstemp("hk-tune-load.", path, sizeof path), 0);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  assert_int_equal(fwrite(text, 1, len, f), len);
+  fclose(f);
+  char *argv[] = {HKRUN_PATH, "-np",  "1", "--autotune-load",
+                  path,       W_TUNE, NULL};
+  hkt_result r;
+  hkt_run(argv, NULL, SLOW_S, &r);
+  unlink(path);
+  snprintf(line, sizeof line, "hkrun: --autotune-load: '%s'%s\n", path, want);
+  if (!r.exited || r.exit_code != 2 || !strstr(r.err, line)) {
+    dump(&r);
+    fail_msg("expected exit 2 and: %s", line);
+  }
+  hkt_result_free(&r);
+}
+
+/* A saved file's lines are read whole (a long comment is one line), and
+ * an empty value, a NUL byte or a directory is refused, naming the file
+ * and the line. */
+static void test_load_refusals(void **state) {
+  (void)state;
+  char text[700];
+  int n = snprintf(text, sizeof text, "#");
+  while (n < 600)
+    n += snprintf(text + n, sizeof text - (size_t)n, " long comment");
+  n += snprintf(text + n, sizeof text - (size_t)n, "\nHK_RING_CHUNK_BYTES=1\n");
+  load_refused(text, (size_t)n,
+               " line 2: 'HK_RING_CHUNK_BYTES' is not a setting --autotune "
+               "saves (HK_FUSION_THRESHOLD, HK_CYCLE_TIME_MS, "
+               "HK_HIERARCHICAL_ALLREDUCE)");
+  const char empty[] = "HK_CYCLE_TIME_MS=1\nHK_FUSION_THRESHOLD=\n";
+  load_refused(empty, sizeof empty - 1,
+               " line 2: HK_FUSION_THRESHOLD= has no value");
+  const char nul[] = "HK_CYCLE_TIME_MS=1\nHK_FUSION_THRESHOLD=2\0x\n";
+  load_refused(nul, sizeof nul - 1, " line 2: a NUL byte (not a text file?)");
+  char dir[256], want[512];
+  assert_int_equal(hkt_mkdtemp("hk-tune.", dir, sizeof dir), 0);
+  char *argv[] = {HKRUN_PATH, "-np", "1", "--autotune-load", dir, W_TUNE, NULL};
+  hkt_result r;
+  hkt_run(argv, NULL, SLOW_S, &r);
+  assert_int_equal(hkt_remove_tree(dir), 0);
+  snprintf(want, sizeof want,
+           "hkrun: --autotune-load: cannot read '%s': Is a directory\n", dir);
+  if (!r.exited || r.exit_code != 2 || !strstr(r.err, want)) {
+    dump(&r);
+    fail_msg("expected exit 2 and: %s", want);
+  }
+  hkt_result_free(&r);
+}
+
+/* What the user sets wins over --autotune-load's file: -x (before or
+ * after it on the command line) and the environment hkrun starts in. */
+static void test_load_loses_to_x_and_env(void **state) {
+  (void)state;
+  char path[256];
+  assert_int_equal(hkt_mkstemp("hk-tune-load.", path, sizeof path), 0);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs("HK_FUSION_THRESHOLD=0\nHK_CYCLE_TIME_MS=5\n"
+        "HK_HIERARCHICAL_ALLREDUCE=1\n",
+        f);
+  fclose(f);
+  char *own_env[] = {"HK_CYCLE_TIME_MS=3", NULL};
+  char *after[] = {HKRUN_PATH,
+                   "-np",
+                   "1",
+                   "--autotune-load",
+                   path,
+                   "-x",
+                   "HK_FUSION_THRESHOLD=999",
+                   "env",
+                   NULL};
+  char *before[] = {
+      HKRUN_PATH,        "-np", "1",   "-x", "HK_FUSION_THRESHOLD=999",
+      "--autotune-load", path,  "env", NULL};
+  char *shown[] = {HKRUN_PATH,        "-np", "1",   "-v",
+                   "--autotune-load", path,  "env", NULL};
+  char **both[] = {after, before};
+  for (int k = 0; k < 2; k++) {
+    hkt_result r;
+    run_expect(both[k], own_env, 0, &r);
+    if (!strstr(r.out, "[0] HK_FUSION_THRESHOLD=999\n") ||
+        !strstr(r.out, "[0] HK_CYCLE_TIME_MS=3\n") ||
+        !strstr(r.out, "[0] HK_HIERARCHICAL_ALLREDUCE=1\n")) {
+      dump(&r);
+      unlink(path);
+      fail_msg("the file won over -x or the environment (order %d)", k);
+    }
+    hkt_result_free(&r);
+  }
+  /* -v shows what the file set, and what won over it */
+  hkt_result r;
+  run_expect(shown, own_env, 0, &r);
+  char want[512];
+  snprintf(want, sizeof want,
+           "hkrun: --autotune-load: '%s': HK_FUSION_THRESHOLD=0, "
+           "HK_CYCLE_TIME_MS=5 (set already: that wins), "
+           "HK_HIERARCHICAL_ALLREDUCE=1\n",
+           path);
+  if (!strstr(r.err, want)) {
+    dump(&r);
+    unlink(path);
+    fail_msg("-v did not show: %s", want);
+  }
+  hkt_result_free(&r);
+  assert_int_equal(unlink(path), 0);
+}
+
+/* The autotuner's files are checked by hkrun before any worker starts
+ * (rank 0 could only warn, trial after trial): a folder that is missing
+ * and a directory are refused with exit 2. */
+static void test_tune_files_checked_at_start(void **state) {
+  (void)state;
+  char dir[256], missing[320], want[768];
+  assert_int_equal(hkt_mkdtemp("hk-tune.", dir, sizeof dir), 0);
+  snprintf(missing, sizeof missing, "%s/no/t.csv", dir);
+  char *log[] = {HKRUN_PATH, "-np",  "1", "--autotune", "--autotune-log-file",
+                 missing,    W_TUNE, "2", NULL};
+  char *save[] = {HKRUN_PATH, "-np",  "1", "--autotune", "--autotune-save",
+                  dir,        W_TUNE, "2", NULL};
+  hkt_result r;
+  hkt_run(log, NULL, SLOW_S, &r);
+  snprintf(want, sizeof want, "hkrun: --autotune-log-file: cannot ");
+  int ok = r.exited && r.exit_code == 2 && strstr(r.err, want) &&
+           strstr(r.err, missing) &&
+           strstr(r.err, "No such file or directory\n") &&
+           !strstr(r.out, "hash ");
+  if (!ok)
+    dump(&r);
+  hkt_result_free(&r);
+  hkt_run(save, NULL, SLOW_S, &r);
+  snprintf(want, sizeof want, "hkrun: --autotune-save: '%s' is a directory\n",
+           dir);
+  ok = ok && r.exited && r.exit_code == 2 && strstr(r.err, want);
+  if (!ok)
+    dump(&r);
+  hkt_result_free(&r);
+  assert_int_equal(hkt_remove_tree(dir), 0);
+  assert_true(ok);
 }
 
 /* The first run saves its choice; the second starts from it (its
@@ -613,9 +801,13 @@ int main(void) {
       cmocka_unit_test(test_hierarchical_searched_where_it_applies),
       cmocka_unit_test(test_noisy_score_does_not_flip_flop),
       cmocka_unit_test(test_short_jobs_say_why),
+      cmocka_unit_test(test_other_sets_say_so),
       cmocka_unit_test(test_elastic_reform_restarts_from_own_setting),
       cmocka_unit_test(test_bad_values_refused),
       cmocka_unit_test(test_save_then_load),
+      cmocka_unit_test(test_load_loses_to_x_and_env),
+      cmocka_unit_test(test_load_refusals),
+      cmocka_unit_test(test_tune_files_checked_at_start),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -221,6 +221,13 @@ static const bad_case bad[] = {
       NULL},
      "--autotune-bayes-opt-max-samples: '2x' is not a whole number from 1 to "
      "64"},
+    {{"-np", "1", "--autotune", "--autotune-log-file", "t", "--autotune-save",
+      "t", "p", NULL},
+     "--autotune-log-file and --autotune-save name the same file 't' (the CSV "
+     "and the saved settings would overwrite each other)"},
+    {{"-np", "1", "--autotune", "--no-autotune", "--autotune-save", "t", "p",
+      NULL},
+     "--autotune-save needs --autotune"},
     {{"-np", "1", "--autotune", "--autotune-log-file=", "p", NULL},
      "--autotune-log-file: empty value"},
     {{"-np", "1", "--autotune", "--autotune-gaussian-process-noise", "0.8", "p",
@@ -447,6 +454,13 @@ static void test_autotune_flags(void **state) {
   assert_string_equal(vars[3], "HK_AUTOTUNE_WARMUP_STEPS=0");
   assert_string_equal(vars[4], "HK_AUTOTUNE_STEPS_PER_SAMPLE=7");
   assert_string_equal(vars[5], "HK_AUTOTUNE_MAX_TRIALS=64");
+  /* the last of --autotune and --no-autotune wins */
+  const char *off[] = {"-np", "2", "--autotune", "--no-autotune", "prog", NULL};
+  assert_int_equal(parse(off, &a, err, sizeof err, argv), 0);
+  assert_int_equal(a.autotune, 0);
+  const char *on[] = {"-np", "2", "--no-autotune", "--autotune", "prog", NULL};
+  assert_int_equal(parse(on, &a, err, sizeof err, argv), 0);
+  assert_int_equal(a.autotune, 1);
   const char *load[] = {"-np", "2", "--autotune-load", "f", "prog", NULL};
   assert_int_equal(parse(load, &a, err, sizeof err, argv), 0);
   assert_int_equal(a.autotune, 0);
