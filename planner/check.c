@@ -66,10 +66,26 @@ hk_status hk_check_step(const hk_tl *tl, const hk_gradset *m, double *step_s,
                  whole, m->label);
     goto done;
   }
+  for (size_t i = 0; i < n; i++)
+    if (done[i] < whole) {
+      st = hk_fail(HK_ERR_CONFIG,
+                   "--check: the timeline holds %zu ALLREDUCE span(s) of "
+                   "tensor %s for %zu whole steps; one a step is needed",
+                   done[i], m->tensors[i].name, whole);
+      goto done;
+    }
   size_t first = whole > 3 ? 1 : 0, nd = 0;
   for (size_t k = first; k + 1 < whole; k++) {
     end[nd] = end[k] - start[k];
     start[nd] = start[k + 1] - start[k];
+    if (!(start[nd] > 0) || !(end[nd] > 0)) { /* NaN fails too */
+      st = hk_fail(HK_ERR_CONFIG,
+                   "--check: step %zu of the timeline lasts %.3f ms and its "
+                   "exchange %.3f ms; both must be > 0 (are its NEGOTIATE "
+                   "and ALLREDUCE spans in time order?)",
+                   k + 1, start[nd] * 1e3, end[nd] * 1e3);
+      goto done;
+    }
     nd++;
   }
   *step_s = median(start, nd);

@@ -22,7 +22,10 @@
  * *step_s gets the median step time (s), *steps the number of step
  * differences it is the median of, *span_s the median span (s) over the
  * same steps. Errors: HK_ERR_CONFIG (fewer than two
- * whole steps of m's tensors in the timeline, naming how many), HK_ERR_NOMEM.
+ * whole steps of m's tensors in the timeline, naming how many; a tensor
+ * with fewer ALLREDUCE spans than whole steps, naming it; a step or its
+ * exchange that is not > 0, as when the spans are out of time order,
+ * naming the step), HK_ERR_NOMEM.
  */
 hk_status hk_check_step(const hk_tl *tl, const hk_gradset *m, double *step_s,
                         double *span_s, unsigned *steps);

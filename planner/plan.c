@@ -3,6 +3,7 @@
  */
 #include "planner/plan.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,6 +46,12 @@ hk_status hk_plan_eval(const hk_plan_input *in, const hk_plan_server *s,
   if (scaled)
     c *= hk_gpu_tflops(in->measured_on, in->amp) /
          hk_gpu_tflops(s->gpu, in->amp);
+  if (!isfinite(c) || c <= 0)
+    return hk_fail(HK_ERR_INVALID_ARG,
+                   "plan: the compute time per step on %s is %g s (--step-s "
+                   "%g scaled from %s): not a finite time > 0",
+                   s->name, c, in->step_s,
+                   scaled ? in->measured_on->name : "itself");
   const double bwd = c * in->bwd_frac;
   row->compute_s = c;
   hk_sim_result r, r1;

@@ -76,7 +76,9 @@ typedef struct hk_plan_row {
 
 /**
  * Predicts server s x hosts at net_gbit (x link_eff) into *row.
- * Errors: the simulation's (HK_ERR_INVALID_ARG, HK_ERR_NOMEM).
+ * Errors: the simulation's (HK_ERR_INVALID_ARG, HK_ERR_NOMEM);
+ * HK_ERR_INVALID_ARG when the compute time, scaled to s's GPU, is not a
+ * finite time > 0 ("plan: the compute time per step on NAME is ..").
  */
 hk_status hk_plan_eval(const hk_plan_input *in, const hk_plan_server *s,
                        int hosts, double net_gbit, double link_eff,

@@ -214,8 +214,15 @@ hk_status hk_sim_step(const hk_sim_job *j, const hk_sim_tensor *t, uint32_t n,
     st = hk_fail(HK_ERR_NOMEM, "simulation: %u tensors", n);
     goto done;
   }
-  for (uint32_t i = 0; i < n; i++)
+  for (uint32_t i = 0; i < n; i++) {
+    if (!isfinite(t[i].ready_s)) { /* NaN never compares: no order */
+      st = hk_fail(HK_ERR_INVALID_ARG,
+                   "simulation: tensor %u's ready time is %g s (not finite)", i,
+                   t[i].ready_s);
+      goto done;
+    }
     keys[i] = (ready_key){t[i].ready_s, i};
+  }
   qsort(keys, n, sizeof *keys, by_ready);
   const double pack_bps = j->pack_gbps > 0 ? j->pack_gbps * 1e9 : INFINITY;
   double thread = 0.0, stream = 0.0, end = 0.0;

@@ -134,7 +134,8 @@ uint32_t hk_sim_plan_round(const hk_allreduce_env *env, const hk_sim_job *j,
 /**
  * Simulates one step of t[0..n) (submission order). *out is owned by the
  * caller: free with hk_sim_result_free. Errors: HK_ERR_INVALID_ARG (as
- * hk_sim_env; n == 0: "no tensors"), HK_ERR_NOMEM.
+ * hk_sim_env; n == 0: "no tensors"; a ready time that is not finite:
+ * "tensor I's ready time is .. s (not finite)"), HK_ERR_NOMEM.
  */
 hk_status hk_sim_step(const hk_sim_job *j, const hk_sim_tensor *t, uint32_t n,
                       hk_sim_result *out);

@@ -4,6 +4,7 @@
 #include "planner/tlread.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,7 +44,9 @@ hk_status hk_tl_read(const char *path, hk_tl *out) {
   char *line = NULL;
   size_t linecap = 0, cap = 0;
   hk_status st = HK_OK;
+  size_t lineno = 0;
   while (st == HK_OK && getline(&line, &linecap, f) >= 0) {
+    lineno++;
     if (!strstr(line, "\"ph\":\"X\""))
       continue;
     hk_tl_span s = {.bytes = -1, .response = -1};
@@ -53,6 +56,15 @@ hk_status hk_tl_read(const char *path, hk_tl *out) {
         !num_field(line, "\"ts\":", &s.ts_us) ||
         !num_field(line, "\"dur\":", &s.dur_us))
       continue;
+    if (!(fabs(s.ts_us) <= HK_TL_MAX_US) ||
+        !(s.dur_us >= 0 && s.dur_us <= HK_TL_MAX_US)) { /* NaN fails too */
+      st = hk_fail(HK_ERR_CONFIG,
+                   "%s: line %zu: span %s of %s: ts %g, dur %g µs (want "
+                   "finite times within +-%g µs, dur >= 0)",
+                   path, lineno, s.phase, s.tensor, s.ts_us, s.dur_us,
+                   HK_TL_MAX_US);
+      break;
+    }
     if (num_field(line, "\"fused_tensors\":", &fused))
       s.fused = (long)fused;
     if (num_field(line, "\"bytes\":", &bytes))

@@ -28,10 +28,16 @@ typedef struct hk_tl {
   size_t n;
 } hk_tl;
 
+/* The largest |ts| and dur accepted, µs (about 31 years). */
+#define HK_TL_MAX_US 1e15
+
 /**
  * Reads path into *out (free with hk_tl_free). Errors: HK_ERR_SYSTEM (the
  * file cannot be read, naming it and why), HK_ERR_CONFIG (no span in it:
- * "FILE: no timeline spans (is it an hk timeline, HK_TIMELINE?)"),
+ * "FILE: no timeline spans (is it an hk timeline, HK_TIMELINE?)"; a span
+ * whose ts is not finite or beyond +-HK_TL_MAX_US, or whose dur is negative,
+ * not finite or beyond HK_TL_MAX_US: "FILE: line L: span PHASE of TENSOR:
+ * ts .., dur .. µs (want finite times ...)"),
  * HK_ERR_NOMEM.
  */
 hk_status hk_tl_read(const char *path, hk_tl *out);

@@ -131,27 +131,68 @@ static void table_values(void **s) {
  * after its start (2 ms in the first), so the span's median (over the
  * same steps) is 4 ms. The prediction for one CPU rank: 5 ms of compute,
  * a round of 32.6 µs and nothing to exchange. */
-static void check_measured(void **s) {
-  (void)s;
-  char model[300], tl[300], text[4096] = "[\n";
-  put("m.tsv", "a\t1000\nb\t10\n", model, sizeof model);
-  const double t0[4] = {0, 10000, 30000, 60000};
+/* A bad input: exit status 1 and `want` on stderr. */
+static void refused(char *const argv[], const char *want) {
+  hkt_result r;
+  run(argv, NULL, &r);
+  if (r.exit_code != 1 || !strstr(r.err, want))
+    fail_msg("expected exit 1 and '%s', got %d:\n%s", want, r.exit_code, r.err);
+  hkt_result_free(&r);
+}
+
+/* A timeline of 4 steps of tensors a and b starting at t0[k] µs; each
+ * with its ALLREDUCE span when allreduce is set. Into dir/name, path. */
+static void check_timeline(const char *name, const double t0[4], int allreduce,
+                           char *path, size_t cap) {
+  char text[4096] = "[\n";
   for (int k = 0; k < 4; k++)
     for (int i = 0; i < 2; i++) {
-      const char *name = i ? "a" : "b";
+      const char *tensor = i ? "a" : "b";
       double at = t0[k] + i * 500, end = t0[k] + (k ? 4000 : 2000);
       snprintf(text + strlen(text), sizeof text - strlen(text),
                "{\"name\":\"NEGOTIATE\",\"cat\":\"hk\",\"ph\":\"X\","
                "\"pid\":0,\"tid\":%d,\"ts\":%.3f,\"dur\":100.000,"
-               "\"args\":{\"tensor\":\"%s\",\"response\":0}},\n"
-               "{\"name\":\"ALLREDUCE\",\"cat\":\"hk\",\"ph\":\"X\","
-               "\"pid\":0,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,"
-               "\"args\":{\"tensor\":\"%s\",\"fused_tensors\":1,"
-               "\"bytes\":4}},\n",
-               i + 1, at, name, i + 1, end - 1000, 1000.0, name);
+               "\"args\":{\"tensor\":\"%s\",\"response\":0}},\n",
+               i + 1, at, tensor);
+      if (allreduce)
+        snprintf(text + strlen(text), sizeof text - strlen(text),
+                 "{\"name\":\"ALLREDUCE\",\"cat\":\"hk\",\"ph\":\"X\","
+                 "\"pid\":0,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,"
+                 "\"args\":{\"tensor\":\"%s\",\"fused_tensors\":1,"
+                 "\"bytes\":4}},\n",
+                 i + 1, end - 1000, 1000.0, tensor);
     }
   strcat(text, "{}]\n");
-  put("check.json", text, tl, sizeof tl);
+  put(name, text, path, cap);
+}
+
+/* --check on timelines with no measurable step: exit 1, naming why. */
+static void check_refused(void **s) {
+  (void)s;
+  char model[300], tl[300];
+  put("m.tsv", "a\t1000\nb\t10\n", model, sizeof model);
+  char *argv[] = {HKPLAN_PATH, "--model", model,      "--step-s", "0.005",
+                  "--batch",   "1",       "--server", "cpu:1",    "--servers",
+                  "1",         "--check", tl,         NULL};
+  const double same[4] = {0, 10000, 10000, 30000};
+  check_timeline("same.json", same, 1, tl, sizeof tl);
+  refused(argv, "hkplan: --check: step 2 of the timeline lasts 0.000 ms and "
+                "its exchange 4.000 ms; both must be > 0");
+  const double back[4] = {0, 30000, 10000, 60000};
+  check_timeline("back.json", back, 1, tl, sizeof tl);
+  refused(argv, "hkplan: --check: step 2 of the timeline lasts -20.000 ms");
+  const double t0[4] = {0, 10000, 30000, 60000};
+  check_timeline("noar.json", t0, 0, tl, sizeof tl);
+  refused(argv, "hkplan: --check: the timeline holds 0 ALLREDUCE span(s) of "
+                "tensor a for 4 whole steps; one a step is needed");
+}
+
+static void check_measured(void **s) {
+  (void)s;
+  char model[300], tl[300];
+  put("m.tsv", "a\t1000\nb\t10\n", model, sizeof model);
+  const double t0[4] = {0, 10000, 30000, 60000};
+  check_timeline("check.json", t0, 1, tl, sizeof tl);
   char *argv[] = {HKPLAN_PATH, "--model", model,      "--step-s", "0.005",
                   "--batch",   "1",       "--server", "cpu:1",    "--servers",
                   "1",         "--check", tl,         NULL};
@@ -229,15 +270,6 @@ static void pick(void **s) {
   }
 }
 
-/* A bad input: exit status 1 and `want` on stderr. */
-static void refused(char *const argv[], const char *want) {
-  hkt_result r;
-  run(argv, NULL, &r);
-  if (r.exit_code != 1 || !strstr(r.err, want))
-    fail_msg("expected exit 1 and '%s', got %d:\n%s", want, r.exit_code, r.err);
-  hkt_result_free(&r);
-}
-
 static void bad_inputs(void **s) {
   (void)s;
   char model[300], empty[300], bad[300], prices[300], topo[300], msg[700];
@@ -269,6 +301,49 @@ static void bad_inputs(void **s) {
   char *unknown_gpu[] = {HKPLAN_PATH, "--model", model,      "--step-s", "0.1",
                          "--batch",   "8",       "--server", gpu,        NULL};
   refused(unknown_gpu, "unknown GPU B300 (known: P100-PCIE-16GB");
+}
+
+/* Times that are not finite: a timeline span at ts inf (its ready times
+ * would be NaN) and a compute time that overflows when scaled to another
+ * GPU are refused, exit 1, naming what was wrong. */
+static void nonfinite_times(void **s) {
+  (void)s;
+  char model[300], tl[300], msg[700];
+  put("m.tsv", "a\t1000\nb\t10\n", model, sizeof model);
+  put("inf.json",
+      "[\n{\"name\":\"WAIT_FOR_DATA\",\"cat\":\"hk\",\"ph\":\"X\",\"pid\":0,"
+      "\"tid\":1,\"ts\":0.000,\"dur\":10.000,\"args\":{\"tensor\":\"a\"}},\n"
+      "{\"name\":\"WAIT_FOR_DATA\",\"cat\":\"hk\",\"ph\":\"X\",\"pid\":0,"
+      "\"tid\":2,\"ts\":inf,\"dur\":10.000,\"args\":{\"tensor\":\"b\"}},\n"
+      "{}]\n",
+      tl, sizeof tl);
+  char *inf_ts[] = {HKPLAN_PATH, "--model",    model,
+                    "--step-s",  "0.3",        "--batch",
+                    "64",        "--server",   "a100-sxm4-8gpu-nvswitch",
+                    "--servers", "1",          "--cycle-ms",
+                    "1",         "--timeline", tl,
+                    NULL};
+  snprintf(msg, sizeof msg,
+           "hkplan: %s: line 3: span WAIT_FOR_DATA of b: ts inf, dur 10 µs "
+           "(want finite times within +-1e+15 µs, dur >= 0)",
+           tl);
+  refused(inf_ts, msg);
+  char *huge_step[] = {HKPLAN_PATH,
+                       "--model",
+                       model,
+                       "--step-s",
+                       "1e308",
+                       "--measured-on",
+                       "H100-SXM5-80GB",
+                       "--amp",
+                       "--batch",
+                       "64",
+                       "--server",
+                       "t4-4gpu-pcie-2socket",
+                       NULL};
+  refused(huge_step, "hkplan: plan: the compute time per step on "
+                     "t4-4gpu-pcie-2socket is inf s (--step-s 1e+308 scaled "
+                     "from H100-SXM5-80GB): not a finite time > 0");
 }
 
 /* --plot FILE.png: a PNG through gnuplot; with no gnuplot on PATH, the
@@ -336,9 +411,11 @@ int main(void) {
       cmocka_unit_test(recorded_batches),
       cmocka_unit_test(table_values),
       cmocka_unit_test(check_measured),
+      cmocka_unit_test(check_refused),
       cmocka_unit_test(pick),
       cmocka_unit_test(plot),
       cmocka_unit_test(bad_inputs),
+      cmocka_unit_test(nonfinite_times),
       cmocka_unit_test(through_hkrun),
   };
   return cmocka_run_group_tests(tests, make_dir, remove_dir);

@@ -1,9 +1,11 @@
 /*
  * test_plan_sim - hkplan's simulation (planner/sim.h): a batch's time in
  * its units (µs for bytes at Gbit/s) against the formula worked out here,
- * the edge cases (no bytes, one rank, no tensors, no network), and a
+ * the edge cases (no bytes, one rank, no tensors, no network, a ready
+ * time that is not finite), and a
  * step's timeline (rounds, fusion, the copies) against a hand count.
  */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -101,6 +103,20 @@ static void bad_jobs(void **state) {
   j.net_gbit = 0.0;
   assert_int_equal(hk_sim_step(&j, &t, 1, &r), HK_ERR_INVALID_ARG);
   assert_non_null(strstr(hk_last_error(), "2 servers of 1 GPUs at 0 Gbit/s"));
+  assert_null(r.order);
+  /* a ready time that is not finite: refused (NaN never compares, so the
+   * rounds never advanced past it) */
+  j = two_hosts(0);
+  j.cycle_s = 1e-3;
+  hk_sim_tensor two[2] = {{1024, 0.0}, {1024, INFINITY}};
+  assert_int_equal(hk_sim_step(&j, two, 2, &r), HK_ERR_INVALID_ARG);
+  assert_string_equal(
+      hk_last_error(),
+      "simulation: tensor 1's ready time is inf s (not finite)");
+  assert_null(r.order);
+  two[1].ready_s = NAN;
+  assert_int_equal(hk_sim_step(&j, two, 2, &r), HK_ERR_INVALID_ARG);
+  assert_non_null(strstr(hk_last_error(), "tensor 1's ready time is"));
   assert_null(r.order);
 }
 
