@@ -119,22 +119,27 @@ static int bad(const char *what, const char *arg) {
   return 2;
 }
 
-static int number(const char *s, double lo, double *out) {
+/* A decimal number in [lo, hi] into *out; -1 otherwise (hex, inf, nan,
+ * trailing text included). */
+static int number(const char *s, double lo, double hi, double *out) {
   char *end;
   double v = strtod(s, &end);
-  if (end == s || *end || !(v >= lo) || isinf(v))
+  if (end == s || *end || strpbrk(s, "xXnN") || !(v >= lo && v <= hi))
     return -1;
   *out = v;
   return 0;
 }
 
-static int list_of(const char *s, double lo, double *out, int max, int *n) {
+static int list_of(const char *s, double lo, double hi, double *out, int max,
+                   int *n) {
   char buf[512];
-  snprintf(buf, sizeof buf, "%s", s);
   *n = 0;
+  if (strlen(s) >= sizeof buf) /* not cut short in silence */
+    return -1;
+  snprintf(buf, sizeof buf, "%s", s);
   for (char *save = NULL, *t = strtok_r(buf, ",", &save); t;
        t = strtok_r(NULL, ",", &save)) {
-    if (*n == max || number(t, lo, &out[*n]) != 0)
+    if (*n == max || number(t, lo, hi, &out[*n]) != 0)
       return -1;
     (*n)++;
   }
@@ -175,6 +180,25 @@ enum {
   O_CHECK,
   O_HELP
 };
+
+/* --samples, --deadline, --budget and --prices: only together as pick()
+ * needs them; 0 or the usage error (2), saying what is missing. */
+static int combinations(const opts *o) {
+  const int limit = o->deadline_h > 0 || o->budget > 0;
+  const char *missing = NULL;
+  if (limit && !(o->samples > 0))
+    missing = "--deadline and --budget need --samples (how many samples "
+              "the training takes)";
+  else if (o->samples > 0 && !limit)
+    missing = "--samples is used only with --deadline or --budget";
+  else if (limit && !o->prices)
+    missing = "--deadline and --budget pick the cheapest candidate: they "
+              "need --prices";
+  if (!missing)
+    return 0;
+  fprintf(stderr, "hkplan: %s\n", missing);
+  return 2;
+}
 
 static int parse(int argc, char **argv, opts *o) {
   static const struct option lo[] = {{"model", 1, 0, O_MODEL},
@@ -223,12 +247,12 @@ static int parse(int argc, char **argv, opts *o) {
       o->model_dir = a;
       break;
     case O_STEP:
-      if (number(a, 1e-9, &o->step_s))
-        return bad("--step-s wants seconds > 0", a);
+      if (number(a, 1e-9, 3600, &o->step_s))
+        return bad("--step-s wants seconds in 1e-9 .. 3600", a);
       break;
     case O_BATCH:
-      if (number(a, 1, &v) || v != floor(v) || v > INT_MAX)
-        return bad("--batch wants a whole number >= 1", a);
+      if (number(a, 1, 1048576, &v) || v != floor(v))
+        return bad("--batch wants a whole number in 1 .. 1048576", a);
       o->batch = (int)v;
       break;
     case O_ON:
@@ -238,7 +262,7 @@ static int parse(int argc, char **argv, opts *o) {
       o->amp = 1;
       break;
     case O_BWD:
-      if (number(a, 1e-6, &o->bwd_frac) || o->bwd_frac > 1)
+      if (number(a, 1e-6, 1, &o->bwd_frac))
         return bad("--bwd-frac wants a fraction in (0, 1]", a);
       break;
     case O_TL:
@@ -250,24 +274,27 @@ static int parse(int argc, char **argv, opts *o) {
       o->server[o->nserver++] = a;
       break;
     case O_SERVERS:
-      if (list_of(a, 1, counts, MAX_COUNTS, &o->ncounts))
-        return bad("--servers wants counts >= 1 joined by ','", a);
+      if (list_of(a, 1, 4096, counts, MAX_COUNTS, &o->ncounts))
+        return bad("--servers wants up to 32 counts in 1 .. 4096 joined by ','",
+                   a);
       for (int i = 0; i < o->ncounts; i++) {
         if (counts[i] != floor(counts[i]) || counts[i] > 4096)
-          return bad("--servers wants whole counts up to 4096", a);
+          return bad("--servers wants whole counts in 1 .. 4096", a);
         o->counts[i] = (int)counts[i];
       }
       break;
     case O_NET:
-      if (list_of(a, 1e-3, o->nets, MAX_NETS, &o->nnets))
-        return bad("--net wants rates in Gbit/s joined by ','", a);
+      if (list_of(a, 1e-3, 1e5, o->nets, MAX_NETS, &o->nnets))
+        return bad(
+            "--net wants up to 16 rates in 0.001 .. 1e5 Gbit/s joined by ','",
+            a);
       break;
     case O_LAT:
-      if (number(a, 0, &o->lat_us))
-        return bad("--latency-us wants µs >= 0", a);
+      if (number(a, 0, 1e6, &o->lat_us))
+        return bad("--latency-us wants µs in 0 .. 1e6", a);
       break;
     case O_EFF:
-      if (number(a, 1e-3, &o->link_eff) || o->link_eff > 1)
+      if (number(a, 1e-3, 1, &o->link_eff))
         return bad("--link-eff wants a fraction in (0, 1]", a);
       break;
     case O_PRICES:
@@ -284,8 +311,8 @@ static int parse(int argc, char **argv, opts *o) {
         return bad("--optimizer wants sgd, momentum or adam", a);
       break;
     case O_ACT:
-      if (number(a, 0, &o->act_mib))
-        return bad("--act-mib wants MiB >= 0", a);
+      if (number(a, 0, 1048576, &o->act_mib))
+        return bad("--act-mib wants MiB in 0 .. 1048576", a);
       break;
     case O_COMP:
       if (strcmp(a, "none") && strcmp(a, "fp16") && strcmp(a, "bf16"))
@@ -293,35 +320,35 @@ static int parse(int argc, char **argv, opts *o) {
       o->compression = a;
       break;
     case O_THRESH:
-      if (number(a, 0, &v) || v > 68719476736.0)
+      if (number(a, 0, 68719476736.0, &v))
         return bad("--fusion-threshold wants bytes (0 .. 64 GiB)", a);
       o->job.threshold = (size_t)v;
       break;
     case O_CYCLE:
-      if (number(a, 0, &v))
-        return bad("--cycle-ms wants ms >= 0", a);
+      if (number(a, 0, 10000, &v))
+        return bad("--cycle-ms wants ms in 0 .. 10000", a);
       o->job.cycle_s = v / 1000.0;
       break;
     case O_ROUND:
-      if (number(a, 0, &o->job.round_us))
-        return bad("--round-us wants µs >= 0", a);
+      if (number(a, 0, 1e6, &o->job.round_us))
+        return bad("--round-us wants µs in 0 .. 1e6", a);
       break;
     case O_INFL:
-      if (number(a, 1, &v) || v > 64 || v != floor(v))
+      if (number(a, 1, 64, &v) || v != floor(v))
         return bad("--inflight wants 1..64", a);
       o->job.inflight = (int)v;
       break;
     case O_SAMPLES:
-      if (number(a, 1, &o->samples))
-        return bad("--samples wants a count >= 1", a);
+      if (number(a, 1, 1e12, &o->samples))
+        return bad("--samples wants a count in 1 .. 1e12", a);
       break;
     case O_DEADLINE:
-      if (number(a, 1e-9, &o->deadline_h))
-        return bad("--deadline wants hours > 0", a);
+      if (number(a, 1e-3, 1e6, &o->deadline_h))
+        return bad("--deadline wants hours in 0.001 .. 1e6", a);
       break;
     case O_BUDGET:
-      if (number(a, 0, &o->budget))
-        return bad("--budget wants a price >= 0", a);
+      if (number(a, 0.01, 1e9, &o->budget))
+        return bad("--budget wants a price in 0.01 .. 1e9", a);
       break;
     case O_CSV:
       o->csv = 1;
@@ -349,8 +376,8 @@ static int parse(int argc, char **argv, opts *o) {
       o->check = a;
       break;
     case O_NP:
-      if (number(a, 1, &v) || v != floor(v) || v > 65536)
-        return bad("--np wants a rank count >= 1", a);
+      if (number(a, 1, 65536, &v) || v != floor(v))
+        return bad("--np wants a rank count in 1 .. 65536", a);
       o->np = (int)v;
       break;
     case O_HELP:
@@ -363,7 +390,7 @@ static int parse(int argc, char **argv, opts *o) {
   }
   if (optind < argc)
     return bad("unexpected argument", argv[optind]);
-  return 0;
+  return combinations(o);
 }
 
 static int fail(hk_status st) {
@@ -506,14 +533,18 @@ static void print_table(const hk_plan_row *r, size_t n, const opts *o) {
     printf("server,gpu,servers,gpus,net_gbit,step_ms,band_ms,exposed_ms,"
            "efficiency_pct,samples_s,cost_per_msample,mem_gib,fits,"
            "gpu_efficiency_pct\n");
-    for (size_t i = 0; i < n; i++)
-      printf("%s,%s,%d,%d,%g,%.3f,%.3f,%.3f,%.1f,%.1f,%.4f,%.2f,%s,%.1f\n",
+    for (size_t i = 0; i < n; i++) {
+      char cost[32] = ""; /* empty: no price */
+      if (r[i].cost_per_m >= 0)
+        snprintf(cost, sizeof cost, "%.4f", r[i].cost_per_m);
+      printf("%s,%s,%d,%d,%g,%.3f,%.3f,%.3f,%.1f,%.1f,%s,%.2f,%s,%.1f\n",
              r[i].server->name,
              r[i].server->gpu ? r[i].server->gpu->name : "CPU", r[i].hosts,
              r[i].hosts * r[i].server->host.gpus, r[i].net_gbit,
              r[i].step_s * 1e3, r[i].band_s * 1e3, r[i].exposed_s * 1e3,
-             r[i].efficiency * 100, r[i].samples_s, r[i].cost_per_m,
-             r[i].mem_gib, r[i].fits ? "yes" : "no", r[i].gpu_efficiency * 100);
+             r[i].efficiency * 100, r[i].samples_s, cost, r[i].mem_gib,
+             r[i].fits ? "yes" : "no", r[i].gpu_efficiency * 100);
+    }
     return;
   }
   printf("# %-26s %3s %4s %6s %10s %8s %9s %6s %10s %9s %9s\n", "server", "n",
@@ -545,9 +576,11 @@ static void pick(const hk_plan_row *r, size_t n, const opts *o) {
     if (!r[i].fits || (o->deadline_h > 0 && hours > o->deadline_h) ||
         (o->budget > 0 && (spend < 0 || spend > o->budget)))
       continue;
-    printf("pick: %d x %s on %g Gbit/s: %.2f h for %.0f samples, cost %.2f\n",
-           r[i].hosts, r[i].server->name, r[i].net_gbit, hours, o->samples,
-           spend);
+    char net[32] = ""; /* one server uses no network */
+    if (r[i].hosts > 1)
+      snprintf(net, sizeof net, " on %g Gbit/s", r[i].net_gbit);
+    printf("pick: %d x %s%s: %.2f h for %.0f samples, cost %.2f\n", r[i].hosts,
+           r[i].server->name, net, hours, o->samples, spend);
     return;
   }
   printf("pick: no candidate meets%s%s (and fits in memory)\n",
@@ -577,7 +610,8 @@ static int compare_batches(const opts *o, const hk_gradset *m) {
 }
 
 /* --check TIMELINE: the run's measured step against the one candidate
- * that describes it. Exit 0 (the comparison is the output). */
+ * that describes it. Exit 0 (the comparison is the output); 1 when the
+ * timeline holds no measurable step (hk_check_step's errors). */
 static int check_run(const opts *o, const hk_gradset *m,
                      const hk_plan_row *rows, size_t nr) {
   if (nr != 1) {

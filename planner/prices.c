@@ -21,10 +21,11 @@ static hk_status parse_line(hk_prices *p, char *line, long lineno,
   char *extra = strtok_r(NULL, " \t\r\n", &save);
   char *end = NULL;
   double v = price ? strtod(price, &end) : NAN;
-  if (!price || *end || !(v >= 0) || isinf(v) || (extra && extra[0] != '#'))
+  if (!price || *end || strpbrk(price, "xXnN") ||
+      !(v >= 0 && v <= HK_PRICE_MAX) || (extra && extra[0] != '#'))
     return hk_fail(HK_ERR_CONFIG,
-                   "%s:%ld: expected 'server price-per-hour' (a number >= "
-                   "0), found '%s%s%s'",
+                   "%s:%ld: expected 'server price-per-hour' (a decimal "
+                   "number in 0 .. 1e6), found '%s%s%s'",
                    p->path, lineno, name, price ? " " : "", price ? price : "");
   if (strlen(name) >= sizeof p->e[0].name)
     return hk_fail(HK_ERR_CONFIG, "%s:%ld: server name longer than %zu bytes",
@@ -55,8 +56,11 @@ hk_status hk_prices_load(const char *path, hk_prices *out) {
   size_t linecap = 0, cap = 0;
   long lineno = 0;
   hk_status st = HK_OK;
+  errno = 0;
   while (st == HK_OK && getline(&line, &linecap, f) >= 0)
     st = parse_line(out, line, ++lineno, &cap);
+  if (st == HK_OK && ferror(f)) /* a folder, say */
+    st = hk_fail(HK_ERR_SYSTEM, "price table %s: %s", path, strerror(errno));
   free(line);
   fclose(f);
   if (st != HK_OK)

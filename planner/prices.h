@@ -22,10 +22,14 @@ typedef struct hk_prices {
   size_t n;
 } hk_prices;
 
+/* The largest price per server-hour accepted. */
+#define HK_PRICE_MAX 1e6
+
 /**
- * Reads path. Errors: HK_ERR_SYSTEM (cannot read, naming the file and
- * why), HK_ERR_CONFIG ("FILE:LINE: ..." for a line that is not `name
- * price`, a negative or unreadable price, a name given twice),
+ * Reads path. Errors: HK_ERR_SYSTEM (cannot read, as a folder, naming the
+ * file and why), HK_ERR_CONFIG ("FILE:LINE: ..." for a line that is not
+ * `name price`, a price that is not a decimal number in 0 ..
+ * HK_PRICE_MAX, a name given twice),
  * HK_ERR_NOMEM.
  */
 hk_status hk_prices_load(const char *path, hk_prices *out);

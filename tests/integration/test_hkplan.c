@@ -131,13 +131,19 @@ static void table_values(void **s) {
  * after its start (2 ms in the first), so the span's median (over the
  * same steps) is 4 ms. The prediction for one CPU rank: 5 ms of compute,
  * a round of 32.6 µs and nothing to exchange. */
-/* A bad input: exit status 1 and `want` on stderr. */
-static void refused(char *const argv[], const char *want) {
+/* A bad input: exit status `code` and `want` on stderr, nothing on stdout. */
+static void refused_with(char *const argv[], int code, const char *want) {
   hkt_result r;
   run(argv, NULL, &r);
-  if (r.exit_code != 1 || !strstr(r.err, want))
-    fail_msg("expected exit 1 and '%s', got %d:\n%s", want, r.exit_code, r.err);
+  if (r.exit_code != code || !strstr(r.err, want) || r.out[0])
+    fail_msg("expected exit %d and '%s', got %d:\n%s\n%s", code, want,
+             r.exit_code, r.err, r.out);
   hkt_result_free(&r);
+}
+
+/* A bad input: exit status 1 and `want` on stderr. */
+static void refused(char *const argv[], const char *want) {
+  refused_with(argv, 1, want);
 }
 
 /* A timeline of 4 steps of tensors a and b starting at t0[k] µs; each
@@ -231,7 +237,7 @@ static void pick(void **s) {
                              "pick: 2 x one on 10 Gbit/s: 1.88 h for 1000000 "
                              "samples, cost 13.57\n"},
                             {"--deadline", "4",
-                             "pick: 1 x one on 10 Gbit/s: 3.47 h for 1000000 "
+                             "pick: 1 x one: 3.47 h for 1000000 "
                              "samples, cost 12.50\n"},
                             {"--budget", "10",
                              "pick: no candidate meets the budget (and fits in "
@@ -341,9 +347,113 @@ static void nonfinite_times(void **s) {
                        "--server",
                        "t4-4gpu-pcie-2socket",
                        NULL};
-  refused(huge_step, "hkplan: plan: the compute time per step on "
-                     "t4-4gpu-pcie-2socket is inf s (--step-s 1e+308 scaled "
-                     "from H100-SXM5-80GB): not a finite time > 0");
+  refused_with(huge_step, 2,
+               "hkplan: --step-s wants seconds in 1e-9 .. 3600: '1e308'");
+}
+
+/* Numbers out of their ranges, in options and in the price table: refused
+ * naming the option (or file and line), the value and the range; no inf,
+ * NaN or 300-digit column printed. */
+static void ranges(void **s) {
+  (void)s;
+  char model[300], prices[300], folder[300], msg[700];
+  put("m.tsv", "a\t1000\n", model, sizeof model);
+  char longlist[600] = "1";
+  while (strlen(longlist) < 520)
+    strcat(longlist, ",1");
+  const char *bad[][3] = {
+      {"--step-s", "1e300", "--step-s wants seconds in 1e-9 .. 3600: '1e300'"},
+      {"--latency-us", "1e300", "--latency-us wants µs in 0 .. 1e6: '1e300'"},
+      {"--round-us", "1e300", "--round-us wants µs in 0 .. 1e6: '1e300'"},
+      {"--act-mib", "1e300", "--act-mib wants MiB in 0 .. 1048576: '1e300'"},
+      {"--batch", "2147483647",
+       "--batch wants a whole number in 1 .. 1048576: '2147483647'"},
+      {"--samples", "1e308", "--samples wants a count in 1 .. 1e12: '1e308'"},
+      {"--deadline", "1e308",
+       "--deadline wants hours in 0.001 .. 1e6: '1e308'"},
+      {"--budget", "0", "--budget wants a price in 0.01 .. 1e9: '0'"},
+      {"--cycle-ms", "nan", "--cycle-ms wants ms in 0 .. 10000: 'nan'"},
+      {"--net", "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17",
+       "--net wants up to 16 rates in 0.001 .. 1e5 Gbit/s joined by ','"},
+      {"--servers", longlist,
+       "--servers wants up to 32 counts in 1 .. 4096 joined by ','"}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char *argv[] = {HKPLAN_PATH,
+                    "--model",
+                    model,
+                    "--batch",
+                    "8",
+                    "--server",
+                    "cpu:2",
+                    (char *)bad[i][0],
+                    (char *)bad[i][1],
+                    NULL};
+    snprintf(msg, sizeof msg, "hkplan: %s", bad[i][2]);
+    refused_with(argv, 2, msg);
+  }
+  const char *price[][2] = {{"cpu2 1e308\n", "1e308"}, {"cpu2 0x10\n", "0x10"}};
+  for (int i = 0; i < 2; i++) {
+    put("prices.tsv", price[i][0], prices, sizeof prices);
+    char *argv[] = {HKPLAN_PATH, "--model",  model,  "--step-s",
+                    "0.1",       "--batch",  "8",    "--server",
+                    "cpu:2",     "--prices", prices, NULL};
+    snprintf(msg, sizeof msg,
+             "hkplan: %s:1: expected 'server price-per-hour' (a decimal "
+             "number in 0 .. 1e6), found 'cpu2 %s'",
+             prices, price[i][1]);
+    refused(argv, msg);
+  }
+  snprintf(folder, sizeof folder, "%s", dir);
+  char *argv[] = {HKPLAN_PATH, "--model",  model,  "--step-s",
+                  "0.1",       "--batch",  "8",    "--server",
+                  "cpu:2",     "--prices", folder, NULL};
+  snprintf(msg, sizeof msg, "hkplan: price table %s: Is a directory", folder);
+  refused(argv, msg);
+}
+
+/* --samples, --deadline, --budget and --prices only together; the CSV's
+ * cost is empty without prices. */
+static void combinations(void **s) {
+  (void)s;
+  char model[300], prices[300];
+  put("m.tsv", "a\t1000\n", model, sizeof model);
+  put("prices.tsv", "cpu2 4\n", prices, sizeof prices);
+  const char *bad[][5] = {
+      {"--deadline", "1", "", "",
+       "hkplan: --deadline and --budget need --samples"},
+      {"--samples", "1e6", "", "",
+       "hkplan: --samples is used only with --deadline or --budget"},
+      {"--samples", "1e6", "--budget", "5",
+       "hkplan: --deadline and --budget pick the cheapest candidate: they "
+       "need --prices"},
+      {"--samples", "1e6", "--deadline", "1",
+       "hkplan: --deadline and --budget pick the cheapest candidate: they "
+       "need --prices"}};
+  for (int i = 0; i < 4; i++) {
+    char *argv[] = {
+        HKPLAN_PATH,       "--model", model,      "--step-s", "0.1",
+        "--batch",         "8",       "--server", "cpu:2",    (char *)bad[i][0],
+        (char *)bad[i][1], NULL,      NULL,       NULL};
+    if (bad[i][2][0]) {
+      argv[11] = (char *)bad[i][2];
+      argv[12] = (char *)bad[i][3];
+    }
+    refused_with(argv, 2, bad[i][4]);
+  }
+  char *csv[] = {HKPLAN_PATH, "--model", model,      "--step-s", "0.1",
+                 "--batch",   "8",       "--server", "cpu:2",    "--servers",
+                 "1",         "--csv",   NULL};
+  hkt_result r;
+  run(csv, NULL, &r);
+  /* server,gpu,servers,gpus,net,step,band,exposed,eff,samples/s,COST,mem */
+  const char *row = strstr(r.out, "\ncpu2,CPU,1,");
+  int commas = 0;
+  const char *p = row ? row + 1 : NULL;
+  while (p && *p && commas < 10)
+    commas += *p++ == ',';
+  if (r.exit_code != 0 || !p || *p != ',')
+    fail_msg("expected an empty cost_per_msample in:\n%s\n%s", r.out, r.err);
+  hkt_result_free(&r);
 }
 
 /* --plot FILE.png: a PNG through gnuplot; with no gnuplot on PATH, the
@@ -416,6 +526,8 @@ int main(void) {
       cmocka_unit_test(plot),
       cmocka_unit_test(bad_inputs),
       cmocka_unit_test(nonfinite_times),
+      cmocka_unit_test(ranges),
+      cmocka_unit_test(combinations),
       cmocka_unit_test(through_hkrun),
   };
   return cmocka_run_group_tests(tests, make_dir, remove_dir);
