@@ -787,8 +787,12 @@ int main(int argc, char **argv) {
     rc = check_run(&o, &m, rows, nr);
     goto out;
   }
-  if (o.plot) {
+  if (o.plot) { /* without gnuplot, the table all the same */
     hk_status st = hk_plan_plot(rows, nr, o.plot);
+    if (st != HK_OK && st != HK_ERR_CONFIG) {
+      fail(st);
+      goto out;
+    }
     if (st != HK_OK)
       fprintf(stderr, "hkplan: %s\n", hk_last_error());
   }

@@ -4,6 +4,7 @@
 #include "planner/plot.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,9 +56,36 @@ static int write_data(FILE *f, const hk_plan_row *rows, size_t n,
   return ferror(f) ? -1 : 0;
 }
 
+/* 1 if png can be written: the file if it is there, else its folder. */
+static int writable(const char *png) {
+  if (access(png, F_OK) == 0)
+    return access(png, W_OK) == 0;
+  char folder[4096];
+  snprintf(folder, sizeof folder, "%s", png);
+  char *slash = strrchr(folder, '/');
+  if (!slash)
+    return access(".", W_OK | X_OK) == 0;
+  slash[slash == folder] = '\0'; /* "/x.png": the root */
+  return access(folder, W_OK | X_OK) == 0;
+}
+
+/* The first line of file path into out (cap bytes), "" if none. */
+static void first_line(const char *path, char *out, size_t cap) {
+  out[0] = '\0';
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return;
+  if (fgets(out, (int)cap, f))
+    out[strcspn(out, "\n")] = '\0';
+  fclose(f);
+}
+
 hk_status hk_plan_plot(const hk_plan_row *rows, size_t n, const char *png) {
+  if (!writable(png))
+    return hk_fail(HK_ERR_SYSTEM, "--plot: cannot write %s: %s", png,
+                   strerror(errno));
   if (!have_gnuplot())
-    return hk_fail(HK_ERR_SYSTEM,
+    return hk_fail(HK_ERR_CONFIG,
                    "--plot needs gnuplot, not found on PATH (Debian: "
                    "apt-get install gnuplot-nox); the table is complete "
                    "without it");
@@ -65,9 +93,10 @@ hk_status hk_plan_plot(const hk_plan_row *rows, size_t n, const char *png) {
   if (!mkdtemp(dir))
     return hk_fail(HK_ERR_SYSTEM, "--plot: cannot make a temporary folder: %s",
                    strerror(errno));
-  char data[64], script[64];
+  char data[64], script[64], errs[64];
   snprintf(data, sizeof data, "%s/data", dir);
   snprintf(script, sizeof script, "%s/plot.gp", dir);
+  snprintf(errs, sizeof errs, "%s/stderr", dir);
   char(*titles)[160] = malloc(64 * sizeof *titles);
   int nb = 0;
   hk_status st = HK_OK;
@@ -105,16 +134,30 @@ hk_status hk_plan_plot(const hk_plan_row *rows, size_t n, const char *png) {
   if (st == HK_OK) {
     char *argv[] = {"gnuplot", script, NULL};
     pid_t pid;
-    int rc = posix_spawnp(&pid, "gnuplot", NULL, NULL, argv, environ), ws = 0;
+    posix_spawn_file_actions_t fa; /* its warnings (a one-point range) and
+                                      errors into errs, not the terminal */
+    int rc = posix_spawn_file_actions_init(&fa), ws = 0;
+    if (rc == 0)
+      rc = posix_spawn_file_actions_addopen(&fa, 2, errs,
+                                            O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (rc == 0)
+      rc = posix_spawnp(&pid, "gnuplot", &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    char why[256];
     if (rc != 0)
       st = hk_fail(HK_ERR_SYSTEM, "--plot: cannot start gnuplot: %s",
                    strerror(rc));
-    else if (waitpid(pid, &ws, 0) < 0 || !WIFEXITED(ws) || WEXITSTATUS(ws) != 0)
-      st = hk_fail(HK_ERR_SYSTEM, "--plot: gnuplot failed (status %d)", ws);
+    else if (waitpid(pid, &ws, 0) < 0 || !WIFEXITED(ws) ||
+             WEXITSTATUS(ws) != 0) {
+      first_line(errs, why, sizeof why);
+      st = hk_fail(HK_ERR_SYSTEM, "--plot: gnuplot failed (status %d): %s", ws,
+                   why);
+    }
   }
   free(titles);
   unlink(data);
   unlink(script);
+  unlink(errs);
   rmdir(dir);
   return st;
 }

@@ -14,9 +14,12 @@
 #include "planner/plan.h"
 
 /**
- * Draws rows[0..n) into png. Errors: HK_ERR_SYSTEM ("gnuplot not found
- * on PATH ..."; a temporary file that cannot be made; gnuplot failed: its
- * exit status). Leaves no temporary file behind.
+ * Draws rows[0..n) into png. Errors: HK_ERR_CONFIG ("--plot needs gnuplot,
+ * not found on PATH ..."); HK_ERR_SYSTEM (png cannot be written: "--plot:
+ * cannot write PNG: why", checked before anything runs; a temporary file
+ * that cannot be made; gnuplot failed: its exit status and the first line
+ * it wrote to stderr). gnuplot's stderr goes nowhere else. Leaves no
+ * temporary file behind.
  */
 hk_status hk_plan_plot(const hk_plan_row *rows, size_t n, const char *png);
 

@@ -457,7 +457,8 @@ static void combinations(void **s) {
 }
 
 /* --plot FILE.png: a PNG through gnuplot; with no gnuplot on PATH, the
- * table all the same and the reason on stderr. */
+ * table all the same and the reason on stderr; a single candidate without
+ * gnuplot's warnings; a PNG that cannot be written refused. */
 static void plot(void **s) {
   (void)s;
   char png[300];
@@ -491,6 +492,33 @@ static void plot(void **s) {
     hkt_result_free(&r);
   }
   unlink(png);
+  /* one candidate: gnuplot's warnings (a one-point range) are not shown */
+  char *one[] = {HKPLAN_PATH, "--model", "resnet50", "--step-s", "0.1",
+                 "--batch",   "8",       "--server", "cpu:2",    "--servers",
+                 "1",         "--plot",  png,        NULL};
+  hkt_result r;
+  run(one, NULL, &r);
+  if (r.exit_code != 0 || r.err[0])
+    fail_msg("expected exit 0 and nothing on stderr, got %d:\n%s", r.exit_code,
+             r.err);
+  hkt_result_free(&r);
+  unlink(png);
+  /* a PNG that cannot be written: exit 1, hk's own message */
+  char *nowhere[] = {HKPLAN_PATH,
+                     "--model",
+                     "resnet50",
+                     "--step-s",
+                     "0.1",
+                     "--batch",
+                     "8",
+                     "--server",
+                     "cpu:2",
+                     "--plot",
+                     "/nonexistent/x.png",
+                     NULL};
+  refused_with(nowhere, 1,
+               "hkplan: --plot: cannot write /nonexistent/x.png: No such "
+               "file or directory");
 }
 
 /* hkrun --plan forwards its arguments to hkplan beside it. */
