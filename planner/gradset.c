@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "hk/hk.h"
+#include "planner/names.h"
 
 /* A tensor while reading: where it was, for duplicate messages. */
 typedef struct entry {
@@ -197,12 +198,15 @@ int hk_gradset_load(const char *who, const char *spec, const char *dir,
   }
   FILE *f = fopen(m->path, "r");
   if (!f) {
-    if (!is_path && errno == ENOENT)
+    if (!is_path && errno == ENOENT) {
+      char known[1024], near[256];
+      hk_names_in(dir, ".tsv", spec, known, sizeof known, near, sizeof near);
       fprintf(stderr,
-              "%s: no model '%s' in %s (hkbench --model list shows "
-              "them; a path FILE.tsv reads any file)\n",
-              who, spec, dir);
-    else
+              "%s: no model '%s' in %s%s%s%s (known: %s; a path FILE.tsv "
+              "reads any file)\n",
+              who, spec, dir, near[0] ? ": did you mean " : "", near,
+              near[0] ? "?" : "", known);
+    } else
       fprintf(stderr, "%s: %s: %s\n", who, m->path, strerror(errno));
     hk_gradset_free(m);
     return -1;

@@ -18,6 +18,7 @@
 #include "planner/batches.h"
 #include "planner/check.h"
 #include "planner/gradset.h"
+#include "planner/names.h"
 #include "planner/plan.h"
 #include "planner/plot.h"
 #include "planner/prices.h"
@@ -430,11 +431,23 @@ static int load_server(const char *spec, const char *config_dir,
     *colon = '\0';
   }
   char path[PATH_MAX + 8];
-  if (strchr(file, '/') || access(file, R_OK) == 0)
+  if (strchr(file, '/') || access(file, R_OK) == 0) {
     snprintf(path, sizeof path, "%s", file);
-  else
+  } else {
     snprintf(path, sizeof path, "%.*s/%.*s%s", PATH_MAX / 2, config_dir,
              PATH_MAX / 4, file, strstr(file, ".xml") ? "" : ".xml");
+    if (access(path, F_OK) != 0) { /* a name configs/ does not have */
+      char known[1024], near[256];
+      hk_names_in(config_dir, ".xml", file, known, sizeof known, near,
+                  sizeof near);
+      fprintf(stderr,
+              "hkplan: server '%s': no topology '%s' in %s%s%s%s (known: "
+              "%s; cpu:N; or a topology file's path)\n",
+              spec, file, config_dir, near[0] ? ": did you mean " : "", near,
+              near[0] ? "?" : "", known);
+      return 1;
+    }
+  }
   hk_topo *t = NULL;
   hk_status st = hk_topo_load_file(path, &t);
   if (st == HK_OK)
@@ -534,16 +547,17 @@ static void print_table(const hk_plan_row *r, size_t n, const opts *o) {
            "efficiency_pct,samples_s,cost_per_msample,mem_gib,fits,"
            "gpu_efficiency_pct\n");
     for (size_t i = 0; i < n; i++) {
-      char cost[32] = ""; /* empty: no price */
+      char cost[32] = "", gpus[16] = ""; /* empty: no price, no GPU */
       if (r[i].cost_per_m >= 0)
         snprintf(cost, sizeof cost, "%.4f", r[i].cost_per_m);
-      printf("%s,%s,%d,%d,%g,%.3f,%.3f,%.3f,%.1f,%.1f,%s,%.2f,%s,%.1f\n",
+      if (r[i].server->gpu)
+        snprintf(gpus, sizeof gpus, "%d", r[i].hosts * r[i].server->host.gpus);
+      printf("%s,%s,%d,%s,%g,%.3f,%.3f,%.3f,%.1f,%.1f,%s,%.2f,%s,%.1f\n",
              r[i].server->name,
              r[i].server->gpu ? r[i].server->gpu->name : "CPU", r[i].hosts,
-             r[i].hosts * r[i].server->host.gpus, r[i].net_gbit,
-             r[i].step_s * 1e3, r[i].band_s * 1e3, r[i].exposed_s * 1e3,
-             r[i].efficiency * 100, r[i].samples_s, cost, r[i].mem_gib,
-             r[i].fits ? "yes" : "no", r[i].gpu_efficiency * 100);
+             gpus, r[i].net_gbit, r[i].step_s * 1e3, r[i].band_s * 1e3,
+             r[i].exposed_s * 1e3, r[i].efficiency * 100, r[i].samples_s, cost,
+             r[i].mem_gib, r[i].fits ? "yes" : "no", r[i].gpu_efficiency * 100);
     }
     return;
   }
@@ -556,10 +570,12 @@ static void print_table(const hk_plan_row *r, size_t n, const opts *o) {
     char net[16] = "-"; /* one server uses no network */
     if (r[i].hosts > 1)
       snprintf(net, sizeof net, "%g", r[i].net_gbit);
-    printf("%3zu %-26.26s %3d %4d %6s %10.2f %8.2f %9.2f %6.1f %10.1f %9s "
+    char gpus[16] = "-"; /* a CPU host's ranks are in its name */
+    if (r[i].server->gpu)
+      snprintf(gpus, sizeof gpus, "%d", r[i].hosts * r[i].server->host.gpus);
+    printf("%3zu %-26.26s %3d %4s %6s %10.2f %8.2f %9.2f %6.1f %10.1f %9s "
            "%6.1f%s\n",
-           i + 1, r[i].server->name, r[i].hosts,
-           r[i].hosts * r[i].server->host.gpus, net, r[i].step_s * 1e3,
+           i + 1, r[i].server->name, r[i].hosts, gpus, net, r[i].step_s * 1e3,
            r[i].band_s * 1e3, r[i].exposed_s * 1e3, r[i].efficiency * 100,
            r[i].samples_s, c, r[i].mem_gib, r[i].fits ? "" : " (does not fit)");
   }

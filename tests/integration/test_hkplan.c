@@ -307,6 +307,22 @@ static void bad_inputs(void **s) {
   char *unknown_gpu[] = {HKPLAN_PATH, "--model", model,      "--step-s", "0.1",
                          "--batch",   "8",       "--server", gpu,        NULL};
   refused(unknown_gpu, "unknown GPU B300 (known: P100-PCIE-16GB");
+  char *near_model[] = {HKPLAN_PATH, "--model", "vit-b16",  "--step-s", "0.1",
+                        "--batch",   "8",       "--server", topo,       NULL};
+  snprintf(msg, sizeof msg,
+           "hkplan: no model 'vit-b16' in %s: did you mean vit_b_16? "
+           "(known: inception_v3, mobilenet_v2, resnet101, resnet50, ",
+           HK_MODELS_DIR);
+  refused(near_model, msg);
+  char *short_server[] = {HKPLAN_PATH, "--model", model,      "--step-s", "0.1",
+                          "--batch",   "8",       "--server", "t4",       NULL};
+  snprintf(msg, sizeof msg,
+           "hkplan: server 't4': no topology 't4' in %s (known: "
+           "a100-sxm4-8gpu-nvswitch, rtx4090-8gpu-pcie-2socket, "
+           "t4-4gpu-pcie-2socket, v100-sxm2-8gpu-dgx1; cpu:N; or a topology "
+           "file's path)",
+           HK_CONFIGS_DIR);
+  refused(short_server, msg);
 }
 
 /* Times that are not finite: a timeline span at ts inf (its ready times
@@ -446,13 +462,14 @@ static void combinations(void **s) {
   hkt_result r;
   run(csv, NULL, &r);
   /* server,gpu,servers,gpus,net,step,band,exposed,eff,samples/s,COST,mem */
-  const char *row = strstr(r.out, "\ncpu2,CPU,1,");
+  const char *row = strstr(r.out, "\ncpu2,CPU,1,,"); /* no GPU count */
   int commas = 0;
   const char *p = row ? row + 1 : NULL;
   while (p && *p && commas < 10)
     commas += *p++ == ',';
   if (r.exit_code != 0 || !p || *p != ',')
-    fail_msg("expected an empty cost_per_msample in:\n%s\n%s", r.out, r.err);
+    fail_msg("expected empty gpus and cost_per_msample fields in:\n%s\n%s",
+             r.out, r.err);
   hkt_result_free(&r);
 }
 
