@@ -599,8 +599,9 @@ static void pick(const hk_plan_row *r, size_t n, const opts *o) {
            r[i].server->name, net, hours, o->samples, spend);
     return;
   }
-  printf("pick: no candidate meets%s%s (and fits in memory)\n",
+  printf("pick: no candidate meets%s%s%s (and fits in memory)\n",
          o->deadline_h > 0 ? " the deadline" : "",
+         o->deadline_h > 0 && o->budget > 0 ? " and" : "",
          o->budget > 0 ? " the budget" : "");
 }
 

@@ -222,7 +222,7 @@ static void check_measured(void **s) {
  * for a million samples at 12.50 a million; two (0.10854 s, table_values'
  * step) need 1.88 h at 13.57. A
  * 3 h deadline takes the two, a 4 h one the cheaper one, a budget of 10
- * neither. */
+ * neither (nor with the 4 h deadline). */
 static void pick(void **s) {
   (void)s;
   char model[300], topo[300], prices[300], server[320];
@@ -233,16 +233,23 @@ static void pick(void **s) {
       topo, sizeof topo);
   put("prices.tsv", "one 3.6\n", prices, sizeof prices);
   snprintf(server, sizeof server, "%s:T4", topo);
-  const char *limit[][3] = {{"--deadline", "3",
+  const char *limit[][5] = {{"--deadline", "3",
                              "pick: 2 x one on 10 Gbit/s: 1.88 h for 1000000 "
-                             "samples, cost 13.57\n"},
+                             "samples, cost 13.57\n",
+                             NULL, NULL},
                             {"--deadline", "4",
                              "pick: 1 x one: 3.47 h for 1000000 "
-                             "samples, cost 12.50\n"},
+                             "samples, cost 12.50\n",
+                             NULL, NULL},
                             {"--budget", "10",
                              "pick: no candidate meets the budget (and fits in "
-                             "memory)\n"}};
-  for (int i = 0; i < 3; i++) {
+                             "memory)\n",
+                             NULL, NULL},
+                            {"--budget", "10",
+                             "pick: no candidate meets the deadline and the "
+                             "budget (and fits in memory)\n",
+                             "--deadline", "4"}};
+  for (int i = 0; i < 4; i++) {
     char *argv[] = {HKPLAN_PATH,
                     "--model",
                     model,
@@ -266,6 +273,8 @@ static void pick(void **s) {
                     "1e6",
                     (char *)limit[i][0],
                     (char *)limit[i][1],
+                    (char *)limit[i][3],
+                    (char *)limit[i][4],
                     NULL};
     hkt_result r;
     run(argv, NULL, &r);
