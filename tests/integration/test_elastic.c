@@ -183,6 +183,42 @@ static void test_loss_before_first_formed(void **s) {
   hkt_result_free(&r);
 }
 
+/* A worker lost while the others start (HK_TEST_KILL_IN_START: the one
+ * started as rank 1 kills itself in hk_init once its links are made, the
+ * others still in theirs): their hk_init re-forms the job without it, as
+ * ranks 0..2 of 3, and they train all 12 steps by 3. */
+static void test_loss_while_starting(void **s) {
+  (void)s;
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd,
+           "if [ \"$HK_RANK\" = 1 ]; then export HK_TEST_KILL_IN_START=1; "
+           "fi; exec %s 12 4 -1 -1",
+           W("w_elastic"));
+  char *argv[] = {HKRUN_PATH, "-np", "4", "--min-np", "2",
+                  "sh",       "-c",  cmd, NULL};
+  hkt_result r;
+  assert_int_equal(hkt_run(argv, NULL, 120, &r), 0);
+  if (r.exit_code != 0)
+    fail_msg("hkrun exited %d\nstdout:\n%s\nstderr:\n%s", r.exit_code, r.out,
+             r.err);
+  assert_non_null(strstr(r.err, "hkrun: rank 1 (pid "));
+  assert_non_null(strstr(r.err, "was killed by signal 9; the elastic job "
+                                "goes on with 3 workers (--min-np 2)"));
+  char want[512];
+  const int three[] = {0, 1, 2};
+  replay(three, 3, three, 3, 12, 12, want, sizeof want);
+  for (int k = 0; k < 3; k++) {
+    char line[640];
+    snprintf(line, sizeof line, "final slot=%d rank=%d size=3 w=%s\n", k, k,
+             want);
+    if (!strstr(r.out, line))
+      fail_msg("no line '%s' in:\n%s\nstderr:\n%s", line, r.out, r.err);
+  }
+  assert_int_equal(hkt_count_lines(r.out, "final slot="), 3);
+  assert_int_equal(hkt_orphans(NULL, 0), 0);
+  hkt_result_free(&r);
+}
+
 /* A second loss while the job re-forms after the first: the worker
  * started as rank 1 dies before it calls hk_elastic_reset (when = "before":
  * the generation forms without it) or after its reset returned, before
@@ -429,6 +465,7 @@ int main(void) {
       cmocka_unit_test(test_loss_reforms_and_matches_replay),
       cmocka_unit_test(test_device_communicator_rebuilt),
       cmocka_unit_test(test_loss_before_first_formed),
+      cmocka_unit_test(test_loss_while_starting),
       cmocka_unit_test(test_loss_before_reset),
       cmocka_unit_test(test_loss_after_reset),
       cmocka_unit_test(test_survivor_leaves),
