@@ -437,6 +437,52 @@ static void test_below_min_np_nothing_can_join(void **s) {
   below_min_np(0);
 }
 
+/* np 3, --min-np 3, --elastic-timeout 1: the discovery script answers at
+ * start-up, then hangs (a child sleeping 100 s) when hkrun asks it again
+ * below --min-np: hkrun kills its process group after 1 s and fails the
+ * job naming the script that did not answer, well before the sleep
+ * would end; nothing of the script is left. */
+static void test_discovery_script_hangs(void **s) {
+  (void)s;
+  char script[512], mark[520];
+  assert_int_equal(hkt_mkstemp("hk-discover.", script, sizeof script), 0);
+  snprintf(mark, sizeof mark, "%s.m", script);
+  FILE *f = fopen(script, "w");
+  assert_non_null(f);
+  fprintf(f,
+          "#!/bin/sh\nif [ -e %s ]; then sleep 100; fi\ntouch %s\n"
+          "echo localhost:3\n",
+          mark, mark);
+  fclose(f);
+  assert_int_equal(chmod(script, 0700), 0);
+  char *argv[] = {HKRUN_PATH, "-np",
+                  "3",        "--min-np",
+                  "3",        "--elastic-timeout",
+                  "1",        "--host-discovery-script",
+                  script,     W("w_elastic"),
+                  "12",       "4",
+                  "1",        "6",
+                  NULL};
+  hkt_result r;
+  assert_int_equal(hkt_run(argv, NULL, 120, &r), 0);
+  unlink(script);
+  unlink(mark);
+  if (r.exit_code != 128 + 9)
+    fail_msg("hkrun exited %d\nstdout:\n%s\nstderr:\n%s", r.exit_code, r.out,
+             r.err);
+  char want[1024];
+  snprintf(want, sizeof want,
+           "none joined within --elastic-timeout 1 s "
+           "(--host-discovery-script %s did not answer within 1 s (it was "
+           "killed); hkrun starts no new workers yet)\n",
+           script);
+  if (!strstr(r.err, want))
+    fail_msg("no '%s' in:\n%s", want, r.err);
+  assert_true(r.elapsed_s < 60);
+  assert_int_equal(hkt_orphans(NULL, 0), 0);
+  hkt_result_free(&r);
+}
+
 /* A discovery script that fails is found before anything starts: hkrun
  * says how and exits 2. */
 static void test_discovery_script_fails(void **s) {
@@ -475,6 +521,7 @@ int main(void) {
       cmocka_unit_test(test_below_min_np_fails_every_rank),
       cmocka_unit_test(test_below_min_np_nothing_can_join),
       cmocka_unit_test(test_discovery_script_fails),
+      cmocka_unit_test(test_discovery_script_hangs),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
