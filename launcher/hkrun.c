@@ -338,10 +338,21 @@ static void judge(job *j, hk_worker *w, int no_goodbye) {
              (long long)w->exit_status,
              no_goodbye ? " without calling hk_shutdown" : "");
 
-  if (!failed && j->args->elastic) {
+  const int elastic_left =
+      j->args->elastic && hk_rdv_rank(j->rdv, w->rank) == HK_RDV_GOODBYE;
+  if (j->args->elastic && (!failed || elastic_left)) {
     hk_rdv_left(j->rdv, w->rank); /* not awaited by a generation forming */
   }
-  if (failed && !j->failing && j->args->elastic) {
+  if (failed && !j->failing && elastic_left) {
+    /* it left the job (hk_shutdown), then failed: nothing re-forms for
+     * it, but its status is the job's, as in a static job */
+    if (!j->exit_code)
+      j->exit_code = w->term_signal   ? 128 + w->term_signal
+                     : w->exit_status ? (int)(w->exit_status & 0xff)
+                                      : 1;
+    hk_out_say("rank %d (pid %d) %s after it left the job (hk_shutdown)",
+               w->rank, w->pid, what);
+  } else if (failed && !j->failing && j->args->elastic) {
     elastic_loss(j, w, what);
   } else if (failed && !j->failing) {
     j->failing = 1;

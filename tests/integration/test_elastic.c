@@ -483,6 +483,41 @@ static void test_discovery_script_hangs(void **s) {
   hkt_result_free(&r);
 }
 
+/* np 3, --min-np 3, with a discovery script: every worker finishes and
+ * calls hk_shutdown, then the one started as rank 1 exits 7 (its shell):
+ * hkrun exits 7, naming it, as a static job does, and waits for
+ * nothing. */
+static void test_status_after_leaving_kept(void **s) {
+  (void)s;
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd,
+           "%s 4 2 -1 -1 && if [ \"$HK_RANK\" = 1 ]; then exit 7; fi",
+           W("w_elastic"));
+  char *argv[] = {HKRUN_PATH,
+                  "-np",
+                  "3",
+                  "--min-np",
+                  "3",
+                  "--host-discovery-script",
+                  "echo localhost:3",
+                  "sh",
+                  "-c",
+                  cmd,
+                  NULL};
+  hkt_result r;
+  assert_int_equal(hkt_run(argv, NULL, 120, &r), 0);
+  if (r.exit_code != 7)
+    fail_msg("hkrun exited %d\nstdout:\n%s\nstderr:\n%s", r.exit_code, r.out,
+             r.err);
+  assert_int_equal(hkt_count_lines(r.out, "final slot="), 3);
+  assert_int_equal(hkt_count_lines(r.err, "exited with status 7 after it "
+                                          "left the job (hk_shutdown)"),
+                   1);
+  assert_null(strstr(r.err, "waiting up to"));
+  assert_int_equal(hkt_orphans(NULL, 0), 0);
+  hkt_result_free(&r);
+}
+
 /* A discovery script that fails is found before anything starts: hkrun
  * says how and exits 2. */
 static void test_discovery_script_fails(void **s) {
@@ -522,6 +557,7 @@ int main(void) {
       cmocka_unit_test(test_below_min_np_nothing_can_join),
       cmocka_unit_test(test_discovery_script_fails),
       cmocka_unit_test(test_discovery_script_hangs),
+      cmocka_unit_test(test_status_after_leaving_kept),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
