@@ -320,6 +320,10 @@ static const tunable table[] = {
      "tests only: each step time the autotuner measures is multiplied by "
      "1 + this x a pseudo-random number in [-1, 1] (a fixed sequence)",
      .offset = OFF(test_tune_jitter), .kind = HK_TUNABLE_NUMBER},
+    INT("HK_TEST_KILL_IN_START", 0, 0, 1, test_kill_in_start, "0",
+        "tests only: 1 = this worker kills itself (SIGKILL) in hk_init once "
+        "its links to the other ranks are made, before the rest of the "
+        "start-up (a worker lost while the others start)"),
     INT("HK_TEST_GPU", 0, 0, 1, test_gpu, "0",
         "1: tests that need a real GPU fail instead of skipping"),
     INT("HK_TIMELINE_MARK_CYCLES", 0, 0, 1, timeline_mark_cycles, "0",

@@ -81,11 +81,13 @@ typedef struct hk_config {
                                adds ("0,1;2,3"), or "" (read with
                                hk_config_next_set) */
   /* GPU tensors (device/device.h) */
-  int device;      /* HK_DEVICE: hk_device_choice */
-  int gpu;         /* HK_GPU: device index; -1 = the local rank */
-  int compression; /* HK_COMPRESSION: hk_compression */
-  int test_gpu;    /* HK_TEST_GPU: 1 = tests needing a GPU fail
-                      instead of skipping */
+  int device;             /* HK_DEVICE: hk_device_choice */
+  int gpu;                /* HK_GPU: device index; -1 = the local rank */
+  int compression;        /* HK_COMPRESSION: hk_compression */
+  int test_kill_in_start; /* HK_TEST_KILL_IN_START: 1 = SIGKILL itself
+                            in hk_init after the mesh (tests) */
+  int test_gpu;           /* HK_TEST_GPU: 1 = tests needing a GPU fail
+                             instead of skipping */
   /* Straggler and telemetry monitoring (observe/monitor.h) */
   int monitor;               /* HK_MONITOR: 1 = on; also on with any of the
                                 three below or monitor_live */

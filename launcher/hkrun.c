@@ -194,6 +194,13 @@ static void fail_elastic(job *j, int code, const char *reason) {
   stop_waiting(j);
 }
 
+/* How long the discovery script may take: --elastic-timeout, at most
+ * HKRUN_DISCOVER_MAX_S. */
+static double discover_limit(const hkrun_args *a) {
+  return a->elastic_timeout_s < HKRUN_DISCOVER_MAX_S ? a->elastic_timeout_s
+                                                     : HKRUN_DISCOVER_MAX_S;
+}
+
 /* Elastic, below --min-np: fails every rank naming what is missing, and
  * what discovery lists; waited: whether --elastic-timeout ran out (else
  * nothing could join: no --host-discovery-script). */
@@ -202,7 +209,8 @@ static void fail_below_min_np(job *j, int waited) {
   int left = hk_rdv_alive(j->rdv);
   char found[300];
   if (a->discovery_script)
-    hkrun_discover(a->discovery_script, a->slots_per_host, found, sizeof found);
+    hkrun_discover(a->discovery_script, a->slots_per_host, discover_limit(a),
+                   found, sizeof found);
   else
     snprintf(found, sizeof found, "no --host-discovery-script");
   char when[128];
@@ -330,10 +338,21 @@ static void judge(job *j, hk_worker *w, int no_goodbye) {
              (long long)w->exit_status,
              no_goodbye ? " without calling hk_shutdown" : "");
 
-  if (!failed && j->args->elastic) {
+  const int elastic_left =
+      j->args->elastic && hk_rdv_rank(j->rdv, w->rank) == HK_RDV_GOODBYE;
+  if (j->args->elastic && (!failed || elastic_left)) {
     hk_rdv_left(j->rdv, w->rank); /* not awaited by a generation forming */
   }
-  if (failed && !j->failing && j->args->elastic) {
+  if (failed && !j->failing && elastic_left) {
+    /* it left the job (hk_shutdown), then failed: nothing re-forms for
+     * it, but its status is the job's, as in a static job */
+    if (!j->exit_code)
+      j->exit_code = w->term_signal   ? 128 + w->term_signal
+                     : w->exit_status ? (int)(w->exit_status & 0xff)
+                                      : 1;
+    hk_out_say("rank %d (pid %d) %s after it left the job (hk_shutdown)",
+               w->rank, w->pid, what);
+  } else if (failed && !j->failing && j->args->elastic) {
     elastic_loss(j, w, what);
   } else if (failed && !j->failing) {
     j->failing = 1;
@@ -667,7 +686,7 @@ static int run_job(const hkrun_args *args) {
      * than when the job would need it */
     char found[300];
     int slots = hkrun_discover(args->discovery_script, args->slots_per_host,
-                               found, sizeof found);
+                               discover_limit(args), found, sizeof found);
     if (slots < 0) {
       hk_out_say("%s", found);
       return 2;

@@ -238,6 +238,17 @@ static hk_status start_job(hk_ctx *ctx) {
   return st;
 }
 
+/* Elastic: start_job failed with st; a peer lost meanwhile makes hkrun
+ * say why (RESET: HK_ERR_RANKS_CHANGED, re-form; ABORT: the job is over),
+ * which says more than the broken link. Returns the status to report. */
+static hk_status elastic_start_failed(hk_ctx *ctx, hk_status st) {
+  char word[HK_WIRE_MAX_REASON_LEN + 1];
+  if (ctx->cfg.elastic && (st == HK_ERR_PEER_LOST || st == HK_ERR_TIMEOUT) &&
+      hk_elastic_hkrun_word(ctx, ctx->cfg.timeout_s, &st, word, sizeof word))
+    st = hk_fail(st, "%s", word);
+  return st;
+}
+
 static void log_prefix(const hk_ctx *ctx) {
   char prefix[32];
   snprintf(prefix, sizeof prefix, "hk[%d]", ctx->rank);
@@ -273,8 +284,28 @@ hk_status hk_init(void) {
     st = hk_bootstrap(ctx);
   if (st == HK_OK && ctx->rank != ctx->slot)
     log_prefix(ctx); /* an elastic job formed without a lost worker */
-  if (st == HK_OK)
+  if (st == HK_OK && ctx->cfg.test_kill_in_start)
+    raise(SIGKILL);
+  if (st == HK_OK) {
     st = start_job(ctx);
+    if (st != HK_OK)
+      st = elastic_start_failed(ctx, st);
+  }
+  if (st == HK_ERR_RANKS_CHANGED) {
+    /* elastic: a worker was lost while the job started; the others
+     * re-form it without it, as hk_elastic_reset does after a step */
+    pthread_mutex_lock(&ctx->mu);
+    ctx->failure = st;
+    snprintf(ctx->failure_reason, sizeof ctx->failure_reason, "%s",
+             hk_last_error());
+    pthread_mutex_unlock(&ctx->mu);
+    g_ctx = ctx;
+    do
+      st = hk_elastic_reset();
+    while (st == HK_ERR_RANKS_CHANGED);
+    ctx = g_ctx;
+    g_ctx = NULL;
+  }
   if (st != HK_OK) {
     char msg[HK_ERROR_MSG_CAP];
     snprintf(msg, sizeof msg, "%s", hk_last_error());
@@ -365,8 +396,11 @@ hk_status hk_elastic_reset(void) {
     log_prefix(ctx);
     st = hk_observers_attach(ctx);
   }
-  if (st == HK_OK)
+  if (st == HK_OK) {
     st = start_job(ctx);
+    if (st != HK_OK)
+      st = elastic_start_failed(ctx, st);
+  }
   if (st == HK_OK) {
     g_ctx = ctx;
     hk_log(HK_LOG_INFO,

@@ -192,7 +192,8 @@ typedef struct hk_handle_s *hk_handle;
  * passes. In an elastic job (hkrun --min-np; docs/elastic.md) a worker
  * lost before the job formed is left out: hk_rank and hk_size may then be
  * less than hkrun's HK_RANK and HK_SIZE (the ranks are renumbered in
- * order), and a loss while the ranks connect makes them form it again.
+ * order), and a loss while the ranks connect or set up the job makes
+ * them form it again before hk_init returns.
  * Thread-safety: call once, from one thread, before any other hk call.
  * Errors: HK_ERR_ALREADY_INITIALIZED, HK_ERR_CONFIG (a malformed HK_*
  * variable, named in the message; HK_SOCKET_IFNAME naming an interface
@@ -213,7 +214,10 @@ HK_API hk_status hk_init(void);
  * exits without MPI_Finalize.
  * Thread-safety: call once, from one thread, with no other hk call running.
  * Errors: HK_ERR_NOT_INITIALIZED; otherwise HK_OK (a job that had already
- * failed returns its failure status, e.g. HK_ERR_PEER_LOST).
+ * failed returns its failure status, e.g. HK_ERR_PEER_LOST). In an elastic
+ * job, HK_ERR_RANKS_CHANGED: a rank was lost before this one left (e.g.
+ * one that exited without hk_shutdown after the last step); this rank has
+ * left all the same, and a program at its end may take it as success.
  */
 HK_API hk_status hk_shutdown(void);
 

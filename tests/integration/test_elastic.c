@@ -183,6 +183,42 @@ static void test_loss_before_first_formed(void **s) {
   hkt_result_free(&r);
 }
 
+/* A worker lost while the others start (HK_TEST_KILL_IN_START: the one
+ * started as rank 1 kills itself in hk_init once its links are made, the
+ * others still in theirs): their hk_init re-forms the job without it, as
+ * ranks 0..2 of 3, and they train all 12 steps by 3. */
+static void test_loss_while_starting(void **s) {
+  (void)s;
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd,
+           "if [ \"$HK_RANK\" = 1 ]; then export HK_TEST_KILL_IN_START=1; "
+           "fi; exec %s 12 4 -1 -1",
+           W("w_elastic"));
+  char *argv[] = {HKRUN_PATH, "-np", "4", "--min-np", "2",
+                  "sh",       "-c",  cmd, NULL};
+  hkt_result r;
+  assert_int_equal(hkt_run(argv, NULL, 120, &r), 0);
+  if (r.exit_code != 0)
+    fail_msg("hkrun exited %d\nstdout:\n%s\nstderr:\n%s", r.exit_code, r.out,
+             r.err);
+  assert_non_null(strstr(r.err, "hkrun: rank 1 (pid "));
+  assert_non_null(strstr(r.err, "was killed by signal 9; the elastic job "
+                                "goes on with 3 workers (--min-np 2)"));
+  char want[512];
+  const int three[] = {0, 1, 2};
+  replay(three, 3, three, 3, 12, 12, want, sizeof want);
+  for (int k = 0; k < 3; k++) {
+    char line[640];
+    snprintf(line, sizeof line, "final slot=%d rank=%d size=3 w=%s\n", k, k,
+             want);
+    if (!strstr(r.out, line))
+      fail_msg("no line '%s' in:\n%s\nstderr:\n%s", line, r.out, r.err);
+  }
+  assert_int_equal(hkt_count_lines(r.out, "final slot="), 3);
+  assert_int_equal(hkt_orphans(NULL, 0), 0);
+  hkt_result_free(&r);
+}
+
 /* A second loss while the job re-forms after the first: the worker
  * started as rank 1 dies before it calls hk_elastic_reset (when = "before":
  * the generation forms without it) or after its reset returned, before
@@ -401,6 +437,87 @@ static void test_below_min_np_nothing_can_join(void **s) {
   below_min_np(0);
 }
 
+/* np 3, --min-np 3, --elastic-timeout 1: the discovery script answers at
+ * start-up, then hangs (a child sleeping 100 s) when hkrun asks it again
+ * below --min-np: hkrun kills its process group after 1 s and fails the
+ * job naming the script that did not answer, well before the sleep
+ * would end; nothing of the script is left. */
+static void test_discovery_script_hangs(void **s) {
+  (void)s;
+  char script[512], mark[520];
+  assert_int_equal(hkt_mkstemp("hk-discover.", script, sizeof script), 0);
+  snprintf(mark, sizeof mark, "%s.m", script);
+  FILE *f = fopen(script, "w");
+  assert_non_null(f);
+  fprintf(f,
+          "#!/bin/sh\nif [ -e %s ]; then sleep 100; fi\ntouch %s\n"
+          "echo localhost:3\n",
+          mark, mark);
+  fclose(f);
+  assert_int_equal(chmod(script, 0700), 0);
+  char *argv[] = {HKRUN_PATH, "-np",
+                  "3",        "--min-np",
+                  "3",        "--elastic-timeout",
+                  "1",        "--host-discovery-script",
+                  script,     W("w_elastic"),
+                  "12",       "4",
+                  "1",        "6",
+                  NULL};
+  hkt_result r;
+  assert_int_equal(hkt_run(argv, NULL, 120, &r), 0);
+  unlink(script);
+  unlink(mark);
+  if (r.exit_code != 128 + 9)
+    fail_msg("hkrun exited %d\nstdout:\n%s\nstderr:\n%s", r.exit_code, r.out,
+             r.err);
+  char want[1024];
+  snprintf(want, sizeof want,
+           "none joined within --elastic-timeout 1 s "
+           "(--host-discovery-script %s did not answer within 1 s (it was "
+           "killed); hkrun starts no new workers yet)\n",
+           script);
+  if (!strstr(r.err, want))
+    fail_msg("no '%s' in:\n%s", want, r.err);
+  assert_true(r.elapsed_s < 60);
+  assert_int_equal(hkt_orphans(NULL, 0), 0);
+  hkt_result_free(&r);
+}
+
+/* np 3, --min-np 3, with a discovery script: every worker finishes and
+ * calls hk_shutdown, then the one started as rank 1 exits 7 (its shell):
+ * hkrun exits 7, naming it, as a static job does, and waits for
+ * nothing. */
+static void test_status_after_leaving_kept(void **s) {
+  (void)s;
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd,
+           "%s 4 2 -1 -1 && if [ \"$HK_RANK\" = 1 ]; then exit 7; fi",
+           W("w_elastic"));
+  char *argv[] = {HKRUN_PATH,
+                  "-np",
+                  "3",
+                  "--min-np",
+                  "3",
+                  "--host-discovery-script",
+                  "echo localhost:3",
+                  "sh",
+                  "-c",
+                  cmd,
+                  NULL};
+  hkt_result r;
+  assert_int_equal(hkt_run(argv, NULL, 120, &r), 0);
+  if (r.exit_code != 7)
+    fail_msg("hkrun exited %d\nstdout:\n%s\nstderr:\n%s", r.exit_code, r.out,
+             r.err);
+  assert_int_equal(hkt_count_lines(r.out, "final slot="), 3);
+  assert_int_equal(hkt_count_lines(r.err, "exited with status 7 after it "
+                                          "left the job (hk_shutdown)"),
+                   1);
+  assert_null(strstr(r.err, "waiting up to"));
+  assert_int_equal(hkt_orphans(NULL, 0), 0);
+  hkt_result_free(&r);
+}
+
 /* A discovery script that fails is found before anything starts: hkrun
  * says how and exits 2. */
 static void test_discovery_script_fails(void **s) {
@@ -429,6 +546,7 @@ int main(void) {
       cmocka_unit_test(test_loss_reforms_and_matches_replay),
       cmocka_unit_test(test_device_communicator_rebuilt),
       cmocka_unit_test(test_loss_before_first_formed),
+      cmocka_unit_test(test_loss_while_starting),
       cmocka_unit_test(test_loss_before_reset),
       cmocka_unit_test(test_loss_after_reset),
       cmocka_unit_test(test_survivor_leaves),
@@ -438,6 +556,8 @@ int main(void) {
       cmocka_unit_test(test_below_min_np_fails_every_rank),
       cmocka_unit_test(test_below_min_np_nothing_can_join),
       cmocka_unit_test(test_discovery_script_fails),
+      cmocka_unit_test(test_discovery_script_hangs),
+      cmocka_unit_test(test_status_after_leaving_kept),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -188,8 +188,9 @@ def run(func):
     """Decorates ``func(state, *args, **kwargs)`` as Horovod's
     ``hvd.elastic.run``: syncs the state, calls func, and when a rank is
     lost (HorovodInternalError with HK_ERR_RANKS_CHANGED) restores the
-    last commit, re-forms the job (hk_elastic_reset), calls the state's
-    reset callbacks and goes round again. HostsUpdatedInterrupt (hk never
+    last commit, re-forms the job (hk_elastic_reset, again while it
+    raises HK_ERR_RANKS_CHANGED: a rank lost while re-forming), calls the
+    state's reset callbacks and goes round again. HostsUpdatedInterrupt (hk never
     raises it; the caller may) calls the reset callbacks and func again
     without restoring (and without syncing if its skip_sync), the job
     unchanged. Returns func's result."""
@@ -213,7 +214,19 @@ def run(func):
                 skip_sync = e.skip_sync
                 state.on_reset()
                 continue
-            _reset()
+            _reset_until_formed()
             state.on_reset()
 
     return wrapper
+
+
+def _reset_until_formed():
+    # a rank lost while the job re-forms makes elastic_reset raise
+    # RANKS_CHANGED again: call it again (as the C API says)
+    while True:
+        try:
+            _reset()
+            return
+        except HorovodInternalError as e:
+            if getattr(e, "status", None) != RANKS_CHANGED:
+                raise
