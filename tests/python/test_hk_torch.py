@@ -291,11 +291,13 @@ def test_api():
         return
     # started by mpirun, the job uses MPI: mpi_enabled() and
     # mpi_threads_supported() say so (hk asks for MPI_THREAD_MULTIPLE)
-    # (one write per line: mpirun tags each write it forwards)
-    code = ("import hk.torch as hvd, torch; hvd.init(); "
-            "print('mpi %s %s %s' % (hvd.mpi_enabled(), "
+    # (one write per line: mpirun tags each chunk it forwards; with print
+    # the two ranks' lines were once seen interleaved, a line's text and
+    # its newline forwarded apart: os.write, one call)
+    code = ("import hk.torch as hvd, torch, os; hvd.init(); "
+            "os.write(1, ('mpi %s %s %s\\n' % (hvd.mpi_enabled(), "
             "hvd.mpi_threads_supported(), "
-            "hvd.allreduce(torch.ones(1), op=hvd.Sum).item()), flush=True)")
+            "hvd.allreduce(torch.ones(1), op=hvd.Sum).item())).encode())")
     r = harness.run([opt.hkrun, "--mpi", "-np", "2", sys.executable, "-c",
                      code], harness.worker_env(opt.lib), 120)
     expect(r.rc == 0 and count(r, "mpi True True 2.0") == 2,
