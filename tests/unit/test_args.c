@@ -12,15 +12,17 @@
 
 #include "launcher/args.h"
 
-#define MAX_TOKENS 12
+#define MAX_TOKENS 24
 
-/* Parses {"hkrun", tokens..., NULL}. */
+/* Parses {"hkrun", tokens..., NULL}; argv has room for MAX_TOKENS + 2. */
 static int parse(const char *const *tokens, hkrun_args *out, char *err,
                  size_t cap, char **argv) {
   int argc = 0;
   argv[argc++] = "hkrun";
-  for (int i = 0; tokens[i]; i++)
+  for (int i = 0; tokens[i]; i++) {
+    assert_true(i < MAX_TOKENS); /* a case longer than argv holds */
     argv[argc++] = (char *)tokens[i];
+  }
   argv[argc] = NULL;
   return hkrun_args_parse(argc, argv, out, err, cap);
 }
