@@ -134,17 +134,18 @@ static void test_converges_to_known_best(void **state) {
                                 "steps): "));
   char *c = read_text(csv);
   assert_non_null(c);
-  const char *rows[] = {
+  static const char header[] =
       "trial,fusion_threshold_bytes,cycle_time_ms,hierarchical,score_ms_per_"
-      "step,uncertainty,samples,steps,kept\n0,0,0,auto,",
-      "\n1,1048576,0,auto,",
-      "\n2,0,0,auto,",
-      "\n3,2097152,0,auto,",
-      "\n4,1048576,0,auto,",
-      "\n5,4194304,0,auto,",
-      "\n10,134217728,0,auto,",
-      "\n11,2097152,0.5,auto,",
-      "\n15,2097152,10,auto,"};
+      "step,uncertainty,samples,steps,kept\n0,0,0,auto,";
+  const char *rows[] = {header,
+                        "\n1,1048576,0,auto,",
+                        "\n2,0,0,auto,",
+                        "\n3,2097152,0,auto,",
+                        "\n4,1048576,0,auto,",
+                        "\n5,4194304,0,auto,",
+                        "\n10,134217728,0,auto,",
+                        "\n11,2097152,0.5,auto,",
+                        "\n15,2097152,10,auto,"};
   for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
     if (!strstr(c, rows[i]))
       fail_msg("'%s' not in the trials:\n%s", rows[i], c);
