@@ -101,7 +101,7 @@ run() {
 
 stage "format"
 # (bench/peers is the peers' harness as they wrote it: not hk's style)
-sources() { find include common coordinator collectives worker launcher topology \
+sources() { find include common coordinator collectives worker launcher topology observe planner \
   device examples bench tests -path bench/peers -prune -o \( -name '*.[ch]' \
   -o -name '*.cu' -o -name '*.cpp' \) -print; }
 bad=$(sources | xargs clang-format --dry-run 2>&1 | grep -c warning || true)
