@@ -199,13 +199,15 @@ static void refuse_auth(conn *c, enum cause cause, const char *why) {
 
 /* ---- the protocol ---- */
 
-/* Every rank is registered: tell each of them where everyone is. */
-static void send_peers(hk_rdv *r) {
+/* Sends the peer list peers[0..n) to every registered rank not lost and
+ * marks the rendezvous complete: the static job's list, or an elastic
+ * generation's (a worker finds its rank as the entry with its address). */
+static void send_peer_list(hk_rdv *r, hk_wire_peer *peers, int n) {
   hk_msg m;
   memset(&m, 0, sizeof m);
   m.type = HK_MSG_PEERS;
-  m.u.peers.n = (uint32_t)r->size;
-  m.u.peers.peers = r->peers; /* borrowed: not freed with hk_msg_free */
+  m.u.peers.n = (uint32_t)n;
+  m.u.peers.peers = peers; /* borrowed: not freed with hk_msg_free */
   hk_buf b = {0};
   if (hk_wire_encode(&m, &b) != HK_OK) {
     hk_log(HK_LOG_ERROR, "cannot encode the peer list: %s", hk_last_error());
@@ -214,15 +216,18 @@ static void send_peers(hk_rdv *r) {
   }
   r->complete = 1;
   for (int i = 0; i < r->size; i++)
-    if (r->by_rank[i])
+    if (r->by_rank[i] && !(r->elastic && r->lost[i]))
       conn_send(r->by_rank[i], b.data, b.len);
   hk_buf_free(&b);
-  hk_log(HK_LOG_INFO, "rendezvous complete: %d ranks", r->size);
+  hk_log(HK_LOG_INFO, "rendezvous complete: generation %d, %d ranks", r->gen,
+         n);
 }
 
+/* Every rank is registered: tell each of them where everyone is. */
+static void send_peers(hk_rdv *r) { send_peer_list(r, r->peers, r->size); }
+
 /* Elastic: every slot not lost has registered for the generation, and
- * there are enough: send each the peer list of the slots in order (a
- * worker finds its new rank as the entry with its own address). */
+ * there are enough: send each the peer list of the slots in order. */
 static void maybe_form(hk_rdv *r) {
   if (!r->elastic || r->complete || r->aborted || r->nalive < r->min_size)
     return;
@@ -234,26 +239,8 @@ static void maybe_form(hk_rdv *r) {
       return;
     r->formed[n++] = r->peers[i];
   }
-  if (n == 0)
-    return;
-  hk_msg m;
-  memset(&m, 0, sizeof m);
-  m.type = HK_MSG_PEERS;
-  m.u.peers.n = (uint32_t)n;
-  m.u.peers.peers = r->formed; /* borrowed */
-  hk_buf b = {0};
-  if (hk_wire_encode(&m, &b) != HK_OK) {
-    hk_log(HK_LOG_ERROR, "cannot encode the peer list: %s", hk_last_error());
-    hk_buf_free(&b);
-    return;
-  }
-  r->complete = 1;
-  for (int i = 0; i < r->size; i++)
-    if (!r->lost[i] && r->by_rank[i])
-      conn_send(r->by_rank[i], b.data, b.len);
-  hk_buf_free(&b);
-  hk_log(HK_LOG_INFO, "rendezvous complete: generation %d, %d ranks", r->gen,
-         n);
+  if (n > 0)
+    send_peer_list(r, r->formed, n);
 }
 
 static void refuse(conn *c, const char *fmt, ...)
