@@ -163,7 +163,7 @@ static void test_device_stream_orders_reuse(void **s) {
   (void)s;
   run_mode(2, 0, emu_env, "reuse", "reuse", 120);
   char *env[] = {"HK_DEVICE=emu", "HK_ALLREDUCE_ALGO=ring", NULL};
-  run_mode(2, 0, env, "reuse", "reuse", 120);
+  run_mode(2, 0, env, "reuse staged", "reuse", 120);
 }
 
 /* Two device batches in flight at once (w_device overlap: the second is

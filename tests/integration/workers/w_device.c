@@ -20,6 +20,8 @@
  *                              the input on another stream ordered after
  *                              hk_device_stream() (a caching allocator's
  *                              reuse) lands after hk's read of it
+ *   w_device reuse staged      the same on a staged schedule (the host
+ *                              may wait for the producers before the ring)
  *   w_device compress COUNT    HK_COMPRESSION=fp16|bf16 round trips
  *   w_device mismatch          host vs device, and mixed buffers
  *   w_device current           the calling thread's current device (1,
@@ -468,8 +470,11 @@ static void mode_delay(void) {
  * A wait for an event recorded on hk_device_stream(), then writes it: that
  * write must not reach src before hk read it, so the sum is still the
  * original values'. Were the event recorded on a stream hk does not read
- * src on, the zeros written on A would be summed. */
-static void mode_reuse(void) {
+ * src on, the zeros written on A would be summed. On a staged schedule
+ * (`staged`: hk's ring through pinned host memory) the host waits for
+ * copies out, its own and a peer's: hk_wait_stream may return after the
+ * delay, and the work left on hk's stream may already be done. */
+static void mode_reuse(int staged) {
   const size_t count = 4099;
   float *vals = malloc(count * 4), *got = malloc(count * 4);
   float *zero = calloc(count, 4);
@@ -478,11 +483,12 @@ static void mode_reuse(void) {
   float *src = dalloc(count * 4), *out = dalloc(count * 4);
   up(src, vals, count * 4);
   hk_dev_stream p, s2, a;
-  hk_dev_event e;
+  hk_dev_event e, pe;
   HKT_OK(dev->ops->stream_create(dev, &p));
   HKT_OK(dev->ops->stream_create(dev, &s2));
   HKT_OK(dev->ops->stream_create(dev, &a));
   HKT_OK(dev->ops->event_create(dev, &e));
+  HKT_OK(dev->ops->event_create(dev, &pe));
   /* both ranks start the delay together: one that reached the collective
    * seconds after the other (a loaded machine, a sanitizer) would find the
    * other's delay already over */
@@ -496,10 +502,18 @@ static void mode_reuse(void) {
   void *hs = hk_device_stream();
   HKT_CHECK(hs != NULL, "hk_device_stream: NULL with HK_DEVICE=emu");
   HKT_OK(dev->ops->event_record(dev, e, (hk_dev_stream)hs));
-  int done = 1;
+  int done = 1, produced = 1;
   HKT_OK(dev->ops->event_query(dev, e, &done));
-  HKT_CHECK(!done, "hk's stream had no work queued for 'reused' after "
-                   "hk_wait_stream (the producer's delay is still running)");
+  HKT_OK(dev->ops->event_record(dev, pe, p));
+  HKT_OK(dev->ops->event_query(dev, pe, &produced));
+  /* while the producer runs, hk's read of src is still queued on its
+   * stream; once it ended (a staged schedule's host may wait for a
+   * peer's copy out, so for the peer's producer) it may be over */
+  HKT_CHECK(staged || !produced, "hk_wait_stream returned after the "
+                                 "producer's delay: it waited on the host");
+  HKT_CHECK(produced || !done,
+            "hk's stream had no work queued for 'reused' after "
+            "hk_wait_stream (the producer's delay is still running)");
   HKT_OK(dev->ops->stream_wait_event(dev, a, e));
   HKT_OK(dev->ops->memcpy_async(dev, src, zero, count * 4, a));
   dsync(a);
@@ -512,6 +526,7 @@ static void mode_reuse(void) {
               "hk_device_stream() reached the tensor before hk read it",
               i, got[i], ranks + (float)size * (float)i);
   dev->ops->event_destroy(dev, e);
+  dev->ops->event_destroy(dev, pe);
   dev->ops->stream_destroy(dev, a);
   dev->ops->stream_destroy(dev, s2);
   dev->ops->stream_destroy(dev, p);
@@ -1423,7 +1438,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(m, "delay"))
     mode_delay();
   else if (!strcmp(m, "reuse"))
-    mode_reuse();
+    mode_reuse(argc > 2 && !strcmp(argv[2], "staged"));
   else if (!strcmp(m, "compress"))
     mode_compress(argc > 2 ? strtoull(argv[2], NULL, 10) : 1000,
                   argc > 3 ? argv[3] : "fp16");
