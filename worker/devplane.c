@@ -94,6 +94,19 @@ static int launcher_says_abort(const hk_ctx *ctx) {
  * communicator's settle) end on hkrun's abort too. */
 static int stop_requested(void *ctx) { return launcher_says_abort(ctx); }
 
+/* The device work `what` failed (hk_last_error() says how, whether its
+ * event or the communicator's async error told first): the communicator
+ * is aborted, and one message names the rank and the cause. */
+static hk_status comm_failed(struct hk_devset *ds, const char *what) {
+  char msg[HK_ERROR_MSG_CAP];
+  snprintf(msg, sizeof msg, "%s", hk_last_error());
+  abort_comm(ds);
+  return hk_fail(HK_ERR_DEVICE,
+                 "%s failed on rank %d: %s; the device communicator (%s) "
+                 "was aborted",
+                 what, ds->ctx->rank, msg, ds->ctx->dev->ops->name);
+}
+
 /* One look at e under the watchdog: *done once it has completed; else
  * an error when the communicator reports an async error, hkrun aborts
  * the job, or `deadline` (hk_now()) has passed, the communicator then
@@ -104,13 +117,8 @@ static hk_status dev_check(struct hk_devset *ds, hk_dev_event e,
   const hk_device_ops *o = ctx->dev->ops;
   *done = 0;
   hk_status st = o->event_query(ctx->dev, e, done);
-  if (st != HK_OK) {
-    char msg[HK_ERROR_MSG_CAP];
-    snprintf(msg, sizeof msg, "%s", hk_last_error());
-    abort_comm(ds);
-    return hk_fail(HK_ERR_DEVICE, "%s failed on rank %d: %s", what, ctx->rank,
-                   msg);
-  }
+  if (st != HK_OK)
+    return comm_failed(ds, what);
   if (*done)
     return HK_OK;
   if (ds->sched.comm) {
@@ -124,11 +132,8 @@ static hk_status dev_check(struct hk_devset *ds, hk_dev_event e,
       if (o->event_query(ctx->dev, e, done) == HK_OK && *done)
         return HK_OK;
       *done = 0;
-      abort_comm(ds);
-      return hk_fail(HK_ERR_DEVICE,
-                     "the device communicator (%s) failed on rank %d "
-                     "during %s: %s; it was aborted",
-                     o->name, ctx->rank, what, msg);
+      hk_fail(HK_ERR_DEVICE, "%s", msg);
+      return comm_failed(ds, what);
     }
   }
   if (launcher_says_abort(ctx)) {
