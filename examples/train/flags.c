@@ -47,6 +47,9 @@ static const char usage[] =
     "none\n"
     "                      (default 2)\n"
     "  --augment           random 2-pixel shift crop and horizontal flip\n"
+    "  --batches-per-commit N  elastic (hkrun --min-np): commit (a local\n"
+    "                      copy) every N steps and at each epoch; a lost\n"
+    "                      worker costs the steps since, not the run\n"
     "  --checkpoint-dir D  rank 0 writes D/last.hkckpt after every epoch\n"
     "  --resume            continue from D/last.hkckpt (same settings)\n"
     "  --metrics FILE      rank 0 writes one CSV row per epoch\n"
@@ -175,7 +178,8 @@ int flags_parse(int argc, char **argv, train_flags *out, char *err,
                                          "--plateau-factor",
                                          "--plateau-patience",
                                          "--device",
-                                         "--gpu"};
+                                         "--gpu",
+                                         "--batches-per-commit"};
     int known = 0;
     for (size_t k = 0; k < sizeof valued / sizeof *valued; k++)
       known |= !strcmp(opt, valued[k]);
@@ -251,6 +255,9 @@ int flags_parse(int argc, char **argv, train_flags *out, char *err,
                  val);
         rc = -1;
       }
+    } else if (!strcmp(opt, "--batches-per-commit")) {
+      rc = parse_long(opt, val, 1, 1000000000L, &out->batches_per_commit, err,
+                      err_cap);
     } else if (!strcmp(opt, "--gpu")) {
       rc = parse_long(opt, val, 0, 1023, &v, err, err_cap);
       out->gpu = (int)v;

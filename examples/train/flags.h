@@ -10,7 +10,7 @@
  *         [--save FILE] [--save-all PREFIX] [--limit-train N]
  *         [--limit-test N] [--progress] [--model mlp|cnn]
  *         [--precision fp32|bf16|fp16] [--device cpu|cuda|auto] [--gpu N]
- *         [-h|--help]
+ *         [--batches-per-commit N] [-h|--help]
  *
  * Options taking a value accept `--opt VALUE` and `--opt=VALUE`.
  */
@@ -54,6 +54,8 @@ typedef struct train_flags {
   const char *device;         /* compute row (compute.h): "cpu", "cuda", "auto"
                                  (default); points into argv or static */
   int gpu; /* the cuda row's device index (--gpu), or -1: the local rank */
+  long batches_per_commit; /* elastic (elastic.h): commit every N steps;
+                              0 (default): a lost worker ends the run */
 } train_flags;
 
 /** Default peak learning rates per worker, by model and optimiser

@@ -35,6 +35,10 @@
  * progress.h's bar on stderr (terminals only); with --metrics, metrics.h's
  * CSV.
  *
+ * Elastic (--batches-per-commit N under hkrun --min-np, elastic.h): when
+ * a worker is lost the others re-form and rank 0 prints "re-formed: R
+ * ranks, from epoch E step K (the last commit)", then goes on.
+ *
  * A run that resumes (--resume) prints "resumed DIR/last.hkckpt after
  * epoch N" and trains epochs N+1 .. --epochs; a refused checkpoint stops
  * every rank before any training, with the file and the reason.
@@ -48,6 +52,7 @@
 
 #include "ckpt.h"
 #include "data.h"
+#include "elastic.h"
 #include "flags.h"
 #include "hk/hk.h"
 #include "metrics.h"
@@ -195,6 +200,15 @@ int main(int argc, char **argv) {
   if (t.rank == 0)
     print_setup(&f, &t, &data);
 
+  /* elastic: commits, and the first world's global batch and rate */
+  train_commit commit = {0};
+  const int g0 = t.global_batch;
+  const float lr0 = t.peak_lr;
+  if (f.batches_per_commit) {
+    t.commit_every = f.batches_per_commit;
+    t.on_commit = elastic_commit;
+    t.commit_arg = &commit;
+  }
   double start = progress_now();
   int done = 0;
   char ckpt[4200] = "";
@@ -215,8 +229,9 @@ int main(int argc, char **argv) {
     st = open_metrics(&f, &t, &mf);
   epoch_stats s = {0};
   progress p = {0};
-  for (int e = done + 1; st == HK_OK && e <= f.epochs; e++) {
-    st = trainer_epoch(&t, e, &p, &s);
+  for (int e = done + 1; e <= f.epochs;) {
+    if (st == HK_OK)
+      st = trainer_epoch(&t, e, &p, &s);
     if (st == HK_OK && t.rank == 0)
       st = report_epoch(&t, e, &s, &mf);
     if (st == HK_OK && f.checkpoint_dir) {
@@ -226,12 +241,35 @@ int main(int argc, char **argv) {
         fflush(stdout);
       }
     }
+    if (st == HK_OK) {
+      e++;
+      continue;
+    }
+    if (st != HK_ERR_RANKS_CHANGED || !f.batches_per_commit)
+      break;
+    /* elastic: the survivors go on from the last commit (elastic.h) */
+    rc = elastic_reform(&t, &f, &data, &commit, g0, lr0, &e, err, sizeof err);
+    if (rc != 0) {
+      fprintf(stderr, "train: %s\n", err);
+      status = rc;
+      break;
+    }
+    if (t.rank == 0) {
+      printf("re-formed: %d rank%s, from epoch %d step %ld (the last "
+             "commit)\n",
+             t.size, t.size > 1 ? "s" : "", e, t.epoch_k0);
+      fflush(stdout);
+    }
+    st = commit.valid ? HK_OK : trainer_broadcast_init(&t, f.seed);
   }
+  elastic_commit_free(&commit);
   if (metrics_close(&mf, err, sizeof err) != 0 && st == HK_OK) {
     snprintf(t.err, sizeof t.err, "%s", err);
     st = HK_ERR_SYSTEM;
   }
-  if (st != HK_OK) {
+  if (status != 0) {
+    /* the job could not re-form: said above */
+  } else if (st != HK_OK) {
     fprintf(stderr, "train: %s\n", t.err);
     status = 1;
   } else {
@@ -255,6 +293,9 @@ int main(int argc, char **argv) {
   trainer_free(&t);
   data_free(&data);
   st = hk_shutdown();
+  /* elastic: a worker lost after the last step changes nothing here */
+  if (st == HK_ERR_RANKS_CHANGED && f.batches_per_commit)
+    st = HK_OK;
   if (st != HK_OK && status == 0)
     status = hk_failed(st, "hk_shutdown");
   return status;

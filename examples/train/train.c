@@ -4,6 +4,7 @@
 #include "train.h"
 
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +37,21 @@ static int read_inject(trainer *t, const train_flags *f, char *err,
     snprintf(err, err_cap,
              "TRAIN_INJECT_OVERFLOW: only with --precision fp16 (loss "
              "scaling is what skips the step)");
+    return 2;
+  }
+  return 0;
+}
+
+/* elastic.h's test hook, TRAIN_TEST_DIE="R:S". */
+static int read_die(trainer *t, char *err, size_t err_cap) {
+  t->die_rank = t->die_step = -1;
+  const char *v = getenv("TRAIN_TEST_DIE");
+  char tail;
+  if (v && *v &&
+      (sscanf(v, "%ld:%ld%c", &t->die_rank, &t->die_step, &tail) != 2 ||
+       t->die_rank < 0 || t->die_step < 1)) {
+    snprintf(err, err_cap, "TRAIN_TEST_DIE: '%s' is not RANK:STEP (STEP >= 1)",
+             v);
     return 2;
   }
   return 0;
@@ -221,6 +237,8 @@ int trainer_init(trainer *t, const train_flags *f, const data_set *d, int rank,
   if (rc != 0)
     return rc;
   rc = read_inject(t, f, err, err_cap);
+  if (rc == 0)
+    rc = read_die(t, err, err_cap);
   if (rc)
     return rc;
   t->rank = rank;
@@ -447,6 +465,8 @@ static float learning_rate(const trainer *t) {
  * correct predictions to row_acc[0..1] (on the row) and the time waited
  * in hk_wait to *wait_s. */
 static hk_status step(trainer *t, double *wait_s) {
+  if (t->rank == t->die_rank && t->step + 1 == t->die_step)
+    raise(SIGKILL); /* the test hook (elastic.h) */
   const batch *b = prefetch_next(&t->pipe);
   if (!b) {
     snprintf(t->err, sizeof t->err,
@@ -557,13 +577,17 @@ static hk_status evaluate(trainer *t, double *acc) {
 hk_status trainer_epoch(trainer *t, int epoch, progress *p, epoch_stats *s) {
   memset(s, 0, sizeof *s);
   size_t n = t->data->train.n;
+  const long k0 = t->epoch_k0;
+  t->epoch_k0 = 0;
   for (size_t i = 0; i < n; i++)
     t->perm[i] = (uint32_t)i;
+  t->epoch_shuffle = t->shuffle;
   rng_shuffle(&t->shuffle, t->perm, n);
   if (prefetch_begin(&t->pipe, &t->data->train, t->perm,
-                     (size_t)t->rank * (size_t)t->shard,
+                     (size_t)k0 * (size_t)t->global_batch +
+                         (size_t)t->rank * (size_t)t->shard,
                      (size_t)t->global_batch, (size_t)t->shard,
-                     t->steps_per_epoch,
+                     t->steps_per_epoch - k0,
                      t->augment ? &t->augment_rng : NULL) != 0) {
     snprintf(t->err, sizeof t->err,
              "input pipeline: cannot start the prefetch thread");
@@ -575,15 +599,18 @@ hk_status trainer_epoch(trainer *t, int epoch, progress *p, epoch_stats *s) {
   double wait_s = 0.0, t0 = progress_now();
   t->host_acc[0] = t->host_acc[1] = 0.0;
   cp->ops->to_dev(cp, t->row_acc, t->host_acc, 2 * sizeof(double));
-  for (long k = 0; k < t->steps_per_epoch; k++) {
-    if (step(t, &wait_s) != HK_OK) {
+  for (long k = k0; k < t->steps_per_epoch; k++) {
+    if (t->commit_every > 0 && k % t->commit_every == 0 &&
+        t->on_commit(t->commit_arg, t, epoch, k) != 0)
+      t->failed = HK_ERR_SYSTEM;
+    if (t->failed != HK_OK || step(t, &wait_s) != HK_OK) {
       prefetch_end(&t->pipe);
       progress_end(p);
       return t->failed;
     }
     if (t->show_progress) /* the running loss: two doubles back */
       (void)cp->ops->to_host(cp, t->host_acc, t->row_acc, 2 * sizeof(double));
-    progress_update(p, k + 1, t->host_acc[0] / (double)(k + 1));
+    progress_update(p, k + 1, t->host_acc[0] / (double)(k + 1 - k0));
   }
   (void)cp->ops->to_host(cp, t->host_acc, t->row_acc, 2 * sizeof(double));
   if (check_device(t) != HK_OK) {
@@ -598,8 +625,8 @@ hk_status trainer_epoch(trainer *t, int epoch, progress *p, epoch_stats *s) {
 
   /* Mean over ranks of the per-rank mean shard loss = mean over samples;
    * the correct counts likewise (equal shards). */
-  double m[2] = {loss / (double)t->steps_per_epoch,
-                 correct / ((double)t->steps_per_epoch * t->shard)};
+  const double steps = (double)(t->steps_per_epoch - k0);
+  double m[2] = {loss / steps, correct / (steps * t->shard)};
   if (trainer_check(
           t, hk_allreduce("epoch.metrics", m, m, 2, HK_FLOAT64, HK_AVERAGE),
           "hk_allreduce", "epoch.metrics") != HK_OK)
@@ -608,10 +635,10 @@ hk_status trainer_epoch(trainer *t, int epoch, progress *p, epoch_stats *s) {
   s->train_acc = m[1];
   /* Every rank holds the same mean (hk's result), so all reduce alike. */
   s->lr_reduced = t->use_plateau && plateau_step(&t->plateau, m[0]);
-  s->steps = t->steps_per_epoch;
+  s->steps = t->steps_per_epoch - k0;
   s->lr = t->last_lr;
-  s->samples_per_s = (double)t->steps_per_epoch * t->global_batch /
-                     (s->train_s > 0 ? s->train_s : 1e-9);
+  s->samples_per_s =
+      (double)s->steps * t->global_batch / (s->train_s > 0 ? s->train_s : 1e-9);
   s->wait_share = s->train_s > 0 ? wait_s / s->train_s : 0.0;
   s->data_share = s->train_s > 0 ? t->pipe.wait_s / s->train_s : 0.0;
   s->data_ready = t->pipe.ready;

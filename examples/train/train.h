@@ -142,12 +142,23 @@ typedef struct trainer {
                          layout; NULL for fp32 */
   loss_scaler scaler;
   long inject_rank, inject_step; /* TRAIN_INJECT_OVERFLOW, or -1 */
+  long die_rank, die_step;       /* TRAIN_TEST_DIE (elastic.h), or -1 */
   batch eval;                    /* TRAIN_EVAL_CHUNK test samples */
   prefetch pipe;                 /* the training batches */
   stage_link link;               /* pipe's hooks on a device row */
   uint32_t *perm;                /* training order of the current epoch */
   rng shuffle;                   /* same seed on every rank */
   rng augment_rng;               /* --augment's draws: seeded per rank */
+  rng epoch_shuffle; /* shuffle as the current epoch began (an elastic
+                        commit restores it, so the epoch's order holds) */
+  long epoch_k0;     /* the epoch starts at this step (a restored commit's:
+                        elastic.h), then 0 */
+  /* elastic.h: called before step k of `epoch` when k is a multiple of
+   * commit_every (k = 0 included);
+   * non-zero fails the epoch with HK_ERR_SYSTEM, t->err set by it */
+  long commit_every; /* 0: never */
+  int (*on_commit)(void *arg, struct trainer *t, int epoch, long k);
+  void *commit_arg;
   hk_handle handles[MODEL_MAX_TENSORS];
   int launched; /* tensors handed to hk this step */
   hk_status failed;
@@ -226,8 +237,11 @@ hk_status trainer_to_host(trainer *t);
  *  queues them into the row (device rows; nothing on the CPU row). */
 void trainer_state_loaded(trainer *t);
 
-/** Trains one epoch (epoch is 1-based), then evaluates the test set split
- *  across the ranks; fills *s. */
+/** Trains one epoch (epoch is 1-based) from step epoch_k0 (0 but after an
+ *  elastic restore), then evaluates the test set split across the ranks;
+ *  fills *s (its loss, train_acc, steps and time: over the steps of this
+ *  call). Commits through
+ *  on_commit every commit_every steps. */
 hk_status trainer_epoch(trainer *t, int epoch, progress *p, epoch_stats *s);
 
 /**

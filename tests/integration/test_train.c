@@ -1285,6 +1285,127 @@ static void test_progress_terminal(void **state) {
   }
 }
 
+/* `hkrun -np np --min-np min train --device cpu --data dir
+ * --global-batch-size g --epochs 2 --save-all prefix --no-lr-scaling --lr
+ * 0.001 [--batches-per-commit every]` with TRAIN_TEST_DIE=die (elastic.h's
+ * hook), run to its end. */
+static void run_elastic(const char *die, int np, int min, const char *dir,
+                        const char *g, const char *every, const char *prefix,
+                        hkt_result *r) {
+  char nps[16], mins[16], var[64];
+  snprintf(nps, sizeof nps, "%d", np);
+  snprintf(mins, sizeof mins, "%d", min);
+  snprintf(var, sizeof var, "TRAIN_TEST_DIE=%s", die);
+  char *env[] = {var, NULL};
+  char *argv[] = {HKRUN_PATH,
+                  "-np",
+                  nps,
+                  "--min-np",
+                  mins,
+                  "--",
+                  TRAIN_PATH,
+                  "--device",
+                  "cpu",
+                  "--data",
+                  (char *)dir,
+                  "--global-batch-size",
+                  (char *)g,
+                  "--epochs",
+                  "2",
+                  "--save-all",
+                  (char *)prefix,
+                  "--no-lr-scaling",
+                  "--lr",
+                  "0.001",
+                  every ? "--batches-per-commit" : NULL,
+                  (char *)every,
+                  NULL};
+  hkt_run(argv, env, RUN_S, r);
+}
+
+/* Elastic: rank 1 of 3 dies before a step; the two others restore the
+ * last commit (every 3 steps of 10 per epoch), re-form and finish. Where
+ * in the steps after a commit the loss came does not matter: dying before
+ * step 5 or 6 (both after the commit at step 3) gives the same weights
+ * bit for bit, dying before step 8 (after the commit at step 6) others.
+ * A rollback that lost or repeated anything would break the equality.
+ * Dying before step 1 restores the commit of the initial weights: the
+ * two survivors then train exactly as a plain 2-rank run. */
+static void test_elastic_commit_restore(void **state) {
+  (void)state;
+  const char *dir = tiny_set("elastic");
+  char p1[160], p5[160], p6[160], p8[160], ref[160];
+  snprintf(p1, sizeof p1, "%s/el1", tmp);
+  snprintf(p5, sizeof p5, "%s/el5", tmp);
+  snprintf(p6, sizeof p6, "%s/el6", tmp);
+  snprintf(p8, sizeof p8, "%s/el8", tmp);
+  snprintf(ref, sizeof ref, "%s/elref", tmp);
+  const char *die[] = {"1:1", "1:5", "1:6", "1:8"};
+  const char *pre[] = {p1, p5, p6, p8};
+  const char *from[] = {"epoch 1 step 0", "epoch 1 step 3", "epoch 1 step 3",
+                        "epoch 1 step 6"};
+  for (int i = 0; i < 4; i++) {
+    hkt_result r;
+    run_elastic(die[i], 3, 2, dir, "24", "3", pre[i], &r);
+    assert_exit(&r, 0);
+    char want[128];
+    snprintf(want, sizeof want,
+             "[0] re-formed: 2 ranks, from %s (the last "
+             "commit)",
+             from[i]);
+    if (hkt_count_lines(r.out, want) != 1 ||
+        hkt_count_lines(r.out, "[0] done epochs 2 ") != 1) {
+      dump(&r);
+      fail_msg("expected '%s' once, then the end", want);
+    }
+    hkt_result_free(&r);
+  }
+  assert_rank_files_equal(p5, p6, 2);
+  hkt_result r;
+  run_train(2, &r, "--data", dir, "--global-batch-size", "24", "--epochs", "2",
+            "--save-all", ref, "--no-lr-scaling", "--lr", "0.001", NULL);
+  assert_exit(&r, 0);
+  hkt_result_free(&r);
+  assert_rank_files_equal(p1, ref, 2);
+  size_t la, lb;
+  char a[200], b[200];
+  snprintf(a, sizeof a, "%s.0", p5);
+  snprintf(b, sizeof b, "%s.0", p8);
+  unsigned char *x = read_all(a, &la), *y = read_all(b, &lb);
+  assert_int_equal(la, lb);
+  assert_true(memcmp(x, y, la) != 0);
+  free(x);
+  free(y);
+}
+
+/* Elastic refusals: without --batches-per-commit a loss ends the run
+ * (the survivors exit, as a static trainer does); a world that cannot
+ * split the first world's global batch stops every survivor naming it. */
+static void test_elastic_refused(void **state) {
+  (void)state;
+  const char *dir = tiny_set("elastic-no");
+  char pre[160];
+  snprintf(pre, sizeof pre, "%s/elno", tmp);
+  hkt_result r;
+  run_elastic("1:5", 3, 2, dir, "24", NULL, pre, &r);
+  if (r.timed_out || r.exit_code == 0 ||
+      hkt_count_lines(r.err, "re-forms without it") < 1 ||
+      hkt_count_lines(r.out, "re-formed") != 0) {
+    dump(&r);
+    fail_msg("a loss without --batches-per-commit must end the run");
+  }
+  hkt_result_free(&r);
+  run_elastic("1:5", 4, 2, dir, "20", "3", pre, &r);
+  if (r.timed_out || r.exit_code == 0 ||
+      hkt_count_lines(r.err, "train: --global-batch-size 20 is not divisible "
+                             "by the 3 ranks") != 3) {
+    dump(&r);
+    fail_msg("3 ranks cannot split a global batch of 20: every survivor "
+             "must say so");
+  }
+  hkt_result_free(&r);
+}
+
 static int setup(void **state) {
   (void)state;
   return hkt_mkdtemp("hk_test_train.", tmp, sizeof tmp);
@@ -1316,6 +1437,8 @@ int main(void) {
       cmocka_unit_test(test_checkpoint_resume),
       cmocka_unit_test(test_checkpoint_resume_cnn_fp16),
       cmocka_unit_test(test_checkpoint_refused),
+      cmocka_unit_test(test_elastic_commit_restore),
+      cmocka_unit_test(test_elastic_refused),
       cmocka_unit_test(test_metrics_and_plot),
       cmocka_unit_test(test_progress_not_a_terminal),
       cmocka_unit_test(test_progress_terminal),
