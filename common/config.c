@@ -13,6 +13,7 @@
 
 #include "common/log.h"
 #include "common/status.h"
+#include "common/strdist.h"
 
 /* The one table of tunables. Defaults: HK_CYCLE_TIME_MS = 0: negotiation
  * is event-driven (worker/background.c), so unlike Horovod's
@@ -777,6 +778,21 @@ hk_status hk_config_load_var(hk_config *cfg, const char *var) {
     return hk_fail(HK_ERR_INVALID_ARG, "%s is no setting of hk's",
                    var ? var : "(null)");
   return load(t, cfg);
+}
+
+const char *hk_config_near_miss(const char *var) {
+  if (!var || strncmp(var, "HK_", 3) != 0 || find(var))
+    return NULL;
+  const char *best = NULL;
+  int best_d = 64;
+  for (size_t i = 0; i < NTABLE; i++) {
+    int d = hk_edit_distance(var + 3, table[i].var + 3);
+    if (d < best_d) {
+      best_d = d;
+      best = table[i].var;
+    }
+  }
+  return best && hk_edit_close(best_d, strlen(var + 3)) ? best : NULL;
 }
 
 const char *hk_config_env(const char *var) {

@@ -182,6 +182,16 @@ hk_status hk_config_load(hk_config *cfg);
 hk_status hk_config_load_var(hk_config *cfg, const char *var);
 
 /**
+ * A likely misspelling: when var starts with "HK_", is no entry of the
+ * table, and what follows "HK_" is close to an entry's (common/strdist.h:
+ * HK_FUSION_TRESHOLD, HK_CYCLE_TIMES), that entry's name (static); else
+ * NULL. hkrun warns
+ * with it, as a misspelt variable is otherwise silently ignored. Pure;
+ * any thread. Errors: none.
+ */
+const char *hk_config_near_miss(const char *var);
+
+/**
  * The raw value of a variable the launcher sets (an entry of kind
  * HK_TUNABLE_LAUNCHER: HK_RANK, HK_SIZE, HK_LOCAL_RANK, HK_LOCAL_SIZE,
  * ...), or NULL when unset or when var is not such an entry: what

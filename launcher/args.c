@@ -13,6 +13,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "common/strdist.h"
+
 static int fail(char *err, size_t err_cap, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
@@ -302,31 +304,6 @@ static const opt_def *find_option(const char *name) {
   return NULL;
 }
 
-int hkrun_edit_distance(const char *a, const char *b) {
-  size_t n = strlen(a), m = strlen(b);
-  if (n > 63 || m > 63)
-    return 64;
-  int d[64][64];
-  for (size_t i = 0; i <= n; i++)
-    d[i][0] = (int)i;
-  for (size_t j = 0; j <= m; j++)
-    d[0][j] = (int)j;
-  for (size_t i = 1; i <= n; i++)
-    for (size_t j = 1; j <= m; j++) {
-      int cost = a[i - 1] != b[j - 1];
-      int v = d[i - 1][j] + 1;
-      if (d[i][j - 1] + 1 < v)
-        v = d[i][j - 1] + 1;
-      if (d[i - 1][j - 1] + cost < v)
-        v = d[i - 1][j - 1] + cost;
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
-          d[i - 2][j - 2] + 1 < v)
-        v = d[i - 2][j - 2] + 1; /* a swap of two neighbours */
-      d[i][j] = v;
-    }
-  return d[n][m] < 64 ? d[n][m] : 64;
-}
-
 /* "unknown option 'TOK'", with the closest known name if one is close:
  * at most 2 edits (3 for names of 12 bytes or more), or the known name
  * with one dash more or less (-verbose, --np=...). */
@@ -336,16 +313,13 @@ static int unknown(const char *name, const char *tok, char *err,
   int best_d = 64;
   for (size_t i = 0; i < N_OPTIONS; i++) {
     const char *k = options[i].name;
-    int d = hkrun_edit_distance(name, k);
+    int d = hk_edit_distance(name, k);
     if (d < best_d) {
       best_d = d;
       best = k;
     }
   }
-  size_t len = strlen(name);
-  int close = best && (best_d <= 2 || (len >= 12 && best_d <= 3)) &&
-              best_d < (int)len - 1;
-  if (close)
+  if (best && hk_edit_close(best_d, strlen(name)))
     return fail(err, err_cap, "unknown option '%s' (did you mean %s?)", tok,
                 best);
   return fail(err, err_cap, "unknown option '%s'", tok);

@@ -178,11 +178,4 @@ const char *hkrun_usage(void);
 /** The one-line hint printed after an error (static, ends in newline). */
 const char *hkrun_usage_hint(void);
 
-/**
- * The edit distance between a and b (insertions, deletions,
- * substitutions, and swaps of two neighbours each count 1), capped at
- * 64; strings over 63 bytes compare as far apart. Pure.
- */
-int hkrun_edit_distance(const char *a, const char *b);
-
 #endif

@@ -815,6 +815,25 @@ static int run_hktopo(const char *argv0, const char *file) {
   return 127;
 }
 
+/* A misspelt HK_* variable is otherwise silently ignored: each one close
+ * to a setting's name gets a warning naming that setting. */
+static void warn_misspelt_env(void) {
+  extern char **environ;
+  for (char **e = environ; e && *e; e++) {
+    char name[128];
+    const char *eq = strchr(*e, '=');
+    if (!eq || (size_t)(eq - *e) >= sizeof name)
+      continue;
+    memcpy(name, *e, (size_t)(eq - *e));
+    name[eq - *e] = '\0';
+    const char *near = hk_config_near_miss(name);
+    if (near)
+      hk_log(HK_LOG_WARNING,
+             "%s is not an hk setting (did you mean %s?): it is ignored", name,
+             near);
+  }
+}
+
 int main(int argc, char **argv) {
   /* A closed stdout must give EPIPE, not kill hkrun. */
   signal(SIGPIPE, SIG_IGN);
@@ -892,6 +911,7 @@ int main(int argc, char **argv) {
   if (args.verbose && level < HK_LOG_INFO)
     level = HK_LOG_INFO;
   hk_log_setup("hkrun", (hk_log_level)level);
+  warn_misspelt_env();
   int delegated = hkrun_delegate(&args); /* execs mpirun for several hosts */
   if (delegated != HKRUN_RUN_LOCALLY)
     return delegated;

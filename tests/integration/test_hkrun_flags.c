@@ -12,7 +12,7 @@
  *   anything starts (and hk_init fails on its own without hkrun), naming
  *   the interface and listing those that exist; lo works;
  * - --check-build, --autotune-gaussian-process-noise's refusal, a typo's
- *   suggestion.
+ *   suggestion, a misspelt HK_* variable's warning.
  */
 #include <dlfcn.h>
 #include <sched.h>
@@ -444,6 +444,26 @@ static void check_build_pytorch(void) {
   assert_int_equal(hkt_remove_tree(dir), 0);
 }
 
+/* A misspelt HK_* variable gets a warning naming the setting it is
+ * close to; the job still runs (exit 0), and a setting spelt right,
+ * another program's HK_LIBRARY, get none. */
+static void test_misspelt_variable(void **state) {
+  (void)state;
+  hkt_result r;
+  char *argv[] = {HKRUN_PATH, "-np", "1", "true", NULL};
+  char *env[] = {"HK_FUSION_TRESHOLD=1", "HK_CYCLE_TIME_MS=2",
+                 "HK_LIBRARY=libhk.so", NULL};
+  run_expect(argv, env, 0, &r);
+  if (hkt_count_lines(r.err, "hkrun warning: HK_FUSION_TRESHOLD is not an hk "
+                             "setting (did you mean HK_FUSION_THRESHOLD?): "
+                             "it is ignored") != 1 ||
+      hkt_count_lines(r.err, "not an hk setting") != 1) {
+    dump(&r);
+    fail_msg("expected one warning, for HK_FUSION_TRESHOLD");
+  }
+  hkt_result_free(&r);
+}
+
 static void test_check_build_and_refusals(void **state) {
   (void)state;
   hkt_result r;
@@ -501,6 +521,7 @@ int main(void) {
       cmocka_unit_test(test_bind_to),
       cmocka_unit_test(test_network_interface),
       cmocka_unit_test(test_check_build_and_refusals),
+      cmocka_unit_test(test_misspelt_variable),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,6 +10,7 @@
 
 #include <cmocka.h>
 
+#include "common/strdist.h"
 #include "launcher/args.h"
 
 #define MAX_TOKENS 24
@@ -653,15 +654,15 @@ static void test_elastic_flags(void **state) {
 
 static void test_edit_distance(void **state) {
   (void)state;
-  assert_int_equal(hkrun_edit_distance("", ""), 0);
-  assert_int_equal(hkrun_edit_distance("abc", "abc"), 0);
-  assert_int_equal(hkrun_edit_distance("abc", "acb"), 1); /* a swap */
-  assert_int_equal(hkrun_edit_distance("kitten", "sitting"), 3);
-  assert_int_equal(hkrun_edit_distance("--np", ""), 4);
+  assert_int_equal(hk_edit_distance("", ""), 0);
+  assert_int_equal(hk_edit_distance("abc", "abc"), 0);
+  assert_int_equal(hk_edit_distance("abc", "acb"), 1); /* a swap */
+  assert_int_equal(hk_edit_distance("kitten", "sitting"), 3);
+  assert_int_equal(hk_edit_distance("--np", ""), 4);
   char longer[100];
   memset(longer, 'a', sizeof longer - 1);
   longer[sizeof longer - 1] = '\0';
-  assert_int_equal(hkrun_edit_distance(longer, "a"), 64);
+  assert_int_equal(hk_edit_distance(longer, "a"), 64);
 }
 
 static void test_usage_texts(void **state) {

@@ -325,6 +325,22 @@ static void test_horovod_aliases(void **state) {
     unsetenv(vars[i]);
 }
 
+/* A misspelt HK_* variable names the setting it is close to; settings,
+ * other prefixes and far names give NULL. */
+static void test_near_miss(void **state) {
+  (void)state;
+  assert_string_equal(hk_config_near_miss("HK_FUSION_TRESHOLD"),
+                      "HK_FUSION_THRESHOLD");
+  assert_string_equal(hk_config_near_miss("HK_CYCLE_TIMES"),
+                      "HK_CYCLE_TIME_MS");
+  assert_string_equal(hk_config_near_miss("HK_TIMOUT_S"), "HK_TIMEOUT_S");
+  assert_null(hk_config_near_miss("HK_FUSION_THRESHOLD")); /* a setting */
+  assert_null(hk_config_near_miss("HK_LIBRARY"));          /* hk.torch's, far */
+  assert_null(hk_config_near_miss("HK_MPI")); /* short: not close */
+  assert_null(hk_config_near_miss("HOROVOD_FUSION_TRESHOLD"));
+  assert_null(hk_config_near_miss(NULL));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_defaults),
@@ -336,6 +352,7 @@ int main(void) {
       cmocka_unit_test(test_allreduce_algo),
       cmocka_unit_test(test_process_sets),
       cmocka_unit_test(test_horovod_aliases),
+      cmocka_unit_test(test_near_miss),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
