@@ -42,7 +42,14 @@ int elastic_commit(void *arg, trainer *t, int epoch, long k) {
   c->step = t->step;
   c->last_lr = t->last_lr;
   c->epoch_shuffle = t->epoch_shuffle;
-  c->augment = t->augment_rng;
+  /* the rng as step k's batch draws: the producer has drawn ahead */
+  if (!t->augment)
+    c->augment = t->augment_rng;
+  else if (prefetch_aug_state(&t->pipe, &c->augment) != 0) {
+    snprintf(t->err, sizeof t->err,
+             "elastic commit: no batch left at step %ld of epoch %d", k, epoch);
+    return -1;
+  }
   c->scaler = t->scaler;
   c->plateau = t->plateau;
   c->valid = 1;

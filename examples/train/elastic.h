@@ -8,8 +8,11 @@
  * A commit is a local copy (no collective): the weights and buffers, the
  * optimiser's state and step, the schedule position, the epoch's shuffle
  * seed and the step within the epoch, the loss scaler, the plateau
- * schedule and this rank's augmentation rng. The trainer takes one
- * before step 0 of every epoch and every N steps (train.h's on_commit).
+ * schedule and this rank's augmentation rng as the committed step's batch
+ * draws from it (the prefetch thread has drawn ahead:
+ * prefetch_aug_state), so a restore is independent of --prefetch. The
+ * trainer takes one before step 0 of every epoch and every N steps
+ * (train.h's on_commit).
  *
  * When a call fails with HK_ERR_RANKS_CHANGED, every survivor re-forms
  * (elastic_reform): it drops its trainer, calls hk_elastic_reset, builds

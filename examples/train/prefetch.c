@@ -21,13 +21,19 @@ int prefetch_init(prefetch *p, int depth, size_t shard, batch_stage_fn stage,
   p->done = done;
   p->stage_ctx = stage_ctx;
   p->slots = calloc((size_t)p->n_slots, sizeof *p->slots);
-  if (!p->slots)
+  p->aug_at = calloc((size_t)p->n_slots, sizeof *p->aug_at);
+  if (!p->slots || !p->aug_at) {
+    free(p->slots);
+    free(p->aug_at);
+    memset(p, 0, sizeof *p);
     return -1;
+  }
   for (int i = 0; i < p->n_slots; i++)
     if (batch_init(&p->slots[i], shard) != 0) {
       for (int j = 0; j < i; j++)
         batch_free(&p->slots[j]);
       free(p->slots);
+      free(p->aug_at);
       memset(p, 0, sizeof *p);
       return -1;
     }
@@ -43,6 +49,7 @@ void prefetch_free(prefetch *p) {
   for (int i = 0; i < p->n_slots; i++)
     batch_free(&p->slots[i]);
   free(p->slots);
+  free(p->aug_at);
   pthread_mutex_destroy(&p->mu);
   pthread_cond_destroy(&p->cv);
   memset(p, 0, sizeof *p);
@@ -52,6 +59,8 @@ void prefetch_free(prefetch *p) {
 static int make(prefetch *p, long k) {
   batch *b = &p->slots[k % p->n_slots];
   size_t at = p->first + (size_t)k * p->stride;
+  if (p->aug) /* the slot is the producer's until produced++ */
+    p->aug_at[k % p->n_slots] = *p->aug;
   batch_fill(b, p->split, p->perm + at, 0, p->shard, p->aug);
   return p->stage ? p->stage(p->stage_ctx, b) : 0;
 }
@@ -121,6 +130,21 @@ const batch *prefetch_next(prefetch *p) {
   int rc = p->stage_rc;
   pthread_mutex_unlock(&p->mu);
   return rc ? NULL : b;
+}
+
+int prefetch_aug_state(prefetch *p, rng *out) {
+  if (!p->aug || p->taken >= p->steps)
+    return -1;
+  if (!p->running) { /* depth 0: nothing drawn ahead */
+    *out = *p->aug;
+    return 0;
+  }
+  pthread_mutex_lock(&p->mu);
+  while (p->produced <= p->taken) /* its slot is kept until it is taken */
+    pthread_cond_wait(&p->cv, &p->mu);
+  *out = p->aug_at[p->taken % p->n_slots];
+  pthread_mutex_unlock(&p->mu);
+  return 0;
 }
 
 int prefetch_wait_full(prefetch *p, double timeout_s, long *produced) {

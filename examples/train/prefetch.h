@@ -21,7 +21,8 @@
  *
  * Thread-safety: one consumer thread calls every function; the producer
  * thread is internal. The data split, perm and *aug must stay valid and
- * untouched by the caller from prefetch_begin to prefetch_end.
+ * untouched by the caller from prefetch_begin to prefetch_end (the rng's
+ * state at a step: prefetch_aug_state).
  */
 #ifndef HK_TRAIN_PREFETCH_H
 #define HK_TRAIN_PREFETCH_H
@@ -49,7 +50,8 @@ typedef struct prefetch {
   const uint32_t *perm;
   size_t first, stride, shard;
   long steps;
-  rng *aug; /* NULL: no augmentation */
+  rng *aug;    /* NULL: no augmentation */
+  rng *aug_at; /* n_slots: *aug as each slot's batch began its draws */
   /* ring state, under mu */
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -87,6 +89,16 @@ int prefetch_begin(prefetch *p, const data_split *split, const uint32_t *perm,
  * until prefetch_release. Returns NULL if the stage hook failed.
  */
 const batch *prefetch_next(prefetch *p);
+
+/**
+ * The augmentation rng as the next batch (the one the next prefetch_next
+ * returns) begins its draws: what *aug holds at that point with depth 0,
+ * whatever the producer has drawn ahead since (an elastic commit's copy,
+ * elastic.h). Waits until that batch is prepared, without taking it.
+ * Returns 0, or -1 without augmentation or when the epoch has no batch
+ * left.
+ */
+int prefetch_aug_state(prefetch *p, rng *out);
 
 /** The step is done with the batch prefetch_next gave last: calls the
  *  done hook on it, then lets the producer prepare its buffer again. */

@@ -1287,40 +1287,41 @@ static void test_progress_terminal(void **state) {
 
 /* `hkrun -np np --min-np min train --device cpu --data dir
  * --global-batch-size g --epochs 2 --save-all prefix --no-lr-scaling --lr
- * 0.001 [--batches-per-commit every]` with TRAIN_TEST_DIE=die (elastic.h's
- * hook), run to its end. */
-static void run_elastic(const char *die, int np, int min, const char *dir,
-                        const char *g, const char *every, const char *prefix,
-                        hkt_result *r) {
+ * 0.001 [--batches-per-commit every] [extra...]` with TRAIN_TEST_DIE=die
+ * (elastic.h's hook), run to its end; extra NULL-terminated, or NULL. */
+static void run_elastic_with(const char *die, int np, int min, const char *dir,
+                             const char *g, const char *every,
+                             const char *prefix, const char *const *extra,
+                             hkt_result *r) {
   char nps[16], mins[16], var[64];
   snprintf(nps, sizeof nps, "%d", np);
   snprintf(mins, sizeof mins, "%d", min);
   snprintf(var, sizeof var, "TRAIN_TEST_DIE=%s", die);
   char *env[] = {var, NULL};
-  char *argv[] = {HKRUN_PATH,
-                  "-np",
-                  nps,
-                  "--min-np",
-                  mins,
-                  "--",
-                  TRAIN_PATH,
-                  "--device",
-                  "cpu",
-                  "--data",
-                  (char *)dir,
-                  "--global-batch-size",
-                  (char *)g,
-                  "--epochs",
-                  "2",
-                  "--save-all",
-                  (char *)prefix,
-                  "--no-lr-scaling",
-                  "--lr",
-                  "0.001",
-                  every ? "--batches-per-commit" : NULL,
-                  (char *)every,
-                  NULL};
+  char *argv[40] = {HKRUN_PATH,   "-np",          nps,
+                    "--min-np",   mins,           "--",
+                    TRAIN_PATH,   "--device",     "cpu",
+                    "--data",     (char *)dir,    "--global-batch-size",
+                    (char *)g,    "--epochs",     "2",
+                    "--save-all", (char *)prefix, "--no-lr-scaling",
+                    "--lr",       "0.001"};
+  int n = 20;
+  if (every) {
+    argv[n++] = "--batches-per-commit";
+    argv[n++] = (char *)every;
+  }
+  for (int i = 0; extra && extra[i]; i++) {
+    assert_true(n < 39);
+    argv[n++] = (char *)extra[i];
+  }
+  argv[n] = NULL;
   hkt_run(argv, env, RUN_S, r);
+}
+
+static void run_elastic(const char *die, int np, int min, const char *dir,
+                        const char *g, const char *every, const char *prefix,
+                        hkt_result *r) {
+  run_elastic_with(die, np, min, dir, g, every, prefix, NULL, r);
 }
 
 /* Elastic: rank 1 of 3 dies before a step; the two others restore the
@@ -1406,6 +1407,34 @@ static void test_elastic_refused(void **state) {
   hkt_result_free(&r);
 }
 
+/* Elastic with --augment: the commit holds the augmentation rng as the
+ * committed step's batch draws from it, not as the prefetch thread left
+ * it after drawing for the batches ahead, so the prefetch depth changes
+ * nothing (prefetch.h): a loss restored with --prefetch 2 gives the
+ * weights of --prefetch 0, bit for bit. */
+static void test_elastic_augment(void **state) {
+  (void)state;
+  const char *dir = tiny_set("elastic-aug");
+  char p0[160], p2[160];
+  snprintf(p0, sizeof p0, "%s/elaug0", tmp);
+  snprintf(p2, sizeof p2, "%s/elaug2", tmp);
+  const char *depth0[] = {"--augment", "--prefetch", "0", NULL};
+  const char *depth2[] = {"--augment", "--prefetch", "2", NULL};
+  const char *const *extra[] = {depth0, depth2};
+  for (int i = 0; i < 2; i++) {
+    hkt_result r;
+    run_elastic_with("1:5", 3, 2, dir, "24", "3", i ? p2 : p0, extra[i], &r);
+    assert_exit(&r, 0);
+    if (hkt_count_lines(r.out, "[0] re-formed: 2 ranks, from epoch 1 step 3 "
+                               "(the last commit)") != 1) {
+      dump(&r);
+      fail_msg("expected one re-form, from the commit at step 3");
+    }
+    hkt_result_free(&r);
+  }
+  assert_rank_files_equal(p0, p2, 2);
+}
+
 static int setup(void **state) {
   (void)state;
   return hkt_mkdtemp("hk_test_train.", tmp, sizeof tmp);
@@ -1439,6 +1468,7 @@ int main(void) {
       cmocka_unit_test(test_checkpoint_refused),
       cmocka_unit_test(test_elastic_commit_restore),
       cmocka_unit_test(test_elastic_refused),
+      cmocka_unit_test(test_elastic_augment),
       cmocka_unit_test(test_metrics_and_plot),
       cmocka_unit_test(test_progress_not_a_terminal),
       cmocka_unit_test(test_progress_terminal),
