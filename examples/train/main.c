@@ -86,13 +86,14 @@ static int save_weights(const train_flags *f, const trainer *t) {
   return 0;
 }
 
-/* Rank 0 opens the metrics file (appending when resuming); every rank
- * learns whether it could. */
+/* Rank 0 opens the metrics file unless it has it open already (appending
+ * when resuming, or after a re-form: a new rank 0 continues the lost
+ * one's rows); every rank learns whether it could. */
 static hk_status open_metrics(const train_flags *f, trainer *t,
-                              metrics_file *mf) {
+                              metrics_file *mf, int append) {
   char err[4200] = "";
-  int bad = t->rank == 0 &&
-            metrics_open(mf, f->metrics, f->resume, err, sizeof err) != 0;
+  int bad = t->rank == 0 && !mf->f &&
+            metrics_open(mf, f->metrics, append, err, sizeof err) != 0;
   return trainer_rank0_outcome(t, "metrics.open", bad, err,
                                "rank 0 cannot write the --metrics file (its "
                                "message says why)");
@@ -226,7 +227,7 @@ int main(int argc, char **argv) {
     st = trainer_checkpoint_dir(&t, &f);
   metrics_file mf = {0};
   if (st == HK_OK && f.metrics)
-    st = open_metrics(&f, &t, &mf);
+    st = open_metrics(&f, &t, &mf, f.resume);
   epoch_stats s = {0};
   progress p = {0};
   for (int e = done + 1; e <= f.epochs;) {
@@ -261,6 +262,9 @@ int main(int argc, char **argv) {
       fflush(stdout);
     }
     st = commit.valid ? HK_OK : trainer_broadcast_init(&t, f.seed);
+    /* a new rank 0 (the old one was lost) continues the old one's rows */
+    if (st == HK_OK && f.metrics)
+      st = open_metrics(&f, &t, &mf, 1);
   }
   elastic_commit_free(&commit);
   if (metrics_close(&mf, err, sizeof err) != 0 && st == HK_OK) {

@@ -1435,6 +1435,40 @@ static void test_elastic_augment(void **state) {
   assert_rank_files_equal(p0, p2, 2);
 }
 
+/* Elastic with --metrics when rank 0 is the one lost: the survivor that
+ * becomes rank 0 continues the file, so it holds the header and a row per
+ * epoch, as without the loss. */
+static void test_elastic_metrics_rank0_lost(void **state) {
+  (void)state;
+  const char *dir = tiny_set("elastic-metrics");
+  char pre[160], csv[160];
+  snprintf(pre, sizeof pre, "%s/elm", tmp);
+  snprintf(csv, sizeof csv, "%s/elm.csv", tmp);
+  const char *extra[] = {"--metrics", csv, NULL};
+  hkt_result r;
+  run_elastic_with("0:5", 3, 2, dir, "24", "3", pre, extra, &r);
+  assert_exit(&r, 0);
+  if (hkt_count_lines(r.out, "[1] re-formed: 2 ranks, from epoch 1 step 3 "
+                             "(the last commit)") != 1 ||
+      hkt_count_lines(r.out, "[1] epoch 2 loss ") != 1) {
+    dump(&r);
+    fail_msg("expected old rank 1 to re-form as rank 0 and report");
+  }
+  hkt_result_free(&r);
+  size_t len;
+  char *text = (char *)read_all(csv, &len); /* room for the '\0' */
+  text[len] = '\0';
+  int lines = 0;
+  for (size_t i = 0; i < len; i++)
+    lines += text[i] == '\n';
+  if (lines != 3 || strncmp(text, "epoch,loss,train_acc,test_acc,", 30) != 0 ||
+      !strstr(text, "\n1,") || !strstr(text, "\n2,")) {
+    fprintf(stderr, "%s:\n%s", csv, text);
+    fail_msg("the metrics file must hold the header and epochs 1 and 2");
+  }
+  free(text);
+}
+
 static int setup(void **state) {
   (void)state;
   return hkt_mkdtemp("hk_test_train.", tmp, sizeof tmp);
@@ -1469,6 +1503,7 @@ int main(void) {
       cmocka_unit_test(test_elastic_commit_restore),
       cmocka_unit_test(test_elastic_refused),
       cmocka_unit_test(test_elastic_augment),
+      cmocka_unit_test(test_elastic_metrics_rank0_lost),
       cmocka_unit_test(test_metrics_and_plot),
       cmocka_unit_test(test_progress_not_a_terminal),
       cmocka_unit_test(test_progress_terminal),
