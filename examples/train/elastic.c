@@ -16,8 +16,11 @@ static int grow(float **p, size_t n) {
   return *p ? 0 : -1;
 }
 
-int elastic_commit(void *arg, trainer *t, int epoch, long k) {
-  train_commit *c = arg;
+/* Copies t's state into c as the commit before step k of epoch: the
+ * epoch began with the shuffle `shuffle`, step k's batch draws from the
+ * augmentation rng `aug`. */
+static int take(train_commit *c, trainer *t, int epoch, long k,
+                const rng *shuffle, const rng *aug) {
   const size_t n = t->model.n_params;
   if (c->n != n) {
     elastic_commit_free(c);
@@ -41,19 +44,28 @@ int elastic_commit(void *arg, trainer *t, int epoch, long k) {
   c->k = k;
   c->step = t->step;
   c->last_lr = t->last_lr;
-  c->epoch_shuffle = t->epoch_shuffle;
-  /* the rng as step k's batch draws: the producer has drawn ahead */
-  if (!t->augment)
-    c->augment = t->augment_rng;
-  else if (prefetch_aug_state(&t->pipe, &c->augment) != 0) {
-    snprintf(t->err, sizeof t->err,
-             "elastic commit: no batch left at step %ld of epoch %d", k, epoch);
-    return -1;
-  }
+  c->epoch_shuffle = *shuffle;
+  c->augment = *aug;
   c->scaler = t->scaler;
   c->plateau = t->plateau;
   c->valid = 1;
   return 0;
+}
+
+int elastic_commit(void *arg, trainer *t, int epoch, long k) {
+  /* the rng as step k's batch draws: the producer has drawn ahead */
+  rng aug = t->augment_rng;
+  if (t->augment && prefetch_aug_state(&t->pipe, &aug) != 0) {
+    snprintf(t->err, sizeof t->err,
+             "elastic commit: no batch left at step %ld of epoch %d", k, epoch);
+    return -1;
+  }
+  return take(arg, t, epoch, k, &t->epoch_shuffle, &aug);
+}
+
+int elastic_commit_epoch_end(train_commit *c, trainer *t, int next_epoch) {
+  /* the next epoch shuffles from t->shuffle; the thread drew every batch */
+  return take(c, t, next_epoch, 0, &t->shuffle, &t->augment_rng);
 }
 
 static void restore(const train_commit *c, trainer *t) {

@@ -28,8 +28,16 @@
  * a re-form interrupted reports its loss and train_acc over the steps
  * after the commit.
  *
+ * After an epoch is reported, before its checkpoint (--checkpoint-dir:
+ * collectives), main takes a commit of the next epoch's step 0
+ * (elastic_commit_epoch_end): a loss during the checkpoint then costs no
+ * step, nor reports the epoch twice; the survivors write the checkpoint
+ * after the re-form.
+ *
  * Test hook: TRAIN_TEST_DIE="R:S" makes rank R of the first world kill
- * itself (SIGKILL) before step S (1-based, counted over the run).
+ * itself (SIGKILL) before step S (1-based, counted over the run);
+ * "R:S:checkpoint" in the checkpoint written just before step S (at the
+ * start of trainer_checkpoint, after the epoch that ends with step S - 1).
  *
  * Thread-safety: the trainer's thread only.
  */
@@ -80,6 +88,13 @@ int elastic_commit(void *arg, trainer *t, int epoch, long k);
 int elastic_reform(trainer *t, const train_flags *f, const data_set *d,
                    const train_commit *c, int g, float lr, int *epoch,
                    char *err, size_t err_cap);
+
+/**
+ * The commit of epoch next_epoch's step 0 (the state as trainer_epoch of
+ * the epoch before left it, prefetch thread ended), taken between epochs.
+ * Returns 0, or -1 as elastic_commit.
+ */
+int elastic_commit_epoch_end(train_commit *c, trainer *t, int next_epoch);
 
 /** Frees c's buffers (c may be zeroed or partly filled). */
 void elastic_commit_free(train_commit *c);

@@ -37,7 +37,9 @@
  *
  * Elastic (--batches-per-commit N under hkrun --min-np, elastic.h): when
  * a worker is lost the others re-form and rank 0 prints "re-formed: R
- * ranks, from epoch E step K (the last commit)", then goes on.
+ * ranks, from epoch E step K (the last commit)", or "..., after epoch E
+ * (the last commit)" when the loss came in that epoch's checkpoint (which
+ * the survivors then write), then goes on.
  *
  * A run that resumes (--resume) prints "resumed DIR/last.hkckpt after
  * epoch N" and trains epochs N+1 .. --epochs; a refused checkpoint stops
@@ -230,22 +232,33 @@ int main(int argc, char **argv) {
     st = open_metrics(&f, &t, &mf, f.resume);
   epoch_stats s = {0};
   progress p = {0};
-  for (int e = done + 1; e <= f.epochs;) {
-    if (st == HK_OK)
+  int ckpt_due = 0; /* an epoch done whose checkpoint is not written yet */
+  for (int e = done + 1; e <= f.epochs || ckpt_due;) {
+    if (st == HK_OK && !ckpt_due) {
       st = trainer_epoch(&t, e, &p, &s);
-    if (st == HK_OK && t.rank == 0)
-      st = report_epoch(&t, e, &s, &mf);
-    if (st == HK_OK && f.checkpoint_dir) {
-      st = trainer_checkpoint(&t, &f, e);
+      if (st == HK_OK && t.rank == 0)
+        st = report_epoch(&t, e, &s, &mf);
+      if (st == HK_OK && f.checkpoint_dir) {
+        ckpt_due = e;
+        /* elastic: a loss in the checkpoint goes on from the next epoch */
+        if (f.batches_per_commit &&
+            elastic_commit_epoch_end(&commit, &t, e + 1) != 0)
+          st = HK_ERR_SYSTEM;
+      }
+      if (st == HK_OK)
+        e++;
+    }
+    if (st == HK_OK && ckpt_due) {
+      st = trainer_checkpoint(&t, &f, ckpt_due);
       if (st == HK_OK && t.rank == 0) {
-        printf("checkpoint %s epoch %d\n", ckpt, e);
+        printf("checkpoint %s epoch %d\n", ckpt, ckpt_due);
         fflush(stdout);
       }
+      if (st == HK_OK)
+        ckpt_due = 0;
     }
-    if (st == HK_OK) {
-      e++;
+    if (st == HK_OK)
       continue;
-    }
     if (st != HK_ERR_RANKS_CHANGED || !f.batches_per_commit)
       break;
     /* elastic: the survivors go on from the last commit (elastic.h) */
@@ -255,12 +268,14 @@ int main(int argc, char **argv) {
       status = rc;
       break;
     }
-    if (t.rank == 0) {
+    if (t.rank == 0 && ckpt_due) /* the loop writes its checkpoint next */
+      printf("re-formed: %d rank%s, after epoch %d (the last commit)\n", t.size,
+             t.size > 1 ? "s" : "", ckpt_due);
+    else if (t.rank == 0)
       printf("re-formed: %d rank%s, from epoch %d step %ld (the last "
              "commit)\n",
              t.size, t.size > 1 ? "s" : "", e, t.epoch_k0);
-      fflush(stdout);
-    }
+    fflush(stdout);
     st = commit.valid ? HK_OK : trainer_broadcast_init(&t, f.seed);
     /* a new rank 0 (the old one was lost) continues the old one's rows */
     if (st == HK_OK && f.metrics)

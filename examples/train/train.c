@@ -42,15 +42,25 @@ static int read_inject(trainer *t, const train_flags *f, char *err,
   return 0;
 }
 
-/* elastic.h's test hook, TRAIN_TEST_DIE="R:S". */
+/* elastic.h's test hook, TRAIN_TEST_DIE="R:S" or "R:S:checkpoint". */
 static int read_die(trainer *t, char *err, size_t err_cap) {
   t->die_rank = t->die_step = -1;
+  t->die_in_checkpoint = 0;
   const char *v = getenv("TRAIN_TEST_DIE");
-  char tail;
-  if (v && *v &&
-      (sscanf(v, "%ld:%ld%c", &t->die_rank, &t->die_step, &tail) != 2 ||
-       t->die_rank < 0 || t->die_step < 1)) {
-    snprintf(err, err_cap, "TRAIN_TEST_DIE: '%s' is not RANK:STEP (STEP >= 1)",
+  if (!v || !*v)
+    return 0;
+  int end = -1;
+  char where[16] = "";
+  if (sscanf(v, "%ld:%ld%n", &t->die_rank, &t->die_step, &end) == 2 &&
+      v[end] == ':' && sscanf(v + end, ":%15s", where) == 1 &&
+      !strcmp(where, "checkpoint")) {
+    t->die_in_checkpoint = 1;
+    end = (int)strlen(v);
+  }
+  if (end < 0 || v[end] != '\0' || t->die_rank < 0 || t->die_step < 1) {
+    t->die_rank = t->die_step = -1;
+    snprintf(err, err_cap,
+             "TRAIN_TEST_DIE: '%s' is not RANK:STEP[:checkpoint] (STEP >= 1)",
              v);
     return 2;
   }
@@ -465,7 +475,8 @@ static float learning_rate(const trainer *t) {
  * correct predictions to row_acc[0..1] (on the row) and the time waited
  * in hk_wait to *wait_s. */
 static hk_status step(trainer *t, double *wait_s) {
-  if (t->rank == t->die_rank && t->step + 1 == t->die_step)
+  if (!t->die_in_checkpoint && t->rank == t->die_rank &&
+      t->step + 1 == t->die_step)
     raise(SIGKILL); /* the test hook (elastic.h) */
   const batch *b = prefetch_next(&t->pipe);
   if (!b) {

@@ -143,6 +143,7 @@ typedef struct trainer {
   loss_scaler scaler;
   long inject_rank, inject_step; /* TRAIN_INJECT_OVERFLOW, or -1 */
   long die_rank, die_step;       /* TRAIN_TEST_DIE (elastic.h), or -1 */
+  int die_in_checkpoint;         /* its ":checkpoint" form */
   batch eval;                    /* TRAIN_EVAL_CHUNK test samples */
   prefetch pipe;                 /* the training batches */
   stage_link link;               /* pipe's hooks on a device row */

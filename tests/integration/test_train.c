@@ -1469,6 +1469,61 @@ static void test_elastic_metrics_rank0_lost(void **state) {
   free(text);
 }
 
+/* Elastic with --checkpoint-dir, rank 1 lost in the checkpoint after an
+ * epoch (TRAIN_TEST_DIE "R:S:checkpoint"): the survivors go on from the
+ * commit taken after the epoch was reported, so they write its checkpoint
+ * and report no epoch twice (line and --metrics row), and end with the
+ * weights of a loss before the next epoch's first step. After the last
+ * epoch, the loss still leaves that epoch's checkpoint written. */
+static void test_elastic_checkpoint_loss(void **state) {
+  (void)state;
+  const char *dir = tiny_set("elastic-ckpt");
+  char ck[3][160], csv[3][200], pre[3][160];
+  const char *die[] = {"1:11:checkpoint", "1:11", "1:21:checkpoint"};
+  const char *after[] = {"[0] re-formed: 2 ranks, after epoch 1 (the last "
+                         "commit)",
+                         "[0] re-formed: 2 ranks, from epoch 2 step 0 (the "
+                         "last commit)",
+                         "[0] re-formed: 2 ranks, after epoch 2 (the last "
+                         "commit)"};
+  for (int i = 0; i < 3; i++) {
+    snprintf(ck[i], sizeof ck[i], "%s/elck%d", tmp, i);
+    snprintf(csv[i], sizeof csv[i], "%s/elck%d.csv", tmp, i);
+    snprintf(pre[i], sizeof pre[i], "%s/elckw%d", tmp, i);
+    const char *extra[] = {"--checkpoint-dir", ck[i], "--metrics", csv[i],
+                           NULL};
+    hkt_result r;
+    run_elastic_with(die[i], 3, 2, dir, "24", "3", pre[i], extra, &r);
+    assert_exit(&r, 0);
+    if (hkt_count_lines(r.out, after[i]) != 1 ||
+        hkt_count_lines(r.out, "re-formed") != 1 ||
+        hkt_count_lines(r.out, "[0] epoch 1 loss ") != 1 ||
+        hkt_count_lines(r.out, "[0] epoch 2 loss ") != 1 ||
+        hkt_count_lines(r.out, "last.hkckpt epoch 1") != 1 ||
+        hkt_count_lines(r.out, "last.hkckpt epoch 2") != 1 ||
+        hkt_count_lines(r.out, "[0] done epochs 2 ") != 1) {
+      dump(&r);
+      fail_msg("TRAIN_TEST_DIE=%s: expected '%s', each epoch reported and "
+               "checkpointed once, then the end",
+               die[i], after[i]);
+    }
+    hkt_result_free(&r);
+    size_t len;
+    char *text = (char *)read_all(csv[i], &len); /* room for the '\0' */
+    text[len] = '\0';
+    int lines = 0;
+    for (size_t j = 0; j < len; j++)
+      lines += text[j] == '\n';
+    if (lines != 3 || !strstr(text, "\n1,") || !strstr(text, "\n2,")) {
+      fprintf(stderr, "%s:\n%s", csv[i], text);
+      fail_msg("the metrics file must hold the header and epochs 1 and 2, "
+               "once each");
+    }
+    free(text);
+  }
+  assert_rank_files_equal(pre[0], pre[1], 2);
+}
+
 static int setup(void **state) {
   (void)state;
   return hkt_mkdtemp("hk_test_train.", tmp, sizeof tmp);
@@ -1504,6 +1559,7 @@ int main(void) {
       cmocka_unit_test(test_elastic_refused),
       cmocka_unit_test(test_elastic_augment),
       cmocka_unit_test(test_elastic_metrics_rank0_lost),
+      cmocka_unit_test(test_elastic_checkpoint_loss),
       cmocka_unit_test(test_metrics_and_plot),
       cmocka_unit_test(test_progress_not_a_terminal),
       cmocka_unit_test(test_progress_terminal),
