@@ -97,8 +97,8 @@ int elastic_reform(trainer *t, const train_flags *f, const data_set *d,
   trainer_free(t);
   hk_status st = hk_elastic_reset();
   if (st != HK_OK) {
-    snprintf(err, err_cap, "hk_elastic_reset: %s: %s", hk_strerror(st),
-             hk_last_error());
+    /* hk's message begins with "hk_elastic_reset: " */
+    snprintf(err, err_cap, "%s: %s", hk_strerror(st), hk_last_error());
     return 1;
   }
   train_flags fixed = *f; /* the first world's global batch and rate */

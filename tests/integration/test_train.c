@@ -1524,6 +1524,30 @@ static void test_elastic_checkpoint_loss(void **state) {
   assert_rank_files_equal(pre[0], pre[1], 2);
 }
 
+/* Elastic below --min-np: rank 1 of 2 lost with --min-np 2, the survivor's
+ * hk_elastic_reset fails; it says so once, naming the call and the
+ * shortage, and hkrun exits with the lost worker's status (137, SIGKILL:
+ * docs/elastic.md). */
+static void test_elastic_below_min(void **state) {
+  (void)state;
+  const char *dir = tiny_set("elastic-min");
+  char pre[160];
+  snprintf(pre, sizeof pre, "%s/elmin", tmp);
+  hkt_result r;
+  run_elastic("1:5", 2, 2, dir, "24", "3", pre, &r);
+  if (r.timed_out || r.exit_code != 137 ||
+      hkt_count_lines(r.err, "[0] train: peer lost: hk_elastic_reset: "
+                             "elastic job below --min-np 2: 1 worker left, "
+                             "1 more needed") != 1 ||
+      hkt_count_lines(r.err, "hk_elastic_reset: peer lost") != 0 ||
+      hkt_count_lines(r.out, "re-formed") != 0 ||
+      hkt_count_lines(r.out, "done epochs") != 0) {
+    dump(&r);
+    fail_msg("the survivor must say once that the job is below --min-np");
+  }
+  hkt_result_free(&r);
+}
+
 static int setup(void **state) {
   (void)state;
   return hkt_mkdtemp("hk_test_train.", tmp, sizeof tmp);
@@ -1560,6 +1584,7 @@ int main(void) {
       cmocka_unit_test(test_elastic_augment),
       cmocka_unit_test(test_elastic_metrics_rank0_lost),
       cmocka_unit_test(test_elastic_checkpoint_loss),
+      cmocka_unit_test(test_elastic_below_min),
       cmocka_unit_test(test_metrics_and_plot),
       cmocka_unit_test(test_progress_not_a_terminal),
       cmocka_unit_test(test_progress_terminal),
