@@ -53,9 +53,12 @@ static int take(train_commit *c, trainer *t, int epoch, long k,
 }
 
 int elastic_commit(void *arg, trainer *t, int epoch, long k) {
-  /* the rng as step k's batch draws: the producer has drawn ahead */
-  rng aug = t->augment_rng;
-  if (t->augment && prefetch_aug_state(&t->pipe, &aug) != 0) {
+  /* the rng as step k's batch draws: the producer has drawn ahead (and
+   * may be drawing: t->augment_rng is read only when it has no aug) */
+  rng aug;
+  if (!t->augment)
+    aug = t->augment_rng;
+  else if (prefetch_aug_state(&t->pipe, &aug) != 0) {
     snprintf(t->err, sizeof t->err,
              "elastic commit: no batch left at step %ld of epoch %d", k, epoch);
     return -1;
