@@ -97,6 +97,8 @@ int elastic_reform(trainer *t, const train_flags *f, const data_set *d,
   long every = t->commit_every;
   int (*hook)(void *, trainer *, int, long) = t->on_commit;
   void *arg = t->commit_arg;
+  long die_step = t->die_step; /* the test hook's, for this process */
+  int die_in_checkpoint = t->die_in_checkpoint;
   trainer_free(t);
   hk_status st = hk_elastic_reset();
   if (st != HK_OK) {
@@ -112,7 +114,8 @@ int elastic_reform(trainer *t, const train_flags *f, const data_set *d,
   int rc = trainer_init(t, &fixed, d, hk_rank(), hk_size(), err, err_cap);
   if (rc != 0)
     return rc;
-  t->die_rank = -1; /* the test hook kills in the first world only */
+  t->die_step = die_step;
+  t->die_in_checkpoint = die_in_checkpoint;
   t->commit_every = every;
   t->on_commit = hook;
   t->commit_arg = arg;

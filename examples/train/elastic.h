@@ -35,9 +35,11 @@
  * after the re-form.
  *
  * Test hook: TRAIN_TEST_DIE="R:S" makes rank R of the first world kill
- * itself (SIGKILL) before step S (1-based, counted over the run);
- * "R:S:checkpoint" in the checkpoint written just before step S (at the
- * start of trainer_checkpoint, after the epoch that ends with step S - 1).
+ * itself (SIGKILL) before step S (1-based, counted over the run, so
+ * again after a rollback past it); "R:S:checkpoint" in the checkpoint
+ * written just before step S (at the start of trainer_checkpoint, after
+ * the epoch that ends with step S - 1). Several, comma-separated
+ * ("1:5,2:8"), for several losses: R is always a first-world rank.
  *
  * Thread-safety: the trainer's thread only.
  */

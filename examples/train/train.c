@@ -42,27 +42,34 @@ static int read_inject(trainer *t, const train_flags *f, char *err,
   return 0;
 }
 
-/* elastic.h's test hook, TRAIN_TEST_DIE="R:S" or "R:S:checkpoint". */
-static int read_die(trainer *t, char *err, size_t err_cap) {
-  t->die_rank = t->die_step = -1;
+/* elastic.h's test hook, TRAIN_TEST_DIE: "R:S" or "R:S:checkpoint", a
+ * comma-separated list; this process keeps the entry of its rank. */
+static int read_die(trainer *t, int rank, char *err, size_t err_cap) {
+  t->die_step = -1;
   t->die_in_checkpoint = 0;
   const char *v = getenv("TRAIN_TEST_DIE");
-  if (!v || !*v)
-    return 0;
-  int end = -1;
-  char where[16] = "";
-  if (sscanf(v, "%ld:%ld%n", &t->die_rank, &t->die_step, &end) == 2 &&
-      v[end] == ':' && sscanf(v + end, ":%15s", where) == 1 &&
-      !strcmp(where, "checkpoint")) {
-    t->die_in_checkpoint = 1;
-    end = (int)strlen(v);
-  }
-  if (end < 0 || v[end] != '\0' || t->die_rank < 0 || t->die_step < 1) {
-    t->die_rank = t->die_step = -1;
-    snprintf(err, err_cap,
-             "TRAIN_TEST_DIE: '%s' is not RANK:STEP[:checkpoint] (STEP >= 1)",
-             v);
-    return 2;
+  for (const char *at = v; at && *at;) {
+    long r = -1, s = -1;
+    int end = -1, ckpt = 0;
+    size_t len = strcspn(at, ",");
+    if (sscanf(at, "%ld:%ld%n", &r, &s, &end) == 2 && (size_t)end + 11 == len &&
+        !strncmp(at + end, ":checkpoint", 11)) {
+      ckpt = 1;
+      end = (int)len;
+    }
+    if (end < 0 || (size_t)end != len || r < 0 || s < 1) {
+      t->die_step = -1;
+      snprintf(err, err_cap,
+               "TRAIN_TEST_DIE: '%s' is not RANK:STEP[:checkpoint][,...] "
+               "(STEP >= 1)",
+               v);
+      return 2;
+    }
+    if (r == rank) {
+      t->die_step = s;
+      t->die_in_checkpoint = ckpt;
+    }
+    at += len + (at[len] == ',');
   }
   return 0;
 }
@@ -248,7 +255,7 @@ int trainer_init(trainer *t, const train_flags *f, const data_set *d, int rank,
     return rc;
   rc = read_inject(t, f, err, err_cap);
   if (rc == 0)
-    rc = read_die(t, err, err_cap);
+    rc = read_die(t, rank, err, err_cap);
   if (rc)
     return rc;
   t->rank = rank;
@@ -475,8 +482,7 @@ static float learning_rate(const trainer *t) {
  * correct predictions to row_acc[0..1] (on the row) and the time waited
  * in hk_wait to *wait_s. */
 static hk_status step(trainer *t, double *wait_s) {
-  if (!t->die_in_checkpoint && t->rank == t->die_rank &&
-      t->step + 1 == t->die_step)
+  if (!t->die_in_checkpoint && t->step + 1 == t->die_step)
     raise(SIGKILL); /* the test hook (elastic.h) */
   const batch *b = prefetch_next(&t->pipe);
   if (!b) {

@@ -142,7 +142,8 @@ typedef struct trainer {
                          layout; NULL for fp32 */
   loss_scaler scaler;
   long inject_rank, inject_step; /* TRAIN_INJECT_OVERFLOW, or -1 */
-  long die_rank, die_step;       /* TRAIN_TEST_DIE (elastic.h), or -1 */
+  long die_step;                 /* TRAIN_TEST_DIE (elastic.h): this process's
+                                    step, or -1 */
   int die_in_checkpoint;         /* its ":checkpoint" form */
   batch eval;                    /* TRAIN_EVAL_CHUNK test samples */
   prefetch pipe;                 /* the training batches */

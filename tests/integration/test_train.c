@@ -1548,6 +1548,37 @@ static void test_elastic_below_min(void **state) {
   hkt_result_free(&r);
 }
 
+/* Elastic, two losses in a row (4 ranks, --min-np 2): first-world rank 1
+ * dies before step 5 (the job re-forms with 3 ranks from the commit at
+ * step 3), then first-world rank 2 before step 8 (with 2 ranks from step
+ * 6). Where after their commits the losses came does not matter: dying
+ * before steps 4 and 7 instead gives the same weights bit for bit. */
+static void test_elastic_two_losses(void **state) {
+  (void)state;
+  const char *dir = tiny_set("elastic-two");
+  char pa[160], pb[160];
+  snprintf(pa, sizeof pa, "%s/eltwoa", tmp);
+  snprintf(pb, sizeof pb, "%s/eltwob", tmp);
+  const char *die[] = {"1:5,2:8", "1:4,2:7"};
+  for (int i = 0; i < 2; i++) {
+    hkt_result r;
+    run_elastic(die[i], 4, 2, dir, "24", "3", i ? pb : pa, &r);
+    assert_exit(&r, 0);
+    if (hkt_count_lines(r.out, "[0] re-formed: 3 ranks, from epoch 1 step 3 "
+                               "(the last commit)") != 1 ||
+        hkt_count_lines(r.out, "[0] re-formed: 2 ranks, from epoch 1 step 6 "
+                               "(the last commit)") != 1 ||
+        hkt_count_lines(r.out, "re-formed") != 2 ||
+        hkt_count_lines(r.out, "[0] done epochs 2 ") != 1) {
+      dump(&r);
+      fail_msg("TRAIN_TEST_DIE=%s: expected two re-forms, then the end",
+               die[i]);
+    }
+    hkt_result_free(&r);
+  }
+  assert_rank_files_equal(pa, pb, 2);
+}
+
 static int setup(void **state) {
   (void)state;
   return hkt_mkdtemp("hk_test_train.", tmp, sizeof tmp);
@@ -1585,6 +1616,7 @@ int main(void) {
       cmocka_unit_test(test_elastic_metrics_rank0_lost),
       cmocka_unit_test(test_elastic_checkpoint_loss),
       cmocka_unit_test(test_elastic_below_min),
+      cmocka_unit_test(test_elastic_two_losses),
       cmocka_unit_test(test_metrics_and_plot),
       cmocka_unit_test(test_progress_not_a_terminal),
       cmocka_unit_test(test_progress_terminal),
