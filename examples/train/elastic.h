@@ -38,7 +38,9 @@
  * itself (SIGKILL) before step S (1-based, counted over the run, so
  * again after a rollback past it); "R:S:checkpoint" in the checkpoint
  * written just before step S (at the start of trainer_checkpoint, after
- * the epoch that ends with step S - 1). Several, comma-separated
+ * the epoch that ends with step S - 1), or read just before it (--resume
+ * of a checkpoint of step S - 1: before the ranks agree on it). Several,
+ * comma-separated
  * ("1:5,2:8"), for several losses: R is always a first-world rank.
  *
  * Thread-safety: the trainer's thread only.
@@ -81,8 +83,9 @@ int elastic_commit(void *arg, trainer *t, int epoch, long k);
  * re-forms the job (hk_elastic_reset), initialises t for the new rank and
  * world size from f with the first world's global batch and peak rate
  * (first: those of the trainer that failed, passed in g and lr), and
- * installs commit c (when c->valid; else t is fresh, to be broadcast
- * from rank 0 again). *epoch gets the epoch to go on with (c's, or 1).
+ * installs commit c (when c->valid; else t is fresh, to start as the run
+ * did: main broadcasts rank 0's weights again, or resumes). *epoch gets
+ * the epoch to go on with (c's, or 1).
  * Returns 0; or, with err, 1 when hk_elastic_reset failed (the job is
  * over: its message says why) or out of memory, 2 when the new world
  * cannot split the global batch.

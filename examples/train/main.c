@@ -101,6 +101,25 @@ static hk_status open_metrics(const train_flags *f, trainer *t,
                                "message says why)");
 }
 
+/* The weights to start from: the checkpoint's (--resume; *done gets its
+ * epochs) or rank 0's; then the checkpoint folder. After a re-form that
+ * found no commit too (elastic.h). */
+static hk_status start_weights(const train_flags *f, trainer *t,
+                               const char *ckpt, int *done) {
+  hk_status st;
+  if (f->resume) {
+    st = trainer_resume(t, f, done);
+    if (st == HK_OK && t->rank == 0) {
+      printf("resumed %s after epoch %d\n", ckpt, *done);
+      fflush(stdout);
+    }
+  } else
+    st = trainer_broadcast_init(t, f->seed);
+  if (st == HK_OK && f->checkpoint_dir)
+    st = trainer_checkpoint_dir(t, f);
+  return st;
+}
+
 /* Rank 0's epoch line and metrics row. */
 static hk_status report_epoch(trainer *t, int e, const epoch_stats *s,
                               metrics_file *mf) {
@@ -217,16 +236,7 @@ int main(int argc, char **argv) {
   char ckpt[4200] = "";
   if (f.checkpoint_dir)
     ckpt_path(f.checkpoint_dir, ckpt, sizeof ckpt);
-  if (f.resume) {
-    st = trainer_resume(&t, &f, &done);
-    if (st == HK_OK && t.rank == 0) {
-      printf("resumed %s after epoch %d\n", ckpt, done);
-      fflush(stdout);
-    }
-  } else
-    st = trainer_broadcast_init(&t, f.seed);
-  if (st == HK_OK && f.checkpoint_dir)
-    st = trainer_checkpoint_dir(&t, &f);
+  st = start_weights(&f, &t, ckpt, &done);
   metrics_file mf = {0};
   if (st == HK_OK && f.metrics)
     st = open_metrics(&f, &t, &mf, f.resume);
@@ -268,7 +278,11 @@ int main(int argc, char **argv) {
       status = rc;
       break;
     }
-    if (t.rank == 0 && ckpt_due) /* the loop writes its checkpoint next */
+    if (t.rank == 0 && !commit.valid)
+      printf("re-formed: %d rank%s, before the first commit: starting "
+             "again\n",
+             t.size, t.size > 1 ? "s" : "");
+    else if (t.rank == 0 && ckpt_due) /* its checkpoint comes next */
       printf("re-formed: %d rank%s, after epoch %d (the last commit)\n", t.size,
              t.size > 1 ? "s" : "", ckpt_due);
     else if (t.rank == 0)
@@ -276,10 +290,14 @@ int main(int argc, char **argv) {
              "commit)\n",
              t.size, t.size > 1 ? "s" : "", e, t.epoch_k0);
     fflush(stdout);
-    st = commit.valid ? HK_OK : trainer_broadcast_init(&t, f.seed);
+    st = HK_OK;
+    if (!commit.valid) { /* lost before the first commit: start again */
+      st = start_weights(&f, &t, ckpt, &done);
+      e = done + 1;
+    }
     /* a new rank 0 (the old one was lost) continues the old one's rows */
     if (st == HK_OK && f.metrics)
-      st = open_metrics(&f, &t, &mf, 1);
+      st = open_metrics(&f, &t, &mf, commit.valid || f.resume);
   }
   elastic_commit_free(&commit);
   if (metrics_close(&mf, err, sizeof err) != 0 && st == HK_OK) {

@@ -1579,6 +1579,49 @@ static void test_elastic_two_losses(void **state) {
   assert_rank_files_equal(pa, pb, 2);
 }
 
+/* Elastic --resume, rank 1 lost while the ranks read the checkpoint
+ * (before the first commit): the survivors start again as the run began,
+ * resuming, which a smaller world cannot (the checkpoint names its np),
+ * so they stop saying so and leave the checkpoint as it was; they do not
+ * train from fresh weights over it. */
+static void test_elastic_resume_loss(void **state) {
+  (void)state;
+  const char *dir = tiny_set("elastic-resume");
+  char ck[160], pre[160], file[200];
+  snprintf(ck, sizeof ck, "%s/elrs", tmp);
+  snprintf(pre, sizeof pre, "%s/elrsw", tmp);
+  snprintf(file, sizeof file, "%s/last.hkckpt", ck);
+  const char *first[] = {"--checkpoint-dir", ck, NULL};
+  hkt_result r;
+  run_elastic_with("", 3, 2, dir, "24", "3", pre, first, &r);
+  assert_exit(&r, 0);
+  hkt_result_free(&r);
+  size_t la, lb;
+  unsigned char *before = read_all(file, &la);
+  const char *again[] = {"--checkpoint-dir", ck, "--resume", NULL};
+  run_elastic_with("1:21:checkpoint", 3, 2, dir, "24", "3", pre, again, &r);
+  char want[400];
+  snprintf(want, sizeof want,
+           "train: %s: checkpoint refused: settings differ: np is 3 in the "
+           "checkpoint, 2 in this run",
+           file);
+  if (r.timed_out || r.exit_code != 1 ||
+      hkt_count_lines(r.out, "[0] re-formed: 2 ranks, before the first "
+                             "commit: starting again") != 1 ||
+      hkt_count_lines(r.err, want) != 2 ||
+      hkt_count_lines(r.out, " loss ") != 0) {
+    dump(&r);
+    fail_msg("expected a re-form, then both survivors refusing the "
+             "checkpoint, exit 1");
+  }
+  hkt_result_free(&r);
+  unsigned char *after = read_all(file, &lb);
+  assert_int_equal(la, lb);
+  assert_memory_equal(before, after, la);
+  free(before);
+  free(after);
+}
+
 static int setup(void **state) {
   (void)state;
   return hkt_mkdtemp("hk_test_train.", tmp, sizeof tmp);
@@ -1617,6 +1660,7 @@ int main(void) {
       cmocka_unit_test(test_elastic_checkpoint_loss),
       cmocka_unit_test(test_elastic_below_min),
       cmocka_unit_test(test_elastic_two_losses),
+      cmocka_unit_test(test_elastic_resume_loss),
       cmocka_unit_test(test_metrics_and_plot),
       cmocka_unit_test(test_progress_not_a_terminal),
       cmocka_unit_test(test_progress_terminal),
