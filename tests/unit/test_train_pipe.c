@@ -173,6 +173,60 @@ static void test_same_batches_every_depth(void **state) {
   }
 }
 
+/* prefetch_aug_state before each batch, at `depth`, the producer filled
+ * up after every step (prefetch_wait_full) so that it has drawn ahead:
+ * states[k] gets the state batch k draws from. */
+static void aug_states_at(int depth, uint64_t *states) {
+  data_split s = split();
+  static uint32_t perm[N_IMAGES];
+  for (int i = 0; i < N_IMAGES; i++)
+    perm[i] = (uint32_t)((i * 37 + 11) % N_IMAGES);
+  rng aug, got;
+  rng_seed(&aug, 1234);
+  prefetch p;
+  assert_int_equal(prefetch_init(&p, depth, SHARD, NULL, NULL, NULL), 0);
+  assert_int_equal(prefetch_begin(&p, &s, perm, 1, STRIDE, SHARD, STEPS, &aug),
+                   0);
+  for (int k = 0; k < STEPS; k++) {
+    assert_int_equal(prefetch_wait_full(&p, 30, NULL), 0);
+    assert_int_equal(prefetch_aug_state(&p, &got), 0);
+    states[k] = got.state;
+    assert_non_null(prefetch_next(&p));
+    prefetch_release(&p);
+  }
+  assert_int_equal(prefetch_aug_state(&p, &got), -1); /* no batch left */
+  prefetch_end(&p);
+  prefetch_free(&p);
+}
+
+/* The augmentation rng a batch draws from, asked before it is taken, is
+ * the same at every depth (an elastic commit's copy, elastic.h): what the
+ * rng holds at that point with depth 0, not what the producer left it
+ * after the batches ahead. Without augmentation there is none. */
+static void test_aug_state_every_depth(void **state) {
+  (void)state;
+  uint64_t want[STEPS], got[STEPS];
+  aug_states_at(0, want);
+  assert_true(want[1] != want[0]);
+  const int depths[] = {1, 2, 4};
+  for (size_t d = 0; d < sizeof depths / sizeof *depths; d++) {
+    aug_states_at(depths[d], got);
+    for (int k = 0; k < STEPS; k++)
+      if (got[k] != want[k])
+        fail_msg("depth %d, batch %d: state %llx, depth 0 %llx", depths[d], k,
+                 (unsigned long long)got[k], (unsigned long long)want[k]);
+  }
+  data_split s = split();
+  static uint32_t perm[N_IMAGES];
+  prefetch p;
+  rng r;
+  assert_int_equal(prefetch_init(&p, 2, SHARD, NULL, NULL, NULL), 0);
+  assert_int_equal(prefetch_begin(&p, &s, perm, 0, SHARD, SHARD, 3, NULL), 0);
+  assert_int_equal(prefetch_aug_state(&p, &r), -1);
+  prefetch_end(&p);
+  prefetch_free(&p);
+}
+
 /* With a slow consumer the producer keeps ahead: every batch after the
  * first is ready when asked for (counted, not timed). Each step lasts
  * until the producer has filled the free slots (prefetch_wait_full: a
@@ -255,6 +309,7 @@ int main(void) {
       cmocka_unit_test(test_convert),
       cmocka_unit_test(test_augment),
       cmocka_unit_test(test_same_batches_every_depth),
+      cmocka_unit_test(test_aug_state_every_depth),
       cmocka_unit_test(test_ready_ahead_of_slow_step),
       cmocka_unit_test(test_early_end),
       cmocka_unit_test(test_stage_hook),
