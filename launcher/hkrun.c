@@ -816,7 +816,9 @@ static int run_hktopo(const char *argv0, const char *file) {
 }
 
 /* A misspelt HK_* variable is otherwise silently ignored: each one close
- * to a setting's name gets a warning naming that setting. */
+ * to a setting's name gets a warning naming that setting (the name in
+ * quotes when it holds more than letters, digits and '_', so that a blank
+ * in it shows). */
 static void warn_misspelt_env(void) {
   extern char **environ;
   for (char **e = environ; e && *e; e++) {
@@ -827,10 +829,13 @@ static void warn_misspelt_env(void) {
     memcpy(name, *e, (size_t)(eq - *e));
     name[eq - *e] = '\0';
     const char *near = hk_config_near_miss(name);
+    const char *plain = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                        "0123456789_";
+    const char *q = name[strspn(name, plain)] ? "'" : "";
     if (near)
       hk_log(HK_LOG_WARNING,
-             "%s is not an hk setting (did you mean %s?): it is ignored", name,
-             near);
+             "%s%s%s is not an hk setting (did you mean %s?): it is ignored", q,
+             name, q, near);
   }
 }
 

@@ -464,6 +464,27 @@ static void test_misspelt_variable(void **state) {
   hkt_result_free(&r);
 }
 
+/* A misspelt name with more than letters, digits and '_' (here a blank
+ * at its end, invisible otherwise) is quoted in the warning. */
+static void test_misspelt_variable_quoted(void **state) {
+  (void)state;
+  hkt_result r;
+  char *argv[] = {HKRUN_PATH, "-np", "1", "true", NULL};
+  char *env[] = {"HK_TIMEOUT_S =2", "HK_FUSION-THRESHOLD=1", NULL};
+  run_expect(argv, env, 0, &r);
+  if (hkt_count_lines(r.err, "hkrun warning: 'HK_TIMEOUT_S ' is not an hk "
+                             "setting (did you mean HK_TIMEOUT_S?): it is "
+                             "ignored") != 1 ||
+      hkt_count_lines(r.err,
+                      "hkrun warning: 'HK_FUSION-THRESHOLD' is not an "
+                      "hk setting (did you mean HK_FUSION_THRESHOLD?)") != 1 ||
+      hkt_count_lines(r.err, "not an hk setting") != 2) {
+    dump(&r);
+    fail_msg("expected the two names quoted, once each");
+  }
+  hkt_result_free(&r);
+}
+
 static void test_check_build_and_refusals(void **state) {
   (void)state;
   hkt_result r;
@@ -522,6 +543,7 @@ int main(void) {
       cmocka_unit_test(test_network_interface),
       cmocka_unit_test(test_check_build_and_refusals),
       cmocka_unit_test(test_misspelt_variable),
+      cmocka_unit_test(test_misspelt_variable_quoted),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
