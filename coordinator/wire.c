@@ -167,6 +167,18 @@ hk_status hk_wire_encode(const hk_msg *m, hk_buf *out) {
   case HK_MSG_GOODBYE:
     put_i32(&w, m->u.goodbye.rank);
     break;
+  case HK_MSG_AGENT:
+    put_i32(&w, m->u.agent.base);
+    put_i32(&w, m->u.agent.nslots);
+    put_i32(&w, m->u.agent.size);
+    put_str(&w, m->u.agent.host, HK_WIRE_MAX_HOST_LEN, "host name");
+    break;
+  case HK_MSG_EXIT:
+    put_i32(&w, m->u.exit.slot);
+    put_i32(&w, m->u.exit.pid);
+    put_i32(&w, m->u.exit.status);
+    put_i32(&w, m->u.exit.signal);
+    break;
   case HK_MSG_REQUESTS:
     put_u8(&w, m->u.requests.shutdown);
     put_u32(&w, m->u.requests.n);
@@ -503,7 +515,7 @@ hk_status hk_wire_header(const uint8_t hdr[HK_WIRE_HEADER_LEN], uint8_t *type,
     return hk_fail(HK_ERR_PROTOCOL,
                    "wire version %u, this build speaks version %u", hdr[2],
                    HK_WIRE_VERSION);
-  if (hdr[3] < HK_MSG_REGISTER || hdr[3] > HK_MSG_RESET)
+  if (hdr[3] < HK_MSG_REGISTER || hdr[3] > HK_MSG_LAST)
     return hk_fail(HK_ERR_PROTOCOL, "unknown message type %u", hdr[3]);
   uint32_t len = 0;
   for (int i = 0; i < 4; i++)
@@ -572,6 +584,30 @@ static void decode_payload(reader *r, hk_msg *m) {
     m->u.goodbye.rank = get_i32(r, "rank");
     check(r, m->u.goodbye.rank >= 0 && m->u.goodbye.rank < HK_WIRE_MAX_RANKS,
           "rank %lld out of range", m->u.goodbye.rank);
+    break;
+  case HK_MSG_AGENT:
+    m->u.agent.base = get_i32(r, "base slot");
+    m->u.agent.nslots = get_i32(r, "slot count");
+    m->u.agent.size = get_i32(r, "size");
+    get_str(r, m->u.agent.host, HK_WIRE_MAX_HOST_LEN, "host name");
+    check(r, m->u.agent.nslots >= 0 && m->u.agent.nslots <= HK_WIRE_MAX_RANKS,
+          "slot count %lld out of range", m->u.agent.nslots);
+    check(r, m->u.agent.size >= 0 && m->u.agent.size <= HK_WIRE_MAX_RANKS,
+          "size %lld out of range", m->u.agent.size);
+    check(r, m->u.agent.base >= -1 && m->u.agent.base < HK_WIRE_MAX_RANKS,
+          "base slot %lld out of range", m->u.agent.base);
+    break;
+  case HK_MSG_EXIT:
+    m->u.exit.slot = get_i32(r, "slot");
+    m->u.exit.pid = get_i32(r, "pid");
+    m->u.exit.status = get_i32(r, "exit status");
+    m->u.exit.signal = get_i32(r, "signal");
+    check(r, m->u.exit.slot >= -1 && m->u.exit.slot < HK_WIRE_MAX_RANKS,
+          "slot %lld out of range", m->u.exit.slot);
+    check(r, m->u.exit.status >= 0 && m->u.exit.status <= 255,
+          "exit status %lld out of range", m->u.exit.status);
+    check(r, m->u.exit.signal >= 0 && m->u.exit.signal < 128,
+          "signal %lld out of range", m->u.exit.signal);
     break;
   case HK_MSG_REQUESTS: {
     m->u.requests.shutdown = get_u8(r, "shutdown flag");

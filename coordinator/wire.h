@@ -25,11 +25,12 @@
 #include "hk/hk.h"
 
 #define HK_WIRE_VERSION                                                        \
-  10 /* 3: HK_MSG_GOODBYE; 4: RESPONSES.answer; 5: request memory kind;        \
+  11 /* 3: HK_MSG_GOODBYE; 4: RESPONSES.answer; 5: request memory kind;        \
         6: REQUESTS.sample (telemetry), HK_MSG_MONITOR; 7: request process     \
         set and shape; 8: process sets: RESPONSES.set, each cache bit's set    \
         in REQUESTS, HK_COLL_SET_ADD and HK_COLL_SET_REMOVE; 9: HK_MSG_RESET;  \
-        10: RESPONSES.tune (the autotuner's agreed settings) */
+        10: RESPONSES.tune (the autotuner's agreed settings); 11: HK_MSG_AGENT \
+        and HK_MSG_EXIT (multi-host elastic agents) */
 #define HK_WIRE_HEADER_LEN 8
 #define HK_WIRE_MAX_PAYLOAD (64u << 20) /* bytes */
 #define HK_WIRE_MAX_HOST_LEN 255        /* bytes, excluding NUL */
@@ -63,7 +64,18 @@ typedef enum hk_msg_type {
   HK_MSG_RESET = 9,     /* hkrun -> worker, elastic jobs: a rank was lost,
                            the job re-forms (register again); u.abort's
                            fields, rank = the lost worker's slot */
+  HK_MSG_AGENT = 10,    /* an hkrun agent -> the rendezvous: this host
+                           starts nslots workers (base -1); the answer,
+                           rendezvous -> agent: their first slot (base)
+                           and the job's size (launcher/agent.h) */
+  HK_MSG_EXIT = 11,     /* agent -> rendezvous: the worker of slot exited
+                           (its pid, status, signal); rendezvous -> agent:
+                           the job is over (slot -1, status = the job's
+                           exit status) */
 } hk_msg_type;
+
+/** The last hk_msg_type (the decoder's bound). */
+#define HK_MSG_LAST HK_MSG_EXIT
 
 /** Which collective a request asks for. */
 typedef enum hk_coll {
@@ -316,6 +328,19 @@ typedef struct hk_msg {
                             only, with n > 0) */
       hk_wire_tune tune; /* inline: no allocation */
     } responses;
+    struct {
+      int32_t base;   /* the agent's first slot; -1 in the request */
+      int32_t nslots; /* the workers it starts, 0..HK_WIRE_MAX_RANKS */
+      int32_t size;   /* the job's slots (answer); 0 in the request */
+      char host[HK_WIRE_MAX_HOST_LEN + 1]; /* the agent's host name */
+    } agent;
+    struct {
+      int32_t slot;   /* the worker's slot, or -1: the job is over */
+      int32_t pid;    /* the worker's pid (0 with slot -1) */
+      int32_t status; /* its exit status (0..255) when signal is 0; with
+                         slot -1 the job's exit status */
+      int32_t signal; /* the signal that killed it, or 0 */
+    } exit;
     struct {
       char *text; /* lines of the live table, at most
                      HK_WIRE_MAX_MONITOR_LEN bytes, no NUL; owned by the

@@ -340,9 +340,53 @@ static void test_goodbye(void **state) {
   assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_ERR_PROTOCOL);
   assert_non_null(strstr(hk_last_error(), "trailing"));
   b.data[4] = 4;
-  b.data[3] = HK_MSG_RESET + 1;
+  b.data[3] = HK_MSG_LAST + 1;
   assert_int_equal(hk_wire_decode(b.data, b.len - 1, &d), HK_ERR_PROTOCOL);
   assert_non_null(strstr(hk_last_error(), "unknown message type"));
+  hk_buf_free(&b);
+}
+
+/* AGENT {base, nslots, size, host} and EXIT {slot, pid, status, signal}
+ * (hkrun's agents): round-trip; out-of-range fields are rejected naming
+ * them. */
+static void test_agent_and_exit(void **state) {
+  (void)state;
+  hk_buf b = {0};
+  hk_msg d;
+  hk_msg a = {.type = HK_MSG_AGENT};
+  a.u.agent.base = -1;
+  a.u.agent.nslots = 2;
+  strcpy(a.u.agent.host, "10.0.0.2");
+  encode(&a, &b);
+  assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_OK);
+  assert_int_equal(d.type, HK_MSG_AGENT);
+  assert_int_equal(d.u.agent.base, -1);
+  assert_int_equal(d.u.agent.nslots, 2);
+  assert_int_equal(d.u.agent.size, 0);
+  assert_string_equal(d.u.agent.host, "10.0.0.2");
+  hk_msg_free(&d);
+  a.u.agent.nslots = -1;
+  encode(&a, &b);
+  assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_ERR_PROTOCOL);
+  assert_non_null(strstr(hk_last_error(), "slot count -1 out of range"));
+
+  hk_msg e = {.type = HK_MSG_EXIT};
+  e.u.exit.slot = 3;
+  e.u.exit.pid = 812;
+  e.u.exit.signal = 9;
+  encode(&e, &b);
+  assert_int_equal(b.len, HK_WIRE_HEADER_LEN + 16);
+  assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_OK);
+  assert_int_equal(d.type, HK_MSG_EXIT);
+  assert_int_equal(d.u.exit.slot, 3);
+  assert_int_equal(d.u.exit.pid, 812);
+  assert_int_equal(d.u.exit.status, 0);
+  assert_int_equal(d.u.exit.signal, 9);
+  hk_msg_free(&d);
+  e.u.exit.status = 256;
+  encode(&e, &b);
+  assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_ERR_PROTOCOL);
+  assert_non_null(strstr(hk_last_error(), "exit status 256 out of range"));
   hk_buf_free(&b);
 }
 
@@ -653,6 +697,7 @@ int main(void) {
       cmocka_unit_test(test_small_messages_roundtrip),
       cmocka_unit_test(test_hello_streams),
       cmocka_unit_test(test_goodbye),
+      cmocka_unit_test(test_agent_and_exit),
       cmocka_unit_test(test_truncated_rejected),
       cmocka_unit_test(test_oversized_rejected),
       cmocka_unit_test(test_bad_fields_rejected),
