@@ -122,6 +122,7 @@ typedef enum opt_id {
   O_ELASTIC_TIMEOUT,
   O_RESET_LIMIT,
   O_COOLDOWN, /* takes two values: A B */
+  O_RDZV,
   O_TUNE_LOG,
   O_TUNE_SAVE,
   O_TUNE_LOAD,
@@ -202,6 +203,7 @@ static const opt_def options[] = {
     {"--elastic-timeout", O_ELASTIC_TIMEOUT, 1, NULL},
     {"--reset-limit", O_RESET_LIMIT, 1, NULL},
     {"--blacklist-cooldown-range", O_COOLDOWN, 1, NULL},
+    {"--rdzv-endpoint", O_RDZV, 1, NULL},
     {"--tag-output", O_TAG_OUTPUT, 0, NULL},
     {"--no-tag-output", O_NO_TAG_OUTPUT, 0, NULL},
     {"-v", O_VERBOSE, 0, NULL},
@@ -374,6 +376,12 @@ static int parse_value(const opt_def *o, const char *name, const char *value,
   double d;
   switch (o->id) {
   case O_NP:
+    if (strcmp(value, "0") == 0) { /* an agent without workers, only */
+      out->np = 0;
+      out->np_zero = 1;
+      return 0;
+    }
+    out->np_zero = 0;
     if (parse_int(name, value, HKRUN_MAX_NP, &v, err, err_cap) != 0)
       return -1;
     out->np = (int)v;
@@ -454,6 +462,23 @@ static int parse_value(const opt_def *o, const char *name, const char *value,
                   value);
     out->elastic_timeout = value;
     return 0;
+  case O_RDZV: {
+    const char *colon = strrchr(value, ':');
+    char *end = NULL;
+    long port = colon ? strtol(colon + 1, &end, 10) : 0;
+    size_t hl = colon ? (size_t)(colon - value) : 0;
+    if (!colon || hl == 0 || hl >= sizeof out->rdzv_host || !colon[1] || *end ||
+        port < 1 || port > 65535)
+      return fail(err, err_cap,
+                  "%s: '%s' is not HOST:PORT (the rendezvous agent's address "
+                  "and a port 1..65535)",
+                  name, value);
+    memcpy(out->rdzv_host, value, hl);
+    out->rdzv_host[hl] = '\0';
+    out->rdzv_port = (int)port;
+    out->rdzv_endpoint = value;
+    return 0;
+  }
   case O_COOLDOWN: /* the first of its two values; the caller reads B */
     return parse_seconds(name, value, &out->cooldown_lo_s, err, err_cap);
   case O_TIMELINE:
@@ -593,10 +618,53 @@ static int apply_flag(const opt_def *o, hkrun_args *out) {
   return 0;
 }
 
+/* Agent mode (--rdzv-endpoint): an elastic job over several hosts, this
+ * hkrun starting its own host's -np workers (0 allowed). */
+static int check_agent(hkrun_args *out, char *err, size_t err_cap) {
+  out->elastic = 1;
+  if (out->hosts || out->hostfile || out->mpi)
+    return fail(err, err_cap,
+                "--rdzv-endpoint runs one hkrun agent per host, each "
+                "starting its own host's workers: %s (a job hkrun starts "
+                "through mpirun) cannot be given with it",
+                out->hosts      ? "-H"
+                : out->hostfile ? "--hostfile"
+                                : "--mpi");
+  if (out->discovery_script)
+    return fail(err, err_cap,
+                "--rdzv-endpoint: --host-discovery-script is not used by "
+                "agents (each host's agent joins the job itself)");
+  if (out->np == 0 && !out->np_zero)
+    return fail(err, err_cap,
+                "--rdzv-endpoint: -np N is required (this host's workers; "
+                "0 for an agent that only holds the rendezvous)");
+  if (out->max_np == 0)
+    return fail(err, err_cap,
+                "--rdzv-endpoint: --max-np N is required (the job's workers "
+                "over every agent; it starts when N have joined)");
+  if (out->min_np == 0)
+    out->min_np = 1;
+  if (out->min_np > out->max_np)
+    return fail(err, err_cap, "--min-np %d is more than --max-np %d",
+                out->min_np, out->max_np);
+  if (out->np > out->max_np)
+    return fail(err, err_cap,
+                "-np %d is more than --max-np %d (the job's workers over "
+                "every agent)",
+                out->np, out->max_np);
+  return 0;
+}
+
 /* The elastic flags together (after the loop): elastic mode is implied by
  * --min-np, --max-np or --host-discovery-script; the other elastic flags
  * need it; -np defaults to --min-np and must lie in [min, max]. */
 static int check_elastic(hkrun_args *out, char *err, size_t err_cap) {
+  if (out->np_zero && !out->rdzv_endpoint)
+    return fail(err, err_cap,
+                "-np: '0' is not a positive integer (-np 0 is for an agent "
+                "without workers: --rdzv-endpoint)");
+  if (out->rdzv_endpoint)
+    return check_agent(out, err, err_cap);
   out->elastic = out->min_np > 0 || out->max_np > 0 || out->discovery_script;
   const char *only = out->slots_per_host       ? "--slots-per-host"
                      : out->elastic_timeout    ? "--elastic-timeout"
@@ -615,7 +683,8 @@ static int check_elastic(hkrun_args *out, char *err, size_t err_cap) {
     return fail(err, err_cap,
                 "an elastic job (--min-np, --max-np, "
                 "--host-discovery-script) runs on this host only: hkrun "
-                "cannot start one across hosts yet (%s)",
+                "cannot start one across hosts (%s); run one hkrun agent "
+                "per host with --rdzv-endpoint instead",
                 out->hosts      ? "-H"
                 : out->hostfile ? "--hostfile"
                                 : "--mpi");
@@ -746,7 +815,7 @@ int hkrun_args_parse(int argc, char **argv, hkrun_args *out, char *err,
     return fail(err, err_cap, "give -H or --hostfile, not both");
   if (check_elastic(out, err, err_cap) != 0)
     return -1;
-  if (out->np == 0 && !out->hosts && !out->hostfile)
+  if (out->np == 0 && !out->hosts && !out->hostfile && !out->rdzv_endpoint)
     return fail(err, err_cap, "-np N is required");
   const char *needs = out->autotune_log      ? "--autotune-log-file"
                       : out->autotune_save   ? "--autotune-save"
@@ -929,7 +998,7 @@ const char *hkrun_usage(void) {
          "  --oversubscribe, --allow-run-as-root   accepted (hkrun never\n"
          "                       refuses either)\n"
          "\n"
-         "elastic (docs/elastic.md; on this host only):\n"
+         "elastic (docs/elastic.md):\n"
          "  --min-np N           an elastic job: a lost worker does not end\n"
          "                       it while N are left; the survivors get\n"
          "                       HK_ERR_RANKS_CHANGED and re-form with\n"
@@ -945,6 +1014,12 @@ const char *hkrun_usage(void) {
          "  --blacklist-cooldown-range A B\n"
          "                       accepted and checked (A <= B seconds);\n"
          "                       one host has nothing to blacklist\n"
+         "  --rdzv-endpoint HOST:PORT\n"
+         "                       an agent: this hkrun starts -np workers\n"
+         "                       (0: none) of a job over several hosts,\n"
+         "                       one agent per host, meeting at HOST:PORT\n"
+         "                       (the agent on HOST holds it); needs\n"
+         "                       --max-np and the same HK_SECRET on each\n"
          "\n"
          "hk's own:\n"
          "  --grace-period S     seconds between a failure and SIGTERM to\n"

@@ -126,6 +126,14 @@ typedef struct hkrun_args {
   const char *elastic_timeout;  /* --elastic-timeout S as given, or NULL */
   double elastic_timeout_s;     /* ... in seconds (> 0; default 600) */
   int reset_limit;              /* --reset-limit N; 0: no limit */
+  /* Agent mode (--rdzv-endpoint HOST:PORT; launcher/agent.h): one hkrun
+   * per host, elastic; np is this host's workers (0 allowed: -np 0 is
+   * given as np_zero), max_np is required (the job's workers over every
+   * agent), min_np <= max_np. -H/--hostfile/--mpi are refused. */
+  const char *rdzv_endpoint;           /* as given, or NULL */
+  char rdzv_host[256];                 /* its HOST */
+  int rdzv_port;                       /* its PORT, 1..65535 */
+  int np_zero;                         /* -np 0 was given */
   double cooldown_lo_s, cooldown_hi_s; /* --blacklist-cooldown-range A B,
                                           seconds; -1 when not given */
   /* The autotuner (worker/tune.h). Numbers are checked here against the

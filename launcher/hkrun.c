@@ -75,13 +75,18 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <netdb.h>
+#include <netinet/in.h>
 
+#include "collectives/transport/iface.h"
 #include "common/auth.h"
 #include "common/config.h"
 #include "common/flight_record.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "launcher/agent.h"
 #include "launcher/args.h"
 #include "launcher/bind.h"
 #include "launcher/build_info.h"
@@ -127,12 +132,25 @@ typedef struct job {
                                  exit 0 is judged without its GOODBYE; 0
                                  when no verdict waits for rank r */
   int waiting;                /* verdicts waiting for the rendezvous */
+  int size;                   /* the job's slots: -np, or with
+                                 --rdzv-endpoint --max-np (every agent's) */
+  hk_worker *remote;          /* agents: size entries, the records of the
+                                 other agents' workers (slots from -np on;
+                                 set from their EXIT) */
+  char (*remote_why)[200];    /* agents: size entries; "" or how a remote
+                                 worker was lost with its host */
+  int remote_running;         /* agents: their workers not yet exited */
   hk_live live;               /* --monitor's display (launcher/monitor.h) */
   int failing;   /* a failure or a signal has started the teardown */
   int exit_code; /* decided by the first such event */
   int signals_received;
   int closed; /* close_job ran */
 } job;
+
+/* The record of slot's worker: one of ours, or (agents) another host's. */
+static hk_worker *slot_worker(job *j, int slot) {
+  return slot < j->args->np ? &j->workers.w[slot] : &j->remote[slot];
+}
 
 static uint64_t grace_ms(const job *j) {
   return (uint64_t)(j->args->grace_period_s * 1000.0 + 0.5);
@@ -177,8 +195,14 @@ static void stop_waiting(job *j);
 
 /* The job is over once every worker has exited and been judged. */
 static void maybe_close_job(job *j) {
-  if (j->workers.running == 0 && j->waiting == 0)
-    close_job(j);
+  if (j->workers.running > 0 || j->remote_running > 0 || j->waiting > 0)
+    return;
+  if (j->args->rdzv_endpoint) { /* every slot's worker has exited */
+    if (hk_rdv_claimed(j->rdv) < j->size && !j->failing)
+      return; /* an agent is still to come */
+    hk_rdv_agents_end(j->rdv, j->exit_code);
+  }
+  close_job(j);
 }
 
 /* Elastic: fails the job (every registered worker is told reason). */
@@ -251,7 +275,7 @@ static void form_timeout(uv_timer_t *t) {
   for (int i = 0; i < n && i < 16; i++) {
     size_t k = strlen(who);
     snprintf(who + k, sizeof who - k, "%s%d (pid %d)", i ? ", " : "", slots[i],
-             j->workers.w[slots[i]].pid);
+             slot_worker(j, slots[i])->pid);
   }
   char reason[600];
   snprintf(reason, sizeof reason,
@@ -274,14 +298,14 @@ static void elastic_loss(job *j, hk_worker *w, const char *what) {
   int na = hk_rdv_awaited(j->rdv, slots, 64);
   for (int i = 0; i < na && i < 64; i++)
     awaited |= slots[i] == w->rank;
-  char how[256];
+  char how[384];
   snprintf(how, sizeof how, "%s%s", what,
            awaited && !w->term_signal
                ? " instead of calling hk_elastic_reset (a program not "
                  "written for elastic jobs: docs/elastic.md)"
                : "");
   what = how;
-  char reason[384];
+  char reason[448];
   snprintf(reason, sizeof reason, "rank %d (pid %d) %s", w->rank, w->pid, what);
   size_t n = strlen(j->lost);
   snprintf(j->lost + n, sizeof j->lost - n, "%srank %d (pid %d) %s",
@@ -294,7 +318,7 @@ static void elastic_loss(job *j, hk_worker *w, const char *what) {
                   w->term_signal, reason);
   int left = hk_rdv_alive(j->rdv);
   if (a->reset_limit && gen > a->reset_limit) {
-    char why[512];
+    char why[600];
     snprintf(why, sizeof why,
              "%s: the elastic job would re-form %d times, more than "
              "--reset-limit %d",
@@ -330,8 +354,10 @@ static void elastic_loss(job *j, hk_worker *w, const char *what) {
  * job: a loss, elastic_loss). */
 static void judge(job *j, hk_worker *w, int no_goodbye) {
   int failed = w->term_signal != 0 || w->exit_status != 0 || no_goodbye;
-  char what[128];
-  if (w->term_signal)
+  char what[224];
+  if (j->remote_why && w->rank >= j->args->np && j->remote_why[w->rank][0])
+    snprintf(what, sizeof what, "%s", j->remote_why[w->rank]);
+  else if (w->term_signal)
     snprintf(what, sizeof what, "was killed by signal %d", w->term_signal);
   else
     snprintf(what, sizeof what, "exited with status %lld%s",
@@ -381,11 +407,11 @@ static void judge(job *j, hk_worker *w, int no_goodbye) {
 /* The job failed (or hkrun was signalled): verdicts still waiting for a
  * GOODBYE no longer matter; judge those exits as they are. */
 static void stop_waiting(job *j) {
-  for (int r = 0; r < j->args->np && j->waiting > 0; r++)
+  for (int r = 0; r < j->size && j->waiting > 0; r++)
     if (j->goodbye_deadline[r]) {
       j->goodbye_deadline[r] = 0;
       j->waiting--;
-      judge(j, &j->workers.w[r], 0);
+      judge(j, slot_worker(j, r), 0);
     }
   if (!j->closed)
     uv_timer_stop(&j->goodbye_timer);
@@ -394,7 +420,7 @@ static void stop_waiting(job *j) {
 static void goodbye_timeout(uv_timer_t *t) {
   job *j = t->data;
   uint64_t now = uv_now(&j->loop), next = 0;
-  for (int r = 0; r < j->args->np && j->waiting > 0 && !j->closed; r++) {
+  for (int r = 0; r < j->size && j->waiting > 0 && !j->closed; r++) {
     uint64_t d = j->goodbye_deadline[r];
     if (!d)
       continue;
@@ -405,7 +431,7 @@ static void goodbye_timeout(uv_timer_t *t) {
              r, GOODBYE_WAIT_MS);
       j->goodbye_deadline[r] = 0;
       j->waiting--;
-      judge(j, &j->workers.w[r], 1);
+      judge(j, slot_worker(j, r), 1);
       continue;
     }
     if (d <= now) /* bytes are waiting: the loop reads them next */
@@ -447,7 +473,7 @@ static void on_rank_settled(int rank, hk_rdv_rank_state state, void *ctx) {
     return; /* its worker is running: its exit will look it up */
   j->goodbye_deadline[rank] = 0;
   j->waiting--;
-  judge(j, &j->workers.w[rank], state == HK_RDV_LEFT);
+  judge(j, slot_worker(j, rank), state == HK_RDV_LEFT);
 }
 
 static void on_signal(uv_signal_t *h, int signum) {
@@ -522,23 +548,28 @@ static void start_timeout(uv_timer_t *t) {
   job *j = t->data;
   if (j->failing || j->closed)
     return;
-  int np = j->args->np, joined = 0, nmiss = 0;
+  int np = j->size, joined = 0, nmiss = 0;
   char miss[512] = "", pids[512] = "";
   int first = -1;
   for (int r = 0; r < np; r++) {
     if (hk_rdv_rank(j->rdv, r) != HK_RDV_UNREGISTERED ||
-        (j->args->elastic && j->workers.w[r].exited)) {
+        (j->args->elastic && slot_worker(j, r)->exited)) {
       joined++; /* (elastic: a lost worker is not waited for) */
       continue;
     }
     if (first < 0)
       first = r;
-    const hk_worker *w = &j->workers.w[r];
+    const hk_worker *w = slot_worker(j, r);
     size_t m = strlen(miss), p = strlen(pids);
     if (nmiss < 16) {
       snprintf(miss + m, sizeof miss - m, "%s%d", nmiss ? ", " : "", r);
-      snprintf(pids + p, sizeof pids - p, "%s%d (pid %d%s)", nmiss ? ", " : "",
-               r, w->pid, w->exited ? ", exited" : "");
+      if (w->pid > 0)
+        snprintf(pids + p, sizeof pids - p, "%s%d (pid %d%s)",
+                 nmiss ? ", " : "", r, w->pid, w->exited ? ", exited" : "");
+      else /* an agent's slot: no agent took it, or its worker is away */
+        snprintf(pids + p, sizeof pids - p, "%s%d (%s)", nmiss ? ", " : "", r,
+                 r < hk_rdv_claimed(j->rdv) ? "another host's"
+                                            : "no agent took it");
     } else if (nmiss == 16) {
       snprintf(miss + m, sizeof miss - m, ", ...");
       snprintf(pids + p, sizeof pids - p, ", ...");
@@ -565,36 +596,98 @@ static void start_timeout(uv_timer_t *t) {
   stop_waiting(j);
 }
 
-/* Sets up the loop-owned parts of the job. Returns 0, or 1 after saying
- * why not (nothing was started then). */
+/* Agents (--rdzv-endpoint): another host's agent joined, its worker
+ * exited, or its connection ended (then each of its workers still
+ * running is lost with its host). Exits go through the same verdicts as
+ * this host's workers'. */
+static void on_agent_event(const hk_rdv_agent_event *ev, void *ctx) {
+  job *j = ctx;
+  if (j->closed)
+    return;
+  if (ev->kind == HK_RDV_AGENT_JOINED) {
+    for (int s = ev->base; s < ev->base + ev->nslots; s++)
+      j->remote[s].rank = s;
+    j->remote_running += ev->nslots;
+    if (j->args->verbose)
+      hk_out_say("agent on host %s (%s) joined: %d worker%s, slots %d..%d",
+                 ev->host, ev->addr, ev->nslots, ev->nslots == 1 ? "" : "s",
+                 ev->base, ev->base + ev->nslots - 1);
+    return;
+  }
+  for (int s = ev->base; s < ev->base + ev->nslots; s++) {
+    hk_worker *w = &j->remote[s];
+    if (w->exited || (ev->kind == HK_RDV_AGENT_EXIT && s != ev->slot))
+      continue;
+    w->exited = 1;
+    j->remote_running--;
+    if (ev->kind == HK_RDV_AGENT_EXIT) {
+      w->pid = ev->pid;
+      w->exit_status = ev->signal ? 0 : ev->status;
+      w->term_signal = ev->signal;
+    } else { /* its host is lost: as if killed */
+      w->term_signal = SIGKILL;
+      snprintf(j->remote_why[s], sizeof j->remote_why[s],
+               "was lost with its host %s (its agent's connection from %s "
+               "ended: %s)",
+               ev->host, ev->addr, ev->why);
+    }
+    on_worker_exit(w, j);
+  }
+}
+
 /* --monitor: rank 0 sent its table (launcher/monitor.h). */
 static void on_monitor_table(const char *text, void *ctx) {
   job *j = ctx;
   hk_live_show(&j->live, text);
 }
 
-static int setup(job *j, hk_secret *secret, uint16_t *port) {
+/* Sets up the loop-owned parts of the job. Returns 0, or 1 after saying
+ * why not (nothing was started then). With rdzv_ip (agents), the
+ * rendezvous listens on rdzv_ip at --rdzv-endpoint's port, with *secret
+ * as given; else on 127.0.0.1 with a fresh one. */
+static int setup(job *j, hk_secret *secret, const char *rdzv_ip,
+                 uint16_t *port) {
   int rc = uv_loop_init(&j->loop);
   if (rc != 0) {
     hk_out_say("uv_loop_init: %s", uv_strerror(rc));
     return 1;
   }
-  j->goodbye_deadline =
-      calloc((size_t)j->args->np, sizeof *j->goodbye_deadline);
-  if (!j->goodbye_deadline) {
-    hk_out_say("out of memory for %d ranks", j->args->np);
+  j->size = rdzv_ip ? j->args->max_np : j->args->np;
+  j->goodbye_deadline = calloc((size_t)j->size, sizeof *j->goodbye_deadline);
+  if (rdzv_ip) {
+    j->remote = calloc((size_t)j->size, sizeof *j->remote);
+    j->remote_why = calloc((size_t)j->size, sizeof *j->remote_why);
+  }
+  if (!j->goodbye_deadline || (rdzv_ip && (!j->remote || !j->remote_why))) {
+    hk_out_say("out of memory for %d ranks", j->size);
     return 1;
   }
-  if (hk_secret_generate(secret) != HK_OK ||
-      hk_rdv_start(&j->loop, j->args->np, secret, on_rank_settled, j, &j->rdv,
-                   port) != HK_OK) {
-    hk_out_say("%s", hk_last_error());
+  hk_status st = rdzv_ip ? hk_rdv_start_on(&j->loop, j->size, secret, rdzv_ip,
+                                           (uint16_t)j->args->rdzv_port,
+                                           on_rank_settled, j, &j->rdv, port)
+                 : hk_secret_generate(secret) != HK_OK
+                     ? HK_ERR_SYSTEM
+                     : hk_rdv_start(&j->loop, j->size, secret, on_rank_settled,
+                                    j, &j->rdv, port);
+  if (st != HK_OK) {
+    if (rdzv_ip)
+      hk_out_say("--rdzv-endpoint %s: %s", j->args->rdzv_endpoint,
+                 hk_last_error());
+    else
+      hk_out_say("%s", hk_last_error());
     return 1;
   }
   if (j->args->elastic &&
       hk_rdv_set_elastic(j->rdv, j->args->min_np) != HK_OK) {
     hk_out_say("%s", hk_last_error());
     return 1;
+  }
+  if (rdzv_ip) { /* this host's workers take the first slots */
+    hk_config tc;
+    hk_rdv_set_agents(
+        j->rdv, on_agent_event, j,
+        hk_config_load_var(&tc, "HK_TIMEOUT_S") == HK_OK ? tc.timeout_s : 60);
+    hk_rdv_claim(j->rdv, j->args->np);
   }
   if (j->args->monitor) { /* rank 0's table, on stdout */
     hk_live_init(&j->live, 1);
@@ -680,7 +773,8 @@ static cpu_set_t *bind_masks(const hkrun_args *args, int *failed) {
   return masks;
 }
 
-static int run_job(const hkrun_args *args) {
+static int run_job(const hkrun_args *args, const char *rdzv_ip,
+                   const hk_secret *given) {
   if (args->elastic && args->discovery_script) {
     /* a script that cannot run is a bad command line, found now rather
      * than when the job would need it */
@@ -698,17 +792,22 @@ static int run_job(const hkrun_args *args) {
   memset(&j, 0, sizeof j);
   j.args = args;
   hk_secret secret;
+  if (given)
+    secret = *given;
   uint16_t port = 0;
-  if (setup(&j, &secret, &port) != 0) {
+  if (setup(&j, &secret, rdzv_ip, &port) != 0) {
     hk_rdv_close(j.rdv);
     uv_run(&j.loop, UV_RUN_DEFAULT); /* lets the server close */
     uv_loop_close(&j.loop);
     free(j.goodbye_deadline);
+    free(j.remote);
+    free(j.remote_why);
     return 1;
   }
 
-  char rendezvous[32], secret_hex[2 * HK_SECRET_LEN + 1];
-  snprintf(rendezvous, sizeof rendezvous, "127.0.0.1:%u", (unsigned)port);
+  char rendezvous[300], secret_hex[2 * HK_SECRET_LEN + 1];
+  snprintf(rendezvous, sizeof rendezvous, "%s:%u",
+           rdzv_ip ? rdzv_ip : "127.0.0.1", (unsigned)port);
   hk_secret_format(&secret, secret_hex);
   if (args->verbose) /* the pid is what hkrun --dump PID takes */
     hk_out_say("hkrun pid %ld: rendezvous listening on %s", (long)getpid(),
@@ -735,6 +834,7 @@ static int run_job(const hkrun_args *args) {
       .file_mode = fm.file_mode,
       .cpu_masks = masks,
       .size = args->np,
+      .job_size = j.size,
       .rendezvous = rendezvous,
       .secret_hex = secret_hex,
       .launcher_pid = (int)getpid(),
@@ -744,7 +844,10 @@ static int run_job(const hkrun_args *args) {
       .on_exit = on_worker_exit,
       .ctx = &j,
   };
-  if (hk_workers_init(&j.workers, &j.loop, &so) != HK_OK) {
+  if (args->np == 0) { /* an agent holding only the rendezvous */
+    uv_timer_start(&j.start_timer, start_timeout,
+                   (uint64_t)(j.start_timeout_s * 1000.0 + 0.5), 0);
+  } else if (hk_workers_init(&j.workers, &j.loop, &so) != HK_OK) {
     hk_out_say("%s", hk_last_error());
     close_job(&j);
     uv_run(&j.loop, UV_RUN_DEFAULT);
@@ -752,8 +855,7 @@ static int run_job(const hkrun_args *args) {
     free(j.goodbye_deadline);
     free(masks);
     return 1;
-  }
-  if (hk_workers_start(&j.workers) != HK_OK) {
+  } else if (hk_workers_start(&j.workers) != HK_OK) {
     hk_out_say("%s", hk_last_error());
     j.failing = 1;
     j.exit_code = 127;
@@ -776,8 +878,70 @@ static int run_job(const hkrun_args *args) {
     hk_log(HK_LOG_WARNING, "the event loop still had open handles");
   hk_workers_free(&j.workers);
   free(j.goodbye_deadline);
+  free(j.remote);
+  free(j.remote_why);
   free(masks);
   return j.exit_code;
+}
+
+/* 1 if ip (numeric IPv4) is an address of this machine. */
+static int is_local_address(const char *ip) {
+  if (strncmp(ip, "127.", 4) == 0)
+    return 1;
+  hk_iface_entry v[64];
+  int n = hk_iface_list(v, 64);
+  for (int i = 0; i < n && i < 64; i++)
+    if (v[i].has_ipv4 && strcmp(v[i].addr, ip) == 0)
+      return 1;
+  return 0;
+}
+
+/* --rdzv-endpoint HOST:PORT (launcher/agent.h; docs/elastic.md): the
+ * agent on HOST holds the rendezvous and runs its workers as hkrun runs
+ * a local elastic job; any other joins it. Both need HK_SECRET. */
+static int run_agent(const hkrun_args *args) {
+  hk_config cfg;
+  hk_secret secret;
+  if (hk_config_load_var(&cfg, "HK_SECRET") != HK_OK ||
+      hk_secret_parse(cfg.secret, &secret) != HK_OK) {
+    hk_out_say("--rdzv-endpoint: %s: every agent of the job needs the same "
+               "secret in HK_SECRET (64 hex digits, e.g. from `openssl rand "
+               "-hex 32`)",
+               hk_last_error());
+    return 2;
+  }
+  memset(cfg.secret, 0, sizeof cfg.secret);
+  struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM},
+                  *ai = NULL;
+  int rc = getaddrinfo(args->rdzv_host, NULL, &hints, &ai);
+  if (rc != 0 || !ai) {
+    hk_out_say("--rdzv-endpoint %s: cannot resolve '%s': %s",
+               args->rdzv_endpoint, args->rdzv_host, gai_strerror(rc));
+    return 2;
+  }
+  char ip[INET_ADDRSTRLEN];
+  inet_ntop(AF_INET, &((struct sockaddr_in *)ai->ai_addr)->sin_addr, ip,
+            sizeof ip);
+  freeaddrinfo(ai);
+  int code;
+  if (is_local_address(ip)) {
+    if (args->verbose)
+      hk_out_say("--rdzv-endpoint: %s is this host's: holding the "
+                 "rendezvous for %d workers",
+                 ip, args->max_np);
+    code = run_job(args, ip, &secret);
+  } else {
+    hk_config tc;
+    double start_s = hk_config_load_var(&tc, "HK_START_TIMEOUT_S") == HK_OK
+                         ? tc.start_timeout_s
+                         : 60;
+    double timeout_s =
+        hk_config_load_var(&tc, "HK_TIMEOUT_S") == HK_OK ? tc.timeout_s : 60;
+    code =
+        hkrun_agent_run(args, ip, args->rdzv_port, &secret, start_s, timeout_s);
+  }
+  memset(secret.bytes, 0, sizeof secret.bytes);
+  return code;
 }
 
 /* The path of tool `name` beside hkrun into path (cap bytes). */
@@ -933,5 +1097,7 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  return run_job(&args);
+  if (args.rdzv_endpoint)
+    return run_agent(&args);
+  return run_job(&args, NULL, NULL);
 }

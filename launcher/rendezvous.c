@@ -22,6 +22,7 @@
 #include "common/ratelog.h"
 #include "common/status.h"
 #include "coordinator/wire.h"
+#include "launcher/keepalive.h"
 
 typedef enum conn_state {
   CONN_AUTH,    /* reading the client's auth message */
@@ -41,8 +42,12 @@ typedef struct conn {
   uv_timer_t auth_timer;
   int open_handles; /* tcp + timer; freed at 0 */
   conn_state state;
-  int rank; /* registered rank, or -1 */
+  int rank;         /* registered rank, or -1 */
+  int agent;        /* 1: an hkrun agent's connection (HK_MSG_AGENT) */
+  int base, nslots; /* an agent's slots */
+  char host[HK_WIRE_MAX_HOST_LEN + 1]; /* an agent's host name */
   char addr[64];
+  char why[128]; /* an agent's: how its connection ended, if known */
   uint8_t nonce_s[HK_NONCE_LEN];
   uint8_t auth_msg[HK_AUTH_CLIENT_MSG_LEN];
   hk_buf frame; /* header + payload being read */
@@ -78,8 +83,13 @@ struct hk_rdv {
   uint8_t *lost; /* size entries: 1 once hk_rdv_lose named the slot */
   int *reg_gen;  /* size entries: the generation the slot registered for */
   hk_wire_peer *formed; /* scratch for a generation's peer list */
-  int pending;          /* connections in CONN_AUTH */
-  int max_pending;      /* at most (pending_cap) */
+  /* agents (hk_rdv_set_agents) */
+  hk_rdv_agent_fn on_agent; /* NULL: AGENT messages are refused */
+  void *agent_ctx;
+  double agent_timeout_s; /* a silent agent connection ends after this */
+  int claimed;            /* slots given to agents so far: [0, claimed) */
+  int pending;            /* connections in CONN_AUTH */
+  int max_pending;        /* at most (pending_cap) */
   hk_ratelog log[NCAUSES];
 };
 
@@ -188,6 +198,16 @@ static void conn_close(conn *c) {
   /* last: the listener may close the whole server */
   if (settled >= 0)
     settle(r, rank, (hk_rdv_rank_state)settled);
+  if (c->agent && !r->closing && r->on_agent) {
+    hk_rdv_agent_event ev = {.kind = HK_RDV_AGENT_GONE,
+                             .base = c->base,
+                             .nslots = c->nslots,
+                             .host = c->host,
+                             .addr = c->addr,
+                             .why =
+                                 c->why[0] ? c->why : "its connection ended"};
+    r->on_agent(&ev, r->agent_ctx);
+  }
 }
 
 /* Closes c, which did not authenticate, logging why (rate-limited). */
@@ -349,6 +369,102 @@ static void on_goodbye(conn *c, const hk_msg *m) {
   settle(r, c->rank, HK_RDV_GOODBYE);
 }
 
+/* Sends c the ABORT frame {-1, -1, 0, reason}, then closes it: an agent
+ * refused learns why. */
+static void refuse_agent(conn *c, const char *reason) {
+  hk_msg m;
+  memset(&m, 0, sizeof m);
+  m.type = HK_MSG_ABORT;
+  m.u.abort.rank = -1;
+  m.u.abort.exit_code = -1;
+  snprintf(m.u.abort.reason, sizeof m.u.abort.reason, "%s", reason);
+  hk_buf b = {0};
+  if (hk_wire_encode(&m, &b) == HK_OK)
+    conn_send(c, b.data, b.len);
+  hk_buf_free(&b);
+  hk_log(HK_LOG_WARNING, "refused an agent from %s: %s", c->addr, reason);
+  conn_close(c);
+}
+
+/* An hkrun agent says how many workers its host starts: give it the next
+ * nslots slots and answer with them and the job's size. */
+static void on_agent(conn *c, const hk_msg *m) {
+  hk_rdv *r = c->r;
+  char why[400];
+  if (!r->on_agent) {
+    refuse_agent(c, "this hkrun is not a rendezvous for agents (start it "
+                    "with --rdzv-endpoint)");
+    return;
+  }
+  if (c->rank >= 0 || c->agent) {
+    refuse_agent(c, "an agent registered twice on one connection");
+    return;
+  }
+  int n = m->u.agent.nslots;
+  if (n > r->size - r->claimed) {
+    snprintf(why, sizeof why,
+             "the job has %d slots (--max-np of the agent holding the "
+             "endpoint) and %d are taken: %d more from host %s do not fit",
+             r->size, r->claimed, n, m->u.agent.host);
+    refuse_agent(c, why);
+    return;
+  }
+  if (r->aborted) {
+    conn_send(c, r->abort_frame.data, r->abort_frame.len);
+    return;
+  }
+  c->agent = 1;
+  c->base = r->claimed;
+  c->nslots = n;
+  r->claimed += n;
+  snprintf(c->host, sizeof c->host, "%s", m->u.agent.host);
+  uv_os_fd_t fd;
+  if (uv_fileno((const uv_handle_t *)&c->tcp, &fd) == 0)
+    hk_keepalive_set(fd, r->agent_timeout_s);
+  hk_msg a;
+  memset(&a, 0, sizeof a);
+  a.type = HK_MSG_AGENT;
+  a.u.agent.base = c->base;
+  a.u.agent.nslots = n;
+  a.u.agent.size = r->size;
+  snprintf(a.u.agent.host, sizeof a.u.agent.host, "%s", c->host);
+  hk_buf b = {0};
+  if (hk_wire_encode(&a, &b) == HK_OK)
+    conn_send(c, b.data, b.len);
+  hk_buf_free(&b);
+  hk_rdv_agent_event ev = {.kind = HK_RDV_AGENT_JOINED,
+                           .base = c->base,
+                           .nslots = n,
+                           .host = c->host,
+                           .addr = c->addr};
+  r->on_agent(&ev, r->agent_ctx);
+}
+
+/* An agent's worker exited: tell the listener (slots of other agents
+ * are refused). */
+static void on_agent_exit(conn *c, const hk_msg *m) {
+  hk_rdv *r = c->r;
+  int slot = m->u.exit.slot;
+  if (!c->agent || slot < c->base || slot >= c->base + c->nslots) {
+    hk_log(HK_LOG_WARNING,
+           "closing the connection from %s: an exit of slot %d, which is "
+           "not this agent's",
+           c->addr, slot);
+    conn_close(c);
+    return;
+  }
+  hk_rdv_agent_event ev = {.kind = HK_RDV_AGENT_EXIT,
+                           .base = c->base,
+                           .nslots = c->nslots,
+                           .host = c->host,
+                           .addr = c->addr,
+                           .slot = slot,
+                           .pid = m->u.exit.pid,
+                           .status = m->u.exit.status,
+                           .signal = m->u.exit.signal};
+  r->on_agent(&ev, r->agent_ctx);
+}
+
 /* A whole frame is in c->frame: decode and act on it. */
 static void on_frame(conn *c) {
   hk_msg m;
@@ -362,6 +478,10 @@ static void on_frame(conn *c) {
     on_register(c, &m);
   else if (m.type == HK_MSG_GOODBYE)
     on_goodbye(c, &m);
+  else if (m.type == HK_MSG_AGENT)
+    on_agent(c, &m);
+  else if (m.type == HK_MSG_EXIT)
+    on_agent_exit(c, &m);
   else if (m.type == HK_MSG_MONITOR) {
     if (c->rank == 0 && c->r->on_monitor)
       c->r->on_monitor(m.u.monitor.text, c->r->monitor_ctx);
@@ -455,6 +575,9 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     else if (nread != UV_EOF)
       hk_log(HK_LOG_INFO, "connection from %s (rank %d): %s", c->addr, c->rank,
              uv_strerror((int)nread));
+    if (c->agent)
+      snprintf(c->why, sizeof c->why, "its connection %s",
+               nread == UV_EOF ? "closed" : uv_strerror((int)nread));
     else if (c->rank >= 0)
       hk_log(HK_LOG_INFO, "rank %d closed its rendezvous connection", c->rank);
     conn_close(c);
@@ -606,6 +729,14 @@ static void on_server_closed(uv_handle_t *h) {
 hk_status hk_rdv_start(uv_loop_t *loop, int size, const hk_secret *secret,
                        hk_rdv_settled_fn on_settled, void *ctx, hk_rdv **out,
                        uint16_t *port) {
+  return hk_rdv_start_on(loop, size, secret, "127.0.0.1", 0, on_settled, ctx,
+                         out, port);
+}
+
+hk_status hk_rdv_start_on(uv_loop_t *loop, int size, const hk_secret *secret,
+                          const char *host, uint16_t want_port,
+                          hk_rdv_settled_fn on_settled, void *ctx, hk_rdv **out,
+                          uint16_t *port) {
   *out = NULL;
   hk_rdv *r = calloc(1, sizeof *r);
   if (!r)
@@ -631,9 +762,12 @@ hk_status hk_rdv_start(uv_loop_t *loop, int size, const hk_secret *secret,
   r->open_handles = 1;
 
   struct sockaddr_in addr;
-  uv_ip4_addr("127.0.0.1", 0, &addr);
-  const char *call = "bind";
-  int rc = uv_tcp_bind(&r->server, (const struct sockaddr *)&addr, 0);
+  const char *call = "address";
+  int rc = uv_ip4_addr(host, want_port, &addr);
+  if (rc == 0) {
+    call = "bind";
+    rc = uv_tcp_bind(&r->server, (const struct sockaddr *)&addr, 0);
+  }
   if (rc == 0) {
     call = "listen";
     rc = uv_listen((uv_stream_t *)&r->server, 1024, on_connection);
@@ -646,8 +780,8 @@ hk_status hk_rdv_start(uv_loop_t *loop, int size, const hk_secret *secret,
   }
   if (rc != 0) {
     hk_rdv_close(r);
-    return hk_fail(HK_ERR_SYSTEM, "rendezvous %s on 127.0.0.1: %s", call,
-                   uv_strerror(rc));
+    return hk_fail(HK_ERR_SYSTEM, "rendezvous %s on %s:%u: %s", call, host,
+                   (unsigned)want_port, uv_strerror(rc));
   }
   *port = ntohs(bound.sin_port);
   *out = r;
@@ -674,6 +808,42 @@ void hk_rdv_abort(hk_rdv *r, int failed_rank, int exit_code, int signal,
   for (int i = 0; i < r->size; i++)
     if (i != failed_rank && r->by_rank[i])
       conn_send(r->by_rank[i], r->abort_frame.data, r->abort_frame.len);
+  for (conn *c = r->conns; c; c = c->next)
+    if (c->agent)
+      conn_send(c, r->abort_frame.data, r->abort_frame.len);
+}
+
+void hk_rdv_set_agents(hk_rdv *r, hk_rdv_agent_fn fn, void *ctx,
+                       double timeout_s) {
+  r->on_agent = fn;
+  r->agent_ctx = ctx;
+  r->agent_timeout_s = timeout_s;
+}
+
+int hk_rdv_claim(hk_rdv *r, int nslots) {
+  if (!r || nslots < 0 || nslots > r->size - r->claimed)
+    return -1;
+  int base = r->claimed;
+  r->claimed += nslots;
+  return base;
+}
+
+int hk_rdv_claimed(const hk_rdv *r) { return r ? r->claimed : 0; }
+
+void hk_rdv_agents_end(hk_rdv *r, int status) {
+  if (!r || r->closing)
+    return;
+  hk_msg m;
+  memset(&m, 0, sizeof m);
+  m.type = HK_MSG_EXIT;
+  m.u.exit.slot = -1;
+  m.u.exit.status = status & 0xff;
+  hk_buf b = {0};
+  if (hk_wire_encode(&m, &b) == HK_OK)
+    for (conn *c = r->conns; c; c = c->next)
+      if (c->agent)
+        conn_send(c, b.data, b.len);
+  hk_buf_free(&b);
 }
 
 hk_status hk_rdv_set_elastic(hk_rdv *r, int min_size) {

@@ -54,6 +54,21 @@
  * Elastic's resets (horovod/runner/elastic/driver.py) and torchrun's
  * rendezvous rounds, kept in hkrun's memory.
  *
+ * Agents (hk_rdv_set_agents; hkrun --rdzv-endpoint, launcher/agent.h,
+ * docs/elastic.md): the server may also listen on HOST:PORT for one hkrun
+ * agent per host. An agent's connection authenticates as a worker's, then
+ * sends HK_MSG_AGENT {base -1, nslots, host}: it gets the next nslots
+ * slots (an AGENT answer {base, nslots, size}), or, when they do not fit
+ * in the job's size, an ABORT naming why, and the connection is closed.
+ * Its workers then register as any worker does, with rank = their slot.
+ * The agent reports each worker's exit (HK_MSG_EXIT {slot, pid, status,
+ * signal}; a slot not its own closes the connection). The connection
+ * has TCP keepalive bounded by the timeout given (launcher/keepalive.h):
+ * a host that stops answering ends it as a closed one does. The
+ * listener hears JOINED, EXIT and GONE (the connection ended, while the
+ * server is not closing). ABORT goes to every agent too, and
+ * hk_rdv_agents_end sends each the job's status (EXIT {slot -1}).
+ *
  * Thread-safety: every function runs on the loop's thread.
  */
 #ifndef HK_LAUNCHER_RENDEZVOUS_H
@@ -103,6 +118,59 @@ typedef void (*hk_rdv_settled_fn)(int rank, hk_rdv_rank_state state, void *ctx);
 hk_status hk_rdv_start(uv_loop_t *loop, int size, const hk_secret *secret,
                        hk_rdv_settled_fn on_settled, void *ctx, hk_rdv **out,
                        uint16_t *port);
+
+/**
+ * hk_rdv_start listening on host (numeric IPv4) at port (0: ephemeral):
+ * the rendezvous of a multi-host elastic job (hkrun --rdzv-endpoint).
+ * Errors: as hk_rdv_start; an address that is not numeric IPv4 or not
+ * this machine's, or a port in use, is HK_ERR_SYSTEM naming host:port.
+ */
+hk_status hk_rdv_start_on(uv_loop_t *loop, int size, const hk_secret *secret,
+                          const char *host, uint16_t port,
+                          hk_rdv_settled_fn on_settled, void *ctx, hk_rdv **out,
+                          uint16_t *port_out);
+
+/** What an agent's connection told (hk_rdv_set_agents). */
+typedef enum hk_rdv_agent_kind {
+  HK_RDV_AGENT_JOINED = 1, /* it registered: base, nslots, host */
+  HK_RDV_AGENT_EXIT = 2,   /* its worker of slot exited: pid, status,
+                              signal (status valid when signal is 0) */
+  HK_RDV_AGENT_GONE = 3,   /* its connection ended: why */
+} hk_rdv_agent_kind;
+
+typedef struct hk_rdv_agent_event {
+  hk_rdv_agent_kind kind;
+  int base, nslots; /* the agent's slots: [base, base + nslots) */
+  const char *host; /* the host name it gave (borrowed for the call) */
+  const char *addr; /* its connection's peer, "ip:port" (borrowed) */
+  int slot, pid, status, signal; /* EXIT */
+  const char *why;               /* GONE: how the connection ended */
+} hk_rdv_agent_event;
+
+/** Called on the loop thread for each agent event; ev is borrowed. It may
+ *  call any hk_rdv function except hk_rdv_close. */
+typedef void (*hk_rdv_agent_fn)(const hk_rdv_agent_event *ev, void *ctx);
+
+/**
+ * Accepts agents from now on (fn NULL: refuses them, the default): their
+ * connections get TCP keepalive ending them after about timeout_s seconds
+ * without an answer (HK_TIMEOUT_S).
+ */
+void hk_rdv_set_agents(hk_rdv *r, hk_rdv_agent_fn fn, void *ctx,
+                       double timeout_s);
+
+/** Takes the next nslots slots for the caller's own workers (the agent
+ *  holding the endpoint). Returns the first, or -1 when they do not fit
+ *  in the job's size (or r is NULL). */
+int hk_rdv_claim(hk_rdv *r, int nslots);
+
+/** The slots given so far (to agents and hk_rdv_claim); 0 for NULL. */
+int hk_rdv_claimed(const hk_rdv *r);
+
+/** Sends every agent the job's exit status (HK_MSG_EXIT {slot -1,
+ *  status & 0xff}); asynchronous, failures logged. NULL or closing r is
+ *  ignored. */
+void hk_rdv_agents_end(hk_rdv *r, int status);
 
 /** Called with the text of each HK_MSG_MONITOR rank 0 sends (hkrun
  *  --monitor; observe/monitor.h), on the loop thread; text is borrowed for

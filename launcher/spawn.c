@@ -59,8 +59,9 @@ static char **build_env(const hk_spawn_opts *o, int rank) {
   if (!env)
     return NULL;
   char rank_s[16], size_s[16], pid_s[16], dump_s[16];
-  snprintf(rank_s, sizeof rank_s, "%d", rank);
-  snprintf(size_s, sizeof size_s, "%d", o->size);
+  snprintf(rank_s, sizeof rank_s, "%d", o->rank_base + rank);
+  snprintf(size_s, sizeof size_s, "%d",
+           o->job_size > 0 ? o->job_size : o->size);
   snprintf(pid_s, sizeof pid_s, "%d", o->launcher_pid);
   snprintf(dump_s, sizeof dump_s, "%d", DUMP_FD);
   /* same order as own_vars */
@@ -308,7 +309,7 @@ static hk_status start_one(hk_workers *ws, int rank, int stdin_ok) {
   hk_worker *w = &ws->w[rank];
   const hk_spawn_opts *o = &ws->opts;
   w->set = ws;
-  w->rank = rank;
+  w->rank = o->rank_base + rank;
   if (o->output_dir) {
     hk_status st = open_output_files(w, o);
     if (st != HK_OK)
@@ -317,7 +318,7 @@ static hk_status start_one(hk_workers *ws, int rank, int stdin_ok) {
 
   char prefix[32] = "";
   if (o->tag_output)
-    snprintf(prefix, sizeof prefix, "[%d] ", rank);
+    snprintf(prefix, sizeof prefix, "[%d] ", w->rank);
   if (hk_out_init(&w->split[0], prefix, emit_stdout, w) != HK_OK ||
       hk_out_init(&w->split[1], prefix, emit_stderr, w) != HK_OK)
     return hk_fail(HK_ERR_NOMEM, "out of memory starting rank %d", rank);

@@ -49,7 +49,7 @@ struct hk_workers;
 /** One worker process. Read-only for callers. */
 typedef struct hk_worker {
   struct hk_workers *set;
-  int rank;
+  int rank;            /* its rank: rank_base + its index in the set */
   int pid;             /* > 0 once started */
   int exited;          /* 1 once its exit was seen (and it was reaped) */
   int64_t exit_status; /* its exit status when term_signal == 0 */
@@ -69,6 +69,12 @@ typedef void (*hk_worker_exit_fn)(hk_worker *w, void *ctx);
 typedef struct hk_spawn_opts {
   char **argv;                /* program and args, NULL-terminated; borrowed */
   int size;                   /* number of workers, >= 1 */
+  int rank_base;              /* an agent's first slot (launcher/agent.h):
+                                 worker i is rank rank_base + i (its
+                                 HK_RANK, HK_LOCAL_RANK, w->rank and
+                                 output prefix); 0 otherwise */
+  int job_size;               /* HK_SIZE and HK_LOCAL_SIZE when > 0 (an
+                                 agent's job); else size */
   const char *rendezvous;     /* HK_RENDEZVOUS value, "127.0.0.1:port" */
   const char *secret_hex;     /* HK_SECRET value, 64 hex digits */
   int launcher_pid;           /* HK_LAUNCHER_PID value */

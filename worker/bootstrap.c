@@ -397,9 +397,11 @@ static hk_status check_mpi_links(const hk_ctx *ctx) {
 
 /*
  * The address this rank listens on: HK_SOCKET_IFNAME's (a name or a
- * subnet), else loopback when every rank is on this host (one_machine:
- * hkrun started the job here), else the first interface that is up and
- * not loopback.
+ * subnet), else, when hkrun started the job (one_machine) the address by
+ * which this host reaches the rendezvous (loopback for hkrun's own on
+ * this host; an --rdzv-endpoint on another host gives this host's address
+ * toward it), else loopback when every rank is on this host, else the
+ * first interface that is up and not loopback.
  */
 static hk_status choose_address(hk_ctx *ctx, int one_machine, char *addr,
                                 size_t cap) {
@@ -413,6 +415,13 @@ static hk_status choose_address(hk_ctx *ctx, int one_machine, char *addr,
     }
     return HK_OK;
   }
+  char rdv_host[HK_WIRE_MAX_HOST_LEN + 1];
+  uint16_t rdv_port;
+  if (one_machine && *ctx->cfg.rendezvous &&
+      parse_hostport(ctx->cfg.rendezvous, rdv_host, sizeof rdv_host,
+                     &rdv_port) == HK_OK &&
+      strncmp(rdv_host, "127.", 4) != 0)
+    return hk_iface_route_address(rdv_host, addr, cap);
   if (one_machine || ctx->local_size == ctx->size) {
     snprintf(addr, cap, "127.0.0.1");
     return HK_OK;
@@ -521,17 +530,36 @@ static hk_status block_layout(hk_ctx *ctx) {
 }
 
 /* Elastic: this worker's place in the generation peers lists (its own
- * address's index), on one host; the layout made anew. */
+ * address's index), and the layout made anew from the peers' addresses
+ * (ranks listening on one address share a host: one host for hkrun's
+ * own job, where all are loopback; one per agent's host with
+ * --rdzv-endpoint). */
 static hk_status relayout(hk_ctx *ctx, const hk_msg *peers, const char *addr,
                           uint16_t port) {
   hk_status st = hk_elastic_place(ctx, peers, addr, port);
   if (st != HK_OK)
     return st;
-  ctx->local_rank = ctx->rank;
-  ctx->local_size = ctx->size;
+  const int n = (int)peers->u.peers.n;
+  const char **hosts = calloc((size_t)n, sizeof *hosts);
+  hk_rank_layout *layout = calloc((size_t)n, sizeof *layout);
+  if (!hosts || !layout)
+    st = hk_fail(HK_ERR_NOMEM, "cannot allocate the host layout");
+  for (int r = 0; r < n && st == HK_OK; r++)
+    hosts[r] = peers->u.peers.peers[r].host;
+  if (st == HK_OK)
+    st = hk_layout_from_hosts(hosts, n, layout);
+  free(hosts);
+  if (st != HK_OK) {
+    free(layout);
+    return st;
+  }
+  ctx->local_rank = layout[ctx->rank].local_rank;
+  ctx->local_size = layout[ctx->rank].local_size;
+  ctx->cross_rank = layout[ctx->rank].cross_rank;
+  ctx->cross_size = layout[ctx->rank].cross_size;
   free(ctx->layout);
-  ctx->layout = NULL;
-  return block_layout(ctx);
+  ctx->layout = layout;
+  return HK_OK;
 }
 
 /* Elastic: st is how connecting the job ended; a worker lost meanwhile
@@ -613,7 +641,7 @@ hk_status hk_bootstrap(hk_ctx *ctx) {
   if (st != HK_OK)
     return st;
   ctx->io.abort_fd = m->launcher_fd;
-  if (ctx->cfg.elastic && (int)peers.u.peers.n != ctx->size)
+  if (ctx->cfg.elastic)
     st = relayout(ctx, &peers, addr, my_port);
   if (st == HK_OK && ctx->size > 1)
     st = build_mesh(ctx, peers.u.peers.peers, deadline, NULL);
@@ -645,10 +673,8 @@ hk_status hk_bootstrap_again(hk_ctx *ctx) {
     hk_tcp_close(&m->listen_fd);
     return st;
   }
-  ctx->local_rank = ctx->rank; /* one host: hkrun's */
-  ctx->local_size = ctx->size;
   ctx->io.abort_fd = launcher_fd;
-  st = block_layout(ctx);
+  st = relayout(ctx, &peers, addr, my_port);
   if (st == HK_OK && ctx->size > 1)
     st = build_mesh(ctx, peers.u.peers.peers,
                     hk_now() + ctx->cfg.start_timeout_s, NULL);

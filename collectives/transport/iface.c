@@ -7,12 +7,14 @@
 #include <errno.h>
 #include <ifaddrs.h>
 #include <net/if.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "common/status.h"
 
@@ -196,4 +198,28 @@ hk_status hk_iface_address(const char *spec, char *addr, size_t cap) {
   if (!spec || !*spec)
     return hk_fail(HK_ERR_INVALID_ARG, "empty network interface name");
   return with_list(spec, NULL, addr, cap);
+}
+
+hk_status hk_iface_route_address(const char *host, char *addr, size_t cap) {
+  if (cap < HK_IFACE_ADDR_CAP)
+    return hk_fail(HK_ERR_INVALID_ARG, "address buffer of %zu bytes", cap);
+  struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_DGRAM},
+                  *ai = NULL;
+  int rc = getaddrinfo(host, "9", &hints, &ai);
+  if (rc != 0 || !ai)
+    return hk_fail(HK_ERR_CONFIG, "cannot resolve '%s': %s", host,
+                   gai_strerror(rc));
+  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in me;
+  socklen_t len = sizeof me;
+  int ok = fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
+           getsockname(fd, (struct sockaddr *)&me, &len) == 0;
+  int err = errno;
+  freeaddrinfo(ai);
+  if (fd >= 0)
+    close(fd);
+  if (!ok)
+    return hk_fail(HK_ERR_CONFIG, "no route to '%s': %s", host, strerror(err));
+  inet_ntop(AF_INET, &me.sin_addr, addr, (socklen_t)cap);
+  return HK_OK;
 }

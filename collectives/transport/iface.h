@@ -65,6 +65,19 @@ hk_status hk_iface_pick_default(const hk_iface_entry *v, int n, char *name,
                                 char *addr, size_t cap);
 
 /**
+ * The local IPv4 address this machine reaches host (numeric IPv4 or a
+ * name) from: the source address the kernel's routing picks, found by
+ * connect(2)ing a UDP socket (nothing is sent) and reading getsockname.
+ * Into addr[cap] (cap >= HK_IFACE_ADDR_CAP). A loopback host gives
+ * 127.0.0.1. Used where the workers of several hosts meet at one
+ * rendezvous (hkrun --rdzv-endpoint): each listens on the address by
+ * which it reaches it.
+ * Errors: HK_ERR_CONFIG (host cannot be resolved, or no route to it,
+ * naming it), HK_ERR_INVALID_ARG (cap too small). Reentrant.
+ */
+hk_status hk_iface_route_address(const char *host, char *addr, size_t cap);
+
+/**
  * Fills v[0..max) with this machine's interfaces and their IPv4
  * addresses (one entry per address; interfaces without one get a single
  * entry with has_ipv4 0) and returns how many it wrote (at most max: the

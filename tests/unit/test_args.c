@@ -172,7 +172,6 @@ typedef struct bad_case {
 } bad_case;
 
 static const bad_case bad[] = {
-    {{"-np", "0", "p", NULL}, "-np: '0' is not a positive integer"},
     {{"-np", "abc", "p", NULL}, "-np: 'abc' is not a positive integer"},
     {{"-np", "-1", "p", NULL}, "-np: '-1' is not a positive integer"},
     {{"-np", "3x", "p", NULL}, "-np: '3x' is not a positive integer"},
@@ -296,7 +295,26 @@ static const bad_case bad[] = {
      "--max-np, --host-discovery-script) too"},
     {{"--min-np", "2", "-H", "a:2,b:2", "p", NULL},
      "an elastic job (--min-np, --max-np, --host-discovery-script) runs on "
-     "this host only: hkrun cannot start one across hosts yet (-H)"},
+     "this host only: hkrun cannot start one across hosts (-H); run one "
+     "hkrun agent per host with --rdzv-endpoint instead"},
+    /* agents (--rdzv-endpoint) */
+    {{"--rdzv-endpoint", "10.0.0.1", "-np", "2", "--max-np", "4", "p", NULL},
+     "--rdzv-endpoint: '10.0.0.1' is not HOST:PORT (the rendezvous agent's "
+     "address and a port 1..65535)"},
+    {{"--rdzv-endpoint", "h:70000", "-np", "2", "--max-np", "4", "p", NULL},
+     "--rdzv-endpoint: 'h:70000' is not HOST:PORT (the rendezvous agent's "
+     "address and a port 1..65535)"},
+    {{"--rdzv-endpoint", "h:29400", "-np", "2", "p", NULL},
+     "--rdzv-endpoint: --max-np N is required (the job's workers over every "
+     "agent; it starts when N have joined)"},
+    {{"--rdzv-endpoint", "h:29400", "-np", "2", "--max-np", "4", "-H", "a:2",
+      "p", NULL},
+     "--rdzv-endpoint runs one hkrun agent per host, each starting its own "
+     "host's workers: -H (a job hkrun starts through mpirun) cannot be "
+     "given with it"},
+    {{"-np", "0", "p", NULL},
+     "-np: '0' is not a positive integer (-np 0 is for an agent without "
+     "workers: --rdzv-endpoint)"},
     {{"--min-np", "2", "--blacklist-cooldown-range", "10", "5", "p", NULL},
      "--blacklist-cooldown-range: the least (10 s) is more than the most "
      "(5 s)"},
