@@ -280,9 +280,12 @@ static void on_worker_exit(hk_worker *w, void *ctx) {
     if (send_msg(a->fd, &m, why, sizeof why) != 0)
       rendezvous_lost(a, why);
   }
-  if (a->args->verbose)
-    hk_out_say("rank %d (pid %d) exited (status %lld, signal %d)", w->rank,
-               w->pid, (long long)w->exit_status, w->term_signal);
+  if (a->args->verbose && w->term_signal)
+    hk_out_say("rank %d (pid %d) was killed by signal %d", w->rank, w->pid,
+               w->term_signal);
+  else if (a->args->verbose)
+    hk_out_say("rank %d (pid %d) exited with status %lld", w->rank, w->pid,
+               (long long)w->exit_status);
   maybe_close(a);
 }
 
