@@ -625,6 +625,7 @@ static void on_agent_event(const hk_rdv_agent_event *ev, void *ctx) {
       w->exit_status = ev->signal ? 0 : ev->status;
       w->term_signal = ev->signal;
     } else { /* its host is lost: as if killed */
+      w->pid = hk_rdv_pid(j->rdv, s);
       w->term_signal = SIGKILL;
       snprintf(j->remote_why[s], sizeof j->remote_why[s],
                "was lost with its host %s (its agent's connection from %s "

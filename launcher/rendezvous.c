@@ -65,6 +65,7 @@ struct hk_rdv {
   conn *conns;         /* every live connection */
   conn **by_rank;      /* size entries: the registered connection or NULL */
   hk_wire_peer *peers; /* size entries, filled by REGISTER */
+  int *pids;           /* size entries: the pid each rank registered with */
   uint8_t *state;      /* size entries: hk_rdv_rank_state */
   hk_rdv_settled_fn on_settled;
   void *settled_ctx;
@@ -99,6 +100,7 @@ static void maybe_free(hk_rdv *r) {
   hk_buf_free(&r->abort_frame);
   free(r->by_rank);
   free(r->peers);
+  free(r->pids);
   free(r->state);
   free(r->lost);
   free(r->reg_gen);
@@ -335,6 +337,7 @@ static void on_register(conn *c, const hk_msg *m) {
   snprintf(r->peers[rank].host, sizeof r->peers[rank].host, "%s",
            m->u.reg.host);
   r->peers[rank].port = m->u.reg.port;
+  r->pids[rank] = m->u.reg.pid;
   hk_log(HK_LOG_INFO, "rank %d (pid %d) registered %s:%u (%d of %d)", rank,
          m->u.reg.pid, m->u.reg.host, (unsigned)m->u.reg.port, r->registered,
          r->size);
@@ -743,10 +746,12 @@ hk_status hk_rdv_start_on(uv_loop_t *loop, int size, const hk_secret *secret,
     return hk_fail(HK_ERR_NOMEM, "out of memory for the rendezvous");
   r->by_rank = calloc((size_t)size, sizeof *r->by_rank);
   r->peers = calloc((size_t)size, sizeof *r->peers);
+  r->pids = calloc((size_t)size, sizeof *r->pids);
   r->state = calloc((size_t)size, sizeof *r->state);
-  if (!r->by_rank || !r->peers || !r->state) {
+  if (!r->by_rank || !r->peers || !r->state || !r->pids) {
     free(r->by_rank);
     free(r->peers);
+    free(r->pids);
     free(r->state);
     free(r);
     return hk_fail(HK_ERR_NOMEM, "out of memory for %d ranks", size);
@@ -933,6 +938,10 @@ void hk_rdv_close(hk_rdv *r) {
   for (int k = 0; k < NCAUSES; k++)
     hk_ratelog_flush(&r->log[k], HK_LOG_WARNING, what[k]);
   uv_close((uv_handle_t *)&r->server, on_server_closed);
+}
+
+int hk_rdv_pid(const hk_rdv *r, int rank) {
+  return r && rank >= 0 && rank < r->size ? r->pids[rank] : 0;
 }
 
 hk_rdv_rank_state hk_rdv_rank(const hk_rdv *r, int rank) {

@@ -181,6 +181,10 @@ typedef void (*hk_rdv_monitor_fn)(const char *text, void *ctx);
  *  than 0, or without a handler, are dropped. */
 void hk_rdv_set_monitor(hk_rdv *r, hk_rdv_monitor_fn fn, void *ctx);
 
+/** The pid rank registered with (its REGISTER's, as the worker says),
+ *  or 0: never registered, r NULL or rank out of range. */
+int hk_rdv_pid(const hk_rdv *r, int rank);
+
 /** rank's state; HK_RDV_UNREGISTERED for r NULL or rank out of range. */
 hk_rdv_rank_state hk_rdv_rank(const hk_rdv *r, int rank);
 

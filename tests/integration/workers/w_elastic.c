@@ -31,6 +31,11 @@
  * "exit" it exits 4 at once ("exiting instead of re-forming"), as a
  * program not written for elastic jobs does.
  *
+ * KILL_SLOT -2 stops every worker of this run instead, at the start of
+ * step KILL_STEP: it says "stopped at step S" and waits for a signal
+ * (tests/integration/test_elastic_agents.c then takes its whole host
+ * away).
+ *
  * w_elastic_dev (built from this file with W_ELASTIC_DEVICE, linking the
  * static runtime for the emulated device) is the same with the gradient
  * in a device buffer (HK_DEVICE=emu); after hk_shutdown it says "device
@@ -198,6 +203,12 @@ int main(int argc, char **argv) {
     if (step % every == 0) { /* commit: a local copy */
       memcpy(saved_w, w, sizeof w);
       saved_step = step;
+    }
+    if (kill_slot == -2 && step == kill_step) {
+      printf("stopped at step %d\n", step);
+      fflush(stdout);
+      for (;;)
+        pause();
     }
     if (slot == kill_slot && step == kill_step) {
       printf("dying at step %d t=%.6f\n", step, wall());

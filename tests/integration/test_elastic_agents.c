@@ -1,0 +1,326 @@
+/*
+ * test_elastic_agents.c - elastic jobs over several hosts through one
+ * hkrun agent per host (hkrun --rdzv-endpoint; docs/elastic.md), on a
+ * 2-host netns bed (tests/netbed): each agent is started in its host's
+ * namespace (`ip netns exec NS hkrun ...`), the agent on host 0 holding
+ * the rendezvous at host 0's address; the trainer is
+ * workers/w_elastic.c, whose final weights are checked against a serial
+ * replay of the schedule (as test_elastic.c does on one host).
+ *
+ *   worker_lost: 2 hosts x 2 workers; the worker of slot 3 (host 1)
+ *     kills itself at step 6: the job re-forms with 3 across both hosts,
+ *     both agents exit 0, weights == steps 0-3 by 4, 4-11 by 3.
+ *   host_lost: host 1's workers stop at step 6 and the test SIGKILLs
+ *     every process of host 1 (its agent and workers): host 0's workers
+ *     re-form as 2 and finish; weights == steps 0-3 by 4, 4-11 by {0, 1}.
+ *   bad_input (no bed): no HK_SECRET, and a malformed endpoint, are
+ *     refused with exit 2 naming what is wrong.
+ *
+ * Nothing is left in the bed's namespaces nor as an orphan; the bed goes
+ * with the group (and with this process however it ends: bed.h). Skips
+ * (77 through cmocka's skip) where no bed can be made.
+ */
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "bed.h"
+#include "harness.h"
+
+#ifndef HKRUN_PATH
+#error "HKRUN_PATH must name the hkrun binary"
+#endif
+#ifndef NETBED_SH
+#error "NETBED_SH must name tests/netbed/netbed.sh"
+#endif
+#ifndef W_ELASTIC
+#error "W_ELASTIC must name workers/w_elastic"
+#endif
+
+#define D 8          /* w_elastic's model */
+#define PORT "29400" /* each bed's hosts are namespaces of their own */
+#define JOB_S 90.0
+
+static hkt_bed bed;
+
+/* w_elastic's gradient, the same expression. */
+static double grad(int slot, int step, int i) {
+  return (double)(((slot + 1) * (i + 1) + step) % 7 - 3);
+}
+
+/* The serial replay (as test_elastic.c): steps [0, cut) by the slots of
+ * world a, [cut, steps) by those of b; w as w_elastic prints it. */
+static void replay(const int *a, int na, const int *b, int nb, int cut,
+                   int steps, char *out, size_t cap) {
+  double w[D];
+  for (int i = 0; i < D; i++)
+    w[i] = i / 8.0;
+  for (int s = 0; s < steps; s++) {
+    const int *world = s < cut ? a : b;
+    const int n = s < cut ? na : nb;
+    for (int i = 0; i < D; i++) {
+      double sum = 0;
+      for (int k = 0; k < n; k++)
+        sum += grad(world[k], s, i);
+      w[i] -= 0.125 * (sum / (double)n);
+    }
+  }
+  size_t used = 0;
+  for (int i = 0; i < D; i++)
+    used +=
+        (size_t)snprintf(out + used, cap - used, "%s%a", i ? "," : "", w[i]);
+}
+
+/* "HK_SECRET=<64 random hex digits>" into env. */
+static void make_secret(char *env, size_t cap) {
+  unsigned char b[32];
+  FILE *f = fopen("/dev/urandom", "rb");
+  assert_non_null(f);
+  assert_int_equal(fread(b, 1, sizeof b, f), sizeof b);
+  fclose(f);
+  size_t n = (size_t)snprintf(env, cap, "HK_SECRET=");
+  for (int i = 0; i < 32; i++)
+    n += (size_t)snprintf(env + n, cap - n, "%02x", b[i]);
+}
+
+/* Starts the agent of host h: `ip netns exec NS hkrun -v --rdzv-endpoint
+ * HOST0:PORT -np 2 --min-np 2 --max-np 4 w_elastic 12 4 KILL_SLOT
+ * KILL_STEP`. */
+static void start_agent(int h, const char *kill_slot, const char *kill_step,
+                        char *const env[], hkt_proc *p) {
+  char ep[64];
+  snprintf(ep, sizeof ep, "%s:%s", bed.host[0], PORT);
+  char *argv[] = {"ip",
+                  "netns",
+                  "exec",
+                  bed.ns[h],
+                  HKRUN_PATH,
+                  "-v",
+                  "--rdzv-endpoint",
+                  ep,
+                  "-np",
+                  "2",
+                  "--min-np",
+                  "2",
+                  "--max-np",
+                  "4",
+                  W_ELASTIC,
+                  "12",
+                  "4",
+                  (char *)kill_slot,
+                  (char *)kill_step,
+                  NULL};
+  assert_int_equal(hkt_start(argv, env, p), 0);
+}
+
+/* Fails unless text holds line for every slot of slots (n) with weights
+ * want: "final slot=S rank=R size=N w=...". */
+static void expect_finals(const char *text, const char *who, const int *slots,
+                          const int *ranks, int n, int size, const char *want) {
+  for (int k = 0; k < n; k++) {
+    char line[640];
+    snprintf(line, sizeof line, "final slot=%d rank=%d size=%d w=%s\n",
+             slots[k], ranks[k], size, want);
+    if (!strstr(text, line))
+      fail_msg("no line '%s' in %s's output:\n%s", line, who, text);
+  }
+}
+
+/* Nothing of the job is left: every process still listed in a host is
+ * gone within 5 s (SIGKILL's delivery is asynchronous), and no orphan. */
+static void expect_nothing_left(void) {
+  for (int h = 0; h < 2; h++) {
+    char *pids = hkt_bed_pids(&bed, h);
+    assert_non_null(pids);
+    for (char *p = pids; *p;) {
+      long pid = strtol(p, &p, 10);
+      if (pid > 0 && hkt_wait_gone((pid_t)pid, 5.0) != 0)
+        fail_msg("pid %ld is still running in host %d", pid, h);
+      while (*p == '\n' || *p == ' ')
+        p++;
+    }
+    free(pids);
+  }
+  pid_t left[8];
+  int n = hkt_orphans(left, 8), stray = 0;
+  for (int i = 0; i < n && i < 8; i++) {
+    char path[64], cmd[256] = "";
+    snprintf(path, sizeof path, "/proc/%d/cmdline", (int)left[i]);
+    FILE *f = fopen(path, "r");
+    if (f) {
+      size_t k = fread(cmd, 1, sizeof cmd - 1, f);
+      for (size_t c = 0; c < k; c++)
+        cmd[c] = cmd[c] ? cmd[c] : ' ';
+      cmd[k] = '\0';
+      fclose(f);
+    }
+    if (strstr(cmd, "netbed.sh guard"))
+      continue; /* the bed's own guard (bed.h), not the job's */
+    fprintf(stderr, "left behind: pid %d: %s\n", (int)left[i], cmd);
+    stray++;
+  }
+  assert_true(n <= 8);
+  assert_int_equal(stray, 0);
+}
+
+static void test_worker_lost(void **s) {
+  (void)s;
+  hkt_bed_need(&bed);
+  char secret[80];
+  make_secret(secret, sizeof secret);
+  char *env[] = {secret, NULL};
+  hkt_proc p0, p1;
+  start_agent(0, "3", "6", env, &p0);
+  start_agent(1, "3", "6", env, &p1);
+  hkt_result r0, r1;
+  hkt_finish(&p1, JOB_S, &r1);
+  hkt_finish(&p0, JOB_S, &r0);
+  if (r0.exit_code != 0 || r1.exit_code != 0)
+    fail_msg("agents exited %d and %d\nhost 0:\n%s\n%s\nhost 1:\n%s\n%s",
+             r0.exit_code, r1.exit_code, r0.out, r0.err, r1.out, r1.err);
+  /* host 1's workers are slots 2 and 3 and registered from its address */
+  char reg[128];
+  snprintf(reg, sizeof reg, "registered %s:", bed.host[1]);
+  assert_int_equal(hkt_count_lines(r0.err, reg), 2);
+  assert_non_null(strstr(r0.err, "rank 3 (pid "));
+  assert_non_null(strstr(r0.err, "was killed by signal 9; the elastic job "
+                                 "goes on with 3 workers (--min-np 2)"));
+  assert_non_null(strstr(r1.out, "[3] dying at step 6"));
+  /* every survivor, on both hosts, failed step 6 naming slot 3 */
+  assert_int_equal(hkt_count_lines(r0.err, "'grad.6': rank 3 (pid "), 2);
+  assert_int_equal(hkt_count_lines(r1.err, "'grad.6': rank 3 (pid "), 1);
+  char want[512];
+  const int all[] = {0, 1, 2, 3}, left[] = {0, 1, 2};
+  replay(all, 4, left, 3, 4, 12, want, sizeof want);
+  expect_finals(r0.out, "host 0", left, left, 2, 3, want);
+  expect_finals(r1.out, "host 1", left + 2, left + 2, 1, 3, want);
+  assert_int_equal(hkt_count_lines(r0.out, "final slot=") +
+                       hkt_count_lines(r1.out, "final slot="),
+                   3);
+  hkt_result_free(&r0);
+  hkt_result_free(&r1);
+  expect_nothing_left();
+}
+
+static void test_host_lost(void **s) {
+  (void)s;
+  hkt_bed_need(&bed);
+  char secret[80];
+  make_secret(secret, sizeof secret);
+  char *env[] = {secret, NULL};
+  hkt_proc p0, p1;
+  start_agent(0, "-1", "-1", env, &p0);
+  start_agent(1, "-2", "6", env, &p1); /* both stop at step 6 */
+  if (hkt_wait_lines(&p1, "stopped at step 6", 2, JOB_S) != 0)
+    fail_msg("host 1's workers did not reach step 6");
+  /* the whole host goes: its agent and both workers, at once */
+  char *pids = hkt_bed_pids(&bed, 1);
+  assert_non_null(pids);
+  int killed = 0;
+  for (char *t = strtok(pids, " \n"); t; t = strtok(NULL, " \n"))
+    killed += kill((pid_t)atol(t), SIGKILL) == 0;
+  free(pids);
+  assert_true(killed >= 3);
+  hkt_result r0, r1;
+  hkt_finish(&p1, JOB_S, &r1);
+  hkt_finish(&p0, JOB_S, &r0);
+  assert_int_equal(r1.signal, SIGKILL);
+  if (r0.exit_code != 0)
+    fail_msg("host 0's agent exited %d\n%s\n%s", r0.exit_code, r0.out, r0.err);
+  /* both slots of host 1 lost with it, named by its agent's address */
+  char from[128];
+  snprintf(from, sizeof from, "(its agent's connection from %s:", bed.host[1]);
+  assert_int_equal(hkt_count_lines(r0.err, "hkrun: rank 2 (pid "), 1);
+  assert_int_equal(hkt_count_lines(r0.err, "hkrun: rank 3 (pid "), 1);
+  assert_int_equal(hkt_count_lines(r0.err, "ended: its connection closed); "
+                                           "the elastic job goes on with "),
+                   2);
+  assert_true(hkt_count_lines(r0.err, from) >= 2);
+  assert_null(strstr(r0.err, "(pid 0)")); /* the lost workers' pids */
+  /* each survivor's step 6 failed naming the first slot lost */
+  assert_int_equal(hkt_count_lines(r0.err, "'grad.6': rank 2 (pid "), 2);
+  assert_non_null(strstr(r0.err, "the elastic job goes on with 2 workers "
+                                 "(--min-np 2)"));
+  char want[512];
+  const int all[] = {0, 1, 2, 3}, left[] = {0, 1};
+  replay(all, 4, left, 2, 4, 12, want, sizeof want);
+  expect_finals(r0.out, "host 0", left, left, 2, 2, want);
+  assert_int_equal(hkt_count_lines(r0.out, "final slot="), 2);
+  hkt_result_free(&r0);
+  hkt_result_free(&r1);
+  expect_nothing_left();
+}
+
+/* Runs hkrun with argv and env; expects exit 2 and want on stderr. */
+static void expect_refused(char *argv[], char *env[], const char *want) {
+  hkt_result r;
+  assert_int_equal(hkt_run(argv, env, 30, &r), 0);
+  if (r.exit_code != 2 || !strstr(r.err, want))
+    fail_msg("exit %d, expected 2 and '%s' in:\n%s", r.exit_code, want, r.err);
+  hkt_result_free(&r);
+}
+
+static void test_bad_input(void **s) {
+  (void)s;
+  char *no_secret[] = {HKRUN_PATH,
+                       "--rdzv-endpoint",
+                       "127.0.0.1:" PORT,
+                       "-np",
+                       "1",
+                       "--max-np",
+                       "1",
+                       "true",
+                       NULL};
+  expect_refused(no_secret, NULL,
+                 "hkrun: --rdzv-endpoint: HK_SECRET is not set: every agent "
+                 "of the job needs the same secret in HK_SECRET (64 hex "
+                 "digits, e.g. from `openssl rand -hex 32`)\n");
+  char secret[80];
+  make_secret(secret, sizeof secret);
+  char *env[] = {secret, NULL};
+  char *no_port[] = {HKRUN_PATH, "--rdzv-endpoint", "10.0.0.1", "-np",
+                     "1",        "--max-np",        "1",        "true",
+                     NULL};
+  expect_refused(no_port, env,
+                 "hkrun: --rdzv-endpoint: '10.0.0.1' is not HOST:PORT (the "
+                 "rendezvous agent's address and a port 1..65535)\n");
+  char *no_max[] = {
+      HKRUN_PATH, "--rdzv-endpoint", "127.0.0.1:" PORT, "-np", "1", "true",
+      NULL};
+  expect_refused(no_max, env,
+                 "hkrun: --rdzv-endpoint: --max-np N is required (the job's "
+                 "workers over every agent; it starts when N have joined)\n");
+  assert_int_equal(hkt_orphans(NULL, 0), 0);
+}
+
+static int bed_setup(void **s) {
+  (void)s;
+  return hkt_bed_up(&bed, NETBED_SH, 2, "none") == 0 ? 0 : -1;
+}
+
+static int bed_teardown(void **s) {
+  (void)s;
+  return hkt_bed_down(&bed, NETBED_SH) == 0 ? 0 : -1;
+}
+
+int main(void) {
+  hkt_setup();
+  unsetenv("HK_SECRET"); /* the tests give it where they mean to */
+  const struct CMUnitTest plain[] = {cmocka_unit_test(test_bad_input)};
+  const struct CMUnitTest on_bed[] = {
+      cmocka_unit_test(test_worker_lost),
+      cmocka_unit_test(test_host_lost),
+  };
+  int failed = cmocka_run_group_tests_name("agents", plain, NULL, NULL);
+  failed += cmocka_run_group_tests_name("agents_bed", on_bed, bed_setup,
+                                        bed_teardown);
+  return failed;
+}
