@@ -573,14 +573,16 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   (void)buf;
   conn *c = s->data;
   if (nread < 0) {
+    if (c->agent && nread == UV_EOF)
+      snprintf(c->why, sizeof c->why, "its connection closed");
+    else if (c->agent)
+      snprintf(c->why, sizeof c->why, "its connection failed: %s",
+               uv_strerror((int)nread));
     if (c->state == CONN_AUTH)
       refuse_auth(c, CLOSED, "closed before authenticating");
     else if (nread != UV_EOF)
       hk_log(HK_LOG_INFO, "connection from %s (rank %d): %s", c->addr, c->rank,
              uv_strerror((int)nread));
-    if (c->agent)
-      snprintf(c->why, sizeof c->why, "its connection %s",
-               nread == UV_EOF ? "closed" : uv_strerror((int)nread));
     else if (c->rank >= 0)
       hk_log(HK_LOG_INFO, "rank %d closed its rendezvous connection", c->rank);
     conn_close(c);

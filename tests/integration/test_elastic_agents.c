@@ -13,6 +13,10 @@
  *   host_lost: host 1's workers stop at step 6 and the test SIGKILLs
  *     every process of host 1 (its agent and workers): host 0's workers
  *     re-form as 2 and finish; weights == steps 0-3 by 4, 4-11 by {0, 1}.
+ *   link_cut: the same, but host 1's link goes down instead
+ *     (HK_TIMEOUT_S=3): the agent on host 0 learns from its connection's
+ *     keepalive, the job re-forms as 2 and finishes; host 1's agent
+ *     loses the rendezvous the same way, ends its workers and exits 1.
  *   bad_input (no bed): no HK_SECRET, and a malformed endpoint, are
  *     refused with exit 2 naming what is wrong.
  *
@@ -259,6 +263,51 @@ static void test_host_lost(void **s) {
   expect_nothing_left();
 }
 
+static void test_link_cut(void **s) {
+  (void)s;
+  hkt_bed_need(&bed);
+  char secret[80];
+  make_secret(secret, sizeof secret);
+  char *env[] = {secret, "HK_TIMEOUT_S=3", NULL};
+  hkt_proc p0, p1;
+  start_agent(0, "-1", "-1", env, &p0);
+  start_agent(1, "-2", "6", env, &p1);
+  if (hkt_wait_lines(&p1, "stopped at step 6", 2, JOB_S) != 0)
+    fail_msg("host 1's workers did not reach step 6");
+  assert_int_equal(hkt_bed_link(&bed, 1, 1), 0); /* host 1's cable out */
+  hkt_result r0, r1;
+  hkt_finish(&p0, JOB_S, &r0);
+  hkt_finish(&p1, JOB_S, &r1);
+  int up = hkt_bed_link(&bed, 1, 0);
+  if (r0.exit_code != 0)
+    fail_msg("host 0's agent exited %d\n%s\n%s", r0.exit_code, r0.out, r0.err);
+  char from[128];
+  snprintf(from, sizeof from, "(its agent's connection from %s:", bed.host[1]);
+  assert_int_equal(hkt_count_lines(r0.err,
+                                   "ended: its connection failed: connection "
+                                   "timed out); the elastic job goes on with "),
+                   2);
+  assert_true(hkt_count_lines(r0.err, from) >= 2);
+  char want[512];
+  const int all[] = {0, 1, 2, 3}, left[] = {0, 1};
+  replay(all, 4, left, 2, 4, 12, want, sizeof want);
+  expect_finals(r0.out, "host 0", left, left, 2, 2, want);
+  /* host 1: its agent lost the rendezvous, ended its workers, exit 1 */
+  char lost[160];
+  snprintf(lost, sizeof lost, "hkrun: lost the rendezvous at %s:%s (",
+           bed.host[0], PORT);
+  if (r1.exit_code != 1 || !strstr(r1.err, lost))
+    fail_msg("host 1's agent exited %d, expected 1 and '%s' in:\n%s",
+             r1.exit_code, lost, r1.err);
+  assert_non_null(strstr(r1.err, "): the host holding it is gone or cut "
+                                 "off; ending this host's workers\n"));
+  assert_int_equal(hkt_count_lines(r1.out, "final slot="), 0);
+  assert_int_equal(up, 0);
+  hkt_result_free(&r0);
+  hkt_result_free(&r1);
+  expect_nothing_left();
+}
+
 /* Runs hkrun with argv and env; expects exit 2 and want on stderr. */
 static void expect_refused(char *argv[], char *env[], const char *want) {
   hkt_result r;
@@ -318,6 +367,7 @@ int main(void) {
   const struct CMUnitTest on_bed[] = {
       cmocka_unit_test(test_worker_lost),
       cmocka_unit_test(test_host_lost),
+      cmocka_unit_test(test_link_cut),
   };
   int failed = cmocka_run_group_tests_name("agents", plain, NULL, NULL);
   failed += cmocka_run_group_tests_name("agents_bed", on_bed, bed_setup,
