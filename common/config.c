@@ -383,7 +383,8 @@ static const tunable table[] = {
     STRING_BY_HKRUN("HK_SECRET", secret,
                     "the job's secret (hex): every connection into the job "
                     "proves it knows it; hk_init removes it from the "
-                    "environment",
+                    "environment. hkrun makes one; with --rdzv-endpoint "
+                    "every agent reads it and it must be the same on each",
                     .consumed = 1),
     {"HK_DUMP_FD",
      .meaning = "the pipe through which hkrun asks this rank for its flight "

@@ -66,6 +66,14 @@
  *   hkrun says how and exits 2, starting nothing. The
  * job fails the same way when it would re-form more than --reset-limit times,
  * or when no worker is left. A job that finishes after losses exits 0.
+ * - Agents (--rdzv-endpoint HOST:PORT; docs/elastic.md): where HOST is
+ *   this machine's, hkrun holds the job's rendezvous there (--max-np
+ *   slots, HK_SECRET given) and runs its -np workers as slots 0..np-1;
+ *   other hosts' agents (agent.c) take the next slots and report their
+ *   workers' exits, which are judged here as local exits are (slot_worker
+ *   holds their records); an agent's connection that ends loses its
+ *   workers still running ("was lost with its host"). The job ends when
+ *   every slot's worker has exited, and every agent is sent its status.
  */
 #include <errno.h>
 #include <signal.h>

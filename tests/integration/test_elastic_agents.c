@@ -17,6 +17,9 @@
  *     (HK_TIMEOUT_S=3): the agent on host 0 learns from its connection's
  *     keepalive, the job re-forms as 2 and finishes; host 1's agent
  *     loses the rendezvous the same way, ends its workers and exits 1.
+ *   endpoint_only: host 0's agent holds the endpoint with -np 0 (no
+ *     workers), host 1's starts 2, of which slot 1 kills itself at step
+ *     6: slot 0 finishes alone; both agents exit 0.
  *   bad_input (no bed): no HK_SECRET, and a malformed endpoint, are
  *     refused with exit 2 naming what is wrong.
  *
@@ -96,10 +99,12 @@ static void make_secret(char *env, size_t cap) {
 }
 
 /* Starts the agent of host h: `ip netns exec NS hkrun -v --rdzv-endpoint
- * HOST0:PORT -np 2 --min-np 2 --max-np 4 w_elastic 12 4 KILL_SLOT
+ * HOST0:PORT -np NP --min-np MIN --max-np MAX w_elastic 12 4 KILL_SLOT
  * KILL_STEP`. */
-static void start_agent(int h, const char *kill_slot, const char *kill_step,
-                        char *const env[], hkt_proc *p) {
+static void start_agent_of(int h, const char *np, const char *min,
+                           const char *max, const char *kill_slot,
+                           const char *kill_step, char *const env[],
+                           hkt_proc *p) {
   char ep[64];
   snprintf(ep, sizeof ep, "%s:%s", bed.host[0], PORT);
   char *argv[] = {"ip",
@@ -111,11 +116,11 @@ static void start_agent(int h, const char *kill_slot, const char *kill_step,
                   "--rdzv-endpoint",
                   ep,
                   "-np",
-                  "2",
+                  (char *)np,
                   "--min-np",
-                  "2",
+                  (char *)min,
                   "--max-np",
-                  "4",
+                  (char *)max,
                   W_ELASTIC,
                   "12",
                   "4",
@@ -123,6 +128,12 @@ static void start_agent(int h, const char *kill_slot, const char *kill_step,
                   (char *)kill_step,
                   NULL};
   assert_int_equal(hkt_start(argv, env, p), 0);
+}
+
+/* start_agent_of with -np 2 --min-np 2 --max-np 4. */
+static void start_agent(int h, const char *kill_slot, const char *kill_step,
+                        char *const env[], hkt_proc *p) {
+  start_agent_of(h, "2", "2", "4", kill_slot, kill_step, env, p);
 }
 
 /* Fails unless text holds line for every slot of slots (n) with weights
@@ -308,6 +319,34 @@ static void test_link_cut(void **s) {
   expect_nothing_left();
 }
 
+static void test_endpoint_only(void **s) {
+  (void)s;
+  hkt_bed_need(&bed);
+  char secret[80];
+  make_secret(secret, sizeof secret);
+  char *env[] = {secret, NULL};
+  hkt_proc p0, p1;
+  start_agent_of(0, "0", "1", "2", "-1", "-1", env, &p0);
+  start_agent_of(1, "2", "1", "2", "1", "6", env, &p1);
+  hkt_result r0, r1;
+  hkt_finish(&p1, JOB_S, &r1);
+  hkt_finish(&p0, JOB_S, &r0);
+  if (r0.exit_code != 0 || r1.exit_code != 0)
+    fail_msg("agents exited %d and %d\nhost 0:\n%s\n%s\nhost 1:\n%s\n%s",
+             r0.exit_code, r1.exit_code, r0.out, r0.err, r1.out, r1.err);
+  assert_non_null(strstr(r0.err, "was killed by signal 9; the elastic job "
+                                 "goes on with 1 worker (--min-np 1)"));
+  assert_string_equal(r0.out, ""); /* no worker of its own */
+  char want[512];
+  const int all[] = {0, 1}, left[] = {0};
+  replay(all, 2, left, 1, 4, 12, want, sizeof want);
+  expect_finals(r1.out, "host 1", left, left, 1, 1, want);
+  assert_int_equal(hkt_count_lines(r1.out, "final slot="), 1);
+  hkt_result_free(&r0);
+  hkt_result_free(&r1);
+  expect_nothing_left();
+}
+
 /* Runs hkrun with argv and env; expects exit 2 and want on stderr. */
 static void expect_refused(char *argv[], char *env[], const char *want) {
   hkt_result r;
@@ -368,6 +407,7 @@ int main(void) {
       cmocka_unit_test(test_worker_lost),
       cmocka_unit_test(test_host_lost),
       cmocka_unit_test(test_link_cut),
+      cmocka_unit_test(test_endpoint_only),
   };
   int failed = cmocka_run_group_tests_name("agents", plain, NULL, NULL);
   failed += cmocka_run_group_tests_name("agents_bed", on_bed, bed_setup,
