@@ -161,7 +161,10 @@ static int connect_endpoint(const char *ip, int port, const hk_secret *secret,
     if ((e != ECONNREFUSED && e != ENETUNREACH && e != EHOSTUNREACH &&
          e != ETIMEDOUT) ||
         hk_now() + RETRY_MS / 1000.0 > deadline) {
-      snprintf(why, cap, "cannot connect: %s", strerror(e));
+      snprintf(why, cap,
+               "cannot connect: %s (HK_START_TIMEOUT_S: the agent "
+               "holding it had that long to start)",
+               strerror(e));
       return -1;
     }
     usleep(RETRY_MS * 1000); /* the endpoint's agent may start later */
@@ -319,9 +322,7 @@ int hkrun_agent_run(const hkrun_args *args, const char *ip, int port,
   int fd = connect_endpoint(ip, port, secret, hk_now() + start_timeout_s, why,
                             sizeof why);
   if (fd < 0) {
-    hk_out_say("--rdzv-endpoint %s: %s (waited up to HK_START_TIMEOUT_S=%g "
-               "s)",
-               args->rdzv_endpoint, why, start_timeout_s);
+    hk_out_say("--rdzv-endpoint %s: %s", args->rdzv_endpoint, why);
     return 1;
   }
   hk_msg req, ans;
@@ -403,6 +404,16 @@ int hkrun_agent_run(const hkrun_args *args, const char *ip, int port,
     } else if (hk_workers_start(&a.workers) != HK_OK) {
       hk_out_say("%s", hk_last_error());
       hk_workers_signal(&a.workers, SIGKILL);
+      /* the workers never started are lost at once, as exiting 127 */
+      for (int i = a.workers.started; i < args->np && a.fd >= 0; i++) {
+        hk_msg m;
+        memset(&m, 0, sizeof m);
+        m.type = HK_MSG_EXIT;
+        m.u.exit.slot = base + i;
+        m.u.exit.status = 127;
+        if (send_msg(a.fd, &m, why, sizeof why) != 0)
+          break; /* the loop finds the connection gone */
+      }
     }
   }
   maybe_close(&a);

@@ -15,7 +15,8 @@
  * Then, on the agent's loop:
  *   - each worker's exit is sent to the rendezvous (HK_MSG_EXIT {slot,
  *     pid, status, signal}), which judges it as hkrun judges a local
- *     worker's (a loss, the job's failure, or a worker done);
+ *     worker's (a loss, the job's failure, or a worker done); a worker
+ *     that cannot be started is sent as exiting 127;
  *   - an ABORT from the rendezvous (the job failed) is printed, and the
  *     workers still running get SIGTERM after --grace-period, SIGKILL 2 s
  *     later;

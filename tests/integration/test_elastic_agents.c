@@ -20,6 +20,10 @@
  *   endpoint_only: host 0's agent holds the endpoint with -np 0 (no
  *     workers), host 1's starts 2, of which slot 1 kills itself at step
  *     6: slot 0 finishes alone; both agents exit 0.
+ *   refused: host 1's agent with another secret, then with more
+ *     workers than the job has slots left, are refused (exit 1, saying
+ *     why); host 0's agent, whose slots 2 and 3 no agent took, fails the
+ *     job at HK_START_TIMEOUT_S naming them, exit 1.
  *   bad_input (no bed): no HK_SECRET, and a malformed endpoint, are
  *     refused with exit 2 naming what is wrong.
  *
@@ -347,6 +351,49 @@ static void test_endpoint_only(void **s) {
   expect_nothing_left();
 }
 
+static void test_refused(void **s) {
+  (void)s;
+  hkt_bed_need(&bed);
+  char secret[80], other[80];
+  make_secret(secret, sizeof secret);
+  make_secret(other, sizeof other);
+  char *env[] = {secret, "HK_START_TIMEOUT_S=4", NULL};
+  char *bad_env[] = {other, "HK_START_TIMEOUT_S=4", NULL};
+  hkt_proc p0, p1;
+  start_agent(0, "-1", "-1", env, &p0);
+  if (hkt_wait_line(&p0, "rendezvous listening on", JOB_S, NULL) != 0)
+    fail_msg("host 0's agent did not listen");
+  char want[400];
+  hkt_result r;
+  start_agent(1, "-1", "-1", bad_env, &p1);
+  hkt_finish(&p1, JOB_S, &r);
+  snprintf(want, sizeof want,
+           "hkrun: --rdzv-endpoint %s:%s: it refused this agent's secret "
+           "(HK_SECRET must be the same on every agent)\n",
+           bed.host[0], PORT);
+  if (r.exit_code != 1 || !strstr(r.err, want))
+    fail_msg("exit %d, expected 1 and '%s' in:\n%s", r.exit_code, want, r.err);
+  hkt_result_free(&r);
+  start_agent_of(1, "3", "2", "4", "-1", "-1", env, &p1);
+  hkt_finish(&p1, JOB_S, &r);
+  snprintf(want, sizeof want,
+           "hkrun: --rdzv-endpoint %s:%s: the rendezvous refused this "
+           "agent: the job has 4 slots (--max-np of the agent holding the "
+           "endpoint) and 2 are taken: 3 more from host ",
+           bed.host[0], PORT);
+  if (r.exit_code != 1 || !strstr(r.err, want))
+    fail_msg("exit %d, expected 1 and '%s' in:\n%s", r.exit_code, want, r.err);
+  hkt_result_free(&r);
+  hkt_finish(&p0, JOB_S, &r);
+  if (r.exit_code != 1 ||
+      !strstr(r.err, "hkrun: not every rank joined within "
+                     "HK_START_TIMEOUT_S=4 s: ranks 2 (no agent took it), 3 "
+                     "(no agent took it) on "))
+    fail_msg("host 0's agent exited %d:\n%s", r.exit_code, r.err);
+  hkt_result_free(&r);
+  expect_nothing_left();
+}
+
 /* Runs hkrun with argv and env; expects exit 2 and want on stderr. */
 static void expect_refused(char *argv[], char *env[], const char *want) {
   hkt_result r;
@@ -404,10 +451,9 @@ int main(void) {
   unsetenv("HK_SECRET"); /* the tests give it where they mean to */
   const struct CMUnitTest plain[] = {cmocka_unit_test(test_bad_input)};
   const struct CMUnitTest on_bed[] = {
-      cmocka_unit_test(test_worker_lost),
-      cmocka_unit_test(test_host_lost),
-      cmocka_unit_test(test_link_cut),
-      cmocka_unit_test(test_endpoint_only),
+      cmocka_unit_test(test_worker_lost), cmocka_unit_test(test_host_lost),
+      cmocka_unit_test(test_link_cut),    cmocka_unit_test(test_endpoint_only),
+      cmocka_unit_test(test_refused),
   };
   int failed = cmocka_run_group_tests_name("agents", plain, NULL, NULL);
   failed += cmocka_run_group_tests_name("agents_bed", on_bed, bed_setup,
