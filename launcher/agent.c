@@ -21,6 +21,7 @@
 
 #include "common/buf.h"
 #include "common/clock.h"
+#include "common/config.h"
 #include "common/status.h"
 #include "coordinator/wire.h"
 #include "launcher/keepalive.h"
@@ -318,6 +319,13 @@ int hkrun_agent_run(const hkrun_args *args, const char *ip, int port,
                     double timeout_s) {
   char why[300];
   char endpoint[300];
+  hk_config fm; /* --output-filename's files take HK_FILE_MODE */
+  fm.file_mode = 0600;
+  if (args->output_filename &&
+      hk_config_load_var(&fm, "HK_FILE_MODE") != HK_OK) {
+    hk_out_say("%s", hk_last_error());
+    return 2;
+  }
   snprintf(endpoint, sizeof endpoint, "%s:%d", ip, port);
   int fd = connect_endpoint(ip, port, secret, hk_now() + start_timeout_s, why,
                             sizeof why);
@@ -381,7 +389,7 @@ int hkrun_agent_run(const hkrun_args *args, const char *ip, int port,
   hk_spawn_opts so = {
       .argv = args->prog_argv,
       .output_dir = args->output_filename,
-      .file_mode = 0600,
+      .file_mode = fm.file_mode,
       .size = args->np,
       .rank_base = base,
       .job_size = size,
