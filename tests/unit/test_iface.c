@@ -166,6 +166,34 @@ static void test_list_stops_at_max(void **state) {
   assert_int_equal(hk_iface_list(one, 0), 0);
 }
 
+/* hk_iface_route_address: loopback answers from loopback; an address of
+ * this machine's own interface answers from itself (the kernel routes it
+ * locally); a name that does not resolve and a small buffer are refused
+ * saying so. */
+static void test_route_address(void **state) {
+  (void)state;
+  char addr[HK_IFACE_ADDR_CAP];
+  assert_int_equal(hk_iface_route_address("127.0.0.1", addr, sizeof addr),
+                   HK_OK);
+  assert_string_equal(addr, "127.0.0.1");
+  hk_iface_entry v[32];
+  int n = hk_iface_list(v, 32);
+  for (int i = 0; i < n && i < 32; i++)
+    if (v[i].has_ipv4 && v[i].up && !v[i].loopback) {
+      assert_int_equal(hk_iface_route_address(v[i].addr, addr, sizeof addr),
+                       HK_OK);
+      assert_string_equal(addr, v[i].addr);
+      break;
+    }
+  assert_int_equal(
+      hk_iface_route_address("no-such-host.invalid", addr, sizeof addr),
+      HK_ERR_CONFIG);
+  assert_non_null(
+      strstr(hk_last_error(), "cannot resolve 'no-such-host.invalid': "));
+  assert_int_equal(hk_iface_route_address("127.0.0.1", addr, 8),
+                   HK_ERR_INVALID_ARG);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_pick),
@@ -174,6 +202,7 @@ int main(void) {
       cmocka_unit_test(test_this_machine),
       cmocka_unit_test(test_default),
       cmocka_unit_test(test_list_stops_at_max),
+      cmocka_unit_test(test_route_address),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
