@@ -17,6 +17,9 @@
  *     (HK_TIMEOUT_S=3): the agent on host 0 learns from its connection's
  *     keepalive, the job re-forms as 2 and finishes; host 1's agent
  *     loses the rendezvous the same way, ends its workers and exits 1.
+ *   endpoint_lost: host 0 (holding the endpoint) is killed whole while
+ *     host 1's workers wait at step 6: host 1's agent says it lost the
+ *     rendezvous, ends its workers and exits 1.
  *   endpoint_only: host 0's agent holds the endpoint with -np 0 (no
  *     workers), host 1's starts 2, of which slot 1 kills itself at step
  *     6: slot 0 finishes alone; both agents exit 0.
@@ -323,6 +326,48 @@ static void test_link_cut(void **s) {
   expect_nothing_left();
 }
 
+/* SIGKILLs every process of host h; returns how many. */
+static int kill_host(int h) {
+  char *pids = hkt_bed_pids(&bed, h);
+  assert_non_null(pids);
+  int killed = 0;
+  for (char *t = strtok(pids, " \n"); t; t = strtok(NULL, " \n"))
+    killed += kill((pid_t)atol(t), SIGKILL) == 0;
+  free(pids);
+  return killed;
+}
+
+static void test_endpoint_lost(void **s) {
+  (void)s;
+  hkt_bed_need(&bed);
+  char secret[80];
+  make_secret(secret, sizeof secret);
+  char *env[] = {secret, NULL};
+  hkt_proc p0, p1;
+  start_agent(0, "-1", "-1", env, &p0);
+  start_agent(1, "-2", "6", env, &p1);
+  if (hkt_wait_lines(&p1, "stopped at step 6", 2, JOB_S) != 0)
+    fail_msg("host 1's workers did not reach step 6");
+  assert_true(kill_host(0) >= 3); /* its agent and both workers */
+  hkt_result r0, r1;
+  hkt_finish(&p0, JOB_S, &r0);
+  hkt_finish(&p1, JOB_S, &r1);
+  assert_int_equal(r0.signal, SIGKILL);
+  char lost[256];
+  snprintf(lost, sizeof lost,
+           "hkrun: lost the rendezvous at %s:%s (the connection was closed): "
+           "the host holding it is gone or cut off; ending this host's "
+           "workers\n",
+           bed.host[0], PORT);
+  if (r1.exit_code != 1 || !strstr(r1.err, lost))
+    fail_msg("host 1's agent exited %d, expected 1 and '%s' in:\n%s",
+             r1.exit_code, lost, r1.err);
+  assert_int_equal(hkt_count_lines(r1.out, "final slot="), 0);
+  hkt_result_free(&r0);
+  hkt_result_free(&r1);
+  expect_nothing_left();
+}
+
 static void test_endpoint_only(void **s) {
   (void)s;
   hkt_bed_need(&bed);
@@ -453,7 +498,7 @@ int main(void) {
   const struct CMUnitTest on_bed[] = {
       cmocka_unit_test(test_worker_lost), cmocka_unit_test(test_host_lost),
       cmocka_unit_test(test_link_cut),    cmocka_unit_test(test_endpoint_only),
-      cmocka_unit_test(test_refused),
+      cmocka_unit_test(test_refused),     cmocka_unit_test(test_endpoint_lost),
   };
   int failed = cmocka_run_group_tests_name("agents", plain, NULL, NULL);
   failed += cmocka_run_group_tests_name("agents_bed", on_bed, bed_setup,
