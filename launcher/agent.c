@@ -24,6 +24,7 @@
 #include "common/config.h"
 #include "common/status.h"
 #include "coordinator/wire.h"
+#include "launcher/bind_masks.h"
 #include "launcher/keepalive.h"
 #include "launcher/output.h"
 #include "launcher/spawn.h"
@@ -384,12 +385,15 @@ int hkrun_agent_run(const hkrun_args *args, const char *ip, int port,
   uv_timer_init(&a.loop, &a.kill_timer);
   a.term_timer.data = a.kill_timer.data = &a;
 
+  int bad_bind = 0;
+  cpu_set_t *masks = hkrun_bind_masks(args, base, &bad_bind);
   char secret_hex[2 * HK_SECRET_LEN + 1];
   hk_secret_format(secret, secret_hex);
   hk_spawn_opts so = {
       .argv = args->prog_argv,
       .output_dir = args->output_filename,
       .file_mode = fm.file_mode,
+      .cpu_masks = masks,
       .size = args->np,
       .rank_base = base,
       .job_size = size,
@@ -402,7 +406,10 @@ int hkrun_agent_run(const hkrun_args *args, const char *ip, int port,
       .on_exit = on_worker_exit,
       .ctx = &a,
   };
-  if (args->np > 0) {
+  if (bad_bind) { /* said why; the rendezvous sees this agent go */
+    a.exit_code = 2;
+    a.lost = 1;
+  } else if (args->np > 0) {
     a.have_workers = 1;
     if (hk_workers_init(&a.workers, &a.loop, &so) != HK_OK) {
       hk_out_say("%s", hk_last_error());
@@ -431,5 +438,6 @@ int hkrun_agent_run(const hkrun_args *args, const char *ip, int port,
     hk_out_say("the agent's event loop still had open handles");
   if (a.have_workers)
     hk_workers_free(&a.workers);
+  free(masks);
   return a.exit_code;
 }

@@ -9,7 +9,8 @@
  * agent), and sends HK_MSG_AGENT {nslots L, its host name}. The answer
  * gives its first slot B and the job's size; it starts its L workers as
  * ranks B..B+L-1 of that size (launcher/spawn.h), told the endpoint as
- * their HK_RENDEZVOUS: they register there themselves. The connection
+ * their HK_RENDEZVOUS: they register there themselves; --bind-to binds
+ * them as on one host (bind_masks.h). The connection
  * has TCP keepalive bounded by HK_TIMEOUT_S (keepalive.h).
  *
  * Then, on the agent's loop:

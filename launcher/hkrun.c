@@ -97,6 +97,7 @@
 #include "launcher/agent.h"
 #include "launcher/args.h"
 #include "launcher/bind.h"
+#include "launcher/bind_masks.h"
 #include "launcher/build_info.h"
 #include "launcher/delegate.h"
 #include "launcher/diagnose.h"
@@ -730,58 +731,6 @@ static int setup(job *j, hk_secret *secret, const char *rdzv_ip,
   return 0;
 }
 
-/* --bind-to on this host: every rank's CPU mask (bind.h), or NULL for
- * none. Warns when ranks share cores. NULL with *failed on an error. */
-static cpu_set_t *bind_masks(const hkrun_args *args, int *failed) {
-  *failed = 0;
-  if (args->bind == HKRUN_BIND_NONE)
-    return NULL;
-  hk_cpu *cpus;
-  int n;
-  cpu_set_t *masks = NULL;
-  int *set = NULL;
-  if (hk_bind_read_cpus(&cpus, &n) != HK_OK) {
-    hk_out_say("--bind-to %s: %s", args->bind_to, hk_last_error());
-    *failed = 1;
-    return NULL;
-  }
-  masks = calloc((size_t)args->np, sizeof *masks);
-  set = calloc((size_t)(n > 0 ? n : 1), sizeof *set);
-  if (!masks || !set) {
-    hk_out_say("--bind-to: out of memory");
-    free(masks);
-    free(set);
-    free(cpus);
-    *failed = 1;
-    return NULL;
-  }
-  int any_shared = 0;
-  for (int r = 0; r < args->np; r++) {
-    int shared = 0;
-    int k = hk_bind_cpus(cpus, n, args->bind, r, set, n, &shared);
-    any_shared |= shared;
-    CPU_ZERO(&masks[r]);
-    for (int i = 0; i < k; i++)
-      CPU_SET(set[i], &masks[r]);
-    if (args->verbose) {
-      char list[256];
-      hk_bind_format(set, k, list, sizeof list);
-      hk_out_say("--bind-to %s: rank %d on CPUs %s", args->bind_to, r, list);
-    }
-  }
-  if (any_shared) {
-    int objs = hk_bind_count(cpus, n, args->bind);
-    hk_out_say(
-        "--bind-to %s: %d workers but %d %s here: ranks share them (rank r "
-        "gets number r mod %d)",
-        args->bind_to, args->np, objs,
-        args->bind == HKRUN_BIND_HWTHREAD ? "CPUs" : "cores", objs);
-  }
-  free(set);
-  free(cpus);
-  return masks;
-}
-
 static int run_job(const hkrun_args *args, const char *rdzv_ip,
                    const hk_secret *given) {
   if (args->elastic && args->discovery_script) {
@@ -829,7 +778,7 @@ static int run_job(const hkrun_args *args, const char *rdzv_ip,
       args->output_filename && hk_config_load_var(&fm, "HK_FILE_MODE") != HK_OK;
   if (bad_setup)
     hk_out_say("%s", hk_last_error());
-  cpu_set_t *masks = bad_setup ? NULL : bind_masks(args, &bad_setup);
+  cpu_set_t *masks = bad_setup ? NULL : hkrun_bind_masks(args, 0, &bad_setup);
   if (bad_setup) {
     close_job(&j);
     uv_run(&j.loop, UV_RUN_DEFAULT);

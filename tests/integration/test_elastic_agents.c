@@ -20,6 +20,10 @@
  *   endpoint_lost: host 0 (holding the endpoint) is killed whole while
  *     host 1's workers wait at step 6: host 1's agent says it lost the
  *     rendezvous, ends its workers and exits 1.
+ *   bind: host 1's agent with --bind-to core binds its worker (slot 1) to
+ *     the CPUs it names (-v), read back from the worker's
+ *     /proc/self/status, unlike host 0's unbound one; plain programs, so
+ *     no job forms, and both agents exit 0.
  *   endpoint_only: host 0's agent holds the endpoint with -np 0 (no
  *     workers), host 1's starts 2, of which slot 1 kills itself at step
  *     6: slot 0 finishes alone; both agents exit 0.
@@ -439,6 +443,58 @@ static void test_refused(void **s) {
   expect_nothing_left();
 }
 
+/* The value after "key" on the line of text holding it, into out. */
+static void value_after(const char *text, const char *key, char *out,
+                        size_t cap) {
+  const char *p = strstr(text, key);
+  if (!p)
+    fail_msg("no '%s' in:\n%s", key, text);
+  p += strlen(key);
+  size_t n = strcspn(p, "\n");
+  snprintf(out, cap, "%.*s", (int)n, p);
+}
+
+static void test_bind(void **s) {
+  (void)s;
+  hkt_bed_need(&bed);
+  char secret[80];
+  make_secret(secret, sizeof secret);
+  char *env[] = {secret, NULL};
+  char ep[64];
+  snprintf(ep, sizeof ep, "%s:%s", bed.host[0], PORT);
+  char *show = "grep Cpus_allowed_list /proc/self/status";
+  char *a0[] = {
+      "ip", "netns", "exec", bed.ns[0],  HKRUN_PATH, "--rdzv-endpoint",
+      ep,   "-np",   "1",    "--max-np", "2",        "sh",
+      "-c", show,    NULL};
+  char *a1[] = {"ip",        "netns",    "exec",
+                bed.ns[1],   HKRUN_PATH, "-v",
+                "--bind-to", "core",     "--rdzv-endpoint",
+                ep,          "-np",      "1",
+                "--max-np",  "2",        "sh",
+                "-c",        show,       NULL};
+  hkt_proc p0, p1;
+  assert_int_equal(hkt_start(a0, env, &p0), 0);
+  assert_int_equal(hkt_start(a1, env, &p1), 0);
+  hkt_result r0, r1;
+  hkt_finish(&p1, JOB_S, &r1);
+  hkt_finish(&p0, JOB_S, &r0);
+  if (r0.exit_code != 0 || r1.exit_code != 0)
+    fail_msg("agents exited %d and %d\nhost 0:\n%s\n%s\nhost 1:\n%s\n%s",
+             r0.exit_code, r1.exit_code, r0.out, r0.err, r1.out, r1.err);
+  char said[64], bound[64], unbound[64];
+  value_after(r1.err, "hkrun: --bind-to core: rank 1 on CPUs ", said,
+              sizeof said);
+  value_after(r1.out, "[1] Cpus_allowed_list:\t", bound, sizeof bound);
+  value_after(r0.out, "[0] Cpus_allowed_list:\t", unbound, sizeof unbound);
+  assert_string_equal(bound, said);
+  if (sysconf(_SC_NPROCESSORS_ONLN) > 1 && strchr(unbound, '-'))
+    assert_string_not_equal(bound, unbound);
+  hkt_result_free(&r0);
+  hkt_result_free(&r1);
+  expect_nothing_left();
+}
+
 /* Runs hkrun with argv and env; expects exit 2 and want on stderr. */
 static void expect_refused(char *argv[], char *env[], const char *want) {
   hkt_result r;
@@ -499,6 +555,7 @@ int main(void) {
       cmocka_unit_test(test_worker_lost), cmocka_unit_test(test_host_lost),
       cmocka_unit_test(test_link_cut),    cmocka_unit_test(test_endpoint_only),
       cmocka_unit_test(test_refused),     cmocka_unit_test(test_endpoint_lost),
+      cmocka_unit_test(test_bind),
   };
   int failed = cmocka_run_group_tests_name("agents", plain, NULL, NULL);
   failed += cmocka_run_group_tests_name("agents_bed", on_bed, bed_setup,
