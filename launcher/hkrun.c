@@ -498,11 +498,14 @@ static void on_signal(uv_signal_t *h, int signum) {
   }
   hk_out_say("received signal %d (%s); forwarding it to the workers", signum,
              strsignal(signum));
+  /* the signal first: kill() leaves it pending in each worker before
+   * the abort frame can reach it, so a worker that handles it (Python's
+   * KeyboardInterrupt) sees its own signal, not hk's error about it */
+  hk_workers_signal(&j->workers, signum);
   char reason[128];
   snprintf(reason, sizeof reason, "hkrun received signal %d (%s)", signum,
            strsignal(signum));
   hk_rdv_abort(j->rdv, -1, -1, signum, reason);
-  hk_workers_signal(&j->workers, signum);
   /* then SIGTERM after the grace period (even if a failure had started a
    * slower teardown), SIGKILL shortly after */
   j->kill_after_term = SIGNAL_KILL_AFTER_TERM_MS;
