@@ -135,6 +135,7 @@ typedef struct job {
   uv_timer_t form_timer;      /* elastic: HK_START_TIMEOUT_S to re-form */
   int below_code;             /* elastic: the exit status to fail with */
   char lost[1024];            /* elastic: the workers lost, for messages */
+  int host_pending;           /* a host's loss: its slots judged after this */
   double start_timeout_s;     /* HK_START_TIMEOUT_S as the workers read it */
   uint64_t kill_after_term;   /* ms from SIGTERM to SIGKILL */
   uint64_t *goodbye_deadline; /* np entries: uv_now() after which rank r's
@@ -325,7 +326,8 @@ static void elastic_loss(job *j, hk_worker *w, const char *what) {
   int gen =
       hk_rdv_lose(j->rdv, w->rank, w->term_signal ? -1 : (int)w->exit_status,
                   w->term_signal, reason);
-  int left = hk_rdv_alive(j->rdv);
+  /* the rest of a lost host's slots are gone too: count them out now */
+  int left = hk_rdv_alive(j->rdv) - j->host_pending;
   if (a->reset_limit && gen > a->reset_limit) {
     char why[600];
     snprintf(why, sizeof why,
@@ -338,6 +340,8 @@ static void elastic_loss(job *j, hk_worker *w, const char *what) {
                reason, left, left == 1 ? "" : "s", a->min_np);
     uv_timer_start(&j->form_timer, form_timeout,
                    (uint64_t)(j->start_timeout_s * 1000.0 + 0.5), 0);
+  } else if (j->host_pending > 0) {
+    return; /* judged with its host's last slot, naming every one lost */
   } else if (left == 0) {
     char why[700];
     snprintf(why, sizeof why, "elastic job: no worker left (lost: %s)",
@@ -626,10 +630,14 @@ static void on_agent_event(const hk_rdv_agent_event *ev, void *ctx) {
                  ev->base, ev->base + ev->nslots - 1);
     return;
   }
+  int pending = 0; /* a lost host's slots still running */
+  for (int s = ev->base; s < ev->base + ev->nslots; s++)
+    pending += ev->kind != HK_RDV_AGENT_EXIT && !j->remote[s].exited;
   for (int s = ev->base; s < ev->base + ev->nslots; s++) {
     hk_worker *w = &j->remote[s];
     if (w->exited || (ev->kind == HK_RDV_AGENT_EXIT && s != ev->slot))
       continue;
+    j->host_pending = pending > 0 ? --pending : 0;
     w->exited = 1;
     j->remote_running--;
     if (ev->kind == HK_RDV_AGENT_EXIT) {
@@ -646,6 +654,7 @@ static void on_agent_event(const hk_rdv_agent_event *ev, void *ctx) {
     }
     on_worker_exit(w, j);
   }
+  j->host_pending = 0;
 }
 
 /* --monitor: rank 0 sent its table (launcher/monitor.h). */
