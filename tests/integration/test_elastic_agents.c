@@ -1,7 +1,7 @@
 /*
  * test_elastic_agents.c - elastic jobs over several hosts through one
  * hkrun agent per host (hkrun --rdzv-endpoint; docs/elastic.md), on a
- * 2-host netns bed (tests/netbed): each agent is started in its host's
+ * 3-host netns bed (tests/netbed): each agent is started in its host's
  * namespace (`ip netns exec NS hkrun ...`), the agent on host 0 holding
  * the rendezvous at host 0's address; the trainer is
  * workers/w_elastic.c, whose final weights are checked against a serial
@@ -31,8 +31,30 @@
  *     workers than the job has slots left, are refused (exit 1, saying
  *     why); host 0's agent, whose slots 2 and 3 no agent took, fails the
  *     job at HK_START_TIMEOUT_S naming them, exit 1.
+ *   link_cut_3: 3 hosts x 2 (each agent started once the one before
+ *     holds its slots, so that host h holds slots 2h, 2h+1); host 2's
+ *     workers stop at step 6 and its link goes down (HK_TIMEOUT_S=3):
+ *     the 4 left finish, weights == steps 0-3 by 6, 4-11 by {0..3};
+ *     prints the time from the cut to the first step completed after it.
+ *   two_hosts_lost: 3 x 2 with --min-np 4; hosts 1 and 2 stop at step 6
+ *     and both links go down: both ranks left fail (hk_elastic_reset)
+ *     naming the job below --min-np 4 with 2 left and 2 more needed,
+ *     host 0's agent exits non-zero, hosts 1 and 2's exit 1 (lost the
+ *     rendezvous).
+ *   lost_while_reforming: 3 x 2; host 2 stops at step 6 and is killed
+ *     whole; while the job re-forms, slot 2 (host 1) does not call
+ *     hk_elastic_reset ("never"), and once it says so host 1 is killed
+ *     whole: host 0's 2 re-form again and finish, weights == steps 0-3
+ *     by 6, 4-11 by {0, 1}.
+ *   device_link_cut: link_cut on 2 x 2 with w_elastic_dev (HK_DEVICE=emu,
+ *     HK_HIERARCHICAL_ALLREDUCE=1): the weights match, host 0's first
+ *     rank made 2 communicator ids and both its ranks aborted the first.
  *   bad_input (no bed): no HK_SECRET, and a malformed endpoint, are
  *     refused with exit 2 naming what is wrong.
+ *
+ * `test_elastic_agents PATTERN` runs only the tests whose names match
+ * (cmocka's filter). The bed has 3 hosts; the 2-host tests leave host 2
+ * idle.
  *
  * Nothing is left in the bed's namespaces nor as an orphan; the bed goes
  * with the group (and with this process however it ends: bed.h). Skips
@@ -46,6 +68,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -61,6 +84,9 @@
 #endif
 #ifndef W_ELASTIC
 #error "W_ELASTIC must name workers/w_elastic"
+#endif
+#ifndef W_ELASTIC_DEV
+#error "W_ELASTIC_DEV must name w_elastic_dev"
 #endif
 
 #define D 8          /* w_elastic's model */
@@ -110,12 +136,13 @@ static void make_secret(char *env, size_t cap) {
 }
 
 /* Starts the agent of host h: `ip netns exec NS hkrun -v --rdzv-endpoint
- * HOST0:PORT -np NP --min-np MIN --max-np MAX w_elastic 12 4 KILL_SLOT
- * KILL_STEP`. */
-static void start_agent_of(int h, const char *np, const char *min,
-                           const char *max, const char *kill_slot,
-                           const char *kill_step, char *const env[],
-                           hkt_proc *p) {
+ * HOST0:PORT -np NP --min-np MIN --max-np MAX WORKER 12 4 KILL_SLOT
+ * KILL_STEP [KILL2_SLOT KILL2_HOW]` (KILL2_HOW NULL: without those). */
+static void start_worker_of(int h, const char *np, const char *min,
+                            const char *max, const char *worker,
+                            const char *kill_slot, const char *kill_step,
+                            const char *kill2_slot, const char *kill2_how,
+                            char *const env[], hkt_proc *p) {
   char ep[64];
   snprintf(ep, sizeof ep, "%s:%s", bed.host[0], PORT);
   char *argv[] = {"ip",
@@ -132,13 +159,26 @@ static void start_agent_of(int h, const char *np, const char *min,
                   (char *)min,
                   "--max-np",
                   (char *)max,
-                  W_ELASTIC,
+                  (char *)worker,
                   "12",
                   "4",
                   (char *)kill_slot,
                   (char *)kill_step,
+                  (char *)kill2_slot,
+                  (char *)kill2_how,
                   NULL};
+  if (!kill2_how)
+    argv[19] = NULL;
   assert_int_equal(hkt_start(argv, env, p), 0);
+}
+
+/* start_worker_of with w_elastic and no second loss. */
+static void start_agent_of(int h, const char *np, const char *min,
+                           const char *max, const char *kill_slot,
+                           const char *kill_step, char *const env[],
+                           hkt_proc *p) {
+  start_worker_of(h, np, min, max, W_ELASTIC, kill_slot, kill_step, NULL, NULL,
+                  env, p);
 }
 
 /* start_agent_of with -np 2 --min-np 2 --max-np 4. */
@@ -163,7 +203,7 @@ static void expect_finals(const char *text, const char *who, const int *slots,
 /* Nothing of the job is left: every process still listed in a host is
  * gone within 5 s (SIGKILL's delivery is asynchronous), and no orphan. */
 static void expect_nothing_left(void) {
-  for (int h = 0; h < 2; h++) {
+  for (int h = 0; h < bed.nhosts; h++) {
     char *pids = hkt_bed_pids(&bed, h);
     assert_non_null(pids);
     for (char *p = pids; *p;) {
@@ -495,6 +535,234 @@ static void test_bind(void **s) {
   expect_nothing_left();
 }
 
+/* The wall clock, in s (as w_elastic's t=). */
+static double wall_s(void) {
+  struct timeval tv;
+  gettimeofday(&tv, NULL);
+  return (double)tv.tv_sec + (double)tv.tv_usec * 1e-6;
+}
+
+/* Starts the agents of hosts 0, 1 and 2 (-np 2 each, --max-np 6, --min-np
+ * min) one after the other, each once the one before holds its slots, so
+ * that host h holds slots 2h and 2h+1. kill[h]: host h's KILL_SLOT
+ * KILL_STEP; kill2: host 1's KILL2_SLOT KILL2_HOW, or NULLs. */
+static void start_three(const char *min, const char *worker,
+                        const char *const kill[3][2], const char *kill2_slot,
+                        const char *kill2_how, char *const env[],
+                        hkt_proc p[3]) {
+  for (int h = 0; h < 3; h++) {
+    start_worker_of(h, "2", min, "6", worker, kill[h][0], kill[h][1],
+                    h == 1 ? kill2_slot : NULL, h == 1 ? kill2_how : NULL, env,
+                    &p[h]);
+    char slots[64];
+    snprintf(slots, sizeof slots, "agent: slots %d..%d of 6 at ", 2 * h,
+             2 * h + 1);
+    if (hkt_wait_line(&p[h], h ? slots : "rendezvous listening on", JOB_S,
+                      NULL) != 0)
+      fail_msg("host %d's agent did not say '%s'", h,
+               h ? slots : "rendezvous listening on");
+  }
+}
+
+/* The earliest "resumed step S t=T" of text's lines: T, or 0 if none. */
+static double first_resumed(const char *text) {
+  double first = 0;
+  for (const char *p = text; (p = strstr(p, "resumed step ")); p++) {
+    const char *t = strstr(p, " t=");
+    if (!t)
+      break;
+    double v = strtod(t + 3, NULL);
+    if (first == 0 || v < first)
+      first = v;
+  }
+  return first;
+}
+
+static void test_link_cut_3(void **s) {
+  (void)s;
+  hkt_bed_need(&bed);
+  char secret[80];
+  make_secret(secret, sizeof secret);
+  char *env[] = {secret, "HK_TIMEOUT_S=3", NULL};
+  const char *const kill[3][2] = {{"-1", "-1"}, {"-1", "-1"}, {"-2", "6"}};
+  hkt_proc p[3];
+  start_three("2", W_ELASTIC, kill, NULL, NULL, env, p);
+  if (hkt_wait_lines(&p[2], "stopped at step 6", 2, JOB_S) != 0)
+    fail_msg("host 2's workers did not reach step 6");
+  const double cut = wall_s();
+  assert_int_equal(hkt_bed_link(&bed, 2, 1), 0); /* host 2's cable out */
+  hkt_result r[3];
+  for (int h = 0; h < 3; h++)
+    hkt_finish(&p[h], JOB_S, &r[h]);
+  int up = hkt_bed_link(&bed, 2, 0);
+  for (int h = 0; h < 2; h++)
+    if (r[h].exit_code != 0)
+      fail_msg("host %d's agent exited %d\n%s\n%s", h, r[h].exit_code, r[h].out,
+               r[h].err);
+  assert_int_equal(hkt_count_lines(r[0].err,
+                                   "ended: its connection failed: connection "
+                                   "timed out); the elastic job goes on with "),
+                   2);
+  char want[512];
+  const int all[] = {0, 1, 2, 3, 4, 5}, left[] = {0, 1, 2, 3};
+  replay(all, 6, left, 4, 4, 12, want, sizeof want);
+  expect_finals(r[0].out, "host 0", left, left, 2, 4, want);
+  expect_finals(r[1].out, "host 1", left + 2, left + 2, 2, 4, want);
+  assert_int_equal(hkt_count_lines(r[0].out, "final slot=") +
+                       hkt_count_lines(r[1].out, "final slot="),
+                   4);
+  char lost[160];
+  snprintf(lost, sizeof lost, "hkrun: lost the rendezvous at %s:%s (",
+           bed.host[0], PORT);
+  if (r[2].exit_code != 1 || !strstr(r[2].err, lost))
+    fail_msg("host 2's agent exited %d, expected 1 and '%s' in:\n%s",
+             r[2].exit_code, lost, r[2].err);
+  assert_int_equal(hkt_count_lines(r[2].out, "final slot="), 0);
+  double back0 = first_resumed(r[0].out), back1 = first_resumed(r[1].out);
+  double back = back0 && (!back1 || back0 < back1) ? back0 : back1;
+  assert_true(back > cut);
+  fprintf(stderr,
+          "link_cut_3: %.2f s from the cut to the first step after it "
+          "(HK_TIMEOUT_S=3)\n",
+          back - cut);
+  assert_int_equal(up, 0);
+  for (int h = 0; h < 3; h++)
+    hkt_result_free(&r[h]);
+  expect_nothing_left();
+}
+
+static void test_two_hosts_lost(void **s) {
+  (void)s;
+  hkt_bed_need(&bed);
+  char secret[80];
+  make_secret(secret, sizeof secret);
+  char *env[] = {secret, "HK_TIMEOUT_S=3", NULL};
+  const char *const kill[3][2] = {{"-1", "-1"}, {"-2", "6"}, {"-2", "6"}};
+  hkt_proc p[3];
+  start_three("4", W_ELASTIC, kill, NULL, NULL, env, p);
+  for (int h = 1; h < 3; h++)
+    if (hkt_wait_lines(&p[h], "stopped at step 6", 2, JOB_S) != 0)
+      fail_msg("host %d's workers did not reach step 6", h);
+  const double t0 = hkt_now();
+  assert_int_equal(hkt_bed_link(&bed, 1, 1), 0);
+  assert_int_equal(hkt_bed_link(&bed, 2, 1), 0);
+  hkt_result r[3];
+  for (int h = 0; h < 3; h++)
+    hkt_finish(&p[h], JOB_S, &r[h]);
+  const double took = hkt_now() - t0;
+  int up = hkt_bed_link(&bed, 1, 0) | hkt_bed_link(&bed, 2, 0);
+  const char *why = "elastic job below --min-np 4: 2 workers left, 2 more "
+                    "needed (lost: rank ";
+  if (r[0].exit_code == 0 || !strstr(r[0].err, why))
+    fail_msg("host 0's agent exited %d, expected non-zero and '%s' in:\n%s\n%s",
+             r[0].exit_code, why, r[0].out, r[0].err);
+  /* both ranks left fail naming it */
+  for (int k = 0; k < 2; k++) {
+    char line[128];
+    snprintf(line, sizeof line, "[%d] reset failed: ", k);
+    char *at = strstr(r[0].out, line);
+    if (!at || !strstr(at, why))
+      fail_msg("no '%s...%s' in host 0's output:\n%s\n%s", line, why, r[0].out,
+               r[0].err);
+  }
+  for (int h = 1; h < 3; h++)
+    if (r[h].exit_code != 1 || !strstr(r[h].err, "hkrun: lost the rendezvous"))
+      fail_msg("host %d's agent exited %d, expected 1 and a lost rendezvous "
+               "in:\n%s",
+               h, r[h].exit_code, r[h].err);
+  fprintf(stderr, "two_hosts_lost: every agent ended %.2f s after the cuts\n",
+          took);
+  assert_true(took < 30);
+  assert_int_equal(up, 0);
+  for (int h = 0; h < 3; h++)
+    hkt_result_free(&r[h]);
+  expect_nothing_left();
+}
+
+static void test_lost_while_reforming(void **s) {
+  (void)s;
+  hkt_bed_need(&bed);
+  char secret[80];
+  make_secret(secret, sizeof secret);
+  char *env[] = {secret, NULL};
+  /* host 2 stops at step 6 (to be killed); slot 2 (host 1) will not call
+   * hk_elastic_reset, so the job is still re-forming when host 1 goes */
+  const char *const kill[3][2] = {{"-1", "-1"}, {"-1", "-1"}, {"-2", "6"}};
+  hkt_proc p[3];
+  start_three("2", W_ELASTIC, kill, "2", "never", env, p);
+  if (hkt_wait_lines(&p[2], "stopped at step 6", 2, JOB_S) != 0)
+    fail_msg("host 2's workers did not reach step 6");
+  assert_true(kill_host(2) >= 3);
+  if (hkt_wait_line(&p[1], "never calling hk_elastic_reset", JOB_S, NULL) != 0)
+    fail_msg("host 1's slot 2 did not reach the re-form");
+  assert_true(kill_host(1) >= 3);
+  hkt_result r[3];
+  for (int h = 0; h < 3; h++)
+    hkt_finish(&p[h], JOB_S, &r[h]);
+  assert_int_equal(r[1].signal, SIGKILL);
+  assert_int_equal(r[2].signal, SIGKILL);
+  if (r[0].exit_code != 0)
+    fail_msg("host 0's agent exited %d\n%s\n%s", r[0].exit_code, r[0].out,
+             r[0].err);
+  assert_non_null(strstr(r[0].err, "the elastic job goes on with 4 workers "
+                                   "(--min-np 2)"));
+  assert_non_null(strstr(r[0].err, "the elastic job goes on with 2 workers "
+                                   "(--min-np 2)"));
+  char want[512];
+  const int all[] = {0, 1, 2, 3, 4, 5}, left[] = {0, 1};
+  replay(all, 6, left, 2, 4, 12, want, sizeof want);
+  expect_finals(r[0].out, "host 0", left, left, 2, 2, want);
+  assert_int_equal(hkt_count_lines(r[0].out, "final slot="), 2);
+  for (int h = 0; h < 3; h++)
+    hkt_result_free(&r[h]);
+  expect_nothing_left();
+}
+
+static void test_device_link_cut(void **s) {
+  (void)s;
+  hkt_bed_need(&bed);
+  char secret[80];
+  make_secret(secret, sizeof secret);
+  /* hierarchical: each host's ranks reduce through its device
+   * communicator (the emulated device's) */
+  char *env[] = {secret, "HK_DEVICE=emu", "HK_HIERARCHICAL_ALLREDUCE=1",
+                 "HK_TIMEOUT_S=3", NULL};
+  hkt_proc p0, p1;
+  start_worker_of(0, "2", "2", "4", W_ELASTIC_DEV, "-1", "-1", NULL, NULL, env,
+                  &p0);
+  if (hkt_wait_line(&p0, "rendezvous listening on", JOB_S, NULL) != 0)
+    fail_msg("host 0's agent did not listen");
+  start_worker_of(1, "2", "2", "4", W_ELASTIC_DEV, "-2", "6", NULL, NULL, env,
+                  &p1);
+  if (hkt_wait_lines(&p1, "stopped at step 6", 2, JOB_S) != 0)
+    fail_msg("host 1's workers did not reach step 6");
+  assert_int_equal(hkt_bed_link(&bed, 1, 1), 0);
+  hkt_result r0, r1;
+  hkt_finish(&p0, JOB_S, &r0);
+  hkt_finish(&p1, JOB_S, &r1);
+  int up = hkt_bed_link(&bed, 1, 0);
+  if (r0.exit_code != 0 || r1.exit_code != 1)
+    fail_msg("agents exited %d and %d\nhost 0:\n%s\n%s\nhost 1:\n%s\n%s",
+             r0.exit_code, r1.exit_code, r0.out, r0.err, r1.out, r1.err);
+  char want[512];
+  const int all[] = {0, 1, 2, 3}, left[] = {0, 1};
+  replay(all, 4, left, 2, 4, 12, want, sizeof want);
+  expect_finals(r0.out, "host 0", left, left, 2, 2, want);
+  /* host 0's first rank made an id for each generation's communicator
+   * (the first among host 0's ranks in the hierarchical allreduce, the
+   * second among the 2 left); both ranks aborted the first one */
+  const char *dev[] = {"[0] device slot=0 ids=2 aborted=1\n",
+                       "[1] device slot=1 ids=0 aborted=1\n"};
+  for (int k = 0; k < 2; k++)
+    if (!strstr(r0.out, dev[k]))
+      fail_msg("no '%s' in host 0's output:\n%s", dev[k], r0.out);
+  assert_int_equal(hkt_count_lines(r1.out, "final slot="), 0);
+  assert_int_equal(up, 0);
+  hkt_result_free(&r0);
+  hkt_result_free(&r1);
+  expect_nothing_left();
+}
+
 /* Runs hkrun with argv and env; expects exit 2 and want on stderr. */
 static void expect_refused(char *argv[], char *env[], const char *want) {
   hkt_result r;
@@ -539,7 +807,7 @@ static void test_bad_input(void **s) {
 
 static int bed_setup(void **s) {
   (void)s;
-  return hkt_bed_up(&bed, NETBED_SH, 2, "none") == 0 ? 0 : -1;
+  return hkt_bed_up(&bed, NETBED_SH, 3, "none") == 0 ? 0 : -1;
 }
 
 static int bed_teardown(void **s) {
@@ -547,15 +815,24 @@ static int bed_teardown(void **s) {
   return hkt_bed_down(&bed, NETBED_SH) == 0 ? 0 : -1;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   hkt_setup();
+  if (argc > 1) /* a pattern of the tests to run (cmocka's filter) */
+    cmocka_set_test_filter(argv[1]);
   unsetenv("HK_SECRET"); /* the tests give it where they mean to */
   const struct CMUnitTest plain[] = {cmocka_unit_test(test_bad_input)};
   const struct CMUnitTest on_bed[] = {
-      cmocka_unit_test(test_worker_lost), cmocka_unit_test(test_host_lost),
-      cmocka_unit_test(test_link_cut),    cmocka_unit_test(test_endpoint_only),
-      cmocka_unit_test(test_refused),     cmocka_unit_test(test_endpoint_lost),
+      cmocka_unit_test(test_worker_lost),
+      cmocka_unit_test(test_host_lost),
+      cmocka_unit_test(test_link_cut),
+      cmocka_unit_test(test_endpoint_only),
+      cmocka_unit_test(test_refused),
+      cmocka_unit_test(test_endpoint_lost),
       cmocka_unit_test(test_bind),
+      cmocka_unit_test(test_link_cut_3),
+      cmocka_unit_test(test_two_hosts_lost),
+      cmocka_unit_test(test_lost_while_reforming),
+      cmocka_unit_test(test_device_link_cut),
   };
   int failed = cmocka_run_group_tests_name("agents", plain, NULL, NULL);
   failed += cmocka_run_group_tests_name("agents_bed", on_bed, bed_setup,
