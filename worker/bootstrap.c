@@ -681,9 +681,11 @@ hk_status hk_bootstrap_again(hk_ctx *ctx) {
   hk_msg_free(&peers);
   hk_tcp_close(&m->listen_fd);
   /* a peer lost meanwhile: hkrun's word (another RESET: call again; or
-   * the end of the job) says more than the broken connection */
+   * the end of the job) says more than the broken connection (a peer that
+   * closes it mid-handshake, aborted by the re-form, reads as a refused
+   * proof: HK_ERR_AUTH, as at the start) */
   char word[HK_WIRE_MAX_REASON_LEN + 1];
-  if ((st == HK_ERR_PEER_LOST || st == HK_ERR_TIMEOUT) &&
+  if ((st == HK_ERR_PEER_LOST || st == HK_ERR_TIMEOUT || st == HK_ERR_AUTH) &&
       hk_elastic_hkrun_word(ctx, ctx->cfg.timeout_s, &st, word, sizeof word))
     st = hk_fail(st, "%s", word);
   return st;
