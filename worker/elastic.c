@@ -93,10 +93,15 @@ hk_status hk_elastic_register(hk_ctx *ctx, const char *my_host,
     st = hk_channel_recv(ctx->mesh.launcher_fd, peers, &scratch, &io, "hkrun");
     if (st != HK_OK)
       break;
-    if (peers->type == HK_MSG_RESET) { /* lost before it formed */
-      hk_log(HK_LOG_INFO, "registering again: %s", peers->u.abort.reason);
+    if (peers->type == HK_MSG_RESET) {
+      /* the generation this worker left (hkrun sends a RESET only after
+       * a generation's peer list, which comes first): read late, as rank
+       * 0 relayed it sooner; this registration stands. Registering again
+       * here would count its address for a later generation, after the
+       * worker had given it up. */
+      hk_log(HK_LOG_INFO, "an earlier reset read late: %s",
+             peers->u.abort.reason);
       hk_msg_free(peers);
-      st = send_register(ctx, my_host, my_port, &io);
       continue;
     }
     if (peers->type == HK_MSG_ABORT) {
