@@ -19,42 +19,13 @@
 
 #include <cmocka.h>
 
+#include "elastic_replay.h"
 #include "harness.h"
 
 #ifndef HKRUN_PATH
 #error "HKRUN_PATH must name the hkrun binary"
 #endif
 #define W(name) WORKER_DIR "/" name
-
-#define D 8 /* w_elastic's model */
-
-/* w_elastic's gradient, the same expression. */
-static double grad(int slot, int step, int i) {
-  return (double)(((slot + 1) * (i + 1) + step) % 7 - 3);
-}
-
-/* The serial replay: steps [0, cut) by the slots of world a (na of them),
- * steps [cut, steps) by those of world b; w as w_elastic prints it. */
-static void replay(const int *a, int na, const int *b, int nb, int cut,
-                   int steps, char *out, size_t cap) {
-  double w[D];
-  for (int i = 0; i < D; i++)
-    w[i] = i / 8.0;
-  for (int s = 0; s < steps; s++) {
-    const int *world = s < cut ? a : b;
-    const int n = s < cut ? na : nb;
-    for (int i = 0; i < D; i++) {
-      double sum = 0;
-      for (int k = 0; k < n; k++)
-        sum += grad(world[k], s, i);
-      w[i] -= 0.125 * (sum / (double)n);
-    }
-  }
-  size_t used = 0;
-  for (int i = 0; i < D; i++)
-    used +=
-        (size_t)snprintf(out + used, cap - used, "%s%a", i ? "," : "", w[i]);
-}
 
 /* The number after key on the first line of text holding key, or -1. */
 static double number_after(const char *text, const char *key) {
@@ -87,7 +58,7 @@ static void test_loss_reforms_and_matches_replay(void **s) {
   assert_int_equal(hkt_count_lines(r.out, "from step 4"), 3);
   char want[512];
   const int all[] = {0, 1, 2, 3}, left[] = {0, 1, 3};
-  replay(all, 4, left, 3, 4, 12, want, sizeof want);
+  hkt_elastic_replay(all, 4, left, 3, 4, 12, want, sizeof want);
   int seen_rank[3] = {0};
   for (int k = 0; k < 3; k++) {
     char line[640];
@@ -101,7 +72,7 @@ static void test_loss_reforms_and_matches_replay(void **s) {
   assert_int_equal(hkt_count_lines(r.out, "final slot="), 3);
   /* the replay is not the same with no loss: the loss mattered */
   char whole[512];
-  replay(all, 4, all, 4, 12, 12, whole, sizeof whole);
+  hkt_elastic_replay(all, 4, all, 4, 12, 12, whole, sizeof whole);
   assert_string_not_equal(want, whole);
   double died = number_after(r.out, "dying at step 6 t=");
   double back = number_after(r.out, "resumed step 4 t=");
@@ -133,7 +104,7 @@ static void test_device_communicator_rebuilt(void **s) {
              r.err);
   char want[512];
   const int all[] = {0, 1, 2, 3}, left[] = {0, 1, 3};
-  replay(all, 4, left, 3, 4, 12, want, sizeof want);
+  hkt_elastic_replay(all, 4, left, 3, 4, 12, want, sizeof want);
   for (int k = 0; k < 3; k++) {
     char line[640];
     snprintf(line, sizeof line, "final slot=%d rank=%d size=3 w=%s\n", left[k],
@@ -170,7 +141,7 @@ static void test_loss_before_first_formed(void **s) {
                                 "goes on with 3 workers (--min-np 2)"));
   char want[512];
   const int three[] = {0, 1, 2};
-  replay(three, 3, three, 3, 12, 12, want, sizeof want);
+  hkt_elastic_replay(three, 3, three, 3, 12, 12, want, sizeof want);
   for (int k = 0; k < 3; k++) {
     char line[640];
     snprintf(line, sizeof line, "final slot=%d rank=%d size=3 w=%s\n", k, k,
@@ -206,7 +177,7 @@ static void test_loss_while_starting(void **s) {
                                 "goes on with 3 workers (--min-np 2)"));
   char want[512];
   const int three[] = {0, 1, 2};
-  replay(three, 3, three, 3, 12, 12, want, sizeof want);
+  hkt_elastic_replay(three, 3, three, 3, 12, 12, want, sizeof want);
   for (int k = 0; k < 3; k++) {
     char line[640];
     snprintf(line, sizeof line, "final slot=%d rank=%d size=3 w=%s\n", k, k,
@@ -260,7 +231,7 @@ static void second_loss(const char *when) {
   }
   char want[512];
   const int all[] = {0, 1, 2, 3}, left[] = {0, 3};
-  replay(all, 4, left, 2, 4, 12, want, sizeof want);
+  hkt_elastic_replay(all, 4, left, 2, 4, 12, want, sizeof want);
   for (int k = 0; k < 2; k++) {
     char line[640];
     snprintf(line, sizeof line, "final slot=%d rank=%d size=2 w=%s\n", left[k],

@@ -82,6 +82,7 @@
 #include <cmocka.h>
 
 #include "bed.h"
+#include "elastic_replay.h"
 #include "harness.h"
 
 #ifndef HKRUN_PATH
@@ -97,40 +98,11 @@
 #error "W_ELASTIC_DEV must name w_elastic_dev"
 #endif
 
-#define D 8          /* w_elastic's model */
 #define PORT "29400" /* each bed's hosts are namespaces of their own */
 #define JOB_S 90.0
 
 static hkt_bed bed;
 static const char *commit_every = "4"; /* w_elastic's COMMIT_EVERY */
-
-/* w_elastic's gradient, the same expression. */
-static double grad(int slot, int step, int i) {
-  return (double)(((slot + 1) * (i + 1) + step) % 7 - 3);
-}
-
-/* The serial replay (as test_elastic.c): steps [0, cut) by the slots of
- * world a, [cut, steps) by those of b; w as w_elastic prints it. */
-static void replay(const int *a, int na, const int *b, int nb, int cut,
-                   int steps, char *out, size_t cap) {
-  double w[D];
-  for (int i = 0; i < D; i++)
-    w[i] = i / 8.0;
-  for (int s = 0; s < steps; s++) {
-    const int *world = s < cut ? a : b;
-    const int n = s < cut ? na : nb;
-    for (int i = 0; i < D; i++) {
-      double sum = 0;
-      for (int k = 0; k < n; k++)
-        sum += grad(world[k], s, i);
-      w[i] -= 0.125 * (sum / (double)n);
-    }
-  }
-  size_t used = 0;
-  for (int i = 0; i < D; i++)
-    used +=
-        (size_t)snprintf(out + used, cap - used, "%s%a", i ? "," : "", w[i]);
-}
 
 /* "HK_SECRET=<64 random hex digits>" into env. */
 static void make_secret(char *env, size_t cap) {
@@ -274,7 +246,7 @@ static void test_worker_lost(void **s) {
   assert_int_equal(hkt_count_lines(r1.err, "'grad.6': rank 3 (pid "), 1);
   char want[512];
   const int all[] = {0, 1, 2, 3}, left[] = {0, 1, 2};
-  replay(all, 4, left, 3, 4, 12, want, sizeof want);
+  hkt_elastic_replay(all, 4, left, 3, 4, 12, want, sizeof want);
   expect_finals(r0.out, "host 0", left, left, 2, 3, want);
   expect_finals(r1.out, "host 1", left + 2, left + 2, 1, 3, want);
   assert_int_equal(hkt_count_lines(r0.out, "final slot=") +
@@ -326,7 +298,7 @@ static void test_host_lost(void **s) {
                                  "(--min-np 2)"));
   char want[512];
   const int all[] = {0, 1, 2, 3}, left[] = {0, 1};
-  replay(all, 4, left, 2, 4, 12, want, sizeof want);
+  hkt_elastic_replay(all, 4, left, 2, 4, 12, want, sizeof want);
   expect_finals(r0.out, "host 0", left, left, 2, 2, want);
   assert_int_equal(hkt_count_lines(r0.out, "final slot="), 2);
   hkt_result_free(&r0);
@@ -361,7 +333,7 @@ static void test_link_cut(void **s) {
   assert_true(hkt_count_lines(r0.err, from) >= 2);
   char want[512];
   const int all[] = {0, 1, 2, 3}, left[] = {0, 1};
-  replay(all, 4, left, 2, 4, 12, want, sizeof want);
+  hkt_elastic_replay(all, 4, left, 2, 4, 12, want, sizeof want);
   expect_finals(r0.out, "host 0", left, left, 2, 2, want);
   /* host 1: its agent lost the rendezvous, ended its workers, exit 1 */
   char lost[160];
@@ -441,7 +413,7 @@ static void test_endpoint_only(void **s) {
   assert_string_equal(r0.out, ""); /* no worker of its own */
   char want[512];
   const int all[] = {0, 1}, left[] = {0};
-  replay(all, 2, left, 1, 4, 12, want, sizeof want);
+  hkt_elastic_replay(all, 2, left, 1, 4, 12, want, sizeof want);
   expect_finals(r1.out, "host 1", left, left, 1, 1, want);
   assert_int_equal(hkt_count_lines(r1.out, "final slot="), 1);
   hkt_result_free(&r0);
@@ -614,7 +586,7 @@ static void test_link_cut_3(void **s) {
                    2);
   char want[512];
   const int all[] = {0, 1, 2, 3, 4, 5}, left[] = {0, 1, 2, 3};
-  replay(all, 6, left, 4, 4, 12, want, sizeof want);
+  hkt_elastic_replay(all, 6, left, 4, 4, 12, want, sizeof want);
   expect_finals(r[0].out, "host 0", left, left, 2, 4, want);
   expect_finals(r[1].out, "host 1", left + 2, left + 2, 2, 4, want);
   assert_int_equal(hkt_count_lines(r[0].out, "final slot=") +
@@ -719,7 +691,7 @@ static void test_lost_while_reforming(void **s) {
                                    "(--min-np 2)"));
   char want[512];
   const int all[] = {0, 1, 2, 3, 4, 5}, left[] = {0, 1};
-  replay(all, 6, left, 2, 4, 12, want, sizeof want);
+  hkt_elastic_replay(all, 6, left, 2, 4, 12, want, sizeof want);
   expect_finals(r[0].out, "host 0", left, left, 2, 2, want);
   assert_int_equal(hkt_count_lines(r[0].out, "final slot="), 2);
   /* the re-form with 4 never completed (slot 2 held it): each re-formed
@@ -767,7 +739,7 @@ static void test_lost_while_meshing(void **s) {
              r[0].err);
   char want[512];
   const int all[] = {0, 1, 2, 3, 4, 5}, left[] = {0, 1};
-  replay(all, 6, left, 2, 6, 12, want, sizeof want);
+  hkt_elastic_replay(all, 6, left, 2, 6, 12, want, sizeof want);
   expect_finals(r[0].out, "host 0", left, left, 2, 2, want);
   assert_int_equal(hkt_count_lines(r[0].out, "final slot="), 2);
   for (int h = 0; h < 3; h++)
@@ -803,7 +775,7 @@ static void test_device_link_cut(void **s) {
              r0.exit_code, r1.exit_code, r0.out, r0.err, r1.out, r1.err);
   char want[512];
   const int all[] = {0, 1, 2, 3}, left[] = {0, 1};
-  replay(all, 4, left, 2, 4, 12, want, sizeof want);
+  hkt_elastic_replay(all, 4, left, 2, 4, 12, want, sizeof want);
   expect_finals(r0.out, "host 0", left, left, 2, 2, want);
   /* host 0's first rank made an id for each generation's communicator
    * (the first among host 0's ranks in the hierarchical allreduce, the

@@ -1,0 +1,33 @@
+/*
+ * elastic_replay.c - w_elastic's training replayed serially (see
+ * elastic_replay.h).
+ */
+#include "elastic_replay.h"
+
+#include <stdio.h>
+
+/* w_elastic's gradient, the same expression. */
+static double grad(int slot, int step, int i) {
+  return (double)(((slot + 1) * (i + 1) + step) % 7 - 3);
+}
+
+void hkt_elastic_replay(const int *a, int na, const int *b, int nb, int cut,
+                        int steps, char *out, size_t cap) {
+  double w[HKT_ELASTIC_D];
+  for (int i = 0; i < HKT_ELASTIC_D; i++)
+    w[i] = i / 8.0;
+  for (int s = 0; s < steps; s++) {
+    const int *world = s < cut ? a : b;
+    const int n = s < cut ? na : nb;
+    for (int i = 0; i < HKT_ELASTIC_D; i++) {
+      double sum = 0;
+      for (int k = 0; k < n; k++)
+        sum += grad(world[k], s, i);
+      w[i] -= 0.125 * (sum / (double)n);
+    }
+  }
+  size_t used = 0;
+  for (int i = 0; i < HKT_ELASTIC_D && used < cap; i++)
+    used +=
+        (size_t)snprintf(out + used, cap - used, "%s%a", i ? "," : "", w[i]);
+}
