@@ -19,19 +19,19 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "collectives/transport/tcp.h"
 #include "common/buf.h"
 #include "common/clock.h"
 #include "common/config.h"
 #include "common/status.h"
+#include "coordinator/channel.h"
 #include "coordinator/wire.h"
 #include "launcher/bind_masks.h"
-#include "launcher/keepalive.h"
 #include "launcher/output.h"
 #include "launcher/spawn.h"
 
 #define KILL_AFTER_TERM_MS 2000
 #define LOST_KILL_AFTER_MS 500
-#define RETRY_MS 100 /* between refused connection attempts */
 
 typedef struct agent {
   uv_loop_t loop;
@@ -53,144 +53,29 @@ typedef struct agent {
   int closed;
 } agent;
 
-/* Reads exactly n bytes before deadline (hk_now() s). 0, or -1 with why. */
-static int read_full(int fd, void *buf, size_t n, double deadline, char *why,
-                     size_t cap) {
-  size_t got = 0;
-  while (got < n) {
-    double left = deadline - hk_now();
-    struct pollfd p = {.fd = fd, .events = POLLIN};
-    int rc = left > 0 ? poll(&p, 1, (int)(left * 1000.0) + 1) : 0;
-    if (rc == 0) {
-      snprintf(why, cap, "no answer in time");
-      return -1;
-    }
-    if (rc < 0 && errno == EINTR)
-      continue;
-    ssize_t k = rc < 0 ? -1 : recv(fd, (char *)buf + got, n - got, 0);
-    if (k == 0) {
-      snprintf(why, cap, "the connection was closed");
-      return -1;
-    }
-    if (k < 0) {
-      if (errno == EINTR || errno == EAGAIN)
-        continue;
-      snprintf(why, cap, "%s", strerror(errno));
-      return -1;
-    }
-    got += (size_t)k;
-  }
-  return 0;
-}
-
-static int write_full(int fd, const void *buf, size_t n, char *why,
-                      size_t cap) {
-  size_t put = 0;
-  while (put < n) {
-    ssize_t k = send(fd, (const char *)buf + put, n - put, MSG_NOSIGNAL);
-    if (k < 0 && errno == EINTR)
-      continue;
-    if (k < 0) {
-      snprintf(why, cap, "%s", strerror(errno));
-      return -1;
-    }
-    put += (size_t)k;
-  }
-  return 0;
-}
-
-/* Encodes and sends m. 0, or -1 with why. */
-static int send_msg(int fd, const hk_msg *m, char *why, size_t cap) {
-  hk_buf b = {0};
-  int rc = -1;
-  if (hk_wire_encode(m, &b) != HK_OK)
+/* One frame each way with the rendezvous (coordinator/channel.h), waits
+ * bounded by the agent's HK_TIMEOUT_S. 0, or -1 with why. */
+static int send_msg(int fd, const hk_msg *m, double timeout_s, char *why,
+                    size_t cap) {
+  hk_buf scratch = {0};
+  hk_io io = {-1, timeout_s};
+  hk_status st = hk_channel_send(fd, m, &scratch, &io, "the rendezvous");
+  hk_buf_free(&scratch);
+  if (st != HK_OK)
     snprintf(why, cap, "%s", hk_last_error());
-  else
-    rc = write_full(fd, b.data, b.len, why, cap);
-  hk_buf_free(&b);
-  return rc;
+  return st == HK_OK ? 0 : -1;
 }
 
-/* Reads and decodes one frame before deadline. 0 (the caller frees *m),
- * or -1 with why. */
-static int recv_msg(int fd, hk_msg *m, double deadline, char *why, size_t cap) {
-  uint8_t hdr[HK_WIRE_HEADER_LEN];
-  uint8_t type;
-  uint32_t len;
-  if (read_full(fd, hdr, sizeof hdr, deadline, why, cap) != 0)
-    return -1;
-  if (hk_wire_header(hdr, &type, &len) != HK_OK) {
+/* The caller frees *m. */
+static int recv_msg(int fd, hk_msg *m, double timeout_s, char *why,
+                    size_t cap) {
+  hk_buf scratch = {0};
+  hk_io io = {-1, timeout_s};
+  hk_status st = hk_channel_recv(fd, m, &scratch, &io, "the rendezvous");
+  hk_buf_free(&scratch);
+  if (st != HK_OK)
     snprintf(why, cap, "%s", hk_last_error());
-    return -1;
-  }
-  hk_buf b = {0};
-  int rc = -1;
-  if (hk_buf_reserve(&b, HK_WIRE_HEADER_LEN + (size_t)len) != HK_OK) {
-    snprintf(why, cap, "out of memory");
-  } else {
-    memcpy(b.data, hdr, sizeof hdr);
-    if (read_full(fd, b.data + sizeof hdr, len, deadline, why, cap) == 0) {
-      if (hk_wire_decode(b.data, sizeof hdr + len, m) == HK_OK)
-        rc = 0;
-      else
-        snprintf(why, cap, "%s", hk_last_error());
-    }
-  }
-  hk_buf_free(&b);
-  return rc;
-}
-
-/* Connects to ip:port, retrying refusals until deadline, and proves the
- * secret. The fd, or -1 with why. */
-static int connect_endpoint(const char *ip, int port, const hk_secret *secret,
-                            double deadline, char *why, size_t cap) {
-  struct sockaddr_in sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons((uint16_t)port);
-  inet_pton(AF_INET, ip, &sa.sin_addr);
-  int fd = -1;
-  for (;;) {
-    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-      snprintf(why, cap, "socket: %s", strerror(errno));
-      return -1;
-    }
-    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0)
-      break;
-    int e = errno;
-    close(fd);
-    if ((e != ECONNREFUSED && e != ENETUNREACH && e != EHOSTUNREACH &&
-         e != ETIMEDOUT) ||
-        hk_now() + RETRY_MS / 1000.0 > deadline) {
-      snprintf(why, cap,
-               "cannot connect: %s (HK_START_TIMEOUT_S: the agent "
-               "holding it had that long to start)",
-               strerror(e));
-      return -1;
-    }
-    usleep(RETRY_MS * 1000); /* the endpoint's agent may start later */
-  }
-  uint8_t nonce_s[HK_NONCE_LEN], nonce_c[HK_NONCE_LEN];
-  uint8_t msg[HK_AUTH_CLIENT_MSG_LEN], proof_s[HK_PROOF_LEN];
-  char io[160];
-  if (read_full(fd, nonce_s, sizeof nonce_s, deadline, io, sizeof io) != 0 ||
-      hk_random_bytes(nonce_c, sizeof nonce_c) != HK_OK) {
-    snprintf(why, cap, "no handshake: %s", io);
-    close(fd);
-    return -1;
-  }
-  hk_auth_client_msg(secret, nonce_s, nonce_c, msg);
-  if (write_full(fd, msg, sizeof msg, io, sizeof io) != 0 ||
-      read_full(fd, proof_s, sizeof proof_s, deadline, io, sizeof io) != 0 ||
-      !hk_auth_client_check(secret, nonce_s, nonce_c, proof_s)) {
-    snprintf(why, cap,
-             "it refused this agent's secret (HK_SECRET must be the same on "
-             "every agent)");
-    close(fd);
-    return -1;
-  }
-  return fd;
+  return st == HK_OK ? 0 : -1;
 }
 
 /* ---- the loop ---- */
@@ -252,7 +137,7 @@ static void on_readable(uv_poll_t *p, int status, int events) {
   }
   hk_msg m;
   char why[256];
-  if (recv_msg(a->fd, &m, hk_now() + a->timeout_s, why, sizeof why) != 0) {
+  if (recv_msg(a->fd, &m, a->timeout_s, why, sizeof why) != 0) {
     rendezvous_lost(a, why);
     return;
   }
@@ -282,7 +167,7 @@ static void on_worker_exit(hk_worker *w, void *ctx) {
     m.u.exit.status = w->term_signal ? 0 : (int32_t)(w->exit_status & 0xff);
     m.u.exit.signal = w->term_signal;
     char why[256];
-    if (send_msg(a->fd, &m, why, sizeof why) != 0)
+    if (send_msg(a->fd, &m, a->timeout_s, why, sizeof why) != 0)
       rendezvous_lost(a, why);
   }
   if (a->args->verbose && w->term_signal)
@@ -328,10 +213,16 @@ int hkrun_agent_run(const hkrun_args *args, const char *ip, int port,
     return 2;
   }
   snprintf(endpoint, sizeof endpoint, "%s:%d", ip, port);
-  int fd = connect_endpoint(ip, port, secret, hk_now() + start_timeout_s, why,
-                            sizeof why);
-  if (fd < 0) {
-    hk_out_say("--rdzv-endpoint %s: %s", args->rdzv_endpoint, why);
+  /* refusals retried until HK_START_TIMEOUT_S: the agent holding the
+   * endpoint may start later */
+  int fd = -1;
+  hk_io cio = {-1, timeout_s};
+  if (hk_tcp_connect(ip, (uint16_t)port, secret, hk_now() + start_timeout_s,
+                     &cio, "the rendezvous", &fd) != HK_OK) {
+    hk_out_say("--rdzv-endpoint %s: %s (every agent needs the same "
+               "HK_SECRET; the agent holding the endpoint has "
+               "HK_START_TIMEOUT_S to start)",
+               args->rdzv_endpoint, hk_last_error());
     return 1;
   }
   hk_msg req, ans;
@@ -341,8 +232,8 @@ int hkrun_agent_run(const hkrun_args *args, const char *ip, int port,
   req.u.agent.nslots = args->np;
   if (gethostname(req.u.agent.host, sizeof req.u.agent.host - 1) != 0)
     snprintf(req.u.agent.host, sizeof req.u.agent.host, "?");
-  if (send_msg(fd, &req, why, sizeof why) != 0 ||
-      recv_msg(fd, &ans, hk_now() + timeout_s, why, sizeof why) != 0) {
+  if (send_msg(fd, &req, timeout_s, why, sizeof why) != 0 ||
+      recv_msg(fd, &ans, timeout_s, why, sizeof why) != 0) {
     hk_out_say("--rdzv-endpoint %s: registering this agent: %s",
                args->rdzv_endpoint, why);
     close(fd);
@@ -359,7 +250,8 @@ int hkrun_agent_run(const hkrun_args *args, const char *ip, int port,
   }
   const int base = ans.u.agent.base, size = ans.u.agent.size;
   hk_msg_free(&ans);
-  hk_keepalive_set(fd, timeout_s);
+  if (hk_tcp_set_liveness(fd, timeout_s) != HK_OK)
+    hk_out_say("--rdzv-endpoint %s: %s", args->rdzv_endpoint, hk_last_error());
   if (args->verbose)
     hk_out_say("agent: slots %d..%d of %d at %s", base, base + args->np - 1,
                size, endpoint);
@@ -426,7 +318,7 @@ int hkrun_agent_run(const hkrun_args *args, const char *ip, int port,
         m.type = HK_MSG_EXIT;
         m.u.exit.slot = base + i;
         m.u.exit.status = 127;
-        if (send_msg(a.fd, &m, why, sizeof why) != 0)
+        if (send_msg(a.fd, &m, timeout_s, why, sizeof why) != 0)
           break; /* the loop finds the connection gone */
       }
     }

@@ -11,7 +11,7 @@
  * ranks B..B+L-1 of that size (launcher/spawn.h), told the endpoint as
  * their HK_RENDEZVOUS: they register there themselves; --bind-to binds
  * them as on one host (bind_masks.h). The connection
- * has TCP keepalive bounded by HK_TIMEOUT_S (keepalive.h).
+ * has TCP keepalive bounded by HK_TIMEOUT_S (hk_tcp_set_liveness).
  *
  * Then, on the agent's loop:
  *   - each worker's exit is sent to the rendezvous (HK_MSG_EXIT {slot,

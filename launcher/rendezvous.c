@@ -17,12 +17,12 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 
+#include "collectives/transport/tcp.h"
 #include "common/buf.h"
 #include "common/log.h"
 #include "common/ratelog.h"
 #include "common/status.h"
 #include "coordinator/wire.h"
-#include "launcher/keepalive.h"
 
 typedef enum conn_state {
   CONN_AUTH,    /* reading the client's auth message */
@@ -423,7 +423,8 @@ static void on_agent(conn *c, const hk_msg *m) {
   snprintf(c->host, sizeof c->host, "%s", m->u.agent.host);
   uv_os_fd_t fd;
   if (uv_fileno((const uv_handle_t *)&c->tcp, &fd) == 0)
-    hk_keepalive_set(fd, r->agent_timeout_s);
+    if (hk_tcp_set_liveness(fd, r->agent_timeout_s) != HK_OK)
+      hk_log(HK_LOG_WARNING, "an agent's connection: %s", hk_last_error());
   hk_msg a;
   memset(&a, 0, sizeof a);
   a.type = HK_MSG_AGENT;

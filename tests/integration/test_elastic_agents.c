@@ -380,7 +380,8 @@ static void test_endpoint_lost(void **s) {
   assert_int_equal(r0.signal, SIGKILL);
   char lost[256];
   snprintf(lost, sizeof lost,
-           "hkrun: lost the rendezvous at %s:%s (the connection was closed): "
+           "hkrun: lost the rendezvous at %s:%s (the rendezvous closed the "
+           "connection): "
            "the host holding it is gone or cut off; ending this host's "
            "workers\n",
            bed.host[0], PORT);
@@ -438,8 +439,9 @@ static void test_refused(void **s) {
   start_agent(1, "-1", "-1", bad_env, &p1);
   hkt_finish(&p1, JOB_S, &r);
   snprintf(want, sizeof want,
-           "hkrun: --rdzv-endpoint %s:%s: it refused this agent's secret "
-           "(HK_SECRET must be the same on every agent)\n",
+           "hkrun: --rdzv-endpoint %s:%s: the rendezvous refused our proof "
+           "of the job's secret (is HK_SECRET the job's?) (every agent "
+           "needs the same HK_SECRET; ",
            bed.host[0], PORT);
   if (r.exit_code != 1 || !strstr(r.err, want))
     fail_msg("exit %d, expected 1 and '%s' in:\n%s", r.exit_code, want, r.err);
