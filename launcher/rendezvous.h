@@ -63,10 +63,10 @@
  * Its workers then register as any worker does, with rank = their slot.
  * The agent reports each worker's exit (HK_MSG_EXIT {slot, pid, status,
  * signal}; a slot not its own closes the connection). The connection
- * has TCP keepalive bounded by the timeout given (hk_tcp_set_liveness, collectives/transport/tcp.h):
- * a host that stops answering ends it as a closed one does. The
- * listener hears JOINED, EXIT and GONE (the connection ended, while the
- * server is not closing). ABORT goes to every agent too, and
+ * has TCP keepalive bounded by the timeout given (hk_tcp_set_liveness,
+ * collectives/transport/tcp.h): a host that stops answering ends it as a closed
+ * one does. The listener hears JOINED, EXIT and GONE (the connection ended,
+ * while the server is not closing). ABORT goes to every agent too, and
  * hk_rdv_agents_end sends each the job's status (EXIT {slot -1}).
  *
  * Thread-safety: every function runs on the loop's thread.
