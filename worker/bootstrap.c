@@ -566,10 +566,7 @@ static hk_status relayout(hk_ctx *ctx, const hk_msg *peers, const char *addr,
  * (hkrun's RESET) makes the survivors form the next generation, as often
  * as that happens. Returns the final status. */
 static hk_status elastic_again(hk_ctx *ctx, hk_status st) {
-  char word[HK_WIRE_MAX_REASON_LEN + 1];
-  if ((st == HK_ERR_PEER_LOST || st == HK_ERR_TIMEOUT) &&
-      hk_elastic_hkrun_word(ctx, ctx->cfg.timeout_s, &st, word, sizeof word))
-    st = hk_fail(st, "%s", word);
+  st = hk_elastic_explain(ctx, st);
   while (st == HK_ERR_RANKS_CHANGED) {
     hk_log(HK_LOG_INFO, "forming again: %s", hk_last_error());
     hk_mesh *m = &ctx->mesh;
@@ -681,12 +678,6 @@ hk_status hk_bootstrap_again(hk_ctx *ctx) {
   hk_msg_free(&peers);
   hk_tcp_close(&m->listen_fd);
   /* a peer lost meanwhile: hkrun's word (another RESET: call again; or
-   * the end of the job) says more than the broken connection (a peer that
-   * closes it mid-handshake, aborted by the re-form, reads as a refused
-   * proof: HK_ERR_AUTH, as at the start) */
-  char word[HK_WIRE_MAX_REASON_LEN + 1];
-  if ((st == HK_ERR_PEER_LOST || st == HK_ERR_TIMEOUT || st == HK_ERR_AUTH) &&
-      hk_elastic_hkrun_word(ctx, ctx->cfg.timeout_s, &st, word, sizeof word))
-    st = hk_fail(st, "%s", word);
-  return st;
+   * the end of the job) says more than the broken connection */
+  return hk_elastic_explain(ctx, st);
 }

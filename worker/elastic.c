@@ -45,6 +45,15 @@ int hk_elastic_hkrun_word(hk_ctx *ctx, double wait_s, hk_status *st,
   return said;
 }
 
+hk_status hk_elastic_explain(hk_ctx *ctx, hk_status st) {
+  char word[HK_WIRE_MAX_REASON_LEN + 1];
+  if (ctx->cfg.elastic &&
+      (st == HK_ERR_PEER_LOST || st == HK_ERR_TIMEOUT || st == HK_ERR_AUTH) &&
+      hk_elastic_hkrun_word(ctx, ctx->cfg.timeout_s, &st, word, sizeof word))
+    st = hk_fail(st, "%s", word);
+  return st;
+}
+
 hk_status hk_elastic_place(hk_ctx *ctx, const hk_msg *peers,
                            const char *my_host, uint16_t my_port) {
   for (uint32_t i = 0; i < peers->u.peers.n; i++)

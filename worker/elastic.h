@@ -27,6 +27,19 @@ int hk_elastic_hkrun_word(hk_ctx *ctx, double wait_s, hk_status *st,
                           char *reason, size_t cap);
 
 /**
+ * Elastic jobs (ctx->cfg.elastic): st is how connecting or starting the
+ * job failed; when it is one a lost peer causes (HK_ERR_PEER_LOST,
+ * HK_ERR_TIMEOUT, or HK_ERR_AUTH: a peer that moves to the next
+ * generation closes the connections it was accepting mid-handshake, which
+ * reads as a refused proof), hkrun's word (hk_elastic_hkrun_word, waited
+ * for up to HK_TIMEOUT_S) says more: returns its status, the word set as
+ * the last error. Otherwise (a static job, another status, or no word)
+ * returns st unchanged, the last error kept. Thread-safety: as
+ * hk_elastic_hkrun_word.
+ */
+hk_status hk_elastic_explain(hk_ctx *ctx, hk_status st);
+
+/**
  * This worker's place in a generation's peer list (an HK_MSG_PEERS):
  * ctx->rank = the index of my_host:my_port in it, ctx->size = its length.
  * peers is borrowed. Thread-safety: as hk_elastic_register.

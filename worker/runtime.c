@@ -238,22 +238,6 @@ static hk_status start_job(hk_ctx *ctx) {
   return st;
 }
 
-/* Elastic: start_job failed with st; a peer lost meanwhile makes hkrun
- * say why (RESET: HK_ERR_RANKS_CHANGED, re-form; ABORT: the job is over),
- * which says more than the broken link. HK_ERR_AUTH too: a peer that has
- * already moved to the next generation refuses this one's proof (seen
- * when a worker was lost while the others connected); a secret that is
- * really wrong is then reported after hkrun's word or HK_TIMEOUT_S.
- * Returns the status to report. */
-static hk_status elastic_start_failed(hk_ctx *ctx, hk_status st) {
-  char word[HK_WIRE_MAX_REASON_LEN + 1];
-  if (ctx->cfg.elastic &&
-      (st == HK_ERR_PEER_LOST || st == HK_ERR_TIMEOUT || st == HK_ERR_AUTH) &&
-      hk_elastic_hkrun_word(ctx, ctx->cfg.timeout_s, &st, word, sizeof word))
-    st = hk_fail(st, "%s", word);
-  return st;
-}
-
 static void log_prefix(const hk_ctx *ctx) {
   char prefix[32];
   snprintf(prefix, sizeof prefix, "hk[%d]", ctx->rank);
@@ -294,7 +278,7 @@ hk_status hk_init(void) {
   if (st == HK_OK) {
     st = start_job(ctx);
     if (st != HK_OK)
-      st = elastic_start_failed(ctx, st);
+      st = hk_elastic_explain(ctx, st); /* e.g. a peer lost meanwhile */
   }
   if (st == HK_ERR_RANKS_CHANGED) {
     /* elastic: a worker was lost while the job started; the others
@@ -404,7 +388,7 @@ hk_status hk_elastic_reset(void) {
   if (st == HK_OK) {
     st = start_job(ctx);
     if (st != HK_OK)
-      st = elastic_start_failed(ctx, st);
+      st = hk_elastic_explain(ctx, st); /* e.g. a peer lost meanwhile */
   }
   if (st == HK_OK) {
     g_ctx = ctx;

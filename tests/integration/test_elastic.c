@@ -511,8 +511,10 @@ static void test_discovery_script_fails(void **s) {
   hkt_result_free(&r);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   hkt_setup();
+  if (argc > 1) /* a pattern of the tests to run (cmocka's filter) */
+    cmocka_set_test_filter(argv[1]);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_loss_reforms_and_matches_replay),
       cmocka_unit_test(test_device_communicator_rebuilt),
