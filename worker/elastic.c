@@ -46,7 +46,7 @@ int hk_elastic_hkrun_word(hk_ctx *ctx, double wait_s, hk_status *st,
 }
 
 hk_status hk_elastic_explain(hk_ctx *ctx, hk_status st) {
-  char word[HK_WIRE_MAX_REASON_LEN + 1];
+  char word[HK_WIRE_MAX_REASON_LEN + 128]; /* hkrun's reason, and ours */
   if (ctx->cfg.elastic &&
       (st == HK_ERR_PEER_LOST || st == HK_ERR_TIMEOUT || st == HK_ERR_AUTH) &&
       hk_elastic_hkrun_word(ctx, ctx->cfg.timeout_s, &st, word, sizeof word))
