@@ -153,6 +153,7 @@ hk_status hk_wire_encode(const hk_msg *m, hk_buf *out) {
     break;
   case HK_MSG_ABORT:
   case HK_MSG_RESET:
+  case HK_MSG_JOIN:
     put_i32(&w, m->u.abort.rank);
     put_i32(&w, m->u.abort.exit_code);
     put_i32(&w, m->u.abort.signal);
@@ -234,6 +235,7 @@ hk_status hk_wire_encode(const hk_msg *m, hk_buf *out) {
       put_f64(&w, m->u.responses.tune.cycle_time_ms);
       put_u8(&w, (uint8_t)(m->u.responses.tune.hierarchical + 1));
     }
+    put_u8(&w, m->u.responses.joiners);
     break;
   default:
     w.st = hk_fail(HK_ERR_PROTOCOL, "cannot encode message type %u",
@@ -556,6 +558,7 @@ static void decode_payload(reader *r, hk_msg *m) {
   }
   case HK_MSG_ABORT:
   case HK_MSG_RESET:
+  case HK_MSG_JOIN:
     m->u.abort.rank = get_i32(r, "rank");
     m->u.abort.exit_code = get_i32(r, "exit code");
     m->u.abort.signal = get_i32(r, "signal");
@@ -736,6 +739,9 @@ static void decode_payload(reader *r, hk_msg *m) {
       check(r, h <= 2, "tuned hierarchical allreduce %lld is not 0, 1 or 2", h);
       t->hierarchical = (int8_t)(h - 1);
     }
+    m->u.responses.joiners = get_u8(r, "joiners flag");
+    check(r, m->u.responses.joiners <= 1, "joiners flag %lld is not 0 or 1",
+          m->u.responses.joiners);
     break;
   }
   }

@@ -25,12 +25,13 @@
 #include "hk/hk.h"
 
 #define HK_WIRE_VERSION                                                        \
-  11 /* 3: HK_MSG_GOODBYE; 4: RESPONSES.answer; 5: request memory kind;        \
+  12 /* 3: HK_MSG_GOODBYE; 4: RESPONSES.answer; 5: request memory kind;        \
         6: REQUESTS.sample (telemetry), HK_MSG_MONITOR; 7: request process     \
         set and shape; 8: process sets: RESPONSES.set, each cache bit's set    \
         in REQUESTS, HK_COLL_SET_ADD and HK_COLL_SET_REMOVE; 9: HK_MSG_RESET;  \
         10: RESPONSES.tune (the autotuner's agreed settings); 11: HK_MSG_AGENT \
-        and HK_MSG_EXIT (multi-host elastic agents) */
+        and HK_MSG_EXIT (multi-host elastic agents); 12: HK_MSG_JOIN and       \
+        RESPONSES.joiners (workers joining an elastic job) */
 #define HK_WIRE_HEADER_LEN 8
 #define HK_WIRE_MAX_PAYLOAD (64u << 20) /* bytes */
 #define HK_WIRE_MAX_HOST_LEN 255        /* bytes, excluding NUL */
@@ -72,10 +73,15 @@ typedef enum hk_msg_type {
                            (its pid, status, signal); rendezvous -> agent:
                            the job is over (slot -1, status = the job's
                            exit status) */
+  HK_MSG_JOIN = 12,     /* elastic jobs, on rank 0's second connection to
+                           the rendezvous (its watch): worker -> rendezvous
+                           "tell me of workers waiting to join" (u.abort,
+                           rank = its slot); rendezvous -> worker: rank =
+                           how many wait, reason names their hosts */
 } hk_msg_type;
 
 /** The last hk_msg_type (the decoder's bound). */
-#define HK_MSG_LAST HK_MSG_EXIT
+#define HK_MSG_LAST HK_MSG_JOIN
 
 /** Which collective a request asks for. */
 typedef enum hk_coll {
@@ -327,6 +333,9 @@ typedef struct hk_msg {
       uint8_t has_tune;  /* 1: tune holds a change of settings (world
                             only, with n > 0) */
       hk_wire_tune tune; /* inline: no allocation */
+      uint8_t joiners;   /* elastic: 1: workers wait to join the job at the
+                            next commit (world only, with n > 0; sticky
+                            until the job re-forms) */
     } responses;
     struct {
       int32_t base;   /* the agent's first slot; -1 in the request */

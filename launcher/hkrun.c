@@ -237,7 +237,8 @@ static double discover_limit(const hkrun_args *a) {
 
 /* Elastic, below --min-np: fails every rank naming what is missing, and
  * what discovery lists; waited: whether --elastic-timeout ran out (else
- * nothing could join: no --host-discovery-script). */
+ * nothing could join: one host without --host-discovery-script). With
+ * agents (--rdzv-endpoint), an agent started meanwhile could have. */
 static void fail_below_min_np(job *j, int waited) {
   const hkrun_args *a = j->args;
   int left = hk_rdv_alive(j->rdv);
@@ -245,6 +246,10 @@ static void fail_below_min_np(job *j, int waited) {
   if (a->discovery_script)
     hkrun_discover(a->discovery_script, a->slots_per_host, discover_limit(a),
                    found, sizeof found);
+  else if (a->rdzv_endpoint)
+    snprintf(found, sizeof found,
+             "no agent started with --rdzv-endpoint %s took the lost slots",
+             a->rdzv_endpoint);
   else
     snprintf(found, sizeof found, "no --host-discovery-script");
   char when[128];
@@ -256,14 +261,15 @@ static void fail_below_min_np(job *j, int waited) {
   char reason[2048];
   snprintf(reason, sizeof reason,
            "elastic job below --min-np %d: %d worker%s left, %d more "
-           "needed (lost: %s); %s (%s; hkrun starts no new workers yet)",
+           "needed (lost: %s); %s (%s%s)",
            a->min_np, left, left == 1 ? "" : "s", a->min_np - left, j->lost,
-           when, found);
+           when, found,
+           a->rdzv_endpoint ? "" : "; hkrun starts no new workers yet");
   fail_elastic(j, j->below_code, reason);
 }
 
-/* Elastic, --elastic-timeout below --min-np: no worker came (hkrun starts
- * none yet). */
+/* Elastic, --elastic-timeout below --min-np: not enough workers came
+ * (agents joining; hkrun itself starts none). */
 static void elastic_timeout(uv_timer_t *t) {
   job *j = t->data;
   if (j->failing || j->closed || hk_rdv_alive(j->rdv) >= j->args->min_np)
@@ -347,7 +353,8 @@ static void elastic_loss(job *j, hk_worker *w, const char *what) {
     snprintf(why, sizeof why, "elastic job: no worker left (lost: %s)",
              j->lost);
     fail_elastic(j, code, why);
-  } else if (!a->discovery_script) { /* nothing could come: fail now */
+  } else if (!a->discovery_script && !a->rdzv_endpoint) {
+    /* nothing could come: fail now */
     j->below_code = code;
     fail_below_min_np(j, 0);
   } else {
@@ -621,10 +628,19 @@ static void on_agent_event(const hk_rdv_agent_event *ev, void *ctx) {
   if (j->closed)
     return;
   if (ev->kind == HK_RDV_AGENT_JOINED) {
-    for (int s = ev->base; s < ev->base + ev->nslots; s++)
-      j->remote[s].rank = s;
+    int again = 0; /* slots of a host lost, taken again */
+    for (int s = ev->base; s < ev->base + ev->nslots; s++) {
+      again |= j->remote[s].exited;
+      j->remote[s] = (hk_worker){.rank = s};
+      j->remote_why[s][0] = 0;
+    }
     j->remote_running += ev->nslots;
-    if (j->args->verbose)
+    if (again)
+      hk_out_say("agent on host %s (%s) joined the running job: %d worker%s "
+                 "as slots %d..%d, admitted at the members' next commit",
+                 ev->host, ev->addr, ev->nslots, ev->nslots == 1 ? "" : "s",
+                 ev->base, ev->base + ev->nslots - 1);
+    else if (j->args->verbose)
       hk_out_say("agent on host %s (%s) joined: %d worker%s, slots %d..%d",
                  ev->host, ev->addr, ev->nslots, ev->nslots == 1 ? "" : "s",
                  ev->base, ev->base + ev->nslots - 1);

@@ -44,6 +44,7 @@ typedef struct conn {
   conn_state state;
   int rank;         /* registered rank, or -1 */
   int agent;        /* 1: an hkrun agent's connection (HK_MSG_AGENT) */
+  int watch;        /* 1: told of workers waiting to join (HK_MSG_JOIN) */
   int base, nslots; /* an agent's slots */
   char host[HK_WIRE_MAX_HOST_LEN + 1]; /* an agent's host name */
   char addr[64];
@@ -78,11 +79,17 @@ struct hk_rdv {
   /* elastic jobs (hk_rdv_set_elastic): a rank's index is its slot, the
    * rank hkrun started the worker as */
   int elastic;
-  int min_size;  /* a generation forms with at least this many slots */
-  int gen;       /* the generation forming (complete 0) or formed */
-  int nalive;    /* slots not lost */
-  uint8_t *lost; /* size entries: 1 once hk_rdv_lose named the slot */
-  int *reg_gen;  /* size entries: the generation the slot registered for */
+  int min_size;     /* a generation forms with at least this many slots */
+  int gen;          /* the generation forming (complete 0) or formed */
+  int nalive;       /* slots not lost */
+  uint8_t *lost;    /* size entries: 1 once hk_rdv_lose named the slot */
+  int *reg_gen;     /* size entries: the generation the slot registered for */
+  uint8_t *joining; /* size entries: 1 while the slot's worker waits to
+                       join the formed generation (it is in the next) */
+  uint8_t *owned;   /* size entries: 1 while the slot is held (the
+                       endpoint's own, or an agent's still connected) */
+  int formed_once;  /* a generation has formed */
+  int announced;    /* joiners last told to the watches */
   hk_wire_peer *formed; /* scratch for a generation's peer list */
   /* agents (hk_rdv_set_agents) */
   hk_rdv_agent_fn on_agent; /* NULL: AGENT messages are refused */
@@ -104,6 +111,8 @@ static void maybe_free(hk_rdv *r) {
   free(r->state);
   free(r->lost);
   free(r->reg_gen);
+  free(r->joining);
+  free(r->owned);
   free(r->formed);
   free(r);
 }
@@ -200,6 +209,9 @@ static void conn_close(conn *c) {
   /* last: the listener may close the whole server */
   if (settled >= 0)
     settle(r, rank, (hk_rdv_rank_state)settled);
+  if (c->agent && r->owned)
+    for (int s = c->base; s < c->base + c->nslots; s++)
+      r->owned[s] = 0; /* free to take once lost */
   if (c->agent && !r->closing && r->on_agent) {
     hk_rdv_agent_event ev = {.kind = HK_RDV_AGENT_GONE,
                              .base = c->base,
@@ -250,19 +262,73 @@ static void send_peers(hk_rdv *r) { send_peer_list(r, r->peers, r->size); }
 
 /* Elastic: every slot not lost has registered for the generation, and
  * there are enough: send each the peer list of the slots in order. */
+static void notify_watches(hk_rdv *r);
+
+/* Elastic: every slot not lost has registered for the generation (a
+ * joining worker: registered at all), and there are enough: send each the
+ * peer list, the last generation's members first, then the workers
+ * joining, each part in slot order (Horovod keeps the current hosts
+ * first too: rank 0, whose state the others take, is never a newcomer
+ * while a member is left). */
 static void maybe_form(hk_rdv *r) {
   if (!r->elastic || r->complete || r->aborted || r->nalive < r->min_size)
     return;
   int n = 0;
-  for (int i = 0; i < r->size; i++) {
-    if (r->lost[i])
-      continue;
-    if (!r->by_rank[i] || r->reg_gen[i] != r->gen)
-      return;
-    r->formed[n++] = r->peers[i];
-  }
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; i < r->size; i++) {
+      if (r->lost[i] || r->joining[i] != pass)
+        continue;
+      if (!r->by_rank[i] || (!pass && r->reg_gen[i] != r->gen))
+        return;
+      r->formed[n++] = r->peers[i];
+    }
+  if (n == 0)
+    return;
+  send_peer_list(r, r->formed, n);
+  r->formed_once = 1;
+  memset(r->joining, 0, (size_t)r->size);
+  notify_watches(r);
+}
+
+/* The workers waiting to join that have registered (ready to). */
+static int joiners_ready(const hk_rdv *r, char *hosts, size_t cap) {
+  int n = 0;
+  if (hosts && cap)
+    hosts[0] = 0;
+  for (int i = 0; r->joining && i < r->size; i++)
+    if (r->joining[i] && !r->lost[i] && r->by_rank[i]) {
+      if (hosts &&
+          (n == 0 || strcmp(r->peers[i].host, r->peers[i - 1].host) != 0)) {
+        size_t k = strlen(hosts);
+        snprintf(hosts + k, cap - k, "%s%s", k ? ", " : "", r->peers[i].host);
+      }
+      n++;
+    }
+  return n;
+}
+
+/* Tells every watch (rank 0's second connection) how many workers wait
+ * to join, when that changed. */
+static void notify_watches(hk_rdv *r) {
+  char hosts[HK_WIRE_MAX_REASON_LEN + 1];
+  const int n = joiners_ready(r, hosts, sizeof hosts);
+  if (n == r->announced)
+    return;
+  r->announced = n;
+  hk_msg m;
+  memset(&m, 0, sizeof m);
+  m.type = HK_MSG_JOIN;
+  m.u.abort.rank = n;
+  snprintf(m.u.abort.reason, sizeof m.u.abort.reason, "%s", hosts);
+  hk_buf b = {0};
+  if (hk_wire_encode(&m, &b) == HK_OK)
+    for (conn *c = r->conns; c; c = c->next)
+      if (c->watch && c->state != CONN_CLOSING)
+        conn_send(c, b.data, b.len);
+  hk_buf_free(&b);
   if (n > 0)
-    send_peer_list(r, r->formed, n);
+    hk_log(HK_LOG_INFO, "%d worker%s on %s wait to join at the next commit", n,
+           n == 1 ? "" : "s", hosts);
 }
 
 static void refuse(conn *c, const char *fmt, ...)
@@ -276,6 +342,17 @@ static void on_reregister(conn *c, const hk_msg *m) {
   if (m->u.reg.rank != slot) {
     refuse(c, "rank %d registered again as %d", slot, (int)m->u.reg.rank);
     return;
+  }
+  const int moved = r->peers[slot].port != m->u.reg.port ||
+                    strcmp(r->peers[slot].host, m->u.reg.host) != 0;
+  if (r->reg_gen[slot] == r->gen && r->complete && moved) {
+    /* a member of the formed generation registers anew without a loss:
+     * the members agreed (at a commit) to admit the workers waiting to
+     * join; the others are coming too */
+    r->gen++;
+    r->complete = 0;
+    hk_log(HK_LOG_INFO, "generation %d forms to admit %d joining worker%s",
+           r->gen, r->announced, r->announced == 1 ? "" : "s");
   }
   if (r->reg_gen[slot] == r->gen && r->complete)
     return; /* said twice (it had a RESET still to read): counted */
@@ -322,7 +399,9 @@ static void on_register(conn *c, const hk_msg *m) {
     refuse(c, "rank %d is out of range [0, %d)", rank, r->size);
     return;
   }
-  if (r->by_rank[rank] || r->complete || (r->elastic && r->gen > 0)) {
+  const int joins = r->elastic && r->joining[rank];
+  if (r->by_rank[rank] ||
+      (!joins && (r->complete || (r->elastic && r->gen > 0)))) {
     refuse(c, "rank %d is already registered", rank);
     return;
   }
@@ -345,9 +424,11 @@ static void on_register(conn *c, const hk_msg *m) {
     r->reg_gen[rank] = r->gen;
   if (r->aborted)
     conn_send(c, r->abort_frame.data, r->abort_frame.len);
-  else if (r->elastic)
+  else if (r->elastic) {
     maybe_form(r);
-  else if (r->registered == r->size)
+    if (joins && r->complete)
+      notify_watches(r); /* it waits for the members' next commit */
+  } else if (r->registered == r->size)
     send_peers(r);
 }
 
@@ -389,8 +470,53 @@ static void refuse_agent(conn *c, const char *reason) {
   conn_close(c);
 }
 
+/* Elastic: the slots lost whose holder is gone (free to take again). */
+static int slot_free(const hk_rdv *r, int s) {
+  return r->elastic && s < r->claimed && r->lost[s] && !r->owned[s];
+}
+
+static int free_slots(const hk_rdv *r) {
+  int n = r->size - r->claimed;
+  for (int s = 0; s < r->claimed; s++)
+    n += slot_free(r, s);
+  return n;
+}
+
+/* The first of n consecutive free slots below r->claimed, or -1. */
+static int free_run(const hk_rdv *r, int n) {
+  for (int s = 0, run = 0; s < r->claimed; s++) {
+    run = slot_free(r, s) ? run + 1 : 0;
+    if (run == n && n > 0)
+      return s - n + 1;
+  }
+  return -1;
+}
+
+/* Slots [base, base + n) are held from now on. Slots taken again after
+ * the job formed wait to join it (at the members' next commit, or in the
+ * generation forming now); the worker lost there is forgotten. */
+static void take_slots(hk_rdv *r, int base, int n) {
+  for (int s = base; s < base + n && r->elastic; s++) {
+    r->owned[s] = 1;
+    r->joining[s] = (uint8_t)r->formed_once;
+    if (!r->lost[s])
+      continue;
+    r->lost[s] = 0;
+    r->nalive++;
+    r->state[s] = HK_RDV_UNREGISTERED;
+    r->pids[s] = 0;
+    conn *old = r->by_rank[s];
+    if (old) { /* the lost worker's connection (its host cut off) */
+      r->by_rank[s] = NULL;
+      old->rank = -1;
+      conn_close(old);
+    }
+  }
+}
+
 /* An hkrun agent says how many workers its host starts: give it the next
- * nslots slots and answer with them and the job's size. */
+ * nslots slots (or, elastic, slots whose host was lost) and answer with
+ * them and the job's size. */
 static void on_agent(conn *c, const hk_msg *m) {
   hk_rdv *r = c->r;
   char why[400];
@@ -404,11 +530,12 @@ static void on_agent(conn *c, const hk_msg *m) {
     return;
   }
   int n = m->u.agent.nslots;
-  if (n > r->size - r->claimed) {
+  int base = n <= r->size - r->claimed ? r->claimed : free_run(r, n);
+  if (base < 0) {
     snprintf(why, sizeof why,
              "the job has %d slots (--max-np of the agent holding the "
              "endpoint) and %d are taken: %d more from host %s do not fit",
-             r->size, r->claimed, n, m->u.agent.host);
+             r->size, r->size - free_slots(r), n, m->u.agent.host);
     refuse_agent(c, why);
     return;
   }
@@ -417,9 +544,11 @@ static void on_agent(conn *c, const hk_msg *m) {
     return;
   }
   c->agent = 1;
-  c->base = r->claimed;
+  c->base = base;
   c->nslots = n;
-  r->claimed += n;
+  if (base == r->claimed)
+    r->claimed += n;
+  take_slots(r, base, n);
   snprintf(c->host, sizeof c->host, "%s", m->u.agent.host);
   uv_os_fd_t fd;
   if (uv_fileno((const uv_handle_t *)&c->tcp, &fd) == 0)
@@ -486,7 +615,12 @@ static void on_frame(conn *c) {
     on_agent(c, &m);
   else if (m.type == HK_MSG_EXIT)
     on_agent_exit(c, &m);
-  else if (m.type == HK_MSG_MONITOR) {
+  else if (m.type == HK_MSG_JOIN && c->r->elastic && !c->agent &&
+           c->rank < 0) { /* rank 0's watch: told now, and at each change */
+    c->watch = 1;
+    c->r->announced = -1; /* every watch is told the count again */
+    notify_watches(c->r);
+  } else if (m.type == HK_MSG_MONITOR) {
     if (c->rank == 0 && c->r->on_monitor)
       c->r->on_monitor(m.u.monitor.text, c->r->monitor_ctx);
   } else
@@ -833,6 +967,7 @@ int hk_rdv_claim(hk_rdv *r, int nslots) {
     return -1;
   int base = r->claimed;
   r->claimed += nslots;
+  take_slots(r, base, nslots);
   return base;
 }
 
@@ -858,7 +993,9 @@ hk_status hk_rdv_set_elastic(hk_rdv *r, int min_size) {
   r->lost = calloc((size_t)r->size, sizeof *r->lost);
   r->reg_gen = calloc((size_t)r->size, sizeof *r->reg_gen);
   r->formed = calloc((size_t)r->size, sizeof *r->formed);
-  if (!r->lost || !r->reg_gen || !r->formed)
+  r->joining = calloc((size_t)r->size, 1);
+  r->owned = calloc((size_t)r->size, 1);
+  if (!r->lost || !r->reg_gen || !r->formed || !r->joining || !r->owned)
     return hk_fail(HK_ERR_NOMEM, "out of memory for an elastic job of %d",
                    r->size);
   r->elastic = 1;
@@ -874,6 +1011,12 @@ int hk_rdv_lose(hk_rdv *r, int slot, int exit_code, int signal,
     return r ? r->gen : 0;
   r->lost[slot] = 1;
   r->nalive--;
+  if (r->joining[slot]) { /* not in the formed generation: nobody re-forms */
+    r->joining[slot] = 0;
+    notify_watches(r);
+    maybe_form(r);
+    return r->gen;
+  }
   if (!r->complete || r->aborted) { /* forming: one fewer to wait for */
     maybe_form(r);
     return r->gen;
@@ -892,8 +1035,8 @@ int hk_rdv_lose(hk_rdv *r, int slot, int exit_code, int signal,
     hk_log(HK_LOG_ERROR, "cannot encode the reset message: %s",
            hk_last_error());
   } else {
-    for (int i = 0; i < r->size; i++)
-      if (!r->lost[i] && r->by_rank[i])
+    for (int i = 0; i < r->size; i++) /* (a joining worker waits as it was) */
+      if (!r->lost[i] && !r->joining[i] && r->by_rank[i])
         conn_send(r->by_rank[i], b.data, b.len);
   }
   hk_buf_free(&b);
@@ -908,6 +1051,10 @@ void hk_rdv_left(hk_rdv *r, int slot) {
     return;
   r->lost[slot] = 1;
   r->nalive--;
+  if (r->joining[slot]) {
+    r->joining[slot] = 0;
+    notify_watches(r);
+  }
   maybe_form(r);
 }
 

@@ -49,10 +49,24 @@
  * and at least min_size of them, each gets HK_MSG_PEERS listing those
  * slots' addresses in slot order: a worker's new rank is the index of
  * its own address. A loss while a generation forms only removes the slot
- * from those awaited. New workers are not admitted after the first
- * generation (refused: "already registered"). Generations are Horovod
- * Elastic's resets (horovod/runner/elastic/driver.py) and torchrun's
- * rendezvous rounds, kept in hkrun's memory.
+ * from those awaited. Generations are Horovod Elastic's resets
+ * (horovod/runner/elastic/driver.py) and torchrun's rendezvous rounds,
+ * kept in hkrun's memory.
+ *
+ * Joining (agents): a lost slot whose agent's connection has ended is
+ * free; an agent that comes after the first generation formed takes n
+ * consecutive free slots (when the job's never-claimed slots do not
+ * suffice), and its workers register there as joining: a formed
+ * generation goes on, and every watch (HK_MSG_JOIN on a connection that
+ * registered nothing: rank 0's, worker/bootstrap.h) is told how many
+ * joining workers have registered, at each change. A member that
+ * registers again with a new address while its generation is formed
+ * starts the next one (the members agreed at a commit to admit them, and
+ * all come); a generation forming (after a loss, or below --min-np)
+ * takes the joiners registered too. Its peer list holds the last
+ * generation's members first, then the joiners, each part in slot order.
+ * A joiner lost before it is in a generation ends none (no RESET), and a
+ * RESET is never sent to a joiner still waiting.
  *
  * Agents (hk_rdv_set_agents; hkrun --rdzv-endpoint, launcher/agent.h,
  * docs/elastic.md): the server may also listen on HOST:PORT for one hkrun

@@ -66,6 +66,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "collectives/transport/tcp.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/status.h"
@@ -146,6 +147,31 @@ static void fail_job(hk_ctx *ctx, hk_status st, const char *what, int relay) {
   hk_queue_fail_all(ctx, st, reason);
 }
 
+/* Rank 0's watch is readable: HK_MSG_JOIN says how many workers wait to
+ * join (rank 0 then tells every rank in its next world round,
+ * worker/round.c). Returns 0 when the watch ended (closed here). */
+static int read_watch(hk_ctx *ctx) {
+  hk_msg m;
+  hk_io io = {-1, ctx->cfg.timeout_s};
+  if (hk_channel_recv(ctx->mesh.watch_fd, &m, &ctx->scratch, &io, "hkrun") !=
+      HK_OK) {
+    hk_log(HK_LOG_DEBUG, "the rendezvous watch ended: %s", hk_last_error());
+    hk_tcp_close(&ctx->mesh.watch_fd);
+    return 0;
+  }
+  if (m.type == HK_MSG_JOIN && m.u.abort.rank != ctx->joiners) {
+    ctx->joiners = m.u.abort.rank;
+    if (ctx->joiners > 0)
+      hk_log(HK_LOG_INFO,
+             "%d worker%s on %s wait%s to join: admitted at the next commit "
+             "(hk_elastic_hosts_updated)",
+             ctx->joiners, ctx->joiners == 1 ? "" : "s", m.u.abort.reason,
+             ctx->joiners == 1 ? "s" : "");
+  }
+  hk_msg_free(&m);
+  return 1;
+}
+
 /* Applies a RESPONSES message on this rank: retire, then run, in the
  * process set it is of (worker/sets.h). */
 static hk_status apply_responses(hk_ctx *ctx, hk_round *R, const hk_msg *m,
@@ -158,6 +184,14 @@ static hk_status apply_responses(hk_ctx *ctx, hk_round *R, const hk_msg *m,
                    (int)m->u.responses.set, ctx->rank,
                    s ? "is not a member of" : "does not have");
   const int world_round = m->u.responses.set == 0 && m->u.responses.n > 0;
+  if (m->u.responses.joiners && !world_round)
+    return hk_fail(HK_ERR_PROTOCOL,
+                   "rank 0 said workers wait to join with responses of "
+                   "process set %d running %u tensors (only a world round "
+                   "that runs tensors says so)",
+                   (int)m->u.responses.set, m->u.responses.n);
+  if (m->u.responses.joiners) /* before the round's handles complete */
+    __atomic_store_n(&ctx->hosts_updated, 1, __ATOMIC_RELEASE);
   if (m->u.responses.has_tune && !world_round)
     return hk_fail(HK_ERR_PROTOCOL,
                    "rank 0 sent a change of settings with responses of "
@@ -476,13 +510,17 @@ void *hk_background_main(void *arg) {
     fail_job(ctx, st0, what, 1);
     goto out;
   }
-  int npfd = 0, wake_i, launcher_i = -1, obs_i, first_ctrl;
+  int npfd = 0, wake_i, launcher_i = -1, watch_i = -1, obs_i, first_ctrl;
   pfds[npfd++] = (struct pollfd){.fd = ctx->wake_fd, .events = POLLIN};
   wake_i = 0;
   if (ctx->mesh.launcher_fd >= 0) {
     launcher_i = npfd;
     pfds[npfd++] =
         (struct pollfd){.fd = ctx->mesh.launcher_fd, .events = POLLIN};
+  }
+  if (ctx->mesh.watch_fd >= 0) { /* elastic, rank 0: workers to admit */
+    watch_i = npfd;
+    pfds[npfd++] = (struct pollfd){.fd = ctx->mesh.watch_fd, .events = POLLIN};
   }
   obs_i = npfd;
   npfd += hk_observe_poll_fds(&ctx->obs, pfds + npfd, HK_OBSERVE_MAX);
@@ -532,6 +570,8 @@ void *hk_background_main(void *arg) {
     }
     /* a flight record asked for by SIGUSR1, hkrun --monitor's table */
     hk_observe_polled(&ctx->obs, pfds + obs_i);
+    if (watch_i >= 0 && pfds[watch_i].revents && !read_watch(ctx))
+      pfds[watch_i].fd = -1; /* closed: hkrun's end shows on launcher_fd */
     /* device batches whose work has completed complete their handles */
     hk_status st = hk_devflight_retire(ctx, hk_devflight_count(ctx), NULL);
     if (st == HK_OK && ctx->rank == 0) {

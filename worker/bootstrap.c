@@ -22,6 +22,7 @@ void hk_mesh_close(hk_mesh *m, int size) {
   hk_tcp_close(&m->listen_fd);
   hk_tcp_close(&m->launcher_fd);
   hk_tcp_close(&m->ctrl_fd);
+  hk_tcp_close(&m->watch_fd);
   if (m->links) {
     for (int r = 0; r < size; r++)
       hk_link_close(&m->links[r]);
@@ -583,7 +584,8 @@ static hk_status elastic_again(hk_ctx *ctx, hk_status st) {
 
 hk_status hk_bootstrap(hk_ctx *ctx) {
   hk_mesh *m = &ctx->mesh;
-  *m = (hk_mesh){.listen_fd = -1, .launcher_fd = -1, .ctrl_fd = -1};
+  *m = (hk_mesh){
+      .listen_fd = -1, .launcher_fd = -1, .ctrl_fd = -1, .watch_fd = -1};
   ctx->cross_rank = 0;
   ctx->cross_size = 1;
   const double deadline = hk_now() + ctx->cfg.start_timeout_s;
@@ -649,10 +651,36 @@ hk_status hk_bootstrap(hk_ctx *ctx) {
   return st;
 }
 
+hk_status hk_bootstrap_watch(hk_ctx *ctx) {
+  if (!ctx->cfg.elastic || ctx->rank != 0 || ctx->mesh.launcher_fd < 0 ||
+      ctx->mesh.watch_fd >= 0)
+    return HK_OK;
+  char host[HK_WIRE_MAX_HOST_LEN + 1];
+  uint16_t port = 0;
+  hk_status st = parse_hostport(ctx->cfg.rendezvous, host, sizeof host, &port);
+  const double deadline = hk_now() + ctx->cfg.start_timeout_s;
+  hk_io io = {-1, ctx->cfg.start_timeout_s};
+  if (st == HK_OK)
+    st = hk_tcp_connect(host, port, &ctx->secret, deadline, &io, "hkrun",
+                        &ctx->mesh.watch_fd);
+  hk_msg m = {.type = HK_MSG_JOIN};
+  m.u.abort.rank = ctx->slot;
+  hk_buf scratch = {0};
+  if (st == HK_OK)
+    st = hk_channel_send(ctx->mesh.watch_fd, &m, &scratch, &io, "hkrun");
+  hk_buf_free(&scratch);
+  if (st != HK_OK)
+    hk_tcp_close(&ctx->mesh.watch_fd);
+  return st;
+}
+
 hk_status hk_bootstrap_again(hk_ctx *ctx) {
   hk_mesh *m = &ctx->mesh;
   const int launcher_fd = m->launcher_fd;
-  *m = (hk_mesh){.listen_fd = -1, .launcher_fd = launcher_fd, .ctrl_fd = -1};
+  *m = (hk_mesh){.listen_fd = -1,
+                 .launcher_fd = launcher_fd,
+                 .ctrl_fd = -1,
+                 .watch_fd = -1};
   ctx->cross_rank = 0;
   ctx->cross_size = 1;
   char addr[64];

@@ -52,6 +52,18 @@ hk_status hk_bootstrap(hk_ctx *ctx);
  */
 hk_status hk_bootstrap_again(hk_ctx *ctx);
 
+/**
+ * Elastic jobs, rank 0: opens its watch, a second authenticated
+ * connection to the rendezvous (HK_RENDEZVOUS) on which hkrun tells how
+ * many workers wait to join (HK_MSG_JOIN; the background thread reads
+ * it): ctx->mesh.watch_fd. Nothing for other ranks, static jobs, or a
+ * job without hkrun. A second connection, as the first (launcher_fd) is
+ * every transfer's abort signal: a byte on it ends them.
+ * Thread-safety: as hk_bootstrap. Errors: hk_tcp_connect's, within
+ * HK_START_TIMEOUT_S; HK_ERR_CONFIG (HK_RENDEZVOUS malformed).
+ */
+hk_status hk_bootstrap_watch(hk_ctx *ctx);
+
 /** Closes every fd and link of the mesh (safe on a partly built one). */
 void hk_mesh_close(hk_mesh *mesh, int size);
 

@@ -78,6 +78,8 @@ typedef struct hk_mesh {
                       (owned by the link; -1 for an MPI link and for this
                       rank) */
   int ctrl_fd;     /* rank > 0: to rank 0 */
+  int watch_fd;    /* elastic, rank 0: its watch on the rendezvous (told
+                      of workers waiting to join: HK_MSG_JOIN); else -1 */
   int *ctrl_fds;   /* rank 0: ctrl_fds[r] from rank r (index 0 unused) */
   hk_ctrl *ctrl;   /* the control endpoints over those sockets
                       (collectives/transport/ctrl.h), size entries:
@@ -142,6 +144,11 @@ typedef struct hk_ctx {
                                  worker with (HK_RANK, HK_SIZE): an
                                  elastic job's rendezvous knows it by slot */
   int generation;             /* elastic: how often the job re-formed */
+  int joiners;                /* [bg] rank 0: workers waiting to join, as
+                                 its watch last said */
+  int hosts_updated;          /* elastic: a world round said workers wait
+                                 to join (HK_MSG_JOIN); written by the
+                                 background thread, read by any (__atomic) */
   int launcher_parent;        /* the pid of hkrun (HK_LAUNCHER_PID) when it
                                  is our parent process; 0 otherwise */
   hk_config cfg;

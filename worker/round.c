@@ -418,9 +418,16 @@ static hk_status round_of(hk_ctx *ctx, hk_round *R, hk_set *s) {
   m.u.responses.inval = s->inval;
   m.u.responses.n = n;
   m.u.responses.resps = rs;
-  if (world && n > 0) /* the autotuner's next setting rides on it */
+  if (world && n > 0) { /* the autotuner's next setting rides on it */
     hk_tune_round(ctx, rs, n, t_ready, &m);
-  else if (n > 0) /* not tuned: only noted, to say so (tune.h) */
+    /* elastic: workers wait to join; every rank learns it in this round,
+     * before this round's handles complete (so at the same commit) */
+    m.u.responses.joiners =
+        ctx->joiners > 0 ||
+        __atomic_load_n(&ctx->hosts_updated, __ATOMIC_RELAXED);
+    if (m.u.responses.joiners)
+      __atomic_store_n(&ctx->hosts_updated, 1, __ATOMIC_RELEASE);
+  } else if (n > 0) /* not tuned: only noted, to say so (tune.h) */
     hk_tune_other_round(ctx, s->id);
   if (s->size > 1 || s->ranks[0] != 0) { /* encoded once, sent to each */
     hk_buf_clear(&ctx->scratch);

@@ -170,7 +170,8 @@ static hk_ctx *ctx_new(void) {
     hk_fail(HK_ERR_NOMEM, "cannot allocate the runtime context");
     return NULL;
   }
-  ctx->mesh = (hk_mesh){.listen_fd = -1, .launcher_fd = -1, .ctrl_fd = -1};
+  ctx->mesh = (hk_mesh){
+      .listen_fd = -1, .launcher_fd = -1, .ctrl_fd = -1, .watch_fd = -1};
   ctx->wake_fd = -1;
   /* adaptive: a thread that finds mu taken spins briefly before it
    * sleeps; the trainer's submits and the background thread's takes and
@@ -221,6 +222,8 @@ static hk_status start_job(hk_ctx *ctx) {
     st = hk_sets_static(ctx);
   if (st == HK_OK)
     st = hk_observers_ready(ctx);
+  if (st == HK_OK)
+    st = hk_bootstrap_watch(ctx); /* elastic, rank 0: joiners */
   if (st == HK_OK) {
     /* SIGUSR1 (the flight recorder's) is for the trainer's threads: the
      * background thread and those it starts are woken through a pipe and
@@ -341,6 +344,17 @@ static hk_ctx *failed_job(hk_ctx *from, hk_status st, const char *msg) {
   return ctx;
 }
 
+/* Asks the background thread to stop the job with every rank (the
+ * shutdown protocol: worker/background.c) and wakes it. */
+static void request_stop(hk_ctx *ctx) {
+  pthread_mutex_lock(&ctx->mu);
+  ctx->shutdown_requested = 1;
+  pthread_mutex_unlock(&ctx->mu);
+  uint64_t one = 1;
+  ssize_t w = write(ctx->wake_fd, &one, sizeof one);
+  (void)w;
+}
+
 hk_status hk_elastic_reset(void) {
   hk_ctx *old = g_ctx;
   if (!old)
@@ -354,17 +368,29 @@ hk_status hk_elastic_reset(void) {
   const hk_status why = old->failure;
   snprintf(reason, sizeof reason, "%s", old->failure_reason);
   pthread_mutex_unlock(&old->mu);
-  if (why != HK_ERR_RANKS_CHANGED)
+  /* workers wait to join: every rank was told so at the same round and
+   * calls this at the same commit */
+  const int admit = (why == HK_OK || why == HK_ERR_SHUTDOWN) &&
+                    __atomic_load_n(&old->hosts_updated, __ATOMIC_ACQUIRE);
+  if (why != HK_ERR_RANKS_CHANGED && !admit)
     return hk_fail(HK_ERR_INVALID_ARG,
                    why == HK_OK
                        ? "hk_elastic_reset: the job has not changed (it "
                          "re-forms after a call failed with "
-                         "HK_ERR_RANKS_CHANGED)%s"
+                         "HK_ERR_RANKS_CHANGED, or when "
+                         "hk_elastic_hosts_updated said workers wait to "
+                         "join)%s"
                        : "hk_elastic_reset: the job failed otherwise: %s "
                          "(only a job whose ranks changed re-forms)",
                    reason);
+  if (admit) {
+    /* the generation stops as at hk_shutdown (every rank stops with it),
+     * without leaving the job */
+    snprintf(reason, sizeof reason, "workers joined the job");
+    request_stop(old);
+  }
   const double t0 = hk_now();
-  if (old->thread_started) { /* it ended with the failure */
+  if (old->thread_started) { /* it ended with the failure, or the stop */
     pthread_join(old->thread, NULL);
     old->thread_started = 0;
   }
@@ -414,16 +440,34 @@ hk_status hk_elastic_reset(void) {
   return hk_fail(st, "hk_elastic_reset: %s", msg);
 }
 
+hk_status hk_elastic_hosts_updated(int *updated) {
+  if (!updated)
+    return hk_fail(HK_ERR_INVALID_ARG,
+                   "hk_elastic_hosts_updated: updated is NULL");
+  *updated = 0;
+  hk_ctx *ctx = g_ctx;
+  if (!ctx)
+    return hk_runtime_no_job("hk_elastic_hosts_updated");
+  /* first: the generation may already have stopped for the admission (a
+   * rank that called hk_elastic_reset first stops every rank) */
+  *updated = __atomic_load_n(&ctx->hosts_updated, __ATOMIC_ACQUIRE);
+  if (*updated)
+    return HK_OK;
+  char reason[sizeof ctx->failure_reason];
+  pthread_mutex_lock(&ctx->mu);
+  const hk_status why = ctx->failure;
+  snprintf(reason, sizeof reason, "%s", ctx->failure_reason);
+  pthread_mutex_unlock(&ctx->mu);
+  if (why != HK_OK)
+    return hk_fail(why, "%s", reason);
+  return HK_OK;
+}
+
 hk_status hk_shutdown(void) {
   hk_ctx *ctx = g_ctx;
   if (!ctx)
     return hk_runtime_no_job("hk_shutdown");
-  pthread_mutex_lock(&ctx->mu);
-  ctx->shutdown_requested = 1;
-  pthread_mutex_unlock(&ctx->mu);
-  uint64_t one = 1;
-  ssize_t w = write(ctx->wake_fd, &one, sizeof one);
-  (void)w;
+  request_stop(ctx);
   if (ctx->thread_started)
     pthread_join(ctx->thread, NULL);
   /* the observers go (rank 0's monitor: the report, the last metrics

@@ -223,7 +223,9 @@ HK_API hk_status hk_shutdown(void);
 
 /**
  * Elastic jobs (hkrun --min-np N; docs/elastic.md): re-forms the job after
- * a call failed with HK_ERR_RANKS_CHANGED, without restarting this
+ * a call failed with HK_ERR_RANKS_CHANGED, or after
+ * hk_elastic_hosts_updated said workers wait to join (then with them, and
+ * every rank calls it at the same commit), without restarting this
  * process. Tears down this rank's old job (the background thread, links,
  * shared-memory segment, rings, process sets, response cache; the device
  * communicator is aborted, never destroyed, as peers may hang in it),
@@ -242,15 +244,40 @@ HK_API hk_status hk_shutdown(void);
  * Thread-safety: as hk_init: one thread, no other hk call running.
  * Errors: HK_ERR_NOT_INITIALIZED (no job); HK_ERR_INVALID_ARG (not an
  * elastic job, or it has not changed: nothing failed with
- * HK_ERR_RANKS_CHANGED); HK_ERR_RANKS_CHANGED (another rank was lost
- * while the job re-formed: call it again); HK_ERR_PEER_LOST (hkrun failed
- * the job, e.g. fewer than --min-np workers were left for
+ * HK_ERR_RANKS_CHANGED and nobody waits to join); HK_ERR_RANKS_CHANGED (another
+ * rank was lost while the job re-formed: call it again); HK_ERR_PEER_LOST
+ * (hkrun failed the job, e.g. fewer than --min-np workers were left for
  * --elastic-timeout: the message is hkrun's and says what is missing; or
  * hkrun died); HK_ERR_TIMEOUT; and hk_init's errors. After an error the
  * process is still in its (failed) job: hk_shutdown, or call again after
  * HK_ERR_RANKS_CHANGED.
  */
 HK_API hk_status hk_elastic_reset(void);
+
+/**
+ * Elastic jobs: whether workers wait to join the job (an agent started on
+ * a new host, or on one whose workers were lost: docs/elastic.md). Call
+ * it at each commit, after the step's handles were waited: *updated = 1
+ * when they do; then call hk_elastic_reset, which re-forms the job with
+ * them (nothing to restore: the state just committed is current), and
+ * make every rank agree on the state (the broadcast from rank 0 that
+ * follows any reset; the newcomers' hk_init returns into the same
+ * broadcast). Every rank gets the same answer at the same commit: rank 0
+ * learns of the newcomers from hkrun, and tells every rank with the
+ * responses of a round of the world's tensors, before that round's
+ * handles complete; once 1, the answer stays 1 until the job re-forms.
+ * No collective: it reads a flag (Horovod's check_host_updates does a
+ * broadcast at each commit). A program that never calls it simply never
+ * admits anyone (the newcomers' hk_init times out).
+ * updated: out, 0 or 1 (0 outside an elastic job).
+ * Thread-safety: any thread.
+ * Errors: HK_ERR_INVALID_ARG (updated NULL), HK_ERR_NOT_INITIALIZED; the
+ * job's failure when it has failed (e.g. HK_ERR_RANKS_CHANGED: restore
+ * and call hk_elastic_reset), *updated then 0. Once workers wait to join
+ * it returns HK_OK and 1 even after the generation stopped for them (the
+ * first rank to call hk_elastic_reset stops it for every rank).
+ */
+HK_API hk_status hk_elastic_hosts_updated(int *updated);
 
 /*
  * The job's shape. Each of the six returns -1 outside a job: before

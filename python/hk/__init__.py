@@ -140,6 +140,16 @@ def elastic_reset():
     check(lib().hk_elastic_reset())
 
 
+def elastic_hosts_updated():
+    """True when workers wait to join the elastic job
+    (hk_elastic_hosts_updated: a flag every rank reads the same at the same
+    commit, no collective); then elastic_reset() admits them. Raises as
+    the collectives do when the job has failed."""
+    updated = ctypes.c_int(0)
+    check(lib().hk_elastic_hosts_updated(ctypes.byref(updated)))
+    return bool(updated.value)
+
+
 def is_initialized():
     """True between init() and shutdown()."""
     return _initialized

@@ -114,6 +114,7 @@ def _declare(lib):
         "hk_init": (st, []),
         "hk_shutdown": (st, []),
         "hk_elastic_reset": (st, []),
+        "hk_elastic_hosts_updated": (st, [c.POINTER(c.c_int)]),
         "hk_rank": (c.c_int, []),
         "hk_size": (c.c_int, []),
         "hk_local_rank": (c.c_int, []),

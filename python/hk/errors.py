@@ -64,9 +64,9 @@ class HorovodInternalError(RuntimeError):
 
 
 class HostsUpdatedInterrupt(RuntimeError):
-    """Horovod's elastic-mode interrupt when the set of hosts changes.
-    hk admits no new hosts yet and never raises it. ``skip_sync`` as
-    Horovod's."""
+    """Horovod's elastic-mode interrupt when the set of hosts changes:
+    raised by State.check_host_updates (at commit) when workers wait to
+    join the job. ``skip_sync`` as Horovod's."""
 
     def __init__(self, skip_sync=False):
         super().__init__(skip_sync)

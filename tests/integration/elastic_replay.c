@@ -13,12 +13,18 @@ static double grad(int slot, int step, int i) {
 
 void hkt_elastic_replay(const int *a, int na, const int *b, int nb, int cut,
                         int steps, char *out, size_t cap) {
+  hkt_elastic_replay3(a, na, b, nb, cut, b, nb, steps, steps, out, cap);
+}
+
+void hkt_elastic_replay3(const int *a, int na, const int *b, int nb, int cut,
+                         const int *c, int nc, int cut2, int steps, char *out,
+                         size_t cap) {
   double w[HKT_ELASTIC_D];
   for (int i = 0; i < HKT_ELASTIC_D; i++)
     w[i] = i / 8.0;
   for (int s = 0; s < steps; s++) {
-    const int *world = s < cut ? a : b;
-    const int n = s < cut ? na : nb;
+    const int *world = s < cut ? a : s < cut2 ? b : c;
+    const int n = s < cut ? na : s < cut2 ? nb : nc;
     for (int i = 0; i < HKT_ELASTIC_D; i++) {
       double sum = 0;
       for (int k = 0; k < n; k++)

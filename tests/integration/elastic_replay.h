@@ -21,4 +21,12 @@
 void hkt_elastic_replay(const int *a, int na, const int *b, int nb, int cut,
                         int steps, char *out, size_t cap);
 
+/**
+ * hkt_elastic_replay with a third part: steps [cut2, steps) averaged over
+ * the slots c[0..nc) (workers joined at cut2); cut <= cut2 <= steps.
+ */
+void hkt_elastic_replay3(const int *a, int na, const int *b, int nb, int cut,
+                         const int *c, int nc, int cut2, int steps, char *out,
+                         size_t cap);
+
 #endif

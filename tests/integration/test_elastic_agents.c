@@ -36,6 +36,18 @@
  *     workers stop at step 6 and its link goes down (HK_TIMEOUT_S=3):
  *     the 4 left finish, weights == steps 0-3 by 6, 4-11 by {0..3};
  *     prints the time from the cut to the first step completed after it.
+ *   host_joins: link_cut_3 with W_ELASTIC_JOIN_STEP=8: the 4 left
+ *     re-form from step 4's commit and wait at step 8's for workers to
+ *     join; then an agent starts on host 3 with -np 2: it takes the
+ *     lost host's slots 4 and 5, its workers join at that commit (the
+ *     4 admit them without rolling back), and the 6 finish: weights ==
+ *     steps 0-3 by 6, 4-7 by {0..3}, 8-11 by 6; prints the time from
+ *     the new agent's start to its workers' first step.
+ *   joins_below_min_np: two_hosts_lost's start and cuts, then, once host
+ *     0's agent waits for more (--elastic-timeout 10), an agent starts
+ *     on host 3 with -np 2: it takes slots 2 and 3 (host 1's), and the
+ *     job re-forms as 4 from step 4's commit and finishes: weights ==
+ *     steps 0-3 by 6, 4-11 by {0..3}.
  *   two_hosts_lost: 3 x 2 with --min-np 4; hosts 1 and 2 stop at step 6
  *     and both links go down: both ranks left fail (hk_elastic_reset)
  *     naming the job below --min-np 4 with 2 left and 2 more needed,
@@ -61,8 +73,8 @@
  *     refused with exit 2 naming what is wrong.
  *
  * `test_elastic_agents PATTERN` runs only the tests whose names match
- * (cmocka's filter). The bed has 3 hosts; the 2-host tests leave host 2
- * idle.
+ * (cmocka's filter). The bed has 4 hosts; the 2-host tests leave hosts 2
+ * and 3 idle, the 3-host ones host 3 (host_joins starts an agent there).
  *
  * Nothing is left in the bed's namespaces nor as an orphan; the bed goes
  * with the group (and with this process however it ends: bed.h). Skips
@@ -117,8 +129,9 @@ static void make_secret(char *env, size_t cap) {
 }
 
 /* Starts the agent of host h: `ip netns exec NS hkrun -v --rdzv-endpoint
- * HOST0:PORT -np NP --min-np MIN --max-np MAX WORKER 12 4 KILL_SLOT
- * KILL_STEP [KILL2_SLOT KILL2_HOW]` (KILL2_HOW NULL: without those). */
+ * HOST0:PORT -np NP --min-np MIN --max-np MAX --elastic-timeout 10 WORKER
+ * 12 4 KILL_SLOT KILL_STEP [KILL2_SLOT KILL2_HOW]` (KILL2_HOW NULL:
+ * without those). */
 static void start_worker_of(int h, const char *np, const char *min,
                             const char *max, const char *worker,
                             const char *kill_slot, const char *kill_step,
@@ -140,6 +153,8 @@ static void start_worker_of(int h, const char *np, const char *min,
                   (char *)min,
                   "--max-np",
                   (char *)max,
+                  "--elastic-timeout",
+                  "10",
                   (char *)worker,
                   "12",
                   (char *)commit_every,
@@ -149,7 +164,7 @@ static void start_worker_of(int h, const char *np, const char *min,
                   (char *)kill2_how,
                   NULL};
   if (!kill2_how)
-    argv[19] = NULL;
+    argv[21] = NULL;
   assert_int_equal(hkt_start(argv, env, p), 0);
 }
 
@@ -561,6 +576,24 @@ static double first_resumed(const char *text) {
   return first;
 }
 
+/* Waits until host h's two workers stopped at step 6 (KILL_SLOT -2),
+ * then takes host h's cable out. */
+static void cut_when_stopped(hkt_proc *p, int h) {
+  if (hkt_wait_lines(p, "stopped at step 6", 2, JOB_S) != 0)
+    fail_msg("host %d's workers did not reach step 6", h);
+  assert_int_equal(hkt_bed_link(&bed, h, 1), 0);
+}
+
+/* Host h's agent, cut off, lost the rendezvous (said so, exit 1). */
+static void expect_rendezvous_lost(const hkt_result *r, int h) {
+  char lost[160];
+  snprintf(lost, sizeof lost, "hkrun: lost the rendezvous at %s:%s (",
+           bed.host[0], PORT);
+  if (r->exit_code != 1 || !strstr(r->err, lost))
+    fail_msg("host %d's agent exited %d, expected 1 and '%s' in:\n%s", h,
+             r->exit_code, lost, r->err);
+}
+
 static void test_link_cut_3(void **s) {
   (void)s;
   hkt_bed_need(&bed);
@@ -594,12 +627,7 @@ static void test_link_cut_3(void **s) {
   assert_int_equal(hkt_count_lines(r[0].out, "final slot=") +
                        hkt_count_lines(r[1].out, "final slot="),
                    4);
-  char lost[160];
-  snprintf(lost, sizeof lost, "hkrun: lost the rendezvous at %s:%s (",
-           bed.host[0], PORT);
-  if (r[2].exit_code != 1 || !strstr(r[2].err, lost))
-    fail_msg("host 2's agent exited %d, expected 1 and '%s' in:\n%s",
-             r[2].exit_code, lost, r[2].err);
+  expect_rendezvous_lost(&r[2], 2);
   assert_int_equal(hkt_count_lines(r[2].out, "final slot="), 0);
   double back0 = first_resumed(r[0].out), back1 = first_resumed(r[1].out);
   double back = back0 && (!back1 || back0 < back1) ? back0 : back1;
@@ -610,6 +638,129 @@ static void test_link_cut_3(void **s) {
           back - cut);
   assert_int_equal(up, 0);
   for (int h = 0; h < 3; h++)
+    hkt_result_free(&r[h]);
+  expect_nothing_left();
+}
+
+static void test_host_joins(void **s) {
+  (void)s;
+  hkt_bed_need(&bed);
+  char secret[80];
+  make_secret(secret, sizeof secret);
+  char *env[] = {secret, "HK_TIMEOUT_S=3", "W_ELASTIC_JOIN_STEP=8", NULL};
+  const char *const kill[3][2] = {{"-1", "-1"}, {"-1", "-1"}, {"-2", "6"}};
+  hkt_proc p[4];
+  start_three("2", W_ELASTIC, kill, NULL, NULL, env, p);
+  cut_when_stopped(&p[2], 2);
+  if (hkt_wait_line(&p[0], "waiting for workers to join at step 8", JOB_S,
+                    NULL) != 0)
+    fail_msg("host 0's workers did not wait at step 8");
+  const double arrive = wall_s();
+  start_worker_of(3, "2", "2", "6", W_ELASTIC, "-1", "-1", NULL, NULL, env,
+                  &p[3]);
+  hkt_result r[4];
+  for (int h = 0; h < 4; h++)
+    hkt_finish(&p[h], JOB_S, &r[h]);
+  int up = hkt_bed_link(&bed, 2, 0);
+  for (int h = 0; h < 4; h++)
+    if (h != 2 && r[h].exit_code != 0)
+      fail_msg("host %d's agent exited %d\n%s\n%s\nhost 0:\n%s", h,
+               r[h].exit_code, r[h].out, r[h].err, r[0].err);
+  char joined[256];
+  snprintf(joined, sizeof joined, " (%s:", bed.host[3]);
+  if (!strstr(r[0].err, joined) ||
+      !strstr(r[0].err, ") joined the running job: 2 workers as slots 4..5, "
+                        "admitted at the members' next commit"))
+    fail_msg("host 0's agent did not say host 3 joined:\n%s",
+             strstr(r[0].err, " lost: ") ? strstr(r[0].err, " lost: ")
+                                         : r[0].err);
+  char want[512];
+  const int all[] = {0, 1, 2, 3, 4, 5}, left[] = {0, 1, 2, 3};
+  hkt_elastic_replay3(all, 6, left, 4, 4, all, 6, 8, 12, want, sizeof want);
+  expect_finals(r[0].out, "host 0", all, all, 2, 6, want);
+  expect_finals(r[1].out, "host 1", all + 2, all + 2, 2, 6, want);
+  expect_finals(r[3].out, "host 3", all + 4, all + 4, 2, 6, want);
+  assert_int_equal(hkt_count_lines(r[0].out, "final slot=") +
+                       hkt_count_lines(r[1].out, "final slot=") +
+                       hkt_count_lines(r[3].out, "final slot="),
+                   6);
+  /* the 4 admitted the newcomers at step 8's commit, rolling nothing
+   * back (one reset each: the loss's, from step 4) */
+  for (int k = 0; k < 4; k++) {
+    char line[96];
+    snprintf(line, sizeof line,
+             "[%d] admitted: rank %d of 6 (slot %d) at "
+             "step 8\n",
+             k, k, k);
+    if (!strstr(r[k / 2].out, line))
+      fail_msg("no '%s' in host %d's output:\n%s", line, k / 2, r[k / 2].out);
+  }
+  assert_int_equal(hkt_count_lines(r[0].out, "reset: rank ") +
+                       hkt_count_lines(r[1].out, "reset: rank "),
+                   4);
+  for (int k = 4; k < 6; k++) {
+    char line[96];
+    snprintf(line, sizeof line,
+             "[%d] joined at step 8 as rank %d of 6 "
+             "(slot %d)\n",
+             k, k, k);
+    if (!strstr(r[3].out, line))
+      fail_msg("no '%s' in host 3's output:\n%s", line, r[3].out);
+  }
+  expect_rendezvous_lost(&r[2], 2);
+  const char *f = strstr(r[3].out, "first step 8 t=");
+  assert_non_null(f);
+  const double first = strtod(f + strlen("first step 8 t="), NULL);
+  assert_true(first > arrive);
+  fprintf(stderr,
+          "host_joins: %.2f s from the new agent's start to its workers' "
+          "first step\n",
+          first - arrive);
+  assert_int_equal(up, 0);
+  for (int h = 0; h < 4; h++)
+    hkt_result_free(&r[h]);
+  expect_nothing_left();
+}
+
+static void test_joins_below_min_np(void **s) {
+  (void)s;
+  hkt_bed_need(&bed);
+  char secret[80];
+  make_secret(secret, sizeof secret);
+  char *env[] = {secret, "HK_TIMEOUT_S=3", NULL};
+  const char *const kill[3][2] = {{"-1", "-1"}, {"-2", "6"}, {"-2", "6"}};
+  hkt_proc p[4];
+  start_three("4", W_ELASTIC, kill, NULL, NULL, env, p);
+  for (int h = 1; h < 3; h++)
+    cut_when_stopped(&p[h], h);
+  if (hkt_wait_line(&p[0], "fewer than --min-np 4: waiting up to", JOB_S,
+                    NULL) != 0)
+    fail_msg("host 0's agent did not wait for more workers");
+  start_worker_of(3, "2", "2", "6", W_ELASTIC, "-1", "-1", NULL, NULL, env,
+                  &p[3]);
+  hkt_result r[4];
+  for (int h = 0; h < 4; h++)
+    hkt_finish(&p[h], JOB_S, &r[h]);
+  int up = hkt_bed_link(&bed, 1, 0) | hkt_bed_link(&bed, 2, 0);
+  for (int h = 0; h < 4; h += 3)
+    if (r[h].exit_code != 0)
+      fail_msg("host %d's agent exited %d\n%s\n%s", h, r[h].exit_code, r[h].out,
+               r[h].err);
+  assert_non_null(strstr(r[0].err, ") joined the running job: 2 workers as "
+                                   "slots 2..3, admitted at the members' "
+                                   "next commit"));
+  char want[512];
+  const int all[] = {0, 1, 2, 3, 4, 5};
+  hkt_elastic_replay(all, 6, all, 4, 4, 12, want, sizeof want);
+  expect_finals(r[0].out, "host 0", all, all, 2, 4, want);
+  expect_finals(r[3].out, "host 3", all + 2, all + 2, 2, 4, want);
+  assert_int_equal(hkt_count_lines(r[0].out, "final slot=") +
+                       hkt_count_lines(r[3].out, "final slot="),
+                   4);
+  for (int h = 1; h < 3; h++)
+    expect_rendezvous_lost(&r[h], h);
+  assert_int_equal(up, 0);
+  for (int h = 0; h < 4; h++)
     hkt_result_free(&r[h]);
   expect_nothing_left();
 }
@@ -649,10 +800,7 @@ static void test_two_hosts_lost(void **s) {
                r[0].err);
   }
   for (int h = 1; h < 3; h++)
-    if (r[h].exit_code != 1 || !strstr(r[h].err, "hkrun: lost the rendezvous"))
-      fail_msg("host %d's agent exited %d, expected 1 and a lost rendezvous "
-               "in:\n%s",
-               h, r[h].exit_code, r[h].err);
+    expect_rendezvous_lost(&r[h], h);
   fprintf(stderr, "two_hosts_lost: every agent ended %.2f s after the cuts\n",
           took);
   assert_true(took < 30);
@@ -838,7 +986,7 @@ static void test_bad_input(void **s) {
 
 static int bed_setup(void **s) {
   (void)s;
-  return hkt_bed_up(&bed, NETBED_SH, 3, "none") == 0 ? 0 : -1;
+  return hkt_bed_up(&bed, NETBED_SH, 4, "none") == 0 ? 0 : -1;
 }
 
 static int bed_teardown(void **s) {
@@ -861,6 +1009,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_endpoint_lost),
       cmocka_unit_test(test_bind),
       cmocka_unit_test(test_link_cut_3),
+      cmocka_unit_test(test_host_joins),
+      cmocka_unit_test(test_joins_below_min_np),
       cmocka_unit_test(test_two_hosts_lost),
       cmocka_unit_test(test_lost_while_reforming),
       cmocka_unit_test(test_lost_while_meshing),

@@ -502,9 +502,42 @@ def test_elastic():
            "    if 'restore' not in calls:\n"
            "        raise HKInternalError(RANKS_CHANGED, 'lost')\n"
            "    return 'done'\n"
-           "print(train(S()), ' '.join(calls))\n")
+           "print(train(S()), ' '.join(calls))\n",
+           env_extra={"HK_LIBRARY": os.path.abspath(opt.lib)})
     expect(r.rc == 0 and r.out == "done sync restore reset reset on_reset "
            "sync\n", "hvd.elastic.run resets again after a second loss", r)
+    # workers waiting to join (hk_elastic_hosts_updated says so at a
+    # commit): commit raises HostsUpdatedInterrupt, and run admits them
+    # (elastic_reset, nothing restored), calls the reset callbacks and
+    # syncs the state before func again; with nobody waiting, commit
+    # raises nothing
+    r = py("import hk, hk.torch.elastic as el\n"
+           "calls = []\n"
+           "waiting = [False]\n"
+           "def reset():\n"
+           "    calls.append('reset')\n"
+           "    waiting[0] = False\n"
+           "hk.elastic_reset = reset\n"
+           "hk.elastic_hosts_updated = lambda: waiting[0]\n"
+           "hk.size = lambda: 3\n"
+           "class S(el.State):\n"
+           "    def __init__(self): super().__init__(None, hk.rank)\n"
+           "    def save(self): calls.append('save')\n"
+           "    def sync(self): calls.append('sync')\n"
+           "    def restore(self): calls.append('restore')\n"
+           "s = S()\n"
+           "s.register_reset_callbacks([lambda: calls.append('callback')])\n"
+           "@el.run\n"
+           "def train(state):\n"
+           "    state.commit()\n"
+           "    if calls.count('save') == 1:\n"
+           "        waiting[0] = True\n"
+           "        state.commit()\n"
+           "    return 'done'\n"
+           "print(train(s), ' '.join(calls))\n",
+           env_extra={"HK_LIBRARY": os.path.abspath(opt.lib)})
+    expect(r.rc == 0 and r.out == "done sync save save reset callback sync "
+           "save\n", "hvd.elastic.run admits workers waiting to join", r)
     # np 3, --min-np 2: the worker started as rank 1 dies at the start of
     # step 6; hvd.elastic.run on the others restores the commit of step 4,
     # re-forms as ranks 0..1 of 2 and trains to 12: steps 0-3 by slots

@@ -615,9 +615,10 @@ static void test_requests_sample(void **state) {
 }
 
 /* MONITOR carries the live table to hkrun (issue 15). */
-/* The autotuner's change of settings rides at the end of a RESPONSES
- * (22 bytes when present, one flag byte when not); the decoder checks
- * its number, threshold and cycle time. */
+/* The autotuner's change of settings rides near the end of a RESPONSES
+ * (22 bytes when present, one flag byte when not), before the joiners
+ * flag (the last byte); the decoder checks its number, threshold and
+ * cycle time, and that the joiners flag is 0 or 1. */
 static void test_responses_tune(void **state) {
   (void)state;
   hk_buf b = {0};
@@ -626,10 +627,22 @@ static void test_responses_tune(void **state) {
   m.u.responses.shutdown_rank = -1;
   encode(&m, &b);
   const size_t plain = b.len;
-  assert_int_equal(b.data[plain - 1], 0);
+  assert_int_equal(b.data[plain - 2], 0); /* no tune */
+  assert_int_equal(b.data[plain - 1], 0); /* no joiners */
   assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_OK);
   assert_int_equal(d.u.responses.has_tune, 0);
+  assert_int_equal(d.u.responses.joiners, 0);
   hk_msg_free(&d);
+  m.u.responses.joiners = 1;
+  encode(&m, &b);
+  assert_int_equal(b.len, plain);
+  assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_OK);
+  assert_int_equal(d.u.responses.joiners, 1);
+  hk_msg_free(&d);
+  b.data[b.len - 1] = 2;
+  assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_ERR_PROTOCOL);
+  assert_non_null(strstr(hk_last_error(), "joiners flag 2 is not 0 or 1"));
+  m.u.responses.joiners = 0;
   m.u.responses.has_tune = 1;
   m.u.responses.tune = (hk_wire_tune){.seq = 3,
                                       .fusion_threshold = 4 << 20,
@@ -644,7 +657,7 @@ static void test_responses_tune(void **state) {
   assert_true(d.u.responses.tune.cycle_time_ms == 2.5);
   assert_int_equal(d.u.responses.tune.hierarchical, -1);
   hk_msg_free(&d);
-  b.data[b.len - 1] = 3; /* hierarchical 2: no such setting */
+  b.data[b.len - 2] = 3; /* hierarchical 2: no such setting */
   assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_ERR_PROTOCOL);
   assert_non_null(strstr(hk_last_error(), "tuned hierarchical allreduce"));
   for (size_t cut = plain; cut < b.len; cut++)

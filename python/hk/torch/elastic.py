@@ -22,8 +22,13 @@ syncs the state from the new rank 0 and calls the function again::
 Where hk differs from Horovod:
 
 - ``commit()`` is a local copy (no collective); ``check_host_updates()``
-  raises nothing: hk admits no new hosts to a running job yet, so
-  HostsUpdatedInterrupt never comes (``run`` still handles it).
+  reads a flag (hk_elastic_hosts_updated: every rank the same at the same
+  commit) instead of Horovod's broadcast, and raises
+  HostsUpdatedInterrupt when workers wait to join (an agent took the
+  slots of a lost host); ``run`` then admits them (hk_elastic_reset,
+  nothing restored) and syncs the state, which their own ``run`` takes
+  on entry. Hosts removed show as HorovodInternalError at the next
+  collective instead.
 - ``run`` re-forms only for a lost rank (HK_ERR_RANKS_CHANGED); any other
   HorovodInternalError (a mismatch, a timeout, the job ended below
   --min-np) propagates, as hk could not re-form the job after it.
@@ -65,7 +70,8 @@ class State(object):
             callback()
 
     def on_hosts_updated(self, timestamp, update_res):
-        """Horovod's notification hook; hk sends none yet."""
+        """Horovod's notification hook; hk does not call it (rank 0 learns
+        of joining workers from hkrun, every rank at a round)."""
 
     def commit(self):
         """Saves the state (a local copy: no collective), then
@@ -74,9 +80,12 @@ class State(object):
         self.check_host_updates()
 
     def check_host_updates(self):
-        """Horovod raises HostsUpdatedInterrupt here when hosts were added
-        or removed. hk admits no new hosts yet, and a lost one shows as
-        HorovodInternalError at the next collective: nothing to raise."""
+        """Raises HostsUpdatedInterrupt (skip_sync False: the newcomers
+        need the state) when workers wait to join the job, as Horovod
+        does when hosts were added. A lost host shows as
+        HorovodInternalError at the next collective instead."""
+        if _hk.elastic_hosts_updated():
+            raise HostsUpdatedInterrupt(skip_sync=False)
 
     def save(self):
         raise NotImplementedError()
@@ -190,10 +199,13 @@ def run(func):
     lost (HorovodInternalError with HK_ERR_RANKS_CHANGED) restores the
     last commit, re-forms the job (hk_elastic_reset, again while it
     raises HK_ERR_RANKS_CHANGED: a rank lost while re-forming), calls the
-    state's reset callbacks and goes round again. HostsUpdatedInterrupt (hk never
-    raises it; the caller may) calls the reset callbacks and func again
-    without restoring (and without syncing if its skip_sync), the job
-    unchanged. Returns func's result."""
+    state's reset callbacks and goes round again. HostsUpdatedInterrupt
+    (check_host_updates: workers wait to join) admits them
+    (hk_elastic_reset, nothing restored: the state was just committed),
+    calls the reset callbacks and func again after syncing the state
+    (unless its skip_sync; raised by the caller with nobody waiting, the
+    job is unchanged and only the callbacks run). Returns func's
+    result."""
 
     @functools.wraps(func)
     def wrapper(state, *args, **kwargs):
@@ -209,9 +221,9 @@ def run(func):
                 state.restore()
                 skip_sync = False
             except HostsUpdatedInterrupt as e:
-                # (raised by the caller: hk admits no hosts, so the job
-                # has not changed and there is nothing to re-form)
                 skip_sync = e.skip_sync
+                if _hk.elastic_hosts_updated():  # (else: the caller's own)
+                    _reset_until_formed()
                 state.on_reset()
                 continue
             _reset_until_formed()

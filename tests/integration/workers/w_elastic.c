@@ -36,6 +36,20 @@
  * (tests/integration/test_elastic_agents.c then takes its whole host
  * away).
  *
+ * Workers joining (docs/elastic.md): every worker takes rank 0's model and
+ * step right after hk_init (the same broadcast as after a reset); one
+ * that finds the job past step 0 has joined a running job: it takes the
+ * slot it was started as (HK_RANK, a lost host's) for its gradient and
+ * says "joined at step S as rank R of N (slot S)", and after its first
+ * step "first step S t=T". At each commit a worker asks
+ * hk_elastic_hosts_updated; when workers wait to join it calls
+ * hk_elastic_reset and takes rank 0's model, saying "admitted: rank R of
+ * N (slot S) at step K". With W_ELASTIC_JOIN_STEP=J in the environment,
+ * a worker that has not yet seen anyone join waits at the commit of step
+ * J for workers to join (saying "waiting for workers to join at step J",
+ * then running an 8-byte allreduce every 10 ms, the rounds that carry
+ * rank 0's word, for at most 60 s; exit 5 when none came).
+ *
  * w_elastic_dev (built from this file with W_ELASTIC_DEVICE, linking the
  * static runtime for the emulated device) is the same with the gradient
  * in a device buffer (HK_DEVICE=emu); after hk_shutdown it says "device
@@ -45,6 +59,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "wcommon.h"
@@ -118,6 +133,19 @@ static double grad(int slot, int step, int i) {
   return (double)(((slot + 1) * (i + 1) + step) % 7 - 3);
 }
 
+/* Takes rank 0's model and step (State.sync). */
+static hk_status sync_from_rank0(double *w, int *step) {
+  double sync[D + 1];
+  memcpy(sync, w, D * sizeof *w);
+  sync[D] = *step;
+  hk_status st = hk_broadcast("elastic.sync", sync, D + 1, HK_FLOAT64, 0);
+  if (st == HK_OK) {
+    memcpy(w, sync, D * sizeof *w);
+    *step = (int)sync[D];
+  }
+  return st;
+}
+
 /* After HK_ERR_RANKS_CHANGED: restore the commit, re-form, take rank 0's
  * commit (State.sync); again while ranks are lost meanwhile. Exits 3
  * when the job cannot re-form. */
@@ -159,20 +187,32 @@ static void reform(int slot, double *w, const double *saved_w, int *step,
       printf("dying after the reset\n");
       kill(getpid(), SIGKILL);
     }
-    double sync[D + 1];
-    memcpy(sync, w, D * sizeof *w);
-    sync[D] = *step;
-    st = hk_broadcast("elastic.sync", sync, D + 1, HK_FLOAT64, 0);
-    if (st == HK_OK) {
-      memcpy(w, sync, D * sizeof *w);
-      *step = (int)sync[D];
-    }
+    st = sync_from_rank0(w, step);
   } while (st == HK_ERR_RANKS_CHANGED &&
            fprintf(stderr, "slot %d: ranks changed while re-forming: %s\n",
                    slot, hk_last_error()) > 0);
   HKT_OK(st);
   printf("reset: rank %d of %d (slot %d) from step %d\n", hk_rank(), hk_size(),
          slot, *step);
+}
+
+/* W_ELASTIC_JOIN_STEP's wait: 8-byte allreduces (each a round that may
+ * carry rank 0's word) until hk_elastic_hosts_updated says workers wait
+ * to join; 1 then, 0 after 60 s. Every rank leaves after the same
+ * round. */
+static int wait_for_joiners(int step) {
+  printf("waiting for workers to join at step %d\n", step);
+  for (int i = 0; i < 6000; i++) {
+    int updated = 0;
+    HKT_OK(hk_elastic_hosts_updated(&updated));
+    if (updated)
+      return 1;
+    double x = 1;
+    HKT_OK(hk_allreduce("elastic.wait", &x, &x, 1, HK_FLOAT64, HK_SUM));
+    struct timespec pace = {0, 10 * 1000 * 1000};
+    nanosleep(&pace, NULL); /* a trainer's compute: paces the rounds */
+  }
+  return 0;
 }
 
 int main(int argc, char **argv) {
@@ -191,18 +231,58 @@ int main(int argc, char **argv) {
                           : strcmp(argv[6], "leave") == 0 ? 2
                           : strcmp(argv[6], "exit") == 0  ? 3
                                                           : 0;
+  const char *join_env = getenv("W_ELASTIC_JOIN_STEP");
+  const int join_step = join_env ? atoi(join_env) : -1;
   HKT_OK(hk_init());
   dev_open();
-  const int slot = hk_rank();
+  int slot = hk_rank();
   double w[D], saved_w[D]; /* the model and its commit */
   for (int i = 0; i < D; i++)
     w[i] = i / 8.0;
-  int step = 0, saved_step = 0, resumed = 1;
+  int step = 0, saved_step = 0, resumed = 1, joined = 0, first = 0;
   memcpy(saved_w, w, sizeof w);
+  hk_status st0 = sync_from_rank0(w, &step);
+  if (st0 == HK_ERR_RANKS_CHANGED)
+    reform(slot, w, saved_w, &step, 0, kill2_slot, kill2_after);
+  else
+    HKT_OK(st0);
+  if (step > 0) { /* joined a running job, in a lost host's slot */
+    slot = atoi(getenv("HK_RANK"));
+    printf("joined at step %d as rank %d of %d (slot %d)\n", step, hk_rank(),
+           hk_size(), slot);
+    joined = first = 1;
+  }
+  memcpy(saved_w, w, sizeof w);
+  saved_step = step;
   while (step < steps) {
     if (step % every == 0) { /* commit: a local copy */
       memcpy(saved_w, w, sizeof w);
       saved_step = step;
+      int updated = 0;
+      hk_status st = hk_elastic_hosts_updated(&updated);
+      if (st == HK_OK && !updated && !joined && step == join_step) {
+        if (!wait_for_joiners(step)) {
+          printf("nobody joined at step %d\n", step);
+          hk_shutdown();
+          return 5;
+        }
+        updated = 1;
+      }
+      if (st == HK_OK && updated) {
+        st = hk_elastic_reset();
+        if (st == HK_OK)
+          st = sync_from_rank0(w, &step);
+        if (st == HK_OK)
+          printf("admitted: rank %d of %d (slot %d) at step %d\n", hk_rank(),
+                 hk_size(), slot, step);
+        joined = 1;
+      }
+      if (st == HK_ERR_RANKS_CHANGED) {
+        reform(slot, w, saved_w, &step, saved_step, kill2_slot, kill2_after);
+        resumed = 0;
+        continue;
+      }
+      HKT_OK(st);
     }
     if (kill_slot == -2 && step == kill_step) {
       printf("stopped at step %d\n", step);
@@ -233,6 +313,10 @@ int main(int argc, char **argv) {
     if (!resumed) {
       printf("resumed step %d t=%.6f\n", step, wall());
       resumed = 1;
+    }
+    if (first) {
+      printf("first step %d t=%.6f\n", step, wall());
+      first = 0;
     }
     step++;
   }
