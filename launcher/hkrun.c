@@ -90,6 +90,7 @@
 
 #include "collectives/transport/iface.h"
 #include "common/auth.h"
+#include "common/clock.h"
 #include "common/config.h"
 #include "common/flight_record.h"
 #include "common/log.h"
@@ -98,6 +99,7 @@
 #include "launcher/args.h"
 #include "launcher/bind.h"
 #include "launcher/bind_masks.h"
+#include "launcher/blacklist.h"
 #include "launcher/build_info.h"
 #include "launcher/delegate.h"
 #include "launcher/diagnose.h"
@@ -150,6 +152,7 @@ typedef struct job {
   char (*remote_why)[200];    /* agents: size entries; "" or how a remote
                                  worker was lost with its host */
   int remote_running;         /* agents: their workers not yet exited */
+  hk_blacklist blacklist;     /* agents: hosts kept out after a failure */
   hk_live live;               /* --monitor's display (launcher/monitor.h) */
   int failing;   /* a failure or a signal has started the teardown */
   int exit_code; /* decided by the first such event */
@@ -619,6 +622,47 @@ static void start_timeout(uv_timer_t *t) {
   stop_waiting(j);
 }
 
+/* Agents: host ip (its agent's address, "ip:port" in addr) failed: it is
+ * kept out for --blacklist-cooldown-range's cooldown. */
+static void blacklist_host(job *j, const char *addr) {
+  char ip[64];
+  snprintf(ip, sizeof ip, "%s", addr);
+  char *colon = strrchr(ip, ':');
+  if (colon)
+    *colon = 0;
+  const double cool = hk_blacklist_fail(&j->blacklist, ip, hk_now());
+  const int n = hk_blacklist_failures(&j->blacklist, ip);
+  if (cool < 0)
+    hk_out_say("host %s is blacklisted for the rest of the job (failure %d; "
+               "no --blacklist-cooldown-range)",
+               ip, n);
+  else if (cool > 0)
+    hk_out_say("host %s is blacklisted for %g s (failure %d; "
+               "--blacklist-cooldown-range %g %g)",
+               ip, cool, n, j->args->cooldown_lo_s, j->args->cooldown_hi_s);
+}
+
+/* hk_rdv_agent_check_fn: an agent from a blacklisted host is refused. */
+static int check_agent_host(const char *ip, char *why, size_t cap, void *ctx) {
+  job *j = ctx;
+  const double left = hk_blacklist_left(&j->blacklist, ip, hk_now());
+  if (left == 0)
+    return 0;
+  const int n = hk_blacklist_failures(&j->blacklist, ip);
+  if (left < 0)
+    snprintf(why, cap,
+             "host %s is blacklisted for the rest of the job after %d "
+             "failure%s (no --blacklist-cooldown-range)",
+             ip, n, n == 1 ? "" : "s");
+  else
+    snprintf(why, cap,
+             "host %s is blacklisted for %.0f s more after %d failure%s "
+             "(--blacklist-cooldown-range %g %g)",
+             ip, left + 0.5, n, n == 1 ? "" : "s", j->args->cooldown_lo_s,
+             j->args->cooldown_hi_s);
+  return 1;
+}
+
 /* Agents (--rdzv-endpoint): another host's agent joined, its worker
  * exited, or its connection ended (then each of its workers still
  * running is lost with its host). Exits go through the same verdicts as
@@ -649,6 +693,11 @@ static void on_agent_event(const hk_rdv_agent_event *ev, void *ctx) {
   int pending = 0; /* a lost host's slots still running */
   for (int s = ev->base; s < ev->base + ev->nslots; s++)
     pending += ev->kind != HK_RDV_AGENT_EXIT && !j->remote[s].exited;
+  /* a host whose worker failed, or that was lost, is kept out a while
+   * (not one whose workers all finished and left) */
+  if ((ev->kind == HK_RDV_AGENT_EXIT && (ev->signal || ev->status)) ||
+      (ev->kind == HK_RDV_AGENT_GONE && pending > 0 && !j->failing))
+    blacklist_host(j, ev->addr);
   for (int s = ev->base; s < ev->base + ev->nslots; s++) {
     hk_worker *w = &j->remote[s];
     if (w->exited || (ev->kind == HK_RDV_AGENT_EXIT && s != ev->slot))
@@ -725,6 +774,9 @@ static int setup(job *j, hk_secret *secret, const char *rdzv_ip,
     hk_rdv_set_agents(
         j->rdv, on_agent_event, j,
         hk_config_load_var(&tc, "HK_TIMEOUT_S") == HK_OK ? tc.timeout_s : 60);
+    hk_blacklist_init(&j->blacklist, j->args->cooldown_lo_s,
+                      j->args->cooldown_hi_s);
+    hk_rdv_set_agent_check(j->rdv, check_agent_host, j);
     hk_rdv_claim(j->rdv, j->args->np);
   }
   if (j->args->monitor) { /* rank 0's table, on stdout */
@@ -866,6 +918,7 @@ static int run_job(const hkrun_args *args, const char *rdzv_ip,
   free(j.goodbye_deadline);
   free(j.remote);
   free(j.remote_why);
+  hk_blacklist_free(&j.blacklist);
   free(masks);
   return j.exit_code;
 }

@@ -94,6 +94,8 @@ struct hk_rdv {
   /* agents (hk_rdv_set_agents) */
   hk_rdv_agent_fn on_agent; /* NULL: AGENT messages are refused */
   void *agent_ctx;
+  hk_rdv_agent_check_fn agent_check; /* NULL: every agent may come */
+  void *agent_check_ctx;
   double agent_timeout_s; /* a silent agent connection ends after this */
   int claimed;            /* slots given to agents so far: [0, claimed) */
   int pending;            /* connections in CONN_AUTH */
@@ -529,6 +531,17 @@ static void on_agent(conn *c, const hk_msg *m) {
     refuse_agent(c, "an agent registered twice on one connection");
     return;
   }
+  if (r->agent_check) {
+    char ip[sizeof c->addr];
+    snprintf(ip, sizeof ip, "%s", c->addr);
+    char *colon = strrchr(ip, ':');
+    if (colon)
+      *colon = 0;
+    if (r->agent_check(ip, why, sizeof why, r->agent_check_ctx)) {
+      refuse_agent(c, why);
+      return;
+    }
+  }
   int n = m->u.agent.nslots;
   int base = n <= r->size - r->claimed ? r->claimed : free_run(r, n);
   if (base < 0) {
@@ -960,6 +973,11 @@ void hk_rdv_set_agents(hk_rdv *r, hk_rdv_agent_fn fn, void *ctx,
   r->on_agent = fn;
   r->agent_ctx = ctx;
   r->agent_timeout_s = timeout_s;
+}
+
+void hk_rdv_set_agent_check(hk_rdv *r, hk_rdv_agent_check_fn fn, void *ctx) {
+  r->agent_check = fn;
+  r->agent_check_ctx = ctx;
 }
 
 int hk_rdv_claim(hk_rdv *r, int nslots) {

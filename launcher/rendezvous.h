@@ -173,6 +173,16 @@ typedef void (*hk_rdv_agent_fn)(const hk_rdv_agent_event *ev, void *ctx);
 void hk_rdv_set_agents(hk_rdv *r, hk_rdv_agent_fn fn, void *ctx,
                        double timeout_s);
 
+/** Asked before an agent gets slots: ip is its connection's address
+ *  (numeric); returns 0 to admit it, or non-zero with why[cap] set to
+ *  refuse it (the agent is told why, and closed). */
+typedef int (*hk_rdv_agent_check_fn)(const char *ip, char *why, size_t cap,
+                                     void *ctx);
+
+/** Sets (fn NULL: unsets) the check of agents (hkrun's blacklist,
+ *  launcher/blacklist.h). */
+void hk_rdv_set_agent_check(hk_rdv *r, hk_rdv_agent_check_fn fn, void *ctx);
+
 /** Takes the next nslots slots for the caller's own workers (the agent
  *  holding the endpoint). Returns the first, or -1 when they do not fit
  *  in the job's size (or r is NULL). */

@@ -38,7 +38,10 @@
  *     prints the time from the cut to the first step completed after it.
  *   host_joins: link_cut_3 with W_ELASTIC_JOIN_STEP=8: the 4 left
  *     re-form from step 4's commit and wait at step 8's for workers to
- *     join; then an agent starts on host 3 with -np 2: it takes the
+ *     join; host 2, back once its agent has gone, is refused (blacklisted
+ *     for 600 s after its failure: --blacklist-cooldown-range 600 900,
+ *     exit 1, no worker started); then an agent starts on host 3 with
+ *     -np 2: it takes the
  *     lost host's slots 4 and 5, its workers join at that commit (the
  *     4 admit them without rolling back), and the 6 finish: weights ==
  *     steps 0-3 by 6, 4-7 by {0..3}, 8-11 by 6; prints the time from
@@ -129,9 +132,9 @@ static void make_secret(char *env, size_t cap) {
 }
 
 /* Starts the agent of host h: `ip netns exec NS hkrun -v --rdzv-endpoint
- * HOST0:PORT -np NP --min-np MIN --max-np MAX --elastic-timeout 10 WORKER
- * 12 4 KILL_SLOT KILL_STEP [KILL2_SLOT KILL2_HOW]` (KILL2_HOW NULL:
- * without those). */
+ * HOST0:PORT -np NP --min-np MIN --max-np MAX --elastic-timeout 10
+ * --blacklist-cooldown-range 600 900 WORKER 12 4 KILL_SLOT KILL_STEP
+ * [KILL2_SLOT KILL2_HOW]` (KILL2_HOW NULL: without those). */
 static void start_worker_of(int h, const char *np, const char *min,
                             const char *max, const char *worker,
                             const char *kill_slot, const char *kill_step,
@@ -155,6 +158,9 @@ static void start_worker_of(int h, const char *np, const char *min,
                   (char *)max,
                   "--elastic-timeout",
                   "10",
+                  "--blacklist-cooldown-range",
+                  "600",
+                  "900",
                   (char *)worker,
                   "12",
                   (char *)commit_every,
@@ -164,7 +170,7 @@ static void start_worker_of(int h, const char *np, const char *min,
                   (char *)kill2_how,
                   NULL};
   if (!kill2_how)
-    argv[21] = NULL;
+    argv[24] = NULL;
   assert_int_equal(hkt_start(argv, env, p), 0);
 }
 
@@ -655,13 +661,34 @@ static void test_host_joins(void **s) {
   if (hkt_wait_line(&p[0], "waiting for workers to join at step 8", JOB_S,
                     NULL) != 0)
     fail_msg("host 0's workers did not wait at step 8");
+  /* host 2 back (its agent gone): blacklisted for 600 s, it is refused */
+  hkt_result r[4];
+  hkt_finish(&p[2], JOB_S, &r[2]);
+  int up = hkt_bed_link(&bed, 2, 0);
+  hkt_proc again;
+  hkt_result ra;
+  start_worker_of(2, "2", "2", "6", W_ELASTIC, "-1", "-1", NULL, NULL, env,
+                  &again);
+  hkt_finish(&again, JOB_S, &ra);
+  char black[160];
+  snprintf(black, sizeof black, "host %s is blacklisted for ", bed.host[2]);
+  const char *b = strstr(ra.err, black);
+  if (ra.exit_code != 1 || !b ||
+      !strstr(b, " s more after 1 failure (--blacklist-cooldown-range 600 "
+                 "900)"))
+    fail_msg("host 2's second agent exited %d, expected 1 and '%s... s more "
+             "after 1 failure' in:\n%s",
+             ra.exit_code, black, ra.err);
+  const double cooldown = strtod(b + strlen(black), NULL);
+  assert_true(cooldown > 500 && cooldown <= 600);
+  assert_int_equal(hkt_count_lines(ra.out, "] "), 0); /* no worker ran */
+  hkt_result_free(&ra);
   const double arrive = wall_s();
   start_worker_of(3, "2", "2", "6", W_ELASTIC, "-1", "-1", NULL, NULL, env,
                   &p[3]);
-  hkt_result r[4];
   for (int h = 0; h < 4; h++)
-    hkt_finish(&p[h], JOB_S, &r[h]);
-  int up = hkt_bed_link(&bed, 2, 0);
+    if (h != 2)
+      hkt_finish(&p[h], JOB_S, &r[h]);
   for (int h = 0; h < 4; h++)
     if (h != 2 && r[h].exit_code != 0)
       fail_msg("host %d's agent exited %d\n%s\n%s\nhost 0:\n%s", h,
