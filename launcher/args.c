@@ -123,6 +123,7 @@ typedef enum opt_id {
   O_RESET_LIMIT,
   O_COOLDOWN, /* takes two values: A B */
   O_RDZV,
+  O_AGENT_LAUNCHER,
   O_TUNE_LOG,
   O_TUNE_SAVE,
   O_TUNE_LOAD,
@@ -204,6 +205,7 @@ static const opt_def options[] = {
     {"--reset-limit", O_RESET_LIMIT, 1, NULL},
     {"--blacklist-cooldown-range", O_COOLDOWN, 1, NULL},
     {"--rdzv-endpoint", O_RDZV, 1, NULL},
+    {"--agent-launcher", O_AGENT_LAUNCHER, 1, NULL},
     {"--tag-output", O_TAG_OUTPUT, 0, NULL},
     {"--no-tag-output", O_NO_TAG_OUTPUT, 0, NULL},
     {"-v", O_VERBOSE, 0, NULL},
@@ -454,6 +456,8 @@ static int parse_value(const opt_def *o, const char *name, const char *value,
     return 0;
   case O_DISCOVERY:
     return parse_string(name, value, &out->discovery_script, err, err_cap);
+  case O_AGENT_LAUNCHER:
+    return parse_string(name, value, &out->agent_launcher, err, err_cap);
   case O_ELASTIC_TIMEOUT:
     if (parse_seconds(name, value, &out->elastic_timeout_s, err, err_cap) != 0)
       return -1;
@@ -630,10 +634,11 @@ static int check_agent(hkrun_args *out, char *err, size_t err_cap) {
                 out->hosts      ? "-H"
                 : out->hostfile ? "--hostfile"
                                 : "--mpi");
-  if (out->discovery_script)
+
+  if (out->agent_launcher && !out->discovery_script)
     return fail(err, err_cap,
-                "--rdzv-endpoint: --host-discovery-script is not used by "
-                "agents (each host's agent joins the job itself)");
+                "--agent-launcher starts agents on the hosts a "
+                "--host-discovery-script lists: give one");
   if (out->np == 0 && !out->np_zero)
     return fail(err, err_cap,
                 "--rdzv-endpoint: -np N is required (this host's workers; "
@@ -665,6 +670,11 @@ static int check_elastic(hkrun_args *out, char *err, size_t err_cap) {
                 "without workers: --rdzv-endpoint)");
   if (out->rdzv_endpoint)
     return check_agent(out, err, err_cap);
+  if (out->agent_launcher)
+    return fail(err, err_cap,
+                "--agent-launcher starts agents of a job over several hosts: "
+                "give --rdzv-endpoint HOST:PORT and a "
+                "--host-discovery-script too");
   out->elastic = out->min_np > 0 || out->max_np > 0 || out->discovery_script;
   const char *only = out->slots_per_host       ? "--slots-per-host"
                      : out->elastic_timeout    ? "--elastic-timeout"
@@ -1011,6 +1021,11 @@ const char *hkrun_usage(void) {
          "  --elastic-timeout S  below --min-np, wait this long before\n"
          "                       failing every rank (default 600)\n"
          "  --reset-limit N      fail the job at the (N+1)th re-forming\n"
+         "  --agent-launcher CMD  with --rdzv-endpoint and a discovery\n"
+         "                       script: hkrun starts an agent on each\n"
+         "                       listed host as CMD HOST 'hkrun ...'\n"
+         "                       (default: ssh -o BatchMode=yes -o\n"
+         "                       SendEnv=HK_SECRET)\n"
          "  --blacklist-cooldown-range A B\n"
          "                       agents: a host that failed is refused\n"
          "                       for min(B, A*2^(n-1)) s at its n-th\n"

@@ -136,6 +136,10 @@ typedef struct hkrun_args {
   int np_zero;                         /* -np 0 was given */
   double cooldown_lo_s, cooldown_hi_s; /* --blacklist-cooldown-range A B,
                                           seconds; -1 when not given */
+  const char *agent_launcher; /* --agent-launcher CMD (argv), or NULL: the
+                                 command that starts an agent on a host a
+                                 --host-discovery-script lists (the
+                                 endpoint's agent; launcher/launch.h) */
   /* The autotuner (worker/tune.h). Numbers are checked here against the
    * ranges of their HK_* variables; the --autotune-* flags that need
    * --autotune are refused without it. */

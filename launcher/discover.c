@@ -84,6 +84,15 @@ static int collect(pid_t pid, int fd, double deadline, char *buf, size_t cap) {
 
 int hkrun_discover(const char *script, int slots_per_host, double limit_s,
                    char *out, size_t cap) {
+  int n = 0;
+  return hkrun_discover_hosts(script, slots_per_host, limit_s, NULL, 0, &n, out,
+                              cap);
+}
+
+int hkrun_discover_hosts(const char *script, int slots_per_host, double limit_s,
+                         hkrun_listed *listed, int listed_cap, int *nlisted,
+                         char *out, size_t cap) {
+  *nlisted = 0;
   int fd = -1;
   pid_t pid = start_script(script, &fd);
   if (pid < 0) {
@@ -132,6 +141,11 @@ int hkrun_discover(const char *script, int slots_per_host, double limit_s,
         continue;
       }
     }
+    if (nhosts < listed_cap) {
+      snprintf(listed[nhosts].host, sizeof listed[nhosts].host, "%.*s",
+               colon ? (int)(colon - p) : 255, p);
+      listed[nhosts].slots = (int)k;
+    }
     size_t n = strlen(hosts);
     if (nhosts < 4)
       snprintf(hosts + n, sizeof hosts - n, "%s%.*s:%ld", nhosts ? ", " : "",
@@ -154,6 +168,7 @@ int hkrun_discover(const char *script, int slots_per_host, double limit_s,
              bad);
     return 0;
   }
+  *nlisted = nhosts;
   snprintf(out, cap,
            "--host-discovery-script %s lists %d slot%s on %d host%s "
            "(%s)%s",

@@ -29,4 +29,19 @@
 int hkrun_discover(const char *script, int slots_per_host, double limit_s,
                    char *out, size_t cap);
 
+/** A host a discovery script listed. */
+typedef struct hkrun_listed {
+  char host[256]; /* as listed (without ":slots") */
+  int slots;      /* 1..65536 */
+} hkrun_listed;
+
+/**
+ * hkrun_discover, also giving the hosts listed: the first cap of them in
+ * hosts[] (in the script's order), how many were listed in *n (0 when the
+ * script failed).
+ */
+int hkrun_discover_hosts(const char *script, int slots_per_host, double limit_s,
+                         hkrun_listed *hosts, int cap, int *n, char *out,
+                         size_t outcap);
+
 #endif

@@ -105,6 +105,7 @@
 #include "launcher/diagnose.h"
 #include "launcher/discover.h"
 #include "launcher/dump.h"
+#include "launcher/launch.h"
 #include "launcher/monitor.h"
 #include "launcher/output.h"
 #include "launcher/rendezvous.h"
@@ -153,6 +154,9 @@ typedef struct job {
                                  worker was lost with its host */
   int remote_running;         /* agents: their workers not yet exited */
   hk_blacklist blacklist;     /* agents: hosts kept out after a failure */
+  hk_launch *launch;          /* agents hkrun starts (discovery), or NULL */
+  int expected;               /* with launch: the slots the first
+                                 generation awaits */
   hk_live live;               /* --monitor's display (launcher/monitor.h) */
   int failing;   /* a failure or a signal has started the teardown */
   int exit_code; /* decided by the first such event */
@@ -186,6 +190,8 @@ static void close_job(job *j) {
   uv_close((uv_handle_t *)&j->dump_sig, NULL);
   hk_rdv_close(j->rdv);
   j->rdv = NULL;
+  hk_launch_stop(j->launch);
+  j->launch = NULL;
 }
 
 static void kill_timeout(uv_timer_t *t) {
@@ -211,7 +217,8 @@ static void maybe_close_job(job *j) {
   if (j->workers.running > 0 || j->remote_running > 0 || j->waiting > 0)
     return;
   if (j->args->rdzv_endpoint) { /* every slot's worker has exited */
-    if (hk_rdv_claimed(j->rdv) < j->size && !j->failing)
+    if (!j->failing && (j->launch ? hk_launch_pending(j->launch) > 0
+                                  : hk_rdv_claimed(j->rdv) < j->size))
       return; /* an agent is still to come */
     hk_rdv_agents_end(j->rdv, j->exit_code);
   }
@@ -622,14 +629,9 @@ static void start_timeout(uv_timer_t *t) {
   stop_waiting(j);
 }
 
-/* Agents: host ip (its agent's address, "ip:port" in addr) failed: it is
- * kept out for --blacklist-cooldown-range's cooldown. */
-static void blacklist_host(job *j, const char *addr) {
-  char ip[64];
-  snprintf(ip, sizeof ip, "%s", addr);
-  char *colon = strrchr(ip, ':');
-  if (colon)
-    *colon = 0;
+/* Agents: host ip (its agent's address) failed: it is kept out for
+ * --blacklist-cooldown-range's cooldown. */
+static void blacklist_host(job *j, const char *ip) {
   const double cool = hk_blacklist_fail(&j->blacklist, ip, hk_now());
   const int n = hk_blacklist_failures(&j->blacklist, ip);
   if (cool < 0)
@@ -640,6 +642,19 @@ static void blacklist_host(job *j, const char *addr) {
     hk_out_say("host %s is blacklisted for %g s (failure %d; "
                "--blacklist-cooldown-range %g %g)",
                ip, cool, n, j->args->cooldown_lo_s, j->args->cooldown_hi_s);
+}
+
+/* hk_launch_failed_fn: an agent hkrun started did not join: its host is
+ * blacklisted, and before the job formed its slots are no longer
+ * awaited. */
+static void on_launch_failed(const char *ip, int slots, const char *why,
+                             void *ctx) {
+  (void)why; /* (said by launch.c) */
+  job *j = ctx;
+  blacklist_host(j, ip);
+  j->expected -= slots;
+  hk_rdv_expect(j->rdv, j->expected);
+  maybe_close_job(j);
 }
 
 /* hk_rdv_agent_check_fn: an agent from a blacklisted host is refused. */
@@ -672,6 +687,7 @@ static void on_agent_event(const hk_rdv_agent_event *ev, void *ctx) {
   if (j->closed)
     return;
   if (ev->kind == HK_RDV_AGENT_JOINED) {
+    hk_launch_joined(j->launch, ev->ip);
     int again = 0; /* slots of a host lost, taken again */
     for (int s = ev->base; s < ev->base + ev->nslots; s++) {
       again |= j->remote[s].exited;
@@ -697,7 +713,7 @@ static void on_agent_event(const hk_rdv_agent_event *ev, void *ctx) {
    * (not one whose workers all finished and left) */
   if ((ev->kind == HK_RDV_AGENT_EXIT && (ev->signal || ev->status)) ||
       (ev->kind == HK_RDV_AGENT_GONE && pending > 0 && !j->failing))
-    blacklist_host(j, ev->addr);
+    blacklist_host(j, ev->ip);
   for (int s = ev->base; s < ev->base + ev->nslots; s++) {
     hk_worker *w = &j->remote[s];
     if (w->exited || (ev->kind == HK_RDV_AGENT_EXIT && s != ev->slot))
@@ -813,9 +829,9 @@ static int setup(job *j, hk_secret *secret, const char *rdzv_ip,
 
 static int run_job(const hkrun_args *args, const char *rdzv_ip,
                    const hk_secret *given) {
-  if (args->elastic && args->discovery_script) {
+  if (args->elastic && args->discovery_script && !rdzv_ip) {
     /* a script that cannot run is a bad command line, found now rather
-     * than when the job would need it */
+     * than when the job would need it (agents: hk_launch_start's run) */
     char found[300];
     int slots = hkrun_discover(args->discovery_script, args->slots_per_host,
                                discover_limit(args), found, sizeof found);
@@ -859,6 +875,20 @@ static int run_job(const hkrun_args *args, const char *rdzv_ip,
   if (bad_setup)
     hk_out_say("%s", hk_last_error());
   cpu_set_t *masks = bad_setup ? NULL : hkrun_bind_masks(args, 0, &bad_setup);
+  if (!bad_setup && rdzv_ip && args->discovery_script) {
+    /* agents on the hosts it lists; the first generation awaits them */
+    int launched = 0;
+    if (hk_launch_start(&j.loop, args, rdzv_ip, j.rdv, &j.blacklist,
+                        on_launch_failed, &j, &j.launch, &launched) != HK_OK) {
+      hk_out_say("%s", hk_last_error());
+      bad_setup = 1;
+    } else {
+      j.expected = args->np + launched;
+      for (int s = j.expected; s < j.size; s++)
+        j.remote[s].exited = 1; /* not awaited (as a lost one) */
+      hk_rdv_expect(j.rdv, j.expected);
+    }
+  }
   if (bad_setup) {
     close_job(&j);
     uv_run(&j.loop, UV_RUN_DEFAULT);
@@ -969,6 +999,11 @@ static int run_agent(const hkrun_args *args) {
                  "rendezvous for %d workers",
                  ip, args->max_np);
     code = run_job(args, ip, &secret);
+  } else if (args->discovery_script) {
+    hk_out_say("--host-discovery-script: only the agent holding "
+               "--rdzv-endpoint %s runs it (%s is not this host's address)",
+               args->rdzv_endpoint, ip);
+    code = 2;
   } else {
     hk_config tc;
     double start_s = hk_config_load_var(&tc, "HK_START_TIMEOUT_S") == HK_OK

@@ -48,6 +48,7 @@ typedef struct conn {
   int base, nslots; /* an agent's slots */
   char host[HK_WIRE_MAX_HOST_LEN + 1]; /* an agent's host name */
   char addr[64];
+  char ip[64];   /* addr's address, without the port */
   char why[128]; /* an agent's: how its connection ended, if known */
   uint8_t nonce_s[HK_NONCE_LEN];
   uint8_t auth_msg[HK_AUTH_CLIENT_MSG_LEN];
@@ -220,6 +221,7 @@ static void conn_close(conn *c) {
                              .nslots = c->nslots,
                              .host = c->host,
                              .addr = c->addr,
+                             .ip = c->ip,
                              .why =
                                  c->why[0] ? c->why : "its connection ended"};
     r->on_agent(&ev, r->agent_ctx);
@@ -532,12 +534,7 @@ static void on_agent(conn *c, const hk_msg *m) {
     return;
   }
   if (r->agent_check) {
-    char ip[sizeof c->addr];
-    snprintf(ip, sizeof ip, "%s", c->addr);
-    char *colon = strrchr(ip, ':');
-    if (colon)
-      *colon = 0;
-    if (r->agent_check(ip, why, sizeof why, r->agent_check_ctx)) {
+    if (r->agent_check(c->ip, why, sizeof why, r->agent_check_ctx)) {
       refuse_agent(c, why);
       return;
     }
@@ -582,7 +579,8 @@ static void on_agent(conn *c, const hk_msg *m) {
                            .base = c->base,
                            .nslots = n,
                            .host = c->host,
-                           .addr = c->addr};
+                           .addr = c->addr,
+                           .ip = c->ip};
   r->on_agent(&ev, r->agent_ctx);
 }
 
@@ -604,6 +602,7 @@ static void on_agent_exit(conn *c, const hk_msg *m) {
                            .nslots = c->nslots,
                            .host = c->host,
                            .addr = c->addr,
+                           .ip = c->ip,
                            .slot = slot,
                            .pid = m->u.exit.pid,
                            .status = m->u.exit.status,
@@ -792,7 +791,7 @@ static int pending_cap(int size) {
   return cap < 1 ? 1 : (int)cap;
 }
 
-static void format_peer(uv_tcp_t *tcp, char *out, size_t cap) {
+static void format_peer(uv_tcp_t *tcp, char *out, size_t cap, char *ip_out) {
   struct sockaddr_storage ss;
   int len = sizeof ss;
   char ip[64] = "?";
@@ -810,6 +809,7 @@ static void format_peer(uv_tcp_t *tcp, char *out, size_t cap) {
   }
   if (snprintf(out, cap, "%s:%u", ip, port) >= (int)cap && cap > 1)
     out[cap - 2] = '~'; /* cut: a log line's peer name only */
+  memcpy(ip_out, ip, sizeof ip);
 }
 
 static void on_connection(uv_stream_t *server, int status) {
@@ -848,7 +848,7 @@ static void on_connection(uv_stream_t *server, int status) {
     conn_close(c);
     return;
   }
-  format_peer(&c->tcp, c->addr, sizeof c->addr);
+  format_peer(&c->tcp, c->addr, sizeof c->addr, c->ip);
   /* every rank not yet registered may hold one more (its descriptor is
    * in pending_cap's budget already): a job's own burst is not dropped */
   if (r->pending > r->max_pending + (r->size - r->registered))
@@ -990,6 +990,23 @@ int hk_rdv_claim(hk_rdv *r, int nslots) {
 }
 
 int hk_rdv_claimed(const hk_rdv *r) { return r ? r->claimed : 0; }
+
+void hk_rdv_expect(hk_rdv *r, int n) {
+  if (!r || !r->elastic || r->formed_once || r->closing)
+    return;
+  for (int s = r->claimed; s < r->size; s++) {
+    const uint8_t lost = s >= n;
+    if (r->owned[s] || r->lost[s] == lost)
+      continue;
+    r->lost[s] = lost;
+    r->nalive += lost ? -1 : 1;
+  }
+  maybe_form(r);
+}
+
+int hk_rdv_free_slots(const hk_rdv *r) {
+  return r && r->elastic ? free_slots(r) : 0;
+}
 
 void hk_rdv_agents_end(hk_rdv *r, int status) {
   if (!r || r->closing)

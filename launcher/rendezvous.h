@@ -157,6 +157,7 @@ typedef struct hk_rdv_agent_event {
   int base, nslots; /* the agent's slots: [base, base + nslots) */
   const char *host; /* the host name it gave (borrowed for the call) */
   const char *addr; /* its connection's peer, "ip:port" (borrowed) */
+  const char *ip;   /* addr's address alone (borrowed) */
   int slot, pid, status, signal; /* EXIT */
   const char *why;               /* GONE: how the connection ended */
 } hk_rdv_agent_event;
@@ -187,6 +188,16 @@ void hk_rdv_set_agent_check(hk_rdv *r, hk_rdv_agent_check_fn fn, void *ctx);
  *  holding the endpoint). Returns the first, or -1 when they do not fit
  *  in the job's size (or r is NULL). */
 int hk_rdv_claim(hk_rdv *r, int nslots);
+
+/** Elastic, before the first generation formed: it awaits the workers of
+ *  slots [0, n) only; the slots from n on that no agent holds are free
+ *  (lost, to be taken by agents later). Called again with another n, it
+ *  moves the line. Nothing once a generation has formed. */
+void hk_rdv_expect(hk_rdv *r, int n);
+
+/** Elastic: the slots an agent could take now (never claimed, or lost
+ *  with their agent gone); 0 for NULL. */
+int hk_rdv_free_slots(const hk_rdv *r);
 
 /** The slots given so far (to agents and hk_rdv_claim); 0 for NULL. */
 int hk_rdv_claimed(const hk_rdv *r);

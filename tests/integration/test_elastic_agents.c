@@ -51,6 +51,14 @@
  *     on host 3 with -np 2: it takes slots 2 and 3 (host 1's), and the
  *     job re-forms as 4 from step 4's commit and finishes: weights ==
  *     steps 0-3 by 6, 4-11 by {0..3}.
+ *   discovery: only host 0's hkrun is started (-np 2 --max-np 6), with a
+ *     --host-discovery-script listing host 1 and an address of no host,
+ *     and the bed's rsh agent (ssh's stand-in) as --agent-launcher: it
+ *     starts an agent on host 1; the other's launcher fails (exit 255),
+ *     so that host is blacklisted and the job forms as 4 without it; the
+ *     4 wait at step 8's commit; the test then adds host 2 to what the
+ *     script lists, hkrun starts an agent there, its 2 workers are
+ *     admitted, and the 6 finish: weights == steps 0-7 by 4, 8-11 by 6.
  *   two_hosts_lost: 3 x 2 with --min-np 4; hosts 1 and 2 stop at step 6
  *     and both links go down: both ranks left fail (hk_elastic_reset)
  *     naming the job below --min-np 4 with 2 left and 2 more needed,
@@ -91,6 +99,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
 
@@ -792,6 +801,109 @@ static void test_joins_below_min_np(void **s) {
   expect_nothing_left();
 }
 
+/* Writes text into path (replacing it: a rename, so that a reader sees
+ * the old content or the new, never a part). */
+static void write_file(const char *path, const char *text) {
+  char tmp[600];
+  snprintf(tmp, sizeof tmp, "%s.new", path);
+  FILE *f = fopen(tmp, "w");
+  assert_non_null(f);
+  assert_true(fputs(text, f) >= 0);
+  assert_int_equal(fclose(f), 0);
+  assert_int_equal(rename(tmp, path), 0);
+}
+
+static void test_discovery(void **s) {
+  (void)s;
+  hkt_bed_need(&bed);
+  char secret[80];
+  make_secret(secret, sizeof secret);
+  char *env[] = {secret, "HK_TIMEOUT_S=3", "W_ELASTIC_JOIN_STEP=8", NULL};
+  char dir[256], list[320], script[320], text[256], nowhere[64];
+  assert_int_equal(hkt_mkdtemp("hk-discovery-", dir, sizeof dir), 0);
+  snprintf(list, sizeof list, "%s/hosts", dir);
+  snprintf(script, sizeof script, "%s/discover.sh", dir);
+  /* an address of the bed's subnet that no host has */
+  snprintf(nowhere, sizeof nowhere, "%s", bed.host[0]);
+  snprintf(strrchr(nowhere, '.'), 8, ".200");
+  snprintf(text, sizeof text, "%s:2\n%s:2\n", bed.host[1], nowhere);
+  write_file(list, text);
+  char body[400];
+  snprintf(body, sizeof body, "#!/bin/sh\nexec cat '%s'\n", list);
+  write_file(script, body);
+  assert_int_equal(chmod(script, 0755), 0);
+  char ep[64], agent[200];
+  snprintf(ep, sizeof ep, "%s:%s", bed.host[0], PORT);
+  snprintf(agent, sizeof agent, "%s/agent", bed.dir);
+  char *argv[] = {"ip",
+                  "netns",
+                  "exec",
+                  bed.ns[0],
+                  HKRUN_PATH,
+                  "-v",
+                  "--rdzv-endpoint",
+                  ep,
+                  "-np",
+                  "2",
+                  "--min-np",
+                  "2",
+                  "--max-np",
+                  "6",
+                  "--host-discovery-script",
+                  script,
+                  "--agent-launcher",
+                  agent,
+                  W_ELASTIC,
+                  "12",
+                  (char *)commit_every,
+                  "-1",
+                  "-1",
+                  NULL};
+  hkt_proc p;
+  assert_int_equal(hkt_start(argv, env, &p), 0);
+  if (hkt_wait_line(&p, "waiting for workers to join at step 8", JOB_S, NULL) !=
+      0)
+    fail_msg("the job of 4 did not wait at step 8");
+  snprintf(text, sizeof text, "%s:2\n%s:2\n%s:2\n", bed.host[1], nowhere,
+           bed.host[2]);
+  write_file(list, text);
+  hkt_result r;
+  hkt_finish(&p, JOB_S, &r);
+  if (r.exit_code != 0)
+    fail_msg("hkrun exited %d\n%s\n%s", r.exit_code, r.out, r.err);
+  char line[300];
+  snprintf(line, sizeof line,
+           "host %s (%s): its launcher exited with status 255 before its "
+           "agent joined",
+           nowhere, nowhere);
+  assert_non_null(strstr(r.err, line));
+  snprintf(line, sizeof line,
+           "host %s is blacklisted for the rest of the job (failure 1; no "
+           "--blacklist-cooldown-range)",
+           nowhere);
+  assert_non_null(strstr(r.err, line));
+  for (int h = 1; h < 3; h++) {
+    snprintf(line, sizeof line, "starting an agent on %s (%s) for 2 workers",
+             bed.host[h], bed.host[h]);
+    if (hkt_count_lines(r.err, line) != 1)
+      fail_msg("no one '%s' in:\n%s", line, r.err);
+  }
+  char want[512];
+  const int all[] = {0, 1, 2, 3, 4, 5};
+  hkt_elastic_replay(all, 4, all, 6, 8, 12, want, sizeof want);
+  expect_finals(r.out, "the job", all, all, 6, 6, want);
+  assert_int_equal(hkt_count_lines(r.out, "final slot="), 6);
+  for (int k = 4; k < 6; k++) {
+    snprintf(line, sizeof line,
+             "[%d] joined at step 8 as rank %d of 6 (slot %d)\n", k, k, k);
+    if (!strstr(r.out, line))
+      fail_msg("no '%s' in:\n%s", line, r.out);
+  }
+  hkt_result_free(&r);
+  assert_int_equal(hkt_remove_tree(dir), 0);
+  expect_nothing_left();
+}
+
 static void test_two_hosts_lost(void **s) {
   (void)s;
   hkt_bed_need(&bed);
@@ -1008,6 +1120,37 @@ static void test_bad_input(void **s) {
   expect_refused(no_max, env,
                  "hkrun: --rdzv-endpoint: --max-np N is required (the job's "
                  "workers over every agent; it starts when N have joined)\n");
+  /* the script is the endpoint's agent's: another agent refuses it */
+  char *not_endpoint[] = {HKRUN_PATH,
+                          "--rdzv-endpoint",
+                          "10.255.255.1:" PORT,
+                          "-np",
+                          "1",
+                          "--max-np",
+                          "2",
+                          "--host-discovery-script",
+                          "/bin/true",
+                          "true",
+                          NULL};
+  expect_refused(not_endpoint, env,
+                 "hkrun: --host-discovery-script: only the agent holding "
+                 "--rdzv-endpoint 10.255.255.1:" PORT " runs it (10.255.255.1 "
+                 "is not this host's address)\n");
+  /* the endpoint's agent whose script fails at the start */
+  char *bad_script[] = {HKRUN_PATH,
+                        "--rdzv-endpoint",
+                        "127.0.0.1:" PORT,
+                        "-np",
+                        "1",
+                        "--max-np",
+                        "2",
+                        "--host-discovery-script",
+                        "exit 3",
+                        "true",
+                        NULL};
+  expect_refused(bad_script, env,
+                 "hkrun: --host-discovery-script exit 3 exited with status "
+                 "3\n");
   assert_int_equal(hkt_orphans(NULL, 0), 0);
 }
 
@@ -1038,6 +1181,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_link_cut_3),
       cmocka_unit_test(test_host_joins),
       cmocka_unit_test(test_joins_below_min_np),
+      cmocka_unit_test(test_discovery),
       cmocka_unit_test(test_two_hosts_lost),
       cmocka_unit_test(test_lost_while_reforming),
       cmocka_unit_test(test_lost_while_meshing),

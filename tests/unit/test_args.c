@@ -326,6 +326,16 @@ static const bad_case bad[] = {
     {{"--min-np", "0", "p", NULL}, "--min-np: '0' is not a positive integer"},
     {{"--max-np", "2", "--host-discovery-script", "", "p", NULL},
      "--host-discovery-script: empty value"},
+    {{"--min-np", "2", "--agent-launcher", "ssh", "p", NULL},
+     "--agent-launcher starts agents of a job over several hosts: give "
+     "--rdzv-endpoint HOST:PORT and a --host-discovery-script too"},
+    {{"--rdzv-endpoint", "h:29400", "-np", "2", "--max-np", "4",
+      "--agent-launcher", "ssh", "p", NULL},
+     "--agent-launcher starts agents on the hosts a --host-discovery-script "
+     "lists: give one"},
+    {{"--rdzv-endpoint", "h:29400", "-np", "2", "--max-np", "4",
+      "--agent-launcher", "", "--host-discovery-script", "d.sh", "p", NULL},
+     "--agent-launcher: empty value"},
 };
 
 static void test_rejected(void **state) {
