@@ -21,8 +21,8 @@
 #include "launcher/discover.h"
 #include "launcher/output.h"
 
-#define MAX_LISTED 256 /* hosts of one discovery run looked at */
-#define KILL_AFTER_MS 2000
+#define MAX_LISTED 256    /* hosts of one discovery run looked at */
+#define END_AFTER_MS 2000 /* at the end: SIGTERM after, then SIGKILL after */
 
 /* A host we started an agent on (kept for the job: its handle may live). */
 typedef struct host {
@@ -375,15 +375,21 @@ static void kill_late(uv_timer_t *t) {
   close_kill_timer(t->data);
 }
 
+static void term_late(uv_timer_t *t) {
+  signal_all(t->data, SIGTERM);
+  uv_timer_start(t, kill_late, END_AFTER_MS, 0);
+}
+
 void hk_launch_stop(hk_launch *l) {
   if (!l || l->stopping)
     return;
   l->stopping = 1;
   uv_timer_stop(&l->tick);
   uv_close((uv_handle_t *)&l->tick, on_closed);
-  signal_all(l, SIGTERM);
+  /* their agents are told the job is over and exit, and so do they; one
+   * that does not is ended */
   if (running(l) > 0)
-    uv_timer_start(&l->kill_timer, kill_late, KILL_AFTER_MS, 0);
+    uv_timer_start(&l->kill_timer, term_late, END_AFTER_MS, 0);
   else
     close_kill_timer(l);
   maybe_free(l);

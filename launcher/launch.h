@@ -30,9 +30,10 @@
  * are free again. Exits after its agent joined are the agent's business
  * (its connection ending tells hkrun more).
  *
- * hk_launch_stop (the job is over) sends SIGTERM to every launcher's
- * group still running, SIGKILL 2 s later; the handles close once they
- * have exited.
+ * hk_launch_stop (the job is over: the agents are told and exit, and
+ * their launchers with them) sends SIGTERM to every launcher's group
+ * still running 2 s later, SIGKILL 2 s after that; the handles close once
+ * they have exited.
  * Thread-safety: the loop's thread.
  */
 #ifndef HK_LAUNCHER_LAUNCH_H
@@ -84,9 +85,9 @@ void hk_launch_joined(hk_launch *l, const char *ip);
  *  the rendezvous' yet). 0 for NULL. */
 int hk_launch_pending(const hk_launch *l);
 
-/** Stops discovery, ends the launchers still running (SIGTERM, SIGKILL
- *  2 s later); l is freed once its handles closed (during uv_run). NULL
- *  is ignored. */
+/** Stops discovery and ends the launchers still running 2 s later
+ *  (SIGTERM, SIGKILL 2 s after); l is freed once its handles closed
+ *  (during uv_run). NULL is ignored. */
 void hk_launch_stop(hk_launch *l);
 
 #endif
