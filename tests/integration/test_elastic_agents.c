@@ -59,6 +59,13 @@
  *     4 wait at step 8's commit; the test then adds host 2 to what the
  *     script lists, hkrun starts an agent there, its 2 workers are
  *     admitted, and the 6 finish: weights == steps 0-7 by 4, 8-11 by 6.
+ *   discovery_after_loss: (a) and (b) through discovery: the script
+ *     lists hosts 1 and 2 and an address of no host, --max-np 8; the job
+ *     forms as 6; host 2's workers stop at step 6 (W_ELASTIC_STOP) and
+ *     its link goes down; the 4 left re-form from step 4's commit and
+ *     wait at step 8's; the list then names host 3 instead of host 2:
+ *     hkrun starts an agent there (slots 6 and 7), admitted at step 8;
+ *     weights == steps 0-3 by 6, 4-7 by 4, 8-11 by 6.
  *   two_hosts_lost: 3 x 2 with --min-np 4; hosts 1 and 2 stop at step 6
  *     and both links go down: both ranks left fail (hk_elastic_reset)
  *     naming the job below --min-np 4 with 2 left and 2 more needed,
@@ -813,21 +820,19 @@ static void write_file(const char *path, const char *text) {
   assert_int_equal(rename(tmp, path), 0);
 }
 
-static void test_discovery(void **s) {
-  (void)s;
-  hkt_bed_need(&bed);
-  char secret[80];
-  make_secret(secret, sizeof secret);
-  char *env[] = {secret, "HK_TIMEOUT_S=3", "W_ELASTIC_JOIN_STEP=8", NULL};
-  char dir[256], list[320], script[320], text[256], nowhere[64];
-  assert_int_equal(hkt_mkdtemp("hk-discovery-", dir, sizeof dir), 0);
-  snprintf(list, sizeof list, "%s/hosts", dir);
+/* A discovery job: host 0's hkrun alone (-v --rdzv-endpoint, -np 2
+ * --min-np 2 --max-np MAX), with a --host-discovery-script (in a fresh
+ * directory dir[256]: `cat` of the file list[320], which first holds
+ * first) and the bed's rsh agent as --agent-launcher, training w_elastic
+ * 12 steps. */
+static void start_discovery(const char *max, const char *first,
+                            char *const env[], char *dir, char *list,
+                            hkt_proc *p) {
+  char script[320];
+  assert_int_equal(hkt_mkdtemp("hk-discovery-", dir, 256), 0);
+  snprintf(list, 320, "%s/hosts", dir);
   snprintf(script, sizeof script, "%s/discover.sh", dir);
-  /* an address of the bed's subnet that no host has */
-  snprintf(nowhere, sizeof nowhere, "%s", bed.host[0]);
-  snprintf(strrchr(nowhere, '.'), 8, ".200");
-  snprintf(text, sizeof text, "%s:2\n%s:2\n", bed.host[1], nowhere);
-  write_file(list, text);
+  write_file(list, first);
   char body[400];
   snprintf(body, sizeof body, "#!/bin/sh\nexec cat '%s'\n", list);
   write_file(script, body);
@@ -848,7 +853,7 @@ static void test_discovery(void **s) {
                   "--min-np",
                   "2",
                   "--max-np",
-                  "6",
+                  (char *)max,
                   "--host-discovery-script",
                   script,
                   "--agent-launcher",
@@ -859,8 +864,43 @@ static void test_discovery(void **s) {
                   "-1",
                   "-1",
                   NULL};
+  assert_int_equal(hkt_start(argv, env, p), 0);
+}
+
+/* An address of the bed's subnet that no host has, into out[64]. */
+static void no_host(char *out) {
+  snprintf(out, 64, "%s", bed.host[0]);
+  snprintf(strrchr(out, '.'), 8, ".200");
+}
+
+/* hkrun said that host h's launcher failed and that h is blacklisted. */
+static void expect_launch_failed(const char *err, const char *h) {
+  char line[300];
+  snprintf(line, sizeof line,
+           "host %s (%s): its launcher exited with status 255 before its "
+           "agent joined",
+           h, h);
+  if (!strstr(err, line))
+    fail_msg("no '%s' in:\n%s", line, err);
+  snprintf(line, sizeof line,
+           "host %s is blacklisted for the rest of the job (failure 1; no "
+           "--blacklist-cooldown-range)",
+           h);
+  if (!strstr(err, line))
+    fail_msg("no '%s' in:\n%s", line, err);
+}
+
+static void test_discovery(void **s) {
+  (void)s;
+  hkt_bed_need(&bed);
+  char secret[80];
+  make_secret(secret, sizeof secret);
+  char *env[] = {secret, "HK_TIMEOUT_S=3", "W_ELASTIC_JOIN_STEP=8", NULL};
+  char dir[256], list[320], text[256], nowhere[64];
+  no_host(nowhere);
+  snprintf(text, sizeof text, "%s:2\n%s:2\n", bed.host[1], nowhere);
   hkt_proc p;
-  assert_int_equal(hkt_start(argv, env, &p), 0);
+  start_discovery("6", text, env, dir, list, &p);
   if (hkt_wait_line(&p, "waiting for workers to join at step 8", JOB_S, NULL) !=
       0)
     fail_msg("the job of 4 did not wait at step 8");
@@ -871,17 +911,8 @@ static void test_discovery(void **s) {
   hkt_finish(&p, JOB_S, &r);
   if (r.exit_code != 0)
     fail_msg("hkrun exited %d\n%s\n%s", r.exit_code, r.out, r.err);
+  expect_launch_failed(r.err, nowhere);
   char line[300];
-  snprintf(line, sizeof line,
-           "host %s (%s): its launcher exited with status 255 before its "
-           "agent joined",
-           nowhere, nowhere);
-  assert_non_null(strstr(r.err, line));
-  snprintf(line, sizeof line,
-           "host %s is blacklisted for the rest of the job (failure 1; no "
-           "--blacklist-cooldown-range)",
-           nowhere);
-  assert_non_null(strstr(r.err, line));
   for (int h = 1; h < 3; h++) {
     snprintf(line, sizeof line, "starting an agent on %s (%s) for 2 workers",
              bed.host[h], bed.host[h]);
@@ -899,6 +930,73 @@ static void test_discovery(void **s) {
     if (!strstr(r.out, line))
       fail_msg("no '%s' in:\n%s", line, r.out);
   }
+  hkt_result_free(&r);
+  assert_int_equal(hkt_remove_tree(dir), 0);
+  expect_nothing_left();
+}
+
+/* The first slot hkrun -v gave host h's agent ("agent on host H (IP:PORT)
+ * joined: 2 workers, slots A..B"), or -1. */
+static int slots_of(const char *err, int h) {
+  char key[96];
+  snprintf(key, sizeof key, "(%s:", bed.host[h]);
+  for (const char *at = err; (at = strstr(at, key)); at++) {
+    const char *sl = strstr(at, "joined: 2 workers, slots ");
+    const char *nl = strchr(at, '\n');
+    if (sl && (!nl || sl < nl))
+      return atoi(sl + strlen("joined: 2 workers, slots "));
+  }
+  return -1;
+}
+
+static void test_discovery_after_loss(void **s) {
+  (void)s;
+  hkt_bed_need(&bed);
+  char secret[80], stop[96];
+  make_secret(secret, sizeof secret);
+  snprintf(stop, sizeof stop, "W_ELASTIC_STOP=%s:6", bed.host[2]);
+  char *env[] = {secret, "HK_TIMEOUT_S=3", "W_ELASTIC_JOIN_STEP=8", stop, NULL};
+  char dir[256], list[320], text[256], nowhere[64];
+  no_host(nowhere);
+  snprintf(text, sizeof text, "%s:2\n%s:2\n%s:2\n", bed.host[1], bed.host[2],
+           nowhere);
+  hkt_proc p;
+  start_discovery("8", text, env, dir, list, &p);
+  if (hkt_wait_lines(&p, "stopped at step 6", 2, JOB_S) != 0)
+    fail_msg("host 2's workers did not stop at step 6");
+  assert_int_equal(hkt_bed_link(&bed, 2, 1), 0); /* host 2's cable out */
+  if (hkt_wait_line(&p, "waiting for workers to join at step 8", JOB_S, NULL) !=
+      0)
+    fail_msg("the job of 4 did not wait at step 8");
+  /* the cluster replaced host 2 with host 3 */
+  snprintf(text, sizeof text, "%s:2\n%s:2\n%s:2\n", bed.host[1], nowhere,
+           bed.host[3]);
+  write_file(list, text);
+  hkt_result r;
+  hkt_finish(&p, JOB_S, &r);
+  int up = hkt_bed_link(&bed, 2, 0);
+  if (r.exit_code != 0)
+    fail_msg("hkrun exited %d\n%s\n%s", r.exit_code, r.out, r.err);
+  expect_launch_failed(r.err, nowhere);
+  /* hosts 1 and 2 took slots 2-5 in the order they joined; host 3 the
+   * two never taken */
+  const int s1 = slots_of(r.err, 1), s2 = slots_of(r.err, 2),
+            s3 = slots_of(r.err, 3);
+  if (!((s1 == 2 && s2 == 4) || (s1 == 4 && s2 == 2)) || s3 != 6)
+    fail_msg("slots %d, %d and %d for hosts 1, 2 and 3 in:\n%s", s1, s2, s3,
+             r.err);
+  const int six[] = {0, 1, 2, 3, 4, 5};
+  const int four[] = {0, 1, s1, s1 + 1};
+  const int again[] = {0, 1, s1, s1 + 1, 6, 7};
+  char want[512];
+  hkt_elastic_replay3(six, 6, four, 4, 4, again, 6, 8, 12, want, sizeof want);
+  const int left_slots[] = {0, 1, s1, s1 + 1, 6, 7},
+            left_ranks[] = {0, 1, 2, 3, 4, 5};
+  expect_finals(r.out, "the job", left_slots, left_ranks, 6, 6, want);
+  assert_int_equal(hkt_count_lines(r.out, "final slot="), 6);
+  assert_int_equal(hkt_count_lines(r.out, "joined at step 8 as rank "), 2);
+  assert_int_equal(hkt_count_lines(r.out, "admitted: rank "), 4);
+  assert_int_equal(up, 0);
   hkt_result_free(&r);
   assert_int_equal(hkt_remove_tree(dir), 0);
   expect_nothing_left();
@@ -1182,6 +1280,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_host_joins),
       cmocka_unit_test(test_joins_below_min_np),
       cmocka_unit_test(test_discovery),
+      cmocka_unit_test(test_discovery_after_loss),
       cmocka_unit_test(test_two_hosts_lost),
       cmocka_unit_test(test_lost_while_reforming),
       cmocka_unit_test(test_lost_while_meshing),

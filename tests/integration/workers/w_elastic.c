@@ -34,7 +34,9 @@
  * KILL_SLOT -2 stops every worker of this run instead, at the start of
  * step KILL_STEP: it says "stopped at step S" and waits for a signal
  * (tests/integration/test_elastic_agents.c then takes its whole host
- * away).
+ * away). With W_ELASTIC_STOP=HOST:STEP in the environment, the workers
+ * whose host name (gethostname) is HOST stop so at the start of STEP (the
+ * bed's agents give each host its address as its name).
  *
  * Workers joining (docs/elastic.md): every worker takes rank 0's model and
  * step right after hk_init (the same broadcast as after a reset); one
@@ -233,6 +235,15 @@ int main(int argc, char **argv) {
                                                           : 0;
   const char *join_env = getenv("W_ELASTIC_JOIN_STEP");
   const int join_step = join_env ? atoi(join_env) : -1;
+  const char *stop_env = getenv("W_ELASTIC_STOP");
+  int stop_step = -1;
+  if (stop_env && strchr(stop_env, ':')) {
+    char me[256] = "";
+    gethostname(me, sizeof me - 1);
+    const size_t n = (size_t)(strchr(stop_env, ':') - stop_env);
+    if (strlen(me) == n && strncmp(me, stop_env, n) == 0)
+      stop_step = atoi(strchr(stop_env, ':') + 1);
+  }
   HKT_OK(hk_init());
   dev_open();
   int slot = hk_rank();
@@ -284,7 +295,7 @@ int main(int argc, char **argv) {
       }
       HKT_OK(st);
     }
-    if (kill_slot == -2 && step == kill_step) {
+    if ((kill_slot == -2 && step == kill_step) || step == stop_step) {
       printf("stopped at step %d\n", step);
       fflush(stdout);
       for (;;)
