@@ -827,6 +827,14 @@ static int setup(job *j, hk_secret *secret, const char *rdzv_ip,
   return 0;
 }
 
+/* Frees what setup allocated for the job (after its loop has closed). */
+static void free_job(job *j) {
+  free(j->goodbye_deadline);
+  free(j->remote);
+  free(j->remote_why);
+  hk_blacklist_free(&j->blacklist);
+}
+
 static int run_job(const hkrun_args *args, const char *rdzv_ip,
                    const hk_secret *given) {
   if (args->elastic && args->discovery_script && !rdzv_ip) {
@@ -853,9 +861,7 @@ static int run_job(const hkrun_args *args, const char *rdzv_ip,
     hk_rdv_close(j.rdv);
     uv_run(&j.loop, UV_RUN_DEFAULT); /* lets the server close */
     uv_loop_close(&j.loop);
-    free(j.goodbye_deadline);
-    free(j.remote);
-    free(j.remote_why);
+    free_job(&j);
     return 1;
   }
 
@@ -893,7 +899,8 @@ static int run_job(const hkrun_args *args, const char *rdzv_ip,
     close_job(&j);
     uv_run(&j.loop, UV_RUN_DEFAULT);
     uv_loop_close(&j.loop);
-    free(j.goodbye_deadline);
+    free_job(&j);
+    free(masks);
     return 2;
   }
   hk_spawn_opts so = {
@@ -945,10 +952,7 @@ static int run_job(const hkrun_args *args, const char *rdzv_ip,
   if (uv_loop_close(&j.loop) != 0)
     hk_log(HK_LOG_WARNING, "the event loop still had open handles");
   hk_workers_free(&j.workers);
-  free(j.goodbye_deadline);
-  free(j.remote);
-  free(j.remote_why);
-  hk_blacklist_free(&j.blacklist);
+  free_job(&j);
   free(masks);
   return j.exit_code;
 }
