@@ -647,9 +647,7 @@ static void blacklist_host(job *j, const char *ip) {
 /* hk_launch_failed_fn: an agent hkrun started did not join: its host is
  * blacklisted, and before the job formed its slots are no longer
  * awaited. */
-static void on_launch_failed(const char *ip, int slots, const char *why,
-                             void *ctx) {
-  (void)why; /* (said by launch.c) */
+static void on_launch_failed(const char *ip, int slots, void *ctx) {
   job *j = ctx;
   blacklist_host(j, ip);
   j->expected -= slots;

@@ -33,7 +33,8 @@ typedef struct host {
   int slots;   /* the agent's -np */
   int running; /* its launcher has not exited */
   int joined;  /* its agent's connection came */
-  int handle;  /* proc is initialised (to be closed) */
+  int handle;  /* proc is initialised and not yet closed (it cannot be
+                  spawned again before) */
   uv_process_t proc;
 } host;
 
@@ -75,8 +76,11 @@ static void maybe_free(hk_launch *l) {
 
 static void on_closed(uv_handle_t *hd) {
   hk_launch *l = hd->data;
-  if (hd->type == UV_PROCESS)
-    l = ((host *)hd->data)->l;
+  if (hd->type == UV_PROCESS) {
+    host *h = hd->data;
+    h->handle = 0;
+    l = h->l;
+  }
   l->open--;
   maybe_free(l);
 }
@@ -134,7 +138,6 @@ static void on_exit_cb(uv_process_t *p, int64_t status, int signal) {
   hk_launch *l = h->l;
   h->running = 0;
   uv_close((uv_handle_t *)p, on_closed);
-  h->handle = 0;
   if (l->stopping && running(l) == 0)
     close_kill_timer(l); /* every launcher has gone */
   if (h->joined || l->stopping)
@@ -151,7 +154,7 @@ static void on_exit_cb(uv_process_t *p, int64_t status, int signal) {
              "its agent joined",
              (long long)status);
   hk_out_say("host %s (%s): %s", h->name, h->ip, why);
-  l->on_failed(h->ip, h->slots, why, l->ctx);
+  l->on_failed(h->ip, h->slots, l->ctx);
 }
 
 /* Starts the agent of h with k workers. Returns 0, or -1 (said why). */
@@ -206,18 +209,16 @@ static int start_agent(hk_launch *l, host *h, int k) {
                             .stdio = stdio};
   h->proc.data = h;
   int rc = uv_spawn(l->loop, &h->proc, &o);
+  l->open++; /* (closed by on_exit_cb, or here when it failed) */
+  h->handle = 1;
   if (rc != 0) {
-    /* libuv leaves the handle to be closed */
-    l->open++;
     uv_close((uv_handle_t *)&h->proc, on_closed);
     hk_out_say("cannot start an agent on %s: %s: %s", h->name, cmd.v[0],
                uv_strerror(rc));
     hk_argv_free(&cmd);
-    l->on_failed(h->ip, k, "its launcher cannot be started", l->ctx);
+    l->on_failed(h->ip, k, l->ctx);
     return -1;
   }
-  l->open++;
-  h->handle = 1;
   h->running = 1;
   h->joined = 0;
   h->slots = k;

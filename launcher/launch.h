@@ -56,10 +56,8 @@
 typedef struct hk_launch hk_launch;
 
 /** Host ip (its address) failed before its agent joined, which was
- *  started for `slots` workers; why says how ("its launcher exited with
- *  status 255 before its agent joined"). */
-typedef void (*hk_launch_failed_fn)(const char *ip, int slots, const char *why,
-                                    void *ctx);
+ *  started for `slots` workers (launch.c has said how). */
+typedef void (*hk_launch_failed_fn)(const char *ip, int slots, void *ctx);
 
 /**
  * Runs the script once (blocking: at the start), starts the agents it

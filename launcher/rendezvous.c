@@ -264,8 +264,6 @@ static void send_peer_list(hk_rdv *r, hk_wire_peer *peers, int n) {
 /* Every rank is registered: tell each of them where everyone is. */
 static void send_peers(hk_rdv *r) { send_peer_list(r, r->peers, r->size); }
 
-/* Elastic: every slot not lost has registered for the generation, and
- * there are enough: send each the peer list of the slots in order. */
 static void notify_watches(hk_rdv *r);
 
 /* Elastic: every slot not lost has registered for the generation (a
@@ -294,21 +292,33 @@ static void maybe_form(hk_rdv *r) {
   notify_watches(r);
 }
 
-/* The workers waiting to join that have registered (ready to). */
+/* The workers waiting to join that have registered (ready to), and
+ * their hosts into hosts[cap] (each once where its slots are together). */
 static int joiners_ready(const hk_rdv *r, char *hosts, size_t cap) {
   int n = 0;
-  if (hosts && cap)
-    hosts[0] = 0;
-  for (int i = 0; r->joining && i < r->size; i++)
+  const char *last = "";
+  hosts[0] = 0;
+  for (int i = 0; i < r->size; i++)
     if (r->joining[i] && !r->lost[i] && r->by_rank[i]) {
-      if (hosts &&
-          (n == 0 || strcmp(r->peers[i].host, r->peers[i - 1].host) != 0)) {
+      if (strcmp(r->peers[i].host, last) != 0) {
         size_t k = strlen(hosts);
         snprintf(hosts + k, cap - k, "%s%s", k ? ", " : "", r->peers[i].host);
+        last = r->peers[i].host;
       }
       n++;
     }
   return n;
+}
+
+/* Elastic: slot, joining, is out (lost or left before it was admitted):
+ * it ends no generation; the watches learn one fewer waits. Returns
+ * whether it was joining. */
+static int drop_joiner(hk_rdv *r, int slot) {
+  if (!r->joining[slot])
+    return 0;
+  r->joining[slot] = 0;
+  notify_watches(r);
+  return 1;
 }
 
 /* Tells every watch (rank 0's second connection) how many workers wait
@@ -1046,9 +1056,7 @@ int hk_rdv_lose(hk_rdv *r, int slot, int exit_code, int signal,
     return r ? r->gen : 0;
   r->lost[slot] = 1;
   r->nalive--;
-  if (r->joining[slot]) { /* not in the formed generation: nobody re-forms */
-    r->joining[slot] = 0;
-    notify_watches(r);
+  if (drop_joiner(r, slot)) { /* not in the formed generation */
     maybe_form(r);
     return r->gen;
   }
@@ -1086,10 +1094,7 @@ void hk_rdv_left(hk_rdv *r, int slot) {
     return;
   r->lost[slot] = 1;
   r->nalive--;
-  if (r->joining[slot]) {
-    r->joining[slot] = 0;
-    notify_watches(r);
-  }
+  drop_joiner(r, slot);
   maybe_form(r);
 }
 

@@ -344,6 +344,16 @@ static hk_ctx *failed_job(hk_ctx *from, hk_status st, const char *msg) {
   return ctx;
 }
 
+/* The job's failure (HK_OK while none) and its reason into
+ * reason[sizeof ctx->failure_reason], read under ctx->mu. */
+static hk_status job_failure(hk_ctx *ctx, char *reason) {
+  pthread_mutex_lock(&ctx->mu);
+  const hk_status why = ctx->failure;
+  snprintf(reason, sizeof ctx->failure_reason, "%s", ctx->failure_reason);
+  pthread_mutex_unlock(&ctx->mu);
+  return why;
+}
+
 /* Asks the background thread to stop the job with every rank (the
  * shutdown protocol: worker/background.c) and wakes it. */
 static void request_stop(hk_ctx *ctx) {
@@ -364,10 +374,7 @@ hk_status hk_elastic_reset(void) {
                    "hk_elastic_reset: this is not an elastic job (start it "
                    "with hkrun --min-np N)");
   char reason[sizeof old->failure_reason];
-  pthread_mutex_lock(&old->mu);
-  const hk_status why = old->failure;
-  snprintf(reason, sizeof reason, "%s", old->failure_reason);
-  pthread_mutex_unlock(&old->mu);
+  const hk_status why = job_failure(old, reason);
   /* workers wait to join: every rank was told so at the same round and
    * calls this at the same commit */
   const int admit = (why == HK_OK || why == HK_ERR_SHUTDOWN) &&
@@ -454,13 +461,8 @@ hk_status hk_elastic_hosts_updated(int *updated) {
   if (*updated)
     return HK_OK;
   char reason[sizeof ctx->failure_reason];
-  pthread_mutex_lock(&ctx->mu);
-  const hk_status why = ctx->failure;
-  snprintf(reason, sizeof reason, "%s", ctx->failure_reason);
-  pthread_mutex_unlock(&ctx->mu);
-  if (why != HK_OK)
-    return hk_fail(why, "%s", reason);
-  return HK_OK;
+  const hk_status why = job_failure(ctx, reason);
+  return why == HK_OK ? HK_OK : hk_fail(why, "%s", reason);
 }
 
 hk_status hk_shutdown(void) {
