@@ -206,6 +206,26 @@ static const tunable table[] = {
      "the host's ranks outnumber half its cores) before it sleeps; waits "
      "learn a shorter budget from their recent lengths; 0: sleep at once",
      .offset = OFF(spin_us), .kind = HK_TUNABLE_NUMBER},
+    /* A trainer hands a step's gradients over one hk_*_async call at a
+     * time (~0.3 us apart on the reference machine). Negotiating the
+     * queue as soon as its first tensor arrives makes a round of one
+     * tensor, a request in flight that the rest must wait behind, and a
+     * collective of one tensor; holding the queue until the burst ends
+     * (a trainer thread waits or polls, or no submit for the gap) puts
+     * the step in one round: small1000 (1000 x 4 KiB) at np 2 on the
+     * 2-vCPU machine went from 2 rounds (~2.0 ms a step) to 1 (~1.7 ms)
+     * with a gap of 10-50 us alike (bench/RESULTS.md, "Waiting"). A
+     * lone async tensor then waits the gap before it is negotiated; a
+     * blocking call (submit, then wait) does not wait at all. */
+    {"HK_BURST_GAP_US", 10, 0, 1e7, "us",
+     "the background thread takes the submit queue once no tensor was "
+     "submitted for this long, a trainer thread waits or polls, or the "
+     "oldest queued tensor has waited HK_BURST_MAX_US; 0: at once",
+     .offset = OFF(burst_gap_us), .kind = HK_TUNABLE_NUMBER},
+    {"HK_BURST_MAX_US", 500, 0, 1e7, "us",
+     "the longest a submitted tensor is held in the queue while its "
+     "burst goes on (HK_BURST_GAP_US)",
+     .offset = OFF(burst_max_us), .kind = HK_TUNABLE_NUMBER},
     /* PyTorch's TORCH_NCCL_TRACE_BUFFER_SIZE idea; 2000 entries of ~200
      * bytes (observe/flight.h): ~0.4 MB per rank, seconds of a training
      * step's collectives */

@@ -49,6 +49,10 @@ typedef struct hk_config {
                               half (collectives/shm_group.h), bytes */
   double net_gbit;         /* HK_NET_GBIT: each host's network, Gbit/s */
   double spin_us;          /* HK_SPIN_US: poll before sleeping, us */
+  double burst_gap_us;     /* HK_BURST_GAP_US: a submit burst ends after
+                              this long without a submit, us; 0: no hold */
+  double burst_max_us;     /* HK_BURST_MAX_US: the longest a burst is held
+                              from its first submit, us */
   int hierarchical;        /* HK_HIERARCHICAL_ALLREDUCE: 1, 0, -1 unset */
   char allreduce_algo[16]; /* HK_ALLREDUCE_ALGO: "ring", "hierarchical",
                               "rd", or "" (auto); lower case */

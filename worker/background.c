@@ -412,10 +412,13 @@ static void arm_all(hk_ctx *ctx, int first, int n, int on) {
  * outnumber cores it yields (the policy's few yields), which hands the
  * core to the rank whose turn it is instead of paying its wake-up (4
  * ranks on 2 cores: ~3x faster small allreduces with it). Past that it
- * sleeps, so an idle job uses no CPU. The
+ * sleeps, so an idle job uses no CPU. While the submit queue is held (a
+ * burst goes on: hk_queue_take), the wait ends when the hold does, and
+ * counts as in flight. The
  * control endpoints from first_ctrl on are tested beside the descriptors
  * (an shm ring's bytes show as POLLIN) and armed before the loop sleeps
- * (ctrl.h). Returns poll's result plus the endpoints found pending. */
+ * (ctrl.h). Returns poll's result plus the endpoints found pending, 0
+ * when the time ran out. */
 static int wait_events(hk_ctx *ctx, struct pollfd *p, int n, int first_ctrl,
                        int timeout_ms, double *last_event) {
   int rc = poll_now(ctx, p, n, first_ctrl);
@@ -427,7 +430,8 @@ static int wait_events(hk_ctx *ctx, struct pollfd *p, int n, int first_ctrl,
   /* in flight: tensors it took and has not completed; or a step going
    * on, whose next tensor is due: an event less than HK_SPIN_US ago (the
    * polling then ends HK_SPIN_US after that event) */
-  const int busy = hk_strmap_size(ctx->taken) > 0;
+  const double held = hk_queue_held_until(ctx);
+  const int busy = hk_strmap_size(ctx->taken) > 0 || held > 0;
   const int lingers = hk_waiter_fits() != HK_WAITER_FIT_RANKS;
   const double linger = *last_event + ctx->cfg.spin_us * 1e-6;
   hk_waiter w;
@@ -436,28 +440,37 @@ static int wait_events(hk_ctx *ctx, struct pollfd *p, int n, int first_ctrl,
     hk_waiter_until(&w, linger);
   else if (lingers)
     hk_waiter_extend(&w, linger);
-  const double end = timeout_ms > 0 ? hk_now() + timeout_ms * 1e-3 : 0;
+  if (held > 0) /* the burst's end is due */
+    hk_waiter_extend(&w, held);
+  double end = timeout_ms > 0 ? hk_now() + timeout_ms * 1e-3 : 0;
+  if (held > 0 && (end == 0 || held < end))
+    end = held;
   while (hk_waiter_spin(&w)) {
     if ((rc = poll_now(ctx, p, n, first_ctrl)) != 0)
       break;
-    if (timeout_ms > 0 && hk_now() >= end) {
+    if ((end > 0 && hk_now() >= end) || (held > 0 && hk_queue_hold_over(ctx))) {
       hk_waiter_end(&w);
-      return 0;
+      return 0; /* time, or the burst is over: look at the queue */
     }
   }
   if (rc == 0) {
-    int ms = timeout_ms;
-    if (timeout_ms > 0) {
+    struct timespec ts, *tp = NULL; /* to the microsecond: a hold's end */
+    if (end > 0) {
       double left = end - hk_now();
-      ms = left <= 0 ? 0 : (int)(left * 1000) + 1;
+      left = left > 0 ? left : 0;
+      ts.tv_sec = (time_t)left;
+      ts.tv_nsec = (long)((left - (double)ts.tv_sec) * 1e9);
+      tp = &ts;
     }
     arm_all(ctx, first_ctrl, n, 1);
     rc = poll_now(ctx, p, n, first_ctrl); /* re-tested once armed */
-    if (rc == 0) {
-      rc = poll(p, (nfds_t)n, ms);
+    if (rc == 0 && (held == 0 || hk_queue_hold_sleep(ctx, 1))) {
+      rc = ppoll(p, (nfds_t)n, tp, NULL);
       if (rc >= 0)
         rc += mark_pending(ctx, p, first_ctrl, n);
     }
+    if (held > 0)
+      hk_queue_hold_sleep(ctx, 0);
     arm_all(ctx, first_ctrl, n, 0);
   }
   hk_waiter_end(&w);

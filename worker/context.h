@@ -187,6 +187,14 @@ typedef struct hk_ctx {
   int wake_muted;         /* [mu] 1: a submit into the empty queue need not
                              write wake_fd (the background thread looks at
                              the queue by itself: hk_queue_take_bounded) */
+  double last_submit;     /* [mu] hk_now() of the latest submit */
+  double queue_since;     /* [mu] hk_now() when the queue became non-empty */
+  double held_until;      /* [bg] the queue is held (a burst) until then */
+  uint64_t submits;       /* atomic, written under mu: submits so far */
+  uint64_t settled;       /* atomic: `submits` when a trainer thread last waited
+                             or polled: the burst up to there is over */
+  int held; /* atomic: 1 while the background thread holds the queue, 2
+               while it sleeps holding it (a waiter writes wake_fd) */
   int shutdown_requested; /* [mu] hk_shutdown was called here */
   int stopped;            /* [mu] background loop has ended */
   hk_status failure;      /* [mu] HK_OK, or why the job failed/stopped */

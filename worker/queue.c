@@ -13,6 +13,11 @@
 #include "common/waiter.h"
 #include "worker/devplane.h"
 
+/* hk_queue_next_waits: this thread's next submit is waited for at once */
+static __thread int next_waits;
+
+void hk_queue_next_waits(int on) { next_waits = on; }
+
 static void wake(hk_ctx *ctx) {
   uint64_t one = 1;
   ssize_t w = write(ctx->wake_fd, &one, sizeof one);
@@ -37,8 +42,15 @@ static hk_status enqueue_locked(hk_ctx *ctx, hk_handle h) {
   hk_status st = hk_strmap_put(ctx->inflight, h->req.name, h);
   if (st != HK_OK)
     return st;
+  const double now = hk_now(); /* the burst's clock (hk_queue_take) */
   if (hk_observe_wants_submit_time(&ctx->obs)) /* read-only after hk_init */
-    h->t_submit = hk_now();
+    h->t_submit = now;
+  if (!ctx->queue_head)
+    ctx->queue_since = now;
+  ctx->last_submit = now;
+  __atomic_store_n(&ctx->submits, ctx->submits + 1, __ATOMIC_SEQ_CST);
+  if (next_waits) /* a blocking call: no burst to hold for */
+    __atomic_store_n(&ctx->settled, ctx->submits, __ATOMIC_SEQ_CST);
   if (ctx->queue_tail)
     ctx->queue_tail->next = h;
   else
@@ -85,6 +97,7 @@ hk_status hk_queue_submit(hk_ctx *ctx, const hk_wire_request *req,
   if (st == HK_OK)
     st = enqueue_locked(ctx, h);
   pthread_mutex_unlock(&ctx->mu);
+  next_waits = 0;
   if (st != HK_OK) {
     hk_devplane_release(ctx, h);
     free(h->splits);
@@ -126,6 +139,7 @@ hk_status hk_queue_submit_group(hk_ctx *ctx, hk_handle *members, size_t n,
     st = enqueue_locked(ctx, members[i]);
   }
   pthread_mutex_unlock(&ctx->mu);
+  next_waits = 0;
   if (st != HK_OK) { /* only an allocation can fail after the checks */
     for (size_t i = 0; i < n; i++)
       hk_devplane_release(ctx, members[i]);
@@ -137,11 +151,53 @@ hk_status hk_queue_submit_group(hk_ctx *ctx, hk_handle *members, size_t n,
   return HK_OK;
 }
 
+/* Requires ctx->mu held: 1 when the queue is held because its burst goes
+ * on (hk_queue_take), with ctx->held_until set. `held` and `settled` are
+ * a Dekker pair with settle(): this side raises `held` before it reads
+ * `settled`, a waiter moves `settled` before it reads `held`, so a waiter
+ * that comes meanwhile is either seen here or wakes the thread. */
+static int hold_locked(hk_ctx *ctx) {
+  const double gap = ctx->cfg.burst_gap_us * 1e-6,
+               most = ctx->cfg.burst_max_us * 1e-6;
+  if (!ctx->queue_head || gap <= 0 || most <= 0 || ctx->shutdown_requested)
+    return 0;
+  double until = ctx->last_submit + gap;
+  if (ctx->queue_since + most < until)
+    until = ctx->queue_since + most;
+  if (hk_now() >= until)
+    return 0;
+  __atomic_store_n(&ctx->held, 1, __ATOMIC_SEQ_CST);
+  if (__atomic_load_n(&ctx->settled, __ATOMIC_SEQ_CST) >= ctx->submits)
+    return 0; /* a trainer thread waited after the last submit */
+  ctx->held_until = until;
+  return 1;
+}
+
+/* A trainer thread waits or polls: the burst of submits made so far is
+ * over; wakes the background thread if it holds the queue
+ * (hold_locked). */
+static void settle(hk_ctx *ctx) {
+  const uint64_t n = __atomic_load_n(&ctx->submits, __ATOMIC_SEQ_CST);
+  if (__atomic_load_n(&ctx->settled, __ATOMIC_RELAXED) != n)
+    __atomic_store_n(&ctx->settled, n, __ATOMIC_SEQ_CST);
+  else
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  if (__atomic_load_n(&ctx->held, __ATOMIC_SEQ_CST) == 2)
+    wake(ctx); /* it sleeps: the eventfd (while it polls, it looks) */
+}
+
 /* Takes the queue's head: every handle, or (cost not NULL) the longest
- * prefix whose costs add up to at most budget, and always the first. */
+ * prefix whose costs add up to at most budget, and always the first;
+ * nothing while the queue is held (hold_locked). */
 static hk_handle take(hk_ctx *ctx, int quiet, size_t budget,
                       size_t (*cost)(void *arg, hk_handle h), void *arg) {
   pthread_mutex_lock(&ctx->mu);
+  if (hold_locked(ctx)) {
+    pthread_mutex_unlock(&ctx->mu);
+    return NULL;
+  }
+  __atomic_store_n(&ctx->held, 0, __ATOMIC_RELAXED);
+  ctx->held_until = 0;
   hk_handle list = ctx->queue_head, last = NULL;
   size_t spent = 0;
   for (hk_handle h = list; cost && h; last = h, h = h->next) {
@@ -167,6 +223,20 @@ static hk_handle take(hk_ctx *ctx, int quiet, size_t budget,
 }
 
 hk_handle hk_queue_take(hk_ctx *ctx) { return take(ctx, 0, 0, NULL, NULL); }
+
+double hk_queue_held_until(const hk_ctx *ctx) {
+  return __atomic_load_n(&ctx->held, __ATOMIC_RELAXED) ? ctx->held_until : 0;
+}
+
+int hk_queue_hold_over(hk_ctx *ctx) {
+  return __atomic_load_n(&ctx->settled, __ATOMIC_SEQ_CST) >=
+         __atomic_load_n(&ctx->submits, __ATOMIC_SEQ_CST);
+}
+
+int hk_queue_hold_sleep(hk_ctx *ctx, int on) {
+  __atomic_store_n(&ctx->held, on ? 2 : 1, __ATOMIC_SEQ_CST);
+  return on && !hk_queue_hold_over(ctx);
+}
 
 hk_handle hk_queue_take_bounded(hk_ctx *ctx, size_t budget,
                                 size_t (*cost)(void *arg, hk_handle h),
@@ -346,6 +416,7 @@ hk_status hk_queue_wait(hk_ctx *ctx, hk_handle h) {
      * the background thread needs to complete it (a polling waiter
      * holding it made the background thread sleep on the lock and cost a
      * futex wake per unlock) */
+    settle(ctx);
     hk_waiter w;
     hk_waiter_begin(&w, HK_WAIT_HANDLE, 1);
     int done;
@@ -382,9 +453,12 @@ void hk_queue_poll(hk_ctx *ctx, hk_handle h, int *done) {
   pthread_mutex_lock(&ctx->mu);
   *done = h->done;
   pthread_mutex_unlock(&ctx->mu);
+  if (!*done)
+    settle(ctx);
 }
 
 hk_status hk_queue_wait_stream(hk_ctx *ctx, hk_handle h, void *stream) {
+  settle(ctx);
   pthread_mutex_lock(&ctx->mu);
   while (!h->done && !h->enqueued)
     pthread_cond_wait(&ctx->done_cv, &ctx->mu);

@@ -32,9 +32,46 @@ hk_status hk_queue_submit(hk_ctx *ctx, const hk_wire_request *req,
 hk_status hk_queue_submit_group(hk_ctx *ctx, hk_handle *members, size_t n,
                                 hk_handle *out);
 
-/** Background thread: takes every queued handle (a list linked by next);
- *  the next submit into the empty queue wakes the thread (wake_fd). */
+/**
+ * Background thread: takes every queued handle (a list linked by next);
+ * the next submit into the empty queue wakes the thread (wake_fd).
+ *
+ * A burst of submits is held, not taken (NULL), while it goes on: until
+ * no tensor was submitted for HK_BURST_GAP_US, or a trainer thread waits
+ * for or polls a handle after the latest submit (which then writes
+ * wake_fd), or the oldest queued tensor has waited HK_BURST_MAX_US; so a
+ * step's gradients handed over one async call at a time go in one round
+ * instead of a round of the first tensor and the rest behind it.
+ * hk_queue_held_until says until when. hk_shutdown ends a hold.
+ */
 hk_handle hk_queue_take(hk_ctx *ctx);
+
+/**
+ * The calling thread's next hk_queue_submit (or hk_queue_submit_group)
+ * is waited for at once (a blocking call: the *_async call, then
+ * hk_wait): its burst ends with it and the queue is not held for it.
+ * Thread-local. The submit clears it; a caller whose call failed before
+ * it submitted clears it with hk_queue_next_waits(0).
+ */
+void hk_queue_next_waits(int on);
+
+/** Background thread: when the last take found the queue held, the
+ *  hk_now() time at which it stops holding it (sooner if a trainer thread
+ *  waits: wake_fd); 0 when it is not held. */
+double hk_queue_held_until(const hk_ctx *ctx);
+
+/** Background thread, the queue held: 1 once a trainer thread has waited
+ *  or polled after the latest submit (the next take takes it). Lock-free:
+ *  for a polling loop. */
+int hk_queue_hold_over(hk_ctx *ctx);
+
+/**
+ * Background thread, the queue held: on = 1 before it sleeps (a trainer
+ * thread that waits from now on writes wake_fd); returns 1 if it may
+ * sleep, 0 if the hold is already over. on = 0 once awake again (waiters
+ * stop writing wake_fd; it looks by itself); returns 0.
+ */
+int hk_queue_hold_sleep(hk_ctx *ctx, int on);
 
 /**
  * Background thread: takes the queued handles from the oldest on while
@@ -44,7 +81,7 @@ hk_handle hk_queue_take(hk_ctx *ctx);
  * later submits do not write wake_fd until the next take: the caller (a
  * rank whose request is in flight) looks at the queue by itself when the
  * answer comes. Returns the list (linked by next), NULL when the queue
- * was empty.
+ * was empty or is held (a burst, as hk_queue_take).
  */
 hk_handle hk_queue_take_bounded(hk_ctx *ctx, size_t budget,
                                 size_t (*cost)(void *arg, hk_handle h),

@@ -571,15 +571,23 @@ hk_status hk_grouped_allreduce_async(const char *const *names,
   return st;
 }
 
+/* The end of a blocking form (the *_async call, then hk_wait): the call
+ * returned st, having submitted h unless it failed; hk_queue_next_waits(1)
+ * came before it. */
+static hk_status waited(hk_status st, hk_handle h) {
+  hk_queue_next_waits(0);
+  return st != HK_OK ? st : hk_wait(h);
+}
+
 /* The world's negotiated synchronisations: hk_submit's HK_JOIN and
  * HK_BARRIER on HK_WORLD. */
 hk_status hk_join(int *last_rank) {
   size_t last = 0;
   hk_collective c = {.kind = HK_JOIN, .set = HK_WORLD, .rows_out = &last};
-  hk_handle h;
+  hk_handle h = NULL;
+  hk_queue_next_waits(1);
   hk_status st = submit_as("hk_join", &c, &h);
-  if (st == HK_OK)
-    st = hk_wait(h);
+  st = waited(st, h);
   if (st == HK_OK && last_rank)
     *last_rank = (int)last;
   return st;
@@ -587,61 +595,68 @@ hk_status hk_join(int *last_rank) {
 
 hk_status hk_barrier(void) {
   hk_collective c = {.kind = HK_BARRIER, .set = HK_WORLD};
-  hk_handle h;
+  hk_handle h = NULL;
+  hk_queue_next_waits(1);
   hk_status st = submit_as("hk_barrier", &c, &h);
-  return st != HK_OK ? st : hk_wait(h);
+  return waited(st, h);
 }
 
 /* ---- blocking forms: the *_async call followed by hk_wait ---- */
 
 hk_status hk_allreduce(const char *name, const void *sendbuf, void *recvbuf,
                        size_t count, hk_dtype dtype, hk_op op) {
-  hk_handle h;
+  hk_handle h = NULL;
+  hk_queue_next_waits(1);
   hk_status st =
       hk_allreduce_async(name, sendbuf, recvbuf, count, dtype, op, &h);
-  return st != HK_OK ? st : hk_wait(h);
+  return waited(st, h);
 }
 
 hk_status hk_broadcast(const char *name, void *buf, size_t count,
                        hk_dtype dtype, int root) {
-  hk_handle h;
+  hk_handle h = NULL;
+  hk_queue_next_waits(1);
   hk_status st = hk_broadcast_async(name, buf, count, dtype, root, &h);
-  return st != HK_OK ? st : hk_wait(h);
+  return waited(st, h);
 }
 
 hk_status hk_allgather(const char *name, const void *sendbuf, size_t rows,
                        size_t row_elems, hk_dtype dtype, void **recvbuf,
                        size_t *rows_per_rank) {
-  hk_handle h;
+  hk_handle h = NULL;
+  hk_queue_next_waits(1);
   hk_status st = hk_allgather_async(name, sendbuf, rows, row_elems, dtype,
                                     recvbuf, rows_per_rank, &h);
-  return st != HK_OK ? st : hk_wait(h);
+  return waited(st, h);
 }
 
 hk_status hk_reducescatter(const char *name, const void *sendbuf, size_t rows,
                            size_t row_elems, hk_dtype dtype, hk_op op,
                            void *recvbuf, size_t *rows_out) {
-  hk_handle h;
+  hk_handle h = NULL;
+  hk_queue_next_waits(1);
   hk_status st = hk_reducescatter_async(name, sendbuf, rows, row_elems, dtype,
                                         op, recvbuf, rows_out, &h);
-  return st != HK_OK ? st : hk_wait(h);
+  return waited(st, h);
 }
 
 hk_status hk_alltoall(const char *name, const void *sendbuf,
                       const size_t *splits, size_t row_elems, hk_dtype dtype,
                       void **recvbuf, size_t *recv_splits) {
-  hk_handle h;
+  hk_handle h = NULL;
+  hk_queue_next_waits(1);
   hk_status st = hk_alltoall_async(name, sendbuf, splits, row_elems, dtype,
                                    recvbuf, recv_splits, &h);
-  return st != HK_OK ? st : hk_wait(h);
+  return waited(st, h);
 }
 
 hk_status hk_grouped_allreduce(const char *const *names,
                                const void *const *sendbufs,
                                void *const *recvbufs, const size_t *counts,
                                size_t n, hk_dtype dtype, hk_op op) {
-  hk_handle h;
+  hk_handle h = NULL;
+  hk_queue_next_waits(1);
   hk_status st = hk_grouped_allreduce_async(names, sendbufs, recvbufs, counts,
                                             n, dtype, op, &h);
-  return st != HK_OK ? st : hk_wait(h);
+  return waited(st, h);
 }

@@ -9,6 +9,11 @@
  *  - a job of one rank runs no round at all (its counters stay 0);
  *  - fusion still happens under load: tensors submitted at once are run
  *    in fused batches;
+ *  - a burst of submits is held until it ends (worker/queue.h): while
+ *    the trainer goes on submitting no round starts, and the burst goes
+ *    in one round once it waits; a lone tensor goes after the gap
+ *    (HK_BURST_GAP_US), a never-ending burst after HK_BURST_MAX_US, a
+ *    polled one and blocking calls at once;
  *  - an idle job uses no CPU: every rank blocked in hk_wait on a tensor
  *    another rank has not submitted uses under 5% of a core over ~1 s;
  *    also with HK_CYCLE_TIME_MS > 0, whose held answers still come.
@@ -144,6 +149,62 @@ static void test_fusion_under_load(void **s) {
   hkt_result_free(&r);
 }
 
+/* The seconds rank `rank` printed as "hold KIND <s>". */
+static double hold_of(const hkt_result *r, int rank, const char *kind) {
+  char tag[48];
+  snprintf(tag, sizeof tag, "[%d] hold %s ", rank, kind);
+  const char *p = strstr(r->out, tag);
+  if (!p)
+    fail_msg("no '%s' from rank %d:\n%.3000s", kind, rank, r->out);
+  return atof(p + strlen(tag));
+}
+
+/* The submit queue's hold at np 2 (w_negot hold: the burst's own checks
+ * and every sum are the worker's; the times are checked here). The gaps
+ * and limits are seconds long where the hold must end otherwise, so
+ * that only the rule under test can end it in time. */
+static void test_burst_hold(void **s) {
+  (void)s;
+  char *gap_long[] = {"HK_BURST_GAP_US=5000000", "HK_BURST_MAX_US=5000000",
+                      NULL};
+  hkt_result r;
+  /* one round for the burst, none while it went on (asserted there) */
+  run(2, gap_long, "hold burst", &r);
+  hkt_result_free(&r);
+  /* hk_poll ends the burst at once */
+  run(2, gap_long, "hold poll", &r);
+  for (int rank = 0; rank < 2; rank++)
+    if (hold_of(&r, rank, "poll") >= 2.5)
+      fail_msg("a polled tensor waited %.3f s of a 5 s gap:\n%s",
+               hold_of(&r, rank, "poll"), r.out);
+  hkt_result_free(&r);
+  /* a blocking call is not held: 200 of them, each would wait 5 s */
+  run(2, gap_long, "seq 200", &r);
+  hkt_result_free(&r);
+  /* a lone tensor: negotiated once the gap has passed, not before */
+  char *gap[] = {"HK_BURST_GAP_US=30000", "HK_BURST_MAX_US=5000000", NULL};
+  run(2, gap, "hold gap", &r);
+  for (int rank = 0; rank < 2; rank++) {
+    double t = hold_of(&r, rank, "gap");
+    if (t < 0.03 || t >= 2.5)
+      fail_msg("rank %d: a lone tensor's round came %.3f s after its "
+               "submit (gap 0.03 s):\n%s",
+               rank, t, r.out);
+  }
+  hkt_result_free(&r);
+  /* a burst that never ends: held HK_BURST_MAX_US, not the 5 s gap */
+  char *most[] = {"HK_BURST_GAP_US=5000000", "HK_BURST_MAX_US=40000", NULL};
+  run(2, most, "hold most", &r);
+  for (int rank = 0; rank < 2; rank++) {
+    double t = hold_of(&r, rank, "most");
+    if (t < 0.04 || t >= 2.5)
+      fail_msg("rank %d: a burst's first round came %.3f s after its "
+               "first submit (held at most 0.04 s):\n%s",
+               rank, t, r.out);
+  }
+  hkt_result_free(&r);
+}
+
 /* A rank blocked in hk_wait on a tensor another rank has not submitted
  * sleeps: under 5% of a core over the measured second. */
 static void idle(int np) {
@@ -205,6 +266,7 @@ int main(void) {
       cmocka_unit_test(test_idle_np2),
       cmocka_unit_test(test_idle_np4),
       cmocka_unit_test(test_held_answers),
+      cmocka_unit_test(test_burst_hold),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

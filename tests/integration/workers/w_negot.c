@@ -11,7 +11,19 @@
  *                  after every helper measured its own process's CPU time
  *                  (utime + stime, /proc/self/stat) over about S seconds
  *                  (default 1; bench/RESULTS.md measures 10): prints
- *                  "idle cpu <fraction of a core>".
+ *                  "idle cpu <fraction of a core>";
+ *   hold KIND      the submit queue's hold (worker/queue.h), after a
+ *                  barrier, with HK_BURST_GAP_US / HK_BURST_MAX_US as the
+ *                  test sets them; prints "hold KIND <seconds>":
+ *                  burst: one tensor submitted, then 50 ms of looking
+ *                    at the counters (no round may start: the burst goes
+ *                    on), then 99 more and hk_wait: all in one round;
+ *                  gap: one tensor, then the counters looked at until a
+ *                    round ran: the seconds from the submit (>= the gap);
+ *                  most: a tensor every millisecond until a round ran
+ *                    (one must, within 1000 of them): the seconds from
+ *                    the first (>= the most a burst is held);
+ *                  poll: one tensor, hk_poll until done: the seconds.
  * Every mode then prints this rank's negotiation counters
  * (worker/internal.h) as "counts requests=R rounds=D answers=A
  * fused_batches=B fused_tensors=T" and "negot ok".
@@ -122,6 +134,80 @@ static void *idle_helper(void *arg) {
   return NULL;
 }
 
+static uint64_t rounds_now(void) {
+  hk_negotiation_counts c;
+  HKT_OK(hk_internal_negotiation_counts(&c));
+  return c.rounds;
+}
+
+/* hold KIND (above); every tensor's sum is checked. */
+static void hold(const char *kind) {
+  enum { N = 1000 };
+  const int rank = hk_rank(), np = hk_size();
+  float v[N];
+  hk_handle h[N];
+  int n = 0;
+  HKT_OK(hk_barrier());
+  const uint64_t r0 = rounds_now();
+  const double t0 = wall_seconds();
+  double took = 0;
+#define SUBMIT()                                                               \
+  do {                                                                         \
+    char name_[32];                                                            \
+    snprintf(name_, sizeof name_, "hold.%d", n);                               \
+    v[n] = (float)(rank + n);                                                  \
+    HKT_OK(hk_allreduce_async(name_, &v[n], &v[n], 1, HK_FLOAT32, HK_SUM,      \
+                              &h[n]));                                         \
+    n++;                                                                       \
+  } while (0)
+  SUBMIT();
+  if (!strcmp(kind, "burst")) {
+    while (wall_seconds() - t0 < 0.05)
+      HKT_CHECK(rounds_now() == r0, "a round ran while the burst went on");
+    while (n < 100)
+      SUBMIT();
+  } else if (!strcmp(kind, "gap")) {
+    while (rounds_now() == r0 && wall_seconds() - t0 < 10)
+      ;
+    took = wall_seconds() - t0;
+  } else if (!strcmp(kind, "most")) {
+    double next = t0 + 1e-3;
+    while (rounds_now() == r0 && n < N && wall_seconds() - t0 < 3) {
+      if (wall_seconds() >= next) {
+        SUBMIT();
+        next += 1e-3;
+      }
+    }
+    took = wall_seconds() - t0;
+    HKT_CHECK(rounds_now() != r0, "no round in %.3f s of %d submits", took, n);
+    float most = (float)n; /* every rank submits as many */
+    HKT_OK(hk_allreduce("hold.n", &most, &most, 1, HK_FLOAT32, HK_MAX));
+    while (n < (int)most)
+      SUBMIT();
+  } else if (!strcmp(kind, "poll")) {
+    int done = 0;
+    while (!done)
+      HKT_OK(hk_poll(h[0], &done));
+    took = wall_seconds() - t0;
+  } else {
+    HKT_CHECK(0, "unknown hold '%s'", kind);
+  }
+#undef SUBMIT
+  for (int i = 0; i < n; i++) {
+    HKT_OK(hk_wait(h[i]));
+    HKT_CHECK(v[i] == (float)(np * (np - 1) / 2 + np * i), "hold.%d: got %g", i,
+              (double)v[i]);
+  }
+  /* read before a barrier, which no rank passes (to shut down: its own
+   * round, counted here) until this one has read */
+  const uint64_t r1 = rounds_now();
+  HKT_OK(hk_barrier());
+  if (!strcmp(kind, "burst"))
+    HKT_CHECK(r1 == r0 + 1, "%d tensors took %llu rounds", n,
+              (unsigned long long)(r1 - r0));
+  printf("hold %s %.6f\n", kind, took);
+}
+
 static void idle(double seconds) {
   char name[32];
   snprintf(name, sizeof name, "idle.%d", hk_rank());
@@ -137,7 +223,8 @@ static void idle(double seconds) {
 }
 
 int main(int argc, char **argv) {
-  HKT_CHECK(argc >= 2, "usage: w_negot seq N | burst N STEPS | idle [S]");
+  HKT_CHECK(argc >= 2,
+            "usage: w_negot seq N | burst N STEPS | idle [S] | hold KIND");
   HKT_OK(hk_init());
   if (!strcmp(argv[1], "seq") && argc == 3)
     seq(atoi(argv[2]));
@@ -145,6 +232,8 @@ int main(int argc, char **argv) {
     burst(atoi(argv[2]), atoi(argv[3]));
   else if (!strcmp(argv[1], "idle") && argc <= 3)
     idle(argc == 3 ? atof(argv[2]) : 1.0);
+  else if (!strcmp(argv[1], "hold") && argc == 3)
+    hold(argv[2]);
   else
     HKT_CHECK(0, "unknown mode '%s'", argv[1]);
   hk_negotiation_counts c;
