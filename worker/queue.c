@@ -417,19 +417,24 @@ hk_status hk_queue_wait(hk_ctx *ctx, hk_handle h) {
      * holding it made the background thread sleep on the lock and cost a
      * futex wake per unlock) */
     settle(ctx);
-    hk_waiter w;
-    hk_waiter_begin(&w, HK_WAIT_HANDLE, 1);
-    int done;
-    while (!(done = __atomic_load_n(&h->done, __ATOMIC_ACQUIRE)) &&
-           hk_waiter_spin(&w)) {
+    /* a handle already complete (a step's later handles, completed in
+     * one batch with the first) costs no wait: the policy neither polls
+     * nor learns a zero-length wait */
+    if (!__atomic_load_n(&h->done, __ATOMIC_ACQUIRE)) {
+      hk_waiter w;
+      hk_waiter_begin(&w, HK_WAIT_HANDLE, 1);
+      int done;
+      while (!(done = __atomic_load_n(&h->done, __ATOMIC_ACQUIRE)) &&
+             hk_waiter_spin(&w)) {
+      }
+      if (!done) {
+        pthread_mutex_lock(&ctx->mu);
+        while (!h->done)
+          pthread_cond_wait(&ctx->done_cv, &ctx->mu);
+        pthread_mutex_unlock(&ctx->mu);
+      }
+      hk_waiter_end(&w);
     }
-    if (!done) {
-      pthread_mutex_lock(&ctx->mu);
-      while (!h->done)
-        pthread_cond_wait(&ctx->done_cv, &ctx->mu);
-      pthread_mutex_unlock(&ctx->mu);
-    }
-    hk_waiter_end(&w);
   }
   hk_status st = h->status;
   if (st != HK_OK)
