@@ -13,10 +13,20 @@ typedef struct node {
   char key[]; /* flexible array: the copied key */
 } node;
 
+/* Keys shorter than this get a node of one size, kept for reuse when
+ * removed (at most SPARE_MAX of them): a step puts and removes every
+ * tensor's name in several maps, and malloc/free were a tenth of the
+ * background thread's bookkeeping (small1000, perf). Longer keys are
+ * allocated to fit and freed. */
+#define SMALL_KEY 64
+#define SPARE_MAX 4096
+
 struct hk_strmap {
   node **buckets;
   size_t nbuckets; /* a power of two */
   size_t size;
+  node *spare; /* removed small nodes, linked by next */
+  size_t nspare;
 };
 
 static uint64_t fnv1a(const char *s) {
@@ -49,6 +59,10 @@ void hk_strmap_destroy(hk_strmap *m) {
       next = n->next;
       free(n);
     }
+  for (node *n = m->spare, *next; n; n = next) {
+    next = n->next;
+    free(n);
+  }
   free(m->buckets);
   free(m);
 }
@@ -89,7 +103,14 @@ hk_status hk_strmap_put(hk_strmap *m, const char *key, void *value) {
     return HK_OK;
   }
   size_t len = strlen(key);
-  node *n = malloc(sizeof *n + len + 1);
+  node *n;
+  if (len < SMALL_KEY && m->spare) {
+    n = m->spare;
+    m->spare = n->next;
+    m->nspare--;
+  } else {
+    n = malloc(sizeof *n + (len < SMALL_KEY ? SMALL_KEY : len + 1));
+  }
   if (!n)
     return hk_fail(HK_ERR_NOMEM, "cannot allocate a name table entry");
   memcpy(n->key, key, len + 1);
@@ -109,7 +130,13 @@ void *hk_strmap_remove(hk_strmap *m, const char *key) {
     return NULL;
   *slot = n->next;
   void *v = n->value;
-  free(n);
+  if (strlen(n->key) < SMALL_KEY && m->nspare < SPARE_MAX) {
+    n->next = m->spare;
+    m->spare = n;
+    m->nspare++;
+  } else {
+    free(n);
+  }
   m->size--;
   return v;
 }
