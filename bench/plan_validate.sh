@@ -5,7 +5,10 @@
 # backward pass of C ms: tensor k submitted when C x (parameters up to k) /
 # (all parameters) ms have passed, hkplan's own default spread) through
 # hkrun across the bed's hosts; the prediction is `hkplan --model M
-# --step-s C/1000 --bwd-frac 1 --server cpu:R --servers H --net G`.
+# --step-s C/1000 --bwd-frac 1 --server cpu:R --servers H --net G`, or
+# with NET=measured `--net-bench` of an hkbench sweep between two of the
+# bed's hosts (one rank each) at that rate, run in the bed before its
+# cases, as a user would measure two candidate servers.
 # Prints one row per case (measured = hkbench's median step) and at the
 # end the median absolute error and the worst case. Needs root, iproute2,
 # Open MPI (hkrun -H runs mpirun) and a build with hkrun, hkbench, hkplan.
@@ -22,6 +25,8 @@
 #   COMPUTE_MS=200            the synthetic backward pass per step
 #   STEPS=5 WARMUP=1          hkbench -n, -w
 #   LIMIT=900                 seconds one run may take
+#   NET=given                 given: --net at the shaped rate; measured:
+#                             --net-bench of the sweep (raw/sweep_*.csv)
 #   OUT=$BUILD/plan-validate  rows.txt and every run's output (raw/)
 set -euo pipefail
 
@@ -36,8 +41,9 @@ COMPUTE_MS=${COMPUTE_MS:-200}
 STEPS=${STEPS:-5}
 WARMUP=${WARMUP:-1}
 LIMIT=${LIMIT:-900}
+NET=${NET:-given}
 OUT=${OUT:-$BUILD/plan-validate}
-export BUILD HOSTS_LIST RANKS_LIST RATES MODELS COMPUTE_MS STEPS WARMUP LIMIT OUT
+export BUILD HOSTS_LIST RANKS_LIST RATES MODELS COMPUTE_MS STEPS WARMUP LIMIT OUT NET
 
 say() { echo "plan_validate: $*" >&2; }
 die() {
@@ -60,6 +66,17 @@ if [ -n "${NETBED_DIR:-}" ]; then
   agent_args=($NETBED_AGENT_ARGS)
   H=${#hosts[@]}
   G=$(gbit_of "$PV_RATE")
+  net=(--net "$G")
+  if [ "$NET" = measured ]; then # two hosts, one rank each: the sweep
+    sweep="$OUT/raw/sweep_h${H}_${PV_RATE}.csv"
+    timeout --kill-after=10 "$LIMIT" "$BUILD/hkrun" -np 2 \
+      -H "${hosts[0]}:1,${hosts[1]}:1" --no-tag-output \
+      --network-interface "$NETBED_SUBNET" --mpi-args "${agent_args[*]}" -- \
+      "$BUILD/hkbench" -b 8 -e 64M -f 4 -n 20 -w 3 --csv "$sweep" \
+      >"$OUT/raw/sweep_h${H}_${PV_RATE}.txt" 2>&1 ||
+      say "the sweep at $PV_RATE failed (output: $OUT/raw/sweep_h${H}_${PV_RATE}.txt)"
+    net=(--net-bench "$sweep")
+  fi
   for R in $RANKS_LIST; do
     list=""
     for h in "${hosts[@]}"; do list="$list${list:+,}$h:$R"; done
@@ -79,8 +96,8 @@ if [ -n "${NETBED_DIR:-}" ]; then
       fi
       predicted=$("$BUILD/hkplan" --model "$M" \
         --step-s "$(awk -v c="$COMPUTE_MS" 'BEGIN { print c / 1000 }')" \
-        --bwd-frac 1 --batch 1 --server "cpu:$R" --servers "$H" --net "$G" \
-        --csv | awk -F, 'NR == 2 { print $6 }')
+        --bwd-frac 1 --batch 1 --server "cpu:$R" --servers "$H" "${net[@]}" \
+        --csv 2>>"$OUT/raw/hkplan.txt" | awk -F, 'NR == 2 { print $6 }')
       err=$(awk -v p="$predicted" -v m="$measured" 'BEGIN { printf "%+.1f", (p - m) / m * 100 }')
       echo "$H $R $G $M $measured $predicted $err" >>"$OUT/rows.txt"
       say "$name: measured $measured ms, predicted $predicted ms ($err %)"
@@ -104,7 +121,7 @@ for H in $HOSTS_LIST; do
   done
 done
 
-echo "# hkplan against the netns bed: compute $COMPUTE_MS ms a step, $STEPS steps (median)"
+echo "# hkplan against the netns bed: compute $COMPUTE_MS ms a step, $STEPS steps (median), network $NET"
 echo
 echo "| hosts | ranks/host | Gbit/s | model | measured (ms) | predicted (ms) | error |"
 echo "|---|---|---|---|---|---|---|"

@@ -19,6 +19,7 @@
 #include "planner/check.h"
 #include "planner/gradset.h"
 #include "planner/names.h"
+#include "planner/netbench.h"
 #include "planner/plan.h"
 #include "planner/plot.h"
 #include "planner/prices.h"
@@ -40,6 +41,8 @@
 typedef struct opts {
   const char *model, *model_dir, *config_dir, *timeline, *prices, *plot;
   const char *batches, *check, *measured_on, *server[MAX_SERVERS];
+  const char *net_bench; /* --net-bench: a measured sweep */
+  int eff_given;         /* --link-eff was given */
   int nserver, counts[MAX_COUNTS], ncounts, csv, amp, batch, np;
   double nets[MAX_NETS];
   int nnets;
@@ -73,6 +76,10 @@ static int usage(FILE *f) {
           "model's)\n"
           "  --link-eff E           share of the link rate the exchange gets "
           "(default 1)\n"
+          "  --net-bench FILE.csv   the network measured: hkbench --csv "
+          "between two candidate\n"
+          "                         servers (one rank each) gives the rate "
+          "and the latency\n"
           "  --prices FILE          price per server-hour "
           "(configs/prices.tsv)\n"
           "  --optimizer sgd|momentum|adam   (default adam)\n"
@@ -161,6 +168,7 @@ enum {
   O_NET,
   O_LAT,
   O_EFF,
+  O_NETBENCH,
   O_PRICES,
   O_OPT,
   O_ACT,
@@ -215,6 +223,7 @@ static int parse(int argc, char **argv, opts *o) {
                                      {"net", 1, 0, O_NET},
                                      {"latency-us", 1, 0, O_LAT},
                                      {"link-eff", 1, 0, O_EFF},
+                                     {"net-bench", 1, 0, O_NETBENCH},
                                      {"prices", 1, 0, O_PRICES},
                                      {"optimizer", 1, 0, O_OPT},
                                      {"act-mib", 1, 0, O_ACT},
@@ -297,6 +306,10 @@ static int parse(int argc, char **argv, opts *o) {
     case O_EFF:
       if (number(a, 1e-3, 1, &o->link_eff))
         return bad("--link-eff wants a fraction in (0, 1]", a);
+      o->eff_given = 1;
+      break;
+    case O_NETBENCH:
+      o->net_bench = a;
       break;
     case O_PRICES:
       o->prices = a;
@@ -398,6 +411,33 @@ static int fail(hk_status st) {
   (void)st;
   fprintf(stderr, "hkplan: %s\n", hk_last_error());
   return 1;
+}
+
+/* --net-bench: the measured sweep's rate and latency become the one
+ * network (--net) and its step (--latency-us); 0, 1 (it does not load) or
+ * 2 (combined with what it replaces). */
+static int net_bench(opts *o) {
+  if (!o->net_bench)
+    return 0;
+  if (o->nnets || o->lat_us > 0 || o->eff_given) {
+    fprintf(stderr, "hkplan: --net-bench gives the network's rate and "
+                    "latency: not with --net, --latency-us or --link-eff\n");
+    return 2;
+  }
+  hk_netbench nb;
+  hk_status st = hk_netbench_load(o->net_bench, &nb);
+  if (st != HK_OK)
+    return fail(st);
+  o->nets[0] = nb.gbit;
+  o->nnets = 1;
+  o->lat_us = nb.step_us > 1e-3 ? nb.step_us : 1e-3;
+  fprintf(stderr,
+          "hkplan: %s: %d ranks, %d sizes (%s): %.3f Gbit/s, %.2f us a "
+          "step\n",
+          o->net_bench, nb.nranks, nb.rows,
+          nb.raw ? "the collective alone" : "the public call", nb.gbit,
+          nb.step_us);
+  return 0;
 }
 
 /* Loads "TOPO[:GPU]" into s: a configs/ name (NAME.xml there) or a path. */
@@ -677,6 +717,8 @@ int main(int argc, char **argv) {
   int rc = parse(argc, argv, &o);
   if (rc)
     return rc == 1 ? 0 : rc;
+  if ((rc = net_bench(&o)) != 0)
+    return rc;
   char models[PATH_MAX], configs[PATH_MAX];
   const char *dd = data_dir();
   if (!strcmp(dd, HKPLAN_DATA_DIR)) {

@@ -125,6 +125,56 @@ static void table_values(void **s) {
   hkt_result_free(&r);
 }
 
+/* --net-bench: a sweep written here, its times the ring's exactly for 20
+ * us a step and 10 Gbit/s (1250 bytes/us) at np 2 (t = 2 x 20 + s /
+ * 1250; time_us 50 % more, which must not be used while raw_us is
+ * there): the fit finds both, and the plan is the one --net 10
+ * --latency-us 20 gives. */
+static void net_bench(void **s) {
+  (void)s;
+  char model[300], topo[300], csv[300];
+  put("m.tsv", "# two tensors\na\t2500000\nb\t3\n", model, sizeof model);
+  put("one.txt",
+      "\tGPU0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
+      "GPU0\t X \t0-7\t0\t\tN/A\n",
+      topo, sizeof topo);
+  char rows[2048] = "size_bytes,count,type,redop,time_us,algbw_gbs,busbw_gbs,"
+                    "wrong,iters,nranks,raw_us,raw_busbw_gbs,ctl_us\n";
+  for (double b = 8; b <= 64 << 20; b *= 16) {
+    double t = 40 + b / 1250;
+    size_t len = strlen(rows);
+    snprintf(rows + len, sizeof rows - len,
+             "%.0f,%.0f,float,sum,%.4f,0,0,0,20,2,%.4f,0,0\n", b, b / 4,
+             1.5 * t, t);
+  }
+  put("sweep.csv", rows, csv, sizeof csv);
+  char server[320];
+  snprintf(server, sizeof server, "%s:T4", topo);
+  char *measured[] = {HKPLAN_PATH, "--model",   model, "--step-s",
+                      "0.1",       "--batch",   "8",   "--server",
+                      server,      "--servers", "2",   "--net-bench",
+                      csv,         "--csv",     NULL};
+  char *given[] = {
+      HKPLAN_PATH, "--model",      model,  "--step-s",  "0.1", "--batch",
+      "8",         "--server",     server, "--servers", "2",   "--net",
+      "10",        "--latency-us", "20",   "--csv",     NULL};
+  hkt_result a, b;
+  run(measured, NULL, &a);
+  run(given, NULL, &b);
+  char fit[400];
+  snprintf(fit, sizeof fit,
+           "hkplan: %s: 2 ranks, 6 sizes (the collective alone): 10.000 "
+           "Gbit/s, 20.00 us a step",
+           csv);
+  if (a.exit_code != 0 || b.exit_code != 0 || !strstr(a.err, fit) ||
+      strcmp(a.out, b.out) != 0)
+    fail_msg("--net-bench: exit %d, expected\n%s\nin\n%s\nand the plan\n%s\n"
+             "got\n%s",
+             a.exit_code, fit, a.err, b.out, a.out);
+  hkt_result_free(&a);
+  hkt_result_free(&b);
+}
+
 /* --check on a timeline written here: steps start at 0, 10, 30 and 60 ms
  * (the first request of each); the intervals 10, 20, 30 ms lose the first
  * (the warm-up) and their median is 25 ms; each step's exchange ends 4 ms
@@ -323,6 +373,52 @@ static void bad_inputs(void **s) {
            "(known: inception_v3, mobilenet_v2, resnet101, resnet50, ",
            HK_MODELS_DIR);
   refused(near_model, msg);
+  /* --net-bench: a sweep without a column, of one size, of one rank, with
+   * wrong results; and beside the flags it replaces */
+  char nocol[300], onesize[300], onerank[300], wrong[300];
+  put("nocol.csv", "size_bytes,time_us\n8,10\n", nocol, sizeof nocol);
+  put("onesize.csv",
+      "size_bytes,time_us,nranks,raw_us,wrong\n64,10,2,9,0\n64,11,2,9,0\n",
+      onesize, sizeof onesize);
+  put("onerank.csv",
+      "size_bytes,time_us,nranks,raw_us,wrong\n64,10,1,9,0\n640,11,1,9,0\n",
+      onerank, sizeof onerank);
+  put("wrong.csv",
+      "size_bytes,time_us,nranks,raw_us,wrong\n64,10,2,9,0\n640,11,2,9,3\n",
+      wrong, sizeof wrong);
+  const struct {
+    const char *file, *why;
+  } sweeps[] = {
+      {nocol, "no column 'nranks' in its header (expected hkbench --csv's)"},
+      {onesize, "every row is of 64 bytes: a latency and a bandwidth need 2 "
+                "sizes or more"},
+      {onerank, "a sweep of one rank: a network needs a sweep of 2 ranks or "
+                "more"},
+      {wrong, ":3: the sweep got 3 wrong results at 640 bytes"},
+  };
+  for (size_t i = 0; i < sizeof sweeps / sizeof sweeps[0]; i++) {
+    char *argv[] = {HKPLAN_PATH,
+                    "--model",
+                    model,
+                    "--step-s",
+                    "0.1",
+                    "--batch",
+                    "8",
+                    "--server",
+                    topo,
+                    "--net-bench",
+                    (char *)sweeps[i].file,
+                    NULL};
+    snprintf(msg, sizeof msg, "hkplan: %s", sweeps[i].file);
+    refused(argv, msg);
+    refused(argv, sweeps[i].why);
+  }
+  char *both[] = {HKPLAN_PATH, "--model",     model,      "--step-s", "0.1",
+                  "--batch",   "8",           "--server", topo,       "--net",
+                  "10",        "--net-bench", wrong,      NULL};
+  refused_with(both, 2,
+               "hkplan: --net-bench gives the network's rate and latency: "
+               "not with --net, --latency-us or --link-eff");
   char *short_server[] = {HKPLAN_PATH, "--model", model,      "--step-s", "0.1",
                           "--batch",   "8",       "--server", "t4",       NULL};
   snprintf(msg, sizeof msg,
@@ -574,6 +670,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(recorded_batches),
       cmocka_unit_test(table_values),
+      cmocka_unit_test(net_bench),
       cmocka_unit_test(check_measured),
       cmocka_unit_test(check_refused),
       cmocka_unit_test(pick),

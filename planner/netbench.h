@@ -1,0 +1,44 @@
+/*
+ * netbench.h - a network measured between candidate servers, for hkplan:
+ * an hkbench sweep's CSV (`hkrun -np N -H a:1,b:1 hkbench --csv FILE`,
+ * one rank a server) fitted to the ring allreduce's alpha-beta cost, the
+ * form topology/cost.c uses for every ring:
+ *
+ *     t(s) = 2 (n - 1) a  +  2 (n - 1) / n  x  s / B
+ *
+ * (n ranks, s bytes; a: one step's latency; B: the bandwidth a link
+ * carries). The fit is least squares on the relative error (each size's
+ * time weighted by 1/t^2), so the small sizes set a and the large ones B.
+ * The time is the collective alone (`raw_us`, what the cost model
+ * prices: negotiation is hkplan's --round-us) where hkbench wrote it,
+ * else the public call's (`time_us`).
+ *
+ * Thread-safety: none needed (plain values).
+ */
+#ifndef HK_PLANNER_NETBENCH_H
+#define HK_PLANNER_NETBENCH_H
+
+#include "hk/hk.h"
+
+/** What a sweep says of the network. */
+typedef struct hk_netbench {
+  double gbit;    /* B, Gbit/s (10^9 bits) */
+  double step_us; /* a, µs: one step of a ring across the servers */
+  int nranks;     /* the sweep's ranks */
+  int rows;       /* the rows fitted */
+  int raw;        /* 1: raw_us (the collective alone); 0: time_us */
+} hk_netbench;
+
+/**
+ * Reads hkbench's CSV at `path` (its header line names the columns:
+ * size_bytes, time_us, nranks, and raw_us where present; every row one
+ * size of one sweep) and fits *out. Rows with a wrong result (`wrong` > 0)
+ * are refused, not fitted. Errors (HK_ERR_INVALID_ARG, naming the file
+ * and what is wrong): it cannot be read; a column is missing; a row does
+ * not parse; rows of different rank counts; fewer than 2 ranks; fewer
+ * than 2 distinct sizes; times that do not grow with the size (no
+ * bandwidth can be fitted).
+ */
+hk_status hk_netbench_load(const char *path, hk_netbench *out);
+
+#endif
