@@ -15,18 +15,53 @@ enum { COL_SIZE, COL_TIME, COL_NRANKS, COL_RAW, COL_WRONG, NCOLS };
 static const char *const col_names[NCOLS] = {"size_bytes", "time_us", "nranks",
                                              "raw_us", "wrong"};
 
-/* The sums of the weighted least squares (weights 1/t^2). */
-typedef struct sums {
-  double w, s, ss, t, st;
-} sums;
+/* One size and its time (the mean of its rows). */
+typedef struct point {
+  double s, t;
+  int rows;
+} point;
 
-static void add(sums *m, double s, double t) {
-  const double w = 1.0 / (t * t);
-  m->w += w;
-  m->s += w * s;
-  m->ss += w * s * s;
-  m->t += w * t;
-  m->st += w * s * t;
+enum { MAX_ROWS = 4096 };
+
+static int by_size(const void *a, const void *b) {
+  const double x = ((const point *)a)->s, y = ((const point *)b)->s;
+  return x < y ? -1 : x > y;
+}
+
+static int by_value(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Sorts p[0..n) by size and merges rows of one size (their mean time);
+ * returns the distinct sizes. */
+static int merge(point *p, int n) {
+  qsort(p, (size_t)n, sizeof *p, by_size);
+  int k = 0;
+  for (int i = 0; i < n; i++) {
+    if (k && p[k - 1].s == p[i].s) {
+      p[k - 1].t = (p[k - 1].t * p[k - 1].rows + p[i].t) / (p[k - 1].rows + 1);
+      p[k - 1].rows++;
+    } else {
+      p[k++] = p[i];
+    }
+  }
+  return k;
+}
+
+/* Slope and intercept of the least-squares line through p[0..n). */
+static void fit_line(const point *p, int n, double *slope, double *icpt) {
+  double ms = 0, mt = 0, sst = 0, sss = 0;
+  for (int i = 0; i < n; i++) {
+    ms += p[i].s / n;
+    mt += p[i].t / n;
+  }
+  for (int i = 0; i < n; i++) {
+    sst += (p[i].s - ms) * (p[i].t - mt);
+    sss += (p[i].s - ms) * (p[i].s - ms);
+  }
+  *slope = sss > 0 ? sst / sss : 0;
+  *icpt = mt - *slope * ms;
 }
 
 /* Splits line at commas in place into at most max fields; returns how
@@ -81,9 +116,8 @@ hk_status hk_netbench_load(const char *path, hk_netbench *out) {
                    path, col_names[c]);
       goto out;
     }
-  double first_size = -1;
-  int nranks = 0, rows = 0, distinct = 0, raw = col[COL_RAW] >= 0;
-  sums by_raw = {0}, by_time = {0};
+  static point by_raw[MAX_ROWS], by_time[MAX_ROWS];
+  int nranks = 0, rows = 0, raw = col[COL_RAW] >= 0;
   for (int lineno = 2; fgets(line, sizeof line, fp); lineno++) {
     if (line[0] == '\n' || line[0] == '#')
       continue;
@@ -119,16 +153,17 @@ hk_status hk_netbench_load(const char *path, hk_netbench *out) {
                    path, lineno, v[COL_NRANKS], nranks);
       goto out;
     }
+    if (rows == MAX_ROWS) {
+      st = hk_fail(HK_ERR_INVALID_ARG,
+                   "%s:%d: more than %d rows: one sweep a file", path, lineno,
+                   MAX_ROWS);
+      goto out;
+    }
     nranks = (int)v[COL_NRANKS];
     if (!(v[COL_RAW] > 0))
       raw = 0; /* the collective alone is not known for every row */
-    add(&by_time, v[COL_SIZE], v[COL_TIME]);
-    if (v[COL_RAW] > 0)
-      add(&by_raw, v[COL_SIZE], v[COL_RAW]);
-    if (rows == 0)
-      first_size = v[COL_SIZE];
-    else if (v[COL_SIZE] != first_size)
-      distinct = 1;
+    by_time[rows] = (point){v[COL_SIZE], v[COL_TIME], 1};
+    by_raw[rows] = (point){v[COL_SIZE], v[COL_RAW], 1};
     rows++;
   }
   if (nranks < 2) {
@@ -138,34 +173,40 @@ hk_status hk_netbench_load(const char *path, hk_netbench *out) {
                  path, rows ? "a sweep of one rank" : "no rows");
     goto out;
   }
-  if (!distinct) {
+  point *p = raw ? by_raw : by_time;
+  const int k = merge(p, rows);
+  if (k < 2) {
     st = hk_fail(HK_ERR_INVALID_ARG,
                  "%s: every row is of %g bytes: a latency and a bandwidth "
                  "need 2 sizes or more",
-                 path, first_size);
+                 path, p[0].s);
     goto out;
   }
-  const sums *m = raw ? &by_raw : &by_time;
-  const double det = m->w * m->ss - m->s * m->s;
-  double slope = det > 0 ? (m->w * m->st - m->s * m->t) / det : 0;
-  double icpt = slope > 0 ? (m->t - slope * m->s) / m->w : 0;
-  if (slope > 0 && icpt < 0) { /* the line through the origin instead */
-    icpt = 0;
-    slope = m->st / m->ss;
-  }
+  /* the rate from the largest third, the latency from the smallest */
+  const int large = k / 3 > 2 ? k / 3 : 2, small = k / 3 > 1 ? k / 3 : 1;
+  double slope, icpt;
+  fit_line(p + k - large, large, &slope, &icpt);
   if (!(slope > 0)) {
     st = hk_fail(HK_ERR_INVALID_ARG,
-                 "%s: the times do not grow with the size: no bandwidth "
-                 "can be fitted (sweep to 16 MiB or more: hkbench -e 16M)",
-                 path);
+                 "%s: the times of the largest sizes (%g to %g bytes) do not "
+                 "grow with the size: no bandwidth can be fitted (sweep to "
+                 "16 MiB or more: hkbench -e 16M)",
+                 path, p[k - large].s, p[k - 1].s);
     goto out;
   }
+  double left[MAX_ROWS];
+  for (int i = 0; i < small; i++)
+    left[i] = p[i].t - slope * p[i].s;
+  qsort(left, (size_t)small, sizeof *left, by_value);
+  icpt =
+      small % 2 ? left[small / 2] : (left[small / 2 - 1] + left[small / 2]) / 2;
+  icpt = icpt > 0 ? icpt : 0;
   const double steps = 2.0 * (nranks - 1);
   *out = (hk_netbench){.gbit = steps / nranks / slope *
                                8e-3, /* bytes/us -> Gbit/s */
                        .step_us = icpt / steps,
                        .nranks = nranks,
-                       .rows = rows,
+                       .rows = k,
                        .raw = raw};
 out:
   fclose(fp);

@@ -173,6 +173,25 @@ static void net_bench(void **s) {
              a.exit_code, fit, a.err, b.out, a.out);
   hkt_result_free(&a);
   hkt_result_free(&b);
+  /* a shaped link: up to 128 KiB at 100 Gbit/s (the token bucket's
+   * burst), then 1 Gbit/s: the rate is the link's, not the burst's */
+  char burst[2048] = "size_bytes,time_us,nranks,raw_us,wrong\n";
+  for (double b = 8; b <= 32 << 20; b *= 4) {
+    double t = 40 + b / (b <= 131072 ? 12500 : 125);
+    size_t len = strlen(burst);
+    snprintf(burst + len, sizeof burst - len, "%.0f,%.4f,2,%.4f,0\n", b, t + 5,
+             t);
+  }
+  put("burst.csv", burst, csv, sizeof csv);
+  run(measured, NULL, &a);
+  snprintf(fit, sizeof fit,
+           "hkplan: %s: 2 ranks, 12 sizes (the collective "
+           "alone): 1.000 Gbit/s, ",
+           csv);
+  if (a.exit_code != 0 || !strstr(a.err, fit))
+    fail_msg("--net-bench of a shaped link: exit %d, expected\n%s\nin\n%s",
+             a.exit_code, fit, a.err);
+  hkt_result_free(&a);
 }
 
 /* --check on a timeline written here: steps start at 0, 10, 30 and 60 ms
