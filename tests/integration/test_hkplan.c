@@ -71,6 +71,17 @@ static void recorded_batches(void **s) {
   unlink(tl);
 }
 
+/* The fixed input of the plan tables below: the gradient set m.tsv (a
+ * tensor of 2,500,000 floats, then one of 3) and one.txt, a server of one
+ * GPU (nvidia-smi topo -m). Paths into model and topo (300 bytes). */
+static void two_tensors_one_gpu(char *model, char *topo) {
+  put("m.tsv", "# two tensors\na\t2500000\nb\t3\n", model, 300);
+  put("one.txt",
+      "\tGPU0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
+      "GPU0\t X \t0-7\t0\t\tN/A\n",
+      topo, 300);
+}
+
 /* Two servers of one GPU (named T4) at 10 Gbit/s, 30 µs a step: tensor b
  * (3 floats) is ready first, a (2,500,000 floats, 10 MB) at the end of the
  * backward pass (0.5 x 0.1 s); with one GPU a server the device path is
@@ -82,11 +93,7 @@ static void recorded_batches(void **s) {
 static void table_values(void **s) {
   (void)s;
   char model[300], topo[300], prices[300];
-  put("m.tsv", "# two tensors\na\t2500000\nb\t3\n", model, sizeof model);
-  put("one.txt",
-      "\tGPU0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
-      "GPU0\t X \t0-7\t0\t\tN/A\n",
-      topo, sizeof topo);
+  two_tensors_one_gpu(model, topo);
   put("prices.tsv", "# test\none 3.6\n", prices, sizeof prices);
   char server[320];
   snprintf(server, sizeof server, "%s:T4", topo);
@@ -133,11 +140,7 @@ static void table_values(void **s) {
 static void net_bench(void **s) {
   (void)s;
   char model[300], topo[300], csv[300];
-  put("m.tsv", "# two tensors\na\t2500000\nb\t3\n", model, sizeof model);
-  put("one.txt",
-      "\tGPU0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
-      "GPU0\t X \t0-7\t0\t\tN/A\n",
-      topo, sizeof topo);
+  two_tensors_one_gpu(model, topo);
   char rows[2048] = "size_bytes,count,type,redop,time_us,algbw_gbs,busbw_gbs,"
                     "wrong,iters,nranks,raw_us,raw_busbw_gbs,ctl_us\n";
   for (double b = 8; b <= 64 << 20; b *= 16) {
