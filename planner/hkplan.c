@@ -43,6 +43,7 @@ typedef struct opts {
   const char *batches, *check, *measured_on, *server[MAX_SERVERS];
   const char *net_bench; /* --net-bench: a measured sweep */
   int eff_given;         /* --link-eff was given */
+  int lat_given;         /* --latency-us was given */
   int nserver, counts[MAX_COUNTS], ncounts, csv, amp, batch, np;
   double nets[MAX_NETS];
   int nnets;
@@ -302,6 +303,7 @@ static int parse(int argc, char **argv, opts *o) {
     case O_LAT:
       if (number(a, 0, 1e6, &o->lat_us))
         return bad("--latency-us wants µs in 0 .. 1e6", a);
+      o->lat_given = 1;
       break;
     case O_EFF:
       if (number(a, 1e-3, 1, &o->link_eff))
@@ -419,7 +421,7 @@ static int fail(hk_status st) {
 static int net_bench(opts *o) {
   if (!o->net_bench)
     return 0;
-  if (o->nnets || o->lat_us > 0 || o->eff_given) {
+  if (o->nnets || o->lat_given || o->eff_given) {
     fprintf(stderr, "hkplan: --net-bench gives the network's rate and "
                     "latency: not with --net, --latency-us or --link-eff\n");
     return 2;
@@ -428,6 +430,13 @@ static int net_bench(opts *o) {
   hk_status st = hk_netbench_load(o->net_bench, &nb);
   if (st != HK_OK)
     return fail(st);
+  if (!(nb.gbit >= 1e-3 && nb.gbit <= 1e5)) { /* --net's range */
+    fprintf(stderr,
+            "hkplan: %s: the sweep's largest sizes give %g Gbit/s, outside "
+            "0.001 .. 1e5: not a network to plan with\n",
+            o->net_bench, nb.gbit);
+    return 1;
+  }
   o->nets[0] = nb.gbit;
   o->nnets = 1;
   o->lat_us = nb.step_us > 1e-3 ? nb.step_us : 1e-3;

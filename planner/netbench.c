@@ -5,6 +5,7 @@
 #include "planner/netbench.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,7 +85,17 @@ static int number(const char *s, double *v) {
   char *end;
   errno = 0;
   *v = strtod(s, &end);
-  return end != s && *end == '\0' && errno == 0 && *v == *v;
+  return end != s && *end == '\0' && errno == 0 && isfinite(*v);
+}
+
+/* Reads one line into buf (cap bytes); 0 at the end of the file, -1 for a
+ * line too long to hold (it would be split in silence). */
+static int read_line(FILE *fp, char *buf, size_t cap) {
+  if (!fgets(buf, (int)cap, fp))
+    return 0;
+  if (!strchr(buf, '\n') && !feof(fp))
+    return -1;
+  return 1;
 }
 
 hk_status hk_netbench_load(const char *path, hk_netbench *out) {
@@ -96,11 +107,21 @@ hk_status hk_netbench_load(const char *path, hk_netbench *out) {
   char *f[64];
   int col[NCOLS] = {-1, -1, -1, -1, -1}, nf = 0;
   hk_status st = HK_OK;
-  if (!fgets(line, sizeof line, fp)) {
-    st = hk_fail(HK_ERR_INVALID_ARG,
-                 "%s: empty (expected hkbench --csv's "
-                 "header and rows)",
-                 path);
+  point *by_raw = malloc(2 * MAX_ROWS * sizeof *by_raw), *by_time;
+  if (!by_raw) {
+    fclose(fp);
+    return hk_fail(HK_ERR_NOMEM, "%s: cannot allocate %d rows", path, MAX_ROWS);
+  }
+  by_time = by_raw + MAX_ROWS;
+  int got = read_line(fp, line, sizeof line);
+  if (got <= 0) {
+    st = got < 0 ? hk_fail(HK_ERR_INVALID_ARG,
+                           "%s:1: a line longer than %zu characters", path,
+                           sizeof line - 2)
+                 : hk_fail(HK_ERR_INVALID_ARG,
+                           "%s: empty (expected hkbench --csv's header and "
+                           "rows)",
+                           path);
     goto out;
   }
   nf = fields(line, f, 64);
@@ -116,11 +137,17 @@ hk_status hk_netbench_load(const char *path, hk_netbench *out) {
                    path, col_names[c]);
       goto out;
     }
-  static point by_raw[MAX_ROWS], by_time[MAX_ROWS];
   int nranks = 0, rows = 0, raw = col[COL_RAW] >= 0;
-  for (int lineno = 2; fgets(line, sizeof line, fp); lineno++) {
-    if (line[0] == '\n' || line[0] == '#')
-      continue;
+  for (int lineno = 2; (got = read_line(fp, line, sizeof line)) != 0;
+       lineno++) {
+    if (got < 0) {
+      st = hk_fail(HK_ERR_INVALID_ARG,
+                   "%s:%d: a line longer than %zu characters", path, lineno,
+                   sizeof line - 2);
+      goto out;
+    }
+    if (line[strspn(line, " \t\r\n")] == '\0' || line[0] == '#')
+      continue; /* blank (also "\r\n") or a comment */
     int n = fields(line, f, 64);
     double v[NCOLS] = {0};
     for (int c = 0; c < NCOLS; c++) {
@@ -144,6 +171,13 @@ hk_status hk_netbench_load(const char *path, hk_netbench *out) {
       st = hk_fail(HK_ERR_INVALID_ARG,
                    "%s:%d: size %g bytes and time %g us: both must be > 0",
                    path, lineno, v[COL_SIZE], v[COL_TIME]);
+      goto out;
+    }
+    if (v[COL_NRANKS] != floor(v[COL_NRANKS]) || v[COL_NRANKS] < 1 ||
+        v[COL_NRANKS] > 1 << 20) {
+      st = hk_fail(HK_ERR_INVALID_ARG,
+                   "%s:%d: nranks %g: not a whole count of ranks", path, lineno,
+                   v[COL_NRANKS]);
       goto out;
     }
     if (rows && (int)v[COL_NRANKS] != nranks) {
@@ -210,5 +244,6 @@ hk_status hk_netbench_load(const char *path, hk_netbench *out) {
                        .raw = raw};
 out:
   fclose(fp);
+  free(by_raw);
   return st;
 }

@@ -39,11 +39,13 @@ typedef struct hk_netbench {
  * size_bytes, time_us, nranks, and raw_us where present; every row one
  * size of one sweep; at most 4096) and fits *out. Rows of one size are
  * averaged. Rows with a wrong result (`wrong` > 0) are refused, not
- * fitted. Errors (HK_ERR_INVALID_ARG, naming the file
- * and what is wrong): it cannot be read; a column is missing; a row does
- * not parse; rows of different rank counts; fewer than 2 ranks; fewer
- * than 2 distinct sizes; times that do not grow with the size (no
- * bandwidth can be fitted).
+ * fitted; blank lines (also "\r\n") and lines starting with '#' are
+ * skipped. Errors (HK_ERR_INVALID_ARG, naming the file, the line and what
+ * is wrong): it cannot be read; a line longer than 4094 characters; a
+ * column is missing; a value that is not a finite number; nranks not a
+ * whole count; rows of different rank counts; fewer than 2 ranks; fewer
+ * than 2 distinct sizes; largest sizes whose times do not grow (no
+ * bandwidth can be fitted). HK_ERR_NOMEM.
  */
 hk_status hk_netbench_load(const char *path, hk_netbench *out);
 

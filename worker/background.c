@@ -270,8 +270,10 @@ static size_t request_bytes(void *arg, hk_handle h) {
  * which buffer; a bounded message is what a byte stream allows.
  */
 static hk_status worker_send(hk_ctx *ctx, hk_round *R) {
-  if (R->sent)
+  if (R->sent) { /* the answer makes it look at the queue */
+    hk_queue_hold_drop(ctx);
     return HK_OK;
+  }
   int shut = !R->shutdown_sent && hk_round_shutdown_requested(ctx);
   /* mutes wakes if it took any */
   hk_handle list = hk_queue_take_bounded(
@@ -486,11 +488,13 @@ static int wait_events(hk_ctx *ctx, struct pollfd *p, int n, int first_ctrl,
  * back-off (hk_waiter_nap: *ns, kept from one call to the next and reset
  * when something happened, as the device plane's own waits do), for at
  * most timeout_ms
- * (-1: no limit). Returns poll_now's result: 0 also when the batch has
- * ended. */
+ * (-1: no limit); while the submit queue is held, until the hold ends or a
+ * waiter ends the burst, napping no more than the back-off's first step.
+ * Returns poll_now's result: 0 also when the batch has ended. */
 static int wait_device(hk_ctx *ctx, struct pollfd *p, int n, int first_ctrl,
                        int timeout_ms, long *ns) {
   const double end = timeout_ms >= 0 ? hk_now() + timeout_ms * 1e-3 : 0;
+  const double held = hk_queue_held_until(ctx);
   for (;;) {
     int rc = poll_now(ctx, p, n, first_ctrl);
     if (rc != 0 || hk_devplane_oldest_ended(ctx)) {
@@ -499,6 +503,10 @@ static int wait_device(hk_ctx *ctx, struct pollfd *p, int n, int first_ctrl,
     }
     if (timeout_ms >= 0 && hk_now() >= end)
       return 0;
+    if (held > 0 && (hk_queue_hold_over(ctx) || hk_now() >= held))
+      return 0; /* look at the queue */
+    if (held > 0)
+      *ns = HK_WAITER_NAP_MIN_NS;
     hk_waiter_nap(ns);
   }
 }

@@ -13,6 +13,19 @@
 #include "common/waiter.h"
 #include "worker/devplane.h"
 
+/* Moves ctx->settled up to n, never down: two waiters that read
+ * `submits` before and after a submit must not store them out of order
+ * (the later one's settle would be lost, and its wait held). Then a full
+ * fence, so that the caller's read of `held` comes after (settle()). */
+static void settle_to(hk_ctx *ctx, uint64_t n) {
+  uint64_t cur = __atomic_load_n(&ctx->settled, __ATOMIC_RELAXED);
+  while (cur < n &&
+         !__atomic_compare_exchange_n(&ctx->settled, &cur, n, 1,
+                                      __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
+  }
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
+
 /* hk_queue_next_waits: this thread's next submit is waited for at once */
 static __thread int next_waits;
 
@@ -50,7 +63,7 @@ static hk_status enqueue_locked(hk_ctx *ctx, hk_handle h) {
   ctx->last_submit = now;
   __atomic_store_n(&ctx->submits, ctx->submits + 1, __ATOMIC_SEQ_CST);
   if (next_waits) /* a blocking call: no burst to hold for */
-    __atomic_store_n(&ctx->settled, ctx->submits, __ATOMIC_SEQ_CST);
+    settle_to(ctx, ctx->submits);
   if (ctx->queue_tail)
     ctx->queue_tail->next = h;
   else
@@ -155,7 +168,9 @@ hk_status hk_queue_submit_group(hk_ctx *ctx, hk_handle *members, size_t n,
  * on (hk_queue_take), with ctx->held_until set. `held` and `settled` are
  * a Dekker pair with settle(): this side raises `held` before it reads
  * `settled`, a waiter moves `settled` before it reads `held`, so a waiter
- * that comes meanwhile is either seen here or wakes the thread. */
+ * that comes meanwhile is either seen here or, once the thread sleeps
+ * (held = 2, hk_queue_hold_sleep, which looks again), wakes it; while it
+ * polls, it looks (hk_queue_hold_over). */
 static int hold_locked(hk_ctx *ctx) {
   const double gap = ctx->cfg.burst_gap_us * 1e-6,
                most = ctx->cfg.burst_max_us * 1e-6;
@@ -177,11 +192,7 @@ static int hold_locked(hk_ctx *ctx) {
  * over; wakes the background thread if it holds the queue
  * (hold_locked). */
 static void settle(hk_ctx *ctx) {
-  const uint64_t n = __atomic_load_n(&ctx->submits, __ATOMIC_SEQ_CST);
-  if (__atomic_load_n(&ctx->settled, __ATOMIC_RELAXED) != n)
-    __atomic_store_n(&ctx->settled, n, __ATOMIC_SEQ_CST);
-  else
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  settle_to(ctx, __atomic_load_n(&ctx->submits, __ATOMIC_SEQ_CST));
   if (__atomic_load_n(&ctx->held, __ATOMIC_SEQ_CST) == 2)
     wake(ctx); /* it sleeps: the eventfd (while it polls, it looks) */
 }
@@ -231,6 +242,11 @@ double hk_queue_held_until(const hk_ctx *ctx) {
 int hk_queue_hold_over(hk_ctx *ctx) {
   return __atomic_load_n(&ctx->settled, __ATOMIC_SEQ_CST) >=
          __atomic_load_n(&ctx->submits, __ATOMIC_SEQ_CST);
+}
+
+void hk_queue_hold_drop(hk_ctx *ctx) {
+  __atomic_store_n(&ctx->held, 0, __ATOMIC_SEQ_CST);
+  ctx->held_until = 0;
 }
 
 int hk_queue_hold_sleep(hk_ctx *ctx, int on) {

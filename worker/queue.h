@@ -65,6 +65,11 @@ double hk_queue_held_until(const hk_ctx *ctx);
  *  for a polling loop. */
 int hk_queue_hold_over(hk_ctx *ctx);
 
+/** Background thread: forgets a hold it will not act on (a rank whose
+ *  request is in flight takes the queue only when the answer comes): no
+ *  wait then ends at the hold's end. */
+void hk_queue_hold_drop(hk_ctx *ctx);
+
 /**
  * Background thread, the queue held: on = 1 before it sleeps (a trainer
  * thread that waits from now on writes wake_fd); returns 1 if it may

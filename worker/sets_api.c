@@ -32,7 +32,9 @@ static hk_status run_world_call(hk_ctx *ctx, hk_coll coll, int64_t set,
   struct hk_handle_s out = {
       .members = members, .nmembers = n, .members_problem = problem};
   hk_handle h;
+  hk_queue_next_waits(1); /* waited for below: not a burst to hold */
   hk_status st = hk_queue_submit(ctx, &req, NULL, NULL, &out, &h);
+  hk_queue_next_waits(0);
   if (st != HK_OK)
     return st;
   pthread_mutex_lock(&ctx->mu); /* the id, before hk_wait frees h */

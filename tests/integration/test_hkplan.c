@@ -405,6 +405,18 @@ static void bad_inputs(void **s) {
   put("onerank.csv",
       "size_bytes,time_us,nranks,raw_us,wrong\n64,10,1,9,0\n640,11,1,9,0\n",
       onerank, sizeof onerank);
+  char infinite[300], longline[300], crlf[300];
+  put("inf.csv",
+      "size_bytes,time_us,nranks,raw_us,wrong\n64,inf,2,9,0\n640,11,2,9,0\n",
+      infinite, sizeof infinite);
+  char text[5200] = "size_bytes,time_us,nranks,raw_us,wrong";
+  memset(text + strlen(text), ' ', 5000);
+  text[5100] = '\0';
+  put("long.csv", text, longline, sizeof longline);
+  put("crlf.csv",
+      "size_bytes,time_us,nranks,raw_us,wrong\r\n\r\n# a comment\r\n"
+      "64,10,2,9,0\r\n640,11,2,10,0\r\n\r\n",
+      crlf, sizeof crlf);
   put("wrong.csv",
       "size_bytes,time_us,nranks,raw_us,wrong\n64,10,2,9,0\n640,11,2,9,3\n",
       wrong, sizeof wrong);
@@ -417,6 +429,8 @@ static void bad_inputs(void **s) {
       {onerank, "a sweep of one rank: a network needs a sweep of 2 ranks or "
                 "more"},
       {wrong, ":3: the sweep got 3 wrong results at 640 bytes"},
+      {infinite, ":2: the row's 'time_us' is missing or not a number"},
+      {longline, ":1: a line longer than 4094 characters"},
   };
   for (size_t i = 0; i < sizeof sweeps / sizeof sweeps[0]; i++) {
     char *argv[] = {HKPLAN_PATH,
@@ -435,6 +449,24 @@ static void bad_inputs(void **s) {
     refused(argv, msg);
     refused(argv, sweeps[i].why);
   }
+  { /* CRLF, blank lines and a comment: read as plain lines */
+    char *argv[] = {HKPLAN_PATH, "--model",     model, "--step-s",
+                    "0.1",       "--batch",     "8",   "--server",
+                    "cpu:1",     "--net-bench", crlf,  NULL};
+    hkt_result r;
+    run(argv, NULL, &r);
+    if (r.exit_code != 0 || !strstr(r.err, "2 sizes (the collective alone): "
+                                           "4.608 Gbit/s, 4.44 us a step"))
+      fail_msg("--net-bench of a CRLF sweep: exit %d\n%s", r.exit_code, r.err);
+    hkt_result_free(&r);
+  }
+  char *zero_latency[] = {
+      HKPLAN_PATH, "--model",     model,      "--step-s", "0.1",
+      "--batch",   "8",           "--server", topo,       "--latency-us",
+      "0",         "--net-bench", crlf,       NULL};
+  refused_with(zero_latency, 2,
+               "hkplan: --net-bench gives the network's rate and latency: "
+               "not with --net, --latency-us or --link-eff");
   char *both[] = {HKPLAN_PATH, "--model",     model,      "--step-s", "0.1",
                   "--batch",   "8",           "--server", topo,       "--net",
                   "10",        "--net-bench", wrong,      NULL};

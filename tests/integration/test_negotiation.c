@@ -178,6 +178,14 @@ static void test_burst_hold(void **s) {
       fail_msg("a polled tensor waited %.3f s of a 5 s gap:\n%s",
                hold_of(&r, rank, "poll"), r.out);
   hkt_result_free(&r);
+  /* nor a process set's add and remove (which wait without hk_wait) */
+  run(2, gap_long, "hold set", &r);
+  for (int rank = 0; rank < 2; rank++)
+    if (hold_of(&r, rank, "set") >= 2.5)
+      fail_msg("a process set's add and remove took %.3f s with a 5 s "
+               "gap:\n%s",
+               hold_of(&r, rank, "set"), r.out);
+  hkt_result_free(&r);
   /* a blocking call is not held: 200 of them, each would wait 5 s */
   run(2, gap_long, "seq 200", &r);
   hkt_result_free(&r);

@@ -23,7 +23,9 @@
  *                  most: a tensor every millisecond until a round ran
  *                    (one must, within 1000 of them): the seconds from
  *                    the first (>= the most a burst is held);
- *                  poll: one tensor, hk_poll until done: the seconds.
+ *                  poll: one tensor, hk_poll until done: the seconds;
+ *                  set: with one tensor queued, a process set added and
+ *                    removed (blocking calls): the seconds they took.
  * Every mode then prints this rank's negotiation counters
  * (worker/internal.h) as "counts requests=R rounds=D answers=A
  * fused_batches=B fused_tensors=T" and "negot ok".
@@ -184,6 +186,12 @@ static void hold(const char *kind) {
     HKT_OK(hk_allreduce("hold.n", &most, &most, 1, HK_FLOAT32, HK_MAX));
     while (n < (int)most)
       SUBMIT();
+  } else if (!strcmp(kind, "set")) { /* blocking, not through hk_wait */
+    int ranks[] = {0, 1};
+    hk_process_set id;
+    HKT_OK(hk_process_set_add(ranks, 2, &id));
+    HKT_OK(hk_process_set_remove(id));
+    took = wall_seconds() - t0;
   } else if (!strcmp(kind, "poll")) {
     int done = 0;
     while (!done)
