@@ -15,15 +15,15 @@
 
 /* Moves ctx->settled up to n, never down: two waiters that read
  * `submits` before and after a submit must not store them out of order
- * (the later one's settle would be lost, and its wait held). Then a full
- * fence, so that the caller's read of `held` comes after (settle()). */
+ * (the later one's settle would be lost, and its wait held). Every access
+ * is sequentially consistent, so the caller's later read of `held` is
+ * ordered after this (settle(); no fence: ThreadSanitizer has none). */
 static void settle_to(hk_ctx *ctx, uint64_t n) {
-  uint64_t cur = __atomic_load_n(&ctx->settled, __ATOMIC_RELAXED);
+  uint64_t cur = __atomic_load_n(&ctx->settled, __ATOMIC_SEQ_CST);
   while (cur < n &&
          !__atomic_compare_exchange_n(&ctx->settled, &cur, n, 1,
-                                      __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
+                                      __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
   }
-  __atomic_thread_fence(__ATOMIC_SEQ_CST);
 }
 
 /* hk_queue_next_waits: this thread's next submit is waited for at once */
