@@ -9,17 +9,7 @@
 
 #include "common/status.h"
 #include "common/strmap.h"
-
-static int by_value(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-/* The median of v[0..n), n > 0 (sorts v). */
-static double median(double *v, size_t n) {
-  qsort(v, n, sizeof *v, by_value);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
+#include "planner/median.h"
 
 hk_status hk_check_step(const hk_tl *tl, const hk_gradset *m, double *step_s,
                         double *span_s, unsigned *steps) {
@@ -88,8 +78,8 @@ hk_status hk_check_step(const hk_tl *tl, const hk_gradset *m, double *step_s,
     }
     nd++;
   }
-  *step_s = median(start, nd);
-  *span_s = median(end, nd);
+  *step_s = hk_median(start, nd);
+  *span_s = hk_median(end, nd);
   *steps = (unsigned)nd;
 done:
   hk_strmap_destroy(idx);

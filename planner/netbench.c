@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "common/status.h"
+#include "planner/median.h"
 
 enum { COL_SIZE, COL_TIME, COL_NRANKS, COL_RAW, COL_WRONG, NCOLS };
 static const char *const col_names[NCOLS] = {"size_bytes", "time_us", "nranks",
@@ -26,11 +27,6 @@ enum { MAX_ROWS = 4096 };
 
 static int by_size(const void *a, const void *b) {
   const double x = ((const point *)a)->s, y = ((const point *)b)->s;
-  return x < y ? -1 : x > y;
-}
-
-static int by_value(const void *a, const void *b) {
-  const double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
 }
 
@@ -231,9 +227,7 @@ hk_status hk_netbench_load(const char *path, hk_netbench *out) {
   double left[MAX_ROWS];
   for (int i = 0; i < small; i++)
     left[i] = p[i].t - slope * p[i].s;
-  qsort(left, (size_t)small, sizeof *left, by_value);
-  icpt =
-      small % 2 ? left[small / 2] : (left[small / 2 - 1] + left[small / 2]) / 2;
+  icpt = hk_median(left, (size_t)small);
   icpt = icpt > 0 ? icpt : 0;
   const double steps = 2.0 * (nranks - 1);
   *out = (hk_netbench){.gbit = steps / nranks / slope *
