@@ -297,10 +297,10 @@ static const tunable table[] = {
         "is enqueued while earlier ones run; 1: each waits for the one "
         "before"),
     INT("HK_AUTOTUNE", 0, 0, 1, autotune, "0",
-        "1: rank 0 tunes the fusion threshold, the cycle time and (where "
-        "both apply) hierarchical vs flat allreduce from the job's own step "
-        "times, and every rank switches at the same round (hkrun "
-        "--autotune)",
+        "1: rank 0 tunes the fusion threshold, the cycle time, (where "
+        "both apply) hierarchical vs flat allreduce and (where the job has "
+        "TCP links) the sockets per peer from the job's own step times, "
+        "and every rank switches at the same round (hkrun --autotune)",
         .alias = "HOROVOD_AUTOTUNE"),
     STRING("HK_AUTOTUNE_LOG", autotune_log, "(none)", "a file",
            "with HK_AUTOTUNE: rank 0 writes one CSV row per trial (the "
@@ -321,6 +321,11 @@ static const tunable table[] = {
         "with HK_AUTOTUNE: the most samples one trial takes while their "
         "score's uncertainty stays above HK_AUTOTUNE_SPREAD (at least 5 are "
         "taken, or all of them when fewer)"),
+    INT("HK_AUTOTUNE_SOCKETS", 4, 1, 8, autotune_sockets, "4",
+        "with HK_AUTOTUNE: the most TCP sockets per peer the search tries "
+        "(1, 2, 4, 8 up to this) where the job has TCP links; each link "
+        "opens this many (or HK_SOCKETS_PER_PEER, the larger) and carries "
+        "its stream over the number in use; 1: not searched"),
     INT("HK_AUTOTUNE_MAX_TRIALS", 30, 1, 64, autotune_max_trials, "30",
         "with HK_AUTOTUNE: the most trials the search runs (a full pass "
         "over the threshold and cycle-time ladders is 15, and each "

@@ -17,10 +17,12 @@ static const uint64_t thr_ladder[] = {0,        1 * MIB,  2 * MIB,
 static const double cyc_ladder[] = {0, 0.5, 1, 2, 5, 10};
 /* flat, the cost model's choice, hierarchical: auto sits between */
 static const int hier_ladder[] = {0, -1, 1};
+static const int sock_ladder[] = {1, 2, 4, 8};
 #define NTHR ((int)(sizeof thr_ladder / sizeof thr_ladder[0]))
 #define NCYC ((int)(sizeof cyc_ladder / sizeof cyc_ladder[0]))
 #define NHIER 3
-#define NKNOB 3
+#define NSOCK ((int)(sizeof sock_ladder / sizeof sock_ladder[0]))
+#define NKNOB 4
 #define MAX_PASSES 3
 #define MAX_SAMPLES 64
 /* The standard error of a median of n normal samples is about
@@ -52,14 +54,19 @@ struct hk_autotune {
   double acc, samples[MAX_SAMPLES];
   /* the search */
   int phase, knob, pass, pass_kept;
-  uint8_t measured[NTHR][NCYC][NHIER];
+  int rungs[NKNOB]; /* rungs searched along each knob (0: it keeps the
+                       start's value) */
+  int sockets;      /* the start's sockets per peer (kept when not
+                       searched) */
+  uint8_t measured[NTHR][NCYC][NHIER][NSOCK];
   long steps;
 };
 
 int hk_tune_setting_equal(const hk_tune_setting *a, const hk_tune_setting *b) {
   return a->fusion_threshold == b->fusion_threshold &&
          a->cycle_time_ms == b->cycle_time_ms &&
-         a->hierarchical == b->hierarchical;
+         a->hierarchical == b->hierarchical &&
+         a->sockets_per_peer == b->sockets_per_peer;
 }
 
 static int nearest_thr(uint64_t v) {
@@ -82,24 +89,38 @@ static int nearest_cyc(double v) {
   return best;
 }
 
+/* The rung nearest to v sockets (the lower at equal distance). */
+static int nearest_sock(int v) {
+  int best = 0;
+  for (int i = 1; i < NSOCK; i++)
+    if (abs(v - sock_ladder[i]) < abs(v - sock_ladder[best]))
+      best = i;
+  return best;
+}
+
 static void place(const hk_tune_setting *s, int pos[NKNOB]) {
   pos[0] = nearest_thr(s->fusion_threshold);
   pos[1] = nearest_cyc(s->cycle_time_ms);
   pos[2] = s->hierarchical < 0 ? 1 : s->hierarchical ? 2 : 0;
+  pos[3] = nearest_sock(s->sockets_per_peer);
 }
 
-static hk_tune_setting at(const int pos[NKNOB]) {
+/* The setting at rungs pos; a knob not searched keeps the start's value
+ * (sockets: its rungs may not hold it; the other knobs' starts are
+ * rungs or searched). */
+static hk_tune_setting at(const hk_autotune *t, const int pos[NKNOB]) {
   return (hk_tune_setting){thr_ladder[pos[0]], cyc_ladder[pos[1]],
-                           hier_ladder[pos[2]]};
+                           hier_ladder[pos[2]],
+                           t->rungs[3] ? sock_ladder[pos[3]] : t->sockets};
 }
 
 /* Marks s measured when it is a rung of every ladder. */
 static void mark(hk_autotune *t, const hk_tune_setting *s) {
   int pos[NKNOB];
   place(s, pos);
-  hk_tune_setting r = at(pos);
+  hk_tune_setting r = at(t, pos);
   if (hk_tune_setting_equal(&r, s))
-    t->measured[pos[0]][pos[1]][pos[2]] = 1;
+    t->measured[pos[0]][pos[1]][pos[2]][pos[3]] = 1;
 }
 
 static void begin_trial(hk_autotune *t, const hk_tune_setting *s,
@@ -134,6 +155,15 @@ hk_status hk_autotune_create(const hk_tune_params *p,
   if (!(p->spread > 0))
     return hk_fail(HK_ERR_INVALID_ARG, "autotune: spread bound %g <= 0",
                    p->spread);
+  if (p->max_sockets < 0 || p->max_sockets > sock_ladder[NSOCK - 1] ||
+      start->sockets_per_peer < 1 ||
+      (p->max_sockets > 1 && start->sockets_per_peer > p->max_sockets))
+    return hk_fail(HK_ERR_INVALID_ARG,
+                   "autotune: %d sockets per peer to start from, at most %d "
+                   "searched: need 1 <= start, and start <= the most when "
+                   "searched (at most %d)",
+                   start->sockets_per_peer, p->max_sockets,
+                   sock_ladder[NSOCK - 1]);
   hk_autotune *t = calloc(1, sizeof *t);
   if (!t)
     return hk_fail(HK_ERR_NOMEM, "cannot allocate the autotuner");
@@ -142,6 +172,12 @@ hk_status hk_autotune_create(const hk_tune_params *p,
     t->p.max_trials = HK_TUNE_MAX_TRIALS;
   t->best = -1;
   t->model = *model;
+  t->sockets = start->sockets_per_peer;
+  t->rungs[0] = NTHR;
+  t->rungs[1] = NCYC;
+  t->rungs[2] = p->hierarchical ? NHIER : 0;
+  for (int i = 0; p->max_sockets > 1 && i < NSOCK; i++)
+    t->rungs[3] += sock_ladder[i] <= p->max_sockets;
   t->phase = PH_BASELINE;
   int pos[NKNOB];
   place(start, pos);
@@ -228,16 +264,12 @@ static int propose(hk_autotune *t, int c[NKNOB]) {
       t->pass_kept = 0;
       t->knob = 0;
     }
-    const int k = t->knob;
-    const int n = k == 0              ? NTHR
-                  : k == 1            ? NCYC
-                  : t->p.hierarchical ? NHIER
-                                      : 0; /* not searched */
+    const int k = t->knob, n = t->rungs[k];
     for (int d = 1; d < n; d++)
       for (int dir = 1; dir >= -1; dir -= 2) {
         memcpy(c, t->best_pos, NKNOB * sizeof *c);
         c[k] += dir * d;
-        if (c[k] >= 0 && c[k] < n && !t->measured[c[0]][c[1]][c[2]])
+        if (c[k] >= 0 && c[k] < n && !t->measured[c[0]][c[1]][c[2]][c[3]])
           return 1;
       }
     t->knob++;
@@ -302,7 +334,7 @@ static int end_trial(hk_autotune *t, hk_tune_setting *next) {
   }
   t->phase = PH_DESCENT;
   if (more && propose(t, c)) {
-    hk_tune_setting s = at(c);
+    hk_tune_setting s = at(t, c);
     begin_trial(t, &s, c);
     *next = s;
     return 1;

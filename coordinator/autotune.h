@@ -1,6 +1,7 @@
 /*
  * autotune.h - the search of `hkrun --autotune`: which agreed settings
- * (fusion threshold, cycle time, hierarchical allreduce) a job runs next,
+ * (fusion threshold, cycle time, hierarchical allreduce, sockets per
+ * peer) a job runs next,
  * from the step times it measured so far. Pure logic: it is fed step times and
  * answers with the setting the next step should run; it does no I/O, reads no
  * clock and owns no thread (rank 0's background thread owns it: worker/tune.c
@@ -61,13 +62,17 @@
  * pass keeps nothing, or after `max_trials` trials; the job then runs the
  * best setting. One full pass over the threshold and cycle ladders from a
  * rung of both takes 1 + 1 + 8 + 5 = 15 trials (17 with the hierarchical
- * knob), within the default budget of 20.
+ * knob, 2 or 3 more with the sockets), within the default budget of 20
+ * (the sockets come last: a budget spent before them leaves them at the
+ * start's).
  *
  * Ladders: fusion threshold 0, 1, 2, 4, 8, 16, 32, 64, 128 MiB; cycle
  * time 0, 0.5, 1, 2, 5, 10 ms; hierarchical allreduce flat (0), the cost
  * model's choice (-1), always (1), searched only where the job allows
- * both (hk_tune_params.hierarchical). A start off the ladder is measured
- * as it is and searched from the nearest rung.
+ * both (hk_tune_params.hierarchical); sockets per peer 1, 2, 4, 8, up to
+ * hk_tune_params.max_sockets (the sockets the job's links have open),
+ * searched only where that is more than 1, else the start's kept. A start
+ * off the ladder is measured as it is and searched from the nearest rung.
  *
  * Thread-safety: none; one owner.
  */
@@ -85,6 +90,8 @@ typedef struct hk_tune_setting {
   double cycle_time_ms;      /* ms (HK_CYCLE_TIME_MS) */
   int hierarchical;          /* HK_HIERARCHICAL_ALLREDUCE: 1 always, 0
                                 never, -1 the cost model decides */
+  int sockets_per_peer;      /* TCP sockets a link's stream is striped
+                                over (HK_SOCKETS_PER_PEER), >= 1 */
 } hk_tune_setting;
 
 /** How a trial is measured and how long the search may run. */
@@ -99,6 +106,10 @@ typedef struct hk_tune_params {
   int hierarchical;     /* 1: search the hierarchical knob too (the job
                            has hierarchical rings and no forced
                            algorithm); 0: it keeps its start */
+  int max_sockets;      /* > 1: search the sockets per peer up to this
+                           many (the sockets the TCP links have open,
+                           <= 8; the start must not exceed it); 0 or 1:
+                           they keep the start's */
 } hk_tune_params;
 
 /** One measured trial (for the log file and the final report). */

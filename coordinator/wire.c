@@ -234,6 +234,7 @@ hk_status hk_wire_encode(const hk_msg *m, hk_buf *out) {
       put_u64(&w, m->u.responses.tune.fusion_threshold);
       put_f64(&w, m->u.responses.tune.cycle_time_ms);
       put_u8(&w, (uint8_t)(m->u.responses.tune.hierarchical + 1));
+      put_u8(&w, m->u.responses.tune.sockets_per_peer);
     }
     put_u8(&w, m->u.responses.joiners);
     break;
@@ -738,6 +739,11 @@ static void decode_payload(reader *r, hk_msg *m) {
       uint8_t h = get_u8(r, "tuned hierarchical allreduce");
       check(r, h <= 2, "tuned hierarchical allreduce %lld is not 0, 1 or 2", h);
       t->hierarchical = (int8_t)(h - 1);
+      t->sockets_per_peer = get_u8(r, "tuned sockets per peer");
+      check(r,
+            t->sockets_per_peer >= 1 &&
+                t->sockets_per_peer <= HK_WIRE_MAX_STREAMS,
+            "tuned sockets per peer %lld is not 1 to 8", t->sockets_per_peer);
     }
     m->u.responses.joiners = get_u8(r, "joiners flag");
     check(r, m->u.responses.joiners <= 1, "joiners flag %lld is not 0 or 1",

@@ -266,6 +266,8 @@ typedef struct hk_wire_tune {
   double cycle_time_ms;      /* ms, 0..HK_WIRE_MAX_TUNE_CYCLE_MS */
   int8_t hierarchical;       /* HK_HIERARCHICAL_ALLREDUCE: 1, 0, or -1
                                 (the cost model decides) */
+  uint8_t sockets_per_peer;  /* TCP sockets a link's stream is striped
+                                over, 1..HK_WIRE_MAX_STREAMS */
 } hk_wire_tune;
 
 /** A decoded message. Arrays and reasons are owned by it: hk_msg_free. */

@@ -15,7 +15,8 @@
 #include "common/status.h"
 
 static const char *const saved[] = {"HK_FUSION_THRESHOLD", "HK_CYCLE_TIME_MS",
-                                    "HK_HIERARCHICAL_ALLREDUCE"};
+                                    "HK_HIERARCHICAL_ALLREDUCE",
+                                    "HK_SOCKETS_PER_PEER"};
 
 /* Checks and sets NAME=value (line `no` of path). */
 static int set_one(const char *path, int no, char *line, hk_tuned_shown *shown,
@@ -38,7 +39,7 @@ static int set_one(const char *path, int no, char *line, hk_tuned_shown *shown,
     snprintf(err, cap,
              "'%s' line %d: '%.80s' is not a setting --autotune saves "
              "(HK_FUSION_THRESHOLD, HK_CYCLE_TIME_MS, "
-             "HK_HIERARCHICAL_ALLREDUCE)",
+             "HK_HIERARCHICAL_ALLREDUCE, HK_SOCKETS_PER_PEER)",
              path, no, line);
     return -1;
   }

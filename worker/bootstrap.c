@@ -106,9 +106,10 @@ static hk_status accept_one(hk_ctx *ctx, hk_tcp_gate *g, data_plan *d,
   if (ok && m.u.hello.channel == HK_CHANNEL_DATA && m.u.hello.streams != d->k) {
     close(fd);
     st = hk_fail(HK_ERR_CONFIG,
-                 "rank %d opens %u data connections to each peer but "
-                 "HK_SOCKETS_PER_PEER=%d here: every rank must use the same "
-                 "value",
+                 "rank %d opens %u data connections to each peer but %d "
+                 "here (HK_SOCKETS_PER_PEER, or HK_AUTOTUNE_SOCKETS with "
+                 "HK_AUTOTUNE, the larger): every rank must use the same "
+                 "values",
                  r, m.u.hello.streams, d->k);
     hk_msg_free(&m);
     return st;
@@ -237,6 +238,11 @@ static hk_status rendezvous(hk_ctx *ctx, const char *host, uint16_t port,
   return HK_OK;
 }
 
+int hk_bootstrap_sockets_open(const hk_config *cfg) {
+  const int k = (int)cfg->sockets_per_peer, most = cfg->autotune_sockets;
+  return cfg->autotune && most > k ? most : k;
+}
+
 /* Makes the data links from the connections in d (which they take over)
  * and MPI links to the ranks on other hosts. */
 static hk_status make_links(hk_ctx *ctx, data_plan *d) {
@@ -252,6 +258,8 @@ static hk_status make_links(hk_ctx *ctx, data_plan *d) {
       if (st == HK_OK)
         for (int s = 0; s < d->k; s++)
           d->fds[r * d->k + s] = -1; /* the link's now */
+      if (st == HK_OK) /* --autotune: more open than carry the stream */
+        st = hk_link_set_streams(&m->links[r], (int)ctx->cfg.sockets_per_peer);
       m->peer_fds[r] = hk_link_socket(&m->links[r], 0);
       ntcp += st == HK_OK;
     } else {
@@ -262,11 +270,14 @@ static hk_status make_links(hk_ctx *ctx, data_plan *d) {
     if (st != HK_OK)
       return st;
   }
+  char opened[64] = "";
+  if (d->k != (int)ctx->cfg.sockets_per_peer)
+    snprintf(opened, sizeof opened, ", %d open for --autotune to try", d->k);
   hk_log(HK_LOG_INFO,
-         "data links: %d over TCP (%d sockets each), %d over MPI (those to "
+         "data links: %d over TCP (%d sockets each%s), %d over MPI (those to "
          "ranks of this host then move to shared memory where it can be set "
          "up: see the next line)",
-         ntcp, d->k, nmpi);
+         ntcp, (int)ctx->cfg.sockets_per_peer, opened, nmpi);
   return HK_OK;
 }
 
@@ -277,7 +288,7 @@ static hk_status make_links(hk_ctx *ctx, data_plan *d) {
 static hk_status build_mesh(hk_ctx *ctx, const hk_wire_peer *peers,
                             double deadline, const int *host_of) {
   hk_mesh *m = &ctx->mesh;
-  const int k = (int)ctx->cfg.sockets_per_peer, n = ctx->size;
+  const int k = hk_bootstrap_sockets_open(&ctx->cfg), n = ctx->size;
   data_plan d = {k, host_of, malloc((size_t)n * (size_t)k * sizeof(int))};
   m->links = calloc((size_t)n, sizeof *m->links);
   m->peer_fds = malloc((size_t)n * sizeof(int));

@@ -67,4 +67,12 @@ hk_status hk_bootstrap_watch(hk_ctx *ctx);
 /** Closes every fd and link of the mesh (safe on a partly built one). */
 void hk_mesh_close(hk_mesh *mesh, int size);
 
+/**
+ * TCP connections each data link opens to its peer: HK_SOCKETS_PER_PEER,
+ * or with HK_AUTOTUNE HK_AUTOTUNE_SOCKETS where that is more (the links
+ * then carry their stream over HK_SOCKETS_PER_PEER of them, and the
+ * autotuner tries more: worker/tune.h). Pure.
+ */
+int hk_bootstrap_sockets_open(const hk_config *cfg);
+
 #endif

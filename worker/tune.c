@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "collectives/allreduce.h"
+#include "collectives/transport/link.h"
 #include "common/buf.h"
 #include "common/clock.h"
 #include "common/log.h"
@@ -22,8 +23,8 @@
 #include "worker/sets.h"
 
 #define CSV_HEADER                                                             \
-  "trial,fusion_threshold_bytes,cycle_time_ms,hierarchical,score_ms_per_"      \
-  "step,uncertainty,samples,steps,kept\n"
+  "trial,fusion_threshold_bytes,cycle_time_ms,hierarchical,sockets_per_peer,"  \
+  "score_ms_per_step,uncertainty,samples,steps,kept\n"
 
 /* Names kept while looking for the step's anchor: a job that has not
  * repeated a tensor after this many starts over. */
@@ -47,12 +48,48 @@ struct hk_tune {
 /* HK_HIERARCHICAL_ALLREDUCE's value as the log and the CSV say it. */
 static const char *hier_text(int h) { return h < 0 ? "auto" : h ? "1" : "0"; }
 
+/* The sockets the job's TCP data links have open (the most of any; 0
+ * when it has none): the sockets per peer the search may try. */
+static int sockets_open(const hk_ctx *ctx) {
+  int most = 0;
+  for (int r = 0; ctx->mesh.links && r < ctx->size; r++) {
+    int open = 0;
+    hk_link_streams(&ctx->mesh.links[r], &open);
+    most = open > most ? open : most;
+  }
+  return most;
+}
+
 /* "4 MiB" or "1000 bytes" into out. */
 static const char *threshold_text(uint64_t b, char *out, size_t cap) {
   if (b % (1u << 20) == 0)
     snprintf(out, cap, "%llu MiB", (unsigned long long)(b >> 20));
   else
     snprintf(out, cap, "%llu bytes", (unsigned long long)b);
+  return out;
+}
+
+/* The most sockets per peer the search tries (> 1), or 0 when it does
+ * not try them (HK_AUTOTUNE_SOCKETS=1, no TCP links): what every rank
+ * can tell alike. */
+static int sockets_searched(const hk_ctx *ctx) {
+  int open = sockets_open(ctx);
+  return ctx->cfg.autotune_sockets > 1 && open > 1 ? open : 0;
+}
+
+/* A setting as the log says it, into out: "fusion threshold 2 MiB, cycle
+ * time 0 ms, hierarchical auto", then ", sockets per peer 4" where the
+ * sockets are searched. */
+static const char *setting_text(const hk_ctx *ctx, const hk_tune_setting *s,
+                                char *out, size_t cap) {
+  char a[32];
+  int n = snprintf(out, cap,
+                   "fusion threshold %s, cycle time %g ms, hierarchical %s",
+                   threshold_text(s->fusion_threshold, a, sizeof a),
+                   s->cycle_time_ms, hier_text(s->hierarchical));
+  if (sockets_searched(ctx) && n >= 0 && (size_t)n < cap)
+    snprintf(out + n, cap - (size_t)n, ", sockets per peer %d",
+             s->sockets_per_peer);
   return out;
 }
 
@@ -121,11 +158,15 @@ hk_status hk_tune_start(hk_ctx *ctx) {
                       .spread = c->autotune_spread,
                       /* hierarchical vs flat only where both can run and
                        * no algorithm is forced */
-                      .hierarchical = ctx->have_hier && !c->allreduce_algo[0]};
-  T->start =
-      (hk_tune_setting){c->fusion_threshold, c->cycle_time_ms, c->hierarchical};
-  hk_tune_setting model = {model_threshold(ctx), c->cycle_time_ms,
-                           c->hierarchical};
+                      .hierarchical = ctx->have_hier && !c->allreduce_algo[0],
+                      /* over the sockets the links opened for it */
+                      .max_sockets = sockets_open(ctx)};
+  if (c->autotune_sockets <= 1)
+    p.max_sockets = 0; /* (sockets_searched) */
+  T->start = (hk_tune_setting){c->fusion_threshold, c->cycle_time_ms,
+                               c->hierarchical, (int)c->sockets_per_peer};
+  hk_tune_setting model = T->start;
+  model.fusion_threshold = model_threshold(ctx);
   T->rng = 0x9e3779b97f4a7c15ull;
   hk_status st = hk_autotune_create(&p, &T->start, &model, &T->search);
   if (st == HK_OK)
@@ -138,13 +179,16 @@ hk_status hk_tune_start(hk_ctx *ctx) {
   ctx->tune = T;
   if (ctx->generation > 0 && c->autotune_log[0])
     csv_continue(ctx, T);
-  char a[32], b[32];
+  char a[32], b[32], k[64] = "";
+  if (p.max_sockets > 1)
+    snprintf(k, sizeof k, ", sockets per peer %d (searched up to %d)",
+             T->start.sockets_per_peer, p.max_sockets);
   hk_log(HK_LOG_INFO,
          "autotune: starting from fusion threshold %s, cycle time %g ms, "
-         "hierarchical %s (%s); the cost model suggests fusion threshold %s",
+         "hierarchical %s (%s)%s; the cost model suggests fusion threshold %s",
          threshold_text(T->start.fusion_threshold, a, sizeof a),
          T->start.cycle_time_ms, hier_text(T->start.hierarchical),
-         p.hierarchical ? "searched" : "not searched",
+         p.hierarchical ? "searched" : "not searched", k,
          threshold_text(model.fusion_threshold, b, sizeof b));
   return HK_OK;
 }
@@ -160,19 +204,17 @@ static void log_trials(hk_ctx *ctx, struct hk_tune *T, int all) {
     hk_buf_append(&T->csv, CSV_HEADER, strlen(CSV_HEADER));
   for (; T->logged < n; T->logged++) {
     const hk_tune_trial *t = hk_autotune_trial(T->search, T->logged);
-    char row[256], a[32];
-    int len = snprintf(row, sizeof row, "%d,%llu,%g,%s,%.6f,%.6f,%d,%d,%d\n",
+    char row[256], a[160];
+    int len = snprintf(row, sizeof row, "%d,%llu,%g,%s,%d,%.6f,%.6f,%d,%d,%d\n",
                        T->logged, (unsigned long long)t->s.fusion_threshold,
                        t->s.cycle_time_ms, hier_text(t->s.hierarchical),
-                       t->score_s * 1e3, t->uncertainty, t->samples, t->steps,
-                       t->kept);
+                       t->s.sockets_per_peer, t->score_s * 1e3, t->uncertainty,
+                       t->samples, t->steps, t->kept);
     hk_buf_append(&T->csv, row, (size_t)len);
     hk_log(HK_LOG_INFO,
-           "autotune: trial %d: fusion threshold %s, cycle time %g ms, "
-           "hierarchical %s: %.3f ms per step (+/- %.1f %%, %d samples, "
-           "%d steps)%s",
-           T->logged, threshold_text(t->s.fusion_threshold, a, sizeof a),
-           t->s.cycle_time_ms, hier_text(t->s.hierarchical), t->score_s * 1e3,
+           "autotune: trial %d: %s: %.3f ms per step (+/- %.1f %%, %d "
+           "samples, %d steps)%s",
+           T->logged, setting_text(ctx, &t->s, a, sizeof a), t->score_s * 1e3,
            t->uncertainty * 100, t->samples, t->steps, t->kept ? ", kept" : "");
   }
   if (ctx->cfg.autotune_log[0] &&
@@ -188,22 +230,19 @@ static void report(hk_ctx *ctx, struct hk_tune *T) {
   if (T->reported || !best || !base)
     return;
   T->reported = 1;
-  char a[32], b[32];
+  char a[160], b[160];
   int done = hk_autotune_done(T->search);
   hk_log(HK_LOG_WARNING,
-         "autotune: %s fusion threshold %s, cycle time %g ms, hierarchical %s "
-         "after %d trials (%ld steps): %.3f ms per step against %.3f ms with "
-         "the starting setting (fusion threshold %s, cycle time %g ms, "
-         "hierarchical %s): %.1f %% less time per step",
+         "autotune: %s %s after %d trials (%ld steps): %.3f ms per step "
+         "against %.3f ms with the starting setting (%s): %.1f %% less time "
+         "per step",
          done ? "chose"
               : "the search stopped before its end (the job ended or "
                 "re-formed); best so far:",
-         threshold_text(best->s.fusion_threshold, a, sizeof a),
-         best->s.cycle_time_ms, hier_text(best->s.hierarchical),
+         setting_text(ctx, &best->s, a, sizeof a),
          hk_autotune_ntrials(T->search), hk_autotune_steps(T->search),
          best->score_s * 1e3, base->score_s * 1e3,
-         threshold_text(base->s.fusion_threshold, b, sizeof b),
-         base->s.cycle_time_ms, hier_text(base->s.hierarchical),
+         setting_text(ctx, &base->s, b, sizeof b),
          base->score_s > 0
              ? 100.0 * (base->score_s - best->score_s) / base->score_s
              : 0.0);
@@ -218,6 +257,9 @@ static void report(hk_ctx *ctx, struct hk_tune *T) {
   if (best->s.hierarchical >= 0) /* unset: the cost model decides */
     len += snprintf(text + len, sizeof text - (size_t)len,
                     "HK_HIERARCHICAL_ALLREDUCE=%d\n", best->s.hierarchical);
+  if (sockets_searched(ctx))
+    len += snprintf(text + len, sizeof text - (size_t)len,
+                    "HK_SOCKETS_PER_PEER=%d\n", best->s.sockets_per_peer);
   if (hk_outfile_replace(ctx->cfg.autotune_save, ctx->cfg.file_mode, text,
                          (size_t)len, HK_OUT_ATOMIC,
                          "HK_AUTOTUNE_SAVE") != HK_OK)
@@ -299,7 +341,8 @@ void hk_tune_round(hk_ctx *ctx, const hk_wire_response *rs, uint32_t n,
       (hk_wire_tune){.seq = ++T->seq,
                      .fusion_threshold = next.fusion_threshold,
                      .cycle_time_ms = next.cycle_time_ms,
-                     .hierarchical = (int8_t)next.hierarchical};
+                     .hierarchical = (int8_t)next.hierarchical,
+                     .sockets_per_peer = (uint8_t)next.sockets_per_peer};
 }
 
 void hk_tune_other_round(hk_ctx *ctx, int set) {
@@ -323,17 +366,22 @@ hk_status hk_tune_apply(hk_ctx *ctx, const hk_wire_tune *t) {
     ctx->cfg.hierarchical = t->hierarchical;
     st = hk_algo_retune(ctx);
   }
-  char a[32], what[160];
-  threshold_text(t->fusion_threshold, a, sizeof a);
+  /* every rank is between the same two rounds, each link's stream
+   * quiet both ways (link.h: hk_link_set_streams) */
+  for (int r = 0;
+       st == HK_OK && t->sockets_per_peer != ctx->cfg.sockets_per_peer &&
+       r < ctx->size;
+       r++)
+    st = hk_link_set_streams(&ctx->mesh.links[r], t->sockets_per_peer);
+  ctx->cfg.sockets_per_peer = t->sockets_per_peer;
+  const hk_tune_setting s = {t->fusion_threshold, t->cycle_time_ms,
+                             t->hierarchical, t->sockets_per_peer};
+  char a[160], what[200];
+  setting_text(ctx, &s, a, sizeof a);
   hk_log(HK_LOG_DEBUG,
-         "autotune: rank %d applies setting %u (fusion threshold %s, cycle "
-         "time %g ms, hierarchical %s) at world round %llu",
-         ctx->rank, t->seq, a, t->cycle_time_ms, hier_text(t->hierarchical),
-         (unsigned long long)ctx->world_rounds);
-  snprintf(what, sizeof what,
-           "AUTOTUNE setting %u: fusion threshold %s, cycle time %g ms, "
-           "hierarchical %s",
-           t->seq, a, t->cycle_time_ms, hier_text(t->hierarchical));
+         "autotune: rank %d applies setting %u (%s) at world round %llu",
+         ctx->rank, t->seq, a, (unsigned long long)ctx->world_rounds);
+  snprintf(what, sizeof what, "AUTOTUNE setting %u: %s", t->seq, a);
   hk_observe_tuned(&ctx->obs, what, hk_now());
   return st;
 }
@@ -348,6 +396,8 @@ void hk_tune_reset_settings(hk_config *cfg) {
     cfg->cycle_time_ms = own.cycle_time_ms;
   if (hk_config_load_var(&own, "HK_HIERARCHICAL_ALLREDUCE") == HK_OK)
     cfg->hierarchical = own.hierarchical;
+  if (hk_config_load_var(&own, "HK_SOCKETS_PER_PEER") == HK_OK)
+    cfg->sockets_per_peer = own.sockets_per_peer;
 }
 
 void hk_tune_finish(hk_ctx *ctx) {

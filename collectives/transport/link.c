@@ -51,6 +51,16 @@ int hk_link_socket(const hk_link *link, int i) {
   return link->ops && link->ops->socket ? link->ops->socket(link, i) : -1;
 }
 
+hk_status hk_link_set_streams(hk_link *link, int k) {
+  return link->ops && link->ops->set_streams ? link->ops->set_streams(link, k)
+                                             : HK_OK;
+}
+
+int hk_link_streams(const hk_link *link, int *open) {
+  *open = 0;
+  return link->ops && link->ops->streams ? link->ops->streams(link, open) : 0;
+}
+
 int hk_link_take_socket(hk_link *link) {
   int fd =
       link->ops && link->ops->take_socket ? link->ops->take_socket(link) : -1;

@@ -171,6 +171,28 @@ static inline int hk_link_is_open(const hk_link *link) {
 int hk_link_socket(const hk_link *link, int i);
 
 /**
+ * Carries a TCP link's stream over its first k sockets (1 to the sockets
+ * it was made with) from the next byte on, in each direction: block i of
+ * what follows travels on socket i mod k, block 0 starting afresh, as if
+ * the link had just been made over those k (the rest stay open, idle).
+ * Both ends must call it with the same k at the same point of the
+ * stream: where every byte each side sent before has been received
+ * (between two collectives that ran whole on both); elsewhere the stream
+ * is garbled. How `hkrun --autotune` tries the sockets per peer on links
+ * opened with more (worker/tune.h). Other kinds have one stream: a no-op.
+ * Errors: HK_ERR_INVALID_ARG (k outside 1..the link's sockets, naming
+ * the peer; the link is unchanged).
+ */
+hk_status hk_link_set_streams(hk_link *link, int k);
+
+/**
+ * The sockets a TCP link carries its stream over now (init's k, or
+ * hk_link_set_streams's), and in *open the sockets it has; 0 and 0 for
+ * other kinds and a closed link. Never fails.
+ */
+int hk_link_streams(const hk_link *link, int *open);
+
+/**
  * Closes the link but keeps its socket 0 (hk_link_socket), which the
  * caller now owns: how a TCP link to a rank of this host becomes an shm
  * link over its first connection (worker/intra.c). Returns the socket, or

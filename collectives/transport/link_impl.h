@@ -71,6 +71,11 @@ typedef struct hk_link_ops {
   /* Lets go of socket 0 and returns it (close then leaves it open);
    * NULL when socket is. */
   int (*take_socket)(struct hk_link *);
+  /* Kinds that stripe over several sockets (tcp): hk_link_set_streams
+   * and hk_link_streams; NULL for the others (one stream, nothing to
+   * choose). */
+  hk_status (*set_streams)(struct hk_link *, int k);
+  int (*streams)(const struct hk_link *, int *open);
   /* Closes what the link owns and frees its state. */
   void (*close)(struct hk_link *);
 } hk_link_ops;

@@ -12,9 +12,11 @@
 
 /* A TCP link's own state (hk_link.state). */
 typedef struct tcp_link {
-  int nfds;                     /* k, 1..HK_LINK_MAX_SOCKETS */
+  int nfds;                     /* sockets open, 1..HK_LINK_MAX_SOCKETS */
+  int k;                        /* the first k carry the stream, 1..nfds */
   int fds[HK_LINK_MAX_SOCKETS]; /* owned by the link; non-blocking */
-  size_t block;                 /* stripe block, bytes (k > 1) */
+  size_t stripe;                /* the block given at init, bytes */
+  size_t block;                 /* stripe block now (SIZE_MAX: k = 1) */
   int send_sock, recv_sock;     /* socket of the next byte sent/received */
   size_t send_left, recv_left;  /* bytes of the current block left there */
 } tcp_link;
@@ -28,7 +30,7 @@ typedef struct tcp_link {
 static hk_status tcp_move_some(hk_link *link, int send, const void *sp,
                                void *rp, size_t n, size_t *done) {
   tcp_link *t = link->state;
-  if (t->nfds == 1) /* the default: exactly today's one connection */
+  if (t->k == 1) /* the default: exactly today's one connection */
     return send ? hk_tcp_send_some(t->fds[0], sp, n, done, link->name)
                 : hk_tcp_recv_some(t->fds[0], rp, n, done, link->name);
   int *sock = send ? &t->send_sock : &t->recv_sock;
@@ -50,7 +52,7 @@ static hk_status tcp_move_some(hk_link *link, int send, const void *sp,
     total += got;
     *left -= got;
     if (*left == 0) { /* block done: the next goes on the next socket */
-      *sock = (*sock + 1) % t->nfds;
+      *sock = (*sock + 1) % t->k;
       *left = t->block;
     }
     if (got < want)
@@ -97,6 +99,27 @@ static int tcp_take_socket(hk_link *link) {
   return fd;
 }
 
+/* The next byte each way starts block 0 on socket 0 of the first k. */
+static hk_status tcp_set_streams(hk_link *link, int k) {
+  tcp_link *t = link->state;
+  if (k < 1 || k > t->nfds) /* (nfds > 1 has a stripe block: init) */
+    return hk_fail(HK_ERR_INVALID_ARG,
+                   "the link to %s has %d socket(s): it cannot carry its "
+                   "stream over %d",
+                   link->name, t->nfds, k);
+  t->k = k;
+  t->block = k > 1 ? t->stripe : SIZE_MAX;
+  t->send_sock = t->recv_sock = 0;
+  t->send_left = t->recv_left = t->block;
+  return HK_OK;
+}
+
+static int tcp_streams(const hk_link *link, int *open) {
+  const tcp_link *t = link->state;
+  *open = t->nfds;
+  return t->k;
+}
+
 static void tcp_close(hk_link *link) {
   tcp_link *t = link->state;
   for (int i = 0; i < t->nfds; i++)
@@ -117,6 +140,8 @@ static const hk_link_ops tcp_ops = {.name = "tcp",
                                     .describe = NULL,
                                     .socket = tcp_socket,
                                     .take_socket = tcp_take_socket,
+                                    .set_streams = tcp_set_streams,
+                                    .streams = tcp_streams,
                                     .close = tcp_close};
 
 hk_status hk_link_init_tcp(hk_link *link, int peer, const int *fds, int k,
@@ -130,9 +155,10 @@ hk_status hk_link_init_tcp(hk_link *link, int peer, const int *fds, int k,
   tcp_link *t = calloc(1, sizeof *t);
   if (!t)
     return hk_fail(HK_ERR_NOMEM, "cannot allocate a TCP link");
-  t->nfds = k;
+  t->nfds = t->k = k;
   for (int i = 0; i < HK_LINK_MAX_SOCKETS; i++)
     t->fds[i] = i < k ? hk_link_own_socket(fds[i]) : -1;
+  t->stripe = k > 1 ? block : 0;
   t->block = k > 1 ? block : SIZE_MAX;
   t->send_left = t->recv_left = t->block;
   hk_link_set(link, peer, &tcp_ops, t);

@@ -135,17 +135,17 @@ static void test_converges_to_known_best(void **state) {
   char *c = read_text(csv);
   assert_non_null(c);
   static const char header[] =
-      "trial,fusion_threshold_bytes,cycle_time_ms,hierarchical,score_ms_per_"
-      "step,uncertainty,samples,steps,kept\n0,0,0,auto,";
+      "trial,fusion_threshold_bytes,cycle_time_ms,hierarchical,sockets_per_"
+      "peer,score_ms_per_step,uncertainty,samples,steps,kept\n0,0,0,auto,1,";
   const char *rows[] = {header,
-                        "\n1,1048576,0,auto,",
-                        "\n2,0,0,auto,",
-                        "\n3,2097152,0,auto,",
-                        "\n4,1048576,0,auto,",
-                        "\n5,4194304,0,auto,",
-                        "\n10,134217728,0,auto,",
-                        "\n11,2097152,0.5,auto,",
-                        "\n15,2097152,10,auto,"};
+                        "\n1,1048576,0,auto,1,",
+                        "\n2,0,0,auto,1,",
+                        "\n3,2097152,0,auto,1,",
+                        "\n4,1048576,0,auto,1,",
+                        "\n5,4194304,0,auto,1,",
+                        "\n10,134217728,0,auto,1,",
+                        "\n11,2097152,0.5,auto,1,",
+                        "\n15,2097152,10,auto,1,"};
   for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
     if (!strstr(c, rows[i]))
       fail_msg("'%s' not in the trials:\n%s", rows[i], c);
@@ -234,7 +234,7 @@ static void test_hierarchical_searched_where_it_applies(void **state) {
   char dir[256], csv[320], cmd[1024];
   assert_int_equal(hkt_mkdtemp("hk-tune.", dir, sizeof dir), 0);
   snprintf(csv, sizeof csv, "%s/trials.csv", dir);
-  hkt_hosts_cmd(cmd, sizeof cmd, 2, W_TUNE, "220");
+  hkt_hosts_cmd(cmd, sizeof cmd, 2, W_TUNE, "300");
   char *argv[] = {HKRUN_PATH,
                   "-np",
                   "4",
@@ -264,10 +264,25 @@ static void test_hierarchical_searched_where_it_applies(void **state) {
              k, k, k);
     assert_true(hkt_count_lines(r.err, want) >= 3);
   }
-  assert_true(hkt_count_lines(r.err, "cycle time 0 ms, hierarchical 1) at "
-                                     "world round") == 4);
-  assert_true(hkt_count_lines(r.err, "cycle time 0 ms, hierarchical 0) at "
-                                     "world round") == 4);
+  assert_true(hkt_count_lines(r.err,
+                              "cycle time 0 ms, hierarchical 1, "
+                              "sockets per peer 1) at world round") == 4);
+  assert_true(hkt_count_lines(r.err,
+                              "cycle time 0 ms, hierarchical 0, "
+                              "sockets per peer 1) at world round") == 4);
+  /* the links across the two hosts opened HK_AUTOTUNE_SOCKETS (4): the
+   * sockets per peer are tried too, every rank switching its links at
+   * the same round (a stream read with the wrong stripes would garble
+   * the sums, or hang) */
+  assert_non_null(strstr(r.err, "hierarchical auto (searched), sockets per "
+                                "peer 1 (searched up to 4); "));
+  assert_true(hkt_count_lines(r.err, "hierarchical auto, sockets per peer "
+                                     "2) at world round") == 4);
+  assert_true(hkt_count_lines(r.err, "hierarchical auto, sockets per peer "
+                                     "4) at world round") == 4);
+  assert_true(hkt_count_lines(r.err,
+                              "data links: 3 over TCP (1 sockets "
+                              "each, 4 open for --autotune to try)") == 4);
   char *c = read_text(csv);
   assert_non_null(c);
   /* the fourth field: auto, then 1 (not kept), then 0 (not kept) */
@@ -292,6 +307,11 @@ static void test_hierarchical_searched_where_it_applies(void **state) {
   }
   if (on != 1 || off != 1)
     fail_msg("expected one trial with hierarchical 1 and one with 0:\n%s", c);
+  /* the fifth field: one trial with 2 sockets and one with 4, neither
+   * faster (the score is the fused groups') */
+  if (hkt_count_lines(c, ",auto,2,") != 1 ||
+      hkt_count_lines(c, ",auto,4,") != 1 || !strstr(c, "\n0,0,0,auto,1,"))
+    fail_msg("expected one trial each with 2 and 4 sockets:\n%s", c);
   free(c);
   hkt_result_free(&r);
   assert_int_equal(hkt_remove_tree(dir), 0);
@@ -340,12 +360,13 @@ static void test_noisy_score_does_not_flip_flop(void **state) {
   int trials = hkt_count_lines(c, ",") - 1, spent = 0;
   for (const char *row = strchr(c, '\n'); row && row[1];
        row = strchr(row + 1, '\n')) {
-    int no, samples, steps, kept;
+    int no, sockets, samples, steps, kept;
     unsigned long long thr;
     double cyc, score, spread;
     char hier[8];
-    if (sscanf(row + 1, "%d,%llu,%lf,%7[^,],%lf,%lf,%d,%d,%d", &no, &thr, &cyc,
-               hier, &score, &spread, &samples, &steps, &kept) != 9)
+    if (sscanf(row + 1, "%d,%llu,%lf,%7[^,],%d,%lf,%lf,%d,%d,%d", &no, &thr,
+               &cyc, hier, &sockets, &score, &spread, &samples, &steps,
+               &kept) != 10)
       fail_msg("a malformed row:\n%s", c);
     if (spread > 0.02)
       assert_int_equal(samples, 6);
@@ -358,14 +379,14 @@ static void test_noisy_score_does_not_flip_flop(void **state) {
   int two_kept = 0;
   for (const char *row = strchr(c, '\n'); row && row[1];
        row = strchr(row + 1, '\n')) {
-    int no, samples, steps, kept;
+    int no, sockets, samples, steps, kept;
     unsigned long long thr;
     double cyc, score, u;
     char hier[8];
-    assert_int_equal(sscanf(row + 1, "%d,%llu,%lf,%7[^,],%lf,%lf,%d,%d,%d", &no,
-                            &thr, &cyc, hier, &score, &u, &samples, &steps,
-                            &kept),
-                     9);
+    assert_int_equal(sscanf(row + 1, "%d,%llu,%lf,%7[^,],%d,%lf,%lf,%d,%d,%d",
+                            &no, &thr, &cyc, hier, &sockets, &score, &u,
+                            &samples, &steps, &kept),
+                     10);
     const int is_two = thr == 2097152 && cyc == 0;
     if (two_kept && kept && !is_two)
       fail_msg("a trial after 2 MiB was kept:\n%s", c);
@@ -547,11 +568,12 @@ static void test_bad_values_refused(void **state) {
                   path,       W_TUNE, NULL};
   run_expect(load, NULL, 2, &r);
   char want[512];
-  snprintf(want, sizeof want,
-           "hkrun: --autotune-load: '%s' line 3: 'HK_RING_CHUNK_BYTES' is "
-           "not a setting --autotune saves (HK_FUSION_THRESHOLD, "
-           "HK_CYCLE_TIME_MS, HK_HIERARCHICAL_ALLREDUCE)\n",
-           path);
+  snprintf(
+      want, sizeof want,
+      "hkrun: --autotune-load: '%s' line 3: 'HK_RING_CHUNK_BYTES' is "
+      "not a setting --autotune saves (HK_FUSION_THRESHOLD, "
+      "HK_CYCLE_TIME_MS, HK_HIERARCHICAL_ALLREDUCE, HK_SOCKETS_PER_PEER)\n",
+      path);
   assert_non_null(strstr(r.err, want));
   hkt_result_free(&r);
   f = fopen(path, "w");
@@ -611,7 +633,7 @@ static void test_load_refusals(void **state) {
   load_refused(text, (size_t)n,
                " line 2: 'HK_RING_CHUNK_BYTES' is not a setting --autotune "
                "saves (HK_FUSION_THRESHOLD, HK_CYCLE_TIME_MS, "
-               "HK_HIERARCHICAL_ALLREDUCE)");
+               "HK_HIERARCHICAL_ALLREDUCE, HK_SOCKETS_PER_PEER)");
   const char empty[] = "HK_CYCLE_TIME_MS=1\nHK_FUSION_THRESHOLD=\n";
   load_refused(empty, sizeof empty - 1,
                " line 2: HK_FUSION_THRESHOLD= has no value");
@@ -776,7 +798,7 @@ static void test_save_then_load(void **state) {
                                 "MiB, cycle time 0 ms, hierarchical auto"));
   char *c = read_text(csv);
   assert_non_null(c);
-  assert_non_null(strstr(c, "\n0,2097152,0,auto,"));
+  assert_non_null(strstr(c, "\n0,2097152,0,auto,1,"));
   free(c);
   hkt_result_free(&r);
   /* a flag on the same command line wins over the file */

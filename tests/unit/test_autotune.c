@@ -73,8 +73,8 @@ static const hk_tune_params params = {.warmup_steps = 2,
 
 static void test_converges_to_known_best(void **s) {
   (void)s;
-  run r = drive(&params, (hk_tune_setting){0, 2, -1},
-                (hk_tune_setting){1 * MIB, 2, -1}, 0);
+  run r = drive(&params, (hk_tune_setting){0, 2, -1, 1},
+                (hk_tune_setting){1 * MIB, 2, -1, 1}, 0);
   assert_int_equal(r.final.fusion_threshold, 8 * MIB);
   assert_true(r.final.cycle_time_ms == 0);
   /* baseline, model (1 MiB); the threshold line from the best, nearest
@@ -94,7 +94,8 @@ static void test_converges_to_known_best(void **s) {
 static void test_model_start_then_descends(void **s) {
   (void)s;
   hk_autotune *t;
-  hk_tune_setting start = {128 * MIB, 0, -1}, model = {4 * MIB, 0, -1}, next;
+  hk_tune_setting start = {128 * MIB, 0, -1, 1}, model = {4 * MIB, 0, -1, 1},
+                  next;
   hk_tune_setting cur = start;
   assert_int_equal(hk_autotune_create(&params, &start, &model, &t), HK_OK);
   for (int i = 0; i < 10000 && !hk_autotune_done(t); i++)
@@ -113,7 +114,7 @@ static void test_model_start_then_descends(void **s) {
 static void test_flat_cost_keeps_start(void **s) {
   (void)s;
   hk_autotune *t;
-  hk_tune_setting start = {16 * MIB, 0, -1}, next, cur = start;
+  hk_tune_setting start = {16 * MIB, 0, -1, 1}, next, cur = start;
   assert_int_equal(hk_autotune_create(&params, &start, &start, &t), HK_OK);
   for (int i = 0; i < 10000 && !hk_autotune_done(t); i++)
     if (hk_autotune_step(t, 0.100 * (1 + 0.005 * (i % 2)), &next))
@@ -130,8 +131,8 @@ static void test_flat_cost_keeps_start(void **s) {
  * more), with a bounded number of changes and trials. */
 static void test_noise_does_not_flip_flop(void **s) {
   (void)s;
-  run r = drive(&params, (hk_tune_setting){0, 0, -1},
-                (hk_tune_setting){0, 0, -1}, 0.10);
+  run r = drive(&params, (hk_tune_setting){0, 0, -1, 1},
+                (hk_tune_setting){0, 0, -1, 1}, 0.10);
   assert_true(r.final.fusion_threshold >= 8 * MIB);
   assert_true(r.final.cycle_time_ms == 0);
   assert_true(r.changes <= r.ntrials);
@@ -144,8 +145,8 @@ static void test_trial_budget(void **s) {
   (void)s;
   hk_tune_params p = params;
   p.max_trials = 3;
-  run r = drive(&p, (hk_tune_setting){0, 0, -1},
-                (hk_tune_setting){1 * MIB, 0, -1}, 0);
+  run r = drive(&p, (hk_tune_setting){0, 0, -1, 1},
+                (hk_tune_setting){1 * MIB, 0, -1, 1}, 0);
   assert_int_equal(r.ntrials, 3);
   assert_int_equal(r.final.fusion_threshold, 1 * MIB);
 }
@@ -159,7 +160,7 @@ static void test_trial_budget(void **s) {
 static void test_load_drift_is_not_a_gain(void **s) {
   (void)s;
   hk_autotune *t;
-  hk_tune_setting start = {128 * MIB, 0, -1}, model = {4 * MIB, 0, -1};
+  hk_tune_setting start = {128 * MIB, 0, -1, 1}, model = {4 * MIB, 0, -1, 1};
   hk_tune_setting cur = start, next;
   assert_int_equal(hk_autotune_create(&params, &start, &model, &t), HK_OK);
   for (int i = 0; i < 10000 && !hk_autotune_done(t); i++)
@@ -185,7 +186,7 @@ static hk_tune_setting search_hier(int allowed) {
   hk_tune_params p = params;
   p.hierarchical = allowed;
   hk_autotune *t;
-  hk_tune_setting start = {8 * MIB, 0, -1}, cur = start, next;
+  hk_tune_setting start = {8 * MIB, 0, -1, 1}, cur = start, next;
   assert_int_equal(hk_autotune_create(&p, &start, &start, &t), HK_OK);
   for (int i = 0; i < 10000 && !hk_autotune_done(t); i++)
     if (hk_autotune_step(t, hier_cost(&cur), &next))
@@ -205,6 +206,66 @@ static void test_hierarchical_knob(void **s) {
   assert_true(on.cycle_time_ms == 0);
   assert_int_equal(off.hierarchical, -1);
   assert_int_equal(off.fusion_threshold, 8 * MIB);
+}
+
+/* A link whose every connection is capped (a per-flow limit): the step's
+ * 40 ms of transfer divide among the sockets up to 4 (the link's own
+ * rate), and each socket costs 0.5 ms; best: 4 sockets. Searched up to
+ * max_sockets from 1; with max 0 (not searched) every trial keeps the
+ * start's 3 sockets, off the ladder. */
+static double sock_cost(const hk_tune_setting *s) {
+  int k = s->sockets_per_peer < 4 ? s->sockets_per_peer : 4;
+  return model_cost(s) + 0.040 / k + 0.0005 * s->sockets_per_peer;
+}
+
+static hk_tune_setting search_sockets(int max, int start_k, int *most) {
+  hk_tune_params p = params;
+  p.max_sockets = max;
+  hk_autotune *t;
+  hk_tune_setting start = {8 * MIB, 0, -1, start_k}, cur = start, next;
+  assert_int_equal(hk_autotune_create(&p, &start, &start, &t), HK_OK);
+  for (int i = 0; i < 10000 && !hk_autotune_done(t); i++)
+    if (hk_autotune_step(t, sock_cost(&cur), &next))
+      cur = next;
+  assert_true(hk_autotune_done(t));
+  *most = 0;
+  for (int i = 0; i < hk_autotune_ntrials(t); i++) {
+    int k = hk_autotune_trial(t, i)->s.sockets_per_peer;
+    assert_true(max > 1 ? k >= 1 && k <= max : k == start_k);
+    *most = k > *most ? k : *most;
+  }
+  hk_autotune_destroy(t);
+  return cur;
+}
+
+static void test_sockets_knob(void **s) {
+  (void)s;
+  int n8, n4, n2, n0;
+  hk_tune_setting k8 = search_sockets(8, 1, &n8);
+  hk_tune_setting k4 = search_sockets(4, 1, &n4);
+  hk_tune_setting k2 = search_sockets(2, 1, &n2);
+  hk_tune_setting k0 = search_sockets(0, 3, &n0);
+  assert_int_equal(k8.sockets_per_peer, 4); /* 8 is measured and lost */
+  assert_int_equal(k4.sockets_per_peer, 4);
+  assert_int_equal(k2.sockets_per_peer, 2);
+  assert_int_equal(k0.sockets_per_peer, 3);
+  assert_int_equal(k8.fusion_threshold, 8 * MIB);
+  assert_true(k8.cycle_time_ms == 0);
+  /* the top rung is measured (the search walks the whole line) */
+  assert_int_equal(n8, 8);
+  assert_int_equal(n4, 4);
+  assert_int_equal(n2, 2);
+  assert_int_equal(n0, 3);
+  hk_autotune *t;
+  hk_tune_params p = params;
+  hk_tune_setting bad = {0, 0, -1, 0};
+  assert_int_equal(hk_autotune_create(&p, &bad, &bad, &t), HK_ERR_INVALID_ARG);
+  p.max_sockets = 2;
+  bad.sockets_per_peer = 4; /* more than the links have open */
+  assert_int_equal(hk_autotune_create(&p, &bad, &bad, &t), HK_ERR_INVALID_ARG);
+  p.max_sockets = 9;
+  bad.sockets_per_peer = 1;
+  assert_int_equal(hk_autotune_create(&p, &bad, &bad, &t), HK_ERR_INVALID_ARG);
 }
 
 /* The measured failure, synthetically: the best threshold is 1 MiB (20
@@ -230,7 +291,7 @@ static void test_far_best_past_plateau_with_outliers(void **s) {
                       .max_trials = 20,
                       .spread = 0.02};
   hk_autotune *t;
-  hk_tune_setting start = {128 * MIB, 0, -1}, cur = start, next;
+  hk_tune_setting start = {128 * MIB, 0, -1, 1}, cur = start, next;
   assert_int_equal(hk_autotune_create(&p, &start, &start, &t), HK_OK);
   uint64_t x = 88172645463325252ull;
   int outliers = 0;
@@ -282,7 +343,7 @@ static void test_uncertainty_ignores_outlier(void **s) {
 static void test_flat_jitter_keeps_start(void **s) {
   (void)s;
   hk_autotune *t;
-  hk_tune_setting start = {128 * MIB, 0, -1}, next, cur = start;
+  hk_tune_setting start = {128 * MIB, 0, -1, 1}, next, cur = start;
   assert_int_equal(hk_autotune_create(&params, &start, &start, &t), HK_OK);
   uint64_t x = 88172645463325252ull;
   int changes = 0, kept = 0;
@@ -304,7 +365,7 @@ static void test_flat_jitter_keeps_start(void **s) {
 static void test_bad_params(void **s) {
   (void)s;
   hk_autotune *t;
-  hk_tune_setting z = {0, 0, -1};
+  hk_tune_setting z = {0, 0, -1, 1};
   hk_tune_params p = params;
   p.steps_per_sample = 0;
   assert_int_equal(hk_autotune_create(&p, &z, &z, &t), HK_ERR_INVALID_ARG);
@@ -327,6 +388,7 @@ int main(void) {
       cmocka_unit_test(test_trial_budget),
       cmocka_unit_test(test_load_drift_is_not_a_gain),
       cmocka_unit_test(test_hierarchical_knob),
+      cmocka_unit_test(test_sockets_knob),
       cmocka_unit_test(test_far_best_past_plateau_with_outliers),
       cmocka_unit_test(test_uncertainty_ignores_outlier),
       cmocka_unit_test(test_flat_jitter_keeps_start),

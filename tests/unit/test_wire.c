@@ -616,9 +616,10 @@ static void test_requests_sample(void **state) {
 
 /* MONITOR carries the live table to hkrun (issue 15). */
 /* The autotuner's change of settings rides near the end of a RESPONSES
- * (22 bytes when present, one flag byte when not), before the joiners
- * flag (the last byte); the decoder checks its number, threshold and
- * cycle time, and that the joiners flag is 0 or 1. */
+ * (23 bytes when present, one flag byte when not), before the joiners
+ * flag (the last byte); the decoder checks its number, threshold, cycle
+ * time, hierarchical and sockets per peer, and that the joiners flag is
+ * 0 or 1. */
 static void test_responses_tune(void **state) {
   (void)state;
   hk_buf b = {0};
@@ -647,17 +648,26 @@ static void test_responses_tune(void **state) {
   m.u.responses.tune = (hk_wire_tune){.seq = 3,
                                       .fusion_threshold = 4 << 20,
                                       .cycle_time_ms = 2.5,
-                                      .hierarchical = -1};
+                                      .hierarchical = -1,
+                                      .sockets_per_peer = 4};
   encode(&m, &b);
-  assert_int_equal(b.len, plain + 21);
+  assert_int_equal(b.len, plain + 22);
   assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_OK);
   assert_int_equal(d.u.responses.has_tune, 1);
   assert_int_equal(d.u.responses.tune.seq, 3);
   assert_int_equal(d.u.responses.tune.fusion_threshold, 4 << 20);
   assert_true(d.u.responses.tune.cycle_time_ms == 2.5);
   assert_int_equal(d.u.responses.tune.hierarchical, -1);
+  assert_int_equal(d.u.responses.tune.sockets_per_peer, 4);
   hk_msg_free(&d);
-  b.data[b.len - 2] = 3; /* hierarchical 2: no such setting */
+  b.data[b.len - 2] = 0; /* no sockets */
+  assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_ERR_PROTOCOL);
+  assert_non_null(
+      strstr(hk_last_error(), "tuned sockets per peer 0 is not 1 to 8"));
+  b.data[b.len - 2] = 9;
+  assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_ERR_PROTOCOL);
+  b.data[b.len - 2] = 4;
+  b.data[b.len - 3] = 3; /* hierarchical 2: no such setting */
   assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_ERR_PROTOCOL);
   assert_non_null(strstr(hk_last_error(), "tuned hierarchical allreduce"));
   for (size_t cut = plain; cut < b.len; cut++)
