@@ -3,7 +3,8 @@
 # (`hkbench --model M`): the step time with the defaults, with the setting
 # the autotuner chose (a tuning run saves it with --autotune-save, a
 # measuring run loads it with --autotune-load), and with every setting of
-# a grid of fusion thresholds x cycle times, measured the same way; then
+# a grid of fusion thresholds x cycle times (x sockets per peer, with
+# GRID_SOCKETS), measured the same way; then
 # the three side by side, the grid's best, and how many steps the tuning
 # took. Every setting is measured once per round, ROUNDS interleaved
 # rounds, and reported as the median over rounds. Asserts nothing. Run it
@@ -20,6 +21,8 @@
 #                          in them: its last line says so)
 #   GRID_MB="0 1 4 16 64 128"   fusion thresholds of the grid, MiB
 #   GRID_MS="0 1 5"        cycle times of the grid, ms
+#   GRID_SOCKETS=""        sockets per peer of the grid (HK_SOCKETS_PER_PEER;
+#                          empty: the defaults'); for jobs with TCP links
 #   HKRUN_ARGS=""          more hkrun flags for every run (-H, ...)
 #   ROUNDS=5               interleaved rounds of the measuring runs
 set -euo pipefail
@@ -27,6 +30,7 @@ cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build} NP=${NP:-2} MODEL=${MODEL:-resnet50}
 STEPS=${STEPS:-20} WARM=${WARM:-3} TUNE_STEPS=${TUNE_STEPS:-600}
 GRID_MB=${GRID_MB:-0 1 4 16 64 128} GRID_MS=${GRID_MS:-0 1 5}
+GRID_SOCKETS=${GRID_SOCKETS:-}
 HKRUN_ARGS=${HKRUN_ARGS:-}
 ROUNDS=${ROUNDS:-5}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/hk-autotune-bench.XXXXXX")
@@ -61,8 +65,12 @@ for r in $(seq 1 "$ROUNDS"); do
   step_ms --autotune-load "$tmp/tuned.env" >>"$tmp/tuned"
   for mb in $GRID_MB; do
     for ms in $GRID_MS; do
-      step_ms --fusion-threshold-mb "$mb" --cycle-time-ms "$ms" \
-        >>"$tmp/grid_${mb}_$ms"
+      for k in ${GRID_SOCKETS:--}; do
+        sk=()
+        [ "$k" = - ] || sk=(-x "HK_SOCKETS_PER_PEER=$k")
+        step_ms --fusion-threshold-mb "$mb" --cycle-time-ms "$ms" "${sk[@]}" \
+          >>"$tmp/grid_${mb}_${ms}_$k"
+      done
     done
   done
 done
@@ -73,12 +81,16 @@ best="" best_ms=""
 printf '%-28s %12s %10s\n' "setting" "step(ms)" "steps/s"
 for mb in $GRID_MB; do
   for ms in $GRID_MS; do
-    t=$(median <"$tmp/grid_${mb}_$ms")
-    printf '%-28s %12s %10s\n' "grid ${mb} MiB, ${ms} ms" "$t" "$(per_s "$t")"
-    if [ -n "$t" ] && { [ -z "$best_ms" ] ||
-      awk -v a="$t" -v b="$best_ms" 'BEGIN {exit !(a < b)}'; }; then
-      best_ms=$t best="${mb} MiB, ${ms} ms"
-    fi
+    for k in ${GRID_SOCKETS:--}; do
+      t=$(median <"$tmp/grid_${mb}_${ms}_$k")
+      what="${mb} MiB, ${ms} ms"
+      [ "$k" = - ] || what="$what, $k sockets"
+      printf '%-28s %12s %10s\n' "grid $what" "$t" "$(per_s "$t")"
+      if [ -n "$t" ] && { [ -z "$best_ms" ] ||
+        awk -v a="$t" -v b="$best_ms" 'BEGIN {exit !(a < b)}'; }; then
+        best_ms=$t best=$what
+      fi
+    done
   done
 done
 printf '%-28s %12s %10s\n' "defaults" "$defaults" "$(per_s "$defaults")"

@@ -69,7 +69,10 @@ hk_status hk_dev_run_staged(hk_dev_sched *s, hk_ring *ring, void *buf,
   hk_status st = grow_segs(s, nseg);
   if (st != HK_OK)
     return st;
-  size_t q = HK_DEV_SLOT_BYTES / (nseg * esz);
+  const size_t chunk = s->chunk_bytes && s->chunk_bytes < HK_DEV_SLOT_BYTES
+                           ? s->chunk_bytes
+                           : HK_DEV_SLOT_BYTES;
+  size_t q = chunk / (nseg * esz);
   q = q == 0 ? 1 : q > seglen ? seglen : q;
   const size_t nchunks = (seglen + q - 1) / q;
   uint8_t *dbuf = buf;

@@ -64,6 +64,10 @@ typedef struct hk_dev_sched {
   hk_dev_comm comm;       /* this host's ranks; NULL when they are 1 */
   int local_rank, local_size;
   uint8_t *slot[HK_DEV_SLOTS]; /* pinned, HK_DEV_SLOT_BYTES each */
+  size_t chunk_bytes;          /* staged: a chunk's bytes over all its segments
+                                  (HK_STAGING_CHUNK_BYTES; 0 or more than a slot:
+                                  HK_DEV_SLOT_BYTES). Every rank must use the same:
+                                  it decides the ring calls */
   hk_dev_event ev_d2h[HK_DEV_SLOTS], ev_h2d[HK_DEV_SLOTS];
   hk_dev_event ev_ready; /* scratch: stream -> copy streams */
   size_t *segs;          /* nseg + 1 offsets, grown on demand */

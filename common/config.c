@@ -151,6 +151,12 @@ static const tunable table[] = {
      * cuts its byte stream into HK_LINK_BLOCK_BYTES blocks sent round
      * robin (collectives/transport/link.h). 1: one plain connection, the
      * fastest on loopback; every rank must use the same value. */
+    {"HK_STAGING_CHUNK_BYTES", 4 << 20, 64 << 10, 4 << 20, "bytes",
+     "device tensors across hosts: a chunk of the staged schedule, which "
+     "copies it to pinned host memory, allreduces it over the ring and "
+     "copies it back, the three overlapping over 4 slots of 4 MiB; every "
+     "rank must use the same",
+     .offset = OFF(staging_chunk_bytes), .kind = HK_TUNABLE_SIZE},
     {"HK_SOCKETS_PER_PEER", 1, 1, 8, "sockets",
      "TCP connections between each pair of ranks; a transfer is striped "
      "over them in fixed blocks",

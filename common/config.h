@@ -30,34 +30,35 @@ typedef enum hk_intra_transport {
 } hk_intra_transport;
 
 typedef struct hk_config {
-  double cycle_time_ms;    /* HK_CYCLE_TIME_MS: the longest a batch may
-                              wait to grow, ms; 0 = never waits */
-  double timeout_s;        /* HK_TIMEOUT_S: a stuck transfer fails, s */
-  double start_timeout_s;  /* HK_START_TIMEOUT_S: rendezvous + connect, s */
-  size_t ring_chunk_bytes; /* HK_RING_CHUNK_BYTES: ring pipeline chunk */
-  size_t fusion_threshold; /* HK_FUSION_THRESHOLD: bytes, 0 = no fusion */
-  size_t fusion_direct;    /* HK_FUSION_DIRECT_BYTES: larger run alone;
-                              0 = auto, (size - 1) x 256 KiB */
-  size_t cache_capacity;   /* HK_CACHE_CAPACITY: tensors, 0 = no cache */
-  double stall_check_s;    /* HK_STALL_CHECK_TIME_S: warn after, 0 = off */
-  double stall_shutdown_s; /* HK_STALL_SHUTDOWN_TIME_S: abort after; 0 no */
-  size_t sockets_per_peer; /* HK_SOCKETS_PER_PEER: TCP connections per
-                              pair of ranks, 1..8; a link stripes over them */
-  int cross_transport;     /* HK_CROSS_TRANSPORT: hk_cross_transport */
-  int intra_transport;     /* HK_INTRA_TRANSPORT: hk_intra_transport */
-  size_t shm_slot_bytes;   /* HK_SHM_SLOT_BYTES: each rank's shared slot
-                              half (collectives/shm_group.h), bytes */
-  double net_gbit;         /* HK_NET_GBIT: each host's network, Gbit/s */
-  double spin_us;          /* HK_SPIN_US: poll before sleeping, us */
-  double burst_gap_us;     /* HK_BURST_GAP_US: a submit burst ends after
-                              this long without a submit, us; 0: no hold */
-  double burst_max_us;     /* HK_BURST_MAX_US: the longest a burst is held
-                              from its first submit, us */
-  int hierarchical;        /* HK_HIERARCHICAL_ALLREDUCE: 1, 0, -1 unset */
-  char allreduce_algo[16]; /* HK_ALLREDUCE_ALGO: "ring", "hierarchical",
-                              "rd", or "" (auto); lower case */
-  char topo_file[4096];    /* HK_TOPO_FILE: a server layout file
-                              (topology/), or "" */
+  double cycle_time_ms;       /* HK_CYCLE_TIME_MS: the longest a batch may
+                                 wait to grow, ms; 0 = never waits */
+  double timeout_s;           /* HK_TIMEOUT_S: a stuck transfer fails, s */
+  double start_timeout_s;     /* HK_START_TIMEOUT_S: rendezvous + connect, s */
+  size_t ring_chunk_bytes;    /* HK_RING_CHUNK_BYTES: ring pipeline chunk */
+  size_t fusion_threshold;    /* HK_FUSION_THRESHOLD: bytes, 0 = no fusion */
+  size_t fusion_direct;       /* HK_FUSION_DIRECT_BYTES: larger run alone;
+                                 0 = auto, (size - 1) x 256 KiB */
+  size_t cache_capacity;      /* HK_CACHE_CAPACITY: tensors, 0 = no cache */
+  double stall_check_s;       /* HK_STALL_CHECK_TIME_S: warn after, 0 = off */
+  double stall_shutdown_s;    /* HK_STALL_SHUTDOWN_TIME_S: abort after; 0 no */
+  size_t staging_chunk_bytes; /* HK_STAGING_CHUNK_BYTES: device staging */
+  size_t sockets_per_peer;    /* HK_SOCKETS_PER_PEER: TCP connections per
+                                 pair of ranks, 1..8; a link stripes over them */
+  int cross_transport;        /* HK_CROSS_TRANSPORT: hk_cross_transport */
+  int intra_transport;        /* HK_INTRA_TRANSPORT: hk_intra_transport */
+  size_t shm_slot_bytes;      /* HK_SHM_SLOT_BYTES: each rank's shared slot
+                                 half (collectives/shm_group.h), bytes */
+  double net_gbit;            /* HK_NET_GBIT: each host's network, Gbit/s */
+  double spin_us;             /* HK_SPIN_US: poll before sleeping, us */
+  double burst_gap_us;        /* HK_BURST_GAP_US: a submit burst ends after
+                                 this long without a submit, us; 0: no hold */
+  double burst_max_us;        /* HK_BURST_MAX_US: the longest a burst is held
+                                 from its first submit, us */
+  int hierarchical;           /* HK_HIERARCHICAL_ALLREDUCE: 1, 0, -1 unset */
+  char allreduce_algo[16];    /* HK_ALLREDUCE_ALGO: "ring", "hierarchical",
+                                 "rd", or "" (auto); lower case */
+  char topo_file[4096];       /* HK_TOPO_FILE: a server layout file
+                                 (topology/), or "" */
   /* set by hkrun for its workers */
   char rendezvous[320];     /* HK_RENDEZVOUS: hkrun's host:port, or "" */
   char secret[160];         /* HK_SECRET: the job's secret (hex), or "" */

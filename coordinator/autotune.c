@@ -18,11 +18,13 @@ static const double cyc_ladder[] = {0, 0.5, 1, 2, 5, 10};
 /* flat, the cost model's choice, hierarchical: auto sits between */
 static const int hier_ladder[] = {0, -1, 1};
 static const int sock_ladder[] = {1, 2, 4, 8};
+static const uint64_t stage_ladder[] = {MIB / 2, 1 * MIB, 2 * MIB, 4 * MIB};
 #define NTHR ((int)(sizeof thr_ladder / sizeof thr_ladder[0]))
 #define NCYC ((int)(sizeof cyc_ladder / sizeof cyc_ladder[0]))
 #define NHIER 3
 #define NSOCK ((int)(sizeof sock_ladder / sizeof sock_ladder[0]))
-#define NKNOB 4
+#define NSTAGE ((int)(sizeof stage_ladder / sizeof stage_ladder[0]))
+#define NKNOB 5
 #define MAX_PASSES 3
 #define MAX_SAMPLES 64
 /* The standard error of a median of n normal samples is about
@@ -54,11 +56,10 @@ struct hk_autotune {
   double acc, samples[MAX_SAMPLES];
   /* the search */
   int phase, knob, pass, pass_kept;
-  int rungs[NKNOB]; /* rungs searched along each knob (0: it keeps the
-                       start's value) */
-  int sockets;      /* the start's sockets per peer (kept when not
-                       searched) */
-  uint8_t measured[NTHR][NCYC][NHIER][NSOCK];
+  int rungs[NKNOB];      /* rungs searched along each knob (0: it keeps
+                            the start's value) */
+  hk_tune_setting start; /* the job's own setting */
+  uint8_t measured[NTHR][NCYC][NHIER][NSOCK][NSTAGE];
   long steps;
 };
 
@@ -66,7 +67,8 @@ int hk_tune_setting_equal(const hk_tune_setting *a, const hk_tune_setting *b) {
   return a->fusion_threshold == b->fusion_threshold &&
          a->cycle_time_ms == b->cycle_time_ms &&
          a->hierarchical == b->hierarchical &&
-         a->sockets_per_peer == b->sockets_per_peer;
+         a->sockets_per_peer == b->sockets_per_peer &&
+         a->staging_chunk_bytes == b->staging_chunk_bytes;
 }
 
 static int nearest_thr(uint64_t v) {
@@ -98,20 +100,41 @@ static int nearest_sock(int v) {
   return best;
 }
 
+/* The rung nearest to a staging chunk of v bytes. */
+static int nearest_stage(uint64_t v) {
+  int best = 0;
+  for (int i = 1; i < NSTAGE; i++) {
+    uint64_t d =
+        v > stage_ladder[i] ? v - stage_ladder[i] : stage_ladder[i] - v;
+    uint64_t e = v > stage_ladder[best] ? v - stage_ladder[best]
+                                        : stage_ladder[best] - v;
+    if (d < e)
+      best = i;
+  }
+  return best;
+}
+
 static void place(const hk_tune_setting *s, int pos[NKNOB]) {
   pos[0] = nearest_thr(s->fusion_threshold);
   pos[1] = nearest_cyc(s->cycle_time_ms);
   pos[2] = s->hierarchical < 0 ? 1 : s->hierarchical ? 2 : 0;
   pos[3] = nearest_sock(s->sockets_per_peer);
+  pos[4] = nearest_stage(s->staging_chunk_bytes);
 }
 
 /* The setting at rungs pos; a knob not searched keeps the start's value
- * (sockets: its rungs may not hold it; the other knobs' starts are
- * rungs or searched). */
+ * (which need not be a rung). */
 static hk_tune_setting at(const hk_autotune *t, const int pos[NKNOB]) {
-  return (hk_tune_setting){thr_ladder[pos[0]], cyc_ladder[pos[1]],
-                           hier_ladder[pos[2]],
-                           t->rungs[3] ? sock_ladder[pos[3]] : t->sockets};
+  hk_tune_setting s = t->start;
+  s.fusion_threshold = thr_ladder[pos[0]];
+  s.cycle_time_ms = cyc_ladder[pos[1]];
+  if (t->rungs[2])
+    s.hierarchical = hier_ladder[pos[2]];
+  if (t->rungs[3])
+    s.sockets_per_peer = sock_ladder[pos[3]];
+  if (t->rungs[4])
+    s.staging_chunk_bytes = stage_ladder[pos[4]];
+  return s;
 }
 
 /* Marks s measured when it is a rung of every ladder. */
@@ -120,7 +143,7 @@ static void mark(hk_autotune *t, const hk_tune_setting *s) {
   place(s, pos);
   hk_tune_setting r = at(t, pos);
   if (hk_tune_setting_equal(&r, s))
-    t->measured[pos[0]][pos[1]][pos[2]][pos[3]] = 1;
+    t->measured[pos[0]][pos[1]][pos[2]][pos[3]][pos[4]] = 1;
 }
 
 static void begin_trial(hk_autotune *t, const hk_tune_setting *s,
@@ -164,6 +187,9 @@ hk_status hk_autotune_create(const hk_tune_params *p,
                    "searched (at most %d)",
                    start->sockets_per_peer, p->max_sockets,
                    sock_ladder[NSOCK - 1]);
+  if (p->staging && start->staging_chunk_bytes == 0)
+    return hk_fail(HK_ERR_INVALID_ARG,
+                   "autotune: a staging chunk of 0 bytes to start from");
   hk_autotune *t = calloc(1, sizeof *t);
   if (!t)
     return hk_fail(HK_ERR_NOMEM, "cannot allocate the autotuner");
@@ -172,12 +198,13 @@ hk_status hk_autotune_create(const hk_tune_params *p,
     t->p.max_trials = HK_TUNE_MAX_TRIALS;
   t->best = -1;
   t->model = *model;
-  t->sockets = start->sockets_per_peer;
+  t->start = *start;
   t->rungs[0] = NTHR;
   t->rungs[1] = NCYC;
   t->rungs[2] = p->hierarchical ? NHIER : 0;
   for (int i = 0; p->max_sockets > 1 && i < NSOCK; i++)
     t->rungs[3] += sock_ladder[i] <= p->max_sockets;
+  t->rungs[4] = p->staging ? NSTAGE : 0;
   t->phase = PH_BASELINE;
   int pos[NKNOB];
   place(start, pos);
@@ -269,7 +296,7 @@ static int propose(hk_autotune *t, int c[NKNOB]) {
       for (int dir = 1; dir >= -1; dir -= 2) {
         memcpy(c, t->best_pos, NKNOB * sizeof *c);
         c[k] += dir * d;
-        if (c[k] >= 0 && c[k] < n && !t->measured[c[0]][c[1]][c[2]][c[3]])
+        if (c[k] >= 0 && c[k] < n && !t->measured[c[0]][c[1]][c[2]][c[3]][c[4]])
           return 1;
       }
     t->knob++;

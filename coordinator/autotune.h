@@ -1,7 +1,7 @@
 /*
  * autotune.h - the search of `hkrun --autotune`: which agreed settings
  * (fusion threshold, cycle time, hierarchical allreduce, sockets per
- * peer) a job runs next,
+ * peer, device staging chunk) a job runs next,
  * from the step times it measured so far. Pure logic: it is fed step times and
  * answers with the setting the next step should run; it does no I/O, reads no
  * clock and owns no thread (rank 0's background thread owns it: worker/tune.c
@@ -62,16 +62,18 @@
  * pass keeps nothing, or after `max_trials` trials; the job then runs the
  * best setting. One full pass over the threshold and cycle ladders from a
  * rung of both takes 1 + 1 + 8 + 5 = 15 trials (17 with the hierarchical
- * knob, 2 or 3 more with the sockets), within the default budget of 20
- * (the sockets come last: a budget spent before them leaves them at the
- * start's).
+ * knob, 2 or 3 more with the sockets, 3 with the staging chunk), within
+ * the default budget of 30 (the sockets and the chunk come last: a budget
+ * spent before them leaves them at the start's).
  *
  * Ladders: fusion threshold 0, 1, 2, 4, 8, 16, 32, 64, 128 MiB; cycle
  * time 0, 0.5, 1, 2, 5, 10 ms; hierarchical allreduce flat (0), the cost
  * model's choice (-1), always (1), searched only where the job allows
  * both (hk_tune_params.hierarchical); sockets per peer 1, 2, 4, 8, up to
  * hk_tune_params.max_sockets (the sockets the job's links have open),
- * searched only where that is more than 1, else the start's kept. A start
+ * searched only where that is more than 1, else the start's kept;
+ * staging chunk 0.5, 1, 2, 4 MiB, searched only where
+ * hk_tune_params.staging says device tensors are staged. A start
  * off the ladder is measured as it is and searched from the nearest rung.
  *
  * Thread-safety: none; one owner.
@@ -86,12 +88,14 @@
 
 /** The settings the tuner chooses between. */
 typedef struct hk_tune_setting {
-  uint64_t fusion_threshold; /* bytes (HK_FUSION_THRESHOLD) */
-  double cycle_time_ms;      /* ms (HK_CYCLE_TIME_MS) */
-  int hierarchical;          /* HK_HIERARCHICAL_ALLREDUCE: 1 always, 0
-                                never, -1 the cost model decides */
-  int sockets_per_peer;      /* TCP sockets a link's stream is striped
-                                over (HK_SOCKETS_PER_PEER), >= 1 */
+  uint64_t fusion_threshold;    /* bytes (HK_FUSION_THRESHOLD) */
+  double cycle_time_ms;         /* ms (HK_CYCLE_TIME_MS) */
+  int hierarchical;             /* HK_HIERARCHICAL_ALLREDUCE: 1 always, 0
+                                   never, -1 the cost model decides */
+  int sockets_per_peer;         /* TCP sockets a link's stream is striped
+                                   over (HK_SOCKETS_PER_PEER), >= 1 */
+  uint64_t staging_chunk_bytes; /* device tensors' staging chunk, bytes
+                                   (HK_STAGING_CHUNK_BYTES) */
 } hk_tune_setting;
 
 /** How a trial is measured and how long the search may run. */
@@ -110,6 +114,9 @@ typedef struct hk_tune_params {
                            many (the sockets the TCP links have open,
                            <= 8; the start must not exceed it); 0 or 1:
                            they keep the start's */
+  int staging;          /* 1: search the staging chunk too (device tensors
+                           cross hosts through host memory); 0: it keeps
+                           the start's */
 } hk_tune_params;
 
 /** One measured trial (for the log file and the final report). */

@@ -235,6 +235,7 @@ hk_status hk_wire_encode(const hk_msg *m, hk_buf *out) {
       put_f64(&w, m->u.responses.tune.cycle_time_ms);
       put_u8(&w, (uint8_t)(m->u.responses.tune.hierarchical + 1));
       put_u8(&w, m->u.responses.tune.sockets_per_peer);
+      put_u32(&w, m->u.responses.tune.staging_chunk_bytes);
     }
     put_u8(&w, m->u.responses.joiners);
     break;
@@ -744,6 +745,12 @@ static void decode_payload(reader *r, hk_msg *m) {
             t->sockets_per_peer >= 1 &&
                 t->sockets_per_peer <= HK_WIRE_MAX_STREAMS,
             "tuned sockets per peer %lld is not 1 to 8", t->sockets_per_peer);
+      t->staging_chunk_bytes = get_u32(r, "tuned staging chunk");
+      check(r,
+            t->staging_chunk_bytes >= 1 &&
+                t->staging_chunk_bytes <= HK_WIRE_MAX_TUNE_STAGING,
+            "tuned staging chunk of %lld bytes out of range",
+            t->staging_chunk_bytes);
     }
     m->u.responses.joiners = get_u8(r, "joiners flag");
     check(r, m->u.responses.joiners <= 1, "joiners flag %lld is not 0 or 1",

@@ -250,6 +250,7 @@ typedef struct hk_wire_peer {
  *  HK_FUSION_THRESHOLD table's bound) and cycle time (ms). */
 #define HK_WIRE_MAX_TUNE_THRESHOLD (1ull << 36)
 #define HK_WIRE_MAX_TUNE_CYCLE_MS 60000.0
+#define HK_WIRE_MAX_TUNE_STAGING (1u << 30)
 
 /**
  * A change of the agreed settings that rank 0's autotuner decided
@@ -261,13 +262,15 @@ typedef struct hk_wire_peer {
  * bytes.
  */
 typedef struct hk_wire_tune {
-  uint32_t seq;              /* 1, 2, ...: the change's number (>= 1) */
-  uint64_t fusion_threshold; /* bytes, <= HK_WIRE_MAX_TUNE_THRESHOLD */
-  double cycle_time_ms;      /* ms, 0..HK_WIRE_MAX_TUNE_CYCLE_MS */
-  int8_t hierarchical;       /* HK_HIERARCHICAL_ALLREDUCE: 1, 0, or -1
-                                (the cost model decides) */
-  uint8_t sockets_per_peer;  /* TCP sockets a link's stream is striped
-                                over, 1..HK_WIRE_MAX_STREAMS */
+  uint32_t seq;                 /* 1, 2, ...: the change's number (>= 1) */
+  uint64_t fusion_threshold;    /* bytes, <= HK_WIRE_MAX_TUNE_THRESHOLD */
+  double cycle_time_ms;         /* ms, 0..HK_WIRE_MAX_TUNE_CYCLE_MS */
+  int8_t hierarchical;          /* HK_HIERARCHICAL_ALLREDUCE: 1, 0, or -1
+                                   (the cost model decides) */
+  uint8_t sockets_per_peer;     /* TCP sockets a link's stream is striped
+                                   over, 1..HK_WIRE_MAX_STREAMS */
+  uint32_t staging_chunk_bytes; /* device staging chunk, bytes,
+                                   1..HK_WIRE_MAX_TUNE_STAGING */
 } hk_wire_tune;
 
 /** A decoded message. Arrays and reasons are owned by it: hk_msg_free. */

@@ -14,9 +14,9 @@
 #include "common/outfile.h"
 #include "common/status.h"
 
-static const char *const saved[] = {"HK_FUSION_THRESHOLD", "HK_CYCLE_TIME_MS",
-                                    "HK_HIERARCHICAL_ALLREDUCE",
-                                    "HK_SOCKETS_PER_PEER"};
+static const char *const saved[] = {
+    "HK_FUSION_THRESHOLD", "HK_CYCLE_TIME_MS", "HK_HIERARCHICAL_ALLREDUCE",
+    "HK_SOCKETS_PER_PEER", "HK_STAGING_CHUNK_BYTES"};
 
 /* Checks and sets NAME=value (line `no` of path). */
 static int set_one(const char *path, int no, char *line, hk_tuned_shown *shown,
@@ -39,7 +39,8 @@ static int set_one(const char *path, int no, char *line, hk_tuned_shown *shown,
     snprintf(err, cap,
              "'%s' line %d: '%.80s' is not a setting --autotune saves "
              "(HK_FUSION_THRESHOLD, HK_CYCLE_TIME_MS, "
-             "HK_HIERARCHICAL_ALLREDUCE, HK_SOCKETS_PER_PEER)",
+             "HK_HIERARCHICAL_ALLREDUCE, HK_SOCKETS_PER_PEER, "
+             "HK_STAGING_CHUNK_BYTES)",
              path, no, line);
     return -1;
   }

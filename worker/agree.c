@@ -30,6 +30,7 @@ static void record(const hk_ctx *ctx, char *r) {
   static const char *const intra[] = {"auto", "shm", "tcp"};
   ADD("HK_INTRA_TRANSPORT=%s\n", intra[ctx->cfg.intra_transport % 3]);
   ADD("HK_SHM_SLOT_BYTES=%zu\n", ctx->cfg.shm_slot_bytes);
+  ADD("HK_STAGING_CHUNK_BYTES=%zu\n", ctx->cfg.staging_chunk_bytes);
   /* (what auto resolves to needs no check: one host's ranks decide it
    * together, worker/intra.c, and only a one-host job's algorithm choice
    * depends on it, worker/algo.c) */

@@ -282,6 +282,7 @@ static void plane_init(hk_ctx *ctx, struct hk_devplane *g) {
   s->local_size = ctx->local_size;
   s->wait = dev_wait;
   s->wait_arg = &g->world;
+  s->chunk_bytes = ctx->cfg.staging_chunk_bytes;
   ctx->ar.dev = s;
   ctx->sets[0]->dev = &g->world;
   g->inflight = ctx->cfg.device_inflight < 1 ? 1
@@ -975,6 +976,13 @@ hk_status hk_devplane_set_open(hk_ctx *ctx, hk_set *s) {
   s->dev = ds;
   s->own_ar.dev = &ds->sched;
   return HK_OK;
+}
+
+void hk_devplane_set_staging(hk_ctx *ctx, hk_set *s, size_t bytes) {
+  (void)ctx;
+  if (s->dev) /* (the world's is the plane's own: sets opened later copy
+                 it) */
+    s->dev->sched.chunk_bytes = bytes;
 }
 
 void hk_devplane_set_close(hk_ctx *ctx, hk_set *s) {

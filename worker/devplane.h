@@ -172,6 +172,17 @@ hk_status hk_devplane_set_open(hk_ctx *ctx, hk_set *s);
 void hk_devplane_set_close(hk_ctx *ctx, hk_set *s);
 
 /**
+ * Process set s's staged schedules' chunk (bytes over all segments; 0 or
+ * more than a slot: HK_DEV_SLOT_BYTES) from its next device batch on
+ * (the world's also goes to sets opened later): how `--autotune` tries
+ * another HK_STAGING_CHUNK_BYTES. Every rank must call it for the same
+ * sets between the same two rounds (the chunks decide the ring calls).
+ * No-op for a set without a device communicator. Background thread;
+ * never fails.
+ */
+void hk_devplane_set_staging(hk_ctx *ctx, hk_set *s, size_t bytes);
+
+/**
  * Background thread: copies `bytes` between host and device memory (dst
  * or src device) on hk's stream, after h's producer event if h is not
  * NULL, and waits for it under the watchdog. For the collectives that

@@ -20,11 +20,12 @@
 #include "coordinator/autotune.h"
 #include "coordinator/cache.h"
 #include "worker/algo.h"
+#include "worker/devplane.h"
 #include "worker/sets.h"
 
 #define CSV_HEADER                                                             \
   "trial,fusion_threshold_bytes,cycle_time_ms,hierarchical,sockets_per_peer,"  \
-  "score_ms_per_step,uncertainty,samples,steps,kept\n"
+  "staging_chunk_bytes,score_ms_per_step,uncertainty,samples,steps,kept\n"
 
 /* Names kept while looking for the step's anchor: a job that has not
  * repeated a tensor after this many starts over. */
@@ -60,10 +61,12 @@ static int sockets_open(const hk_ctx *ctx) {
   return most;
 }
 
-/* "4 MiB" or "1000 bytes" into out. */
+/* "4 MiB", "512 KiB" or "1000 bytes" into out. */
 static const char *threshold_text(uint64_t b, char *out, size_t cap) {
   if (b % (1u << 20) == 0)
     snprintf(out, cap, "%llu MiB", (unsigned long long)(b >> 20));
+  else if (b % 1024 == 0)
+    snprintf(out, cap, "%llu KiB", (unsigned long long)(b >> 10));
   else
     snprintf(out, cap, "%llu bytes", (unsigned long long)b);
   return out;
@@ -77,9 +80,15 @@ static int sockets_searched(const hk_ctx *ctx) {
   return ctx->cfg.autotune_sockets > 1 && open > 1 ? open : 0;
 }
 
+/* 1 when the search tries the staging chunk: device tensors cross hosts
+ * through host memory (a device backend, several hosts). */
+static int staging_searched(const hk_ctx *ctx) {
+  return ctx->dev != NULL && ctx->cross_size > 1;
+}
+
 /* A setting as the log says it, into out: "fusion threshold 2 MiB, cycle
- * time 0 ms, hierarchical auto", then ", sockets per peer 4" where the
- * sockets are searched. */
+ * time 0 ms, hierarchical auto", then ", sockets per peer 4" and ",
+ * staging chunk 1 MiB" where those are searched. */
 static const char *setting_text(const hk_ctx *ctx, const hk_tune_setting *s,
                                 char *out, size_t cap) {
   char a[32];
@@ -88,8 +97,11 @@ static const char *setting_text(const hk_ctx *ctx, const hk_tune_setting *s,
                    threshold_text(s->fusion_threshold, a, sizeof a),
                    s->cycle_time_ms, hier_text(s->hierarchical));
   if (sockets_searched(ctx) && n >= 0 && (size_t)n < cap)
-    snprintf(out + n, cap - (size_t)n, ", sockets per peer %d",
-             s->sockets_per_peer);
+    n += snprintf(out + n, cap - (size_t)n, ", sockets per peer %d",
+                  s->sockets_per_peer);
+  if (staging_searched(ctx) && n >= 0 && (size_t)n < cap)
+    snprintf(out + n, cap - (size_t)n, ", staging chunk %s",
+             threshold_text(s->staging_chunk_bytes, a, sizeof a));
   return out;
 }
 
@@ -160,11 +172,13 @@ hk_status hk_tune_start(hk_ctx *ctx) {
                        * no algorithm is forced */
                       .hierarchical = ctx->have_hier && !c->allreduce_algo[0],
                       /* over the sockets the links opened for it */
-                      .max_sockets = sockets_open(ctx)};
+                      .max_sockets = sockets_open(ctx),
+                      .staging = staging_searched(ctx)};
   if (c->autotune_sockets <= 1)
     p.max_sockets = 0; /* (sockets_searched) */
-  T->start = (hk_tune_setting){c->fusion_threshold, c->cycle_time_ms,
-                               c->hierarchical, (int)c->sockets_per_peer};
+  T->start =
+      (hk_tune_setting){c->fusion_threshold, c->cycle_time_ms, c->hierarchical,
+                        (int)c->sockets_per_peer, c->staging_chunk_bytes};
   hk_tune_setting model = T->start;
   model.fusion_threshold = model_threshold(ctx);
   T->rng = 0x9e3779b97f4a7c15ull;
@@ -179,10 +193,14 @@ hk_status hk_tune_start(hk_ctx *ctx) {
   ctx->tune = T;
   if (ctx->generation > 0 && c->autotune_log[0])
     csv_continue(ctx, T);
-  char a[32], b[32], k[64] = "";
+  char a[32], b[32], k[128] = "";
+  int kn = 0;
   if (p.max_sockets > 1)
-    snprintf(k, sizeof k, ", sockets per peer %d (searched up to %d)",
-             T->start.sockets_per_peer, p.max_sockets);
+    kn = snprintf(k, sizeof k, ", sockets per peer %d (searched up to %d)",
+                  T->start.sockets_per_peer, p.max_sockets);
+  if (p.staging)
+    snprintf(k + kn, sizeof k - (size_t)kn, ", staging chunk %s (searched)",
+             threshold_text(T->start.staging_chunk_bytes, b, sizeof b));
   hk_log(HK_LOG_INFO,
          "autotune: starting from fusion threshold %s, cycle time %g ms, "
          "hierarchical %s (%s)%s; the cost model suggests fusion threshold %s",
@@ -205,11 +223,12 @@ static void log_trials(hk_ctx *ctx, struct hk_tune *T, int all) {
   for (; T->logged < n; T->logged++) {
     const hk_tune_trial *t = hk_autotune_trial(T->search, T->logged);
     char row[256], a[160];
-    int len = snprintf(row, sizeof row, "%d,%llu,%g,%s,%d,%.6f,%.6f,%d,%d,%d\n",
-                       T->logged, (unsigned long long)t->s.fusion_threshold,
-                       t->s.cycle_time_ms, hier_text(t->s.hierarchical),
-                       t->s.sockets_per_peer, t->score_s * 1e3, t->uncertainty,
-                       t->samples, t->steps, t->kept);
+    int len = snprintf(
+        row, sizeof row, "%d,%llu,%g,%s,%d,%llu,%.6f,%.6f,%d,%d,%d\n",
+        T->logged, (unsigned long long)t->s.fusion_threshold,
+        t->s.cycle_time_ms, hier_text(t->s.hierarchical), t->s.sockets_per_peer,
+        (unsigned long long)t->s.staging_chunk_bytes, t->score_s * 1e3,
+        t->uncertainty, t->samples, t->steps, t->kept);
     hk_buf_append(&T->csv, row, (size_t)len);
     hk_log(HK_LOG_INFO,
            "autotune: trial %d: %s: %.3f ms per step (+/- %.1f %%, %d "
@@ -260,6 +279,10 @@ static void report(hk_ctx *ctx, struct hk_tune *T) {
   if (sockets_searched(ctx))
     len += snprintf(text + len, sizeof text - (size_t)len,
                     "HK_SOCKETS_PER_PEER=%d\n", best->s.sockets_per_peer);
+  if (staging_searched(ctx))
+    len += snprintf(text + len, sizeof text - (size_t)len,
+                    "HK_STAGING_CHUNK_BYTES=%llu\n",
+                    (unsigned long long)best->s.staging_chunk_bytes);
   if (hk_outfile_replace(ctx->cfg.autotune_save, ctx->cfg.file_mode, text,
                          (size_t)len, HK_OUT_ATOMIC,
                          "HK_AUTOTUNE_SAVE") != HK_OK)
@@ -342,7 +365,8 @@ void hk_tune_round(hk_ctx *ctx, const hk_wire_response *rs, uint32_t n,
                      .fusion_threshold = next.fusion_threshold,
                      .cycle_time_ms = next.cycle_time_ms,
                      .hierarchical = (int8_t)next.hierarchical,
-                     .sockets_per_peer = (uint8_t)next.sockets_per_peer};
+                     .sockets_per_peer = (uint8_t)next.sockets_per_peer,
+                     .staging_chunk_bytes = (uint32_t)next.staging_chunk_bytes};
 }
 
 void hk_tune_other_round(hk_ctx *ctx, int set) {
@@ -374,8 +398,17 @@ hk_status hk_tune_apply(hk_ctx *ctx, const hk_wire_tune *t) {
        r++)
     st = hk_link_set_streams(&ctx->mesh.links[r], t->sockets_per_peer);
   ctx->cfg.sockets_per_peer = t->sockets_per_peer;
+  for (int32_t id = 0; t->staging_chunk_bytes != ctx->cfg.staging_chunk_bytes &&
+                       id < ctx->nsets;
+       id++) {
+    hk_set *set = hk_sets_live(ctx, id);
+    if (set)
+      hk_devplane_set_staging(ctx, set, t->staging_chunk_bytes);
+  }
+  ctx->cfg.staging_chunk_bytes = t->staging_chunk_bytes;
   const hk_tune_setting s = {t->fusion_threshold, t->cycle_time_ms,
-                             t->hierarchical, t->sockets_per_peer};
+                             t->hierarchical, t->sockets_per_peer,
+                             t->staging_chunk_bytes};
   char a[160], what[200];
   setting_text(ctx, &s, a, sizeof a);
   hk_log(HK_LOG_DEBUG,
@@ -398,6 +431,8 @@ void hk_tune_reset_settings(hk_config *cfg) {
     cfg->hierarchical = own.hierarchical;
   if (hk_config_load_var(&own, "HK_SOCKETS_PER_PEER") == HK_OK)
     cfg->sockets_per_peer = own.sockets_per_peer;
+  if (hk_config_load_var(&own, "HK_STAGING_CHUNK_BYTES") == HK_OK)
+    cfg->staging_chunk_bytes = own.staging_chunk_bytes;
 }
 
 void hk_tune_finish(hk_ctx *ctx) {

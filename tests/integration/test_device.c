@@ -128,11 +128,15 @@ static void test_hier_3x2(void **s) {
   run_mode(6, 2, env, "hier 0 1 7 30011", "hier", 280);
 }
 
-/* One GPU per host: the staged path, the flat ring's bits. */
+/* One GPU per host: the staged path, the flat ring's bits; also in
+ * 64 KiB staging chunks (HK_STAGING_CHUNK_BYTES: several chunks a
+ * tensor, all four slots in turn), which change no bit. */
 static void test_staged_one_gpu_per_host(void **s) {
   (void)s;
   char *env[] = {"HK_DEVICE=emu", NULL};
   run_mode(3, 1, env, "hier 0 1 4 20011", "hier", 280);
+  char *small[] = {"HK_DEVICE=emu", "HK_STAGING_CHUNK_BYTES=65536", NULL};
+  run_mode(3, 1, small, "hier 0 1 4 200011", "hier", 280);
 }
 
 static void test_fusion_300(void **s) {

@@ -136,16 +136,17 @@ static void test_converges_to_known_best(void **state) {
   assert_non_null(c);
   static const char header[] =
       "trial,fusion_threshold_bytes,cycle_time_ms,hierarchical,sockets_per_"
-      "peer,score_ms_per_step,uncertainty,samples,steps,kept\n0,0,0,auto,1,";
+      "peer,staging_chunk_bytes,score_ms_per_step,uncertainty,samples,steps,"
+      "kept\n0,0,0,auto,1,4194304,";
   const char *rows[] = {header,
-                        "\n1,1048576,0,auto,1,",
-                        "\n2,0,0,auto,1,",
-                        "\n3,2097152,0,auto,1,",
-                        "\n4,1048576,0,auto,1,",
-                        "\n5,4194304,0,auto,1,",
-                        "\n10,134217728,0,auto,1,",
-                        "\n11,2097152,0.5,auto,1,",
-                        "\n15,2097152,10,auto,1,"};
+                        "\n1,1048576,0,auto,1,4194304,",
+                        "\n2,0,0,auto,1,4194304,",
+                        "\n3,2097152,0,auto,1,4194304,",
+                        "\n4,1048576,0,auto,1,4194304,",
+                        "\n5,4194304,0,auto,1,4194304,",
+                        "\n10,134217728,0,auto,1,4194304,",
+                        "\n11,2097152,0.5,auto,1,4194304,",
+                        "\n15,2097152,10,auto,1,4194304,"};
   for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
     if (!strstr(c, rows[i]))
       fail_msg("'%s' not in the trials:\n%s", rows[i], c);
@@ -310,7 +311,8 @@ static void test_hierarchical_searched_where_it_applies(void **state) {
   /* the fifth field: one trial with 2 sockets and one with 4, neither
    * faster (the score is the fused groups') */
   if (hkt_count_lines(c, ",auto,2,") != 1 ||
-      hkt_count_lines(c, ",auto,4,") != 1 || !strstr(c, "\n0,0,0,auto,1,"))
+      hkt_count_lines(c, ",auto,4,") != 1 ||
+      !strstr(c, "\n0,0,0,auto,1,4194304,"))
     fail_msg("expected one trial each with 2 and 4 sockets:\n%s", c);
   free(c);
   hkt_result_free(&r);
@@ -361,12 +363,12 @@ static void test_noisy_score_does_not_flip_flop(void **state) {
   for (const char *row = strchr(c, '\n'); row && row[1];
        row = strchr(row + 1, '\n')) {
     int no, sockets, samples, steps, kept;
-    unsigned long long thr;
+    unsigned long long thr, chunk;
     double cyc, score, spread;
     char hier[8];
-    if (sscanf(row + 1, "%d,%llu,%lf,%7[^,],%d,%lf,%lf,%d,%d,%d", &no, &thr,
-               &cyc, hier, &sockets, &score, &spread, &samples, &steps,
-               &kept) != 10)
+    if (sscanf(row + 1, "%d,%llu,%lf,%7[^,],%d,%llu,%lf,%lf,%d,%d,%d", &no,
+               &thr, &cyc, hier, &sockets, &chunk, &score, &spread, &samples,
+               &steps, &kept) != 11)
       fail_msg("a malformed row:\n%s", c);
     if (spread > 0.02)
       assert_int_equal(samples, 6);
@@ -380,13 +382,14 @@ static void test_noisy_score_does_not_flip_flop(void **state) {
   for (const char *row = strchr(c, '\n'); row && row[1];
        row = strchr(row + 1, '\n')) {
     int no, sockets, samples, steps, kept;
-    unsigned long long thr;
+    unsigned long long thr, chunk;
     double cyc, score, u;
     char hier[8];
-    assert_int_equal(sscanf(row + 1, "%d,%llu,%lf,%7[^,],%d,%lf,%lf,%d,%d,%d",
-                            &no, &thr, &cyc, hier, &sockets, &score, &u,
+    assert_int_equal(sscanf(row + 1,
+                            "%d,%llu,%lf,%7[^,],%d,%llu,%lf,%lf,%d,%d,%d", &no,
+                            &thr, &cyc, hier, &sockets, &chunk, &score, &u,
                             &samples, &steps, &kept),
-                     10);
+                     11);
     const int is_two = thr == 2097152 && cyc == 0;
     if (two_kept && kept && !is_two)
       fail_msg("a trial after 2 MiB was kept:\n%s", c);
@@ -568,12 +571,12 @@ static void test_bad_values_refused(void **state) {
                   path,       W_TUNE, NULL};
   run_expect(load, NULL, 2, &r);
   char want[512];
-  snprintf(
-      want, sizeof want,
-      "hkrun: --autotune-load: '%s' line 3: 'HK_RING_CHUNK_BYTES' is "
-      "not a setting --autotune saves (HK_FUSION_THRESHOLD, "
-      "HK_CYCLE_TIME_MS, HK_HIERARCHICAL_ALLREDUCE, HK_SOCKETS_PER_PEER)\n",
-      path);
+  snprintf(want, sizeof want,
+           "hkrun: --autotune-load: '%s' line 3: 'HK_RING_CHUNK_BYTES' is "
+           "not a setting --autotune saves (HK_FUSION_THRESHOLD, "
+           "HK_CYCLE_TIME_MS, HK_HIERARCHICAL_ALLREDUCE, HK_SOCKETS_PER_PEER, "
+           "HK_STAGING_CHUNK_BYTES)\n",
+           path);
   assert_non_null(strstr(r.err, want));
   hkt_result_free(&r);
   f = fopen(path, "w");
@@ -633,7 +636,8 @@ static void test_load_refusals(void **state) {
   load_refused(text, (size_t)n,
                " line 2: 'HK_RING_CHUNK_BYTES' is not a setting --autotune "
                "saves (HK_FUSION_THRESHOLD, HK_CYCLE_TIME_MS, "
-               "HK_HIERARCHICAL_ALLREDUCE, HK_SOCKETS_PER_PEER)");
+               "HK_HIERARCHICAL_ALLREDUCE, HK_SOCKETS_PER_PEER, "
+               "HK_STAGING_CHUNK_BYTES)");
   const char empty[] = "HK_CYCLE_TIME_MS=1\nHK_FUSION_THRESHOLD=\n";
   load_refused(empty, sizeof empty - 1,
                " line 2: HK_FUSION_THRESHOLD= has no value");
@@ -798,7 +802,7 @@ static void test_save_then_load(void **state) {
                                 "MiB, cycle time 0 ms, hierarchical auto"));
   char *c = read_text(csv);
   assert_non_null(c);
-  assert_non_null(strstr(c, "\n0,2097152,0,auto,1,"));
+  assert_non_null(strstr(c, "\n0,2097152,0,auto,1,4194304,"));
   free(c);
   hkt_result_free(&r);
   /* a flag on the same command line wins over the file */

@@ -73,8 +73,8 @@ static const hk_tune_params params = {.warmup_steps = 2,
 
 static void test_converges_to_known_best(void **s) {
   (void)s;
-  run r = drive(&params, (hk_tune_setting){0, 2, -1, 1},
-                (hk_tune_setting){1 * MIB, 2, -1, 1}, 0);
+  run r = drive(&params, (hk_tune_setting){0, 2, -1, 1, 0},
+                (hk_tune_setting){1 * MIB, 2, -1, 1, 0}, 0);
   assert_int_equal(r.final.fusion_threshold, 8 * MIB);
   assert_true(r.final.cycle_time_ms == 0);
   /* baseline, model (1 MiB); the threshold line from the best, nearest
@@ -94,8 +94,8 @@ static void test_converges_to_known_best(void **s) {
 static void test_model_start_then_descends(void **s) {
   (void)s;
   hk_autotune *t;
-  hk_tune_setting start = {128 * MIB, 0, -1, 1}, model = {4 * MIB, 0, -1, 1},
-                  next;
+  hk_tune_setting start = {128 * MIB, 0, -1, 1, 0},
+                  model = {4 * MIB, 0, -1, 1, 0}, next;
   hk_tune_setting cur = start;
   assert_int_equal(hk_autotune_create(&params, &start, &model, &t), HK_OK);
   for (int i = 0; i < 10000 && !hk_autotune_done(t); i++)
@@ -114,7 +114,7 @@ static void test_model_start_then_descends(void **s) {
 static void test_flat_cost_keeps_start(void **s) {
   (void)s;
   hk_autotune *t;
-  hk_tune_setting start = {16 * MIB, 0, -1, 1}, next, cur = start;
+  hk_tune_setting start = {16 * MIB, 0, -1, 1, 0}, next, cur = start;
   assert_int_equal(hk_autotune_create(&params, &start, &start, &t), HK_OK);
   for (int i = 0; i < 10000 && !hk_autotune_done(t); i++)
     if (hk_autotune_step(t, 0.100 * (1 + 0.005 * (i % 2)), &next))
@@ -131,8 +131,8 @@ static void test_flat_cost_keeps_start(void **s) {
  * more), with a bounded number of changes and trials. */
 static void test_noise_does_not_flip_flop(void **s) {
   (void)s;
-  run r = drive(&params, (hk_tune_setting){0, 0, -1, 1},
-                (hk_tune_setting){0, 0, -1, 1}, 0.10);
+  run r = drive(&params, (hk_tune_setting){0, 0, -1, 1, 0},
+                (hk_tune_setting){0, 0, -1, 1, 0}, 0.10);
   assert_true(r.final.fusion_threshold >= 8 * MIB);
   assert_true(r.final.cycle_time_ms == 0);
   assert_true(r.changes <= r.ntrials);
@@ -145,8 +145,8 @@ static void test_trial_budget(void **s) {
   (void)s;
   hk_tune_params p = params;
   p.max_trials = 3;
-  run r = drive(&p, (hk_tune_setting){0, 0, -1, 1},
-                (hk_tune_setting){1 * MIB, 0, -1, 1}, 0);
+  run r = drive(&p, (hk_tune_setting){0, 0, -1, 1, 0},
+                (hk_tune_setting){1 * MIB, 0, -1, 1, 0}, 0);
   assert_int_equal(r.ntrials, 3);
   assert_int_equal(r.final.fusion_threshold, 1 * MIB);
 }
@@ -160,7 +160,8 @@ static void test_trial_budget(void **s) {
 static void test_load_drift_is_not_a_gain(void **s) {
   (void)s;
   hk_autotune *t;
-  hk_tune_setting start = {128 * MIB, 0, -1, 1}, model = {4 * MIB, 0, -1, 1};
+  hk_tune_setting start = {128 * MIB, 0, -1, 1, 0},
+                  model = {4 * MIB, 0, -1, 1, 0};
   hk_tune_setting cur = start, next;
   assert_int_equal(hk_autotune_create(&params, &start, &model, &t), HK_OK);
   for (int i = 0; i < 10000 && !hk_autotune_done(t); i++)
@@ -186,7 +187,7 @@ static hk_tune_setting search_hier(int allowed) {
   hk_tune_params p = params;
   p.hierarchical = allowed;
   hk_autotune *t;
-  hk_tune_setting start = {8 * MIB, 0, -1, 1}, cur = start, next;
+  hk_tune_setting start = {8 * MIB, 0, -1, 1, 0}, cur = start, next;
   assert_int_equal(hk_autotune_create(&p, &start, &start, &t), HK_OK);
   for (int i = 0; i < 10000 && !hk_autotune_done(t); i++)
     if (hk_autotune_step(t, hier_cost(&cur), &next))
@@ -222,7 +223,7 @@ static hk_tune_setting search_sockets(int max, int start_k, int *most) {
   hk_tune_params p = params;
   p.max_sockets = max;
   hk_autotune *t;
-  hk_tune_setting start = {8 * MIB, 0, -1, start_k}, cur = start, next;
+  hk_tune_setting start = {8 * MIB, 0, -1, start_k, 0}, cur = start, next;
   assert_int_equal(hk_autotune_create(&p, &start, &start, &t), HK_OK);
   for (int i = 0; i < 10000 && !hk_autotune_done(t); i++)
     if (hk_autotune_step(t, sock_cost(&cur), &next))
@@ -258,7 +259,7 @@ static void test_sockets_knob(void **s) {
   assert_int_equal(n0, 3);
   hk_autotune *t;
   hk_tune_params p = params;
-  hk_tune_setting bad = {0, 0, -1, 0};
+  hk_tune_setting bad = {0, 0, -1, 0, 0};
   assert_int_equal(hk_autotune_create(&p, &bad, &bad, &t), HK_ERR_INVALID_ARG);
   p.max_sockets = 2;
   bad.sockets_per_peer = 4; /* more than the links have open */
@@ -266,6 +267,63 @@ static void test_sockets_knob(void **s) {
   p.max_sockets = 9;
   bad.sockets_per_peer = 1;
   assert_int_equal(hk_autotune_create(&p, &bad, &bad, &t), HK_ERR_INVALID_ARG);
+}
+
+/* Device tensors staged across hosts: a chunk too small pays 0.5 ms per
+ * chunk of a 16 MiB step, one too large loses the overlap of the copies
+ * with the ring (5 ms per MiB over 1 MiB); best: 1 MiB (18 ms a step,
+ * against 19 at 2 MiB, 26 at 0.5 and 27 at 4). Searched only
+ * with params.staging; otherwise every trial keeps the start's 3 MiB,
+ * off the ladder. */
+static double stage_cost(const hk_tune_setting *s) {
+  double mib = (double)s->staging_chunk_bytes / MIB;
+  return model_cost(s) + 0.0005 * (16 / mib) +
+         (mib > 1 ? 0.005 * (mib - 1) : 0);
+}
+
+static hk_tune_setting search_staging(int on, uint64_t start_b, int *seen) {
+  hk_tune_params p = params;
+  p.staging = on;
+  hk_autotune *t;
+  hk_tune_setting start = {8 * MIB, 0, -1, 1, start_b}, cur = start, next;
+  assert_int_equal(hk_autotune_create(&p, &start, &start, &t), HK_OK);
+  for (int i = 0; i < 10000 && !hk_autotune_done(t); i++)
+    if (hk_autotune_step(t, stage_cost(&cur), &next))
+      cur = next;
+  assert_true(hk_autotune_done(t));
+  *seen = 0; /* the distinct chunks measured */
+  uint64_t was[8];
+  for (int i = 0; i < hk_autotune_ntrials(t); i++) {
+    uint64_t b = hk_autotune_trial(t, i)->s.staging_chunk_bytes;
+    int known = 0;
+    for (int j = 0; j < *seen; j++)
+      known |= was[j] == b;
+    if (!known && *seen < 8)
+      was[(*seen)++] = b;
+    assert_true(on || b == start_b);
+  }
+  hk_autotune_destroy(t);
+  return cur;
+}
+
+static void test_staging_knob(void **s) {
+  (void)s;
+  int seen_on, seen_off;
+  hk_tune_setting on = search_staging(1, 4 * MIB, &seen_on);
+  hk_tune_setting off = search_staging(0, 3 * MIB, &seen_off);
+  assert_int_equal(on.staging_chunk_bytes, 1 * MIB);
+  assert_int_equal(seen_on, 4); /* 4 MiB, then 2, 1 and 0.5 */
+  assert_int_equal(off.staging_chunk_bytes, 3 * MIB);
+  assert_int_equal(seen_off, 1);
+  hk_autotune *t;
+  hk_tune_params p = params;
+  p.staging = 1;
+  hk_tune_setting zero = {0, 0, -1, 1, 0};
+  assert_int_equal(hk_autotune_create(&p, &zero, &zero, &t),
+                   HK_ERR_INVALID_ARG);
+  p.staging = 0;
+  assert_int_equal(hk_autotune_create(&p, &zero, &zero, &t), HK_OK);
+  hk_autotune_destroy(t);
 }
 
 /* The measured failure, synthetically: the best threshold is 1 MiB (20
@@ -291,7 +349,7 @@ static void test_far_best_past_plateau_with_outliers(void **s) {
                       .max_trials = 20,
                       .spread = 0.02};
   hk_autotune *t;
-  hk_tune_setting start = {128 * MIB, 0, -1, 1}, cur = start, next;
+  hk_tune_setting start = {128 * MIB, 0, -1, 1, 0}, cur = start, next;
   assert_int_equal(hk_autotune_create(&p, &start, &start, &t), HK_OK);
   uint64_t x = 88172645463325252ull;
   int outliers = 0;
@@ -343,7 +401,7 @@ static void test_uncertainty_ignores_outlier(void **s) {
 static void test_flat_jitter_keeps_start(void **s) {
   (void)s;
   hk_autotune *t;
-  hk_tune_setting start = {128 * MIB, 0, -1, 1}, next, cur = start;
+  hk_tune_setting start = {128 * MIB, 0, -1, 1, 0}, next, cur = start;
   assert_int_equal(hk_autotune_create(&params, &start, &start, &t), HK_OK);
   uint64_t x = 88172645463325252ull;
   int changes = 0, kept = 0;
@@ -365,7 +423,7 @@ static void test_flat_jitter_keeps_start(void **s) {
 static void test_bad_params(void **s) {
   (void)s;
   hk_autotune *t;
-  hk_tune_setting z = {0, 0, -1, 1};
+  hk_tune_setting z = {0, 0, -1, 1, 0};
   hk_tune_params p = params;
   p.steps_per_sample = 0;
   assert_int_equal(hk_autotune_create(&p, &z, &z, &t), HK_ERR_INVALID_ARG);
@@ -389,6 +447,7 @@ int main(void) {
       cmocka_unit_test(test_load_drift_is_not_a_gain),
       cmocka_unit_test(test_hierarchical_knob),
       cmocka_unit_test(test_sockets_knob),
+      cmocka_unit_test(test_staging_knob),
       cmocka_unit_test(test_far_best_past_plateau_with_outliers),
       cmocka_unit_test(test_uncertainty_ignores_outlier),
       cmocka_unit_test(test_flat_jitter_keeps_start),

@@ -616,10 +616,10 @@ static void test_requests_sample(void **state) {
 
 /* MONITOR carries the live table to hkrun (issue 15). */
 /* The autotuner's change of settings rides near the end of a RESPONSES
- * (23 bytes when present, one flag byte when not), before the joiners
+ * (27 bytes when present, one flag byte when not), before the joiners
  * flag (the last byte); the decoder checks its number, threshold, cycle
- * time, hierarchical and sockets per peer, and that the joiners flag is
- * 0 or 1. */
+ * time, hierarchical, sockets per peer and staging chunk, and that the
+ * joiners flag is 0 or 1. */
 static void test_responses_tune(void **state) {
   (void)state;
   hk_buf b = {0};
@@ -649,9 +649,10 @@ static void test_responses_tune(void **state) {
                                       .fusion_threshold = 4 << 20,
                                       .cycle_time_ms = 2.5,
                                       .hierarchical = -1,
-                                      .sockets_per_peer = 4};
+                                      .sockets_per_peer = 4,
+                                      .staging_chunk_bytes = 1 << 20};
   encode(&m, &b);
-  assert_int_equal(b.len, plain + 22);
+  assert_int_equal(b.len, plain + 26);
   assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_OK);
   assert_int_equal(d.u.responses.has_tune, 1);
   assert_int_equal(d.u.responses.tune.seq, 3);
@@ -659,15 +660,26 @@ static void test_responses_tune(void **state) {
   assert_true(d.u.responses.tune.cycle_time_ms == 2.5);
   assert_int_equal(d.u.responses.tune.hierarchical, -1);
   assert_int_equal(d.u.responses.tune.sockets_per_peer, 4);
+  assert_int_equal(d.u.responses.tune.staging_chunk_bytes, 1 << 20);
   hk_msg_free(&d);
-  b.data[b.len - 2] = 0; /* no sockets */
+  b.data[b.len - 6] = 0; /* no sockets */
   assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_ERR_PROTOCOL);
   assert_non_null(
       strstr(hk_last_error(), "tuned sockets per peer 0 is not 1 to 8"));
-  b.data[b.len - 2] = 9;
+  b.data[b.len - 6] = 9;
   assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_ERR_PROTOCOL);
-  b.data[b.len - 2] = 4;
-  b.data[b.len - 3] = 3; /* hierarchical 2: no such setting */
+  b.data[b.len - 6] = 4;
+  m.u.responses.tune.staging_chunk_bytes = 0;
+  encode(&m, &b);
+  assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_ERR_PROTOCOL);
+  assert_non_null(
+      strstr(hk_last_error(), "tuned staging chunk of 0 bytes out of range"));
+  m.u.responses.tune.staging_chunk_bytes = HK_WIRE_MAX_TUNE_STAGING + 1;
+  encode(&m, &b);
+  assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_ERR_PROTOCOL);
+  m.u.responses.tune.staging_chunk_bytes = 1 << 20;
+  encode(&m, &b);
+  b.data[b.len - 7] = 3; /* hierarchical 2: no such setting */
   assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_ERR_PROTOCOL);
   assert_non_null(strstr(hk_last_error(), "tuned hierarchical allreduce"));
   for (size_t cut = plain; cut < b.len; cut++)
