@@ -25,6 +25,11 @@ static const uint64_t stage_ladder[] = {MIB / 2, 1 * MIB, 2 * MIB, 4 * MIB};
 #define NSOCK ((int)(sizeof sock_ladder / sizeof sock_ladder[0]))
 #define NSTAGE ((int)(sizeof stage_ladder / sizeof stage_ladder[0]))
 #define NKNOB 5
+/* The knobs in the order a pass walks them (indices of pos[]): the two
+ * that move the most bytes per second first (the fusion threshold, the
+ * sockets per peer: a capped connection can cost a factor of several),
+ * then the cycle time, hierarchical, the staging chunk. */
+static const int knob_order[NKNOB] = {0, 3, 1, 2, 4};
 #define MAX_PASSES 3
 #define MAX_SAMPLES 64
 /* The standard error of a median of n normal samples is about
@@ -291,7 +296,7 @@ static int propose(hk_autotune *t, int c[NKNOB]) {
       t->pass_kept = 0;
       t->knob = 0;
     }
-    const int k = t->knob, n = t->rungs[k];
+    const int k = knob_order[t->knob], n = t->rungs[k];
     for (int d = 1; d < n; d++)
       for (int dir = 1; dir >= -1; dir -= 2) {
         memcpy(c, t->best_pos, NKNOB * sizeof *c);

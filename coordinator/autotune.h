@@ -51,7 +51,9 @@
  *  1. trial 0 is the setting the job started with (the baseline, against
  *     which the gain is reported);
  *  2. trial 1 is the cost model's suggestion (`model`), when it differs;
- *  3. then each knob in turn, the other knobs at the best setting so far:
+ *  3. then each knob in turn (the fusion threshold, the sockets per peer,
+ *     the cycle time, hierarchical, the staging chunk), the other knobs
+ *     at the best setting so far:
  *     every rung of its ladder not measured yet, nearest to the best's
  *     rung first (upwards first at equal distance), whether or not the
  *     rungs before were kept, so a plateau between the start and the
@@ -63,8 +65,7 @@
  * best setting. One full pass over the threshold and cycle ladders from a
  * rung of both takes 1 + 1 + 8 + 5 = 15 trials (17 with the hierarchical
  * knob, 2 or 3 more with the sockets, 3 with the staging chunk), within
- * the default budget of 30 (the sockets and the chunk come last: a budget
- * spent before them leaves them at the start's).
+ * the default budget of 30.
  *
  * Ladders: fusion threshold 0, 1, 2, 4, 8, 16, 32, 64, 128 MiB; cycle
  * time 0, 0.5, 1, 2, 5, 10 ms; hierarchical allreduce flat (0), the cost

@@ -230,11 +230,21 @@ static hk_tune_setting search_sockets(int max, int start_k, int *most) {
       cur = next;
   assert_true(hk_autotune_done(t));
   *most = 0;
+  int first_k = -1, first_cyc = -1; /* the first trials that moved them */
   for (int i = 0; i < hk_autotune_ntrials(t); i++) {
-    int k = hk_autotune_trial(t, i)->s.sockets_per_peer;
+    const hk_tune_setting *x = &hk_autotune_trial(t, i)->s;
+    int k = x->sockets_per_peer;
     assert_true(max > 1 ? k >= 1 && k <= max : k == start_k);
     *most = k > *most ? k : *most;
+    if (first_k < 0 && k != start_k)
+      first_k = i;
+    if (first_cyc < 0 && x->cycle_time_ms != 0)
+      first_cyc = i;
   }
+  /* a pass walks the sockets right after the threshold, before the
+   * cycle time */
+  assert_true(first_cyc > 0);
+  assert_true(max <= 1 || (first_k > 0 && first_k < first_cyc));
   hk_autotune_destroy(t);
   return cur;
 }
