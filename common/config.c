@@ -145,18 +145,18 @@ static const tunable table[] = {
      "the job stops on every rank when a tensor stalls this long; 0: never",
      .offset = OFF(stall_shutdown_s), .kind = HK_TUNABLE_NUMBER,
      .alias = "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"},
-    /* NCCL_NSOCKS_PERTHREAD's idea: several TCP streams to one peer when
-     * one stream cannot fill the link (per-flow limits, one core per
-     * stream's interrupts, a large bandwidth-delay product). Each link
-     * cuts its byte stream into HK_LINK_BLOCK_BYTES blocks sent round
-     * robin (collectives/transport/link.h). 1: one plain connection, the
-     * fastest on loopback; every rank must use the same value. */
     {"HK_STAGING_CHUNK_BYTES", 4 << 20, 64 << 10, 4 << 20, "bytes",
      "device tensors across hosts: a chunk of the staged schedule, which "
      "copies it to pinned host memory, allreduces it over the ring and "
      "copies it back, the three overlapping over 4 slots of 4 MiB; every "
      "rank must use the same",
      .offset = OFF(staging_chunk_bytes), .kind = HK_TUNABLE_SIZE},
+    /* NCCL_NSOCKS_PERTHREAD's idea: several TCP streams to one peer when
+     * one stream cannot fill the link (per-flow limits, one core per
+     * stream's interrupts, a large bandwidth-delay product). Each link
+     * cuts its byte stream into HK_LINK_BLOCK_BYTES blocks sent round
+     * robin (collectives/transport/link.h). 1: one plain connection, the
+     * fastest on loopback; every rank must use the same value. */
     {"HK_SOCKETS_PER_PEER", 1, 1, 8, "sockets",
      "TCP connections between each pair of ranks; a transfer is striped "
      "over them in fixed blocks",
@@ -328,10 +328,10 @@ static const tunable table[] = {
         "score's uncertainty stays above HK_AUTOTUNE_SPREAD (at least 5 are "
         "taken, or all of them when fewer)"),
     INT("HK_AUTOTUNE_SOCKETS", 4, 1, 8, autotune_sockets, "4",
-        "with HK_AUTOTUNE: the most TCP sockets per peer the search tries "
-        "(1, 2, 4, 8 up to this) where the job has TCP links; each link "
-        "opens this many (or HK_SOCKETS_PER_PEER, the larger) and carries "
-        "its stream over the number in use; 1: not searched"),
+        "with HK_AUTOTUNE: where the job has TCP links, each opens this "
+        "many connections (or HK_SOCKETS_PER_PEER, the larger), carries its "
+        "stream over the number in use, and the search tries 1, 2, 4, 8 up "
+        "to the connections open; 1: the sockets are not searched"),
     INT("HK_AUTOTUNE_MAX_TRIALS", 30, 1, 64, autotune_max_trials, "30",
         "with HK_AUTOTUNE: the most trials the search runs (a full pass "
         "over the threshold and cycle-time ladders is 15, and each "

@@ -119,12 +119,18 @@ static int nearest_stage(uint64_t v) {
   return best;
 }
 
-static void place(const hk_tune_setting *s, int pos[NKNOB]) {
+/* s's rungs: the nearest of each ladder, among the rungs searched (7
+ * sockets with 7 open is rung 4, not 8). */
+static void place(const hk_autotune *t, const hk_tune_setting *s,
+                  int pos[NKNOB]) {
   pos[0] = nearest_thr(s->fusion_threshold);
   pos[1] = nearest_cyc(s->cycle_time_ms);
   pos[2] = s->hierarchical < 0 ? 1 : s->hierarchical ? 2 : 0;
   pos[3] = nearest_sock(s->sockets_per_peer);
   pos[4] = nearest_stage(s->staging_chunk_bytes);
+  for (int k = 0; k < NKNOB; k++)
+    if (t->rungs[k] > 0 && pos[k] >= t->rungs[k])
+      pos[k] = t->rungs[k] - 1;
 }
 
 /* The setting at rungs pos; a knob not searched keeps the start's value
@@ -145,7 +151,7 @@ static hk_tune_setting at(const hk_autotune *t, const int pos[NKNOB]) {
 /* Marks s measured when it is a rung of every ladder. */
 static void mark(hk_autotune *t, const hk_tune_setting *s) {
   int pos[NKNOB];
-  place(s, pos);
+  place(t, s, pos);
   hk_tune_setting r = at(t, pos);
   if (hk_tune_setting_equal(&r, s))
     t->measured[pos[0]][pos[1]][pos[2]][pos[3]][pos[4]] = 1;
@@ -212,7 +218,7 @@ hk_status hk_autotune_create(const hk_tune_params *p,
   t->rungs[4] = p->staging ? NSTAGE : 0;
   t->phase = PH_BASELINE;
   int pos[NKNOB];
-  place(start, pos);
+  place(t, start, pos);
   memcpy(t->best_pos, pos, sizeof pos);
   begin_trial(t, start, pos);
   *out = t;
@@ -359,7 +365,7 @@ static int end_trial(hk_autotune *t, hk_tune_setting *next) {
   if (more && t->phase == PH_BASELINE &&
       !hk_tune_setting_equal(&t->model, &t->cur)) {
     t->phase = PH_MODEL;
-    place(&t->model, c);
+    place(t, &t->model, c);
     begin_trial(t, &t->model, c);
     *next = t->cur;
     return 1;

@@ -164,6 +164,7 @@ hk_status hk_wire_encode(const hk_msg *m, hk_buf *out) {
     put_u8(&w, m->u.hello.channel);
     put_u8(&w, m->u.hello.stream);
     put_u8(&w, m->u.hello.streams);
+    put_u8(&w, m->u.hello.stripes);
     break;
   case HK_MSG_GOODBYE:
     put_i32(&w, m->u.goodbye.rank);
@@ -584,6 +585,10 @@ static void decode_payload(reader *r, hk_msg *m) {
         "stream count %lld out of range", m->u.hello.streams);
     check(r, m->u.hello.stream < m->u.hello.streams,
           "stream index %lld is not below the stream count", m->u.hello.stream);
+    m->u.hello.stripes = get_u8(r, "stripe count");
+    check(r,
+          m->u.hello.stripes >= 1 && m->u.hello.stripes <= m->u.hello.streams,
+          "stripe count %lld is not 1 to the stream count", m->u.hello.stripes);
     break;
   case HK_MSG_GOODBYE:
     m->u.goodbye.rank = get_i32(r, "rank");

@@ -25,13 +25,14 @@
 #include "hk/hk.h"
 
 #define HK_WIRE_VERSION                                                        \
-  12 /* 3: HK_MSG_GOODBYE; 4: RESPONSES.answer; 5: request memory kind;        \
+  13 /* 3: HK_MSG_GOODBYE; 4: RESPONSES.answer; 5: request memory kind;        \
         6: REQUESTS.sample (telemetry), HK_MSG_MONITOR; 7: request process     \
         set and shape; 8: process sets: RESPONSES.set, each cache bit's set    \
         in REQUESTS, HK_COLL_SET_ADD and HK_COLL_SET_REMOVE; 9: HK_MSG_RESET;  \
         10: RESPONSES.tune (the autotuner's agreed settings); 11: HK_MSG_AGENT \
         and HK_MSG_EXIT (multi-host elastic agents); 12: HK_MSG_JOIN and       \
-        RESPONSES.joiners (workers joining an elastic job) */
+        RESPONSES.joiners (workers joining an elastic job); 13: HELLO.stripes, \
+        RESPONSES.tune's sockets per peer and staging chunk */
 #define HK_WIRE_HEADER_LEN 8
 #define HK_WIRE_MAX_PAYLOAD (64u << 20) /* bytes */
 #define HK_WIRE_MAX_HOST_LEN 255        /* bytes, excluding NUL */
@@ -258,8 +259,8 @@ typedef struct hk_wire_peer {
  * tensors: every rank applies it before it runs that RESPONSES, so every
  * rank switches at the same round and no round runs with mixed settings.
  * On the wire after the responses: u8 has_tune, then (when 1) u32 seq,
- * u64 fusion_threshold, f64 cycle_time_ms, u8 hierarchical + 1: 22
- * bytes.
+ * u64 fusion_threshold, f64 cycle_time_ms, u8 hierarchical + 1, u8
+ * sockets_per_peer, u32 staging_chunk_bytes: 27 bytes.
  */
 typedef struct hk_wire_tune {
   uint32_t seq;                 /* 1, 2, ...: the change's number (>= 1) */
@@ -298,7 +299,10 @@ typedef struct hk_msg {
       uint8_t stream;  /* DATA: which of the pair's connections this is,
                           0 <= stream < streams; CONTROL: 0 */
       uint8_t streams; /* DATA: connections the sender opens to each peer
-                          (its HK_SOCKETS_PER_PEER), 1..HK_WIRE_MAX_STREAMS;
+                          (its HK_SOCKETS_PER_PEER, or more for
+                          --autotune), 1..HK_WIRE_MAX_STREAMS; CONTROL: 1 */
+      uint8_t stripes; /* DATA: how many of them its links carry their
+                          stream over (HK_SOCKETS_PER_PEER), 1..streams;
                           CONTROL: 1 */
     } hello;
     struct {

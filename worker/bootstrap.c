@@ -114,6 +114,17 @@ static hk_status accept_one(hk_ctx *ctx, hk_tcp_gate *g, data_plan *d,
     hk_msg_free(&m);
     return st;
   }
+  if (ok && m.u.hello.channel == HK_CHANNEL_DATA &&
+      m.u.hello.stripes != ctx->cfg.sockets_per_peer) {
+    close(fd);
+    st = hk_fail(HK_ERR_CONFIG,
+                 "rank %d carries each link's stream over %u connection(s) "
+                 "but HK_SOCKETS_PER_PEER=%zu here: every rank must use the "
+                 "same value",
+                 r, m.u.hello.stripes, ctx->cfg.sockets_per_peer);
+    hk_msg_free(&m);
+    return st;
+  }
   if (ok && m.u.hello.channel == HK_CHANNEL_DATA) {
     ok = r < ctx->rank && tcp_to(ctx, d, r) && d->fds[r * d->k + s] < 0;
     if (ok)
@@ -170,6 +181,8 @@ static hk_status connect_peer(hk_ctx *ctx, const hk_wire_peer *peer, int rank,
   hello.u.hello.channel = (uint8_t)channel;
   hello.u.hello.stream = (uint8_t)stream;
   hello.u.hello.streams = (uint8_t)streams;
+  hello.u.hello.stripes =
+      (uint8_t)(channel == HK_CHANNEL_DATA ? ctx->cfg.sockets_per_peer : 1);
   hk_buf scratch = {0};
   st = hk_channel_send(*fd, &hello, &scratch, &ctx->io, who);
   hk_buf_free(&scratch);

@@ -151,6 +151,25 @@ static void test_three_sockets_per_peer(void **s) {
     fail_msg("stderr:\n%s", r.err);
   assert_true(r.elapsed_s < 30);
   hkt_result_free(&r);
+  /* with --autotune both open HK_AUTOTUNE_SOCKETS (4) connections, but
+   * would stripe over 1 and 2 of them: refused the same way */
+  char *striped[] = {HKRUN_PATH,
+                     "-np",
+                     "2",
+                     "sh",
+                     "-c",
+                     "HK_AUTOTUNE=1 HK_SOCKETS_PER_PEER=$((HK_RANK + 1)) exec "
+                     "\"$0\"",
+                     W("w_collectives"),
+                     NULL};
+  assert_int_equal(hkt_run(striped, NULL, 60, &r), 0);
+  assert_int_not_equal(r.exit_code, 0);
+  if (!strstr(r.err, "rank 0 carries each link's stream over 1 "
+                     "connection(s) but HK_SOCKETS_PER_PEER=2 here: every "
+                     "rank must use the same value"))
+    fail_msg("stderr:\n%s", r.err);
+  assert_true(r.elapsed_s < 30);
+  hkt_result_free(&r);
   assert_int_equal(hkt_orphans(NULL, 0), 0);
 }
 

@@ -260,6 +260,12 @@ static void test_sockets_knob(void **s) {
   assert_int_equal(k4.sockets_per_peer, 4);
   assert_int_equal(k2.sockets_per_peer, 2);
   assert_int_equal(k0.sockets_per_peer, 3);
+  /* a start off the ladder above the top rung searched (7 of 7 open):
+   * measured as it is, searched from 4, never 8 */
+  int n7;
+  hk_tune_setting k7 = search_sockets(7, 7, &n7);
+  assert_int_equal(n7, 7);
+  assert_int_equal(k7.sockets_per_peer, 4);
   assert_int_equal(k8.fusion_threshold, 8 * MIB);
   assert_true(k8.cycle_time_ms == 0);
   /* the top rung is measured (the search walks the whole line) */

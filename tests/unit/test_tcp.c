@@ -42,6 +42,7 @@ static void *client_main(void *p) {
     hello.u.hello.rank = 7;
     hello.u.hello.channel = HK_CHANNEL_DATA;
     hello.u.hello.streams = 1;
+    hello.u.hello.stripes = 1;
     hk_buf scratch = {0};
     c->st = hk_channel_send(c->fd, &hello, &scratch, &io, "the server");
     hk_buf_free(&scratch);

@@ -259,8 +259,9 @@ static void test_small_messages_roundtrip(void **state) {
   hk_buf_free(&b);
 }
 
-/* HELLO names the data connection's stream (HK_SOCKETS_PER_PEER); the
- * decoder bounds the index by the count and the count by the limit. */
+/* HELLO names the data connection's stream (HK_SOCKETS_PER_PEER) and the
+ * stripes the sender's links use; the decoder bounds the index by the
+ * count, the count by the limit and the stripes by the count. */
 static void test_hello_streams(void **state) {
   (void)state;
   hk_buf b = {0};
@@ -270,27 +271,32 @@ static void test_hello_streams(void **state) {
   h.u.hello.channel = HK_CHANNEL_DATA;
   h.u.hello.stream = 2;
   h.u.hello.streams = 3;
+  h.u.hello.stripes = 2;
   encode(&h, &b);
-  assert_int_equal(b.len, HK_WIRE_HEADER_LEN + 7);
+  assert_int_equal(b.len, HK_WIRE_HEADER_LEN + 8);
   assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_OK);
   assert_int_equal(d.u.hello.rank, 5);
   assert_int_equal(d.u.hello.channel, HK_CHANNEL_DATA);
   assert_int_equal(d.u.hello.stream, 2);
   assert_int_equal(d.u.hello.streams, 3);
+  assert_int_equal(d.u.hello.stripes, 2);
   hk_msg_free(&d);
   const struct {
-    uint8_t channel, stream, streams;
+    uint8_t channel, stream, streams, stripes;
     const char *needle;
   } bad[] = {
-      {HK_CHANNEL_DATA, 3, 3, "stream index 3 is not below"},
-      {HK_CHANNEL_DATA, 0, 0, "stream count 0 out of range"},
-      {HK_CHANNEL_DATA, 0, HK_WIRE_MAX_STREAMS + 1, "stream count 9"},
-      {HK_CHANNEL_CONTROL, 0, 2, "stream count 2 out of range"},
+      {HK_CHANNEL_DATA, 3, 3, 1, "stream index 3 is not below"},
+      {HK_CHANNEL_DATA, 0, 0, 1, "stream count 0 out of range"},
+      {HK_CHANNEL_DATA, 0, HK_WIRE_MAX_STREAMS + 1, 1, "stream count 9"},
+      {HK_CHANNEL_CONTROL, 0, 2, 1, "stream count 2 out of range"},
+      {HK_CHANNEL_DATA, 0, 2, 0, "stripe count 0 is not 1 to the stream"},
+      {HK_CHANNEL_DATA, 0, 2, 3, "stripe count 3 is not 1 to the stream"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     h.u.hello.channel = bad[i].channel;
     h.u.hello.stream = bad[i].stream;
     h.u.hello.streams = bad[i].streams;
+    h.u.hello.stripes = bad[i].stripes;
     encode(&h, &b);
     assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_ERR_PROTOCOL);
     if (!strstr(hk_last_error(), bad[i].needle))
@@ -299,9 +305,10 @@ static void test_hello_streams(void **state) {
   /* a HELLO of the old length (no stream fields) is truncated */
   h.u.hello.stream = 0;
   h.u.hello.streams = 1;
+  h.u.hello.stripes = 1;
   encode(&h, &b);
-  b.data[4] -= 2;
-  assert_int_equal(hk_wire_decode(b.data, b.len - 2, &d), HK_ERR_PROTOCOL);
+  b.data[4] -= 3;
+  assert_int_equal(hk_wire_decode(b.data, b.len - 3, &d), HK_ERR_PROTOCOL);
   hk_buf_free(&b);
 }
 
