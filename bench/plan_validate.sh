@@ -8,7 +8,9 @@
 # --step-s C/1000 --bwd-frac 1 --server cpu:R --servers H --net G`, or
 # with NET=measured `--net-bench` of an hkbench sweep between two of the
 # bed's hosts (one rank each) at that rate, run in the bed before its
-# cases, as a user would measure two candidate servers.
+# cases, as a user would measure two candidate servers; with NET=cluster
+# the sweep runs across all of the bed's hosts (one rank each), as a user
+# would measure the servers rented, the same ones the job will run on.
 # Prints one row per case (measured = hkbench's median step) and at the
 # end the median absolute error and the worst case. Needs root, iproute2,
 # Open MPI (hkrun -H runs mpirun) and a build with hkrun, hkbench, hkplan.
@@ -27,6 +29,8 @@
 #   LIMIT=900                 seconds one run may take
 #   NET=given                 given: --net at the shaped rate; measured:
 #                             --net-bench of the sweep (raw/sweep_*.csv)
+#                             between two hosts; cluster: of a sweep across
+#                             every host of the bed
 #   OUT=$BUILD/plan-validate  rows.txt and every run's output (raw/)
 set -euo pipefail
 
@@ -67,10 +71,15 @@ if [ -n "${NETBED_DIR:-}" ]; then
   H=${#hosts[@]}
   G=$(gbit_of "$PV_RATE")
   net=(--net "$G")
-  if [ "$NET" = measured ]; then # two hosts, one rank each: the sweep
+  if [ "$NET" = measured ] || [ "$NET" = cluster ]; then # one rank a host
     sweep="$OUT/raw/sweep_h${H}_${PV_RATE}.csv"
-    timeout --kill-after=10 "$LIMIT" "$BUILD/hkrun" -np 2 \
-      -H "${hosts[0]}:1,${hosts[1]}:1" --no-tag-output \
+    n=2 swept="${hosts[0]}:1,${hosts[1]}:1"
+    if [ "$NET" = cluster ]; then
+      n=$H swept=""
+      for h in "${hosts[@]}"; do swept="$swept${swept:+,}$h:1"; done
+    fi
+    timeout --kill-after=10 "$LIMIT" "$BUILD/hkrun" -np "$n" \
+      -H "$swept" --no-tag-output \
       --network-interface "$NETBED_SUBNET" --mpi-args "${agent_args[*]}" -- \
       "$BUILD/hkbench" -b 8 -e 64M -f 4 -n 20 -w 3 --csv "$sweep" \
       >"$OUT/raw/sweep_h${H}_${PV_RATE}.txt" 2>&1 ||
