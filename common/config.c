@@ -332,6 +332,10 @@ static const tunable table[] = {
         "many connections (or HK_SOCKETS_PER_PEER, the larger), carries its "
         "stream over the number in use, and the search tries 1, 2, 4, 8 up "
         "to the connections open; 1: the sockets are not searched"),
+    INT("HK_AUTOTUNE_COMPRESSION", 0, 0, 1, autotune_compression, "0",
+        "with HK_AUTOTUNE: 1 lets the search try HK_COMPRESSION none, fp16 "
+        "and bf16 where float32 tensors are on a device (it changes the "
+        "results; hkrun --autotune-compression)"),
     INT("HK_AUTOTUNE_MAX_TRIALS", 30, 1, 64, autotune_max_trials, "30",
         "with HK_AUTOTUNE: the most trials the search runs (a full pass "
         "over the threshold and cycle-time ladders is 15, and each "

@@ -131,6 +131,8 @@ typedef struct hk_config {
   int autotune_max_trials;  /* HK_AUTOTUNE_MAX_TRIALS: the search's */
   int autotune_sockets;     /* HK_AUTOTUNE_SOCKETS: the most sockets per
                                peer tried (and opened) */
+  int autotune_compression; /* HK_AUTOTUNE_COMPRESSION: 1 = compression
+                               is searched too */
   double autotune_spread;   /* HK_AUTOTUNE_SPREAD: uncertainty bound */
   double test_tune_cost_s;  /* HK_TEST_TUNE_GROUP_COST_S: tests only: each
                                fused group adds this to rank 0's measured

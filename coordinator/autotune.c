@@ -19,17 +19,20 @@ static const double cyc_ladder[] = {0, 0.5, 1, 2, 5, 10};
 static const int hier_ladder[] = {0, -1, 1};
 static const int sock_ladder[] = {1, 2, 4, 8};
 static const uint64_t stage_ladder[] = {MIB / 2, 1 * MIB, 2 * MIB, 4 * MIB};
+/* HK_COMPRESSION none, fp16, bf16 (hk_compression's values) */
+static const int comp_ladder[] = {0, 1, 2};
 #define NTHR ((int)(sizeof thr_ladder / sizeof thr_ladder[0]))
 #define NCYC ((int)(sizeof cyc_ladder / sizeof cyc_ladder[0]))
 #define NHIER 3
 #define NSOCK ((int)(sizeof sock_ladder / sizeof sock_ladder[0]))
 #define NSTAGE ((int)(sizeof stage_ladder / sizeof stage_ladder[0]))
-#define NKNOB 5
+#define NCOMP 3
+#define NKNOB 6
 /* The knobs in the order a pass walks them (indices of pos[]): the two
  * that move the most bytes per second first (the fusion threshold, the
  * sockets per peer: a capped connection can cost a factor of several),
- * then the cycle time, hierarchical, the staging chunk. */
-static const int knob_order[NKNOB] = {0, 3, 1, 2, 4};
+ * then the cycle time, hierarchical, the staging chunk, compression. */
+static const int knob_order[NKNOB] = {0, 3, 1, 2, 4, 5};
 #define MAX_PASSES 3
 #define MAX_SAMPLES 64
 /* The standard error of a median of n normal samples is about
@@ -64,7 +67,7 @@ struct hk_autotune {
   int rungs[NKNOB];      /* rungs searched along each knob (0: it keeps
                             the start's value) */
   hk_tune_setting start; /* the job's own setting */
-  uint8_t measured[NTHR][NCYC][NHIER][NSOCK][NSTAGE];
+  uint8_t measured[NTHR][NCYC][NHIER][NSOCK][NSTAGE][NCOMP];
   long steps;
 };
 
@@ -73,7 +76,8 @@ int hk_tune_setting_equal(const hk_tune_setting *a, const hk_tune_setting *b) {
          a->cycle_time_ms == b->cycle_time_ms &&
          a->hierarchical == b->hierarchical &&
          a->sockets_per_peer == b->sockets_per_peer &&
-         a->staging_chunk_bytes == b->staging_chunk_bytes;
+         a->staging_chunk_bytes == b->staging_chunk_bytes &&
+         a->compression == b->compression;
 }
 
 static int nearest_thr(uint64_t v) {
@@ -128,6 +132,7 @@ static void place(const hk_autotune *t, const hk_tune_setting *s,
   pos[2] = s->hierarchical < 0 ? 1 : s->hierarchical ? 2 : 0;
   pos[3] = nearest_sock(s->sockets_per_peer);
   pos[4] = nearest_stage(s->staging_chunk_bytes);
+  pos[5] = s->compression >= 0 && s->compression < NCOMP ? s->compression : 0;
   for (int k = 0; k < NKNOB; k++)
     if (t->rungs[k] > 0 && pos[k] >= t->rungs[k])
       pos[k] = t->rungs[k] - 1;
@@ -145,6 +150,8 @@ static hk_tune_setting at(const hk_autotune *t, const int pos[NKNOB]) {
     s.sockets_per_peer = sock_ladder[pos[3]];
   if (t->rungs[4])
     s.staging_chunk_bytes = stage_ladder[pos[4]];
+  if (t->rungs[5])
+    s.compression = comp_ladder[pos[5]];
   return s;
 }
 
@@ -154,7 +161,7 @@ static void mark(hk_autotune *t, const hk_tune_setting *s) {
   place(t, s, pos);
   hk_tune_setting r = at(t, pos);
   if (hk_tune_setting_equal(&r, s))
-    t->measured[pos[0]][pos[1]][pos[2]][pos[3]][pos[4]] = 1;
+    t->measured[pos[0]][pos[1]][pos[2]][pos[3]][pos[4]][pos[5]] = 1;
 }
 
 static void begin_trial(hk_autotune *t, const hk_tune_setting *s,
@@ -216,6 +223,7 @@ hk_status hk_autotune_create(const hk_tune_params *p,
   for (int i = 0; p->max_sockets > 1 && i < NSOCK; i++)
     t->rungs[3] += sock_ladder[i] <= p->max_sockets;
   t->rungs[4] = p->staging ? NSTAGE : 0;
+  t->rungs[5] = p->compression ? NCOMP : 0;
   t->phase = PH_BASELINE;
   int pos[NKNOB];
   place(t, start, pos);
@@ -307,7 +315,8 @@ static int propose(hk_autotune *t, int c[NKNOB]) {
       for (int dir = 1; dir >= -1; dir -= 2) {
         memcpy(c, t->best_pos, NKNOB * sizeof *c);
         c[k] += dir * d;
-        if (c[k] >= 0 && c[k] < n && !t->measured[c[0]][c[1]][c[2]][c[3]][c[4]])
+        if (c[k] >= 0 && c[k] < n &&
+            !t->measured[c[0]][c[1]][c[2]][c[3]][c[4]][c[5]])
           return 1;
       }
     t->knob++;

@@ -1,7 +1,7 @@
 /*
  * autotune.h - the search of `hkrun --autotune`: which agreed settings
  * (fusion threshold, cycle time, hierarchical allreduce, sockets per
- * peer, device staging chunk) a job runs next,
+ * peer, device staging chunk, compression) a job runs next,
  * from the step times it measured so far. Pure logic: it is fed step times and
  * answers with the setting the next step should run; it does no I/O, reads no
  * clock and owns no thread (rank 0's background thread owns it: worker/tune.c
@@ -52,7 +52,8 @@
  *     which the gain is reported);
  *  2. trial 1 is the cost model's suggestion (`model`), when it differs;
  *  3. then each knob in turn (the fusion threshold, the sockets per peer,
- *     the cycle time, hierarchical, the staging chunk), the other knobs
+ *     the cycle time, hierarchical, the staging chunk, compression), the
+ *     other knobs
  *     at the best setting so far:
  *     every rung of its ladder not measured yet, nearest to the best's
  *     rung first (upwards first at equal distance), whether or not the
@@ -64,8 +65,8 @@
  * pass keeps nothing, or after `max_trials` trials; the job then runs the
  * best setting. One full pass over the threshold and cycle ladders from a
  * rung of both takes 1 + 1 + 8 + 5 = 15 trials (17 with the hierarchical
- * knob, 2 or 3 more with the sockets, 3 with the staging chunk), within
- * the default budget of 30.
+ * knob, 2 or 3 more with the sockets, 3 with the staging chunk, 2 with
+ * compression), within the default budget of 30.
  *
  * Ladders: fusion threshold 0, 1, 2, 4, 8, 16, 32, 64, 128 MiB; cycle
  * time 0, 0.5, 1, 2, 5, 10 ms; hierarchical allreduce flat (0), the cost
@@ -74,7 +75,9 @@
  * hk_tune_params.max_sockets (the sockets the job's links have open),
  * searched only where that is more than 1, else the start's kept;
  * staging chunk 0.5, 1, 2, 4 MiB, searched only where
- * hk_tune_params.staging says device tensors are staged. A start
+ * hk_tune_params.staging says device tensors are staged; compression
+ * none, fp16, bf16, searched only where hk_tune_params.compression
+ * allows it. A start
  * off the ladder is measured as it is and searched from the nearest rung.
  *
  * Thread-safety: none; one owner.
@@ -97,6 +100,7 @@ typedef struct hk_tune_setting {
                                    over (HK_SOCKETS_PER_PEER), >= 1 */
   uint64_t staging_chunk_bytes; /* device tensors' staging chunk, bytes
                                    (HK_STAGING_CHUNK_BYTES) */
+  int compression;              /* HK_COMPRESSION: 0 none, 1 fp16, 2 bf16 */
 } hk_tune_setting;
 
 /** How a trial is measured and how long the search may run. */
@@ -118,6 +122,9 @@ typedef struct hk_tune_params {
   int staging;          /* 1: search the staging chunk too (device tensors
                            cross hosts through host memory); 0: it keeps
                            the start's */
+  int compression;      /* 1: search HK_COMPRESSION too (the user allowed
+                           it: it changes the results); 0: it keeps the
+                           start's */
 } hk_tune_params;
 
 /** One measured trial (for the log file and the final report). */

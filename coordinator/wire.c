@@ -237,6 +237,7 @@ hk_status hk_wire_encode(const hk_msg *m, hk_buf *out) {
       put_u8(&w, (uint8_t)(m->u.responses.tune.hierarchical + 1));
       put_u8(&w, m->u.responses.tune.sockets_per_peer);
       put_u32(&w, m->u.responses.tune.staging_chunk_bytes);
+      put_u8(&w, m->u.responses.tune.compression);
     }
     put_u8(&w, m->u.responses.joiners);
     break;
@@ -756,6 +757,9 @@ static void decode_payload(reader *r, hk_msg *m) {
                 t->staging_chunk_bytes <= HK_WIRE_MAX_TUNE_STAGING,
             "tuned staging chunk of %lld bytes out of range",
             t->staging_chunk_bytes);
+      t->compression = get_u8(r, "tuned compression");
+      check(r, t->compression <= HK_WIRE_MAX_TUNE_COMPRESSION,
+            "tuned compression %lld is not 0, 1 or 2", t->compression);
     }
     m->u.responses.joiners = get_u8(r, "joiners flag");
     check(r, m->u.responses.joiners <= 1, "joiners flag %lld is not 0 or 1",

@@ -32,7 +32,7 @@
         10: RESPONSES.tune (the autotuner's agreed settings); 11: HK_MSG_AGENT \
         and HK_MSG_EXIT (multi-host elastic agents); 12: HK_MSG_JOIN and       \
         RESPONSES.joiners (workers joining an elastic job); 13: HELLO.stripes, \
-        RESPONSES.tune's sockets per peer and staging chunk */
+        RESPONSES.tune's sockets per peer, staging chunk and compression */
 #define HK_WIRE_HEADER_LEN 8
 #define HK_WIRE_MAX_PAYLOAD (64u << 20) /* bytes */
 #define HK_WIRE_MAX_HOST_LEN 255        /* bytes, excluding NUL */
@@ -252,6 +252,7 @@ typedef struct hk_wire_peer {
 #define HK_WIRE_MAX_TUNE_THRESHOLD (1ull << 36)
 #define HK_WIRE_MAX_TUNE_CYCLE_MS 60000.0
 #define HK_WIRE_MAX_TUNE_STAGING (1u << 30)
+#define HK_WIRE_MAX_TUNE_COMPRESSION 2 /* HK_COMPRESSION: none, fp16, bf16 */
 
 /**
  * A change of the agreed settings that rank 0's autotuner decided
@@ -260,7 +261,7 @@ typedef struct hk_wire_peer {
  * rank switches at the same round and no round runs with mixed settings.
  * On the wire after the responses: u8 has_tune, then (when 1) u32 seq,
  * u64 fusion_threshold, f64 cycle_time_ms, u8 hierarchical + 1, u8
- * sockets_per_peer, u32 staging_chunk_bytes: 27 bytes.
+ * sockets_per_peer, u32 staging_chunk_bytes, u8 compression: 28 bytes.
  */
 typedef struct hk_wire_tune {
   uint32_t seq;                 /* 1, 2, ...: the change's number (>= 1) */
@@ -272,6 +273,7 @@ typedef struct hk_wire_tune {
                                    over, 1..HK_WIRE_MAX_STREAMS */
   uint32_t staging_chunk_bytes; /* device staging chunk, bytes,
                                    1..HK_WIRE_MAX_TUNE_STAGING */
+  uint8_t compression; /* HK_COMPRESSION, 0..HK_WIRE_MAX_TUNE_COMPRESSION */
 } hk_wire_tune;
 
 /** A decoded message. Arrays and reasons are owned by it: hk_msg_free. */

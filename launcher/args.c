@@ -130,6 +130,7 @@ typedef enum opt_id {
   O_TUNE_WARMUP,
   O_TUNE_STEPS,
   O_TUNE_TRIALS,
+  O_TUNE_COMPRESSION,
   /* flags */
   O_TAG_OUTPUT,
   O_NO_TAG_OUTPUT,
@@ -251,9 +252,7 @@ static const opt_def options[] = {
      "is faster by more than twice the combined uncertainty; drop the "
      "flag (-x "
      "HK_AUTOTUNE_SPREAD=... changes the bound)"},
-    {"--autotune-compression", O_REFUSED, 0,
-     "hk's autotuner does not try compression (it changes the results); "
-     "choose it yourself with -x HK_COMPRESSION=fp16 or bf16"},
+    {"--autotune-compression", O_TUNE_COMPRESSION, 0, NULL},
     {"--gloo", O_REFUSED, 0,
      "hk has no Gloo controller: on one host hkrun's own rendezvous and "
      "TCP rings are what Gloo is to Horovod, and the default; across "
@@ -594,6 +593,9 @@ static int apply_flag(const opt_def *o, hkrun_args *out) {
   case O_AUTOTUNE:
     out->autotune = 1;
     break;
+  case O_TUNE_COMPRESSION:
+    out->autotune_compression = 1;
+    break;
   case O_NO_AUTOTUNE: /* the last of the two wins */
     out->autotune = 0;
     break;
@@ -831,6 +833,7 @@ int hkrun_args_parse(int argc, char **argv, hkrun_args *out, char *err,
                       : out->autotune_save   ? "--autotune-save"
                       : out->autotune_warmup ? "--autotune-warmup-samples"
                       : out->autotune_steps  ? "--autotune-steps-per-sample"
+                      : out->autotune_compression ? "--autotune-compression"
                       : out->autotune_trials
                           ? "--autotune-bayes-opt-max-samples"
                           : NULL;
@@ -928,8 +931,10 @@ const char *hkrun_usage(void) {
          "autotune arguments:\n"
          "  --autotune           HK_AUTOTUNE=1: rank 0 measures the job's\n"
          "                       training steps and searches the fusion\n"
-         "                       threshold, cycle time and (where both\n"
-         "                       apply) hierarchical vs flat allreduce\n"
+         "                       threshold, cycle time, (where they\n"
+         "                       apply) hierarchical vs flat allreduce,\n"
+         "                       the TCP sockets per peer and the device\n"
+         "                       staging chunk\n"
          "                       (a sweep of each knob's ladder, each\n"
          "                       setting measured until its score's\n"
          "                       uncertainty is under 2 %);\n"
@@ -946,6 +951,10 @@ const char *hkrun_usage(void) {
          "                       steps, not samples)\n"
          "  --autotune-steps-per-sample N  HK_AUTOTUNE_STEPS_PER_SAMPLE\n"
          "                       (default 5)\n"
+         "  --autotune-compression  HK_AUTOTUNE_COMPRESSION=1: let the\n"
+         "                       search try HK_COMPRESSION none, fp16 and\n"
+         "                       bf16 for float32 device gradients (it\n"
+         "                       changes the results)\n"
          "  --autotune-bayes-opt-max-samples N  HK_AUTOTUNE_MAX_TRIALS:\n"
          "                       the most trials (default 30;\n"
          "                       hk: no Bayesian optimisation)\n"
@@ -1119,6 +1128,7 @@ int hkrun_tunable_env(const hkrun_args *a, char *buf, size_t cap,
       {"HK_AUTOTUNE_WARMUP_STEPS", a->autotune_warmup, 0},
       {"HK_AUTOTUNE_STEPS_PER_SAMPLE", a->autotune_steps, 0},
       {"HK_AUTOTUNE_MAX_TRIALS", a->autotune_trials, 0},
+      {"HK_AUTOTUNE_COMPRESSION", a->autotune_compression ? "1" : NULL, 0},
   };
   for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
     if (!t[i].value)

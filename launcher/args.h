@@ -152,6 +152,8 @@ typedef struct hkrun_args {
                                   WARMUP_STEPS (0..1000) */
   const char *autotune_steps;  /* --autotune-steps-per-sample -> HK_AUTOTUNE_
                                   STEPS_PER_SAMPLE (1..10000) */
+  int autotune_compression;    /* --autotune-compression ->
+                                  HK_AUTOTUNE_COMPRESSION=1 */
   const char *autotune_trials; /* --autotune-bayes-opt-max-samples -> HK_
                                   AUTOTUNE_MAX_TRIALS (1..64) */
   /* The program and its arguments: prog_argc entries followed by the NULL

@@ -15,8 +15,9 @@
 #include "common/status.h"
 
 static const char *const saved[] = {
-    "HK_FUSION_THRESHOLD", "HK_CYCLE_TIME_MS", "HK_HIERARCHICAL_ALLREDUCE",
-    "HK_SOCKETS_PER_PEER", "HK_STAGING_CHUNK_BYTES"};
+    "HK_FUSION_THRESHOLD",       "HK_CYCLE_TIME_MS",
+    "HK_HIERARCHICAL_ALLREDUCE", "HK_SOCKETS_PER_PEER",
+    "HK_STAGING_CHUNK_BYTES",    "HK_COMPRESSION"};
 
 /* Checks and sets NAME=value (line `no` of path). */
 static int set_one(const char *path, int no, char *line, hk_tuned_shown *shown,
@@ -40,7 +41,7 @@ static int set_one(const char *path, int no, char *line, hk_tuned_shown *shown,
              "'%s' line %d: '%.80s' is not a setting --autotune saves "
              "(HK_FUSION_THRESHOLD, HK_CYCLE_TIME_MS, "
              "HK_HIERARCHICAL_ALLREDUCE, HK_SOCKETS_PER_PEER, "
-             "HK_STAGING_CHUNK_BYTES)",
+             "HK_STAGING_CHUNK_BYTES, HK_COMPRESSION)",
              path, no, line);
     return -1;
   }

@@ -25,7 +25,8 @@
 
 #define CSV_HEADER                                                             \
   "trial,fusion_threshold_bytes,cycle_time_ms,hierarchical,sockets_per_peer,"  \
-  "staging_chunk_bytes,score_ms_per_step,uncertainty,samples,steps,kept\n"
+  "staging_chunk_bytes,compression,score_ms_per_step,uncertainty,samples,"     \
+  "steps,kept\n"
 
 /* Names kept while looking for the step's anchor: a job that has not
  * repeated a tensor after this many starts over. */
@@ -45,6 +46,11 @@ struct hk_tune {
   uint64_t rng;   /* HK_TEST_TUNE_JITTER's sequence */
   hk_buf csv;
 };
+
+/* HK_COMPRESSION's value as the log, the CSV and the saved file say it. */
+static const char *comp_text(int c) {
+  return c == 1 ? "fp16" : c == 2 ? "bf16" : "none";
+}
 
 /* HK_HIERARCHICAL_ALLREDUCE's value as the log and the CSV say it. */
 static const char *hier_text(int h) { return h < 0 ? "auto" : h ? "1" : "0"; }
@@ -86,9 +92,16 @@ static int staging_searched(const hk_ctx *ctx) {
   return ctx->dev != NULL && ctx->cross_size > 1;
 }
 
+/* 1 when the search tries compression: the user allowed it
+ * (HK_AUTOTUNE_COMPRESSION) and there is a device backend (compression
+ * applies to device tensors only). */
+static int compression_searched(const hk_ctx *ctx) {
+  return ctx->cfg.autotune_compression && ctx->dev != NULL;
+}
+
 /* A setting as the log says it, into out: "fusion threshold 2 MiB, cycle
- * time 0 ms, hierarchical auto", then ", sockets per peer 4" and ",
- * staging chunk 1 MiB" where those are searched. */
+ * time 0 ms, hierarchical auto", then ", sockets per peer 4", ", staging
+ * chunk 1 MiB" and ", compression fp16" where those are searched. */
 static const char *setting_text(const hk_ctx *ctx, const hk_tune_setting *s,
                                 char *out, size_t cap) {
   char a[32];
@@ -100,8 +113,11 @@ static const char *setting_text(const hk_ctx *ctx, const hk_tune_setting *s,
     n += snprintf(out + n, cap - (size_t)n, ", sockets per peer %d",
                   s->sockets_per_peer);
   if (staging_searched(ctx) && n >= 0 && (size_t)n < cap)
-    snprintf(out + n, cap - (size_t)n, ", staging chunk %s",
-             threshold_text(s->staging_chunk_bytes, a, sizeof a));
+    n += snprintf(out + n, cap - (size_t)n, ", staging chunk %s",
+                  threshold_text(s->staging_chunk_bytes, a, sizeof a));
+  if (compression_searched(ctx) && n >= 0 && (size_t)n < cap)
+    snprintf(out + n, cap - (size_t)n, ", compression %s",
+             comp_text(s->compression));
   return out;
 }
 
@@ -173,12 +189,13 @@ hk_status hk_tune_start(hk_ctx *ctx) {
                       .hierarchical = ctx->have_hier && !c->allreduce_algo[0],
                       /* over the sockets the links opened for it */
                       .max_sockets = sockets_open(ctx),
-                      .staging = staging_searched(ctx)};
+                      .staging = staging_searched(ctx),
+                      .compression = compression_searched(ctx)};
   if (c->autotune_sockets <= 1)
     p.max_sockets = 0; /* (sockets_searched) */
-  T->start =
-      (hk_tune_setting){c->fusion_threshold, c->cycle_time_ms, c->hierarchical,
-                        (int)c->sockets_per_peer, c->staging_chunk_bytes};
+  T->start = (hk_tune_setting){c->fusion_threshold,    c->cycle_time_ms,
+                               c->hierarchical,        (int)c->sockets_per_peer,
+                               c->staging_chunk_bytes, c->compression};
   hk_tune_setting model = T->start;
   model.fusion_threshold = model_threshold(ctx);
   T->rng = 0x9e3779b97f4a7c15ull;
@@ -199,8 +216,16 @@ hk_status hk_tune_start(hk_ctx *ctx) {
     kn = snprintf(k, sizeof k, ", sockets per peer %d (searched up to %d)",
                   T->start.sockets_per_peer, p.max_sockets);
   if (p.staging)
-    snprintf(k + kn, sizeof k - (size_t)kn, ", staging chunk %s (searched)",
-             threshold_text(T->start.staging_chunk_bytes, b, sizeof b));
+    kn +=
+        snprintf(k + kn, sizeof k - (size_t)kn, ", staging chunk %s (searched)",
+                 threshold_text(T->start.staging_chunk_bytes, b, sizeof b));
+  if (p.compression)
+    snprintf(k + kn, sizeof k - (size_t)kn, ", compression %s (searched)",
+             comp_text(T->start.compression));
+  else if (c->autotune_compression)
+    hk_log(HK_LOG_WARNING,
+           "autotune: --autotune-compression: no device backend here, and "
+           "compression applies to device tensors only: not searched");
   hk_log(HK_LOG_INFO,
          "autotune: starting from fusion threshold %s, cycle time %g ms, "
          "hierarchical %s (%s)%s; the cost model suggests fusion threshold %s",
@@ -224,11 +249,12 @@ static void log_trials(hk_ctx *ctx, struct hk_tune *T, int all) {
     const hk_tune_trial *t = hk_autotune_trial(T->search, T->logged);
     char row[256], a[160];
     int len = snprintf(
-        row, sizeof row, "%d,%llu,%g,%s,%d,%llu,%.6f,%.6f,%d,%d,%d\n",
+        row, sizeof row, "%d,%llu,%g,%s,%d,%llu,%s,%.6f,%.6f,%d,%d,%d\n",
         T->logged, (unsigned long long)t->s.fusion_threshold,
         t->s.cycle_time_ms, hier_text(t->s.hierarchical), t->s.sockets_per_peer,
-        (unsigned long long)t->s.staging_chunk_bytes, t->score_s * 1e3,
-        t->uncertainty, t->samples, t->steps, t->kept);
+        (unsigned long long)t->s.staging_chunk_bytes,
+        comp_text(t->s.compression), t->score_s * 1e3, t->uncertainty,
+        t->samples, t->steps, t->kept);
     hk_buf_append(&T->csv, row, (size_t)len);
     hk_log(HK_LOG_INFO,
            "autotune: trial %d: %s: %.3f ms per step (+/- %.1f %%, %d "
@@ -283,6 +309,9 @@ static void report(hk_ctx *ctx, struct hk_tune *T) {
     len += snprintf(text + len, sizeof text - (size_t)len,
                     "HK_STAGING_CHUNK_BYTES=%llu\n",
                     (unsigned long long)best->s.staging_chunk_bytes);
+  if (compression_searched(ctx))
+    len += snprintf(text + len, sizeof text - (size_t)len,
+                    "HK_COMPRESSION=%s\n", comp_text(best->s.compression));
   if (hk_outfile_replace(ctx->cfg.autotune_save, ctx->cfg.file_mode, text,
                          (size_t)len, HK_OUT_ATOMIC,
                          "HK_AUTOTUNE_SAVE") != HK_OK)
@@ -366,7 +395,8 @@ void hk_tune_round(hk_ctx *ctx, const hk_wire_response *rs, uint32_t n,
                      .cycle_time_ms = next.cycle_time_ms,
                      .hierarchical = (int8_t)next.hierarchical,
                      .sockets_per_peer = (uint8_t)next.sockets_per_peer,
-                     .staging_chunk_bytes = (uint32_t)next.staging_chunk_bytes};
+                     .staging_chunk_bytes = (uint32_t)next.staging_chunk_bytes,
+                     .compression = (uint8_t)next.compression};
 }
 
 void hk_tune_other_round(hk_ctx *ctx, int set) {
@@ -406,9 +436,10 @@ hk_status hk_tune_apply(hk_ctx *ctx, const hk_wire_tune *t) {
       hk_devplane_set_staging(ctx, set, t->staging_chunk_bytes);
   }
   ctx->cfg.staging_chunk_bytes = t->staging_chunk_bytes;
-  const hk_tune_setting s = {t->fusion_threshold, t->cycle_time_ms,
-                             t->hierarchical, t->sockets_per_peer,
-                             t->staging_chunk_bytes};
+  ctx->cfg.compression = t->compression; /* read by each device batch */
+  const hk_tune_setting s = {t->fusion_threshold,    t->cycle_time_ms,
+                             t->hierarchical,        t->sockets_per_peer,
+                             t->staging_chunk_bytes, t->compression};
   char a[160], what[200];
   setting_text(ctx, &s, a, sizeof a);
   hk_log(HK_LOG_DEBUG,
@@ -433,6 +464,8 @@ void hk_tune_reset_settings(hk_config *cfg) {
     cfg->sockets_per_peer = own.sockets_per_peer;
   if (hk_config_load_var(&own, "HK_STAGING_CHUNK_BYTES") == HK_OK)
     cfg->staging_chunk_bytes = own.staging_chunk_bytes;
+  if (hk_config_load_var(&own, "HK_COMPRESSION") == HK_OK)
+    cfg->compression = own.compression;
 }
 
 void hk_tune_finish(hk_ctx *ctx) {

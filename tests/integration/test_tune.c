@@ -136,17 +136,17 @@ static void test_converges_to_known_best(void **state) {
   assert_non_null(c);
   static const char header[] =
       "trial,fusion_threshold_bytes,cycle_time_ms,hierarchical,sockets_per_"
-      "peer,staging_chunk_bytes,score_ms_per_step,uncertainty,samples,steps,"
-      "kept\n0,0,0,auto,1,4194304,";
+      "peer,staging_chunk_bytes,compression,score_ms_per_step,uncertainty,"
+      "samples,steps,kept\n0,0,0,auto,1,4194304,none,";
   const char *rows[] = {header,
-                        "\n1,1048576,0,auto,1,4194304,",
-                        "\n2,0,0,auto,1,4194304,",
-                        "\n3,2097152,0,auto,1,4194304,",
-                        "\n4,1048576,0,auto,1,4194304,",
-                        "\n5,4194304,0,auto,1,4194304,",
-                        "\n10,134217728,0,auto,1,4194304,",
-                        "\n11,2097152,0.5,auto,1,4194304,",
-                        "\n15,2097152,10,auto,1,4194304,"};
+                        "\n1,1048576,0,auto,1,4194304,none,",
+                        "\n2,0,0,auto,1,4194304,none,",
+                        "\n3,2097152,0,auto,1,4194304,none,",
+                        "\n4,1048576,0,auto,1,4194304,none,",
+                        "\n5,4194304,0,auto,1,4194304,none,",
+                        "\n10,134217728,0,auto,1,4194304,none,",
+                        "\n11,2097152,0.5,auto,1,4194304,none,",
+                        "\n15,2097152,10,auto,1,4194304,none,"};
   for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
     if (!strstr(c, rows[i]))
       fail_msg("'%s' not in the trials:\n%s", rows[i], c);
@@ -312,9 +312,68 @@ static void test_hierarchical_searched_where_it_applies(void **state) {
    * faster (the score is the fused groups') */
   if (hkt_count_lines(c, ",auto,2,") != 1 ||
       hkt_count_lines(c, ",auto,4,") != 1 ||
-      !strstr(c, "\n0,0,0,auto,1,4194304,"))
+      !strstr(c, "\n0,0,0,auto,1,4194304,none,"))
     fail_msg("expected one trial each with 2 and 4 sockets:\n%s", c);
   free(c);
+  hkt_result_free(&r);
+  assert_int_equal(hkt_remove_tree(dir), 0);
+}
+
+/* --autotune-compression with a device backend (the emulated one): the
+ * search tries fp16 and bf16 too, every rank applying each at the same
+ * round, and says so; neither is faster here (the score is the fused
+ * groups'), so the job keeps none. Without a device backend it is not
+ * searched, and a warning says why. */
+static void test_compression_searched_where_allowed(void **state) {
+  (void)state;
+  char dir[256], csv[320];
+  assert_int_equal(hkt_mkdtemp("hk-tune.", dir, sizeof dir), 0);
+  snprintf(csv, sizeof csv, "%s/trials.csv", dir);
+  char *argv[] = {HKRUN_PATH,
+                  "-np",
+                  "2",
+                  "--fusion-threshold-mb",
+                  "2",
+                  "--autotune",
+                  "--autotune-compression",
+                  "--autotune-warmup-samples",
+                  "1",
+                  "--autotune-steps-per-sample",
+                  "2",
+                  "--autotune-log-file",
+                  csv,
+                  "--log-level",
+                  "debug",
+                  W_TUNE,
+                  "300",
+                  NULL};
+  char *env[] = {"HK_TEST_TUNE_GROUP_COST_S=1", "HK_DEVICE=emu", NULL};
+  hkt_result r;
+  run_expect(argv, env, 0, &r);
+  same_hash(&r, 2);
+  assert_non_null(strstr(r.err, ", compression none (searched); "));
+  assert_int_equal(
+      hkt_count_lines(r.err, "hierarchical auto, compression fp16) at world "
+                             "round"),
+      2);
+  assert_int_equal(
+      hkt_count_lines(r.err, "hierarchical auto, compression bf16) at world "
+                             "round"),
+      2);
+  char *c = read_text(csv);
+  assert_non_null(c);
+  if (hkt_count_lines(c, ",4194304,fp16,") != 1 ||
+      hkt_count_lines(c, ",4194304,bf16,") != 1)
+    fail_msg("expected one trial each with fp16 and bf16:\n%s", c);
+  free(c);
+  hkt_result_free(&r);
+  char *none[] = {"HK_TEST_TUNE_GROUP_COST_S=1", "HK_DEVICE=none", NULL};
+  argv[16] = "30";
+  run_expect(argv, none, 0, &r);
+  assert_non_null(strstr(r.err, "autotune: --autotune-compression: no device "
+                                "backend here, and compression applies to "
+                                "device tensors only: not searched"));
+  assert_null(strstr(r.err, "compression fp16"));
   hkt_result_free(&r);
   assert_int_equal(hkt_remove_tree(dir), 0);
 }
@@ -365,10 +424,10 @@ static void test_noisy_score_does_not_flip_flop(void **state) {
     int no, sockets, samples, steps, kept;
     unsigned long long thr, chunk;
     double cyc, score, spread;
-    char hier[8];
-    if (sscanf(row + 1, "%d,%llu,%lf,%7[^,],%d,%llu,%lf,%lf,%d,%d,%d", &no,
-               &thr, &cyc, hier, &sockets, &chunk, &score, &spread, &samples,
-               &steps, &kept) != 11)
+    char hier[8], comp[8];
+    if (sscanf(row + 1, "%d,%llu,%lf,%7[^,],%d,%llu,%7[^,],%lf,%lf,%d,%d,%d",
+               &no, &thr, &cyc, hier, &sockets, &chunk, comp, &score, &spread,
+               &samples, &steps, &kept) != 12)
       fail_msg("a malformed row:\n%s", c);
     if (spread > 0.02)
       assert_int_equal(samples, 6);
@@ -384,12 +443,12 @@ static void test_noisy_score_does_not_flip_flop(void **state) {
     int no, sockets, samples, steps, kept;
     unsigned long long thr, chunk;
     double cyc, score, u;
-    char hier[8];
-    assert_int_equal(sscanf(row + 1,
-                            "%d,%llu,%lf,%7[^,],%d,%llu,%lf,%lf,%d,%d,%d", &no,
-                            &thr, &cyc, hier, &sockets, &chunk, &score, &u,
-                            &samples, &steps, &kept),
-                     11);
+    char hier[8], comp[8];
+    assert_int_equal(
+        sscanf(row + 1, "%d,%llu,%lf,%7[^,],%d,%llu,%7[^,],%lf,%lf,%d,%d,%d",
+               &no, &thr, &cyc, hier, &sockets, &chunk, comp, &score, &u,
+               &samples, &steps, &kept),
+        12);
     const int is_two = thr == 2097152 && cyc == 0;
     if (two_kept && kept && !is_two)
       fail_msg("a trial after 2 MiB was kept:\n%s", c);
@@ -575,7 +634,7 @@ static void test_bad_values_refused(void **state) {
            "hkrun: --autotune-load: '%s' line 3: 'HK_RING_CHUNK_BYTES' is "
            "not a setting --autotune saves (HK_FUSION_THRESHOLD, "
            "HK_CYCLE_TIME_MS, HK_HIERARCHICAL_ALLREDUCE, HK_SOCKETS_PER_PEER, "
-           "HK_STAGING_CHUNK_BYTES)\n",
+           "HK_STAGING_CHUNK_BYTES, HK_COMPRESSION)\n",
            path);
   assert_non_null(strstr(r.err, want));
   hkt_result_free(&r);
@@ -637,7 +696,7 @@ static void test_load_refusals(void **state) {
                " line 2: 'HK_RING_CHUNK_BYTES' is not a setting --autotune "
                "saves (HK_FUSION_THRESHOLD, HK_CYCLE_TIME_MS, "
                "HK_HIERARCHICAL_ALLREDUCE, HK_SOCKETS_PER_PEER, "
-               "HK_STAGING_CHUNK_BYTES)");
+               "HK_STAGING_CHUNK_BYTES, HK_COMPRESSION)");
   const char empty[] = "HK_CYCLE_TIME_MS=1\nHK_FUSION_THRESHOLD=\n";
   load_refused(empty, sizeof empty - 1,
                " line 2: HK_FUSION_THRESHOLD= has no value");
@@ -802,7 +861,7 @@ static void test_save_then_load(void **state) {
                                 "MiB, cycle time 0 ms, hierarchical auto"));
   char *c = read_text(csv);
   assert_non_null(c);
-  assert_non_null(strstr(c, "\n0,2097152,0,auto,1,4194304,"));
+  assert_non_null(strstr(c, "\n0,2097152,0,auto,1,4194304,none,"));
   free(c);
   hkt_result_free(&r);
   /* a flag on the same command line wins over the file */
@@ -826,6 +885,7 @@ int main(void) {
       cmocka_unit_test(test_converges_to_known_best),
       cmocka_unit_test(test_all_ranks_switch_at_same_round),
       cmocka_unit_test(test_hierarchical_searched_where_it_applies),
+      cmocka_unit_test(test_compression_searched_where_allowed),
       cmocka_unit_test(test_noisy_score_does_not_flip_flop),
       cmocka_unit_test(test_short_jobs_say_why),
       cmocka_unit_test(test_other_sets_say_so),

@@ -241,10 +241,8 @@ static const bad_case bad[] = {
      "keeping a setting only if it is faster by more than twice the "
      "combined uncertainty; drop the flag (-x HK_AUTOTUNE_SPREAD=... changes "
      "the bound)"},
-    {{"-np", "1", "--autotune", "--autotune-compression", "p", NULL},
-     "--autotune-compression: hk's autotuner does not try compression (it "
-     "changes the results); choose it yourself with -x HK_COMPRESSION=fp16 "
-     "or bf16"},
+    {{"-np", "1", "--autotune-compression", "p", NULL},
+     "--autotune-compression needs --autotune"},
     {{"-np", "1", "--log-level", "LOUD", "p", NULL},
      "--log-level: 'LOUD' is not one of TRACE, DEBUG, INFO, WARNING, ERROR, "
      "FATAL"},
@@ -467,6 +465,7 @@ static void test_autotune_flags(void **state) {
                        "7",
                        "--autotune-bayes-opt-max-samples",
                        "64",
+                       "--autotune-compression",
                        "prog",
                        NULL};
   hkrun_args a;
@@ -478,13 +477,14 @@ static void test_autotune_flags(void **state) {
   const char *vars[16];
   int n;
   assert_int_equal(hkrun_tunable_env(&a, buf, sizeof buf, vars, 16, &n), 0);
-  assert_int_equal(n, 6);
+  assert_int_equal(n, 7);
   assert_string_equal(vars[0], "HK_AUTOTUNE=1");
   assert_string_equal(vars[1], "HK_AUTOTUNE_LOG=/tmp/l.csv");
   assert_string_equal(vars[2], "HK_AUTOTUNE_SAVE=/tmp/s.env");
   assert_string_equal(vars[3], "HK_AUTOTUNE_WARMUP_STEPS=0");
   assert_string_equal(vars[4], "HK_AUTOTUNE_STEPS_PER_SAMPLE=7");
   assert_string_equal(vars[5], "HK_AUTOTUNE_MAX_TRIALS=64");
+  assert_string_equal(vars[6], "HK_AUTOTUNE_COMPRESSION=1");
   /* the last of --autotune and --no-autotune wins */
   const char *off[] = {"-np", "2", "--autotune", "--no-autotune", "prog", NULL};
   assert_int_equal(parse(off, &a, err, sizeof err, argv), 0);

@@ -73,8 +73,8 @@ static const hk_tune_params params = {.warmup_steps = 2,
 
 static void test_converges_to_known_best(void **s) {
   (void)s;
-  run r = drive(&params, (hk_tune_setting){0, 2, -1, 1, 0},
-                (hk_tune_setting){1 * MIB, 2, -1, 1, 0}, 0);
+  run r = drive(&params, (hk_tune_setting){0, 2, -1, 1, 0, 0},
+                (hk_tune_setting){1 * MIB, 2, -1, 1, 0, 0}, 0);
   assert_int_equal(r.final.fusion_threshold, 8 * MIB);
   assert_true(r.final.cycle_time_ms == 0);
   /* baseline, model (1 MiB); the threshold line from the best, nearest
@@ -94,8 +94,8 @@ static void test_converges_to_known_best(void **s) {
 static void test_model_start_then_descends(void **s) {
   (void)s;
   hk_autotune *t;
-  hk_tune_setting start = {128 * MIB, 0, -1, 1, 0},
-                  model = {4 * MIB, 0, -1, 1, 0}, next;
+  hk_tune_setting start = {128 * MIB, 0, -1, 1, 0, 0},
+                  model = {4 * MIB, 0, -1, 1, 0, 0}, next;
   hk_tune_setting cur = start;
   assert_int_equal(hk_autotune_create(&params, &start, &model, &t), HK_OK);
   for (int i = 0; i < 10000 && !hk_autotune_done(t); i++)
@@ -114,7 +114,7 @@ static void test_model_start_then_descends(void **s) {
 static void test_flat_cost_keeps_start(void **s) {
   (void)s;
   hk_autotune *t;
-  hk_tune_setting start = {16 * MIB, 0, -1, 1, 0}, next, cur = start;
+  hk_tune_setting start = {16 * MIB, 0, -1, 1, 0, 0}, next, cur = start;
   assert_int_equal(hk_autotune_create(&params, &start, &start, &t), HK_OK);
   for (int i = 0; i < 10000 && !hk_autotune_done(t); i++)
     if (hk_autotune_step(t, 0.100 * (1 + 0.005 * (i % 2)), &next))
@@ -131,8 +131,8 @@ static void test_flat_cost_keeps_start(void **s) {
  * more), with a bounded number of changes and trials. */
 static void test_noise_does_not_flip_flop(void **s) {
   (void)s;
-  run r = drive(&params, (hk_tune_setting){0, 0, -1, 1, 0},
-                (hk_tune_setting){0, 0, -1, 1, 0}, 0.10);
+  run r = drive(&params, (hk_tune_setting){0, 0, -1, 1, 0, 0},
+                (hk_tune_setting){0, 0, -1, 1, 0, 0}, 0.10);
   assert_true(r.final.fusion_threshold >= 8 * MIB);
   assert_true(r.final.cycle_time_ms == 0);
   assert_true(r.changes <= r.ntrials);
@@ -145,8 +145,8 @@ static void test_trial_budget(void **s) {
   (void)s;
   hk_tune_params p = params;
   p.max_trials = 3;
-  run r = drive(&p, (hk_tune_setting){0, 0, -1, 1, 0},
-                (hk_tune_setting){1 * MIB, 0, -1, 1, 0}, 0);
+  run r = drive(&p, (hk_tune_setting){0, 0, -1, 1, 0, 0},
+                (hk_tune_setting){1 * MIB, 0, -1, 1, 0, 0}, 0);
   assert_int_equal(r.ntrials, 3);
   assert_int_equal(r.final.fusion_threshold, 1 * MIB);
 }
@@ -160,8 +160,8 @@ static void test_trial_budget(void **s) {
 static void test_load_drift_is_not_a_gain(void **s) {
   (void)s;
   hk_autotune *t;
-  hk_tune_setting start = {128 * MIB, 0, -1, 1, 0},
-                  model = {4 * MIB, 0, -1, 1, 0};
+  hk_tune_setting start = {128 * MIB, 0, -1, 1, 0, 0},
+                  model = {4 * MIB, 0, -1, 1, 0, 0};
   hk_tune_setting cur = start, next;
   assert_int_equal(hk_autotune_create(&params, &start, &model, &t), HK_OK);
   for (int i = 0; i < 10000 && !hk_autotune_done(t); i++)
@@ -187,7 +187,7 @@ static hk_tune_setting search_hier(int allowed) {
   hk_tune_params p = params;
   p.hierarchical = allowed;
   hk_autotune *t;
-  hk_tune_setting start = {8 * MIB, 0, -1, 1, 0}, cur = start, next;
+  hk_tune_setting start = {8 * MIB, 0, -1, 1, 0, 0}, cur = start, next;
   assert_int_equal(hk_autotune_create(&p, &start, &start, &t), HK_OK);
   for (int i = 0; i < 10000 && !hk_autotune_done(t); i++)
     if (hk_autotune_step(t, hier_cost(&cur), &next))
@@ -223,7 +223,7 @@ static hk_tune_setting search_sockets(int max, int start_k, int *most) {
   hk_tune_params p = params;
   p.max_sockets = max;
   hk_autotune *t;
-  hk_tune_setting start = {8 * MIB, 0, -1, start_k, 0}, cur = start, next;
+  hk_tune_setting start = {8 * MIB, 0, -1, start_k, 0, 0}, cur = start, next;
   assert_int_equal(hk_autotune_create(&p, &start, &start, &t), HK_OK);
   for (int i = 0; i < 10000 && !hk_autotune_done(t); i++)
     if (hk_autotune_step(t, sock_cost(&cur), &next))
@@ -275,7 +275,7 @@ static void test_sockets_knob(void **s) {
   assert_int_equal(n0, 3);
   hk_autotune *t;
   hk_tune_params p = params;
-  hk_tune_setting bad = {0, 0, -1, 0, 0};
+  hk_tune_setting bad = {0, 0, -1, 0, 0, 0};
   assert_int_equal(hk_autotune_create(&p, &bad, &bad, &t), HK_ERR_INVALID_ARG);
   p.max_sockets = 2;
   bad.sockets_per_peer = 4; /* more than the links have open */
@@ -301,7 +301,7 @@ static hk_tune_setting search_staging(int on, uint64_t start_b, int *seen) {
   hk_tune_params p = params;
   p.staging = on;
   hk_autotune *t;
-  hk_tune_setting start = {8 * MIB, 0, -1, 1, start_b}, cur = start, next;
+  hk_tune_setting start = {8 * MIB, 0, -1, 1, start_b, 0}, cur = start, next;
   assert_int_equal(hk_autotune_create(&p, &start, &start, &t), HK_OK);
   for (int i = 0; i < 10000 && !hk_autotune_done(t); i++)
     if (hk_autotune_step(t, stage_cost(&cur), &next))
@@ -334,12 +334,42 @@ static void test_staging_knob(void **s) {
   hk_autotune *t;
   hk_tune_params p = params;
   p.staging = 1;
-  hk_tune_setting zero = {0, 0, -1, 1, 0};
+  hk_tune_setting zero = {0, 0, -1, 1, 0, 0};
   assert_int_equal(hk_autotune_create(&p, &zero, &zero, &t),
                    HK_ERR_INVALID_ARG);
   p.staging = 0;
   assert_int_equal(hk_autotune_create(&p, &zero, &zero, &t), HK_OK);
   hk_autotune_destroy(t);
+}
+
+/* Compression, where the user allowed it: fp16 halves a 20 ms exchange
+ * and bf16 does the same less well (a slower conversion); best: fp16.
+ * Not allowed: every trial keeps the start's (none). */
+static double comp_cost(const hk_tune_setting *s) {
+  return model_cost(s) + (s->compression == 1   ? 0.010
+                          : s->compression == 2 ? 0.012
+                                                : 0.020);
+}
+
+static void test_compression_knob(void **s) {
+  (void)s;
+  for (int allowed = 0; allowed <= 1; allowed++) {
+    hk_tune_params p = params;
+    p.compression = allowed;
+    hk_autotune *t;
+    hk_tune_setting start = {8 * MIB, 0, -1, 1, 0, 0}, cur = start, next;
+    assert_int_equal(hk_autotune_create(&p, &start, &start, &t), HK_OK);
+    for (int i = 0; i < 10000 && !hk_autotune_done(t); i++)
+      if (hk_autotune_step(t, comp_cost(&cur), &next))
+        cur = next;
+    assert_true(hk_autotune_done(t));
+    int tried[3] = {0, 0, 0};
+    for (int i = 0; i < hk_autotune_ntrials(t); i++)
+      tried[hk_autotune_trial(t, i)->s.compression] = 1;
+    assert_int_equal(cur.compression, allowed ? 1 : 0);
+    assert_int_equal(tried[1] + tried[2], allowed ? 2 : 0);
+    hk_autotune_destroy(t);
+  }
 }
 
 /* The measured failure, synthetically: the best threshold is 1 MiB (20
@@ -365,7 +395,7 @@ static void test_far_best_past_plateau_with_outliers(void **s) {
                       .max_trials = 20,
                       .spread = 0.02};
   hk_autotune *t;
-  hk_tune_setting start = {128 * MIB, 0, -1, 1, 0}, cur = start, next;
+  hk_tune_setting start = {128 * MIB, 0, -1, 1, 0, 0}, cur = start, next;
   assert_int_equal(hk_autotune_create(&p, &start, &start, &t), HK_OK);
   uint64_t x = 88172645463325252ull;
   int outliers = 0;
@@ -417,7 +447,7 @@ static void test_uncertainty_ignores_outlier(void **s) {
 static void test_flat_jitter_keeps_start(void **s) {
   (void)s;
   hk_autotune *t;
-  hk_tune_setting start = {128 * MIB, 0, -1, 1, 0}, next, cur = start;
+  hk_tune_setting start = {128 * MIB, 0, -1, 1, 0, 0}, next, cur = start;
   assert_int_equal(hk_autotune_create(&params, &start, &start, &t), HK_OK);
   uint64_t x = 88172645463325252ull;
   int changes = 0, kept = 0;
@@ -439,7 +469,7 @@ static void test_flat_jitter_keeps_start(void **s) {
 static void test_bad_params(void **s) {
   (void)s;
   hk_autotune *t;
-  hk_tune_setting z = {0, 0, -1, 1, 0};
+  hk_tune_setting z = {0, 0, -1, 1, 0, 0};
   hk_tune_params p = params;
   p.steps_per_sample = 0;
   assert_int_equal(hk_autotune_create(&p, &z, &z, &t), HK_ERR_INVALID_ARG);
@@ -464,6 +494,7 @@ int main(void) {
       cmocka_unit_test(test_hierarchical_knob),
       cmocka_unit_test(test_sockets_knob),
       cmocka_unit_test(test_staging_knob),
+      cmocka_unit_test(test_compression_knob),
       cmocka_unit_test(test_far_best_past_plateau_with_outliers),
       cmocka_unit_test(test_uncertainty_ignores_outlier),
       cmocka_unit_test(test_flat_jitter_keeps_start),

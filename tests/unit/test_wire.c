@@ -623,10 +623,10 @@ static void test_requests_sample(void **state) {
 
 /* MONITOR carries the live table to hkrun (issue 15). */
 /* The autotuner's change of settings rides near the end of a RESPONSES
- * (27 bytes when present, one flag byte when not), before the joiners
+ * (28 bytes when present, one flag byte when not), before the joiners
  * flag (the last byte); the decoder checks its number, threshold, cycle
- * time, hierarchical, sockets per peer and staging chunk, and that the
- * joiners flag is 0 or 1. */
+ * time, hierarchical, sockets per peer, staging chunk and compression,
+ * and that the joiners flag is 0 or 1. */
 static void test_responses_tune(void **state) {
   (void)state;
   hk_buf b = {0};
@@ -657,9 +657,10 @@ static void test_responses_tune(void **state) {
                                       .cycle_time_ms = 2.5,
                                       .hierarchical = -1,
                                       .sockets_per_peer = 4,
-                                      .staging_chunk_bytes = 1 << 20};
+                                      .staging_chunk_bytes = 1 << 20,
+                                      .compression = 2};
   encode(&m, &b);
-  assert_int_equal(b.len, plain + 26);
+  assert_int_equal(b.len, plain + 27);
   assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_OK);
   assert_int_equal(d.u.responses.has_tune, 1);
   assert_int_equal(d.u.responses.tune.seq, 3);
@@ -668,14 +669,20 @@ static void test_responses_tune(void **state) {
   assert_int_equal(d.u.responses.tune.hierarchical, -1);
   assert_int_equal(d.u.responses.tune.sockets_per_peer, 4);
   assert_int_equal(d.u.responses.tune.staging_chunk_bytes, 1 << 20);
+  assert_int_equal(d.u.responses.tune.compression, 2);
   hk_msg_free(&d);
-  b.data[b.len - 6] = 0; /* no sockets */
+  b.data[b.len - 2] = 3; /* no such compression */
+  assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_ERR_PROTOCOL);
+  assert_non_null(
+      strstr(hk_last_error(), "tuned compression 3 is not 0, 1 or 2"));
+  b.data[b.len - 2] = 2;
+  b.data[b.len - 7] = 0; /* no sockets */
   assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_ERR_PROTOCOL);
   assert_non_null(
       strstr(hk_last_error(), "tuned sockets per peer 0 is not 1 to 8"));
-  b.data[b.len - 6] = 9;
+  b.data[b.len - 7] = 9;
   assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_ERR_PROTOCOL);
-  b.data[b.len - 6] = 4;
+  b.data[b.len - 7] = 4;
   m.u.responses.tune.staging_chunk_bytes = 0;
   encode(&m, &b);
   assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_ERR_PROTOCOL);
@@ -686,7 +693,7 @@ static void test_responses_tune(void **state) {
   assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_ERR_PROTOCOL);
   m.u.responses.tune.staging_chunk_bytes = 1 << 20;
   encode(&m, &b);
-  b.data[b.len - 7] = 3; /* hierarchical 2: no such setting */
+  b.data[b.len - 8] = 3; /* hierarchical 2: no such setting */
   assert_int_equal(hk_wire_decode(b.data, b.len, &d), HK_ERR_PROTOCOL);
   assert_non_null(strstr(hk_last_error(), "tuned hierarchical allreduce"));
   for (size_t cut = plain; cut < b.len; cut++)
