@@ -17,7 +17,7 @@ static const uint64_t thr_ladder[] = {0,        1 * MIB,  2 * MIB,
 static const double cyc_ladder[] = {0, 0.5, 1, 2, 5, 10};
 /* flat, the cost model's choice, hierarchical: auto sits between */
 static const int hier_ladder[] = {0, -1, 1};
-static const int sock_ladder[] = {1, 2, 4, 8};
+static const uint64_t sock_ladder[] = {1, 2, 4, 8};
 static const uint64_t stage_ladder[] = {MIB / 2, 1 * MIB, 2 * MIB, 4 * MIB};
 /* HK_COMPRESSION none, fp16, bf16 (hk_compression's values) */
 static const int comp_ladder[] = {0, 1, 2};
@@ -71,6 +71,11 @@ struct hk_autotune {
   long steps;
 };
 
+const char *const hk_tune_vars[HK_TUNE_NVARS] = {
+    "HK_FUSION_THRESHOLD",       "HK_CYCLE_TIME_MS",
+    "HK_HIERARCHICAL_ALLREDUCE", "HK_SOCKETS_PER_PEER",
+    "HK_STAGING_CHUNK_BYTES",    "HK_COMPRESSION"};
+
 int hk_tune_setting_equal(const hk_tune_setting *a, const hk_tune_setting *b) {
   return a->fusion_threshold == b->fusion_threshold &&
          a->cycle_time_ms == b->cycle_time_ms &&
@@ -80,12 +85,13 @@ int hk_tune_setting_equal(const hk_tune_setting *a, const hk_tune_setting *b) {
          a->compression == b->compression;
 }
 
-static int nearest_thr(uint64_t v) {
+/* The index of ladder[0..n) nearest to v (the lower at equal distance):
+ * every ladder but the cycle time's holds whole numbers. */
+static int nearest(const uint64_t *ladder, int n, uint64_t v) {
   int best = 0;
-  for (int i = 1; i < NTHR; i++) {
-    uint64_t d = v > thr_ladder[i] ? v - thr_ladder[i] : thr_ladder[i] - v;
-    uint64_t e =
-        v > thr_ladder[best] ? v - thr_ladder[best] : thr_ladder[best] - v;
+  for (int i = 1; i < n; i++) {
+    uint64_t d = v > ladder[i] ? v - ladder[i] : ladder[i] - v;
+    uint64_t e = v > ladder[best] ? v - ladder[best] : ladder[best] - v;
     if (d < e)
       best = i;
   }
@@ -100,38 +106,16 @@ static int nearest_cyc(double v) {
   return best;
 }
 
-/* The rung nearest to v sockets (the lower at equal distance). */
-static int nearest_sock(int v) {
-  int best = 0;
-  for (int i = 1; i < NSOCK; i++)
-    if (abs(v - sock_ladder[i]) < abs(v - sock_ladder[best]))
-      best = i;
-  return best;
-}
-
-/* The rung nearest to a staging chunk of v bytes. */
-static int nearest_stage(uint64_t v) {
-  int best = 0;
-  for (int i = 1; i < NSTAGE; i++) {
-    uint64_t d =
-        v > stage_ladder[i] ? v - stage_ladder[i] : stage_ladder[i] - v;
-    uint64_t e = v > stage_ladder[best] ? v - stage_ladder[best]
-                                        : stage_ladder[best] - v;
-    if (d < e)
-      best = i;
-  }
-  return best;
-}
-
 /* s's rungs: the nearest of each ladder, among the rungs searched (7
  * sockets with 7 open is rung 4, not 8). */
 static void place(const hk_autotune *t, const hk_tune_setting *s,
                   int pos[NKNOB]) {
-  pos[0] = nearest_thr(s->fusion_threshold);
+  pos[0] = nearest(thr_ladder, NTHR, s->fusion_threshold);
   pos[1] = nearest_cyc(s->cycle_time_ms);
   pos[2] = s->hierarchical < 0 ? 1 : s->hierarchical ? 2 : 0;
-  pos[3] = nearest_sock(s->sockets_per_peer);
-  pos[4] = nearest_stage(s->staging_chunk_bytes);
+  pos[3] = nearest(sock_ladder, NSOCK,
+                   s->sockets_per_peer > 0 ? (uint64_t)s->sockets_per_peer : 0);
+  pos[4] = nearest(stage_ladder, NSTAGE, s->staging_chunk_bytes);
   pos[5] = s->compression >= 0 && s->compression < NCOMP ? s->compression : 0;
   for (int k = 0; k < NKNOB; k++)
     if (t->rungs[k] > 0 && pos[k] >= t->rungs[k])
@@ -147,7 +131,7 @@ static hk_tune_setting at(const hk_autotune *t, const int pos[NKNOB]) {
   if (t->rungs[2])
     s.hierarchical = hier_ladder[pos[2]];
   if (t->rungs[3])
-    s.sockets_per_peer = sock_ladder[pos[3]];
+    s.sockets_per_peer = (int)sock_ladder[pos[3]];
   if (t->rungs[4])
     s.staging_chunk_bytes = stage_ladder[pos[4]];
   if (t->rungs[5])
@@ -196,7 +180,7 @@ hk_status hk_autotune_create(const hk_tune_params *p,
   if (!(p->spread > 0))
     return hk_fail(HK_ERR_INVALID_ARG, "autotune: spread bound %g <= 0",
                    p->spread);
-  if (p->max_sockets < 0 || p->max_sockets > sock_ladder[NSOCK - 1] ||
+  if (p->max_sockets < 0 || p->max_sockets > (int)sock_ladder[NSOCK - 1] ||
       start->sockets_per_peer < 1 ||
       (p->max_sockets > 1 && start->sockets_per_peer > p->max_sockets))
     return hk_fail(HK_ERR_INVALID_ARG,
@@ -204,7 +188,7 @@ hk_status hk_autotune_create(const hk_tune_params *p,
                    "searched: need 1 <= start, and start <= the most when "
                    "searched (at most %d)",
                    start->sockets_per_peer, p->max_sockets,
-                   sock_ladder[NSOCK - 1]);
+                   (int)sock_ladder[NSOCK - 1]);
   if (p->staging && start->staging_chunk_bytes == 0)
     return hk_fail(HK_ERR_INVALID_ARG,
                    "autotune: a staging chunk of 0 bytes to start from");
@@ -221,7 +205,7 @@ hk_status hk_autotune_create(const hk_tune_params *p,
   t->rungs[1] = NCYC;
   t->rungs[2] = p->hierarchical ? NHIER : 0;
   for (int i = 0; p->max_sockets > 1 && i < NSOCK; i++)
-    t->rungs[3] += sock_ladder[i] <= p->max_sockets;
+    t->rungs[3] += (int)sock_ladder[i] <= p->max_sockets;
   t->rungs[4] = p->staging ? NSTAGE : 0;
   t->rungs[5] = p->compression ? NCOMP : 0;
   t->phase = PH_BASELINE;

@@ -203,6 +203,12 @@ int hk_tune_thresholds(const uint64_t **ladder);
  */
 double hk_tune_uncertainty(const double *samples, int n, double *median);
 
+/** The variables a setting is made of, in hk_tune_setting's order: what
+ *  `--autotune-save` may write and `--autotune-load` accepts, and what an
+ *  elastic job's survivors reset to their own values. Static storage. */
+#define HK_TUNE_NVARS 6
+extern const char *const hk_tune_vars[HK_TUNE_NVARS];
+
 /** 1 if a and b are the same setting. Pure. */
 int hk_tune_setting_equal(const hk_tune_setting *a, const hk_tune_setting *b);
 

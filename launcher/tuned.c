@@ -13,11 +13,7 @@
 #include "common/config.h"
 #include "common/outfile.h"
 #include "common/status.h"
-
-static const char *const saved[] = {
-    "HK_FUSION_THRESHOLD",       "HK_CYCLE_TIME_MS",
-    "HK_HIERARCHICAL_ALLREDUCE", "HK_SOCKETS_PER_PEER",
-    "HK_STAGING_CHUNK_BYTES",    "HK_COMPRESSION"};
+#include "coordinator/autotune.h"
 
 /* Checks and sets NAME=value (line `no` of path). */
 static int set_one(const char *path, int no, char *line, hk_tuned_shown *shown,
@@ -34,8 +30,8 @@ static int set_one(const char *path, int no, char *line, hk_tuned_shown *shown,
     return -1;
   }
   int known = 0;
-  for (size_t i = 0; i < sizeof saved / sizeof saved[0]; i++)
-    known |= strcmp(line, saved[i]) == 0;
+  for (int i = 0; i < HK_TUNE_NVARS; i++)
+    known |= strcmp(line, hk_tune_vars[i]) == 0;
   if (!known) {
     snprintf(err, cap,
              "'%s' line %d: '%.80s' is not a setting --autotune saves "

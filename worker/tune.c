@@ -453,19 +453,9 @@ hk_status hk_tune_apply(hk_ctx *ctx, const hk_wire_tune *t) {
 void hk_tune_reset_settings(hk_config *cfg) {
   if (!cfg->autotune)
     return;
-  hk_config own;
-  if (hk_config_load_var(&own, "HK_FUSION_THRESHOLD") == HK_OK)
-    cfg->fusion_threshold = own.fusion_threshold;
-  if (hk_config_load_var(&own, "HK_CYCLE_TIME_MS") == HK_OK)
-    cfg->cycle_time_ms = own.cycle_time_ms;
-  if (hk_config_load_var(&own, "HK_HIERARCHICAL_ALLREDUCE") == HK_OK)
-    cfg->hierarchical = own.hierarchical;
-  if (hk_config_load_var(&own, "HK_SOCKETS_PER_PEER") == HK_OK)
-    cfg->sockets_per_peer = own.sockets_per_peer;
-  if (hk_config_load_var(&own, "HK_STAGING_CHUNK_BYTES") == HK_OK)
-    cfg->staging_chunk_bytes = own.staging_chunk_bytes;
-  if (hk_config_load_var(&own, "HK_COMPRESSION") == HK_OK)
-    cfg->compression = own.compression;
+  /* each variable's own value (hk_init checked them all) */
+  for (int i = 0; i < HK_TUNE_NVARS; i++)
+    (void)hk_config_load_var(cfg, hk_tune_vars[i]);
 }
 
 void hk_tune_finish(hk_ctx *ctx) {

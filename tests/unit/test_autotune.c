@@ -179,6 +179,23 @@ static void test_load_drift_is_not_a_gain(void **s) {
 
 /* Where the job allows both, hierarchical (3 ms a step faster here) is
  * found from auto; where it does not, the start's value stays. */
+/* Runs a search from `start` (its own model) on the deterministic step
+ * times cost(setting) to its end; *last gets the setting it ended on.
+ * The caller reads the trials, then destroys the search. */
+static hk_autotune *search_on(const hk_tune_params *p, hk_tune_setting start,
+                              double (*cost)(const hk_tune_setting *),
+                              hk_tune_setting *last) {
+  hk_autotune *t;
+  hk_tune_setting cur = start, next;
+  assert_int_equal(hk_autotune_create(p, &start, &start, &t), HK_OK);
+  for (int i = 0; i < 10000 && !hk_autotune_done(t); i++)
+    if (hk_autotune_step(t, cost(&cur), &next))
+      cur = next;
+  assert_true(hk_autotune_done(t));
+  *last = cur;
+  return t;
+}
+
 static double hier_cost(const hk_tune_setting *s) {
   return model_cost(s) - (s->hierarchical == 1 ? 0.003 : 0);
 }
@@ -186,13 +203,9 @@ static double hier_cost(const hk_tune_setting *s) {
 static hk_tune_setting search_hier(int allowed) {
   hk_tune_params p = params;
   p.hierarchical = allowed;
-  hk_autotune *t;
-  hk_tune_setting start = {8 * MIB, 0, -1, 1, 0, 0}, cur = start, next;
-  assert_int_equal(hk_autotune_create(&p, &start, &start, &t), HK_OK);
-  for (int i = 0; i < 10000 && !hk_autotune_done(t); i++)
-    if (hk_autotune_step(t, hier_cost(&cur), &next))
-      cur = next;
-  assert_true(hk_autotune_done(t));
+  hk_tune_setting cur;
+  hk_autotune *t = search_on(&p, (hk_tune_setting){8 * MIB, 0, -1, 1, 0, 0},
+                             hier_cost, &cur);
   for (int i = 0; i < hk_autotune_ntrials(t); i++)
     assert_true(allowed || hk_autotune_trial(t, i)->s.hierarchical == -1);
   hk_autotune_destroy(t);
@@ -222,13 +235,9 @@ static double sock_cost(const hk_tune_setting *s) {
 static hk_tune_setting search_sockets(int max, int start_k, int *most) {
   hk_tune_params p = params;
   p.max_sockets = max;
-  hk_autotune *t;
-  hk_tune_setting start = {8 * MIB, 0, -1, start_k, 0, 0}, cur = start, next;
-  assert_int_equal(hk_autotune_create(&p, &start, &start, &t), HK_OK);
-  for (int i = 0; i < 10000 && !hk_autotune_done(t); i++)
-    if (hk_autotune_step(t, sock_cost(&cur), &next))
-      cur = next;
-  assert_true(hk_autotune_done(t));
+  hk_tune_setting cur;
+  hk_autotune *t = search_on(
+      &p, (hk_tune_setting){8 * MIB, 0, -1, start_k, 0, 0}, sock_cost, &cur);
   *most = 0;
   int first_k = -1, first_cyc = -1; /* the first trials that moved them */
   for (int i = 0; i < hk_autotune_ntrials(t); i++) {
@@ -300,13 +309,9 @@ static double stage_cost(const hk_tune_setting *s) {
 static hk_tune_setting search_staging(int on, uint64_t start_b, int *seen) {
   hk_tune_params p = params;
   p.staging = on;
-  hk_autotune *t;
-  hk_tune_setting start = {8 * MIB, 0, -1, 1, start_b, 0}, cur = start, next;
-  assert_int_equal(hk_autotune_create(&p, &start, &start, &t), HK_OK);
-  for (int i = 0; i < 10000 && !hk_autotune_done(t); i++)
-    if (hk_autotune_step(t, stage_cost(&cur), &next))
-      cur = next;
-  assert_true(hk_autotune_done(t));
+  hk_tune_setting cur;
+  hk_autotune *t = search_on(
+      &p, (hk_tune_setting){8 * MIB, 0, -1, 1, start_b, 0}, stage_cost, &cur);
   *seen = 0; /* the distinct chunks measured */
   uint64_t was[8];
   for (int i = 0; i < hk_autotune_ntrials(t); i++) {
@@ -356,13 +361,9 @@ static void test_compression_knob(void **s) {
   for (int allowed = 0; allowed <= 1; allowed++) {
     hk_tune_params p = params;
     p.compression = allowed;
-    hk_autotune *t;
-    hk_tune_setting start = {8 * MIB, 0, -1, 1, 0, 0}, cur = start, next;
-    assert_int_equal(hk_autotune_create(&p, &start, &start, &t), HK_OK);
-    for (int i = 0; i < 10000 && !hk_autotune_done(t); i++)
-      if (hk_autotune_step(t, comp_cost(&cur), &next))
-        cur = next;
-    assert_true(hk_autotune_done(t));
+    hk_tune_setting cur;
+    hk_autotune *t = search_on(&p, (hk_tune_setting){8 * MIB, 0, -1, 1, 0, 0},
+                               comp_cost, &cur);
     int tried[3] = {0, 0, 0};
     for (int i = 0; i < hk_autotune_ntrials(t); i++)
       tried[hk_autotune_trial(t, i)->s.compression] = 1;
