@@ -130,8 +130,8 @@ typedef enum opt_id {
   O_TUNE_WARMUP,
   O_TUNE_STEPS,
   O_TUNE_TRIALS,
-  O_TUNE_COMPRESSION,
   /* flags */
+  O_TUNE_COMPRESSION,
   O_TAG_OUTPUT,
   O_NO_TAG_OUTPUT,
   O_VERBOSE,
@@ -1068,7 +1068,7 @@ const char *hkrun_usage(void) {
          "\n"
          "horovodrun's flags hk does not have (each is refused saying why\n"
          "and what to use): --gloo, --jsrun,\n"
-         "--autotune-gaussian-process-noise, --autotune-compression,\n"
+         "--autotune-gaussian-process-noise,\n"
          "--hierarchical-allgather, --mpi-threads-disable,\n"
          "--num-nccl-streams, --thread-affinity, --config-file,\n"
          "--binding-args, --prefix-output-with-timestamp.\n"

@@ -453,9 +453,13 @@ hk_status hk_tune_apply(hk_ctx *ctx, const hk_wire_tune *t) {
 void hk_tune_reset_settings(hk_config *cfg) {
   if (!cfg->autotune)
     return;
-  /* each variable's own value (hk_init checked them all) */
-  for (int i = 0; i < HK_TUNE_NVARS; i++)
-    (void)hk_config_load_var(cfg, hk_tune_vars[i]);
+  /* each variable's own value; one that no longer loads (changed in the
+   * environment since hk_init) keeps the current one */
+  for (int i = 0; i < HK_TUNE_NVARS; i++) {
+    hk_config own = *cfg;
+    if (hk_config_load_var(&own, hk_tune_vars[i]) == HK_OK)
+      *cfg = own;
+  }
 }
 
 void hk_tune_finish(hk_ctx *ctx) {

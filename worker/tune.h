@@ -17,10 +17,14 @@
  * round, so every rank switches at the same round, and each round runs
  * with one setting everywhere. The fusion threshold and cycle time only
  * change how tensors are batched; hk's fusion keeps every result bit for
- * bit (coordinator/fusion.h). The hierarchical setting changes the
- * schedule, which every rank runs alike: results stay identical across
- * ranks (across settings, real-valued sums may differ in the last bits,
- * as between the ring and hierarchical anyway).
+ * bit (coordinator/fusion.h), and so do the sockets per peer (the same
+ * bytes, striped differently) and the staging chunk (collectives/
+ * dev_allreduce.h). The hierarchical setting changes the schedule, which
+ * every rank runs alike: results stay identical across ranks (across
+ * settings, real-valued sums may differ in the last bits, as between the
+ * ring and hierarchical anyway). Compression, searched only when the user
+ * allows it, changes device gradients' sums by the 16-bit rounding, the
+ * same on every rank.
  *
  * Output (rank 0): HK_AUTOTUNE_LOG's CSV, rewritten as each trial ends
  * (an elastic job's next generation keeps the rows the file holds and
@@ -89,9 +93,9 @@ static inline void hk_tune_groups(hk_ctx *ctx, uint32_t groups) {
 
 /**
  * An elastic job's next generation (hk_elastic_reset): with HK_AUTOTUNE,
- * the settings the autotuner changes go back to the job's own (its
- * HK_FUSION_THRESHOLD, HK_CYCLE_TIME_MS and HK_HIERARCHICAL_ALLREDUCE, as
- * hk_init read them), the same on every survivor whatever rounds each ran
+ * the settings the autotuner changes go back to the job's own (the
+ * variables of hk_tune_vars, coordinator/autotune.h, as hk_init read
+ * them), the same on every survivor whatever rounds each ran
  * before the loss (a trial's setting may have reached some and not
  * others); the new rank 0 searches again for the new world. A value that
  * no longer loads keeps the current one (hk_init checked them all).
