@@ -136,7 +136,7 @@ echo "| hosts | ranks/host | Gbit/s | model | measured (ms) | predicted (ms) | e
 echo "|---|---|---|---|---|---|---|"
 awk '{ printf "| %s | %s | %s | %s | %s | %s | %s %% |\n", $1, $2, $3, $4, $5, $6, $7 }' "$OUT/rows.txt"
 # median absolute error and worst case (mawk has no asort: sort does it)
-awk '$7 != "-" { e = $7 < 0 ? -$7 : $7; print e, $0 }' "$OUT/rows.txt" |
+awk '$7 != "-" { e = ($7 < 0 ? -$7 : $7) + 0; print e, $0 }' "$OUT/rows.txt" |
   sort -n | awk '{ v[++n] = $1; last = $0 }
   END {
     if (!n) { print "\nno case ran"; exit }
