@@ -303,10 +303,11 @@ static const tunable table[] = {
         "is enqueued while earlier ones run; 1: each waits for the one "
         "before"),
     INT("HK_AUTOTUNE", 0, 0, 1, autotune, "0",
-        "1: rank 0 tunes the fusion threshold, the cycle time, (where "
-        "both apply) hierarchical vs flat allreduce and (where the job has "
-        "TCP links) the sockets per peer from the job's own step times, "
-        "and every rank switches at the same round (hkrun --autotune)",
+        "1: rank 0 tunes the fusion threshold, the cycle time and, where "
+        "they apply, hierarchical vs flat allreduce, the TCP sockets per "
+        "peer, the device staging chunk and (HK_AUTOTUNE_COMPRESSION) "
+        "compression from the job's own step times, and every rank "
+        "switches at the same round (hkrun --autotune)",
         .alias = "HOROVOD_AUTOTUNE"),
     STRING("HK_AUTOTUNE_LOG", autotune_log, "(none)", "a file",
            "with HK_AUTOTUNE: rank 0 writes one CSV row per trial (the "

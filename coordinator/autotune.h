@@ -53,8 +53,7 @@
  *  2. trial 1 is the cost model's suggestion (`model`), when it differs;
  *  3. then each knob in turn (the fusion threshold, the sockets per peer,
  *     the cycle time, hierarchical, the staging chunk, compression), the
- *     other knobs
- *     at the best setting so far:
+ *     other knobs at the best setting so far:
  *     every rung of its ladder not measured yet, nearest to the best's
  *     rung first (upwards first at equal distance), whether or not the
  *     rungs before were kept, so a plateau between the start and the
@@ -77,8 +76,8 @@
  * staging chunk 0.5, 1, 2, 4 MiB, searched only where
  * hk_tune_params.staging says device tensors are staged; compression
  * none, fp16, bf16, searched only where hk_tune_params.compression
- * allows it. A start
- * off the ladder is measured as it is and searched from the nearest rung.
+ * allows it. A start off the ladder is measured as it is and searched
+ * from the nearest rung.
  *
  * Thread-safety: none; one owner.
  */

@@ -978,8 +978,7 @@ hk_status hk_devplane_set_open(hk_ctx *ctx, hk_set *s) {
   return HK_OK;
 }
 
-void hk_devplane_set_staging(hk_ctx *ctx, hk_set *s, size_t bytes) {
-  (void)ctx;
+void hk_devplane_set_staging(hk_set *s, size_t bytes) {
   if (s->dev) /* (the world's is the plane's own: sets opened later copy
                  it) */
     s->dev->sched.chunk_bytes = bytes;

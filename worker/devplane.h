@@ -180,7 +180,7 @@ void hk_devplane_set_close(hk_ctx *ctx, hk_set *s);
  * No-op for a set without a device communicator. Background thread;
  * never fails.
  */
-void hk_devplane_set_staging(hk_ctx *ctx, hk_set *s, size_t bytes);
+void hk_devplane_set_staging(hk_set *s, size_t bytes);
 
 /**
  * Background thread: copies `bytes` between host and device memory (dst

@@ -188,11 +188,9 @@ hk_status hk_tune_start(hk_ctx *ctx) {
                        * no algorithm is forced */
                       .hierarchical = ctx->have_hier && !c->allreduce_algo[0],
                       /* over the sockets the links opened for it */
-                      .max_sockets = sockets_open(ctx),
+                      .max_sockets = sockets_searched(ctx),
                       .staging = staging_searched(ctx),
                       .compression = compression_searched(ctx)};
-  if (c->autotune_sockets <= 1)
-    p.max_sockets = 0; /* (sockets_searched) */
   T->start = (hk_tune_setting){c->fusion_threshold,    c->cycle_time_ms,
                                c->hierarchical,        (int)c->sockets_per_peer,
                                c->staging_chunk_bytes, c->compression};
@@ -422,19 +420,16 @@ hk_status hk_tune_apply(hk_ctx *ctx, const hk_wire_tune *t) {
   }
   /* every rank is between the same two rounds, each link's stream
    * quiet both ways (link.h: hk_link_set_streams) */
-  for (int r = 0;
-       st == HK_OK && t->sockets_per_peer != ctx->cfg.sockets_per_peer &&
-       r < ctx->size;
-       r++)
-    st = hk_link_set_streams(&ctx->mesh.links[r], t->sockets_per_peer);
+  if (t->sockets_per_peer != ctx->cfg.sockets_per_peer)
+    for (int r = 0; st == HK_OK && r < ctx->size; r++)
+      st = hk_link_set_streams(&ctx->mesh.links[r], t->sockets_per_peer);
   ctx->cfg.sockets_per_peer = t->sockets_per_peer;
-  for (int32_t id = 0; t->staging_chunk_bytes != ctx->cfg.staging_chunk_bytes &&
-                       id < ctx->nsets;
-       id++) {
-    hk_set *set = hk_sets_live(ctx, id);
-    if (set)
-      hk_devplane_set_staging(ctx, set, t->staging_chunk_bytes);
-  }
+  if (t->staging_chunk_bytes != ctx->cfg.staging_chunk_bytes)
+    for (int32_t id = 0; id < ctx->nsets; id++) {
+      hk_set *set = hk_sets_live(ctx, id);
+      if (set)
+        hk_devplane_set_staging(set, t->staging_chunk_bytes);
+    }
   ctx->cfg.staging_chunk_bytes = t->staging_chunk_bytes;
   ctx->cfg.compression = t->compression; /* read by each device batch */
   const hk_tune_setting s = {t->fusion_threshold,    t->cycle_time_ms,

@@ -15,8 +15,7 @@ typedef struct tcp_link {
   int nfds;                     /* sockets open, 1..HK_LINK_MAX_SOCKETS */
   int k;                        /* the first k carry the stream, 1..nfds */
   int fds[HK_LINK_MAX_SOCKETS]; /* owned by the link; non-blocking */
-  size_t stripe;                /* the block given at init, bytes */
-  size_t block;                 /* stripe block now (SIZE_MAX: k = 1) */
+  size_t stripe;                /* stripe block, bytes (0: one socket) */
   int send_sock, recv_sock;     /* socket of the next byte sent/received */
   size_t send_left, recv_left;  /* bytes of the current block left there */
 } tcp_link;
@@ -53,7 +52,7 @@ static hk_status tcp_move_some(hk_link *link, int send, const void *sp,
     *left -= got;
     if (*left == 0) { /* block done: the next goes on the next socket */
       *sock = (*sock + 1) % t->k;
-      *left = t->block;
+      *left = t->stripe;
     }
     if (got < want)
       break; /* later bytes must wait behind this socket's */
@@ -108,9 +107,8 @@ static hk_status tcp_set_streams(hk_link *link, int k) {
                    "stream over %d",
                    link->name, t->nfds, k);
   t->k = k;
-  t->block = k > 1 ? t->stripe : SIZE_MAX;
   t->send_sock = t->recv_sock = 0;
-  t->send_left = t->recv_left = t->block;
+  t->send_left = t->recv_left = t->stripe; /* (unused while k = 1) */
   return HK_OK;
 }
 
@@ -159,8 +157,7 @@ hk_status hk_link_init_tcp(hk_link *link, int peer, const int *fds, int k,
   for (int i = 0; i < HK_LINK_MAX_SOCKETS; i++)
     t->fds[i] = i < k ? hk_link_own_socket(fds[i]) : -1;
   t->stripe = k > 1 ? block : 0;
-  t->block = k > 1 ? block : SIZE_MAX;
-  t->send_left = t->recv_left = t->block;
+  t->send_left = t->recv_left = t->stripe; /* (unused while k = 1) */
   hk_link_set(link, peer, &tcp_ops, t);
   return HK_OK;
 }
