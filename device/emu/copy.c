@@ -6,6 +6,7 @@
  * that overlap without being equal, are refused with HK_ERR_INVALID_ARG;
  * nothing is checked or can fail later, on the stream.
  */
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +48,16 @@ static void memcpy_destroy(emu_op *op) {
   free(o);
 }
 
+/* Copies from device to host memory enqueued so far in the process, and
+ * their bytes (hk_emu_copies_to_host). */
+static atomic_size_t to_host_copies, to_host_bytes;
+
+size_t hk_emu_copies_to_host(size_t *bytes) {
+  if (bytes)
+    *bytes = atomic_load(&to_host_bytes);
+  return atomic_load(&to_host_copies);
+}
+
 hk_status emu_memcpy_async(hk_device *dev, void *dst, const void *src,
                            size_t bytes, hk_dev_stream s) {
   if (!emu_dev(dev, "memcpy_async"))
@@ -67,6 +78,10 @@ hk_status emu_memcpy_async(hk_device *dev, void *dst, const void *src,
   if (st != HK_OK) {
     memcpy_destroy(&o->base);
     return st;
+  }
+  if (o->src.alloc && !o->dst.alloc) {
+    atomic_fetch_add(&to_host_copies, 1);
+    atomic_fetch_add(&to_host_bytes, bytes);
   }
   return emu_enqueue(s, &o->base);
 }

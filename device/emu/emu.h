@@ -123,6 +123,15 @@ size_t hk_emu_live_allocations(void);
  *  that events are reused. Thread-safe. */
 size_t hk_emu_events_created(void);
 
+/** Number of memcpy_async calls from device to host memory enqueued in
+ *  this process so far (all handles, all streams; counted when enqueued,
+ *  also those whose stream later fails), and through *bytes (if not NULL)
+ *  their bytes: for tests that check how device tensors are staged
+ *  through host memory (the chunks of a staged schedule, compression's
+ *  halved bytes). The two are read one after the other: read them while
+ *  no copy is being enqueued. Thread-safe. */
+size_t hk_emu_copies_to_host(size_t *bytes);
+
 /** Number of emulated contexts made in this process so far: as CUDA's
  *  primary context, one per device, made by the first operation of a
  *  handle on that device (emu.h, "Devices": every operation but open,

@@ -9,7 +9,8 @@
  *  - convergence: the CSV's trials, the final line, the timeline's marks;
  *  - every rank switches at the same round (their debug lines) and the
  *    results are the same bits on every rank; on two "hosts" the
- *    hierarchical allreduce is searched too;
+ *    hierarchical allreduce is searched too, and device tensors are
+ *    staged with each trial's chunk and compression (the emu's copies);
  *  - a noisy score (HK_TEST_TUNE_JITTER) does not flip-flop;
  *  - bad flag values and a bad saved file are refused, naming them;
  *  - --autotune-save, then --autotune-load starts from the saved setting;
@@ -374,6 +375,117 @@ static void test_compression_searched_where_allowed(void **state) {
                                 "backend here, and compression applies to "
                                 "device tensors only: not searched"));
   assert_null(strstr(r.err, "compression fp16"));
+  hkt_result_free(&r);
+  assert_int_equal(hkt_remove_tree(dir), 0);
+}
+
+/* Rank k's "staged from step S: C copies, B bytes" lines (w_tune dev), at
+ * most max: steps[i] and what[i] ("C copies, B bytes"). Returns the count. */
+static int staged_lines(const hkt_result *r, int k, int max, long *steps,
+                        char (*what)[40]) {
+  char head[32];
+  int n = 0;
+  snprintf(head, sizeof head, "[%d] staged from step ", k);
+  for (const char *p = r->out; (p = strstr(p, head)) && n < max; p++) {
+    int len = 0;
+    if (sscanf(p + strlen(head), "%ld: %n", &steps[n], &len) != 1 || !len)
+      continue;
+    const char *v = p + strlen(head) + len, *nl = strchr(v, '\n');
+    snprintf(what[n], sizeof what[n], "%.*s",
+             (int)(nl ? (size_t)(nl - v) : strlen(v)), v);
+    n++;
+  }
+  return n;
+}
+
+/* The steps column of the one trial whose row holds key, or -1. */
+static long trial_steps(const char *csv, const char *key) {
+  if (hkt_count_lines(csv, key) != 1)
+    return -1;
+  const char *row = strstr(csv, key);
+  while (row > csv && row[-1] != '\n')
+    row--;
+  const char *f = row;
+  for (int col = 0; col < 10 && f; col++) /* to the 11th field: steps */
+    if ((f = strchr(f, ',')))
+      f++;
+  return f ? strtol(f, NULL, 10) : -1;
+}
+
+/* Device tensors across two "hosts" (one rank each) on the emulated
+ * device: the search tries the staging chunk and compression, and each
+ * trial's device batches are staged with it, on every rank from the same
+ * step. w_tune counts the copies to host memory each step's fused 2 MiB
+ * batch makes (2 segments, each chunk one copy per segment): the 4 MiB
+ * and 2 MiB chunks take 1 chunk (2 copies), 1 MiB 2 chunks (4 copies),
+ * 512 KiB 4 (8 copies); fp16 and bf16 halve the bytes (the 4 MiB chunk
+ * again). Each of these lasts as many steps as the CSV says its trial
+ * ran, and the job ends with the start's setting (none was faster). */
+static void test_device_batches_use_tuned_staging(void **state) {
+  (void)state;
+  char dir[256], csv[320], cmd[1024];
+  assert_int_equal(hkt_mkdtemp("hk-tune.", dir, sizeof dir), 0);
+  snprintf(csv, sizeof csv, "%s/trials.csv", dir);
+  hkt_hosts_cmd(cmd, sizeof cmd, 1, W_TUNE, "300 dev");
+  char *argv[] = {HKRUN_PATH,
+                  "-np",
+                  "2",
+                  "--fusion-threshold-mb",
+                  "2",
+                  "--autotune",
+                  "--autotune-compression",
+                  "--autotune-warmup-samples",
+                  "1",
+                  "--autotune-steps-per-sample",
+                  "2",
+                  "--autotune-log-file",
+                  csv,
+                  "--log-level",
+                  "debug",
+                  "sh",
+                  "-c",
+                  cmd,
+                  NULL};
+  char *env[] = {"HK_TEST_TUNE_GROUP_COST_S=1", "HK_DEVICE=emu", NULL};
+  hkt_result r;
+  run_expect(argv, env, 0, &r);
+  same_hash(&r, 2);
+  assert_non_null(strstr(r.err, ", staging chunk 4 MiB (searched), "
+                                "compression none (searched); "));
+  enum { MAXL = 32 };
+  long steps[2][MAXL];
+  char what[2][MAXL][40];
+  const int n = staged_lines(&r, 0, MAXL, steps[0], what[0]);
+  assert_int_equal(staged_lines(&r, 1, MAXL, steps[1], what[1]), n);
+  for (int i = 0; i < n; i++)
+    if (steps[1][i] != steps[0][i] || strcmp(what[1][i], what[0][i]))
+      fail_msg("rank 1 staged %s from step %ld, rank 0 %s from step %ld",
+               what[1][i], steps[1][i], what[0][i], steps[0][i]);
+  int at = -1;
+  for (int i = 0; i < n; i++)
+    if (!strcmp(what[0][i], "8 copies, 2097152 bytes"))
+      at = at < 0 ? i : -2;
+  if (at < 1 || at + 3 != n ||
+      strcmp(what[0][at - 1], "4 copies, 2097152 bytes") ||
+      strcmp(what[0][at + 1], "2 copies, 1048576 bytes") ||
+      strcmp(what[0][at + 2], "2 copies, 2097152 bytes")) {
+    dump(&r);
+    fail_msg("expected 1 MiB, 512 KiB chunks, fp16/bf16, then the start");
+  }
+  char *c = read_text(csv);
+  assert_non_null(c);
+  const long mib = trial_steps(c, ",1048576,none,"),
+             half = trial_steps(c, ",524288,none,"),
+             fp16 = trial_steps(c, ",4194304,fp16,"),
+             bf16 = trial_steps(c, ",4194304,bf16,");
+  if (mib < 1 || half < 1 || fp16 < 1 || bf16 < 1 ||
+      steps[0][at] - steps[0][at - 1] != mib ||
+      steps[0][at + 1] - steps[0][at] != half ||
+      steps[0][at + 2] - steps[0][at + 1] != fp16 + bf16) {
+    dump(&r);
+    fail_msg("the staged steps do not match the trials' steps:\n%s", c);
+  }
+  free(c);
   hkt_result_free(&r);
   assert_int_equal(hkt_remove_tree(dir), 0);
 }
@@ -886,6 +998,7 @@ int main(void) {
       cmocka_unit_test(test_all_ranks_switch_at_same_round),
       cmocka_unit_test(test_hierarchical_searched_where_it_applies),
       cmocka_unit_test(test_compression_searched_where_allowed),
+      cmocka_unit_test(test_device_batches_use_tuned_staging),
       cmocka_unit_test(test_noisy_score_does_not_flip_flop),
       cmocka_unit_test(test_short_jobs_say_why),
       cmocka_unit_test(test_other_sets_say_so),
