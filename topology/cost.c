@@ -108,33 +108,73 @@ static double half_ring_us(const hk_host_model *h, double bytes, int *proto) {
   return best;
 }
 
-/* Recursive doubling over hosts*g ranks, hosts' ranks contiguous: steps
- * with mask < g pair ranks of one host, the rest cross hosts, where the g
- * ranks of a host send at once and share the network. Simple protocol
- * (whole buffers, no LL). */
+/* collectives/rd.c's pairing of n ranks: with p the largest power of two
+ * <= n and e = n - p, each even rank 2i < 2e hands its buffer to 2i + 1
+ * and sits out (and gets the result back); the p others take virtual
+ * indices v (2i + 1 -> i, r >= 2e -> r - e) and exchange with v ^ mask
+ * for each mask < p. */
+static int pow2_floor(int n) {
+  int p = 1;
+  while (p * 2 <= n)
+    p *= 2;
+  return p;
+}
+
+/* The first virtual index whose rank is >= r (virtual indices grow with
+ * their ranks, so a host's are one interval). */
+static long first_virtual(long r, long e) { return r <= 2 * e ? r / 2 : r - e; }
+
+/* Indices in [0, x) whose bit m (a power of two) is clear. */
+static long clear_below(long x, long m) {
+  return x / (2 * m) * m + (x % (2 * m) < m ? x % (2 * m) : m);
+}
+
+/* Indices v of [lo, hi) whose partner v ^ m lies outside [lo, hi). */
+static long leaving(long lo, long hi, long m) {
+  long in = 0;
+  if (hi - m > lo) /* bit clear: partner v + m */
+    in += clear_below(hi - m, m) - clear_below(lo, m);
+  if (hi > lo + m) /* bit set: partner v - m */
+    in += (hi - clear_below(hi, m)) - (lo + m - clear_below(lo + m, m));
+  return hi - lo - in;
+}
+
+/* The most ranks of one host whose partner at mask m is on another host
+ * (hosts of g contiguous ranks, n = g * hosts). */
+static long most_crossing(int g, int hosts, long m) {
+  const long n = (long)g * hosts, e = n - pow2_floor((int)n);
+  long most = 0;
+  for (long j = 0; j < hosts; j++) {
+    long c = leaving(first_virtual(j * g, e), first_virtual((j + 1) * g, e), m);
+    most = c > most ? c : most;
+  }
+  return most;
+}
+
+/* Recursive doubling over hosts*g ranks, hosts' ranks contiguous, step by
+ * step as collectives/rd.c pairs them: a step where no rank's partner is
+ * on another host runs at the in-host rate and step latency; otherwise
+ * the whole buffer crosses the network once for each of a host's ranks
+ * whose partner is elsewhere (they share the host's rate; the most of any
+ * host). When n is not a power of two, handing over and back are two
+ * steps more, which cross only where a host of odd g ends on an even
+ * rank below 2e (one rank of that host). Simple protocol (whole buffers,
+ * no LL). */
 static double rd_us(const hk_host_model *h, int hosts, double intra, double net,
                     double bytes) {
-  int n = h->gpus * hosts, p = 1, steps = 0;
-  while (p * 2 <= n) {
-    p *= 2;
-    steps++;
-  }
-  int in_host = ceil_log2(h->gpus) < steps ? ceil_log2(h->gpus) : steps;
-  int cross = steps - in_host;
-  if (p < n) { /* pairs (2i, 2i+1) before and after: one host if g > 1 */
-    if (h->gpus > 1)
-      in_host += 2;
-    else
-      cross += 2;
-  }
+  const int g = h->gpus, n = g * hosts, p = pow2_floor(n), e = n - p;
   const int s = HK_PROTO_SIMPLE;
+  const double in_step =
+      phase_us(step_us(h, HK_FIG_RING, s, intra_hw(h)), bytes, intra, 1.0);
+  const double net_lat = step_us(h, HK_FIG_RING, s, HK_HW_NET);
   double us = base_us(h, HK_FIG_RING, s);
-  if (in_host)
-    us += in_host *
-          phase_us(step_us(h, HK_FIG_RING, s, intra_hw(h)), bytes, intra, 1.0);
-  if (cross)
-    us += cross * phase_us(step_us(h, HK_FIG_RING, s, HK_HW_NET),
-                           bytes * h->gpus, net, 1.0);
+  if (e > 0)
+    us +=
+        2 * (g % 2 && g < 2 * e ? phase_us(net_lat, bytes, net, 1.0) : in_step);
+  for (long m = 1; m < p; m *= 2) {
+    const long c = most_crossing(g, hosts, m);
+    us += c ? phase_us(net_lat, bytes * (double)c, net, 1.0) : in_step;
+  }
   return us;
 }
 

@@ -16,10 +16,15 @@
  *    hosts) network hops); algbw = busbw / 2 with busbw = 0.9 * min(in-
  *    host, network);
  *  - rd (recursive doubling, hk's latency-optimised algorithm, not
- *    NCCL's): ceil(log2 N) steps (+2 when N is not a power of two), each
- *    moving the whole buffer; the first log2(gpus) steps stay inside the
- *    host at the in-host ring bandwidth and step latency, the others
- *    cross the network, where the host's `gpus` ranks share its rate;
+ *    NCCL's): floor(log2 N) steps (+2 when N is not a power of two: the
+ *    ranks that sit out hand their buffer over and get it back), each
+ *    moving the whole buffer, paired as collectives/rd.c pairs them; a
+ *    step where every rank's partner is on its own host runs at the
+ *    in-host ring bandwidth and step latency, any other crosses the
+ *    network, where the ranks of a host whose partners are elsewhere (the
+ *    most of any host) share its rate. For gpus and hosts powers of two
+ *    that is log2(gpus) steps inside and the rest across with all `gpus`
+ *    ranks sharing; for 3 ranks a host on 2 hosts all four steps cross;
  *  - hierarchical: reduce-scatter inside each host (ring of gpus), then
  *    `gpus` concurrent ring allreduces of bytes/gpus across hosts sharing
  *    the host's network bandwidth, then allgather inside each host; its

@@ -4,6 +4,7 @@
  * network, ring inside a host). The runtime's choice among hk's own
  * implementations is tests/unit/test_allreduce_table.c's;
  * HK_ALLREDUCE_ALGO's parsing is test_config.c's. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -147,6 +148,67 @@ static void test_rd_by_hand(void **state) {
   assert_float_equal(c.time_us, 6 * 16.0 + 1.5 * b / 4e3, 1e-9);
 }
 
+/* Recursive doubling's steps counted by brute force, pairing the ranks as
+ * collectives/rd.c does (rank 2i < 2e hands over to 2i + 1; virtual
+ * index v of rank 2v + 1 or v + e exchanges with v ^ mask): the time
+ * hk_cost_rd should give for g ranks a host on `hosts` hosts. */
+static double rd_by_pairs(const hk_step_figures *f, double intra_gbs, int g,
+                          int hosts, double net_gbit, double b) {
+  const int n = g * hosts;
+  int p = 1;
+  while (p * 2 <= n)
+    p *= 2;
+  const int e = n - p;
+  if (n == 1)
+    return 0.0;
+  double us = f->call_us;
+  int cross[64];
+  const double in = f->intra_step_us + b / (intra_gbs * 1e3);
+  const double net = net_gbit / 8.0 * 1e3; /* bytes per us */
+  if (e > 0) {
+    int c = 0;
+    for (int i = 0; i < e; i++)
+      c |= (2 * i) / g != (2 * i + 1) / g;
+    us += 2 * (c ? f->net_step_us + b / net : in);
+  }
+  for (int m = 1; m < p; m *= 2) {
+    memset(cross, 0, sizeof cross);
+    int most = 0;
+    for (int v = 0; v < p; v++) {
+      const int r = v < e ? 2 * v + 1 : v + e, w = v ^ m;
+      const int q = w < e ? 2 * w + 1 : w + e;
+      if (r / g != q / g && ++cross[r / g] > most)
+        most = cross[r / g];
+    }
+    us += most ? f->net_step_us + most * b / net : in;
+  }
+  return us;
+}
+
+/* Every shape up to 8 ranks a host and 7 hosts against the brute-force
+ * pairing; 3 ranks a host on 2 hosts by hand: every step crosses (the
+ * pair steps: rank 2 hands over to rank 3 on the other host; mask 1:
+ * rank 1 with 3; mask 2: rank 1 with 4, rank 3 with 5 stays), one rank
+ * of each host at a time. */
+static void test_rd_pairs_across_hosts(void **state) {
+  (void)state;
+  hk_step_figures f = {5.0, 16.0, 30.0};
+  hk_cost c;
+  const size_t b = 1 << 20;
+  for (int g = 1; g <= 8; g++)
+    for (int hosts = 1; hosts <= 7; hosts++) {
+      hk_host_model h = {g, 4.0, 0, &f};
+      assert_int_equal(hk_cost_rd(&h, b, hosts, 10.0, &c), HK_OK);
+      const double want = rd_by_pairs(&f, 4.0, g, hosts, 10.0, (double)b);
+      if (fabs(c.time_us - want) > 1e-6 * want)
+        fail_msg("rd, %d ranks a host, %d hosts: %.3f us, by the pairs %.3f", g,
+                 hosts, c.time_us, want);
+    }
+  hk_host_model three = {3, 4.0, 0, &f};
+  assert_int_equal(hk_cost_rd(&three, b, 2, 10.0, &c), HK_OK);
+  assert_float_equal(c.time_us, 5.0 + 4 * (30.0 + b / 1.25e3), 1e-9);
+}
+
 static hk_host_model model_of(const char *sub, const char *name) {
   struct stat sb;
   if (stat(HK_TOPO_DIR, &sb) != 0) {
@@ -207,6 +269,7 @@ int main(void) {
       cmocka_unit_test(test_chooser),
       cmocka_unit_test(test_invalid_args),
       cmocka_unit_test(test_rd_by_hand),
+      cmocka_unit_test(test_rd_pairs_across_hosts),
       cmocka_unit_test(test_nvlink_over_pcie),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
