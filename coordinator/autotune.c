@@ -67,6 +67,9 @@ struct hk_autotune {
   int rungs[NKNOB];      /* rungs searched along each knob (0: it keeps
                             the start's value) */
   hk_tune_setting start; /* the job's own setting */
+  uint64_t step_bytes;   /* a step's bytes: thresholds from this one make
+                            the same batches (hk_autotune_limit_threshold);
+                            0: not known */
   uint8_t measured[NTHR][NCYC][NHIER][NSOCK][NSTAGE][NCOMP];
   long steps;
 };
@@ -139,12 +142,20 @@ static hk_tune_setting at(const hk_autotune *t, const int pos[NKNOB]) {
   return s;
 }
 
-/* Marks s measured when it is a rung of every ladder. */
+/* Whether a and b run alike: equal but for thresholds that both hold a
+ * whole step (the same batches). */
+static int same(const hk_autotune *t, hk_tune_setting a, hk_tune_setting b) {
+  if (t->step_bytes && a.fusion_threshold >= t->step_bytes &&
+      b.fusion_threshold >= t->step_bytes)
+    a.fusion_threshold = b.fusion_threshold;
+  return hk_tune_setting_equal(&a, &b);
+}
+
+/* Marks s measured when it runs as a rung of every ladder does. */
 static void mark(hk_autotune *t, const hk_tune_setting *s) {
   int pos[NKNOB];
   place(t, s, pos);
-  hk_tune_setting r = at(t, pos);
-  if (hk_tune_setting_equal(&r, s))
+  if (same(t, at(t, pos), *s))
     t->measured[pos[0]][pos[1]][pos[2]][pos[3]][pos[4]][pos[5]] = 1;
 }
 
@@ -215,6 +226,20 @@ hk_status hk_autotune_create(const hk_tune_params *p,
   begin_trial(t, start, pos);
   *out = t;
   return HK_OK;
+}
+
+uint64_t hk_autotune_limit_threshold(hk_autotune *t, uint64_t step_bytes) {
+  int r = 0;
+  while (r < NTHR && thr_ladder[r] < step_bytes)
+    r++;
+  if (t->step_bytes || t->ntrials > 0 || step_bytes == 0 || r >= NTHR - 1)
+    return 0;
+  t->step_bytes = step_bytes;
+  t->rungs[0] = r + 1;
+  place(t, &t->start, t->best_pos);
+  place(t, &t->cur, t->cur_pos);
+  mark(t, &t->cur);
+  return thr_ladder[r];
 }
 
 void hk_autotune_destroy(hk_autotune *t) { free(t); }
@@ -355,8 +380,7 @@ static int end_trial(hk_autotune *t, hk_tune_setting *next) {
     keep(t, i, t->cur_pos); /* no budget left to confirm */
   }
   int c[NKNOB];
-  if (more && t->phase == PH_BASELINE &&
-      !hk_tune_setting_equal(&t->model, &t->cur)) {
+  if (more && t->phase == PH_BASELINE && !same(t, t->model, t->cur)) {
     t->phase = PH_MODEL;
     place(t, &t->model, c);
     begin_trial(t, &t->model, c);

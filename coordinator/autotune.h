@@ -60,12 +60,17 @@
  *     best rung cannot end the walk early: every rung of the line is
  *     visited. A pass over the knobs that kept anything is followed by
  *     another (at most 3), whose lines go through the new best.
- * A setting measured once is not measured again. The search ends when a
- * pass keeps nothing, or after `max_trials` trials; the job then runs the
- * best setting. One full pass over the threshold and cycle ladders from a
+ * A setting measured once is not measured again. Once the caller says
+ * how many bytes a training step's tensors hold (hk_autotune_limit_
+ * threshold), the threshold ladder ends at the first rung that holds
+ * them all: a larger threshold makes the same batches, so it is the same
+ * setting and is not measured again. The search ends when a pass keeps
+ * nothing, or after `max_trials` trials; the job then runs the best
+ * setting. One full pass over the threshold and cycle ladders from a
  * rung of both takes 1 + 1 + 8 + 5 = 15 trials (17 with the hierarchical
  * knob, 2 or 3 more with the sockets, 3 with the staging chunk, 2 with
- * compression), within the default budget of 30.
+ * compression), within the default budget of 30; a step of 4 MiB or less
+ * leaves the threshold line 4 rungs (0 to 4 MiB) instead of 9.
  *
  * Ladders: fusion threshold 0, 1, 2, 4, 8, 16, 32, 64, 128 MiB; cycle
  * time 0, 0.5, 1, 2, 5, 10 ms; hierarchical allreduce flat (0), the cost
@@ -138,6 +143,22 @@ typedef struct hk_tune_trial {
 } hk_tune_trial;
 
 typedef struct hk_autotune hk_autotune;
+
+/**
+ * Tells the search that every training step's tensors total `step_bytes`
+ * bytes (the allreduces of one step, rounds holding one step's tensors at
+ * most): no fused batch is larger, so every fusion threshold of at least
+ * step_bytes makes the same batches. The threshold ladder then ends at
+ * the first rung at or above step_bytes, and settings whose thresholds
+ * are both at least step_bytes count as one (the start of 128 MiB, for a
+ * step of 3 MiB, is the 4 MiB rung: 4 MiB is not measured after it).
+ * Acts only on the first call, made before trial 0 ends, with step_bytes
+ * from 1 to 64 MiB (the rung before the last: a larger step leaves the
+ * ladder whole); otherwise changes nothing. Returns the rung the ladder
+ * now ends at, bytes, or 0 when nothing changed. Thread-safety: the
+ * search's owner only. No errors.
+ */
+uint64_t hk_autotune_limit_threshold(hk_autotune *t, uint64_t step_bytes);
 
 /** Most trials one search records (max_trials is capped at it). */
 #define HK_TUNE_MAX_TRIALS 64

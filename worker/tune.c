@@ -45,6 +45,12 @@ struct hk_tune {
   int other_more; /* and another one did too */
   uint64_t rng;   /* HK_TEST_TUNE_JITTER's sequence */
   hk_buf csv;
+  /* the bytes of the step being summed, from the first step boundary on
+   * (bytes_from > 0); unknown when a tensor of it was not an allreduce in
+   * the response cache */
+  uint64_t bytes;
+  int bytes_from, bytes_unknown;
+  int limited; /* the search was told a step's bytes */
 };
 
 /* HK_COMPRESSION's value as the log, the CSV and the saved file say it. */
@@ -325,38 +331,95 @@ static const char *name_of(hk_ctx *ctx, const hk_wire_response *r) {
   return q ? q->name : "";
 }
 
-/* 1 when this round ends a step; finds the anchor first. */
+/* Adds response r to the step's bytes: an allreduce's input, as the
+ * response cache holds its request (rank 0 cannot tell the size of one
+ * that is not cached, nor does the fusion threshold bound other kinds:
+ * either makes this step's bytes unknown). */
+static void count_bytes(hk_ctx *ctx, struct hk_tune *T,
+                        const hk_wire_response *r) {
+  const hk_wire_request *q =
+      r->flags & HK_RESP_CACHED
+          ? hk_cache_get(hk_sets_world(ctx)->cache, r->cache_bit)
+          : NULL;
+  if (!q || q->coll != HK_COLL_ALLREDUCE)
+    T->bytes_unknown = 1;
+  else
+    T->bytes += q->count * hk_dtype_size((hk_dtype)q->dtype);
+}
+
+/* A step boundary: the step summed since the last one, if whole and
+ * known, tells the search its bytes (once; not when another process set
+ * ran rounds, which the same threshold fuses: hk_tune_other_round); the
+ * next step starts. */
+static void step_bytes(struct hk_tune *T) {
+  if (!T->limited && T->bytes_from && !T->bytes_unknown && T->bytes > 0 &&
+      !T->other_set) {
+    T->limited = 1;
+    uint64_t cap = hk_autotune_limit_threshold(T->search, T->bytes);
+    char a[32];
+    if (cap)
+      hk_log(HK_LOG_INFO,
+             "autotune: a step's allreduces hold %llu bytes: fusion "
+             "thresholds from %s make the same batches, so the search "
+             "tries none above it",
+             (unsigned long long)T->bytes, threshold_text(cap, a, sizeof a));
+  }
+  T->bytes = 0;
+  T->bytes_unknown = 0;
+  T->bytes_from = 1;
+}
+
+/* The anchor: 1 when name starts a step (finding it first: the first
+ * name of world rounds seen twice); 0 when not; -1 when a name could not
+ * be kept (no memory: the round's other names are not looked at; with no
+ * name table left no step is found, and the job goes on). */
+static int is_anchor(struct hk_tune *T, const char *name) {
+  if (T->anchor[0])
+    return strcmp(name, T->anchor) == 0;
+  if (!T->seen)
+    return 0;
+  if (hk_strmap_get(T->seen, name)) {
+    snprintf(T->anchor, sizeof T->anchor, "%s", name);
+    hk_strmap_destroy(T->seen);
+    T->seen = NULL;
+    hk_log(HK_LOG_INFO, "autotune: a training step starts with '%s'",
+           T->anchor);
+    return 1;
+  }
+  if (hk_strmap_size(T->seen) >= MAX_SEEN) {
+    hk_strmap_destroy(T->seen);
+    T->seen = NULL;
+    if (hk_strmap_create(&T->seen) != HK_OK)
+      return -1;
+  }
+  return hk_strmap_put(T->seen, name, (void *)1) == HK_OK ? 0 : -1;
+}
+
+/* 1 when this round ends a step (finding the anchor first); sums the
+ * bytes of each step's allreduces on the way. */
 static int step_boundary(hk_ctx *ctx, struct hk_tune *T,
                          const hk_wire_response *rs, uint32_t n) {
+  int boundary = 0;
   for (uint32_t i = 0; i < n; i++) {
     if (rs[i].status != HK_OK)
       continue;
     const char *name = name_of(ctx, &rs[i]);
-    if (!name[0])
-      continue;
-    if (T->anchor[0]) {
-      if (strcmp(name, T->anchor) == 0)
-        return 1;
+    if (!name[0]) { /* not in the cache: its size is not known either */
+      T->bytes_unknown = 1;
       continue;
     }
-    if (hk_strmap_get(T->seen, name)) {
-      snprintf(T->anchor, sizeof T->anchor, "%s", name);
-      hk_strmap_destroy(T->seen);
-      T->seen = NULL;
-      hk_log(HK_LOG_INFO, "autotune: a training step starts with '%s'",
-             T->anchor);
-      return 1;
+    if (!boundary) {
+      const int a = is_anchor(T, name);
+      if (a < 0)
+        return 0;
+      if (a) {
+        boundary = 1;
+        step_bytes(T);
+      }
     }
-    if (hk_strmap_size(T->seen) >= MAX_SEEN) {
-      hk_strmap_destroy(T->seen);
-      T->seen = NULL;
-      if (hk_strmap_create(&T->seen) != HK_OK)
-        return 0; /* no memory: no step is found, the job goes on */
-    }
-    if (hk_strmap_put(T->seen, name, (void *)1) != HK_OK)
-      return 0;
+    count_bytes(ctx, T, &rs[i]);
   }
-  return 0;
+  return boundary;
 }
 
 void hk_tune_round(hk_ctx *ctx, const hk_wire_response *rs, uint32_t n,

@@ -88,6 +88,85 @@ static void test_converges_to_known_best(void **s) {
   assert_int_equal(r.steps, 29 * 17);
 }
 
+/* Told that a step holds 6 MiB (model_cost's step), the search ends the
+ * threshold line at 8 MiB, the first rung that holds it: the same best
+ * as test_converges_to_known_best's, without its 8 trials above 8 MiB
+ * (16 to 128 MiB at cycle times 2 and 0): 21 trials. Only the first
+ * call, before trial 0 ends, with a size below the last rung, acts. */
+static void test_threshold_line_ends_at_step(void **s) {
+  (void)s;
+  hk_autotune *t;
+  hk_tune_setting start = {0, 2, -1, 1, 0, 0},
+                  model = {1 * MIB, 2, -1, 1, 0, 0};
+  hk_tune_setting cur = start, next;
+  assert_int_equal(hk_autotune_create(&params, &start, &model, &t), HK_OK);
+  assert_int_equal(hk_autotune_limit_threshold(t, 0), 0);
+  assert_int_equal(hk_autotune_limit_threshold(t, 128 * MIB), 0);
+  assert_int_equal(hk_autotune_limit_threshold(t, 6 * MIB), 8 * MIB);
+  assert_int_equal(hk_autotune_limit_threshold(t, 3 * MIB), 0);
+  for (int i = 0; i < 100000 && !hk_autotune_done(t); i++)
+    if (hk_autotune_step(t, model_cost(&cur), &next))
+      cur = next;
+  assert_true(hk_autotune_done(t));
+  assert_int_equal(cur.fusion_threshold, 8 * MIB);
+  assert_true(cur.cycle_time_ms == 0);
+  for (int i = 0; i < hk_autotune_ntrials(t); i++)
+    assert_true(hk_autotune_trial(t, i)->s.fusion_threshold <= 8 * MIB);
+  assert_int_equal(hk_autotune_ntrials(t), 21);
+  hk_autotune_destroy(t);
+  /* after trial 0 ended: nothing changes */
+  assert_int_equal(hk_autotune_create(&params, &start, &model, &t), HK_OK);
+  cur = start;
+  for (int i = 0; i < 100000 && hk_autotune_ntrials(t) == 0; i++)
+    if (hk_autotune_step(t, model_cost(&cur), &next))
+      cur = next;
+  assert_int_equal(hk_autotune_limit_threshold(t, 6 * MIB), 0);
+  hk_autotune_destroy(t);
+}
+
+/* A start above the step's rung is that rung: from 128 MiB with a 6 MiB
+ * step, 8 MiB makes the same one batch, so it is not measured after the
+ * start; the line below it (4, 2, 1, 0 MiB) is slower; the cycle line
+ * runs at the rung (8 MiB, the same batches), slower too, and the job
+ * ends on its start. So does a start of 7 MiB: 8 MiB is the same. */
+static void test_start_above_step_rung_is_that_rung(void **s) {
+  (void)s;
+  hk_autotune *t;
+  hk_tune_setting start = {128 * MIB, 0, -1, 1, 0, 0}, cur = start, next;
+  assert_int_equal(hk_autotune_create(&params, &start, &start, &t), HK_OK);
+  assert_int_equal(hk_autotune_limit_threshold(t, 6 * MIB), 8 * MIB);
+  for (int i = 0; i < 100000 && !hk_autotune_done(t); i++)
+    if (hk_autotune_step(t, model_cost(&cur), &next))
+      cur = next;
+  assert_true(hk_autotune_done(t));
+  assert_true(hk_tune_setting_equal(&cur, &start));
+  const uint64_t want[] = {128 * MIB, 4 * MIB, 2 * MIB, 1 * MIB, 0};
+  for (int i = 0; i < 5; i++) {
+    assert_int_equal(hk_autotune_trial(t, i)->s.fusion_threshold, want[i]);
+    assert_true(hk_autotune_trial(t, i)->s.cycle_time_ms == 0);
+  }
+  for (int i = 5; i < hk_autotune_ntrials(t); i++) {
+    assert_int_equal(hk_autotune_trial(t, i)->s.fusion_threshold, 8 * MIB);
+    assert_true(hk_autotune_trial(t, i)->s.cycle_time_ms > 0);
+  }
+  assert_int_equal(hk_autotune_ntrials(t), 10); /* and 5 cycle times */
+  hk_autotune_destroy(t);
+  start.fusion_threshold = 7 * MIB;
+  cur = start;
+  assert_int_equal(hk_autotune_create(&params, &start, &start, &t), HK_OK);
+  assert_int_equal(hk_autotune_limit_threshold(t, 6 * MIB), 8 * MIB);
+  for (int i = 0; i < 100000 && !hk_autotune_done(t); i++)
+    if (hk_autotune_step(t, model_cost(&cur), &next))
+      cur = next;
+  assert_true(hk_tune_setting_equal(&cur, &start));
+  for (int i = 1; i < hk_autotune_ntrials(t); i++)
+    assert_true(hk_autotune_trial(t, i)->s.fusion_threshold != 7 * MIB &&
+                (hk_autotune_trial(t, i)->s.fusion_threshold != 8 * MIB ||
+                 hk_autotune_trial(t, i)->s.cycle_time_ms > 0));
+  assert_int_equal(hk_autotune_ntrials(t), 10);
+  hk_autotune_destroy(t);
+}
+
 /* From the default (128 MiB, as fast as 8 MiB here) the model's
  * suggestion is measured second and, slower, not kept; 64 MiB is no
  * faster either: the job stays at its start. */
@@ -487,6 +566,8 @@ static void test_bad_params(void **s) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_converges_to_known_best),
+      cmocka_unit_test(test_threshold_line_ends_at_step),
+      cmocka_unit_test(test_start_above_step_rung_is_that_rung),
       cmocka_unit_test(test_model_start_then_descends),
       cmocka_unit_test(test_flat_cost_keeps_start),
       cmocka_unit_test(test_noise_does_not_flip_flop),
