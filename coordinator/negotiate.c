@@ -693,6 +693,9 @@ hk_status hk_negotiator_take_ready(hk_negotiator *n, hk_wire_response **out,
     r[i].first_seen = e->first_seen;
     r[i].last_seen = e->last_seen;
     r[i].last_rank = job_rank(n, e->last_rank);
+    r[i].coll = e->first.coll;
+    if (e->first.coll == HK_COLL_ALLREDUCE)
+      r[i].bytes = e->first.count * hk_dtype_size((hk_dtype)e->first.dtype);
     r[i].divisor = e->first.coll == HK_COLL_JOIN ? e->first.root : e->submitted;
     if (e->submitted < n->size) { /* joined ranks run it from the response */
       r[i].params = malloc(sizeof *r[i].params);

@@ -187,6 +187,10 @@ typedef struct hk_wire_response {
   double last_seen;        /* rank 0 only, never on the wire: when the last
                               rank did (or joined past it) */
   int32_t last_rank;       /* rank 0 only, never on the wire: that rank */
+  uint8_t coll;            /* rank 0 only, never on the wire: the
+                              collective (hk_coll) */
+  uint64_t bytes;          /* rank 0 only, never on the wire: an allreduce's
+                              input bytes (count x dtype size); else 0 */
   hk_wire_request *agreed; /* rank 0 only, never on the wire: the request
                               every rank agreed on, for a process set rank
                               0 is not a member of (its cache follows the
@@ -198,7 +202,8 @@ typedef struct hk_wire_response {
  * Sets *r to the empty response: HK_OK, no flags, cache_bit
  * HK_WIRE_NO_BIT, name "" (its other 511 bytes are not written: a
  * response is 600 bytes, and a RESPONSES of 1000 tensors calloc'd 600 KB
- * on every rank per round), no reason, params or counts, zero times.
+ * on every rank per round), no reason, params or counts, zero times,
+ * collective and bytes.
  * Thread-safe; no errors.
  */
 static inline void hk_wire_response_clear(hk_wire_response *r) {
@@ -213,6 +218,8 @@ static inline void hk_wire_response_clear(hk_wire_response *r) {
   r->counts = NULL;
   r->first_seen = r->last_seen = 0;
   r->last_rank = 0;
+  r->coll = 0;
+  r->bytes = 0;
   r->agreed = NULL;
 }
 

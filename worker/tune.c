@@ -46,8 +46,7 @@ struct hk_tune {
   uint64_t rng;   /* HK_TEST_TUNE_JITTER's sequence */
   hk_buf csv;
   /* the bytes of the step being summed, from the first step boundary on
-   * (bytes_from > 0); unknown when a tensor of it was not an allreduce in
-   * the response cache */
+   * (bytes_from > 0); unknown when it fused allgathers or reduce-scatters */
   uint64_t bytes;
   int bytes_from, bytes_unknown;
   int limited; /* the search was told a step's bytes */
@@ -331,20 +330,15 @@ static const char *name_of(hk_ctx *ctx, const hk_wire_response *r) {
   return q ? q->name : "";
 }
 
-/* Adds response r to the step's bytes: an allreduce's input, as the
- * response cache holds its request (rank 0 cannot tell the size of one
- * that is not cached, nor does the fusion threshold bound other kinds:
- * either makes this step's bytes unknown). */
-static void count_bytes(hk_ctx *ctx, struct hk_tune *T,
-                        const hk_wire_response *r) {
-  const hk_wire_request *q =
-      r->flags & HK_RESP_CACHED
-          ? hk_cache_get(hk_sets_world(ctx)->cache, r->cache_bit)
-          : NULL;
-  if (!q || q->coll != HK_COLL_ALLREDUCE)
+/* Adds response r to the step's bytes: an allreduce's input. The
+ * threshold fuses allgathers and reduce-scatters too, by their rows:
+ * those make this step's bytes unknown; the other kinds (a barrier, a
+ * broadcast, ...) are never fused, and do not count. */
+static void count_bytes(struct hk_tune *T, const hk_wire_response *r) {
+  if (r->coll == HK_COLL_ALLREDUCE)
+    T->bytes += r->bytes;
+  else if (r->coll == HK_COLL_ALLGATHER || r->coll == HK_COLL_REDUCESCATTER)
     T->bytes_unknown = 1;
-  else
-    T->bytes += q->count * hk_dtype_size((hk_dtype)q->dtype);
 }
 
 /* A step boundary: the step summed since the last one, if whole and
@@ -404,10 +398,8 @@ static int step_boundary(hk_ctx *ctx, struct hk_tune *T,
     if (rs[i].status != HK_OK)
       continue;
     const char *name = name_of(ctx, &rs[i]);
-    if (!name[0]) { /* not in the cache: its size is not known either */
-      T->bytes_unknown = 1;
+    if (!name[0])
       continue;
-    }
     if (!boundary) {
       const int a = is_anchor(T, name);
       if (a < 0)
@@ -417,7 +409,7 @@ static int step_boundary(hk_ctx *ctx, struct hk_tune *T,
         step_bytes(T);
       }
     }
-    count_bytes(ctx, T, &rs[i]);
+    count_bytes(T, &rs[i]);
   }
   return boundary;
 }

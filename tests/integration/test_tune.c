@@ -173,6 +173,49 @@ static void test_converges_to_known_best(void **state) {
   assert_int_equal(hkt_remove_tree(dir), 0);
 }
 
+/* A step's allreduces hold 2 MiB, also with a barrier that ends each
+ * step (never fused): the threshold ladder ends at 2 MiB, 10 trials as
+ * in test_converges_to_known_best. An allgather in each step is fused by
+ * the threshold too, so its step keeps the whole ladder (9 rungs: 16
+ * trials, as before the step's size was known). */
+static void test_step_bytes_with_other_collectives(void **state) {
+  (void)state;
+  char *argv[] = {HKRUN_PATH,
+                  "-np",
+                  "2",
+                  "--fusion-threshold-mb",
+                  "0",
+                  "--autotune",
+                  "--autotune-warmup-samples",
+                  "1",
+                  "--autotune-steps-per-sample",
+                  "2",
+                  "--log-level",
+                  "info",
+                  W_TUNE,
+                  "200",
+                  "barrier",
+                  NULL};
+  hkt_result r;
+  run_expect(argv, cost_env, 0, &r);
+  same_hash(&r, 2);
+  if (!strstr(r.err, "autotune: a step's allreduces hold 2097152 bytes") ||
+      !strstr(r.err, "hierarchical auto after 10 trials (110 steps)")) {
+    dump(&r);
+    fail_msg("a barrier in each step: expected the 2 MiB ladder");
+  }
+  hkt_result_free(&r);
+  argv[14] = "gather";
+  run_expect(argv, cost_env, 0, &r);
+  same_hash(&r, 2);
+  if (strstr(r.err, "a step's allreduces hold") ||
+      !strstr(r.err, "hierarchical auto after 16 trials (176 steps)")) {
+    dump(&r);
+    fail_msg("an allgather in each step: expected the whole ladder");
+  }
+  hkt_result_free(&r);
+}
+
 /* Every rank's debug lines "autotune: rank R applies setting N (...) at
  * world round W": the same W for every N on each of the np ranks, W
  * growing with N. Returns how many settings rank 0 applied. */
@@ -1004,6 +1047,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_converges_to_known_best),
       cmocka_unit_test(test_all_ranks_switch_at_same_round),
+      cmocka_unit_test(test_step_bytes_with_other_collectives),
       cmocka_unit_test(test_hierarchical_searched_where_it_applies),
       cmocka_unit_test(test_compression_searched_where_allowed),
       cmocka_unit_test(test_device_batches_use_tuned_staging),

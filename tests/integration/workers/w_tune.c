@@ -21,6 +21,11 @@
  * before's, it prints "staged from step S: C copies, B bytes". How a
  * batch is staged follows the staging chunk and the compression in use,
  * so the driver sees from these lines which setting each step ran with.
+ *
+ *   w_tune STEPS barrier | gather
+ *
+ * ends each step with an hk_barrier (never fused), or with an allgather
+ * of one row of 4 floats (fused by the threshold too), checked.
  */
 #include <signal.h>
 #include <string.h>
@@ -65,6 +70,8 @@ int main(int argc, char **argv) {
   const int kill_slot = argc > 3 ? atoi(argv[2]) : -1;
   const int kill_step = argc > 3 ? atoi(argv[3]) : -1;
   const int on_dev = argc == 3 && !strcmp(argv[2], "dev");
+  const int barrier = argc == 3 && !strcmp(argv[2], "barrier");
+  const int gather = argc == 3 && !strcmp(argv[2], "gather");
   HKT_OK(hk_init());
   if (on_dev)
     open_device();
@@ -133,6 +140,19 @@ int main(int argc, char **argv) {
         HKT_CHECK(out[t][i] == want, "step %d %s[%d]: %g, expected %g", step,
                   names[t], i, out[t][i], want);
       }
+    if (barrier)
+      HKT_OK(hk_barrier());
+    if (gather) {
+      float row[4] = {(float)rank, (float)step, 0, 0};
+      void *all = NULL;
+      size_t rows[64];
+      HKT_OK(hk_allgather("gather", row, 1, 4, HK_FLOAT32, &all, rows));
+      for (int r = 0; r < np && r < 64; r++)
+        HKT_CHECK(rows[r] == 1 && ((float *)all)[4 * r] == (float)r &&
+                      ((float *)all)[4 * r + 1] == (float)step,
+                  "step %d: allgather row %d", step, r);
+      hk_free(all);
+    }
     const unsigned char *b = (const unsigned char *)out;
     for (size_t k = 0; k < sizeof out; k += 64)
       hash = (hash ^ b[k]) * 0x100000001b3ull;
