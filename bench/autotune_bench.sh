@@ -54,7 +54,7 @@ echo "# $MODEL np $NP, $ROUNDS rounds ($(uptime | sed 's/.*load/load/'))"
   --autotune-log-file "$tmp/trials.csv" --autotune-save "$tmp/tuned.env" \
   "$BUILD/hkbench" --model "$MODEL" -n "$TUNE_STEPS" -w 0 \
   >"$tmp/tune.out" 2>&1 || true
-chose=$(grep -o 'autotune: .*less time per step' "$tmp/tune.out" || true)
+chose=$(grep -oE 'autotune: (chose|kept|the search stopped).*' "$tmp/tune.out" | head -1 || true)
 if [ ! -s "$tmp/tuned.env" ]; then
   echo "the tuning run saved nothing:" >&2
   tail -5 "$tmp/tune.out" >&2

@@ -404,6 +404,11 @@ static void test_compression_searched_where_allowed(void **state) {
   run_expect(argv, env, 0, &r);
   same_hash(&r, 2);
   assert_non_null(strstr(r.err, ", compression none (searched); "));
+  assert_non_null(strstr(r.err, "[0] hk[0] warning: autotune: kept the "
+                                "starting setting (fusion threshold 2 MiB, "
+                                "cycle time 0 ms, hierarchical auto, "
+                                "compression none) after "));
+  assert_null(strstr(r.err, "less time per step"));
   assert_int_equal(
       hkt_count_lines(r.err, "hierarchical auto, compression fp16) at world "
                              "round"),
@@ -661,9 +666,10 @@ static void test_short_jobs_say_why(void **state) {
   run_expect(argv, cost_env, 0, &r);
   assert_non_null(strstr(r.err, "[0] hk[0] warning: autotune: the search "
                                 "stopped before its end (the job ended or "
-                                "re-formed); best so far: fusion "
-                                "threshold 0 MiB, cycle time 0 ms, "
-                                "hierarchical auto after 1 trials"));
+                                "re-formed); best so far: the starting "
+                                "setting (fusion threshold 0 MiB, cycle "
+                                "time 0 ms, hierarchical auto) after 1 "
+                                "trials"));
   hkt_result_free(&r);
   char *s = read_text(saved);
   assert_non_null(s);
