@@ -278,34 +278,31 @@ static void report(hk_ctx *ctx, struct hk_tune *T) {
   if (T->reported || !best || !base)
     return;
   T->reported = 1;
-  char a[160], b[160];
-  int done = hk_autotune_done(T->search);
-  if (hk_tune_setting_equal(&best->s, &base->s)) /* its scores: noise */
-    hk_log(HK_LOG_WARNING,
-           "autotune: %s the starting setting (%s) after %d trials (%ld "
-           "steps): no other was faster by more than the noise (it measured "
-           "%.3f ms per step last, %.3f ms first)",
-           done ? "kept"
-                : "the search stopped before its end (the job ended or "
-                  "re-formed); best so far:",
-           setting_text(ctx, &best->s, a, sizeof a),
-           hk_autotune_ntrials(T->search), hk_autotune_steps(T->search),
-           best->score_s * 1e3, base->score_s * 1e3);
+  char a[160], b[160], tail[320];
+  const int done = hk_autotune_done(T->search);
+  /* the start kept: its two scores differ by the machine's drift only */
+  const int kept = hk_tune_setting_equal(&best->s, &base->s);
+  if (kept)
+    snprintf(tail, sizeof tail,
+             "no other was faster by more than the noise (it measured %.3f "
+             "ms per step last, %.3f ms first)",
+             best->score_s * 1e3, base->score_s * 1e3);
   else
-    hk_log(HK_LOG_WARNING,
-           "autotune: %s %s after %d trials (%ld steps): %.3f ms per step "
-           "against %.3f ms with the starting setting (%s): %.1f %% less time "
-           "per step",
-           done ? "chose"
-                : "the search stopped before its end (the job ended or "
-                  "re-formed); best so far:",
-           setting_text(ctx, &best->s, a, sizeof a),
-           hk_autotune_ntrials(T->search), hk_autotune_steps(T->search),
-           best->score_s * 1e3, base->score_s * 1e3,
-           setting_text(ctx, &base->s, b, sizeof b),
-           base->score_s > 0
-               ? 100.0 * (base->score_s - best->score_s) / base->score_s
-               : 0.0);
+    snprintf(tail, sizeof tail,
+             "%.3f ms per step against %.3f ms with the starting setting "
+             "(%s): %.1f %% less time per step",
+             best->score_s * 1e3, base->score_s * 1e3,
+             setting_text(ctx, &base->s, b, sizeof b),
+             base->score_s > 0
+                 ? 100.0 * (base->score_s - best->score_s) / base->score_s
+                 : 0.0);
+  hk_log(HK_LOG_WARNING, "autotune: %s %s%s%s after %d trials (%ld steps): %s",
+         done ? kept ? "kept" : "chose"
+              : "the search stopped before its end (the job ended or "
+                "re-formed); best so far:",
+         kept ? "the starting setting (" : "",
+         setting_text(ctx, &best->s, a, sizeof a), kept ? ")" : "",
+         hk_autotune_ntrials(T->search), hk_autotune_steps(T->search), tail);
   if (!ctx->cfg.autotune_save[0])
     return;
   char text[320];
