@@ -110,10 +110,14 @@ static int nearest_cyc(double v) {
 }
 
 /* s's rungs: the nearest of each ladder, among the rungs searched (7
- * sockets with 7 open is rung 4, not 8). */
+ * sockets with 7 open is rung 4, not 8); a threshold that holds a whole
+ * step is the threshold ladder's last rung searched (5 MiB with a 4.5 MiB
+ * step is the 8 MiB rung, not 4). */
 static void place(const hk_autotune *t, const hk_tune_setting *s,
                   int pos[NKNOB]) {
-  pos[0] = nearest(thr_ladder, NTHR, s->fusion_threshold);
+  pos[0] = t->step_bytes && s->fusion_threshold >= t->step_bytes
+               ? t->rungs[0] - 1
+               : nearest(thr_ladder, NTHR, s->fusion_threshold);
   pos[1] = nearest_cyc(s->cycle_time_ms);
   pos[2] = s->hierarchical < 0 ? 1 : s->hierarchical ? 2 : 0;
   pos[3] = nearest(sock_ladder, NSOCK,

@@ -69,8 +69,9 @@
  * setting. One full pass over the threshold and cycle ladders from a
  * rung of both takes 1 + 1 + 8 + 5 = 15 trials (17 with the hierarchical
  * knob, 2 or 3 more with the sockets, 3 with the staging chunk, 2 with
- * compression), within the default budget of 30; a step of 4 MiB or less
- * leaves the threshold line 4 rungs (0 to 4 MiB) instead of 9.
+ * compression), within the default budget of 30; a step of more than 2
+ * and at most 4 MiB leaves the threshold line 4 rungs (0 to 4 MiB)
+ * instead of 9.
  *
  * Ladders: fusion threshold 0, 1, 2, 4, 8, 16, 32, 64, 128 MiB; cycle
  * time 0, 0.5, 1, 2, 5, 10 ms; hierarchical allreduce flat (0), the cost
@@ -152,10 +153,12 @@ typedef struct hk_autotune hk_autotune;
  * the first rung at or above step_bytes, and settings whose thresholds
  * are both at least step_bytes count as one (the start of 128 MiB, for a
  * step of 3 MiB, is the 4 MiB rung: 4 MiB is not measured after it).
- * Acts only on the first call, made before trial 0 ends, with step_bytes
+ * Acts once: on the first call made before trial 0 ends with step_bytes
  * from 1 to 64 MiB (the rung before the last: a larger step leaves the
- * ladder whole); otherwise changes nothing. Returns the rung the ladder
- * now ends at, bytes, or 0 when nothing changed. Thread-safety: the
+ * ladder whole); any other call changes nothing. The caller's step must
+ * be typical: a later step with more bytes (a metric reduced every N
+ * steps) could be batched differently by the thresholds cut. Returns the rung
+ * the ladder now ends at, bytes, or 0 when nothing changed. Thread-safety: the
  * search's owner only. No errors.
  */
 uint64_t hk_autotune_limit_threshold(hk_autotune *t, uint64_t step_bytes);

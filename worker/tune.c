@@ -282,7 +282,9 @@ static void report(hk_ctx *ctx, struct hk_tune *T) {
   const int done = hk_autotune_done(T->search);
   /* the start kept: its two scores differ by the machine's drift only */
   const int kept = hk_tune_setting_equal(&best->s, &base->s);
-  if (kept)
+  if (kept && !done) /* a candidate may be waiting for its confirmation */
+    snprintf(tail, sizeof tail, "%.3f ms per step", best->score_s * 1e3);
+  else if (kept)
     snprintf(tail, sizeof tail,
              "no other was faster by more than the noise (it measured %.3f "
              "ms per step last, %.3f ms first)",
@@ -407,8 +409,10 @@ static int step_boundary(hk_ctx *ctx, struct hk_tune *T,
     if (rs[i].status != HK_OK)
       continue;
     const char *name = name_of(ctx, &rs[i]);
-    if (!name[0])
+    if (!name[0]) { /* not in the cache: no anchor; its bytes still count */
+      count_bytes(T, &rs[i]);
       continue;
+    }
     if (!boundary) {
       const int a = is_anchor(T, name);
       if (a < 0)

@@ -547,9 +547,9 @@ static void test_device_batches_use_tuned_staging(void **state) {
 }
 
 /* 10 % jitter on every step: a trial whose spread stays over 2 % spends
- * its budget of samples, 4 MiB is as fast as 2 MiB give or take
- * the noise and is not kept, and the result is still 2 MiB, with one
- * change per trial at most. */
+ * its budget of samples, the cycle times are as fast as 0 ms give or
+ * take the noise and are not kept, and the result is still 2 MiB, with
+ * one change per trial at most. */
 static void test_noisy_score_does_not_flip_flop(void **state) {
   (void)state;
   char dir[256], csv[320];

@@ -128,7 +128,8 @@ static void test_threshold_line_ends_at_step(void **s) {
  * step, 8 MiB makes the same one batch, so it is not measured after the
  * start; the line below it (4, 2, 1, 0 MiB) is slower; the cycle line
  * runs at the rung (8 MiB, the same batches), slower too, and the job
- * ends on its start. So does a start of 7 MiB: 8 MiB is the same. */
+ * ends on its start. So does a start of 7 MiB: 8 MiB is the same; and
+ * one of 5 MiB with a 4.5 MiB step. */
 static void test_start_above_step_rung_is_that_rung(void **s) {
   (void)s;
   hk_autotune *t;
@@ -163,6 +164,25 @@ static void test_start_above_step_rung_is_that_rung(void **s) {
     assert_true(hk_autotune_trial(t, i)->s.fusion_threshold != 7 * MIB &&
                 (hk_autotune_trial(t, i)->s.fusion_threshold != 8 * MIB ||
                  hk_autotune_trial(t, i)->s.cycle_time_ms > 0));
+  assert_int_equal(hk_autotune_ntrials(t), 10);
+  hk_autotune_destroy(t);
+  /* 5 MiB holds a 4.5 MiB step: the 8 MiB rung, though 4 MiB is nearer
+   * (a flat cost: nothing is kept) */
+  start.fusion_threshold = 5 * MIB;
+  cur = start;
+  assert_int_equal(hk_autotune_create(&params, &start, &start, &t), HK_OK);
+  assert_int_equal(hk_autotune_limit_threshold(t, 9 * MIB / 2), 8 * MIB);
+  for (int i = 0; i < 100000 && !hk_autotune_done(t); i++)
+    if (hk_autotune_step(t, 0.100, &next))
+      cur = next;
+  assert_true(hk_tune_setting_equal(&cur, &start));
+  for (int i = 1; i < hk_autotune_ntrials(t); i++) {
+    const hk_tune_setting *x = &hk_autotune_trial(t, i)->s;
+    if (x->cycle_time_ms > 0)
+      assert_int_equal(x->fusion_threshold, 8 * MIB);
+    else
+      assert_true(x->fusion_threshold < 8 * MIB);
+  }
   assert_int_equal(hk_autotune_ntrials(t), 10);
   hk_autotune_destroy(t);
 }
