@@ -7,6 +7,7 @@
  * rank prints, the errors' wording, the time a fault takes, and that no
  * process or shared-memory segment is left behind.
  */
+#include <ftw.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -79,6 +80,33 @@ static void run_mode(int np, int local, char *const env[], const char *args,
 }
 
 static char *emu_env[] = {"HK_DEVICE=emu", NULL};
+
+/* Flight records (hk-flight.*.txt) below a folder. */
+static int records;
+static int count_record(const char *path, const struct stat *sb, int type,
+                        struct FTW *ftw) {
+  (void)sb;
+  records += type == FTW_F && !strncmp(path + ftw->base, "hk-flight.", 10);
+  return 0;
+}
+
+/* A failing job's ranks write flight records: into a folder of the
+ * test's own (HK_FLIGHT_DIR, *env_out), not the machine's temporary
+ * folder. fault_dir_end checks that at least `want` were written, and
+ * removes the folder. */
+static void fault_dir(char *dir, size_t cap, char *env_out, size_t env_cap) {
+  assert_int_equal(hkt_mkdtemp("hkt-flight-", dir, cap), 0);
+  snprintf(env_out, env_cap, "HK_FLIGHT_DIR=%s", dir);
+}
+
+static void fault_dir_end(const char *dir, int want) {
+  records = 0;
+  assert_int_equal(nftw(dir, count_record, 8, FTW_PHYS), 0);
+  if (records < want)
+    fail_msg("%d flight records in %s, expected %d or more", records, dir,
+             want);
+  assert_int_equal(hkt_remove_tree(dir), 0);
+}
 
 /* The issue's counts {0, 1, np+1, 1000003} (the sanitizer stages lower
  * the big one with HKT_ALLREDUCE_BIG). */
@@ -190,11 +218,14 @@ static void test_overlap(void **s) {
  * and hk_wait_stream on the second fails with it; nothing stays. */
 static void test_overlap_bounded(void **s) {
   (void)s;
+  char fdir[256], fdenv[300];
+  fault_dir(fdir, sizeof fdir, fdenv, sizeof fdenv);
   char *env[] = {"HK_DEVICE=emu", "HK_TIMEOUT_S=2", "HK_DEVICE_INFLIGHT=1",
-                 NULL};
+                 fdenv, NULL};
   char *argv[] = {HKRUN_PATH, "-np", "1", W_DEVICE, "overlap", NULL};
   hkt_result r;
   hkt_run(argv, env, 60, &r);
+  fault_dir_end(fdir, 1);
   const char *want = "hk_wait_stream(b, sb) -> timed out: tensor 'overlap.b': "
                      "tensor 'overlap.a': the device allreduce did not "
                      "complete within HK_TIMEOUT_S = 2 s on rank 0";
@@ -333,13 +364,20 @@ static void test_sets(void **s) {
 static void fault(const char *spec, const char *cause) {
   char fenv[64];
   snprintf(fenv, sizeof fenv, "HK_EMU_FAULT=%s", spec);
-  char *env[] = {"HK_DEVICE=emu", "HK_TIMEOUT_S=5", "HK_LOG_LEVEL=debug", fenv,
+  char fdir[256], fdenv[300];
+  fault_dir(fdir, sizeof fdir, fdenv, sizeof fdenv);
+  char *env[] = {"HK_DEVICE=emu",
+                 "HK_TIMEOUT_S=5",
+                 "HK_LOG_LEVEL=debug",
+                 fenv,
+                 fdenv,
                  NULL};
   char *argv[] = {HKRUN_PATH, "-np", "3", W_DEVICE, "fault", NULL};
   hkt_result r;
   double t0 = hkt_now();
   hkt_run(argv, env, 60, &r);
   double took = hkt_now() - t0;
+  fault_dir_end(fdir, 1);
   int named = hkt_count_lines(r.out, cause);
   if (r.timed_out || r.exit_code == 0 || named < 1 || took > 30)
     fail_msg("%s: exit %d after %.1f s, %d ranks named '%s'\nstdout:\n"
@@ -359,7 +397,13 @@ static void second_in_flight(const char *spec, const char *cause, int named,
                              const char *second, int nsecond) {
   char fenv[64];
   snprintf(fenv, sizeof fenv, "HK_EMU_FAULT=%s", spec);
-  char *env[] = {"HK_DEVICE=emu", "HK_TIMEOUT_S=5", "HK_LOG_LEVEL=debug", fenv,
+  char fdir[256], fdenv[300];
+  fault_dir(fdir, sizeof fdir, fdenv, sizeof fdenv);
+  char *env[] = {"HK_DEVICE=emu",
+                 "HK_TIMEOUT_S=5",
+                 "HK_LOG_LEVEL=debug",
+                 fenv,
+                 fdenv,
                  NULL};
   char dir[256];
   assert_int_equal(hkt_mkdtemp("hkt-overlap-", dir, sizeof dir), 0);
@@ -370,6 +414,7 @@ static void second_in_flight(const char *spec, const char *cause, int named,
   hkt_run(argv, env, 60, &r);
   double took = hkt_now() - t0;
   assert_int_equal(hkt_remove_tree(dir), 0);
+  fault_dir_end(fdir, 1);
   int got = hkt_count_lines(r.out, cause);
   int failed = hkt_count_lines(r.out, " failed: ");
   int said = hkt_count_lines(r.out, second);
@@ -423,12 +468,19 @@ static void test_fault_hang(void **s) {
  * the job for the peers' failures. */
 static void test_fault_enqueue_aborts(void **s) {
   (void)s;
-  char *env[] = {"HK_DEVICE=emu", "HK_TIMEOUT_S=60", "HK_LOG_LEVEL=debug",
-                 "HK_EMU_FAULT=enqueue:1:2", NULL};
+  char fdir[256], fdenv[300];
+  fault_dir(fdir, sizeof fdir, fdenv, sizeof fdenv);
+  char *env[] = {"HK_DEVICE=emu",
+                 "HK_TIMEOUT_S=60",
+                 "HK_LOG_LEVEL=debug",
+                 "HK_EMU_FAULT=enqueue:1:2",
+                 fdenv,
+                 NULL};
   char *argv[] = {HKRUN_PATH, "-np",    "3", W_DEVICE,
                   "fault",    "linger", "1", NULL};
   hkt_result r;
   hkt_run(argv, env, 50, &r);
+  fault_dir_end(fdir, 1);
   const char *cause = "injected enqueue failure (HK_EMU_FAULT) in allreduce "
                       "#2 on rank 1";
   int named = hkt_count_lines(r.out, cause);
