@@ -346,6 +346,8 @@ static const char *name_of(hk_ctx *ctx, const hk_wire_response *r) {
  * those make this step's bytes unknown; the other kinds (a barrier, a
  * broadcast, ...) are never fused, and do not count. */
 static void count_bytes(struct hk_tune *T, const hk_wire_response *r) {
+  if (T->limited) /* told once: nothing reads it again */
+    return;
   if (r->coll == HK_COLL_ALLREDUCE)
     T->bytes += r->bytes;
   else if (r->coll == HK_COLL_ALLGATHER || r->coll == HK_COLL_REDUCESCATTER)

@@ -359,25 +359,33 @@ static void test_sets(void **s) {
   run_mode(4, 2, emu_env, "sets", "sets np=4", 120);
 }
 
+/* A faulty device job's environment: the emu with HK_EMU_FAULT=spec, a
+ * 5 s HK_TIMEOUT_S, debug logs, and flight records into a folder of the
+ * test's own (dir: fault_dir_end checks and removes it). */
+typedef struct fault_job {
+  char fault[64], dir[256], flight[300];
+  char *env[6];
+} fault_job;
+
+static void fault_job_init(fault_job *f, const char *spec) {
+  snprintf(f->fault, sizeof f->fault, "HK_EMU_FAULT=%s", spec);
+  fault_dir(f->dir, sizeof f->dir, f->flight, sizeof f->flight);
+  char *env[] = {"HK_DEVICE=emu", "HK_TIMEOUT_S=5", "HK_LOG_LEVEL=debug",
+                 f->fault,        f->flight,        NULL};
+  memcpy(f->env, env, sizeof env);
+}
+
 /* An injected fault on rank 1: every rank fails within HK_TIMEOUT_S (5 s)
  * plus start-up, naming the cause; hkrun exits non-zero; nothing stays. */
 static void fault(const char *spec, const char *cause) {
-  char fenv[64];
-  snprintf(fenv, sizeof fenv, "HK_EMU_FAULT=%s", spec);
-  char fdir[256], fdenv[300];
-  fault_dir(fdir, sizeof fdir, fdenv, sizeof fdenv);
-  char *env[] = {"HK_DEVICE=emu",
-                 "HK_TIMEOUT_S=5",
-                 "HK_LOG_LEVEL=debug",
-                 fenv,
-                 fdenv,
-                 NULL};
+  fault_job f;
+  fault_job_init(&f, spec);
   char *argv[] = {HKRUN_PATH, "-np", "3", W_DEVICE, "fault", NULL};
   hkt_result r;
   double t0 = hkt_now();
-  hkt_run(argv, env, 60, &r);
+  hkt_run(argv, f.env, 60, &r);
   double took = hkt_now() - t0;
-  fault_dir_end(fdir, 1);
+  fault_dir_end(f.dir, 1);
   int named = hkt_count_lines(r.out, cause);
   if (r.timed_out || r.exit_code == 0 || named < 1 || took > 30)
     fail_msg("%s: exit %d after %.1f s, %d ranks named '%s'\nstdout:\n"
@@ -395,26 +403,18 @@ static void fault(const char *spec, const char *cause) {
  * `second`, within HK_TIMEOUT_S (5 s) plus start-up; nothing stays. */
 static void second_in_flight(const char *spec, const char *cause, int named,
                              const char *second, int nsecond) {
-  char fenv[64];
-  snprintf(fenv, sizeof fenv, "HK_EMU_FAULT=%s", spec);
-  char fdir[256], fdenv[300];
-  fault_dir(fdir, sizeof fdir, fdenv, sizeof fdenv);
-  char *env[] = {"HK_DEVICE=emu",
-                 "HK_TIMEOUT_S=5",
-                 "HK_LOG_LEVEL=debug",
-                 fenv,
-                 fdenv,
-                 NULL};
+  fault_job f;
+  fault_job_init(&f, spec);
   char dir[256];
   assert_int_equal(hkt_mkdtemp("hkt-overlap-", dir, sizeof dir), 0);
   char *argv[] = {HKRUN_PATH, "-np",   "3", W_DEVICE,
                   "overlap",  "fault", dir, NULL};
   hkt_result r;
   double t0 = hkt_now();
-  hkt_run(argv, env, 60, &r);
+  hkt_run(argv, f.env, 60, &r);
   double took = hkt_now() - t0;
   assert_int_equal(hkt_remove_tree(dir), 0);
-  fault_dir_end(fdir, 1);
+  fault_dir_end(f.dir, 1);
   int got = hkt_count_lines(r.out, cause);
   int failed = hkt_count_lines(r.out, " failed: ");
   int said = hkt_count_lines(r.out, second);
