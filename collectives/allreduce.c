@@ -20,12 +20,6 @@ static const hk_allreduce_impl table[NIMPLS];
 
 _Static_assert(NIMPLS <= HK_ALLREDUCE_MAX_IMPLS, "HK_ALLREDUCE_MAX_IMPLS");
 
-/* A fused batch of recursive doubling with a power of two of at least 4
- * ranks may grow to this: rd then halves large buffers (collectives/rd.h),
- * which measured faster than the ring up to 4 MiB (np 4: 5.3 ms against
- * 7.1 ms at 4 MiB, 13.4 against 11.7 at 8 MiB). */
-#define RD_FUSED_BYTES ((size_t)4 << 20)
-
 static int always(const hk_allreduce_env *env, size_t bytes) {
   (void)env;
   (void)bytes;
@@ -98,13 +92,6 @@ static hk_status run_shm_pieces(hk_allreduce_env *env,
                                 const hk_ring_finish *fin) {
   return hk_ring_shm_allreduce_pieces(env->ring, pieces, npieces, seg, dtype,
                                       op, fin);
-}
-
-/* (On one host over shared memory rd is never chosen but forced: the
- * engine, faster from 4 KiB, runs there.) */
-static size_t rd_fuse_limit(const hk_allreduce_env *env, size_t up_to) {
-  const int pow2 = env->size >= 4 && !(env->size & (env->size - 1));
-  return up_to && pow2 && up_to < RD_FUSED_BYTES ? RD_FUSED_BYTES : up_to;
 }
 
 /* ---- device entries ---- */
@@ -203,8 +190,7 @@ static const hk_allreduce_impl table[NIMPLS] = {
             .mem = HK_MEM_HOST,
             .applies = several_ranks,
             .cost = rd_cost,
-            .run = run_rd,
-            .fuse_limit = rd_fuse_limit},
+            .run = run_rd},
     [DEV_LOCAL] = {.name = "local",
                    .schedule = "local",
                    .mem = HK_MEM_DEVICE,
@@ -339,29 +325,13 @@ hk_status hk_allreduce_setup(hk_allreduce_env *env) {
   env->nspans[HK_MEM_HOST] = env->nspans[HK_MEM_DEVICE] = 0;
   build_spans(env, HK_MEM_HOST); /* the device choice reads the host's */
   build_spans(env, HK_MEM_DEVICE);
-  for (int i = 0; i < NIMPLS; i++) {
-    const hk_allreduce_impl *e = &table[i];
-    env->fuse_limit[i] = 0;
-    if (!e->fuse_limit)
-      continue;
-    /* the largest size it is chosen for; 0 if it never is or is chosen
-     * without bound */
-    const hk_allreduce_span *s = env->spans[e->mem];
-    const int n = env->nspans[e->mem];
-    size_t up_to = 0;
-    for (int k = 0; k < n; k++)
-      if (s[k].impl == e)
-        up_to = k + 1 < n ? s[k + 1].from - 1 : 0;
-    env->fuse_limit[i] = e->fuse_limit(env, up_to);
-  }
   return HK_OK;
 }
 
-size_t hk_allreduce_fuse_limit(const hk_allreduce_env *env,
-                               const hk_allreduce_impl *impl) {
-  if (!impl || impl < table || impl >= table + NIMPLS)
-    return 0;
-  return env->fuse_limit[impl - table];
+const hk_allreduce_impl *hk_allreduce_for_tensor(const hk_allreduce_env *env,
+                                                 hk_mem_kind mem, size_t bytes,
+                                                 int fusable, size_t direct) {
+  return hk_allreduce_for(env, mem, fusable && direct > bytes ? direct : bytes);
 }
 
 void hk_allreduce_describe(const hk_allreduce_env *env, hk_mem_kind mem,

@@ -32,9 +32,11 @@
  * the shm engine, being the ring's schedule through shared memory, also
  * runs where the ring is forced. The choice depends only on the bytes and
  * on what every rank shares (the job's shape and agreed settings), so
- * every rank makes the same one, and a tensor keeps its implementation,
- * and so its bits, whether or not it is fused: the fusion plan only groups
- * tensors of one entry (coordinator/fusion.h keeps a pointer to it).
+ * every rank makes the same one. A tensor that may be fused is costed as
+ * a batch (hk_allreduce_for_tensor), whether or not a round fuses it, so
+ * it keeps its implementation, and so its bits, whether or not it is fused:
+ * the fusion plan only groups tensors of one entry (coordinator/fusion.h
+ * keeps a pointer to it).
  * hk_allreduce_setup works the choice out once per job as byte spans, so
  * choosing costs a few comparisons per tensor (hk_allreduce_for).
  *
@@ -109,7 +111,6 @@ typedef struct hk_allreduce_env {
   /* worked out by hk_allreduce_setup */
   hk_allreduce_span spans[2][HK_ALLREDUCE_MAX_SPANS]; /* [hk_mem_kind] */
   int nspans[2];
-  size_t fuse_limit[HK_ALLREDUCE_MAX_IMPLS]; /* per entry, see below */
   /* working memory: recursive doubling's buffer, grown on demand */
   uint8_t *rd_scratch;
   size_t rd_scratch_bytes;
@@ -161,9 +162,6 @@ typedef struct hk_allreduce_impl {
   /** Device: the segments a batch is laid out in (padded to seglen). */
   size_t (*segments)(const hk_allreduce_env *env);
   unsigned needs; /* device: HK_ALLREDUCE_NEEDS_* */
-  /** How large a fused group it opens may grow, given the largest size it
-   *  is chosen for (0: unbounded); NULL: that size. */
-  size_t (*fuse_limit)(const hk_allreduce_env *env, size_t chosen_up_to);
 } hk_allreduce_impl;
 
 /**
@@ -181,12 +179,11 @@ const hk_allreduce_impl *hk_allreduce_choose(const hk_allreduce_env *env,
                                              hk_mem_kind mem, size_t bytes);
 
 /**
- * Works the choice out as byte spans for both memory kinds, and each
- * entry's fusion limit. The choice of a costed entry changes where the
- * model's lines cross, so it is probed at 0 and every power of two up to
- * 2^44 bytes and each change placed exactly by bisection. Call after the
- * env's fields are set; again after `dev` is set. Errors: none today
- * (HK_OK); the status is for the caller's chain.
+ * Works the choice out as byte spans for both memory kinds. The choice of a
+ * costed entry changes where the model's lines cross, so it is probed at 0 and
+ * every power of two up to 2^44 bytes and each change placed exactly by
+ * bisection. Call after the env's fields are set; again after `dev` is set.
+ * Errors: none today (HK_OK); the status is for the caller's chain.
  */
 hk_status hk_allreduce_setup(hk_allreduce_env *env);
 
@@ -195,10 +192,27 @@ hk_status hk_allreduce_setup(hk_allreduce_env *env);
 const hk_allreduce_impl *hk_allreduce_for(const hk_allreduce_env *env,
                                           hk_mem_kind mem, size_t bytes);
 
-/** The bytes a fused group that impl opens may hold (0: the fusion
- *  threshold alone): for recursive doubling, up to where it is chosen. */
-size_t hk_allreduce_fuse_limit(const hk_allreduce_env *env,
-                               const hk_allreduce_impl *impl);
+/**
+ * The implementation one tensor of `bytes` bytes runs with, alone or in a
+ * fused batch: a tensor that may be fused (`fusable`: hk_fusion_fusable
+ * with `direct`, hk_fusion_direct_bytes, the size from which allreduces
+ * run alone) is costed as a batch of `direct` bytes, the least a batch
+ * holding the largest of them makes; any other at its own size. So a
+ * step's many small gradients, fused, run the bandwidth-optimal schedule
+ * their batch needs, not the latency-optimal one each would take alone
+ * (recursive doubling across hosts sends the whole batch over the network
+ * once per rank of a host). The answer depends on the tensor and the
+ * job's settings alone, not on the fusion threshold nor on which tensors
+ * a round fuses with it, so fusion (on, off, or any threshold) never
+ * changes a bit of its result: every tensor of a batch has one
+ * implementation, and the fusion layout keeps each element's reduction
+ * order (coordinator/fusion.h). The price: a lone small allreduce across
+ * hosts runs that schedule too. The worker's execute step and hkplan's
+ * simulation both ask this. Pure; thread-safety: as hk_allreduce_for.
+ */
+const hk_allreduce_impl *hk_allreduce_for_tensor(const hk_allreduce_env *env,
+                                                 hk_mem_kind mem, size_t bytes,
+                                                 int fusable, size_t direct);
 
 /**
  * Writes "<from> B: <name>; ..." for memory kind mem into buf (cap bytes,

@@ -32,8 +32,7 @@ uint32_t hk_fusion_plan(const hk_fusion_item *items, uint32_t n,
     order[placed++] = i;
     taken[i] = 1;
     const hk_fusion_item *a = &items[i];
-    size_t cap =
-        a->limit && a->limit < threshold_bytes ? a->limit : threshold_bytes;
+    const size_t cap = threshold_bytes;
     if (!a->fusable || cap == 0 || a->bytes > cap)
       continue;
     size_t bytes = a->bytes;

@@ -48,9 +48,6 @@ typedef struct hk_fusion_item {
                       share a buffer, so a tensor's bits do not depend on
                       fusion */
   size_t bytes;                         /* count * element size */
-  size_t limit; /* a group it opens holds at most this many bytes (the
-                   size up to which its algorithm is the fast one);
-                   0: the threshold alone */
 } hk_fusion_item;
 
 /**

@@ -135,6 +135,17 @@ hk_status hk_sim_batch_us(const hk_allreduce_env *env, const hk_sim_job *j,
                  impl->name);
 }
 
+/* What hk's worker decides for one tensor of `bytes` bytes of the job:
+ * whether it may be fused (*fusable) and the implementation it runs. */
+static const hk_allreduce_impl *tensor_impl(const hk_allreduce_env *env,
+                                            const hk_sim_job *j, size_t bytes,
+                                            int *fusable) {
+  const size_t direct = hk_fusion_direct_bytes(j->direct, env->size);
+  *fusable = hk_fusion_fusable(HK_COLL_ALLREDUCE, 1, j->device, bytes, direct);
+  return hk_allreduce_for_tensor(env, j->device ? HK_MEM_DEVICE : HK_MEM_HOST,
+                                 bytes, *fusable, direct);
+}
+
 uint32_t hk_sim_plan_round(const hk_allreduce_env *env, const hk_sim_job *j,
                            const size_t *bytes, uint32_t n, uint32_t *order,
                            uint32_t *starts, hk_status *st) {
@@ -149,22 +160,19 @@ uint32_t hk_sim_plan_round(const hk_allreduce_env *env, const hk_sim_job *j,
     *st = hk_fail(HK_ERR_NOMEM, "simulation: %u responses", n);
     return 0;
   }
-  const hk_mem_kind mem = j->device ? HK_MEM_DEVICE : HK_MEM_HOST;
-  const size_t direct = hk_fusion_direct_bytes(j->direct, env->size);
   for (uint32_t i = 0; i < n; i++) {
-    const hk_allreduce_impl *impl = hk_allreduce_for(env, mem, bytes[i]);
-    items[i] = (hk_fusion_item){
-        .fusable = hk_fusion_fusable(HK_COLL_ALLREDUCE, 1, j->device, bytes[i],
-                                     direct),
-        .coll = HK_COLL_ALLREDUCE,
-        .set = 0,
-        .dtype = j->dtype,
-        .op = HK_AVERAGE,
-        .mem = j->device ? HK_WIRE_MEM_DEVICE : HK_WIRE_MEM_HOST,
-        .divisor = env->size,
-        .impl = impl,
-        .bytes = bytes[i],
-        .limit = hk_allreduce_fuse_limit(env, impl)};
+    int fusable;
+    const hk_allreduce_impl *impl = tensor_impl(env, j, bytes[i], &fusable);
+    items[i] = (hk_fusion_item){.fusable = fusable,
+                                .coll = HK_COLL_ALLREDUCE,
+                                .set = 0,
+                                .dtype = j->dtype,
+                                .op = HK_AVERAGE,
+                                .mem = j->device ? HK_WIRE_MEM_DEVICE
+                                                 : HK_WIRE_MEM_HOST,
+                                .divisor = env->size,
+                                .impl = impl,
+                                .bytes = bytes[i]};
   }
   uint32_t g = hk_fusion_plan(items, n, j->threshold, taken, order, starts);
   free(items);
@@ -248,8 +256,9 @@ hk_status hk_sim_step(const hk_sim_job *j, const hk_sim_tensor *t, uint32_t n,
         out->order[placed++] = keys[next + pos[k]].i;
         B->bytes += bytes[pos[k]];
       }
-      const hk_allreduce_impl *impl = hk_allreduce_for(
-          &env, j->device ? HK_MEM_DEVICE : HK_MEM_HOST, bytes[pos[starts[b]]]);
+      int fusable;
+      const hk_allreduce_impl *impl =
+          tensor_impl(&env, j, bytes[pos[starts[b]]], &fusable);
       double us;
       const double wire = j->wire_ratio > 0 ? j->wire_ratio : 1.0;
       st = hk_sim_batch_us(&env, j, impl, (size_t)((double)B->bytes * wire),

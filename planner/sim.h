@@ -121,8 +121,8 @@ hk_status hk_sim_batch_us(const hk_allreduce_env *env, const hk_sim_job *j,
 
 /**
  * Plans one round's responses t[idx[0..n)] (in response order) as hk's
- * worker does (hk_fusion_fusable, hk_fusion_plan, hk_allreduce_for and
- * its fusion limit), all allreduces of j->dtype, averaged: order[] (n)
+ * worker does (hk_fusion_fusable, hk_allreduce_for_tensor and
+ * hk_fusion_plan), all allreduces of j->dtype, averaged: order[] (n)
  * gets positions into idx in run order and starts[] (n + 1) the groups'
  * boundaries. Returns the number of groups, or 0 with n == 0.
  * Errors: HK_ERR_NOMEM (returns 0, *st set).

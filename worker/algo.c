@@ -10,6 +10,7 @@
 #include "collectives/allreduce.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "coordinator/fusion.h"
 #include "topology/figures.h"
 #include "topology/topo.h"
 
@@ -101,9 +102,12 @@ hk_status hk_algo_setup(hk_ctx *ctx) {
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
       snprintf(line + strlen(line), sizeof line - strlen(line), " %zu B: %s;",
                sizes[i], hk_allreduce_for(e, HK_MEM_HOST, sizes[i])->schedule);
-    hk_log(HK_LOG_INFO, "allreduce algorithm (%s):%s rd fused up to %zu B",
-           e->forced ? e->forced->name : "auto", line,
-           hk_allreduce_fuse_limit(e, hk_allreduce_find(HK_MEM_HOST, "rd")));
+    const size_t direct =
+        hk_fusion_direct_bytes(ctx->cfg.fusion_direct, ctx->size);
+    hk_log(HK_LOG_INFO,
+           "allreduce algorithm (%s):%s tensors up to %zu B (fused or not): %s",
+           e->forced ? e->forced->name : "auto", line, direct,
+           hk_allreduce_for(e, HK_MEM_HOST, direct)->name);
   }
   return st;
 }

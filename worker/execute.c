@@ -222,8 +222,11 @@ static hk_status agree_allocated(hk_set *S, hk_handle h, int ok, size_t bytes,
 
 /* Runs one lone tensor of set S on its own buffers. t[0..3] get the phase
  * times; divisor is the response's (ranks that took part); v what a
- * process set call did. */
-static hk_status run_alone(hk_ctx *ctx, hk_set *S, hk_handle h, int32_t divisor,
+ * process set call did; impl the implementation an allreduce runs with
+ * (its fusion item's: hk_allreduce_for_tensor), NULL for another
+ * collective. */
+static hk_status run_alone(hk_ctx *ctx, hk_set *S, hk_handle h,
+                           const hk_allreduce_impl *impl, int32_t divisor,
                            const hk_wire_response *r, double *t, verdict *v) {
   const hk_wire_request *q = &h->req;
   const hk_dtype dtype = (hk_dtype)q->dtype;
@@ -244,8 +247,8 @@ static hk_status run_alone(hk_ctx *ctx, hk_set *S, hk_handle h, int32_t divisor,
     }
     hk_ring_finish fin = {divisor, q->postscale, pre};
     hk_ring_default_segments(q->count, n, ring->segs);
-    st = allreduce_with(S, hk_allreduce_for(S->ar, HK_MEM_HOST, q->count * esz),
-                        src, h->recvbuf, ring->segs, dtype, (hk_op)q->op, &fin);
+    st = allreduce_with(S, impl, src, h->recvbuf, ring->segs, dtype,
+                        (hk_op)q->op, &fin);
     break;
   }
   case HK_COLL_BROADCAST:
@@ -373,7 +376,7 @@ static hk_status run_alone_staged(hk_ctx *ctx, hk_set *S, hk_handle h,
       st = hk_fail(HK_ERR_NOMEM, "cannot allocate row counts");
   }
   if (st == HK_OK)
-    st = run_alone(ctx, S, &tmp, divisor, r, t, v);
+    st = run_alone(ctx, S, &tmp, NULL, divisor, r, t, v); /* no allreduce */
   if (st == HK_OK && out)
     st = hk_devplane_copy(ctx, NULL, h->recvbuf, tmp.recvbuf, out);
   if (st == HK_OK &&
@@ -970,27 +973,27 @@ hk_status hk_execute_responses(hk_ctx *ctx, hk_set *S,
     const hk_wire_request *q = &p.h[i]->req;
     size_t bytes = q->count * hk_dtype_size((hk_dtype)q->dtype);
     const int device = q->mem == HK_WIRE_MEM_DEVICE;
-    const hk_allreduce_impl *impl =
-        q->coll != HK_COLL_ALLREDUCE
-            ? NULL
-            : hk_allreduce_for(S->ar, device ? HK_MEM_DEVICE : HK_MEM_HOST,
-                               bytes);
     const int rows =
         q->coll == HK_COLL_ALLGATHER || q->coll == HK_COLL_REDUCESCATTER;
     if (rows) /* what the fusion buffer holds: every rank's rows */
       bytes = rows_bytes(S, q, &rs[i]);
-    p.items[i] = (hk_fusion_item){
-        .fusable = hk_fusion_fusable(q->coll, rs[i].status == HK_OK, device,
-                                     bytes, direct),
-        .coll = q->coll,
-        .set = q->set,
-        .dtype = q->dtype,
-        .op = q->op,
-        .mem = q->mem,
-        .divisor = rs[i].divisor,
-        .impl = impl,
-        .bytes = bytes,
-        .limit = hk_allreduce_fuse_limit(S->ar, impl)};
+    const int fusable = hk_fusion_fusable(q->coll, rs[i].status == HK_OK,
+                                          device, bytes, direct);
+    const hk_allreduce_impl *impl =
+        q->coll != HK_COLL_ALLREDUCE
+            ? NULL
+            : hk_allreduce_for_tensor(S->ar,
+                                      device ? HK_MEM_DEVICE : HK_MEM_HOST,
+                                      bytes, fusable, direct);
+    p.items[i] = (hk_fusion_item){.fusable = fusable,
+                                  .coll = q->coll,
+                                  .set = q->set,
+                                  .dtype = q->dtype,
+                                  .op = q->op,
+                                  .mem = q->mem,
+                                  .divisor = rs[i].divisor,
+                                  .impl = impl,
+                                  .bytes = bytes};
   }
   /* The cache learns uncached tensors in response order (as every rank
    * does); reading the requests now, before any handle completes. */
@@ -1043,8 +1046,8 @@ hk_status hk_execute_responses(hk_ctx *ctx, hk_set *S,
       st = run_alone_staged(ctx, S, h0, rs[p.order[a]].divisor, &rs[p.order[a]],
                             t, &v);
     else if (!fused)
-      st =
-          run_alone(ctx, S, h0, rs[p.order[a]].divisor, &rs[p.order[a]], t, &v);
+      st = run_alone(ctx, S, h0, p.items[p.order[a]].impl,
+                     rs[p.order[a]].divisor, &rs[p.order[a]], t, &v);
     else if (h0->req.coll == HK_COLL_ALLGATHER)
       st = run_fused_allgather(ctx, S, &p, rs, a, b, t);
     else if (h0->req.coll == HK_COLL_REDUCESCATTER)

@@ -111,8 +111,9 @@ static void test_cache_evicts_when_full(void **s) {
 }
 
 /* The same with hierarchical allreduce over 2 hosts of 2, and with
- * recursive doubling and auto's per-size mix: each tensor's algorithm
- * follows from its own size, so fusion still changes no bit. */
+ * recursive doubling and auto: each tensor's algorithm follows from its
+ * own size and the job (hk_allreduce_for_tensor), never from the
+ * threshold or its batch, so fusion still changes no bit. */
 static void test_fusion_invisible_every_algorithm(void **s) {
   (void)s;
   const char *steps = getenv("HKT_FUSION_STEPS") ? fusion_steps() : "100";
@@ -229,6 +230,52 @@ static void test_timeline_phases(void **s) {
   assert_int_equal(rows, 41); /* 40 grad tensors + grad.shape */
   assert_true(fused_rows > 0);
   assert_int_equal(cycles, 0); /* only with HK_TIMELINE_MARK_CYCLES=1 */
+  json_decref(root);
+  unlink(path);
+}
+
+/* Auto over 2 hosts of 2: every w_fusion tensor may be fused (at most
+ * 512 KiB, under the direct size of 768 KiB), so each runs the schedule a
+ * batch of 768 KiB gets, hierarchical, alone or fused, though rd is the
+ * choice for most of their own sizes (1024 B: rd in the log). */
+static void test_small_tensors_run_the_batch_schedule(void **s) {
+  (void)s;
+  char path[96];
+  assert_int_equal(hkt_mkstemp("hk_timeline_", path, sizeof path), 0);
+  char env_tl[128];
+  snprintf(env_tl, sizeof env_tl, "HK_TIMELINE=%s", path);
+  char *env[] = {env_tl, "HK_LOG_LEVEL=info", NULL};
+  char cmd[512];
+  snprintf(cmd, sizeof cmd,
+           "HK_LOCAL_RANK=$((HK_RANK %% 2)) HK_LOCAL_SIZE=2 exec %s 3",
+           W("w_fusion"));
+  char *argv[] = {HKRUN_PATH, "-np", "4", "sh", "-c", cmd, NULL};
+  hkt_result r;
+  assert_int_equal(hkt_run(argv, env, 120, &r), 0);
+  if (r.exit_code != 0 ||
+      hkt_count_lines(r.err, "allreduce algorithm (auto): 1024 B: rd;") != 1 ||
+      hkt_count_lines(r.err, "tensors up to 786432 B (fused or not): "
+                             "hierarchical") != 1)
+    fail_msg("exit %d\nstderr:\n%.3000s", r.exit_code, r.err);
+  hkt_result_free(&r);
+  json_t *root = load_timeline(path);
+  int hier = 0, fused = 0;
+  size_t i;
+  json_t *ev;
+  json_array_foreach(root, i, ev) {
+    const char *name = json_string_value(json_object_get(ev, "name"));
+    const char *type = json_string_value(json_object_get(ev, "ph"));
+    if (!name || !type || strcmp(type, "X") || strcmp(name, "ALLREDUCE"))
+      continue;
+    json_t *args = json_object_get(ev, "args");
+    const char *algo = json_string_value(json_object_get(args, "algorithm"));
+    if (!algo || strcmp(algo, "hierarchical") != 0)
+      fail_msg("an allreduce ran '%s', not hierarchical", algo ? algo : "?");
+    hier++;
+    fused += json_integer_value(json_object_get(args, "fused_tensors")) > 1;
+  }
+  assert_true(hier >= 3 * 40); /* 3 steps of 40 tensors, and grad.shape */
+  assert_true(fused > 0);
   json_decref(root);
   unlink(path);
 }
@@ -486,6 +533,7 @@ int main(void) {
       cmocka_unit_test(test_cache_evicts_when_full),
       cmocka_unit_test(test_fusion_invisible_every_algorithm),
       cmocka_unit_test(test_timeline_phases),
+      cmocka_unit_test(test_small_tensors_run_the_batch_schedule),
       cmocka_unit_test(test_timeline_names_every_collective),
       cmocka_unit_test(test_timeline_survives_kill),
       cmocka_unit_test(test_timeline_bounded),

@@ -3,7 +3,8 @@
  * model's picks among ring, hierarchical and recursive doubling; the shm
  * engine on one host; forced entries and their fallbacks; the device
  * entries; the spans hk_allreduce_setup works out against the choice
- * itself; the fusion limit of recursive doubling. No schedule runs. */
+ * itself; a fusable tensor costed as the batch it may grow to. No
+ * schedule runs. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -179,30 +180,37 @@ static void test_spans_match_choice(void **state) {
   assert_string_equal(line, "0 B: comm");
 }
 
-/* A fused group of recursive doubling stays within the sizes rd is chosen
- * for; with a power of two of at least 4 ranks off shared memory, up to
- * 4 MiB; forced, or never chosen: no limit but the threshold. */
-static void test_rd_fuse_limit(void **state) {
+/* A tensor that may be fused is costed as a batch of the direct size,
+ * whatever its own: on 2 hosts x 2 ranks a 4 KiB gradient runs
+ * hierarchical (by its own size rd, which would send a 4 MiB batch of
+ * them across hosts once per rank of a host); one that may not, or above
+ * the direct size, by its own size; a direct size inside rd's sizes
+ * keeps rd. */
+static void test_fusable_costed_as_batch(void **state) {
   (void)state;
   const hk_allreduce_impl *rd = hk_allreduce_find(HK_MEM_HOST, "rd");
-  hk_allreduce_env three = job(1, 3, 4.0, 0, 0);
-  assert_int_equal(hk_allreduce_setup(&three), HK_OK);
-  size_t up_to = three.spans[HK_MEM_HOST][1].from - 1;
-  assert_ptr_equal(hk_allreduce_for(&three, HK_MEM_HOST, up_to), rd);
-  assert_ptr_not_equal(hk_allreduce_for(&three, HK_MEM_HOST, up_to + 1), rd);
-  assert_int_equal(hk_allreduce_fuse_limit(&three, rd), up_to);
-  hk_allreduce_env four = job(1, 4, 4.0, 0, 0);
-  assert_int_equal(hk_allreduce_setup(&four), HK_OK);
-  assert_true(four.spans[HK_MEM_HOST][1].from < ((size_t)4 << 20));
-  assert_int_equal(hk_allreduce_fuse_limit(&four, rd), (size_t)4 << 20);
-  four.forced = rd;
-  assert_int_equal(hk_allreduce_setup(&four), HK_OK);
-  assert_int_equal(hk_allreduce_fuse_limit(&four, rd), 0);
-  hk_allreduce_env shm = job(1, 4, 4.0, 0, 1);
-  assert_int_equal(hk_allreduce_setup(&shm), HK_OK);
-  assert_int_equal(hk_allreduce_fuse_limit(&shm, rd), 0);
-  assert_int_equal(
-      hk_allreduce_fuse_limit(&shm, hk_allreduce_find(HK_MEM_HOST, "ring")), 0);
+  const hk_allreduce_impl *hier =
+      hk_allreduce_find(HK_MEM_HOST, "hierarchical");
+  hk_allreduce_env two = job(2, 2, 3.6, 1, 0);
+  assert_int_equal(hk_allreduce_setup(&two), HK_OK);
+  const size_t small = 4096, direct = 3 * ((size_t)256 << 10),
+               big = (size_t)128 << 20;
+  assert_ptr_equal(hk_allreduce_for(&two, HK_MEM_HOST, small), rd);
+  assert_ptr_equal(hk_allreduce_for(&two, HK_MEM_HOST, (size_t)4 << 20), hier);
+  assert_ptr_equal(hk_allreduce_for_tensor(&two, HK_MEM_HOST, small, 1, direct),
+                   hier);
+  assert_ptr_equal(hk_allreduce_for_tensor(&two, HK_MEM_HOST, small, 0, direct),
+                   rd);
+  assert_ptr_equal(hk_allreduce_for_tensor(&two, HK_MEM_HOST, small, 1, 0), rd);
+  assert_ptr_equal(hk_allreduce_for_tensor(&two, HK_MEM_HOST, small, 1, 8192),
+                   rd);
+  assert_ptr_equal(hk_allreduce_for_tensor(&two, HK_MEM_HOST, big, 1, direct),
+                   hk_allreduce_for(&two, HK_MEM_HOST, big));
+  /* device tensors (always fusable) follow the host choice at the batch's
+   * size */
+  assert_string_equal(
+      hk_allreduce_for_tensor(&two, HK_MEM_DEVICE, small, 1, direct)->name,
+      "hierarchical");
 }
 
 int main(void) {
@@ -212,7 +220,7 @@ int main(void) {
       cmocka_unit_test(test_forced),
       cmocka_unit_test(test_device_entries),
       cmocka_unit_test(test_spans_match_choice),
-      cmocka_unit_test(test_rd_fuse_limit),
+      cmocka_unit_test(test_fusable_costed_as_batch),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

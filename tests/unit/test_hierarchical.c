@@ -304,8 +304,7 @@ static void test_rd_bits(void **s) {
       check_case(2, n, 1, counts[c], HK_FLOAT64, HK_AVERAGE, 1 << 16, 0);
       check_case(2, n, 1, counts[c], HK_FLOAT32, HK_MIN, 1 << 16, 0);
     }
-  /* from HK_RD_HALVING_BYTES on (4 survivors or more) the pieces are
-   * combined by halving and doubling: the same order, the same bits */
+  /* larger buffers (400 and 512 KiB): the same order, the same bits */
   for (int n = 1; n <= MAXN; n++) {
     check_case(2, n, 1, 100003, HK_FLOAT32, HK_SUM, 1 << 16, 1);
     check_case(2, n, 1, 65536 + 3, HK_FLOAT64, HK_AVERAGE, 1 << 16, 0);
