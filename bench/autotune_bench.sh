@@ -4,7 +4,8 @@
 # the autotuner chose (a tuning run saves it with --autotune-save, a
 # measuring run loads it with --autotune-load), and with every setting of
 # a grid of fusion thresholds x cycle times (x sockets per peer, with
-# GRID_SOCKETS), measured the same way; then
+# GRID_SOCKETS; x hierarchical allreduce, with GRID_HIER), measured the
+# same way; then
 # the three side by side, the grid's best, and how many steps the tuning
 # took. Every setting is measured once per round, ROUNDS interleaved
 # rounds, and reported as the median over rounds. Asserts nothing. Run it
@@ -23,6 +24,9 @@
 #   GRID_MS="0 1 5"        cycle times of the grid, ms
 #   GRID_SOCKETS=""        sockets per peer of the grid (HK_SOCKETS_PER_PEER;
 #                          empty: the defaults'); for jobs with TCP links
+#   GRID_HIER=""           HK_HIERARCHICAL_ALLREDUCE values of the grid (0,
+#                          1; "-" the default, auto; empty: auto alone);
+#                          for jobs across hosts
 #   HKRUN_ARGS=""          more hkrun flags for every run (-H, ...)
 #   ROUNDS=5               interleaved rounds of the measuring runs
 set -euo pipefail
@@ -31,6 +35,7 @@ BUILD=${BUILD:-build} NP=${NP:-2} MODEL=${MODEL:-resnet50}
 STEPS=${STEPS:-20} WARM=${WARM:-3} TUNE_STEPS=${TUNE_STEPS:-600}
 GRID_MB=${GRID_MB:-0 1 4 16 64 128} GRID_MS=${GRID_MS:-0 1 5}
 GRID_SOCKETS=${GRID_SOCKETS:-}
+GRID_HIER=${GRID_HIER:-}
 HKRUN_ARGS=${HKRUN_ARGS:-}
 ROUNDS=${ROUNDS:-5}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/hk-autotune-bench.XXXXXX")
@@ -66,10 +71,13 @@ for r in $(seq 1 "$ROUNDS"); do
   for mb in $GRID_MB; do
     for ms in $GRID_MS; do
       for k in ${GRID_SOCKETS:--}; do
-        sk=()
-        [ "$k" = - ] || sk=(-x "HK_SOCKETS_PER_PEER=$k")
-        step_ms --fusion-threshold-mb "$mb" --cycle-time-ms "$ms" "${sk[@]}" \
-          >>"$tmp/grid_${mb}_${ms}_$k"
+        for hi in ${GRID_HIER:--}; do
+          sk=()
+          [ "$k" = - ] || sk=(-x "HK_SOCKETS_PER_PEER=$k")
+          [ "$hi" = - ] || sk+=(-x "HK_HIERARCHICAL_ALLREDUCE=$hi")
+          step_ms --fusion-threshold-mb "$mb" --cycle-time-ms "$ms" "${sk[@]}" \
+            >>"$tmp/grid_${mb}_${ms}_${k}_$hi"
+        done
       done
     done
   done
@@ -78,24 +86,27 @@ defaults=$(median <"$tmp/defaults")
 tuned=$(median <"$tmp/tuned")
 
 best="" best_ms=""
-printf '%-28s %12s %10s\n' "setting" "step(ms)" "steps/s"
+printf '%-40s %12s %10s\n' "setting" "step(ms)" "steps/s"
 for mb in $GRID_MB; do
   for ms in $GRID_MS; do
     for k in ${GRID_SOCKETS:--}; do
-      t=$(median <"$tmp/grid_${mb}_${ms}_$k")
-      what="${mb} MiB, ${ms} ms"
-      [ "$k" = - ] || what="$what, $k sockets"
-      printf '%-28s %12s %10s\n' "grid $what" "$t" "$(per_s "$t")"
-      if [ -n "$t" ] && { [ -z "$best_ms" ] ||
-        awk -v a="$t" -v b="$best_ms" 'BEGIN {exit !(a < b)}'; }; then
-        best_ms=$t best=$what
-      fi
+      for hi in ${GRID_HIER:--}; do
+        t=$(median <"$tmp/grid_${mb}_${ms}_${k}_$hi")
+        what="${mb} MiB, ${ms} ms"
+        [ "$k" = - ] || what="$what, $k sockets"
+        [ "$hi" = - ] || what="$what, hierarchical $hi"
+        printf '%-40s %12s %10s\n' "grid $what" "$t" "$(per_s "$t")"
+        if [ -n "$t" ] && { [ -z "$best_ms" ] ||
+          awk -v a="$t" -v b="$best_ms" 'BEGIN {exit !(a < b)}'; }; then
+          best_ms=$t best=$what
+        fi
+      done
     done
   done
 done
-printf '%-28s %12s %10s\n' "defaults" "$defaults" "$(per_s "$defaults")"
-printf '%-28s %12s %10s\n' "autotuned" "$tuned" "$(per_s "$tuned")"
-printf '%-28s %12s %10s\n' "grid best ($best)" "$best_ms" \
+printf '%-40s %12s %10s\n' "defaults" "$defaults" "$(per_s "$defaults")"
+printf '%-40s %12s %10s\n' "autotuned" "$tuned" "$(per_s "$tuned")"
+printf '%-40s %12s %10s\n' "grid best ($best)" "$best_ms" \
   "$(per_s "$best_ms")"
 echo "tuned: $(grep -v '^#' "$tmp/tuned.env" | tr '\n' ' ')"
 echo "search: ${chose:-did not end within TUNE_STEPS=$TUNE_STEPS steps}"
