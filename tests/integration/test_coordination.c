@@ -33,21 +33,22 @@ static const char *fusion_steps(void) {
 
 /* Runs w_fusion under one configuration on np ranks in hosts of `local`
  * (HK_LOCAL_RANK/SIZE given to the workers); returns the hash all ranks
- * agree on (malloc'd). */
+ * agree on (malloc'd). log_line, unless NULL, must be on exactly one line
+ * of stderr. */
 static char *fusion_hash_on(int np, int local, const char *steps,
-                            char *const env[]) {
+                            char *const env[], const char *log_line) {
   char cmd[512], n[16];
   snprintf(n, sizeof n, "%d", np);
-  snprintf(cmd, sizeof cmd,
-           "HK_LOCAL_RANK=$((HK_RANK %% %d)) HK_LOCAL_SIZE=%d exec %s %s",
-           local, local, W("w_fusion"), steps);
+  hkt_hosts_cmd(cmd, sizeof cmd, local, W("w_fusion"), steps);
   char *argv[] = {HKRUN_PATH, "-np", n, "sh", "-c", cmd, NULL};
   hkt_result r;
   int rc = hkt_run(argv, env, 280, &r);
   if (rc != 0 || r.exit_code != 0 ||
-      hkt_count_lines(r.out, "fusion hash") != np)
-    fail_msg("w_fusion: rc=%d exit=%d\nstdout:\n%.3000s\nstderr:\n%.3000s", rc,
-             r.exit_code, r.out, r.err);
+      hkt_count_lines(r.out, "fusion hash") != np ||
+      (log_line && hkt_count_lines(r.err, log_line) != 1))
+    fail_msg("w_fusion: rc=%d exit=%d (want '%s' in stderr)\nstdout:\n%.3000s"
+             "\nstderr:\n%.3000s",
+             rc, r.exit_code, log_line ? log_line : "", r.out, r.err);
   char *h = strstr(r.out, "fusion hash ");
   char *hash = strndup(h + 12, 16);
   for (char *p = r.out; (p = strstr(p, "fusion hash ")); p += 12)
@@ -58,7 +59,7 @@ static char *fusion_hash_on(int np, int local, const char *steps,
 }
 
 static char *fusion_hash(char *const env[]) {
-  return fusion_hash_on(3, 3, fusion_steps(), env);
+  return fusion_hash_on(3, 3, fusion_steps(), env, NULL);
 }
 
 static void test_fusion_and_cache_are_invisible(void **s) {
@@ -83,7 +84,7 @@ static void test_cache_evicts_when_full(void **s) {
   (void)s;
   const char *steps = "60";
   char *off_env[] = {"HK_CACHE_CAPACITY=0", NULL};
-  char *off = fusion_hash_on(3, 3, steps, off_env);
+  char *off = fusion_hash_on(3, 3, steps, off_env, NULL);
   char cmd[512];
   snprintf(cmd, sizeof cmd, "exec %s %s", W("w_fusion"), steps);
   char *argv[] = {HKRUN_PATH, "-np", "3", "sh", "-c", cmd, NULL};
@@ -110,23 +111,38 @@ static void test_cache_evicts_when_full(void **s) {
   free(off);
 }
 
+static void timeline_file(char *path, char *env_tl);
+static void every_allreduce_ran(const char *path, const char *algorithm);
+
 /* The same with hierarchical allreduce over 2 hosts of 2, and with
  * recursive doubling and auto: each tensor's algorithm follows from its
  * own size and the job (hk_allreduce_for_tensor), never from the
- * threshold or its batch, so fusion still changes no bit. */
+ * threshold or its batch, so fusion still changes no bit. Under auto
+ * every w_fusion tensor may be fused (at most 512 KiB, under the direct
+ * size of 768 KiB), so each runs the schedule a batch of 768 KiB gets,
+ * hierarchical, alone or fused, though rd is the choice for most of their
+ * own sizes: the log line says so and the timeline shows it. */
 static void test_fusion_invisible_every_algorithm(void **s) {
   (void)s;
   const char *steps = getenv("HKT_FUSION_STEPS") ? fusion_steps() : "100";
   const char *algos[] = {"HK_HIERARCHICAL_ALLREDUCE=1", "HK_ALLREDUCE_ALGO=rd",
                          "HK_ALLREDUCE_ALGO=auto"};
   char *ring_env[] = {"HK_ALLREDUCE_ALGO=ring", NULL};
-  char *ring = fusion_hash_on(4, 2, steps, ring_env);
+  char *ring = fusion_hash_on(4, 2, steps, ring_env, NULL);
+  char path[96], env_tl[128];
+  timeline_file(path, env_tl);
   for (int a = 0; a < 3; a++) {
-    char *on_env[] = {(char *)algos[a], NULL};
+    const int is_auto = a == 2;
+    /* auto's run also writes the timeline and logs its choice */
+    char *on_env[] = {(char *)algos[a], is_auto ? env_tl : NULL,
+                      "HK_LOG_LEVEL=info", NULL};
     char *off_env[] = {(char *)algos[a], "HK_FUSION_THRESHOLD=0",
                        "HK_CACHE_CAPACITY=0", NULL};
-    char *on = fusion_hash_on(4, 2, steps, on_env),
-         *off = fusion_hash_on(4, 2, steps, off_env);
+    char *on = fusion_hash_on(
+             4, 2, steps, on_env,
+             is_auto ? "tensors up to 786432 B (fused or not): hierarchical"
+                     : NULL),
+         *off = fusion_hash_on(4, 2, steps, off_env, NULL);
     if (strcmp(on, off) != 0)
       fail_msg("%s: fusion on %s, off %s", algos[a], on, off);
     /* real-valued floats: another association, other last bits */
@@ -135,6 +151,8 @@ static void test_fusion_invisible_every_algorithm(void **s) {
     free(on);
     free(off);
   }
+  every_allreduce_ran(path, "hierarchical");
+  unlink(path);
   free(ring);
 }
 
@@ -159,12 +177,17 @@ static json_t *load_timeline(const char *path) {
   return root;
 }
 
+/* A temporary timeline file (path, 96 bytes; the test unlinks it) and
+ * the HK_TIMELINE=path setting naming it (env_tl, 128 bytes). */
+static void timeline_file(char *path, char *env_tl) {
+  assert_int_equal(hkt_mkstemp("hk_timeline_", path, 96), 0);
+  snprintf(env_tl, 128, "HK_TIMELINE=%s", path);
+}
+
 static void test_timeline_phases(void **s) {
   (void)s;
-  char path[96];
-  assert_int_equal(hkt_mkstemp("hk_timeline_", path, sizeof path), 0);
-  char env_tl[128];
-  snprintf(env_tl, sizeof env_tl, "HK_TIMELINE=%s", path);
+  char path[96], env_tl[128];
+  timeline_file(path, env_tl);
   /* the timeline names the algorithm that ran: force one to check it */
   char *env[] = {env_tl, "HK_ALLREDUCE_ALGO=rd", NULL};
   char *argv[] = {HKRUN_PATH, "-np", "2", W("w_fusion"), "5", NULL};
@@ -234,32 +257,11 @@ static void test_timeline_phases(void **s) {
   unlink(path);
 }
 
-/* Auto over 2 hosts of 2: every w_fusion tensor may be fused (at most
- * 512 KiB, under the direct size of 768 KiB), so each runs the schedule a
- * batch of 768 KiB gets, hierarchical, alone or fused, though rd is the
- * choice for most of their own sizes (1024 B: rd in the log). */
-static void test_small_tensors_run_the_batch_schedule(void **s) {
-  (void)s;
-  char path[96];
-  assert_int_equal(hkt_mkstemp("hk_timeline_", path, sizeof path), 0);
-  char env_tl[128];
-  snprintf(env_tl, sizeof env_tl, "HK_TIMELINE=%s", path);
-  char *env[] = {env_tl, "HK_LOG_LEVEL=info", NULL};
-  char cmd[512];
-  snprintf(cmd, sizeof cmd,
-           "HK_LOCAL_RANK=$((HK_RANK %% 2)) HK_LOCAL_SIZE=2 exec %s 3",
-           W("w_fusion"));
-  char *argv[] = {HKRUN_PATH, "-np", "4", "sh", "-c", cmd, NULL};
-  hkt_result r;
-  assert_int_equal(hkt_run(argv, env, 120, &r), 0);
-  if (r.exit_code != 0 ||
-      hkt_count_lines(r.err, "allreduce algorithm (auto): 1024 B: rd;") != 1 ||
-      hkt_count_lines(r.err, "tensors up to 786432 B (fused or not): "
-                             "hierarchical") != 1)
-    fail_msg("exit %d\nstderr:\n%.3000s", r.exit_code, r.err);
-  hkt_result_free(&r);
+/* Every allreduce span of the timeline at path ran `algorithm`, and some
+ * of them were fused batches. */
+static void every_allreduce_ran(const char *path, const char *algorithm) {
   json_t *root = load_timeline(path);
-  int hier = 0, fused = 0;
+  int spans = 0, fused = 0;
   size_t i;
   json_t *ev;
   json_array_foreach(root, i, ev) {
@@ -269,15 +271,14 @@ static void test_small_tensors_run_the_batch_schedule(void **s) {
       continue;
     json_t *args = json_object_get(ev, "args");
     const char *algo = json_string_value(json_object_get(args, "algorithm"));
-    if (!algo || strcmp(algo, "hierarchical") != 0)
-      fail_msg("an allreduce ran '%s', not hierarchical", algo ? algo : "?");
-    hier++;
+    if (!algo || strcmp(algo, algorithm) != 0)
+      fail_msg("an allreduce ran '%s', not %s", algo ? algo : "?", algorithm);
+    spans++;
     fused += json_integer_value(json_object_get(args, "fused_tensors")) > 1;
   }
-  assert_true(hier >= 3 * 40); /* 3 steps of 40 tensors, and grad.shape */
+  assert_true(spans >= 40); /* a step's 40 tensors and grad.shape, each */
   assert_true(fused > 0);
   json_decref(root);
-  unlink(path);
 }
 
 /* What one row (tensor) of the timeline holds. */
@@ -533,7 +534,6 @@ int main(void) {
       cmocka_unit_test(test_cache_evicts_when_full),
       cmocka_unit_test(test_fusion_invisible_every_algorithm),
       cmocka_unit_test(test_timeline_phases),
-      cmocka_unit_test(test_small_tensors_run_the_batch_schedule),
       cmocka_unit_test(test_timeline_names_every_collective),
       cmocka_unit_test(test_timeline_survives_kill),
       cmocka_unit_test(test_timeline_bounded),
