@@ -6,9 +6,9 @@
 # median step (ms) of every build and its ratio to the first build's
 # (below 1 is faster). A model written bytes:N is a lone allreduce of N
 # bytes instead (`hkbench -b N -e N -n ITERS --raw`): its median time
-# through the public API and of the collective alone (µs). Needs root, iproute2, Open MPI (hkrun -H runs mpirun) and
-# the builds (hkrun, hkbench). Asserts nothing. It measures: run it on a
-# quiet machine.
+# through the public API and of the collective alone (µs). Needs root,
+# iproute2, Open MPI (hkrun -H runs mpirun) and the builds (hkrun,
+# hkbench). Asserts nothing. It measures: run it on a quiet machine.
 #
 #   BUILDS="old/build new/build" bench/netbed_ab.sh
 #

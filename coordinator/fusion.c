@@ -32,8 +32,7 @@ uint32_t hk_fusion_plan(const hk_fusion_item *items, uint32_t n,
     order[placed++] = i;
     taken[i] = 1;
     const hk_fusion_item *a = &items[i];
-    const size_t cap = threshold_bytes;
-    if (!a->fusable || cap == 0 || a->bytes > cap)
+    if (!a->fusable || threshold_bytes == 0 || a->bytes > threshold_bytes)
       continue;
     size_t bytes = a->bytes;
     for (uint32_t j = i + 1; j < n; j++) {
@@ -41,7 +40,7 @@ uint32_t hk_fusion_plan(const hk_fusion_item *items, uint32_t n,
       if (taken[j] || !b->fusable || b->coll != a->coll || b->set != a->set ||
           b->dtype != a->dtype || b->op != a->op || b->mem != a->mem ||
           b->divisor != a->divisor || b->impl != a->impl ||
-          bytes + b->bytes > cap)
+          bytes + b->bytes > threshold_bytes)
         continue;
       order[placed++] = j;
       taken[j] = 1;

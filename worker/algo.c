@@ -107,7 +107,7 @@ hk_status hk_algo_setup(hk_ctx *ctx) {
     hk_log(HK_LOG_INFO,
            "allreduce algorithm (%s):%s tensors up to %zu B (fused or not): %s",
            e->forced ? e->forced->name : "auto", line, direct,
-           hk_allreduce_for(e, HK_MEM_HOST, direct)->name);
+           hk_allreduce_for_tensor(e, HK_MEM_HOST, 1, 1, direct)->name);
   }
   return st;
 }
