@@ -223,6 +223,10 @@ int hkt_start(char *const argv[], char *const extra_env[], hkt_proc *proc) {
     return perror("harness: pipe2"), -1;
   }
   proc->started = hkt_now();
+  proc->own_flight = getenv("HK_FLIGHT_DIR") == NULL;
+  for (size_t i = 0; extra_env && extra_env[i]; i++)
+    if (!strncmp(extra_env[i], "HK_FLIGHT_DIR=", 14))
+      proc->own_flight = 0;
   pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) {
@@ -400,6 +404,34 @@ static void show_stuck(const hkt_proc *proc) {
   closedir(d);
 }
 
+/* Removes the folder of flight records that hkrun's last words name
+ * ("N flight records of this job in DIR; read them with: ..."): its
+ * hk-flight.* files, then the folder, which holds nothing else. */
+static void remove_flight_records(const char *err) {
+  const char *key = " of this job in ";
+  const char *at = strstr(err, key);
+  if (!at)
+    return;
+  at += strlen(key);
+  const char *end = strstr(at, "; read them with");
+  char dir[4096];
+  if (!end || (size_t)(end - at) >= sizeof dir)
+    return;
+  memcpy(dir, at, (size_t)(end - at));
+  dir[end - at] = '\0';
+  DIR *d = opendir(dir);
+  if (!d)
+    return;
+  for (struct dirent *e; (e = readdir(d));)
+    if (!strncmp(e->d_name, "hk-flight.", 10)) {
+      char path[4400];
+      snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+      unlink(path);
+    }
+  closedir(d);
+  rmdir(dir);
+}
+
 int hkt_finish(hkt_proc *proc, double timeout_s, hkt_result *r) {
   memset(r, 0, sizeof *r);
   r->exit_code = -1;
@@ -443,6 +475,8 @@ int hkt_finish(hkt_proc *proc, double timeout_s, hkt_result *r) {
   r->out_len = proc->out.len;
   r->err = proc->err.data;
   r->err_len = proc->err.len;
+  if (proc->own_flight)
+    remove_flight_records(r->err);
   int fds[4] = {proc->out_fd, proc->err_fd, proc->pidfd, proc->in_fd};
   for (int i = 0; i < 4; i++)
     if (fds[i] >= 0)

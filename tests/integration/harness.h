@@ -28,7 +28,10 @@
  * hkt_start starts gets SIGTERM when the test dies (PR_SET_PDEATHSIG), so
  * hkrun ends its workers, mpirun its daemons and netbed.sh its bed.
  * Temporary files go under $TMPDIR (scripts/test.sh gives each run one
- * and removes it however the run ends), else /tmp.
+ * and removes it however the run ends), else /tmp. Flight records that
+ * hkrun says a job left (a stall warning writes them) are removed when
+ * hkt_finish reaps it, unless the test chose HK_FLIGHT_DIR (extra_env or
+ * its own environment) to read them.
  *
  * Times are in seconds (double). Functions returning int return 0 on
  * success and -1 on failure unless said otherwise; failures print a
@@ -58,6 +61,7 @@ typedef struct hkt_proc {
   int reaped;         /* 1 once waitpid returned it */
   int status;         /* waitpid status once reaped */
   double ended;       /* hkt_now() when it was reaped */
+  int own_flight;     /* 1: the test chose no HK_FLIGHT_DIR (see below) */
 } hkt_proc;
 
 /** How a process ended, and everything it wrote. */

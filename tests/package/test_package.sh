@@ -65,7 +65,7 @@ consumer_build() { # WORK SOURCE ARGS...
     echo "configuring the consumer ($*) failed" >&2
     return 1
   fi
-  if ! "$CMAKE" --build "$work" >"$work.build.log" 2>&1; then
+  if ! "$CMAKE" --build "$work" --parallel "$(nproc)" >"$work.build.log" 2>&1; then
     cat "$work.build.log"
     echo "building the consumer ($*) failed" >&2
     return 1
