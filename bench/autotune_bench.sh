@@ -53,11 +53,13 @@ per_s() { awk -v m="$1" 'BEGIN {printf "%.2f", (m > 0 ? 1000 / m : 0)}'; }
 
 echo "# $MODEL np $NP, $ROUNDS rounds ($(uptime | sed 's/.*load/load/'))"
 
-# the tuning run: its steps include the search's slower trials
+# the tuning run: its steps include the search's slower trials; they are
+# the replay's steps alone (--steps-only), as a trainer's, so the search
+# scores what the measuring runs' "step" measures
 # shellcheck disable=SC2086
 "$BUILD/hkrun" -np "$NP" $HKRUN_ARGS --autotune \
   --autotune-log-file "$tmp/trials.csv" --autotune-save "$tmp/tuned.env" \
-  "$BUILD/hkbench" --model "$MODEL" -n "$TUNE_STEPS" -w 0 \
+  "$BUILD/hkbench" --model "$MODEL" -n "$TUNE_STEPS" -w 0 --steps-only \
   >"$tmp/tune.out" 2>&1 || true
 chose=$(grep -oE 'autotune: (chose|kept|the search stopped).*' "$tmp/tune.out" | head -1 || true)
 if [ ! -s "$tmp/tuned.env" ]; then

@@ -165,10 +165,10 @@ void hkb_model_run(const hkb_opts *o, const hk_gradset *m) {
   double *ring = ts + steps, *tf = ts + 2 * steps, *ringf = ts + 3 * steps;
   double *rounds = ts + 4 * steps, *batches = ts + 5 * steps;
   for (int s = -warm; s < steps; s++) {
-    double step_ring, fused_ring;
+    double step_ring, fused_ring = 0;
     step_counts sc;
     double step_s = step(&r, &step_ring, &sc);
-    double fused_s = fused(&r, &fused_ring);
+    double fused_s = o->steps_only ? 0 : fused(&r, &fused_ring);
     if (s >= 0) {
       ts[s] = step_s;
       ring[s] = step_ring;
@@ -186,34 +186,50 @@ void hkb_model_run(const hkb_opts *o, const hk_gradset *m) {
   double med_rounds = hkb_median(rounds, steps),
          med_batches = hkb_median(batches, steps);
   long long wrong = hkb_sum_over_ranks(check_all(&r, o->check), "wrong");
-  long long wrongf = hkb_sum_over_ranks(
-      o->check ? (long long)hkb_check(&r.pat, r.fused, m->total) : 0,
-      "wrong.fused");
+  long long wrongf =
+      hkb_sum_over_ranks(o->check && !o->steps_only
+                             ? (long long)hkb_check(&r.pat, r.fused, m->total)
+                             : 0,
+                         "wrong.fused");
   summary st = summarize(ts, steps, "step"),
           sr = summarize(ring, steps, "ring");
-  summary ft = summarize(tf, steps, "fused"),
-          fr = summarize(ringf, steps, "ring.fused");
+  summary ft = {0, 0, 0}, fr = {0, 0, 0};
+  if (!o->steps_only) {
+    ft = summarize(tf, steps, "fused");
+    fr = summarize(ringf, steps, "ring.fused");
+  }
   if (hk_rank() == 0) {
     printf("# model=%s file=%s nranks=%d type=%s redop=%s steps=%d "
            "warmup=%d device=%s\n",
            m->label, m->path, hk_size(), hkb_type_name(r.dtype),
            hkb_op_name(r.op), steps, warm, o->device ? "gpu" : "host");
-    printf("# step: %zu hk_allreduce_async in reverse file order, then "
-           "hk_wait each; fused: one hk_allreduce of %zu elements\n",
-           m->ntensors, m->total);
+    if (o->steps_only)
+      printf("# step: %zu hk_allreduce_async in reverse file order, then "
+             "hk_wait each (--steps-only: nothing else)\n",
+             m->ntensors);
+    else
+      printf("# step: %zu hk_allreduce_async in reverse file order, then "
+             "hk_wait each; fused: one hk_allreduce of %zu elements\n",
+             m->ntensors, m->total);
     printf("#%9s %12s %12s %12s %12s %8s\n", "what", "median(ms)", "min(ms)",
            "max(ms)", "ring(ms)", "#wrong");
     printf(" %9s %12.2f %12.2f %12.2f %12.2f %8lld\n", "step", st.med, st.min,
            st.max, sr.med, wrong);
-    printf(" %9s %12.2f %12.2f %12.2f %12.2f %8lld\n", "fused", ft.med, ft.min,
-           ft.max, fr.med, wrongf);
+    if (!o->steps_only)
+      printf(" %9s %12.2f %12.2f %12.2f %12.2f %8lld\n", "fused", ft.med,
+             ft.min, ft.max, fr.med, wrongf);
     printf("# per step (median): %.0f negotiation rounds, %.0f collectives "
            "(fused batches and lone tensors)\n",
            med_rounds, med_batches);
-    printf("%s: %zu tensors, %zu params, %zu bytes, step %.1f ms, one fused "
-           "buffer %.1f ms, ratio %.2f\n",
-           m->label, m->ntensors, m->total, r.fused_bytes, st.med, ft.med,
-           st.med / ft.med);
+    if (o->steps_only)
+      printf("%s: %zu tensors, %zu params, %zu bytes, step %.1f ms, no "
+             "fused buffer (--steps-only)\n",
+             m->label, m->ntensors, m->total, r.fused_bytes, st.med);
+    else
+      printf("%s: %zu tensors, %zu params, %zu bytes, step %.1f ms, one "
+             "fused buffer %.1f ms, ratio %.2f\n",
+             m->label, m->ntensors, m->total, r.fused_bytes, st.med, ft.med,
+             st.med / ft.med);
     fflush(stdout);
   }
   free(ts);

@@ -87,7 +87,11 @@ static void usage(FILE *f) {
           "       --compute-ms MS  a synthetic backward pass: tensor k is "
           "submitted when\n"
           "          MS x (parameters up to k) / (all parameters) ms of the "
-          "step have passed\n",
+          "step have passed\n"
+          "       --steps-only  no allreduce of the whole set as one buffer "
+          "after each\n"
+          "          step (so the job's steps are a trainer's: for "
+          "hkrun --autotune)\n",
           default_model_dir());
 }
 
@@ -169,7 +173,8 @@ int hkb_parse_options(int argc, char **argv, hkb_opts *o) {
     OPT_MODEL_DIR,
     OPT_DEVICE,
     OPT_KERNELS,
-    OPT_COMPUTE
+    OPT_COMPUTE,
+    OPT_STEPS_ONLY
   };
   static const struct option longopts[] = {
       {"csv", required_argument, 0, OPT_CSV},
@@ -179,6 +184,7 @@ int hkb_parse_options(int argc, char **argv, hkb_opts *o) {
       {"device", required_argument, 0, OPT_DEVICE},
       {"kernels", no_argument, 0, OPT_KERNELS},
       {"compute-ms", required_argument, 0, OPT_COMPUTE},
+      {"steps-only", no_argument, 0, OPT_STEPS_ONLY},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   int opt, ok = 1;
@@ -227,6 +233,9 @@ int hkb_parse_options(int argc, char **argv, hkb_opts *o) {
     case OPT_COMPUTE:
       ok = parse_int(optarg, 0, &o->compute_ms);
       break;
+    case OPT_STEPS_ONLY:
+      o->steps_only = 1;
+      break;
     case OPT_DEVICE:
       ok = !strcmp(optarg, "gpu") || !strcmp(optarg, "host");
       o->device = !strcmp(optarg, "gpu");
@@ -253,6 +262,10 @@ int hkb_parse_options(int argc, char **argv, hkb_opts *o) {
   }
   if (o->model && (o->ntypes > 1 || o->nops > 1)) {
     fprintf(stderr, "hkbench: --model takes one -d type and one -o op\n");
+    return 2;
+  }
+  if (o->steps_only && !o->model) {
+    fprintf(stderr, "hkbench: --steps-only needs --model\n");
     return 2;
   }
   if (o->kernels && !o->device) {

@@ -32,6 +32,8 @@ typedef struct hkb_opts {
   int kernels;           /* --kernels: the pack/unpack bandwidth table */
   int compute_ms;        /* --compute-ms: a synthetic backward pass of this
                             many ms per step (model replay), 0: none */
+  int steps_only;        /* --steps-only: model replay steps without the
+                            whole-set allreduce after each */
 } hkb_opts;
 
 /**

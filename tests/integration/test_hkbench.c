@@ -213,6 +213,48 @@ static void test_model_compute(void **s) {
   hkt_result_free(&r);
 }
 
+/* --steps-only: the replay's steps and nothing between them (the job's
+ * timeline has its tensors and no "hkbench.fused"); no fused row, and
+ * the summary says so; without --model it is refused. */
+static void test_model_steps_only(void **s) {
+  (void)s;
+  char path[256], env_tl[300];
+  assert_int_equal(hkt_mkstemp("test_hkbench_tl_", path, sizeof path), 0);
+  snprintf(env_tl, sizeof env_tl, "HK_TIMELINE=%s", path);
+  char *env[] = {env_tl, NULL};
+  char *argv[] = {HKRUN_PATH,     "-np", "2", HKBENCH_PATH, "--model",
+                  "mobilenet_v2", "-n",  "2", "-w",         "1",
+                  "--steps-only", NULL};
+  hkt_result r;
+  run_ok_env(argv, env, 120, &r);
+  if (hkt_count_lines(r.out, "mobilenet_v2: 158 tensors, 3504872 params, "
+                             "14019488 bytes, step ") != 1 ||
+      hkt_count_lines(r.out, "no fused buffer (--steps-only)") != 1 ||
+      last_token(r.out, "fused")[0] != '\0')
+    fail_msg("want the step row and summary alone:\n%s", r.out);
+  assert_string_equal(last_token(r.out, "step"), "0");
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
+  char line[4096];
+  int tensors = 0, fused = 0;
+  while (fgets(line, sizeof line, f)) {
+    tensors += strstr(line, "ALLREDUCE") != NULL;
+    fused += strstr(line, "hkbench.fused") != NULL;
+  }
+  fclose(f);
+  unlink(path);
+  if (tensors == 0 || fused != 0)
+    fail_msg("timeline: %d ALLREDUCE lines, %d of hkbench.fused (want 0)",
+             tensors, fused);
+  hkt_result_free(&r);
+  char *alone[] = {HKBENCH_PATH, "--steps-only", NULL};
+  assert_int_equal(hkt_run(alone, NULL, 30, &r), 0);
+  assert_int_equal(r.exit_code, 2);
+  if (!strstr(r.err, "hkbench: --steps-only needs --model"))
+    fail_msg("expected the refusal in:\n%s", r.err);
+  hkt_result_free(&r);
+}
+
 static void test_model_list(void **s) {
   (void)s;
   char *argv[] = {HKBENCH_PATH, "--model", "list", NULL};
@@ -266,6 +308,7 @@ int main(void) {
       cmocka_unit_test(test_device_sweep_and_kernels),
       cmocka_unit_test(test_model),
       cmocka_unit_test(test_model_compute),
+      cmocka_unit_test(test_model_steps_only),
       cmocka_unit_test(test_model_list),
       cmocka_unit_test(test_model_malformed),
       cmocka_unit_test(test_bool_refused),

@@ -271,6 +271,15 @@ down() {
     ip link del "$i" 2>/dev/null || true
   done
   ip link del "hkb$id" 2>/dev/null || true
+  # Open MPI's session folders of the bed's hosts (ompi.HOSTNAME.UID, the
+  # hostname being the host's address): an orted killed with its
+  # namespace leaves its own behind.
+  local addr
+  if [ -f "$dir/hosts" ]; then
+    while read -r addr _; do
+      [[ $addr =~ ^[0-9.]+$ ]] && rm -rf "${TMPDIR:-/tmp}/ompi.$addr".* 2>/dev/null
+    done <"$dir/hosts"
+  fi
   rm -rf "$dir"
   echo "netbed: down: bed $id removed" >&2
 }
