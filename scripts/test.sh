@@ -16,9 +16,8 @@
 # Each stage prints ctest's summary; the script fails on the first failure.
 # Warnings are errors here (HK_WERROR=ON), not in users' builds.
 #
-# 25 minutes on the 2-core machine (normal 9 with a rebuild of build/,
-# ASan 7, TSan 7, fuzz 2; the build folders of an earlier run; fresh
-# builds add ~10).
+# 30 to 35 minutes on the 2-core machine (normal suite about 14, ASan
+# 11, TSan 6, fuzz 1: bench/RESULTS.md, "Build and test times").
 # A quick subset:
 #   ctest --test-dir build -L unit           (~25 s)
 #   ctest --test-dir build -R test_hkrun     (one test; -LE netbed: no beds)
