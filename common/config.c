@@ -340,8 +340,8 @@ static const tunable table[] = {
     INT("HK_AUTOTUNE_MAX_TRIALS", 30, 1, 64, autotune_max_trials, "30",
         "with HK_AUTOTUNE: the most trials the search runs (a full pass "
         "over the threshold and cycle-time ladders is 15, and each "
-        "setting that beats the best adds one that measures the best "
-        "again)"),
+        "setting that beats the best adds two: the best measured again, "
+        "then the setting again)"),
     {"HK_AUTOTUNE_SPREAD", 0.02, 0.001, 1, "fraction",
      "with HK_AUTOTUNE: a trial ends once its score's (the median "
      "sample's) relative uncertainty, its standard error estimated from "

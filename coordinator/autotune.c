@@ -45,16 +45,16 @@ static const int knob_order[NKNOB] = {0, 3, 1, 2, 4, 5};
 /* ... and by at least this fraction of the best's score */
 #define KEEP_MIN_GAIN 0.01
 
-enum { PH_BASELINE, PH_MODEL, PH_DESCENT, PH_CONFIRM, PH_DONE };
+enum { PH_BASELINE, PH_MODEL, PH_DESCENT, PH_CONFIRM, PH_RECHECK, PH_DONE };
 
 struct hk_autotune {
   hk_tune_params p;
   hk_tune_trial trials[HK_TUNE_MAX_TRIALS];
   int ntrials;
   int best;    /* index into trials, -1 before trial 0 ended */
-  int pending; /* PH_CONFIRM: the candidate that beat the best */
+  int pending; /* PH_CONFIRM, PH_RECHECK: the candidate that beat the best */
   int pending_pos[NKNOB];
-  int resume; /* PH_CONFIRM: the phase to go back to */
+  int resume; /* PH_CONFIRM, PH_RECHECK: the phase to go back to */
   hk_tune_setting model;
   hk_tune_setting cur; /* what runs now */
   int cur_pos[NKNOB];  /* its rungs (nearest, for a start off the ladder) */
@@ -364,12 +364,30 @@ static int end_trial(hk_autotune *t, hk_tune_setting *next) {
     /* i measured the best again, right after the candidate: the two
      * are judged on what the machine gave them both just now */
     t->phase = t->resume;
-    if (beats(&t->trials[t->pending], tr, u)) {
-      keep(t, t->pending, t->pending_pos);
+    const int wins = beats(&t->trials[t->pending], tr, u);
+    if (wins && more) {
+      /* the best stays, with its fresher score, until the candidate,
+       * measured once more, beats that score too: measured on both
+       * sides of it, a load that came or went during the three trials
+       * cannot favour the candidate both times */
+      tr->kept = 1;
+      t->best = i;
+      t->phase = PH_RECHECK;
+      hk_tune_setting c = t->trials[t->pending].s;
+      begin_trial(t, &c, t->pending_pos);
+      *next = c;
+      return 1;
+    }
+    if (wins) {
+      keep(t, t->pending, t->pending_pos); /* no budget left to recheck */
     } else { /* the best stays, its fresher score with it */
       tr->kept = 1;
       t->best = i;
     }
+  } else if (t->phase == PH_RECHECK) {
+    t->phase = t->resume;
+    if (beats(tr, &t->trials[t->best], u)) /* i: the candidate again */
+      keep(t, i, t->pending_pos);
   } else if (beats(tr, &t->trials[t->best], u)) {
     if (more) { /* confirm: measure the best again before keeping */
       t->pending = i;

@@ -32,15 +32,22 @@
  * combined error, so one comparison keeps the wrong one with a chance of
  * about 2.3 %; the 1 % floor stops a gain too small to matter (or an
  * uncertainty estimated as 0 from a few equal samples) from moving the
- * setting. A candidate that passes is then confirmed: the best
- * setting is measured again at once (a trial of its own, logged), and
- * the candidate is kept only if it also beats that fresh score; else the
- * best stays, with its fresh score. The machine's load moves under a
- * search (another job, a data loader), so scores measured minutes apart
- * differ by more than either trial's own noise: judged against a best
- * measured under a heavier load, any later setting looked faster (a
- * tuning run on a loaded machine reported an 83 % gain for a setting
- * that a grid measured in interleaved rounds showed equal). A
+ * setting. A candidate that passes is then confirmed on both sides: the
+ * best setting is measured again at once (a trial of its own, logged,
+ * which becomes the best with that fresher score), then the candidate
+ * once more (another trial), and the candidate is kept only if both of
+ * its scores beat the best's fresh one; else the best stays. The
+ * machine's load moves under a search (another job, a data loader), so
+ * scores measured minutes apart differ by more than either trial's own
+ * noise: judged against a best measured under a heavier load, any later
+ * setting looked faster (a tuning run on a loaded machine reported an
+ * 83 % gain for a setting that a grid measured in interleaved rounds
+ * showed equal). Measured again only after the candidate, the best could
+ * still lose to a candidate that ran while the load was away (a lucky
+ * window) or before it came; measured between the candidate's two
+ * trials, a load that came or went cannot favour the candidate both
+ * times. When the trial budget leaves no room for the candidate's second
+ * trial, its first decides. A
  * difference the measurement cannot tell from noise never changes the
  * setting; over a sweep of ~15 equal settings one chance
  * keep is possible (the unit test of a flat surface bounds it to one).
@@ -69,7 +76,8 @@
  * setting. One full pass over the threshold and cycle ladders from a
  * rung of both takes 1 + 1 + 8 + 5 = 15 trials (17 with the hierarchical
  * knob, 2 or 3 more with the sockets, 3 with the staging chunk, 2 with
- * compression), within the default budget of 30; a step of more than 2
+ * compression), plus two for each candidate that beats the best, within
+ * the default budget of 30; a step of more than 2
  * and at most 4 MiB leaves the threshold line 4 rungs (0 to 4 MiB)
  * instead of 9.
  *
@@ -195,8 +203,8 @@ int hk_autotune_done(const hk_autotune *t);
 int hk_autotune_ntrials(const hk_autotune *t);
 
 /** Trials whose verdict (kept) is final: hk_autotune_ntrials, less the
- *  last one while a trial confirms it (it is kept only if it also beats
- *  the best measured again). */
+ *  last one while the best is measured again after it (it would be kept
+ *  if it beat that score and no budget were left for its second trial). */
 int hk_autotune_settled(const hk_autotune *t);
 
 /** Trial i (0 <= i < hk_autotune_ntrials), or NULL. */
