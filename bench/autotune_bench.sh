@@ -122,6 +122,8 @@ printf '%-40s %12s %10s\n' "grid best ($best)" "$best_ms" \
   "$(per_s "$best_ms")"
 echo "tuned: $(grep -v '^#' "$tmp/tuned.env" | tr '\n' ' ')"
 echo "search: ${chose:-did not end within TUNE_STEPS=$TUNE_STEPS steps}"
+# the search's trials (--autotune-log-file), to see what it compared
+[ -s "$tmp/trials.csv" ] && sed 's/^/trials: /' "$tmp/trials.csv"
 echo "tuned/defaults $(awk -v a="$tuned" -v b="$defaults" \
   'BEGIN {printf "%.3f", (b > 0 ? a / b : 0)}'), tuned/grid best" \
   "$(awk -v a="$tuned" -v b="$best_ms" 'BEGIN {printf "%.3f", (b > 0 ? a / b : 0)}')" \
